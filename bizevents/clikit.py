@@ -1,0 +1,60 @@
+"""Small pieces every subcommand shares: settings, clean failure, tables."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from functools import wraps
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from bizevents.exceptions import BizeventsError
+from bizevents.logging import configure_logging, redact_text
+from bizevents.settings import Settings, load_settings
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def fails_cleanly(func: F) -> F:
+    """Turn our own errors into one sentence on stderr and exit code 1."""
+
+    @wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except BizeventsError as exc:
+            err_console.print(f"[bold red]error:[/] {redact_text(str(exc))}", highlight=False)
+            sys.exit(1)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def settings_of(ctx: click.Context) -> Settings:
+    """Load the settings once per command and set up logging from them."""
+    obj: dict[str, Any] = ctx.ensure_object(dict)
+    if "settings" not in obj:
+        settings = load_settings(obj.get("config_file"))
+        configure_logging(settings.log_level, settings.log_format)
+        obj["settings"] = settings
+    result: Settings = obj["settings"]
+    return result
+
+
+def table(title: str, columns: list[str], rows: list[list[str]]) -> Table:
+    result = Table(title=title, title_justify="left")
+    for column in columns:
+        result.add_column(column)
+    for row in rows:
+        result.add_row(*row)
+    return result
+
+
+def print_json(payload: Any) -> None:
+    click.echo(json.dumps(payload, indent=2))

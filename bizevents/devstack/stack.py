@@ -1,0 +1,142 @@
+"""The embedded development stack: ``up``, ``status`` and ``down`` over one state file.
+
+The state file (``<state_dir>/stack.json``) records what runs where: pid, start
+time, port, endpoint and log of each service. ``up`` starts only what is not
+already running and answering, so a second ``up`` is harmless; ``down`` stops
+exactly the processes the file names, and only while they are still the ones
+``up`` started.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bizevents.devstack.processes import ProcessId, StackError, stop
+from bizevents.devstack.services import SERVICES, Service, Started, as_dict, from_dict
+from bizevents.settings import DevSettings
+
+STATE_FILE = "stack.json"
+
+
+@dataclass(frozen=True, slots=True)
+class Health:
+    name: str
+    state: str  # "up", "not answering", "stopped"
+    started: Started | None
+
+    @property
+    def ok(self) -> bool:
+        return self.state == "up"
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoints:
+    """What a script or a test needs to reach the stack."""
+
+    bootstrap_servers: str
+    registry_url: str
+    postgres_dsn: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {
+            "bootstrap_servers": self.bootstrap_servers,
+            "registry_url": self.registry_url,
+            "postgres_dsn": self.postgres_dsn,
+        }
+
+
+class DevStack:
+    """The broker, the schema registry and PostgreSQL, as processes of this machine."""
+
+    def __init__(self, state_dir: Path, dev: DevSettings, services: tuple[Service, ...] = SERVICES):
+        self.state_dir = state_dir.resolve()
+        self.dev = dev
+        self.services = services
+
+    @property
+    def state_file(self) -> Path:
+        return self.state_dir / STATE_FILE
+
+    def _load(self) -> dict[str, Started]:
+        try:
+            raw: dict[str, Any] = json.loads(self.state_file.read_text())
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as exc:
+            raise StackError(f"the state file {self.state_file} is unreadable: {exc}") from exc
+        return {name: from_dict(entry) for name, entry in raw.get("services", {}).items()}
+
+    def _save(self, records: dict[str, Started]) -> None:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(
+            json.dumps({"services": {n: as_dict(s) for n, s in records.items()}}, indent=2)
+        )
+        tmp.chmod(0o600)  # it holds the database DSN with its password
+        os.replace(tmp, self.state_file)
+
+    def _health(self, service: Service, started: Started | None) -> Health:
+        if started is None or not ProcessId(started.pid, started.start_ticks).alive():
+            return Health(service.name, "stopped", started)
+        if not service.healthy(started):
+            return Health(service.name, "not answering", started)
+        return Health(service.name, "up", started)
+
+    def up(self) -> list[Health]:
+        """Start every service that is not running and answering; wait for each."""
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        records = self._load()
+        result: list[Health] = []
+        for service in self.services:
+            health = self._health(service, records.get(service.name))
+            if health.state == "not answering" and health.started is not None:
+                stop(ProcessId(health.started.pid, health.started.start_ticks), service.stop_signal)
+            if not health.ok:
+                records.pop(service.name, None)
+                self._save(records)
+                started = service.start(self.state_dir, self.dev)
+                records[service.name] = started
+                self._save(records)
+                health = Health(service.name, "up", started)
+            result.append(health)
+        return result
+
+    def status(self) -> list[Health]:
+        records = self._load()
+        return [self._health(s, records.get(s.name)) for s in self.services]
+
+    def endpoints(self) -> Endpoints:
+        records = self._load()
+        missing = [s.name for s in self.services if s.name not in records]
+        if missing:
+            raise StackError(
+                f"the stack in {self.state_dir} has no {', '.join(missing)}; run `bizevents dev up`"
+            )
+        return Endpoints(
+            bootstrap_servers=records["broker"].endpoint,
+            registry_url=records["registry"].endpoint,
+            postgres_dsn=records["postgres"].extra["dsn"],
+        )
+
+    def down(self, purge: bool = False) -> list[tuple[str, bool]]:
+        """Stop what ``up`` started, in reverse order; ``purge`` also deletes its data."""
+        records = self._load()
+        stopped: list[tuple[str, bool]] = []
+        for service in reversed(self.services):
+            started = records.get(service.name)
+            if started is None:
+                continue
+            was_running = stop(ProcessId(started.pid, started.start_ticks), service.stop_signal)
+            stopped.append((service.name, was_running))
+            del records[service.name]
+            self._save(records)
+            if purge and "data_dir" in started.extra:
+                shutil.rmtree(Path(started.extra["data_dir"]).parent, ignore_errors=True)
+        if purge:
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+        return stopped

@@ -1,0 +1,54 @@
+"""Logging: JSON off a terminal, bound context, and no secret in any line."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+import structlog
+from pydantic import SecretStr
+
+from bizevents.logging import configure_logging, get_logger, redact_text
+
+
+@pytest.fixture
+def json_lines(capsys: pytest.CaptureFixture[str]) -> list[dict[str, object]]:
+    structlog.reset_defaults()
+    configure_logging("INFO", "json")
+    log = get_logger("test", component="capture")
+    log.bind(topic="db.public.orders", partition=3, offset=42).info("event produced")
+    log.info(
+        "connecting",
+        dsn="postgresql://app:pg-secret@db:5432/shop",
+        password=SecretStr("sr-secret"),
+        conf={"sasl.password": "kafka-secret", "bootstrap.servers": "k:9092"},
+    )
+    logging.getLogger("stdlib.lib").warning("url http://user:lib-secret@host/x")
+    err = capsys.readouterr().err
+    structlog.reset_defaults()
+    return [json.loads(line) for line in err.splitlines() if line.strip()]
+
+
+def test_context_is_bound_not_formatted(json_lines: list[dict[str, object]]) -> None:
+    first = json_lines[0]
+    assert first["event"] == "event produced"
+    assert (first["component"], first["topic"], first["partition"], first["offset"]) == (
+        "capture",
+        "db.public.orders",
+        3,
+        42,
+    )
+    assert first["level"] == "info"
+
+
+def test_no_secret_in_any_line(json_lines: list[dict[str, object]]) -> None:
+    text = json.dumps(json_lines)
+    for secret in ("pg-secret", "sr-secret", "kafka-secret", "lib-secret"):
+        assert secret not in text
+    assert "k:9092" in text  # non-secrets stay readable
+
+
+def test_redact_text_keeps_user_and_host() -> None:
+    assert redact_text("postgresql://app:pw@db:5432/x") == "postgresql://app:**********@db:5432/x"
+    assert redact_text("no url here") == "no url here"
