@@ -156,7 +156,11 @@ def postgres_bin_dir(dev: DevSettings) -> Path:
     """Where Debian's PostgreSQL server binaries are (the newest major version)."""
     candidates: list[Path] = []
     if dev.postgres_bin_dir is not None:
-        candidates.append(dev.postgres_bin_dir)
+        if not (dev.postgres_bin_dir / "postgres").is_file():
+            raise StackError(
+                f"BIZEVENTS_DEV__POSTGRES_BIN_DIR={dev.postgres_bin_dir} holds no postgres binary"
+            )
+        return dev.postgres_bin_dir
     versions = sorted(
         Path("/usr/lib/postgresql").glob("*/bin"),
         key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0,

@@ -1,0 +1,5 @@
+"""``python -m bizevents`` runs the command line."""
+
+from bizevents.cli import main
+
+main()

@@ -1,0 +1,99 @@
+"""`bizevents dev up | status | down` as a user runs them, in a state folder of the test's own."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bizevents.devstack.processes import ProcessId
+
+BIZEVENTS = [sys.executable, "-m", "bizevents"]
+
+
+def run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*BIZEVENTS, *args], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[dict[str, str]]:
+    environment = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("BIZEVENTS_")},
+        "BIZEVENTS_STATE_DIR": str(tmp_path / "state"),
+        "BIZEVENTS_DEV__BROKER_PORT": "0",
+        "BIZEVENTS_DEV__REGISTRY_PORT": "0",
+        "BIZEVENTS_DEV__POSTGRES_PORT": "0",
+        "BIZEVENTS_LOG_FORMAT": "json",
+    }
+    yield environment
+    run(environment, "dev", "down", "--purge")
+
+
+def recorded(env: dict[str, str]) -> dict[str, ProcessId]:
+    state = json.loads((Path(env["BIZEVENTS_STATE_DIR"]) / "stack.json").read_text())
+    return {
+        name: ProcessId(entry["pid"], entry["start_ticks"])
+        for name, entry in state["services"].items()
+    }
+
+
+def test_up_status_down_leaves_nothing_behind(env: dict[str, str]) -> None:
+    """up starts three answering services, a second up is harmless, down stops exactly them."""
+    first = run(env, "dev", "up")
+    assert first.returncode == 0, first.stderr
+    processes = recorded(env)
+    assert set(processes) == {"broker", "registry", "postgres"}
+    assert all(p.alive() for p in processes.values())
+
+    status = run(env, "dev", "status", "--json")
+    assert status.returncode == 0, status.stderr
+    payload = json.loads(status.stdout)
+    assert payload["broker"] == payload["registry"] == payload["postgres"] == "up"
+    endpoints = payload["endpoints"]
+    assert endpoints["bootstrap_servers"].startswith("127.0.0.1:")
+    assert endpoints["registry_url"].startswith("http://127.0.0.1:")
+    assert endpoints["postgres_dsn"].startswith("postgresql://bizevents:")
+
+    again = run(env, "dev", "up")
+    assert again.returncode == 0, again.stderr
+    assert recorded(env) == processes, "a second up must not start anything new"
+
+    smoke = run(env, "dev", "smoke", "--messages", "500")
+    assert smoke.returncode == 0, smoke.stderr
+    assert "500 messages produced and read back" in smoke.stdout
+
+    down = run(env, "dev", "down")
+    assert down.returncode == 0, down.stderr
+    assert not any(p.alive() for p in processes.values())
+    stopped = run(env, "dev", "status")
+    assert stopped.returncode == 1
+    assert "stopped" in stopped.stdout
+
+
+def test_busy_port_is_one_sentence_and_exit_1(env: dict[str, str]) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = run({**env, "BIZEVENTS_DEV__BROKER_PORT": str(port)}, "dev", "up")
+    assert result.returncode == 1
+    assert f"port {port} on 127.0.0.1 for the broker is already in use" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_missing_binary_is_one_sentence_and_exit_1(env: dict[str, str], tmp_path: Path) -> None:
+    broker = run({**env, "CALF_TANSU_BIN": str(tmp_path / "no-tansu")}, "dev", "up")
+    assert broker.returncode == 1
+    assert "Tansu broker binary is missing" in broker.stderr
+    result = run({**env, "BIZEVENTS_DEV__POSTGRES_BIN_DIR": str(tmp_path / "nowhere")}, "dev", "up")
+    assert result.returncode == 1
+    assert "holds no postgres binary" in result.stderr
+    assert "Traceback" not in result.stderr + broker.stderr
