@@ -1,0 +1,127 @@
+"""The registry's refusals, with Confluent's HTTP statuses, error codes and wording.
+
+Every refusal is a ``contracts.exceptions.RegistryError``; the HTTP layer turns it into
+``{"error_code": N, "message": "..."}`` with ``status`` as the HTTP status.
+"""
+
+from __future__ import annotations
+
+from contracts.exceptions import RegistryError
+
+SUBJECT_NOT_FOUND = 40401
+VERSION_NOT_FOUND = 40402
+SCHEMA_NOT_FOUND = 40403
+SUBJECT_SOFT_DELETED = 40404
+SUBJECT_NOT_SOFT_DELETED = 40405
+VERSION_SOFT_DELETED = 40406
+VERSION_NOT_SOFT_DELETED = 40407
+SUBJECT_COMPATIBILITY_NOT_CONFIGURED = 40408
+# Confluent used the bare HTTP status for years; its newest releases say 40901.
+INCOMPATIBLE_SCHEMA = 409
+INVALID_SCHEMA = 42201
+INVALID_VERSION = 42202
+INVALID_COMPATIBILITY_LEVEL = 42203
+OPERATION_NOT_PERMITTED = 42205
+STORE_ERROR = 50001
+
+
+def subject_not_found(subject: str) -> RegistryError:
+    return RegistryError(
+        f"Subject '{subject}' not found.", status=404, error_code=SUBJECT_NOT_FOUND
+    )
+
+
+def version_not_found(version: int | str) -> RegistryError:
+    return RegistryError(f"Version {version} not found.", status=404, error_code=VERSION_NOT_FOUND)
+
+
+def schema_not_found(schema_id: int | None = None) -> RegistryError:
+    message = "Schema not found" if schema_id is None else f"Schema {schema_id} not found"
+    return RegistryError(message, status=404, error_code=SCHEMA_NOT_FOUND)
+
+
+def subject_soft_deleted(subject: str) -> RegistryError:
+    return RegistryError(
+        f"Subject '{subject}' was soft deleted. Set permanent=true to delete permanently",
+        status=404,
+        error_code=SUBJECT_SOFT_DELETED,
+    )
+
+
+def subject_not_soft_deleted(subject: str) -> RegistryError:
+    return RegistryError(
+        f"Subject '{subject}' was not deleted first before being permanently deleted",
+        status=404,
+        error_code=SUBJECT_NOT_SOFT_DELETED,
+    )
+
+
+def version_soft_deleted(subject: str, version: int) -> RegistryError:
+    return RegistryError(
+        f"Subject '{subject}' Version {version} was soft deleted. "
+        "Set permanent=true to delete permanently",
+        status=404,
+        error_code=VERSION_SOFT_DELETED,
+    )
+
+
+def version_not_soft_deleted(subject: str, version: int) -> RegistryError:
+    return RegistryError(
+        f"Subject '{subject}' Version {version} was not deleted first before being "
+        "permanently deleted",
+        status=404,
+        error_code=VERSION_NOT_SOFT_DELETED,
+    )
+
+
+def compatibility_not_configured(subject: str) -> RegistryError:
+    return RegistryError(
+        f"Subject '{subject}' does not have subject-level compatibility configured",
+        status=404,
+        error_code=SUBJECT_COMPATIBILITY_NOT_CONFIGURED,
+    )
+
+
+def incompatible_schema(subject: str, messages: list[str] | tuple[str, ...]) -> RegistryError:
+    details = "; ".join(messages)
+    return RegistryError(
+        f'Schema being registered is incompatible with an earlier schema for subject "{subject}",'
+        f" details: {details}",
+        status=409,
+        error_code=INCOMPATIBLE_SCHEMA,
+    )
+
+
+def invalid_schema(reason: str) -> RegistryError:
+    return RegistryError(reason, status=422, error_code=INVALID_SCHEMA)
+
+
+def invalid_version(version: str) -> RegistryError:
+    return RegistryError(
+        f"The specified version '{version}' is not a valid version id. "
+        'Allowed values are between [1, 2^31-1] and the string "latest"',
+        status=422,
+        error_code=INVALID_VERSION,
+    )
+
+
+def invalid_compatibility_level() -> RegistryError:
+    return RegistryError(
+        "Invalid compatibility level. Valid values are none, backward, forward, full, "
+        "backward_transitive, forward_transitive, and full_transitive",
+        status=422,
+        error_code=INVALID_COMPATIBILITY_LEVEL,
+    )
+
+
+def not_permitted(reason: str) -> RegistryError:
+    return RegistryError(reason, status=422, error_code=OPERATION_NOT_PERMITTED)
+
+
+def store_failed(reason: str) -> RegistryError:
+    return RegistryError(reason, status=500, error_code=STORE_ERROR)
+
+
+def bad_request(reason: str, status: int = 400) -> RegistryError:
+    """Malformed HTTP requests: like Confluent, the error code is the HTTP status."""
+    return RegistryError(reason, status=status, error_code=status)
