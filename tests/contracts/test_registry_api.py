@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import struct
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -377,3 +382,42 @@ def test_basic_auth(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         assert client.get_subjects() == ["orders-value"]
     captured = capsys.readouterr()
     assert password not in captured.out + captured.err
+
+
+def test_command_line_serves_until_sigterm(tmp_path: Path) -> None:
+    """``python -m contracts.registry`` serves with auth from a file and exits 0 on SIGTERM."""
+    password = "file-Pa55word"
+    password_file = tmp_path / "password"
+    password_file.write_text(password + "\n")
+    command = [
+        sys.executable, "-m", "contracts.registry", "--port", "0",
+        "--data-dir", str(tmp_path / "cli"),
+        "--basic-auth-user", "ci", "--basic-auth-password-file", str(password_file),
+    ]  # fmt: skip
+    env = {**os.environ, "BIZEVENTS_LOG_FORMAT": "json"}
+    proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stderr is not None
+        url = None
+        deadline = time.monotonic() + 20
+        lines: list[str] = []
+        while url is None and time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            if not line:
+                break
+            lines.append(line)
+            if '"registry.started"' in line:
+                url = json.loads(line)["url"]
+        assert url is not None, "".join(lines)
+        assert httpx.get(f"{url}/health").json() == {"status": "ok"}
+        assert httpx.get(f"{url}/subjects").status_code == 401
+        assert httpx.get(f"{url}/subjects", auth=("ci", password)).json() == []
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
+        rest = proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert password not in "".join(lines) + rest
+    assert '"registry.stopped"' in rest
