@@ -7,8 +7,12 @@ claim there points at a test here.
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -148,3 +152,41 @@ def test_list_offsets_latest_understates_the_end(
     assert read == 200
     assert fetched_high == 200
     assert listed_high == 101, "ListOffsets(latest) changed: update docs/broker.md"
+
+
+def test_minimal_faust_app_consumes_and_produces(
+    bizevents_stack: Endpoints, unique_topic: Callable[[str], str], tmp_path: Path
+) -> None:
+    """A stock Faust worker reads one topic and writes another on the embedded broker."""
+    bootstrap = bizevents_stack.bootstrap_servers
+    source, sink = unique_topic("faust-in"), unique_topic("faust-out")
+    create_topic(bootstrap, source, 1)
+    create_topic(bootstrap, sink, 1)
+    produce(bootstrap, source, [(f"k{i}".encode(), f"value {i}".encode()) for i in range(200)])
+    env = {
+        **os.environ,
+        "FAUST_TEST_APP_ID": unique_topic("app"),
+        "FAUST_TEST_BROKER": bootstrap,
+        "FAUST_TEST_SOURCE": source,
+        "FAUST_TEST_SINK": sink,
+    }
+    log = tmp_path / "faust.log"
+    with open(log, "wb") as out:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "faust", "-A", "tests.integration.faust_passthrough",
+             "--datadir", str(tmp_path / "faust"), "-l", "warn", "worker", "--without-web"],
+            env=env, stdout=out, stderr=subprocess.STDOUT, cwd=Path(__file__).parents[2],
+        )
+    try:
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused"})
+        consumer.assign([TopicPartition(sink, 0, 0)])
+        values: list[bytes] = []
+        deadline = time.monotonic() + 90
+        while len(values) < 200 and time.monotonic() < deadline:
+            assert worker.poll() is None, log.read_text()[-3000:]
+            values += [m.value() for m in consumer.consume(500, timeout=1) if m.error() is None]
+        consumer.close()
+    finally:
+        worker.terminate()
+        worker.wait(30)
+    assert values == [f"VALUE {i}".encode() for i in range(200)], log.read_text()[-3000:]
