@@ -14,7 +14,7 @@ lists, ``UNAVAILABLE`` for an unchanged TOASTed value) or ``None`` for SQL NULL.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Final, Literal, TypeAlias
 
@@ -113,7 +113,7 @@ class Source:
     position: Position | None = None
     version: str | None = None
     sequence: str | None = None
-    extra: Mapping[str, Any] = NO_EXTRA
+    extra: Mapping[str, Any] = field(default_factory=lambda: NO_EXTRA)
 
     @property
     def snapshot(self) -> bool:

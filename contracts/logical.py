@@ -520,7 +520,8 @@ def avro_field(field: Mapping[str, Any], named: Mapping[str, Any] | None = None)
 def decimal_from_unscaled(raw: bytes, scale: int) -> Decimal:
     """A decimal from its two's-complement big-endian unscaled bytes and its scale."""
     unscaled = int.from_bytes(raw, "big", signed=True)
-    return Decimal(unscaled).scaleb(-scale)
+    # From text, not scaleb(): Decimal arithmetic rounds to the context's 28 digits.
+    return Decimal(f"{unscaled}E{-scale}")
 
 
 def unscaled_from_decimal(value: Decimal, scale: int | None = None) -> tuple[bytes, int]:

@@ -1,0 +1,165 @@
+"""The translator author's view of one change event.
+
+:class:`Change` wraps a :class:`~contracts.envelope.ChangeEvent` and answers the
+questions a translator asks (what kind of change, which columns changed, the old and
+new value of a column, where it came from) without copying anything. Pure and cheap:
+one object with one slot per event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+from contracts.envelope import (
+    OP_CREATE,
+    OP_DELETE,
+    OP_READ,
+    OP_TRUNCATE,
+    OP_UPDATE,
+    ChangeEvent,
+    Op,
+    Position,
+    Row,
+    Source,
+)
+from contracts.logical import UNAVAILABLE
+
+__all__ = ["Change"]
+
+_NO_ROW: Final[Mapping[str, Any]] = {}
+
+
+class Change:
+    """A read-only view over a :class:`ChangeEvent` for translator code."""
+
+    __slots__ = ("event",)
+
+    event: ChangeEvent
+
+    def __init__(self, event: ChangeEvent) -> None:
+        self.event = event
+
+    def __repr__(self) -> str:
+        return f"Change({self.op} {self.table} key={dict(self.key or {})})"
+
+    # -- what happened -------------------------------------------------------------
+
+    @property
+    def op(self) -> Op:
+        return self.event.op
+
+    @property
+    def is_create(self) -> bool:
+        """An insert, or a row read by a snapshot (both bring a row into being)."""
+        return self.event.op in (OP_CREATE, OP_READ)
+
+    @property
+    def is_insert(self) -> bool:
+        """An insert from the log only (a snapshot read is not one)."""
+        return self.event.op == OP_CREATE
+
+    @property
+    def is_update(self) -> bool:
+        return self.event.op == OP_UPDATE
+
+    @property
+    def is_delete(self) -> bool:
+        return self.event.op == OP_DELETE
+
+    @property
+    def is_truncate(self) -> bool:
+        return self.event.op == OP_TRUNCATE
+
+    @property
+    def is_snapshot(self) -> bool:
+        """Read by a snapshot rather than from the log."""
+        return self.event.source.snapshot
+
+    # -- where ---------------------------------------------------------------------
+
+    @property
+    def source(self) -> Source:
+        return self.event.source
+
+    @property
+    def table(self) -> str:
+        """``schema.table`` (``db.table`` for MySQL)."""
+        return self.event.source.qualified_table
+
+    @property
+    def position(self) -> Position | None:
+        """The LSN (PostgreSQL) or binlog file/pos/row (MySQL) of the change."""
+        return self.event.source.position
+
+    @property
+    def key(self) -> Row | None:
+        return self.event.key
+
+    @property
+    def before(self) -> Row | None:
+        return self.event.before
+
+    @property
+    def after(self) -> Row | None:
+        return self.event.after
+
+    # -- columns -------------------------------------------------------------------
+
+    def old(self, column: str) -> Any:
+        """The column's value before the change; ``None`` when there is no before row.
+
+        A column the before row does not have raises ``KeyError`` naming it.
+        """
+        return _get(self.event.before, column, "before", self)
+
+    def new(self, column: str) -> Any:
+        """The column's value after the change; ``None`` when there is no after row
+        (a delete). :data:`~contracts.logical.UNAVAILABLE` means an unchanged TOASTed
+        value the database did not send; :meth:`current` falls back for it."""
+        return _get(self.event.after, column, "after", self)
+
+    def current(self, column: str) -> Any:
+        """The column's newest known value: the after value, or the before value where
+        the after one is :data:`~contracts.logical.UNAVAILABLE` or there is no after row."""
+        after = self.event.after
+        if after is not None:
+            value = _get(after, column, "after", self)
+            if value is not UNAVAILABLE:
+                return value
+        return _get(self.event.before, column, "before", self)
+
+    def changed_columns(self) -> frozenset[str]:
+        """The columns whose value differs between before and after.
+
+        An insert or snapshot read changes all its columns, a delete all its before
+        columns, a truncate none. An update without a before row (PostgreSQL's default
+        replica identity logs none) counts every after column as changed, since
+        nothing says otherwise; an UNAVAILABLE after value never counts as changed.
+        """
+        before = self.event.before
+        after = self.event.after
+        if after is None:
+            return frozenset(before or _NO_ROW)
+        if before is None:
+            return frozenset(k for k, v in after.items() if v is not UNAVAILABLE)
+        missing = object()
+        return frozenset(
+            k
+            for k, v in after.items()
+            if v is not UNAVAILABLE and before.get(k, missing) != v
+        )
+
+    def changed(self, *columns: str) -> bool:
+        """Whether any of ``columns`` changed (see :meth:`changed_columns`)."""
+        changed = self.changed_columns()
+        return any(c in changed for c in columns)
+
+
+def _get(row: Row | None, column: str, which: str, change: Change) -> Any:
+    if row is None:
+        return None
+    try:
+        return row[column]
+    except KeyError:
+        raise KeyError(f"{change.table} has no column {column!r} in its {which} row") from None
