@@ -17,8 +17,11 @@ SMOKE_SCHEMA = """
 def kafka_round_trip(bootstrap: str, messages: int) -> tuple[int, float]:
     """Produce ``messages`` to a new topic and read them back in assign mode."""
     from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
 
     topic = f"bizevents.smoke.{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(timeout=15)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
     started = time.perf_counter()
     for n in range(messages):
