@@ -49,6 +49,9 @@ class Service(Protocol):
 
     def healthy(self, started: Started) -> bool: ...
 
+    def purge(self, state_dir: Path) -> None:
+        """Delete whatever data of this service lives outside ``state_dir``."""
+
 
 def _tcp_open(host: str, port: int, timeout: float = 0.5) -> bool:
     try:
@@ -110,6 +113,9 @@ class Broker:
             return False
         return True
 
+    def purge(self, state_dir: Path) -> None:
+        """Memory storage: nothing outlives the process."""
+
 
 class Registry:
     """The project's embedded, Confluent-compatible schema registry."""
@@ -150,6 +156,9 @@ class Registry:
                 return bool(response.status == 200)
         except OSError:
             return False
+
+    def purge(self, state_dir: Path) -> None:
+        """Its data lives in the state folder."""
 
 
 def postgres_bin_dir(dev: DevSettings) -> Path:
@@ -221,11 +230,10 @@ class Postgres:
         os.chown(preferred, entry.pw_uid, entry.pw_gid)
         if _reachable_by(run_as, preferred):
             return preferred
-        import hashlib
-        import tempfile
+        return _outside_root(state_dir)
 
-        key = hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:12]
-        return Path(tempfile.gettempdir()) / f"bizevents-postgres-{key}"
+    def purge(self, state_dir: Path) -> None:
+        shutil.rmtree(_outside_root(state_dir), ignore_errors=True)
 
     def start(self, state_dir: Path, dev: DevSettings) -> Started:
         bin_dir = postgres_bin_dir(dev)
@@ -331,6 +339,15 @@ class Postgres:
             if cur.fetchone() is None:
                 cur.execute(f'CREATE DATABASE "{self.database}"')
         conn.close()
+
+
+def _outside_root(state_dir: Path) -> Path:
+    """The cluster's folder when the state folder is out of the server user's reach."""
+    import hashlib
+    import tempfile
+
+    key = hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:12]
+    return Path(tempfile.gettempdir()) / f"bizevents-postgres-{key}"
 
 
 def _reachable_by(user: str, directory: Path) -> bool:

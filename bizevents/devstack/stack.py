@@ -135,8 +135,8 @@ class DevStack:
             stopped.append((service.name, was_running))
             del records[service.name]
             self._save(records)
-            if purge and "data_dir" in started.extra:
-                shutil.rmtree(Path(started.extra["data_dir"]).parent, ignore_errors=True)
         if purge:
+            for service in self.services:
+                service.purge(self.state_dir)
             shutil.rmtree(self.state_dir, ignore_errors=True)
         return stopped

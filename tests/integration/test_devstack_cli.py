@@ -62,6 +62,10 @@ def test_up_status_down_leaves_nothing_behind(env: dict[str, str]) -> None:
     assert endpoints["registry_url"].startswith("http://127.0.0.1:")
     assert endpoints["postgres_dsn"].startswith("postgresql://bizevents:")
 
+    state = json.loads((Path(env["BIZEVENTS_STATE_DIR"]) / "stack.json").read_text())
+    data_dir = Path(state["services"]["postgres"]["extra"]["data_dir"])
+    assert (data_dir / "PG_VERSION").is_file()
+
     again = run(env, "dev", "up")
     assert again.returncode == 0, again.stderr
     assert recorded(env) == processes, "a second up must not start anything new"
@@ -76,6 +80,10 @@ def test_up_status_down_leaves_nothing_behind(env: dict[str, str]) -> None:
     stopped = run(env, "dev", "status")
     assert stopped.returncode == 1
     assert "stopped" in stopped.stdout
+    assert data_dir.exists(), "down without --purge keeps the data"
+    assert run(env, "dev", "down", "--purge").returncode == 0
+    assert not data_dir.exists()
+    assert not Path(env["BIZEVENTS_STATE_DIR"]).exists()
 
 
 def test_busy_port_is_one_sentence_and_exit_1(env: dict[str, str]) -> None:
