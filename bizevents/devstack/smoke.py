@@ -17,7 +17,7 @@ SMOKE_SCHEMA = """
 def kafka_round_trip(bootstrap: str, messages: int) -> tuple[int, float]:
     """Produce ``messages`` to a new topic and read them back in assign mode."""
     from confluent_kafka import Consumer, Producer, TopicPartition
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
     topic = f"bizevents.smoke.{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": bootstrap})

@@ -98,8 +98,13 @@ def test_sasl_and_tls_pass_through_to_both_clients(tmp_path: Path) -> None:
         ({"ssl_cafile": "/ca.pem"}, "does not use TLS"),
         ({"security_protocol": "SSL", "ssl_certfile": "/c.pem"}, "go together"),
     ],
-    ids=["sasl-without-mechanism", "mechanism-without-sasl", "plain-without-user",
-         "tls-file-on-plaintext", "cert-without-key"],
+    ids=[
+        "sasl-without-mechanism",
+        "mechanism-without-sasl",
+        "plain-without-user",
+        "tls-file-on-plaintext",
+        "cert-without-key",
+    ],
 )
 def test_clashing_kafka_settings_name_the_keys(fields: dict[str, str], message: str) -> None:
     with pytest.raises(ValueError, match=message):
@@ -108,13 +113,15 @@ def test_clashing_kafka_settings_name_the_keys(fields: dict[str, str], message: 
 
 def test_invalid_environment_value_is_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("BIZEVENTS_KAFKA__SECURITY_PROTOCOL", "SASL_SSL")
-    with pytest.raises(ConfigError, match="kafka: .*sasl_mechanism"):
+    with pytest.raises(ConfigError, match=r"kafka: .*sasl_mechanism"):
         load_settings()
 
 
 def test_registry_basic_auth_config() -> None:
     registry = RegistrySettings(
-        url="https://sr:8081", basic_auth_user="u", basic_auth_password="p"  # type: ignore[arg-type]
+        url="https://sr:8081",
+        basic_auth_user="u",
+        basic_auth_password="p",  # type: ignore[arg-type]
     )
     assert registry.client_config()["basic.auth.user.info"] == "u:p"
     assert "'p'" not in repr(registry)

@@ -65,6 +65,7 @@ def test_librdkafka_produce_and_assign_mode_read(
     finally:
         consumer.close()
     assert sum(highs) == len(records)
+
     def order(record: tuple[bytes, bytes | None]) -> tuple[bytes, bytes]:
         return record[0], record[1] or b""
 
@@ -173,9 +174,23 @@ def test_minimal_faust_app_consumes_and_produces(
     log = tmp_path / "faust.log"
     with open(log, "wb") as out:
         worker = subprocess.Popen(
-            [sys.executable, "-m", "faust", "-A", "tests.integration.faust_passthrough",
-             "--datadir", str(tmp_path / "faust"), "-l", "warn", "worker", "--without-web"],
-            env=env, stdout=out, stderr=subprocess.STDOUT, cwd=Path(__file__).parents[2],
+            [
+                sys.executable,
+                "-m",
+                "faust",
+                "-A",
+                "tests.integration.faust_passthrough",
+                "--datadir",
+                str(tmp_path / "faust"),
+                "-l",
+                "warn",
+                "worker",
+                "--without-web",
+            ],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=Path(__file__).parents[2],
         )
     try:
         consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused"})

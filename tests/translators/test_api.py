@@ -1,0 +1,127 @@
+"""The plugin API: declarations checked where written, translation outcomes, policies."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from contracts.change import Change
+from contracts.envelope import ChangeEvent, PgPosition, Source
+from contracts.exceptions import Coordinates
+from tests.translators.sample import ThingCreated, ThingRenamed, things_v1, things_v2
+from translators import PluginError, TranslationError, translator
+
+
+def change(
+    op: str,
+    before: dict[str, Any] | None,
+    after: dict[str, Any] | None,
+    snapshot: str = "false",
+    offset: int = 7,
+) -> Change:
+    source = Source(
+        connector="postgresql",
+        name="shop",
+        db="shop",
+        schema="public",
+        table="things",
+        ts_ms=1,
+        snapshot_raw=snapshot,
+        position=PgPosition(lsn=1000 + offset, tx_id=5),
+    )
+    row = after or before or {}
+    return Change(
+        ChangeEvent(
+            op=op,
+            source=source,
+            before=before,
+            after=after,
+            key={"id": row["id"]},  # type: ignore[arg-type]
+            coordinates=Coordinates("shop.public.things", 0, offset),
+        )
+    )
+
+
+def test_insert_yields_one_event() -> None:
+    events = things_v1(change("c", None, {"id": 1, "label": "a"}))
+    assert events == (ThingCreated(thing_id=1, label="a"),)
+
+
+def test_irrelevant_update_yields_nothing() -> None:
+    """A change no business cares about (label untouched) gives zero events."""
+    before = {"id": 1, "label": "a", "updated_at": 1}
+    after = {"id": 1, "label": "a", "updated_at": 2}
+    assert things_v1(change("u", before, after)) == ()
+
+
+def test_rename_yields_renamed() -> None:
+    events = things_v1(change("u", {"id": 1, "label": "a"}, {"id": 1, "label": "b"}))
+    assert events == (ThingRenamed(thing_id=1, old_label="a", new_label="b"),)
+
+
+def test_snapshot_policy_skip() -> None:
+    read = change("r", None, {"id": 1, "label": "a"}, snapshot="true")
+    assert things_v1(read) == (ThingCreated(thing_id=1, label="a"),)
+    assert things_v2(read) == ()
+
+
+def test_translator_exception_becomes_translation_error() -> None:
+    """A bug in a plugin is a TranslationError naming the translator and the record."""
+    with pytest.raises(
+        TranslationError, match=r"things@1 failed on shop.public.things\[0\]@7: KeyError"
+    ):
+        things_v1(change("c", None, {"id": 1}))
+
+
+def test_undeclared_contract_is_refused() -> None:
+    @translator(name="sneaky", version=1, sources=["public.things"], emits=[ThingRenamed])
+    def sneaky(c: Change) -> ThingCreated:
+        return ThingCreated(thing_id=1, label="x")
+
+    with pytest.raises(TranslationError, match="returned ThingCreated, which it does not declare"):
+        sneaky(change("c", None, {"id": 1, "label": "a"}))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"name": "Orders"}, "name 'Orders'"),
+        ({"version": 0}, "version 0"),
+        ({"version": "2"}, "version '2'"),
+        ({"sources": "public.things"}, "sources"),
+        ({"sources": ["things"]}, "schema.table"),
+        ({"emits": []}, "emits names no contract"),
+        ({"emits": [dict]}, "not a BusinessEvent contract"),
+        ({"snapshots": "maybe"}, "snapshots='maybe'"),
+    ],
+    ids=[
+        "upper-case-name",
+        "version-zero",
+        "version-string",
+        "sources-string",
+        "source-without-schema",
+        "no-contracts",
+        "not-a-contract",
+        "bad-policy",
+    ],
+)
+def test_malformed_declaration_fails_where_written(kwargs: dict[str, Any], message: str) -> None:
+    declaration = {
+        "name": "things",
+        "version": 1,
+        "sources": ["public.things"],
+        "emits": [ThingCreated],
+        **kwargs,
+    }
+    with pytest.raises(PluginError, match=message):
+        translator(**declaration)(lambda c: None)
+
+
+def test_sources_match_with_wildcards() -> None:
+    @translator(name="w", version=1, sources=["public.order*"], emits=[ThingCreated])
+    def w(c: Change) -> None:
+        return None
+
+    assert w.reads("public.orders") and w.reads("public.order_items")
+    assert not w.reads("public.customers")

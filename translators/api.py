@@ -1,0 +1,147 @@
+"""The plugin API: a translator turns one technical change into zero or more business events.
+
+A translator is a pure function of a :class:`~contracts.change.Change`: no I/O, no
+clock, no globals, so the same code runs in a Faust agent, a Spark executor and a
+test. Zero events means the change is irrelevant to the business; the runtime drops
+and counts it. A translator declares its name, an integer version, the tables it
+reads, the contracts it emits, and what it does with snapshot reads and deletes::
+
+    @translator(name="orders", version=2, sources=["public.orders"],
+                emits=[OrderPlaced, OrderStatusChanged])
+    def orders(change: Change) -> Iterable[BusinessEvent]:
+        ...
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Final, Literal, TypeAlias
+
+from contracts.business import BusinessEvent
+from contracts.change import Change
+from translators.exceptions import PluginError, TranslationError
+
+Policy: TypeAlias = Literal["translate", "skip"]
+TRANSLATE: Final = "translate"
+SKIP: Final = "skip"
+
+Output: TypeAlias = BusinessEvent | Iterable[BusinessEvent] | None
+TranslateFunc: TypeAlias = Callable[[Change], Output]
+
+_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
+NO_EVENTS: Final[tuple[BusinessEvent, ...]] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Translator:
+    """A translator function with its declaration; build it with :func:`translator`."""
+
+    name: str
+    version: int
+    sources: tuple[str, ...]
+    emits: tuple[type[BusinessEvent], ...]
+    func: TranslateFunc = field(repr=False)
+    snapshots: Policy = TRANSLATE
+    deletes: Policy = TRANSLATE
+    origin: str = ""
+
+    @property
+    def ref(self) -> str:
+        """``name@version``, as pinned, logged and written in lineage."""
+        return f"{self.name}@{self.version}"
+
+    def reads(self, table: str) -> bool:
+        """Does this translator read ``schema.table``? Sources may use shell wildcards."""
+        return any(fnmatch.fnmatchcase(table, pattern) for pattern in self.sources)
+
+    def translate(self, change: Change) -> tuple[BusinessEvent, ...]:
+        """The events for ``change``; raises :class:`TranslationError` on any failure."""
+        if (change.is_snapshot and self.snapshots == SKIP) or (
+            change.is_delete and self.deletes == SKIP
+        ):
+            return NO_EVENTS
+        try:
+            output = self.func(change)
+            # a generator runs only here, so its exceptions must be caught here too
+            if output is None:
+                return NO_EVENTS
+            events = (output,) if isinstance(output, BusinessEvent) else tuple(output)
+        except Exception as exc:  # a plugin's bug must not stop the stream
+            raise TranslationError(
+                self.ref, f"{type(exc).__name__}: {exc}", change.event.coordinates
+            ) from exc
+        for event in events:
+            if not isinstance(event, self.emits):
+                raise TranslationError(
+                    self.ref,
+                    f"returned {type(event).__name__}, which it does not declare in emits "
+                    f"({', '.join(e.__name__ for e in self.emits)})",
+                    change.event.coordinates,
+                )
+        return events
+
+    def __call__(self, change: Change) -> tuple[BusinessEvent, ...]:
+        return self.translate(change)
+
+
+def translator(
+    *,
+    name: str,
+    version: int,
+    sources: Sequence[str],
+    emits: Sequence[type[BusinessEvent]],
+    snapshots: Policy = TRANSLATE,
+    deletes: Policy = TRANSLATE,
+) -> Callable[[TranslateFunc], Translator]:
+    """Declare a translator; a malformed declaration fails where it is written."""
+
+    def wrap(func: TranslateFunc) -> Translator:
+        origin = f"{func.__module__}.{func.__qualname__}"
+        problems = _problems(name, version, sources, emits, snapshots, deletes)
+        if problems:
+            raise PluginError(f"translator {name}@{version} ({origin}): {'; '.join(problems)}")
+        return Translator(
+            name=name,
+            version=version,
+            sources=tuple(sources),
+            emits=tuple(emits),
+            func=func,
+            snapshots=snapshots,
+            deletes=deletes,
+            origin=origin,
+        )
+
+    return wrap
+
+
+def _problems(
+    name: object,
+    version: object,
+    sources: Sequence[str],
+    emits: Sequence[object],
+    snapshots: str,
+    deletes: str,
+) -> list[str]:
+    problems = []
+    if not isinstance(name, str) or not _NAME.match(name):
+        problems.append(f"name {name!r} must be lower case letters, digits, '-' or '_'")
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        problems.append(f"version {version!r} must be a positive integer")
+    if (
+        isinstance(sources, str)
+        or not sources
+        or not all(isinstance(s, str) and "." in s for s in sources)
+    ):
+        problems.append(f"sources {sources!r} must be a list of 'schema.table' patterns")
+    if not emits:
+        problems.append("emits names no contract")
+    for contract in emits:
+        if not (isinstance(contract, type) and issubclass(contract, BusinessEvent)):
+            problems.append(f"emits {contract!r}, which is not a BusinessEvent contract")
+    for label, value in (("snapshots", snapshots), ("deletes", deletes)):
+        if value not in (TRANSLATE, SKIP):
+            problems.append(f"{label}={value!r} must be 'translate' or 'skip'")
+    return problems

@@ -1,0 +1,27 @@
+"""Errors of the translator layer: plugins that cannot load, translations that fail."""
+
+from __future__ import annotations
+
+from bizevents.exceptions import ConfigError, TerminalError
+from contracts.exceptions import Coordinates
+
+
+class PluginError(ConfigError):
+    """A translator plugin is malformed, a duplicate, missing, or failed to import.
+
+    Raised at start-up, with a sentence naming the plugin, so a bad deployment
+    never starts translating.
+    """
+
+
+class TranslationError(TerminalError):
+    """A translator raised, or returned something its declaration does not allow.
+
+    The record goes to the dead-letter topic with this reason; the stream goes on.
+    """
+
+    def __init__(self, translator: str, reason: str, where: Coordinates | None = None) -> None:
+        self.translator = translator
+        self.reason = reason
+        self.where = where or Coordinates()
+        super().__init__(f"translator {translator} failed on {self.where}: {reason}")
