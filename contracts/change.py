@@ -145,9 +145,7 @@ class Change:
             return frozenset(k for k, v in after.items() if v is not UNAVAILABLE)
         missing = object()
         return frozenset(
-            k
-            for k, v in after.items()
-            if v is not UNAVAILABLE and before.get(k, missing) != v
+            k for k, v in after.items() if v is not UNAVAILABLE and before.get(k, missing) != v
         )
 
     def changed(self, *columns: str) -> bool:

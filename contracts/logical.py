@@ -225,17 +225,28 @@ class ColumnType:
             out["field"] = field
         return out
 
-    def avro_schema(self, record_name: str | None = None) -> Any:
-        """The Avro type Confluent's AvroConverter would write for this type."""
+    def avro_schema(self, record_name: str | None = None, seen: set[str] | None = None) -> Any:
+        """The Avro type Confluent's AvroConverter would write for this type.
+
+        ``seen`` collects the named types already defined in the enclosing schema: Avro
+        allows one definition per name, later uses refer to it by name.
+        """
+        if seen is None:
+            seen = set()
         literal, name, params = _CONNECT_SHAPE[self.kind]
         avro_type = _AVRO_LITERAL[literal]
         if self.kind is Kind.ANY:
             raise ValueError("a column of unknown type has no Avro schema")
         if self.kind is Kind.ARRAY:
-            return {"type": "array", "items": ["null", (self.items or _ANY).avro_schema()]}
+            items = (self.items or _ANY).avro_schema(seen=seen)
+            return {"type": "array", "items": ["null", items]}
         if self.kind is Kind.MAP:
-            return {"type": "map", "values": ["null", (self.items or _ANY).avro_schema()]}
+            values = (self.items or _ANY).avro_schema(seen=seen)
+            return {"type": "map", "values": ["null", values]}
         if self.kind is Kind.VARIABLE_DECIMAL:
+            if _VSD in seen:
+                return _VSD
+            seen.add(_VSD)
             return {
                 "type": "record",
                 "name": "VariableScaleDecimal",
@@ -249,7 +260,7 @@ class ColumnType:
             return {
                 "type": "record",
                 "name": record_name or (self.name or "Struct").rsplit(".", 1)[-1],
-                "fields": [_avro_field(f) for f in self.fields or ()],
+                "fields": [_avro_field(f, seen) for f in self.fields or ()],
             }
         out: dict[str, Any] = {"type": avro_type}
         if name is not None:
@@ -277,8 +288,11 @@ class ColumnType:
 _ANY: Final = ColumnType(Kind.ANY)
 
 
-def _avro_field(f: Field) -> dict[str, Any]:
-    t = f.type.avro_schema()
+_VSD: Final = "io.debezium.data.VariableScaleDecimal"
+
+
+def _avro_field(f: Field, seen: set[str]) -> dict[str, Any]:
+    t = f.type.avro_schema(seen=seen)
     if f.optional:
         return {"name": f.name, "type": ["null", t], "default": None}
     return {"name": f.name, "type": t}
@@ -926,9 +940,11 @@ def _enc_json(value: Any) -> str:
     raise TypeError(f"expected a JsonDocument, got {type(value).__name__}")
 
 
-def _enc_array(item: Converter) -> Converter:
+def _enc_array(item: Converter, marker: bool) -> Converter:
     def encode(value: Any) -> Any:
         if value is UNAVAILABLE:
+            if not marker:
+                raise TypeError("only an array of text can carry the unavailable marker")
             return [UNAVAILABLE_MARKER]
         if not isinstance(value, list | tuple):
             raise TypeError(f"expected a list, got {type(value).__name__}")
@@ -1014,7 +1030,8 @@ def encoder_for(ct: ColumnType, wire: Wire) -> Converter:
     if kind is Kind.ENUM:
         return _enc_unavailable_str(_check_labels(ct))
     if kind is Kind.ARRAY:
-        return _enc_array(encoder_for(ct.items or _ANY, wire))
+        items = ct.items or _ANY
+        return _enc_array(encoder_for(items, wire), items.kind in (Kind.STRING, Kind.ANY))
     if kind is Kind.MAP:
         return _enc_map(encoder_for(ct.items or _ANY, wire))
     if kind is Kind.STRUCT:

@@ -8,9 +8,9 @@ a PostgreSQL or MySQL source), ``tombstones(table)`` a tombstone.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 from hypothesis import strategies as st
 
@@ -22,6 +22,7 @@ from contracts.envelope import (
     OP_UPDATE,
     ChangeEvent,
     MySqlPosition,
+    Op,
     PgPosition,
     Source,
     Tombstone,
@@ -51,15 +52,18 @@ json_values = st.recursive(
     | st.integers(-(2**53), 2**53)
     | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(max_size=10),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4)
+    ),
     max_leaves=8,
 )
 
 _LABELS = st.lists(identifiers, min_size=1, max_size=5, unique=True).map(tuple)
 
 # Debezium's NanoTimestamp is an int64 of nanoseconds: about 1678 to 2261.
-_NANO_RANGE = {"min_value": datetime(1678, 1, 1), "max_value": datetime(2261, 12, 31)}
-_OFFSETS = st.sampled_from(
+_NANO_MIN, _NANO_MAX = datetime(1678, 1, 1), datetime(2261, 12, 31)
+_UTC: st.SearchStrategy[tzinfo | None] = st.just(UTC)
+_OFFSETS: st.SearchStrategy[tzinfo | None] = st.sampled_from(
     [UTC, timezone(timedelta(hours=2)), timezone(timedelta(hours=-5, minutes=-30))]
 )
 
@@ -117,14 +121,15 @@ _KEY_TYPES = st.sampled_from(
 )
 
 # Kinds whose wire form is text or bytes: where Debezium can put its TOAST marker.
-_TOASTABLE = {Kind.STRING, Kind.BYTES, Kind.JSON, Kind.ARRAY}
+_TOASTABLE = {Kind.STRING, Kind.BYTES, Kind.JSON}
 
 
 def values_of(ct: ColumnType, toast: bool = False) -> st.SearchStrategy[Any]:
     """Non-null Python values of a column type (``toast`` adds UNAVAILABLE where it
     can occur)."""
     base = _values(ct)
-    if toast and ct.kind in _TOASTABLE:
+    text_array = ct.kind is Kind.ARRAY and ct.items is not None and ct.items.kind is Kind.STRING
+    if toast and (ct.kind in _TOASTABLE or text_array):
         return st.one_of(base, st.just(UNAVAILABLE))
     return base
 
@@ -162,19 +167,19 @@ def _values(ct: ColumnType) -> st.SearchStrategy[Any]:
     if k is Kind.ZONED_TIME:
         return st.times().map(lambda t: t.replace(tzinfo=UTC))
     if k is Kind.TIMESTAMP_MILLIS:
-        return st.datetimes(timezones=st.just(UTC)).map(
+        return st.datetimes(timezones=_UTC).map(
             lambda d: d.replace(microsecond=d.microsecond // 1000 * 1000)
         )
     if k is Kind.TIMESTAMP_MICROS:
-        return st.datetimes(timezones=st.just(UTC))
+        return st.datetimes(timezones=_UTC)
     if k is Kind.TIMESTAMP_NANOS:
-        return st.datetimes(**_NANO_RANGE, timezones=st.just(UTC))
+        return st.datetimes(_NANO_MIN, _NANO_MAX, timezones=cast(Any, _UTC))
     if k is Kind.ZONED_TIMESTAMP:
         return st.datetimes(
-            min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30), timezones=_OFFSETS
+            datetime(1, 1, 2), datetime(9999, 12, 30), timezones=cast(Any, _OFFSETS)
         )
     if k is Kind.INTERVAL_MICROS:
-        return st.timedeltas(min_value=timedelta(days=-10**6), max_value=timedelta(days=10**6))
+        return st.timedeltas(min_value=timedelta(days=-(10**6)), max_value=timedelta(days=10**6))
     if k is Kind.UUID:
         return st.uuids()
     if k is Kind.JSON:
@@ -270,7 +275,7 @@ def change_events(draw: st.DrawFn, table: TableSchema | None = None) -> ChangeEv
     """A consistent envelope for ``table`` (drawn when not given)."""
     if table is None:
         table = draw(table_schemas())
-    op = draw(st.sampled_from([OP_CREATE, OP_UPDATE, OP_DELETE, OP_READ, OP_TRUNCATE]))
+    op: Op = draw(st.sampled_from([OP_CREATE, OP_UPDATE, OP_DELETE, OP_READ, OP_TRUNCATE]))
     before = after = key = None
     if op in (OP_CREATE, OP_READ):
         after = draw(rows(table))
@@ -324,5 +329,3 @@ def tables_and_events(
     if table.key_fields and draw(st.integers(0, 9)) == 0:
         return table, draw(tombstones(table))
     return table, draw(change_events(table))
-
-
