@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from bizevents.devcli import dev
+from bizevents.translatorscli import translators
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -45,3 +46,4 @@ def version() -> None:
 
 
 main.add_command(dev)
+main.add_command(translators)

@@ -202,6 +202,9 @@ class Settings(BaseSettings):
     registry: RegistrySettings = RegistrySettings()
     database: DatabaseSettings = DatabaseSettings()
     dev: DevSettings = DevSettings()
+    #: Which version of each translator runs live, e.g. ``{"orders": 2}``; in TOML a
+    #: ``[translators]`` table, in the environment ``BIZEVENTS_TRANSLATORS='{"orders": 2}'``.
+    translators: dict[str, int] = Field(default_factory=dict)
     state_dir: Path = Path(".bizevents")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     log_format: Literal["auto", "json", "console"] = "auto"
