@@ -22,41 +22,39 @@ def list_(ctx: click.Context, as_json: bool) -> None:
 
     pins = settings_of(ctx).translators
     registry = discover()
-    rows = [
-        {
-            "translator": item.ref,
-            "sources": list(item.sources),
-            "emits": [c.contract_fullname() for c in item.emits],
-            "snapshots": item.snapshots,
-            "deletes": item.deletes,
-            "pinned": pins.get(item.name) == item.version,
-            "origin": item.origin,
-        }
-        for item in registry
-    ]
     if as_json:
-        print_json({"translators": rows, "pins": pins})
-    else:
-        console.print(
-            table(
-                "translators",
-                ["translator", "sources", "emits", "snapshots", "deletes", "live"],
-                [
-                    [
-                        r["translator"],
-                        ", ".join(r["sources"]),
-                        ", ".join(r["emits"]),
-                        r["snapshots"],
-                        r["deletes"],
-                        "pinned" if r["pinned"] else "",
-                    ]
-                    for r in rows
+        print_json(
+            {
+                "pins": pins,
+                "translators": [
+                    {
+                        "translator": t.ref,
+                        "sources": list(t.sources),
+                        "emits": [c.contract_fullname() for c in t.emits],
+                        "snapshots": t.snapshots,
+                        "deletes": t.deletes,
+                        "pinned": pins.get(t.name) == t.version,
+                        "origin": t.origin,
+                    }
+                    for t in registry
                 ],
-            )
+            }
         )
+    else:
+        rows = [
+            [
+                t.ref,
+                ", ".join(t.sources),
+                ", ".join(c.contract_fullname() for c in t.emits),
+                t.snapshots,
+                t.deletes,
+                "pinned" if pins.get(t.name) == t.version else "",
+            ]
+            for t in registry
+        ]
+        columns = ["translator", "sources", "emits", "snapshots", "deletes", "live"]
+        console.print(table("translators", columns, rows))
         if not rows:
-            console.print(
-                "no translator plugin is installed (entry-point group bizevents.translators)"
-            )
+            console.print("no plugin is installed in the entry-point group bizevents.translators")
     if pins:
         registry.pinned(pins)  # a pin naming a version that is not installed fails here
