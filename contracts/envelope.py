@@ -192,7 +192,7 @@ class Tombstone:
         return True
 
 
-def headers_tuple(headers: Sequence[tuple[str, bytes | None]] | None) -> Headers:
+def headers_tuple(headers: Sequence[tuple[str, bytes | str | None]] | None) -> Headers:
     """Kafka headers as an immutable tuple (confluent-kafka gives a list or ``None``)."""
     if not headers:
         return ()
