@@ -427,10 +427,11 @@ def _tuple_data(kind: str, data: bytes, pos: int) -> tuple[TupleData, int]:
             if k == _T:
                 (length,) = length_at(data, pos + 1)
                 start = pos + 5
-                pos = start + length
-                if length < 0 or pos > end:
+                stop = start + length
+                if length < 0 or stop > end:
                     raise ProtocolError(kind, start - 4, f"bad value length {length}")
-                append(data[start:pos].decode())
+                append(data[start:stop].decode())
+                pos = stop
             elif k == _N:
                 append(None)
                 pos += 1
@@ -440,10 +441,11 @@ def _tuple_data(kind: str, data: bytes, pos: int) -> tuple[TupleData, int]:
             elif k == _B:
                 (length,) = length_at(data, pos + 1)
                 start = pos + 5
-                pos = start + length
-                if length < 0 or pos > end:
+                stop = start + length
+                if length < 0 or stop > end:
                     raise ProtocolError(kind, start - 4, f"bad value length {length}")
-                append(data[start:pos])
+                append(data[start:stop])
+                pos = stop
             else:
                 raise ProtocolError(kind, pos, f"unknown TupleData kind {k!r}")
     except _LOW_LEVEL as exc:
