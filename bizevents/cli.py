@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from bizevents.contractscli import contracts
 from bizevents.devcli import dev
 from bizevents.translatorscli import translators
 
@@ -47,3 +48,4 @@ def version() -> None:
 
 main.add_command(dev)
 main.add_command(translators)
+main.add_command(contracts)

@@ -97,7 +97,8 @@ def to_dict(event: BaseModel) -> dict[str, Any]:
         convert = _converters[cls]
     except KeyError:
         convert = _converters[cls] = _model_converter(cls)
-    data = event.model_dump()
+    # warnings=False: a model_construct-ed bad value fails below with a ContractError.
+    data = event.model_dump(warnings=False)
     return convert(data) if convert is not None else data
 
 

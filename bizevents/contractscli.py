@@ -1,0 +1,138 @@
+"""``bizevents contracts``: the CI gate for business-event contracts (``.avsc`` files).
+
+``check`` compares each contract with its subject's registered versions (or with the
+same file at a git ref) and exits 1 on any incompatibility; ``register`` checks first
+and registers only what passes. Output is plain lines, one per subject, so that CI
+logs stay greppable.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import click
+
+from bizevents.clikit import fails_cleanly, settings_of
+from contracts.compatibility import CompatibilityLevel, parse_level
+from contracts.gate import (
+    GitHistory,
+    RegistryHistory,
+    SchemaHistory,
+    Verdict,
+    check_contracts,
+    load_contracts,
+    register_contracts,
+)
+from contracts.subjects import STRATEGIES, subject_strategy
+
+_PATHS = click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+_STRATEGY = click.option(
+    "--strategy",
+    type=click.Choice(sorted(STRATEGIES)),
+    default="topic",
+    show_default=True,
+    help="Subject naming: topic (<topic>-value), record (<fullname>), "
+    "topic-record (<topic>-<fullname>).",
+)
+
+
+@click.group()
+def contracts() -> None:
+    """Business-event contracts: check them against what they replace, register them."""
+    # One log line per registry request would bury the verdicts in CI output.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+
+
+def _line(verdict: Verdict) -> str:
+    level = verdict.level.value if verdict.level else "-"
+    status = verdict.status if verdict.ok else verdict.status.upper()
+    against = f" against {', '.join(verdict.compared_with)}" if verdict.compared_with else ""
+    return f"{verdict.subject}  {level}  {status}  ({verdict.contract.path}{against})"
+
+
+def _report(verdicts: list[Verdict]) -> None:
+    for verdict in verdicts:
+        click.echo(_line(verdict))
+        for message in verdict.messages:
+            click.echo(f"    - {message}")
+    failed = sum(not v.ok for v in verdicts)
+    click.echo(
+        f"{len(verdicts)} contract(s) checked, "
+        + (f"{failed} failed" if failed else "all compatible")
+    )
+
+
+@contracts.command()
+@_PATHS
+@_STRATEGY
+@click.option(
+    "--against",
+    "git_ref",
+    metavar="GIT_REF",
+    help="Compare with the same paths at this git ref instead of the registry.",
+)
+@click.option(
+    "--level",
+    type=click.Choice([level.value for level in CompatibilityLevel], case_sensitive=False),
+    help="Compatibility level with --against (default BACKWARD); the registry's own "
+    "level applies otherwise.",
+)
+@click.pass_context
+@fails_cleanly
+def check(
+    ctx: click.Context,
+    paths: tuple[Path, ...],
+    strategy: str,
+    git_ref: str | None,
+    level: str | None,
+) -> None:
+    """Check .avsc contracts (files or directories); exit 1 on any incompatibility."""
+    if level is not None and git_ref is None:
+        raise click.UsageError(
+            "--level applies only with --against; against the registry, each subject's "
+            "own level decides"
+        )
+    found = load_contracts(paths)
+    history: SchemaHistory
+    registry: RegistryHistory | None = None
+    if git_ref is not None:
+        history = GitHistory(git_ref, parse_level(level or "BACKWARD"))
+    else:
+        registry = RegistryHistory(settings_of(ctx).registry)
+        history = registry
+    try:
+        verdicts = check_contracts(found, history, subject_strategy(strategy))
+    finally:
+        if registry is not None:
+            registry.close()
+    _report(verdicts)
+    if not all(v.ok for v in verdicts):
+        sys.exit(1)
+
+
+@contracts.command()
+@_PATHS
+@_STRATEGY
+@click.pass_context
+@fails_cleanly
+def register(ctx: click.Context, paths: tuple[Path, ...], strategy: str) -> None:
+    """Check .avsc contracts against the registry and register those that pass."""
+    found = load_contracts(paths)
+    registry = RegistryHistory(settings_of(ctx).registry)
+    try:
+        verdicts = check_contracts(found, registry, subject_strategy(strategy))
+        _report(verdicts)
+        registrations = register_contracts(verdicts, registry)
+    finally:
+        registry.close()
+    for done in registrations:
+        subject = done.verdict.subject
+        if done.error is None:
+            version = f" version {done.version}" if done.version is not None else ""
+            click.echo(f"registered {subject}{version} (id {done.schema_id})")
+        else:
+            click.echo(f"NOT registered {subject} ({done.verdict.contract.path}): {done.error}")
+    if any(done.error is not None for done in registrations):
+        sys.exit(1)
