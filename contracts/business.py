@@ -262,19 +262,19 @@ def lineage_from_headers(
         except ValueError:
             raise ContractError(f"lineage header {name!r} is not an integer") from None
 
+    values: dict[str, Any] = {
+        "event_id": need(HEADER_EVENT_ID),
+        "translator": need(HEADER_TRANSLATOR),
+        "source_topic": need(HEADER_SOURCE_TOPIC),
+        "source_partition": integer(HEADER_SOURCE_PARTITION),
+        "source_offset": integer(HEADER_SOURCE_OFFSET),
+        "source_position": need(HEADER_SOURCE_POSITION),
+        "tx_id": found.get(HEADER_TX_ID),
+    }
     replay = need(HEADER_REPLAY)
     if replay not in ("true", "false"):
         raise ContractError(f"lineage header {HEADER_REPLAY!r} must be 'true' or 'false'")
-    return Lineage(
-        event_id=need(HEADER_EVENT_ID),
-        translator=need(HEADER_TRANSLATOR),
-        source_topic=need(HEADER_SOURCE_TOPIC),
-        source_partition=integer(HEADER_SOURCE_PARTITION),
-        source_offset=integer(HEADER_SOURCE_OFFSET),
-        source_position=need(HEADER_SOURCE_POSITION),
-        tx_id=found.get(HEADER_TX_ID),
-        replay=replay == "true",
-    )
+    return Lineage.model_validate({**values, "replay": replay == "true"})
 
 
 # --- contracts as .avsc files ------------------------------------------------------------
