@@ -188,6 +188,101 @@ def _source(d: Any) -> Source:
     )
 
 
+# Source fields and the Avro type each must have for the per-record checks to be
+# skipped; the first group must also be non-nullable.
+_TRUSTED_REQUIRED: Final = {
+    "connector": "string",
+    "name": "string",
+    "db": "string",
+    "ts_ms": "long",
+    "file": "string",
+    "pos": "long",
+}
+_TRUSTED_OPTIONAL: Final = {
+    "version": "string",
+    "schema": "string",
+    "table": "string",
+    "sequence": "string",
+    "snapshot": "string",
+    "txId": "long",
+    "lsn": "long",
+    "xmin": "long",
+    "row": "int",
+    "server_id": "long",
+    "gtid": "string",
+    "thread": "long",
+}
+
+
+def _avro_primitive(t: Any) -> str | None:
+    if isinstance(t, dict) and "logicalType" not in t:
+        t = t.get("type")
+    if t == "int":
+        return "long"  # an int field reads as a Python int like a long
+    return t if isinstance(t, str) else None
+
+
+def _trusts_source(schema: Any, named: Mapping[str, Any]) -> bool:
+    """Whether an Avro source record's field types already guarantee what ``_source``
+    checks per record, so decoding it can skip those checks."""
+    schema = _resolve(schema, named)
+    if not isinstance(schema, dict) or schema.get("type") != "record":
+        return False
+    names = set()
+    for f in schema.get("fields", ()):
+        name, t = f.get("name"), f.get("type")
+        names.add(name)
+        if name in _TRUSTED_REQUIRED:
+            want = _TRUSTED_REQUIRED[name]
+        elif name in _TRUSTED_OPTIONAL:
+            want = _TRUSTED_OPTIONAL[name]
+            if isinstance(t, list):
+                branches = [b for b in t if b != "null"]
+                if len(branches) != 1:
+                    return False
+                t = branches[0]
+        else:
+            continue
+        if _avro_primitive(t) != ("long" if want == "int" else want):
+            return False
+    return {"connector", "name", "db", "ts_ms"} <= names and ("file" in names) == ("pos" in names)
+
+
+def _source_trusted(d: dict[str, Any]) -> Source:
+    """``_source`` for a record whose schema :func:`_trusts_source` accepted."""
+    position: Position | None
+    if "file" in d:
+        position = MySqlPosition(
+            d["file"],
+            d["pos"],
+            d.get("row") or 0,
+            d.get("server_id") or 0,
+            d.get("gtid"),
+            d.get("thread"),
+        )
+        known = _MYSQL_KEYS
+    elif "lsn" in d or "txId" in d or d["connector"] == "postgresql":
+        position = PgPosition(d.get("lsn"), d.get("txId"), d.get("xmin"))
+        known = _PG_KEYS
+    else:
+        position = None
+        known = _PG_KEYS
+    extra = {k: v for k, v in d.items() if v is not None and k not in known}
+    return Source(
+        d["connector"],
+        d["name"],
+        d["db"],
+        d.get("schema"),
+        d.get("table"),
+        d["ts_ms"],
+        d.get("snapshot") or SNAPSHOT_FALSE,
+        position,
+        d.get("version"),
+        d.get("sequence"),
+        extra or NO_EXTRA,
+    )
+
+
 def _transaction(d: Any) -> Transaction | None:
     if d is None:
         return None
@@ -220,6 +315,7 @@ def _event(
     decode_row: Callable[[Any], Row],
     where: Coordinates,
     headers: Headers,
+    source_of: Callable[[Any], Source] = _source,
 ) -> ChangeEvent:
     if not isinstance(payload, dict):
         raise _Invalid("the envelope is not a struct")
@@ -228,7 +324,7 @@ def _event(
         raise _Invalid("the envelope has no op")
     if op not in OPS:
         raise _Invalid(f"op {op!r} is not one of c, u, d, r, t")
-    source = _source(payload.get("source"))
+    source = source_of(payload.get("source"))
     before = _row(payload.get("before"), "before", decode_row)
     after = _row(payload.get("after"), "after", decode_row)
     if op in (OP_CREATE, OP_READ, OP_UPDATE) and after is None:
@@ -282,6 +378,7 @@ def _coordinates(where: Coordinates | None) -> Coordinates:
 class _AvroPlan:
     schema: Any
     decode_row: Callable[[Any], Row]
+    source_of: Callable[[Any], Source] = _source
 
 
 def _named(parsed: Any) -> Mapping[str, Any]:
@@ -377,7 +474,13 @@ class AvroDecoder:
             named = _named(schema)
             row_schema = _value_row_schema(schema, named)
             fields = [] if row_schema is None else _record_fields(row_schema, named)
-            plan = _AvroPlan(schema, struct_decoder(fields, "avro"))
+            source_schema = next(f["type"] for f in schema["fields"] if f["name"] == "source")
+            trusted = _trusts_source(source_schema, named)
+            plan = _AvroPlan(
+                schema,
+                struct_decoder(fields, "avro"),
+                _source_trusted if trusted else _source,
+            )
             self._values[schema_id] = plan
         return plan
 
@@ -404,7 +507,8 @@ class AvroDecoder:
     ) -> ChangeEvent:
         schema_id, body = _unframe(value, "value")
         plan = self._value_plan(schema_id)
-        return _event(_read_avro(body, plan.schema, "value"), key, plan.decode_row, where, headers)
+        record = _read_avro(body, plan.schema, "value")
+        return _event(record, key, plan.decode_row, where, headers, plan.source_of)
 
     def decode(
         self,
