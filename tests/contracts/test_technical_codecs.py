@@ -718,3 +718,29 @@ def test_avro_reads_fastavro_written_debezium_logical_types() -> None:
     assert event.after["at"] == datetime(2018, 6, 20, 15, 13, 16, 945000, tzinfo=UTC)
     assert event.after["day"].isoformat() == "2018-06-20"
     assert event.after["amount"] == Decimal("12.5")
+
+
+def test_avro_source_with_unexpected_types_is_checked_per_record() -> None:
+    """A writer schema whose source fields have other types gets each record checked."""
+    schema = envelope_avro_schema("x", "y", "z", (), ()).value
+    source = schema["fields"][2]["type"]
+    source["fields"] = [
+        {**f, "type": "string"} if f["name"] == "ts_ms" else f for f in source["fields"]
+    ]
+    payload = {
+        "before": None,
+        "after": {},
+        "source": {
+            "connector": "postgresql",
+            "name": "x",
+            "ts_ms": "yesterday",
+            "db": "d",
+            "schema": "y",
+            "table": "z",
+        },
+        "op": "c",
+    }
+    buffer = io.BytesIO()
+    fastavro.schemaless_writer(buffer, fastavro.parse_schema(schema), payload)
+    decoder = AvroDecoder({5: schema}.__getitem__)
+    assert "source.ts_ms must be int" in _bad(decoder, None, _frame(5, buffer.getvalue())).reason
