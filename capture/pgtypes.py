@@ -36,6 +36,7 @@ from capture.pgoutput import Column, Relation, TupleData
 from contracts.logical import UNAVAILABLE, ColumnType, Field, JsonDocument, Kind
 
 __all__ = [
+    "BUILTIN_TYPE_OIDS",
     "ENUM_TYPES_SQL",
     "MONEY_SCALE",
     "REPLICATION_SESSION_OPTIONS",
@@ -391,7 +392,8 @@ _ARRAYS: Final[dict[int, int]] = {
     3807: 3802,
 }
 
-NUMERIC_OID: Final = 1700
+#: Every built-in type oid (scalars and their arrays) with a mapping here.
+BUILTIN_TYPE_OIDS: Final = frozenset(_SCALARS) | frozenset(_ARRAYS)
 
 
 def numeric_precision_scale(typmod: int) -> tuple[int, int] | None:

@@ -426,17 +426,14 @@ def test_values_round_trip_through_avro() -> None:
     )  # fmt: skip
     row = types.row_converter(rel)(texts)
     fields = [types.field(c, optional=not c.is_key) for c in ALL_COLUMNS]
-    schema = {
-        "type": "record",
-        "name": "Value",
-        "fields": [avro_field_for(c, types=types, optional=not c.is_key) for c in ALL_COLUMNS],
-    }
+    avro_fields = [avro_field_for(c, types=types, optional=not c.is_key) for c in ALL_COLUMNS]
+    schema = {"type": "record", "name": "Value", "fields": avro_fields}
     parsed = fastavro.parse_schema(schema)
     buf = io.BytesIO()
     fastavro.schemaless_writer(buf, parsed, struct_encoder(fields, "avro")(row))
     buf.seek(0)
     # The consumer's view: fields read back from the Avro schema, as the contracts do.
-    read_fields = [avro_field(f) for f in schema["fields"]]
+    read_fields = [avro_field(f) for f in avro_fields]
     back = struct_decoder(read_fields, "avro")(fastavro.schemaless_reader(buf, parsed, parsed))
     for name, value in row.items():
         got = back[name]
