@@ -195,6 +195,12 @@ class BusinessEvent(AvroBaseModel):
                     f"contract {cls.__qualname__}: field(s) {', '.join(millis)} use a plain "
                     "datetime; use contracts.business.Timestamp (aware, timestamp-micros)"
                 )
+            from contracts.compatibility import InvalidSchemaError, parse_schema
+
+            try:
+                parse_schema(schema)
+            except InvalidSchemaError as exc:
+                raise ContractError(f"contract {cls.__qualname__}: {exc}") from None
             cls._contract_schema = schema
         cached: dict[str, Any] = cls.__dict__["_contract_schema"]
         return cached

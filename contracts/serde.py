@@ -29,7 +29,6 @@ from enum import Enum
 from types import NoneType, UnionType
 from typing import Annotated, Any, Generic, TypeVar, Union, get_args, get_origin
 
-import httpx
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.schema_registry.error import SchemaRegistryError
@@ -66,6 +65,23 @@ MAGIC_BYTE = 0
 _HEADER = struct.Struct(">bI")
 
 E = TypeVar("E", bound=BusinessEvent)
+
+
+def _network_errors() -> tuple[type[Exception], ...]:
+    """The registry client's network failures: it uses httpx2 when installed, else httpx."""
+    import httpx
+
+    found: list[type[Exception]] = [httpx.TransportError]
+    try:
+        import httpx2  # type: ignore[import-not-found, unused-ignore]
+
+        found.append(httpx2.TransportError)
+    except ImportError:
+        pass
+    return tuple(found)
+
+
+_UNREACHABLE = _network_errors()
 _Convert = Callable[[Any], Any]
 
 
@@ -237,7 +253,7 @@ class BusinessSerializer:
             data = writer.serializer(event, ctx)
         except SchemaRegistryError as exc:
             raise _registry_error(exc, cls, self.subject(cls, topic)) from exc
-        except httpx.TransportError as exc:
+        except _UNREACHABLE as exc:
             raise RegistryUnavailableError(
                 f"cannot reach the schema registry to resolve {self.subject(cls, topic)}: {exc}"
             ) from exc
@@ -377,7 +393,7 @@ class BusinessDeserializer(Generic[E]):
                 schema = self._client.get_schema(schema_id)
             except SchemaRegistryError as exc:
                 raise DecodeError(f"schema id {schema_id}: {exc.error_message}", where) from exc
-            except httpx.TransportError as exc:
+            except _UNREACHABLE as exc:
                 raise RegistryUnavailableError(
                     f"cannot reach the schema registry for schema id {schema_id}: {exc}"
                 ) from exc

@@ -131,13 +131,24 @@ def test_plain_datetime_is_refused_when_the_contract_is_defined() -> None:
 
 def test_missing_namespace_is_refused() -> None:
     """A contract without Meta.namespace has no full name."""
-    with pytest.raises(ContractError, match="Meta.namespace"):
+    with pytest.raises(ContractError, match=r"Meta\.namespace"):
 
         class NoNamespace(BusinessEvent):
             a: str
 
             class Meta:
                 schema_name = "NoNamespace"
+
+
+def test_invalid_avro_names_are_refused_when_the_contract_is_defined() -> None:
+    """A namespace the registry would refuse fails at class creation, naming the contract."""
+    with pytest.raises(ContractError, match=r"contract .*BadName.*not a valid Avro name"):
+
+        class BadName(BusinessEvent):
+            a: str
+
+            class Meta:
+                namespace = "store.2024"
 
 
 def test_timestamps_must_be_aware() -> None:
@@ -152,7 +163,7 @@ def test_events_are_immutable_and_strict() -> None:
     """Events are frozen and refuse unknown fields."""
     event = order()
     with pytest.raises(ValidationError):
-        event.total = Decimal("1.00")  # type: ignore[misc]
+        event.total = Decimal("1.00")
     with pytest.raises(ValidationError, match="extra"):
         order(surprise=1)
 
@@ -206,9 +217,7 @@ def test_lineage_headers_without_tx_id() -> None:
     ],
     ids=["empty", "missing-partition", "bad-partition", "bad-replay"],
 )
-def test_bad_lineage_headers_name_the_header(
-    headers: list[tuple[str, bytes]], match: str
-) -> None:
+def test_bad_lineage_headers_name_the_header(headers: list[tuple[str, bytes]], match: str) -> None:
     """A missing or malformed lineage header is a ContractError naming it."""
     with pytest.raises(ContractError, match=match):
         lineage_from_headers(headers)
