@@ -49,6 +49,7 @@ __all__ = [
     "Registration",
     "RegistryHistory",
     "SchemaHistory",
+    "SchemaRegistrar",
     "Status",
     "Verdict",
     "check_contracts",
@@ -101,6 +102,12 @@ class SchemaHistory(Protocol):
     def prior(self, subject: str, contract: ContractFile) -> list[PriorSchema]:
         """Earlier schemas, oldest first; empty when the contract is new."""
         ...
+
+
+class SchemaRegistrar(Protocol):
+    """Where ``register`` sends schemas (the registry; a fake in tests)."""
+
+    def register(self, subject: str, schema: str) -> tuple[int, int | None]: ...
 
 
 def load_contracts(paths: Iterable[Path]) -> list[ContractFile]:
@@ -177,7 +184,7 @@ def _normal(schema: str | dict[str, Any]) -> str:
 
 
 def register_contracts(
-    verdicts: Sequence[Verdict], registry: RegistryHistory
+    verdicts: Sequence[Verdict], registry: SchemaRegistrar
 ) -> list[Registration]:
     """Register every contract whose verdict passed; the others are reported, not sent."""
     done = []
