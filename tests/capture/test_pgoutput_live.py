@@ -287,6 +287,10 @@ def test_every_type_round_trips_through_pgoutput(
     for ins in inserts:
         captured = convert(ins.relation, ins.new)
         check_row(captured, snapshots["insert"][captured["id"]], toast_untouched=False)
+    # The walsender wrote the text under REPLICATION_SESSION_OPTIONS (UTC, ISO).
+    names = [c.name for c in inserts[0].relation.columns]
+    assert inserts[0].new[names.index("tstz")] == "2024-05-01 10:34:56.123456+00"
+    assert inserts[0].new[names.index("b")] == "\\x00ff1062696e617279"
     # The TOASTed value arrived in full with the insert.
     assert convert(inserts[0].relation, inserts[0].new)["big"] == BIG
 
