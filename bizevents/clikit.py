@@ -19,7 +19,7 @@ from bizevents.settings import Settings, load_settings
 F = TypeVar("F", bound=Callable[..., Any])
 
 console = Console()
-err_console = Console(stderr=True)
+err_console = Console(stderr=True, soft_wrap=True)  # one sentence, never re-wrapped
 
 
 def fails_cleanly(func: F) -> F:
