@@ -36,7 +36,8 @@ from dataclasses_avroschema import types as avro_types
 from dataclasses_avroschema.pydantic import AvroBaseModel
 from pydantic import AfterValidator, ConfigDict, Field
 
-from contracts.exceptions import ContractError
+from contracts.compatibility import parse_schema
+from contracts.exceptions import ContractError, InvalidSchemaError
 
 __all__ = [
     "HEADER_EVENT_ID",
@@ -195,8 +196,6 @@ class BusinessEvent(AvroBaseModel):
                     f"contract {cls.__qualname__}: field(s) {', '.join(millis)} use a plain "
                     "datetime; use contracts.business.Timestamp (aware, timestamp-micros)"
                 )
-            from contracts.compatibility import InvalidSchemaError, parse_schema
-
             try:
                 parse_schema(schema)
             except InvalidSchemaError as exc:
@@ -330,8 +329,6 @@ def write_catalogue(models: Sequence[type[BusinessEvent]], directory: Path) -> l
 
 def read_avsc(path: Path) -> ContractFile:
     """Read and validate an ``.avsc``; a bad file raises a ``ContractError`` naming it."""
-    from contracts.compatibility import InvalidSchemaError, parse_schema
-
     try:
         text = path.read_text()
     except FileNotFoundError:

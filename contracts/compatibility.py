@@ -24,7 +24,7 @@ import avro.errors
 import avro.schema
 
 from bizevents.exceptions import ConfigError
-from contracts.exceptions import ContractError
+from contracts.exceptions import InvalidSchemaError
 
 __all__ = [
     "CompatibilityLevel",
@@ -54,10 +54,6 @@ _PROMOTIONS: dict[str, frozenset[str]] = {
     "bytes": frozenset({"string"}),
 }
 _NAMED = frozenset({"record", "error", "enum", "fixed"})
-
-
-class InvalidSchemaError(ContractError):
-    """A schema is not valid Avro (bad JSON, unknown type, default of the wrong type)."""
 
 
 class CompatibilityLevel(StrEnum):

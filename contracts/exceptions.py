@@ -38,6 +38,15 @@ class ContractError(TerminalError):
     """A business event does not satisfy its contract (schema or model)."""
 
 
+class InvalidSchemaError(ContractError):
+    """A schema is not valid Avro (bad JSON, unknown type, default of the wrong type)."""
+
+
+class EncodeError(TerminalError):
+    """A change event cannot be written in the asked encoding (a value that does not
+    fit its column type, a missing non-nullable column)."""
+
+
 class IncompatibleSchemaError(ContractError):
     """A schema change breaks the compatibility level of its subject."""
 

@@ -31,7 +31,7 @@ from typing import Any, Final, Literal
 
 import fastavro
 
-from bizevents.exceptions import TerminalError, TransientError
+from bizevents.exceptions import TransientError
 from contracts.envelope import (
     NO_COORDINATES,
     NO_EXTRA,
@@ -54,7 +54,7 @@ from contracts.envelope import (
     Transaction,
     headers_tuple,
 )
-from contracts.exceptions import Coordinates, DecodeError
+from contracts.exceptions import Coordinates, DecodeError, EncodeError
 from contracts.logical import (
     UNAVAILABLE,
     UNAVAILABLE_MARKER,
@@ -100,11 +100,6 @@ RawHeaders = Sequence[tuple[str, bytes | None]] | None
 SchemaLookup = Callable[[int], Any]
 
 _UNAVAILABLE_B64: Final = "X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ=="
-
-
-class EncodeError(TerminalError):
-    """A change event cannot be written in the asked encoding (a value that does not
-    fit its column type, a missing non-nullable column)."""
 
 
 class _Invalid(Exception):

@@ -29,8 +29,8 @@ from contracts.business import (
     schema_drift,
     with_lineage,
 )
-from contracts.compatibility import InvalidSchemaError, parse_schema
-from contracts.exceptions import ContractError
+from contracts.compatibility import parse_schema
+from contracts.exceptions import ContractError, InvalidSchemaError
 from tests.contracts.fixtures.store import (
     CONTRACTS,
     Address,

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from contracts.business import TOPIC_PROPERTY, ContractFile
-from contracts.compatibility import CompatibilityLevel, InvalidSchemaError
-from contracts.exceptions import ContractError, IncompatibleSchemaError
+from contracts.compatibility import CompatibilityLevel
+from contracts.exceptions import ContractError, IncompatibleSchemaError, InvalidSchemaError
 from contracts.gate import (
     GitHistory,
     PriorSchema,
