@@ -18,7 +18,8 @@ from bizevents.settings import Settings, load_settings
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-console = Console()
+# Off a terminal rich assumes 80 columns; tables in logs and pipes read better wider.
+console = Console(width=None if sys.stdout.isatty() else 160)
 err_console = Console(stderr=True, soft_wrap=True)  # one sentence, never re-wrapped
 
 

@@ -45,7 +45,7 @@ def list_(ctx: click.Context, as_json: bool) -> None:
             [
                 t.ref,
                 ", ".join(t.sources),
-                ", ".join(c.contract_fullname() for c in t.emits),
+                ", ".join(c.contract_name() for c in t.emits),
                 t.snapshots,
                 t.deletes,
                 "pinned" if pins.get(t.name) == t.version else "",

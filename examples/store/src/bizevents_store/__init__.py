@@ -1,0 +1,1 @@
+"""The reference store domain: contracts, translators, schema and load for bizevents."""

@@ -1,0 +1,109 @@
+"""Business events of the store, as the microservices that consume them know them."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from enum import Enum
+from typing import TYPE_CHECKING
+
+from dataclasses_avroschema.types import condecimal
+
+from contracts.business import BusinessEvent, Timestamp
+
+#: numeric(12, 2) in the database; condecimal keeps precision and scale also inside
+#: an optional (``Money | None``), where a plain ``Annotated`` loses them.
+if TYPE_CHECKING:
+    Money = Decimal
+else:
+    Money = condecimal(max_digits=12, decimal_places=2)
+
+
+class OrderStatus(Enum):
+    """The order's lifecycle, in the business's words (not the database's enum)."""
+
+    PENDING = "PENDING"
+    PAID = "PAID"
+    SHIPPED = "SHIPPED"
+    DELIVERED = "DELIVERED"
+    CANCELLED = "CANCELLED"
+
+
+class CustomerRegistered(BusinessEvent):
+    customer_id: int
+    email: str
+    full_name: str
+    country: str | None = None
+    registered_at: Timestamp
+
+    class Meta:
+        namespace = "store.customers"
+
+
+class CustomerAddressChanged(BusinessEvent):
+    customer_id: int
+    street: str | None = None
+    city: str | None = None
+    postal_code: str | None = None
+    country: str | None = None
+
+    class Meta:
+        namespace = "store.customers"
+
+
+class OrderPlaced(BusinessEvent):
+    order_id: int
+    customer_id: int
+    total: Money
+    currency: str
+    placed_at: Timestamp
+
+    class Meta:
+        namespace = "store.orders"
+
+
+class OrderStatusChanged(BusinessEvent):
+    order_id: int
+    old_status: OrderStatus | None = None
+    new_status: OrderStatus
+
+    class Meta:
+        namespace = "store.orders"
+
+
+class OrderShipped(BusinessEvent):
+    order_id: int
+    tracking_number: str | None = None
+    shipped_at: Timestamp
+
+    class Meta:
+        namespace = "store.orders"
+
+
+class OrderCancelled(BusinessEvent):
+    order_id: int
+    previous_status: OrderStatus | None = None
+
+    class Meta:
+        namespace = "store.orders"
+
+
+class ProductPriceChanged(BusinessEvent):
+    product_id: int
+    sku: str
+    old_price: Money | None = None
+    new_price: Money
+    currency: str
+
+    class Meta:
+        namespace = "store.products"
+
+
+CONTRACTS: list[type[BusinessEvent]] = [
+    CustomerRegistered,
+    CustomerAddressChanged,
+    OrderPlaced,
+    OrderStatusChanged,
+    OrderShipped,
+    OrderCancelled,
+    ProductPriceChanged,
+]

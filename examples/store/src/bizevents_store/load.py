@@ -1,0 +1,173 @@
+"""A load generator for the store: customers register, order, pay, get shipped, move.
+
+Deterministic for a seed, so a test can replay the same story. Each step is one
+short transaction, as an application would write it.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from importlib.resources import files
+from typing import Any
+
+COUNTRIES = ("DE", "FR", "NL", "IT", "ES", "PL", "SE")
+CITIES = ("Berlin", "Paris", "Utrecht", "Milano", "Sevilla", "Gdansk", "Malmo")
+NEXT_STATUS = {"pending": "paid", "paid": "shipped", "shipped": "delivered"}
+
+
+def schema_sql() -> str:
+    return files("bizevents_store").joinpath("schema.sql").read_text()
+
+
+def create_schema(conn: Any) -> None:
+    """Create the store's schema (idempotent) on a psycopg2 connection."""
+    with conn.cursor() as cur:
+        cur.execute(schema_sql())
+    conn.commit()
+
+
+@dataclass
+class StoreLoad:
+    """Drives a realistic mix of changes; ``step`` performs one business action."""
+
+    conn: Any
+    seed: int = 7
+    rng: random.Random = field(init=False)
+    customers: list[int] = field(default_factory=list)
+    products: list[int] = field(default_factory=list)
+    open_orders: dict[int, str] = field(default_factory=dict)
+    steps: int = 0
+
+    def __post_init__(self) -> None:
+        self.rng = random.Random(self.seed)
+
+    def _one(self, sql: str, args: tuple[Any, ...] = ()) -> Any:
+        with self.conn.cursor() as cur:
+            cur.execute(sql, args)
+            row = cur.fetchone() if cur.description else None
+        self.conn.commit()
+        return row[0] if row else None
+
+    def seed_catalogue(self, products: int = 20) -> None:
+        for n in range(products):
+            self.products.append(
+                self._one(
+                    "INSERT INTO store.products (sku, name, price)"
+                    " VALUES (%s, %s, %s) RETURNING id",
+                    (f"SKU-{self.seed}-{n:04d}", f"Product {n}", f"{self.rng.uniform(2, 200):.2f}"),
+                )
+            )
+
+    def register_customer(self) -> None:
+        n = len(self.customers)
+        i = self.rng.randrange(len(COUNTRIES))
+        self.customers.append(
+            self._one(
+                "INSERT INTO store.customers (email, full_name, street, city, postal_code, country)"
+                " VALUES (%s, %s, %s, %s, %s, %s) RETURNING id",
+                (
+                    f"c{self.seed}-{n}@example.com",
+                    f"Customer {n}",
+                    f"{n} Main St",
+                    CITIES[i],
+                    f"{10000 + n}",
+                    COUNTRIES[i],
+                ),
+            )
+        )
+
+    def place_order(self) -> None:
+        customer = self.rng.choice(self.customers)
+        lines = [
+            (self.rng.choice(self.products), self.rng.randint(1, 3))
+            for _ in range(self.rng.randint(1, 3))
+        ]
+        with self.conn.cursor() as cur:
+            cur.execute(
+                "INSERT INTO store.orders (customer_id, total) VALUES (%s, 0) RETURNING id",
+                (customer,),
+            )
+            order_id = cur.fetchone()[0]
+            for line_no, (product, quantity) in enumerate(lines, 1):
+                cur.execute(
+                    "INSERT INTO store.order_items SELECT %s, %s, id, %s, price"
+                    " FROM store.products WHERE id = %s",
+                    (order_id, line_no, quantity, product),
+                )
+            cur.execute(
+                "UPDATE store.orders SET total = (SELECT sum(quantity * unit_price)"
+                " FROM store.order_items WHERE order_id = %s) WHERE id = %s",
+                (order_id, order_id),
+            )
+        self.conn.commit()
+        self.open_orders[order_id] = "pending"
+
+    def advance_order(self) -> None:
+        order_id = self.rng.choice(list(self.open_orders))
+        status = self.open_orders[order_id]
+        if status == "pending" and self.rng.random() < 0.1:
+            new = "cancelled"
+        else:
+            new = NEXT_STATUS[status]
+        extra = ", shipped_at = now(), tracking_number = %s" if new == "shipped" else ""
+        args: tuple[Any, ...] = (new, f"TRK{order_id:08d}", order_id) if extra else (new, order_id)
+        self._one(
+            f"UPDATE store.orders SET status = %s, updated_at = now(){extra} WHERE id = %s", args
+        )
+        if new in ("delivered", "cancelled"):
+            del self.open_orders[order_id]
+        else:
+            self.open_orders[order_id] = new
+
+    def touch(self) -> None:
+        """Technical-only changes: no business cares (dropped by the translators)."""
+        if self.rng.random() < 0.5:
+            self._one(
+                "UPDATE store.customers SET loyalty_score = loyalty_score + 1, updated_at = now()"
+                " WHERE id = %s",
+                (self.rng.choice(self.customers),),
+            )
+        else:
+            self._one(
+                "UPDATE store.products SET stock = stock + 5, updated_at = now() WHERE id = %s",
+                (self.rng.choice(self.products),),
+            )
+
+    def move_customer(self) -> None:
+        i = self.rng.randrange(len(COUNTRIES))
+        self._one(
+            "UPDATE store.customers SET city = %s, country = %s, street = %s WHERE id = %s",
+            (
+                CITIES[i],
+                COUNTRIES[i],
+                f"{self.rng.randint(1, 99)} New St",
+                self.rng.choice(self.customers),
+            ),
+        )
+
+    def change_price(self) -> None:
+        self._one(
+            "UPDATE store.products SET price = round(price * %s, 2) WHERE id = %s",
+            (self.rng.choice((0.9, 1.1)), self.rng.choice(self.products)),
+        )
+
+    def step(self) -> str:
+        """One business action, chosen with realistic weights; returns its name."""
+        if not self.products:
+            self.seed_catalogue()
+        if len(self.customers) < 3:
+            self.register_customer()
+            return "register_customer"
+        actions = [
+            (self.register_customer, 10),
+            (self.place_order, 25),
+            (self.advance_order, 35 if self.open_orders else 0),
+            (self.touch, 15),
+            (self.move_customer, 5),
+            (self.change_price, 5),
+        ]
+        action = self.rng.choices([a for a, _ in actions], [w for _, w in actions])[0]
+        action()
+        self.steps += 1
+        return action.__name__

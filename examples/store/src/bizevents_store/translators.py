@@ -1,0 +1,147 @@
+"""Translators of the store: technical row changes in, business events out.
+
+Changes nobody cares about (an ``updated_at`` touched, the internal
+``loyalty_score`` recomputed, stock counts) give no event and are dropped.
+
+``orders@1`` ships a real-world bug: it maps the database's enum to the contract's
+by *position*, off by one, the way a connector once shipped enum indexes instead of
+labels; every PAID comes out as PENDING, every SHIPPED as PAID. ``orders@2`` maps by
+label. Replaying the orders topic through ``orders@2`` repairs what v1 emitted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Final
+
+from bizevents_store.contracts import (
+    CustomerAddressChanged,
+    CustomerRegistered,
+    OrderCancelled,
+    OrderPlaced,
+    OrderShipped,
+    OrderStatus,
+    OrderStatusChanged,
+    ProductPriceChanged,
+)
+from contracts.business import BusinessEvent
+from contracts.change import Change
+from translators import translator
+
+#: The labels of ``store.order_status`` in the order the database declares them.
+DB_ORDER_STATUSES: Final = ("pending", "paid", "shipped", "delivered", "cancelled")
+ADDRESS: Final = ("street", "city", "postal_code", "country")
+
+
+@translator(
+    name="customers",
+    version=1,
+    sources=["store.customers"],
+    emits=[CustomerRegistered, CustomerAddressChanged],
+    deletes="skip",
+)
+def customers(change: Change) -> Iterator[BusinessEvent]:
+    if change.is_create:
+        yield CustomerRegistered(
+            customer_id=change.new("id"),
+            email=change.new("email"),
+            full_name=change.new("full_name"),
+            country=change.new("country"),
+            registered_at=change.new("created_at"),
+        )
+    elif change.is_update and change.changed(*ADDRESS):
+        yield CustomerAddressChanged(
+            customer_id=change.new("id"), **{column: change.new(column) for column in ADDRESS}
+        )
+
+
+@translator(
+    name="products",
+    version=1,
+    sources=["store.products"],
+    emits=[ProductPriceChanged],
+    snapshots="skip",
+    deletes="skip",
+)
+def products(change: Change) -> Iterator[BusinessEvent]:
+    if change.is_update and change.changed("price"):
+        yield ProductPriceChanged(
+            product_id=change.new("id"),
+            sku=change.new("sku"),
+            old_price=change.old("price"),
+            new_price=change.new("price"),
+            currency=change.new("currency"),
+        )
+
+
+def _status_by_position(label: str | None) -> OrderStatus | None:
+    """orders@1's bug: the contract's enum looked up by the database enum's index - 1."""
+    if label is None:
+        return None
+    return list(OrderStatus)[DB_ORDER_STATUSES.index(label) - 1]
+
+
+def _status_by_label(label: str | None) -> OrderStatus | None:
+    return None if label is None else OrderStatus[label.upper()]
+
+
+def _orders(
+    change: Change, status_of: Callable[[str | None], OrderStatus | None]
+) -> Iterator[BusinessEvent]:
+    if change.is_create:
+        yield OrderPlaced(
+            order_id=change.new("id"),
+            customer_id=change.new("customer_id"),
+            total=change.new("total"),
+            currency=change.new("currency"),
+            placed_at=change.new("placed_at"),
+        )
+        return
+    if not change.is_update or not change.changed("status"):
+        return
+    old, new = status_of(change.old("status")), status_of(change.new("status"))
+    assert new is not None  # status is NOT NULL in the table
+    yield OrderStatusChanged(order_id=change.new("id"), old_status=old, new_status=new)
+    if change.new("status") == "shipped":
+        yield OrderShipped(
+            order_id=change.new("id"),
+            tracking_number=change.new("tracking_number"),
+            shipped_at=change.new("shipped_at") or change.new("updated_at"),
+        )
+    elif change.new("status") == "cancelled":
+        yield OrderCancelled(order_id=change.new("id"), previous_status=old)
+
+
+ORDER_EVENTS: Final[list[type[BusinessEvent]]] = [
+    OrderPlaced,
+    OrderStatusChanged,
+    OrderShipped,
+    OrderCancelled,
+]
+
+
+@translator(
+    name="orders",
+    version=1,
+    sources=["store.orders"],
+    emits=ORDER_EVENTS,
+    snapshots="skip",
+    deletes="skip",
+)
+def orders_v1(change: Change) -> Iterator[BusinessEvent]:
+    return _orders(change, _status_by_position)
+
+
+@translator(
+    name="orders",
+    version=2,
+    sources=["store.orders"],
+    emits=ORDER_EVENTS,
+    snapshots="skip",
+    deletes="skip",
+)
+def orders_v2(change: Change) -> Iterator[BusinessEvent]:
+    return _orders(change, _status_by_label)
+
+
+ALL = [customers, products, orders_v1, orders_v2]

@@ -1,0 +1,229 @@
+"""The reference store domain: contracts in sync, translators right (and v1 wrong), load runs."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from bizevents_store.contracts import (
+    CONTRACTS,
+    CustomerAddressChanged,
+    CustomerRegistered,
+    OrderCancelled,
+    OrderPlaced,
+    OrderShipped,
+    OrderStatus,
+    OrderStatusChanged,
+    ProductPriceChanged,
+)
+from bizevents_store.translators import customers, orders_v1, orders_v2, products
+
+from bizevents.devstack import Endpoints
+from contracts.business import BusinessEvent, schema_drift
+from contracts.change import Change
+from contracts.envelope import ChangeEvent, PgPosition, Source
+from translators import discover
+
+CATALOGUE = Path(__file__).parents[2] / "examples" / "store" / "contracts"
+NOW = datetime(2026, 11, 22, 10, 0, tzinfo=UTC)
+
+
+def change(
+    table: str, op: str, before: dict[str, Any] | None, after: dict[str, Any] | None
+) -> Change:
+    source = Source(
+        connector="postgresql",
+        name="shop",
+        db="shop",
+        schema="store",
+        table=table,
+        ts_ms=1,
+        position=PgPosition(lsn=42, tx_id=1),
+    )
+    row = after or before or {}
+    return Change(
+        ChangeEvent(
+            op=op,
+            source=source,
+            before=before,
+            after=after,  # type: ignore[arg-type]
+            key={"id": row["id"]},
+        )
+    )
+
+
+@pytest.mark.parametrize("contract", CONTRACTS, ids=lambda c: c.contract_name())
+def test_catalogue_has_no_drift(contract: type[BusinessEvent]) -> None:
+    """Each committed .avsc is exactly the model's generated schema."""
+    assert schema_drift(contract, CATALOGUE / f"{contract.contract_fullname()}.avsc") == []
+
+
+def test_plugin_is_discovered_through_its_entry_point() -> None:
+    registry = discover()
+    assert {t.ref for t in registry} >= {"customers@1", "orders@1", "orders@2", "products@1"}
+
+
+CUSTOMER = {
+    "id": 5,
+    "email": "a@b.c",
+    "full_name": "Ada",
+    "street": "1 Main St",
+    "city": "Berlin",
+    "postal_code": "10115",
+    "country": "DE",
+    "loyalty_score": 0,
+    "created_at": NOW,
+    "updated_at": NOW,
+}
+
+
+def test_customer_registered_and_moved() -> None:
+    assert customers(change("customers", "c", None, CUSTOMER)) == (
+        CustomerRegistered(
+            customer_id=5, email="a@b.c", full_name="Ada", country="DE", registered_at=NOW
+        ),
+    )
+    moved = {**CUSTOMER, "city": "Paris", "country": "FR"}
+    assert customers(change("customers", "u", CUSTOMER, moved)) == (
+        CustomerAddressChanged(
+            customer_id=5, street="1 Main St", city="Paris", postal_code="10115", country="FR"
+        ),
+    )
+
+
+def test_technical_only_changes_are_dropped() -> None:
+    """loyalty_score, stock and updated_at are internal: no event."""
+    touched = {**CUSTOMER, "loyalty_score": 3, "updated_at": NOW.replace(hour=11)}
+    assert customers(change("customers", "u", CUSTOMER, touched)) == ()
+    product = {
+        "id": 1,
+        "sku": "S1",
+        "name": "x",
+        "price": Decimal("9.99"),
+        "currency": "EUR",
+        "stock": 1,
+        "updated_at": NOW,
+    }
+    assert products(change("products", "u", product, {**product, "stock": 6})) == ()
+
+
+def test_price_change() -> None:
+    product = {
+        "id": 1,
+        "sku": "S1",
+        "name": "x",
+        "price": Decimal("9.99"),
+        "currency": "EUR",
+        "stock": 1,
+        "updated_at": NOW,
+    }
+    assert products(change("products", "u", product, {**product, "price": Decimal("10.99")})) == (
+        ProductPriceChanged(
+            product_id=1,
+            sku="S1",
+            old_price=Decimal("9.99"),
+            new_price=Decimal("10.99"),
+            currency="EUR",
+        ),
+    )
+
+
+ORDER = {
+    "id": 9,
+    "customer_id": 5,
+    "status": "pending",
+    "total": Decimal("30.00"),
+    "currency": "EUR",
+    "placed_at": NOW,
+    "shipped_at": None,
+    "tracking_number": None,
+    "updated_at": NOW,
+}
+
+
+def test_order_placed_is_the_same_in_both_versions() -> None:
+    placed = OrderPlaced(
+        order_id=9, customer_id=5, total=Decimal("30.00"), currency="EUR", placed_at=NOW
+    )
+    for version in (orders_v1, orders_v2):
+        assert version(change("orders", "c", None, ORDER)) == (placed,)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "v2_old", "v2_new", "v1_old", "v1_new"),
+    [
+        (
+            "pending",
+            "paid",
+            OrderStatus.PENDING,
+            OrderStatus.PAID,
+            OrderStatus.CANCELLED,
+            OrderStatus.PENDING,
+        ),
+        (
+            "paid",
+            "shipped",
+            OrderStatus.PAID,
+            OrderStatus.SHIPPED,
+            OrderStatus.PENDING,
+            OrderStatus.PAID,
+        ),
+        (
+            "shipped",
+            "delivered",
+            OrderStatus.SHIPPED,
+            OrderStatus.DELIVERED,
+            OrderStatus.PAID,
+            OrderStatus.SHIPPED,
+        ),
+    ],
+    ids=["paid", "shipped", "delivered"],
+)
+def test_v1_shifts_every_status_and_v2_does_not(
+    old: str,
+    new: str,
+    v2_old: OrderStatus,
+    v2_new: OrderStatus,
+    v1_old: OrderStatus,
+    v1_new: OrderStatus,
+) -> None:
+    """orders@1 maps the enum by position, off by one; orders@2 by label."""
+    extra = {"shipped_at": NOW, "tracking_number": "T1"} if new == "shipped" else {}
+    update = change("orders", "u", {**ORDER, "status": old}, {**ORDER, "status": new, **extra})
+    v2 = [e for e in orders_v2(update) if isinstance(e, OrderStatusChanged)]
+    v1 = [e for e in orders_v1(update) if isinstance(e, OrderStatusChanged)]
+    assert v2 == [OrderStatusChanged(order_id=9, old_status=v2_old, new_status=v2_new)]
+    assert v1 == [OrderStatusChanged(order_id=9, old_status=v1_old, new_status=v1_new)]
+
+
+def test_shipped_and_cancelled() -> None:
+    shipped = {**ORDER, "status": "shipped", "shipped_at": NOW, "tracking_number": "T1"}
+    events = orders_v2(change("orders", "u", {**ORDER, "status": "paid"}, shipped))
+    assert OrderShipped(order_id=9, tracking_number="T1", shipped_at=NOW) in events
+    cancelled = orders_v2(change("orders", "u", ORDER, {**ORDER, "status": "cancelled"}))
+    assert OrderCancelled(order_id=9, previous_status=OrderStatus.PENDING) in cancelled
+
+
+def test_load_generator_writes_the_store(bizevents_stack: Endpoints) -> None:
+    """The load runs against the real PostgreSQL and produces every kind of change."""
+    import psycopg2
+    from bizevents_store.load import StoreLoad, create_schema
+
+    conn = psycopg2.connect(bizevents_stack.postgres_dsn)
+    try:
+        create_schema(conn)
+        create_schema(conn)  # idempotent
+        load = StoreLoad(conn, seed=11)
+        actions = {load.step() for _ in range(300)}
+        assert actions >= {"register_customer", "place_order", "advance_order", "touch"}
+        with conn.cursor() as cur:
+            cur.execute(
+                "SELECT count(*), count(*) FILTER (WHERE status <> 'pending') FROM store.orders"
+            )
+            total, progressed = cur.fetchone()
+        assert total > 0 and progressed > 0
+    finally:
+        conn.close()
