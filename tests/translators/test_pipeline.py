@@ -1,0 +1,129 @@
+"""The translation core: events with lineage, drops counted, bad input dead-lettered."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from contracts.business import HEADER_EVENT_ID, HEADER_TRANSLATOR, BusinessEvent
+from contracts.change import Change
+from contracts.exceptions import ContractError
+from contracts.technical import AutoDecoder
+from tests.translators.sample import ThingCreated, things_v1
+from translators import translator
+from translators.pipeline import (
+    DEAD_LETTER_TOPIC,
+    HEADER_DLQ_REASON,
+    HEADER_DLQ_STAGE,
+    Pipeline,
+    SourceRecord,
+)
+
+TOPIC = "shop.public.things"
+
+
+def envelope(
+    op: str, before: dict[str, Any] | None, after: dict[str, Any] | None, lsn: int
+) -> bytes:
+    return json.dumps(
+        {
+            "before": before,
+            "after": after,
+            "op": op,
+            "ts_ms": 1,
+            "source": {
+                "connector": "postgresql",
+                "name": "shop",
+                "db": "shop",
+                "schema": "public",
+                "table": "things",
+                "ts_ms": 1,
+                "snapshot": "false",
+                "lsn": lsn,
+                "txId": 3,
+            },
+        }
+    ).encode()
+
+
+def record(offset: int, value: bytes | None, key: bytes = b'{"id": 1}') -> SourceRecord:
+    return SourceRecord(TOPIC, 0, offset, key, value, [("trace", b"t-1")])
+
+
+def fake_serializer(event: BusinessEvent, topic: str | None) -> bytes:
+    return event.model_dump_json().encode()
+
+
+def pipeline(*translators: Any, serializer: Any = fake_serializer) -> Pipeline:
+    return Pipeline(translators or [things_v1], AutoDecoder(), serializer)
+
+
+def test_change_becomes_event_keyed_by_source_key_with_lineage() -> None:
+    result = pipeline().process([record(5, envelope("c", None, {"id": 1, "label": "a"}, 100))])
+    (out,) = result.records
+    assert out.topic == ThingCreated.contract_topic()
+    assert out.key == b'{"id": 1}'  # same row, same partition of the business topic
+    assert json.loads(out.value or b"")["label"] == "a"
+    headers = dict(out.headers)
+    assert headers[HEADER_TRANSLATOR] == b"things@1"
+    assert headers[HEADER_EVENT_ID] == out.event_id.encode()
+    assert result.counts["things@1"].emitted == 1
+
+
+def test_irrelevant_change_is_dropped_and_counted() -> None:
+    row = {"id": 1, "label": "a"}
+    result = pipeline().process([record(6, envelope("u", row, row, 101))])
+    assert result.records == []
+    assert result.counts["things@1"].dropped == 1
+
+
+def test_poison_record_is_dead_lettered_and_the_stream_goes_on() -> None:
+    poison = b"\x00\x00\x00\x00\x07garbage"
+    good = envelope("c", None, {"id": 2, "label": "b"}, 102)
+    result = pipeline().process([record(7, poison), record(8, good)])
+    dead, event = result.records
+    assert (dead.topic, dead.value, dead.key) == (DEAD_LETTER_TOPIC, poison, b'{"id": 1}')
+    headers = dict(dead.headers)
+    assert headers[HEADER_DLQ_STAGE] == b"decode"
+    assert b"Avro" in (headers[HEADER_DLQ_REASON] or b"")  # framed Avro, no registry to read it
+    assert headers["trace"] == b"t-1"  # the original headers are kept
+    assert headers["bizevents.source.offset"] == b"7"
+    assert event.topic == ThingCreated.contract_topic()
+    assert result.undecodable == 1
+
+
+def test_translator_exception_is_dead_lettered() -> None:
+    @translator(name="boom", version=3, sources=["public.things"], emits=[ThingCreated])
+    def boom(change: Change) -> None:
+        raise RuntimeError("kaput")
+
+    value = envelope("c", None, {"id": 1, "label": "a"}, 103)
+    result = pipeline(boom, things_v1).process([record(9, value)])
+    dead = [r for r in result.records if r.dead_letter]
+    assert len(dead) == 1 and dead[0].value == value
+    assert dict(dead[0].headers)[HEADER_DLQ_STAGE] == b"translate"
+    assert dict(dead[0].headers)[HEADER_DLQ_REASON] == b"RuntimeError: kaput"
+    assert result.counts["boom@3"].dead_lettered == 1
+    assert result.counts["things@1"].emitted == 1  # the other translator is unaffected
+
+
+def test_event_failing_its_contract_is_dead_lettered() -> None:
+    def refuse(event: BusinessEvent, topic: str | None) -> bytes:
+        raise ContractError("contract test.things.ThingCreated: field 'label' is too long")
+
+    value = envelope("c", None, {"id": 1, "label": "a"}, 104)
+    result = pipeline(serializer=refuse).process([record(10, value)])
+    (dead,) = result.records
+    assert dict(dead.headers)[HEADER_DLQ_STAGE] == b"contract"
+    assert b"field 'label'" in (dict(dead.headers)[HEADER_DLQ_REASON] or b"")
+
+
+def test_tombstone_produces_nothing_and_is_counted() -> None:
+    result = pipeline().process([record(11, None)])
+    assert result.records == [] and result.tombstones == 1
+
+
+def test_table_no_translator_reads_is_counted() -> None:
+    other = envelope("c", None, {"id": 1}, 105).replace(b'"things"', b'"other"')
+    result = pipeline().process([record(12, other)])
+    assert result.records == [] and result.unrouted == 1

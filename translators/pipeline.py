@@ -1,0 +1,214 @@
+"""The translation core shared by the live worker and the Spark replay.
+
+Given raw technical records (bytes as Kafka holds them), it decodes each envelope,
+routes it to the translators that read its table, stamps lineage and deterministic
+ids on their events, serializes them in the Confluent format, and returns what to
+produce: business events and dead-letter records. It does no I/O of its own (the
+decoder and serializer it is given may consult a schema registry, cached), so the
+same code runs in a Faust agent, a Spark executor and a test.
+
+Partitioning rule: a business event is keyed by the *source record's key* (the
+row's primary key), so every event that stems from one row lands in one partition
+of its business topic, in the order the row changed, as long as the business topic
+has a fixed partition count.
+
+Bad input never stops the stream: an envelope that does not decode, a translator
+that raises, and an event that fails its contract each become a dead-letter record
+with the original key, value and headers, and headers naming the stage, the reason,
+the translator and the original coordinates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Final, Literal, Protocol
+
+from contracts.business import (
+    HEADER_SOURCE_OFFSET,
+    HEADER_SOURCE_PARTITION,
+    HEADER_SOURCE_TOPIC,
+    HEADER_TRANSLATOR,
+    BusinessEvent,
+    lineage_headers,
+)
+from contracts.change import Change
+from contracts.envelope import ChangeEvent, Tombstone
+from contracts.exceptions import ContractError, Coordinates, DecodeError
+from translators.api import Translator
+from translators.exceptions import TranslationError
+from translators.lineage import stamp
+
+DEAD_LETTER_TOPIC: Final = "bizevents.dead-letter"
+HEADER_DLQ_STAGE: Final = "bizevents.dlq.stage"
+HEADER_DLQ_REASON: Final = "bizevents.dlq.reason"
+HEADER_DLQ_ERROR: Final = "bizevents.dlq.error"
+
+Stage = Literal["decode", "translate", "contract"]
+Headers = list[tuple[str, bytes | None]]
+
+
+class Decoder(Protocol):
+    def decode(
+        self,
+        key: bytes | None,
+        value: bytes | None,
+        coordinates: Coordinates | None = None,
+        headers: Sequence[tuple[str, bytes | None]] | None = None,
+    ) -> ChangeEvent | Tombstone: ...
+
+
+Serializer = Callable[[BusinessEvent, str | None], bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class SourceRecord:
+    """One record of a technical topic, as read from Kafka."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: Headers = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class OutRecord:
+    """One record to produce: a business event or a dead-letter record."""
+
+    topic: str
+    key: bytes | None
+    value: bytes | None
+    headers: Headers
+    translator: str  # name@version, or "" when no translator was reached
+    event_id: str = ""  # business events only
+
+    @property
+    def dead_letter(self) -> bool:
+        return not self.event_id
+
+
+@dataclass(slots=True)
+class Counts:
+    """What happened to the records one translator saw."""
+
+    consumed: int = 0
+    emitted: int = 0
+    dropped: int = 0
+    dead_lettered: int = 0
+
+
+@dataclass(slots=True)
+class Result:
+    """The records to produce for a batch, and what happened, per translator."""
+
+    records: list[OutRecord] = field(default_factory=list)
+    counts: dict[str, Counts] = field(default_factory=dict)
+    undecodable: int = 0
+    tombstones: int = 0
+    unrouted: int = 0
+
+
+class Pipeline:
+    """Technical records in, business-event and dead-letter records out."""
+
+    def __init__(
+        self,
+        translators: Sequence[Translator],
+        decoder: Decoder,
+        serializer: Serializer,
+        *,
+        replay: bool = False,
+        dead_letter_topic: str = DEAD_LETTER_TOPIC,
+    ) -> None:
+        self.translators = tuple(translators)
+        self.decoder = decoder
+        self.serializer = serializer
+        self.replay = replay
+        self.dead_letter_topic = dead_letter_topic
+        self._routes: dict[str, tuple[Translator, ...]] = {}
+
+    def route(self, table: str) -> tuple[Translator, ...]:
+        """The translators that read ``schema.table`` (cached per table)."""
+        found = self._routes.get(table)
+        if found is None:
+            found = self._routes[table] = tuple(t for t in self.translators if t.reads(table))
+        return found
+
+    def process(self, records: Iterable[SourceRecord]) -> Result:
+        result = Result()
+        for record in records:
+            self._one(record, result)
+        return result
+
+    def _one(self, record: SourceRecord, result: Result) -> None:
+        where = Coordinates(record.topic, record.partition, record.offset)
+        try:
+            decoded = self.decoder.decode(record.key, record.value, where, record.headers)
+        except DecodeError as exc:
+            result.undecodable += 1
+            result.records.append(self._dead_letter(record, "decode", exc.reason, exc, ""))
+            return
+        if isinstance(decoded, Tombstone):
+            result.tombstones += 1  # compaction's marker after a delete, not a change
+            return
+        translators = self.route(decoded.source.qualified_table)
+        if not translators:
+            result.unrouted += 1
+            return
+        change = Change(decoded)
+        for translator in translators:
+            counts = result.counts.get(translator.ref)
+            if counts is None:
+                counts = result.counts[translator.ref] = Counts()
+            counts.consumed += 1
+            produced, failed = self._translate(translator, change, decoded, record)
+            if failed:
+                counts.dead_lettered += 1
+            elif not produced:
+                counts.dropped += 1
+            else:
+                counts.emitted += len(produced)
+            result.records.extend(produced)
+
+    def _translate(
+        self, translator: Translator, change: Change, decoded: ChangeEvent, record: SourceRecord
+    ) -> tuple[list[OutRecord], bool]:
+        """The translator's records, or one dead-letter record (and True) on failure."""
+        try:
+            events = translator.translate(change)
+            stamped = stamp(
+                events, decoded, translator.name, translator.version, replay=self.replay
+            )
+            return [
+                OutRecord(
+                    topic=event.contract_topic(),
+                    key=record.key,
+                    value=self.serializer(event, None),
+                    headers=list(lineage_headers(event.lineage)),
+                    translator=translator.ref,
+                    event_id=event.lineage.event_id,
+                )
+                for event in stamped
+            ], False
+        except TranslationError as exc:
+            dead = self._dead_letter(record, "translate", exc.reason, exc, translator.ref)
+        except ContractError as exc:
+            dead = self._dead_letter(record, "contract", str(exc), exc, translator.ref)
+        return [dead], True
+
+    def _dead_letter(
+        self, record: SourceRecord, stage: Stage, reason: str, exc: Exception, translator: str
+    ) -> OutRecord:
+        headers: Headers = [
+            *record.headers,
+            (HEADER_DLQ_STAGE, stage.encode()),
+            (HEADER_DLQ_REASON, reason.encode()),
+            (HEADER_DLQ_ERROR, type(exc).__name__.encode()),
+            (HEADER_TRANSLATOR, translator.encode()),
+            (HEADER_SOURCE_TOPIC, record.topic.encode()),
+            (HEADER_SOURCE_PARTITION, str(record.partition).encode()),
+            (HEADER_SOURCE_OFFSET, str(record.offset).encode()),
+        ]
+        return OutRecord(self.dead_letter_topic, record.key, record.value, headers, translator)
