@@ -19,6 +19,10 @@ app = faust.App(
     topic_disable_leader=True,
     consumer_auto_offset_reset="earliest",
     web_enabled=False,
+    # The embedded broker holds a JoinGroup for half the session timeout: Faust's
+    # default of 60 s means a 30 s join; 6 s gives ~3 s (docs/broker.md).
+    broker_session_timeout=6,
+    broker_heartbeat_interval=1,
 )
 source = app.topic(os.environ["FAUST_TEST_SOURCE"], key_serializer="raw", value_serializer="raw")
 sink = app.topic(os.environ["FAUST_TEST_SINK"], key_serializer="raw", value_serializer="raw")

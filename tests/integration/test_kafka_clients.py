@@ -1,7 +1,7 @@
 """Both Kafka clients against the embedded broker: the paths the project relies on.
 
 What the broker supports and what it does not is written in docs/broker.md; each
-claim there points at a test here.
+claim there points at a test here or in test_broker_support.py.
 """
 
 from __future__ import annotations
@@ -99,6 +99,9 @@ def test_aiokafka_consumer_group_reads_everything(
             group_id=group,
             auto_offset_reset="earliest",
             enable_auto_commit=False,
+            # the join takes half the session timeout on this broker (docs/broker.md)
+            session_timeout_ms=6000,
+            heartbeat_interval_ms=1000,
         )
         await consumer.start()
         values: set[bytes] = set()
@@ -121,40 +124,6 @@ def test_aiokafka_consumer_group_reads_everything(
     assert committed == len(records)
 
 
-def test_list_offsets_latest_understates_the_end(
-    bizevents_stack: Endpoints, unique_topic: Callable[[str], str]
-) -> None:
-    """Known broker limit (docs/broker.md): ListOffsets(latest) is the last batch's base + 1.
-
-    Tansu's memory storage keeps one object per produced batch, named by its base
-    offset, and answers "latest" with that base offset + 1, ignoring how many
-    records the batch holds. The high watermark in a Fetch response is right. When
-    this test fails, the broker has been fixed: update docs/broker.md.
-    """
-    topic = unique_topic("listoffsets")
-    bootstrap = bizevents_stack.bootstrap_servers
-    create_topic(bootstrap, topic, 1)
-    for _ in range(2):  # two batches of 100 records each
-        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 100})
-        for i in range(100):
-            producer.produce(topic, key=b"k", value=str(i).encode())
-        assert producer.flush(30) == 0
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused"})
-    try:
-        _, listed_high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
-        consumer.assign([TopicPartition(topic, 0, 0)])
-        read = 0
-        deadline = time.monotonic() + 30
-        while read < 200 and time.monotonic() < deadline:
-            read += sum(1 for m in consumer.consume(500, timeout=1) if m.error() is None)
-        _, fetched_high = consumer.get_watermark_offsets(TopicPartition(topic, 0), cached=True)
-    finally:
-        consumer.close()
-    assert read == 200
-    assert fetched_high == 200
-    assert listed_high == 101, "ListOffsets(latest) changed: update docs/broker.md"
-
-
 def test_minimal_faust_app_consumes_and_produces(
     bizevents_stack: Endpoints, unique_topic: Callable[[str], str], tmp_path: Path
 ) -> None:
@@ -172,6 +141,7 @@ def test_minimal_faust_app_consumes_and_produces(
         "FAUST_TEST_SINK": sink,
     }
     log = tmp_path / "faust.log"
+    started = time.monotonic()
     with open(log, "wb") as out:
         worker = subprocess.Popen(
             [
@@ -196,12 +166,15 @@ def test_minimal_faust_app_consumes_and_produces(
         consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused"})
         consumer.assign([TopicPartition(sink, 0, 0)])
         values: list[bytes] = []
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + 45
         while len(values) < 200 and time.monotonic() < deadline:
             assert worker.poll() is None, log.read_text()[-3000:]
-            values += [m.value() for m in consumer.consume(500, timeout=1) if m.error() is None]
+            values += [m.value() for m in consumer.consume(500, timeout=0.2) if m.error() is None]
+        elapsed = time.monotonic() - started
         consumer.close()
     finally:
         worker.terminate()
         worker.wait(30)
     assert values == [f"VALUE {i}".encode() for i in range(200)], log.read_text()[-3000:]
+    # with Faust's default 60 s session the group join alone takes ~30 s on this broker
+    assert elapsed < 20, f"the Faust worker took {elapsed:.1f} s: check its session timeout"
