@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from bizevents.capturecli import capture
 from bizevents.contractscli import contracts
 from bizevents.devcli import dev
 from bizevents.translatorscli import translators
@@ -49,3 +50,4 @@ def version() -> None:
 main.add_command(dev)
 main.add_command(translators)
 main.add_command(contracts)
+main.add_command(capture)

@@ -1,17 +1,19 @@
 """Errors of the capture package.
 
-Everything here is terminal: a malformed replication message or a column value
-that cannot be converted will be just as malformed on the next attempt, so the
-capture run stops (or routes the change aside) rather than retrying.
+Nearly everything here is terminal: a malformed replication message or a column
+value that cannot be converted will be just as malformed on the next attempt, so the
+capture run stops rather than retrying. The exception is :class:`KafkaDeliveryError`.
 """
 
 from __future__ import annotations
 
-from bizevents.exceptions import TerminalError
+from bizevents.exceptions import TerminalError, TransientError
 
 __all__ = [
     "CaptureError",
+    "KafkaDeliveryError",
     "ProtocolError",
+    "TableNotCapturableError",
     "UnknownRelationError",
     "UnsupportedTypeError",
     "ValueConversionError",
@@ -71,3 +73,21 @@ class ValueConversionError(CaptureError):
         super().__init__(
             f"column {table}.{column} ({type_name}): cannot convert {shown!r}: {reason}"
         )
+
+
+class TableNotCapturableError(CaptureError):
+    """A configured table cannot be captured (missing, or no way to key its deletes).
+
+    The message says how to fix it (for example ``ALTER TABLE ... REPLICA IDENTITY FULL``).
+    """
+
+    def __init__(self, table: str, message: str) -> None:
+        self.table = table
+        super().__init__(message)
+
+
+class KafkaDeliveryError(TransientError):
+    """Kafka refused or could not take an event; the run stops without confirming it.
+
+    The slot still holds everything not confirmed, so a restart re-sends it.
+    """

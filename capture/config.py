@@ -1,0 +1,148 @@
+"""The configuration of one PostgreSQL capture: a TOML file, checked when it is read.
+
+Kafka, the schema registry and the default DSN come from the global
+:class:`~bizevents.settings.Settings`; this file says *what* to capture::
+
+    server = "shop"                      # topic prefix and source.name
+    # dsn = "postgresql://..."           # default: settings database.postgres_dsn
+    tables = ["public.orders", "public.customers"]   # or: publication = "existing_pub"
+    slot = "bizevents_shop"
+    partitions = 3
+
+    [columns."public.customers"]
+    exclude = ["password_hash"]
+
+Impossible combinations fail at once with a sentence that names the keys.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+
+from bizevents.exceptions import ConfigError
+
+__all__ = ["CaptureConfig", "ColumnFilter", "load_capture_config"]
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]*$")
+_TOPIC_PART = re.compile(r"^[A-Za-z0-9._-]+$")
+
+
+class ColumnFilter(BaseModel):
+    """Which columns of one table are captured: an include list or an exclude list."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    include: tuple[str, ...] | None = None
+    exclude: tuple[str, ...] = ()
+
+    @model_validator(mode="after")
+    def _one_of(self) -> ColumnFilter:
+        if self.include is not None and self.exclude:
+            raise ValueError("give either include or exclude for a table, not both")
+        return self
+
+    def keeps(self, column: str) -> bool:
+        """Whether ``column`` is captured."""
+        if self.include is not None:
+            return column in self.include
+        return column not in self.exclude
+
+
+class CaptureConfig(BaseModel):
+    """What one capture process reads and where it writes it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    #: Logical name of the database server: ``source.name`` and the default topic prefix.
+    server: str
+    dsn: SecretStr | None = None
+    #: ``schema.table`` names; the publication is created (or extended) to hold them.
+    tables: tuple[str, ...] = ()
+    #: An existing publication to capture (its tables), or the name to create.
+    publication: str | None = None
+    slot: str | None = None
+    topic_prefix: str | None = None
+    partitions: int = Field(default=1, ge=1)
+    replication_factor: int = -1
+    columns: dict[str, ColumnFilter] = Field(default_factory=dict)
+    #: ``initial``: snapshot when the slot is new; ``never``: stream only.
+    snapshot: Literal["initial", "never"] = "initial"
+    snapshot_fetch_rows: int = Field(default=5_000, ge=1)
+    #: Capture columns of unmapped types as their text form instead of refusing them.
+    unknown_as_text: bool = False
+    #: Produce an op ``t`` event (to every partition, null key) for TRUNCATE.
+    truncate_events: bool = True
+    #: Events produced but not yet acknowledged by Kafka before reading the slot pauses.
+    max_in_flight: int = Field(default=50_000, ge=1)
+    heartbeat_interval_s: float = Field(default=10.0, gt=0)
+    #: Also write a non-transactional ``pg_logical_emit_message`` each heartbeat so that
+    #: an otherwise idle database moves the slot on.
+    heartbeat_emit: bool = False
+    compression: Literal["none", "gzip", "snappy", "lz4", "zstd"] = "none"
+    linger_ms: int = Field(default=20, ge=0)
+    #: Loopback port of the Prometheus text endpoint; ``None`` switches it off, 0 picks one.
+    metrics_port: int | None = Field(default=None, ge=0, le=65535)
+    metrics_host: Literal["127.0.0.1", "::1", "localhost"] = "127.0.0.1"
+    #: Where the snapshot-completion record lives (default: settings state_dir/capture).
+    state_dir: Path | None = None
+    progress: Literal["auto", "always", "never"] = "auto"
+
+    @model_validator(mode="after")
+    def _coherent(self) -> CaptureConfig:
+        if not self.tables and not self.publication:
+            raise ValueError("name the tables to capture (tables = [...]) or a publication")
+        if not _TOPIC_PART.match(self.server):
+            raise ValueError(f"server {self.server!r} may only hold letters, digits, '.', '_', '-'")
+        for name in (*self.tables, *self.columns):
+            schema, dot, table = name.partition(".")
+            if not dot or not _IDENT.match(schema) or not _IDENT.match(table):
+                raise ValueError(f"table {name!r} must be written schema.table (plain identifiers)")
+        unknown = set(self.columns) - set(self.tables) if self.tables else set()
+        if unknown:
+            raise ValueError(f"columns are filtered for tables not captured: {sorted(unknown)}")
+        for what in (self.slot_name, self.publication_name):
+            if not _IDENT.match(what) or what != what.lower():
+                raise ValueError(f"{what!r} is not a valid slot/publication name (lowercase)")
+        return self
+
+    @property
+    def slot_name(self) -> str:
+        """The replication slot (default ``bizevents_<server>``)."""
+        return self.slot or "bizevents_" + re.sub(r"[^a-z0-9_]", "_", self.server.lower())
+
+    @property
+    def publication_name(self) -> str:
+        """The publication (default: the slot's name)."""
+        return self.publication or self.slot_name
+
+    @property
+    def prefix(self) -> str:
+        """The topic prefix (default: the server name)."""
+        return self.topic_prefix or self.server
+
+    def column_filter(self, qualified: str) -> ColumnFilter:
+        """The column filter of ``schema.table`` (keep everything by default)."""
+        return self.columns.get(qualified) or ColumnFilter()
+
+
+def load_capture_config(path: Path) -> CaptureConfig:
+    """Read and check a capture TOML file; problems become one ConfigError sentence."""
+    try:
+        raw = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read the capture configuration {path}: {exc.strerror}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path} is not valid TOML: {exc}") from exc
+    try:
+        return CaptureConfig.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'config'}: {err['msg']}"
+            for err in exc.errors()
+        )
+        raise ConfigError(f"invalid capture configuration {path}: {problems}") from None

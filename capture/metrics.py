@@ -1,0 +1,110 @@
+"""Capture metrics: plain counters on the hot path, read by Prometheus at scrape time.
+
+Nothing on the per-event path touches prometheus-client: the runner bumps integers in
+:class:`CaptureStats` and a custom collector turns them into metric families when the
+text endpoint is scraped. Per-table rates come from ``rate()`` over the counters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+__all__ = ["CaptureStats", "serve_metrics"]
+
+
+@dataclass
+class CaptureStats:
+    """What a capture run has done so far (one per process)."""
+
+    server: str
+    slot: str
+    events: dict[str, int] = field(default_factory=dict)  # table -> events produced
+    snapshot_rows: dict[str, int] = field(default_factory=dict)
+    snapshot_expected: dict[str, int] = field(default_factory=dict)
+    snapshot_done: bool = False
+    acknowledged_lsn: int = 0
+    received_lsn: int = 0
+    lag_bytes: int | None = None
+    in_flight: int = 0
+    reconnects: int = 0
+    backpressure_pauses: int = 0
+
+
+class _Collector(Collector):
+    def __init__(self, stats: CaptureStats) -> None:
+        self.stats = stats
+
+    def collect(self) -> Iterator[Metric]:
+        s = self.stats
+        labels = ["server", "slot"]
+        base = [s.server, s.slot]
+        events = CounterMetricFamily(
+            "bizevents_capture_events",
+            "Change events produced, per table",
+            labels=[*labels, "table"],
+        )
+        for table, count in sorted(s.events.items()):
+            events.add_metric([*base, table], count)
+        yield events
+        rows = GaugeMetricFamily(
+            "bizevents_capture_snapshot_rows",
+            "Rows read by the snapshot, per table",
+            labels=[*labels, "table"],
+        )
+        expected = GaugeMetricFamily(
+            "bizevents_capture_snapshot_rows_expected",
+            "Rows in the snapshot, per table",
+            labels=[*labels, "table"],
+        )
+        for table, count in sorted(s.snapshot_rows.items()):
+            rows.add_metric([*base, table], count)
+        for table, count in sorted(s.snapshot_expected.items()):
+            expected.add_metric([*base, table], count)
+        yield rows
+        yield expected
+        simple: list[tuple[str, str, Any]] = [
+            (
+                "bizevents_capture_snapshot_done",
+                "1 once the initial snapshot is in Kafka",
+                int(s.snapshot_done),
+            ),
+            (
+                "bizevents_capture_acknowledged_lsn",
+                "Highest LSN confirmed to the slot (all events up to it acknowledged)",
+                s.acknowledged_lsn,
+            ),
+            ("bizevents_capture_received_lsn", "Highest LSN read from the slot", s.received_lsn),
+            ("bizevents_capture_in_flight", "Events produced, not yet acknowledged", s.in_flight),
+            ("bizevents_capture_reconnects", "Reconnections to the database", s.reconnects),
+            (
+                "bizevents_capture_backpressure_pauses",
+                "Times reading the slot paused for Kafka",
+                s.backpressure_pauses,
+            ),
+        ]
+        for name, doc, value in simple:
+            g = GaugeMetricFamily(name, doc, labels=labels)
+            g.add_metric(base, value)
+            yield g
+        if s.lag_bytes is not None:
+            lag = GaugeMetricFamily(
+                "bizevents_capture_lag_bytes",
+                "pg_current_wal_lsn() - the slot's confirmed_flush_lsn",
+                labels=labels,
+            )
+            lag.add_metric(base, s.lag_bytes)
+            yield lag
+
+
+def serve_metrics(stats: CaptureStats, host: str, port: int) -> tuple[CollectorRegistry, int]:
+    """Serve the text endpoint on ``host:port`` (loopback); returns the bound port."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Collector(stats))
+    server, _thread = start_http_server(port, addr=host, registry=registry)
+    return registry, int(server.server_address[1])

@@ -1,0 +1,121 @@
+"""The Kafka side of capture: technical topics, schema registration, the producer.
+
+Topics are created compacted with the configured partition count. Schemas are
+registered under ``<topic>-key`` and ``<topic>-value`` (Confluent's topic-name
+strategy) before the first event that uses them. The producer waits for every
+in-sync replica (``acks=all``), is idempotent (so a retry cannot reorder or duplicate
+within a partition), retries without a deadline (a broker outage becomes
+backpressure, not loss), and partitions by key with Java's murmur2, as a Kafka
+Connect producer would.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from confluent_kafka import KafkaException, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.error import KafkaError
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+from bizevents.exceptions import TransientError
+from capture.config import CaptureConfig
+from capture.encoding import TableCodec
+from capture.exceptions import CaptureError
+
+__all__ = ["SchemaRegistrar", "create_topics", "producer_config"]
+
+
+def producer_config(kafka: dict[str, Any], config: CaptureConfig) -> dict[str, Any]:
+    """librdkafka settings of the capture producer."""
+    return {
+        **kafka,
+        "acks": "all",
+        "enable.idempotence": True,
+        "message.timeout.ms": 0,  # no deadline: an outage stalls (backpressure), never drops
+        "linger.ms": config.linger_ms,
+        "batch.num.messages": 10_000,
+        "batch.size": 1_000_000,
+        "compression.type": config.compression,
+        "partitioner": "murmur2_random",
+        "queue.buffering.max.messages": max(config.max_in_flight * 2, 100_000),
+        "queue.buffering.max.kbytes": 1_048_576,
+    }
+
+
+def create_topics(admin: AdminClient, topics: list[str], config: CaptureConfig) -> None:
+    """Create the technical topics that do not exist yet (compacted)."""
+    if not topics:
+        return
+    existing = set(admin.list_topics(timeout=15).topics)
+    wanted = [
+        NewTopic(
+            t,
+            config.partitions,
+            config.replication_factor,
+            config={"cleanup.policy": "compact"},
+        )
+        for t in topics
+        if t not in existing
+    ]
+    if not wanted:
+        return
+    for topic, future in admin.create_topics(wanted, request_timeout=15).items():
+        try:
+            future.result(timeout=30)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            if isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                continue
+            raise TransientError(f"cannot create topic {topic}: {exc}") from exc
+
+
+class SchemaRegistrar:
+    """Registers each table's key and value schema once per distinct schema."""
+
+    def __init__(self, client: SchemaRegistryClient) -> None:
+        self._client = client
+        self._ids: dict[tuple[str, str], int] = {}
+
+    def _register(self, subject: str, schema_json: str) -> int:
+        cached = self._ids.get((subject, schema_json))
+        if cached is not None:
+            return cached
+        try:
+            schema_id = self._client.register_schema(subject, Schema(schema_json, "AVRO"))
+        except SchemaRegistryError as exc:
+            if exc.http_status_code == 409:
+                raise CaptureError(
+                    f"the schema registry refused the new schema of {subject} as incompatible "
+                    f"with the registered versions: {exc.error_message}"
+                ) from exc
+            raise TransientError(f"the schema registry failed for {subject}: {exc}") from exc
+        except Exception as exc:  # network errors of the registry's HTTP client
+            raise TransientError(f"the schema registry is unreachable: {exc}") from exc
+        self._ids[(subject, schema_json)] = schema_id
+        return schema_id
+
+    def register(self, codec: TableCodec) -> None:
+        """Register ``codec``'s schemas and give it their ids."""
+        key_json = codec.key_schema_json()
+        key_id = None if key_json is None else self._register(f"{codec.topic}-key", key_json)
+        value_id = self._register(f"{codec.topic}-value", codec.value_schema_json())
+        codec.set_schema_ids(key_id, value_id)
+
+
+def registry_client(conf: dict[str, Any]) -> SchemaRegistryClient:
+    """A schema registry client from ``Settings.registry.client_config()``."""
+    return SchemaRegistryClient(conf)
+
+
+def make_producer(conf: dict[str, Any]) -> Producer:
+    """The producer (a separate function so tests can see its configuration)."""
+    return Producer(conf)
+
+
+def describe(conf: dict[str, Any]) -> str:
+    """The producer's configuration without secrets, for a log line."""
+    shown = {k: v for k, v in conf.items() if "password" not in k and "sasl" not in k}
+    return json.dumps(shown, default=str, sort_keys=True)
