@@ -37,6 +37,7 @@ __all__ = [
     "SOURCE_VERSION",
     "EncodedSource",
     "TableCodec",
+    "encoded_ts",
     "zigzag",
 ]
 
@@ -104,6 +105,9 @@ def _unscaled(value: Decimal, scale: int | None) -> tuple[bytes, int]:
 
 Writer = Callable[[str], bytes]
 
+#: pgtypes' parser of ``numeric`` (the one whose text carries exactly the scale's digits).
+_numeric_parser: Final = PgTypeMapper()._direct(1700, -1, "", "")
+
 
 def _fallback(ct: ColumnType, parse: Callable[[str], Any] | None) -> Writer:
     wire = encoder_for(ct, "avro")
@@ -148,7 +152,24 @@ def _writer(ct: ColumnType, parse: Callable[[str], Any] | None) -> Writer:
     if kind is Kind.DECIMAL and parse is not None:
         scale = ct.scale or 0
         to_decimal = parse
-        return lambda text: _blob(_unscaled(to_decimal(text), scale)[0])
+        exact = parse is _numeric_parser
+
+        def decimal(text: str) -> bytes:
+            if exact:
+                # numeric(p, s) prints exactly s fraction digits: the digits are the
+                # unscaled value. Anything else (NaN, money) takes the Decimal path.
+                dot = text.find(".")
+                if (dot < 0 and scale == 0) or (dot >= 0 and len(text) - dot - 1 == scale):
+                    try:
+                        unscaled = int(text if dot < 0 else text[:dot] + text[dot + 1 :])
+                    except ValueError:
+                        pass
+                    else:
+                        size = (abs(unscaled).bit_length() + 8) // 8
+                        return _blob(unscaled.to_bytes(size, "big", signed=True))
+            return _blob(_unscaled(to_decimal(text), scale)[0])
+
+        return decimal
     if kind is Kind.VARIABLE_DECIMAL and parse is not None:
         to_decimal = parse
 
@@ -157,6 +178,30 @@ def _writer(ct: ColumnType, parse: Callable[[str], Any] | None) -> Writer:
             return zigzag(scale) + _blob(raw)
 
         return variable
+    if kind is Kind.ZONED_TIMESTAMP and parse is not None:
+        slow = encoder_for(ct, "avro")
+        convert = parse
+
+        def zoned_timestamp(text: str) -> bytes:
+            # The session runs in UTC: 'YYYY-MM-DD HH:MM:SS[.ffffff]+00' → ISO with Z.
+            n = len(text)
+            if n >= 22 and text[-3:] == "+00" and text[10] == " " and text[4] == "-":
+                if n == 22:
+                    return _text(text[:10] + "T" + text[11:19] + "Z")
+                if text[19] == "." and n <= 29:
+                    fraction = text[20:-3]
+                    return _text(
+                        text[:10]
+                        + "T"
+                        + text[11:19]
+                        + "."
+                        + fraction
+                        + "0" * (6 - len(fraction))
+                        + "Z"
+                    )
+            return _text(slow(convert(text)))
+
+        return zoned_timestamp
     if kind in (
         Kind.DATE,
         Kind.TIME_MICROS,
@@ -204,6 +249,27 @@ class _Slot:
     unavailable: bytes | None
 
 
+def _compile_record(slots: Sequence[_Slot]) -> Callable[[TupleData], bytes]:
+    """A function writing the record of ``slots``, generated per table (no per-column loop)."""
+    env: dict[str, Any] = {"_str": str, "_NULL": _NULL, "_SOME": _SOME, "_slow": _record}
+    lines = ["def record(values):", "    parts = []", "    append = parts.append"]
+    for n, slot in enumerate(slots):
+        env[f"w{n}"] = slot.write
+        lines += [
+            f"    v = values[{slot.index}]",
+            "    if v.__class__ is _str:",
+            f"        append({'_SOME + ' if slot.optional else ''}w{n}(v))",
+        ]
+        if slot.optional:
+            lines += ["    elif v is None:", "        append(_NULL)"]
+        lines += ["    else:", "        return _slow(_slots, values)"]
+    lines.append("    return b''.join(parts)")
+    env["_slots"] = tuple(slots)
+    exec(compile("\n".join(lines), f"<capture record of {len(slots)} columns>", "exec"), env)
+    function: Callable[[TupleData], bytes] = env["record"]
+    return function
+
+
 def _record(slots: Sequence[_Slot], values: TupleData) -> bytes:
     parts: list[bytes] = []
     append = parts.append
@@ -238,6 +304,14 @@ class EncodedSource:
     def with_lsn(self, lsn: int) -> bytes:
         """The whole ``source`` record of an event at ``lsn``."""
         return self.head + _SOME + zigzag(lsn) + self.tail
+
+
+_OPS: Final = {op: _text(op) for op in ("c", "u", "d", "r", "t")}
+
+
+def encoded_ts(ts_ms: int) -> bytes:
+    """The envelope's ``ts_ms`` and (null) ``transaction``, encoded."""
+    return _SOME + zigzag(ts_ms) + _NULL
 
 
 class TableCodec:
@@ -297,6 +371,8 @@ class TableCodec:
 
         self._value_slots = tuple(slot(c, f) for c, f in zip(kept, value_fields, strict=True))
         self._key_slots = tuple(slot(c, f) for c, f in zip(key_columns, key_fields, strict=True))
+        self._write_row = _compile_record(self._value_slots)
+        self._write_key = _compile_record(self._key_slots)
         self._key_frame = b""
         self._value_frame = b""
         self.key_schema_id: int | None = None
@@ -335,24 +411,38 @@ class TableCodec:
     # -- bytes ----------------------------------------------------------------------
 
     def _explain(self, values: TupleData, exc: Exception) -> CaptureError:
-        # The compiled path failed: let the row converter name the column, or say why.
+        # The compiled path failed: let the row converter name the column, or find the
+        # column whose value has no encoding in its Avro type (numeric NaN, ...).
         try:
             self._row_converter(values)
         except ValueConversionError as precise:
             return precise
-        return CaptureError(f"cannot encode a row of {self.relation.qualified_name}: {exc}")
+        table = self.relation.qualified_name
+        for slot in (*self._key_slots, *self._value_slots):
+            try:
+                _record((slot,), values)
+            except (ValueError, ArithmeticError, TypeError, OverflowError) as why:
+                text = values[slot.index]
+                return ValueConversionError(
+                    table,
+                    slot.name,
+                    "avro",
+                    repr(text)[:80] if text is not None else "NULL",
+                    f"no encoding in the column's Avro type: {why}",
+                )
+        return CaptureError(f"cannot encode a row of {table}: {exc}")
 
     def row(self, values: TupleData) -> bytes:
         """The Avro ``Value`` record of one tuple."""
         try:
-            return _record(self._value_slots, values)
+            return self._write_row(values)
         except (ValueError, ArithmeticError, TypeError, OverflowError) as exc:
             raise self._explain(values, exc) from exc
 
     def key(self, values: TupleData) -> bytes:
         """The framed Kafka key of one tuple (its key columns)."""
         try:
-            return self._key_frame + _record(self._key_slots, values)
+            return self._key_frame + self._write_key(values)
         except (ValueError, ArithmeticError, TypeError, OverflowError) as exc:
             raise self._explain(values, exc) from exc
 
@@ -379,18 +469,20 @@ class TableCodec:
         before: bytes | None,
         after: bytes | None,
         source: bytes,
-        ts_ms: int,
+        ts_ms: int | bytes,
     ) -> bytes:
-        """A framed envelope from encoded rows and an encoded source."""
+        """A framed envelope from encoded rows and an encoded source.
+
+        ``ts_ms`` may be given already encoded (:func:`encoded_ts`), as the stream does
+        once per transaction.
+        """
         return b"".join(
             (
                 self._value_frame,
                 _NULL if before is None else _SOME + before,
                 _NULL if after is None else _SOME + after,
                 source,
-                _text(op),
-                _SOME,
-                zigzag(ts_ms),
-                _NULL,
+                _OPS[op],
+                ts_ms if ts_ms.__class__ is bytes else encoded_ts(ts_ms),  # type: ignore[arg-type]
             )
         )

@@ -45,7 +45,7 @@ from confluent_kafka.admin import AdminClient
 from bizevents.exceptions import TransientError
 from capture import postgres as pg
 from capture.config import CaptureConfig
-from capture.encoding import EncodedSource, TableCodec
+from capture.encoding import EncodedSource, TableCodec, encoded_ts
 from capture.exceptions import CaptureError, KafkaDeliveryError
 from capture.metrics import CaptureStats
 from capture.offsets import AckTracker, SnapshotState, Tx
@@ -351,7 +351,7 @@ class PostgresCapture:
                 row_of, key_of, envelope = codec.row, codec.key, codec.envelope
                 produce = producer.produce
                 for rows in pg.read_snapshot_rows(conn, info.relation, cfg.snapshot_fetch_rows):
-                    now_ms = int(time.time() * 1000)
+                    now_ms = encoded_ts(int(time.time() * 1000))
                     for values in rows:
                         done += 1
                         s = last_src if (done == total and info.oid == last_oid) else src
@@ -490,7 +490,8 @@ class PostgresCapture:
         tx: Tx | None = None
         ack: Callable[..., None] | None = None
         sources: dict[int, EncodedSource] = {}
-        commit_ms = commit_us = now_ms = 0
+        commit_ms = commit_us = 0
+        now_ms = b""
         xid: int | None = None
         partitions = range(cfg.partitions)
         since_poll = 0
@@ -556,7 +557,7 @@ class PostgresCapture:
                 xid = m.xid
                 commit_us = m.commit_ts
                 commit_ms = commit_us // 1000
-                now_ms = int(time.time() * 1000)
+                now_ms = encoded_ts(int(time.time() * 1000))
             elif cls is Commit:
                 assert isinstance(m, Commit) and tx is not None
                 tracker.commit(tx, m.end_lsn)
@@ -608,7 +609,7 @@ class PostgresCapture:
         m: Update | Delete,
         codec: TableCodec,
         src: bytes,
-        now_ms: int,
+        now_ms: bytes,
         send: Callable[..., None],
     ) -> int:
         if isinstance(m, Delete):
