@@ -83,7 +83,9 @@ def main() -> None:
     if args.stack_json:
         endpoints = Endpoints(**json.loads(args.stack_json.read_text()))
     else:
-        stack = DevStack(tmp / "stack", DevSettings(broker_port=0, registry_port=0, postgres_port=0))
+        stack = DevStack(
+            tmp / "stack", DevSettings(broker_port=0, registry_port=0, postgres_port=0)
+        )
         stack.up()
         endpoints = stack.endpoints()
     tag = uuid.uuid4().hex[:8]
@@ -104,7 +106,7 @@ def main() -> None:
         t0 = time.perf_counter()
         generate(dsn, table, args.changes, args.tx_rows)
         with admin.cursor() as cur:
-            cur.execute("SELECT pg_current_wal_lsn()::text")
+            cur.execute("SELECT pg_current_wal_insert_lsn()::text")
             end_lsn_text = cur.fetchone()[0]  # type: ignore[index]
         print(f"generated {args.changes:,} changes in {time.perf_counter() - t0:.1f}s")
         from capture.pgoutput import parse_lsn

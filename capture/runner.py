@@ -167,6 +167,9 @@ class PostgresCapture:
             self._drain()
             if self._producer is not None:
                 self._producer.flush(0)
+            # librdkafka's clients close when the last reference goes.
+            self._producer = None
+            self._admin = None
 
     def _sleep(self, seconds: float) -> None:
         deadline = time.monotonic() + seconds
@@ -258,7 +261,6 @@ class PostgresCapture:
             enum_labels=labels, array_elements=arrays, unknown_as_text=cfg.unknown_as_text
         )
         if cfg.tables:
-            pg.ensure_publication(side, cfg.publication_name, cfg.tables)
             names: Sequence[str] = cfg.tables
         else:
             found = pg.publication_tables(side, cfg.publication_name)
@@ -268,7 +270,11 @@ class PostgresCapture:
                     "the tables to capture (tables = [...])"
                 )
             names = found
+        # Checked before publishing: a published table without a replica identity
+        # would make the application's own UPDATEs and DELETEs fail.
         infos = pg.describe_tables(side, names)
+        if cfg.tables:
+            pg.ensure_publication(side, cfg.publication_name, cfg.tables)
         self._infos = {i.oid: i for i in infos}
         for info in infos:
             # Fails now, naming table and column, when a type has no mapping.

@@ -1,0 +1,330 @@
+"""Helpers of the capture integration tests: databases, runs, reading topics back."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg2
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka.schema_registry import SchemaRegistryClient
+
+from bizevents.devstack import Endpoints
+from capture.config import CaptureConfig
+from capture.metrics import CaptureStats
+from capture.pgoutput import Delete, Insert, PgOutputDecoder, Update, parse_lsn
+from capture.runner import CaptureEndpoints, PostgresCapture
+from contracts.envelope import ChangeEvent, Tombstone
+from contracts.technical import AvroDecoder
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Db:
+    """A unique schema, slot and publication of one test, on the stack's PostgreSQL."""
+
+    endpoints: Endpoints
+    schema: str
+    slot: str
+    publication: str
+    server: str
+    conn: Any
+
+    def sql(self, statement: str, params: Any = None) -> list[tuple[Any, ...]]:
+        with self.conn.cursor() as cur:
+            cur.execute(statement, params)
+            return cur.fetchall() if cur.description else []
+
+    def wal_lsn(self) -> int:
+        return parse_lsn(self.sql("SELECT pg_current_wal_insert_lsn()::text")[0][0])
+
+    def confirmed(self, slot: str | None = None) -> int:
+        rows = self.sql(
+            "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
+            (slot or self.slot,),
+        )
+        return parse_lsn(rows[0][0]) if rows and rows[0][0] else 0
+
+    def config(self, tables: list[str], **extra: Any) -> CaptureConfig:
+        return CaptureConfig(
+            server=self.server,
+            tables=tuple(f"{self.schema}.{t}" for t in tables),
+            slot=self.slot,
+            publication=self.publication,
+            heartbeat_interval_s=1.0,
+            **extra,
+        )
+
+    def topic(self, table: str) -> str:
+        return f"{self.server}.{self.schema}.{table}"
+
+
+@contextmanager
+def database(endpoints: Endpoints) -> Iterator[Db]:
+    """A fresh schema; afterwards its slots (``<slot>*``), publication and schema go."""
+    tag = uuid.uuid4().hex[:10]
+    conn = psycopg2.connect(endpoints.postgres_dsn)
+    conn.autocommit = True
+    db = Db(endpoints, f"cap_{tag}", f"cap_{tag}", f"cap_{tag}", f"t{tag}", conn)
+    db.sql(f"CREATE SCHEMA {db.schema}")
+    try:
+        yield db
+    finally:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            active = db.sql(
+                "SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE %s "
+                "AND active_pid IS NOT NULL",
+                (db.slot + "%",),
+            )[0][0]
+            if not active:
+                break
+            time.sleep(0.2)
+        db.sql(
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+            "WHERE slot_name LIKE %s AND active_pid IS NULL",
+            (db.slot + "%",),
+        )
+        db.sql(f"DROP PUBLICATION IF EXISTS {db.publication}")
+        db.sql(f"DROP SCHEMA IF EXISTS {db.schema} CASCADE")
+        conn.close()
+
+
+def capture_endpoints(endpoints: Endpoints, state_dir: Path) -> CaptureEndpoints:
+    return CaptureEndpoints(
+        endpoints.postgres_dsn,
+        {"bootstrap.servers": endpoints.bootstrap_servers},
+        {"url": endpoints.registry_url},
+        state_dir,
+    )
+
+
+class InProcess:
+    """A capture run in a thread of the test process."""
+
+    def __init__(self, config: CaptureConfig, endpoints: CaptureEndpoints) -> None:
+        self.stats = CaptureStats(config.server, config.slot_name)
+        self.runner = PostgresCapture(config, endpoints, stats=self.stats)
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        try:
+            self.runner.run()
+        except BaseException as exc:  # handed to the test
+            self.error = exc
+
+    def wait_acked(self, lsn: int, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while self.stats.acknowledged_lsn < lsn:
+            if self.error is not None:
+                raise self.error
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"capture acknowledged {self.stats.acknowledged_lsn:X}, not {lsn:X}"
+                )
+            time.sleep(0.05)
+
+    def wait_snapshot(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while not self.stats.snapshot_done:
+            if self.error is not None:
+                raise self.error
+            assert time.monotonic() < deadline, "the snapshot did not finish"
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        self.runner.request_stop()
+        self.thread.join(60)
+        assert not self.thread.is_alive(), "capture did not stop"
+        if self.error is not None:
+            raise self.error
+
+
+@contextmanager
+def in_process(config: CaptureConfig, endpoints: CaptureEndpoints) -> Iterator[InProcess]:
+    run = InProcess(config, endpoints)
+    run.thread.start()
+    try:
+        yield run
+    finally:
+        if run.thread.is_alive():
+            run.runner.request_stop()
+            run.thread.join(60)
+
+
+def cli_env(endpoints: Endpoints) -> dict[str, str]:
+    return {
+        **os.environ,
+        "BIZEVENTS_KAFKA__BOOTSTRAP_SERVERS": endpoints.bootstrap_servers,
+        "BIZEVENTS_REGISTRY__URL": endpoints.registry_url,
+        "BIZEVENTS_DATABASE__POSTGRES_DSN": endpoints.postgres_dsn,
+        "BIZEVENTS_LOG_FORMAT": "json",
+    }
+
+
+def write_config(path: Path, config: CaptureConfig) -> Path:
+    data = config.model_dump(mode="json", exclude_none=True)
+    data.pop("columns", None)
+    lines = []
+    for key, value in data.items():
+        lines.append(f"{key} = {json.dumps(value)}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def start_cli(config_file: Path, endpoints: Endpoints, log: Path) -> subprocess.Popen[bytes]:
+    with open(log, "ab") as out:
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "bizevents",
+                "capture",
+                "postgres",
+                "--config",
+                str(config_file),
+            ],
+            env=cli_env(endpoints),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+        )
+
+
+def terminate(process: subprocess.Popen[bytes], timeout: float = 60) -> int:
+    process.send_signal(signal.SIGTERM)
+    return process.wait(timeout)
+
+
+def wait_confirmed(
+    db: Db, lsn: int, timeout: float = 90, process: Any = None, log: Path | None = None
+) -> None:
+    deadline = time.monotonic() + timeout
+    while db.confirmed() < lsn:
+        if process is not None and process.poll() is not None:
+            raise AssertionError(f"capture exited {process.returncode}: {_tail(log)}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"slot confirmed {db.confirmed():X}, not {lsn:X}: {_tail(log)}")
+        time.sleep(0.1)
+
+
+def wait_snapshot_done(
+    db: Db, state_dir: Path, process: Any, log: Path, timeout: float = 60
+) -> None:
+    """Until the CLI run recorded its snapshot as done (streaming starts right after)."""
+    from capture.offsets import SnapshotState
+
+    state = SnapshotState.for_slot(state_dir, "bizevents", db.slot)
+    deadline = time.monotonic() + timeout
+    while not state.done():
+        assert process.poll() is None, _tail(log)
+        assert time.monotonic() < deadline, _tail(log)
+        time.sleep(0.05)
+
+
+def _tail(log: Path | None) -> str:
+    return "" if log is None or not log.exists() else log.read_text()[-3000:]
+
+
+# -- reading back -------------------------------------------------------------------------
+
+
+@dataclass
+class Record:
+    partition: int
+    offset: int
+    decoded: ChangeEvent | Tombstone
+
+
+def read_topic(endpoints: Endpoints, topic: str, timeout: float = 60) -> list[Record]:
+    """Every record of ``topic`` (assign mode, to the end of each partition), decoded."""
+    registry = SchemaRegistryClient({"url": endpoints.registry_url})
+    schemas: dict[int, str] = {}
+
+    def lookup(schema_id: int) -> str:
+        if schema_id not in schemas:
+            schemas[schema_id] = registry.get_schema(schema_id).schema_str
+        return schemas[schema_id]
+
+    decoder = AvroDecoder(lookup)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": endpoints.bootstrap_servers,
+            "group.id": "unused",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
+    try:
+        meta = consumer.list_topics(topic, timeout=10).topics[topic]
+        partitions = sorted(meta.partitions)
+        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+        at_end: set[int] = set()
+        out: list[Record] = []
+        deadline = time.monotonic() + timeout
+        while len(at_end) < len(partitions):
+            assert time.monotonic() < deadline, f"{topic}: no end within {timeout}s"
+            for m in consumer.consume(5000, timeout=1):
+                err = m.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        at_end.add(m.partition())
+                        continue
+                    raise AssertionError(str(err))
+                at_end.discard(m.partition())
+                out.append(Record(m.partition(), m.offset(), decoder.decode(m.key(), m.value())))
+        return out
+    finally:
+        consumer.close()
+
+
+def key_of(row: Any) -> tuple[Any, ...]:
+    return tuple(sorted(row.items()))
+
+
+def final_state(records: list[Record]) -> dict[tuple[Any, ...], dict[str, Any]]:
+    """Compaction semantics: the last value per key, tombstones and deletes remove."""
+    state: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for r in sorted(records, key=lambda r: (r.partition, r.offset)):
+        d = r.decoded
+        if isinstance(d, Tombstone):
+            state.pop(key_of(d.key), None)
+        elif d.op == "t":
+            continue
+        elif d.after is None:
+            assert d.key is not None
+            state.pop(key_of(d.key), None)
+        else:
+            assert d.key is not None
+            state[key_of(d.key)] = dict(d.after)
+    return state
+
+
+def committed_change_lsns(db: Db, witness_slot: str) -> set[int]:
+    """LSN of every row change a second pgoutput slot sees (peeked, not consumed)."""
+    decoder = PgOutputDecoder()
+    lsns: set[int] = set()
+    with db.conn.cursor() as cur:
+        cur.execute(
+            "SELECT lsn::text, data FROM pg_logical_slot_peek_binary_changes(%s, NULL, NULL, "
+            "'proto_version', '1', 'publication_names', %s)",
+            (witness_slot, db.publication),
+        )
+        for lsn, data in cur:
+            m = decoder.decode(bytes(data))
+            if isinstance(m, Insert | Update | Delete):
+                lsns.add(parse_lsn(lsn))
+    return lsns
