@@ -107,7 +107,7 @@ def main() -> None:
         generate(dsn, table, args.changes, args.tx_rows)
         with admin.cursor() as cur:
             cur.execute("SELECT pg_current_wal_insert_lsn()::text")
-            end_lsn_text = cur.fetchone()[0]  # type: ignore[index]
+            end_lsn_text = cur.fetchone()[0]
         print(f"generated {args.changes:,} changes in {time.perf_counter() - t0:.1f}s")
         from capture.pgoutput import parse_lsn
 

@@ -54,6 +54,8 @@ _LENGTHS: Final = tuple(
     bytes([z]) if z < 128 else bytes([(z & 0x7F) | 0x80, z >> 7])
     for z in range(0, _LEN_CACHE * 2, 2)
 )
+#: fastavro's writer of one datum into a bytearray (its Cython module exports no stub).
+_write_data: Final[Callable[..., None]] = fastavro_write.write_data  # type: ignore[attr-defined]
 _WRITE_OPTIONS: Final = {
     "strict": False,
     "strict_allow_default": False,
@@ -116,7 +118,7 @@ def _fallback(ct: ColumnType, parse: Callable[[str], Any] | None) -> Writer:
 
     def write(text: str) -> bytes:
         out = bytearray()
-        fastavro_write.write_data(
+        _write_data(
             out, wire(text if parse is None else parse(text)), schema, named, "", _WRITE_OPTIONS
         )
         return bytes(out)
@@ -215,13 +217,13 @@ def _writer(ct: ColumnType, parse: Callable[[str], Any] | None) -> Writer:
         Kind.ENUM,
     ):
         wire = encoder_for(ct, "avro")
+        if parse is None:
+            if kind in (Kind.DATE, Kind.TIME_MICROS, Kind.TIMESTAMP_MICROS, Kind.INTERVAL_MICROS):
+                return lambda text: zigzag(wire(text))
+            return lambda text: _text(wire(text))
         convert = parse
         if kind in (Kind.DATE, Kind.TIME_MICROS, Kind.TIMESTAMP_MICROS, Kind.INTERVAL_MICROS):
-            if convert is None:
-                return lambda text: zigzag(wire(text))
             return lambda text: zigzag(wire(convert(text)))
-        if convert is None:
-            return lambda text: _text(wire(text))
         return lambda text: _text(wire(convert(text)))
     return _fallback(ct, parse)
 
@@ -234,7 +236,7 @@ def _unavailable(ct: ColumnType) -> bytes | None:
         return None
     named: dict[str, Any] = {}
     out = bytearray()
-    fastavro_write.write_data(
+    _write_data(
         out, wire, fastavro.parse_schema(ct.avro_schema(), named), named, "", _WRITE_OPTIONS
     )
     return bytes(out)
@@ -278,7 +280,7 @@ def _record(slots: Sequence[_Slot], values: TupleData) -> bytes:
         if v.__class__ is str:
             if slot.optional:
                 append(_SOME)
-            append(slot.write(v))  # type: ignore[arg-type]
+            append(slot.write(v))  # type: ignore[arg-type, unused-ignore]
         elif v is None:
             if not slot.optional:
                 raise ValueError(f"column {slot.name!r} is not nullable")

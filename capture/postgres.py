@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 
 import psycopg2
 import psycopg2.extensions
@@ -37,7 +37,8 @@ __all__ = [
     "slot_info",
 ]
 
-Connection = psycopg2.extensions.connection
+#: A psycopg2 connection (psycopg2 ships no type information).
+Connection: TypeAlias = Any
 
 
 def connect(
@@ -57,7 +58,7 @@ def replication_connect(dsn: str) -> psycopg2.extras.LogicalReplicationConnectio
         options=REPLICATION_SESSION_OPTIONS,
         application_name="bizevents-capture",
     )
-    return conn  # type: ignore[no-any-return]
+    return conn
 
 
 @dataclass(frozen=True, slots=True)

@@ -660,6 +660,7 @@ def print_progress_factory(enabled: bool) -> tuple[Callable[[str, int, int], Non
     """A rich progress bar for the snapshot when on a terminal (``(callback, progress)``)."""
     if not enabled:
         return None, None
+    from rich.console import Console
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -674,7 +675,7 @@ def print_progress_factory(enabled: bool) -> tuple[Callable[[str, int, int], Non
         MofNCompleteColumn(),
         TimeRemainingColumn(),
         transient=False,
-        console=None,
+        console=Console(stderr=True),
     )
     tasks: dict[str, Any] = {}
 

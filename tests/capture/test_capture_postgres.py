@@ -371,3 +371,37 @@ def test_sigterm_exits_0_after_acknowledging(db: Db, tmp_path: Path) -> None:
     expected = {lsn for lsn in committed_change_lsns(db, witness) if lsn < confirmed}
     assert len(expected) >= 20_000
     assert expected <= seen
+
+
+def test_database_connection_lost_reconnects_and_metrics_show_it(db: Db, tmp_path: Path) -> None:
+    """The walsender is killed mid-stream: capture reconnects, resumes; metrics say so."""
+    import urllib.request
+
+    from capture.metrics import serve_metrics
+
+    db.sql(f"CREATE TABLE {db.schema}.ledger (id bigint PRIMARY KEY, amount int)")
+    config = db.config(["ledger"], partitions=2)
+    with in_process(config, capture_endpoints(db.endpoints, tmp_path)) as run:
+        _, port = serve_metrics(run.stats, "127.0.0.1", 0)
+        run.wait_snapshot()
+        db.sql(f"INSERT INTO {db.schema}.ledger SELECT g, g FROM generate_series(1, 3000) g")
+        db.sql(
+            "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots "
+            "WHERE slot_name = %s AND active_pid IS NOT NULL",
+            (db.slot,),
+        )
+        db.sql(f"UPDATE {db.schema}.ledger SET amount = -amount WHERE id % 3 = 0")
+        db.sql(f"DELETE FROM {db.schema}.ledger WHERE id % 5 = 0")
+        run.wait_acked(db.wal_lsn())
+        time.sleep(1.2)  # a heartbeat: lag and per-table counts
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        run.stop()
+    assert run.stats.reconnects >= 1
+    assert (
+        f'bizevents_capture_events_total{{server="{db.server}",slot="{db.slot}",table="{db.schema}.ledger"}}'
+        in text
+    )
+    assert "bizevents_capture_lag_bytes" in text
+    assert "bizevents_capture_acknowledged_lsn" in text
+    assert "bizevents_capture_snapshot_done{" in text
+    assert final_state(read_topic(db.endpoints, db.topic("ledger"))) == _table_state(db, "ledger")
