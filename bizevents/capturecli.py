@@ -62,7 +62,13 @@ def postgres(ctx: click.Context, capture_config: Path) -> None:
         log.info("metrics endpoint", url=f"http://{config.metrics_host}:{port}/metrics")
     show = config.progress == "always" or (config.progress == "auto" and on_terminal())
     update, progress = print_progress_factory(show)
-    runner = PostgresCapture(config, endpoints, stats=stats, progress=update)
+    runner = PostgresCapture(
+        config,
+        endpoints,
+        stats=stats,
+        progress=update,
+        snapshot_finished=None if progress is None else progress.stop,
+    )
     try:
         with runner.signals():
             runner.run()

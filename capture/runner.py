@@ -95,11 +95,13 @@ class PostgresCapture:
         *,
         stats: CaptureStats | None = None,
         progress: Callable[[str, int, int], None] | None = None,
+        snapshot_finished: Callable[[], None] | None = None,
     ) -> None:
         self.config = config
         self.endpoints = endpoints
         self.stats = stats or CaptureStats(config.server, config.slot_name)
         self._progress = progress
+        self._snapshot_finished = snapshot_finished
         self.log = structlog.get_logger("capture.postgres").bind(
             server=config.server, slot=config.slot_name
         )
@@ -393,6 +395,8 @@ class PostgresCapture:
             if self.aborting:
                 raise _Stop
         self._tracker.confirmable()
+        if self._snapshot_finished is not None:
+            self._snapshot_finished()
         self.log.info("snapshot in Kafka", consistent_point=format_lsn(point))
 
     def _backpressure(self, cursor: psycopg2.extras.ReplicationCursor | None) -> None:
