@@ -1,0 +1,109 @@
+"""What capture may confirm to PostgreSQL, the snapshot record, and the config checks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bizevents.exceptions import ConfigError
+from capture.config import CaptureConfig, load_capture_config
+from capture.offsets import AckTracker, SnapshotState
+
+
+def test_confirms_only_fully_acknowledged_prefixes() -> None:
+    """Acks out of order across transactions: the position waits for the oldest."""
+    tracker = AckTracker(start_lsn=100)
+    t1 = tracker.begin(1)
+    t1.produced(2)
+    tracker.commit(t1, 200)
+    t2 = tracker.begin(2)
+    t2.produced(1)
+    tracker.commit(t2, 300)
+    t2.ack(None)
+    assert tracker.confirmable() == 100  # t1 still waits
+    t1.ack(None)
+    assert tracker.confirmable() == 100
+    t1.ack(None)
+    assert tracker.confirmable() == 300
+    assert tracker.in_flight == 0 and tracker.idle
+
+
+def test_open_transaction_confirms_nothing_and_a_failure_is_kept() -> None:
+    """A transaction without its Commit holds the position; a failed ack is reported."""
+    tracker = AckTracker()
+    tx = tracker.begin(7)
+    tx.produced(1)
+    tx.ack(None)
+    assert tracker.confirmable() == 0 and not tracker.idle
+    assert tracker.advance_idle(999) == 0
+    tracker.abandon_open()
+    assert tracker.open is None
+    failing = tracker.begin(8)
+    failing.produced(1)
+    failing.ack("broker said no")  # type: ignore[arg-type]
+    assert tracker.failure == "broker said no"
+    tracker.commit(failing, 500)
+    assert tracker.confirmable() == 0
+
+
+def test_idle_tracker_follows_the_server_position() -> None:
+    """Nothing in flight: the server's reported position may be confirmed."""
+    tracker = AckTracker(10)
+    assert tracker.advance_idle(50) == 50
+    assert tracker.advance_idle(40) == 50
+
+
+def test_snapshot_state_is_atomic_and_clearable(tmp_path: Path) -> None:
+    """The record is written whole; a missing or broken one means not done."""
+    state = SnapshotState.for_slot(tmp_path / "s", "db", "slot")
+    assert not state.done()
+    state.write(snapshot_done=True, consistent_point="0/10")
+    assert state.done() and state.read() == {"snapshot_done": True, "consistent_point": "0/10"}
+    state.path.write_text("{broken")
+    assert not state.done()
+    state.clear()
+    assert state.read() is None
+
+
+@pytest.mark.parametrize(
+    ("toml", "fragment"),
+    [
+        ('server = "s"\n', "name the tables"),
+        ('server = "s"\ntables = ["orders"]\n', "schema.table"),
+        (
+            'server = "s"\ntables = ["public.a"]\ncolumns."public.b".exclude = ["x"]\n',
+            "not captured",
+        ),
+        (
+            'server = "s"\ntables = ["public.a"]\n[columns."public.a"]\n'
+            'include = ["x"]\nexclude = ["y"]\n',
+            "not both",
+        ),
+        ('server = "s"\ntables = ["public.a"]\nslot = "Bad-Slot"\n', "slot/publication"),
+        ('server = "s"\ntables = ["public.a"]\nwhat = 1\n', "what"),
+    ],
+    ids=[
+        "no-tables",
+        "unqualified",
+        "filter-unknown-table",
+        "include-and-exclude",
+        "bad-slot",
+        "unknown-key",
+    ],
+)
+def test_config_refuses_impossible_combinations(tmp_path: Path, toml: str, fragment: str) -> None:
+    """A bad capture file fails at once with a sentence naming the problem."""
+    path = tmp_path / "c.toml"
+    path.write_text(toml)
+    with pytest.raises(ConfigError, match=fragment):
+        load_capture_config(path)
+
+
+def test_config_defaults() -> None:
+    """Slot, publication and topic prefix follow the server name."""
+    config = CaptureConfig(server="Shop-EU", tables=("public.orders",))
+    assert config.slot_name == "bizevents_shop_eu"
+    assert config.publication_name == config.slot_name
+    assert config.prefix == "Shop-EU"
+    assert config.column_filter("public.orders").keeps("anything")
