@@ -188,6 +188,52 @@ class DevSettings(_Frozen):
     postgres_bin_dir: Path | None = None
 
 
+class TranslateSettings(_Frozen):
+    """The translator worker (``bizevents translate``): group, topics, batching, metrics.
+
+    The group settings default to what the embedded broker needs (a 6 s session: it
+    holds every JoinGroup for half the session, see docs/broker.md); on a Kafka
+    cluster use its usual values (e.g. 45 s).
+    """
+
+    #: The consumer group every worker joins; also the Faust app id.
+    group_id: str = "bizevents-translate"
+    #: Technical topics are ``<topic_prefix>.<schema>.<table>``; the prefix is the
+    #: capture's ``server`` (or its ``topic_prefix``).
+    topic_prefix: str | None = None
+    #: Explicit technical topics, instead of deriving them from the translators' sources.
+    topics: tuple[str, ...] = ()
+    dead_letter_topic: str = "bizevents.dead-letter"
+    subject_strategy: Literal["topic", "record", "topic-record"] = "topic"
+    auto_register: bool = True
+    #: Partitions of business and dead-letter topics the worker creates when missing.
+    output_partitions: int = Field(default=4, ge=1)
+    processing_guarantee: Literal["at_least_once", "exactly_once"] = "at_least_once"
+    #: Prometheus text endpoint on loopback; ``None`` turns it off, 0 picks a free port.
+    metrics_host: Literal["127.0.0.1", "::1", "localhost"] = "127.0.0.1"
+    metrics_port: int | None = Field(default=None, ge=0, le=65535)
+    #: Records per fetched block (one block of one partition is translated at once).
+    max_poll_records: int = Field(default=5000, ge=1)
+    max_fetch_bytes: int = Field(default=4 << 20, ge=1024)
+    #: Blocks whose produce acknowledgements may be outstanding at once.
+    max_inflight_blocks: int = Field(default=3, ge=1)
+    linger_ms: float = Field(default=5.0, ge=0)
+    max_batch_bytes: int = Field(default=1 << 20, ge=1024)
+    commit_interval_s: float = Field(default=1.0, gt=0)
+    session_timeout_s: float = Field(default=6.0, gt=0)
+    heartbeat_interval_s: float = Field(default=1.0, gt=0)
+    rebalance_timeout_s: float = Field(default=5.0, gt=0)
+
+    @model_validator(mode="after")
+    def _coherent(self) -> TranslateSettings:
+        if self.heartbeat_interval_s * 3 > self.session_timeout_s:
+            raise ValueError(
+                f"translate.heartbeat_interval_s={self.heartbeat_interval_s} must be at most a "
+                f"third of translate.session_timeout_s={self.session_timeout_s}"
+            )
+        return self
+
+
 class Settings(BaseSettings):
     """Everything bizevents reads from its environment, frozen once read."""
 
@@ -202,6 +248,7 @@ class Settings(BaseSettings):
     registry: RegistrySettings = RegistrySettings()
     database: DatabaseSettings = DatabaseSettings()
     dev: DevSettings = DevSettings()
+    translate: TranslateSettings = TranslateSettings()
     #: Which version of each translator runs live, e.g. ``{"orders": 2}``; in TOML a
     #: ``[translators]`` table, in the environment ``BIZEVENTS_TRANSLATORS='{"orders": 2}'``.
     translators: dict[str, int] = Field(default_factory=dict)

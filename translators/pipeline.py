@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from time import perf_counter
 from typing import Final, Literal, Protocol
 
 from contracts.business import (
@@ -97,6 +98,8 @@ class Counts:
     emitted: int = 0
     dropped: int = 0
     dead_lettered: int = 0
+    #: Time spent translating, stamping and serializing (the translator's share of a batch).
+    seconds: float = 0.0
 
 
 @dataclass(slots=True)
@@ -128,6 +131,7 @@ class Pipeline:
         self.replay = replay
         self.dead_letter_topic = dead_letter_topic
         self._routes: dict[str, tuple[Translator, ...]] = {}
+        self._topics: dict[type[BusinessEvent], str] = {}
 
     def route(self, table: str) -> tuple[Translator, ...]:
         """The translators that read ``schema.table`` (cached per table)."""
@@ -163,7 +167,9 @@ class Pipeline:
             if counts is None:
                 counts = result.counts[translator.ref] = Counts()
             counts.consumed += 1
+            started = perf_counter()
             produced, failed = self._translate(translator, change, decoded, record)
+            counts.seconds += perf_counter() - started
             if failed:
                 counts.dead_lettered += 1
             elif not produced:
@@ -183,7 +189,7 @@ class Pipeline:
             )
             return [
                 OutRecord(
-                    topic=event.contract_topic(),
+                    topic=self._topic(type(event)),
                     key=record.key,
                     value=self.serializer(event, None),
                     headers=list(lineage_headers(event.lineage)),
@@ -197,6 +203,13 @@ class Pipeline:
         except ContractError as exc:
             dead = self._dead_letter(record, "contract", str(exc), exc, translator.ref)
         return [dead], True
+
+    def _topic(self, contract: type[BusinessEvent]) -> str:
+        # contract_topic() rebuilds the name from the schema each time; it never changes
+        topic = self._topics.get(contract)
+        if topic is None:
+            topic = self._topics[contract] = contract.contract_topic()
+        return topic
 
     def _dead_letter(
         self, record: SourceRecord, stage: Stage, reason: str, exc: Exception, translator: str
