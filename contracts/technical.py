@@ -27,7 +27,7 @@ import struct
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, Final, Literal
+from typing import Any, ClassVar, Final, Literal
 
 import fastavro
 
@@ -596,13 +596,50 @@ def _connect_key_plan(schema: Any) -> _ConnectPlan:
     return _ConnectPlan(schema, struct_decoder(fields, "json"))
 
 
-class JsonSchemaDecoder:
+class _JsonDocumentDecoder:
+    """What the two JSON decoders share: parse the bytes, then decode the documents."""
+
+    #: Parse numbers exactly (``Decimal``) where a schema says what they are.
+    exact_numbers: ClassVar[bool] = False
+
+    def decode_key_doc(self, doc: Any) -> Row:
+        raise NotImplementedError
+
+    def decode_value_doc(
+        self, doc: Any, key: Row | None, where: Coordinates, headers: Headers
+    ) -> ChangeEvent:
+        raise NotImplementedError
+
+    def decode(
+        self,
+        key: bytes | None,
+        value: bytes | None,
+        coordinates: Coordinates | None = None,
+        headers: RawHeaders = None,
+    ) -> Decoded:
+        """A change event, or a tombstone when ``value`` is ``None``."""
+        where = _coordinates(coordinates)
+        exact = self.exact_numbers
+
+        def run() -> Decoded:
+            hdrs = headers_tuple(headers)
+            key_row = None if key is None else self.decode_key_doc(_loads(key, exact))
+            if value is None:
+                return _tombstone(key_row, where, hdrs)
+            return self.decode_value_doc(_loads(value, exact), key_row, where, hdrs)
+
+        return _guard(where, run)
+
+
+class JsonSchemaDecoder(_JsonDocumentDecoder):
     """Decodes Debezium JSON with its embedded schema (``schemas.enable=true``).
 
     The embedded schema's field types and semantic names drive the conversion. The
     last schema seen is kept, so a stream of records with one schema builds its plan
     once (the check is a dict comparison).
     """
+
+    exact_numbers = True
 
     def __init__(self) -> None:
         self._value: _ConnectPlan | None = None
@@ -642,27 +679,7 @@ class JsonSchemaDecoder:
         plan = self._value_plan(doc["schema"])
         return _event(doc["payload"], key, plan.decode_row, where, headers)
 
-    def decode(
-        self,
-        key: bytes | None,
-        value: bytes | None,
-        coordinates: Coordinates | None = None,
-        headers: RawHeaders = None,
-    ) -> Decoded:
-        """A change event, or a tombstone when ``value`` is ``None``."""
-        where = _coordinates(coordinates)
-
-        def run() -> Decoded:
-            hdrs = headers_tuple(headers)
-            key_row = None if key is None else self.decode_key_doc(_loads(key, True))
-            if value is None:
-                return _tombstone(key_row, where, hdrs)
-            return self.decode_value_doc(_loads(value, True), key_row, where, hdrs)
-
-        return _guard(where, run)
-
-
-class PlainJsonDecoder:
+class PlainJsonDecoder(_JsonDocumentDecoder):
     """Decodes plain Debezium JSON (``schemas.enable=false``): the payload alone.
 
     Values stay as JSON gives them (see the module docstring); only the marker of an
@@ -685,25 +702,6 @@ class PlainJsonDecoder:
         if isinstance(doc, dict) and doc.keys() == {"schema", "payload"}:
             doc = doc["payload"]
         return _event(doc, key, _plain_row, where, headers)
-
-    def decode(
-        self,
-        key: bytes | None,
-        value: bytes | None,
-        coordinates: Coordinates | None = None,
-        headers: RawHeaders = None,
-    ) -> Decoded:
-        """A change event, or a tombstone when ``value`` is ``None``."""
-        where = _coordinates(coordinates)
-
-        def run() -> Decoded:
-            hdrs = headers_tuple(headers)
-            key_row = None if key is None else self.decode_key_doc(_loads(key, False))
-            if value is None:
-                return _tombstone(key_row, where, hdrs)
-            return self.decode_value_doc(_loads(value, False), key_row, where, hdrs)
-
-        return _guard(where, run)
 
 
 # -- auto-detection --------------------------------------------------------------------
