@@ -1,0 +1,306 @@
+"""The demo: the whole flow on the embedded stack, live on the terminal.
+
+It starts the stack (if it is not running), creates the store's tables in the local
+PostgreSQL, starts ``bizevents capture postgres`` and ``bizevents translate`` as
+processes of their own (as they run in production), drives a stream of store
+activity, and shows the business events arriving, with the counts each translator
+emitted, dropped and dead-lettered. Ctrl-C (or ``--duration``) stops it cleanly:
+load first, then the worker and capture (each acknowledges what it has), then the
+stack if the demo started it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections import Counter, deque
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Group
+from rich.live import Live
+from rich.table import Table
+
+from bizevents.devstack import DevStack, Endpoints, StackError
+from bizevents.devstack.processes import free_port, tail
+from bizevents.settings import Settings
+
+SERVER = "demo"
+TABLES = ("store.customers", "store.products", "store.orders", "store.order_items")
+PINS = {"customers": 1, "orders": 2, "products": 1}
+DEAD_LETTER_TOPIC = "bizevents.dead-letter"
+
+
+@dataclass
+class Tally:
+    """What the terminal shows; written by the reader thread, read by the display."""
+
+    per_topic: Counter[str] = field(default_factory=Counter)
+    recent: deque[tuple[str, str, str]] = field(default_factory=lambda: deque(maxlen=12))
+    translator_counts: dict[str, dict[str, float]] = field(default_factory=dict)
+    load_steps: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def _env(endpoints: Endpoints, settings: Settings, **extra: str) -> dict[str, str]:
+    return {
+        **os.environ,
+        "BIZEVENTS_KAFKA__BOOTSTRAP_SERVERS": endpoints.bootstrap_servers,
+        "BIZEVENTS_REGISTRY__URL": endpoints.registry_url,
+        "BIZEVENTS_DATABASE__POSTGRES_DSN": endpoints.postgres_dsn,
+        "BIZEVENTS_STATE_DIR": str(settings.state_dir.resolve()),
+        "BIZEVENTS_LOG_FORMAT": "json",
+        **extra,
+    }
+
+
+@contextmanager
+def _process(
+    argv: list[str], env: dict[str, str], log: Path, what: str
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A child process for the demo's lifetime; stopped with SIGTERM, as an operator would."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if proc.returncode not in (0, -signal.SIGTERM):
+            print(
+                f"{what} exited with {proc.returncode}; its log {log}:\n{tail(log)}",
+                file=sys.stderr,
+            )
+
+
+def _check_alive(proc: subprocess.Popen[bytes], what: str, log: Path) -> None:
+    if proc.poll() is not None:
+        raise StackError(
+            f"{what} stopped with exit code {proc.returncode}; its log {log}:\n{tail(log)}"
+        )
+
+
+def _prepare_database(dsn: str) -> None:
+    import psycopg2
+    from bizevents_store.load import create_schema
+
+    conn = psycopg2.connect(dsn)
+    try:
+        create_schema(conn)
+    finally:
+        conn.close()
+
+
+def _load(dsn: str, rate: float, stop: threading.Event, tally: Tally) -> None:
+    import psycopg2
+    from bizevents_store.load import StoreLoad
+
+    conn = psycopg2.connect(dsn)
+    load = StoreLoad(conn, seed=int(time.time()))
+    interval = 1.0 / rate
+    next_at = time.monotonic()
+    try:
+        while not stop.is_set():
+            load.step()
+            with tally.lock:
+                tally.load_steps += 1
+            next_at += interval
+            stop.wait(max(0.0, next_at - time.monotonic()))
+    finally:
+        conn.close()
+
+
+def _read_business_topics(
+    bootstrap: str, topics: list[str], stop: threading.Event, tally: Tally
+) -> None:
+    """Follow the business topics in assign mode (no consumer group needed to watch)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "bizevents-demo-view",
+            "log_level": 0,
+            "enable.auto.commit": False,
+            "log.connection.close": False,
+        }
+    )
+    assigned: set[tuple[str, int]] = set()
+    last_refresh = 0.0
+    try:
+        while not stop.is_set():
+            if time.monotonic() - last_refresh > 2:
+                last_refresh = time.monotonic()
+                metadata = consumer.list_topics(timeout=5)
+                new = {
+                    (t, p)
+                    for t in topics
+                    if t in metadata.topics
+                    for p in metadata.topics[t].partitions
+                } - assigned
+                if new:
+                    assigned |= new
+                    consumer.assign([TopicPartition(t, p, 0) for t, p in sorted(assigned)])
+            for message in consumer.consume(500, timeout=0.5):
+                if message.error() is not None:
+                    continue
+                headers = {str(k): _text(v) for k, v in list(message.headers() or [])}
+                topic = str(message.topic())
+                label = headers.get("bizevents.translator", "")
+                detail = headers.get("bizevents.dlq.reason") or headers.get(
+                    "bizevents.event_id", ""
+                )
+                with tally.lock:
+                    tally.per_topic[topic] += 1
+                    tally.recent.append((topic, label, detail[:60]))
+    finally:
+        consumer.close()
+
+
+def _text(value: str | bytes | None) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else value or ""
+
+
+def _scrape(url: str) -> dict[str, dict[str, float]]:
+    """Per-translator counters from the worker's Prometheus text endpoint."""
+    counts: dict[str, dict[str, float]] = {}
+    with urllib.request.urlopen(url, timeout=1) as response:
+        text = response.read().decode()
+    for line in text.splitlines():
+        if line.startswith("#") or "translator=" not in line:
+            continue
+        name, _, rest = line.partition("{")
+        labels, _, value = rest.rpartition("} ")
+        translator = labels.split('translator="', 1)[1].split('"', 1)[0]
+        metric = name.removeprefix("bizevents_translator_").removesuffix("_total")
+        if metric in ("consumed", "emitted", "dropped", "dead_lettered"):
+            counts.setdefault(translator, {})[metric] = float(value)
+    return counts
+
+
+def _view(tally: Tally, topics: list[str]) -> Group:
+    with tally.lock:
+        counts = Table(title="per translator", title_justify="left")
+        for column in ("translator", "consumed", "emitted", "dropped", "dead-lettered"):
+            counts.add_column(column, justify="right" if column != "translator" else "left")
+        for translator, values in sorted(tally.translator_counts.items()):
+            counts.add_row(
+                translator,
+                *(
+                    f"{values.get(k, 0):.0f}"
+                    for k in ("consumed", "emitted", "dropped", "dead_lettered")
+                ),
+            )
+        per_topic = Table(
+            title=f"business topics ({tally.load_steps} store actions so far)", title_justify="left"
+        )
+        per_topic.add_column("topic")
+        per_topic.add_column("events", justify="right")
+        for topic in topics:
+            per_topic.add_row(topic, str(tally.per_topic.get(topic, 0)))
+        recent = Table(title="latest events", title_justify="left")
+        for column in ("topic", "translator", "event id / reason"):
+            recent.add_column(column)
+        for row in tally.recent:
+            recent.add_row(*row)
+    return Group(counts, per_topic, recent)
+
+
+def run_demo(settings: Settings, duration: float | None, rate: float) -> dict[str, Any]:
+    """Run the demo until Ctrl-C or ``duration`` seconds; return the final tally."""
+    from bizevents_store.translators import ALL
+
+    stack = DevStack(settings.state_dir, settings.dev)
+    was_running = all(h.ok for h in stack.status())
+    stack.up()
+    endpoints = stack.endpoints()
+    demo_dir = stack.state_dir / "demo"
+    demo_dir.mkdir(parents=True, exist_ok=True)
+    _prepare_database(endpoints.postgres_dsn)
+
+    capture_config = demo_dir / "capture.toml"
+    capture_config.write_text(
+        f'server = "{SERVER}"\ntables = {json.dumps(list(TABLES))}\npartitions = 4\n'
+        f'slot = "bizevents_demo"\n'
+    )
+    metrics_port = free_port("127.0.0.1")
+    env = _env(
+        endpoints,
+        settings,
+        BIZEVENTS_TRANSLATORS=json.dumps(PINS),
+        BIZEVENTS_TRANSLATE__METRICS_PORT=str(metrics_port),
+        BIZEVENTS_TRANSLATE__SOURCE_PREFIX=SERVER,
+    )
+    pinned = [t for t in ALL if PINS.get(t.name) == t.version]
+    topics = [*sorted({c.contract_topic() for t in pinned for c in t.emits}), DEAD_LETTER_TOPIC]
+    tally = Tally()
+    stop = threading.Event()
+    logs = stack.state_dir / "logs"
+    cli = [sys.executable, "-m", "bizevents"]
+    started = time.monotonic()
+    with ExitStack() as cleanup:
+        capture = cleanup.enter_context(
+            _process(
+                [*cli, "capture", "postgres", "--config", str(capture_config)],
+                env,
+                logs / "demo-capture.log",
+                "capture",
+            )
+        )
+        worker = cleanup.enter_context(
+            _process([*cli, "translate"], env, logs / "demo-translate.log", "the translator worker")
+        )
+        threads = [
+            threading.Thread(
+                target=_load, args=(endpoints.postgres_dsn, rate, stop, tally), daemon=True
+            ),
+            threading.Thread(
+                target=_read_business_topics,
+                args=(endpoints.bootstrap_servers, topics, stop, tally),
+                daemon=True,
+            ),
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            cleanup.callback(thread.join, 10)
+        cleanup.callback(stop.set)
+        try:
+            with Live(_view(tally, topics), refresh_per_second=4, transient=False) as live:
+                while duration is None or time.monotonic() - started < duration:
+                    _check_alive(capture, "capture", logs / "demo-capture.log")
+                    _check_alive(worker, "the translator worker", logs / "demo-translate.log")
+                    try:
+                        scraped = _scrape(f"http://127.0.0.1:{metrics_port}/metrics")
+                    except OSError:
+                        scraped = None  # the worker is still starting
+                    if scraped is not None:
+                        with tally.lock:
+                            tally.translator_counts = scraped
+                    live.update(_view(tally, topics))
+                    time.sleep(0.5)
+        except KeyboardInterrupt:
+            pass
+    if not was_running:
+        stack.down()
+    with tally.lock:
+        return {
+            "store_actions": tally.load_steps,
+            "events_per_topic": dict(tally.per_topic),
+            "translators": tally.translator_counts,
+        }
