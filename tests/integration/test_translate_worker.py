@@ -1,0 +1,431 @@
+"""``bizevents translate`` against the real embedded broker and registry.
+
+Technical records are produced here with the contracts' own Avro encoder (as capture
+writes them); workers run as subprocesses (``python -m bizevents translate``);
+output topics are read back in assign mode (librdkafka groups misbehave on Tansu).
+Business topics are shared by the tests, so each test keeps only the events whose
+lineage names its own technical topic.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+from bizevents.devstack import Endpoints
+from bizevents_store.contracts import OrderPlaced, OrderShipped, OrderStatusChanged
+from contracts.business import (
+    HEADER_EVENT_ID,
+    HEADER_SOURCE_OFFSET,
+    HEADER_SOURCE_PARTITION,
+    HEADER_SOURCE_POSITION,
+    HEADER_SOURCE_TOPIC,
+    HEADER_TRANSLATOR,
+    HEADER_TX_ID,
+)
+from contracts.envelope import ChangeEvent, PgPosition, Source
+from contracts.logical import ColumnType, Field, Kind
+from contracts.serde import BusinessDeserializer
+from contracts.technical import AvroEncoder, TableSchema
+from translators.pipeline import HEADER_DLQ_REASON, HEADER_DLQ_STAGE
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+STATUSES = ("pending", "paid", "shipped", "delivered", "cancelled")
+T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
+
+
+# -- helpers (the end-to-end test imports them too) ------------------------------------
+
+
+def orders_table(server: str) -> TableSchema:
+    """store.orders as capture publishes it (see examples/store schema.sql)."""
+    return TableSchema(
+        server=server,
+        schema="store",
+        table="orders",
+        key_fields=(Field("id", ColumnType(Kind.INT64), optional=False),),
+        value_fields=(
+            Field("id", ColumnType(Kind.INT64), optional=False),
+            Field("customer_id", ColumnType(Kind.INT64), optional=False),
+            Field("status", ColumnType(Kind.ENUM, labels=STATUSES), optional=False),
+            Field("total", ColumnType(Kind.DECIMAL, scale=2, precision=12), optional=False),
+            Field("currency", ColumnType(Kind.STRING), optional=False),
+            Field("placed_at", ColumnType(Kind.ZONED_TIMESTAMP), optional=False),
+            Field("shipped_at", ColumnType(Kind.ZONED_TIMESTAMP)),
+            Field("tracking_number", ColumnType(Kind.STRING)),
+            Field("updated_at", ColumnType(Kind.ZONED_TIMESTAMP), optional=False),
+        ),
+    )
+
+
+def orders_encoder(registry_url: str, server: str) -> AvroEncoder:
+    """An encoder whose key and value schemas are registered for the orders topic."""
+    table = orders_table(server)
+    client = SchemaRegistryClient({"url": registry_url})
+    probe = AvroEncoder(table, 0, 0)
+    topic = table.namespace
+    assert probe.schemas.key is not None
+    key_id = client.register_schema(f"{topic}-key", Schema(json.dumps(probe.schemas.key), "AVRO"))
+    value_id = client.register_schema(
+        f"{topic}-value", Schema(json.dumps(probe.schemas.value), "AVRO")
+    )
+    return AvroEncoder(table, key_id, value_id)
+
+
+def order_row(order_id: int, status: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "id": order_id,
+        "customer_id": 100 + order_id % 7,
+        "status": status,
+        "total": Decimal("19.90") + order_id,
+        "currency": "EUR",
+        "placed_at": T0,
+        "shipped_at": None,
+        "tracking_number": None,
+        "updated_at": T0,
+        **extra,
+    }
+
+
+def order_change(
+    server: str,
+    op: str,
+    before: dict[str, Any] | None,
+    after: dict[str, Any] | None,
+    lsn: int,
+) -> ChangeEvent:
+    row = after or before
+    assert row is not None
+    return ChangeEvent(
+        op=op,  # type: ignore[arg-type]
+        source=Source(
+            connector="postgresql",
+            name=server,
+            db="store",
+            schema="store",
+            table="orders",
+            ts_ms=1714564800000,
+            position=PgPosition(lsn=lsn, tx_id=lsn // 10),
+        ),
+        before=before,
+        after=after,
+        key={"id": row["id"]},
+        ts_ms=1714564800000,
+    )
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(topic, partitions)]).values():
+        future.result(30)
+
+
+def produce(bootstrap: str, topic: str, records: Sequence[tuple[bytes | None, bytes | None]]) -> None:
+    """Keyed records; librdkafka's default partitioner puts one key in one partition."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for key, value in records:
+        while True:
+            try:
+                producer.produce(topic, key=key, value=value)
+                break
+            except BufferError:
+                producer.poll(0.1)
+    assert producer.flush(30) == 0
+
+
+@dataclass
+class Message:
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: dict[str, bytes]
+
+
+def read_all(bootstrap: str, topic: str, timeout: float = 30) -> list[Message]:
+    """Every record of ``topic`` to the end of each partition (assign mode)."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "unused",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "isolation.level": "read_uncommitted",
+        }
+    )
+    try:
+        meta = consumer.list_topics(topic, timeout=10).topics[topic]
+        partitions = sorted(meta.partitions)
+        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+        at_end: set[int] = set()
+        out: list[Message] = []
+        deadline = time.monotonic() + timeout
+        while len(at_end) < len(partitions):
+            assert time.monotonic() < deadline, f"{topic}: no end within {timeout}s"
+            for m in consumer.consume(5000, timeout=0.5):
+                err = m.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        at_end.add(m.partition())
+                        continue
+                    raise AssertionError(str(err))
+                at_end.discard(m.partition())
+                headers = {k: v or b"" for k, v in (m.headers() or [])}
+                out.append(
+                    Message(m.topic(), m.partition(), m.offset(), m.key(), m.value(), headers)
+                )
+        return out
+    finally:
+        consumer.close()
+
+
+def events_from(bootstrap: str, topics: Sequence[str], source_topic: str) -> list[Message]:
+    """The business events of ``topics`` whose lineage names ``source_topic``."""
+    found: list[Message] = []
+    for topic in topics:
+        found += [
+            m
+            for m in read_all(bootstrap, topic)
+            if m.headers.get(HEADER_SOURCE_TOPIC) == source_topic.encode()
+        ]
+    return found
+
+
+def wait_for(
+    predicate: Callable[[], Any], timeout: float, what: str, workers: Sequence[Worker] = ()
+) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        for worker in workers:
+            worker.check_alive()
+        if time.monotonic() > deadline:
+            logs = "\n".join(w.tail() for w in workers)
+            raise AssertionError(f"{what} within {timeout}s\n{logs}")
+        time.sleep(0.3)
+
+
+class Worker:
+    """``bizevents translate`` as a subprocess with its own log and metrics port."""
+
+    def __init__(self, env: dict[str, str], log: Path) -> None:
+        self.log = log
+        with open(log, "ab") as out:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "bizevents", "translate"],
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=REPO,
+            )
+        self.metrics_url: str | None = None
+
+    def lines(self) -> list[dict[str, Any]]:
+        result = []
+        for line in self.log.read_text().splitlines():
+            try:
+                result.append(json.loads(line))
+            except ValueError:
+                continue
+        return result
+
+    def tail(self) -> str:
+        return f"--- {self.log.name}\n" + self.log.read_text()[-4000:]
+
+    def check_alive(self) -> None:
+        if self.process.poll() is not None:
+            raise AssertionError(f"worker exited {self.process.returncode}\n{self.tail()}")
+
+    def assigned(self) -> list[str] | None:
+        """The partitions of its latest assignment (None before the first)."""
+        found = [x for x in self.lines() if x.get("event") == "partitions assigned"]
+        return list(found[-1]["partitions"]) if found else None
+
+    def wait_assigned(self, timeout: float = 40) -> list[str]:
+        return list(wait_for(self.assigned, timeout, "no assignment", [self]))
+
+    def metrics(self) -> str:
+        if self.metrics_url is None:
+            found = [x for x in self.lines() if x.get("event") == "metrics endpoint"]
+            assert found, self.tail()
+            self.metrics_url = str(found[0]["url"])
+        with urllib.request.urlopen(self.metrics_url, timeout=5) as response:
+            return str(response.read().decode())
+
+    def metric(self, name: str, **labels: str) -> float:
+        total = 0.0
+        for line in self.metrics().splitlines():
+            if not line.startswith(name + "{"):
+                continue
+            if all(f'{k}="{v}"' in line for k, v in labels.items()):
+                total += float(line.rsplit(" ", 1)[1])
+        return total
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+        return int(self.process.returncode)
+
+
+@dataclass
+class Setup:
+    endpoints: Endpoints
+    server: str
+    topic: str
+    dead_letter: str
+    group: str
+    tmp: Path
+
+    def env(self, **extra: str) -> dict[str, str]:
+        return {
+            **os.environ,
+            "BIZEVENTS_KAFKA__BOOTSTRAP_SERVERS": self.endpoints.bootstrap_servers,
+            "BIZEVENTS_REGISTRY__URL": self.endpoints.registry_url,
+            "BIZEVENTS_TRANSLATORS": json.dumps({"orders": 2}),
+            "BIZEVENTS_TRANSLATE__TOPIC_PREFIX": self.server,
+            "BIZEVENTS_TRANSLATE__GROUP_ID": self.group,
+            "BIZEVENTS_TRANSLATE__DEAD_LETTER_TOPIC": self.dead_letter,
+            "BIZEVENTS_TRANSLATE__METRICS_PORT": "0",
+            "BIZEVENTS_TRANSLATE__MAX_POLL_RECORDS": "500",
+            "BIZEVENTS_STATE_DIR": str(self.tmp / "state"),
+            "BIZEVENTS_LOG_FORMAT": "json",
+            **extra,
+        }
+
+    def worker(self, name: str = "worker", **extra: str) -> Worker:
+        return Worker(self.env(**extra), self.tmp / f"{name}.log")
+
+
+@pytest.fixture
+def setup(bizevents_stack: Endpoints, tmp_path: Path) -> Iterator[Setup]:
+    tag = uuid.uuid4().hex[:8]
+    server = f"tr{tag}"
+    made = Setup(
+        bizevents_stack,
+        server,
+        f"{server}.store.orders",
+        f"test.dead-letter.{tag}",
+        f"test-translate-{tag}",
+        tmp_path,
+    )
+    create_topic(bizevents_stack.bootstrap_servers, made.topic, 4)
+    yield made
+
+
+ORDER_TOPICS = [c.contract_topic() for c in (OrderPlaced, OrderStatusChanged, OrderShipped)]
+
+
+# -- tests ---------------------------------------------------------------------------------
+
+
+def test_changes_become_business_events_with_lineage_drops_counted_poison_dead_lettered(
+    setup: Setup,
+) -> None:
+    """Orders changes give OrderPlaced/StatusChanged/Shipped with lineage; a touch is
+    dropped and counted; a poison record is dead-lettered and later records flow."""
+    bootstrap = setup.endpoints.bootstrap_servers
+    encoder = orders_encoder(setup.endpoints.registry_url, setup.server)
+    s = setup.server
+    placed = order_row(1, "pending")
+    paid = order_row(1, "paid", updated_at=T0 + timedelta(minutes=1))
+    touched = order_row(1, "paid", updated_at=T0 + timedelta(minutes=2))
+    shipped = order_row(1, "shipped", tracking_number="TRK1", shipped_at=T0 + timedelta(hours=1))
+    first = [
+        encoder.encode(order_change(s, "c", None, placed, 1000)),
+        encoder.encode(order_change(s, "u", placed, paid, 1010)),
+        encoder.encode(order_change(s, "u", paid, touched, 1020)),  # irrelevant
+        (b"", b"not an envelope at all"),  # poison, keyed below like order 1
+    ]
+    first[3] = (first[0][0], first[3][1])  # same key, so the same partition as order 1
+    produce(bootstrap, setup.topic, first)
+    worker = setup.worker()
+    try:
+        worker.wait_assigned()
+        produce(bootstrap, setup.topic, [encoder.encode(order_change(s, "u", touched, shipped, 1030))])
+        events = wait_for(
+            lambda: (found := events_from(bootstrap, ORDER_TOPICS, setup.topic))
+            and len(found) >= 4
+            and found,
+            60,
+            "four business events",
+            [worker],
+        )
+        dead = wait_for(lambda: read_all(bootstrap, setup.dead_letter), 30, "a dead letter", [worker])
+        wait_for(
+            lambda: worker.metric("bizevents_translator_dropped_total", translator="orders@2") >= 1,
+            20,
+            "the drop counted",
+            [worker],
+        )
+        metrics = {
+            name: worker.metric(f"bizevents_translator_{name}_total", translator="orders@2")
+            for name in ("consumed", "emitted", "dropped")
+        }
+        undecodable = worker.metric("bizevents_translate_undecodable_total", topic=setup.topic)
+    finally:
+        assert worker.stop() == 0, worker.tail()
+    assert len(events) == 4
+    registry = SchemaRegistryClient({"url": setup.endpoints.registry_url})
+    read = BusinessDeserializer(registry, OrderPlaced, OrderStatusChanged, OrderShipped)
+    by_type: dict[str, list[Any]] = {}
+    for m in events:
+        assert m.value is not None
+        event = read(m.value, m.topic)
+        by_type.setdefault(type(event).__name__, []).append((event, m))
+        # lineage in headers and in the envelope, the same
+        assert m.headers[HEADER_EVENT_ID].decode() == event.lineage.event_id
+        assert m.headers[HEADER_TRANSLATOR] == b"orders@2"
+        assert event.lineage.translator == "orders@2"
+        assert event.lineage.source_topic == setup.topic
+        assert int(m.headers[HEADER_SOURCE_OFFSET]) == event.lineage.source_offset
+        assert int(m.headers[HEADER_SOURCE_PARTITION]) == event.lineage.source_partition
+        assert m.headers[HEADER_SOURCE_POSITION].decode() == event.lineage.source_position
+        assert m.headers[HEADER_TX_ID].decode() == event.lineage.tx_id
+        assert m.key == first[0][0]  # keyed by the source key
+        assert event.lineage.replay is False
+    assert sorted(by_type) == ["OrderPlaced", "OrderShipped", "OrderStatusChanged"]
+    (placed_event, _), = by_type["OrderPlaced"]
+    assert placed_event.order_id == 1 and placed_event.total == Decimal("20.90")
+    changes = sorted(
+        (e.lineage.source_offset, e.old_status.value, e.new_status.value)
+        for e, _ in by_type["OrderStatusChanged"]
+    )
+    assert [c[1:] for c in changes] == [("PENDING", "PAID"), ("PAID", "SHIPPED")]
+    # the shipment came after the poison record in the same partition: the stream went on
+    (shipped_event, shipped_message), = by_type["OrderShipped"]
+    assert shipped_event.tracking_number == "TRK1"
+    (poison,) = dead
+    assert poison.value == b"not an envelope at all" and poison.key == first[3][0]
+    assert poison.headers[HEADER_DLQ_STAGE] == b"decode"
+    assert poison.headers[HEADER_DLQ_REASON]
+    assert poison.headers[HEADER_SOURCE_TOPIC] == setup.topic.encode()
+    assert int(poison.headers[HEADER_SOURCE_OFFSET]) < shipped_event.lineage.source_offset
+    assert metrics == {"consumed": 4, "emitted": 4, "dropped": 1}
+    assert undecodable == 1

@@ -1,0 +1,165 @@
+"""The lean path under a Faust agent: whole fetched blocks instead of one event at a time.
+
+Faust's own per-event path (a task race per message, an Event and a Message per
+record, per-event acks and sensors) caps a worker at a few thousand records a second
+on this machine. Here the consumer hands each fetched block of *one partition* to the
+agent as one item, and the agent acknowledges the block's whole offset range into
+Faust's commit bookkeeping once the records produced from it are acknowledged.
+
+Faust keeps everything else: group membership, its assignor, rebalances (flow
+control, generation ids, ``wait_empty`` on revoke and stop), and the commit timer.
+
+This module touches private attributes of faust-streaming 0.15.3 (pinned):
+``Consumer._drain_messages``, ``_wait_next_records``, ``_read_offset``,
+``_unacked_messages``, ``_acked``, ``_acked_index``, ``_committed_offset``,
+``_n_acked``, ``_to_message``, ``_buffered_partitions`` and ``app.topics._tp_index``.
+:data:`PRIVATE_CONSUMER_ATTRIBUTES` names the instance ones; a test checks them, and
+the integration tests run the path against the real broker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Final
+
+from faust.transport.drivers.aiokafka import Consumer as AIOKafkaConsumer
+from faust.types import TP
+
+__all__ = [
+    "PRIVATE_CONSUMER_ATTRIBUTES",
+    "BlockAcker",
+    "RecordBlock",
+    "bulk_consumer",
+]
+
+PRIVATE_CONSUMER_ATTRIBUTES: Final = (
+    "_read_offset",
+    "_unacked_messages",
+    "_acked",
+    "_acked_index",
+    "_committed_offset",
+    "_n_acked",
+    "_buffered_partitions",
+)
+
+
+class RecordBlock:
+    """One fetched block of records of one partition.
+
+    It is also the token Faust's ``wait_empty`` waits for (it sits in the consumer's
+    weak set of unacknowledged messages until :func:`ack_block`), so a rebalance or a
+    stop waits until the block's outputs are acknowledged and its offsets committed.
+    A block still queued when a rebalance clears the agents' queues is dropped and
+    garbage-collected; its offsets were never acknowledged, so it is read again.
+    """
+
+    __slots__ = ("__weakref__", "acked", "generation_id", "records", "refcount", "tp")
+
+    def __init__(self, tp: TP, records: Sequence[Any], generation_id: int) -> None:
+        self.tp = tp
+        self.records = records
+        self.generation_id = generation_id
+        self.acked = False
+        self.refcount = 1  # read by Faust's wait_empty warning
+
+    @property
+    def first_offset(self) -> int:
+        return int(self.records[0].offset)
+
+    @property
+    def last_offset(self) -> int:
+        return int(self.records[-1].offset)
+
+    def __repr__(self) -> str:
+        where = f"{self.tp.topic}[{self.tp.partition}]"
+        return f"<RecordBlock {where}@{self.first_offset}..{self.last_offset}>"
+
+
+class _BulkConsumer(AIOKafkaConsumer):
+    """Faust's aiokafka consumer, draining blocks of the bulk topics to their agents."""
+
+    bulk_topics: frozenset[str] = frozenset()
+
+    async def _drain_messages(self, fetcher: Any) -> None:  # the Fetcher's loop
+        consumer_should_stop = self._stopped.is_set
+        fetcher_should_stop = fetcher._stopped.is_set
+        tp_index = self.app.topics._tp_index  # type: ignore[attr-defined]
+        set_read_offset = self._read_offset.__setitem__
+        unacked = self._unacked_messages
+        callback = self.callback
+        bulk = self.bulk_topics
+        while not (consumer_should_stop() or fetcher_should_stop()):
+            records, active = await self._wait_next_records(1.0)
+            if not records or self.should_stop:
+                continue
+            if not self.flow_active:
+                # a rebalance is under way: drop what was fetched, seek back to committed
+                await self.perform_seek()
+                continue
+            generation = self.app.consumer_generation_id
+            for tp, fetched in records.items():
+                if not fetched:
+                    continue
+                if active is not None and tp not in active and tp not in self._buffered_partitions:
+                    continue
+                if tp.topic in bulk:
+                    block = RecordBlock(tp, fetched, generation)
+                    unacked.add(block)  # type: ignore[arg-type]
+                    for channel in tp_index[tp]:
+                        await self.wait_first(channel.queue.put(block), self.suspend_flow.wait())
+                else:  # any other topic keeps Faust's per-message path
+                    for record in fetched:
+                        await callback(self._to_message(tp, record))
+                set_read_offset(tp, fetched[-1].offset)
+
+
+def bulk_consumer(topics: frozenset[str]) -> type[AIOKafkaConsumer]:
+    """A consumer class draining ``topics`` block by block, for ``app.transport.Consumer``."""
+    return type("BulkConsumer", (_BulkConsumer,), {"bulk_topics": topics})
+
+
+class BlockAcker:
+    """Acknowledges blocks' offset ranges into Faust's bookkeeping, in fetch order.
+
+    The range of a block starts where the previous acknowledged block of its
+    partition ended (or at the committed offset), so offsets the broker never returns
+    (compacted away, transaction markers) do not leave gaps that would stop commits.
+    A block fetched in an earlier consumer generation is not acknowledged: its
+    partition may have moved, and it will be read again (at least once).
+    """
+
+    def __init__(self, consumer: Any) -> None:
+        self.consumer = consumer
+        self._next: dict[TP, tuple[int, int]] = {}  # tp -> (generation, next offset to ack)
+
+    def ack(self, block: RecordBlock) -> int:
+        """Acknowledge ``block``; returns how many offsets became committable."""
+        consumer = self.consumer
+        block.acked = True
+        consumer._unacked_messages.discard(block)
+        generation = consumer.app.consumer_generation_id
+        if block.generation_id != generation:
+            return 0
+        tp = block.tp
+        first, last = block.first_offset, block.last_offset
+        committed = consumer._committed_offset[tp]
+        known = self._next.get(tp)
+        if known is not None and known[0] == generation:
+            start = known[1]  # where the previous block of this partition ended
+        elif committed is not None:
+            start = committed  # the fetch of a new assignment starts at the committed offset
+        else:
+            start = first
+        first = min(start, first)
+        if committed is not None:
+            first = max(first, committed)
+        self._next[tp] = (generation, last + 1)
+        if first > last:
+            return 0
+        offsets = range(first, last + 1)
+        index = consumer._acked_index[tp]
+        fresh = [o for o in offsets if o not in index] if index else list(offsets)
+        consumer._acked[tp].extend(fresh)
+        index.update(fresh)
+        consumer._n_acked += len(fresh)
+        return len(fresh)

@@ -1,0 +1,175 @@
+"""Translator-worker metrics: plain counters on the hot path, read by Prometheus at scrape time.
+
+The worker adds a block's :class:`~translators.pipeline.Counts` into
+:class:`WorkerStats` once per block; nothing per record touches prometheus-client.
+A custom collector turns the numbers into metric families when the text endpoint
+(loopback only) is scraped. Series, all labelled ``translator`` (``name@version``):
+
+- ``bizevents_translator_consumed_total``, ``_emitted_total``, ``_dropped_total``,
+  ``_dead_lettered_total``: what happened to the changes each translator saw;
+- ``bizevents_translator_processing_seconds_total``: time spent translating, stamping
+  and serializing; divided by ``consumed`` it is the mean per-change processing time;
+- ``bizevents_translator_consumer_lag{topic,partition}``: records behind the end of
+  each assigned partition the translator reads, from the high watermark of the last
+  Fetch (ListOffsets is wrong on the embedded broker, see docs/broker.md);
+- ``bizevents_translate_latency_seconds``: a histogram of source-record timestamp to
+  produce acknowledgement, one observation per block (its last record);
+- ``bizevents_translate_undecodable_total{topic}``, ``_tombstones_total``,
+  ``_unrouted_total``: records no translator saw.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from translators.pipeline import Counts
+
+__all__ = ["LATENCY_BUCKETS", "WorkerStats", "serve_metrics"]
+
+LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+@dataclass
+class WorkerStats:
+    """What one worker process has done so far; updated once per block."""
+
+    group: str
+    counts: dict[str, Counts] = field(default_factory=lambda: defaultdict(Counts))
+    undecodable: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    tombstones: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    unrouted: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    #: (topic, partition) -> records behind the high watermark
+    lag: dict[tuple[str, int], int] = field(default_factory=dict)
+    #: topic -> the translators reading it (the lag gauge is labelled with each)
+    readers: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    latency_buckets: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS) + 1))
+    latency_sum: float = 0.0
+    blocks: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(
+        self,
+        topic: str,
+        counts: Mapping[str, Counts],
+        undecodable: int = 0,
+        tombstones: int = 0,
+        unrouted: int = 0,
+    ) -> None:
+        with self._lock:
+            for ref, c in counts.items():
+                total = self.counts[ref]
+                total.consumed += c.consumed
+                total.emitted += c.emitted
+                total.dropped += c.dropped
+                total.dead_lettered += c.dead_lettered
+                total.seconds += c.seconds
+            if undecodable:
+                self.undecodable[topic] += undecodable
+            if tombstones:
+                self.tombstones[topic] += tombstones
+            if unrouted:
+                self.unrouted[topic] += unrouted
+            self.blocks += 1
+
+    def observe_latency(self, seconds: float) -> None:
+        with self._lock:
+            for i, bound in enumerate(LATENCY_BUCKETS):
+                if seconds <= bound:
+                    self.latency_buckets[i] += 1
+                    break
+            else:
+                self.latency_buckets[-1] += 1
+            self.latency_sum += seconds
+
+    def set_lag(self, topic: str, partition: int, lag: int) -> None:
+        self.lag[(topic, partition)] = max(lag, 0)
+
+    def forget_partitions(self, keep: Iterable[tuple[str, int]]) -> None:
+        """Drop the lag of partitions this worker no longer holds (after a rebalance)."""
+        kept = set(keep)
+        with self._lock:
+            for tp in [tp for tp in self.lag if tp not in kept]:
+                del self.lag[tp]
+
+
+class _Collector(Collector):
+    def __init__(self, stats: WorkerStats) -> None:
+        self.stats = stats
+
+    def collect(self) -> Iterator[Metric]:
+        s = self.stats
+        with s._lock:
+            counts = {ref: dataclasses.replace(c) for ref, c in s.counts.items()}
+            lag = dict(s.lag)
+            buckets = list(s.latency_buckets)
+            latency_sum = s.latency_sum
+            per_topic = {
+                "undecodable": dict(s.undecodable),
+                "tombstones": dict(s.tombstones),
+                "unrouted": dict(s.unrouted),
+            }
+        for name, doc, attr in (
+            ("consumed", "Changes a translator received", "consumed"),
+            ("emitted", "Business events a translator emitted", "emitted"),
+            ("dropped", "Changes a translator found irrelevant (no event)", "dropped"),
+            ("dead_lettered", "Changes that went to the dead-letter topic", "dead_lettered"),
+            ("processing_seconds", "Time spent translating and serializing", "seconds"),
+        ):
+            family = CounterMetricFamily(
+                f"bizevents_translator_{name}", doc, labels=["group", "translator"]
+            )
+            for ref, c in sorted(counts.items()):
+                family.add_metric([s.group, ref], getattr(c, attr))
+            yield family
+        gauge = GaugeMetricFamily(
+            "bizevents_translator_consumer_lag",
+            "Records behind the end of each assigned partition (Fetch high watermark)",
+            labels=["group", "translator", "topic", "partition"],
+        )
+        for (topic, partition), behind in sorted(lag.items()):
+            for ref in s.readers.get(topic, ("",)):
+                gauge.add_metric([s.group, ref, topic, str(partition)], behind)
+        yield gauge
+        cumulative: list[tuple[str, float]] = []
+        running = 0
+        for bound, n in zip((*map(str, LATENCY_BUCKETS), "+Inf"), buckets, strict=True):
+            running += n
+            cumulative.append((bound, running))
+        histogram = HistogramMetricFamily(
+            "bizevents_translate_latency_seconds",
+            "Source record timestamp to produce acknowledgement (last record of each block)",
+            labels=["group"],
+        )
+        histogram.add_metric([s.group], cumulative, latency_sum)
+        yield histogram
+        for name, values in per_topic.items():
+            family = CounterMetricFamily(
+                f"bizevents_translate_{name}",
+                f"Technical records that no translator saw ({name})",
+                labels=["group", "topic"],
+            )
+            for topic, n in sorted(values.items()):
+                family.add_metric([s.group, topic], n)
+            yield family
+
+
+def serve_metrics(stats: WorkerStats, host: str, port: int) -> tuple[Any, int]:
+    """Serve the Prometheus text format on ``host:port`` (0: a free port); returns the port."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Collector(stats))
+    server, _thread = start_http_server(port, addr=host, registry=registry)
+    return server, int(server.server_address[1])
