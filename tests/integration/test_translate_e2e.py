@@ -10,11 +10,11 @@ from typing import Any
 
 import psycopg2
 import pytest
+from bizevents_store.contracts import OrderPlaced, OrderStatusChanged
+from bizevents_store.load import StoreLoad, create_schema
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from bizevents.devstack import Endpoints
-from bizevents_store.contracts import OrderPlaced, OrderStatusChanged
-from bizevents_store.load import StoreLoad, create_schema
 from capture.config import CaptureConfig
 from contracts.serde import BusinessDeserializer
 from tests.capture.capture_helpers import Db, start_cli, terminate, wait_snapshot_done, write_config

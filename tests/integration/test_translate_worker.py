@@ -25,12 +25,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bizevents_store.contracts import OrderPlaced, OrderShipped, OrderStatusChanged
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
 from bizevents.devstack import Endpoints
-from bizevents_store.contracts import OrderPlaced, OrderShipped, OrderStatusChanged
 from contracts.business import (
     HEADER_EVENT_ID,
     HEADER_SOURCE_OFFSET,
@@ -427,7 +427,7 @@ def test_changes_become_business_events_with_lineage_drops_counted_poison_dead_l
     )
     assert [c[1:] for c in changes] == [("PENDING", "PAID"), ("PAID", "SHIPPED")]
     # the shipment came after the poison record in the same partition: the stream went on
-    ((shipped_event, shipped_message),) = by_type["OrderShipped"]
+    ((shipped_event, _),) = by_type["OrderShipped"]
     assert shipped_event.tracking_number == "TRK1"
     (poison,) = dead
     assert poison.value == b"not an envelope at all" and poison.key == first[3][0]
@@ -444,7 +444,7 @@ def order_story(server: str, orders: int, start_lsn: int = 10_000) -> list[Chang
     changes: list[ChangeEvent] = []
     lsn = start_lsn
     rows = {n: order_row(n, "pending") for n in range(1, orders + 1)}
-    for n, row in rows.items():
+    for row in rows.values():
         lsn += 10
         changes.append(order_change(server, "c", None, row, lsn))
     for status in ("paid", "touch", "shipped"):
@@ -465,6 +465,7 @@ def order_story(server: str, orders: int, start_lsn: int = 10_000) -> list[Chang
 def expected_ids(changes: Sequence[ChangeEvent]) -> dict[str, int]:
     """event_id -> source LSN, computed with the translator itself (no Kafka involved)."""
     from bizevents_store.translators import orders_v2
+
     from contracts.change import Change
     from translators.lineage import stamp
 
