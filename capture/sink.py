@@ -49,7 +49,10 @@ def create_topics(admin: AdminClient, topics: list[str], config: CaptureConfig) 
     """Create the technical topics that do not exist yet (compacted)."""
     if not topics:
         return
-    existing = set(admin.list_topics(timeout=15).topics)
+    try:
+        existing = set(admin.list_topics(timeout=15).topics)
+    except KafkaException as exc:  # the broker unreachable: retried, not a crash
+        raise TransientError(f"cannot list the broker's topics: {exc}") from exc
     wanted = [
         NewTopic(
             t,
