@@ -59,6 +59,11 @@ class WorkerStats:
     latency_buckets: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS) + 1))
     latency_sum: float = 0.0
     blocks: int = 0
+    #: technical records whose outputs the broker acknowledged (committable offsets)
+    acknowledged: int = 0
+    #: wall-clock time of the first block received and of the latest acknowledgement
+    first_block_at: float = 0.0
+    last_ack_at: float = 0.0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add(
@@ -84,6 +89,11 @@ class WorkerStats:
             if unrouted:
                 self.unrouted[topic] += unrouted
             self.blocks += 1
+
+    def acked(self, records: int, now: float) -> None:
+        with self._lock:
+            self.acknowledged += records
+            self.last_ack_at = now
 
     def observe_latency(self, seconds: float) -> None:
         with self._lock:
@@ -116,6 +126,7 @@ class _Collector(Collector):
             counts = {ref: dataclasses.replace(c) for ref, c in s.counts.items()}
             lag = dict(s.lag)
             buckets = list(s.latency_buckets)
+            progress = (s.acknowledged, s.first_block_at, s.last_ack_at)
             latency_sum = s.latency_sum
             per_topic = {
                 "undecodable": dict(s.undecodable),
@@ -156,6 +167,22 @@ class _Collector(Collector):
         )
         histogram.add_metric([s.group], cumulative, latency_sum)
         yield histogram
+        acknowledged = CounterMetricFamily(
+            "bizevents_translate_acknowledged",
+            "Technical records whose outputs the broker acknowledged (their offsets may commit)",
+            labels=["group"],
+        )
+        acknowledged.add_metric([s.group], progress[0])
+        yield acknowledged
+        for name, doc, value in (
+            ("first_block", "Unix time the first block arrived", progress[1]),
+            ("last_ack", "Unix time of the latest acknowledgement", progress[2]),
+        ):
+            stamp = GaugeMetricFamily(
+                f"bizevents_translate_{name}_timestamp_seconds", doc, labels=["group"]
+            )
+            stamp.add_metric([s.group], value)
+            yield stamp
         for name, values in per_topic.items():
             family = CounterMetricFamily(
                 f"bizevents_translate_{name}",

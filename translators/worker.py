@@ -236,6 +236,8 @@ class BlockRunner:
 
     async def handle(self, block: RecordBlock) -> None:
         tp = block.tp
+        if not self.stats.first_block_at:
+            self.stats.first_block_at = time.time()
         bound = log.bind(
             topic=tp.topic,
             partition=tp.partition,
@@ -362,9 +364,12 @@ class BlockRunner:
             raise
         if self._acker is None:
             self._acker = BlockAcker(self.app.consumer)
-        self._acker.ack(block)
+        committable = self._acker.ack(block)
+        now = time.time()
+        if committable:  # not a block of an earlier generation (it is read again)
+            self.stats.acked(len(block.records), now)
         if timestamp_ms is not None and timestamp_ms > 0:
-            self.stats.observe_latency(max(time.time() - timestamp_ms / 1000.0, 0.0))
+            self.stats.observe_latency(max(now - timestamp_ms / 1000.0, 0.0))
 
 
 # -- the app --------------------------------------------------------------------------------

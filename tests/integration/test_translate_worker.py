@@ -541,3 +541,18 @@ def test_two_workers_share_partitions_and_one_survives_kill_9(setup: Setup) -> N
         assert expected[event_id] >= last_lsn.get(slot, 0), "per-key order broken"
         last_lsn[slot] = expected[event_id]
     print(f"{len(expected)} events, {duplicates} duplicates after kill -9")
+
+
+def test_exactly_once_is_refused_with_a_sentence_on_the_embedded_broker(setup: Setup) -> None:
+    """aiokafka's InitProducerId v0 fails on Tansu: the worker says so and exits 1."""
+    done = subprocess.run(
+        [sys.executable, "-m", "bizevents", "translate"],
+        env=setup.env(BIZEVENTS_TRANSLATE__PROCESSING_GUARANTEE="exactly_once"),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert 'translate.processing_guarantee = "exactly_once" needs a broker' in done.stderr
+    assert 'use "at_least_once" there' in done.stderr

@@ -1,0 +1,371 @@
+"""Translator throughput: Avro in → Avro out in one worker, against a bare passthrough.
+
+Fills a 4-partition technical topic with N Confluent-Avro Debezium envelopes of the
+store's ``orders`` table (orders placed, paid, touched, shipped: 3 of 4 give events,
+1 of 4 is dropped), then runs on the same broker and topic, one after the other:
+
+(a) a bare consume→produce passthrough: the worker's own lean Faust path (same
+    aiokafka client, block size, batching and commit-after-ack), copying bytes;
+(b) one ``bizevents translate`` worker (``orders@2``), as a subprocess.
+
+Each figure is acknowledged input records per second: from the first block a worker
+receives to the acknowledgement of the last record's outputs (group join excluded),
+read from the worker's own metrics endpoint. Prints both, the ratio to the target
+(50,000/s) and worker/passthrough (target ≥ 0.5), the worker's RSS, and the
+translation core alone (no Kafka) for comparison.
+
+    .venv/bin/python bench/translate.py                    # private stack on free ports
+    .venv/bin/python bench/translate.py --records 200000 --stack-json endpoints.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+TARGET = 50_000
+RATIO_TARGET = 0.5
+STATUSES = ("pending", "paid", "shipped", "delivered", "cancelled")
+T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
+
+
+def orders_table(server: str) -> Any:
+    from contracts.logical import ColumnType, Field, Kind
+    from contracts.technical import TableSchema
+
+    return TableSchema(
+        server=server,
+        schema="store",
+        table="orders",
+        key_fields=(Field("id", ColumnType(Kind.INT64), optional=False),),
+        value_fields=(
+            Field("id", ColumnType(Kind.INT64), optional=False),
+            Field("customer_id", ColumnType(Kind.INT64), optional=False),
+            Field("status", ColumnType(Kind.ENUM, labels=STATUSES), optional=False),
+            Field("total", ColumnType(Kind.DECIMAL, scale=2, precision=12), optional=False),
+            Field("currency", ColumnType(Kind.STRING), optional=False),
+            Field("placed_at", ColumnType(Kind.ZONED_TIMESTAMP), optional=False),
+            Field("shipped_at", ColumnType(Kind.ZONED_TIMESTAMP)),
+            Field("tracking_number", ColumnType(Kind.STRING)),
+            Field("updated_at", ColumnType(Kind.ZONED_TIMESTAMP), optional=False),
+        ),
+    )
+
+
+def envelopes(server: str, registry_url: str, n: int) -> list[tuple[bytes | None, bytes | None]]:
+    """N encoded changes: orders placed, then paid, touched (updated_at only), shipped."""
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+    from contracts.envelope import ChangeEvent, PgPosition, Source
+    from contracts.technical import AvroEncoder
+
+    table = orders_table(server)
+    probe = AvroEncoder(table, 0, 0)
+    client = SchemaRegistryClient({"url": registry_url})
+    topic = table.namespace
+    assert probe.schemas.key is not None
+    key_id = client.register_schema(f"{topic}-key", Schema(json.dumps(probe.schemas.key), "AVRO"))
+    value_id = client.register_schema(
+        f"{topic}-value", Schema(json.dumps(probe.schemas.value), "AVRO")
+    )
+    encoder = AvroEncoder(table, key_id, value_id)
+    orders = n // 4
+    rows: dict[int, dict[str, Any]] = {}
+    out: list[tuple[bytes | None, bytes | None]] = []
+    lsn = 1_000_000
+    for step in ("c", "paid", "touch", "shipped"):
+        for order_id in range(1, orders + 1):
+            lsn += 16
+            before = rows.get(order_id)
+            if step == "c":
+                after = {
+                    "id": order_id,
+                    "customer_id": order_id % 997,
+                    "status": "pending",
+                    "total": Decimal(order_id % 500) + Decimal("0.99"),
+                    "currency": "EUR",
+                    "placed_at": T0 + timedelta(seconds=order_id),
+                    "shipped_at": None,
+                    "tracking_number": None,
+                    "updated_at": T0 + timedelta(seconds=order_id),
+                }
+            elif step == "touch":
+                assert before is not None
+                after = dict(before, updated_at=before["updated_at"] + timedelta(minutes=1))
+            elif step == "shipped":
+                assert before is not None
+                after = dict(
+                    before,
+                    status="shipped",
+                    tracking_number=f"TRK{order_id:08d}",
+                    shipped_at=T0 + timedelta(days=1),
+                    updated_at=T0 + timedelta(days=1),
+                )
+            else:
+                assert before is not None
+                after = dict(before, status=step, updated_at=before["updated_at"] + timedelta(1))
+            rows[order_id] = after
+            change = ChangeEvent(
+                op="c" if step == "c" else "u",
+                source=Source(
+                    connector="postgresql",
+                    name=server,
+                    db="store",
+                    schema="store",
+                    table="orders",
+                    ts_ms=1714564800000,
+                    position=PgPosition(lsn=lsn, tx_id=lsn // 64),
+                ),
+                before=before,
+                after=after,
+                key={"id": order_id},
+                ts_ms=1714564800000,
+            )
+            out.append(encoder.encode(change))
+    return out
+
+
+def create_topics(bootstrap: str, topics: Sequence[str], partitions: int) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(t, partitions) for t in topics]).values():
+        future.result(30)
+
+
+def fill(bootstrap: str, topic: str, records: Sequence[tuple[bytes | None, bytes | None]]) -> None:
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+    for key, value in records:
+        while True:
+            try:
+                producer.produce(topic, key=key, value=value)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    assert producer.flush(60) == 0
+
+
+def scrape(url: str) -> dict[str, float]:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text = response.read().decode()
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("#") or " " not in line:
+            continue
+        name, value = line.rsplit(" ", 1)
+        found[name.split("{", 1)[0]] = found.get(name.split("{", 1)[0], 0.0) + float(value)
+    return found
+
+
+def rss_kb(pid: int) -> tuple[int, int]:
+    status = Path(f"/proc/{pid}/status").read_text()
+    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+    return int(fields["VmRSS"].split()[0]), int(fields["VmHWM"].split()[0])
+
+
+def measure(
+    name: str, command: list[str], env: dict[str, str], records: int, log: Path, timeout: float
+) -> tuple[float, tuple[int, int]]:
+    """Run a worker until it acknowledged ``records``; returns (records/s, (rss, peak) kB)."""
+    with open(log, "wb") as out:
+        process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
+    try:
+        url = None
+        deadline = time.monotonic() + timeout
+        while True:
+            if process.poll() is not None:
+                sys.exit(f"{name} exited {process.returncode}: {log.read_text()[-3000:]}")
+            if time.monotonic() > deadline:
+                sys.exit(f"{name}: not done within {timeout}s: {log.read_text()[-3000:]}")
+            if url is None:
+                for line in log.read_text().splitlines():
+                    if '"metrics endpoint"' in line:
+                        url = json.loads(line)["url"]
+            else:
+                m = scrape(url)
+                if m.get("bizevents_translate_acknowledged_total", 0) >= records:
+                    seconds = (
+                        m["bizevents_translate_last_ack_timestamp_seconds"]
+                        - m["bizevents_translate_first_block_timestamp_seconds"]
+                    )
+                    return m["bizevents_translate_acknowledged_total"] / seconds, rss_kb(
+                        process.pid
+                    )
+            time.sleep(0.1)
+    finally:
+        process.terminate()
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def passthrough_child() -> None:
+    """Role (a): the worker's lean path with a processor that copies bytes."""
+    from bizevents.logging import configure_logging
+    from bizevents.settings import load_settings
+    from translators.metrics import WorkerStats, serve_metrics
+    from translators.pipeline import OutRecord, Result
+    from translators.worker import build_app, run_worker
+
+    settings = load_settings()
+    configure_logging("INFO", "json")
+    source, sink = os.environ["BENCH_SOURCE"], os.environ["BENCH_SINK"]
+
+    def copy(topic: str, partition: int, records: Sequence[Any]) -> Result:
+        return Result(
+            records=[OutRecord(sink, r.key, r.value, list(r.headers), "", "-") for r in records]
+        )
+
+    stats = WorkerStats(settings.translate.group_id)
+    _, port = serve_metrics(stats, "127.0.0.1", 0)
+    import structlog
+
+    structlog.get_logger("bench").info("metrics endpoint", url=f"http://127.0.0.1:{port}/metrics")
+    datadir = Path(tempfile.mkdtemp(prefix="bench-passthrough-"))
+    run_worker(build_app(settings, [source], copy, stats, datadir))
+
+
+def core_only(server: str, registry_url: str, records: Sequence[tuple[bytes | None, bytes | None]]) -> float:
+    """The translation core alone on 20,000 of the records (no Kafka): the ceiling."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    from bizevents_store.translators import orders_v2
+    from contracts.serde import BusinessSerializer
+    from contracts.technical import AutoDecoder
+    from translators.pipeline import Pipeline, SourceRecord
+
+    client = SchemaRegistryClient({"url": registry_url})
+    schemas: dict[int, str] = {}
+
+    def lookup(schema_id: int) -> str:
+        if schema_id not in schemas:
+            schemas[schema_id] = client.get_schema(schema_id).schema_str
+        return schemas[schema_id]
+
+    pipeline = Pipeline([orders_v2], AutoDecoder(lookup), BusinessSerializer(client))
+    topic = f"{server}.store.orders"
+    sample = [SourceRecord(topic, 0, i, k, v) for i, (k, v) in enumerate(records[:20_000])]
+    pipeline.process(sample[:200])
+    started = time.perf_counter()
+    pipeline.process(sample)
+    return len(sample) / (time.perf_counter() - started)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=200_000)
+    parser.add_argument("--poll", type=int, default=5_000, help="translate.max_poll_records")
+    parser.add_argument("--stack-json", type=Path, help="endpoints of a running stack")
+    parser.add_argument("--timeout", type=float, default=600)
+    parser.add_argument("--role", choices=["bench", "passthrough"], default="bench")
+    args = parser.parse_args()
+    if args.role == "passthrough":
+        passthrough_child()
+        return
+
+    from bizevents.devstack import DevStack, Endpoints
+    from bizevents.settings import DevSettings
+
+    stack = None
+    tmp = Path(tempfile.mkdtemp(prefix="bench-translate-"))
+    if args.stack_json:
+        endpoints = Endpoints(**json.loads(args.stack_json.read_text()))
+    else:
+        stack = DevStack(tmp / "stack", DevSettings(broker_port=0, registry_port=0, postgres_port=0))
+        stack.up()
+        endpoints = stack.endpoints()
+    try:
+        tag = uuid.uuid4().hex[:8]
+        server = f"bench{tag}"
+        source = f"{server}.store.orders"
+        sink = f"bench.passthrough.{tag}"
+        bootstrap = endpoints.bootstrap_servers
+        create_topics(bootstrap, [source, sink], 4)
+        started = time.perf_counter()
+        records = envelopes(server, endpoints.registry_url, args.records)
+        encoded_s = time.perf_counter() - started
+        started = time.perf_counter()
+        fill(bootstrap, source, records)
+        print(
+            f"technical topic {source}: {len(records):,} Avro envelopes "
+            f"(encoded in {encoded_s:.1f}s, produced in {time.perf_counter() - started:.1f}s)"
+        )
+        base_env = {
+            **os.environ,
+            "BIZEVENTS_KAFKA__BOOTSTRAP_SERVERS": bootstrap,
+            "BIZEVENTS_REGISTRY__URL": endpoints.registry_url,
+            "BIZEVENTS_TRANSLATE__MAX_POLL_RECORDS": str(args.poll),
+            "BIZEVENTS_LOG_FORMAT": "json",
+            "BIZEVENTS_LOG_LEVEL": "INFO",
+        }
+        rate_a, _ = measure(
+            "passthrough",
+            [sys.executable, str(Path(__file__).resolve()), "--role", "passthrough"],
+            {
+                **base_env,
+                "BENCH_SOURCE": source,
+                "BENCH_SINK": sink,
+                "BIZEVENTS_TRANSLATE__GROUP_ID": f"bench-pass-{tag}",
+            },
+            len(records),
+            tmp / "passthrough.log",
+            args.timeout,
+        )
+        print(f"(a) passthrough (lean Faust path, bytes copied): {rate_a:,.0f} records/s")
+        rate_b, (rss, peak) = measure(
+            "bizevents translate",
+            [sys.executable, "-m", "bizevents", "translate"],
+            {
+                **base_env,
+                "BIZEVENTS_TRANSLATORS": json.dumps({"orders": 2}),
+                "BIZEVENTS_TRANSLATE__TOPIC_PREFIX": server,
+                "BIZEVENTS_TRANSLATE__GROUP_ID": f"bench-translate-{tag}",
+                "BIZEVENTS_TRANSLATE__DEAD_LETTER_TOPIC": f"bench.dead-letter.{tag}",
+                "BIZEVENTS_TRANSLATE__METRICS_PORT": "0",
+                "BIZEVENTS_STATE_DIR": str(tmp / "state"),
+            },
+            len(records),
+            tmp / "translate.log",
+            args.timeout,
+        )
+        print(
+            f"(b) bizevents translate (orders@2, Avro in → Avro out): {rate_b:,.0f} records/s, "
+            f"RSS {rss / 1024:.0f} MB (peak {peak / 1024:.0f} MB)"
+        )
+        core = core_only(server, endpoints.registry_url, records)
+        print(f"    translation core alone (decode, translate, stamp, serialize; no Kafka): {core:,.0f}/s")
+        ratio = rate_b / rate_a
+        print(
+            f"worker / {TARGET:,}/s target: {rate_b / TARGET:.2f} "
+            f"({'met' if rate_b >= TARGET else 'MISSED'})"
+        )
+        print(
+            f"worker / passthrough: {ratio:.2f} (target ≥ {RATIO_TARGET}: "
+            f"{'met' if ratio >= RATIO_TARGET else 'MISSED'})"
+        )
+        print(f"worker RSS ≤ 300 MB: {'met' if peak <= 300 * 1024 else 'MISSED'}")
+    finally:
+        if stack is not None:
+            stack.down(purge=True)
+
+
+if __name__ == "__main__":
+    main()

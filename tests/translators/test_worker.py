@@ -1,0 +1,235 @@
+"""The translator worker's pure parts: topics, partitioning, start-up checks, block acks.
+
+The Faust wiring relies on private attributes of faust-streaming 0.15.3; the tests
+here pin them, and tests/integration/test_translate_worker.py runs the path for real.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import weakref
+import zlib
+from collections import defaultdict
+from dataclasses import dataclass, field
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka.schema_registry.error import SchemaRegistryError
+from faust.transport.drivers.aiokafka import Consumer as FaustConsumer
+from faust.types import TP
+from intervaltree import IntervalTree
+
+from bizevents.exceptions import ConfigError
+from bizevents.settings import TranslateSettings
+from tests.translators.sample import ThingCreated, things_v1, things_v2
+from translators import translator
+from translators._faust import PRIVATE_CONSUMER_ATTRIBUTES, BlockAcker, RecordBlock
+from translators.exceptions import PluginError
+from translators.worker import check_contracts, partition_for, readers, technical_topics
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@translator(name="all-things", version=1, sources=["inventory.thing_*"], emits=[ThingCreated])
+def all_things(change: Any) -> None:
+    return None
+
+
+# -- topics and partitions -------------------------------------------------------------
+
+
+def test_topics_are_prefix_schema_table() -> None:
+    """Each source ``schema.table`` becomes ``<prefix>.<schema>.<table>``, once."""
+    settings = TranslateSettings(topic_prefix="shop")
+    assert technical_topics([things_v1, things_v2], settings) == ["shop.public.things"]
+
+
+def test_wildcard_sources_match_existing_topics() -> None:
+    """A wildcard source subscribes the matching topics that exist at start-up."""
+    existing = ["shop.inventory.thing_a", "shop.inventory.thing_b", "other.inventory.thing_c"]
+    topics = technical_topics([all_things], TranslateSettings(topic_prefix="shop"), existing)
+    assert topics == ["shop.inventory.thing_a", "shop.inventory.thing_b"]
+    assert readers([all_things, things_v1], topics)["shop.inventory.thing_a"] == (
+        "all-things@1",
+    )
+
+
+def test_wildcard_without_a_topic_names_the_translator() -> None:
+    with pytest.raises(ConfigError, match=r"translator all-things@1 reads 'inventory.thing_\*'"):
+        technical_topics([all_things], TranslateSettings(topic_prefix="shop"), ["shop.x.y"])
+
+
+def test_explicit_topics_win_and_a_prefix_is_needed_otherwise() -> None:
+    explicit = TranslateSettings(topics=("b.public.things", "a.public.things"))
+    assert technical_topics([things_v1], explicit) == ["a.public.things", "b.public.things"]
+    with pytest.raises(ConfigError, match="translate.topic_prefix"):
+        technical_topics([things_v1], TranslateSettings())
+
+
+@pytest.mark.parametrize("key", [b"", b"\x00\x00\x00\x00\x01\x02", b"order-42"], ids=repr)
+def test_partition_is_librdkafkas_consistent_hash(key: bytes) -> None:
+    """crc32(key) % n: the partition librdkafka's default partitioner picks for a key."""
+    assert partition_for(key, 6) == zlib.crc32(key) % 6
+    assert partition_for(None, 6) == 0
+
+
+def test_settings_refuse_a_heartbeat_too_close_to_the_session() -> None:
+    with pytest.raises(ValueError, match="heartbeat_interval_s"):
+        TranslateSettings(session_timeout_s=6, heartbeat_interval_s=3)
+
+
+# -- contracts at start-up ----------------------------------------------------------------
+
+
+@dataclass
+class FakeRegistry:
+    refuse: int | None = None
+    registered: dict[str, str] = field(default_factory=dict)
+
+    def register_schema(self, subject: str, schema: Any) -> int:
+        if self.refuse is not None:
+            raise SchemaRegistryError(self.refuse, 409, "READER_FIELD_MISSING_DEFAULT_VALUE")
+        self.registered[subject] = schema.schema_str
+        return len(self.registered)
+
+    def lookup_schema(self, subject: str, schema: Any) -> Any:
+        raise SchemaRegistryError(404, 40403, "Schema not found")
+
+
+def _subject(contract: Any) -> str:
+    return f"{contract.contract_topic()}-value"
+
+
+def test_contracts_are_registered_under_their_subjects() -> None:
+    registry = FakeRegistry()
+    ids = check_contracts([things_v1], registry, _subject, auto_register=True)
+    assert set(ids) == {"test.thing-created-value", "test.thing-renamed-value"}
+
+
+def test_an_incompatible_contract_fails_start_up_naming_the_plugin() -> None:
+    with pytest.raises(PluginError) as caught:
+        check_contracts([things_v1], FakeRegistry(refuse=409), _subject, auto_register=True)
+    message = str(caught.value)
+    assert "translator things@1" in message
+    assert "tests.translators.sample.things_v1" in message  # the plugin
+    assert "test.things.ThingCreated" in message and "incompatible" in message
+
+
+def test_a_missing_contract_fails_start_up_without_auto_registration() -> None:
+    with pytest.raises(PluginError, match="is not registered under test.thing-created-value"):
+        check_contracts([things_v1], FakeRegistry(), _subject, auto_register=False)
+
+
+def test_cli_refuses_a_pin_with_no_such_version() -> None:
+    """``bizevents translate`` with ``orders = 9`` exits 1 with a sentence naming it."""
+    env = {**os.environ, "BIZEVENTS_TRANSLATORS": '{"orders": 9}', "BIZEVENTS_LOG_FORMAT": "json"}
+    done = subprocess.run(
+        [sys.executable, "-m", "bizevents", "translate"],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert "no translator orders@9 is registered (orders has versions [1, 2])" in done.stderr
+
+
+# -- the Faust internals the lean path relies on ----------------------------------------------
+
+
+def test_faust_is_the_pinned_version_with_the_private_attributes_used() -> None:
+    """A faust-streaming upgrade must fail here first, not in production."""
+    import faust
+
+    assert version("faust-streaming") == "0.15.3"
+    app = faust.App("test-internals", broker="kafka://127.0.0.1:1", web_enabled=False)
+    consumer = app.consumer
+    for name in PRIVATE_CONSUMER_ATTRIBUTES:
+        assert hasattr(consumer, name), name
+    for method in ("_drain_messages", "_wait_next_records", "perform_seek", "_to_message"):
+        assert callable(getattr(FaustConsumer, method)), method
+    assert hasattr(app.topics, "_tp_index")
+    assert hasattr(app, "consumer_generation_id")
+
+
+@dataclass
+class _App:
+    consumer_generation_id: int = 1
+
+
+class FakeConsumer:
+    """The bookkeeping attributes of Faust's consumer, and its own ``_new_offset``."""
+
+    def __init__(self) -> None:
+        self.app = _App()
+        self._acked: dict[TP, list[int]] = defaultdict(list)
+        self._acked_index: dict[TP, set[int]] = defaultdict(set)
+        self._committed_offset: dict[TP, int | None] = defaultdict(lambda: None)
+        self._gap: dict[TP, IntervalTree] = defaultdict(IntervalTree)
+        self._n_acked = 0
+        self._unacked_messages: weakref.WeakSet[Any] = weakref.WeakSet()
+
+    def committable(self, tp: TP) -> int | None:
+        """What Faust would commit now (its own code)."""
+        offset: int | None = FaustConsumer._new_offset(self, tp)  # type: ignore[arg-type]
+        if offset is not None:
+            self._committed_offset[tp] = offset
+        return offset
+
+
+@dataclass
+class _Record:
+    offset: int
+
+
+TP0 = TP("t", 0)
+
+
+def block(offsets: range | list[int], generation: int = 1) -> RecordBlock:
+    return RecordBlock(TP0, [_Record(o) for o in offsets], generation)
+
+
+def test_blocks_acked_in_order_make_their_offsets_committable() -> None:
+    consumer = FakeConsumer()
+    acker = BlockAcker(consumer)
+    first, second = block(range(0, 100)), block(range(100, 250))
+    consumer._unacked_messages.add(first)
+    acker.ack(first)
+    assert first.acked and first not in consumer._unacked_messages
+    assert consumer.committable(TP0) == 100
+    acker.ack(second)
+    assert consumer.committable(TP0) == 250
+    assert consumer._n_acked == 250
+
+
+def test_offsets_the_broker_skipped_do_not_stop_commits() -> None:
+    """A compacted-away range between two blocks is acknowledged with the later block."""
+    consumer = FakeConsumer()
+    acker = BlockAcker(consumer)
+    acker.ack(block([0, 1, 2]))
+    acker.ack(block([10, 11]))  # 3..9 were compacted away
+    assert consumer.committable(TP0) == 12
+
+
+def test_a_new_assignment_starts_at_the_committed_offset() -> None:
+    consumer = FakeConsumer()
+    consumer._committed_offset[TP0] = 40
+    acker = BlockAcker(consumer)
+    acker.ack(block([45, 46]))  # 40..44 compacted away: still committable
+    assert consumer.committable(TP0) == 47
+
+
+def test_a_block_of_an_earlier_generation_is_not_acknowledged() -> None:
+    """After a rebalance its partition may be elsewhere: it is read again instead."""
+    consumer = FakeConsumer()
+    acker = BlockAcker(consumer)
+    old = block(range(0, 10), generation=1)
+    consumer.app.consumer_generation_id = 2
+    assert acker.ack(old) == 0
+    assert old.acked  # Faust's wait_empty must not wait for it
+    assert consumer.committable(TP0) is None
