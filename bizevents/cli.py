@@ -9,6 +9,7 @@ import click
 from bizevents.capturecli import capture
 from bizevents.contractscli import contracts
 from bizevents.devcli import dev
+from bizevents.replaycli import replay
 from bizevents.translatecli import translate
 from bizevents.translatorscli import translators
 
@@ -53,3 +54,4 @@ main.add_command(translators)
 main.add_command(contracts)
 main.add_command(capture)
 main.add_command(translate)
+main.add_command(replay)

@@ -1,0 +1,405 @@
+"""The replay driver: check, plan (or resume), run one Spark job per range, record, sum up.
+
+Every range is its own Spark job, submitted from a pool of driver threads as wide
+as the cluster's default parallelism (plus one, so a slot never waits for the
+driver). That costs a fraction of a second per range and buys what a run needs: the
+driver learns of each finished range at once, writes it to the run state (so a
+killed driver loses at most the ranges in flight, and their output carries the same
+event ids when they run again), and shows progress as ranges finish.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import threading
+import uuid
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from time import perf_counter
+from typing import Any, Protocol
+
+import structlog
+
+from bizevents.exceptions import BizeventsError, TransientError
+from bizevents.settings import Settings
+from replay.compaction import KeyIndex
+from replay.diff import DiffReport
+from replay.exceptions import RangeFailedError, RegistryUnreachableError, ReplayConfigError
+from replay.plan import Planner, Range, slices
+from replay.spec import ReplaySpec
+from replay.state import RunState
+from replay.task import TaskConfig, TaskReport, index_range, run_range
+from translators.api import Translator
+
+log = structlog.get_logger("replay")
+
+
+class Listener(Protocol):
+    """Progress of a run, for a terminal or a test."""
+
+    def planned(self, total: int, skipped: int, offsets: int) -> None: ...
+
+    def phase(self, name: str) -> None: ...
+
+    def finished(self, report: TaskReport) -> None: ...
+
+
+class _Quiet:
+    def planned(self, total: int, skipped: int, offsets: int) -> None:
+        pass
+
+    def phase(self, name: str) -> None:
+        pass
+
+    def finished(self, report: TaskReport) -> None:
+        pass
+
+
+@dataclass
+class Summary:
+    """What a run did (this attempt, plus what earlier attempts of the run id did)."""
+
+    run_id: str
+    state_path: Path
+    ranges: int
+    skipped: int  # finished by an earlier attempt
+    reports: list[TaskReport] = field(default_factory=list)
+    seconds: float = 0.0
+    diff: DiffReport | None = None
+
+    def total(self, name: str) -> int:
+        return int(sum(getattr(r, name) for r in self.reports))
+
+    @property
+    def events(self) -> dict[str, int]:
+        found: dict[str, int] = {}
+        for report in self.reports:
+            for topic, n in report.events.items():
+                found[topic] = found.get(topic, 0) + n
+        return found
+
+    @property
+    def records_per_s(self) -> float:
+        return self.total("read") / self.seconds if self.seconds else 0.0
+
+    @property
+    def events_per_s(self) -> float:
+        return sum(self.events.values()) / self.seconds if self.seconds else 0.0
+
+
+def spark_session(master: str | None, app_name: str = "bizevents-replay") -> Any:
+    """The running session (tests, spark-submit) or a new one (``--master``, else local[*])."""
+    from pyspark.sql import SparkSession
+
+    existing = SparkSession.getActiveSession() or SparkSession._instantiatedSession
+    if existing is not None and master is None:
+        return existing
+    builder = SparkSession.builder.appName(app_name)
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit started this driver
+    if master is not None:
+        builder = builder.master(master)
+    elif not submitted:
+        builder = builder.master("local[*]")
+    if not submitted:
+        # PySpark starts its workers with PYSPARK_PYTHON, else whatever "python3" is on
+        # PATH: not necessarily the environment bizevents and the plugins live in.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = builder.config("spark.ui.showConsoleProgress", "false")
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    return session
+
+
+def _check_registry(conf: dict[str, Any], url: str) -> Any:
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    client = SchemaRegistryClient(dict(conf))
+    try:
+        client.get_subjects()
+    except Exception as exc:
+        raise RegistryUnreachableError(
+            f"the schema registry at {url} cannot be reached ({type(exc).__name__}: {exc}); "
+            "the replay needs it to decode technical records"
+        ) from exc
+    return client
+
+
+def _check_contracts(
+    client: Any, translators: Sequence[Translator], strategy: str, auto_register: bool
+) -> None:
+    """Register (or find) every contract the output needs before a task runs."""
+    from confluent_kafka.schema_registry import Schema
+
+    from contracts.subjects import subject_strategy
+
+    name_of = subject_strategy(strategy)
+    for item in translators:
+        for contract in item.emits:
+            subject = name_of(contract.contract_topic(), contract.contract_fullname())
+            schema = Schema(contract.contract_schema_text(), "AVRO")
+            try:
+                if auto_register:
+                    client.register_schema(subject, schema)
+                else:
+                    client.lookup_schema(subject, schema)
+            except Exception as exc:
+                raise ReplayConfigError(
+                    f"contract {contract.contract_fullname()} of {item.ref} cannot be used "
+                    f"under subject {subject}: {exc}"
+                ) from exc
+
+
+def _ensure_topics(kafka: dict[str, Any], topics: Sequence[str], partitions: int) -> dict[str, int]:
+    """Create the missing output topics; ``topic -> partition count`` of each."""
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.cimpl import NewTopic
+
+    admin = AdminClient({**kafka, "log.connection.close": False})
+    try:
+        existing = admin.list_topics(timeout=30).topics
+        missing = [t for t in topics if t not in existing]
+        if missing:
+            futures = admin.create_topics([NewTopic(t, partitions) for t in missing])
+            for topic, future in futures.items():
+                try:
+                    future.result(30)
+                except Exception as exc:
+                    if "TOPIC_ALREADY_EXISTS" not in str(exc):
+                        raise ReplayConfigError(
+                            f"cannot create the output topic {topic}: {exc}"
+                        ) from exc
+            existing = admin.list_topics(timeout=30).topics
+    except BizeventsError:
+        raise
+    except Exception as exc:
+        raise TransientError(f"cannot reach the Kafka cluster to prepare topics: {exc}") from exc
+    counts = {t: len(existing[t].partitions) for t in topics if t in existing}
+    absent = [t for t in topics if not counts.get(t)]
+    if absent:
+        raise TransientError(f"the output topics {', '.join(absent)} have no partitions yet")
+    return counts
+
+
+_PY_ERROR = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit)): (.+)$", re.MULTILINE)
+
+
+def task_error(exc: BaseException) -> str:
+    """The Python exception that failed a Spark task, out of Spark's long message."""
+    text = str(exc)
+    found = [m for m in _PY_ERROR.finditer(text) if not m.group(1).startswith(("org.", "java."))]
+    if found:
+        last = found[-1]
+        return f"{last.group(1).rsplit('.', 1)[-1]}: {last.group(2).strip()}"
+    return text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+
+
+class ReplayJob:
+    """One run of ``bizevents replay``."""
+
+    def __init__(
+        self,
+        spec: ReplaySpec,
+        settings: Settings,
+        *,
+        spark: Any = None,
+        master: str | None = None,
+        listener: Listener | None = None,
+        parallel_jobs: int | None = None,
+        producer: dict[str, Any] | None = None,
+    ) -> None:
+        self.spec = spec
+        self.settings = settings
+        self.spark = spark
+        self.master = master
+        self.listener = listener or _Quiet()
+        self.parallel_jobs = parallel_jobs
+        self.producer = producer or {}
+
+    # -- preparation (no Spark yet: errors come fast) ---------------------------------
+
+    def _translators(self) -> tuple[Translator, Translator | None]:
+        from translators.registry import discover
+
+        registry = discover()
+        ours = registry.resolve(self.spec.translator)
+        theirs = None
+        if self.spec.diff_against is not None:
+            theirs = registry.resolve(self.spec.diff_against)
+        return ours, theirs
+
+    def _state(self) -> RunState:
+        state_dir = self.settings.state_dir
+        fingerprint = self.spec.fingerprint()
+        state = RunState.load(state_dir, self.spec.run_id)
+        if state is not None:
+            state.check(fingerprint)
+            log.info("resuming", run_id=self.spec.run_id, done=len(state.done))
+            return state
+        planner = Planner(self.settings.kafka.librdkafka())
+        spans = planner.spans(self.spec.topics, self.spec.start, self.spec.until)
+        return RunState.create(
+            state_dir, self.spec.run_id, fingerprint, slices(spans, self.spec.slice_size)
+        )
+
+    def prepare(self) -> tuple[RunState, TaskConfig]:
+        spec, settings = self.spec, self.settings
+        ours, theirs = self._translators()
+        client = _check_registry(settings.registry.client_config(), settings.registry.url)
+        state = self._state()
+        kafka = settings.kafka.librdkafka()
+        dead_letters = settings.translate.dead_letter_topic
+        partitions: dict[str, int] = {}
+        output = spec.output
+        if output is not None:
+            dead_letters = output.dead_letter_topic(dead_letters)
+            _check_contracts(
+                client,
+                [ours],
+                settings.translate.subject_strategy,
+                settings.translate.auto_register,
+            )
+            if output.kind == "path":
+                Path(output.target).mkdir(parents=True, exist_ok=True)
+            else:
+                topics = sorted(
+                    {output.topic_for(c.contract_topic()) for c in ours.emits} | {dead_letters}
+                )
+                partitions = _ensure_topics(kafka, topics, settings.translate.output_partitions)
+        config = TaskConfig(
+            token=uuid.uuid4().hex,
+            kafka=kafka,
+            registry=settings.registry.client_config(),
+            translator=ours.ref,
+            output=output,
+            diff_against=None if theirs is None else theirs.ref,
+            compact=spec.compact,
+            since_ms=None if spec.start is None else spec.start.timestamp_ms,
+            until_ms=None if spec.until is None else spec.until.timestamp_ms,
+            subject_strategy=settings.translate.subject_strategy,
+            auto_register=settings.translate.auto_register,
+            dead_letter_topic=dead_letters,
+            partitions=partitions,
+            producer=self.producer,
+        )
+        return state, config
+
+    # -- running --------------------------------------------------------------------------
+
+    def run(self) -> Summary:
+        started = perf_counter()
+        state, config = self.prepare()
+        pending = state.pending()
+        summary = Summary(
+            state.run_id, state.path, len(state.ranges), len(state.ranges) - len(pending)
+        )
+        self.listener.planned(len(state.ranges), summary.skipped, sum(r.size for r in state.ranges))
+        if pending:
+            if self.spark is None:
+                self.spark = spark_session(self.master)
+            survivors = self._survivors(state, pending, config) if config.compact else {}
+            self.listener.phase("replay")
+            summary.reports = self._run_ranges(state, pending, config, survivors)
+        if self.spec.dry_run:
+            summary.diff = DiffReport()
+            for report in summary.reports:
+                if report.diff is not None:
+                    summary.diff.merge(report.diff)
+        else:
+            state.finish()
+        summary.seconds = perf_counter() - started
+        return summary
+
+    def _pool(self) -> ThreadPoolExecutor:
+        width = self.parallel_jobs or int(self.spark.sparkContext.defaultParallelism) + 1
+        return ThreadPoolExecutor(max_workers=max(1, width), thread_name_prefix="replay-job")
+
+    def _job(self, func: Callable[..., Any], *args: Any) -> Any:
+        def one(_: Any) -> Any:
+            return func(*args)
+
+        return self.spark.sparkContext.parallelize([0], 1).map(one).collect()[0]
+
+    def _survivors(
+        self, state: RunState, pending: Sequence[Range], config: TaskConfig
+    ) -> dict[str, list[int]]:
+        """Phase one of ``--compact`` for partitions cut in several slices."""
+        partitions = {(r.topic, r.partition) for r in pending if r.slices > 1}
+        if not partitions:
+            return {}
+        self.listener.phase("compaction index")
+        wanted = [r for r in state.ranges if (r.topic, r.partition) in partitions]
+        merged: dict[tuple[str, int], KeyIndex] = {}
+        lock = threading.Lock()
+        with self._pool() as pool:
+            futures = {pool.submit(self._job, index_range, config, r): r for r in wanted}
+            for future, rng in futures.items():
+                index = self._result(future, rng)
+                with lock:
+                    found = merged.get((rng.topic, rng.partition))
+                    if found is None:
+                        merged[(rng.topic, rng.partition)] = index
+                    else:
+                        found.merge(index)
+        result: dict[str, list[int]] = {}
+        for rng in pending:
+            index = merged.get((rng.topic, rng.partition))
+            if index is not None:
+                result[rng.id] = [o for o in index.survivors() if rng.start <= o < rng.end]
+        return result
+
+    def _result(self, future: Future[Any], rng: Range) -> Any:
+        try:
+            return future.result()
+        except BizeventsError:
+            raise
+        except Exception as exc:
+            raise RangeFailedError(
+                f"range {rng.id} failed: {task_error(exc)}; "
+                f"rerun with --run-id {self.spec.run_id} to continue"
+            ) from exc
+
+    def _run_ranges(
+        self,
+        state: RunState,
+        pending: Sequence[Range],
+        config: TaskConfig,
+        survivors: dict[str, list[int]],
+    ) -> list[TaskReport]:
+        reports: list[TaskReport] = []
+        failure: RangeFailedError | None = None
+        with self._pool() as pool:
+            running: dict[Future[Any], Range] = {}
+            queue = list(pending)
+            width = pool._max_workers
+            while queue or running:
+                while queue and len(running) < width and failure is None:
+                    rng = queue.pop(0)
+                    future = pool.submit(self._job, run_range, config, rng, survivors.get(rng.id))
+                    running[future] = rng
+                if not running:
+                    break
+                finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    rng = running.pop(future)
+                    try:
+                        report: TaskReport = self._result(future, rng)
+                    except RangeFailedError as exc:
+                        failure = failure or exc
+                        continue
+                    if not self.spec.dry_run:
+                        state.mark_done(rng.id, _report_dict(report))
+                    reports.append(report)
+                    self.listener.finished(report)
+        if failure is not None:
+            raise failure
+        return reports
+
+
+def _report_dict(report: TaskReport) -> dict[str, Any]:
+    data = asdict(report)
+    data.pop("diff", None)
+    return data

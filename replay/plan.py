@@ -1,0 +1,213 @@
+"""Planning on the driver: which topics, which offset range of each partition, which slices.
+
+The plan is a snapshot taken when a run starts: for each partition, the range from
+the low watermark (or ``--from``) to the high watermark (or ``--until``). The high
+watermark comes from a Fetch response (librdkafka's cached watermarks after a
+consume), because ListOffsets(latest) is wrong on the embedded broker (it answers
+the last batch's base offset + 1; see docs/broker.md). A partition larger than the
+slice size is cut into slices; each slice is one Spark task.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Final
+
+from bizevents.exceptions import TransientError
+from replay.exceptions import ReplayConfigError, TopicNotFoundError
+from replay.spec import Bound
+
+#: Consumer settings of every replay read: assign mode, no group, nothing committed.
+READER_SETTINGS: Final[dict[str, Any]] = {
+    "group.id": "bizevents-replay",  # librdkafka wants one; assign mode never joins it
+    "enable.auto.commit": False,
+    "enable.auto.offset.store": False,
+    "enable.partition.eof": True,
+    "auto.offset.reset": "earliest",
+    # Technical topics are written without transactions (capture, Debezium): a
+    # read_committed reader would stall on the embedded broker's never-ending
+    # transactions without gaining anything (it does not filter aborted records).
+    "isolation.level": "read_uncommitted",
+    "log.connection.close": False,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """One partition's snapshot: ``[start, end)`` to read (watermarks already bounded)."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Range:
+    """One Spark task's work: ``[start, end)`` of one partition, slice ``index`` of ``slices``."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+    index: int = 0
+    slices: int = 1
+
+    @property
+    def id(self) -> str:
+        return f"{self.topic}/{self.partition}/{self.start}-{self.end}"
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+    @property
+    def file_stem(self) -> str:
+        """A file name for this range's output (topic names may hold dots, never slashes)."""
+        return f"{self.topic}-{self.partition}-{self.start:020d}-{self.end:020d}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Range:
+        return cls(**data)
+
+
+def matching_topics(pattern: str, topics: Iterable[str]) -> list[str]:
+    """Topics matching any comma-separated glob of ``pattern`` (``shop.store.*``).
+
+    Internal topics (a leading ``_``) only match a glob that names them explicitly.
+    """
+    globs = [p.strip() for p in pattern.split(",") if p.strip()]
+    if not globs:
+        raise ReplayConfigError("--topics is empty; give a name or a glob, e.g. shop.store.*")
+    found = set()
+    for topic in topics:
+        for glob in globs:
+            if topic.startswith("_") and not glob.startswith("_"):
+                continue
+            if fnmatch.fnmatchcase(topic, glob):
+                found.add(topic)
+    return sorted(found)
+
+
+def slices(spans: Sequence[Span], slice_size: int) -> list[Range]:
+    """Cut every span into ranges of at most ``slice_size`` offsets; empty spans vanish."""
+    ranges: list[Range] = []
+    for span in spans:
+        size = span.end - span.start
+        if size <= 0:
+            continue
+        count = -(-size // slice_size)
+        step = -(-size // count)  # even slices, the last one maybe shorter
+        for index in range(count):
+            start = span.start + index * step
+            ranges.append(
+                Range(span.topic, span.partition, start, min(span.end, start + step), index, count)
+            )
+    return ranges
+
+
+def bounded(low: int, high: int, start: Bound | None, until: Bound | None) -> tuple[int, int]:
+    """The offsets to read of ``[low, high)``; timestamp bounds filter records later."""
+    first = low
+    last = high
+    if start is not None and start.offset is not None:
+        first = max(low, start.offset)
+    if until is not None and until.offset is not None:
+        last = min(high, until.offset)
+    return first, max(first, last)
+
+
+class Planner:
+    """Reads the cluster's metadata and each partition's watermarks (driver side)."""
+
+    def __init__(self, kafka: Mapping[str, Any], timeout_s: float = 30.0) -> None:
+        self.kafka = dict(kafka)
+        self.timeout_s = timeout_s
+
+    def topics(self, pattern: str) -> dict[str, int]:
+        """``topic -> partition count`` of the topics matching ``pattern``."""
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({**self.kafka, "log.connection.close": False})
+        try:
+            # list_topics() with no topic asks for all topics; naming one would make
+            # the embedded broker auto-create it.
+            metadata = admin.list_topics(timeout=self.timeout_s)
+        except Exception as exc:
+            raise TransientError(
+                f"cannot read the topics of {self.kafka.get('bootstrap.servers')}: {exc}"
+            ) from exc
+        names = matching_topics(pattern, metadata.topics)
+        if not names:
+            raise TopicNotFoundError(
+                f"no topic matches --topics {pattern!r} on {self.kafka.get('bootstrap.servers')}"
+            )
+        return {name: len(metadata.topics[name].partitions) for name in names}
+
+    def watermarks(
+        self, partitions: Sequence[tuple[str, int]]
+    ) -> dict[tuple[str, int], tuple[int, int]]:
+        """``(low, high)`` per partition, from Fetch responses (not ListOffsets)."""
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+
+        consumer = Consumer(
+            {
+                **self.kafka,
+                **READER_SETTINGS,
+                # one small fetch per partition is all this needs
+                "fetch.max.bytes": 1 << 20,
+                "max.partition.fetch.bytes": 64 << 10,
+                "queued.max.messages.kbytes": 1024,
+            }
+        )
+        try:
+            consumer.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t, p in partitions])
+            pending = set(partitions)
+            first: dict[tuple[str, int], int] = {}
+            deadline = time.monotonic() + self.timeout_s
+            while pending:
+                if time.monotonic() > deadline:
+                    raise TransientError(
+                        f"no Fetch answer within {self.timeout_s:.0f} s for "
+                        f"{', '.join(f'{t}[{p}]' for t, p in sorted(pending)[:5])}"
+                    )
+                for message in consumer.consume(1000, 0.5):
+                    where = (str(message.topic()), int(message.partition() or 0))
+                    error = message.error()
+                    if error is not None and error.code() != KafkaError._PARTITION_EOF:
+                        raise TransientError(f"cannot read {where[0]}[{where[1]}]: {error}")
+                    if error is None:
+                        first.setdefault(where, int(message.offset() or 0))
+                    pending.discard(where)
+                    if not pending:
+                        break
+            marks: dict[tuple[str, int], tuple[int, int]] = {}
+            for topic, partition in partitions:
+                low, high = consumer.get_watermark_offsets(
+                    TopicPartition(topic, partition), cached=True
+                )
+                if high < 0:
+                    raise TransientError(f"no high watermark for {topic}[{partition}]")
+                if low < 0:  # the broker did not report a log start offset
+                    low = first.get((topic, partition), high)
+                marks[(topic, partition)] = (low, high)
+            return marks
+        finally:
+            consumer.close()
+
+    def spans(self, pattern: str, start: Bound | None, until: Bound | None) -> list[Span]:
+        counts = self.topics(pattern)
+        partitions = [(t, p) for t, n in sorted(counts.items()) for p in range(n)]
+        marks = self.watermarks(partitions)
+        spans = []
+        for topic, partition in partitions:
+            low, high = marks[(topic, partition)]
+            first, last = bounded(low, high, start, until)
+            spans.append(Span(topic, partition, first, last))
+        return spans
