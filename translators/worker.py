@@ -44,16 +44,24 @@ from pathlib import Path
 from typing import Any, Final, Protocol
 
 import structlog
+from faust.types import TP
 
 from bizevents.exceptions import ConfigError, TransientError
 from bizevents.settings import KafkaSettings, Settings, TranslateSettings
-from contracts.business import BusinessEvent
+from contracts.business import HEADER_SOURCE_OFFSET, BusinessEvent
 from contracts.exceptions import RegistryUnavailableError
 from translators._faust import BlockAcker, RecordBlock, bulk_consumer
 from translators.api import Translator
 from translators.exceptions import PluginError
 from translators.metrics import WorkerStats
-from translators.pipeline import OutRecord, Pipeline, Result, SourceRecord
+from translators.pipeline import (
+    HEADER_DLQ_REASON,
+    HEADER_DLQ_STAGE,
+    OutRecord,
+    Pipeline,
+    Result,
+    SourceRecord,
+)
 
 __all__ = [
     "BlockProcessor",
@@ -71,6 +79,8 @@ __all__ = [
 
 log = structlog.get_logger("translate")
 
+#: Records translated between two turns of the event loop (the producer sends meanwhile).
+CHUNK: Final = 1000
 #: How long a block is retried when the registry (or another peer) is unreachable.
 RETRY_BACKOFF_S: Final = (0.5, 1.0, 2.0, 5.0)
 
@@ -244,21 +254,20 @@ class BlockRunner:
             offset=block.first_offset,
             last=block.last_offset,
         )
-        result = await self._process(block, bound)
-        self.stats.add(
-            tp.topic, result.counts, result.undecodable, result.tombstones, result.unrouted
-        )
-        for out in result.records:
-            if out.dead_letter:
-                headers = dict(out.headers)
-                bound.warning(
-                    "dead-lettered",
-                    offset=int(headers.get("bizevents.source.offset", b"-1") or b"-1"),
-                    translator=out.translator or None,
-                    stage=(headers.get("bizevents.dlq.stage") or b"").decode(),
-                    reason=(headers.get("bizevents.dlq.reason") or b"").decode(errors="replace"),
-                )
-        futures = await self._produce(result.records)
+        futures: list[asyncio.Future[Any]] = []
+        records = block.records
+        for start in range(0, len(records), CHUNK):
+            # a block is processed in chunks, each produced at once, so the producer
+            # sends while the next chunk is translated (the work is CPU-bound)
+            result = await self._process(tp, records[start : start + CHUNK], bound)
+            self.stats.add(
+                tp.topic, result.counts, result.undecodable, result.tombstones, result.unrouted
+            )
+            for out in result.records:
+                if out.dead_letter:
+                    self._log_dead_letter(out, bound)
+            futures += await self._produce(result.records)
+            await asyncio.sleep(0)
         highwater = self.app.consumer.highwater(tp)
         if highwater is not None:
             self.stats.set_lag(tp.topic, tp.partition, int(highwater) - block.last_offset - 1)
@@ -274,12 +283,23 @@ class BlockRunner:
         while self._chain:
             await self._chain.popleft()
 
-    async def _process(self, block: RecordBlock, bound: Any) -> Result:
+    @staticmethod
+    def _log_dead_letter(out: OutRecord, bound: Any) -> None:
+        headers = dict(out.headers)
+        bound.warning(
+            "dead-lettered",
+            offset=int(headers.get(HEADER_SOURCE_OFFSET) or b"-1"),
+            translator=out.translator or None,
+            stage=(headers.get(HEADER_DLQ_STAGE) or b"").decode(),
+            reason=(headers.get(HEADER_DLQ_REASON) or b"").decode(errors="replace"),
+        )
+
+    async def _process(self, tp: TP, records: Sequence[Any], bound: Any) -> Result:
         """The processor's result; an unreachable peer (the registry) is retried."""
         attempt = 0
         while True:
             try:
-                return self.processor(block.tp.topic, block.tp.partition, block.records)
+                return self.processor(tp.topic, tp.partition, records)
             except TransientError as exc:
                 delay = RETRY_BACKOFF_S[min(attempt, len(RETRY_BACKOFF_S) - 1)]
                 attempt += 1
@@ -409,7 +429,7 @@ def build_app(
 
     t = settings.translate
     kafka = settings.kafka
-    app = faust.App(
+    app: Any = faust.App(
         t.group_id,
         broker=[f"kafka://{server.strip()}" for server in kafka.bootstrap_servers.split(",")],
         broker_credentials=_credentials(kafka),
@@ -443,7 +463,6 @@ def build_app(
 
     app.agent(channel, name="translate", concurrency=1)(translate)
 
-    @app.on_partitions_assigned.connect
     async def assigned(sender: Any, assigned: set[Any], **kwargs: Any) -> None:
         stats.forget_partitions((tp.topic, tp.partition) for tp in assigned)
         log.info(
@@ -451,7 +470,7 @@ def build_app(
             partitions=sorted(f"{tp.topic}[{tp.partition}]" for tp in assigned),
         )
 
-    app.bizevents_runner = runner
+    app.on_partitions_assigned.connect(assigned)
     return app
 
 
@@ -500,7 +519,7 @@ def prepare(settings: Settings) -> Plan:
         found = schemas.get(schema_id)
         if found is None:
             try:
-                found = schemas[schema_id] = client.get_schema(schema_id).schema_str
+                found = schemas[schema_id] = str(client.get_schema(schema_id).schema_str)
             except Exception as exc:
                 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
@@ -521,7 +540,7 @@ def prepare(settings: Settings) -> Plan:
 
 
 def _ensure_topics(admin: Any, existing: set[str], topics: Sequence[str], partitions: int) -> None:
-    from confluent_kafka.admin import NewTopic
+    from confluent_kafka.cimpl import NewTopic
 
     missing = [topic for topic in topics if topic not in existing]
     if not missing:

@@ -27,7 +27,8 @@ from typing import Any
 import pytest
 from bizevents_store.contracts import OrderPlaced, OrderShipped, OrderStatusChanged
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
 from bizevents.devstack import Endpoints
@@ -188,13 +189,25 @@ def read_all(bootstrap: str, topic: str, timeout: float = 30) -> list[Message]:
                 err = m.error()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
-                        at_end.add(m.partition())
+                        at_end.add(int(m.partition() or 0))
                         continue
                     raise AssertionError(str(err))
-                at_end.discard(m.partition())
-                headers = {k: v or b"" for k, v in (m.headers() or [])}
+                partition, offset = int(m.partition() or 0), int(m.offset() or 0)
+                at_end.discard(partition)
+                headers: dict[str, bytes] = {}
+                for header in m.headers() or []:
+                    name, raw = header[0], header[1]
+                    headers[name] = raw.encode() if isinstance(raw, str) else raw or b""
+                key, value = m.key(), m.value()
                 out.append(
-                    Message(m.topic(), m.partition(), m.offset(), m.key(), m.value(), headers)
+                    Message(
+                        str(m.topic()),
+                        partition,
+                        offset,
+                        key.encode() if isinstance(key, str) else key,
+                        value.encode() if isinstance(value, str) else value,
+                        headers,
+                    )
                 )
         return out
     finally:

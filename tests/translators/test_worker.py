@@ -53,9 +53,7 @@ def test_wildcard_sources_match_existing_topics() -> None:
     existing = ["shop.inventory.thing_a", "shop.inventory.thing_b", "other.inventory.thing_c"]
     topics = technical_topics([all_things], TranslateSettings(topic_prefix="shop"), existing)
     assert topics == ["shop.inventory.thing_a", "shop.inventory.thing_b"]
-    assert readers([all_things, things_v1], topics)["shop.inventory.thing_a"] == (
-        "all-things@1",
-    )
+    assert readers([all_things, things_v1], topics)["shop.inventory.thing_a"] == ("all-things@1",)
 
 
 def test_wildcard_without_a_topic_names_the_translator() -> None:
@@ -66,7 +64,7 @@ def test_wildcard_without_a_topic_names_the_translator() -> None:
 def test_explicit_topics_win_and_a_prefix_is_needed_otherwise() -> None:
     explicit = TranslateSettings(topics=("b.public.things", "a.public.things"))
     assert technical_topics([things_v1], explicit) == ["a.public.things", "b.public.things"]
-    with pytest.raises(ConfigError, match="translate.topic_prefix"):
+    with pytest.raises(ConfigError, match=r"translate\.topic_prefix"):
         technical_topics([things_v1], TranslateSettings())
 
 
@@ -120,7 +118,7 @@ def test_an_incompatible_contract_fails_start_up_naming_the_plugin() -> None:
 
 
 def test_a_missing_contract_fails_start_up_without_auto_registration() -> None:
-    with pytest.raises(PluginError, match="is not registered under test.thing-created-value"):
+    with pytest.raises(PluginError, match=r"is not registered under test\.thing-created-value"):
         check_contracts([things_v1], FakeRegistry(), _subject, auto_register=False)
 
 
