@@ -32,7 +32,7 @@ from replay.exceptions import RangeFailedError, RegistryUnreachableError, Replay
 from replay.plan import Planner, Range, slices
 from replay.spec import ReplaySpec
 from replay.state import RunState
-from replay.task import TaskConfig, TaskReport, index_range, run_range
+from replay.task import TaskConfig, TaskReport, index_range, run_range, selected_offsets
 from translators.api import Translator
 
 log = structlog.get_logger("replay")
@@ -312,6 +312,19 @@ class ReplayJob:
             state.finish()
         summary.seconds = perf_counter() - started
         return summary
+
+    def selection(self) -> dict[str, list[int]]:
+        """Per range, the offsets a run would translate (for checks); runs no translator."""
+        state, config = self.prepare()
+        if self.spark is None:
+            self.spark = spark_session(self.master)
+        survivors = self._survivors(state, state.ranges, config) if config.compact else {}
+        with self._pool() as pool:
+            futures = {
+                pool.submit(self._job, selected_offsets, config, r, survivors.get(r.id)): r
+                for r in state.ranges
+            }
+            return {rng.id: self._result(future, rng) for future, rng in futures.items()}
 
     def _pool(self) -> ThreadPoolExecutor:
         width = self.parallel_jobs or int(self.spark.sparkContext.defaultParallelism) + 1

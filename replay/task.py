@@ -471,6 +471,13 @@ def _blocks(
         yield chosen
 
 
+def selected_offsets(config: TaskConfig, rng: Range, survivors: Sequence[int] | None) -> list[int]:
+    """The offsets ``run_range`` would translate (bounds and compaction), nothing written."""
+    rt = runtime(config)
+    report = TaskReport(rng.id)
+    return [record.offset for block in _blocks(rt, rng, survivors, report) for record in block]
+
+
 def run_range(config: TaskConfig, rng: Range, survivors: Sequence[int] | None) -> TaskReport:
     """Read, translate and write one range; returns once its output is complete."""
     started = perf_counter()

@@ -1,13 +1,12 @@
-"""The reference domain end to end: orders@1 ran live and was wrong; replay with orders@2 fixes it."""
+"""The reference domain: orders@1 ran live and was wrong; replay with orders@2 fixes it."""
 
 from __future__ import annotations
 
 import uuid
-from collections import defaultdict
 from typing import Any
 
 import pytest
-from bizevents_store.contracts import OrderPlaced, OrderStatusChanged
+from bizevents_store.contracts import OrderStatusChanged
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from bizevents.devstack import Endpoints
