@@ -81,6 +81,8 @@ log = structlog.get_logger("translate")
 
 #: Records translated between two turns of the event loop (the producer sends meanwhile).
 CHUNK: Final = 1000
+#: Fetched blocks queued for the agent; more waits in the fetcher (bounded memory).
+QUEUED_BLOCKS: Final = 2
 #: How long a block is retried when the registry (or another peer) is unreachable.
 RETRY_BACKOFF_S: Final = (0.5, 1.0, 2.0, 5.0)
 
@@ -453,7 +455,15 @@ def build_app(
         stream_wait_empty=True,
     )
     app.transport.Consumer = bulk_consumer(frozenset(topics))
-    channel = app.topic(*topics, key_serializer="raw", value_serializer="raw", allow_empty=True)
+    channel = app.topic(
+        *topics,
+        key_serializer="raw",
+        value_serializer="raw",
+        allow_empty=True,
+        # blocks waiting for the agent; Faust's default (4096 items) would buffer the
+        # whole topic in memory when translating is slower than fetching
+        maxsize=QUEUED_BLOCKS,
+    )
     runner = BlockRunner(app, processor, stats, t.max_inflight_blocks)
 
     async def translate(stream: Any) -> None:
