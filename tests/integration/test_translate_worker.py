@@ -410,6 +410,14 @@ def test_changes_become_business_events_with_lineage_drops_counted_poison_dead_l
             for name in ("consumed", "emitted", "dropped")
         }
         undecodable = worker.metric("bizevents_translate_undecodable_total", topic=setup.topic)
+        wait_for(
+            lambda: worker.metric("bizevents_translate_acknowledged_total") >= 5,
+            20,
+            "every record acknowledged",
+            [worker],
+        )
+        lag = worker.metric("bizevents_translator_consumer_lag", translator="orders@2")
+        latencies = worker.metric("bizevents_translate_latency_seconds_count")
     finally:
         assert worker.stop() == 0, worker.tail()
     assert len(events) == 4
@@ -450,6 +458,8 @@ def test_changes_become_business_events_with_lineage_drops_counted_poison_dead_l
     assert int(poison.headers[HEADER_SOURCE_OFFSET]) < shipped_event.lineage.source_offset
     assert metrics == {"consumed": 4, "emitted": 4, "dropped": 1}
     assert undecodable == 1
+    assert lag == 0  # caught up, from Fetch's high watermark
+    assert latencies >= 1
 
 
 def order_story(server: str, orders: int, start_lsn: int = 10_000) -> list[ChangeEvent]:
