@@ -32,6 +32,9 @@ READER_SETTINGS: Final[dict[str, Any]] = {
     # transactions without gaining anything (it does not filter aborted records).
     "isolation.level": "read_uncommitted",
     "log.connection.close": False,
+    # Ranges end at or before the snapshot's high watermark, so nothing is worth waiting
+    # for at the end of a partition; a long wait there delays the next range's fetch.
+    "fetch.wait.max.ms": 10,
 }
 
 
@@ -177,7 +180,7 @@ class Planner:
                         f"no Fetch answer within {self.timeout_s:.0f} s for "
                         f"{', '.join(f'{t}[{p}]' for t, p in sorted(pending)[:5])}"
                     )
-                for message in consumer.consume(1000, 0.5):
+                for message in consumer.consume(len(pending), 0.2):
                     where = (str(message.topic()), int(message.partition() or 0))
                     error = message.error()
                     if error is not None and error.code() != KafkaError._PARTITION_EOF:

@@ -255,7 +255,8 @@ def read_range(
         last_progress = time.monotonic()
         topic, partition, end = rng.topic, rng.partition, rng.end
         while position < end:
-            messages = consumer.consume(batch_size, 1.0)
+            # ask for no more than the range holds: consume() waits for that many
+            messages = consumer.consume(min(batch_size, end - position), 0.5)
             block: list[SourceRecord] = []
             read = 0
             for message in messages:
