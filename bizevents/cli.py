@@ -8,6 +8,7 @@ import click
 
 from bizevents.capturecli import capture
 from bizevents.contractscli import contracts
+from bizevents.democli import demo
 from bizevents.devcli import dev
 from bizevents.replaycli import replay
 from bizevents.translatecli import translate
@@ -55,3 +56,4 @@ main.add_command(contracts)
 main.add_command(capture)
 main.add_command(translate)
 main.add_command(replay)
+main.add_command(demo)

@@ -244,7 +244,7 @@ def run_demo(settings: Settings, duration: float | None, rate: float) -> dict[st
         settings,
         BIZEVENTS_TRANSLATORS=json.dumps(PINS),
         BIZEVENTS_TRANSLATE__METRICS_PORT=str(metrics_port),
-        BIZEVENTS_TRANSLATE__SOURCE_PREFIX=SERVER,
+        BIZEVENTS_TRANSLATE__TOPIC_PREFIX=SERVER,
     )
     pinned = [t for t in ALL if PINS.get(t.name) == t.version]
     topics = [*sorted({c.contract_topic() for t in pinned for c in t.emits}), DEAD_LETTER_TOPIC]

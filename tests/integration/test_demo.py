@@ -1,0 +1,69 @@
+"""The main job as a user runs it: `bizevents demo` on a stack of its own."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+
+def test_demo_runs_the_whole_flow_and_stops_cleanly(tmp_path: Path) -> None:
+    """Store writes become business events of every kind; afterwards nothing is left running."""
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("BIZEVENTS_")},
+        "BIZEVENTS_STATE_DIR": str(tmp_path / "state"),
+        "BIZEVENTS_DEV__BROKER_PORT": "0",
+        "BIZEVENTS_DEV__REGISTRY_PORT": "0",
+        "BIZEVENTS_DEV__POSTGRES_PORT": "0",
+    }
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "bizevents", "demo", "--duration", "40", "--rate", "40"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+            check=False,
+        )
+        assert result.returncode == 0, result.stderr[-3000:]
+        summary = result.stdout[result.stdout.index("demo summary") :]
+        for topic in (
+            "store.customer-registered",
+            "store.order-placed",
+            "store.order-status-changed",
+            "store.order-shipped",
+        ):
+            row = next(line for line in summary.splitlines() if topic in line)
+            assert int(row.split("│")[2].strip()) > 0, row
+        translators = result.stdout[result.stdout.index("per translator") :]
+        orders = next(line for line in translators.splitlines() if "orders@2" in line)
+        consumed, emitted, dropped, dead = (int(c.strip()) for c in orders.split("│")[2:6])
+        assert consumed > 0 and emitted > 0 and dropped > 0 and dead == 0, orders
+        # the demo started the stack, so it stopped it: no service is left recorded
+        state = json.loads((tmp_path / "state" / "stack.json").read_text())
+        assert state["services"] == {}
+        # nor is any process the demo started (stack, capture, worker) still running:
+        # each inherited the demo's environment, state folder included
+        assert not _processes_with_env(f"BIZEVENTS_STATE_DIR={tmp_path / 'state'}")
+    finally:
+        subprocess.run(
+            [sys.executable, "-m", "bizevents", "dev", "down", "--purge"],
+            env=env,
+            capture_output=True,
+            timeout=120,
+            check=False,
+        )
+
+
+def _processes_with_env(entry: str) -> list[str]:
+    found = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            variables = environ.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if entry.encode() in variables:
+            found.append(environ.parent.name)
+    return found
