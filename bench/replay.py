@@ -1,0 +1,236 @@
+"""Replay throughput on Spark local[1] and local[2], against the 100,000 events/s target.
+
+Starts a private stack (free ports, temporary folder), fills one technical topic
+with Debezium Avro envelopes of ``store.orders`` (each order placed, then moved
+through its statuses: every change gives one or two business events with orders@2),
+then replays it with ``orders@2`` to Avro files (``--to path:``; ``--to replay``
+produces to ``<contract topic>.replay`` instead) on local[1] and local[2]. Prints
+records/s and events/s of each, the ratio to the target and local[2]/local[1].
+
+    .venv/bin/python bench/replay.py                        # 300,000 envelopes, 6 partitions
+    .venv/bin/python bench/replay.py --records 600000 --to replay
+    .venv/bin/python bench/replay.py --profile              # + where one range's time goes
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+import zlib
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+TARGET = 100_000
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # tests.replay.store_story: the envelopes' schemas
+
+
+def fill(
+    bootstrap: str, registry_url: str, topic_server: str, records: int, partitions: int
+) -> str:
+    """``records`` envelopes: orders placed, then paid, shipped, delivered (4 changes each)."""
+    from confluent_kafka import Producer
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    from contracts.envelope import ChangeEvent, PgPosition, Source
+    from tests.replay.store_story import create_topic, encoder_for
+
+    topic = f"{topic_server}.store.orders"
+    create_topic(bootstrap, topic, partitions)
+    encoder = encoder_for(topic_server, SchemaRegistryClient({"url": registry_url}))
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "linger.ms": 20, "queue.buffering.max.messages": 1_000_000}
+    )
+    t0 = datetime(2026, 3, 1, tzinfo=UTC)
+    steps = ("pending", "paid", "shipped", "delivered")
+    orders = records // len(steps)
+    lsn = 1 << 24
+    for step, status in enumerate(steps):
+        for order in range(1, orders + 1):
+            lsn += 64
+            at = t0 + timedelta(seconds=order + step * orders)
+            row = {
+                "id": order,
+                "customer_id": order % 977,
+                "status": status,
+                "total": Decimal(order % 100_000) / 100,
+                "currency": "EUR",
+                "placed_at": t0,
+                "shipped_at": at if step >= 2 else None,
+                "tracking_number": f"TRK{order}" if step >= 2 else None,
+                "updated_at": at,
+            }
+            before = None if step == 0 else {**row, "status": steps[step - 1]}
+            source = Source(
+                connector="postgresql",
+                name=topic_server,
+                db="shop",
+                schema="store",
+                table="orders",
+                ts_ms=1_700_000_000_000 + order,
+                position=PgPosition(lsn=lsn, tx_id=lsn // 64),
+            )
+            event = ChangeEvent(
+                op="c" if step == 0 else "u",
+                source=source,
+                before=before,
+                after=row,
+                key={"id": order},
+                ts_ms=source.ts_ms,
+            )
+            key, value = encoder.encode(event)
+            while True:
+                try:
+                    producer.produce(
+                        topic, value, key, partition=zlib.crc32(key or b"") % partitions
+                    )
+                    break
+                except BufferError:
+                    producer.poll(0.1)
+        producer.poll(0)
+    assert producer.flush(120) == 0
+    return topic
+
+
+def run(master: str, topic: str, settings: Any, out: str, slice_size: int) -> Any:
+    from pyspark.sql import SparkSession
+
+    from replay import Output, ReplayJob, ReplaySpec, spark_session
+
+    spark = spark_session(master)
+    try:
+        # warm the Python workers (imports, plugin discovery) as a long run would be
+        spark.sparkContext.parallelize(range(8), 8).map(lambda x: __import__("replay.task")).count()
+        spec = ReplaySpec(topic, "orders@2", Output.parse(out), slice_size=slice_size)
+        return ReplayJob(spec, settings, spark=spark).run()
+    finally:
+        spark.stop()
+        SparkSession._instantiatedSession = None
+
+
+def profile_one_range(topic: str, settings: Any, out: str, records: int) -> None:
+    """One range in this process under cProfile: where the time of a task goes."""
+    import cProfile
+    import pstats
+    import uuid as _uuid
+
+    from replay.plan import Range
+    from replay.spec import Output
+    from replay.task import TaskConfig, run_range
+
+    output = Output.parse(out)
+    config = TaskConfig(
+        token=_uuid.uuid4().hex,
+        kafka=settings.kafka.librdkafka(),
+        registry=settings.registry.client_config(),
+        translator="orders@2",
+        output=output,
+        dead_letter_topic="bizevents.dead-letter.replay",
+    )
+    from replay.plan import Planner
+
+    low, high = Planner(settings.kafka.librdkafka()).watermarks([(topic, 0)])[(topic, 0)]
+    rng = Range(topic, 0, low, min(high, low + records))
+    run_range(config, Range(topic, 0, low, low + 2000), None)  # warm caches
+    t0 = time.perf_counter()
+    plain = run_range(config, rng, None)
+    elapsed = time.perf_counter() - t0
+    print(
+        f"\none range in-process, no profiler: {plain.read:,} records, {plain.emitted:,} events "
+        f"in {elapsed:.2f}s = {plain.read / elapsed:,.0f} records/s, "
+        f"{1e6 * elapsed / plain.read:.1f} µs per record"
+    )
+    profiler = cProfile.Profile()
+    t0 = time.perf_counter()
+    profiler.enable()
+    report = run_range(config, rng, None)
+    profiler.disable()
+    elapsed = time.perf_counter() - t0
+    print(
+        f"\none range in-process: {report.read:,} records, {report.emitted:,} events in "
+        f"{elapsed:.2f}s = {report.read / elapsed:,.0f} records/s, "
+        f"{1e6 * elapsed / report.read:.1f} µs per record"
+    )
+    stats = pstats.Stats(profiler)
+    stats.sort_stats("cumulative").print_stats(25)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=300_000)
+    parser.add_argument("--partitions", type=int, default=6)
+    parser.add_argument("--slice-size", type=int, default=25_000)
+    parser.add_argument("--to", default="path", choices=["path", "replay"])
+    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--profile-only", action="store_true", help="skip the Spark runs")
+    args = parser.parse_args()
+
+    from bizevents.devstack import DevStack
+    from bizevents.settings import DevSettings, KafkaSettings, RegistrySettings, Settings
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    tmp = Path(tempfile.mkdtemp(prefix="bench-replay-"))
+    stack = DevStack(tmp / "stack", DevSettings(broker_port=0, registry_port=0, postgres_port=0))
+    try:
+        stack.up()
+        endpoints = stack.endpoints()
+        settings = Settings(
+            kafka=KafkaSettings(bootstrap_servers=endpoints.bootstrap_servers),
+            registry=RegistrySettings(url=endpoints.registry_url),
+            state_dir=tmp / "state",
+        )
+        t0 = time.perf_counter()
+        topic = fill(
+            endpoints.bootstrap_servers,
+            endpoints.registry_url,
+            f"bench{uuid.uuid4().hex[:6]}",
+            args.records,
+            args.partitions,
+        )
+        print(
+            f"filled {topic}: {args.records:,} envelopes in {args.partitions} partitions "
+            f"in {time.perf_counter() - t0:.1f}s"
+        )
+        results = {}
+        if args.profile_only:
+            profile_one_range(topic, settings, "path:" + str(tmp / "profile"), 20_000)
+            return
+        for master in ("local[1]", "local[2]"):
+            out = f"path:{tmp / master}" if args.to == "path" else "replay"
+            summary = run(master, topic, settings, out, args.slice_size)
+            results[master] = summary
+            print(
+                f"{master}: {summary.total('read'):,} records → {sum(summary.events.values()):,} "
+                f"events in {summary.seconds:.1f}s: {summary.records_per_s:>9,.0f} records/s "
+                f"{summary.events_per_s:>9,.0f} events/s  ({summary.ranges} ranges)"
+            )
+        one, two = results["local[1]"], results["local[2]"]
+        print(
+            f"output: {'Avro files (path:)' if args.to == 'path' else '<contract>.replay topics'}"
+        )
+        print(
+            f"ratio to target ({TARGET:,} events/s) on local[2]: {two.events_per_s / TARGET:.2f}"
+            f"  (records/s: {two.records_per_s / TARGET:.2f})"
+        )
+        print(f"local[2] / local[1]: {two.events_per_s / one.events_per_s:.2f}  (target ≥ 1.6)")
+        if args.profile:
+            profile_one_range(
+                topic,
+                settings,
+                f"path:{tmp / 'profile'}" if args.to == "path" else "replay",
+                min(50_000, args.records // args.partitions),
+            )
+    finally:
+        stack.down(purge=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
