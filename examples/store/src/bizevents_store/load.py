@@ -1,12 +1,15 @@
 """A load generator for the store: customers register, order, pay, get shipped, move.
 
-Deterministic for a seed, so a test can replay the same story. Each step is one
-short transaction, as an application would write it.
+The sequence of actions is deterministic for a seed, so a test can replay the same
+story; unique values (SKUs, e-mails) also carry a tag of the instance, so several
+loads can share one database. Each step is one short transaction, as an application
+would write it.
 """
 
 from __future__ import annotations
 
 import random
+import uuid
 from dataclasses import dataclass, field
 from importlib.resources import files
 from typing import Any
@@ -33,6 +36,8 @@ class StoreLoad:
 
     conn: Any
     seed: int = 7
+    #: Makes SKUs and e-mails unique across loads that share a database.
+    tag: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
     rng: random.Random = field(init=False)
     customers: list[int] = field(default_factory=list)
     products: list[int] = field(default_factory=list)
@@ -55,7 +60,7 @@ class StoreLoad:
                 self._one(
                     "INSERT INTO store.products (sku, name, price)"
                     " VALUES (%s, %s, %s) RETURNING id",
-                    (f"SKU-{self.seed}-{n:04d}", f"Product {n}", f"{self.rng.uniform(2, 200):.2f}"),
+                    (f"SKU-{self.tag}-{n:04d}", f"Product {n}", f"{self.rng.uniform(2, 200):.2f}"),
                 )
             )
 
@@ -67,7 +72,7 @@ class StoreLoad:
                 "INSERT INTO store.customers (email, full_name, street, city, postal_code, country)"
                 " VALUES (%s, %s, %s, %s, %s, %s) RETURNING id",
                 (
-                    f"c{self.seed}-{n}@example.com",
+                    f"c{self.tag}-{n}@example.com",
                     f"Customer {n}",
                     f"{n} Main St",
                     CITIES[i],
