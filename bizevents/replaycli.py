@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 import time
 from typing import Any
 
@@ -71,7 +70,15 @@ class _TerminalProgress:
     "--to",
     "to",
     help="topic (the contracts' topics) | topic:NAME | replay (<contract topic>.replay) "
-    "| path:DIR (Avro files).",
+    "| path:DIR (files, see --format).",
+)
+@click.option(
+    "--format",
+    "file_format",
+    type=click.Choice(["avro", "parquet"]),
+    default=None,
+    help="Files of --to path:DIR: avro (default; one container file per output topic and "
+    "range) or parquet (a dataset written by Spark, one folder per range).",
 )
 @click.option("--compact", is_flag=True, help="Latest value per key; tombstones remove keys.")
 @click.option("--from", "start", help="First offset (every partition), ts:MILLIS or ISO date.")
@@ -86,7 +93,9 @@ class _TerminalProgress:
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option(
-    "--progress/--no-progress", default=None, help="Progress bar (default: on a terminal)."
+    "--progress/--no-progress",
+    default=None,
+    help="Progress bar (default: when stderr is a terminal, or TTY_COMPATIBLE=1).",
 )
 @click.pass_context
 @fails_cleanly
@@ -95,6 +104,7 @@ def replay(
     topics: str,
     translator_ref: str,
     to: str | None,
+    file_format: str | None,
     compact: bool,
     start: str | None,
     until: str | None,
@@ -112,14 +122,17 @@ def replay(
     writes corrected events with the same event ids. A rerun with the same --run-id
     skips the ranges that finished. See docs/replay.md.
     """
+    from replay.exceptions import ReplayConfigError
     from replay.job import ReplayJob
     from replay.spec import DEFAULT_SLICE_SIZE, Bound, Output, ReplaySpec
 
     settings = settings_of(ctx)
+    if file_format is not None and to is None:
+        raise ReplayConfigError(f"--format {file_format} needs --to path:DIR")
     spec = ReplaySpec(
         topics=topics,
         translator=translator_ref,
-        output=None if to is None else Output.parse(to),
+        output=None if to is None else Output.parse(to, file_format),
         compact=compact,
         start=None if start is None else Bound.parse(start, "--from"),
         until=None if until is None else Bound.parse(until, "--until"),
@@ -128,7 +141,8 @@ def replay(
         run_id=run_id or "",
     )
     err_console.print(f"run id: {spec.run_id}", highlight=False)
-    listener = _TerminalProgress(sys.stderr.isatty() if progress is None else progress)
+    # on a terminal by default; rich's TTY_COMPATIBLE=1 / FORCE_COLOR=1 count as one
+    listener = _TerminalProgress(err_console.is_terminal if progress is None else progress)
     try:
         summary = ReplayJob(spec, settings, master=master, listener=listener).run()
     finally:

@@ -184,6 +184,15 @@ def _ensure_topics(kafka: dict[str, Any], topics: Sequence[str], partitions: int
     return counts
 
 
+def _check_parquet() -> None:
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        raise ReplayConfigError(
+            "--format parquet is written by Spark: install bizevents[spark]"
+        ) from None
+
+
 _PY_ERROR = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit)): (.+)$", re.MULTILINE)
 
 
@@ -262,8 +271,10 @@ class ReplayJob:
                 settings.translate.subject_strategy,
                 settings.translate.auto_register,
             )
-            if output.kind == "path":
+            if output.kind == "path" and output.file_format == "avro":
                 Path(output.target).mkdir(parents=True, exist_ok=True)
+            elif output.kind == "path":  # Spark writes it: any Hadoop file system
+                _check_parquet()
             else:
                 topics = sorted(
                     {output.topic_for(c.contract_topic()) for c in ours.emits} | {dead_letters}
@@ -336,6 +347,16 @@ class ReplayJob:
 
         return self.spark.sparkContext.parallelize([0], 1).map(one).collect()[0]
 
+    def _range(self, config: TaskConfig, rng: Range, survivors: list[int] | None) -> TaskReport:
+        """One range, one Spark job: a task that writes (topics, Avro) or a Parquet write."""
+        output = config.output
+        if output is not None and output.kind == "path" and output.file_format == "parquet":
+            from replay.parquet import write_range
+
+            return write_range(self.spark, config, rng, survivors)
+        report: TaskReport = self._job(run_range, config, rng, survivors)
+        return report
+
     def _survivors(
         self, state: RunState, pending: Sequence[Range], config: TaskConfig
     ) -> dict[str, list[int]]:
@@ -391,7 +412,7 @@ class ReplayJob:
             while queue or running:
                 while queue and len(running) < width and failure is None:
                     rng = queue.pop(0)
-                    future = pool.submit(self._job, run_range, config, rng, survivors.get(rng.id))
+                    future = pool.submit(self._range, config, rng, survivors.get(rng.id))
                     running[future] = rng
                 if not running:
                     break

@@ -11,6 +11,8 @@ from typing import Any, Final, Literal
 from replay.exceptions import ReplayConfigError
 
 OutputKind = Literal["contract", "topic", "replay", "path"]
+FileFormat = Literal["avro", "parquet"]
+FILE_FORMATS: Final[tuple[FileFormat, ...]] = ("avro", "parquet")
 #: Suffix of the dedicated replay topics: ``<contract topic>.replay``.
 REPLAY_SUFFIX: Final = ".replay"
 DEFAULT_SLICE_SIZE: Final = 250_000
@@ -22,27 +24,42 @@ class Output:
 
     ``contract``: each contract's own business topic (the live one, so corrections
     supersede in place); ``topic``: one named topic for every event; ``replay``:
-    ``<contract topic>.replay``; ``path``: Avro container files under a directory.
+    ``<contract topic>.replay``; ``path``: files under a directory, Avro container
+    files (``file_format="avro"``, the default) or a Parquet dataset written by Spark.
     """
 
     kind: OutputKind
     target: str = ""
+    file_format: FileFormat = "avro"
 
     @classmethod
-    def parse(cls, text: str) -> Output:
+    def parse(cls, text: str, file_format: str | None = None) -> Output:
         kind, sep, target = text.partition(":")
+        found: Output | None = None
         if kind == "topic" and not sep:
-            return cls("contract")
-        if kind == "topic" and target:
-            return cls("topic", target)
-        if kind == "replay" and not sep:
-            return cls("replay")
-        if kind == "path" and target:
-            return cls("path", target)
-        raise ReplayConfigError(
-            f"--to {text!r} is not an output: use topic (the contracts' own topics), "
-            "topic:NAME, replay (<contract topic>.replay) or path:DIR"
-        )
+            found = cls("contract")
+        elif kind == "topic" and target:
+            found = cls("topic", target)
+        elif kind == "replay" and not sep:
+            found = cls("replay")
+        elif kind == "path" and target:
+            found = cls("path", target)
+        if found is None:
+            raise ReplayConfigError(
+                f"--to {text!r} is not an output: use topic (the contracts' own topics), "
+                "topic:NAME, replay (<contract topic>.replay) or path:DIR"
+            )
+        if file_format is None:
+            return found
+        if found.kind != "path":
+            raise ReplayConfigError(
+                f"--format {file_format} is for files: it needs --to path:DIR, not --to {text}"
+            )
+        if file_format not in FILE_FORMATS:
+            raise ReplayConfigError(
+                f"--format {file_format!r} is not a file format: use avro or parquet"
+            )
+        return cls("path", target, file_format)
 
     def topic_for(self, contract_topic: str) -> str:
         """The topic an event of ``contract_topic`` is written to (files: its folder)."""
@@ -57,9 +74,11 @@ class Output:
         return live + REPLAY_SUFFIX
 
     def __str__(self) -> str:
-        return {"contract": "topic", "replay": "replay"}.get(
+        text = {"contract": "topic", "replay": "replay"}.get(
             self.kind, f"{self.kind}:{self.target}"
         )
+        # Avro stays unmarked, so run states written before Parquet existed still resume
+        return text if self.file_format == "avro" else f"{text} --format {self.file_format}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -129,7 +129,9 @@ class _Runtime:
         self.config = config
         registry = discover()
         client = SchemaRegistryClient(dict(config.registry))
-        self.decoder = AutoDecoder(_schema_lookup(client))
+        #: ``schema id -> schema text``, cached (the decoder's and Parquet's event reader's)
+        self.schema_text = _schema_lookup(client)
+        self.decoder = AutoDecoder(self.schema_text)
         serializer: Serializer
         if config.output is None:
             serializer = ContentSerializer()
@@ -153,6 +155,8 @@ class _Runtime:
             )
         self._consumer: Any = None
         self._producer: Any = None
+        #: per-run helpers of other modules (Parquet's event reader), built once per worker
+        self.extras: dict[str, Any] = {}
 
     def consumer(self) -> Any:
         if self._consumer is None:
@@ -346,7 +350,7 @@ class _TopicSink:
                     break
                 except BufferError:
                     self.producer.poll(0.05)
-            _count(report, record, topic)
+            count_event(report, record, topic)
         self.producer.poll(0)
 
     def close(self, rng: Range) -> None:
@@ -405,7 +409,7 @@ class _FileSink:
                     "translator": record.translator,
                 }
             )
-            _count(report, record, topic)
+            count_event(report, record, topic)
 
     def close(self, rng: Range) -> None:
         for writer, handle, partial, final in self._writers.values():
@@ -421,7 +425,7 @@ class _FileSink:
             partial.unlink(missing_ok=True)
 
 
-def _count(report: TaskReport, record: OutRecord, topic: str) -> None:
+def count_event(report: TaskReport, record: OutRecord, topic: str) -> None:
     if record.dead_letter:
         report.dead_letters += 1
     else:
@@ -442,7 +446,7 @@ def index_range(config: TaskConfig, rng: Range) -> KeyIndex:
     return index
 
 
-def _blocks(
+def range_blocks(
     rt: _Runtime, rng: Range, survivors: Sequence[int] | None, report: TaskReport
 ) -> Iterator[list[SourceRecord]]:
     config = rt.config
@@ -476,7 +480,7 @@ def selected_offsets(config: TaskConfig, rng: Range, survivors: Sequence[int] | 
     """The offsets ``run_range`` would translate (bounds and compaction), nothing written."""
     rt = runtime(config)
     report = TaskReport(rng.id)
-    return [record.offset for block in _blocks(rt, rng, survivors, report) for record in block]
+    return [record.offset for block in range_blocks(rt, rng, survivors, report) for record in block]
 
 
 def run_range(config: TaskConfig, rng: Range, survivors: Sequence[int] | None) -> TaskReport:
@@ -486,7 +490,7 @@ def run_range(config: TaskConfig, rng: Range, survivors: Sequence[int] | None) -
     report = TaskReport(rng.id)
     if rt.baseline is not None:  # --diff: both versions, nothing written
         report.diff = DiffReport()
-        for block in _blocks(rt, rng, survivors, report):
+        for block in range_blocks(rt, rng, survivors, report):
             ours = rt.pipeline.process(block)
             theirs = rt.baseline.process(block)
             report.count(ours)
@@ -494,13 +498,15 @@ def run_range(config: TaskConfig, rng: Range, survivors: Sequence[int] | None) -
         report.seconds = perf_counter() - started
         return report
     assert config.output is not None
+    if config.output.file_format != "avro":
+        raise ValueError(f"{config.output.file_format} files are written by replay.parquet")
     sink: _TopicSink | _FileSink
     if config.output.kind == "path":
         sink = _FileSink(Path(config.output.target), config.output, rng)
     else:
         sink = _TopicSink(rt.producer(), config.output, config.partitions)
     try:
-        for block in _blocks(rt, rng, survivors, report):
+        for block in range_blocks(rt, rng, survivors, report):
             result = rt.pipeline.process(block)
             report.count(result)
             sink.write(result.records, report)

@@ -87,10 +87,10 @@ def story(server: str, orders: int, seed: int = 11, deletes: int = 0) -> Story:
         )
         result.changes.append(
             ChangeEvent(
-                op=op,
+                op=op,  # type: ignore[arg-type]
                 source=src,
                 before=before,
-                after=after,  # type: ignore[arg-type]
+                after=after,
                 key={"id": row["id"]},
                 ts_ms=src.ts_ms,
             )
@@ -202,11 +202,12 @@ def read_all(bootstrap: str, topic: str, timeout: float = 20.0) -> Iterator[Any]
     try:
         while pending and time.monotonic() < deadline:
             for message in consumer.consume(1000, 0.5):
-                if message.error():
-                    if message.error().code() == KafkaError._PARTITION_EOF:
+                error = message.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
                         pending.discard(message.partition())
                         continue
-                    raise RuntimeError(str(message.error()))
+                    raise RuntimeError(str(error))
                 yield message
         assert not pending, f"no end of {topic} partitions {pending}"
     finally:
@@ -230,7 +231,7 @@ def live_translate(bootstrap: str, registry_url: str, topic: str, translator_ref
 
     def schema_for_id(schema_id: int) -> str:
         if schema_id not in lookups:
-            lookups[schema_id] = client.get_schema(schema_id).schema_str
+            lookups[schema_id] = client.get_schema(schema_id).schema_str or ""
         return lookups[schema_id]
 
     pipeline = Pipeline(
@@ -254,8 +255,25 @@ def live_translate(bootstrap: str, registry_url: str, topic: str, translator_ref
             record.topic,
             record.value,
             record.key,
-            headers=record.headers,
+            headers=list(record.headers),
             partition=zlib.crc32(record.key or b"") % counts[record.topic],
         )
     assert producer.flush(60) == 0
     return len(result.records)
+
+
+def expected_events(
+    bootstrap: str, registry_url: str, topic: str, translator_ref: str = "orders@2"
+) -> dict[str, str]:
+    """``event id -> contract topic`` of what a replay of ``topic`` must emit (no dead letters)."""
+    from translators.registry import discover
+
+    client = SchemaRegistryClient({"url": registry_url})
+    pipeline = Pipeline(
+        [discover().resolve(translator_ref)],
+        AutoDecoder(lambda i: client.get_schema(i).schema_str),
+        lambda event, topic: b"",
+        replay=True,
+    )
+    result = pipeline.process(source_records(bootstrap, topic))
+    return {r.event_id: r.topic for r in result.records if not r.dead_letter}

@@ -35,6 +35,22 @@ def test_bad_outputs_are_refused(text: str) -> None:
         Output.parse(text)
 
 
+def test_file_formats() -> None:
+    """--format picks the files of path:DIR (Avro by default); a rerun must repeat it."""
+    assert Output.parse("path:/x").file_format == "avro"
+    parquet = Output.parse("path:/x", "parquet")
+    assert (parquet.kind, parquet.target, parquet.file_format) == ("path", "/x", "parquet")
+    assert str(Output.parse("path:/x", "avro")) == "path:/x"  # run states of old runs resume
+    assert str(parquet) == "path:/x --format parquet"
+    avro_run = ReplaySpec("t", "orders@2", Output.parse("path:/x"), run_id="r")
+    parquet_run = ReplaySpec("t", "orders@2", parquet, run_id="r")
+    assert avro_run.fingerprint() != parquet_run.fingerprint()
+    with pytest.raises(ReplayConfigError, match="needs --to path:DIR"):
+        Output.parse("replay", "parquet")
+    with pytest.raises(ReplayConfigError, match="not a file format"):
+        Output.parse("path:/x", "csv")
+
+
 def test_bounds() -> None:
     """Offsets, ts:millis and ISO dates (naive ones are UTC)."""
     assert Bound.parse("42", "--from") == Bound(offset=42)

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from bizevents.cli import main
 from bizevents.devstack import Endpoints
-from tests.replay.store_story import produce_story, source_records, story
+from tests.replay.store_story import expected_events, produce_story, story
 
 pytestmark = pytest.mark.integration
 
@@ -49,8 +49,16 @@ def orders_topic(bizevents_stack: Endpoints) -> Any:
         (["--translator", "orders"], "must be name@version"),
         (["--translator", "orders@2", "--registry-down"], "schema registry at"),
         (["--translator", "orders@2", "--to", "kafka"], "is not an output"),
+        (["--translator", "orders@2", "--to", "replay", "--format", "parquet"], "path:DIR"),
     ],
-    ids=["missing-topic", "unknown-version", "bare-name", "registry-unreachable", "bad-output"],
+    ids=[
+        "missing-topic",
+        "unknown-version",
+        "bare-name",
+        "registry-unreachable",
+        "bad-output",
+        "format-without-path",
+    ],
 )
 def test_clear_errors(
     bizevents_stack: Endpoints, tmp_path: Path, orders_topic: Any, args: list[str], sentence: str
@@ -72,29 +80,12 @@ def test_clear_errors(
     assert "Traceback" not in result.stderr
 
 
-def _expected_ids(stack: Endpoints, topic: str) -> set[str]:
-    from confluent_kafka.schema_registry import SchemaRegistryClient
-
-    from contracts.technical import AutoDecoder
-    from translators.pipeline import Pipeline
-    from translators.registry import discover
-
-    client = SchemaRegistryClient({"url": stack.registry_url})
-    pipeline = Pipeline(
-        [discover().resolve("orders@2")],
-        AutoDecoder(lambda i: client.get_schema(i).schema_str),
-        lambda event, topic: b"",
-        replay=True,
-    )
-    result = pipeline.process(source_records(stack.bootstrap_servers, topic))
-    return {r.event_id for r in result.records if not r.dead_letter}
-
-
 def _written_ids(out: Path) -> list[str]:
-    ids = []
+    ids: list[str] = []
     for path in sorted(out.rglob("*.avro")):
         with path.open("rb") as handle:
-            ids += [r["event_id"] for r in fastavro.reader(handle) if r["event_id"]]  # type: ignore[index]
+            records: list[dict[str, Any]] = list(fastavro.reader(handle))  # type: ignore[arg-type]
+            ids += [r["event_id"] for r in records if r["event_id"]]
     return ids
 
 
@@ -158,6 +149,10 @@ def test_killed_driver_resumes_without_losing_a_range(
     assert summary["skipped"] >= len(planned["done"])
     assert summary["ranges"] == len(planned["ranges"])
     written = _written_ids(out)
-    assert set(written) == _expected_ids(bizevents_stack, orders_topic.topic)
+    assert set(written) == set(
+        expected_events(
+            bizevents_stack.bootstrap_servers, bizevents_stack.registry_url, orders_topic.topic
+        )
+    )
     # a range in flight at the kill ran again: its file was replaced, not doubled
     assert len(written) == len(set(written))
