@@ -15,8 +15,12 @@ deserializer reads what this writes. This module adds the domain mapping around 
   ``RegistryUnavailableError``; never a raw library exception.
 
 Schema ids are cached per (subject, schema): one ``AvroSerializer`` per contract class
-remembers the subjects it has registered or looked up, so the hot path is a dict
-lookup, ``model_dump`` and fastavro's writer.
+remembers the subjects it has registered or looked up. Once it has written an event of
+a contract to a topic, later events of that contract and topic skip it: a writer
+generated from the contract's schema (:mod:`contracts.avro_codegen`) writes the body
+straight from the model's attributes behind the header AvroSerializer wrote. It is
+checked against AvroSerializer's bytes on that first event, and any value it does not
+take goes to AvroSerializer again, so the bytes and the errors are AvroSerializer's.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from fastavro.validation import validate as avro_validate
 from pydantic import BaseModel, ValidationError
 
 from bizevents.settings import RegistrySettings
+from contracts.avro_codegen import ModelWriter, Unsupported, compile_model_writer
 from contracts.business import BusinessEvent
 from contracts.exceptions import (
     ContractError,
@@ -205,12 +210,37 @@ def _dynamic(value: Any) -> Any:
 
 
 class _Writer:
-    __slots__ = ("model", "parsed", "serializer")
+    __slots__ = ("headers", "model", "parsed", "serializer", "topic", "write")
 
     def __init__(self, model: type[BusinessEvent], serializer: AvroSerializer) -> None:
         self.model = model
         self.serializer = serializer
         self.parsed = parse_schema(model.contract_schema())
+        self.topic = model.contract_topic()
+        #: The generated body writer, or None where only AvroSerializer writes.
+        self.write: ModelWriter | None
+        try:
+            self.write = compile_model_writer(model, self.parsed)
+        except Unsupported:
+            self.write = None
+        #: Per topic, the 5-byte Confluent header AvroSerializer wrote (so the schema
+        #: id it registered or looked up): from then on the generated writer writes.
+        self.headers: dict[str, bytes] = {}
+
+    def learn(self, event: BusinessEvent, topic: str, data: bytes) -> None:
+        """After AvroSerializer wrote ``data``: use the generated writer for ``topic``
+        from now on, if it gives the very same bytes."""
+        write = self.write
+        if write is None:
+            return
+        try:
+            same = write(event) == data[_HEADER.size :]
+        except Exception:
+            return  # a value it does not take: learn from the next event
+        if same:
+            self.headers[topic] = data[: _HEADER.size]
+        else:
+            self.write = None  # never expected; the reference stays the only writer
 
 
 class BusinessSerializer:
@@ -245,7 +275,13 @@ class BusinessSerializer:
         if writer is None:
             writer = self._writer(cls)
         if topic is None:
-            topic = cls.contract_topic()
+            topic = writer.topic
+        header = writer.headers.get(topic)
+        if header is not None:
+            try:
+                return header + writer.write(event)  # type: ignore[misc]
+            except Exception:
+                pass  # AvroSerializer below gives the bytes or the reason
         ctx = self._contexts.get(topic)
         if ctx is None:
             ctx = self._contexts[topic] = SerializationContext(topic, MessageField.VALUE)
@@ -260,6 +296,8 @@ class BusinessSerializer:
         except Exception as exc:  # fastavro raises ValueError/TypeError/KeyError/...
             raise ContractError(_explain(event, writer, exc)) from exc
         assert data is not None
+        if header is None:
+            writer.learn(event, topic, data)
         return data
 
     def _writer(self, cls: type[BusinessEvent]) -> _Writer:

@@ -32,6 +32,7 @@ from typing import Any, ClassVar, Final, Literal
 import fastavro
 
 from bizevents.exceptions import TransientError
+from contracts.avro_codegen import Reader, Unsupported, compile_reader
 from contracts.envelope import (
     NO_COORDINATES,
     NO_EXTRA,
@@ -64,6 +65,7 @@ from contracts.logical import (
     avro_field,
     column_type_from_connect,
     connect_field,
+    decoder_for,
     struct_decoder,
     struct_encoder,
 )
@@ -374,6 +376,46 @@ class _AvroPlan:
     schema: Any
     decode_row: Callable[[Any], Row]
     source_of: Callable[[Any], Source] = _source
+    #: The generated reader (rows already converted), or None where fastavro reads.
+    read: Reader | None = None
+
+
+def _as_is(row: Any) -> Row:
+    return row  # type: ignore[no-any-return]
+
+
+def _generated(schema: Any, **conversions: Any) -> Reader | None:
+    """The generated reader of a schema, or None when it has a shape not covered."""
+    try:
+        return compile_reader(schema, **conversions)
+    except Unsupported:
+        return None
+
+
+def _conversions(fields: Sequence[Field]) -> dict[str, Callable[[Any], Any]]:
+    """What ``struct_decoder(fields, "avro")`` applies, column by column."""
+    found = {}
+    for f in fields:
+        convert = decoder_for(f.type, "avro")
+        if convert is not None:
+            found[f.name] = convert
+    return found
+
+
+def _read_generated(plan: _AvroPlan, data: bytes) -> Any:
+    """The record a plan's generated reader reads from a framed message, or None.
+
+    None also when the generated reader fails: fastavro then reads the record and its
+    verdict (value or error) stands.
+    """
+    read = plan.read
+    if read is None or data.__class__ is not bytes:
+        return None
+    try:
+        record, end = read(data, 5)
+    except Exception:
+        return None
+    return record if end == len(data) else None
 
 
 def _named(parsed: Any) -> Mapping[str, Any]:
@@ -433,11 +475,16 @@ class AvroDecoder:
     """Decodes Confluent-framed Avro records, looking writer schemas up by id.
 
     Parsed schemas and their conversion plans are cached per id, so the lookup runs
-    once per schema, not once per record.
+    once per schema, not once per record. Records are read by a reader generated per
+    schema (:mod:`contracts.avro_codegen`, rows converted as they are read); where it
+    fails or does not cover the schema, fastavro reads the record and its result or
+    error stands. ``generated=False`` reads everything with fastavro (the reference
+    the generated readers are tested against).
     """
 
-    def __init__(self, schema_for_id: SchemaLookup) -> None:
+    def __init__(self, schema_for_id: SchemaLookup, *, generated: bool = True) -> None:
         self._lookup = schema_for_id
+        self._generated = generated
         self._schemas: dict[int, Any] = {}
         self._values: dict[int, _AvroPlan] = {}
         self._keys: dict[int, _AvroPlan] = {}
@@ -471,10 +518,14 @@ class AvroDecoder:
             fields = [] if row_schema is None else _record_fields(row_schema, named)
             source_schema = next(f["type"] for f in schema["fields"] if f["name"] == "source")
             trusted = _trusts_source(source_schema, named)
+            row = _conversions(fields)
             plan = _AvroPlan(
                 schema,
                 struct_decoder(fields, "avro"),
                 _source_trusted if trusted else _source,
+                _generated(schema, fields={"before": row, "after": row})
+                if self._generated
+                else None,
             )
             self._values[schema_id] = plan
         return plan
@@ -484,7 +535,11 @@ class AvroDecoder:
         if plan is None:
             schema = self._schema(schema_id)
             fields = _record_fields(schema, _named(schema))
-            plan = _AvroPlan(schema, struct_decoder(fields, "avro"))
+            plan = _AvroPlan(
+                schema,
+                struct_decoder(fields, "avro"),
+                read=_generated(schema, convert=_conversions(fields)) if self._generated else None,
+            )
             self._keys[schema_id] = plan
         return plan
 
@@ -492,6 +547,9 @@ class AvroDecoder:
         """The key record of a Confluent-framed Avro key (raises ``_Invalid``)."""
         schema_id, body = _unframe(key, "key")
         plan = self._key_plan(schema_id)
+        record = _read_generated(plan, key)
+        if record is not None:
+            return record  # type: ignore[no-any-return]
         record = _read_avro(body, plan.schema, "key")
         if not isinstance(record, dict):
             raise _Invalid("key is not a record")
@@ -502,6 +560,12 @@ class AvroDecoder:
     ) -> ChangeEvent:
         schema_id, body = _unframe(value, "value")
         plan = self._value_plan(schema_id)
+        record = _read_generated(plan, value)
+        if record is not None:
+            try:
+                return _event(record, key, _as_is, where, headers, plan.source_of)
+            except _Invalid:
+                pass  # fastavro's record and the row decoder give the reason below
         record = _read_avro(body, plan.schema, "value")
         return _event(record, key, plan.decode_row, where, headers, plan.source_of)
 
@@ -678,6 +742,7 @@ class JsonSchemaDecoder(_JsonDocumentDecoder):
             return _event(doc["payload"], key, _plain_row, where, headers)
         plan = self._value_plan(doc["schema"])
         return _event(doc["payload"], key, plan.decode_row, where, headers)
+
 
 class PlainJsonDecoder(_JsonDocumentDecoder):
     """Decodes plain Debezium JSON (``schemas.enable=false``): the payload alone.

@@ -14,6 +14,7 @@ the Kafka coordinates.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import uuid
 from collections.abc import Sequence
@@ -24,25 +25,102 @@ from contracts.envelope import ChangeEvent
 
 EVENT_ID_NAMESPACE: Final = uuid.UUID("6f1c5b1e-2d0a-5c9e-9a59-6b1d6f0e7a11")
 
+# json.dumps(sort_keys=True, separators=(",", ":"), default=str) builds this encoder
+# on every call; one instance gives the same text.
+_CANONICAL: Final = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=str).encode
+# uuid5 hashes the namespace's bytes first: hash them once, copy the state per id.
+_NAMESPACE_SHA1: Final = hashlib.sha1(EVENT_ID_NAMESPACE.bytes, usedforsecurity=False)
+_set: Final = object.__setattr__
+
 
 def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+    return _CANONICAL(value)
+
+
+def _where(event: ChangeEvent, position: str | None) -> str:
+    if position is not None:
+        return position
+    c = event.coordinates
+    return f"{c.topic}/{c.partition}/{c.offset}"
+
+
+def _identity(event: ChangeEvent, position: str | None) -> str:
+    source = event.source
+    key = _canonical(dict(event.key)) if event.key is not None else ""
+    return f"{source.name}.{source.qualified_table}|{event.op}|{_where(event, position)}|{key}"
 
 
 def change_identity(event: ChangeEvent) -> str:
-    source = event.source
     position = event.source.position
-    where = (
-        str(position)
-        if position is not None
-        else f"{event.coordinates.topic}/{event.coordinates.partition}/{event.coordinates.offset}"
-    )
-    key = _canonical(dict(event.key)) if event.key is not None else ""
-    return f"{source.name}.{source.qualified_table}|{event.op}|{where}|{key}"
+    return _identity(event, None if position is None else str(position))
 
 
 def event_id(identity: str, translator_name: str, contract: str, ordinal: int) -> str:
-    return str(uuid.uuid5(EVENT_ID_NAMESPACE, f"{identity}|{translator_name}|{contract}|{ordinal}"))
+    """``str(uuid.uuid5(EVENT_ID_NAMESPACE, ...))``, without building the UUID object."""
+    sha1 = _NAMESPACE_SHA1.copy()
+    sha1.update(f"{identity}|{translator_name}|{contract}|{ordinal}".encode())
+    d = bytearray(sha1.digest()[:16])
+    d[6] = (d[6] & 0x0F) | 0x50  # version 5
+    d[8] = (d[8] & 0x3F) | 0x80  # RFC 4122 variant
+    h = d.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+_LINEAGE_FIELDS: Final = frozenset(Lineage.model_fields)
+# Lineage is built from values this module computed with the right types, so it
+# skips pydantic's validation (as model_construct does, without its generic walk).
+_TRUSTED_LINEAGE: Final = not Lineage.__pydantic_post_init__ and not Lineage.__private_attributes__
+
+
+def _lineage(
+    event_id: str,
+    translator: str,
+    source_topic: str,
+    source_partition: int,
+    source_offset: int,
+    source_position: str,
+    tx_id: str | None,
+    replay: bool,
+) -> Lineage:
+    values: dict[str, Any] = {
+        "event_id": event_id,
+        "translator": translator,
+        "source_topic": source_topic,
+        "source_partition": source_partition,
+        "source_offset": source_offset,
+        "source_position": source_position,
+        "tx_id": tx_id,
+        "replay": replay,
+    }
+    if not _TRUSTED_LINEAGE:
+        return Lineage.model_construct(**values)
+    lineage = Lineage.__new__(Lineage)
+    _set(lineage, "__dict__", values)
+    _set(lineage, "__pydantic_fields_set__", set(_LINEAGE_FIELDS))
+    _set(lineage, "__pydantic_extra__", None)
+    _set(lineage, "__pydantic_private__", None)
+    return lineage
+
+
+def _with_lineage(event: BusinessEvent, lineage: Lineage) -> BusinessEvent:
+    """``with_lineage`` (pydantic's ``model_copy(update=...)``) for the usual contract:
+    no extra fields, no private attributes."""
+    if event.__pydantic_extra__ is not None or event.__pydantic_private__ is not None:
+        return with_lineage(event, lineage)
+    cls = event.__class__
+    copied = cls.__new__(cls)
+    values = event.__dict__.copy()
+    values["lineage"] = lineage
+    fields_set = set(event.__pydantic_fields_set__)
+    fields_set.add("lineage")
+    _set(copied, "__dict__", values)
+    _set(copied, "__pydantic_extra__", None)
+    _set(copied, "__pydantic_fields_set__", fields_set)
+    _set(copied, "__pydantic_private__", None)
+    return copied
+
+
+_fullnames: dict[type[BusinessEvent], str] = {}
 
 
 def stamp(
@@ -56,25 +134,36 @@ def stamp(
     """The events with their lineage set: ids, translator, source coordinates, position."""
     if not events:
         return []
-    identity = change_identity(change)
+    source = change.source
+    position = source.position
+    position_text = None if position is None else str(position)
+    identity = _identity(change, position_text)
     where = change.coordinates
-    position = change.source.position
-    tx_id = change.source.tx_id
+    topic = where.topic or ""
+    partition = where.partition if where.partition is not None else -1
+    offset = where.offset if where.offset is not None else -1
+    tx_id = source.tx_id
+    tx_text = str(tx_id) if tx_id is not None else None
+    translator = f"{translator_name}@{translator_version}"
+    replayed = bool(replay)
     ordinals: dict[str, int] = {}
     stamped = []
     for event in events:
-        contract = type(event).contract_fullname()
+        cls = type(event)
+        contract = _fullnames.get(cls)
+        if contract is None:
+            contract = _fullnames[cls] = cls.contract_fullname()
         ordinal = ordinals.get(contract, 0)
         ordinals[contract] = ordinal + 1
-        lineage = Lineage(
-            event_id=event_id(identity, translator_name, contract, ordinal),
-            translator=f"{translator_name}@{translator_version}",
-            source_topic=where.topic or "",
-            source_partition=where.partition if where.partition is not None else -1,
-            source_offset=where.offset if where.offset is not None else -1,
-            source_position=str(position) if position is not None else "",
-            tx_id=str(tx_id) if tx_id is not None else None,
-            replay=replay,
+        lineage = _lineage(
+            event_id(identity, translator_name, contract, ordinal),
+            translator,
+            topic,
+            partition,
+            offset,
+            position_text or "",
+            tx_text,
+            replayed,
         )
-        stamped.append(with_lineage(event, lineage))
+        stamped.append(_with_lineage(event, lineage))
     return stamped

@@ -1,0 +1,145 @@
+"""The translation core alone: µs per record, per stage, of ``Pipeline.process``.
+
+No broker and no registry process: the schemas live in confluent-kafka's in-memory
+mock registry. The records are ``bench/translate.py``'s (orders placed, paid,
+touched, shipped of the store's ``orders`` table, 3 of 4 give events), run through
+``orders@2`` with the worker's own decoder and serializer. Prints the whole
+``Pipeline.process`` and each stage measured on its own (decode, translate, stamp,
+serialize: each over the previous stage's output), best of ``--repeat`` runs.
+
+    .venv/bin/python bench/pipeline.py [--records 20000] [--repeat 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+
+def best(repeat: int, run: Callable[[], object]) -> float:
+    """The fastest of ``repeat`` runs, in seconds."""
+    times = []
+    for _ in range(repeat):
+        started = time.process_time()
+        run()
+        times.append(time.process_time() - started)
+    return min(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=20_000)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--profile", action="store_true", help="cProfile Pipeline.process")
+    args = parser.parse_args()
+
+    import confluent_kafka.schema_registry as registry_module
+    from bizevents_store.translators import orders_v2
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from translate import envelopes  # bench/translate.py's records
+
+    from contracts.business import BusinessEvent
+    from contracts.change import Change
+    from contracts.envelope import ChangeEvent
+    from contracts.serde import BusinessSerializer
+    from contracts.technical import AutoDecoder
+    from translators.lineage import stamp
+    from translators.pipeline import Pipeline, SourceRecord
+
+    client = SchemaRegistryClient.new_client({"url": f"mock://{uuid.uuid4().hex}"})
+    server = "bench"
+    # envelopes() registers its schemas through the registry URL it is given; hand it
+    # the in-memory registry instead.
+    real = registry_module.SchemaRegistryClient
+    registry_module.SchemaRegistryClient = lambda _config: client  # type: ignore[assignment,misc]
+    try:
+        records = envelopes(server, "mock://bench", args.records)
+    finally:
+        registry_module.SchemaRegistryClient = real  # type: ignore[misc]
+    topic = f"{server}.store.orders"
+    sample = [SourceRecord(topic, 0, i, k, v) for i, (k, v) in enumerate(records)]
+    n = len(sample)
+
+    def lookup(schema_id: int) -> str:
+        return str(client.get_schema(schema_id).schema_str)
+
+    decoder = AutoDecoder(lookup)
+    serializer = BusinessSerializer(client)
+    pipeline = Pipeline([orders_v2], decoder, serializer)
+    pipeline.process(sample[:200])  # warm the caches: schemas, writers, registrations
+
+    if args.profile:
+        import cProfile
+        import pstats
+
+        profile = cProfile.Profile()
+        profile.runcall(pipeline.process, sample)
+        pstats.Stats(profile).sort_stats("tottime").print_stats(25)
+        return
+
+    # The worker runs the core 1,000 records at a time and drops the results: so do
+    # the figures here (holding every output alive makes the collector's full passes
+    # the largest cost, which the worker does not have).
+    chunks = [sample[i : i + 1000] for i in range(0, n, 1000)]
+    gc.collect()
+
+    def process() -> None:
+        for chunk in chunks:
+            pipeline.process(chunk)
+
+    whole = best(args.repeat, process)
+
+    stages = dict.fromkeys(("decode", "translate", "stamp", "serialize"), float("inf"))
+    events = 0
+    for _ in range(args.repeat):
+        spent = dict.fromkeys(stages, 0.0)
+        events = 0
+        for chunk in chunks:
+            started = time.process_time()
+            decoded = [decoder.decode(r.key, r.value, None, r.headers) for r in chunk]
+            spent["decode"] += time.process_time() - started
+            started = time.process_time()
+            translated = [
+                (e, orders_v2.translate(Change(e))) for e in decoded if isinstance(e, ChangeEvent)
+            ]
+            spent["translate"] += time.process_time() - started
+            started = time.process_time()
+            stamped: list[BusinessEvent] = []
+            for event, produced in translated:
+                stamped.extend(stamp(produced, event, orders_v2.name, orders_v2.version))
+            spent["stamp"] += time.process_time() - started
+            started = time.process_time()
+            for business in stamped:
+                serializer(business, None)
+            spent["serialize"] += time.process_time() - started
+            events += len(stamped)
+        stages = {k: min(v, spent[k]) for k, v in stages.items()}
+    t_decode, t_translate, t_stamp, t_serialize = stages.values()
+    staged = t_decode + t_translate + t_stamp + t_serialize
+
+    def us(seconds: float) -> str:
+        return f"{seconds / n * 1e6:6.2f} µs/record"
+
+    print(f"{n:,} records of {topic}, {events:,} events (best of {args.repeat})")
+    print(f"  decode      {us(t_decode)}  {t_decode / staged:4.0%}")
+    print(f"  translate   {us(t_translate)}  {t_translate / staged:4.0%}")
+    print(f"  stamp       {us(t_stamp)}  {t_stamp / staged:4.0%}")
+    print(
+        f"  serialize   {us(t_serialize)}  {t_serialize / staged:4.0%}  (per event: "
+        f"{t_serialize / max(events, 1) * 1e6:.2f} µs)"
+    )
+    print(f"  sum         {us(staged)}")
+    print(f"Pipeline.process {us(whole)} = {n / whole:,.0f} records/s")
+
+
+if __name__ == "__main__":
+    main()
