@@ -40,35 +40,12 @@ sys.path.insert(0, str(REPO))
 
 TARGET = 50_000
 RATIO_TARGET = 0.5
-STATUSES = ("pending", "paid", "shipped", "delivered", "cancelled")
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
-
-
-def orders_table(server: str) -> Any:
-    from contracts.logical import ColumnType, Field, Kind
-    from contracts.technical import TableSchema
-
-    return TableSchema(
-        server=server,
-        schema="store",
-        table="orders",
-        key_fields=(Field("id", ColumnType(Kind.INT64), optional=False),),
-        value_fields=(
-            Field("id", ColumnType(Kind.INT64), optional=False),
-            Field("customer_id", ColumnType(Kind.INT64), optional=False),
-            Field("status", ColumnType(Kind.ENUM, labels=STATUSES), optional=False),
-            Field("total", ColumnType(Kind.DECIMAL, scale=2, precision=12), optional=False),
-            Field("currency", ColumnType(Kind.STRING), optional=False),
-            Field("placed_at", ColumnType(Kind.ZONED_TIMESTAMP), optional=False),
-            Field("shipped_at", ColumnType(Kind.ZONED_TIMESTAMP)),
-            Field("tracking_number", ColumnType(Kind.STRING)),
-            Field("updated_at", ColumnType(Kind.ZONED_TIMESTAMP), optional=False),
-        ),
-    )
 
 
 def envelopes(server: str, registry_url: str, n: int) -> list[tuple[bytes | None, bytes | None]]:
     """N encoded changes: orders placed, then paid, touched (updated_at only), shipped."""
+    from bizevents_store.technical import orders_table
     from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
     from contracts.envelope import ChangeEvent, PgPosition, Source

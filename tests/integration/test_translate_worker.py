@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 from bizevents_store.contracts import OrderPlaced, OrderShipped, OrderStatusChanged
+from bizevents_store.technical import orders_table
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
@@ -42,40 +43,17 @@ from contracts.business import (
     HEADER_TX_ID,
 )
 from contracts.envelope import ChangeEvent, PgPosition, Source
-from contracts.logical import ColumnType, Field, Kind
 from contracts.serde import BusinessDeserializer
-from contracts.technical import AvroEncoder, TableSchema
+from contracts.technical import AvroEncoder
 from translators.pipeline import HEADER_DLQ_REASON, HEADER_DLQ_STAGE
 
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
-STATUSES = ("pending", "paid", "shipped", "delivered", "cancelled")
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 
 
 # -- helpers (the end-to-end test imports them too) ------------------------------------
-
-
-def orders_table(server: str) -> TableSchema:
-    """store.orders as capture publishes it (see examples/store schema.sql)."""
-    return TableSchema(
-        server=server,
-        schema="store",
-        table="orders",
-        key_fields=(Field("id", ColumnType(Kind.INT64), optional=False),),
-        value_fields=(
-            Field("id", ColumnType(Kind.INT64), optional=False),
-            Field("customer_id", ColumnType(Kind.INT64), optional=False),
-            Field("status", ColumnType(Kind.ENUM, labels=STATUSES), optional=False),
-            Field("total", ColumnType(Kind.DECIMAL, scale=2, precision=12), optional=False),
-            Field("currency", ColumnType(Kind.STRING), optional=False),
-            Field("placed_at", ColumnType(Kind.ZONED_TIMESTAMP), optional=False),
-            Field("shipped_at", ColumnType(Kind.ZONED_TIMESTAMP)),
-            Field("tracking_number", ColumnType(Kind.STRING)),
-            Field("updated_at", ColumnType(Kind.ZONED_TIMESTAMP), optional=False),
-        ),
-    )
 
 
 def orders_encoder(registry_url: str, server: str) -> AvroEncoder:

@@ -17,36 +17,17 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+from bizevents_store.technical import ORDER_KEY, ORDER_VALUE, orders_table
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
 from contracts.envelope import ChangeEvent, PgPosition, Source, Tombstone
-from contracts.logical import ColumnType, Field, Kind
-from contracts.technical import AutoDecoder, AvroEncoder, TableSchema, envelope_avro_schema
+from contracts.technical import AutoDecoder, AvroEncoder, envelope_avro_schema
 from translators.pipeline import Pipeline, SourceRecord
 
-STATUSES = ("pending", "paid", "shipped", "delivered", "cancelled")
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
-
-
-def _ts(kind: Kind = Kind.ZONED_TIMESTAMP) -> ColumnType:
-    return ColumnType(kind)
-
-
-ORDER_KEY = (Field("id", ColumnType(Kind.INT64), optional=False),)
-ORDER_VALUE = (
-    Field("id", ColumnType(Kind.INT64), optional=False),
-    Field("customer_id", ColumnType(Kind.INT64), optional=False),
-    Field("status", ColumnType(Kind.ENUM, labels=STATUSES), optional=False),
-    Field("total", ColumnType(Kind.DECIMAL, scale=2, precision=12), optional=False),
-    Field("currency", ColumnType(Kind.STRING), optional=False),
-    Field("placed_at", _ts(), optional=False),
-    Field("shipped_at", _ts(), optional=True),
-    Field("tracking_number", ColumnType(Kind.STRING), optional=True),
-    Field("updated_at", _ts(), optional=False),
-)
 
 
 @dataclass
@@ -153,7 +134,7 @@ def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
 
 
 def encoder_for(server: str, registry: SchemaRegistryClient) -> AvroEncoder:
-    table = TableSchema(server, "store", "orders", ORDER_KEY, ORDER_VALUE)
+    table = orders_table(server)
     schemas = envelope_avro_schema(server, "store", "orders", ORDER_KEY, ORDER_VALUE)
     import json
 
