@@ -36,15 +36,15 @@ def fill(
     bootstrap: str, registry_url: str, topic_server: str, records: int, partitions: int
 ) -> str:
     """``records`` envelopes: orders placed, then paid, shipped, delivered (4 changes each)."""
+    from bizevents_store.technical import order_change, registered_orders_encoder
     from confluent_kafka import Producer
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
-    from contracts.envelope import ChangeEvent, PgPosition, Source
-    from tests.replay.store_story import create_topic, encoder_for
+    from tests.replay.store_story import create_topic
 
     topic = f"{topic_server}.store.orders"
     create_topic(bootstrap, topic, partitions)
-    encoder = encoder_for(topic_server, SchemaRegistryClient({"url": registry_url}))
+    encoder = registered_orders_encoder(topic_server, SchemaRegistryClient({"url": registry_url}))
     producer = Producer(
         {"bootstrap.servers": bootstrap, "linger.ms": 20, "queue.buffering.max.messages": 1_000_000}
     )
@@ -68,22 +68,14 @@ def fill(
                 "updated_at": at,
             }
             before = None if step == 0 else {**row, "status": steps[step - 1]}
-            source = Source(
-                connector="postgresql",
-                name=topic_server,
-                db="shop",
-                schema="store",
-                table="orders",
+            event = order_change(
+                topic_server,
+                "c" if step == 0 else "u",
+                before,
+                row,
+                lsn=lsn,
+                tx_id=lsn // 64,
                 ts_ms=1_700_000_000_000 + order,
-                position=PgPosition(lsn=lsn, tx_id=lsn // 64),
-            )
-            event = ChangeEvent(
-                op="c" if step == 0 else "u",
-                source=source,
-                before=before,
-                after=row,
-                key={"id": order},
-                ts_ms=source.ts_ms,
             )
             key, value = encoder.encode(event)
             while True:

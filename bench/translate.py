@@ -45,22 +45,10 @@ T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 
 def envelopes(server: str, registry_url: str, n: int) -> list[tuple[bytes | None, bytes | None]]:
     """N encoded changes: orders placed, then paid, touched (updated_at only), shipped."""
-    from bizevents_store.technical import orders_table
-    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+    from bizevents_store.technical import order_change, registered_orders_encoder
+    from confluent_kafka.schema_registry import SchemaRegistryClient
 
-    from contracts.envelope import ChangeEvent, PgPosition, Source
-    from contracts.technical import AvroEncoder
-
-    table = orders_table(server)
-    probe = AvroEncoder(table, 0, 0)
-    client = SchemaRegistryClient({"url": registry_url})
-    topic = table.namespace
-    assert probe.schemas.key is not None
-    key_id = client.register_schema(f"{topic}-key", Schema(json.dumps(probe.schemas.key), "AVRO"))
-    value_id = client.register_schema(
-        f"{topic}-value", Schema(json.dumps(probe.schemas.value), "AVRO")
-    )
-    encoder = AvroEncoder(table, key_id, value_id)
+    encoder = registered_orders_encoder(server, SchemaRegistryClient({"url": registry_url}))
     orders = n // 4
     rows: dict[int, dict[str, Any]] = {}
     out: list[tuple[bytes | None, bytes | None]] = []
@@ -97,21 +85,8 @@ def envelopes(server: str, registry_url: str, n: int) -> list[tuple[bytes | None
                 assert before is not None
                 after = dict(before, status=step, updated_at=before["updated_at"] + timedelta(1))
             rows[order_id] = after
-            change = ChangeEvent(
-                op="c" if step == "c" else "u",
-                source=Source(
-                    connector="postgresql",
-                    name=server,
-                    db="store",
-                    schema="store",
-                    table="orders",
-                    ts_ms=1714564800000,
-                    position=PgPosition(lsn=lsn, tx_id=lsn // 64),
-                ),
-                before=before,
-                after=after,
-                key={"id": order_id},
-                ts_ms=1714564800000,
+            change = order_change(
+                server, "c" if step == "c" else "u", before, after, lsn=lsn, tx_id=lsn // 64
             )
             out.append(encoder.encode(change))
     return out

@@ -26,11 +26,12 @@ from typing import Any
 
 import pytest
 from bizevents_store.contracts import OrderPlaced, OrderShipped, OrderStatusChanged
-from bizevents_store.technical import orders_table
+from bizevents_store.technical import order_change as store_order_change
+from bizevents_store.technical import registered_orders_encoder
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
-from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from bizevents.devstack import Endpoints
 from contracts.business import (
@@ -42,7 +43,7 @@ from contracts.business import (
     HEADER_TRANSLATOR,
     HEADER_TX_ID,
 )
-from contracts.envelope import ChangeEvent, PgPosition, Source
+from contracts.envelope import ChangeEvent, Op, PgPosition
 from contracts.serde import BusinessDeserializer
 from contracts.technical import AvroEncoder
 from translators.pipeline import HEADER_DLQ_REASON, HEADER_DLQ_STAGE
@@ -58,16 +59,7 @@ T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 
 def orders_encoder(registry_url: str, server: str) -> AvroEncoder:
     """An encoder whose key and value schemas are registered for the orders topic."""
-    table = orders_table(server)
-    client = SchemaRegistryClient({"url": registry_url})
-    probe = AvroEncoder(table, 0, 0)
-    topic = table.namespace
-    assert probe.schemas.key is not None
-    key_id = client.register_schema(f"{topic}-key", Schema(json.dumps(probe.schemas.key), "AVRO"))
-    value_id = client.register_schema(
-        f"{topic}-value", Schema(json.dumps(probe.schemas.value), "AVRO")
-    )
-    return AvroEncoder(table, key_id, value_id)
+    return registered_orders_encoder(server, SchemaRegistryClient({"url": registry_url}))
 
 
 def order_row(order_id: int, status: str, **extra: Any) -> dict[str, Any]:
@@ -87,29 +79,12 @@ def order_row(order_id: int, status: str, **extra: Any) -> dict[str, Any]:
 
 def order_change(
     server: str,
-    op: str,
+    op: Op,
     before: dict[str, Any] | None,
     after: dict[str, Any] | None,
     lsn: int,
 ) -> ChangeEvent:
-    row = after or before
-    assert row is not None
-    return ChangeEvent(
-        op=op,  # type: ignore[arg-type]
-        source=Source(
-            connector="postgresql",
-            name=server,
-            db="store",
-            schema="store",
-            table="orders",
-            ts_ms=1714564800000,
-            position=PgPosition(lsn=lsn, tx_id=lsn // 10),
-        ),
-        before=before,
-        after=after,
-        key={"id": row["id"]},
-        ts_ms=1714564800000,
-    )
+    return store_order_change(server, op, before, after, lsn=lsn, tx_id=lsn // 10)
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:

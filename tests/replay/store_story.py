@@ -17,14 +17,14 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from bizevents_store.technical import ORDER_KEY, ORDER_VALUE, orders_table
+from bizevents_store.technical import registered_orders_encoder
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
-from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from contracts.envelope import ChangeEvent, PgPosition, Source, Tombstone
-from contracts.technical import AutoDecoder, AvroEncoder, envelope_avro_schema
+from contracts.technical import AutoDecoder
 from translators.pipeline import Pipeline, SourceRecord
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
@@ -133,25 +133,10 @@ def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
         future.result(30)
 
 
-def encoder_for(server: str, registry: SchemaRegistryClient) -> AvroEncoder:
-    table = orders_table(server)
-    schemas = envelope_avro_schema(server, "store", "orders", ORDER_KEY, ORDER_VALUE)
-    import json
-
-    assert schemas.key is not None
-    key_id = registry.register_schema(
-        f"{table.namespace}-key", Schema(json.dumps(schemas.key), "AVRO")
-    )
-    value_id = registry.register_schema(
-        f"{table.namespace}-value", Schema(json.dumps(schemas.value), "AVRO")
-    )
-    return AvroEncoder(table, key_id, value_id)
-
-
 def produce_story(bootstrap: str, registry_url: str, made: Story, partitions: int = 3) -> int:
     """Produce the story's envelopes to its technical topic; returns how many records."""
     create_topic(bootstrap, made.topic, partitions)
-    encoder = encoder_for(made.server, SchemaRegistryClient({"url": registry_url}))
+    encoder = registered_orders_encoder(made.server, SchemaRegistryClient({"url": registry_url}))
     producer = Producer(
         {"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5}
     )

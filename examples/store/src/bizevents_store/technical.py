@@ -7,11 +7,13 @@ this, so the envelopes they write have the columns and types capture would give
 
 from __future__ import annotations
 
-from typing import Final
+import json
+from typing import Any, Final
 
 from bizevents_store.translators import DB_ORDER_STATUSES
+from contracts.envelope import ChangeEvent, Op, PgPosition, Row, Source
 from contracts.logical import ColumnType, Field, Kind
-from contracts.technical import TableSchema
+from contracts.technical import AvroEncoder, TableSchema
 
 _TIMESTAMPTZ: Final = ColumnType(Kind.ZONED_TIMESTAMP)
 
@@ -37,4 +39,45 @@ def orders_table(server: str) -> TableSchema:
         table="orders",
         key_fields=ORDER_KEY,
         value_fields=ORDER_VALUE,
+    )
+
+
+def registered_orders_encoder(server: str, registry: Any) -> AvroEncoder:
+    """An encoder for ``<server>.store.orders`` whose key and value schemas are registered
+    under ``<topic>-key`` / ``<topic>-value`` (``registry``: a SchemaRegistryClient)."""
+    from confluent_kafka.schema_registry import Schema
+
+    table = orders_table(server)
+    schemas = AvroEncoder(table, 0, 0).schemas
+    assert schemas.key is not None
+    topic = table.namespace
+    key_id = registry.register_schema(f"{topic}-key", Schema(json.dumps(schemas.key), "AVRO"))
+    value_id = registry.register_schema(f"{topic}-value", Schema(json.dumps(schemas.value), "AVRO"))
+    return AvroEncoder(table, key_id, value_id)
+
+
+def order_change(
+    server: str,
+    op: Op,
+    before: Row | None,
+    after: Row | None,
+    *,
+    lsn: int,
+    tx_id: int,
+    ts_ms: int = 1_714_564_800_000,
+) -> ChangeEvent:
+    """One change of ``store.orders`` as capture would describe it."""
+    row = after or before
+    assert row is not None
+    source = Source(
+        connector="postgresql",
+        name=server,
+        db="store",
+        schema="store",
+        table="orders",
+        ts_ms=ts_ms,
+        position=PgPosition(lsn=lsn, tx_id=tx_id),
+    )
+    return ChangeEvent(
+        op=op, source=source, before=before, after=after, key={"id": row["id"]}, ts_ms=ts_ms
     )
