@@ -6,16 +6,18 @@ store's ``orders`` table (orders placed, paid, touched, shipped: 3 of 4 give eve
 
 (a) a bare consume→produce passthrough: the worker's own lean Faust path (same
     aiokafka client, block size, batching and commit-after-ack), copying bytes;
-(b) one ``bizevents translate`` worker (``orders@2``), as a subprocess.
+(b) one ``bizevents translate`` worker (``orders@2``), as a subprocess;
+(c) with ``--workers N``, N such workers in one consumer group (the scale-out path).
 
-Each figure is acknowledged input records per second: from the first block a worker
-receives to the acknowledgement of the last record's outputs (group join excluded),
-read from the worker's own metrics endpoint. Prints both, the ratio to the target
-(50,000/s) and worker/passthrough (target ≥ 0.5), the worker's RSS, and the
-translation core alone (no Kafka) for comparison.
+Each figure is input records per second, once the group has committed them all:
+from the first block a worker receives to the acknowledgement of the last record's
+outputs (group join excluded), read from the workers' own metrics endpoints. Prints
+them, the ratio to the target (50,000/s) and worker/passthrough (target ≥ 0.5), the
+worker's RSS, and the translation core alone (no Kafka) for comparison.
 
     .venv/bin/python bench/translate.py                    # private stack on free ports
     .venv/bin/python bench/translate.py --records 200000 --stack-json endpoints.json
+    .venv/bin/python bench/translate.py --workers 2
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import tempfile
 import time
 import urllib.request
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -133,41 +135,71 @@ def rss_kb(pid: int) -> tuple[int, int]:
     return int(fields["VmRSS"].split()[0]), int(fields["VmHWM"].split()[0])
 
 
-def measure(
-    name: str, command: list[str], env: dict[str, str], records: int, log: Path, timeout: float
-) -> tuple[float, tuple[int, int]]:
-    """Run a worker until it acknowledged ``records``; returns (records/s, (rss, peak) kB)."""
-    with open(log, "wb") as out:
-        process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
+def committed(bootstrap: str, group: str, topic: str, partitions: int) -> int:
+    """How many records of ``topic`` the group has committed, over all partitions."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
     try:
-        url = None
+        tps = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], 10)
+        return sum(max(tp.offset, 0) for tp in tps)
+    finally:
+        consumer.close()
+
+
+def measure(
+    name: str,
+    commands: Sequence[tuple[list[str], dict[str, str]]],
+    records: int,
+    done: Callable[[], bool],
+    log_dir: Path,
+    timeout: float,
+) -> tuple[float, tuple[int, int]]:
+    """Run workers of one group until ``done()``; returns (records/s, largest (rss, peak) kB).
+
+    The rate is ``records`` over the time from the first block any of them received to
+    the last acknowledgement of any, read from their metrics endpoints.
+    """
+    logs = [log_dir / f"{name.replace(' ', '-')}-{i}.log" for i in range(len(commands))]
+    processes = []
+    for (command, env), log in zip(commands, logs, strict=True):
+        with open(log, "wb") as out:
+            processes.append(
+                subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
+            )
+    try:
+        urls: list[str | None] = [None] * len(processes)
         deadline = time.monotonic() + timeout
         while True:
-            if process.poll() is not None:
-                sys.exit(f"{name} exited {process.returncode}: {log.read_text()[-3000:]}")
+            for process, log in zip(processes, logs, strict=True):
+                if process.poll() is not None:
+                    sys.exit(f"{name} exited {process.returncode}: {log.read_text()[-3000:]}")
             if time.monotonic() > deadline:
-                sys.exit(f"{name}: not done within {timeout}s: {log.read_text()[-3000:]}")
-            if url is None:
-                for line in log.read_text().splitlines():
+                sys.exit(f"{name}: not done within {timeout}s: {logs[0].read_text()[-3000:]}")
+            for i, log in enumerate(logs):
+                for line in log.read_text().splitlines() if urls[i] is None else ():
                     if '"metrics endpoint"' in line:
-                        url = json.loads(line)["url"]
-            else:
-                m = scrape(url)
-                if m.get("bizevents_translate_acknowledged_total", 0) >= records:
-                    seconds = (
-                        m["bizevents_translate_last_ack_timestamp_seconds"]
-                        - m["bizevents_translate_first_block_timestamp_seconds"]
-                    )
-                    return m["bizevents_translate_acknowledged_total"] / seconds, rss_kb(
-                        process.pid
-                    )
-            time.sleep(0.1)
+                        urls[i] = json.loads(line)["url"]
+            if all(urls) and done():
+                scraped = [scrape(url) for url in urls if url]
+                seconds = max(
+                    m.get("bizevents_translate_last_ack_timestamp_seconds", 0) for m in scraped
+                ) - min(
+                    m["bizevents_translate_first_block_timestamp_seconds"]
+                    for m in scraped
+                    if m.get("bizevents_translate_first_block_timestamp_seconds")
+                )
+                memory = [rss_kb(process.pid) for process in processes]
+                return records / seconds, max(memory, key=lambda m: m[1])
+            time.sleep(0.2)
     finally:
-        process.terminate()
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
 
 
 def passthrough_child() -> None:
@@ -230,6 +262,9 @@ def main() -> None:
     parser.add_argument("--poll", type=int, default=5_000, help="translate.max_poll_records")
     parser.add_argument("--stack-json", type=Path, help="endpoints of a running stack")
     parser.add_argument("--timeout", type=float, default=600)
+    parser.add_argument(
+        "--workers", type=int, default=1, help="also run N workers in one group (scale-out)"
+    )
     parser.add_argument("--role", choices=["bench", "passthrough"], default="bench")
     args = parser.parse_args()
     if args.role == "passthrough":
@@ -273,40 +308,66 @@ def main() -> None:
             "BIZEVENTS_LOG_FORMAT": "json",
             "BIZEVENTS_LOG_LEVEL": "INFO",
         }
+
+        def group_done(group: str) -> Callable[[], bool]:
+            return lambda: committed(bootstrap, group, source, 4) >= len(records)
+
+        passthrough_group = f"bench-pass-{tag}"
         rate_a, _ = measure(
             "passthrough",
-            [sys.executable, str(Path(__file__).resolve()), "--role", "passthrough"],
-            {
-                **base_env,
-                "BENCH_SOURCE": source,
-                "BENCH_SINK": sink,
-                "BIZEVENTS_TRANSLATE__GROUP_ID": f"bench-pass-{tag}",
-            },
+            [
+                (
+                    [sys.executable, str(Path(__file__).resolve()), "--role", "passthrough"],
+                    {
+                        **base_env,
+                        "BENCH_SOURCE": source,
+                        "BENCH_SINK": sink,
+                        "BIZEVENTS_TRANSLATE__GROUP_ID": passthrough_group,
+                    },
+                )
+            ],
             len(records),
-            tmp / "passthrough.log",
+            group_done(passthrough_group),
+            tmp,
             args.timeout,
         )
         print(f"(a) passthrough (lean Faust path, bytes copied): {rate_a:,.0f} records/s")
-        rate_b, (rss, peak) = measure(
-            "bizevents translate",
-            [sys.executable, "-m", "bizevents", "translate"],
-            {
+
+        def translate(workers: int) -> tuple[float, tuple[int, int]]:
+            group = f"bench-translate-{workers}-{tag}"
+            env = {
                 **base_env,
                 "BIZEVENTS_TRANSLATORS": json.dumps({"orders": 2}),
                 "BIZEVENTS_TRANSLATE__TOPIC_PREFIX": server,
-                "BIZEVENTS_TRANSLATE__GROUP_ID": f"bench-translate-{tag}",
+                "BIZEVENTS_TRANSLATE__GROUP_ID": group,
                 "BIZEVENTS_TRANSLATE__DEAD_LETTER_TOPIC": f"bench.dead-letter.{tag}",
                 "BIZEVENTS_TRANSLATE__METRICS_PORT": "0",
-                "BIZEVENTS_STATE_DIR": str(tmp / "state"),
-            },
-            len(records),
-            tmp / "translate.log",
-            args.timeout,
-        )
+            }
+            command = [sys.executable, "-m", "bizevents", "translate"]
+            return measure(
+                f"translate {workers}",
+                [
+                    (command, {**env, "BIZEVENTS_STATE_DIR": str(tmp / f"state-{workers}-{i}")})
+                    for i in range(workers)
+                ],
+                len(records),
+                group_done(group),
+                tmp,
+                args.timeout,
+            )
+
+        rate_b, (rss, peak) = translate(1)
         print(
             f"(b) bizevents translate (orders@2, Avro in → Avro out): {rate_b:,.0f} records/s, "
             f"RSS {rss / 1024:.0f} MB (peak {peak / 1024:.0f} MB)"
         )
+        if args.workers > 1:
+            rate_c, _ = translate(args.workers)
+            print(
+                f"(c) {args.workers} bizevents translate processes in one group: "
+                f"{rate_c:,.0f} records/s ({rate_c / rate_b:.2f} times one; "
+                f"{os.cpu_count()} cores, shared with the broker)"
+            )
         core = core_only(server, endpoints.registry_url, records)
         print(f"    translation core alone (decode, translate, stamp, serialize): {core:,.0f}/s")
         ratio = rate_b / rate_a
