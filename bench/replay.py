@@ -115,7 +115,7 @@ def profile_one_range(topic: str, settings: Any, out: str, records: int) -> None
 
     from replay.plan import Range
     from replay.spec import Output
-    from replay.task import TaskConfig, run_range
+    from replay.task import TaskConfig, release, run_range
 
     output = Output.parse(out)
     config = TaskConfig(
@@ -150,6 +150,7 @@ def profile_one_range(topic: str, settings: Any, out: str, records: int) -> None
         f"{elapsed:.2f}s = {report.read / elapsed:,.0f} records/s, "
         f"{1e6 * elapsed / report.read:.1f} µs per record"
     )
+    release(config.token)  # its consumer, before the stack goes down
     stats = pstats.Stats(profiler)
     stats.sort_stats("cumulative").print_stats(25)
 

@@ -212,6 +212,15 @@ def runtime(config: TaskConfig) -> _Runtime:
         return found
 
 
+def release(token: str) -> None:
+    """Close the clients this process holds for run ``token`` (for in-process callers;
+    a Spark worker keeps them until its next run or its exit)."""
+    with _LOCK:
+        found = _RUNTIMES.pop(token, None)
+    if found is not None:
+        found.close()
+
+
 def _schema_lookup(client: Any) -> Any:
     """``schema id -> schema text``, cached; an unknown id is a bad record, not a failure."""
     from confluent_kafka.schema_registry.error import SchemaRegistryError
