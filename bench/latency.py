@@ -1,0 +1,314 @@
+"""End-to-end latency, commit → business event, at a steady rate of row changes.
+
+Starts a private stack (or takes one with ``--stack-json``), creates the store's
+schema, runs ``bizevents capture postgres`` on ``store.orders`` and one ``bizevents
+translate`` worker (``orders@2``) as processes, then commits ``--rate`` changes per
+second for ``--seconds``: every 10 ms one transaction inserts new orders and moves
+orders of earlier transactions to ``paid``, so every change gives one OrderPlaced or
+one OrderStatusChanged. A consumer in this process reads the business topics.
+
+An event's latency runs from just before its transaction's COMMIT was sent to the
+moment the consumer received it (so it includes the commit itself, the capture, the
+worker, both produce round trips and the consumer's fetch). Prints p50/p95/p99/max,
+the events missing, and p99's ratio to the target (p99 ≤ 250 ms at 5,000 changes/s).
+
+    .venv/bin/python bench/latency.py                       # private stack on free ports
+    .venv/bin/python bench/latency.py --rate 5000 --seconds 30 --stack-json endpoints.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import psycopg2
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # tests.capture.capture_helpers: the capture CLI helpers
+
+TARGET_P99_S = 0.250
+TARGET_RATE = 5_000
+TICK_S = 0.010
+
+
+class Events(threading.Thread):
+    """Reads OrderPlaced and OrderStatusChanged of one capture server, stamping arrivals."""
+
+    def __init__(self, bootstrap: str, registry_url: str, source_topic: str) -> None:
+        super().__init__(daemon=True)
+        self.bootstrap = bootstrap
+        self.registry_url = registry_url
+        self.source_topic = source_topic.encode()
+        #: ``("placed" | "paid", order id) -> arrival time``
+        self.arrived: dict[tuple[str, int], float] = {}
+        self.stopping = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self._run()
+        except BaseException as exc:  # reported by the main thread
+            self.error = exc
+
+    def _run(self) -> None:
+        from bizevents_store.contracts import OrderPlaced, OrderStatus, OrderStatusChanged
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+        from confluent_kafka.schema_registry import SchemaRegistryClient
+
+        from contracts.business import HEADER_SOURCE_TOPIC
+        from contracts.serde import BusinessDeserializer
+
+        read = BusinessDeserializer(
+            SchemaRegistryClient({"url": self.registry_url}), OrderPlaced, OrderStatusChanged
+        )
+        consumer = Consumer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "group.id": f"bench-latency-{uuid.uuid4().hex[:8]}",  # no join: assign
+                "enable.auto.commit": False,
+                "fetch.wait.max.ms": 5,
+            }
+        )
+        topics = [OrderPlaced.contract_topic(), OrderStatusChanged.contract_topic()]
+        partitions: list[Any] = []
+        while not partitions and not self.stopping.is_set():  # the worker creates them
+            found = consumer.list_topics(timeout=10).topics
+            if all(t in found and found[t].partitions for t in topics):
+                partitions = [
+                    TopicPartition(t, p, OFFSET_BEGINNING)
+                    for t in topics
+                    for p in found[t].partitions
+                ]
+            else:
+                time.sleep(0.2)
+        consumer.assign(partitions)
+        try:
+            while not self.stopping.is_set():
+                messages = consumer.consume(1000, 0.05)
+                now = time.time()
+                for message in messages:
+                    value = message.value()
+                    if message.error() or value is None:
+                        continue
+                    headers = dict(message.headers() or ())
+                    if headers.get(HEADER_SOURCE_TOPIC) != self.source_topic:
+                        continue  # another run's events on a shared stack
+                    event = read(value, message.topic())
+                    if isinstance(event, OrderPlaced):
+                        self.arrived.setdefault(("placed", event.order_id), now)
+                    elif (
+                        isinstance(event, OrderStatusChanged)
+                        and event.new_status is OrderStatus.PAID
+                    ):
+                        self.arrived.setdefault(("paid", event.order_id), now)
+        finally:
+            consumer.close()
+
+
+def drive(conn: Any, customer: int, rate: int, seconds: float) -> dict[tuple[str, int], float]:
+    """Commit ``rate`` changes/s for ``seconds``; returns change → time before its COMMIT."""
+    per_tick = max(rate * TICK_S, 2)
+    committed: dict[tuple[str, int], float] = {}
+    placed: deque[int] = deque()
+    debt = 0.0
+    started = time.monotonic()
+    tick = 0
+    with conn.cursor() as cur:
+        while time.monotonic() - started < seconds:
+            debt += per_tick
+            n = int(debt)
+            debt -= n
+            updates = min(n // 2, len(placed))
+            moved = [placed.popleft() for _ in range(updates)]
+            cur.execute(
+                "INSERT INTO store.orders (customer_id, total) "
+                "SELECT %s, 10.00 + g FROM generate_series(1, %s) g RETURNING id",
+                (customer, n - updates),
+            )
+            inserted = [int(row[0]) for row in cur.fetchall()]
+            if moved:
+                cur.execute(
+                    "UPDATE store.orders SET status = 'paid', updated_at = now() "
+                    "WHERE id = ANY(%s)",
+                    (moved,),
+                )
+            at = time.time()
+            conn.commit()
+            committed.update({("placed", i): at for i in inserted})
+            committed.update({("paid", i): at for i in moved})
+            placed.extend(inserted)
+            tick += 1
+            pause = started + tick * TICK_S - time.monotonic()
+            if pause > 0:
+                time.sleep(pause)
+    return committed
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rate", type=int, default=TARGET_RATE, help="row changes per second")
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--stack-json", type=Path, help="endpoints of a running stack")
+    args = parser.parse_args()
+
+    from bizevents_store.load import create_schema
+
+    from bizevents.devstack import DevStack, Endpoints
+    from bizevents.settings import DevSettings
+    from capture.config import CaptureConfig
+    from tests.capture.capture_helpers import start_cli, write_config
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-latency-"))
+    stack = None
+    if args.stack_json:
+        endpoints = Endpoints(**json.loads(args.stack_json.read_text()))
+    else:
+        stack = DevStack(
+            tmp / "stack", DevSettings(broker_port=0, registry_port=0, postgres_port=0)
+        )
+        stack.up()
+        endpoints = stack.endpoints()
+    tag = uuid.uuid4().hex[:8]
+    server = f"lat{tag}"
+    slot = f"bench_latency_{tag}"
+    processes: list[subprocess.Popen[bytes]] = []
+    conn = psycopg2.connect(endpoints.postgres_dsn)
+    events = None
+    try:
+        create_schema(conn)
+        with conn.cursor() as cur:
+            cur.execute(
+                "INSERT INTO store.customers (email, full_name, country, city) "
+                "VALUES (%s, 'bench', 'DE', 'Berlin') RETURNING id",
+                (f"latency-{tag}@example.org",),
+            )
+            (customer,) = cur.fetchone()
+        conn.commit()
+        config = CaptureConfig(
+            server=server,
+            tables=("store.orders",),
+            slot=slot,
+            publication=f"bench_latency_{tag}",
+            partitions=4,
+            snapshot="never",
+            state_dir=tmp / "capture-state",
+        )
+        capture_log = tmp / "capture.log"
+        processes.append(
+            start_cli(write_config(tmp / "capture.toml", config), endpoints, capture_log)
+        )
+        worker_log = tmp / "translate.log"
+        with open(worker_log, "wb") as out:
+            processes.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "bizevents", "translate"],
+                    env={
+                        **os.environ,
+                        "BIZEVENTS_KAFKA__BOOTSTRAP_SERVERS": endpoints.bootstrap_servers,
+                        "BIZEVENTS_REGISTRY__URL": endpoints.registry_url,
+                        "BIZEVENTS_TRANSLATORS": json.dumps({"orders": 2}),
+                        "BIZEVENTS_TRANSLATE__TOPICS": json.dumps([f"{server}.store.orders"]),
+                        "BIZEVENTS_TRANSLATE__GROUP_ID": f"bench-latency-{tag}",
+                        "BIZEVENTS_STATE_DIR": str(tmp / "state"),
+                        "BIZEVENTS_LOG_FORMAT": "json",
+                    },
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    cwd=ROOT,
+                )
+            )
+        events = Events(
+            endpoints.bootstrap_servers, endpoints.registry_url, f"{server}.store.orders"
+        )
+        events.start()
+
+        def check() -> None:
+            for process, log in zip(processes, (capture_log, worker_log), strict=True):
+                if process.poll() is not None:
+                    sys.exit(f"{log.stem} exited {process.returncode}: {log.read_text()[-3000:]}")
+            if events is not None and events.error is not None:
+                raise events.error
+
+        # warm up until changes flow all the way (the slot exists, the group has joined,
+        # the schemas are registered): changes committed before the slot was created
+        # are never captured, so keep committing small batches until one arrives whole
+        deadline = time.monotonic() + 120
+        while True:
+            warm = drive(conn, customer, 200, 0.05)
+            waited = time.monotonic() + 2
+            while not all(k in events.arrived for k in warm) and time.monotonic() < waited:
+                check()
+                time.sleep(0.1)
+            if all(k in events.arrived for k in warm):
+                break
+            if time.monotonic() > deadline:
+                sys.exit(f"no events within 120 s: {worker_log.read_text()[-3000:]}")
+        print(f"stack ready; driving {args.rate:,} changes/s for {args.seconds:.0f}s")
+
+        started = time.monotonic()
+        committed = drive(conn, customer, args.rate, args.seconds)
+        elapsed = time.monotonic() - started
+        deadline = time.monotonic() + 60
+        while not all(k in events.arrived for k in committed) and time.monotonic() < deadline:
+            check()
+            time.sleep(0.2)
+        latencies = sorted(
+            events.arrived[k] - at for k, at in committed.items() if k in events.arrived
+        )
+        missing = len(committed) - len(latencies)
+        rate = len(committed) / elapsed
+        print(f"committed {len(committed):,} changes in {elapsed:.1f}s = {rate:,.0f} changes/s")
+        if not latencies:
+            sys.exit("no event arrived")
+        p50, p95, p99 = (percentile(latencies, q) for q in (0.50, 0.95, 0.99))
+        print(
+            f"commit → business event: p50 {p50 * 1e3:.0f} ms, p95 {p95 * 1e3:.0f} ms, "
+            f"p99 {p99 * 1e3:.0f} ms, max {latencies[-1] * 1e3:.0f} ms; "
+            f"{len(latencies):,} events, {missing:,} missing after 60 s"
+        )
+        met = p99 <= TARGET_P99_S and rate >= TARGET_RATE * 0.95 and not missing
+        print(
+            f"p99 / {TARGET_P99_S * 1e3:.0f} ms target: {p99 / TARGET_P99_S:.2f} at "
+            f"{rate:,.0f} changes/s (target ≤ 1.0 at {TARGET_RATE:,}/s: "
+            f"{'met' if met else 'MISSED'})"
+        )
+    finally:
+        if events is not None:
+            events.stopping.set()
+            events.join(10)
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        conn.rollback()
+        conn.autocommit = True
+        with conn.cursor() as cur:
+            cur.execute(
+                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                "WHERE slot_name = %s AND NOT active",
+                (slot,),
+            )
+        conn.close()
+        if stack is not None:
+            stack.down(purge=True)
+
+
+if __name__ == "__main__":
+    main()
