@@ -94,7 +94,7 @@ class Events(threading.Thread):
         consumer.assign(partitions)
         try:
             while not self.stopping.is_set():
-                messages = consumer.consume(1000, 0.05)
+                messages = consumer.consume(1000, 0.005)  # returns after the timeout
                 now = time.time()
                 for message in messages:
                     value = message.value()

@@ -12,7 +12,10 @@ control, generation ids, ``wait_empty`` on revoke and stop), and the commit time
 This module touches private attributes of faust-streaming 0.15.3 (pinned):
 ``Consumer._drain_messages``, ``_wait_next_records``, ``_read_offset``,
 ``_unacked_messages``, ``_acked``, ``_acked_index``, ``_committed_offset``,
-``_n_acked``, ``_to_message``, ``_buffered_partitions`` and ``app.topics._tp_index``.
+``_n_acked``, ``_to_message``, ``_buffered_partitions`` and ``app.topics._tp_index``;
+and of aiokafka 0.14, ``AIOKafkaConsumer._fetch_max_wait_ms``, which Faust hard-codes
+to 1,500 ms: an empty fetch may be held that long, and on the embedded broker that
+delays records that arrive meanwhile (docs/broker.md), so the worker sets its own.
 :data:`PRIVATE_CONSUMER_ATTRIBUTES` names the instance ones; a test checks them, and
 the integration tests run the path against the real broker.
 """
@@ -22,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final
 
+from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
 from faust.transport.drivers.aiokafka import Consumer as AIOKafkaConsumer
 from faust.types import TP
 
@@ -75,10 +79,23 @@ class RecordBlock:
         return f"<RecordBlock {where}@{self.first_offset}..{self.last_offset}>"
 
 
+class _BulkConsumerThread(AIOKafkaConsumerThread):
+    """Faust's consumer thread, with the consumer's own ``fetch_max_wait_ms``."""
+
+    def _create_worker_consumer(self, transport: Any) -> Any:
+        consumer = super()._create_worker_consumer(transport)
+        consumer._fetch_max_wait_ms = self.consumer.fetch_max_wait_ms  # type: ignore[attr-defined]
+        return consumer
+
+
 class _BulkConsumer(AIOKafkaConsumer):
     """Faust's aiokafka consumer, draining blocks of the bulk topics to their agents."""
 
     bulk_topics: frozenset[str] = frozenset()
+    fetch_max_wait_ms: int = 1500
+
+    def _new_consumer_thread(self) -> AIOKafkaConsumerThread:
+        return _BulkConsumerThread(self, loop=self.loop, beacon=self.beacon)
 
     async def _drain_messages(self, fetcher: Any) -> None:  # the Fetcher's loop
         consumer_should_stop = self._stopped.is_set
@@ -113,9 +130,14 @@ class _BulkConsumer(AIOKafkaConsumer):
                 set_read_offset(tp, fetched[-1].offset)
 
 
-def bulk_consumer(topics: frozenset[str]) -> type[AIOKafkaConsumer]:
-    """A consumer class draining ``topics`` block by block, for ``app.transport.Consumer``."""
-    return type("BulkConsumer", (_BulkConsumer,), {"bulk_topics": topics})
+def bulk_consumer(topics: frozenset[str], fetch_max_wait_ms: int) -> type[AIOKafkaConsumer]:
+    """A consumer class draining ``topics`` block by block, for ``app.transport.Consumer``;
+    an empty fetch is held at most ``fetch_max_wait_ms``."""
+    return type(
+        "BulkConsumer",
+        (_BulkConsumer,),
+        {"bulk_topics": topics, "fetch_max_wait_ms": fetch_max_wait_ms},
+    )
 
 
 class BlockAcker:

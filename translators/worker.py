@@ -454,7 +454,7 @@ def build_app(
         producer_max_request_size=max(t.max_batch_bytes, t.max_fetch_bytes),
         stream_wait_empty=True,
     )
-    app.transport.Consumer = bulk_consumer(frozenset(topics))
+    app.transport.Consumer = bulk_consumer(frozenset(topics), t.fetch_max_wait_ms)
     channel = app.topic(
         *topics,
         key_serializer="raw",

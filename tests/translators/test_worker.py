@@ -27,7 +27,12 @@ from bizevents.exceptions import ConfigError
 from bizevents.settings import TranslateSettings
 from tests.translators.sample import ThingCreated, things_v1, things_v2
 from translators import translator
-from translators._faust import PRIVATE_CONSUMER_ATTRIBUTES, BlockAcker, RecordBlock
+from translators._faust import (
+    PRIVATE_CONSUMER_ATTRIBUTES,
+    BlockAcker,
+    RecordBlock,
+    bulk_consumer,
+)
 from translators.exceptions import PluginError
 from translators.worker import check_contracts, partition_for, readers, technical_topics
 
@@ -153,6 +158,27 @@ def test_faust_is_the_pinned_version_with_the_private_attributes_used() -> None:
         assert callable(getattr(FaustConsumer, method)), method
     assert hasattr(app.topics, "_tp_index")
     assert hasattr(app, "consumer_generation_id")
+
+
+def test_the_worker_consumer_holds_empty_fetches_as_configured() -> None:
+    """Faust hard-codes aiokafka's fetch_max_wait_ms to 1,500 ms; the worker's consumer
+    takes ``translate.fetch_max_wait_ms`` instead (held fetches are latency)."""
+    import asyncio
+
+    import faust
+
+    app = faust.App("test-fetch-wait", broker="kafka://127.0.0.1:1", web_enabled=False)
+    app.transport.Consumer = bulk_consumer(frozenset({"shop.public.things"}), 77)
+
+    async def created() -> int:
+        consumer = app.consumer._thread._create_worker_consumer(app.transport)
+        try:
+            return int(consumer._fetch_max_wait_ms)
+        finally:
+            await consumer.stop()
+
+    assert asyncio.run(created()) == 77
+    assert TranslateSettings().fetch_max_wait_ms == 100
 
 
 @dataclass
