@@ -216,8 +216,9 @@ class TranslateSettings(_Frozen):
     max_poll_records: int = Field(default=5000, ge=1)
     max_fetch_bytes: int = Field(default=4 << 20, ge=1024)
     #: How long the broker may hold an empty fetch. Faust's own 1,500 ms adds up to that
-    #: much latency on the embedded broker, which does not end a held fetch when records
-    #: arrive (docs/broker.md); polling an idle broker 10 times a second costs little.
+    #: much latency on the embedded broker, where records that arrive meanwhile often wait
+    #: for the held fetch to end (docs/broker.md); polling an idle broker 10 times a
+    #: second costs little.
     fetch_max_wait_ms: int = Field(default=100, ge=0, le=60_000)
     #: Blocks whose produce acknowledgements may be outstanding at once.
     max_inflight_blocks: int = Field(default=3, ge=1)
