@@ -25,6 +25,7 @@ Everything here is pure; a conversion that fails raises ``ValueError``/``TypeErr
 from __future__ import annotations
 
 import base64
+import io
 import json
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -55,6 +56,7 @@ __all__ = [
     "time_to_micros",
     "timestamp_from_micros",
     "timestamp_to_micros",
+    "unavailable_placeholder",
     "unscaled_from_decimal",
 ]
 
@@ -65,6 +67,9 @@ Converter = Callable[[Any], Any]
 UNAVAILABLE_MARKER: Final = "__debezium_unavailable_value"
 _UNAVAILABLE_BYTES: Final = UNAVAILABLE_MARKER.encode()
 _UNAVAILABLE_B64: Final = base64.b64encode(_UNAVAILABLE_BYTES).decode()
+#: Debezium's placeholder of an unchanged TOASTed int or bigint array: the marker's
+#: bytes as numbers. Arrays of other numbers, dates and times use the same numbers.
+_UNAVAILABLE_NUMBERS: Final = tuple(_UNAVAILABLE_BYTES)
 
 
 class Unavailable:
@@ -718,10 +723,21 @@ def _unavailable_or(convert: Converter) -> Converter:
     return decode
 
 
+def _unavailable_if(placeholder: Any, convert: Converter | None) -> Converter:
+    def decode(value: Any) -> Any:
+        if value == placeholder:
+            return UNAVAILABLE
+        return value if convert is None else convert(value)
+
+    return decode
+
+
 def _variable_decimal(bytes_of: Converter) -> Converter:
-    def decode(value: Any) -> Decimal:
+    def decode(value: Any) -> Any:
         if not isinstance(value, Mapping):
             raise TypeError("a variable-scale decimal must be a struct {scale, value}")
+        if value["value"] in (_UNAVAILABLE_BYTES, _UNAVAILABLE_B64):
+            return UNAVAILABLE
         return decimal_from_unscaled(bytes_of(value["value"]), _int(value["scale"]))
 
     return decode
@@ -734,11 +750,13 @@ def _nullable(convert: Converter) -> Converter:
     return decode
 
 
-def _array(item: Converter | None, wire: Wire) -> Converter:
+def _array(item: Converter | None, wire: Wire, placeholder: Any = None) -> Converter:
     def decode(value: Any) -> Any:
         if not isinstance(value, list):
             raise TypeError(f"expected an array, got {type(value).__name__}")
         if len(value) == 1 and value[0] in (UNAVAILABLE_MARKER, _UNAVAILABLE_BYTES):
+            return UNAVAILABLE
+        if value == placeholder:
             return UNAVAILABLE
         if item is None:
             return value
@@ -798,12 +816,13 @@ def decoder_for(ct: ColumnType, wire: Wire) -> Converter | None:
     if kind is Kind.BYTES:
         return _avro_bytes if avro else _json_bytes
     if kind is Kind.DECIMAL:
-        if avro and ct.logical == "decimal":
-            return None
         scale = ct.scale or 0
+        if avro and ct.logical == "decimal":
+            # fastavro made the placeholder's bytes a (huge) Decimal already.
+            return _unavailable_if(_avro_decimal_placeholder(ct), None)
         if avro:
-            return lambda v: decimal_from_unscaled(v, scale)
-        return lambda v: _json_decimal(v, scale)
+            return _unavailable_if(_UNAVAILABLE_BYTES, lambda v: decimal_from_unscaled(v, scale))
+        return _unavailable_if(_UNAVAILABLE_B64, lambda v: _json_decimal(v, scale))
     if kind is Kind.VARIABLE_DECIMAL:
         return _variable_decimal((lambda v: v) if avro else _b64)
     if ct.logical is not None and avro:
@@ -827,9 +846,9 @@ def decoder_for(ct: ColumnType, wire: Wire) -> Converter | None:
         # Python's datetime stops at microseconds: nanoseconds are floored.
         return lambda v: timestamp_from_micros(_int(v) // 1000)
     if kind is Kind.ZONED_TIMESTAMP:
-        return _zoned_timestamp
+        return _unavailable_or(_zoned_timestamp)
     if kind is Kind.ZONED_TIME:
-        return _zoned_time
+        return _unavailable_or(_zoned_time)
     if kind is Kind.INTERVAL_MICROS:
         return lambda v: timedelta(microseconds=_int(v))
     if kind is Kind.UUID:
@@ -839,11 +858,80 @@ def decoder_for(ct: ColumnType, wire: Wire) -> Converter | None:
     if kind is Kind.ENUM:
         return _unavailable_or(_check_labels(ct))
     if kind is Kind.ARRAY:
-        return _array(decoder_for(ct.items or _ANY, wire), wire)
+        return _array(decoder_for(ct.items or _ANY, wire), wire, unavailable_placeholder(ct, wire))
     if kind is Kind.MAP:
         return _map(decoder_for(ct.items or _ANY, wire))
     if kind is Kind.STRUCT:
         return struct_decoder(ct.fields or (), wire)
+    return None
+
+
+# -- the unchanged-TOAST placeholder ---------------------------------------------------
+
+_STRING_WIRE: Final = frozenset(
+    {Kind.STRING, Kind.UUID, Kind.JSON, Kind.ENUM, Kind.ZONED_TIMESTAMP, Kind.ZONED_TIME}
+)
+_NUMBER_WIRE: Final = frozenset(
+    {
+        Kind.INT8,
+        Kind.INT16,
+        Kind.INT32,
+        Kind.INT64,
+        Kind.DATE,
+        Kind.TIME_MILLIS,
+        Kind.TIME_MICROS,
+        Kind.TIME_NANOS,
+        Kind.TIMESTAMP_MILLIS,
+        Kind.TIMESTAMP_MICROS,
+        Kind.TIMESTAMP_NANOS,
+        Kind.INTERVAL_MICROS,
+    }
+)
+
+
+def _avro_decimal_placeholder(ct: ColumnType) -> Any:
+    # fastavro reads a decimal in a context of the schema's precision, which rounds the
+    # placeholder's 67 digits: compare with what it reads, not with the exact number.
+    import fastavro
+
+    schema = fastavro.parse_schema(ct.avro_schema())
+    data = bytes([2 * len(_UNAVAILABLE_BYTES)]) + _UNAVAILABLE_BYTES  # Avro bytes: zigzag length
+    return fastavro.schemaless_reader(io.BytesIO(data), schema)
+
+
+def unavailable_placeholder(ct: ColumnType, wire: Wire) -> Any:
+    """The value standing for :data:`UNAVAILABLE` in a column of type ``ct``, as the
+    wire's reader hands it over (fastavro's ``Decimal`` for an Avro decimal), or
+    ``None`` for a type without one.
+
+    Strings (and string-encoded types) carry ``__debezium_unavailable_value``, bytes and
+    decimals its bytes, arrays one placeholder item, or, for items of numbers, dates and
+    times, the marker's bytes as numbers (Debezium's int-array placeholder). Fixed-size
+    scalars (integers, floats, booleans, dates, times) have none: PostgreSQL never
+    stores them out of line, so they are never unchanged-TOASTed.
+    """
+    kind = ct.kind
+    avro = wire == "avro"
+    if kind in _STRING_WIRE:
+        return UNAVAILABLE_MARKER
+    if kind is Kind.BYTES:
+        return _UNAVAILABLE_BYTES if avro else _UNAVAILABLE_B64
+    if kind is Kind.DECIMAL:
+        return _avro_decimal_placeholder(ct) if avro else _UNAVAILABLE_B64
+    if kind is Kind.VARIABLE_DECIMAL:
+        return {"scale": 0, "value": _UNAVAILABLE_BYTES if avro else _UNAVAILABLE_B64}
+    if kind is Kind.ARRAY:
+        items = ct.items or _ANY
+        if items.kind in _NUMBER_WIRE:
+            return list(_UNAVAILABLE_NUMBERS)
+        if items.kind in (Kind.FLOAT32, Kind.FLOAT64):
+            return [float(n) for n in _UNAVAILABLE_NUMBERS]
+        if items.kind is Kind.BOOLEAN:
+            return [bool(n >> bit & 1) for n in _UNAVAILABLE_NUMBERS for bit in range(8)]
+        if items.kind is Kind.ANY:
+            return [UNAVAILABLE_MARKER]
+        one = unavailable_placeholder(items, wire)
+        return None if one is None else [one]
     return None
 
 
@@ -883,6 +971,9 @@ def _enc_bytes(wire: Wire) -> Converter:
 
 def _enc_decimal(scale: int, wire: Wire) -> Converter:
     def encode(value: Any) -> Any:
+        if value is UNAVAILABLE:
+            # The bytes, not their huge Decimal, which fastavro would check for precision.
+            return _UNAVAILABLE_BYTES if wire == "avro" else _UNAVAILABLE_B64
         if not isinstance(value, Decimal | int) or isinstance(value, bool):
             raise TypeError(f"expected a Decimal, got {type(value).__name__}")
         raw, _ = unscaled_from_decimal(Decimal(value), scale)
@@ -896,6 +987,8 @@ def _enc_decimal(scale: int, wire: Wire) -> Converter:
 
 def _enc_variable_decimal(wire: Wire) -> Converter:
     def encode(value: Any) -> Any:
+        if value is UNAVAILABLE:
+            return unavailable_placeholder(ColumnType(Kind.VARIABLE_DECIMAL), wire)
         if not isinstance(value, Decimal | int) or isinstance(value, bool):
             raise TypeError(f"expected a Decimal, got {type(value).__name__}")
         raw, scale = unscaled_from_decimal(Decimal(value))
@@ -940,12 +1033,12 @@ def _enc_json(value: Any) -> str:
     raise TypeError(f"expected a JsonDocument, got {type(value).__name__}")
 
 
-def _enc_array(item: Converter, marker: bool) -> Converter:
+def _enc_array(item: Converter, placeholder: list[Any] | None) -> Converter:
     def encode(value: Any) -> Any:
         if value is UNAVAILABLE:
-            if not marker:
-                raise TypeError("only an array of text can carry the unavailable marker")
-            return [UNAVAILABLE_MARKER]
+            if placeholder is None:
+                raise TypeError("this array's items have no unavailable placeholder")
+            return list(placeholder)
         if not isinstance(value, list | tuple):
             raise TypeError(f"expected a list, got {type(value).__name__}")
         return [None if v is None else item(v) for v in value]
@@ -1018,9 +1111,9 @@ def encoder_for(ct: ColumnType, wire: Wire) -> Converter:
     if kind is Kind.TIMESTAMP_NANOS:
         return _enc_timestamp(1, 1000)
     if kind is Kind.ZONED_TIMESTAMP:
-        return _enc_typed_then(datetime, _iso_zoned_timestamp)
+        return _enc_unavailable_str(_enc_typed_then(datetime, _iso_zoned_timestamp))
     if kind is Kind.ZONED_TIME:
-        return _enc_typed_then(time, _iso_zoned_time)
+        return _enc_unavailable_str(_enc_typed_then(time, _iso_zoned_time))
     if kind is Kind.INTERVAL_MICROS:
         return _enc_typed_then(timedelta, lambda v: v // _MICRO)
     if kind is Kind.UUID:
@@ -1030,8 +1123,11 @@ def encoder_for(ct: ColumnType, wire: Wire) -> Converter:
     if kind is Kind.ENUM:
         return _enc_unavailable_str(_check_labels(ct))
     if kind is Kind.ARRAY:
-        items = ct.items or _ANY
-        return _enc_array(encoder_for(items, wire), items.kind in (Kind.STRING, Kind.ANY))
+        item = encoder_for(ct.items or _ANY, wire)
+        placeholder = unavailable_placeholder(ct, wire)
+        if placeholder is not None and len(placeholder) == 1 and ct.items is not None:
+            placeholder = [item(UNAVAILABLE)]
+        return _enc_array(item, placeholder)
     if kind is Kind.MAP:
         return _enc_map(encoder_for(ct.items or _ANY, wire))
     if kind is Kind.STRUCT:

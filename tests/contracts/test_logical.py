@@ -366,13 +366,24 @@ def test_encoders_refuse_wrong_python_types() -> None:
             encoder_for(ct, "json")(value)
 
 
-def test_unavailable_only_where_debezium_can_put_it() -> None:
-    """UNAVAILABLE encodes as the marker in text, bytes and text-array columns only."""
+def test_unavailable_placeholders_of_every_toastable_type() -> None:
+    """UNAVAILABLE is the marker in strings, its bytes in bytes and decimals, Debezium's
+    number list in arrays of numbers; fixed-size scalars (never TOASTed) have none."""
     assert encoder_for(ColumnType(Kind.STRING), "json")(UNAVAILABLE) == UNAVAILABLE_MARKER
     assert encoder_for(ColumnType(Kind.BYTES), "avro")(UNAVAILABLE) == UNAVAILABLE_MARKER.encode()
     text_array = ColumnType(Kind.ARRAY, items=ColumnType(Kind.STRING))
     assert encoder_for(text_array, "json")(UNAVAILABLE) == [UNAVAILABLE_MARKER]
-    for ct in (ColumnType(Kind.INT64), ColumnType(Kind.ARRAY, items=ColumnType(Kind.INT32))):
+    int_array = ColumnType(Kind.ARRAY, items=ColumnType(Kind.INT32))
+    assert encoder_for(int_array, "json")(UNAVAILABLE) == list(UNAVAILABLE_MARKER.encode())
+    decimal = ColumnType(Kind.DECIMAL, scale=2)
+    assert encoder_for(decimal, "avro")(UNAVAILABLE) == UNAVAILABLE_MARKER.encode()
+    for ct in (int_array, decimal, ColumnType(Kind.VARIABLE_DECIMAL), text_array):
+        for wire in ("json", "avro"):
+            decode = decoder_for(ct, wire)  # type: ignore[arg-type]
+            assert decode is not None
+            if not (wire == "avro" and ct.kind is Kind.DECIMAL):  # fastavro's job there
+                assert decode(encoder_for(ct, wire)(UNAVAILABLE)) is UNAVAILABLE  # type: ignore[arg-type]
+    for ct in (ColumnType(Kind.INT64), ColumnType(Kind.DATE)):
         with pytest.raises(TypeError):
             encoder_for(ct, "json")(UNAVAILABLE)
 
