@@ -50,10 +50,6 @@ _NULL: Final = b"\x00"
 _SOME: Final = b"\x02"  # union branch 1 (after "null")
 _SMALL: Final = tuple(bytes([z]) for z in range(128))
 _LEN_CACHE: Final = 16_384
-_LENGTHS: Final = tuple(
-    bytes([z]) if z < 128 else bytes([(z & 0x7F) | 0x80, z >> 7])
-    for z in range(0, _LEN_CACHE * 2, 2)
-)
 #: fastavro's writer of one datum into a bytearray (its Cython module exports no stub).
 _write_data: Final[Callable[..., None]] = fastavro_write.write_data  # type: ignore[attr-defined]
 _WRITE_OPTIONS: Final = {
@@ -74,6 +70,10 @@ def zigzag(n: int) -> bytes:
         z >>= 7
     out.append(z)
     return bytes(out)
+
+
+#: The encoded lengths of short strings and bytes (the common case, precomputed).
+_LENGTHS: Final = tuple(zigzag(n) for n in range(_LEN_CACHE))
 
 
 def _blob(raw: bytes) -> bytes:

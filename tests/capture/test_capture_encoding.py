@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import io
+import json
 from typing import Any
 
 import fastavro
 import pytest
 
-from capture.encoding import TableCodec, zigzag
+from capture.encoding import TableCodec, _blob, _text, zigzag
 from capture.exceptions import ValueConversionError
 from capture.pgoutput import UNCHANGED_TOAST, Column, Relation, TupleData
 from capture.pgtypes import PgTypeMapper
 from contracts.envelope import ChangeEvent, PgPosition, Source, Tombstone
+from contracts.logical import UNAVAILABLE
 from contracts.technical import AvroDecoder
 
 MOOD_OID, MOOD_ARRAY_OID = 90001, 90002
@@ -181,3 +183,71 @@ def test_zigzag_matches_fastavro(n: int) -> None:
     out = io.BytesIO()
     fastavro.schemaless_writer(out, "long", n)
     assert zigzag(n) == out.getvalue()
+
+
+# Types PostgreSQL can store out of line (variable length), with a type modifier.
+TOASTABLE: list[tuple[int, int]] = [
+    (25, -1),  # text
+    (17, -1),  # bytea
+    (3802, -1),  # jsonb
+    (114, -1),  # json
+    (142, -1),  # xml
+    (1700, -1),  # numeric
+    (1700, (1000 << 16 | 2) + 4),  # numeric(1000, 2)
+    (1007, -1),  # int[]
+    (1016, -1),  # bigint[]
+    (1005, -1),  # smallint[]
+    (MOOD_ARRAY_OID, -1),
+    (1231, (10 << 16 | 2) + 4),  # numeric(10, 2)[]
+    (1231, -1),  # numeric[]
+    (1009, -1),  # text[]
+    (1001, -1),  # bytea[]
+    (2951, -1),  # uuid[]
+    (1185, -1),  # timestamptz[]
+    (1115, -1),  # timestamp[]
+    (1182, -1),  # date[]
+    (1183, -1),  # time[]
+    (1270, -1),  # timetz[]
+    (1187, -1),  # interval[]
+    (1000, -1),  # boolean[]
+    (1021, -1),  # real[]
+    (1022, -1),  # float8[]
+    (791, -1),  # money[]
+    (3807, -1),  # jsonb[]
+    (1041, -1),  # inet[]
+]
+
+
+@pytest.mark.parametrize(("oid", "typmod"), TOASTABLE)
+def test_unchanged_toast_of_every_toastable_type_decodes_to_unavailable(
+    oid: int, typmod: int
+) -> None:
+    """Each type's placeholder, as capture writes it, decodes back to UNAVAILABLE."""
+    cols = (Column(1, "id", 20, -1), Column(0, "c", oid, typmod))
+    c = TableCodec(
+        server="srv",
+        database="db",
+        topic="srv.public.toasty",
+        relation=Relation(16401, "public", "toasty", "d", cols),
+        key_names=["id"],
+        types=TYPES,
+    )
+    c.set_schema_ids(7, 8)
+    decoder = AvroDecoder(
+        lambda i: json.dumps(c.schemas.key if i == 7 else c.schemas.value)  # type: ignore[arg-type]
+    )
+    src = c.source(1, 1, "false", 1).with_lsn(1)
+    values = ("1", UNCHANGED_TOAST)
+    event = decoder.decode(c.key(values), c.envelope("u", None, c.row(values), src, 3))
+    assert isinstance(event, ChangeEvent) and event.after is not None
+    assert event.after["c"] is UNAVAILABLE
+
+
+@pytest.mark.parametrize("n", [0, 63, 64, 127, 128, 8191, 8192, 9000, 16383, 16384, 70_000])
+def test_string_and_bytes_lengths_match_fastavro(n: int) -> None:
+    """Lengths of 8,192 bytes and more take three varint bytes (they once took two)."""
+    for schema, value in (("string", "x" * n), ("bytes", b"x" * n)):
+        out = io.BytesIO()
+        fastavro.schemaless_writer(out, fastavro.parse_schema(schema), value)
+        ours = _text(value) if isinstance(value, str) else _blob(value)
+        assert ours == out.getvalue(), n
