@@ -81,6 +81,17 @@ class CaptureEndpoints:
     state_dir: Path
 
 
+def _connection_lost(exc: psycopg2.DatabaseError) -> bool:
+    """Whether a psycopg2 error is the database going away rather than a bad statement.
+
+    A fast shutdown or restart ends the replication stream with the bare
+    ``DatabaseError`` libpq-level failures take ("no COPY in progress", "server closed
+    the connection"); its subclasses other than ``OperationalError`` (a terminated
+    session, a refused connection) are errors of a statement, which a retry repeats.
+    """
+    return type(exc) is psycopg2.DatabaseError or isinstance(exc, psycopg2.OperationalError)
+
+
 class _Stop(Exception):
     """Raised inside the run when a stop was asked for at a point that must unwind."""
 
@@ -154,7 +165,9 @@ class PostgresCapture:
                 try:
                     self._session()
                     backoff = 0.5
-                except (psycopg2.OperationalError, psycopg2.InterfaceError, TransientError) as exc:
+                except (psycopg2.DatabaseError, psycopg2.InterfaceError, TransientError) as exc:
+                    if isinstance(exc, psycopg2.DatabaseError) and not _connection_lost(exc):
+                        raise
                     if self.stopping:
                         break
                     self.stats.reconnects += 1

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg2
 import pytest
 
 from bizevents.devstack import Endpoints
@@ -81,3 +88,81 @@ def test_unchanged_toasted_values_of_every_type_are_unavailable(db: Db, tmp_path
     for name in _TOASTED:
         assert created.after[name] is not UNAVAILABLE, name
         assert updated.after[name] is UNAVAILABLE, name
+
+
+@pytest.fixture
+def own_postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path, Path]]:
+    """A PostgreSQL of this test alone (it is restarted): ``(dsn, bin dir, data dir)``."""
+    from bizevents.devstack.services import Postgres, postgres_bin_dir
+    from bizevents.settings import DevSettings
+
+    dev = DevSettings(postgres_port=0)
+    started = Postgres().start(tmp_path_factory.mktemp("own-pg"), dev)
+    bin_dir = postgres_bin_dir(dev)
+    data = Path(started.extra["data_dir"])
+    try:
+        yield started.extra["dsn"], bin_dir, data
+    finally:
+        _pg_ctl(bin_dir, data, "stop", "-m", "immediate")
+
+
+def _pg_ctl(bin_dir: Path, data: Path, *args: str) -> None:
+    # PostgreSQL refuses root; the devstack runs it as the postgres user.
+    user = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+    log = data.parent / "pg_ctl.log"
+    subprocess.run(
+        [*user, str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(log), "-w", *args],
+        check=False,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        timeout=120,
+    )
+
+
+def test_database_fast_restarts_reconnect_and_lose_nothing(
+    bizevents_stack: Endpoints, own_postgres: tuple[str, Path, Path], tmp_path: Path
+) -> None:
+    """``pg_ctl restart -m fast`` three times under capture: it reconnects each time."""
+    dsn, bin_dir, data = own_postgres
+    endpoints = dataclasses.replace(bizevents_stack, postgres_dsn=dsn)
+    with database(endpoints) as db:
+        db.sql(f"CREATE TABLE {db.schema}.t (id int PRIMARY KEY)")
+        stop = threading.Event()
+        next_id = [0]
+
+        def write() -> None:
+            conn = None
+            while not stop.is_set():
+                try:
+                    if conn is None or conn.closed:
+                        conn = psycopg2.connect(dsn)
+                        conn.autocommit = True
+                    with conn.cursor() as cur:
+                        cur.execute(f"INSERT INTO {db.schema}.t VALUES (%s)", (next_id[0] + 1,))
+                    next_id[0] += 1
+                except psycopg2.Error:
+                    conn = None
+                    time.sleep(0.2)
+                time.sleep(0.01)
+
+        config = db.config(["t"])
+        writer = threading.Thread(target=write, daemon=True)
+        with in_process(config, capture_endpoints(endpoints, tmp_path)) as run:
+            run.wait_snapshot()
+            writer.start()
+            for _ in range(3):
+                time.sleep(1.5)
+                _pg_ctl(bin_dir, data, "restart", "-m", "fast")
+            time.sleep(1.5)
+            stop.set()
+            writer.join(30)
+            db.conn = psycopg2.connect(dsn)
+            db.conn.autocommit = True
+            run.wait_acked(db.wal_lsn(), timeout=120)
+            assert run.thread.is_alive() and run.error is None, run.error
+            assert run.stats.reconnects >= 3
+            run.stop()
+        ids = {r[0] for r in db.sql(f"SELECT id FROM {db.schema}.t")}
+        assert len(ids) > 50
+        seen = {e.after["id"] for e in _changes(db, "t") if e.after is not None}
+        assert ids <= seen, sorted(ids - seen)[:10]
