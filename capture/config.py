@@ -91,6 +91,12 @@ class CaptureConfig(BaseModel):
     #: Where the snapshot-completion record lives (default: settings state_dir/capture).
     state_dir: Path | None = None
     progress: Literal["auto", "always", "never"] = "auto"
+    #: A value that cannot be converted (a numeric of more than 4,300 digits, NaN in a
+    #: decimal column): ``dead-letter`` writes the raw change to :attr:`dlq_topic` and
+    #: goes on, ``skip`` logs and counts it, ``fail`` stops capture.
+    on_conversion_error: Literal["dead-letter", "fail", "skip"] = "dead-letter"
+    #: The capture dead-letter topic (default ``<server>.capture.dlq``).
+    dead_letter_topic: str | None = None
 
     @model_validator(mode="after")
     def _coherent(self) -> CaptureConfig:
@@ -108,6 +114,11 @@ class CaptureConfig(BaseModel):
         for what in (self.slot_name, self.publication_name):
             if not _IDENT.match(what) or what != what.lower():
                 raise ValueError(f"{what!r} is not a valid slot/publication name (lowercase)")
+        if self.dead_letter_topic is not None and not _TOPIC_PART.match(self.dead_letter_topic):
+            raise ValueError(
+                f"dead_letter_topic {self.dead_letter_topic!r} may only hold letters, digits, "
+                "'.', '_', '-'"
+            )
         return self
 
     @property
@@ -124,6 +135,11 @@ class CaptureConfig(BaseModel):
     def prefix(self) -> str:
         """The topic prefix (default: the server name)."""
         return self.topic_prefix or self.server
+
+    @property
+    def dlq_topic(self) -> str:
+        """The capture dead-letter topic."""
+        return self.dead_letter_topic or f"{self.server}.capture.dlq"
 
     def column_filter(self, qualified: str) -> ColumnFilter:
         """The column filter of ``schema.table`` (keep everything by default)."""

@@ -129,6 +129,17 @@ def _fallback(ct: ColumnType, parse: Callable[[str], Any] | None) -> Writer:
 def _writer(ct: ColumnType, parse: Callable[[str], Any] | None) -> Writer:
     """text → Avro bytes of a non-null value of this column type."""
     kind = ct.kind
+    if kind is Kind.ENUM and parse is None and ct.labels:
+        labels = frozenset(ct.labels)
+
+        def enum(text: str) -> bytes:
+            # A label added since the schema was made (ALTER TYPE ... ADD VALUE; no
+            # Relation message says so) must not be written under the old schema.
+            if text not in labels:
+                raise ValueError(f"{text!r} is not one of the enum's labels")
+            return _text(text)
+
+        return enum
     if kind in (Kind.STRING, Kind.ENUM) and parse is None:
         return _text
     if kind in (Kind.INT16, Kind.INT32, Kind.INT64, Kind.INT8) and parse is int:

@@ -34,6 +34,11 @@ class CaptureStats:
     in_flight: int = 0
     reconnects: int = 0
     backpressure_pauses: int = 0
+    #: Changes that could not be converted, per table and what became of them
+    #: (``dead-letter``, ``skip``).
+    conversion_errors: dict[tuple[str, str], int] = field(default_factory=dict)
+    #: New value schemas registered for a type change no Relation message carried.
+    schema_refreshes: int = 0
 
 
 class _Collector(Collector):
@@ -68,6 +73,21 @@ class _Collector(Collector):
             expected.add_metric([*base, table], count)
         yield rows
         yield expected
+        failed = CounterMetricFamily(
+            "bizevents_capture_conversion_errors",
+            "Changes whose values could not be converted, per table and handling",
+            labels=[*labels, "table", "handling"],
+        )
+        for (table, handling), count in sorted(s.conversion_errors.items()):
+            failed.add_metric([*base, table, handling], count)
+        yield failed
+        refreshes = CounterMetricFamily(
+            "bizevents_capture_schema_refreshes",
+            "Value schemas re-registered for a type change (a new enum label)",
+            labels=labels,
+        )
+        refreshes.add_metric(base, s.schema_refreshes)
+        yield refreshes
         simple: list[tuple[str, str, Any]] = [
             (
                 "bizevents_capture_snapshot_done",

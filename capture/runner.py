@@ -25,6 +25,7 @@ The order of things, and why:
 
 from __future__ import annotations
 
+import json
 import select
 import signal
 import sys
@@ -34,7 +35,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, Final
 
 import psycopg2
 import psycopg2.extras
@@ -63,8 +64,21 @@ from capture.pgoutput import (
 )
 from capture.pgtypes import PgTypeMapper, enum_types_from_rows
 from capture.sink import SchemaRegistrar, create_topics, producer_config, registry_client
+from contracts.business import HEADER_SOURCE_POSITION, HEADER_SOURCE_TOPIC
 
-__all__ = ["CaptureEndpoints", "PostgresCapture"]
+__all__ = ["HEADER_CAPTURE_FORMAT", "HEADER_CAPTURE_TABLE", "CaptureEndpoints", "PostgresCapture"]
+
+#: Dead-letter headers of capture's own (the stage, reason, error and source ones are
+#: the translators' names).
+HEADER_CAPTURE_TABLE: Final = "bizevents.capture.table"
+#: ``pgoutput``: the value is the change's raw pgoutput message; ``snapshot-text-json``:
+#: a JSON array of the snapshot row's column texts (``null`` for NULL).
+HEADER_CAPTURE_FORMAT: Final = "bizevents.capture.format"
+# The translators' dead-letter header names (translators.pipeline), not imported:
+# capture does not depend on the translator side.
+HEADER_DLQ_STAGE: Final = "bizevents.dlq.stage"
+HEADER_DLQ_REASON: Final = "bizevents.dlq.reason"
+HEADER_DLQ_ERROR: Final = "bizevents.dlq.error"
 
 _MAX_BACKOFF_S = 30.0
 _POLL_EVERY = 512  # messages between producer polls on a busy stream
@@ -295,7 +309,10 @@ class PostgresCapture:
             # Fails now, naming table and column, when a type has no mapping.
             self._types.fields(info.relation)
         assert self._admin is not None
-        create_topics(self._admin, [self._topic(i.relation) for i in infos], cfg)
+        topics = [self._topic(i.relation) for i in infos]
+        if cfg.on_conversion_error == "dead-letter":
+            topics.append(cfg.dlq_topic)
+        create_topics(self._admin, topics, cfg)
 
     def _topic(self, relation: Relation) -> str:
         return f"{self.config.prefix}.{relation.namespace}.{relation.name}"
@@ -357,6 +374,20 @@ class PostgresCapture:
             tracker = self._tracker
             tx = tracker.begin(None)
             ack = tx.ack
+
+            def dead_letter(
+                topic: str,
+                key: bytes | None,
+                value: bytes,
+                headers: list[tuple[str, str | bytes | None]],
+            ) -> None:
+                while True:
+                    try:
+                        producer.produce(topic, value, key, headers=headers, on_delivery=ack)
+                        return
+                    except BufferError:
+                        producer.poll(0.1)
+
             started_ms = int(time.time() * 1000)
             self.log.info("snapshot started", tables=len(infos), rows=sum(counts.values()))
             for info in infos:
@@ -376,8 +407,15 @@ class PostgresCapture:
                     for values in rows:
                         done += 1
                         s = last_src if (done == total and info.oid == last_oid) else src
-                        value = envelope("r", None, row_of(values), s, now_ms)
-                        key = key_of(values)
+                        try:
+                            value = envelope("r", None, row_of(values), s, now_ms)
+                            key = key_of(values)
+                        except CaptureError as exc:
+                            raw = json.dumps(list(values)).encode()
+                            n = self._conversion_failed(table, raw, None, exc, dead_letter)
+                            tx.pending += n
+                            tracker.in_flight += n
+                            continue
                         while True:
                             try:
                                 produce(topic, value, key, on_delivery=ack)
@@ -520,10 +558,18 @@ class PostgresCapture:
         since_poll = 0
         last_heartbeat = time.monotonic()
 
-        def send(topic: str, key: bytes | None, value: bytes | None, partition: int = -1) -> None:
+        def send(
+            topic: str,
+            key: bytes | None,
+            value: bytes | None,
+            partition: int = -1,
+            headers: list[tuple[str, str | bytes | None]] | None = None,
+        ) -> None:
             while True:
                 try:
-                    if partition < 0:
+                    if headers is not None:
+                        produce(topic, value, key, headers=headers, on_delivery=ack)
+                    elif partition < 0:
                         produce(topic, value, key, on_delivery=ack)
                     else:
                         produce(topic, value, key, partition=partition, on_delivery=ack)
@@ -553,14 +599,20 @@ class PostgresCapture:
                 if src is None:
                     src = sources[m.relation.oid] = codec.source(commit_ms, commit_us, "false", xid)
                 new = m.new
-                send(
-                    codec.topic,
-                    codec.key(new),
-                    codec.envelope("c", None, codec.row(new), src.with_lsn(msg.data_start), now_ms),
-                )
-                tx.pending += 1
-                tracker.in_flight += 1
-                codec.events += 1
+                s = src.with_lsn(msg.data_start)
+                try:
+                    key = codec.key(new)
+                    value = codec.envelope("c", None, codec.row(new), s, now_ms)
+                except CaptureError as exc:
+                    n = self._unconvertible(
+                        m, msg.payload, msg.data_start, exc, side, s, now_ms, send
+                    )
+                else:
+                    send(codec.topic, key, value)
+                    n = 1
+                tx.pending += n
+                tracker.in_flight += n
+                codec.events += n
             elif cls is Update or cls is Delete:
                 assert isinstance(m, Update | Delete) and tx is not None
                 codec = codecs[m.relation.oid]
@@ -568,7 +620,12 @@ class PostgresCapture:
                 if src is None:
                     src = sources[m.relation.oid] = codec.source(commit_ms, commit_us, "false", xid)
                 s = src.with_lsn(msg.data_start)
-                n = self._row_change(m, codec, s, now_ms, send)
+                try:
+                    n = self._row_change(m, codec, s, now_ms, send)
+                except CaptureError as exc:
+                    n = self._unconvertible(
+                        m, msg.payload, msg.data_start, exc, side, s, now_ms, send
+                    )
                 tx.pending += n
                 tracker.in_flight += n
                 codec.events += n
@@ -629,15 +686,22 @@ class PostgresCapture:
 
     def _row_change(
         self,
-        m: Update | Delete,
+        m: Insert | Update | Delete,
         codec: TableCodec,
         src: bytes,
         now_ms: bytes,
         send: Callable[..., None],
     ) -> int:
+        # Every record is made before any is sent: a value that does not convert leaves
+        # nothing half-written.
+        if isinstance(m, Insert):
+            key = codec.key(m.new)
+            send(codec.topic, key, codec.envelope("c", None, codec.row(m.new), src, now_ms))
+            return 1
         if isinstance(m, Delete):
             key = codec.key(m.old)
-            send(codec.topic, key, codec.envelope("d", codec.row(m.old), None, src, now_ms))
+            value = codec.envelope("d", codec.row(m.old), None, src, now_ms)
+            send(codec.topic, key, value)
             send(codec.topic, key, None)
             return 2
         new = m.new
@@ -650,12 +714,90 @@ class PostgresCapture:
             old_key = codec.key(old)
             if old_key != new_key:
                 # The key changed: a delete (and tombstone) of the old key, a create of the new.
-                send(codec.topic, old_key, codec.envelope("d", codec.row(old), None, src, now_ms))
+                deleted = codec.envelope("d", codec.row(old), None, src, now_ms)
+                created = codec.envelope("c", None, codec.row(new), src, now_ms)
+                send(codec.topic, old_key, deleted)
                 send(codec.topic, old_key, None)
-                send(codec.topic, new_key, codec.envelope("c", None, codec.row(new), src, now_ms))
+                send(codec.topic, new_key, created)
                 return 3
         before = codec.row(old) if (old is not None and m.old_kind == "O") else None
         send(codec.topic, new_key, codec.envelope("u", before, codec.row(new), src, now_ms))
+        return 1
+
+    def _unconvertible(
+        self,
+        m: Insert | Update | Delete,
+        raw: bytes,
+        lsn: int,
+        exc: CaptureError,
+        side: pg.Connection,
+        src: bytes,
+        now_ms: bytes,
+        send: Callable[..., None],
+    ) -> int:
+        """A change that did not convert: with fresh types if they changed, else handled
+        as ``on_conversion_error`` says. Returns the records sent (all acknowledged
+        before the slot passes the change)."""
+        relation = m.relation
+        if self._refresh_types(relation.oid, side):
+            try:
+                return self._row_change(m, self._codecs[relation.oid], src, now_ms, send)
+            except CaptureError as again:
+                exc = again
+        return self._conversion_failed(relation.qualified_name, raw, lsn, exc, send)
+
+    def _refresh_types(self, oid: int, side: pg.Connection) -> bool:
+        """Reload the enum labels; when they changed, a new codec (and value schema) for
+        the table. pgoutput sends no Relation message for ``ALTER TYPE ... ADD VALUE``."""
+        labels, arrays = enum_types_from_rows(pg.load_enum_rows(side))
+        if labels == self._types._enums:
+            return False
+        self._types = PgTypeMapper(
+            enum_labels=labels, array_elements=arrays, unknown_as_text=self.config.unknown_as_text
+        )
+        old = self._codecs[oid]
+        self._codecs[oid] = self._codec(old.relation, self._infos[oid])
+        self._codecs[oid].events = old.events
+        self.stats.schema_refreshes += 1
+        self.log.info(
+            "enum labels changed: value schema registered again",
+            table=old.relation.qualified_name,
+            value_schema_id=self._codecs[oid].value_schema_id,
+        )
+        return True
+
+    def _conversion_failed(
+        self, table: str, raw: bytes, lsn: int | None, exc: CaptureError, send: Callable[..., None]
+    ) -> int:
+        cfg = self.config
+        mode = cfg.on_conversion_error
+        where = format_lsn(lsn) if lsn is not None else "snapshot"
+        column = getattr(exc, "column", None)
+        if mode == "fail":
+            raise exc
+        counted = (table, mode)
+        self.stats.conversion_errors[counted] = self.stats.conversion_errors.get(counted, 0) + 1
+        self.log.warning(
+            "change not converted: "
+            + ("written to the dead-letter topic" if mode == "dead-letter" else "skipped"),
+            table=table,
+            column=column,
+            lsn=where,
+            reason=str(exc),
+            topic=cfg.dlq_topic if mode == "dead-letter" else None,
+        )
+        if mode == "skip":
+            return 0
+        headers: list[tuple[str, str | bytes | None]] = [
+            (HEADER_DLQ_STAGE, b"capture"),
+            (HEADER_DLQ_REASON, str(exc).encode()),
+            (HEADER_DLQ_ERROR, type(exc).__name__.encode()),
+            (HEADER_SOURCE_TOPIC, f"{cfg.prefix}.{table}".encode()),
+            (HEADER_SOURCE_POSITION, where.encode()),
+            (HEADER_CAPTURE_TABLE, table.encode()),
+            (HEADER_CAPTURE_FORMAT, b"pgoutput" if lsn is not None else b"snapshot-text-json"),
+        ]
+        send(cfg.dlq_topic, None, raw, headers=headers)
         return 1
 
     def _await_confirmed(self, side: pg.Connection) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import subprocess
 import threading
@@ -15,6 +16,7 @@ import psycopg2
 import pytest
 
 from bizevents.devstack import Endpoints
+from capture.exceptions import ValueConversionError
 from contracts.envelope import ChangeEvent
 from contracts.logical import UNAVAILABLE
 from tests.capture.capture_helpers import (
@@ -166,3 +168,92 @@ def test_database_fast_restarts_reconnect_and_lose_nothing(
         assert len(ids) > 50
         seen = {e.after["id"] for e in _changes(db, "t") if e.after is not None}
         assert ids <= seen, sorted(ids - seen)[:10]
+
+
+def _raw_records(db: Db, topic: str, count: int = 2) -> list[Any]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": db.endpoints.bootstrap_servers, "group.id": "raw"})
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        out: list[Any] = []
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and len(out) < count:
+            out += [m for m in consumer.consume(100, timeout=1) if m.error() is None]
+        return out
+    finally:
+        consumer.close()
+
+
+_HUGE = "(repeat('9', 5000))::numeric"  # more digits than Python converts to int
+
+
+@pytest.mark.parametrize("mode", ["dead-letter", "skip"])
+def test_unconvertible_numeric_goes_to_the_dlq_and_later_rows_flow(
+    db: Db, tmp_path: Path, mode: str
+) -> None:
+    """A 5,000-digit numeric, in the snapshot and the stream: dead-lettered (or skipped)."""
+    s = db.schema
+    db.sql(f"CREATE TABLE {s}.t (id int PRIMARY KEY, n numeric)")
+    db.sql(f"INSERT INTO {s}.t VALUES (1, {_HUGE}), (2, 1.5)")
+    config = db.config(["t"], on_conversion_error=mode)
+    with in_process(config, capture_endpoints(db.endpoints, tmp_path)) as run:
+        run.wait_snapshot()
+        db.sql(f"INSERT INTO {s}.t VALUES (3, {_HUGE})")
+        db.sql(f"INSERT INTO {s}.t VALUES (4, 2.5)")
+        run.wait_acked(db.wal_lsn())
+        run.stop()
+    assert [e.after["id"] for e in _changes(db, "t") if e.after] == [2, 4]
+    assert run.stats.conversion_errors == {(f"{s}.t", mode): 2}
+    if mode == "skip":
+        return
+    dead = _raw_records(db, config.dlq_topic)
+    assert len(dead) == 2
+    snapshot, streamed = (dict(m.headers()) for m in dead)
+    assert snapshot["bizevents.dlq.stage"] == b"capture"
+    assert b"n" in snapshot["bizevents.dlq.reason"]
+    assert snapshot["bizevents.source.position"] == b"snapshot"
+    assert json.loads(dead[0].value())[0] == "1"
+    assert streamed["bizevents.capture.format"] == b"pgoutput"
+    assert streamed["bizevents.source.position"].startswith(b"0/")
+    assert dead[1].value()[:1] == b"I"  # the pgoutput Insert message itself
+
+
+def test_unconvertible_value_with_fail_stops_with_one_sentence(db: Db, tmp_path: Path) -> None:
+    s = db.schema
+    db.sql(f"CREATE TABLE {s}.t (id int PRIMARY KEY, n numeric)")
+    config = db.config(["t"], on_conversion_error="fail")
+    with in_process(config, capture_endpoints(db.endpoints, tmp_path)) as run:
+        run.wait_snapshot()
+        db.sql(f"INSERT INTO {s}.t VALUES (3, 'NaN')")
+        run.thread.join(30)
+    assert isinstance(run.error, ValueConversionError)
+    assert f"{s}.t" in str(run.error) and "\n" not in str(run.error)
+
+
+def test_new_enum_label_gets_a_new_value_schema(db: Db, tmp_path: Path) -> None:
+    """ALTER TYPE ... ADD VALUE under capture: the row with the new label decodes."""
+    s = db.schema
+    db.sql(f"CREATE TYPE {s}.state AS ENUM ('NEW', 'PAID')")
+    db.sql(f"CREATE TABLE {s}.t (id int PRIMARY KEY, st {s}.state, sts {s}.state[])")
+    config = db.config(["t"])
+    with in_process(config, capture_endpoints(db.endpoints, tmp_path)) as run:
+        run.wait_snapshot()
+        db.sql(f"INSERT INTO {s}.t VALUES (1, 'PAID', '{{NEW}}')")
+        run.wait_acked(db.wal_lsn())
+        db.sql(f"ALTER TYPE {s}.state ADD VALUE 'CANCELLED'")
+        db.sql(f"INSERT INTO {s}.t VALUES (2, 'CANCELLED', '{{CANCELLED}}')")
+        db.sql(f"INSERT INTO {s}.t VALUES (3, 'NEW', '{{NEW}}')")
+        run.wait_acked(db.wal_lsn())
+        run.stop()
+    records = sorted(read_topic(db.endpoints, db.topic("t")), key=lambda r: r.offset)
+    events = [r.decoded for r in records]
+    assert all(isinstance(e, ChangeEvent) for e in events)
+    assert [(e.after["st"], e.after["sts"]) for e in events] == [  # type: ignore[union-attr]
+        ("PAID", ["NEW"]),
+        ("CANCELLED", ["CANCELLED"]),
+        ("NEW", ["NEW"]),
+    ]
+    assert run.stats.schema_refreshes == 1
+    frames = [m.value()[1:5] for m in _raw_records(db, db.topic("t"), 3)]
+    assert frames[0] != frames[1] == frames[2]  # the new schema id from that row on
