@@ -151,6 +151,7 @@ class Supervised:
         self.start()
 
     def stop(self) -> None:
+        self.done = True  # no restart from here on
         if self.running():
             assert self.process is not None
             self.process.terminate()
@@ -463,6 +464,7 @@ class Faults:
         self.report = Report()
         self.broker_pauses = 0
         self.pg_restarts = 0
+        self.load: Load | None = None
 
     # the stack ---------------------------------------------------------------------------
 
@@ -562,7 +564,7 @@ class Faults:
     def supervise(self) -> None:
         for component in (self.capture, self.worker, self.replay):
             component.supervise()
-        if self.load.error is not None:
+        if self.load is not None and self.load.error is not None:
             raise RuntimeError(f"the load failed: {self.load.error!r}")
 
     def sleep(self, seconds: float) -> None:
@@ -639,7 +641,9 @@ class Faults:
             log("SIGCONT broker")
         elif action == "restart postgres":
             log("pg_ctl restart -m fast")
-            done = self.pg_ctl_run("restart", "-m", "fast", "-l", str(self.logs / "postgres.log"))
+            # the server's user writes the log: next to the cluster, not in our folder
+            server_log = self.pg_data.parent / "restart.log"
+            done = self.pg_ctl_run("restart", "-m", "fast", "-l", str(server_log))
             if done.returncode != 0:
                 raise RuntimeError(f"pg_ctl restart failed: {done.stdout}{done.stderr}")
             self.pg_restarts += 1
@@ -835,8 +839,10 @@ class Faults:
         return self._verify_conn
 
     def shutdown(self) -> None:
-        if getattr(self, "load", None) is not None:
+        if self.load is not None:
             self.load.stopping.set()
+            self.load.join(60)
+            self.load.error = None  # a failure of its own was reported already
         for component in (getattr(self, n, None) for n in ("replay", "worker", "capture")):
             if component is not None:
                 component.stop()
@@ -880,10 +886,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         faults.start_stack()
         report = faults.run()
+    except Exception as exc:  # the suite could not run: one sentence, the logs kept
+        print(f"the fault suite could not run: {exc} (logs in {work})", file=sys.stderr)
+        return 2
     finally:
         faults.shutdown()
         if hasattr(faults, "stack"):
             faults.stop_stack()
+    load = faults.load
+    assert load is not None
     exits = [e for c in (faults.capture, faults.worker, faults.replay) for e in c.unexpected]
     report.unexpected_exits = len(exits)
     kills = faults.capture.kills + faults.worker.kills + faults.replay.kills
@@ -891,8 +902,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"  kills={kills} (capture {faults.capture.kills}, worker {faults.worker.kills}, "
         f"replay {faults.replay.kills}) broker_pauses={faults.broker_pauses} "
-        f"({mode.pause_s:.0f} s) pg_restarts={faults.pg_restarts} load_steps={faults.load.steps} "
-        f"failed_steps={faults.load.failed_steps} seconds={time.monotonic() - started:.0f}"
+        f"({mode.pause_s:.0f} s) pg_restarts={faults.pg_restarts} load_steps={load.steps} "
+        f"failed_steps={load.failed_steps} seconds={time.monotonic() - started:.0f}"
     )
     print(
         f"  events_expected={report.events_expected} replay_expected={report.replay_expected} "
