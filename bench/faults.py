@@ -345,7 +345,8 @@ class Report:
     replay_expected: int = 0
     replay_missing: int = 0
     duplicated_ids: int = 0
-    identical_duplicates: int = 0
+    identical_duplicates: int = 0  # byte for byte
+    same_content_duplicates: int = 0  # the lineage (source offset) differs: a re-sent change
     differing_duplicates: int = 0
     reordered: int = 0
     dead_letters: int = 0
@@ -430,6 +431,8 @@ def check_events(
         if any(content_of(c.value, schema_text) != first for c in copies[1:]):
             report.differing_duplicates += 1
             report.details.append(f"{name}: event {event_id} doubled with other content")
+        else:
+            report.same_content_duplicates += 1
     breaks = order_breaks(sequences)
     report.reordered += len(breaks)
     report.events_unexpected += len(unexpected)
@@ -908,6 +911,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"  events_expected={report.events_expected} replay_expected={report.replay_expected} "
         f"identical_duplicates={report.identical_duplicates} "
+        f"same_content_duplicates={report.same_content_duplicates} "
         f"technical_copies={report.tech_duplicates} dead_letters={report.dead_letters}"
     )
     for detail in report.details:
