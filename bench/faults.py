@@ -615,12 +615,13 @@ class Faults:
         plan += [(self.rng.uniform(*span), "kill worker") for _ in range(m.worker_kills)]
         plan.append((self.rng.uniform(*span), "pause broker"))
         plan.append((self.rng.uniform(*span), "restart postgres"))
-        # the replay starts early so that its kills land while it runs (Spark starts slowly)
-        start = self.rng.uniform(3.0, 8.0)
-        plan.append((start, "start replay"))
-        gap = (m.load_seconds - start) / (m.replay_kills + 1)
-        for n in range(m.replay_kills):
-            plan.append((start + gap * n + self.rng.uniform(0.3, 1.0) * gap, "kill replay"))
+        # the replay starts early, and each kill lands within a run: one takes about a
+        # minute on two busy cores, so a kill planned later would find it finished
+        at = self.rng.uniform(3.0, 8.0)
+        plan.append((at, "start replay"))
+        for _ in range(m.replay_kills):
+            at += self.rng.uniform(8.0, 25.0)
+            plan.append((at, "kill replay"))
         return sorted(plan)
 
     def act(self, action: str) -> None:
@@ -631,6 +632,7 @@ class Faults:
         elif action == "start replay":
             self.replay.start()
         elif action == "kill replay":
+            log(f"replay before its kill: {self.replay_progress()}")
             if not self.replay.kill():
                 log("the replay had already finished: kill skipped")
         elif action == "pause broker":
@@ -651,6 +653,18 @@ class Faults:
                 raise RuntimeError(f"pg_ctl restart failed: {done.stdout}{done.stderr}")
             self.pg_restarts += 1
             log("PostgreSQL restarted")
+
+    def replay_progress(self) -> str:
+        from replay.exceptions import RunStateError
+        from replay.state import RunState
+
+        try:
+            state = RunState.load(self.work / "state", self.run_id)
+        except RunStateError as exc:
+            return str(exc)
+        if state is None:
+            return "no plan yet"
+        return f"{len(state.done)} of {len(state.ranges)} ranges done"
 
     # the run -----------------------------------------------------------------------------
 
