@@ -1,0 +1,943 @@
+"""The fault suite: the store path under kills, a paused broker and a database restart.
+
+Starts a private embedded stack (Tansu, the registry, PostgreSQL on free ports), the
+store's schema, ``bizevents capture postgres`` on the store's four tables, one
+``bizevents translate`` worker (customers@1, products@1, orders@2) and the store's
+load generator (``bizevents_store.load.StoreLoad``, in a thread of this process,
+reconnecting when the database goes away). Then, on a seeded random schedule:
+
+- SIGKILL of capture, of the worker and of a ``bizevents replay`` run (orders@2 to the
+  ``.replay`` topics; rerun with the same ``--run-id``), each restarted at once;
+- SIGSTOP of the broker for 30 s (``--short``: 5 s), then SIGCONT (it keeps its data
+  only in memory, so it is never restarted);
+- ``pg_ctl restart -m fast`` of PostgreSQL, as the devstack's server user.
+
+A process that exits on its own is restarted too, as a supervisor would, and counted
+as ``unexpected_exits`` with the tail of its log: that is a defect to report.
+
+The truth is the database's own history: a second logical slot (pgoutput, the same
+publication) is created before the load starts and peeked at the end, which gives
+every committed change with its LSN in commit order. Once capture confirmed the
+final LSN, the worker's group committed every technical record and the replay
+finished, the suite counts:
+
+- ``lost``: committed changes missing from the technical topics, business events
+  missing from the business topics (the expected ones are computed here by the same
+  ``Pipeline`` the worker runs, over the technical records), replayed events missing
+  from the ``.replay`` topics (the records of the replay's planned ranges);
+- ``duplicated_ids``: event ids seen more than once; each duplicate must carry the same
+  content (lineage aside: a re-sent change sits at another offset) — else it counts in
+  ``differing_duplicates``;
+- ``reordered``: per key, a change or an event that arrives after a later one of the
+  same key without being a re-sent copy of one already seen (a restart may re-send a
+  suffix; that is allowed, a new record out of order is not).
+
+Prints ``lost=0 duplicated_ids=N reordered=0 ...`` and exits 1 when anything was
+lost, reordered, duplicated with other content, or a component exited on its own.
+
+    .venv/bin/python bench/faults.py --short --seed 1     # ~2 minutes, the test suite's
+    .venv/bin/python bench/faults.py --long --seed 7      # 20 kills, 30 s broker pause
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+TABLES = ("store.customers", "store.products", "store.orders", "store.order_items")
+TRANSLATORS = {"customers": 1, "products": 1, "orders": 2}
+REPLAY_TRANSLATOR = "orders@2"
+
+
+@dataclass(frozen=True)
+class Mode:
+    name: str
+    load_seconds: float  # the faults happen while the load runs
+    capture_kills: int
+    worker_kills: int
+    replay_kills: int
+    pause_s: float
+    steps_per_s: float
+
+
+SHORT = Mode("short", 45.0, 1, 1, 1, 5.0, 40.0)
+LONG = Mode("long", 200.0, 9, 8, 3, 30.0, 40.0)
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def tail(path: Path, chars: int = 1500) -> str:
+    try:
+        return path.read_text(errors="replace")[-chars:]
+    except OSError:
+        return "(no log)"
+
+
+# -- supervised processes -----------------------------------------------------------------
+
+
+@dataclass
+class Supervised:
+    """A component as a process: killed on purpose, or restarted when it exits on its own."""
+
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    logs: Path
+    #: a one-shot run (the replay): exit 0 means done, not a crash
+    one_shot: bool = False
+    process: subprocess.Popen[bytes] | None = None
+    starts: int = 0
+    kills: int = 0
+    done: bool = False
+    unexpected: list[str] = field(default_factory=list)
+
+    @property
+    def log_file(self) -> Path:
+        return self.logs / f"{self.name}-{self.starts}.log"
+
+    def start(self) -> None:
+        self.starts += 1
+        with open(self.log_file, "wb") as out:
+            self.process = subprocess.Popen(
+                self.argv, env=self.env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT
+            )
+
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def kill(self) -> bool:
+        if not self.running():
+            return False
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(30)
+        self.kills += 1
+        log(f"SIGKILL {self.name} (start {self.starts})")
+        self.start()
+        return True
+
+    def supervise(self) -> None:
+        """Restart after an exit nobody asked for; a one-shot run that ended well is done."""
+        if self.done or self.process is None or self.process.poll() is None:
+            return
+        code = self.process.returncode
+        if self.one_shot and code == 0:
+            self.done = True
+            log(f"{self.name} finished")
+            return
+        self.unexpected.append(f"{self.name} exited {code}:\n{tail(self.log_file)}")
+        log(f"UNEXPECTED: {self.name} exited {code}; restarting it")
+        self.start()
+
+    def stop(self) -> None:
+        self.done = True  # no restart from here on
+        if self.running():
+            assert self.process is not None
+            self.process.terminate()
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+
+
+# -- the load -----------------------------------------------------------------------------
+
+
+class Load(threading.Thread):
+    """The store's load generator at a steady pace; it reconnects when PostgreSQL restarts."""
+
+    def __init__(self, dsn: str, seed: int, steps_per_s: float) -> None:
+        super().__init__(daemon=True)
+        self.dsn = dsn
+        self.seed = seed
+        self.pause = 1.0 / steps_per_s
+        self.stopping = threading.Event()
+        self.steps = 0
+        self.failed_steps = 0
+        self.error: BaseException | None = None
+
+    def _connect(self) -> Any:
+        import psycopg2
+
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                return psycopg2.connect(self.dsn, connect_timeout=5)
+            except psycopg2.OperationalError:
+                if time.monotonic() > deadline or self.stopping.is_set():
+                    raise
+                time.sleep(0.3)
+
+    def run(self) -> None:
+        import psycopg2
+        from bizevents_store.load import StoreLoad
+
+        try:
+            load = StoreLoad(self._connect(), seed=self.seed)
+            while not self.stopping.is_set():
+                try:
+                    load.step()
+                    self.steps += 1
+                except (psycopg2.OperationalError, psycopg2.InterfaceError):
+                    # the database restarted: whether the last COMMIT made it is unknown,
+                    # which the check does not care about (it reads the database's history)
+                    self.failed_steps += 1
+                    with contextlib.suppress(psycopg2.Error):
+                        load.conn.close()
+                    load.conn = self._connect()
+                time.sleep(self.pause)
+            load.conn.close()
+        except BaseException as exc:  # reported by the main thread
+            self.error = exc
+
+
+# -- reading topics back ------------------------------------------------------------------
+
+
+@dataclass
+class Rec:
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: dict[str, bytes]
+
+
+def read_topics(bootstrap: str, topics: Iterable[str], timeout: float = 120) -> list[Rec]:
+    """Every record of ``topics`` to the end of each partition (assign mode, no group)."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "faults-reader",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "fetch.wait.max.ms": 10,
+        }
+    )
+    try:
+        found = consumer.list_topics(timeout=30).topics  # all: by name would create it
+        assignment = [
+            TopicPartition(t, p, 0) for t in topics if t in found for p in found[t].partitions
+        ]
+        if not assignment:
+            return []
+        consumer.assign(assignment)
+        pending = {(tp.topic, tp.partition) for tp in assignment}
+        out: list[Rec] = []
+        deadline = time.monotonic() + timeout
+        while pending:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no end of {sorted(pending)} within {timeout:.0f} s")
+            for m in consumer.consume(5000, timeout=1):
+                err = m.error()
+                where = (str(m.topic()), int(m.partition() or 0))
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        pending.discard(where)
+                        continue
+                    raise RuntimeError(str(err))
+                pending.add(where)
+                headers = {}
+                for name, raw in m.headers() or []:
+                    headers[name] = raw if isinstance(raw, bytes) else (raw or "").encode()
+                out.append(
+                    Rec(where[0], where[1], int(m.offset() or 0), m.key(), m.value(), headers)
+                )
+        return out
+    finally:
+        consumer.close()
+
+
+def end_offsets(records: Iterable[Rec]) -> dict[tuple[str, int], int]:
+    ends: dict[tuple[str, int], int] = {}
+    for r in records:
+        ends[(r.topic, r.partition)] = max(ends.get((r.topic, r.partition), 0), r.offset + 1)
+    return ends
+
+
+def committed(bootstrap: str, group: str, ends: dict[tuple[str, int], int]) -> dict[Any, int]:
+    """The group's committed offsets of the partitions in ``ends`` (no join: a fetch)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False}
+    )
+    try:
+        got = consumer.committed([TopicPartition(t, p) for t, p in ends], timeout=20)
+        return {(tp.topic, tp.partition): tp.offset for tp in got}
+    finally:
+        consumer.close()
+
+
+# -- the truth ----------------------------------------------------------------------------
+
+
+def history(conn: Any, witness: str, publication: str) -> list[tuple[int, str, str]]:
+    """Every committed row change since the witness slot: ``(lsn, schema.table, op)``,
+    in commit order (logical decoding hands out whole transactions as they commit)."""
+    from capture.pgoutput import Delete, Insert, PgOutputDecoder, Update, parse_lsn
+
+    decoder = PgOutputDecoder()
+    out: list[tuple[int, str, str]] = []
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT lsn::text, data FROM pg_logical_slot_peek_binary_changes(%s, NULL, NULL, "
+            "'proto_version', '1', 'publication_names', %s)",
+            (witness, publication),
+        )
+        for lsn, data in cur:
+            m = decoder.decode(bytes(data))
+            if isinstance(m, Insert | Update | Delete):
+                op = {Insert: "c", Update: "u", Delete: "d"}[type(m)]
+                table = f"{m.relation.namespace}.{m.relation.name}"
+                out.append((parse_lsn(lsn), table, op))
+    return out
+
+
+def order_breaks(sequences: dict[Any, list[tuple[int, Any]]]) -> list[str]:
+    """Per key, ``(commit index, identity)`` in arrival order: a record older than one
+    already seen is fine only as a copy of a record already seen (a re-sent suffix)."""
+    breaks: list[str] = []
+    for key, seq in sequences.items():
+        latest = -1
+        seen: set[Any] = set()
+        for index, identity in seq:
+            if index < latest and identity not in seen:
+                breaks.append(f"{key}: commit #{index} after #{latest}")
+            seen.add(identity)
+            latest = max(latest, index)
+    return breaks
+
+
+@dataclass
+class Report:
+    tech_missing: int = 0
+    tech_duplicates: int = 0
+    tech_unknown: int = 0
+    events_expected: int = 0
+    events_missing: int = 0
+    events_unexpected: int = 0
+    replay_expected: int = 0
+    replay_missing: int = 0
+    duplicated_ids: int = 0
+    identical_duplicates: int = 0  # byte for byte
+    same_content_duplicates: int = 0  # the lineage (source offset) differs: a re-sent change
+    differing_duplicates: int = 0
+    reordered: int = 0
+    dead_letters: int = 0
+    unexpected_exits: int = 0
+    details: list[str] = field(default_factory=list)
+
+    @property
+    def lost(self) -> int:
+        return self.tech_missing + self.events_missing + self.replay_missing
+
+    def ok(self) -> bool:
+        return not (
+            self.lost
+            or self.reordered
+            or self.differing_duplicates
+            or self.events_unexpected
+            or self.unexpected_exits
+        )
+
+    def line(self) -> str:
+        return (
+            f"lost={self.lost} duplicated_ids={self.duplicated_ids} reordered={self.reordered} "
+            f"differing_duplicates={self.differing_duplicates} "
+            f"unexpected_exits={self.unexpected_exits}"
+        )
+
+
+def content_of(value: bytes | None, schema_text: Callable[[int], str]) -> Any:
+    """A business event's content without its lineage (which names the source offset)."""
+    import io
+
+    import fastavro
+
+    if value is None or len(value) < 5:
+        return value
+    schema = fastavro.parse_schema(json.loads(schema_text(int.from_bytes(value[1:5], "big"))))
+    data = fastavro.schemaless_reader(io.BytesIO(value[5:]), schema, None)
+    if isinstance(data, dict):
+        data.pop("lineage", None)
+    return data
+
+
+def check_events(
+    name: str,
+    expected: set[str],
+    observed: list[Rec],
+    tech_index: dict[tuple[str, int, int], int],
+    schema_text: Callable[[int], str],
+    report: Report,
+) -> int:
+    """Missing, doubled and out-of-order business events; returns how many are missing."""
+    from contracts.business import (
+        HEADER_EVENT_ID,
+        HEADER_SOURCE_OFFSET,
+        HEADER_SOURCE_PARTITION,
+        HEADER_SOURCE_TOPIC,
+    )
+
+    by_id: dict[str, list[Rec]] = defaultdict(list)
+    sequences: dict[Any, list[tuple[int, Any]]] = defaultdict(list)
+    for r in sorted(observed, key=lambda r: (r.topic, r.partition, r.offset)):
+        event_id = r.headers.get(HEADER_EVENT_ID, b"").decode()
+        by_id[event_id].append(r)
+        source = (
+            r.headers.get(HEADER_SOURCE_TOPIC, b"").decode(),
+            int(r.headers.get(HEADER_SOURCE_PARTITION, b"-1")),
+            int(r.headers.get(HEADER_SOURCE_OFFSET, b"-1")),
+        )
+        index = tech_index.get(source)
+        if index is not None:
+            sequences[(r.topic, r.key)].append((index, event_id))
+    missing = expected - set(by_id)
+    unexpected = set(by_id) - expected
+    for event_id, copies in by_id.items():
+        if len(copies) < 2:
+            continue
+        report.duplicated_ids += 1
+        if all(c.value == copies[0].value for c in copies):
+            report.identical_duplicates += 1
+            continue
+        first = content_of(copies[0].value, schema_text)
+        if any(content_of(c.value, schema_text) != first for c in copies[1:]):
+            report.differing_duplicates += 1
+            report.details.append(f"{name}: event {event_id} doubled with other content")
+        else:
+            report.same_content_duplicates += 1
+    breaks = order_breaks(sequences)
+    report.reordered += len(breaks)
+    report.events_unexpected += len(unexpected)
+    report.details += [f"{name} reordered: {b}" for b in breaks[:5]]
+    report.details += [f"{name} missing: {e}" for e in sorted(missing)[:5]]
+    report.details += [f"{name} unexpected: {e}" for e in sorted(unexpected)[:5]]
+    report.details.append(
+        f"{name}: {len(expected)} expected, {len(missing)} missing, "
+        f"{sum(len(c) for c in by_id.values())} records, {len(unexpected)} unexpected"
+    )
+    return len(missing)
+
+
+# -- the run ------------------------------------------------------------------------------
+
+
+class Faults:
+    def __init__(self, mode: Mode, seed: int, work: Path) -> None:
+        self.mode = mode
+        self.rng = random.Random(seed)
+        self.seed = seed
+        self.work = work
+        self.logs = work / "logs"
+        self.logs.mkdir(parents=True, exist_ok=True)
+        tag = uuid.uuid4().hex[:6]
+        self.server = f"faults{tag}"
+        self.slot = f"faults_{tag}"
+        self.witness = f"faults_{tag}_witness"
+        self.group = f"faults-{tag}"
+        self.run_id = f"faults-{tag}"
+        self.dead_letter = f"faults.dead-letter.{tag}"
+        self.report = Report()
+        self.broker_pauses = 0
+        self.pg_restarts = 0
+        self.load: Load | None = None
+
+    # the stack ---------------------------------------------------------------------------
+
+    def start_stack(self) -> None:
+        from bizevents.devstack import DevStack
+        from bizevents.devstack.services import postgres_bin_dir
+        from bizevents.settings import DevSettings
+
+        dev = DevSettings(broker_port=0, registry_port=0, postgres_port=0)
+        self.stack = DevStack(self.work / "stack", dev)
+        self.stack.up()
+        self.endpoints = self.stack.endpoints()
+        records = json.loads(self.stack.state_file.read_text())["services"]
+        self.broker_pid = int(records["broker"]["pid"])
+        self.pg_data = Path(records["postgres"]["extra"]["data_dir"])
+        self.pg_ctl = str(postgres_bin_dir(dev) / "pg_ctl")
+        self.pg_user = "postgres" if os.geteuid() == 0 else None
+
+    def pg_ctl_run(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [self.pg_ctl, *args, "-D", str(self.pg_data), "-w", "-t", "180"],
+            user=self.pg_user,
+            cwd=self.pg_data.parent,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+
+    def stop_stack(self) -> None:
+        # after a restart the postmaster is pg_ctl's, not the one the stack recorded
+        self.pg_ctl_run("stop", "-m", "fast")
+        self.stack.down(purge=True)
+
+    # the components ----------------------------------------------------------------------
+
+    def env(self) -> dict[str, str]:
+        return {
+            **os.environ,
+            "BIZEVENTS_KAFKA__BOOTSTRAP_SERVERS": self.endpoints.bootstrap_servers,
+            "BIZEVENTS_REGISTRY__URL": self.endpoints.registry_url,
+            "BIZEVENTS_DATABASE__POSTGRES_DSN": self.endpoints.postgres_dsn,
+            "BIZEVENTS_TRANSLATORS": json.dumps(TRANSLATORS),
+            "BIZEVENTS_TRANSLATE__TOPIC_PREFIX": self.server,
+            "BIZEVENTS_TRANSLATE__GROUP_ID": self.group,
+            "BIZEVENTS_TRANSLATE__DEAD_LETTER_TOPIC": self.dead_letter,
+            "BIZEVENTS_STATE_DIR": str(self.work / "state"),
+            "BIZEVENTS_LOG_FORMAT": "json",
+        }
+
+    def components(self) -> None:
+        from capture.config import CaptureConfig
+        from tests.capture.capture_helpers import write_config
+
+        config = CaptureConfig(
+            server=self.server,
+            tables=TABLES,
+            slot=self.slot,
+            publication=self.slot,
+            partitions=3,
+            snapshot="never",
+            heartbeat_interval_s=1.0,
+            state_dir=self.work / "capture-state",
+        )
+        config_file = write_config(self.work / "capture.toml", config)
+        cli = [sys.executable, "-m", "bizevents"]
+        self.capture = Supervised(
+            "capture",
+            [*cli, "capture", "postgres", "--config", str(config_file)],
+            self.env(),
+            self.logs,
+        )
+        self.worker = Supervised("worker", [*cli, "translate"], self.env(), self.logs)
+        self.replay = Supervised(
+            "replay",
+            [
+                *cli,
+                "replay",
+                "--topics",
+                f"{self.server}.store.orders",
+                "--translator",
+                REPLAY_TRANSLATOR,
+                "--to",
+                "replay",
+                "--run-id",
+                self.run_id,
+                "--slice-size",
+                "100",
+                "--master",
+                "local[1]",
+                "--no-progress",
+            ],
+            self.env(),
+            self.logs,
+            one_shot=True,
+        )
+
+    def supervise(self) -> None:
+        for component in (self.capture, self.worker, self.replay):
+            component.supervise()
+        if self.load is not None and self.load.error is not None:
+            raise RuntimeError(f"the load failed: {self.load.error!r}")
+
+    def sleep(self, seconds: float) -> None:
+        """Wait while supervising the components."""
+        until = time.monotonic() + seconds
+        while time.monotonic() < until:
+            self.supervise()
+            time.sleep(min(0.1, max(0.0, until - time.monotonic())))
+
+    def wait(self, check: Callable[[], bool], what: str, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while not check():
+            if time.monotonic() > deadline:
+                log(f"gave up waiting for {what} after {timeout:.0f} s")
+                return False
+            self.sleep(0.5)
+        return True
+
+    def sql(self, statement: str, params: Any = None) -> list[tuple[Any, ...]]:
+        import psycopg2
+
+        for attempt in range(60):
+            try:
+                conn = psycopg2.connect(self.endpoints.postgres_dsn, connect_timeout=5)
+                break
+            except psycopg2.OperationalError:
+                if attempt == 59:
+                    raise
+                self.sleep(1)
+        try:
+            conn.autocommit = True
+            with conn.cursor() as cur:
+                cur.execute(statement, params)
+                return cur.fetchall() if cur.description else []
+        finally:
+            conn.close()
+
+    # the faults --------------------------------------------------------------------------
+
+    def schedule(self) -> list[tuple[float, str]]:
+        """``(seconds after the load started, action)``, seeded."""
+        m = self.mode
+        span = (5.0, m.load_seconds - 5.0)
+        plan = [(self.rng.uniform(*span), "kill capture") for _ in range(m.capture_kills)]
+        plan += [(self.rng.uniform(*span), "kill worker") for _ in range(m.worker_kills)]
+        plan.append((self.rng.uniform(*span), "pause broker"))
+        plan.append((self.rng.uniform(*span), "restart postgres"))
+        # the replay starts early, and each kill lands within a run: one takes about a
+        # minute on two busy cores, so a kill planned later would find it finished
+        at = self.rng.uniform(3.0, 8.0)
+        plan.append((at, "start replay"))
+        for _ in range(m.replay_kills):
+            at += self.rng.uniform(8.0, 25.0)
+            plan.append((at, "kill replay"))
+        return sorted(plan)
+
+    def act(self, action: str) -> None:
+        if action == "kill capture":
+            self.capture.kill()
+        elif action == "kill worker":
+            self.worker.kill()
+        elif action == "start replay":
+            self.replay.start()
+        elif action == "kill replay":
+            log(f"replay before its kill: {self.replay_progress()}")
+            if not self.replay.kill():
+                log("the replay had already finished: kill skipped")
+        elif action == "pause broker":
+            log(f"SIGSTOP broker for {self.mode.pause_s:.0f} s")
+            os.kill(self.broker_pid, signal.SIGSTOP)
+            try:
+                self.sleep(self.mode.pause_s)
+            finally:
+                os.kill(self.broker_pid, signal.SIGCONT)
+            self.broker_pauses += 1
+            log("SIGCONT broker")
+        elif action == "restart postgres":
+            log("pg_ctl restart -m fast")
+            # the server's user writes the log: next to the cluster, not in our folder
+            server_log = self.pg_data.parent / "restart.log"
+            done = self.pg_ctl_run("restart", "-m", "fast", "-l", str(server_log))
+            if done.returncode != 0:
+                raise RuntimeError(f"pg_ctl restart failed: {done.stdout}{done.stderr}")
+            self.pg_restarts += 1
+            log("PostgreSQL restarted")
+
+    def replay_progress(self) -> str:
+        from replay.exceptions import RunStateError
+        from replay.state import RunState
+
+        try:
+            state = RunState.load(self.work / "state", self.run_id)
+        except RunStateError as exc:
+            return str(exc)
+        if state is None:
+            return "no plan yet"
+        return f"{len(state.done)} of {len(state.ranges)} ranges done"
+
+    # the run -----------------------------------------------------------------------------
+
+    def run(self) -> Report:
+        import psycopg2
+        from bizevents_store.load import create_schema
+
+        conn = psycopg2.connect(self.endpoints.postgres_dsn)
+        create_schema(conn)
+        conn.close()
+        self.components()
+        self.capture.start()
+        # the witness slot must start after capture's, and the load after both
+        created = self.wait(
+            lambda: (
+                bool(
+                    self.sql(
+                        "SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (self.slot,)
+                    )
+                )
+                and bool(self.sql("SELECT 1 FROM pg_publication WHERE pubname = %s", (self.slot,)))
+            ),
+            "capture's slot",
+            180,
+        )
+        if not created:
+            raise RuntimeError(f"capture created no slot: {tail(self.capture.log_file)}")
+        self.sql("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (self.witness,))
+        self.load = Load(self.endpoints.postgres_dsn, self.seed, self.mode.steps_per_s)
+        self.load.start()
+        # the worker refuses technical topics that do not exist yet: wait for capture's
+        topics = [f"{self.server}.{t}" for t in TABLES if t != "store.order_items"]
+        self.wait(lambda: self._topics_exist(topics), "the technical topics", 180)
+        self.worker.start()
+        started = time.monotonic()
+        for at, action in self.schedule():
+            self.sleep(started + at - time.monotonic())
+            self.act(action)
+        self.sleep(started + self.mode.load_seconds - time.monotonic())
+        self.load.stopping.set()
+        self.load.join(60)
+        log(f"load stopped: {self.load.steps} steps, {self.load.failed_steps} failed")
+        return self.verify(topics)
+
+    def _topics_exist(self, topics: list[str]) -> bool:
+        from confluent_kafka.admin import AdminClient
+
+        found = AdminClient({"bootstrap.servers": self.endpoints.bootstrap_servers}).list_topics(
+            timeout=10
+        )
+        return all(t in found.topics for t in topics)
+
+    def verify(self, worker_topics: list[str]) -> Report:
+        from capture.pgoutput import parse_lsn
+        from contracts.envelope import ChangeEvent, PgPosition
+        from contracts.exceptions import Coordinates
+        from contracts.technical import AutoDecoder
+        from replay.diff import ContentSerializer
+        from replay.state import RunState
+        from translators.pipeline import Pipeline, SourceRecord
+        from translators.registry import discover
+
+        report = self.report
+        bootstrap = self.endpoints.bootstrap_servers
+        final = parse_lsn(self.sql("SELECT pg_current_wal_insert_lsn()::text")[0][0])
+
+        def confirmed() -> bool:
+            rows = self.sql(
+                "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
+                (self.slot,),
+            )
+            return bool(rows and rows[0][0] and parse_lsn(rows[0][0]) >= final)
+
+        log("waiting for capture to confirm the last change")
+        self.wait(confirmed, "capture's confirmation", 300)
+        tech_topics = [f"{self.server}.{t}" for t in TABLES]
+        tech = read_topics(bootstrap, tech_topics)
+        worker_ends = {k: v for k, v in end_offsets(tech).items() if k[0] in worker_topics}
+
+        def caught_up() -> bool:
+            try:
+                got = committed(bootstrap, self.group, worker_ends)
+            except Exception as exc:  # librdkafka raises KafkaException for a failed fetch
+                log(f"committed offsets: {exc}")
+                return False
+            return all(got.get(k, -1) >= end for k, end in worker_ends.items())
+
+        log("waiting for the worker to commit every technical record")
+        if not self.wait(caught_up, "the worker's commits", 300):
+            report.details.append("the worker did not commit every technical record in 300 s")
+        log("waiting for the replay to finish")
+        if not self.wait(lambda: self.replay.done, "the replay", 600):
+            report.details.append("the replay did not finish")
+
+        # the technical topics against the database's history
+        truth = history(self._conn(), self.witness, self.slot)
+        index = {(table, lsn): n for n, (lsn, table, _op) in enumerate(truth)}
+        schema_text = _schema_lookup(self.endpoints.registry_url)
+        decoder = AutoDecoder(schema_text)
+        seen: Counter[tuple[str, int]] = Counter()
+        tech_index: dict[tuple[str, int, int], int] = {}
+        sequences: dict[Any, list[tuple[int, Any]]] = defaultdict(list)
+        for r in sorted(tech, key=lambda r: (r.topic, r.partition, r.offset)):
+            if r.value is None:
+                continue  # a tombstone follows its delete
+            decoded = decoder.decode(
+                r.key, r.value, Coordinates(r.topic, r.partition, r.offset), []
+            )
+            if not isinstance(decoded, ChangeEvent) or not isinstance(
+                decoded.source.position, PgPosition
+            ):
+                continue
+            ident = (decoded.source.qualified_table, decoded.source.position.lsn)
+            n = index.get(ident)
+            if n is None:
+                report.tech_unknown += 1
+                continue
+            seen[ident] += 1
+            tech_index[(r.topic, r.partition, r.offset)] = n
+            sequences[(r.topic, r.key)].append((n, ident))
+        missing = [i for i in index if i not in seen]
+        report.tech_missing = len(missing)
+        report.tech_duplicates = sum(c - 1 for c in seen.values())
+        breaks = order_breaks(sequences)
+        report.reordered += len(breaks)
+        report.details += [f"technical reordered: {b}" for b in breaks[:5]]
+        report.details += [f"technical missing: {t} at {lsn:X}" for t, lsn in missing[:5]]
+        report.details.append(
+            f"technical: {len(truth)} committed changes, {len(missing)} missing, "
+            f"{report.tech_duplicates} re-sent copies, {report.tech_unknown} from before the "
+            "witness"
+        )
+
+        # business events: what the worker's own pipeline makes of the technical records
+        registry = discover()
+        live = Pipeline(
+            [registry.resolve(f"{n}@{v}") for n, v in TRANSLATORS.items()],
+            decoder,
+            ContentSerializer(),
+        )
+        sources = [SourceRecord(r.topic, r.partition, r.offset, r.key, r.value) for r in tech]
+        result = live.process(sources)
+        expected = {o.event_id for o in result.records if o.event_id}
+        business = sorted({o.topic for o in result.records if o.event_id})
+        report.events_expected = len(expected)
+        report.events_missing = check_events(
+            "business", expected, read_topics(bootstrap, business), tech_index, schema_text, report
+        )
+        report.dead_letters = len(read_topics(bootstrap, [self.dead_letter]))
+
+        # the replay: the records of the ranges it planned, through orders@2
+        state = RunState.load(self.work / "state", self.run_id)
+        if state is not None:
+            planned = [
+                s
+                for s in sources
+                if any(
+                    s.topic == g.topic
+                    and s.partition == g.partition
+                    and g.start <= s.offset < g.end
+                    for g in state.ranges
+                )
+            ]
+            replayed = Pipeline([registry.resolve(REPLAY_TRANSLATOR)], decoder, ContentSerializer())
+            out = replayed.process(planned).records
+            expected_replay = {o.event_id for o in out if o.event_id}
+            report.replay_expected = len(expected_replay)
+            replay_topics = sorted({f"{o.topic}.replay" for o in out if o.event_id})
+            report.replay_missing = check_events(
+                "replay",
+                expected_replay,
+                read_topics(bootstrap, replay_topics),
+                tech_index,
+                schema_text,
+                report,
+            )
+        else:
+            report.details.append("the replay left no run state")
+            report.replay_missing = 1
+        self._conn().close()
+        return report
+
+    def _conn(self) -> Any:
+        import psycopg2
+
+        if getattr(self, "_verify_conn", None) is None or self._verify_conn.closed:
+            self._verify_conn = psycopg2.connect(self.endpoints.postgres_dsn)
+            self._verify_conn.autocommit = True
+        return self._verify_conn
+
+    def shutdown(self) -> None:
+        if self.load is not None:
+            self.load.stopping.set()
+            self.load.join(60)
+            self.load.error = None  # a failure of its own was reported already
+        for component in (getattr(self, n, None) for n in ("replay", "worker", "capture")):
+            if component is not None:
+                component.stop()
+        try:
+            self.sql(
+                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                "WHERE slot_name IN (%s, %s) AND NOT active",
+                (self.slot, self.witness),
+            )
+        except Exception as exc:  # the stack goes away next anyway
+            log(f"dropping the slots: {exc}")
+
+
+def _schema_lookup(url: str) -> Callable[[int], str]:
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    client = SchemaRegistryClient({"url": url})
+    cache: dict[int, str] = {}
+
+    def lookup(schema_id: int) -> str:
+        if schema_id not in cache:
+            cache[schema_id] = client.get_schema(schema_id).schema_str
+        return cache[schema_id]
+
+    return lookup
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    length = parser.add_mutually_exclusive_group()
+    length.add_argument("--short", action="store_true", help="a few faults (default)")
+    length.add_argument("--long", action="store_true", help="20 kills, a 30 s broker pause")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--keep", action="store_true", help="keep the work folder (logs)")
+    args = parser.parse_args(argv)
+    mode = LONG if args.long else SHORT
+    work = Path(tempfile.mkdtemp(prefix="bizevents-faults-"))
+    log(f"{mode.name} mode, seed {args.seed}, work folder {work}")
+    faults = Faults(mode, args.seed, work)
+    started = time.monotonic()
+    try:
+        faults.start_stack()
+        report = faults.run()
+    except Exception as exc:  # the suite could not run: one sentence, the logs kept
+        print(f"the fault suite could not run: {exc} (logs in {work})", file=sys.stderr)
+        return 2
+    finally:
+        faults.shutdown()
+        if hasattr(faults, "stack"):
+            faults.stop_stack()
+    load = faults.load
+    assert load is not None
+    exits = [e for c in (faults.capture, faults.worker, faults.replay) for e in c.unexpected]
+    report.unexpected_exits = len(exits)
+    kills = faults.capture.kills + faults.worker.kills + faults.replay.kills
+    print(report.line(), flush=True)
+    print(
+        f"  kills={kills} (capture {faults.capture.kills}, worker {faults.worker.kills}, "
+        f"replay {faults.replay.kills}) broker_pauses={faults.broker_pauses} "
+        f"({mode.pause_s:.0f} s) pg_restarts={faults.pg_restarts} load_steps={load.steps} "
+        f"failed_steps={load.failed_steps} seconds={time.monotonic() - started:.0f}"
+    )
+    print(
+        f"  events_expected={report.events_expected} replay_expected={report.replay_expected} "
+        f"identical_duplicates={report.identical_duplicates} "
+        f"same_content_duplicates={report.same_content_duplicates} "
+        f"technical_copies={report.tech_duplicates} dead_letters={report.dead_letters}"
+    )
+    for detail in report.details:
+        print(f"  {detail}")
+    for exit_ in exits:
+        print("  unexpected exit: " + exit_.replace("\n", "\n    "))
+    if not args.keep:
+        import shutil
+
+        shutil.rmtree(work, ignore_errors=True)
+    return 0 if report.ok() else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
