@@ -134,7 +134,7 @@ def _int32(d: Mapping[str, Any], key: str) -> int:
     v = _opt(d, key, int) or 0
     if not -(2**31) <= v < 2**31:
         raise _Invalid(f"source.{key}: {v} does not fit int32")
-    return v  # type: ignore[no-any-return]
+    return v
 
 
 def _req(d: Mapping[str, Any], key: str, kind: type) -> Any:
@@ -660,10 +660,10 @@ def _plain_event(
                     other_name = "after" if which == "before" else "before"
                     raise _Invalid(f"column {name!r} of {which} is missing from {other_name}")
     if key is not None:
-        for which, row in (("before", before), ("after", after)):
-            for name in key if row is not None else ():
-                if name not in row:  # type: ignore[operator]
-                    raise _Invalid(f"column {name!r} of the key is missing from {which}")
+        for which, part in (("before", before), ("after", after)):
+            missing = [] if part is None else [name for name in key if name not in part]
+            if missing:
+                raise _Invalid(f"column {missing[0]!r} of the key is missing from {which}")
     return event
 
 
