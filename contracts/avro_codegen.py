@@ -11,7 +11,9 @@ Both sides are held to fastavro by tests (``tests/contracts/test_fast_*.py``):
 * :func:`compile_reader` gives ``read(buf, pos) -> (datum, pos)`` producing exactly
   what ``fastavro.schemaless_reader`` gives for the same writer schema (logical types
   through fastavro's own ``LOGICAL_READERS``). It may raise anything on bad bytes;
-  callers then run fastavro, whose verdict (its value or its error) stands.
+  callers then run fastavro, whose verdict (its value or its error) stands. It also
+  refuses an Avro int outside 32 bits, which fastavro reads (callers check that after
+  fastavro).
 * :func:`compile_model_writer` gives ``write(model) -> bytes`` writing a pydantic
   contract instance straight from its attributes, byte for byte what fastavro writes
   for ``to_dict(model)``. It raises :class:`Unsupported` at compile time for a shape it
@@ -38,6 +40,7 @@ __all__ = [
     "Unsupported",
     "compile_model_writer",
     "compile_reader",
+    "read_int",
     "read_long",
     "write_varint",
 ]
@@ -72,6 +75,20 @@ def read_long(buf: bytes, pos: int) -> tuple[int, int]:
         shift += 7
     n &= _MASK64
     return (n >> 1) ^ -(n & 1), pos
+
+
+_INT32_LOW: Final = -(2**31)
+_INT32_HIGH: Final = 2**31 - 1
+
+
+def read_int(buf: bytes, pos: int) -> tuple[int, int]:
+    """:func:`read_long` for an Avro int: fastavro reads any long there, Avro's int is
+    32 bits, so a value outside them is refused (the caller then lets fastavro read the
+    record and the row decoder say which column it was)."""
+    n, pos = read_long(buf, pos)
+    if not _INT32_LOW <= n <= _INT32_HIGH:
+        raise ValueError(f"{n} does not fit int32")
+    return n, pos
 
 
 def _type_of(schema: Any) -> Any:
@@ -124,8 +141,9 @@ class _Gen:
 # -- reader ------------------------------------------------------------------------------
 
 
-def _read_long_into(g: _Gen, d: int, target: str) -> None:
-    # One- and two-byte varints inline (small numbers, lengths, union indexes).
+def _read_long_into(g: _Gen, d: int, target: str, slow: str = "_long") -> None:
+    # One- and two-byte varints inline (small numbers, lengths, union indexes); they
+    # hold 14 bits, so only ``slow`` (``_int`` for an Avro int) needs a range check.
     g.emit(d, "b = buf[pos]")
     g.emit(d, "if b < 128:")
     g.emit(d + 1, "pos += 1")
@@ -135,7 +153,7 @@ def _read_long_into(g: _Gen, d: int, target: str) -> None:
     g.emit(d + 1, "pos += 2")
     g.emit(d + 1, f"{target} = (b >> 1) ^ -(b & 1)")
     g.emit(d, "else:")
-    g.emit(d + 1, f"{target}, pos = _long(buf, pos)")
+    g.emit(d + 1, f"{target}, pos = {slow}(buf, pos)")
 
 
 def _read_sized(g: _Gen, d: int, target: str, decode: bool) -> None:
@@ -180,7 +198,9 @@ def _read(
     elif t == "boolean":
         g.emit(d, f"{target} = buf[pos] != 0")
         g.emit(d, "pos += 1")
-    elif t in ("int", "long"):
+    elif t == "int":
+        _read_long_into(g, d, target, "_int")
+    elif t == "long":
         _read_long_into(g, d, target)
     elif t in ("float", "double"):
         unpack = g.const((_F32 if t == "float" else _F64).unpack_from, "unpack")
@@ -305,6 +325,7 @@ def compile_reader(
     """
     g = _Gen(_named_of(parsed))
     g.env["_long"] = read_long
+    g.env["_int"] = read_int
     g.env["_from_bytes"] = int.from_bytes
     g.emit(0, "def read(buf, pos):")
     if fields or convert:

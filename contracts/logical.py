@@ -38,6 +38,7 @@ from typing import Any, Final, Literal
 __all__ = [
     "UNAVAILABLE",
     "UNAVAILABLE_MARKER",
+    "ColumnError",
     "ColumnType",
     "Converter",
     "Field",
@@ -776,33 +777,84 @@ def _map(values: Converter | None) -> Converter:
     return decode
 
 
-def struct_decoder(fields: Sequence[Field], wire: Wire) -> Callable[[Any], dict[str, Any]]:
+class ColumnError(ValueError):
+    """A member of a row (or struct) that its schema refuses: missing, null where it is
+    not optional, not in the schema, or a value its type cannot hold."""
+
+    def __init__(self, column: str, problem: str) -> None:
+        self.column = column
+        self.problem = problem
+        super().__init__(f"column {column!r}: {problem}")
+
+
+def struct_decoder(
+    fields: Sequence[Field], wire: Wire, *, ranges: bool = True
+) -> Callable[[Any], dict[str, Any]]:
     """Decodes a row (or any struct) in place: converts the members that need it.
 
-    A member missing from the row is left missing; a member the schema does not name
-    is kept as it is.
+    The row must have the schema's members and no other: a non-optional member that is
+    missing or null, or a member the schema does not name, raises :class:`ColumnError`
+    (an optional member that is missing becomes null, as Kafka Connect reads it).
+    ``ranges`` is :func:`decoder_for`'s.
     """
-    plan = [(f.name, decoder_for(f.type, wire)) for f in fields]
-    steps = [(name, conv) for name, conv in plan if conv is not None]
+    plan = [(f.name, decoder_for(f.type, wire, ranges=ranges), f.optional) for f in fields]
+    names = frozenset(f.name for f in fields)
+    size = len(names)
 
     def decode(value: Any) -> dict[str, Any]:
         if not isinstance(value, dict):
             raise TypeError(f"expected a struct, got {type(value).__name__}")
-        for name, conv in steps:
+        for name, conv, optional in plan:
             v = value.get(name)
-            if v is not None:
+            if v is None:
+                if not optional:
+                    problem = "null" if name in value else "no value"
+                    raise ColumnError(name, f"{problem}, and the column is not optional")
+                value[name] = None
+            elif conv is not None:
                 try:
                     value[name] = conv(v)
                 except Exception as exc:
-                    raise ValueError(f"column {name!r}: {exc}") from exc
+                    raise ColumnError(name, str(exc)) from exc
+        if len(value) != size:
+            extra = next(k for k in value if k not in names)
+            raise ColumnError(extra, "not in the schema")
         return value
 
     return decode
 
 
-def decoder_for(ct: ColumnType, wire: Wire) -> Converter | None:
+_INT_BITS: Final = {"int8": 8, "int16": 16, "int32": 32, "int64": 64}
+
+
+def _in_range(bits: int, then: Converter | None) -> Converter:
+    low, high = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+
+    def check(value: Any) -> Any:
+        if type(value) is int and not low <= value <= high:
+            raise ValueError(f"{value} does not fit int{bits}")
+        return value if then is None else then(value)
+
+    return check
+
+
+def decoder_for(ct: ColumnType, wire: Wire, *, ranges: bool = True) -> Converter | None:
     """The function from a (non-null) wire value to the Python value, or ``None`` when
-    the wire value already is the Python value and nothing needs checking."""
+    the wire value already is the Python value and nothing needs checking.
+
+    A type whose Connect literal is an integer (``int32`` for a date, ``int64`` for a
+    timestamp, ...) refuses a wire integer outside that literal's range. ``ranges=False``
+    leaves that out for the Avro reader generated in :mod:`contracts.avro_codegen`,
+    which refuses out-of-range Avro ints itself (an Avro long cannot leave int64).
+    """
+    convert = _decoder_for(ct, wire, ranges)
+    bits = _INT_BITS.get(_CONNECT_SHAPE[ct.kind][0])
+    if bits is None or not ranges or (wire == "avro" and (bits == 64 or ct.logical is not None)):
+        return convert
+    return _in_range(bits, convert)
+
+
+def _decoder_for(ct: ColumnType, wire: Wire, ranges: bool) -> Converter | None:
     kind = ct.kind
     avro = wire == "avro"
     if kind is Kind.BOOLEAN:
@@ -858,11 +910,15 @@ def decoder_for(ct: ColumnType, wire: Wire) -> Converter | None:
     if kind is Kind.ENUM:
         return _unavailable_or(_check_labels(ct))
     if kind is Kind.ARRAY:
-        return _array(decoder_for(ct.items or _ANY, wire), wire, unavailable_placeholder(ct, wire))
+        return _array(
+            decoder_for(ct.items or _ANY, wire, ranges=ranges),
+            wire,
+            unavailable_placeholder(ct, wire),
+        )
     if kind is Kind.MAP:
-        return _map(decoder_for(ct.items or _ANY, wire))
+        return _map(decoder_for(ct.items or _ANY, wire, ranges=ranges))
     if kind is Kind.STRUCT:
-        return struct_decoder(ct.fields or (), wire)
+        return struct_decoder(ct.fields or (), wire, ranges=ranges)
     return None
 
 

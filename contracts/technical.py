@@ -59,6 +59,7 @@ from contracts.exceptions import Coordinates, DecodeError, EncodeError
 from contracts.logical import (
     UNAVAILABLE,
     UNAVAILABLE_MARKER,
+    ColumnError,
     ColumnType,
     Field,
     Kind,
@@ -129,6 +130,13 @@ def _opt(d: Mapping[str, Any], key: str, kind: type) -> Any:
     return v
 
 
+def _int32(d: Mapping[str, Any], key: str) -> int:
+    v = _opt(d, key, int) or 0
+    if not -(2**31) <= v < 2**31:
+        raise _Invalid(f"source.{key}: {v} does not fit int32")
+    return v
+
+
 def _req(d: Mapping[str, Any], key: str, kind: type) -> Any:
     v = _opt(d, key, kind)
     if v is None:
@@ -155,7 +163,7 @@ def _source(d: Any) -> Source:
         position = MySqlPosition(
             file=_req(d, "file", str),
             pos=_req(d, "pos", int),
-            row=_opt(d, "row", int) or 0,
+            row=_int32(d, "row"),
             server_id=_opt(d, "server_id", int) or 0,
             gtid=_opt(d, "gtid", str),
             thread=_opt(d, "thread", int),
@@ -298,10 +306,17 @@ def _row(value: Any, which: str, decode_row: Callable[[Any], Row]) -> Row | None
         return None
     if not isinstance(value, dict):
         raise _Invalid(f"{which} must be a struct, not {type(value).__name__}")
+    return _decoded(value, which, decode_row)
+
+
+def _decoded(value: Any, which: str, decode_row: Callable[[Any], Row]) -> Row:
+    """``decode_row(value)``; a failure says which column of which row it was."""
     try:
         return decode_row(value)
     except _Invalid:
         raise
+    except ColumnError as exc:
+        raise _Invalid(f"column {exc.column!r} of {which}: {exc.problem}") from exc
     except Exception as exc:
         raise _Invalid(f"{which}: {exc}") from exc
 
@@ -393,10 +408,11 @@ def _generated(schema: Any, **conversions: Any) -> Reader | None:
 
 
 def _conversions(fields: Sequence[Field]) -> dict[str, Callable[[Any], Any]]:
-    """What ``struct_decoder(fields, "avro")`` applies, column by column."""
+    """What ``struct_decoder(fields, "avro")`` applies, column by column, but the int32
+    range checks: the generated reader refuses such ints as it reads them."""
     found = {}
     for f in fields:
-        convert = decoder_for(f.type, "avro")
+        convert = decoder_for(f.type, "avro", ranges=False)
         if convert is not None:
             found[f.name] = convert
     return found
@@ -432,10 +448,10 @@ def _resolve(schema: Any, named: Mapping[str, Any]) -> Any:
     return schema
 
 
-def _record_fields(schema: Any, named: Mapping[str, Any]) -> list[Field]:
+def _record_fields(schema: Any, named: Mapping[str, Any], what: str) -> list[Field]:
     schema = _resolve(schema, named)
     if not isinstance(schema, dict) or schema.get("type") != "record":
-        raise _Invalid("expected an Avro record schema")
+        raise _Invalid(f"the schema of {what} is not an Avro record")
     return [avro_field(f, named) for f in schema.get("fields", ())]
 
 
@@ -451,7 +467,7 @@ def _value_row_schema(envelope: Any, named: Mapping[str, Any]) -> Any:
     return row
 
 
-def _unframe(data: bytes, what: str) -> tuple[int, memoryview]:
+def _unframe(data: bytes, what: Literal["the key", "the value"]) -> tuple[int, memoryview]:
     if len(data) < 5:
         raise _Invalid(f"{what} is {len(data)} bytes, shorter than the 5-byte Confluent frame")
     magic, schema_id = _FRAME.unpack_from(data)
@@ -465,9 +481,10 @@ def _read_avro(body: memoryview, schema: Any, what: str) -> Any:
     try:
         record = fastavro.schemaless_reader(buffer, schema, None)
     except Exception as exc:
-        raise _Invalid(f"{what}: Avro body does not match its schema ({exc!r})") from exc
+        raise _Invalid(f"the Avro body of {what} does not match its schema ({exc!r})") from exc
     if buffer.tell() != len(body):
-        raise _Invalid(f"{what}: {len(body) - buffer.tell()} bytes left after the Avro record")
+        left = len(body) - buffer.tell()
+        raise _Invalid(f"{left} bytes left after the Avro record of {what}")
     return record
 
 
@@ -489,7 +506,7 @@ class AvroDecoder:
         self._values: dict[int, _AvroPlan] = {}
         self._keys: dict[int, _AvroPlan] = {}
 
-    def _schema(self, schema_id: int) -> Any:
+    def _schema(self, schema_id: int, what: str) -> Any:
         parsed = self._schemas.get(schema_id)
         if parsed is not None:
             return parsed
@@ -498,9 +515,9 @@ class AvroDecoder:
         except TransientError:
             raise
         except Exception as exc:
-            raise _Invalid(f"unknown schema id {schema_id} ({exc!r})") from exc
+            raise _Invalid(f"unknown schema id {schema_id} of {what} ({exc!r})") from exc
         if raw is None:
-            raise _Invalid(f"unknown schema id {schema_id}")
+            raise _Invalid(f"unknown schema id {schema_id} of {what}")
         if isinstance(raw, str | bytes):
             raw = json.loads(raw)
         parsed = raw if isinstance(raw, dict) and raw.get("__fastavro_parsed") else None
@@ -512,10 +529,10 @@ class AvroDecoder:
     def _value_plan(self, schema_id: int) -> _AvroPlan:
         plan = self._values.get(schema_id)
         if plan is None:
-            schema = self._schema(schema_id)
+            schema = self._schema(schema_id, "the value")
             named = _named(schema)
             row_schema = _value_row_schema(schema, named)
-            fields = [] if row_schema is None else _record_fields(row_schema, named)
+            fields = [] if row_schema is None else _record_fields(row_schema, named, "a row")
             source_schema = next(f["type"] for f in schema["fields"] if f["name"] == "source")
             trusted = _trusts_source(source_schema, named)
             row = _conversions(fields)
@@ -533,8 +550,8 @@ class AvroDecoder:
     def _key_plan(self, schema_id: int) -> _AvroPlan:
         plan = self._keys.get(schema_id)
         if plan is None:
-            schema = self._schema(schema_id)
-            fields = _record_fields(schema, _named(schema))
+            schema = self._schema(schema_id, "the key")
+            fields = _record_fields(schema, _named(schema), "the key")
             plan = _AvroPlan(
                 schema,
                 struct_decoder(fields, "avro"),
@@ -545,20 +562,20 @@ class AvroDecoder:
 
     def decode_key(self, key: bytes) -> Row:
         """The key record of a Confluent-framed Avro key (raises ``_Invalid``)."""
-        schema_id, body = _unframe(key, "key")
+        schema_id, body = _unframe(key, "the key")
         plan = self._key_plan(schema_id)
         record = _read_generated(plan, key)
         if record is not None:
             return record  # type: ignore[no-any-return]
-        record = _read_avro(body, plan.schema, "key")
+        record = _read_avro(body, plan.schema, "the key")
         if not isinstance(record, dict):
-            raise _Invalid("key is not a record")
-        return plan.decode_row(record)
+            raise _Invalid("the key is not a record")
+        return _decoded(record, "the key", plan.decode_row)
 
     def decode_value(
         self, value: bytes, key: Row | None, where: Coordinates, headers: Headers
     ) -> ChangeEvent:
-        schema_id, body = _unframe(value, "value")
+        schema_id, body = _unframe(value, "the value")
         plan = self._value_plan(schema_id)
         record = _read_generated(plan, value)
         if record is not None:
@@ -566,8 +583,10 @@ class AvroDecoder:
                 return _event(record, key, _as_is, where, headers, plan.source_of)
             except _Invalid:
                 pass  # fastavro's record and the row decoder give the reason below
-        record = _read_avro(body, plan.schema, "value")
-        return _event(record, key, plan.decode_row, where, headers, plan.source_of)
+        # fastavro reads an Avro int of more than 32 bits: the row decoder and _source
+        # check the ranges the generated reader checked.
+        record = _read_avro(body, plan.schema, "the value")
+        return _event(record, key, plan.decode_row, where, headers)
 
     def decode(
         self,
@@ -592,7 +611,7 @@ class AvroDecoder:
 # -- JSON ----------------------------------------------------------------------------
 
 
-def _loads(data: bytes, exact: bool) -> Any:
+def _loads(data: bytes, exact: bool, what: str) -> Any:
     # Numbers with fractions parse as Decimal when a schema will say what they are, so
     # a decimal written as a number (decimal.format=NUMERIC) stays exact.
     try:
@@ -600,7 +619,7 @@ def _loads(data: bytes, exact: bool) -> Any:
             return json.loads(data, parse_float=Decimal)
         return json.loads(data)
     except (ValueError, UnicodeDecodeError) as exc:
-        raise _Invalid(f"not valid JSON ({exc})") from exc
+        raise _Invalid(f"{what} is not valid JSON ({exc})") from exc
 
 
 def _plain_value(value: Any) -> Any:
@@ -617,7 +636,35 @@ def _plain_row(row: dict[str, Any]) -> Row:
     for name, value in row.items():
         if type(value) is str or type(value) is list:
             row[name] = _plain_value(value)
+        elif type(value) is int and not _INT64_LOW <= value <= _INT64_HIGH:
+            # No Connect type holds it, so no Debezium writer wrote it.
+            raise ColumnError(name, f"{value} does not fit int64")
     return row
+
+
+_INT64_LOW: Final = -(2**63)
+_INT64_HIGH: Final = 2**63 - 1
+
+
+def _plain_event(
+    payload: Any, key: Row | None, where: Coordinates, headers: Headers
+) -> ChangeEvent:
+    """The event of a payload without a schema, whose rows must agree with each other
+    and with the key: that is all a plain document can be held to."""
+    event = _event(payload, key, _plain_row, where, headers)
+    before, after = event.before, event.after
+    if before is not None and after is not None and before.keys() != after.keys():
+        for which, row, other in (("before", before, after), ("after", after, before)):
+            for name in row:
+                if name not in other:
+                    other_name = "after" if which == "before" else "before"
+                    raise _Invalid(f"column {name!r} of {which} is missing from {other_name}")
+    if key is not None:
+        for which, part in (("before", before), ("after", after)):
+            missing = [] if part is None else [name for name in key if name not in part]
+            if missing:
+                raise _Invalid(f"column {missing[0]!r} of the key is missing from {which}")
+    return event
 
 
 class _ConnectPlan:
@@ -687,10 +734,11 @@ class _JsonDocumentDecoder:
 
         def run() -> Decoded:
             hdrs = headers_tuple(headers)
-            key_row = None if key is None else self.decode_key_doc(_loads(key, exact))
+            key_row = None if key is None else self.decode_key_doc(_loads(key, exact, "the key"))
             if value is None:
                 return _tombstone(key_row, where, hdrs)
-            return self.decode_value_doc(_loads(value, exact), key_row, where, hdrs)
+            doc = _loads(value, exact, "the value")
+            return self.decode_value_doc(doc, key_row, where, hdrs)
 
         return _guard(where, run)
 
@@ -729,9 +777,9 @@ class JsonSchemaDecoder(_JsonDocumentDecoder):
             if not isinstance(payload, dict):
                 raise _Invalid("the key's payload is not an object")
             if doc["schema"] is None:
-                return _plain_row(payload)
-            return self._key_plan(doc["schema"]).decode_row(payload)
-        return _plain_row(doc)
+                return _decoded(payload, "the key", _plain_row)
+            return _decoded(payload, "the key", self._key_plan(doc["schema"]).decode_row)
+        return _decoded(doc, "the key", _plain_row)
 
     def decode_value_doc(
         self, doc: Any, key: Row | None, where: Coordinates, headers: Headers
@@ -739,7 +787,7 @@ class JsonSchemaDecoder(_JsonDocumentDecoder):
         if not isinstance(doc, dict) or "schema" not in doc or "payload" not in doc:
             raise _Invalid("not a {schema, payload} document")
         if doc["schema"] is None:
-            return _event(doc["payload"], key, _plain_row, where, headers)
+            return _plain_event(doc["payload"], key, where, headers)
         plan = self._value_plan(doc["schema"])
         return _event(doc["payload"], key, plan.decode_row, where, headers)
 
@@ -759,14 +807,14 @@ class PlainJsonDecoder(_JsonDocumentDecoder):
             doc = doc["payload"]
             if not isinstance(doc, dict):
                 raise _Invalid("the key's payload is not an object")
-        return _plain_row(doc)
+        return _decoded(doc, "the key", _plain_row)
 
     def decode_value_doc(
         self, doc: Any, key: Row | None, where: Coordinates, headers: Headers
     ) -> ChangeEvent:
         if isinstance(doc, dict) and doc.keys() == {"schema", "payload"}:
             doc = doc["payload"]
-        return _event(doc, key, _plain_row, where, headers)
+        return _plain_event(doc, key, where, headers)
 
 
 # -- auto-detection --------------------------------------------------------------------
@@ -774,14 +822,17 @@ class PlainJsonDecoder(_JsonDocumentDecoder):
 _JSON_START: Final = frozenset(b" \t\r\n{")
 
 
-def _sniff(data: bytes) -> Literal["avro", "json"]:
+def _sniff(data: bytes, what: Literal["the key", "the value"]) -> Literal["avro", "json"]:
     if not data:
-        raise _Invalid("empty bytes")
+        raise _Invalid(f"{what} is empty (0 bytes)")
     if data[0] == MAGIC_BYTE:
         return "avro"
     if data[0] in _JSON_START and data.lstrip()[:1] == b"{":
         return "json"
-    raise _Invalid(f"neither Confluent Avro (magic byte 0) nor JSON (first byte {data[0]:#04x})")
+    raise _Invalid(
+        f"{what} is neither Confluent Avro (magic byte 0) nor a JSON object: "
+        f"its first byte is {data[0]:#04x}"
+    )
 
 
 def detect_encoding(value: bytes) -> Encoding:
@@ -791,9 +842,9 @@ def detect_encoding(value: bytes) -> Encoding:
     """
 
     def run() -> Encoding:
-        if _sniff(value) == "avro":
+        if _sniff(value, "the value") == "avro":
             return "avro"
-        doc = _loads(value, False)
+        doc = _loads(value, False, "the value")
         if isinstance(doc, dict) and "schema" in doc and "payload" in doc and doc["schema"]:
             return "json_schema"
         return "json"
@@ -818,15 +869,15 @@ class AutoDecoder:
         self._json = JsonSchemaDecoder()
         self._plain = PlainJsonDecoder()
 
-    def _avro_decoder(self) -> AvroDecoder:
+    def _avro_decoder(self, what: str) -> AvroDecoder:
         if self._avro is None:
-            raise _Invalid("an Avro record, but no schema lookup was configured")
+            raise _Invalid(f"{what} is Confluent Avro, but no schema lookup was configured")
         return self._avro
 
     def _key(self, key: bytes) -> Row:
-        if _sniff(key) == "avro":
-            return self._avro_decoder().decode_key(key)
-        return self._json.decode_key_doc(_loads(key, True))
+        if _sniff(key, "the key") == "avro":
+            return self._avro_decoder("the key").decode_key(key)
+        return self._json.decode_key_doc(_loads(key, True, "the key"))
 
     def decode(
         self,
@@ -843,15 +894,15 @@ class AutoDecoder:
             key_row = None if key is None else self._key(key)
             if value is None:
                 return _tombstone(key_row, where, hdrs)
-            if _sniff(value) == "avro":
-                return self._avro_decoder().decode_value(value, key_row, where, hdrs)
+            if _sniff(value, "the value") == "avro":
+                return self._avro_decoder("the value").decode_value(value, key_row, where, hdrs)
             # JsonConverter writes "schema" first; only then parse numbers exactly, so a
             # plain document keeps its floats as JSON gives them and is parsed once.
             exact = value.lstrip().startswith(b'{"schema"')
-            doc = _loads(value, exact)
+            doc = _loads(value, exact, "the value")
             if isinstance(doc, dict) and doc.keys() == {"schema", "payload"}:
                 if not exact:
-                    doc = _loads(value, True)
+                    doc = _loads(value, True, "the value")
                 return self._json.decode_value_doc(doc, key_row, where, hdrs)
             return self._plain.decode_value_doc(doc, key_row, where, hdrs)
 

@@ -127,3 +127,39 @@ def test_table_no_translator_reads_is_counted() -> None:
     other = envelope("c", None, {"id": 1}, 105).replace(b'"things"', b'"other"')
     result = pipeline().process([record(12, other)])
     assert result.records == [] and result.unrouted == 1
+
+
+def test_bad_key_dead_letter_says_it_is_the_key_and_gives_the_keys_byte() -> None:
+    """A key that does not decode, beside a good value: the reason names the key and
+    the key's own first byte, never as if it were the value's."""
+    value = envelope("c", None, {"id": 1, "label": "a"}, 106)
+    result = pipeline().process([record(13, value, key=b"\x07not a key")])
+    (dead,) = result.records
+    assert (dead.topic, dead.key, dead.value) == (DEAD_LETTER_TOPIC, b"\x07not a key", value)
+    reason = (dict(dead.headers)[HEADER_DLQ_REASON] or b"").decode()
+    assert reason.startswith("the key is neither Confluent Avro")
+    assert "its first byte is 0x07" in reason and "value" not in reason
+    assert result.undecodable == 1
+
+
+def test_bad_value_dead_letter_says_it_is_the_value() -> None:
+    """A value that does not decode, beside a good key: the reason names the value."""
+    result = pipeline().process([record(14, b"\x05junk")])
+    (dead,) = result.records
+    reason = (dict(dead.headers)[HEADER_DLQ_REASON] or b"").decode()
+    assert reason.startswith("the value is neither Confluent Avro")
+    assert "its first byte is 0x05" in reason and "key" not in reason
+
+
+def test_key_column_out_of_range_names_the_key() -> None:
+    """A key whose column does not fit its declared type is dead-lettered as the key's."""
+    key = json.dumps(
+        {
+            "schema": {"type": "struct", "fields": [{"type": "int32", "field": "id"}]},
+            "payload": {"id": 2**40},
+        }
+    ).encode()
+    value = envelope("c", None, {"id": 1, "label": "a"}, 107)
+    (dead,) = pipeline().process([record(15, value, key=key)]).records
+    reason = dict(dead.headers)[HEADER_DLQ_REASON]
+    assert reason == b"column 'id' of the key: 1099511627776 does not fit int32"
