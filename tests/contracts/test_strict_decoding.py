@@ -134,10 +134,7 @@ def test_json_with_schema_refuses_every_violation(decoder: Any, data: st.DataObj
     else:
         row[COLUMN] = data.draw(st.sampled_from(["7", 1.5, True, [1], {"a": 1}]))
     bad = json.dumps(doc).encode()
-    if target == "key":
-        reason = _refused(decoder, bad, value)
-    else:
-        reason = _refused(decoder, key, bad)
+    reason = _refused(decoder, bad, value) if target == "key" else _refused(decoder, key, bad)
     assert f"column {column!r} of {_place(target)}" in reason
     expected = {
         "missing": "no value, and the column is not optional",
