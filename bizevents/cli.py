@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from bizevents.capturecli import capture
+from bizevents.clikit import fails_cleanly, settings_of
 from bizevents.contractscli import contracts
 from bizevents.democli import demo
 from bizevents.devcli import dev
@@ -24,6 +25,7 @@ from bizevents.translatorscli import translators
     help="A TOML settings file; BIZEVENTS_* environment variables override it.",
 )
 @click.pass_context
+@fails_cleanly
 def main(ctx: click.Context, config_file: Path | None) -> None:
     """bizevents turns database change events into business events.
 
@@ -32,6 +34,9 @@ def main(ctx: click.Context, config_file: Path | None) -> None:
     contracts, and replays technical topics through a fixed translator version.
     """
     ctx.ensure_object(dict)["config_file"] = config_file
+    # Every command, even one that needs no setting, refuses a bad --config or
+    # environment: a typo must not pass unnoticed until the command that needs it.
+    settings_of(ctx)
 
 
 @main.command()

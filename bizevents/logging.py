@@ -84,8 +84,27 @@ def configure_logging(
     root.handlers[:] = [handler]
     root.setLevel(level)
     # Client libraries are chatty at INFO; their warnings still come through.
-    for noisy in ("aiokafka", "faust", "mode", "kafka"):
+    for noisy in ("faust", "mode", "kafka"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLevelName(level)))
+    # The Kafka clients log every failed connection attempt, several a second while a
+    # broker is away; our own retry sentences say that once. Their logs show at DEBUG.
+    quiet = logging.DEBUG if level == "DEBUG" else logging.CRITICAL
+    for client in (LIBRDKAFKA_LOGGER, "aiokafka"):
+        logging.getLogger(client).setLevel(quiet)
+
+
+#: The logger librdkafka's own log goes to (``KafkaSettings.librdkafka()`` names it).
+LIBRDKAFKA_LOGGER = "librdkafka"
+
+
+def librdkafka_logging() -> dict[str, Any]:
+    """librdkafka settings routing its log through ours, at the level ours lets through.
+
+    Without a ``logger`` librdkafka writes raw ``%3|...`` lines to stderr itself; its
+    ``log_level`` (syslog levels) keeps lines we would drop from being made at all.
+    """
+    logger = logging.getLogger(LIBRDKAFKA_LOGGER)
+    return {"logger": logger, "log_level": 7 if logger.isEnabledFor(logging.DEBUG) else 2}
 
 
 def get_logger(name: str, **context: Any) -> Any:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import ssl
+import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
@@ -24,6 +25,7 @@ from pydantic_settings import (
 )
 
 from bizevents.exceptions import ConfigError
+from bizevents.logging import librdkafka_logging
 
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI"]
@@ -99,6 +101,7 @@ class KafkaSettings(_Frozen):
             "bootstrap.servers": self.bootstrap_servers,
             "client.id": self.client_id,
             "security.protocol": self.security_protocol,
+            **librdkafka_logging(),
         }
         if self.sasl_mechanism:
             conf["sasl.mechanism"] = self.sasl_mechanism
@@ -277,13 +280,32 @@ class Settings(BaseSettings):
         return tuple(sources)
 
 
+def check_toml_file(path: Path) -> None:
+    """Read and parse the settings file, so that a problem is a sentence naming it.
+
+    pydantic-settings would skip a missing file silently and let a syntax error escape
+    as a traceback. tomllib's messages give the line and column, never the content.
+    """
+    if not path.is_file():
+        raise ConfigError(f"the configuration file {path} does not exist")
+    try:
+        tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read the configuration file {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"the configuration file {path} is not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"the configuration file {path} is not valid TOML: {exc}") from None
+
+
 def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:
     """Read the settings; a bad value becomes a ``ConfigError`` naming the setting."""
     from pydantic import ValidationError
 
+    if config_file is None and os.environ.get(CONFIG_ENV):
+        config_file = Path(os.environ[CONFIG_ENV])
     if config_file is not None:
-        if not config_file.is_file():
-            raise ConfigError(f"the configuration file {config_file} does not exist")
+        check_toml_file(config_file)
         os.environ[CONFIG_ENV] = str(config_file)
     try:
         return Settings(**overrides)

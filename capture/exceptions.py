@@ -86,6 +86,10 @@ class TableNotCapturableError(CaptureError):
         super().__init__(message)
 
 
+class DatabaseAccessError(CaptureError):
+    """The DSN is malformed or the database refused the credentials: retrying won't help."""
+
+
 class KafkaDeliveryError(TransientError):
     """Kafka refused or could not take an event; the run stops without confirming it.
 

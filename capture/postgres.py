@@ -12,12 +12,14 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
+import re
+
 import psycopg2
 import psycopg2.extensions
 import psycopg2.extras
 from psycopg2 import sql
 
-from capture.exceptions import CaptureError, TableNotCapturableError
+from capture.exceptions import CaptureError, DatabaseAccessError, TableNotCapturableError
 from capture.pgoutput import Column, Relation, parse_lsn
 from capture.pgtypes import BUILTIN_TYPE_OIDS, ENUM_TYPES_SQL, REPLICATION_SESSION_OPTIONS
 
@@ -41,18 +43,72 @@ __all__ = [
 Connection: TypeAlias = Any
 
 
+# libpq's words for a DSN it cannot use; retrying never helps. Its message may quote
+# the DSN (password included), so only our own sentence goes on.
+_BAD_DSN = re.compile(
+    r"invalid (dsn|connection option|integer value|percent-encoded token|URI|\w+ value)"
+    r"|missing \"=\"|unterminated quoted string|could not translate host name"
+    r"|invalid port number",
+    re.IGNORECASE,
+)
+# The server answered and said no: credentials, pg_hba, role or database.
+_REFUSED = re.compile(
+    r"password authentication failed for user \"(?P<user>[^\"]*)\""
+    r"|no pg_hba\.conf entry|role \"[^\"]*\" does not exist|database \"[^\"]*\" does not exist"
+    r"|must be superuser or replication role|permission denied to start WAL sender"
+    r"|no password supplied|SCRAM authentication requires|authentication method",
+    re.IGNORECASE,
+)
+
+
+def _open(dsn: str, **kwargs: Any) -> Any:
+    """``psycopg2.connect``, with the failures retrying cannot fix made terminal.
+
+    A DSN libpq cannot parse and a server that refuses the credentials raise
+    :class:`DatabaseAccessError` (never retried, its text never quotes the DSN);
+    an unreachable server stays an ``OperationalError``, which capture retries.
+    """
+    try:
+        return psycopg2.connect(dsn, **kwargs)
+    except psycopg2.OperationalError as exc:
+        text = str(exc)
+        refused = _REFUSED.search(text)
+        if refused is not None:
+            raise DatabaseAccessError(
+                "the database refused the connection: " + _refusal(refused)
+            ) from None
+        if _BAD_DSN.search(text):
+            raise DatabaseAccessError(_MALFORMED) from None
+        raise
+    except psycopg2.ProgrammingError:  # psycopg2's own DSN parser
+        raise DatabaseAccessError(_MALFORMED) from None
+
+
+_MALFORMED = (
+    "the database DSN is malformed (libpq could not parse it; it is not repeated here "
+    "because it holds the password): check database.postgres_dsn"
+)
+
+
+def _refusal(match: re.Match[str]) -> str:
+    text = match.group(0)
+    if match.group("user") is not None:
+        return f"password authentication failed for user {match.group('user')!r}"
+    return text.replace('"', "'")
+
+
 def connect(
     dsn: str, *, autocommit: bool = True, application: str = "bizevents-capture"
 ) -> Connection:
     """A normal connection with the pinned session settings."""
-    conn = psycopg2.connect(dsn, options=REPLICATION_SESSION_OPTIONS, application_name=application)
+    conn = _open(dsn, options=REPLICATION_SESSION_OPTIONS, application_name=application)
     conn.autocommit = autocommit
     return conn
 
 
 def replication_connect(dsn: str) -> psycopg2.extras.LogicalReplicationConnection:
     """A logical replication connection (walsender) with the pinned session settings."""
-    conn = psycopg2.connect(
+    conn: psycopg2.extras.LogicalReplicationConnection = _open(
         dsn,
         connection_factory=psycopg2.extras.LogicalReplicationConnection,
         options=REPLICATION_SESSION_OPTIONS,
