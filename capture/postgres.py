@@ -8,11 +8,10 @@ in the same text forms as the stream's.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
-
-import re
 
 import psycopg2
 import psycopg2.extensions
