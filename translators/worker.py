@@ -516,6 +516,17 @@ def prepare(settings: Settings) -> Plan:
             f"cannot list the topics of {settings.kafka.bootstrap_servers}: {exc}"
         ) from exc
     topics = technical_topics(translators, t, existing)
+    missing = [topic for topic in topics if topic not in existing]
+    if missing:
+        # Reading them would auto-create them empty on many brokers and wait there
+        # silently: a mistyped prefix must be loud. Capture creates technical topics.
+        raise ConfigError(
+            f"the technical topic{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
+            f"{'do' if len(missing) > 1 else 'does'} not exist on "
+            f"{settings.kafka.bootstrap_servers}: check translate.topic_prefix "
+            f"({t.topic_prefix!r}) or translate.topics against the capture's server name, "
+            "or start the capture first (the worker never creates technical topics)"
+        )
     client = registry_client(settings.registry)
     serializer = BusinessSerializer(client, t.subject_strategy, t.auto_register)
     ids = check_contracts(translators, client, serializer.subject, t.auto_register)

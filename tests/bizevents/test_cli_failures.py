@@ -190,3 +190,47 @@ def test_capture_against_an_unreachable_broker_is_quiet(tmp_path: Path) -> None:
     assert not [line for line in lines if re.match(r"%\d\|", line)], err[-2000:]
     assert len(lines) < 25, err[-2000:]
     assert "Traceback" not in out + err
+
+
+def _translate_env(bootstrap: str, registry: str, prefix: str) -> dict[str, str]:
+    return _env(
+        BIZEVENTS_KAFKA__BOOTSTRAP_SERVERS=bootstrap,
+        BIZEVENTS_REGISTRY__URL=registry,
+        BIZEVENTS_TRANSLATORS='{"orders": 2}',
+        BIZEVENTS_TRANSLATE__TOPIC_PREFIX=prefix,
+    )
+
+
+def test_translate_against_an_unreachable_broker_is_one_quiet_sentence() -> None:
+    """No librdkafka flood before the sentence; a non-zero exit."""
+    closed = f"127.0.0.1:{_closed_port()}"
+    result = _run(
+        "translate",
+        env=_translate_env(closed, f"http://127.0.0.1:{_closed_port()}", "shop"),
+        timeout=120,
+    )
+    line = _one_sentence(result)
+    assert closed in line
+    lines = (result.stdout + result.stderr).splitlines()
+    assert not [x for x in lines if re.match(r"%\d\|", x)], result.stderr[-2000:]
+    assert len(lines) < 10, result.stderr[-2000:]
+
+
+@pytest.mark.integration
+def test_translate_refuses_technical_topics_that_do_not_exist(
+    bizevents_stack: Endpoints,
+) -> None:
+    """A mistyped topic_prefix: the worker names the missing topics and creates none."""
+    from confluent_kafka.admin import AdminClient
+
+    prefix = f"typo{time.monotonic_ns()}"
+    result = _run(
+        "translate",
+        env=_translate_env(bizevents_stack.bootstrap_servers, bizevents_stack.registry_url, prefix),
+        timeout=120,
+    )
+    line = _one_sentence(result)
+    assert f"{prefix}.store.orders" in line and "topic_prefix" in line
+    admin = AdminClient({"bootstrap.servers": bizevents_stack.bootstrap_servers})
+    topics = admin.list_topics(timeout=15).topics
+    assert not [t for t in topics if t.startswith(prefix)]
