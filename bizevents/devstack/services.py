@@ -6,6 +6,7 @@ that it answers, and which signal stops it cleanly. ``stack.py`` puts them toget
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pwd
 import secrets
@@ -24,6 +25,7 @@ from bizevents.devstack.processes import (
     claim_port,
     identify,
     spawn,
+    start_ticks,
     wait_until,
 )
 from bizevents.settings import DevSettings
@@ -51,6 +53,9 @@ class Service(Protocol):
 
     def purge(self, state_dir: Path) -> None:
         """Delete whatever data of this service lives outside ``state_dir``."""
+
+    def current(self, started: Started) -> Started:
+        """The record brought up to date when the service restarted itself (or was)."""
 
 
 def _tcp_open(host: str, port: int, timeout: float = 0.5) -> bool:
@@ -118,6 +123,9 @@ class Broker:
     def purge(self, state_dir: Path) -> None:
         """Memory storage: nothing outlives the process."""
 
+    def current(self, started: Started) -> Started:
+        return started
+
 
 class Registry:
     """The project's embedded, Confluent-compatible schema registry."""
@@ -163,6 +171,9 @@ class Registry:
 
     def purge(self, state_dir: Path) -> None:
         """Its data lives in the state folder."""
+
+    def current(self, started: Started) -> Started:
+        return started
 
 
 def postgres_bin_dir(dev: DevSettings) -> Path:
@@ -238,6 +249,18 @@ class Postgres:
 
     def purge(self, state_dir: Path) -> None:
         shutil.rmtree(_outside_root(state_dir), ignore_errors=True)
+
+    def current(self, started: Started) -> Started:
+        """After ``pg_ctl restart`` the cluster runs under a new postmaster pid, which
+        its data folder's ``postmaster.pid`` names: that process is still ours."""
+        try:
+            pid = int(Path(started.extra["data_dir"], "postmaster.pid").read_text().split()[0])
+        except (KeyError, OSError, ValueError, IndexError):
+            return started
+        ticks = start_ticks(pid)
+        if pid == started.pid or ticks is None:
+            return started
+        return dataclasses.replace(started, pid=pid, start_ticks=ticks)
 
     def start(self, state_dir: Path, dev: DevSettings) -> Started:
         bin_dir = postgres_bin_dir(dev)

@@ -63,13 +63,20 @@ class DevStack:
         return self.state_dir / STATE_FILE
 
     def _load(self) -> dict[str, Started]:
+        """The records, each brought up to date by its service (a restarted server)."""
         try:
             raw: dict[str, Any] = json.loads(self.state_file.read_text())
         except FileNotFoundError:
             return {}
         except (OSError, ValueError) as exc:
             raise StackError(f"the state file {self.state_file} is unreadable: {exc}") from exc
-        return {name: from_dict(entry) for name, entry in raw.get("services", {}).items()}
+        records = {name: from_dict(entry) for name, entry in raw.get("services", {}).items()}
+        current = {
+            s.name: s.current(records[s.name]) for s in self.services if s.name in records
+        }
+        if current != records:
+            self._save(current)
+        return current
 
     def _save(self, records: dict[str, Started]) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)

@@ -105,3 +105,45 @@ def test_missing_binary_is_one_sentence_and_exit_1(env: dict[str, str], tmp_path
     assert result.returncode == 1
     assert "holds no postgres binary" in result.stderr
     assert "Traceback" not in result.stderr + broker.stderr
+
+
+def test_status_and_down_follow_a_restarted_postgres(env: dict[str, str]) -> None:
+    """After ``pg_ctl restart`` the cluster is still up, under a new pid that down stops."""
+    from bizevents.devstack.services import postgres_bin_dir
+    from bizevents.settings import DevSettings
+
+    assert run(env, "dev", "up").returncode == 0
+    before = recorded(env)["postgres"]
+    state = json.loads((Path(env["BIZEVENTS_STATE_DIR"]) / "stack.json").read_text())
+    data_dir = Path(state["services"]["postgres"]["extra"]["data_dir"])
+    user = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+    pg_ctl = str(postgres_bin_dir(DevSettings()) / "pg_ctl")
+    restarted = subprocess.run(
+        [
+            *user,
+            pg_ctl,
+            "-D",
+            str(data_dir),
+            "-l",
+            str(data_dir.parent / "restart.log"),
+            "-w",
+            "restart",
+            "-m",
+            "fast",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert restarted.returncode == 0, restarted.stderr
+    assert not before.alive()
+
+    status = run(env, "dev", "status", "--json")
+    assert status.returncode == 0, status.stdout + status.stderr
+    assert json.loads(status.stdout)["postgres"] == "up"
+    after = recorded(env)["postgres"]
+    assert after.pid != before.pid and after.alive()
+
+    assert run(env, "dev", "down").returncode == 0
+    assert not after.alive(), "down stops the restarted postmaster too"
