@@ -21,6 +21,7 @@ INCOMPATIBLE_SCHEMA = 409
 INVALID_SCHEMA = 42201
 INVALID_VERSION = 42202
 INVALID_COMPATIBILITY_LEVEL = 42203
+INVALID_MODE = 42204
 OPERATION_NOT_PERMITTED = 42205
 STORE_ERROR = 50001
 
@@ -111,6 +112,15 @@ def invalid_compatibility_level() -> RegistryError:
         "backward_transitive, forward_transitive, and full_transitive",
         status=422,
         error_code=INVALID_COMPATIBILITY_LEVEL,
+    )
+
+
+def invalid_mode(mode: object) -> RegistryError:
+    return RegistryError(
+        f"Invalid mode {mode!r}: the embedded registry serves READWRITE only "
+        "(IMPORT and READONLY are not supported)",
+        status=422,
+        error_code=INVALID_MODE,
     )
 
 

@@ -318,6 +318,22 @@ async def delete_config(request: web.Request) -> web.Response:
     return _json({"compatibilityLevel": level.value})
 
 
+READWRITE = "READWRITE"
+
+
+async def get_mode(request: web.Request) -> web.Response:
+    """Every subject is writable: the embedded registry has no other mode."""
+    return _json({"mode": READWRITE})
+
+
+async def put_mode(request: web.Request) -> web.Response:
+    body = await _body(request)
+    mode = body.get("mode") if isinstance(body, dict) else None
+    if mode != READWRITE:
+        raise errors.invalid_mode(mode)
+    return _json({"mode": READWRITE})
+
+
 def create_app(store: RegistryStore, *, basic_auth: BasicAuth | None = None) -> web.Application:
     """The aiohttp application serving ``store``."""
     middlewares = [_errors_middleware]
@@ -327,33 +343,41 @@ def create_app(store: RegistryStore, *, basic_auth: BasicAuth | None = None) -> 
     app[STORE] = store
     app[MUTATION_LOCK] = asyncio.Lock()
     subject = "/subjects/{subject}"
-    app.add_routes(
-        [
-            web.get("/", root),
-            web.get("/health", health),
-            web.get("/schemas/types", schema_types),
-            web.get("/schemas/ids/{id}", schema_by_id),
-            web.get("/schemas/ids/{id}/schema", schema_text_by_id),
-            web.get("/schemas/ids/{id}/subjects", schema_subjects),
-            web.get("/schemas/ids/{id}/versions", schema_versions),
-            web.get("/subjects", list_subjects),
-            web.post(subject, lookup),
-            web.delete(subject, delete_subject),
-            web.get(f"{subject}/versions", list_versions),
-            web.post(f"{subject}/versions", register),
-            web.get(f"{subject}/versions/{{version}}", get_version),
-            web.get(f"{subject}/versions/{{version}}/schema", get_version_schema),
-            web.delete(f"{subject}/versions/{{version}}", delete_version),
-            web.post(f"/compatibility{subject}/versions", compatibility_all),
-            web.post(f"/compatibility{subject}/versions/{{version}}", compatibility_one),
-            web.get("/config", get_config),
-            web.put("/config", put_config),
-            web.delete("/config", delete_config),
-            web.get("/config/{subject}", get_config),
-            web.put("/config/{subject}", put_config),
-            web.delete("/config/{subject}", delete_config),
-        ]
-    )
+    routes = [
+        web.get("/", root),
+        web.get("/health", health),
+        web.get("/schemas/types", schema_types),
+        web.get("/schemas/ids/{id}", schema_by_id),
+        web.get("/schemas/ids/{id}/schema", schema_text_by_id),
+        web.get("/schemas/ids/{id}/subjects", schema_subjects),
+        web.get("/schemas/ids/{id}/versions", schema_versions),
+        web.get("/subjects", list_subjects),
+        web.post(subject, lookup),
+        web.delete(subject, delete_subject),
+        web.get(f"{subject}/versions", list_versions),
+        web.post(f"{subject}/versions", register),
+        web.get(f"{subject}/versions/{{version}}", get_version),
+        web.get(f"{subject}/versions/{{version}}/schema", get_version_schema),
+        web.delete(f"{subject}/versions/{{version}}", delete_version),
+        web.post(f"/compatibility{subject}/versions", compatibility_all),
+        web.post(f"/compatibility{subject}/versions/{{version}}", compatibility_one),
+        web.get("/config", get_config),
+        web.put("/config", put_config),
+        web.delete("/config", delete_config),
+        web.get("/config/{subject}", get_config),
+        web.put("/config/{subject}", put_config),
+        web.delete("/config/{subject}", delete_config),
+        web.get("/mode", get_mode),
+        web.put("/mode", put_mode),
+        web.get("/mode/{subject}", get_mode),
+        web.put("/mode/{subject}", put_mode),
+    ]
+    # Confluent's registry answers every path with or without a trailing slash, and
+    # clients send both (python-schema-registry-client asks for ``/config/``).
+    slashed = [
+        web.route(r.method, r.path + "/", r.handler, **r.kwargs) for r in routes if r.path != "/"
+    ]
+    app.add_routes(routes + slashed)
     return app
 
 

@@ -1,0 +1,88 @@
+"""python-schema-registry-client, unchanged, against the embedded registry.
+
+It is the registry client many Python services use besides confluent-kafka's; it asks
+for paths with a trailing slash (``/config/``), as Confluent's registry allows.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from schema_registry.client import SchemaRegistryClient, schema
+
+from contracts.registry import RegistryThread, run_in_thread
+
+ORDER = {
+    "type": "record",
+    "name": "Order",
+    "namespace": "store",
+    "fields": [{"name": "id", "type": "long"}],
+}
+ORDER_V2 = {
+    **ORDER,
+    "fields": [*ORDER["fields"], {"name": "note", "type": "string", "default": ""}],
+}
+BREAKING = {**ORDER, "fields": [{"name": "id", "type": "string"}]}
+
+
+@pytest.fixture
+def registry(tmp_path: Path) -> Iterator[RegistryThread]:
+    with run_in_thread(tmp_path / "registry") as handle:
+        yield handle
+
+
+@pytest.fixture
+def client(registry: RegistryThread) -> SchemaRegistryClient:
+    return SchemaRegistryClient(url=registry.url)
+
+
+def test_register_and_read_back(client: SchemaRegistryClient) -> None:
+    """Register, look up by id, the latest version and the subject's versions."""
+    schema_id = client.register("orders-value", schema.AvroSchema(ORDER))
+    assert client.get_by_id(schema_id).schema == schema.AvroSchema(ORDER).schema
+    latest = client.get_schema("orders-value")
+    assert latest is not None and (latest.schema_id, latest.version) == (schema_id, 1)
+    second = client.register("orders-value", schema.AvroSchema(ORDER_V2))
+    assert second != schema_id
+    assert client.get_versions("orders-value") == [1, 2]
+    assert client.check_version("orders-value", schema.AvroSchema(ORDER_V2)).version == 2
+    assert client.get_subjects() == ["orders-value"]
+
+
+def test_compatibility_checks_and_levels(client: SchemaRegistryClient) -> None:
+    """Test a schema, then read and set the global and the subject's level."""
+    client.register("orders-value", schema.AvroSchema(ORDER))
+    assert client.test_compatibility("orders-value", schema.AvroSchema(ORDER_V2)) is True
+    assert client.test_compatibility("orders-value", schema.AvroSchema(BREAKING)) is False
+
+    assert client.get_compatibility() == "BACKWARD"
+    assert client.update_compatibility("FULL") is True
+    assert client.get_compatibility() == "FULL"
+
+    assert client.update_compatibility("NONE", "orders-value") is True
+    assert client.get_compatibility("orders-value") == "NONE"
+    assert client.test_compatibility("orders-value", schema.AvroSchema(BREAKING)) is True
+
+
+@pytest.mark.parametrize("path", ["/config", "/config/", "/subjects/", "/mode", "/mode/"])
+def test_paths_answer_with_or_without_a_trailing_slash(registry: RegistryThread, path: str) -> None:
+    """Confluent's registry serves both forms; so does ours."""
+    response = httpx.get(registry.url + path, timeout=10)
+    assert response.status_code == 200, response.text
+
+
+def test_mode_is_readwrite_and_other_modes_are_refused(registry: RegistryThread) -> None:
+    """``/mode`` reads READWRITE; setting READONLY is refused in Confluent's error shape."""
+    assert httpx.get(f"{registry.url}/mode/orders-value", timeout=10).json() == {
+        "mode": "READWRITE"
+    }
+    ok = httpx.put(f"{registry.url}/mode", json={"mode": "READWRITE"}, timeout=10)
+    assert ok.status_code == 200 and ok.json() == {"mode": "READWRITE"}
+    refused = httpx.put(f"{registry.url}/mode", content=json.dumps({"mode": "READONLY"}))
+    assert refused.status_code == 422
+    assert refused.json()["error_code"] == 42204
+    assert "READWRITE only" in refused.json()["message"]
