@@ -15,7 +15,7 @@ import re
 import sys
 import threading
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -91,6 +91,27 @@ class Summary:
         return sum(self.events.values()) / self.seconds if self.seconds else 0.0
 
 
+LOOPBACK = "127.0.0.1"
+
+
+def is_local(master: str | None) -> bool:
+    """A local master (``None`` means ``local[*]`` here), as opposed to a cluster's."""
+    return master is None or master == "local" or master.startswith("local[")
+
+
+def loopback_conf(master: str | None, env: Mapping[str, str]) -> dict[str, str]:
+    """Keep a local driver on loopback, like every embedded service.
+
+    Left alone Spark binds the driver to the first non-loopback interface it finds.
+    A cluster's driver must be reachable from its executors, so a ``spark://`` (or
+    any non-local) master is left to the user's settings, as is an explicit
+    ``SPARK_LOCAL_IP``.
+    """
+    if not is_local(master) or "SPARK_LOCAL_IP" in env:
+        return {}
+    return {"spark.driver.host": LOOPBACK, "spark.driver.bindAddress": LOOPBACK}
+
+
 def spark_session(master: str | None, app_name: str = "bizevents-replay") -> Any:
     """The running session (tests, spark-submit) or a new one (``--master``, else local[*])."""
     from pyspark.sql import SparkSession
@@ -108,6 +129,10 @@ def spark_session(master: str | None, app_name: str = "bizevents-replay") -> Any
         # PySpark starts its workers with PYSPARK_PYTHON, else whatever "python3" is on
         # PATH: not necessarily the environment bizevents and the plugins live in.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        for key, value in loopback_conf(master, os.environ).items():
+            builder = builder.config(key, value)
+        if is_local(master):
+            os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)  # the JVM's own address pick
     builder = builder.config("spark.ui.showConsoleProgress", "false")
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
