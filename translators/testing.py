@@ -177,6 +177,12 @@ class RunResult:
         return [e.event for e in self.emitted]
 
     @property
+    def payloads(self) -> list[BusinessEvent]:
+        """The events without their lineage, to compare with events built by hand."""
+        bare = Lineage()
+        return [e.event.model_copy(update={"lineage": bare}) for e in self.emitted]
+
+    @property
     def event_ids(self) -> list[str]:
         return [e.event_id for e in self.emitted]
 
