@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from bizevents.settings import load_settings
+from bizevents.settings import CONFIG_ENV, load_settings
 from translators import discover
 from translators.testing import GOLDEN_ENV
 
@@ -63,8 +63,12 @@ def test_the_guides_tests_pass_and_write_their_golden_file(
         test()
 
 
-def test_the_guides_pin_resolves_through_its_entry_point(plugin: Path) -> None:
+def test_the_guides_pin_resolves_through_its_entry_point(
+    plugin: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The settings file of the guide pins parcels@1, found by its entry point's name."""
+    # load_settings names the file in the environment; this restores it afterwards
+    monkeypatch.setenv(CONFIG_ENV, str(plugin / "bizevents.toml"))
     settings = load_settings(plugin / "bizevents.toml")
     assert settings.translators == {"parcels": 1}
     (pinned,) = discover(names=settings.translators).pinned(settings.translators)
