@@ -338,7 +338,7 @@ def _records(
             _fields([e.key for e in events], optional=False),
             _fields([row for e in events for row in (e.before, e.after)], optional=True),
         )
-        ids = []
+        ids: list[int | None] = []
         schemas = AvroEncoder(shape, None, 0).schemas
         for part, avro in (("key", schemas.key), ("value", schemas.value)):
             if avro is None:
@@ -388,10 +388,10 @@ def _column_type(column: str, value: Any) -> ColumnType | None:
         return None
     for python, kind in _KINDS:
         if isinstance(value, python):
-            if kind is Kind.TIMESTAMP_MICROS and value.tzinfo is not None:
-                return ColumnType(Kind.ZONED_TIMESTAMP)
-            if kind is Kind.TIME_MICROS and value.tzinfo is not None:
-                return ColumnType(Kind.ZONED_TIME)
+            # aware datetimes and times are timestamptz / timetz columns
+            if isinstance(value, (datetime, time)) and value.tzinfo is not None:
+                zoned = Kind.ZONED_TIMESTAMP if kind is Kind.TIMESTAMP_MICROS else Kind.ZONED_TIME
+                return ColumnType(zoned)
             return ColumnType(kind)
     if isinstance(value, list):
         items = next((t for v in value if (t := _column_type(column, v)) is not None), None)
