@@ -11,6 +11,7 @@ stack if the demo started it.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import signal
@@ -24,6 +25,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from rich.console import Group
@@ -32,7 +34,9 @@ from rich.table import Table
 
 from bizevents.devstack import DevStack, Endpoints, StackError
 from bizevents.devstack.processes import free_port, tail
+from bizevents.exceptions import ConfigError
 from bizevents.settings import Settings
+from translators.api import Translator
 
 SERVER = "demo"
 TABLES = ("store.customers", "store.products", "store.orders", "store.order_items")
@@ -95,23 +99,40 @@ def _check_alive(proc: subprocess.Popen[bytes], what: str, log: Path) -> None:
         )
 
 
-def _prepare_database(dsn: str) -> None:
+def store_plugin() -> tuple[list[Translator], ModuleType]:
+    """The store plugin's pinned translators and its load module, found through the
+    plugin's entry points (bizevents does not depend on the example it ships)."""
+    from translators.exceptions import PluginError
+    from translators.registry import discover
+
+    try:
+        pinned = discover(names=PINS).pinned(PINS)
+        package = pinned[0].func.__module__.rpartition(".")[0]
+        load = importlib.import_module(f"{package}.load")
+    except (PluginError, ImportError) as exc:
+        raise ConfigError(
+            f"the demo runs the store plugin (bizevents-store), which is not installed: "
+            f"install it with `pip install -e examples/store` from a checkout of bizevents "
+            f"(`uv sync` does it for development); {exc}"
+        ) from exc
+    return pinned, load
+
+
+def _prepare_database(dsn: str, store: ModuleType) -> None:
     import psycopg2
-    from bizevents_store.load import create_schema
 
     conn = psycopg2.connect(dsn)
     try:
-        create_schema(conn)
+        store.create_schema(conn)
     finally:
         conn.close()
 
 
-def _load(dsn: str, rate: float, stop: threading.Event, tally: Tally) -> None:
+def _load(dsn: str, rate: float, stop: threading.Event, tally: Tally, store: ModuleType) -> None:
     import psycopg2
-    from bizevents_store.load import StoreLoad
 
     conn = psycopg2.connect(dsn)
-    load = StoreLoad(conn, seed=int(time.time()))
+    load = store.StoreLoad(conn, seed=int(time.time()))
     interval = 1.0 / rate
     next_at = time.monotonic()
     try:
@@ -223,15 +244,14 @@ def _view(tally: Tally, topics: list[str]) -> Group:
 
 def run_demo(settings: Settings, duration: float | None, rate: float) -> dict[str, Any]:
     """Run the demo until Ctrl-C or ``duration`` seconds; return the final tally."""
-    from bizevents_store.translators import ALL
-
+    pinned, store = store_plugin()
     stack = DevStack(settings.state_dir, settings.dev)
     was_running = all(h.ok for h in stack.status())
     stack.up()
     endpoints = stack.endpoints()
     demo_dir = stack.state_dir / "demo"
     demo_dir.mkdir(parents=True, exist_ok=True)
-    _prepare_database(endpoints.postgres_dsn)
+    _prepare_database(endpoints.postgres_dsn, store)
 
     capture_config = demo_dir / "capture.toml"
     capture_config.write_text(
@@ -246,7 +266,6 @@ def run_demo(settings: Settings, duration: float | None, rate: float) -> dict[st
         BIZEVENTS_TRANSLATE__METRICS_PORT=str(metrics_port),
         BIZEVENTS_TRANSLATE__TOPIC_PREFIX=SERVER,
     )
-    pinned = [t for t in ALL if PINS.get(t.name) == t.version]
     topics = [*sorted({c.contract_topic() for t in pinned for c in t.emits}), DEAD_LETTER_TOPIC]
     tally = Tally()
     stop = threading.Event()
@@ -267,7 +286,7 @@ def run_demo(settings: Settings, duration: float | None, rate: float) -> dict[st
         )
         threads = [
             threading.Thread(
-                target=_load, args=(endpoints.postgres_dsn, rate, stop, tally), daemon=True
+                target=_load, args=(endpoints.postgres_dsn, rate, stop, tally, store), daemon=True
             ),
             threading.Thread(
                 target=_read_business_topics,

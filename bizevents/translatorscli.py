@@ -17,7 +17,12 @@ def translators() -> None:
 @click.pass_context
 @fails_cleanly
 def list_(ctx: click.Context, as_json: bool) -> None:
-    """Every discovered translator: version, sources, contracts, and which one is pinned."""
+    """Every discovered translator: version, sources, contracts, and which one is pinned.
+
+    A plugin that fails to load is listed with its error. The exit code is that of the
+    worker's start-up: 1 when a pinned translator cannot be loaded (its own plugin is
+    broken, or no plugin holds it), 0 otherwise, even if an unpinned plugin is broken.
+    """
     from translators.registry import discover
 
     pins = settings_of(ctx).translators
@@ -38,6 +43,10 @@ def list_(ctx: click.Context, as_json: bool) -> None:
                     }
                     for t in registry
                 ],
+                "broken": [
+                    {"entry_point": f.name, "value": f.value, "dist": f.dist, "error": f.error}
+                    for f in registry.broken
+                ],
             }
         )
     else:
@@ -54,7 +63,13 @@ def list_(ctx: click.Context, as_json: bool) -> None:
         ]
         columns = ["translator", "sources", "emits", "snapshots", "deletes", "live"]
         console.print(table("translators", columns, rows))
-        if not rows:
+        if registry.broken:
+            broken = [[f.name, f.value, f.dist, f.error] for f in registry.broken]
+            columns = ["entry point", "value", "distribution", "error"]
+            console.print(table("broken plugins", columns, broken))
+        elif not rows:
             console.print("no plugin is installed in the entry-point group bizevents.translators")
     if pins:
-        registry.pinned(pins)  # a pin naming a version that is not installed fails here
+        # what the worker does at start-up: a pinned name whose plugin is broken, or a
+        # version that is not installed, fails here with the sentence that names it
+        discover(names=pins).pinned(pins)

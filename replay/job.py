@@ -258,7 +258,7 @@ class ReplayJob:
     def _translators(self) -> tuple[Translator, Translator | None]:
         from translators.registry import discover
 
-        registry = discover()
+        registry = discover(names=(self.spec.translator, self.spec.diff_against))
         ours = registry.resolve(self.spec.translator)
         theirs = None
         if self.spec.diff_against is not None:

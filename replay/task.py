@@ -127,7 +127,7 @@ class _Runtime:
         from translators.registry import discover
 
         self.config = config
-        registry = discover()
+        registry = discover(names=(config.translator, config.diff_against))
         client = SchemaRegistryClient(dict(config.registry))
         #: ``schema id -> schema text``, cached (the decoder's and Parquet's event reader's)
         self.schema_text = _schema_lookup(client)

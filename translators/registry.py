@@ -5,11 +5,19 @@ point names a :class:`~translators.api.Translator` or a sequence of them. Regist
 a key twice is an error, never an overwrite. Which version runs live is pinned in
 configuration (``orders = 2``); nothing picks the latest silently, and every version
 stays loadable for replay.
+
+Convention: an entry point is named after the translator whose versions it holds
+(``orders = "bizevents_store.translators:ORDERS"``). Then ``discover(names=...)``
+imports only the plugins asked for, so a broken plugin nobody pinned cannot stop the
+worker. Entry points named otherwise (one per package, the older style) are imported
+only while an asked-for name is still unresolved; their failures are recorded and
+become fatal only if that name stays unresolved, in the sentence that says so.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 from typing import Final
 
@@ -19,11 +27,33 @@ from translators.exceptions import PluginError
 ENTRY_POINT_GROUP: Final = "bizevents.translators"
 
 
+@dataclass(frozen=True, slots=True)
+class PluginFailure:
+    """A plugin entry point that could not be loaded, and why."""
+
+    name: str
+    value: str
+    dist: str
+    error: str
+
+    @property
+    def where(self) -> str:
+        where = f"entry point {self.name!r} = {self.value!r}"
+        return f"{where} of {self.dist}" if self.dist else where
+
+    def __str__(self) -> str:
+        return f"translator plugin {self.where} {self.error}"
+
+
 class Registry:
-    """Every known translator version; look-ups by ``(name, version)`` or ``name@version``."""
+    """Every known translator version; look-ups by ``(name, version)`` or ``name@version``.
+
+    ``broken`` lists the plugins discovery could not load (see :func:`discover`).
+    """
 
     def __init__(self, translators: Iterable[Translator] = ()) -> None:
         self._by_key: dict[tuple[str, int], Translator] = {}
+        self.broken: list[PluginFailure] = []
         for item in translators:
             self.register(item)
 
@@ -56,8 +86,9 @@ class Registry:
         except KeyError:
             known = self.versions(name)
             have = f"versions {known}" if known else "no version at all"
+            broken = "".join(f"; {failure}" for failure in self.broken)
             raise PluginError(
-                f"no translator {name}@{version} is registered ({name} has {have})"
+                f"no translator {name}@{version} is registered ({name} has {have}){broken}"
             ) from None
 
     def resolve(self, ref: str) -> Translator:
@@ -79,10 +110,16 @@ class Registry:
         return [self.get(name, version) for name, version in sorted(pins.items())]
 
 
+def _where(entry_point: EntryPoint) -> str:
+    return PluginFailure(entry_point.name, entry_point.value, _dist(entry_point), "").where
+
+
+def _dist(entry_point: EntryPoint) -> str:
+    return entry_point.dist.name if entry_point.dist is not None else ""
+
+
 def _load(entry_point: EntryPoint) -> list[Translator]:
-    where = f"entry point {entry_point.name!r} = {entry_point.value!r}"
-    if entry_point.dist is not None:
-        where += f" of {entry_point.dist.name}"
+    where = _where(entry_point)
     try:
         loaded = entry_point.load()
     except Exception as exc:  # an import failure of any kind names the plugin
@@ -102,10 +139,51 @@ def _load(entry_point: EntryPoint) -> list[Translator]:
     return result
 
 
-def discover(group: str = ENTRY_POINT_GROUP) -> Registry:
-    """Every translator that installed distributions declare under ``group``."""
+def _record(registry: Registry, entry_point: EntryPoint, exc: PluginError) -> None:
+    prefix = f"translator plugin {_where(entry_point)} "
+    error = str(exc).removeprefix(prefix)
+    registry.broken.append(
+        PluginFailure(entry_point.name, entry_point.value, _dist(entry_point), error)
+    )
+
+
+def discover(group: str = ENTRY_POINT_GROUP, names: Iterable[str | None] | None = None) -> Registry:
+    """The translators that installed distributions declare under ``group``.
+
+    Without ``names``, every entry point is loaded and the ones that fail are kept in
+    ``registry.broken`` (``bizevents translators list`` shows them). With ``names``
+    (translator names, or ``name@version`` references; ``None`` is ignored), only the
+    entry points of those names are loaded, and one that fails raises
+    :class:`PluginError` naming it; other entry points are loaded only while a name is
+    unresolved, and their failures are recorded for the look-up that then fails.
+    """
     registry = Registry()
-    for entry_point in sorted(entry_points(group=group), key=lambda e: e.name):
-        for item in _load(entry_point):
+    found = sorted(entry_points(group=group), key=lambda e: e.name)
+    if names is None:
+        for entry_point in found:
+            try:
+                items = _load(entry_point)
+            except PluginError as exc:
+                _record(registry, entry_point, exc)
+                continue
+            for item in items:
+                registry.register(item)
+        return registry
+    wanted = {name.partition("@")[0] for name in names if name}
+    for entry_point in found:
+        if entry_point.name in wanted:
+            for item in _load(entry_point):
+                registry.register(item)
+    if all(registry.versions(name) for name in wanted):
+        return registry
+    for entry_point in found:
+        if entry_point.name in wanted:
+            continue
+        try:
+            items = _load(entry_point)
+        except PluginError as exc:
+            _record(registry, entry_point, exc)
+            continue
+        for item in items:
             registry.register(item)
     return registry

@@ -507,7 +507,7 @@ def prepare(settings: Settings) -> Plan:
     from translators.registry import discover
 
     t = settings.translate
-    translators = discover().pinned(settings.translators)
+    translators = discover(names=settings.translators).pinned(settings.translators)
     admin = AdminClient({**settings.kafka.librdkafka(), "log.connection.close": False})
     try:
         existing = set(admin.list_topics(timeout=15).topics)

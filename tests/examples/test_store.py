@@ -5,7 +5,6 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
 
 import pytest
 from bizevents_store.contracts import (
@@ -22,37 +21,13 @@ from bizevents_store.contracts import (
 from bizevents_store.translators import customers, orders_v1, orders_v2, products
 
 from bizevents.devstack import Endpoints
-from contracts.business import BusinessEvent, schema_drift
-from contracts.change import Change
-from contracts.envelope import ChangeEvent, PgPosition, Source
-from translators import discover
+from contracts.business import schema_drift
+from translators import BusinessEvent, Change, Translator, discover
+from translators.testing import assert_matches_golden, change, run
 
 CATALOGUE = Path(__file__).parents[2] / "examples" / "store" / "contracts"
+GOLDEN = Path(__file__).parent / "golden"
 NOW = datetime(2026, 11, 22, 10, 0, tzinfo=UTC)
-
-
-def change(
-    table: str, op: str, before: dict[str, Any] | None, after: dict[str, Any] | None
-) -> Change:
-    source = Source(
-        connector="postgresql",
-        name="shop",
-        db="shop",
-        schema="store",
-        table=table,
-        ts_ms=1,
-        position=PgPosition(lsn=42, tx_id=1),
-    )
-    row = after or before or {}
-    return Change(
-        ChangeEvent(
-            op=op,
-            source=source,
-            before=before,
-            after=after,  # type: ignore[arg-type]
-            key={"id": row["id"]},
-        )
-    )
 
 
 @pytest.mark.parametrize("contract", CONTRACTS, ids=lambda c: c.contract_name())
@@ -64,6 +39,11 @@ def test_catalogue_has_no_drift(contract: type[BusinessEvent]) -> None:
 def test_plugin_is_discovered_through_its_entry_point() -> None:
     registry = discover()
     assert {t.ref for t in registry} >= {"customers@1", "orders@1", "orders@2", "products@1"}
+
+
+def test_each_translator_has_an_entry_point_of_its_name() -> None:
+    """Asking for orders imports the orders entry point alone: both its versions."""
+    assert [t.ref for t in discover(names=["orders"])] == ["orders@1", "orders@2"]
 
 
 CUSTOMER = {
@@ -81,23 +61,28 @@ CUSTOMER = {
 
 
 def test_customer_registered_and_moved() -> None:
-    assert customers(change("customers", "c", None, CUSTOMER)) == (
+    assert run(customers, change("store.customers", "c", after=CUSTOMER)).payloads == [
         CustomerRegistered(
             customer_id=5, email="a@b.c", full_name="Ada", country="DE", registered_at=NOW
         ),
-    )
+    ]
     moved = {**CUSTOMER, "city": "Paris", "country": "FR"}
-    assert customers(change("customers", "u", CUSTOMER, moved)) == (
+    assert run(
+        customers, change("store.customers", "u", before=CUSTOMER, after=moved)
+    ).payloads == [
         CustomerAddressChanged(
             customer_id=5, street="1 Main St", city="Paris", postal_code="10115", country="FR"
         ),
-    )
+    ]
 
 
 def test_technical_only_changes_are_dropped() -> None:
     """loyalty_score, stock and updated_at are internal: no event."""
     touched = {**CUSTOMER, "loyalty_score": 3, "updated_at": NOW.replace(hour=11)}
-    assert customers(change("customers", "u", CUSTOMER, touched)) == ()
+    assert (
+        run(customers, change("store.customers", "u", before=CUSTOMER, after=touched)).payloads
+        == []
+    )
     product = {
         "id": 1,
         "sku": "S1",
@@ -107,7 +92,12 @@ def test_technical_only_changes_are_dropped() -> None:
         "stock": 1,
         "updated_at": NOW,
     }
-    assert products(change("products", "u", product, {**product, "stock": 6})) == ()
+    assert (
+        run(
+            products, change("store.products", "u", before=product, after={**product, "stock": 6})
+        ).payloads
+        == []
+    )
 
 
 def test_price_change() -> None:
@@ -120,7 +110,10 @@ def test_price_change() -> None:
         "stock": 1,
         "updated_at": NOW,
     }
-    assert products(change("products", "u", product, {**product, "price": Decimal("10.99")})) == (
+    assert run(
+        products,
+        change("store.products", "u", before=product, after={**product, "price": Decimal("10.99")}),
+    ).payloads == [
         ProductPriceChanged(
             product_id=1,
             sku="S1",
@@ -128,7 +121,7 @@ def test_price_change() -> None:
             new_price=Decimal("10.99"),
             currency="EUR",
         ),
-    )
+    ]
 
 
 ORDER = {
@@ -149,7 +142,7 @@ def test_order_placed_is_the_same_in_both_versions() -> None:
         order_id=9, customer_id=5, total=Decimal("30.00"), currency="EUR", placed_at=NOW
     )
     for version in (orders_v1, orders_v2):
-        assert version(change("orders", "c", None, ORDER)) == (placed,)
+        assert run(version, change("store.orders", "c", after=ORDER)).payloads == [placed]
 
 
 @pytest.mark.parametrize(
@@ -192,19 +185,77 @@ def test_v1_shifts_every_status_and_v2_does_not(
 ) -> None:
     """orders@1 maps the enum by position, off by one; orders@2 by label."""
     extra = {"shipped_at": NOW, "tracking_number": "T1"} if new == "shipped" else {}
-    update = change("orders", "u", {**ORDER, "status": old}, {**ORDER, "status": new, **extra})
-    v2 = [e for e in orders_v2(update) if isinstance(e, OrderStatusChanged)]
-    v1 = [e for e in orders_v1(update) if isinstance(e, OrderStatusChanged)]
+    update = change(
+        "store.orders",
+        "u",
+        before={**ORDER, "status": old},
+        after={**ORDER, "status": new, **extra},
+    )
+    v2 = [e for e in run(orders_v2, update).payloads if isinstance(e, OrderStatusChanged)]
+    v1 = [e for e in run(orders_v1, update).payloads if isinstance(e, OrderStatusChanged)]
     assert v2 == [OrderStatusChanged(order_id=9, old_status=v2_old, new_status=v2_new)]
     assert v1 == [OrderStatusChanged(order_id=9, old_status=v1_old, new_status=v1_new)]
 
 
 def test_shipped_and_cancelled() -> None:
     shipped = {**ORDER, "status": "shipped", "shipped_at": NOW, "tracking_number": "T1"}
-    events = orders_v2(change("orders", "u", {**ORDER, "status": "paid"}, shipped))
+    events = run(
+        orders_v2, change("store.orders", "u", before={**ORDER, "status": "paid"}, after=shipped)
+    ).payloads
     assert OrderShipped(order_id=9, tracking_number="T1", shipped_at=NOW) in events
-    cancelled = orders_v2(change("orders", "u", ORDER, {**ORDER, "status": "cancelled"}))
+    cancelled = run(
+        orders_v2, change("store.orders", "u", before=ORDER, after={**ORDER, "status": "cancelled"})
+    ).payloads
     assert OrderCancelled(order_id=9, previous_status=OrderStatus.PENDING) in cancelled
+
+
+CUSTOMER_STORY = [
+    change("store.customers", "r", after={**CUSTOMER, "id": 4}),  # a snapshot read
+    change("store.customers", "c", after=CUSTOMER),
+    change("store.customers", "u", before=CUSTOMER, after={**CUSTOMER, "loyalty_score": 2}),
+    change("store.customers", "u", before=CUSTOMER, after={**CUSTOMER, "city": "Paris"}),
+    change("store.customers", "d", before=CUSTOMER),  # deletes="skip"
+]
+PRODUCT = {
+    "id": 1,
+    "sku": "S1",
+    "name": "x",
+    "price": Decimal("9.99"),
+    "currency": "EUR",
+    "stock": 1,
+    "updated_at": NOW,
+}
+PRODUCT_STORY = [
+    change("store.products", "r", after=PRODUCT),  # snapshots="skip"
+    change("store.products", "u", before=PRODUCT, after={**PRODUCT, "stock": 0}),
+    change("store.products", "u", before=PRODUCT, after={**PRODUCT, "price": Decimal("12.50")}),
+]
+SHIPPED = {**ORDER, "status": "shipped", "shipped_at": NOW, "tracking_number": "T1"}
+ORDER_STORY = [
+    change("store.orders", "r", after={**ORDER, "id": 8}),  # snapshots="skip"
+    change("store.orders", "c", after=ORDER),
+    change("store.orders", "u", before=ORDER, after={**ORDER, "status": "paid"}),
+    change("store.orders", "u", before={**ORDER, "status": "paid"}, after=SHIPPED),
+    change("store.orders", "u", before=SHIPPED, after={**SHIPPED, "status": "delivered"}),
+    change("store.orders", "u", before=ORDER, after={**ORDER, "status": "cancelled"}),
+    change("store.orders", "d", before=ORDER),  # deletes="skip"
+]
+
+
+@pytest.mark.parametrize(
+    ("translator", "story"),
+    [
+        (customers, CUSTOMER_STORY),
+        (products, PRODUCT_STORY),
+        (orders_v1, ORDER_STORY),
+        (orders_v2, ORDER_STORY),
+    ],
+    ids=lambda v: v.ref if hasattr(v, "ref") else "",
+)
+def test_golden(translator: Translator, story: list[Change]) -> None:
+    """Each version's events, ids, lineage and Avro bytes stay as committed."""
+    name = f"{translator.name}@{translator.version}.json"
+    assert_matches_golden(translator, story, GOLDEN / name)
 
 
 def test_load_generator_writes_the_store(bizevents_stack: Endpoints) -> None:

@@ -125,3 +125,22 @@ def test_sources_match_with_wildcards() -> None:
 
     assert w.reads("public.orders") and w.reads("public.order_items")
     assert not w.reads("public.customers")
+
+
+def test_the_face_exports_exactly_what_a_plugin_needs() -> None:
+    """Everything in __all__ resolves, and the store plugin imports nothing else of ours."""
+    import ast
+    from pathlib import Path
+
+    import translators
+
+    assert all(hasattr(translators, name) for name in translators.__all__)
+    assert {"translator", "Change", "BusinessEvent", "SKIP", "TRANSLATE", "UNAVAILABLE"} <= set(
+        translators.__all__
+    )
+    store = Path(__file__).parents[2] / "examples" / "store" / "src" / "bizevents_store"
+    ours = ("contracts", "translators", "capture", "replay", "bizevents", "dataclasses_avroschema")
+    for module in ("contracts.py", "translators.py"):
+        tree = ast.parse((store / module).read_text())
+        imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        assert {m for m in imported if m and m.split(".")[0] in ours} <= {"translators"}, module

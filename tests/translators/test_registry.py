@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -73,6 +75,7 @@ def test_discovery_through_entry_points(plugin_path: Path) -> None:
 
 
 def test_plugin_that_fails_to_import_is_named(plugin_path: Path) -> None:
+    """Asked for by name, a broken plugin stops discovery with a sentence naming it."""
     install(
         plugin_path,
         "plugin-broken",
@@ -84,13 +87,84 @@ def test_plugin_that_fails_to_import_is_named(plugin_path: Path) -> None:
         match=r"'broken' = 'plugin_broken:ALL' of plugin-broken failed "
         r"to import: ModuleNotFoundError",
     ):
-        discover()
+        discover(names=["broken"])
+
+
+def test_broken_plugin_nobody_pinned_does_not_stop_the_pinned_ones(plugin_path: Path) -> None:
+    """Only the pinned names' entry points are imported; the broken one never is."""
+    install(
+        plugin_path,
+        "plugin-good",
+        "things = plugin_good:ALL\n",
+        {"plugin_good": "from tests.translators.sample import ALL\n"},
+    )
+    install(
+        plugin_path,
+        "plugin-broken",
+        "broken = plugin_broken:ALL\n",
+        {"plugin_broken": "raise RuntimeError('half installed')\n"},
+    )
+    registry = discover(names=["things"])
+    assert registry.pinned({"things": 2}) == [things_v2]
+    assert registry.broken == []
+    assert "plugin_broken" not in sys.modules
+
+
+def test_listing_everything_records_a_broken_plugin_and_goes_on(plugin_path: Path) -> None:
+    """Without names every plugin is loaded; the broken one is kept with its error."""
+    install(
+        plugin_path,
+        "plugin-good",
+        "things = plugin_good:ALL\n",
+        {"plugin_good": "from tests.translators.sample import ALL\n"},
+    )
+    install(
+        plugin_path,
+        "plugin-broken",
+        "broken = plugin_broken:ALL\n",
+        {"plugin_broken": "raise RuntimeError('half installed')\n"},
+    )
+    registry = discover()
+    assert registry.resolve("things@1") is things_v1
+    (failure,) = registry.broken
+    assert (failure.name, failure.dist) == ("broken", "plugin-broken")
+    assert failure.error == "failed to import: RuntimeError: half installed"
+
+
+def test_package_entry_point_is_loaded_for_a_name_it_holds(plugin_path: Path) -> None:
+    """The older style (one entry point per package) still resolves a pin."""
+    install(
+        plugin_path,
+        "plugin-pkg",
+        "pkg = plugin_pkg:ALL\n",
+        {"plugin_pkg": "from tests.translators.sample import ALL\n"},
+    )
+    assert discover(names=["things@2"]).pinned({"things": 2}) == [things_v2]
+
+
+def test_broken_package_entry_point_is_named_when_a_pin_stays_unresolved(
+    plugin_path: Path,
+) -> None:
+    """A failure met while looking for a pin is fatal only if the pin stays unresolved."""
+    install(
+        plugin_path,
+        "plugin-pkg",
+        "pkg = plugin_pkg:ALL\n",
+        {"plugin_pkg": "import does_not_exist_anywhere\n"},
+    )
+    registry = discover(names=["widgets"])
+    with pytest.raises(
+        PluginError,
+        match=r"no translator widgets@2 is registered \(widgets has no version at all\); "
+        r"translator plugin entry point 'pkg' = 'plugin_pkg:ALL' of plugin-pkg failed to import",
+    ):
+        registry.pinned({"widgets": 2})
 
 
 def test_plugin_that_is_not_a_translator_is_named(plugin_path: Path) -> None:
     install(plugin_path, "plugin-odd", "odd = plugin_odd:thing\n", {"plugin_odd": "thing = 42\n"})
     with pytest.raises(PluginError, match=r"'odd' .* is neither a translator nor a list"):
-        discover()
+        discover(names=["odd"])
 
 
 def test_duplicate_across_plugins_fails_start_up(plugin_path: Path) -> None:
@@ -108,3 +182,55 @@ def test_duplicate_across_plugins_fails_start_up(plugin_path: Path) -> None:
     )
     with pytest.raises(PluginError, match="things@1 is registered twice"):
         discover()
+
+
+def _list(env: dict[str, str], *args: str) -> Any:
+    from click.testing import CliRunner
+
+    from bizevents.cli import main
+
+    return CliRunner().invoke(main, ["translators", "list", *args], env=env)
+
+
+def test_translators_list_shows_a_broken_plugin_and_exits_0_if_unpinned(
+    plugin_path: Path, tmp_path: Path
+) -> None:
+    """The broken plugin is listed with its error; the pinned ones load, so exit 0."""
+    install(
+        plugin_path,
+        "plugin-broken",
+        "broken = plugin_broken:ALL\n",
+        {"plugin_broken": "raise RuntimeError('half installed')\n"},
+    )
+    env = {"BIZEVENTS_TRANSLATORS": '{"orders": 2}', "BIZEVENTS_STATE_DIR": str(tmp_path)}
+    result = _list(env, "--json")
+    assert result.exit_code == 0, result.output
+    listed = json.loads(result.stdout)
+    assert listed["broken"] == [
+        {
+            "entry_point": "broken",
+            "value": "plugin_broken:ALL",
+            "dist": "plugin-broken",
+            "error": "failed to import: RuntimeError: half installed",
+        }
+    ]
+    assert "orders@2" in {t["translator"] for t in listed["translators"]}
+    table = _list(env)
+    assert table.exit_code == 0 and "half installed" in table.stdout
+
+
+def test_translators_list_exits_1_when_a_pinned_plugin_is_broken(
+    plugin_path: Path, tmp_path: Path
+) -> None:
+    """Pinned and broken: one sentence naming the plugin, exit 1, no traceback."""
+    install(
+        plugin_path,
+        "plugin-broken",
+        "broken = plugin_broken:ALL\n",
+        {"plugin_broken": "raise RuntimeError('half installed')\n"},
+    )
+    env = {"BIZEVENTS_TRANSLATORS": '{"broken": 1}', "BIZEVENTS_STATE_DIR": str(tmp_path)}
+    result = _list(env)
+    assert result.exit_code == 1
+    assert "'broken' = 'plugin_broken:ALL' of plugin-broken failed to import" in result.stderr
+    assert "Traceback" not in result.stderr

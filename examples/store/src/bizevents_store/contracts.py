@@ -6,9 +6,7 @@ from decimal import Decimal
 from enum import Enum
 from typing import TYPE_CHECKING
 
-from dataclasses_avroschema.types import condecimal
-
-from contracts.business import BusinessEvent, Timestamp
+from translators import BusinessEvent, Timestamp, condecimal
 
 #: numeric(12, 2) in the database; condecimal keeps precision and scale also inside
 #: an optional (``Money | None``), where a plain ``Annotated`` loses them.

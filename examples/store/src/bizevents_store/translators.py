@@ -24,9 +24,7 @@ from bizevents_store.contracts import (
     OrderStatusChanged,
     ProductPriceChanged,
 )
-from contracts.business import BusinessEvent
-from contracts.change import Change
-from translators import translator
+from translators import BusinessEvent, Change, translator
 
 #: The labels of ``store.order_status`` in the order the database declares them.
 DB_ORDER_STATUSES: Final = ("pending", "paid", "shipped", "delivered", "cancelled")
@@ -144,4 +142,8 @@ def orders_v2(change: Change) -> Iterator[BusinessEvent]:
     return _orders(change, _status_by_label)
 
 
-ALL = [customers, products, orders_v1, orders_v2]
+# One entry point per translator name, holding its versions (see pyproject.toml).
+CUSTOMERS = [customers]
+PRODUCTS = [products]
+ORDERS = [orders_v1, orders_v2]
+ALL = [*CUSTOMERS, *PRODUCTS, *ORDERS]
