@@ -23,7 +23,7 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from bizevents.devstack import Endpoints
 from capture.config import CaptureConfig
 from capture.metrics import CaptureStats
-from capture.pgoutput import Delete, Insert, PgOutputDecoder, Update, parse_lsn
+from capture.pgoutput import Commit, Delete, Insert, PgOutputDecoder, Update, parse_lsn
 from capture.runner import CaptureEndpoints, PostgresCapture
 from contracts.envelope import ChangeEvent, Tombstone
 from contracts.technical import AvroDecoder
@@ -313,10 +313,18 @@ def final_state(records: list[Record]) -> dict[tuple[Any, ...], dict[str, Any]]:
     return state
 
 
-def committed_change_lsns(db: Db, witness_slot: str) -> set[int]:
-    """LSN of every row change a second pgoutput slot sees (peeked, not consumed)."""
+def committed_change_lsns(
+    db: Db, witness_slot: str, confirmed_before: int | None = None
+) -> set[int]:
+    """LSN of every row change a second pgoutput slot sees (peeked, not consumed).
+
+    With ``confirmed_before``, only the changes of transactions whose commit ends at or
+    before it: a slot's confirmed position covers whole transactions by their commit,
+    while the changes of a later transaction can stand before it in the WAL.
+    """
     decoder = PgOutputDecoder()
     lsns: set[int] = set()
+    pending: set[int] = set()
     with db.conn.cursor() as cur:
         cur.execute(
             "SELECT lsn::text, data FROM pg_logical_slot_peek_binary_changes(%s, NULL, NULL, "
@@ -326,5 +334,9 @@ def committed_change_lsns(db: Db, witness_slot: str) -> set[int]:
         for lsn, data in cur:
             m = decoder.decode(bytes(data))
             if isinstance(m, Insert | Update | Delete):
-                lsns.add(parse_lsn(lsn))
+                pending.add(parse_lsn(lsn))
+            elif isinstance(m, Commit):
+                if confirmed_before is None or m.end_lsn <= confirmed_before:
+                    lsns |= pending
+                pending = set()
     return lsns
