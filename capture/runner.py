@@ -43,7 +43,7 @@ import structlog
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from bizevents.exceptions import TransientError
+from base.errors import TransientError
 from capture import postgres as pg
 from capture.config import CaptureConfig
 from capture.encoding import EncodedSource, TableCodec, encoded_ts

@@ -20,7 +20,7 @@ from confluent_kafka.cimpl import NewTopic
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
-from bizevents.exceptions import TransientError
+from base.errors import TransientError
 from capture.config import CaptureConfig
 from capture.encoding import TableCodec
 from capture.exceptions import CaptureError

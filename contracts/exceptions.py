@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bizevents.exceptions import BizeventsError, TerminalError, TransientError
+from base.errors import BizeventsError, TerminalError, TransientError
 
 
 @dataclass(frozen=True, slots=True)

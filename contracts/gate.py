@@ -26,7 +26,7 @@ from urllib.parse import quote
 
 import httpx
 
-from bizevents.settings import RegistrySettings
+from base.settings import RegistrySettings
 from contracts.business import TOPIC_PROPERTY, ContractFile, read_avsc
 from contracts.compatibility import (
     CompatibilityLevel,

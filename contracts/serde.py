@@ -42,7 +42,7 @@ from fastavro.validation import ValidationError as AvroValidationError
 from fastavro.validation import validate as avro_validate
 from pydantic import BaseModel, ValidationError
 
-from bizevents.settings import RegistrySettings
+from base.settings import RegistrySettings
 from contracts.avro_codegen import ModelWriter, Unsupported, compile_model_writer
 from contracts.business import BusinessEvent
 from contracts.exceptions import (

@@ -13,7 +13,7 @@ Three encodings occur on technical topics, all Debezium's:
 :class:`AutoDecoder` picks one by looking at the bytes. Every decoder's ``decode``
 raises :class:`~contracts.exceptions.DecodeError` and nothing else for bad input,
 naming the record's coordinates and what was wrong. The one exception that passes
-through is a :class:`~bizevents.exceptions.TransientError` from the schema lookup
+through is a :class:`~base.errors.TransientError` from the schema lookup
 (a registry that cannot be reached is not a bad record).
 
 All of this is pure: the schema lookup is injected and nothing here does I/O.
@@ -31,7 +31,7 @@ from typing import Any, ClassVar, Final, Literal
 
 import fastavro
 
-from bizevents.exceptions import TransientError
+from base.errors import TransientError
 from contracts.avro_codegen import Reader, Unsupported, compile_reader
 from contracts.envelope import (
     NO_COORDINATES,

@@ -24,8 +24,7 @@ from typing import Any, Protocol
 
 import structlog
 
-from bizevents.exceptions import BizeventsError, TransientError
-from bizevents.settings import Settings
+from base.errors import BizeventsError, TransientError
 from replay.compaction import KeyIndex
 from replay.diff import DiffReport
 from replay.exceptions import RangeFailedError, RegistryUnreachableError, ReplayConfigError
@@ -34,6 +33,7 @@ from replay.spec import ReplaySpec
 from replay.state import RunState
 from replay.task import TaskConfig, TaskReport, index_range, run_range, selected_offsets
 from translators.api import Translator
+from translators.settings import RuntimeSettings
 
 log = structlog.get_logger("replay")
 
@@ -237,7 +237,7 @@ class ReplayJob:
     def __init__(
         self,
         spec: ReplaySpec,
-        settings: Settings,
+        settings: RuntimeSettings,
         *,
         spark: Any = None,
         master: str | None = None,

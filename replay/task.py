@@ -23,7 +23,7 @@ from pathlib import Path
 from time import perf_counter
 from typing import Any, Final
 
-from bizevents.exceptions import TransientError
+from base.errors import TransientError
 from replay.compaction import KeyIndex, compact_in_memory
 from replay.diff import ContentSerializer, DiffReport, compare
 from replay.plan import READER_SETTINGS, Range

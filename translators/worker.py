@@ -46,8 +46,8 @@ from typing import Any, Final, Protocol
 import structlog
 from faust.types import TP
 
-from bizevents.exceptions import ConfigError, TransientError
-from bizevents.settings import KafkaSettings, Settings, TranslateSettings
+from base.errors import ConfigError, TransientError
+from base.settings import KafkaSettings
 from contracts.business import HEADER_SOURCE_OFFSET, BusinessEvent
 from contracts.exceptions import RegistryUnavailableError
 from translators._faust import BlockAcker, RecordBlock, bulk_consumer
@@ -62,6 +62,7 @@ from translators.pipeline import (
     Result,
     SourceRecord,
 )
+from translators.settings import RuntimeSettings, TranslateSettings
 
 __all__ = [
     "BlockProcessor",
@@ -420,7 +421,7 @@ def _credentials(kafka: KafkaSettings) -> Any:
 
 
 def build_app(
-    settings: Settings,
+    settings: RuntimeSettings,
     topics: Sequence[str],
     processor: BlockProcessor,
     stats: WorkerStats,
@@ -498,7 +499,7 @@ class Plan:
     schema_ids: dict[str, int]
 
 
-def prepare(settings: Settings) -> Plan:
+def prepare(settings: RuntimeSettings) -> Plan:
     """Resolve and check everything before joining the group (see the module doc)."""
     from confluent_kafka.admin import AdminClient
 
@@ -577,7 +578,7 @@ def _ensure_topics(admin: Any, existing: set[str], topics: Sequence[str], partit
             log.info("created topic", topic=topic, partitions=partitions)
 
 
-def probe_exactly_once(settings: Settings) -> None:
+def probe_exactly_once(settings: RuntimeSettings) -> None:
     """Initialise one aiokafka transactional producer, as Faust's exactly-once mode will."""
     from aiokafka import AIOKafkaProducer
 
@@ -601,7 +602,7 @@ def probe_exactly_once(settings: Settings) -> None:
         ) from exc
 
 
-def run(settings: Settings, stats: WorkerStats | None = None) -> None:
+def run(settings: RuntimeSettings, stats: WorkerStats | None = None) -> None:
     """Start-up checks, then the Faust worker until SIGTERM/SIGINT."""
     for chatty in ("httpx", "httpx2"):  # one INFO line per registry request otherwise
         logging.getLogger(chatty).setLevel(max(logging.WARNING, logging.getLogger().level))

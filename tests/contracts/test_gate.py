@@ -202,7 +202,7 @@ def test_register_only_what_passed(tmp_path: Path) -> None:
 
 def test_registry_history_reports_an_unreachable_registry() -> None:
     """No registry at the URL: a sentence naming the URL."""
-    from bizevents.settings import RegistrySettings
+    from base.settings import RegistrySettings
     from contracts.exceptions import RegistryUnavailableError
 
     registry = RegistryHistory(RegistrySettings(url="http://127.0.0.1:9"), timeout=2)

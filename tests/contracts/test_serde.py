@@ -15,8 +15,8 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from base.settings import RegistrySettings
 from bizevents.devstack import Endpoints
-from bizevents.settings import RegistrySettings
 from contracts.business import BusinessEvent, Lineage, Timestamp, with_lineage
 from contracts.exceptions import (
     ContractError,
@@ -123,7 +123,7 @@ def test_subject_strategies(strategy: str, subject: str) -> None:
 
 def test_unknown_strategy_is_a_config_error() -> None:
     """A misspelt strategy fails at construction with the valid names."""
-    from bizevents.exceptions import ConfigError
+    from base.errors import ConfigError
 
     with pytest.raises(ConfigError, match="topic-record"):
         BusinessSerializer(mock_client(), "topics")

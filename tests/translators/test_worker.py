@@ -23,8 +23,7 @@ from faust.transport.drivers.aiokafka import Consumer as FaustConsumer
 from faust.types import TP
 from intervaltree import IntervalTree
 
-from bizevents.exceptions import ConfigError
-from bizevents.settings import TranslateSettings
+from base.errors import ConfigError
 from tests.translators.sample import ThingCreated, things_v1, things_v2
 from translators import translator
 from translators._faust import (
@@ -34,6 +33,7 @@ from translators._faust import (
     bulk_consumer,
 )
 from translators.exceptions import PluginError
+from translators.settings import TranslateSettings
 from translators.worker import check_contracts, partition_for, readers, technical_topics
 
 REPO = Path(__file__).resolve().parents[2]
