@@ -42,7 +42,7 @@ from fastavro.validation import ValidationError as AvroValidationError
 from fastavro.validation import validate as avro_validate
 from pydantic import BaseModel, ValidationError
 
-from base.settings import RegistrySettings
+from base.registry import RegistryUnavailableError
 from contracts.avro_codegen import ModelWriter, Unsupported, compile_model_writer
 from contracts.business import BusinessEvent
 from contracts.exceptions import (
@@ -51,7 +51,6 @@ from contracts.exceptions import (
     DecodeError,
     IncompatibleSchemaError,
     RegistryError,
-    RegistryUnavailableError,
 )
 from contracts.subjects import SubjectStrategy, confluent_strategy
 from contracts.subjects import subject_strategy as _strategy_named
@@ -61,7 +60,6 @@ __all__ = [
     "BusinessDeserializer",
     "BusinessSerializer",
     "from_dict",
-    "registry_client",
     "schema_id_of",
     "to_dict",
 ]
@@ -88,11 +86,6 @@ def _network_errors() -> tuple[type[Exception], ...]:
 
 _UNREACHABLE = _network_errors()
 _Convert = Callable[[Any], Any]
-
-
-def registry_client(settings: RegistrySettings) -> SchemaRegistryClient:
-    """A confluent-kafka registry client for the configured registry."""
-    return SchemaRegistryClient(settings.client_config())
 
 
 def schema_id_of(data: bytes) -> int:

@@ -36,7 +36,6 @@ import fnmatch
 import logging
 import re
 import time
-import zlib
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -47,9 +46,10 @@ import structlog
 from faust.types import TP
 
 from base.errors import ConfigError, TransientError
+from base.kafka import ensure_topics, partition_for
+from base.registry import RegistryUnavailableError
 from base.settings import KafkaSettings
 from contracts.business import HEADER_SOURCE_OFFSET, BusinessEvent
-from contracts.exceptions import RegistryUnavailableError
 from translators._faust import BlockAcker, RecordBlock, bulk_consumer
 from translators.api import Translator
 from translators.exceptions import PluginError
@@ -71,7 +71,6 @@ __all__ = [
     "Plan",
     "build_app",
     "check_contracts",
-    "partition_for",
     "prepare",
     "readers",
     "run",
@@ -141,11 +140,6 @@ def readers(translators: Sequence[Translator], topics: Sequence[str]) -> dict[st
         )
         for topic in topics
     }
-
-
-def partition_for(key: bytes | None, partitions: int) -> int:
-    """librdkafka's default partitioner for keyed records: ``crc32(key) % partitions``."""
-    return zlib.crc32(key or b"") % partitions
 
 
 # -- contracts -------------------------------------------------------------------------
@@ -328,7 +322,7 @@ class BlockRunner:
         futures: list[asyncio.Future[Any]] = []
         for out in records:
             count = self._partitions.get(out.topic) or await self._partition_count(out.topic)
-            partition = zlib.crc32(out.key or b"") % count
+            partition = partition_for(out.key, count)
             slot = (out.topic, partition)
             batch = builders.get(slot)
             if batch is None:
@@ -357,7 +351,7 @@ class BlockRunner:
         futures = []
         for out in records:
             count = self._partitions.get(out.topic) or await self._partition_count(out.topic)
-            partition = zlib.crc32(out.key or b"") % count
+            partition = partition_for(out.key, count)
             futures.append(
                 await transactions.send(out.topic, out.key, out.value, partition, None, out.headers)
             )
@@ -503,7 +497,8 @@ def prepare(settings: RuntimeSettings) -> Plan:
     """Resolve and check everything before joining the group (see the module doc)."""
     from confluent_kafka.admin import AdminClient
 
-    from contracts.serde import BusinessSerializer, registry_client
+    from base.registry import registry_client, schema_lookup
+    from contracts.serde import BusinessSerializer
     from contracts.technical import AutoDecoder
     from translators.registry import discover
 
@@ -534,48 +529,14 @@ def prepare(settings: RuntimeSettings) -> Plan:
     outputs = sorted(
         {c.contract_topic() for item in translators for c in item.emits} | {t.dead_letter_topic}
     )
-    _ensure_topics(admin, existing, outputs, t.output_partitions)
-    schemas: dict[int, str] = {}
-
-    def schema_for_id(schema_id: int) -> str:
-        found = schemas.get(schema_id)
-        if found is None:
-            try:
-                found = schemas[schema_id] = str(client.get_schema(schema_id).schema_str)
-            except Exception as exc:
-                from confluent_kafka.schema_registry.error import SchemaRegistryError
-
-                if isinstance(exc, SchemaRegistryError) and exc.http_status_code == 404:
-                    raise KeyError(schema_id) from exc  # an unknown id: a bad record
-                raise RegistryUnavailableError(
-                    f"cannot look up schema id {schema_id}: {exc}"
-                ) from exc
-        return found
-
+    ensure_topics(admin, outputs, t.output_partitions)
     pipeline = Pipeline(
         translators,
-        AutoDecoder(schema_for_id),
+        AutoDecoder(schema_lookup(client)),
         serializer,
         dead_letter_topic=t.dead_letter_topic,
     )
     return Plan(translators, topics, outputs, pipeline, ids)
-
-
-def _ensure_topics(admin: Any, existing: set[str], topics: Sequence[str], partitions: int) -> None:
-    from confluent_kafka.cimpl import NewTopic
-
-    missing = [topic for topic in topics if topic not in existing]
-    if not missing:
-        return
-    futures = admin.create_topics([NewTopic(topic, partitions) for topic in missing])
-    for topic, future in futures.items():
-        try:
-            future.result(30)
-        except Exception as exc:
-            if "TOPIC_ALREADY_EXISTS" not in str(exc):  # another worker was first
-                raise ConfigError(f"cannot create the output topic {topic}: {exc}") from exc
-        else:
-            log.info("created topic", topic=topic, partitions=partitions)
 
 
 def probe_exactly_once(settings: RuntimeSettings) -> None:

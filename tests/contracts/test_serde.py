@@ -15,6 +15,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from base.registry import RegistryUnavailableError, registry_client
 from base.settings import RegistrySettings
 from bizevents.devstack import Endpoints
 from contracts.business import BusinessEvent, Lineage, Timestamp, with_lineage
@@ -22,12 +23,10 @@ from contracts.exceptions import (
     ContractError,
     DecodeError,
     IncompatibleSchemaError,
-    RegistryUnavailableError,
 )
 from contracts.serde import (
     BusinessDeserializer,
     BusinessSerializer,
-    registry_client,
     schema_id_of,
     to_dict,
 )

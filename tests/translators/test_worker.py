@@ -24,6 +24,7 @@ from faust.types import TP
 from intervaltree import IntervalTree
 
 from base.errors import ConfigError
+from base.kafka import partition_for
 from tests.translators.sample import ThingCreated, things_v1, things_v2
 from translators import translator
 from translators._faust import (
@@ -34,7 +35,7 @@ from translators._faust import (
 )
 from translators.exceptions import PluginError
 from translators.settings import TranslateSettings
-from translators.worker import check_contracts, partition_for, readers, technical_topics
+from translators.worker import check_contracts, readers, technical_topics
 
 REPO = Path(__file__).resolve().parents[2]
 
