@@ -154,10 +154,11 @@ def _values(ct: ColumnType) -> st.SearchStrategy[Any]:
         return st.binary(max_size=20)
     if k is Kind.DECIMAL:
         scale = ct.scale or 0
-        # Built from text: Decimal arithmetic rounds to 28 digits, and 10**31 - 1 would
-        # round up to 10**31, one digit more than the column's precision allows.
-        bound = Decimal(f"{10 ** ((ct.precision or 38) - scale) - 1}e-{scale}")
-        return st.decimals(-bound, bound, places=scale, allow_nan=False, allow_infinity=False)
+        # Integers made into Decimals from text: Decimal arithmetic (hypothesis's
+        # st.decimals too) rounds to 28 digits, which turned 10**31 - 1 into 10**31,
+        # one digit more than a precision-31 column holds.
+        top = 10 ** (ct.precision or 38) - 1
+        return st.integers(-top, top).map(lambda n: Decimal(f"{n}e-{scale}"))
     if k is Kind.VARIABLE_DECIMAL:
         return st.decimals(allow_nan=False, allow_infinity=False)
     if k is Kind.DATE:
