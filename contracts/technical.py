@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import io
 import json
-import struct
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -32,6 +31,7 @@ from typing import Any, ClassVar, Final, Literal
 import fastavro
 
 from base.errors import TransientError
+from base.framing import MAGIC_BYTE, FramingError, header, unframe
 from contracts.avro_codegen import Reader, Unsupported, compile_reader
 from contracts.envelope import (
     NO_COORDINATES,
@@ -91,8 +91,6 @@ __all__ = [
     "envelope_connect_schema",
 ]
 
-MAGIC_BYTE: Final = 0
-_FRAME: Final = struct.Struct(">bI")
 Encoding = Literal["avro", "json_schema", "json"]
 Connector = Literal["postgresql", "mysql"]
 Decoded = ChangeEvent | Tombstone
@@ -468,12 +466,10 @@ def _value_row_schema(envelope: Any, named: Mapping[str, Any]) -> Any:
 
 
 def _unframe(data: bytes, what: Literal["the key", "the value"]) -> tuple[int, memoryview]:
-    if len(data) < 5:
-        raise _Invalid(f"{what} is {len(data)} bytes, shorter than the 5-byte Confluent frame")
-    magic, schema_id = _FRAME.unpack_from(data)
-    if magic != MAGIC_BYTE:
-        raise _Invalid(f"{what} starts with magic byte {magic}, not {MAGIC_BYTE}")
-    return schema_id, memoryview(data)[5:]
+    try:
+        return unframe(data)
+    except FramingError as exc:
+        raise _Invalid(f"{what} {exc}") from None
 
 
 def _read_avro(body: memoryview, schema: Any, what: str) -> Any:
@@ -1194,7 +1190,7 @@ class _PayloadWriter:
 
 def _frame(schema_id: int, schema: Any, record: Any) -> bytes:
     buffer = io.BytesIO()
-    buffer.write(_FRAME.pack(MAGIC_BYTE, schema_id))
+    buffer.write(header(schema_id))
     try:
         fastavro.schemaless_writer(buffer, schema, record)
     except Exception as exc:
