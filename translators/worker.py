@@ -50,7 +50,7 @@ from base.kafka import ensure_topics, partition_for
 from base.registry import RegistryUnavailableError
 from base.settings import KafkaSettings
 from contracts.business import HEADER_SOURCE_OFFSET, BusinessEvent
-from translators._faust import BlockAcker, RecordBlock, bulk_consumer
+from translators._faust import BlockAcker, RecordBlock, aiokafka_producer, bulk_consumer
 from translators.api import Translator
 from translators.exceptions import PluginError
 from translators.metrics import WorkerStats
@@ -308,7 +308,7 @@ class BlockRunner:
     async def _partition_count(self, topic: str) -> int:
         count = self._partitions.get(topic)
         if count is None:
-            producer = self.app.producer._producer
+            producer = aiokafka_producer(self.app)
             count = self._partitions[topic] = len(await producer.partitions_for(topic))
         return count
 
@@ -317,7 +317,7 @@ class BlockRunner:
             return []
         if self.app.in_transaction:
             return await self._produce_transactional(records)
-        producer = self.app.producer._producer
+        producer = aiokafka_producer(self.app)
         builders: dict[tuple[str, int], Any] = {}
         futures: list[asyncio.Future[Any]] = []
         for out in records:

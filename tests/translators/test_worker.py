@@ -158,6 +158,7 @@ def test_faust_is_the_pinned_version_with_the_private_attributes_used() -> None:
     for method in ("_drain_messages", "_wait_next_records", "perform_seek", "_to_message"):
         assert callable(getattr(FaustConsumer, method)), method
     assert hasattr(app.topics, "_tp_index")
+    assert hasattr(app.producer, "_producer")  # translators._faust.aiokafka_producer
     assert hasattr(app, "consumer_generation_id")
 
 
