@@ -101,7 +101,7 @@ def run(master: str, topic: str, settings: Any, out: str, slice_size: int) -> An
         # warm the Python workers (imports, plugin discovery) as a long run would be
         spark.sparkContext.parallelize(range(8), 8).map(lambda x: __import__("replay.task")).count()
         spec = ReplaySpec(topic, "orders@2", Output.parse(out), slice_size=slice_size)
-        return ReplayJob(spec, settings, spark=spark).run()
+        return ReplayJob(spec, settings.runtime(), spark=spark).run()
     finally:
         spark.stop()
         SparkSession._instantiatedSession = None
@@ -165,8 +165,9 @@ def main() -> None:
     parser.add_argument("--profile-only", action="store_true", help="skip the Spark runs")
     args = parser.parse_args()
 
+    from base.settings import KafkaSettings, RegistrySettings
     from bizevents.devstack import DevStack
-    from bizevents.settings import DevSettings, KafkaSettings, RegistrySettings, Settings
+    from bizevents.settings import DevSettings, Settings
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     tmp = Path(tempfile.mkdtemp(prefix="bench-replay-"))

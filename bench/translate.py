@@ -204,7 +204,7 @@ def measure(
 
 def passthrough_child() -> None:
     """Role (a): the worker's lean path with a processor that copies bytes."""
-    from bizevents.logging import configure_logging
+    from base.logging import configure_logging
     from bizevents.settings import load_settings
     from translators.metrics import WorkerStats, serve_metrics
     from translators.pipeline import OutRecord, Result
@@ -225,7 +225,7 @@ def passthrough_child() -> None:
 
     structlog.get_logger("bench").info("metrics endpoint", url=f"http://127.0.0.1:{port}/metrics")
     datadir = Path(tempfile.mkdtemp(prefix="bench-passthrough-"))
-    run_worker(build_app(settings, [source], copy, stats, datadir))
+    run_worker(build_app(settings.runtime(), [source], copy, stats, datadir))
 
 
 def core_only(

@@ -1,5 +1,6 @@
-"""``python -m bizevents`` runs the command line."""
+"""``python -m bizevents ...``, or this file under ``spark-submit``: the command line."""
 
 from bizevents.cli import main
 
-main()
+if __name__ == "__main__":
+    main(prog_name="bizevents")

@@ -7,8 +7,8 @@ from pathlib import Path
 import click
 import structlog
 
+from base.errors import ConfigError
 from bizevents.clikit import err_console, fails_cleanly, settings_of
-from bizevents.exceptions import ConfigError
 
 
 @click.group()

@@ -12,8 +12,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from bizevents.exceptions import BizeventsError
-from bizevents.logging import configure_logging, redact_text
+from base.errors import BizeventsError
+from base.logging import configure_logging, redact_text
 from bizevents.settings import Settings, load_settings
 
 F = TypeVar("F", bound=Callable[..., Any])

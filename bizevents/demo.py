@@ -32,9 +32,9 @@ from rich.console import Group
 from rich.live import Live
 from rich.table import Table
 
+from base.errors import ConfigError
 from bizevents.devstack import DevStack, Endpoints, StackError
 from bizevents.devstack.processes import free_port, tail
-from bizevents.exceptions import ConfigError
 from bizevents.settings import Settings
 from translators.api import Translator
 

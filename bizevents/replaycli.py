@@ -144,7 +144,7 @@ def replay(
     # on a terminal by default; rich's TTY_COMPATIBLE=1 / FORCE_COLOR=1 count as one
     listener = _TerminalProgress(err_console.is_terminal if progress is None else progress)
     try:
-        summary = ReplayJob(spec, settings, master=master, listener=listener).run()
+        summary = ReplayJob(spec, settings.runtime(), master=master, listener=listener).run()
     finally:
         listener.stop()
     if as_json:

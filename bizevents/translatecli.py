@@ -30,4 +30,4 @@ def translate(ctx: click.Context) -> None:
         structlog.get_logger("translate").info(
             "metrics endpoint", url=f"http://{t.metrics_host}:{port}/metrics"
         )
-    run(settings, stats)
+    run(settings.runtime(), stats)

@@ -27,6 +27,7 @@ from typing import Any, Final
 import fastavro
 from fastavro import _write as fastavro_write
 
+from base.framing import header
 from capture.exceptions import CaptureError, ValueConversionError
 from capture.pgoutput import Column, Relation, TupleData
 from capture.pgtypes import PgTypeMapper, RowConverter, parse_bytea
@@ -43,7 +44,6 @@ __all__ = [
 
 #: ``source.version``: who wrote the event.
 SOURCE_VERSION: Final = "bizevents-capture-1"
-_FRAME: Final = struct.Struct(">bI")
 _F32: Final = struct.Struct("<f")
 _F64: Final = struct.Struct("<d")
 _NULL: Final = b"\x00"
@@ -412,8 +412,8 @@ class TableCodec:
         """The ids the registry gave; events are framed with them from now on."""
         self.key_schema_id = key_id
         self.value_schema_id = value_id
-        self._key_frame = b"" if key_id is None else _FRAME.pack(0, key_id)
-        self._value_frame = _FRAME.pack(0, value_id)
+        self._key_frame = b"" if key_id is None else header(key_id)
+        self._value_frame = header(value_id)
         self._reference = AvroEncoder(self.schema, key_id, value_id)
 
     @property

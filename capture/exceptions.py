@@ -7,7 +7,7 @@ capture run stops rather than retrying. The exception is :class:`KafkaDeliveryEr
 
 from __future__ import annotations
 
-from bizevents.exceptions import TerminalError, TransientError
+from base.errors import TerminalError, TransientError
 
 __all__ = [
     "CaptureError",

@@ -11,9 +11,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from base.metrics import serve_metrics as serve
 
 __all__ = ["CaptureStats", "serve_metrics"]
 
@@ -122,9 +123,6 @@ class _Collector(Collector):
             yield lag
 
 
-def serve_metrics(stats: CaptureStats, host: str, port: int) -> tuple[CollectorRegistry, int]:
-    """Serve the text endpoint on ``host:port`` (loopback); returns the bound port."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Collector(stats))
-    server, _thread = start_http_server(port, addr=host, registry=registry)
-    return registry, int(server.server_address[1])
+def serve_metrics(stats: CaptureStats, host: str, port: int) -> tuple[Any, int]:
+    """Serve ``stats`` on ``host:port`` (0: a free port); the server and its port."""
+    return serve(_Collector(stats), host, port)

@@ -43,7 +43,9 @@ import structlog
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from bizevents.exceptions import TransientError
+from base.errors import TransientError
+from base.kafka import produce
+from base.registry import registry_client
 from capture import postgres as pg
 from capture.config import CaptureConfig
 from capture.encoding import EncodedSource, TableCodec, encoded_ts
@@ -63,7 +65,7 @@ from capture.pgoutput import (
     format_lsn,
 )
 from capture.pgtypes import PgTypeMapper, enum_types_from_rows
-from capture.sink import SchemaRegistrar, create_topics, producer_config, registry_client
+from capture.sink import SchemaRegistrar, create_topics, producer_config
 from contracts.business import HEADER_SOURCE_POSITION, HEADER_SOURCE_TOPIC
 
 __all__ = ["HEADER_CAPTURE_FORMAT", "HEADER_CAPTURE_TABLE", "CaptureEndpoints", "PostgresCapture"]
@@ -381,12 +383,7 @@ class PostgresCapture:
                 value: bytes,
                 headers: list[tuple[str, str | bytes | None]],
             ) -> None:
-                while True:
-                    try:
-                        producer.produce(topic, value, key, headers=headers, on_delivery=ack)
-                        return
-                    except BufferError:
-                        producer.poll(0.1)
+                produce(producer, topic, value, key, headers=headers, on_delivery=ack)
 
             started_ms = int(time.time() * 1000)
             self.log.info("snapshot started", tables=len(infos), rows=sum(counts.values()))
@@ -401,7 +398,6 @@ class PostgresCapture:
                 done = 0
                 topic = codec.topic
                 row_of, key_of, envelope = codec.row, codec.key, codec.envelope
-                produce = producer.produce
                 for rows in pg.read_snapshot_rows(conn, info.relation, cfg.snapshot_fetch_rows):
                     now_ms = encoded_ts(int(time.time() * 1000))
                     for values in rows:
@@ -416,12 +412,7 @@ class PostgresCapture:
                             tx.pending += n
                             tracker.in_flight += n
                             continue
-                        while True:
-                            try:
-                                produce(topic, value, key, on_delivery=ack)
-                                break
-                            except BufferError:
-                                producer.poll(0.1)
+                        produce(producer, topic, value, key, on_delivery=ack)
                         tx.pending += 1
                         tracker.in_flight += 1
                     codec.events += len(rows)
@@ -546,7 +537,6 @@ class PostgresCapture:
         codecs = self._codecs
         tracker = self._tracker
         read = cursor.read_message
-        produce = producer.produce
         poll = producer.poll
         tx: Tx | None = None
         ack: Callable[..., None] | None = None
@@ -565,17 +555,9 @@ class PostgresCapture:
             partition: int = -1,
             headers: list[tuple[str, str | bytes | None]] | None = None,
         ) -> None:
-            while True:
-                try:
-                    if headers is not None:
-                        produce(topic, value, key, headers=headers, on_delivery=ack)
-                    elif partition < 0:
-                        produce(topic, value, key, on_delivery=ack)
-                    else:
-                        produce(topic, value, key, partition=partition, on_delivery=ack)
-                    return
-                except BufferError:
-                    poll(0.1)
+            produce(
+                producer, topic, value, key, partition=partition, headers=headers, on_delivery=ack
+            )
 
         while not self.stopping:
             msg = read()

@@ -14,13 +14,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
-from confluent_kafka.cimpl import NewTopic
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
-from bizevents.exceptions import TransientError
+from base.errors import TransientError
+from base.kafka import ensure_topics
 from capture.config import CaptureConfig
 from capture.encoding import TableCodec
 from capture.exceptions import CaptureError
@@ -47,32 +47,13 @@ def producer_config(kafka: dict[str, Any], config: CaptureConfig) -> dict[str, A
 
 def create_topics(admin: AdminClient, topics: list[str], config: CaptureConfig) -> None:
     """Create the technical topics that do not exist yet (compacted)."""
-    if not topics:
-        return
-    try:
-        existing = set(admin.list_topics(timeout=15).topics)
-    except KafkaException as exc:  # the broker unreachable: retried, not a crash
-        raise TransientError(f"cannot list the broker's topics: {exc}") from exc
-    wanted = [
-        NewTopic(
-            t,
-            config.partitions,
-            config.replication_factor,
-            config={"cleanup.policy": "compact"},
-        )
-        for t in topics
-        if t not in existing
-    ]
-    if not wanted:
-        return
-    for topic, future in admin.create_topics(wanted, request_timeout=15).items():
-        try:
-            future.result(timeout=30)
-        except KafkaException as exc:
-            err = exc.args[0] if exc.args else None
-            if isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
-                continue
-            raise TransientError(f"cannot create topic {topic}: {exc}") from exc
+    ensure_topics(
+        admin,
+        topics,
+        config.partitions,
+        replication_factor=config.replication_factor,
+        config={"cleanup.policy": "compact"},
+    )
 
 
 class SchemaRegistrar:
@@ -106,11 +87,6 @@ class SchemaRegistrar:
         key_id = None if key_json is None else self._register(f"{codec.topic}-key", key_json)
         value_id = self._register(f"{codec.topic}-value", codec.value_schema_json())
         codec.set_schema_ids(key_id, value_id)
-
-
-def registry_client(conf: dict[str, Any]) -> SchemaRegistryClient:
-    """A schema registry client from ``Settings.registry.client_config()``."""
-    return SchemaRegistryClient(conf)
 
 
 def make_producer(conf: dict[str, Any]) -> Producer:

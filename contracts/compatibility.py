@@ -23,7 +23,7 @@ from typing import Any, TypeAlias
 import avro.errors
 import avro.schema
 
-from bizevents.exceptions import ConfigError
+from base.errors import ConfigError
 from contracts.exceptions import InvalidSchemaError
 
 __all__ = [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bizevents.exceptions import BizeventsError, TerminalError, TransientError
+from base.errors import BizeventsError, TerminalError
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +58,3 @@ class RegistryError(BizeventsError):
         self.status = status
         self.error_code = error_code
         super().__init__(message)
-
-
-class RegistryUnavailableError(TransientError):
-    """The schema registry could not be reached."""

@@ -26,7 +26,8 @@ from urllib.parse import quote
 
 import httpx
 
-from bizevents.settings import RegistrySettings
+from base.registry import RegistryUnavailableError
+from base.settings import RegistrySettings
 from contracts.business import TOPIC_PROPERTY, ContractFile, read_avsc
 from contracts.compatibility import (
     CompatibilityLevel,
@@ -39,7 +40,6 @@ from contracts.exceptions import (
     ContractError,
     IncompatibleSchemaError,
     RegistryError,
-    RegistryUnavailableError,
 )
 from contracts.subjects import SubjectStrategy
 

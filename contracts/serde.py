@@ -26,7 +26,6 @@ take goes to AvroSerializer again, so the bytes and the errors are AvroSerialize
 from __future__ import annotations
 
 import json
-import struct
 import warnings
 from collections.abc import Callable, Mapping
 from enum import Enum
@@ -42,7 +41,8 @@ from fastavro.validation import ValidationError as AvroValidationError
 from fastavro.validation import validate as avro_validate
 from pydantic import BaseModel, ValidationError
 
-from bizevents.settings import RegistrySettings
+from base.framing import HEADER_SIZE, MAGIC_BYTE, FramingError, unframe
+from base.registry import RegistryUnavailableError
 from contracts.avro_codegen import ModelWriter, Unsupported, compile_model_writer
 from contracts.business import BusinessEvent
 from contracts.exceptions import (
@@ -51,7 +51,6 @@ from contracts.exceptions import (
     DecodeError,
     IncompatibleSchemaError,
     RegistryError,
-    RegistryUnavailableError,
 )
 from contracts.subjects import SubjectStrategy, confluent_strategy
 from contracts.subjects import subject_strategy as _strategy_named
@@ -61,13 +60,10 @@ __all__ = [
     "BusinessDeserializer",
     "BusinessSerializer",
     "from_dict",
-    "registry_client",
     "schema_id_of",
     "to_dict",
 ]
 
-MAGIC_BYTE = 0
-_HEADER = struct.Struct(">bI")
 
 E = TypeVar("E", bound=BusinessEvent)
 
@@ -90,19 +86,12 @@ _UNREACHABLE = _network_errors()
 _Convert = Callable[[Any], Any]
 
 
-def registry_client(settings: RegistrySettings) -> SchemaRegistryClient:
-    """A confluent-kafka registry client for the configured registry."""
-    return SchemaRegistryClient(settings.client_config())
-
-
 def schema_id_of(data: bytes) -> int:
     """The schema id of a Confluent-framed message; ``DecodeError`` if it is not one."""
-    if len(data) < _HEADER.size:
-        raise DecodeError(f"{len(data)} bytes are too short for the Confluent wire format")
-    magic, schema_id = _HEADER.unpack_from(data)
-    if magic != MAGIC_BYTE:
-        raise DecodeError(f"magic byte is {magic}, not {MAGIC_BYTE}: not Confluent-framed Avro")
-    return int(schema_id)
+    try:
+        return unframe(data)[0]
+    except FramingError as exc:
+        raise DecodeError(f"the message {exc}: not Confluent-framed Avro") from None
 
 
 # --- to_dict / from_dict -------------------------------------------------------------
@@ -234,11 +223,11 @@ class _Writer:
         if write is None:
             return
         try:
-            same = write(event) == data[_HEADER.size :]
+            same = write(event) == data[HEADER_SIZE:]
         except Exception:
             return  # a value it does not take: learn from the next event
         if same:
-            self.headers[topic] = data[: _HEADER.size]
+            self.headers[topic] = data[:HEADER_SIZE]
         else:
             self.write = None  # never expected; the reference stays the only writer
 

@@ -13,7 +13,7 @@ Three encodings occur on technical topics, all Debezium's:
 :class:`AutoDecoder` picks one by looking at the bytes. Every decoder's ``decode``
 raises :class:`~contracts.exceptions.DecodeError` and nothing else for bad input,
 naming the record's coordinates and what was wrong. The one exception that passes
-through is a :class:`~bizevents.exceptions.TransientError` from the schema lookup
+through is a :class:`~base.errors.TransientError` from the schema lookup
 (a registry that cannot be reached is not a bad record).
 
 All of this is pure: the schema lookup is injected and nothing here does I/O.
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import io
 import json
-import struct
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -31,7 +30,8 @@ from typing import Any, ClassVar, Final, Literal
 
 import fastavro
 
-from bizevents.exceptions import TransientError
+from base.errors import TransientError
+from base.framing import MAGIC_BYTE, FramingError, header, unframe
 from contracts.avro_codegen import Reader, Unsupported, compile_reader
 from contracts.envelope import (
     NO_COORDINATES,
@@ -91,8 +91,6 @@ __all__ = [
     "envelope_connect_schema",
 ]
 
-MAGIC_BYTE: Final = 0
-_FRAME: Final = struct.Struct(">bI")
 Encoding = Literal["avro", "json_schema", "json"]
 Connector = Literal["postgresql", "mysql"]
 Decoded = ChangeEvent | Tombstone
@@ -468,12 +466,10 @@ def _value_row_schema(envelope: Any, named: Mapping[str, Any]) -> Any:
 
 
 def _unframe(data: bytes, what: Literal["the key", "the value"]) -> tuple[int, memoryview]:
-    if len(data) < 5:
-        raise _Invalid(f"{what} is {len(data)} bytes, shorter than the 5-byte Confluent frame")
-    magic, schema_id = _FRAME.unpack_from(data)
-    if magic != MAGIC_BYTE:
-        raise _Invalid(f"{what} starts with magic byte {magic}, not {MAGIC_BYTE}")
-    return schema_id, memoryview(data)[5:]
+    try:
+        return unframe(data)
+    except FramingError as exc:
+        raise _Invalid(f"{what} {exc}") from None
 
 
 def _read_avro(body: memoryview, schema: Any, what: str) -> Any:
@@ -488,7 +484,39 @@ def _read_avro(body: memoryview, schema: Any, what: str) -> Any:
     return record
 
 
-class AvroDecoder:
+class _BytesDecoder:
+    """The order every decoder follows: the key, then the value or a tombstone; any
+    failure becomes a :class:`DecodeError` naming the record's coordinates."""
+
+    def _key_bytes(self, key: bytes) -> Row:
+        raise NotImplementedError
+
+    def _value_bytes(
+        self, value: bytes, key: Row | None, where: Coordinates, headers: Headers
+    ) -> ChangeEvent:
+        raise NotImplementedError
+
+    def decode(
+        self,
+        key: bytes | None,
+        value: bytes | None,
+        coordinates: Coordinates | None = None,
+        headers: RawHeaders = None,
+    ) -> Decoded:
+        """A change event, or a tombstone when ``value`` is ``None``."""
+        where = _coordinates(coordinates)
+
+        def run() -> Decoded:
+            hdrs = headers_tuple(headers)
+            key_row = None if key is None else self._key_bytes(key)
+            if value is None:
+                return _tombstone(key_row, where, hdrs)
+            return self._value_bytes(value, key_row, where, hdrs)
+
+        return _guard(where, run)
+
+
+class AvroDecoder(_BytesDecoder):
     """Decodes Confluent-framed Avro records, looking writer schemas up by id.
 
     Parsed schemas and their conversion plans are cached per id, so the lookup runs
@@ -588,24 +616,13 @@ class AvroDecoder:
         record = _read_avro(body, plan.schema, "the value")
         return _event(record, key, plan.decode_row, where, headers)
 
-    def decode(
-        self,
-        key: bytes | None,
-        value: bytes | None,
-        coordinates: Coordinates | None = None,
-        headers: RawHeaders = None,
-    ) -> Decoded:
-        """A change event, or a tombstone when ``value`` is ``None``."""
-        where = _coordinates(coordinates)
+    def _key_bytes(self, key: bytes) -> Row:
+        return self.decode_key(key)
 
-        def run() -> Decoded:
-            hdrs = headers_tuple(headers)
-            key_row = None if key is None else self.decode_key(key)
-            if value is None:
-                return _tombstone(key_row, where, hdrs)
-            return self.decode_value(value, key_row, where, hdrs)
-
-        return _guard(where, run)
+    def _value_bytes(
+        self, value: bytes, key: Row | None, where: Coordinates, headers: Headers
+    ) -> ChangeEvent:
+        return self.decode_value(value, key, where, headers)
 
 
 # -- JSON ----------------------------------------------------------------------------
@@ -707,7 +724,7 @@ def _connect_key_plan(schema: Any) -> _ConnectPlan:
     return _ConnectPlan(schema, struct_decoder(fields, "json"))
 
 
-class _JsonDocumentDecoder:
+class _JsonDocumentDecoder(_BytesDecoder):
     """What the two JSON decoders share: parse the bytes, then decode the documents."""
 
     #: Parse numbers exactly (``Decimal``) where a schema says what they are.
@@ -721,26 +738,14 @@ class _JsonDocumentDecoder:
     ) -> ChangeEvent:
         raise NotImplementedError
 
-    def decode(
-        self,
-        key: bytes | None,
-        value: bytes | None,
-        coordinates: Coordinates | None = None,
-        headers: RawHeaders = None,
-    ) -> Decoded:
-        """A change event, or a tombstone when ``value`` is ``None``."""
-        where = _coordinates(coordinates)
-        exact = self.exact_numbers
+    def _key_bytes(self, key: bytes) -> Row:
+        return self.decode_key_doc(_loads(key, self.exact_numbers, "the key"))
 
-        def run() -> Decoded:
-            hdrs = headers_tuple(headers)
-            key_row = None if key is None else self.decode_key_doc(_loads(key, exact, "the key"))
-            if value is None:
-                return _tombstone(key_row, where, hdrs)
-            doc = _loads(value, exact, "the value")
-            return self.decode_value_doc(doc, key_row, where, hdrs)
-
-        return _guard(where, run)
+    def _value_bytes(
+        self, value: bytes, key: Row | None, where: Coordinates, headers: Headers
+    ) -> ChangeEvent:
+        doc = _loads(value, self.exact_numbers, "the value")
+        return self.decode_value_doc(doc, key, where, headers)
 
 
 class JsonSchemaDecoder(_JsonDocumentDecoder):
@@ -857,7 +862,7 @@ def detect_encoding(value: bytes) -> Encoding:
         raise DecodeError(f"{type(exc).__name__}: {exc}") from exc
 
 
-class AutoDecoder:
+class AutoDecoder(_BytesDecoder):
     """Decodes any of the three encodings, chosen per record from its bytes.
 
     A magic byte ``0`` means Confluent Avro (which needs ``schema_for_id``); ``{``
@@ -874,39 +879,25 @@ class AutoDecoder:
             raise _Invalid(f"{what} is Confluent Avro, but no schema lookup was configured")
         return self._avro
 
-    def _key(self, key: bytes) -> Row:
+    def _key_bytes(self, key: bytes) -> Row:
         if _sniff(key, "the key") == "avro":
             return self._avro_decoder("the key").decode_key(key)
         return self._json.decode_key_doc(_loads(key, True, "the key"))
 
-    def decode(
-        self,
-        key: bytes | None,
-        value: bytes | None,
-        coordinates: Coordinates | None = None,
-        headers: RawHeaders = None,
-    ) -> Decoded:
-        """A change event, or a tombstone when ``value`` is ``None``."""
-        where = _coordinates(coordinates)
-
-        def run() -> Decoded:
-            hdrs = headers_tuple(headers)
-            key_row = None if key is None else self._key(key)
-            if value is None:
-                return _tombstone(key_row, where, hdrs)
-            if _sniff(value, "the value") == "avro":
-                return self._avro_decoder("the value").decode_value(value, key_row, where, hdrs)
-            # JsonConverter writes "schema" first; only then parse numbers exactly, so a
-            # plain document keeps its floats as JSON gives them and is parsed once.
-            exact = value.lstrip().startswith(b'{"schema"')
-            doc = _loads(value, exact, "the value")
-            if isinstance(doc, dict) and doc.keys() == {"schema", "payload"}:
-                if not exact:
-                    doc = _loads(value, True, "the value")
-                return self._json.decode_value_doc(doc, key_row, where, hdrs)
-            return self._plain.decode_value_doc(doc, key_row, where, hdrs)
-
-        return _guard(where, run)
+    def _value_bytes(
+        self, value: bytes, key: Row | None, where: Coordinates, headers: Headers
+    ) -> ChangeEvent:
+        if _sniff(value, "the value") == "avro":
+            return self._avro_decoder("the value").decode_value(value, key, where, headers)
+        # JsonConverter writes "schema" first; only then parse numbers exactly, so a
+        # plain document keeps its floats as JSON gives them and is parsed once.
+        exact = value.lstrip().startswith(b'{"schema"')
+        doc = _loads(value, exact, "the value")
+        if isinstance(doc, dict) and doc.keys() == {"schema", "payload"}:
+            if not exact:
+                doc = _loads(value, True, "the value")
+            return self._json.decode_value_doc(doc, key, where, headers)
+        return self._plain.decode_value_doc(doc, key, where, headers)
 
 
 # -- schemas for encoding ----------------------------------------------------------------
@@ -1194,7 +1185,7 @@ class _PayloadWriter:
 
 def _frame(schema_id: int, schema: Any, record: Any) -> bytes:
     buffer = io.BytesIO()
-    buffer.write(_FRAME.pack(MAGIC_BYTE, schema_id))
+    buffer.write(header(schema_id))
     try:
         fastavro.schemaless_writer(buffer, schema, record)
     except Exception as exc:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bizevents.exceptions import ConfigError, TerminalError, TransientError
+from base.errors import ConfigError, TerminalError, TransientError
 
 
 class ReplayConfigError(ConfigError):

@@ -24,8 +24,9 @@ from typing import Any, Protocol
 
 import structlog
 
-from bizevents.exceptions import BizeventsError, TransientError
-from bizevents.settings import Settings
+from base.errors import BizeventsError
+from base.kafka import ensure_topics
+from base.registry import registry_client
 from replay.compaction import KeyIndex
 from replay.diff import DiffReport
 from replay.exceptions import RangeFailedError, RegistryUnreachableError, ReplayConfigError
@@ -34,6 +35,7 @@ from replay.spec import ReplaySpec
 from replay.state import RunState
 from replay.task import TaskConfig, TaskReport, index_range, run_range, selected_offsets
 from translators.api import Translator
+from translators.settings import RuntimeSettings
 
 log = structlog.get_logger("replay")
 
@@ -140,9 +142,7 @@ def spark_session(master: str | None, app_name: str = "bizevents-replay") -> Any
 
 
 def _check_registry(conf: dict[str, Any], url: str) -> Any:
-    from confluent_kafka.schema_registry import SchemaRegistryClient
-
-    client = SchemaRegistryClient(dict(conf))
+    client = registry_client(conf)
     try:
         client.get_subjects()
     except Exception as exc:
@@ -181,32 +181,9 @@ def _check_contracts(
 def _ensure_topics(kafka: dict[str, Any], topics: Sequence[str], partitions: int) -> dict[str, int]:
     """Create the missing output topics; ``topic -> partition count`` of each."""
     from confluent_kafka.admin import AdminClient
-    from confluent_kafka.cimpl import NewTopic
 
     admin = AdminClient({**kafka, "log.connection.close": False})
-    try:
-        existing = admin.list_topics(timeout=30).topics
-        missing = [t for t in topics if t not in existing]
-        if missing:
-            futures = admin.create_topics([NewTopic(t, partitions) for t in missing])
-            for topic, future in futures.items():
-                try:
-                    future.result(30)
-                except Exception as exc:
-                    if "TOPIC_ALREADY_EXISTS" not in str(exc):
-                        raise ReplayConfigError(
-                            f"cannot create the output topic {topic}: {exc}"
-                        ) from exc
-            existing = admin.list_topics(timeout=30).topics
-    except BizeventsError:
-        raise
-    except Exception as exc:
-        raise TransientError(f"cannot reach the Kafka cluster to prepare topics: {exc}") from exc
-    counts = {t: len(existing[t].partitions) for t in topics if t in existing}
-    absent = [t for t in topics if not counts.get(t)]
-    if absent:
-        raise TransientError(f"the output topics {', '.join(absent)} have no partitions yet")
-    return counts
+    return ensure_topics(admin, topics, partitions)
 
 
 def _check_parquet() -> None:
@@ -237,7 +214,7 @@ class ReplayJob:
     def __init__(
         self,
         spec: ReplaySpec,
-        settings: Settings,
+        settings: RuntimeSettings,
         *,
         spark: Any = None,
         master: str | None = None,

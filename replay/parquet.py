@@ -31,7 +31,7 @@ from uuid import UUID
 
 from pyspark.accumulators import AccumulatorParam
 
-from bizevents.exceptions import TransientError
+from base.errors import TransientError
 from contracts.business import (
     HEADER_SOURCE_OFFSET,
     HEADER_SOURCE_PARTITION,

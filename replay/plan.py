@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Final
 
-from bizevents.exceptions import TransientError
+from base.errors import TransientError
 from replay.exceptions import ReplayConfigError, TopicNotFoundError
 from replay.spec import Bound
 

@@ -16,14 +16,14 @@ from __future__ import annotations
 import os
 import threading
 import time
-import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from time import perf_counter
 from typing import Any, Final
 
-from bizevents.exceptions import TransientError
+from base.errors import TransientError
+from base.kafka import partition_for, produce
 from replay.compaction import KeyIndex, compact_in_memory
 from replay.diff import ContentSerializer, DiffReport, compare
 from replay.plan import READER_SETTINGS, Range
@@ -119,8 +119,7 @@ class _Runtime:
     """Clients, decoder, serializer and pipelines of one worker process, for one run."""
 
     def __init__(self, config: TaskConfig) -> None:
-        from confluent_kafka.schema_registry import SchemaRegistryClient
-
+        from base.registry import registry_client, schema_lookup
         from contracts.serde import BusinessSerializer
         from contracts.technical import AutoDecoder
         from translators.pipeline import Serializer
@@ -128,9 +127,9 @@ class _Runtime:
 
         self.config = config
         registry = discover(names=(config.translator, config.diff_against))
-        client = SchemaRegistryClient(dict(config.registry))
+        client = registry_client(config.registry)
         #: ``schema id -> schema text``, cached (the decoder's and Parquet's event reader's)
-        self.schema_text = _schema_lookup(client)
+        self.schema_text = schema_lookup(client)
         self.decoder = AutoDecoder(self.schema_text)
         serializer: Serializer
         if config.output is None:
@@ -219,34 +218,6 @@ def release(token: str) -> None:
         found = _RUNTIMES.pop(token, None)
     if found is not None:
         found.close()
-
-
-def _schema_lookup(client: Any) -> Any:
-    """``schema id -> schema text``, cached; an unknown id is a bad record, not a failure."""
-    from confluent_kafka.schema_registry.error import SchemaRegistryError
-
-    from contracts.exceptions import RegistryUnavailableError
-
-    schemas: dict[int, str] = {}
-
-    def schema_for_id(schema_id: int) -> str:
-        found = schemas.get(schema_id)
-        if found is None:
-            try:
-                found = schemas[schema_id] = client.get_schema(schema_id).schema_str
-            except SchemaRegistryError as exc:
-                if exc.http_status_code == 404:
-                    raise KeyError(schema_id) from exc
-                raise RegistryUnavailableError(
-                    f"cannot look up schema id {schema_id}: {exc}"
-                ) from exc
-            except Exception as exc:
-                raise RegistryUnavailableError(
-                    f"cannot look up schema id {schema_id}: {exc}"
-                ) from exc
-        return found
-
-    return schema_for_id
 
 
 # -- reading -------------------------------------------------------------------------------
@@ -340,25 +311,19 @@ class _TopicSink:
         return found
 
     def write(self, records: Sequence[OutRecord], report: TaskReport) -> None:
-        produce = self.producer.produce
         for record in records:
             topic = self.topic(record)
-            count = self.partitions[topic]
-            # librdkafka's default partitioner for keys (the live worker's rule too)
-            partition = zlib.crc32(record.key or b"") % count
-            while True:
-                try:
-                    produce(
-                        topic,
-                        record.value,
-                        record.key,
-                        partition=partition,
-                        headers=record.headers,
-                        on_delivery=self._delivered,
-                    )
-                    break
-                except BufferError:
-                    self.producer.poll(0.05)
+            # the live worker's rule, so a correction lands beside the event it supersedes
+            produce(
+                self.producer,
+                topic,
+                record.value,
+                record.key,
+                partition=partition_for(record.key, self.partitions[topic]),
+                headers=record.headers,
+                on_delivery=self._delivered,
+                wait_s=0.05,
+            )
             count_event(report, record, topic)
         self.producer.poll(0)
 

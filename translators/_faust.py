@@ -140,6 +140,12 @@ def bulk_consumer(topics: frozenset[str], fetch_max_wait_ms: int) -> type[AIOKaf
     )
 
 
+def aiokafka_producer(app: Any) -> Any:
+    """The aiokafka producer under Faust's producer (``Producer._producer``, private):
+    the worker appends whole batches to it, which Faust's own ``send`` cannot."""
+    return app.producer._producer
+
+
 class BlockAcker:
     """Acknowledges blocks' offset ranges into Faust's bookkeeping, in fetch order.
 

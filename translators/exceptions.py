@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bizevents.exceptions import ConfigError, TerminalError
+from base.errors import ConfigError, TerminalError
 from contracts.exceptions import Coordinates
 
 

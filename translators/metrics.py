@@ -27,7 +27,6 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -36,6 +35,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from base.metrics import serve_metrics as serve
 from translators.pipeline import Counts
 
 __all__ = ["LATENCY_BUCKETS", "WorkerStats", "serve_metrics"]
@@ -195,8 +195,5 @@ class _Collector(Collector):
 
 
 def serve_metrics(stats: WorkerStats, host: str, port: int) -> tuple[Any, int]:
-    """Serve the Prometheus text format on ``host:port`` (0: a free port); returns the port."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Collector(stats))
-    server, _thread = start_http_server(port, addr=host, registry=registry)
-    return server, int(server.server_address[1])
+    """Serve ``stats`` on ``host:port`` (0: a free port); the server and its port."""
+    return serve(_Collector(stats), host, port)

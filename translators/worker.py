@@ -36,7 +36,6 @@ import fnmatch
 import logging
 import re
 import time
-import zlib
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -46,11 +45,12 @@ from typing import Any, Final, Protocol
 import structlog
 from faust.types import TP
 
-from bizevents.exceptions import ConfigError, TransientError
-from bizevents.settings import KafkaSettings, Settings, TranslateSettings
+from base.errors import ConfigError, TransientError
+from base.kafka import ensure_topics, partition_for
+from base.registry import RegistryUnavailableError
+from base.settings import KafkaSettings
 from contracts.business import HEADER_SOURCE_OFFSET, BusinessEvent
-from contracts.exceptions import RegistryUnavailableError
-from translators._faust import BlockAcker, RecordBlock, bulk_consumer
+from translators._faust import BlockAcker, RecordBlock, aiokafka_producer, bulk_consumer
 from translators.api import Translator
 from translators.exceptions import PluginError
 from translators.metrics import WorkerStats
@@ -62,6 +62,7 @@ from translators.pipeline import (
     Result,
     SourceRecord,
 )
+from translators.settings import RuntimeSettings, TranslateSettings
 
 __all__ = [
     "BlockProcessor",
@@ -70,7 +71,6 @@ __all__ = [
     "Plan",
     "build_app",
     "check_contracts",
-    "partition_for",
     "prepare",
     "readers",
     "run",
@@ -140,11 +140,6 @@ def readers(translators: Sequence[Translator], topics: Sequence[str]) -> dict[st
         )
         for topic in topics
     }
-
-
-def partition_for(key: bytes | None, partitions: int) -> int:
-    """librdkafka's default partitioner for keyed records: ``crc32(key) % partitions``."""
-    return zlib.crc32(key or b"") % partitions
 
 
 # -- contracts -------------------------------------------------------------------------
@@ -313,7 +308,7 @@ class BlockRunner:
     async def _partition_count(self, topic: str) -> int:
         count = self._partitions.get(topic)
         if count is None:
-            producer = self.app.producer._producer
+            producer = aiokafka_producer(self.app)
             count = self._partitions[topic] = len(await producer.partitions_for(topic))
         return count
 
@@ -322,12 +317,12 @@ class BlockRunner:
             return []
         if self.app.in_transaction:
             return await self._produce_transactional(records)
-        producer = self.app.producer._producer
+        producer = aiokafka_producer(self.app)
         builders: dict[tuple[str, int], Any] = {}
         futures: list[asyncio.Future[Any]] = []
         for out in records:
             count = self._partitions.get(out.topic) or await self._partition_count(out.topic)
-            partition = zlib.crc32(out.key or b"") % count
+            partition = partition_for(out.key, count)
             slot = (out.topic, partition)
             batch = builders.get(slot)
             if batch is None:
@@ -356,7 +351,7 @@ class BlockRunner:
         futures = []
         for out in records:
             count = self._partitions.get(out.topic) or await self._partition_count(out.topic)
-            partition = zlib.crc32(out.key or b"") % count
+            partition = partition_for(out.key, count)
             futures.append(
                 await transactions.send(out.topic, out.key, out.value, partition, None, out.headers)
             )
@@ -420,7 +415,7 @@ def _credentials(kafka: KafkaSettings) -> Any:
 
 
 def build_app(
-    settings: Settings,
+    settings: RuntimeSettings,
     topics: Sequence[str],
     processor: BlockProcessor,
     stats: WorkerStats,
@@ -498,11 +493,12 @@ class Plan:
     schema_ids: dict[str, int]
 
 
-def prepare(settings: Settings) -> Plan:
+def prepare(settings: RuntimeSettings) -> Plan:
     """Resolve and check everything before joining the group (see the module doc)."""
     from confluent_kafka.admin import AdminClient
 
-    from contracts.serde import BusinessSerializer, registry_client
+    from base.registry import registry_client, schema_lookup
+    from contracts.serde import BusinessSerializer
     from contracts.technical import AutoDecoder
     from translators.registry import discover
 
@@ -533,51 +529,17 @@ def prepare(settings: Settings) -> Plan:
     outputs = sorted(
         {c.contract_topic() for item in translators for c in item.emits} | {t.dead_letter_topic}
     )
-    _ensure_topics(admin, existing, outputs, t.output_partitions)
-    schemas: dict[int, str] = {}
-
-    def schema_for_id(schema_id: int) -> str:
-        found = schemas.get(schema_id)
-        if found is None:
-            try:
-                found = schemas[schema_id] = str(client.get_schema(schema_id).schema_str)
-            except Exception as exc:
-                from confluent_kafka.schema_registry.error import SchemaRegistryError
-
-                if isinstance(exc, SchemaRegistryError) and exc.http_status_code == 404:
-                    raise KeyError(schema_id) from exc  # an unknown id: a bad record
-                raise RegistryUnavailableError(
-                    f"cannot look up schema id {schema_id}: {exc}"
-                ) from exc
-        return found
-
+    ensure_topics(admin, outputs, t.output_partitions)
     pipeline = Pipeline(
         translators,
-        AutoDecoder(schema_for_id),
+        AutoDecoder(schema_lookup(client)),
         serializer,
         dead_letter_topic=t.dead_letter_topic,
     )
     return Plan(translators, topics, outputs, pipeline, ids)
 
 
-def _ensure_topics(admin: Any, existing: set[str], topics: Sequence[str], partitions: int) -> None:
-    from confluent_kafka.cimpl import NewTopic
-
-    missing = [topic for topic in topics if topic not in existing]
-    if not missing:
-        return
-    futures = admin.create_topics([NewTopic(topic, partitions) for topic in missing])
-    for topic, future in futures.items():
-        try:
-            future.result(30)
-        except Exception as exc:
-            if "TOPIC_ALREADY_EXISTS" not in str(exc):  # another worker was first
-                raise ConfigError(f"cannot create the output topic {topic}: {exc}") from exc
-        else:
-            log.info("created topic", topic=topic, partitions=partitions)
-
-
-def probe_exactly_once(settings: Settings) -> None:
+def probe_exactly_once(settings: RuntimeSettings) -> None:
     """Initialise one aiokafka transactional producer, as Faust's exactly-once mode will."""
     from aiokafka import AIOKafkaProducer
 
@@ -601,7 +563,7 @@ def probe_exactly_once(settings: Settings) -> None:
         ) from exc
 
 
-def run(settings: Settings, stats: WorkerStats | None = None) -> None:
+def run(settings: RuntimeSettings, stats: WorkerStats | None = None) -> None:
     """Start-up checks, then the Faust worker until SIGTERM/SIGINT."""
     for chatty in ("httpx", "httpx2"):  # one INFO line per registry request otherwise
         logging.getLogger(chatty).setLevel(max(logging.WARNING, logging.getLogger().level))

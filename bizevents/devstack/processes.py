@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from bizevents.exceptions import BizeventsError
+from base.errors import BizeventsError
 
 
 class StackError(BizeventsError):

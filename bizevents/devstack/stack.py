@@ -71,9 +71,7 @@ class DevStack:
         except (OSError, ValueError) as exc:
             raise StackError(f"the state file {self.state_file} is unreadable: {exc}") from exc
         records = {name: from_dict(entry) for name, entry in raw.get("services", {}).items()}
-        current = {
-            s.name: s.current(records[s.name]) for s in self.services if s.name in records
-        }
+        current = {s.name: s.current(records[s.name]) for s in self.services if s.name in records}
         if current != records:
             self._save(current)
         return current

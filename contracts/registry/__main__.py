@@ -15,8 +15,8 @@ from pathlib import Path
 
 import structlog
 
-from bizevents.exceptions import BizeventsError, ConfigError
-from bizevents.logging import configure_logging
+from base.errors import BizeventsError, ConfigError
+from base.logging import configure_logging
 from contracts.registry.server import BasicAuth, start
 
 log = structlog.get_logger(__name__)

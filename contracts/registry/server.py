@@ -24,7 +24,7 @@ from typing import IO, Any
 import structlog
 from aiohttp import web
 
-from bizevents.exceptions import ConfigError
+from base.errors import ConfigError
 from contracts.exceptions import RegistryError
 from contracts.registry import errors
 from contracts.registry.store import (

@@ -25,7 +25,7 @@ from typing import Any
 import avro.schema
 import structlog
 
-from bizevents.exceptions import ConfigError
+from base.errors import ConfigError
 from contracts.compatibility import (
     CompatibilityLevel,
     CompatibilityResult,

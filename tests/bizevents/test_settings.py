@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from bizevents.exceptions import ConfigError
-from bizevents.settings import KafkaSettings, RegistrySettings, load_settings
+from base.errors import ConfigError
+from base.settings import KafkaSettings, RegistrySettings
+from bizevents.settings import load_settings
 
 
 @pytest.fixture(autouse=True)

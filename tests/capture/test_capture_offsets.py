@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from bizevents.exceptions import ConfigError
+from base.errors import ConfigError
 from capture.config import CaptureConfig, load_capture_config
 from capture.offsets import AckTracker, SnapshotState
 

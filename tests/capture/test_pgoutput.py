@@ -384,7 +384,7 @@ def test_malformed_messages(
 
 def test_protocol_error_is_terminal() -> None:
     """Protocol errors belong to the terminal family: retrying will not fix them."""
-    from bizevents.exceptions import TerminalError
+    from base.errors import TerminalError
 
     assert issubclass(ProtocolError, TerminalError)
 

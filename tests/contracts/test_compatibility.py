@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from bizevents.exceptions import ConfigError
+from base.errors import ConfigError
 from contracts.compatibility import (
     CompatibilityLevel,
     InvalidSchemaError,

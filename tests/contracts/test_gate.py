@@ -202,8 +202,8 @@ def test_register_only_what_passed(tmp_path: Path) -> None:
 
 def test_registry_history_reports_an_unreachable_registry() -> None:
     """No registry at the URL: a sentence naming the URL."""
-    from bizevents.settings import RegistrySettings
-    from contracts.exceptions import RegistryUnavailableError
+    from base.registry import RegistryUnavailableError
+    from base.settings import RegistrySettings
 
     registry = RegistryHistory(RegistrySettings(url="http://127.0.0.1:9"), timeout=2)
     with pytest.raises(RegistryUnavailableError, match=r"http://127\.0\.0\.1:9"):

@@ -20,7 +20,7 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient, Schema
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from bizevents.exceptions import ConfigError
+from base.errors import ConfigError
 from contracts.registry import BasicAuth, RegistryThread, run_in_thread
 
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bizevents.exceptions import TransientError
+from base.errors import TransientError
 from contracts.envelope import ChangeEvent, MySqlPosition, PgPosition, Tombstone
 from contracts.exceptions import Coordinates, DecodeError
 from contracts.logical import (

@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
+from base.settings import KafkaSettings, RegistrySettings
 from bizevents.devstack import Endpoints
-from bizevents.settings import KafkaSettings, RegistrySettings, Settings
+from bizevents.settings import Settings
 
 
 @pytest.fixture(scope="session")

@@ -94,6 +94,7 @@ def test_spark_path_agrees_with_the_reference(
         compact=True,
         slice_size=slice_size,
     )
-    job = ReplayJob(spec, stack_settings(bizevents_stack, tmp_path / "state"), spark=spark)
+    settings = stack_settings(bizevents_stack, tmp_path / "state")
+    job = ReplayJob(spec, settings.runtime(), spark=spark)
     chosen = sorted(o for offsets in job.selection().values() for o in offsets)
     assert chosen == [r.offset for r in compact(_records(items))]

@@ -117,7 +117,7 @@ def test_task_error_finds_the_python_exception() -> None:
         "An error occurred while calling o1.collect.\n"
         "org.apache.spark.SparkException: Job aborted\n"
         "Traceback (most recent call last):\n  File x\n"
-        "bizevents.exceptions.TransientError: cannot read t/0/0-10: Broker: down\n"
+        "base.errors.TransientError: cannot read t/0/0-10: Broker: down\n"
         "\tat org.apache.spark.api.python.BasePythonRunner"
     )
     assert task_error(RuntimeError(text)) == "TransientError: cannot read t/0/0-10: Broker: down"

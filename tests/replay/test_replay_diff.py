@@ -41,7 +41,7 @@ def test_diff_reports_exactly_the_events_the_bug_changed(
     made = story(f"diff{uuid.uuid4().hex[:8]}", orders=80, deletes=3)
     produce_story(bizevents_stack.bootstrap_servers, bizevents_stack.registry_url, made)
     spec = ReplaySpec(made.topic, "orders@2", None, diff_against="orders@1", slice_size=70)
-    summary = ReplayJob(spec, settings, spark=spark).run()
+    summary = ReplayJob(spec, settings.runtime(), spark=spark).run()
 
     diff = summary.diff
     assert diff is not None

@@ -85,7 +85,7 @@ def test_replay_to_parquet(
     spec = ReplaySpec(
         made.topic, "orders@2", Output.parse(f"path:{out}", "parquet"), slice_size=SLICE
     )
-    summary = ReplayJob(spec, settings, spark=spark).run()
+    summary = ReplayJob(spec, settings.runtime(), spark=spark).run()
 
     assert summary.ranges == 2 and summary.total("read") == len(made.changes)
     folders = sorted(p.name for p in out.iterdir())
@@ -124,7 +124,7 @@ def test_replay_output_goes_to_the_replay_topics(
     contract_topics = set(expected.values())
     live_before = _ends(bizevents_stack, contract_topics)
     spec = ReplaySpec(made.topic, "orders@2", Output.parse("replay"), slice_size=SLICE)
-    summary = ReplayJob(spec, settings, spark=spark).run()
+    summary = ReplayJob(spec, settings.runtime(), spark=spark).run()
 
     assert _ends(bizevents_stack, contract_topics) == live_before  # the live topics: untouched
     assert set(summary.events) == {t + ".replay" for t in contract_topics}
@@ -145,7 +145,7 @@ def test_replay_to_one_named_topic(
     """``--to topic:NAME``: every event of every contract lands in that one topic."""
     target = f"fixes-{uuid.uuid4().hex[:8]}"
     spec = ReplaySpec(made.topic, "orders@2", Output.parse(f"topic:{target}"), slice_size=SLICE)
-    summary = ReplayJob(spec, settings, spark=spark).run()
+    summary = ReplayJob(spec, settings.runtime(), spark=spark).run()
 
     assert summary.events == {target: len(expected)}
     records = list(read_all(bizevents_stack.bootstrap_servers, target))

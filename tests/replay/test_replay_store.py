@@ -64,7 +64,7 @@ def test_replay_v2_supersedes_what_v1_emitted(
     )
 
     spec = ReplaySpec(made.topic, "orders@2", Output.parse("topic"), compact=True, slice_size=40)
-    summary = ReplayJob(spec, settings, spark=spark).run()
+    summary = ReplayJob(spec, settings.runtime(), spark=spark).run()
 
     assert summary.total("read") == len(made.changes)
     assert summary.total("kept") == len(made.table)  # latest per key; deleted keys gone

@@ -23,8 +23,8 @@ from faust.transport.drivers.aiokafka import Consumer as FaustConsumer
 from faust.types import TP
 from intervaltree import IntervalTree
 
-from bizevents.exceptions import ConfigError
-from bizevents.settings import TranslateSettings
+from base.errors import ConfigError
+from base.kafka import partition_for
 from tests.translators.sample import ThingCreated, things_v1, things_v2
 from translators import translator
 from translators._faust import (
@@ -34,7 +34,8 @@ from translators._faust import (
     bulk_consumer,
 )
 from translators.exceptions import PluginError
-from translators.worker import check_contracts, partition_for, readers, technical_topics
+from translators.settings import TranslateSettings
+from translators.worker import check_contracts, readers, technical_topics
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -157,6 +158,7 @@ def test_faust_is_the_pinned_version_with_the_private_attributes_used() -> None:
     for method in ("_drain_messages", "_wait_next_records", "perform_seek", "_to_message"):
         assert callable(getattr(FaustConsumer, method)), method
     assert hasattr(app.topics, "_tp_index")
+    assert hasattr(app.producer, "_producer")  # translators._faust.aiokafka_producer
     assert hasattr(app, "consumer_generation_id")
 
 

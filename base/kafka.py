@@ -1,0 +1,107 @@
+"""Kafka plumbing every layer shares: the partition rule, produce with back-pressure,
+topic creation.
+
+One of each, so that capture, the worker and the replay cannot drift apart: the
+replay's corrected events land in the partition of the live events they supersede
+only because both use :func:`partition_for`.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from base.errors import TerminalError, TransientError
+
+__all__ = ["TopicCreationError", "ensure_topics", "partition_for", "produce"]
+
+
+class TopicCreationError(TerminalError):
+    """The cluster refused to create a topic (a policy, a bad name, a quota)."""
+
+
+def partition_for(key: bytes | None, partitions: int) -> int:
+    """librdkafka's default partitioner for keyed records: ``crc32(key) % partitions``."""
+    return zlib.crc32(key or b"") % partitions
+
+
+def produce(
+    producer: Any,
+    topic: str,
+    value: bytes | None,
+    key: bytes | None = None,
+    *,
+    partition: int = -1,
+    headers: Any = None,
+    on_delivery: Callable[..., None] | None = None,
+    wait_s: float = 0.1,
+) -> None:
+    """Hand one record to a librdkafka producer, waiting while its queue is full.
+
+    A full queue is back-pressure, not an error: serve delivery reports (which frees
+    room) and try again, for as long as it takes.
+    """
+    while True:
+        try:
+            if partition < 0:
+                producer.produce(topic, value, key, headers=headers, on_delivery=on_delivery)
+            else:
+                producer.produce(
+                    topic, value, key, partition=partition, headers=headers, on_delivery=on_delivery
+                )
+            return
+        except BufferError:
+            producer.poll(wait_s)
+
+
+def ensure_topics(
+    admin: Any,
+    topics: Sequence[str],
+    partitions: int,
+    *,
+    replication_factor: int = -1,
+    config: Mapping[str, str] | None = None,
+    timeout_s: float = 30,
+) -> dict[str, int]:
+    """Create the topics that do not exist yet; ``topic -> partition count`` of each.
+
+    A topic another process created meanwhile is fine. An unreachable cluster is a
+    :class:`TransientError`, a refusal a :class:`TopicCreationError`.
+    """
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.cimpl import NewTopic
+
+    if not topics:
+        return {}
+    try:
+        existing = admin.list_topics(timeout=timeout_s).topics
+        missing = [t for t in topics if t not in existing]
+        if missing:
+            wanted = [
+                NewTopic(t, partitions, replication_factor, config=dict(config or {}))
+                for t in missing
+            ]
+            for topic, future in admin.create_topics(wanted, request_timeout=15).items():
+                try:
+                    future.result(timeout_s)
+                except KafkaException as exc:
+                    err = exc.args[0] if exc.args else None
+                    if (
+                        isinstance(err, KafkaError)
+                        and err.code() == KafkaError.TOPIC_ALREADY_EXISTS
+                    ):
+                        continue
+                    if isinstance(err, KafkaError) and err.retriable():
+                        raise TransientError(f"cannot create topic {topic} yet: {exc}") from exc
+                    raise TopicCreationError(
+                        f"the cluster refused to create {topic}: {exc}"
+                    ) from exc
+            existing = admin.list_topics(timeout=timeout_s).topics
+    except KafkaException as exc:
+        raise TransientError(f"cannot reach the Kafka cluster to prepare topics: {exc}") from exc
+    counts = {t: len(existing[t].partitions) for t in topics if t in existing}
+    absent = [t for t in topics if not counts.get(t)]
+    if absent:
+        raise TransientError(f"the topics {', '.join(absent)} have no partitions yet")
+    return counts

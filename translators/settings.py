@@ -1,0 +1,79 @@
+"""The translator worker's settings group (``[translate]``), and the groups its runtime reads."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from base.settings import KafkaSettings, LoopbackHost, RegistrySettings, SettingsGroup
+
+
+class TranslateSettings(SettingsGroup):
+    """The translator worker (``bizevents translate``): group, topics, batching, metrics.
+
+    The group settings default to what the embedded broker needs (a 6 s session: it
+    holds every JoinGroup for half the session, see docs/broker.md); on a Kafka
+    cluster use its usual values (e.g. 45 s).
+    """
+
+    #: The consumer group every worker joins; also the Faust app id.
+    group_id: str = "bizevents-translate"
+    #: Technical topics are ``<topic_prefix>.<schema>.<table>``; the prefix is the
+    #: capture's ``server`` (or its ``topic_prefix``).
+    topic_prefix: str | None = None
+    #: Explicit technical topics, instead of deriving them from the translators' sources.
+    topics: tuple[str, ...] = ()
+    dead_letter_topic: str = "bizevents.dead-letter"
+    subject_strategy: Literal["topic", "record", "topic-record"] = "topic"
+    auto_register: bool = True
+    #: Partitions of business and dead-letter topics the worker creates when missing.
+    output_partitions: int = Field(default=4, ge=1)
+    processing_guarantee: Literal["at_least_once", "exactly_once"] = "at_least_once"
+    #: Prometheus text endpoint on loopback; ``None`` turns it off, 0 picks a free port.
+    metrics_host: LoopbackHost = "127.0.0.1"
+    metrics_port: int | None = Field(default=None, ge=0, le=65535)
+    #: Records per fetched block (one block of one partition is translated at once).
+    max_poll_records: int = Field(default=5000, ge=1)
+    max_fetch_bytes: int = Field(default=4 << 20, ge=1024)
+    #: How long the broker may hold an empty fetch. Faust's own 1,500 ms adds up to that
+    #: much latency on the embedded broker, where records that arrive meanwhile often wait
+    #: for the held fetch to end (docs/broker.md); polling an idle broker 10 times a
+    #: second costs little.
+    fetch_max_wait_ms: int = Field(default=100, ge=0, le=60_000)
+    #: Blocks whose produce acknowledgements may be outstanding at once.
+    max_inflight_blocks: int = Field(default=3, ge=1)
+    linger_ms: float = Field(default=5.0, ge=0)
+    max_batch_bytes: int = Field(default=1 << 20, ge=1024)
+    commit_interval_s: float = Field(default=1.0, gt=0)
+    session_timeout_s: float = Field(default=6.0, gt=0)
+    heartbeat_interval_s: float = Field(default=1.0, gt=0)
+    rebalance_timeout_s: float = Field(default=5.0, gt=0)
+
+    @model_validator(mode="after")
+    def _coherent(self) -> TranslateSettings:
+        if self.heartbeat_interval_s * 3 > self.session_timeout_s:
+            raise ValueError(
+                f"translate.heartbeat_interval_s={self.heartbeat_interval_s} must be at most a "
+                f"third of translate.session_timeout_s={self.session_timeout_s}"
+            )
+        return self
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeSettings:
+    """The groups the translation runtime reads: the live worker and the replay alike.
+
+    The shell builds it from the application's settings (``Settings.runtime()``); a
+    test or an embedding program builds it by hand.
+    """
+
+    kafka: KafkaSettings = field(default_factory=KafkaSettings)
+    registry: RegistrySettings = field(default_factory=RegistrySettings)
+    translate: TranslateSettings = field(default_factory=TranslateSettings)
+    #: Which version of each translator runs live, e.g. ``{"orders": 2}``.
+    translators: Mapping[str, int] = field(default_factory=dict)
+    state_dir: Path = Path(".bizevents")
