@@ -161,13 +161,7 @@ def discover(group: str = ENTRY_POINT_GROUP, names: Iterable[str | None] | None 
     found = sorted(entry_points(group=group), key=lambda e: e.name)
     if names is None:
         for entry_point in found:
-            try:
-                items = _load(entry_point)
-            except PluginError as exc:
-                _record(registry, entry_point, exc)
-                continue
-            for item in items:
-                registry.register(item)
+            _load_or_record(registry, entry_point)
         return registry
     wanted = {name.partition("@")[0] for name in names if name}
     for entry_point in found:
@@ -177,13 +171,17 @@ def discover(group: str = ENTRY_POINT_GROUP, names: Iterable[str | None] | None 
     if all(registry.versions(name) for name in wanted):
         return registry
     for entry_point in found:
-        if entry_point.name in wanted:
-            continue
-        try:
-            items = _load(entry_point)
-        except PluginError as exc:
-            _record(registry, entry_point, exc)
-            continue
-        for item in items:
-            registry.register(item)
+        if entry_point.name not in wanted:
+            _load_or_record(registry, entry_point)
     return registry
+
+
+def _load_or_record(registry: Registry, entry_point: EntryPoint) -> None:
+    """Register what ``entry_point`` holds; a failure is recorded, not raised."""
+    try:
+        items = _load(entry_point)
+    except PluginError as exc:
+        _record(registry, entry_point, exc)
+        return
+    for item in items:
+        registry.register(item)
