@@ -53,6 +53,8 @@ def create_topics(admin: AdminClient, topics: list[str], config: CaptureConfig) 
         config.partitions,
         replication_factor=config.replication_factor,
         config={"cleanup.policy": "compact"},
+        # an unreachable broker is retried by the run with backoff: give up the wait soon
+        timeout_s=15,
     )
 
 

@@ -98,6 +98,7 @@ def test_killed_driver_resumes_without_losing_a_range(
     command = [
         sys.executable,
         "-m",
+        "bizevents",
         "replay",
         "--topics",
         orders_topic.topic,
