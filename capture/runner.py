@@ -66,7 +66,13 @@ from capture.pgoutput import (
 )
 from capture.pgtypes import PgTypeMapper, enum_types_from_rows
 from capture.sink import SchemaRegistrar, create_topics, producer_config
-from contracts.business import HEADER_SOURCE_POSITION, HEADER_SOURCE_TOPIC
+from contracts.business import (
+    HEADER_DLQ_ERROR,
+    HEADER_DLQ_REASON,
+    HEADER_DLQ_STAGE,
+    HEADER_SOURCE_POSITION,
+    HEADER_SOURCE_TOPIC,
+)
 
 __all__ = ["HEADER_CAPTURE_FORMAT", "HEADER_CAPTURE_TABLE", "CaptureEndpoints", "PostgresCapture"]
 
@@ -76,11 +82,6 @@ HEADER_CAPTURE_TABLE: Final = "bizevents.capture.table"
 #: ``pgoutput``: the value is the change's raw pgoutput message; ``snapshot-text-json``:
 #: a JSON array of the snapshot row's column texts (``null`` for NULL).
 HEADER_CAPTURE_FORMAT: Final = "bizevents.capture.format"
-# The translators' dead-letter header names (translators.pipeline), not imported:
-# capture does not depend on the translator side.
-HEADER_DLQ_STAGE: Final = "bizevents.dlq.stage"
-HEADER_DLQ_REASON: Final = "bizevents.dlq.reason"
-HEADER_DLQ_ERROR: Final = "bizevents.dlq.error"
 
 _MAX_BACKOFF_S = 30.0
 _POLL_EVERY = 512  # messages between producer polls on a busy stream

@@ -94,6 +94,10 @@ HEADER_SOURCE_OFFSET = "bizevents.source.offset"
 HEADER_SOURCE_POSITION = "bizevents.source.position"
 HEADER_TX_ID = "bizevents.source.tx_id"
 HEADER_REPLAY = "bizevents.replay"
+#: Dead-letter headers, of capture's and the translators' dead-letter topics alike.
+HEADER_DLQ_STAGE = "bizevents.dlq.stage"
+HEADER_DLQ_REASON = "bizevents.dlq.reason"
+HEADER_DLQ_ERROR = "bizevents.dlq.error"
 LINEAGE_HEADERS = (
     HEADER_EVENT_ID,
     HEADER_TRANSLATOR,

@@ -26,6 +26,9 @@ from time import perf_counter
 from typing import Final, Literal, Protocol
 
 from contracts.business import (
+    HEADER_DLQ_ERROR,
+    HEADER_DLQ_REASON,
+    HEADER_DLQ_STAGE,
     HEADER_SOURCE_OFFSET,
     HEADER_SOURCE_PARTITION,
     HEADER_SOURCE_TOPIC,
@@ -41,9 +44,6 @@ from translators.exceptions import TranslationError
 from translators.lineage import stamp
 
 DEAD_LETTER_TOPIC: Final = "bizevents.dead-letter"
-HEADER_DLQ_STAGE: Final = "bizevents.dlq.stage"
-HEADER_DLQ_REASON: Final = "bizevents.dlq.reason"
-HEADER_DLQ_ERROR: Final = "bizevents.dlq.error"
 
 Stage = Literal["decode", "translate", "contract"]
 Headers = list[tuple[str, bytes | None]]

@@ -35,6 +35,8 @@ from typing import Any, Final
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
 from contracts.business import (
+    HEADER_DLQ_REASON,
+    HEADER_DLQ_STAGE,
     HEADER_SOURCE_OFFSET,
     HEADER_SOURCE_TOPIC,
     BusinessEvent,
@@ -47,8 +49,6 @@ from contracts.serde import BusinessDeserializer, BusinessSerializer
 from contracts.technical import AutoDecoder, AvroEncoder, TableSchema
 from translators.api import Translator
 from translators.pipeline import (
-    HEADER_DLQ_REASON,
-    HEADER_DLQ_STAGE,
     Counts,
     OutRecord,
     Pipeline,

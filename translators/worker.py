@@ -49,14 +49,17 @@ from base.errors import ConfigError, TransientError
 from base.kafka import ensure_topics, partition_for
 from base.registry import RegistryUnavailableError
 from base.settings import KafkaSettings
-from contracts.business import HEADER_SOURCE_OFFSET, BusinessEvent
+from contracts.business import (
+    HEADER_DLQ_REASON,
+    HEADER_DLQ_STAGE,
+    HEADER_SOURCE_OFFSET,
+    BusinessEvent,
+)
 from translators._faust import BlockAcker, RecordBlock, aiokafka_producer, bulk_consumer
 from translators.api import Translator
 from translators.exceptions import PluginError
 from translators.metrics import WorkerStats
 from translators.pipeline import (
-    HEADER_DLQ_REASON,
-    HEADER_DLQ_STAGE,
     OutRecord,
     Pipeline,
     Result,

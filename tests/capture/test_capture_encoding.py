@@ -251,12 +251,3 @@ def test_string_and_bytes_lengths_match_fastavro(n: int) -> None:
         fastavro.schemaless_writer(out, fastavro.parse_schema(schema), value)
         ours = _text(value) if isinstance(value, str) else _blob(value)
         assert ours == out.getvalue(), n
-
-
-def test_capture_dead_letter_headers_are_the_translators_names() -> None:
-    """Capture's dead-letter headers are spelled as the translators' (one reader for both)."""
-    from capture import runner
-    from translators import pipeline
-
-    for name in ("HEADER_DLQ_STAGE", "HEADER_DLQ_REASON", "HEADER_DLQ_ERROR"):
-        assert getattr(runner, name) == getattr(pipeline, name)

@@ -35,6 +35,8 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from bizevents.devstack import Endpoints
 from contracts.business import (
+    HEADER_DLQ_REASON,
+    HEADER_DLQ_STAGE,
     HEADER_EVENT_ID,
     HEADER_SOURCE_OFFSET,
     HEADER_SOURCE_PARTITION,
@@ -46,7 +48,6 @@ from contracts.business import (
 from contracts.envelope import ChangeEvent, Op, PgPosition
 from contracts.serde import BusinessDeserializer
 from contracts.technical import AvroEncoder
-from translators.pipeline import HEADER_DLQ_REASON, HEADER_DLQ_STAGE
 
 pytestmark = pytest.mark.integration
 

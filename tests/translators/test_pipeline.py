@@ -5,7 +5,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from contracts.business import HEADER_EVENT_ID, HEADER_TRANSLATOR, BusinessEvent
+from contracts.business import (
+    HEADER_DLQ_REASON,
+    HEADER_DLQ_STAGE,
+    HEADER_EVENT_ID,
+    HEADER_TRANSLATOR,
+    BusinessEvent,
+)
 from contracts.change import Change
 from contracts.exceptions import ContractError
 from contracts.technical import AutoDecoder
@@ -13,8 +19,6 @@ from tests.translators.sample import ThingCreated, things_v1
 from translators import translator
 from translators.pipeline import (
     DEAD_LETTER_TOPIC,
-    HEADER_DLQ_REASON,
-    HEADER_DLQ_STAGE,
     Pipeline,
     SourceRecord,
 )
