@@ -94,6 +94,7 @@ class Summary:
 
 
 LOOPBACK = "127.0.0.1"
+DRIVER_ADDRESS = ("spark.driver.host", "spark.driver.bindAddress")
 
 
 def is_local(master: str | None) -> bool:
@@ -101,17 +102,31 @@ def is_local(master: str | None) -> bool:
     return master is None or master == "local" or master.startswith("local[")
 
 
-def loopback_conf(master: str | None, env: Mapping[str, str]) -> dict[str, str]:
+def loopback_conf(
+    master: str | None, env: Mapping[str, str], user_conf: Mapping[str, str]
+) -> dict[str, str]:
     """Keep a local driver on loopback, like every embedded service.
 
     Left alone Spark binds the driver to the first non-loopback interface it finds.
     A cluster's driver must be reachable from its executors, so a ``spark://`` (or
-    any non-local) master is left to the user's settings, as is an explicit
-    ``SPARK_LOCAL_IP``.
+    any non-local) master is left to the user's settings. So is a driver address the
+    user chose: ``SPARK_LOCAL_IP`` other than loopback, or either key of
+    ``DRIVER_ADDRESS`` in ``user_conf`` (Spark's own settings: spark-defaults.conf,
+    ``--conf`` in ``PYSPARK_SUBMIT_ARGS``).
     """
-    if not is_local(master) or "SPARK_LOCAL_IP" in env:
+    if not is_local(master) or env.get("SPARK_LOCAL_IP", LOOPBACK) != LOOPBACK:
         return {}
-    return {"spark.driver.host": LOOPBACK, "spark.driver.bindAddress": LOOPBACK}
+    if any(key in user_conf for key in DRIVER_ADDRESS):
+        return {}
+    return dict.fromkeys(DRIVER_ADDRESS, LOOPBACK)
+
+
+def _user_spark_conf() -> dict[str, str]:
+    """Spark's settings as the user gave them to Spark (spark-defaults.conf, ``--conf``)."""
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()  # launches the JVM, which is what loads them
+    return dict(SparkConf().getAll())
 
 
 def spark_session(master: str | None, app_name: str = "bizevents-replay") -> Any:
@@ -131,10 +146,12 @@ def spark_session(master: str | None, app_name: str = "bizevents-replay") -> Any
         # PySpark starts its workers with PYSPARK_PYTHON, else whatever "python3" is on
         # PATH: not necessarily the environment bizevents and the plugins live in.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        for key, value in loopback_conf(master, os.environ).items():
-            builder = builder.config(key, value)
         if is_local(master):
-            os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)  # the JVM's own address pick
+            # Read by the JVM at its launch, for what the driver settings do not cover
+            # (the web UI binds to it, else to every interface).
+            os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)
+            for key, value in loopback_conf(master, os.environ, _user_spark_conf()).items():
+                builder = builder.config(key, value)
     builder = builder.config("spark.ui.showConsoleProgress", "false")
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")

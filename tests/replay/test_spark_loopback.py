@@ -7,10 +7,11 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from replay.job import LOOPBACK, is_local, loopback_conf
+from replay.job import DRIVER_ADDRESS, LOOPBACK, is_local, loopback_conf
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -19,7 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
 def test_local_masters_bind_the_driver_to_loopback(master: str | None) -> None:
     """Local runs get driver host and bind address 127.0.0.1."""
     assert is_local(master)
-    assert loopback_conf(master, {}) == {
+    assert loopback_conf(master, {}, {"spark.executor.memory": "2g"}) == {
         "spark.driver.host": LOOPBACK,
         "spark.driver.bindAddress": LOOPBACK,
     }
@@ -29,41 +30,69 @@ def test_local_masters_bind_the_driver_to_loopback(master: str | None) -> None:
 def test_a_cluster_master_is_left_to_the_user(master: str) -> None:
     """Executors elsewhere must reach the driver: nothing is pinned to loopback."""
     assert not is_local(master)
-    assert loopback_conf(master, {}) == {}
+    assert loopback_conf(master, {}, {}) == {}
 
 
 def test_an_explicit_spark_local_ip_wins() -> None:
-    assert loopback_conf("local[2]", {"SPARK_LOCAL_IP": "10.1.2.3"}) == {}
+    assert loopback_conf("local[2]", {"SPARK_LOCAL_IP": "10.1.2.3"}, {}) == {}
+
+
+def test_a_loopback_spark_local_ip_still_pins_the_driver() -> None:
+    """Ours (set for the JVM's launch) or the user's, it asks for loopback anyway."""
+    assert loopback_conf("local[2]", {"SPARK_LOCAL_IP": LOOPBACK}, {}) == dict.fromkeys(
+        DRIVER_ADDRESS, LOOPBACK
+    )
+
+
+@pytest.mark.parametrize("key", DRIVER_ADDRESS)
+def test_a_driver_address_the_user_gave_spark_wins(key: str) -> None:
+    """spark-defaults.conf or ``--conf``: the user chose the driver's network, all of it."""
+    assert loopback_conf("local[2]", {}, {key: "0.0.0.0"}) == {}
 
 
 _PROBE = """
-import json, os, subprocess
+import json, subprocess
 from replay.job import spark_session
 spark = spark_session("local[1]")
 conf = spark.sparkContext.getConf()
 pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
 out = subprocess.run(["ss", "-Hltnp"], capture_output=True, text=True).stdout
 mine = [line.split()[3] for line in out.splitlines() if f"pid={pid}," in line]
-print(json.dumps({"host": conf.get("spark.driver.host"), "listening": mine}))
+found = {key: conf.get(key) for key in ("spark.driver.host", "spark.driver.bindAddress")}
+print(json.dumps({**found, "listening": mine}))
 spark.stop()
 """
+LOOPBACK_ADDRESSES = ("127.0.0.1:", "[::ffff:127.0.0.1]:", "[::1]:")
 
 
-def test_a_local_session_listens_on_loopback_only() -> None:
-    """The JVM behind ``spark_session("local[1]")`` listens on 127.0.0.1 and nowhere else."""
-    env = {k: v for k, v in os.environ.items() if k != "SPARK_LOCAL_IP"}
+def _probe(**env: str) -> dict[str, Any]:
+    """Start a local session in a fresh interpreter: its driver settings and sockets."""
+    base = {k: v for k, v in os.environ.items() if k not in ("SPARK_LOCAL_IP", "SPARK_CONF_DIR")}
     result = subprocess.run(
         [sys.executable, "-c", _PROBE],
         capture_output=True,
         text=True,
         timeout=240,
         cwd=REPO,
-        env=env,
+        env={**base, **env},
         check=False,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    found = json.loads(result.stdout.strip().splitlines()[-1])
-    assert found["host"] == LOOPBACK
+    found: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
     assert found["listening"], "the driver listens somewhere"
-    loopback = ("127.0.0.1:", "[::ffff:127.0.0.1]:", "[::1]:")
-    assert all(address.startswith(loopback) for address in found["listening"]), found
+    return found
+
+
+def test_a_local_session_listens_on_loopback_only() -> None:
+    """The JVM behind ``spark_session("local[1]")`` listens on 127.0.0.1 and nowhere else."""
+    found = _probe()
+    assert found["spark.driver.host"] == LOOPBACK
+    assert found["spark.driver.bindAddress"] == LOOPBACK
+    assert all(address.startswith(LOOPBACK_ADDRESSES) for address in found["listening"]), found
+
+
+def test_a_bind_address_given_to_spark_wins() -> None:
+    """A bind address given to Spark (``--conf``) is the user's: the driver listens there."""
+    found = _probe(PYSPARK_SUBMIT_ARGS="--conf spark.driver.bindAddress=0.0.0.0 pyspark-shell")
+    assert found["spark.driver.bindAddress"] == "0.0.0.0"
+    assert not all(address.startswith(LOOPBACK_ADDRESSES) for address in found["listening"]), found
