@@ -6,13 +6,14 @@ for paths with a trailing slash (``/config/``), as Confluent's registry allows.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-from schema_registry.client import SchemaRegistryClient, schema
+from schema_registry.client import AsyncSchemaRegistryClient, SchemaRegistryClient, schema
 
 from contracts.registry import RegistryThread, run_in_thread
 
@@ -43,14 +44,34 @@ def client(registry: RegistryThread) -> SchemaRegistryClient:
 def test_register_and_read_back(client: SchemaRegistryClient) -> None:
     """Register, look up by id, the latest version and the subject's versions."""
     schema_id = client.register("orders-value", schema.AvroSchema(ORDER))
-    assert client.get_by_id(schema_id).schema == schema.AvroSchema(ORDER).schema
+    by_id = client.get_by_id(schema_id)
+    assert by_id is not None and by_id.schema == schema.AvroSchema(ORDER).schema
     latest = client.get_schema("orders-value")
     assert latest is not None and (latest.schema_id, latest.version) == (schema_id, 1)
     second = client.register("orders-value", schema.AvroSchema(ORDER_V2))
     assert second != schema_id
     assert client.get_versions("orders-value") == [1, 2]
-    assert client.check_version("orders-value", schema.AvroSchema(ORDER_V2)).version == 2
+    found = client.check_version("orders-value", schema.AvroSchema(ORDER_V2))
+    assert found is not None and (found.schema_id, found.version) == (second, 2)
     assert client.get_subjects() == ["orders-value"]
+
+
+def test_versions_of_an_id_and_deletes(client: SchemaRegistryClient) -> None:
+    """Where an id is used, one version by number, then a version and the subject deleted."""
+    first = client.register("orders-value", schema.AvroSchema(ORDER))
+    client.register("orders-value", schema.AvroSchema(ORDER_V2))
+    client.register("archive-value", schema.AvroSchema(ORDER))
+    used = client.get_schema_subject_versions(first) or []
+    assert [(v.subject, v.version) for v in used] == [("archive-value", 1), ("orders-value", 1)]
+    one = client.get_schema("orders-value", version=1)
+    assert one is not None and one.schema_id == first
+
+    assert client.delete_version("orders-value", 2) == 2
+    assert client.get_versions("orders-value") == [1]
+    assert client.delete_version("orders-value", 9) is None  # the client's "no such version"
+    assert client.delete_subject("orders-value") == [1]
+    assert client.get_subjects() == ["archive-value"]
+    assert client.get_schema("orders-value") is None
 
 
 def test_compatibility_checks_and_levels(client: SchemaRegistryClient) -> None:
@@ -66,6 +87,23 @@ def test_compatibility_checks_and_levels(client: SchemaRegistryClient) -> None:
     assert client.update_compatibility("NONE", "orders-value") is True
     assert client.get_compatibility("orders-value") == "NONE"
     assert client.test_compatibility("orders-value", schema.AvroSchema(BREAKING)) is True
+
+
+def test_the_async_client(registry: RegistryThread) -> None:
+    """The client's asyncio flavour, as a Faust or FastAPI service would use it."""
+
+    async def session() -> tuple[int, str, str, object]:
+        client = AsyncSchemaRegistryClient(url=registry.url)
+        schema_id = await client.register("orders-value", schema.AvroSchema(ORDER))
+        before = await client.get_compatibility()
+        await client.update_compatibility("FORWARD")
+        after = await client.get_compatibility()
+        compatible = await client.test_compatibility("orders-value", schema.AvroSchema(ORDER_V2))
+        latest = await client.get_schema("orders-value")
+        assert latest is not None and latest.schema_id == schema_id
+        return schema_id, before, after, compatible
+
+    assert asyncio.run(session()) == (1, "BACKWARD", "FORWARD", True)
 
 
 @pytest.mark.parametrize("path", ["/config", "/config/", "/subjects/", "/mode", "/mode/"])
