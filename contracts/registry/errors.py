@@ -116,8 +116,9 @@ def invalid_compatibility_level() -> RegistryError:
 
 
 def invalid_mode(mode: object) -> RegistryError:
+    given = "The request body names no mode" if mode is None else f"Invalid mode {mode!r}"
     return RegistryError(
-        f"Invalid mode {mode!r}: the embedded registry serves READWRITE only "
+        f"{given}: the embedded registry serves READWRITE only "
         "(IMPORT and READONLY are not supported)",
         status=422,
         error_code=INVALID_MODE,

@@ -329,7 +329,8 @@ async def get_mode(request: web.Request) -> web.Response:
 async def put_mode(request: web.Request) -> web.Response:
     body = await _body(request)
     mode = body.get("mode") if isinstance(body, dict) else None
-    if mode != READWRITE:
+    # Confluent reads the mode case-insensitively.
+    if not isinstance(mode, str) or mode.upper() != READWRITE:
         raise errors.invalid_mode(mode)
     return _json({"mode": READWRITE})
 
@@ -371,6 +372,7 @@ def create_app(store: RegistryStore, *, basic_auth: BasicAuth | None = None) -> 
         web.put("/mode", put_mode),
         web.get("/mode/{subject}", get_mode),
         web.put("/mode/{subject}", put_mode),
+        web.delete("/mode/{subject}", get_mode),  # the subject falls back to READWRITE
     ]
     # Confluent's registry answers every path with or without a trailing slash, and
     # clients send both (python-schema-registry-client asks for ``/config/``).

@@ -113,14 +113,33 @@ def test_paths_answer_with_or_without_a_trailing_slash(registry: RegistryThread,
     assert response.status_code == 200, response.text
 
 
-def test_mode_is_readwrite_and_other_modes_are_refused(registry: RegistryThread) -> None:
-    """``/mode`` reads READWRITE; setting READONLY is refused in Confluent's error shape."""
+def test_mode_reads_and_sets_readwrite(registry: RegistryThread) -> None:
+    """``/mode`` and a subject's read, set and delete READWRITE, the only mode."""
     assert httpx.get(f"{registry.url}/mode/orders-value", timeout=10).json() == {
         "mode": "READWRITE"
     }
-    ok = httpx.put(f"{registry.url}/mode", json={"mode": "READWRITE"}, timeout=10)
-    assert ok.status_code == 200 and ok.json() == {"mode": "READWRITE"}
-    refused = httpx.put(f"{registry.url}/mode", content=json.dumps({"mode": "READONLY"}))
+    for path in ("/mode", "/mode/orders-value"):
+        for mode in ("READWRITE", "readwrite"):  # Confluent reads it case-insensitively
+            ok = httpx.put(registry.url + path, json={"mode": mode}, timeout=10)
+            assert ok.status_code == 200 and ok.json() == {"mode": "READWRITE"}, ok.text
+    deleted = httpx.delete(f"{registry.url}/mode/orders-value", timeout=10)
+    assert deleted.status_code == 200 and deleted.json() == {"mode": "READWRITE"}
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "said"),
+    [
+        ("/mode", {"mode": "READONLY"}, "Invalid mode 'READONLY'"),
+        ("/mode/orders-value", {"mode": "IMPORT"}, "Invalid mode 'IMPORT'"),
+        ("/mode", {"compatibility": "NONE"}, "The request body names no mode"),
+    ],
+)
+def test_other_modes_are_refused_in_one_sentence(
+    registry: RegistryThread, path: str, body: dict[str, str], said: str
+) -> None:
+    """Refused with Confluent's 422/42204, saying what was asked and what is served."""
+    refused = httpx.put(registry.url + path, content=json.dumps(body), timeout=10)
     assert refused.status_code == 422
     assert refused.json()["error_code"] == 42204
-    assert "READWRITE only" in refused.json()["message"]
+    message = refused.json()["message"]
+    assert message.startswith(said) and "READWRITE only" in message, message
