@@ -99,7 +99,9 @@ def _auth_middleware(auth: BasicAuth) -> Any:
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         # The liveness probe carries no data, and the dev stack polls it without credentials.
-        if request.path != "/health" and not auth.accepts(request.headers.get("Authorization")):
+        if request.path.rstrip("/") != "/health" and not auth.accepts(
+            request.headers.get("Authorization")
+        ):
             raise RegistryError("Unauthorized", status=401, error_code=401)
         return await handler(request)
 

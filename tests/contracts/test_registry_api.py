@@ -369,7 +369,9 @@ def test_basic_auth(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         assert_error(httpx.get(f"{server.url}/subjects"), 401, 401)
         assert_error(httpx.get(f"{server.url}/subjects", auth=("bizevents", "wrong")), 401, 401)
         assert_error(httpx.get(f"{server.url}/subjects", auth=("someone", password)), 401, 401)
+        assert_error(httpx.get(f"{server.url}/subjects/"), 401, 401)
         assert httpx.get(f"{server.url}/health").status_code == 200
+        assert httpx.get(f"{server.url}/health/").status_code == 200
 
         anonymous = SchemaRegistryClient({"url": server.url, "max.retries": 0})
         with pytest.raises(SchemaRegistryError) as excinfo:
