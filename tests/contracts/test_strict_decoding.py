@@ -254,6 +254,7 @@ def _mysql_source() -> Any:
 
 # -- plain JSON ----------------------------------------------------------------------------------
 
+NONE: dict[int, Any] = {}
 PLAIN_DECODERS = [PlainJsonDecoder(), AutoDecoder()]
 PLAIN_IDS = ["json", "auto"]
 
@@ -328,8 +329,8 @@ def test_plain_json_refuses_rows_that_disagree(
         (PlainJsonDecoder(), b"{nope", "the key is not valid JSON"),
         (JsonSchemaDecoder(), b"{nope", "the key is not valid JSON"),
         (AutoDecoder(), b"\x00\x00\x00\x00\x01\x02", "the key is Confluent Avro, but no schema"),
-        (AvroDecoder({}.__getitem__), b"\x00\x00\x00\x00\x09\x02", "schema id 9 of the key"),
-        (AvroDecoder({}.__getitem__), b"\x07\x00\x00\x00\x09\x02", "the key starts with"),
+        (AvroDecoder(NONE.__getitem__), b"\x00\x00\x00\x00\x09\x02", "schema id 9 of the key"),
+        (AvroDecoder(NONE.__getitem__), b"\x07\x00\x00\x00\x09\x02", "the key starts with"),
     ],
 )
 def test_a_bad_key_is_named_as_the_key(decoder: Any, key: bytes, says: str) -> None:
