@@ -21,7 +21,6 @@ import json
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any, Final
 
 import fastavro
@@ -31,6 +30,16 @@ from base.framing import header
 from capture.exceptions import CaptureError, ValueConversionError
 from capture.pgoutput import Column, Relation, TupleData
 from capture.pgtypes import PgTypeMapper, RowConverter, parse_bytea
+from contracts.binary import (
+    NULL_BRANCH,
+    VALUE_BRANCH,
+    fastavro_signed_bytes,
+    signed_bytes,
+    unscaled,
+    zigzag,
+)
+from contracts.binary import blob as _blob
+from contracts.binary import text as _text
 from contracts.logical import UNAVAILABLE, ColumnType, Field, Kind, encoder_for
 from contracts.technical import AvroEncoder, EnvelopeSchemas, TableSchema
 
@@ -39,17 +48,14 @@ __all__ = [
     "EncodedSource",
     "TableCodec",
     "encoded_ts",
-    "zigzag",
 ]
 
 #: ``source.version``: who wrote the event.
 SOURCE_VERSION: Final = "bizevents-capture-1"
 _F32: Final = struct.Struct("<f")
 _F64: Final = struct.Struct("<d")
-_NULL: Final = b"\x00"
-_SOME: Final = b"\x02"  # union branch 1 (after "null")
-_SMALL: Final = tuple(bytes([z]) for z in range(128))
-_LEN_CACHE: Final = 16_384
+_NULL: Final = NULL_BRANCH
+_SOME: Final = VALUE_BRANCH  # union branch 1 (after "null")
 #: fastavro's writer of one datum into a bytearray (its Cython module exports no stub).
 _write_data: Final[Callable[..., None]] = fastavro_write.write_data  # type: ignore[attr-defined]
 _WRITE_OPTIONS: Final = {
@@ -57,52 +63,6 @@ _WRITE_OPTIONS: Final = {
     "strict_allow_default": False,
     "disable_tuple_notation": True,
 }
-
-
-def zigzag(n: int) -> bytes:
-    """An Avro ``int``/``long``: zig-zag, then a base-128 varint."""
-    z = (n << 1) ^ (n >> 63)
-    if 0 <= z < 128:
-        return _SMALL[z]
-    out = bytearray()
-    while z > 0x7F:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
-
-
-#: The encoded lengths of short strings and bytes (the common case, precomputed).
-_LENGTHS: Final = tuple(zigzag(n) for n in range(_LEN_CACHE))
-
-
-def _blob(raw: bytes) -> bytes:
-    n = len(raw)
-    return (_LENGTHS[n] if n < _LEN_CACHE else zigzag(n)) + raw
-
-
-def _text(value: str) -> bytes:
-    raw = value.encode()
-    n = len(raw)
-    return (_LENGTHS[n] if n < _LEN_CACHE else zigzag(n)) + raw
-
-
-def _unscaled(value: Decimal, scale: int | None) -> tuple[bytes, int]:
-    """Two's-complement big-endian unscaled bytes as fastavro writes them."""
-    if not value.is_finite():
-        raise ValueError(f"{value} has no decimal encoding")
-    sign, digits, exponent = value.as_tuple()
-    assert isinstance(exponent, int)
-    own = -exponent
-    if scale is None:
-        scale = own
-    elif own > scale:
-        raise ValueError(f"{value} has more than {scale} fractional digits")
-    unscaled = int("".join(map(str, digits)) or "0") * 10 ** (scale - own)
-    if sign:
-        unscaled = -unscaled
-    size = (abs(unscaled).bit_length() + 8) // 8
-    return unscaled.to_bytes(size, "big", signed=True), scale
 
 
 Writer = Callable[[str], bytes]
@@ -174,21 +134,20 @@ def _writer(ct: ColumnType, parse: Callable[[str], Any] | None) -> Writer:
                 dot = text.find(".")
                 if (dot < 0 and scale == 0) or (dot >= 0 and len(text) - dot - 1 == scale):
                     try:
-                        unscaled = int(text if dot < 0 else text[:dot] + text[dot + 1 :])
+                        n = int(text if dot < 0 else text[:dot] + text[dot + 1 :])
                     except ValueError:
                         pass
                     else:
-                        size = (abs(unscaled).bit_length() + 8) // 8
-                        return _blob(unscaled.to_bytes(size, "big", signed=True))
-            return _blob(_unscaled(to_decimal(text), scale)[0])
+                        return _blob(fastavro_signed_bytes(n))
+            return _blob(fastavro_signed_bytes(unscaled(to_decimal(text), scale)[0]))
 
         return decimal
     if kind is Kind.VARIABLE_DECIMAL and parse is not None:
         to_decimal = parse
 
         def variable(text: str) -> bytes:
-            raw, scale = _unscaled(to_decimal(text), None)
-            return zigzag(scale) + _blob(raw)
+            n, scale = unscaled(to_decimal(text))
+            return zigzag(scale) + _blob(signed_bytes(n))
 
         return variable
     if kind is Kind.ZONED_TIMESTAMP and parse is not None:

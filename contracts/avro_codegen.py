@@ -34,6 +34,8 @@ from typing import Any, Final
 
 from fastavro.read import LOGICAL_READERS
 
+from contracts.binary import SMALL, read_long, varint
+
 __all__ = [
     "ModelWriter",
     "Reader",
@@ -41,8 +43,6 @@ __all__ = [
     "compile_model_writer",
     "compile_reader",
     "read_int",
-    "read_long",
-    "write_varint",
 ]
 
 Reader = Callable[[bytes, int], tuple[Any, int]]
@@ -51,30 +51,12 @@ Converter = Callable[[Any], Any]
 _PRIMITIVES: Final = frozenset(
     {"null", "boolean", "int", "long", "float", "double", "string", "bytes"}
 )
-_MASK64: Final = (1 << 64) - 1
 _F32: Final = struct.Struct("<f")
 _F64: Final = struct.Struct("<d")
 
 
 class Unsupported(Exception):
     """The schema (or model) has a shape the generator does not cover."""
-
-
-def read_long(buf: bytes, pos: int) -> tuple[int, int]:
-    """A zig-zag varint at ``pos``, as fastavro reads it (64-bit wrap-around included)."""
-    b = buf[pos]
-    pos += 1
-    n = b & 0x7F
-    shift = 7
-    while b & 0x80:
-        if shift > 63:
-            raise ValueError("a varint longer than 10 bytes")
-        b = buf[pos]
-        pos += 1
-        n |= (b & 0x7F) << shift
-        shift += 7
-    n &= _MASK64
-    return (n >> 1) ^ -(n & 1), pos
 
 
 _INT32_LOW: Final = -(2**31)
@@ -347,18 +329,6 @@ ModelWriter = Callable[[Any], bytes]
 
 _INT32: Final = (-(2**31), 2**31)
 _INT64: Final = (-(2**63), 2**63)
-#: zig-zag varints of 0..127 (the common small values and string lengths).
-_SMALL: Final = tuple(bytes([z]) for z in range(128))
-
-
-def write_varint(z: int) -> bytes:
-    """The base-128 varint of a non-negative (already zig-zagged) integer."""
-    out = bytearray()
-    while z > 0x7F:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
 
 
 def _plain_model(cls: type) -> bool:
@@ -400,13 +370,13 @@ def _write_long(g: _Gen, d: int, v: str, bounds: tuple[int, int]) -> None:
     low, high = bounds
     g.emit(d, f"if {v}.__class__ is not int or not {low} <= {v} < {high}:")
     g.emit(d + 1, "raise TypeError('not an integer of the Avro type')")
-    g.emit(d, f"z = ({v} << 1) ^ ({v} >> 63)")
-    g.emit(d, "ap(_SMALL[z] if z < 128 else _varint(z))")
+    g.emit(d, f"z = ({v} << 1) ^ ({v} >> 63)")  # binary.zigzag, inlined
+    g.emit(d, "ap(SMALL[z] if z < 128 else _varint(z))")
 
 
 def _write_blob(g: _Gen, d: int, raw: str) -> None:
     g.emit(d, f"z = len({raw}) << 1")
-    g.emit(d, "ap(_SMALL[z] if z < 128 else _varint(z))")
+    g.emit(d, "ap(SMALL[z] if z < 128 else _varint(z))")
     g.emit(d, f"ap({raw})")
 
 
@@ -467,7 +437,7 @@ def _write(g: _Gen, schema: Any, d: int, v: str) -> None:
     elif t == "enum":
         symbols = schema.get("symbols") or []
         index = g.const(
-            {s: _SMALL[2 * i] if i < 64 else write_varint(2 * i) for i, s in enumerate(symbols)},
+            {s: SMALL[2 * i] if i < 64 else varint(2 * i) for i, s in enumerate(symbols)},
             "index",
         )
         g.emit(d, f"ap({index}[{v} if {v}.__class__ is str else {v}.value])")
@@ -479,7 +449,7 @@ def _write(g: _Gen, schema: Any, d: int, v: str) -> None:
         g.emit(d + 1, "raise TypeError('not a list')")
         g.emit(d, f"if {v}:")
         g.emit(d + 1, f"z = len({v}) << 1")
-        g.emit(d + 1, "ap(_SMALL[z] if z < 128 else _varint(z))")
+        g.emit(d + 1, "ap(SMALL[z] if z < 128 else _varint(z))")
         g.emit(d + 1, f"for {item} in {v}:")
         _write(g, schema.get("items"), d + 2, item)
         g.emit(d, "ap(b'\\x00')")
@@ -489,7 +459,7 @@ def _write(g: _Gen, schema: Any, d: int, v: str) -> None:
         g.emit(d + 1, "raise TypeError('not a dict')")
         g.emit(d, f"if {v}:")
         g.emit(d + 1, f"z = len({v}) << 1")
-        g.emit(d + 1, "ap(_SMALL[z] if z < 128 else _varint(z))")
+        g.emit(d + 1, "ap(SMALL[z] if z < 128 else _varint(z))")
         g.emit(d + 1, f"for {key}, {item} in {v}.items():")
         _write(g, "string", d + 2, key)
         _write(g, schema.get("values"), d + 2, item)
@@ -505,10 +475,10 @@ def _write_union(g: _Gen, branches: list[Any], d: int, v: str) -> None:
         raise Unsupported("a union of several non-null types")
     if nulls:
         g.emit(d, f"if {v} is None:")
-        g.emit(d + 1, f"ap({g.const(_SMALL[2 * nulls[0]], 'branch')})")
+        g.emit(d + 1, f"ap({g.const(SMALL[2 * nulls[0]], 'branch')})")
         g.emit(d, "else:")
         d += 1
-    g.emit(d, f"ap({g.const(_SMALL[2 * others[0]], 'branch')})")
+    g.emit(d, f"ap({g.const(SMALL[2 * others[0]], 'branch')})")
     _write(g, branches[others[0]], d, v)
 
 
@@ -546,8 +516,8 @@ def compile_model_writer(model: type, parsed: Any) -> ModelWriter:
         raise Unsupported("a model's schema is a record")
     g = _Gen(_named_of(parsed))
     g.env.update(
-        _SMALL=_SMALL,
-        _varint=write_varint,
+        SMALL=SMALL,
+        _varint=varint,
         _plain=_plain_models,
         _check_model=_check_model,
     )

@@ -35,6 +35,8 @@ from decimal import Decimal
 from enum import StrEnum
 from typing import Any, Final, Literal
 
+from contracts.binary import decimal_from_unscaled, signed_bytes, unscaled
+
 __all__ = [
     "UNAVAILABLE",
     "UNAVAILABLE_MARKER",
@@ -50,7 +52,6 @@ __all__ = [
     "column_type_from_connect",
     "date_from_days",
     "days_from_date",
-    "decimal_from_unscaled",
     "decoder_for",
     "encoder_for",
     "time_from_micros",
@@ -58,7 +59,6 @@ __all__ = [
     "timestamp_from_micros",
     "timestamp_to_micros",
     "unavailable_placeholder",
-    "unscaled_from_decimal",
 ]
 
 Wire = Literal["avro", "json"]
@@ -537,38 +537,6 @@ def avro_field(field: Mapping[str, Any], named: Mapping[str, Any] | None = None)
 # -- scalar conversions --------------------------------------------------------------
 
 
-def decimal_from_unscaled(raw: bytes, scale: int) -> Decimal:
-    """A decimal from its two's-complement big-endian unscaled bytes and its scale."""
-    unscaled = int.from_bytes(raw, "big", signed=True)
-    # From text, not scaleb(): Decimal arithmetic rounds to the context's 28 digits.
-    return Decimal(f"{unscaled}E{-scale}")
-
-
-def unscaled_from_decimal(value: Decimal, scale: int | None = None) -> tuple[bytes, int]:
-    """The unscaled bytes of ``value`` and the scale they carry.
-
-    With ``scale`` given the value is written at exactly that scale; a value with more
-    fractional digits than that is refused rather than rounded.
-    """
-    if not isinstance(value, Decimal):
-        value = Decimal(value)
-    if not value.is_finite():
-        raise ValueError(f"{value} has no decimal encoding")
-    sign, digits, exponent = value.as_tuple()
-    assert isinstance(exponent, int)
-    unscaled = int("".join(map(str, digits)) or "0")
-    if sign:
-        unscaled = -unscaled
-    own_scale = -exponent
-    if scale is None:
-        scale = own_scale
-    elif own_scale > scale:
-        raise ValueError(f"{value} has more than {scale} fractional digits")
-    unscaled *= 10 ** (scale - own_scale) if scale >= own_scale else 1
-    length = (unscaled + (unscaled < 0)).bit_length() // 8 + 1
-    return unscaled.to_bytes(length, "big", signed=True), scale
-
-
 def date_from_days(days: int) -> date:
     """``io.debezium.time.Date``: days since 1970-01-01."""
     return _EPOCH_DATE + timedelta(days=_int(days))
@@ -1032,11 +1000,11 @@ def _enc_decimal(scale: int, wire: Wire) -> Converter:
             return _UNAVAILABLE_BYTES if wire == "avro" else _UNAVAILABLE_B64
         if not isinstance(value, Decimal | int) or isinstance(value, bool):
             raise TypeError(f"expected a Decimal, got {type(value).__name__}")
-        raw, _ = unscaled_from_decimal(Decimal(value), scale)
+        n, _ = unscaled(Decimal(value), scale)
         if wire == "avro":
             # fastavro writes Decimal itself; give it the value at the column's scale.
-            return decimal_from_unscaled(raw, scale)
-        return base64.b64encode(raw).decode()
+            return Decimal(f"{n}E{-scale}")
+        return base64.b64encode(signed_bytes(n)).decode()
 
     return encode
 
@@ -1047,7 +1015,8 @@ def _enc_variable_decimal(wire: Wire) -> Converter:
             return unavailable_placeholder(ColumnType(Kind.VARIABLE_DECIMAL), wire)
         if not isinstance(value, Decimal | int) or isinstance(value, bool):
             raise TypeError(f"expected a Decimal, got {type(value).__name__}")
-        raw, scale = unscaled_from_decimal(Decimal(value))
+        n, scale = unscaled(Decimal(value))
+        raw = signed_bytes(n)
         return {"scale": scale, "value": raw if wire == "avro" else base64.b64encode(raw).decode()}
 
     return encode

@@ -9,10 +9,11 @@ from typing import Any
 import fastavro
 import pytest
 
-from capture.encoding import TableCodec, _blob, _text, zigzag
+from capture.encoding import TableCodec
 from capture.exceptions import ValueConversionError
 from capture.pgoutput import UNCHANGED_TOAST, Column, Relation, TupleData
 from capture.pgtypes import PgTypeMapper
+from contracts.binary import blob, text
 from contracts.envelope import ChangeEvent, PgPosition, Source, Tombstone
 from contracts.logical import UNAVAILABLE
 from contracts.technical import AvroDecoder
@@ -27,7 +28,7 @@ COLUMNS: list[tuple[str, int, int, list[str | None]]] = [
     ("f4", 700, -1, ["1.5", "-Infinity", "NaN"]),
     ("f8", 701, -1, ["0.1", "1e300", "-0"]),
     ("num", 1700, (12 << 16 | 3) + 4, ["123456789.125", "-0.5", "-128", "0"]),
-    ("free", 1700, -1, ["3.14159265358979323846264338327950288419716939937510", "-1E+5", "0"]),
+    ("free", 1700, -1, ["3.14159265358979323846264338327950288419716939937510", "-1E+5", "-128"]),
     ("cash", 790, -1, ["-$1,234.56", "$0.00", "$128.00"]),
     ("flag", 16, -1, ["t", "f", None]),
     ("t", 25, -1, ['grüße, "world" \\ ✓', "", "x" * 20_000]),
@@ -177,14 +178,6 @@ def test_bad_value_names_table_and_column() -> None:
         c.row(tuple(values))
 
 
-@pytest.mark.parametrize("n", [0, 1, -1, 63, -64, 64, 2**31, -(2**63), 2**63 - 1])
-def test_zigzag_matches_fastavro(n: int) -> None:
-    """Avro longs as fastavro writes them."""
-    out = io.BytesIO()
-    fastavro.schemaless_writer(out, "long", n)
-    assert zigzag(n) == out.getvalue()
-
-
 # Types PostgreSQL can store out of line (variable length), with a type modifier.
 TOASTABLE: list[tuple[int, int]] = [
     (25, -1),  # text
@@ -249,5 +242,5 @@ def test_string_and_bytes_lengths_match_fastavro(n: int) -> None:
     for schema, value in (("string", "x" * n), ("bytes", b"x" * n)):
         out = io.BytesIO()
         fastavro.schemaless_writer(out, fastavro.parse_schema(schema), value)
-        ours = _text(value) if isinstance(value, str) else _blob(value)
+        ours = text(value) if isinstance(value, str) else blob(value)
         assert ours == out.getvalue(), n

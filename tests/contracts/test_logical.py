@@ -21,10 +21,8 @@ from contracts.logical import (
     Unavailable,
     column_type_from_avro,
     column_type_from_connect,
-    decimal_from_unscaled,
     decoder_for,
     encoder_for,
-    unscaled_from_decimal,
 )
 from tests.contracts.strategies import column_types, values_of
 
@@ -303,37 +301,6 @@ def test_bad_wire_values_raise_value_or_type_error(schema: dict[str, Any], wire:
     turn it into DecodeError)."""
     with pytest.raises((ValueError, TypeError, OverflowError)):
         decode_json(schema, wire)
-
-
-@pytest.mark.parametrize(
-    ("raw", "scale", "expected"),
-    [
-        (b"\x00", 0, Decimal(0)),
-        (b"\xff", 0, Decimal(-1)),
-        (b"\x80", 2, Decimal("-1.28")),
-        (b"\x00\x80", 2, Decimal("1.28")),
-        (b"\x01\xe2\x40", 3, Decimal("123.456")),
-        (b"\x01", -2, Decimal("1E+2")),
-    ],
-)
-def test_unscaled_bytes_are_twos_complement(raw: bytes, scale: int, expected: Decimal) -> None:
-    """Connect's decimal bytes are a big-endian two's-complement unscaled integer."""
-    assert decimal_from_unscaled(raw, scale) == expected
-
-
-@given(st.decimals(allow_nan=False, allow_infinity=False))
-def test_unscaled_round_trip_is_exact(value: Decimal) -> None:
-    """Any finite decimal survives unscaled bytes and back, scale included."""
-    raw, scale = unscaled_from_decimal(value)
-    back = decimal_from_unscaled(raw, scale)
-    assert back == value
-    assert back.as_tuple().exponent == value.as_tuple().exponent or value == 0
-
-
-def test_decimal_with_too_many_digits_is_refused() -> None:
-    """Writing 1.234 into a scale-2 column is an error, never a silent rounding."""
-    with pytest.raises(ValueError, match="fractional digits"):
-        unscaled_from_decimal(Decimal("1.234"), 2)
 
 
 @given(st.data(), column_types)
