@@ -42,10 +42,10 @@ from contracts.binary import blob as _blob
 from contracts.binary import text as _text
 from contracts.logical import UNAVAILABLE, ColumnType, Field, Kind, encoder_for
 from contracts.technical import AvroEncoder, EnvelopeSchemas, TableSchema
+from contracts.technical.source import AvroSourceWriter, EncodedSource
 
 __all__ = [
     "SOURCE_VERSION",
-    "EncodedSource",
     "TableCodec",
     "encoded_ts",
 ]
@@ -266,18 +266,6 @@ def _record(slots: Sequence[_Slot], values: TupleData) -> bytes:
     return b"".join(parts)
 
 
-@dataclass(frozen=True, slots=True)
-class EncodedSource:
-    """A transaction's ``source`` bytes up to the per-event LSN, for one table."""
-
-    head: bytes  # version .. txId
-    tail: bytes  # xmin (after lsn)
-
-    def with_lsn(self, lsn: int) -> bytes:
-        """The whole ``source`` record of an event at ``lsn``."""
-        return self.head + _SOME + zigzag(lsn) + self.tail
-
-
 _OPS: Final = {op: _text(op) for op in ("c", "u", "d", "r", "t")}
 
 
@@ -350,10 +338,16 @@ class TableCodec:
         self.key_schema_id: int | None = None
         self.value_schema_id: int | None = None
         self._schema_name = relation.name
-        self._source_common = (
-            _SOME + _text(SOURCE_VERSION) + _text("postgresql") + _text(server),
-            _text(database) + _NULL,  # db, sequence (ts_us follows)
-            _NULL + _text(relation.namespace) + _text(relation.name),  # ts_ns, schema, table
+        self._source = AvroSourceWriter(
+            "postgresql",
+            {
+                "version": SOURCE_VERSION,
+                "connector": "postgresql",
+                "name": server,
+                "db": database,
+                "schema": relation.namespace,
+                "table": relation.name,
+            },
         )
         self.events = 0
 
@@ -421,19 +415,11 @@ class TableCodec:
     def source(
         self, commit_ms: int, commit_us: int | None, snapshot: str, tx_id: int | None
     ) -> EncodedSource:
-        """The ``source`` bytes shared by one transaction's (or snapshot's) events."""
-        first, middle, last = self._source_common
-        head = (
-            first
-            + zigzag(commit_ms)
-            + _NULL
-            + _text(snapshot)
-            + middle
-            + (_NULL if commit_us is None else _SOME + zigzag(commit_us))
-            + last
-            + (_NULL if tx_id is None else _SOME + zigzag(tx_id))
+        """The ``source`` bytes shared by one transaction's (or snapshot's) events,
+        open at the per-event LSN."""
+        return self._source.around(
+            "lsn", {"ts_ms": commit_ms, "snapshot": snapshot, "ts_us": commit_us, "txId": tx_id}
         )
-        return EncodedSource(head, _NULL)
 
     def envelope(
         self,

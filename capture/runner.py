@@ -48,7 +48,7 @@ from base.kafka import produce
 from base.registry import registry_client
 from capture import postgres as pg
 from capture.config import CaptureConfig
-from capture.encoding import EncodedSource, TableCodec, encoded_ts
+from capture.encoding import TableCodec, encoded_ts
 from capture.exceptions import CaptureError, KafkaDeliveryError
 from capture.metrics import CaptureStats
 from capture.offsets import AckTracker, SnapshotState, Tx
@@ -73,6 +73,7 @@ from contracts.business import (
     HEADER_SOURCE_POSITION,
     HEADER_SOURCE_TOPIC,
 )
+from contracts.technical.source import EncodedSource
 
 __all__ = ["HEADER_CAPTURE_FORMAT", "HEADER_CAPTURE_TABLE", "CaptureEndpoints", "PostgresCapture"]
 
@@ -393,8 +394,10 @@ class PostgresCapture:
                 self._codecs[info.oid] = codec
                 table = info.qualified
                 log = self.log.bind(table=table)
-                src = codec.source(started_ms, started_ms * 1000, "true", None).with_lsn(point)
-                last_src = codec.source(started_ms, started_ms * 1000, "last", None).with_lsn(point)
+                src = codec.source(started_ms, started_ms * 1000, "true", None).with_long(point)
+                last_src = codec.source(started_ms, started_ms * 1000, "last", None).with_long(
+                    point
+                )
                 total = counts[info.oid]
                 done = 0
                 topic = codec.topic
@@ -582,7 +585,7 @@ class PostgresCapture:
                 if src is None:
                     src = sources[m.relation.oid] = codec.source(commit_ms, commit_us, "false", xid)
                 new = m.new
-                s = src.with_lsn(msg.data_start)
+                s = src.with_long(msg.data_start)
                 try:
                     key = codec.key(new)
                     value = codec.envelope("c", None, codec.row(new), s, now_ms)
@@ -602,7 +605,7 @@ class PostgresCapture:
                 src = sources.get(m.relation.oid)
                 if src is None:
                     src = sources[m.relation.oid] = codec.source(commit_ms, commit_us, "false", xid)
-                s = src.with_lsn(msg.data_start)
+                s = src.with_long(msg.data_start)
                 try:
                     n = self._row_change(m, codec, s, now_ms, send)
                 except CaptureError as exc:
@@ -644,7 +647,7 @@ class PostgresCapture:
                         )
                         continue
                     src = codec.source(commit_ms, commit_us, "false", xid)
-                    value = codec.envelope("t", None, None, src.with_lsn(msg.data_start), now_ms)
+                    value = codec.envelope("t", None, None, src.with_long(msg.data_start), now_ms)
                     for p in partitions:
                         send(codec.topic, None, value, p)
                     tx.pending += len(partitions)

@@ -58,3 +58,8 @@ class RegistryError(BizeventsError):
         self.status = status
         self.error_code = error_code
         super().__init__(message)
+
+
+class InvalidRecord(Exception):
+    """Raised inside the technical decoders; their ``decode`` turns it into a
+    :class:`DecodeError` naming the record's coordinates."""

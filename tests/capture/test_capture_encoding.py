@@ -127,7 +127,7 @@ def test_envelope_bytes_equal_avro_encoder(op: str, k: int) -> None:
         ts_ms=1_714_567_899_000,
     )
     want_key, want_value = c.reference_encoder.encode(event)
-    src = c.source(1_714_567_890_123, 1_714_567_890_123_456, snapshot, 777).with_lsn(0x16B374D848)
+    src = c.source(1_714_567_890_123, 1_714_567_890_123_456, snapshot, 777).with_long(0x16B374D848)
     row = c.row(values)
     got = c.envelope(
         op,
@@ -146,7 +146,7 @@ def test_tombstone_key_and_decoding_back() -> None:
     schemas = {7: c.schemas.key, 8: c.schemas.value}
     decoder = AvroDecoder(schemas.__getitem__)
     values = rows()[0]
-    src = c.source(1, None, "last", None).with_lsn(5)
+    src = c.source(1, None, "last", None).with_long(5)
     value = c.envelope("r", None, c.row(values), src, 2)
     event = decoder.decode(c.key(values), value)
     assert isinstance(event, ChangeEvent)
@@ -165,7 +165,7 @@ def test_unchanged_toast_is_the_unavailable_marker() -> None:
     converted = c._row_converter(tuple(values))
     event = ChangeEvent("u", source(), None, converted, {"id": 1}, 3)
     _, want = c.reference_encoder.encode(event)
-    src = c.source(1_714_567_890_123, 1_714_567_890_123_456, "false", 777).with_lsn(0x16B374D848)
+    src = c.source(1_714_567_890_123, 1_714_567_890_123_456, "false", 777).with_long(0x16B374D848)
     assert c.envelope("u", None, c.row(tuple(values)), src, 3) == want
 
 
@@ -229,7 +229,7 @@ def test_unchanged_toast_of_every_toastable_type_decodes_to_unavailable(
     decoder = AvroDecoder(
         lambda i: json.dumps(c.schemas.key if i == 7 else c.schemas.value)  # type: ignore[arg-type]
     )
-    src = c.source(1, 1, "false", 1).with_lsn(1)
+    src = c.source(1, 1, "false", 1).with_long(1)
     values = ("1", UNCHANGED_TOAST)
     event = decoder.decode(c.key(values), c.envelope("u", None, c.row(values), src, 3))
     assert isinstance(event, ChangeEvent) and event.after is not None

@@ -1,0 +1,254 @@
+"""Confluent-framed Avro technical records, read by generated readers with fastavro as
+the reference."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import fastavro
+
+from base.errors import TransientError
+from base.framing import FramingError, unframe
+from contracts.avro_codegen import Reader, Unsupported, compile_reader
+from contracts.envelope import (
+    ChangeEvent,
+    Headers,
+    Row,
+    Source,
+)
+from contracts.exceptions import Coordinates, InvalidRecord
+from contracts.logical import (
+    Field,
+    avro_field,
+    decoder_for,
+    struct_decoder,
+)
+from contracts.technical.events import (
+    SchemaLookup,
+    _BytesDecoder,
+    _decoded,
+    _event,
+)
+from contracts.technical.source import (
+    read_source,
+    trusts_source,
+)
+
+# -- Avro ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _AvroPlan:
+    schema: Any
+    decode_row: Callable[[Any], Row]
+    source_of: Callable[[Any], Source] = read_source
+    #: The generated reader (rows already converted), or None where fastavro reads.
+    read: Reader | None = None
+
+
+def _read_trusted_source(d: Any) -> Source:
+    return read_source(d, checked=False)
+
+
+def _as_is(row: Any) -> Row:
+    return row  # type: ignore[no-any-return]
+
+
+def _generated(schema: Any, **conversions: Any) -> Reader | None:
+    """The generated reader of a schema, or None when it has a shape not covered."""
+    try:
+        return compile_reader(schema, **conversions)
+    except Unsupported:
+        return None
+
+
+def _conversions(fields: Sequence[Field]) -> dict[str, Callable[[Any], Any]]:
+    """What ``struct_decoder(fields, "avro")`` applies, column by column, but the int32
+    range checks: the generated reader refuses such ints as it reads them."""
+    found = {}
+    for f in fields:
+        convert = decoder_for(f.type, "avro", ranges=False)
+        if convert is not None:
+            found[f.name] = convert
+    return found
+
+
+def _read_generated(plan: _AvroPlan, data: bytes) -> Any:
+    """The record a plan's generated reader reads from a framed message, or None.
+
+    None also when the generated reader fails: fastavro then reads the record and its
+    verdict (value or error) stands.
+    """
+    read = plan.read
+    if read is None or data.__class__ is not bytes:
+        return None
+    try:
+        record, end = read(data, 5)
+    except Exception:
+        return None
+    return record if end == len(data) else None
+
+
+def _named(parsed: Any) -> Mapping[str, Any]:
+    named = parsed.get("__named_schemas") if isinstance(parsed, dict) else None
+    return named if isinstance(named, dict) else {}
+
+
+def _resolve(schema: Any, named: Mapping[str, Any]) -> Any:
+    if isinstance(schema, list):
+        branches = [s for s in schema if s != "null"]
+        schema = branches[0] if len(branches) == 1 else None
+    if isinstance(schema, str):
+        schema = named.get(schema)
+    return schema
+
+
+def _record_fields(schema: Any, named: Mapping[str, Any], what: str) -> list[Field]:
+    schema = _resolve(schema, named)
+    if not isinstance(schema, dict) or schema.get("type") != "record":
+        raise InvalidRecord(f"the schema of {what} is not an Avro record")
+    return [avro_field(f, named) for f in schema.get("fields", ())]
+
+
+def _value_row_schema(envelope: Any, named: Mapping[str, Any]) -> Any:
+    if not isinstance(envelope, dict) or envelope.get("type") != "record":
+        raise InvalidRecord("the value schema is not an Avro record")
+    fields = {f.get("name"): f.get("type") for f in envelope.get("fields", ())}
+    if "op" not in fields or "source" not in fields:
+        raise InvalidRecord("the value schema is not a Debezium envelope (no op or source)")
+    row = fields.get("after") or fields.get("before")
+    if row is None:
+        return None
+    return row
+
+
+def _unframe(data: bytes, what: Literal["the key", "the value"]) -> tuple[int, memoryview]:
+    try:
+        return unframe(data)
+    except FramingError as exc:
+        raise InvalidRecord(f"{what} {exc}") from None
+
+
+def _read_avro(body: memoryview, schema: Any, what: str) -> Any:
+    buffer = io.BytesIO(body)
+    try:
+        record = fastavro.schemaless_reader(buffer, schema, None)
+    except Exception as exc:
+        raise InvalidRecord(f"the Avro body of {what} does not match its schema ({exc!r})") from exc
+    if buffer.tell() != len(body):
+        left = len(body) - buffer.tell()
+        raise InvalidRecord(f"{left} bytes left after the Avro record of {what}")
+    return record
+
+
+class AvroDecoder(_BytesDecoder):
+    """Decodes Confluent-framed Avro records, looking writer schemas up by id.
+
+    Parsed schemas and their conversion plans are cached per id, so the lookup runs
+    once per schema, not once per record. Records are read by a reader generated per
+    schema (:mod:`contracts.avro_codegen`, rows converted as they are read); where it
+    fails or does not cover the schema, fastavro reads the record and its result or
+    error stands. ``generated=False`` reads everything with fastavro (the reference
+    the generated readers are tested against).
+    """
+
+    def __init__(self, schema_for_id: SchemaLookup, *, generated: bool = True) -> None:
+        self._lookup = schema_for_id
+        self._generated = generated
+        self._schemas: dict[int, Any] = {}
+        self._values: dict[int, _AvroPlan] = {}
+        self._keys: dict[int, _AvroPlan] = {}
+
+    def _schema(self, schema_id: int, what: str) -> Any:
+        parsed = self._schemas.get(schema_id)
+        if parsed is not None:
+            return parsed
+        try:
+            raw = self._lookup(schema_id)
+        except TransientError:
+            raise
+        except Exception as exc:
+            raise InvalidRecord(f"unknown schema id {schema_id} of {what} ({exc!r})") from exc
+        if raw is None:
+            raise InvalidRecord(f"unknown schema id {schema_id} of {what}")
+        if isinstance(raw, str | bytes):
+            raw = json.loads(raw)
+        parsed = raw if isinstance(raw, dict) and raw.get("__fastavro_parsed") else None
+        if parsed is None:
+            parsed = fastavro.parse_schema(raw)
+        self._schemas[schema_id] = parsed
+        return parsed
+
+    def _value_plan(self, schema_id: int) -> _AvroPlan:
+        plan = self._values.get(schema_id)
+        if plan is None:
+            schema = self._schema(schema_id, "the value")
+            named = _named(schema)
+            row_schema = _value_row_schema(schema, named)
+            fields = [] if row_schema is None else _record_fields(row_schema, named, "a row")
+            source_schema = next(f["type"] for f in schema["fields"] if f["name"] == "source")
+            trusted = trusts_source(source_schema, lambda t: _resolve(t, named))
+            row = _conversions(fields)
+            plan = _AvroPlan(
+                schema,
+                struct_decoder(fields, "avro"),
+                _read_trusted_source if trusted else read_source,
+                _generated(schema, fields={"before": row, "after": row})
+                if self._generated
+                else None,
+            )
+            self._values[schema_id] = plan
+        return plan
+
+    def _key_plan(self, schema_id: int) -> _AvroPlan:
+        plan = self._keys.get(schema_id)
+        if plan is None:
+            schema = self._schema(schema_id, "the key")
+            fields = _record_fields(schema, _named(schema), "the key")
+            plan = _AvroPlan(
+                schema,
+                struct_decoder(fields, "avro"),
+                read=_generated(schema, convert=_conversions(fields)) if self._generated else None,
+            )
+            self._keys[schema_id] = plan
+        return plan
+
+    def decode_key(self, key: bytes) -> Row:
+        """The key record of a Confluent-framed Avro key (raises ``InvalidRecord``)."""
+        schema_id, body = _unframe(key, "the key")
+        plan = self._key_plan(schema_id)
+        record = _read_generated(plan, key)
+        if record is not None:
+            return record  # type: ignore[no-any-return]
+        record = _read_avro(body, plan.schema, "the key")
+        if not isinstance(record, dict):
+            raise InvalidRecord("the key is not a record")
+        return _decoded(record, "the key", plan.decode_row)
+
+    def decode_value(
+        self, value: bytes, key: Row | None, where: Coordinates, headers: Headers
+    ) -> ChangeEvent:
+        schema_id, body = _unframe(value, "the value")
+        plan = self._value_plan(schema_id)
+        record = _read_generated(plan, value)
+        if record is not None:
+            try:
+                return _event(record, key, _as_is, where, headers, plan.source_of)
+            except InvalidRecord:
+                pass  # fastavro's record and the row decoder give the reason below
+        # fastavro reads an Avro int of more than 32 bits: the row decoder and read_source
+        # check the ranges the generated reader checked.
+        record = _read_avro(body, plan.schema, "the value")
+        return _event(record, key, plan.decode_row, where, headers)
+
+    def _key_bytes(self, key: bytes) -> Row:
+        return self.decode_key(key)
+
+    def _value_bytes(
+        self, value: bytes, key: Row | None, where: Coordinates, headers: Headers
+    ) -> ChangeEvent:
+        return self.decode_value(value, key, where, headers)

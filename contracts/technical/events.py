@@ -1,0 +1,170 @@
+"""The steps every technical decoder shares: the envelope payload checked and built into a
+ChangeEvent or Tombstone, failures turned into one DecodeError."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+from base.errors import TransientError
+from contracts.envelope import (
+    NO_COORDINATES,
+    OP_CREATE,
+    OP_DELETE,
+    OP_READ,
+    OP_TRUNCATE,
+    OP_UPDATE,
+    OPS,
+    ChangeEvent,
+    Headers,
+    Op,
+    Row,
+    Source,
+    Tombstone,
+    Transaction,
+    headers_tuple,
+)
+from contracts.exceptions import Coordinates, DecodeError, InvalidRecord
+from contracts.logical import (
+    ColumnError,
+)
+from contracts.technical.source import (
+    read_source,
+)
+
+__all__ = ["Decoded", "Encoding", "RawHeaders", "SchemaLookup"]
+
+Encoding = Literal["avro", "json_schema", "json"]
+Decoded = ChangeEvent | Tombstone
+RawHeaders = Sequence[tuple[str, bytes | None]] | None
+#: Returns the writer schema registered under an id (a JSON string, a dict, or a
+#: schema fastavro already parsed); raises ``KeyError``/``LookupError`` or returns
+#: ``None`` for an unknown id.
+SchemaLookup = Callable[[int], Any]
+
+
+def _transaction(d: Any) -> Transaction | None:
+    if d is None:
+        return None
+    if not isinstance(d, dict):
+        raise InvalidRecord("transaction must be a struct")
+    tid = d.get("id")
+    total = d.get("total_order")
+    order = d.get("data_collection_order")
+    if not isinstance(tid, str) or type(total) is not int or type(order) is not int:
+        raise InvalidRecord("transaction needs id (string), total_order and data_collection_order")
+    return Transaction(tid, total, order)
+
+
+def _row(value: Any, which: str, decode_row: Callable[[Any], Row]) -> Row | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise InvalidRecord(f"{which} must be a struct, not {type(value).__name__}")
+    return _decoded(value, which, decode_row)
+
+
+def _decoded(value: Any, which: str, decode_row: Callable[[Any], Row]) -> Row:
+    """``decode_row(value)``; a failure says which column of which row it was."""
+    try:
+        return decode_row(value)
+    except InvalidRecord:
+        raise
+    except ColumnError as exc:
+        raise InvalidRecord(f"column {exc.column!r} of {which}: {exc.problem}") from exc
+    except Exception as exc:
+        raise InvalidRecord(f"{which}: {exc}") from exc
+
+
+def _event(
+    payload: Any,
+    key: Row | None,
+    decode_row: Callable[[Any], Row],
+    where: Coordinates,
+    headers: Headers,
+    source_of: Callable[[Any], Source] = read_source,
+) -> ChangeEvent:
+    if not isinstance(payload, dict):
+        raise InvalidRecord("the envelope is not a struct")
+    op = payload.get("op")
+    if op is None:
+        raise InvalidRecord("the envelope has no op")
+    if op not in OPS:
+        raise InvalidRecord(f"op {op!r} is not one of c, u, d, r, t")
+    source = source_of(payload.get("source"))
+    before = _row(payload.get("before"), "before", decode_row)
+    after = _row(payload.get("after"), "after", decode_row)
+    if op in (OP_CREATE, OP_READ, OP_UPDATE) and after is None:
+        raise InvalidRecord(f"op {op!r} without an after row")
+    if op == OP_DELETE and after is not None:
+        raise InvalidRecord("a delete with an after row")
+    if op == OP_TRUNCATE and (before is not None or after is not None):
+        raise InvalidRecord("a truncate with rows")
+    ts_ms = payload.get("ts_ms")
+    if ts_ms is not None and type(ts_ms) is not int:
+        raise InvalidRecord(f"ts_ms must be an integer, not {type(ts_ms).__name__}")
+    op_literal: Op = op
+    return ChangeEvent(
+        op=op_literal,
+        source=source,
+        before=before,
+        after=after,
+        key=key,
+        ts_ms=ts_ms,
+        transaction=_transaction(payload.get("transaction")),
+        coordinates=where,
+        headers=headers,
+    )
+
+
+def _tombstone(key: Row | None, where: Coordinates, headers: Headers) -> Tombstone:
+    if key is None:
+        raise InvalidRecord("a record with neither key nor value")
+    return Tombstone(key, where, headers)
+
+
+def _guard(where: Coordinates, run: Callable[[], Decoded]) -> Decoded:
+    try:
+        return run()
+    except InvalidRecord as exc:
+        raise DecodeError(str(exc), where) from None
+    except (DecodeError, TransientError):
+        raise
+    except Exception as exc:
+        raise DecodeError(f"{type(exc).__name__}: {exc}", where) from exc
+
+
+def _coordinates(where: Coordinates | None) -> Coordinates:
+    return NO_COORDINATES if where is None else where
+
+
+class _BytesDecoder:
+    """The order every decoder follows: the key, then the value or a tombstone; any
+    failure becomes a :class:`DecodeError` naming the record's coordinates."""
+
+    def _key_bytes(self, key: bytes) -> Row:
+        raise NotImplementedError
+
+    def _value_bytes(
+        self, value: bytes, key: Row | None, where: Coordinates, headers: Headers
+    ) -> ChangeEvent:
+        raise NotImplementedError
+
+    def decode(
+        self,
+        key: bytes | None,
+        value: bytes | None,
+        coordinates: Coordinates | None = None,
+        headers: RawHeaders = None,
+    ) -> Decoded:
+        """A change event, or a tombstone when ``value`` is ``None``."""
+        where = _coordinates(coordinates)
+
+        def run() -> Decoded:
+            hdrs = headers_tuple(headers)
+            key_row = None if key is None else self._key_bytes(key)
+            if value is None:
+                return _tombstone(key_row, where, hdrs)
+            return self._value_bytes(value, key_row, where, hdrs)
+
+        return _guard(where, run)
