@@ -34,12 +34,8 @@ def postgres(ctx: click.Context, capture_config: Path) -> None:
     """
     from capture.config import load_capture_config
     from capture.metrics import CaptureStats, serve_metrics
-    from capture.runner import (
-        CaptureEndpoints,
-        PostgresCapture,
-        on_terminal,
-        print_progress_factory,
-    )
+    from capture.progress import on_terminal, print_progress_factory
+    from capture.runner import CaptureEndpoints, PostgresCapture
 
     settings = settings_of(ctx)
     config = load_capture_config(capture_config)

@@ -35,7 +35,7 @@ from translators._faust import (
 )
 from translators.exceptions import PluginError
 from translators.settings import TranslateSettings
-from translators.worker import check_contracts, readers, technical_topics
+from translators.topology import check_contracts, readers, technical_topics
 
 REPO = Path(__file__).resolve().parents[2]
 

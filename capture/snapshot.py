@@ -1,0 +1,102 @@
+"""The initial snapshot: every table read in the slot's exported snapshot, as op ``r``."""
+
+import json
+import time
+
+from base.kafka import produce
+from capture import postgres as pg
+from capture.core import CaptureCore, _Stop
+from capture.encoding import encoded_ts
+from capture.exceptions import CaptureError
+from capture.pgoutput import (
+    format_lsn,
+)
+
+__all__ = ["Snapshotting"]
+
+
+class Snapshotting(CaptureCore):
+    """Reads the snapshot exported with the slot (step 2 of :mod:`capture.runner`)."""
+
+    def _snapshot(self, snapshot_name: str, point: int) -> None:
+        cfg = self.config
+        producer = self._producer
+        assert producer is not None
+        conn = pg.connect(self.endpoints.dsn, autocommit=False, application="bizevents-snapshot")
+        try:
+            pg.begin_snapshot(conn, snapshot_name)
+            infos = list(self._infos.values())
+            counts = {i.oid: pg.count_rows(conn, i.relation) for i in infos}
+            for info in infos:
+                self.stats.snapshot_expected[info.qualified] = counts[info.oid]
+                self.stats.snapshot_rows[info.qualified] = 0
+            last_oid = next((i.oid for i in reversed(infos) if counts[i.oid]), None)
+            tracker = self._tracker
+            tx = tracker.begin(None)
+            ack = tx.ack
+
+            def dead_letter(
+                topic: str,
+                key: bytes | None,
+                value: bytes,
+                headers: list[tuple[str, str | bytes | None]],
+            ) -> None:
+                produce(producer, topic, value, key, headers=headers, on_delivery=ack)
+
+            started_ms = int(time.time() * 1000)
+            self.log.info("snapshot started", tables=len(infos), rows=sum(counts.values()))
+            for info in infos:
+                codec = self._codec(info.relation, info)
+                self._codecs[info.oid] = codec
+                table = info.qualified
+                log = self.log.bind(table=table)
+                src = codec.source(started_ms, started_ms * 1000, "true", None).with_long(point)
+                last_src = codec.source(started_ms, started_ms * 1000, "last", None).with_long(
+                    point
+                )
+                total = counts[info.oid]
+                done = 0
+                topic = codec.topic
+                row_of, key_of, envelope = codec.row, codec.key, codec.envelope
+                for rows in pg.read_snapshot_rows(conn, info.relation, cfg.snapshot_fetch_rows):
+                    now_ms = encoded_ts(int(time.time() * 1000))
+                    for values in rows:
+                        done += 1
+                        s = last_src if (done == total and info.oid == last_oid) else src
+                        try:
+                            value = envelope("r", None, row_of(values), s, now_ms)
+                            key = key_of(values)
+                        except CaptureError as exc:
+                            raw = json.dumps(list(values)).encode()
+                            n = self._conversion_failed(table, raw, None, exc, dead_letter)
+                            tx.pending += n
+                            tracker.in_flight += n
+                            continue
+                        produce(producer, topic, value, key, on_delivery=ack)
+                        tx.pending += 1
+                        tracker.in_flight += 1
+                    codec.events += len(rows)
+                    self.stats.snapshot_rows[table] = done
+                    self.stats.events[table] = codec.events
+                    if self._progress is not None:
+                        self._progress(table, done, max(total, done))
+                    producer.poll(0)
+                    self._check_delivery()
+                    self._backpressure(None)
+                    if self.stopping:
+                        raise _Stop
+                log.info("table snapshot read", rows=done)
+            conn.commit()
+            tracker.commit(tx, point)
+        finally:
+            conn.close()
+        # Done only once every snapshot event is acknowledged.
+        while self._tracker.in_flight > 0:
+            producer.poll(0.2)
+            self._check_delivery()
+            if self.aborting:
+                raise _Stop
+        self._tracker.confirmable()
+        if self._snapshot_finished is not None:
+            self._snapshot_finished()
+        self.log.info("snapshot in Kafka", consistent_point=format_lsn(point))

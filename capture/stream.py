@@ -1,0 +1,350 @@
+"""Streaming: pgoutput messages from the slot to technical topics.
+
+Step 3 of :mod:`capture.runner`."""
+
+import select
+import time
+from collections.abc import Callable
+from contextlib import suppress
+from typing import Any
+
+import psycopg2
+import psycopg2.extras
+
+from base.kafka import produce
+from capture import postgres as pg
+from capture.core import CaptureCore
+from capture.encoding import TableCodec, encoded_ts
+from capture.exceptions import CaptureError
+from capture.offsets import Tx
+from capture.pgoutput import (
+    UNCHANGED_TOAST,
+    Begin,
+    Commit,
+    Delete,
+    Insert,
+    PgOutputDecoder,
+    Relation,
+    Truncate,
+    Update,
+    format_lsn,
+)
+from capture.pgtypes import PgTypeMapper, enum_types_from_rows
+from capture.sink import create_topics
+from contracts.technical.source import EncodedSource
+
+__all__ = ["Streaming"]
+
+_POLL_EVERY = 512  # messages between producer polls on a busy stream
+
+
+class Streaming(CaptureCore):
+    """Reads the slot and writes each change, acknowledging by transaction."""
+
+    def _heartbeat(self, side: pg.Connection) -> None:
+        cfg = self.config
+        with side.cursor() as cur:
+            if cfg.heartbeat_emit:
+                cur.execute("SELECT pg_logical_emit_message(false, 'bizevents-heartbeat', '')")
+            cur.execute(
+                "SELECT (pg_current_wal_lsn() - confirmed_flush_lsn)::bigint "
+                "FROM pg_replication_slots WHERE slot_name = %s",
+                (cfg.slot_name,),
+            )
+            row = cur.fetchone()
+        self.stats.lag_bytes = int(row[0]) if row and row[0] is not None else None
+        for codec in self._codecs.values():
+            self.stats.events[codec.relation.qualified_name] = codec.events
+
+    def _on_relation(self, relation: Relation, side: pg.Connection) -> None:
+        current = self._codecs.get(relation.oid)
+        shape = [(c.name, c.type_oid, c.type_modifier) for c in relation.columns]
+        if current is not None:
+            old = current.relation
+            same = [(c.name, c.type_oid, c.type_modifier) for c in old.columns] == shape
+            if same and old.replica_identity == relation.replica_identity:
+                return
+        info = self._infos.get(relation.oid)
+        if info is None or current is not None:
+            # A new table of the publication, or a changed one: read the catalog again.
+            (info,) = pg.describe_tables(side, [relation.qualified_name])
+            self._infos[relation.oid] = info
+            assert self._admin is not None
+            create_topics(self._admin, [self._topic(relation)], self.config)
+        known = {c.type_oid for c in relation.columns}
+        if any(self._types.type_name(o).startswith("oid ") for o in known):
+            labels, arrays = enum_types_from_rows(pg.load_enum_rows(side))
+            self._types = PgTypeMapper(
+                enum_labels=labels,
+                array_elements=arrays,
+                unknown_as_text=self.config.unknown_as_text,
+            )
+        self._codecs[relation.oid] = self._codec(relation, info)
+
+    def _stream(self, cursor: psycopg2.extras.ReplicationCursor, side: pg.Connection) -> None:
+        cfg = self.config
+        cursor.start_replication(
+            slot_name=cfg.slot_name,
+            decode=False,
+            options={"proto_version": "1", "publication_names": cfg.publication_name},
+            status_interval=max(1.0, cfg.heartbeat_interval_s),
+        )
+        self.log.info("streaming", publication=cfg.publication_name)
+        _SlotReader(self, cursor, side).run()
+        # Stopping: everything read is acknowledged, then confirmed.
+        self._drain()
+        self._check_delivery()
+        self._feedback(cursor, force=True)
+        self._await_confirmed(side)
+
+    def _row_change(
+        self,
+        m: Insert | Update | Delete,
+        codec: TableCodec,
+        src: bytes,
+        now_ms: bytes,
+        send: Callable[..., None],
+    ) -> int:
+        # Every record is made before any is sent: a value that does not convert leaves
+        # nothing half-written.
+        if isinstance(m, Insert):
+            key = codec.key(m.new)
+            send(codec.topic, key, codec.envelope("c", None, codec.row(m.new), src, now_ms))
+            return 1
+        if isinstance(m, Delete):
+            key = codec.key(m.old)
+            value = codec.envelope("d", codec.row(m.old), None, src, now_ms)
+            send(codec.topic, key, value)
+            send(codec.topic, key, None)
+            return 2
+        new = m.new
+        old = m.old
+        if m.old_kind == "O" and old is not None:
+            # REPLICA IDENTITY FULL: the old row has the values an unchanged TOAST hides.
+            new = tuple(o if v is UNCHANGED_TOAST else v for v, o in zip(new, old, strict=True))
+        new_key = codec.key(new)
+        if old is not None:
+            old_key = codec.key(old)
+            if old_key != new_key:
+                # The key changed: a delete (and tombstone) of the old key, a create of the new.
+                deleted = codec.envelope("d", codec.row(old), None, src, now_ms)
+                created = codec.envelope("c", None, codec.row(new), src, now_ms)
+                send(codec.topic, old_key, deleted)
+                send(codec.topic, old_key, None)
+                send(codec.topic, new_key, created)
+                return 3
+        before = codec.row(old) if (old is not None and m.old_kind == "O") else None
+        send(codec.topic, new_key, codec.envelope("u", before, codec.row(new), src, now_ms))
+        return 1
+
+    def _unconvertible(
+        self,
+        m: Insert | Update | Delete,
+        raw: bytes,
+        lsn: int,
+        exc: CaptureError,
+        side: pg.Connection,
+        src: bytes,
+        now_ms: bytes,
+        send: Callable[..., None],
+    ) -> int:
+        """A change that did not convert: with fresh types if they changed, else handled
+        as ``on_conversion_error`` says. Returns the records sent (all acknowledged
+        before the slot passes the change)."""
+        relation = m.relation
+        if self._refresh_types(relation.oid, side):
+            try:
+                return self._row_change(m, self._codecs[relation.oid], src, now_ms, send)
+            except CaptureError as again:
+                exc = again
+        return self._conversion_failed(relation.qualified_name, raw, lsn, exc, send)
+
+    def _refresh_types(self, oid: int, side: pg.Connection) -> bool:
+        """Reload the enum labels; when they changed, a new codec (and value schema) for
+        the table. pgoutput sends no Relation message for ``ALTER TYPE ... ADD VALUE``."""
+        labels, arrays = enum_types_from_rows(pg.load_enum_rows(side))
+        if labels == self._types._enums:
+            return False
+        self._types = PgTypeMapper(
+            enum_labels=labels, array_elements=arrays, unknown_as_text=self.config.unknown_as_text
+        )
+        old = self._codecs[oid]
+        self._codecs[oid] = self._codec(old.relation, self._infos[oid])
+        self._codecs[oid].events = old.events
+        self.stats.schema_refreshes += 1
+        self.log.info(
+            "enum labels changed: value schema registered again",
+            table=old.relation.qualified_name,
+            value_schema_id=self._codecs[oid].value_schema_id,
+        )
+        return True
+
+    def _await_confirmed(self, side: pg.Connection) -> None:
+        """Wait (briefly) until the server shows the slot confirmed where we said."""
+        want = self._last_sent_lsn
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            slot = pg.slot_info(side, self.config.slot_name)
+            if slot is None or (slot.confirmed_flush_lsn or 0) >= want:
+                self.log.info("stopped; slot confirmed", lsn=format_lsn(want))
+                return
+            time.sleep(0.1)
+        self.log.warning(
+            "the server did not show the confirmed position in time", lsn=format_lsn(want)
+        )
+
+
+class _SlotReader:
+    """One stream's loop: each pgoutput message to its handler, the producer polled and
+    the slot confirmed between them. Holds the open transaction's state."""
+
+    def __init__(
+        self, capture: Streaming, cursor: psycopg2.extras.ReplicationCursor, side: pg.Connection
+    ) -> None:
+        assert capture._producer is not None
+        self.capture = capture
+        self.cursor = cursor
+        self.side = side
+        self.producer = capture._producer
+        self.tracker = capture._tracker
+        self.codecs = capture._codecs
+        self.partitions = range(capture.config.partitions)
+        self.tx: Tx | None = None
+        self.ack: Callable[..., None] | None = None
+        self.sources: dict[int, EncodedSource] = {}
+        self.commit_ms = self.commit_us = 0
+        self.now_ms = b""
+        self.xid: int | None = None
+        self.handlers: dict[type, Callable[[Any, Any], None]] = {
+            Insert: self.on_row,
+            Update: self.on_row,
+            Delete: self.on_row,
+            Begin: self.on_begin,
+            Commit: self.on_commit,
+            Relation: self.on_relation,
+            Truncate: self.on_truncate,
+        }
+
+    def send(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        partition: int = -1,
+        headers: list[tuple[str, str | bytes | None]] | None = None,
+    ) -> None:
+        produce(
+            self.producer,
+            topic,
+            value,
+            key,
+            partition=partition,
+            headers=headers,
+            on_delivery=self.ack,
+        )
+
+    def run(self) -> None:
+        capture = self.capture
+        cfg = capture.config
+        read = self.cursor.read_message
+        decode = PgOutputDecoder(1).decode
+        handlers = self.handlers
+        since_poll = 0
+        last_heartbeat = time.monotonic()
+        while not capture.stopping:
+            msg = read()
+            if msg is None:
+                self.poll()
+                now = time.monotonic()
+                if now - last_heartbeat >= cfg.heartbeat_interval_s:
+                    capture._heartbeat(self.side)
+                    last_heartbeat = now
+                with suppress(InterruptedError):
+                    select.select([self.cursor], [], [], 0.2)
+                continue
+            m = decode(msg.payload)
+            handler = handlers.get(m.__class__)
+            if handler is not None:
+                handler(m, msg)
+            since_poll += 1
+            if since_poll >= _POLL_EVERY:
+                since_poll = 0
+                self.poll()
+                in_flight = self.tracker.in_flight
+                if (in_flight >= cfg.max_in_flight and self.tx is None) or (
+                    # A huge transaction: pause inside it too (its events stay unconfirmed).
+                    in_flight >= cfg.max_in_flight * 2
+                ):
+                    capture._backpressure(self.cursor)
+
+    def poll(self) -> None:
+        self.producer.poll(0)
+        self.capture._check_delivery()
+        self.capture._feedback(self.cursor, force=False)
+
+    def source(self, oid: int, codec: TableCodec) -> EncodedSource:
+        """The open transaction's source bytes for one table (made at its first change)."""
+        src = self.sources.get(oid)
+        if src is None:
+            src = self.sources[oid] = codec.source(
+                self.commit_ms, self.commit_us, "false", self.xid
+            )
+        return src
+
+    def sent(self, codec: TableCodec, n: int) -> None:
+        assert self.tx is not None
+        self.tx.pending += n
+        self.tracker.in_flight += n
+        codec.events += n
+
+    def on_row(self, m: Insert | Update | Delete, msg: Any) -> None:
+        oid = m.relation.oid
+        codec = self.codecs[oid]
+        src = self.source(oid, codec).with_long(msg.data_start)
+        try:
+            n = self.capture._row_change(m, codec, src, self.now_ms, self.send)
+        except CaptureError as exc:
+            n = self.capture._unconvertible(
+                m, msg.payload, msg.data_start, exc, self.side, src, self.now_ms, self.send
+            )
+        self.sent(codec, n)
+
+    def on_begin(self, m: Begin, _msg: Any) -> None:
+        self.tx = self.tracker.begin(m.xid)
+        self.ack = self.tx.ack
+        self.sources = {}
+        self.xid = m.xid
+        self.commit_us = m.commit_ts
+        self.commit_ms = m.commit_ts // 1000
+        self.now_ms = encoded_ts(int(time.time() * 1000))
+
+    def on_commit(self, m: Commit, _msg: Any) -> None:
+        assert self.tx is not None
+        self.tracker.commit(self.tx, m.end_lsn)
+        self.capture.stats.received_lsn = m.end_lsn
+        self.tx = None
+        if self.tracker.in_flight >= self.capture.config.max_in_flight:
+            self.capture._backpressure(self.cursor)
+
+    def on_relation(self, m: Relation, _msg: Any) -> None:
+        self.capture._on_relation(m, self.side)
+        self.sources.pop(m.oid, None)
+
+    def on_truncate(self, m: Truncate, msg: Any) -> None:
+        for relation in m.relations:
+            codec = self.codecs[relation.oid]
+            if not self.capture.config.truncate_events:
+                self.capture.log.warning(
+                    "TRUNCATE not written (truncate_events = false)",
+                    table=relation.qualified_name,
+                    lsn=format_lsn(msg.data_start),
+                )
+                continue
+            src = codec.source(self.commit_ms, self.commit_us, "false", self.xid)
+            value = codec.envelope("t", None, None, src.with_long(msg.data_start), self.now_ms)
+            for p in self.partitions:
+                self.send(codec.topic, None, value, p)
+            assert self.tx is not None
+            self.tx.pending += len(self.partitions)
+            self.tracker.in_flight += len(self.partitions)
+            codec.events += 1

@@ -1,0 +1,225 @@
+"""Avro readers generated per writer schema, equal to fastavro.schemaless_reader."""
+
+from __future__ import annotations
+
+import decimal
+from collections.abc import Mapping
+from typing import Any
+
+from fastavro.read import LOGICAL_READERS
+
+from contracts.avro_codegen.gen import (
+    _F32,
+    _F64,
+    _PRIMITIVES,
+    Converter,
+    Reader,
+    Unsupported,
+    _Gen,
+    _logical_key,
+    _type_of,
+    read_int,
+)
+from contracts.binary import read_long
+
+# -- reader ------------------------------------------------------------------------------
+
+
+def _read_long_into(g: _Gen, d: int, target: str, slow: str = "_long") -> None:
+    # One- and two-byte varints inline (small numbers, lengths, union indexes); they
+    # hold 14 bits, so only ``slow`` (``_int`` for an Avro int) needs a range check.
+    g.emit(d, "b = buf[pos]")
+    g.emit(d, "if b < 128:")
+    g.emit(d + 1, "pos += 1")
+    g.emit(d + 1, f"{target} = (b >> 1) ^ -(b & 1)")
+    g.emit(d, "elif buf[pos + 1] < 128:")
+    g.emit(d + 1, "b = (b & 127) | (buf[pos + 1] << 7)")
+    g.emit(d + 1, "pos += 2")
+    g.emit(d + 1, f"{target} = (b >> 1) ^ -(b & 1)")
+    g.emit(d, "else:")
+    g.emit(d + 1, f"{target}, pos = {slow}(buf, pos)")
+
+
+def _read_sized(g: _Gen, d: int, target: str, decode: bool) -> None:
+    n = g.var("n")
+    _read_long_into(g, d, n)
+    g.emit(d, f"end = pos + {n}")
+    g.emit(d, f"{target} = buf[pos:end]")
+    g.emit(d, f"if len({target}) != {n}:")
+    g.emit(d + 1, "raise EOFError")
+    if decode:
+        g.emit(d, f"{target} = {target}.decode()")
+    g.emit(d, "pos = end")
+
+
+def _read(
+    g: _Gen, schema: Any, d: int, target: str, convert: Mapping[str, Converter] | None = None
+) -> None:
+    """Statements at depth ``d`` reading one datum of ``schema`` into ``target``.
+
+    ``convert`` applies to the record this datum is (through unions and names): each
+    of its fields named there goes through the function when it is not null.
+    """
+    if isinstance(schema, str) and schema not in _PRIMITIVES:
+        name = schema
+        definition = g.resolve(schema)
+        g._active.add(name)
+        try:
+            _read(g, definition, d, target, convert)
+        finally:
+            g._active.discard(name)
+        return
+    if isinstance(schema, list):
+        _read_union(g, schema, d, target, convert)
+        return
+    t = _type_of(schema)
+    if isinstance(t, dict | list):
+        _read(g, t, d, target, convert)
+        return
+    logical = _logical_key(schema)
+    if t == "null":
+        g.emit(d, f"{target} = None")
+    elif t == "boolean":
+        g.emit(d, f"{target} = buf[pos] != 0")
+        g.emit(d, "pos += 1")
+    elif t == "int":
+        _read_long_into(g, d, target, "_int")
+    elif t == "long":
+        _read_long_into(g, d, target)
+    elif t in ("float", "double"):
+        unpack = g.const((_F32 if t == "float" else _F64).unpack_from, "unpack")
+        g.emit(d, f"{target} = {unpack}(buf, pos)[0]")
+        g.emit(d, f"pos += {4 if t == 'float' else 8}")
+    elif t == "string":
+        _read_sized(g, d, target, decode=True)
+    elif t == "bytes":
+        _read_sized(g, d, target, decode=False)
+    elif t == "fixed":
+        size = schema.get("size")
+        if type(size) is not int or size < 0:
+            raise Unsupported("a fixed type without a size")
+        g.emit(d, f"end = pos + {size}")
+        g.emit(d, f"{target} = buf[pos:end]")
+        g.emit(d, f"if len({target}) != {size}:")
+        g.emit(d + 1, "raise EOFError")
+        g.emit(d, "pos = end")
+    elif t == "enum":
+        symbols = g.const(list(schema.get("symbols") or ()), "symbols")
+        index = g.var("i")
+        _read_long_into(g, d, index)
+        g.emit(d, f"{target} = {symbols}[{index}]")
+    elif t in ("record", "error"):
+        _read_record(g, schema, d, target, convert)
+    elif t == "array":
+        _read_blocks(g, schema.get("items"), None, d, target)
+    elif t == "map":
+        _read_blocks(g, schema.get("values"), "string", d, target)
+    else:
+        raise Unsupported(f"Avro type {t!r}")
+    if logical in ("bytes-decimal", "fixed-decimal") and type(schema.get("precision")) is int:
+        # fastavro's read_decimal, without its per-call schema look-ups.
+        context = g.const(decimal.Context(prec=schema["precision"]), "context")
+        scale = int(schema.get("scale", 0))
+        g.emit(d, f"{target} = {context}.create_decimal(_from_bytes({target}, 'big', signed=True))")
+        g.emit(d, f"{target} = {target}.scaleb({-scale}, {context})")
+    elif logical is not None:
+        function = g.const(LOGICAL_READERS[logical], "logical")
+        written = g.const(schema, "schema")
+        g.emit(d, f"{target} = {function}({target}, {written}, None)")
+
+
+def _read_union(
+    g: _Gen, branches: list[Any], d: int, target: str, convert: Mapping[str, Converter] | None
+) -> None:
+    index = g.var("u")
+    _read_long_into(g, d, index)
+    count = len(branches)
+    for i, branch in enumerate(branches):
+        g.emit(d, f"{'if' if i == 0 else 'elif'} {index} == {i} or {index} == {i - count}:")
+        if branch == "null":
+            g.emit(d + 1, f"{target} = None")
+        else:
+            _read(g, branch, d + 1, target, convert)
+    g.emit(d, "else:")
+    g.emit(d + 1, "raise IndexError('union branch out of range')")
+
+
+def _read_record(
+    g: _Gen,
+    schema: Mapping[str, Any],
+    d: int,
+    target: str,
+    convert: Mapping[str, Converter] | None,
+    nested: Mapping[str, Mapping[str, Converter]] | None = None,
+) -> None:
+    fields = schema.get("fields")
+    if not isinstance(fields, list):
+        raise Unsupported("a record without fields")
+    names = []
+    for field in fields:
+        v = g.var()
+        name = field.get("name")
+        _read(g, field.get("type"), d, v, None if nested is None else nested.get(name))
+        function = None if convert is None else convert.get(name)
+        if function is not None:
+            g.emit(d, f"if {v} is not None:")
+            g.emit(d + 1, f"{v} = {g.const(function, 'convert')}({v})")
+        names.append((name, v))
+    g.emit(d, f"{target} = {{{', '.join(f'{n!r}: {v}' for n, v in names)}}}")
+
+
+def _read_blocks(g: _Gen, items: Any, key: str | None, d: int, target: str) -> None:
+    count, skip, item = g.var("c"), g.var("s"), g.var()
+    g.emit(d, f"{target} = {{}}" if key else f"{target} = []")
+    g.emit(d, "while True:")
+    _read_long_into(g, d + 1, count)
+    g.emit(d + 1, f"if {count} == 0:")
+    g.emit(d + 2, "break")
+    g.emit(d + 1, f"if {count} < 0:")
+    g.emit(d + 2, f"{count} = -{count}")
+    _read_long_into(g, d + 2, skip)
+    g.emit(d + 1, f"for _ in range({count}):")
+    if key:
+        k = g.var("key")
+        _read_sized(g, d + 2, k, decode=True)
+        _read(g, items, d + 2, item)
+        g.emit(d + 2, f"{target}[{k}] = {item}")
+    else:
+        _read(g, items, d + 2, item)
+        g.emit(d + 2, f"{target}.append({item})")
+
+
+def _named_of(parsed: Any) -> Mapping[str, Any]:
+    named = parsed.get("__named_schemas") if isinstance(parsed, dict) else None
+    return named if isinstance(named, dict) else {}
+
+
+def compile_reader(
+    parsed: Any,
+    fields: Mapping[str, Mapping[str, Converter]] | None = None,
+    convert: Mapping[str, Converter] | None = None,
+) -> Reader:
+    """``read(buf, pos) -> (datum, pos after it)`` for a schema fastavro parsed.
+
+    ``fields`` converts, for a record schema, the members of the records held by its
+    fields: ``{"after": {"total": f}}`` applies ``f`` to ``after.total`` when it is not
+    null, as the row decoder would after reading; ``convert`` does the same for the
+    record's own fields. Raises :class:`Unsupported` when
+    the schema has a shape not covered here.
+    """
+    g = _Gen(_named_of(parsed))
+    g.env["_long"] = read_long
+    g.env["_int"] = read_int
+    g.env["_from_bytes"] = int.from_bytes
+    g.emit(0, "def read(buf, pos):")
+    if fields or convert:
+        if _type_of(parsed) not in ("record", "error"):
+            raise Unsupported("field conversions need a record schema")
+        _read_record(g, parsed, 1, "datum", convert, fields)
+    else:
+        _read(g, parsed, 1, "datum")
+    g.emit(1, "return datum, pos")
+    source = "\n".join(g.lines)
+    exec(compile(source, "<avro reader>", "exec"), g.env)
+    reader: Reader = g.env["read"]
+    return reader

@@ -1,0 +1,217 @@
+"""Avro writers generated per pydantic contract, equal to fastavro for to_dict(model)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+from contracts.avro_codegen.gen import _F32, _F64, _PRIMITIVES, Unsupported, _Gen, _type_of
+from contracts.avro_codegen.reader import _named_of
+from contracts.binary import SMALL, varint
+
+# -- writer --------------------------------------------------------------------------------
+
+ModelWriter = Callable[[Any], bytes]
+
+_INT32: Final = (-(2**31), 2**31)
+_INT64: Final = (-(2**63), 2**63)
+
+
+def _plain_model(cls: type) -> bool:
+    """Whether ``model_dump`` of this pydantic model gives its attributes as they are
+    (no custom serializers, excluded or aliased fields, computed fields)."""
+    from pydantic import BaseModel
+
+    if not (isinstance(cls, type) and issubclass(cls, BaseModel)):
+        return False
+    if cls.model_config.get("extra") == "allow" or cls.__pydantic_computed_fields__:
+        return False
+    if cls.model_config.get("serialize_by_alias"):
+        return False
+    for info in cls.model_fields.values():
+        if info.exclude or info.serialization_alias is not None:
+            return False
+    return not _has_serializer(cls.__pydantic_core_schema__)
+
+
+def _has_serializer(schema: Any) -> bool:
+    if isinstance(schema, dict):
+        return "serialization" in schema or any(_has_serializer(v) for v in schema.values())
+    if isinstance(schema, list):
+        return any(_has_serializer(v) for v in schema)
+    return False
+
+
+_plain_models: set[type] = set()
+
+
+def _check_model(cls: type) -> None:
+    """Raises unless instances of ``cls`` can be written from their attributes."""
+    if not _plain_model(cls):
+        raise TypeError(f"{cls.__name__} is not written from its attributes")
+    _plain_models.add(cls)
+
+
+def _write_long(g: _Gen, d: int, v: str, bounds: tuple[int, int]) -> None:
+    low, high = bounds
+    g.emit(d, f"if {v}.__class__ is not int or not {low} <= {v} < {high}:")
+    g.emit(d + 1, "raise TypeError('not an integer of the Avro type')")
+    g.emit(d, f"z = ({v} << 1) ^ ({v} >> 63)")  # binary.zigzag, inlined
+    g.emit(d, "ap(SMALL[z] if z < 128 else _varint(z))")
+
+
+def _write_blob(g: _Gen, d: int, raw: str) -> None:
+    g.emit(d, f"z = len({raw}) << 1")
+    g.emit(d, "ap(SMALL[z] if z < 128 else _varint(z))")
+    g.emit(d, f"ap({raw})")
+
+
+def _write(g: _Gen, schema: Any, d: int, v: str) -> None:
+    """Statements at depth ``d`` appending the Avro bytes of the value ``v``."""
+    if isinstance(schema, str) and schema not in _PRIMITIVES:
+        name = schema
+        definition = g.resolve(schema)
+        g._active.add(name)
+        try:
+            _write(g, definition, d, v)
+        finally:
+            g._active.discard(name)
+        return
+    if isinstance(schema, list):
+        _write_union(g, schema, d, v)
+        return
+    t = _type_of(schema)
+    if isinstance(t, dict | list):
+        _write(g, t, d, v)
+        return
+    if isinstance(schema, dict) and isinstance(schema.get("logicalType"), str):
+        key = f"{t}-{schema['logicalType']}"
+        if key in _logical_writers():
+            prepare = g.const(_logical_writers()[key], "prepare")
+            g.emit(d, f"{v} = {prepare}({v}, {g.const(schema, 'schema')})")
+    if t == "null":
+        g.emit(d, f"if {v} is not None:")
+        g.emit(d + 1, "raise TypeError('not null')")
+    elif t == "boolean":
+        g.emit(d, f"if {v} is True:")
+        g.emit(d + 1, "ap(b'\\x01')")
+        g.emit(d, f"elif {v} is False:")
+        g.emit(d + 1, "ap(b'\\x00')")
+        g.emit(d, "else:")
+        g.emit(d + 1, "raise TypeError('not a boolean')")
+    elif t in ("int", "long"):
+        _write_long(g, d, v, _INT32 if t == "int" else _INT64)
+    elif t in ("float", "double"):
+        g.emit(d, f"if {v}.__class__ is not float:")
+        g.emit(d + 1, "raise TypeError('not a float')")
+        pack = g.const((_F32 if t == "float" else _F64).pack, "pack")
+        g.emit(d, f"ap({pack}({v}))")
+    elif t == "string":
+        g.emit(d, f"if {v}.__class__ is not str:")
+        g.emit(d + 1, "raise TypeError('not a string')")
+        raw = g.var("raw")
+        g.emit(d, f"{raw} = {v}.encode()")
+        _write_blob(g, d, raw)
+    elif t == "bytes":
+        g.emit(d, f"if {v}.__class__ is not bytes:")
+        g.emit(d + 1, "raise TypeError('not bytes')")
+        _write_blob(g, d, v)
+    elif t == "fixed":
+        g.emit(d, f"if {v}.__class__ is not bytes or len({v}) != {int(schema.get('size', -1))}:")
+        g.emit(d + 1, "raise TypeError('not bytes of the fixed size')")
+        g.emit(d, f"ap({v})")
+    elif t == "enum":
+        symbols = schema.get("symbols") or []
+        index = g.const(
+            {s: SMALL[2 * i] if i < 64 else varint(2 * i) for i, s in enumerate(symbols)},
+            "index",
+        )
+        g.emit(d, f"ap({index}[{v} if {v}.__class__ is str else {v}.value])")
+    elif t in ("record", "error"):
+        _write_record(g, schema, d, v)
+    elif t == "array":
+        item = g.var("x")
+        g.emit(d, f"if {v}.__class__ is not list and {v}.__class__ is not tuple:")
+        g.emit(d + 1, "raise TypeError('not a list')")
+        g.emit(d, f"if {v}:")
+        g.emit(d + 1, f"z = len({v}) << 1")
+        g.emit(d + 1, "ap(SMALL[z] if z < 128 else _varint(z))")
+        g.emit(d + 1, f"for {item} in {v}:")
+        _write(g, schema.get("items"), d + 2, item)
+        g.emit(d, "ap(b'\\x00')")
+    elif t == "map":
+        key, item = g.var("key"), g.var("x")
+        g.emit(d, f"if not isinstance({v}, dict):")
+        g.emit(d + 1, "raise TypeError('not a dict')")
+        g.emit(d, f"if {v}:")
+        g.emit(d + 1, f"z = len({v}) << 1")
+        g.emit(d + 1, "ap(SMALL[z] if z < 128 else _varint(z))")
+        g.emit(d + 1, f"for {key}, {item} in {v}.items():")
+        _write(g, "string", d + 2, key)
+        _write(g, schema.get("values"), d + 2, item)
+        g.emit(d, "ap(b'\\x00')")
+    else:
+        raise Unsupported(f"Avro type {t!r}")
+
+
+def _write_union(g: _Gen, branches: list[Any], d: int, v: str) -> None:
+    others = [i for i, b in enumerate(branches) if b != "null"]
+    nulls = [i for i, b in enumerate(branches) if b == "null"]
+    if len(others) != 1 or len(nulls) > 1:
+        raise Unsupported("a union of several non-null types")
+    if nulls:
+        g.emit(d, f"if {v} is None:")
+        g.emit(d + 1, f"ap({g.const(SMALL[2 * nulls[0]], 'branch')})")
+        g.emit(d, "else:")
+        d += 1
+    g.emit(d, f"ap({g.const(SMALL[2 * others[0]], 'branch')})")
+    _write(g, branches[others[0]], d, v)
+
+
+def _write_record(g: _Gen, schema: Mapping[str, Any], d: int, v: str) -> None:
+    fields = schema.get("fields")
+    if not isinstance(fields, list):
+        raise Unsupported("a record without fields")
+    values = g.var("d")
+    g.emit(d, f"if {v}.__class__ not in _plain:")
+    g.emit(d + 1, f"_check_model({v}.__class__)")
+    g.emit(d, f"{values} = {v}.__dict__")
+    for field in fields:
+        item = g.var()
+        g.emit(d, f"{item} = {values}[{field.get('name')!r}]")
+        _write(g, field.get("type"), d, item)
+
+
+def _logical_writers() -> Mapping[str, Callable[[Any, Any], Any]]:
+    from fastavro.write import LOGICAL_WRITERS
+
+    return LOGICAL_WRITERS
+
+
+def compile_model_writer(model: type, parsed: Any) -> ModelWriter:
+    """``write(instance) -> bytes``: the Avro body of a pydantic model's instance.
+
+    ``parsed`` is the model's schema as fastavro parsed it. The bytes are those of
+    ``fastavro.schemaless_writer(parsed, to_dict(instance))``; a value the writer
+    does not take as it is raises (``TypeError``, ``KeyError``, ...). Raises
+    :class:`Unsupported` for a model or schema shape not covered here.
+    """
+    if not _plain_model(model):
+        raise Unsupported(f"{model.__name__} has custom serialization")
+    if _type_of(parsed) not in ("record", "error"):
+        raise Unsupported("a model's schema is a record")
+    g = _Gen(_named_of(parsed))
+    g.env.update(
+        SMALL=SMALL,
+        _varint=varint,
+        _plain=_plain_models,
+        _check_model=_check_model,
+    )
+    g.emit(0, "def write(model):")
+    g.emit(1, "parts = []")
+    g.emit(1, "ap = parts.append")
+    _write_record(g, parsed, 1, "model")
+    g.emit(1, "return b''.join(parts)")
+    exec(compile("\n".join(g.lines), f"<avro writer of {model.__name__}>", "exec"), g.env)
+    writer: ModelWriter = g.env["write"]
+    return writer

@@ -1,0 +1,244 @@
+"""Python value → wire value, per column type and wire."""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from datetime import date, datetime, time, timedelta
+from decimal import Decimal
+from typing import Any
+
+from contracts.binary import signed_bytes, unscaled
+from contracts.logical.model import (
+    _ANY,
+    _MICRO,
+    _UNAVAILABLE_B64,
+    _UNAVAILABLE_BYTES,
+    UNAVAILABLE,
+    UNAVAILABLE_MARKER,
+    ColumnType,
+    Converter,
+    Field,
+    JsonDocument,
+    Kind,
+    Wire,
+)
+from contracts.logical.placeholder import unavailable_placeholder
+from contracts.logical.scalars import (
+    _check_labels,
+    _iso_zoned_time,
+    _iso_zoned_timestamp,
+    days_from_date,
+    time_to_micros,
+    timestamp_to_micros,
+)
+
+# -- encoders ----------------------------------------------------------------------
+
+
+def _enc_unavailable_str(convert: Converter) -> Converter:
+    def encode(value: Any) -> Any:
+        if value is UNAVAILABLE:
+            return UNAVAILABLE_MARKER
+        return convert(value)
+
+    return encode
+
+
+def _enc_typed(check: type | tuple[type, ...], what: str) -> Converter:
+    def encode(value: Any) -> Any:
+        if not isinstance(value, check) or (isinstance(value, bool) and what != "bool"):
+            raise TypeError(f"expected {what}, got {type(value).__name__}")
+        return value
+
+    return encode
+
+
+def _enc_bytes(wire: Wire) -> Converter:
+    def encode(value: Any) -> Any:
+        if value is UNAVAILABLE:
+            raw = _UNAVAILABLE_BYTES
+        elif isinstance(value, bytes | bytearray | memoryview):
+            raw = bytes(value)
+        else:
+            raise TypeError(f"expected bytes, got {type(value).__name__}")
+        return raw if wire == "avro" else base64.b64encode(raw).decode()
+
+    return encode
+
+
+def _enc_decimal(scale: int, wire: Wire) -> Converter:
+    def encode(value: Any) -> Any:
+        if value is UNAVAILABLE:
+            # The bytes, not their huge Decimal, which fastavro would check for precision.
+            return _UNAVAILABLE_BYTES if wire == "avro" else _UNAVAILABLE_B64
+        if not isinstance(value, Decimal | int) or isinstance(value, bool):
+            raise TypeError(f"expected a Decimal, got {type(value).__name__}")
+        n, _ = unscaled(Decimal(value), scale)
+        if wire == "avro":
+            # fastavro writes Decimal itself; give it the value at the column's scale.
+            return Decimal(f"{n}E{-scale}")
+        return base64.b64encode(signed_bytes(n)).decode()
+
+    return encode
+
+
+def _enc_variable_decimal(wire: Wire) -> Converter:
+    def encode(value: Any) -> Any:
+        if value is UNAVAILABLE:
+            return unavailable_placeholder(ColumnType(Kind.VARIABLE_DECIMAL), wire)
+        if not isinstance(value, Decimal | int) or isinstance(value, bool):
+            raise TypeError(f"expected a Decimal, got {type(value).__name__}")
+        n, scale = unscaled(Decimal(value))
+        raw = signed_bytes(n)
+        return {"scale": scale, "value": raw if wire == "avro" else base64.b64encode(raw).decode()}
+
+    return encode
+
+
+def _enc_date(value: Any) -> int:
+    if not isinstance(value, date) or isinstance(value, datetime):
+        raise TypeError(f"expected a date, got {type(value).__name__}")
+    return days_from_date(value)
+
+
+def _enc_time(divisor: int, multiplier: int) -> Converter:
+    def encode(value: Any) -> int:
+        if not isinstance(value, time):
+            raise TypeError(f"expected a time, got {type(value).__name__}")
+        return time_to_micros(value) * multiplier // divisor
+
+    return encode
+
+
+def _enc_timestamp(divisor: int, multiplier: int) -> Converter:
+    def encode(value: Any) -> int:
+        if not isinstance(value, datetime):
+            raise TypeError(f"expected a datetime, got {type(value).__name__}")
+        return timestamp_to_micros(value) * multiplier // divisor
+
+    return encode
+
+
+def _enc_uuid(value: Any) -> str:
+    if not isinstance(value, uuid.UUID):
+        raise TypeError(f"expected a UUID, got {type(value).__name__}")
+    return str(value)
+
+
+def _enc_json(value: Any) -> str:
+    if isinstance(value, JsonDocument):
+        return value.text
+    raise TypeError(f"expected a JsonDocument, got {type(value).__name__}")
+
+
+def _enc_array(item: Converter, placeholder: list[Any] | None) -> Converter:
+    def encode(value: Any) -> Any:
+        if value is UNAVAILABLE:
+            if placeholder is None:
+                raise TypeError("this array's items have no unavailable placeholder")
+            return list(placeholder)
+        if not isinstance(value, list | tuple):
+            raise TypeError(f"expected a list, got {type(value).__name__}")
+        return [None if v is None else item(v) for v in value]
+
+    return encode
+
+
+def _enc_map(values: Converter) -> Converter:
+    def encode(value: Any) -> Any:
+        if not isinstance(value, Mapping):
+            raise TypeError(f"expected a mapping, got {type(value).__name__}")
+        return {str(k): None if v is None else values(v) for k, v in value.items()}
+
+    return encode
+
+
+def struct_encoder(fields: Sequence[Field], wire: Wire) -> Callable[[Any], dict[str, Any]]:
+    """Encodes a row into a new dict with every field of ``fields`` (absent -> null)."""
+    steps = [(f.name, encoder_for(f.type, wire), f.optional) for f in fields]
+
+    def encode(value: Any) -> dict[str, Any]:
+        if not isinstance(value, Mapping):
+            raise TypeError(f"expected a row, got {type(value).__name__}")
+        out: dict[str, Any] = {}
+        for name, conv, optional in steps:
+            v = value.get(name)
+            if v is None:
+                if not optional:
+                    raise ValueError(f"column {name!r} is not nullable")
+                out[name] = None
+                continue
+            try:
+                out[name] = conv(v)
+            except Exception as exc:
+                raise ValueError(f"column {name!r}: {exc}") from exc
+        return out
+
+    return encode
+
+
+def encoder_for(ct: ColumnType, wire: Wire) -> Converter:
+    """The function from a (non-null) Python value to its wire value."""
+    kind = ct.kind
+    if kind is Kind.BOOLEAN:
+        return _enc_typed(bool, "bool")
+    if kind in (Kind.INT8, Kind.INT16, Kind.INT32, Kind.INT64):
+        return _enc_typed(int, "an integer")
+    if kind in (Kind.FLOAT32, Kind.FLOAT64):
+        return _enc_typed((int, float), "a number")
+    if kind is Kind.STRING:
+        return _enc_unavailable_str(_enc_typed(str, "a string"))
+    if kind is Kind.BYTES:
+        return _enc_bytes(wire)
+    if kind is Kind.DECIMAL:
+        return _enc_decimal(ct.scale or 0, wire)
+    if kind is Kind.VARIABLE_DECIMAL:
+        return _enc_variable_decimal(wire)
+    if kind is Kind.DATE:
+        return _enc_date
+    if kind is Kind.TIME_MILLIS:
+        return _enc_time(1000, 1)
+    if kind is Kind.TIME_MICROS:
+        return _enc_time(1, 1)
+    if kind is Kind.TIME_NANOS:
+        return _enc_time(1, 1000)
+    if kind is Kind.TIMESTAMP_MILLIS:
+        return _enc_timestamp(1000, 1)
+    if kind is Kind.TIMESTAMP_MICROS:
+        return _enc_timestamp(1, 1)
+    if kind is Kind.TIMESTAMP_NANOS:
+        return _enc_timestamp(1, 1000)
+    if kind is Kind.ZONED_TIMESTAMP:
+        return _enc_unavailable_str(_enc_typed_then(datetime, _iso_zoned_timestamp))
+    if kind is Kind.ZONED_TIME:
+        return _enc_unavailable_str(_enc_typed_then(time, _iso_zoned_time))
+    if kind is Kind.INTERVAL_MICROS:
+        return _enc_typed_then(timedelta, lambda v: v // _MICRO)
+    if kind is Kind.UUID:
+        return _enc_unavailable_str(_enc_uuid)
+    if kind is Kind.JSON:
+        return _enc_unavailable_str(_enc_json)
+    if kind is Kind.ENUM:
+        return _enc_unavailable_str(_check_labels(ct))
+    if kind is Kind.ARRAY:
+        item = encoder_for(ct.items or _ANY, wire)
+        placeholder = unavailable_placeholder(ct, wire)
+        if placeholder is not None and len(placeholder) == 1 and ct.items is not None:
+            placeholder = [item(UNAVAILABLE)]
+        return _enc_array(item, placeholder)
+    if kind is Kind.MAP:
+        return _enc_map(encoder_for(ct.items or _ANY, wire))
+    if kind is Kind.STRUCT:
+        return struct_encoder(ct.fields or (), wire)
+    return lambda v: v
+
+
+def _enc_typed_then(check: type, convert: Converter) -> Converter:
+    def encode(value: Any) -> Any:
+        if not isinstance(value, check):
+            raise TypeError(f"expected {check.__name__}, got {type(value).__name__}")
+        return convert(value)
+
+    return encode

@@ -1,0 +1,233 @@
+"""Fetched blocks through the translation core, written in one batch per output partition
+and acknowledged in fetch order once Kafka has the batches."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol
+
+import structlog
+from faust.types import TP
+
+from base.errors import ConfigError, TransientError
+from base.kafka import partition_for
+from contracts.business import (
+    HEADER_DLQ_REASON,
+    HEADER_DLQ_STAGE,
+    HEADER_SOURCE_OFFSET,
+)
+from translators._faust import BlockAcker, RecordBlock, aiokafka_producer
+from translators.metrics import WorkerStats
+from translators.pipeline import (
+    OutRecord,
+    Pipeline,
+    Result,
+    SourceRecord,
+)
+
+__all__ = ["BlockProcessor", "BlockRunner", "PipelineProcessor"]
+
+log = structlog.get_logger("translate")
+
+#: Records translated between two turns of the event loop (the producer sends meanwhile).
+CHUNK: Final = 1000
+#: Fetched blocks queued for the agent; more waits in the fetcher (bounded memory).
+QUEUED_BLOCKS: Final = 2
+#: How long a block is retried when the registry (or another peer) is unreachable.
+RETRY_BACKOFF_S: Final = (0.5, 1.0, 2.0, 5.0)
+
+
+class BlockProcessor(Protocol):
+    """Records of one partition's block in, records to produce and counts out."""
+
+    def __call__(self, topic: str, partition: int, records: Sequence[Any]) -> Result: ...
+
+
+class PipelineProcessor:
+    """The translation core, fed with aiokafka records."""
+
+    def __init__(self, pipeline: Pipeline) -> None:
+        self.pipeline = pipeline
+
+    def __call__(self, topic: str, partition: int, records: Sequence[Any]) -> Result:
+        return self.pipeline.process(
+            SourceRecord(
+                topic,
+                partition,
+                r.offset,
+                r.key,
+                r.value,
+                list(r.headers) if r.headers else [],
+            )
+            for r in records
+        )
+
+
+@dataclass
+class _Inflight:
+    block: RecordBlock
+    task: asyncio.Future[None]
+
+
+@dataclass
+class BlockRunner:
+    """What the agent does with each block: process, produce, acknowledge in order."""
+
+    app: Any
+    processor: BlockProcessor
+    stats: WorkerStats
+    max_inflight: int
+    _chain: deque[asyncio.Future[None]] = field(default_factory=deque)
+    _partitions: dict[str, int] = field(default_factory=dict)
+    _acker: BlockAcker | None = None
+
+    async def handle(self, block: RecordBlock) -> None:
+        tp = block.tp
+        if not self.stats.first_block_at:
+            self.stats.first_block_at = time.time()
+        bound = log.bind(
+            topic=tp.topic,
+            partition=tp.partition,
+            offset=block.first_offset,
+            last=block.last_offset,
+        )
+        futures: list[asyncio.Future[Any]] = []
+        records = block.records
+        for start in range(0, len(records), CHUNK):
+            # a block is processed in chunks, each produced at once, so the producer
+            # sends while the next chunk is translated (the work is CPU-bound)
+            result = await self._process(tp, records[start : start + CHUNK], bound)
+            self.stats.add(
+                tp.topic, result.counts, result.undecodable, result.tombstones, result.unrouted
+            )
+            for out in result.records:
+                if out.dead_letter:
+                    self._log_dead_letter(out, bound)
+            futures += await self._produce(result.records)
+            await asyncio.sleep(0)
+        highwater = self.app.consumer.highwater(tp)
+        if highwater is not None:
+            self.stats.set_lag(tp.topic, tp.partition, int(highwater) - block.last_offset - 1)
+        previous = self._chain[-1] if self._chain else None
+        stamp = block.records[-1].timestamp
+        self._chain.append(asyncio.ensure_future(self._settle(previous, block, futures, stamp)))
+        while len(self._chain) > self.max_inflight:
+            await self._chain.popleft()
+        while self._chain and self._chain[0].done():
+            self._chain.popleft().result()
+
+    async def drain(self) -> None:
+        while self._chain:
+            await self._chain.popleft()
+
+    @staticmethod
+    def _log_dead_letter(out: OutRecord, bound: Any) -> None:
+        headers = dict(out.headers)
+        bound.warning(
+            "dead-lettered",
+            offset=int(headers.get(HEADER_SOURCE_OFFSET) or b"-1"),
+            translator=out.translator or None,
+            stage=(headers.get(HEADER_DLQ_STAGE) or b"").decode(),
+            reason=(headers.get(HEADER_DLQ_REASON) or b"").decode(errors="replace"),
+        )
+
+    async def _process(self, tp: TP, records: Sequence[Any], bound: Any) -> Result:
+        """The processor's result; an unreachable peer (the registry) is retried."""
+        attempt = 0
+        while True:
+            try:
+                return self.processor(tp.topic, tp.partition, records)
+            except TransientError as exc:
+                delay = RETRY_BACKOFF_S[min(attempt, len(RETRY_BACKOFF_S) - 1)]
+                attempt += 1
+                bound.warning(
+                    "block failed, retrying", error=str(exc), attempt=attempt, delay=delay
+                )
+                await asyncio.sleep(delay)
+
+    async def _partition_count(self, topic: str) -> int:
+        count = self._partitions.get(topic)
+        if count is None:
+            producer = aiokafka_producer(self.app)
+            count = self._partitions[topic] = len(await producer.partitions_for(topic))
+        return count
+
+    async def _produce(self, records: Sequence[OutRecord]) -> list[asyncio.Future[Any]]:
+        if not records:
+            return []
+        if self.app.in_transaction:
+            return await self._produce_transactional(records)
+        producer = aiokafka_producer(self.app)
+        builders: dict[tuple[str, int], Any] = {}
+        futures: list[asyncio.Future[Any]] = []
+        for out in records:
+            count = self._partitions.get(out.topic) or await self._partition_count(out.topic)
+            partition = partition_for(out.key, count)
+            slot = (out.topic, partition)
+            batch = builders.get(slot)
+            if batch is None:
+                batch = builders[slot] = producer.create_batch()
+            if (
+                batch.append(key=out.key, value=out.value, timestamp=None, headers=out.headers)
+                is None
+            ):
+                futures.append(await producer.send_batch(batch, out.topic, partition=partition))
+                batch = builders[slot] = producer.create_batch()
+                if (
+                    batch.append(key=out.key, value=out.value, timestamp=None, headers=out.headers)
+                    is None
+                ):
+                    raise ConfigError(
+                        f"a record for {out.topic} is larger than translate.max_batch_bytes"
+                    )
+        for (topic, partition), batch in builders.items():
+            futures.append(await producer.send_batch(batch, topic, partition=partition))
+        return futures
+
+    async def _produce_transactional(
+        self, records: Sequence[OutRecord]
+    ) -> list[asyncio.Future[Any]]:
+        transactions = self.app.consumer.transactions
+        futures = []
+        for out in records:
+            count = self._partitions.get(out.topic) or await self._partition_count(out.topic)
+            partition = partition_for(out.key, count)
+            futures.append(
+                await transactions.send(out.topic, out.key, out.value, partition, None, out.headers)
+            )
+        return futures
+
+    async def _settle(
+        self,
+        previous: asyncio.Future[None] | None,
+        block: RecordBlock,
+        futures: list[asyncio.Future[Any]],
+        timestamp_ms: int | None,
+    ) -> None:
+        try:
+            if previous is not None:
+                await previous
+            if futures:
+                await asyncio.gather(*futures)
+        except Exception as exc:
+            log.error(
+                "produce failed; stopping without committing the block",
+                topic=block.tp.topic,
+                partition=block.tp.partition,
+                offset=block.first_offset,
+                error=f"{type(exc).__name__}: {exc}",
+            )
+            await self.app.crash(exc)
+            raise
+        if self._acker is None:
+            self._acker = BlockAcker(self.app.consumer)
+        committable = self._acker.ack(block)
+        now = time.time()
+        if committable:  # not a block of an earlier generation (it is read again)
+            self.stats.acked(len(block.records), now)
+        if timestamp_ms is not None and timestamp_ms > 0:
+            self.stats.observe_latency(max(now - timestamp_ms / 1000.0, 0.0))

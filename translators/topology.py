@@ -1,0 +1,117 @@
+"""What a worker reads and writes: the technical topics of the pinned translators, and
+their business contracts checked against the registry before the group is joined."""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from base.errors import ConfigError
+from base.registry import RegistryUnavailableError
+from contracts.business import (
+    BusinessEvent,
+)
+from translators.api import Translator
+from translators.exceptions import PluginError
+from translators.settings import TranslateSettings
+
+__all__ = ["check_contracts", "readers", "technical_topics"]
+
+
+def technical_topics(
+    translators: Sequence[Translator],
+    settings: TranslateSettings,
+    existing: Iterable[str] = (),
+) -> list[str]:
+    """The technical topics the translators read, sorted.
+
+    ``translate.topics`` wins when set. Otherwise each source ``schema.table``
+    becomes ``<topic_prefix>.<schema>.<table>``; a source with shell wildcards
+    matches the ``existing`` topics (new tables need a restart).
+    """
+    if settings.topics:
+        return sorted(set(settings.topics))
+    if not settings.topic_prefix:
+        raise ConfigError(
+            "set translate.topic_prefix (the capture's server name, as in "
+            "<server>.<schema>.<table>) or list translate.topics"
+        )
+    prefix = settings.topic_prefix
+    existing = sorted(existing)
+    topics: set[str] = set()
+    for item in translators:
+        for source in item.sources:
+            if not any(c in source for c in "*?["):
+                topics.add(f"{prefix}.{source}")
+                continue
+            pattern = re.compile(re.escape(prefix + ".") + fnmatch.translate(source))
+            found = [t for t in existing if pattern.fullmatch(t)]
+            if not found:
+                raise ConfigError(
+                    f"translator {item.ref} reads {source!r}, but no topic "
+                    f"{prefix}.{source} exists yet; start the capture first or list "
+                    "translate.topics"
+                )
+            topics.update(found)
+    return sorted(topics)
+
+
+def readers(translators: Sequence[Translator], topics: Sequence[str]) -> dict[str, tuple[str, ...]]:
+    """``topic -> translator refs`` reading it, by the topic's ``<schema>.<table>`` tail."""
+    return {
+        topic: tuple(
+            item.ref for item in translators if item.reads(".".join(topic.split(".")[-2:]))
+        )
+        for topic in topics
+    }
+
+
+def check_contracts(
+    translators: Sequence[Translator],
+    client: Any,
+    subject_of: Callable[[type[BusinessEvent]], str],
+    auto_register: bool,
+) -> dict[str, int]:
+    """Register (or look up) every emitted contract; returns ``subject -> schema id``.
+
+    A contract the registry refuses, or one that is missing with auto-registration
+    off, fails with a :class:`PluginError` naming the translator and its plugin.
+    """
+    from confluent_kafka.schema_registry import Schema
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+    from contracts.serde import _UNREACHABLE
+
+    ids: dict[str, int] = {}
+    for item in translators:
+        for contract in item.emits:
+            subject = subject_of(contract)
+            schema = Schema(contract.contract_schema_text(), "AVRO")
+            plugin = f"translator {item.ref} (plugin {item.origin or '?'})"
+            try:
+                if auto_register:
+                    ids[subject] = int(client.register_schema(subject, schema))
+                else:
+                    ids[subject] = int(client.lookup_schema(subject, schema).schema_id)
+            except SchemaRegistryError as exc:
+                if exc.http_status_code == 409:
+                    why = f"is incompatible with what {subject} holds: {exc.error_message}"
+                elif exc.http_status_code == 404 and not auto_register:
+                    why = (
+                        f"is not registered under {subject} (auto_register is off: run "
+                        "`bizevents contracts register` first)"
+                    )
+                else:
+                    why = (
+                        f"was refused by the registry ({exc.http_status_code}): {exc.error_message}"
+                    )
+                raise PluginError(
+                    f"{plugin} emits {contract.contract_fullname()}, which {why}"
+                ) from exc
+            except _UNREACHABLE as exc:
+                raise RegistryUnavailableError(
+                    f"cannot reach the schema registry to check the contracts of {plugin}: {exc}"
+                ) from exc
+    return ids
