@@ -45,7 +45,7 @@ class CountingDecoder(AvroDecoder):
         coordinates: Any = None,
         headers: Any = None,
         columns: Any = None,
-    ) -> Any:  # type: ignore[override]
+    ) -> Any:
         self.asked.append(columns)
         return super().decode(key, value, coordinates, headers, columns)
 
@@ -135,7 +135,7 @@ def test_reading_an_undeclared_column_is_an_error_naming_it(encoding: str) -> No
     result = Pipeline([nosy], decoder, serialize).process(
         [SourceRecord(TOPIC, 0, 0, key, value), SourceRecord(TOPIC, 0, 1, key, value)]
     )
-    reasons = [dict(r.headers)["bizevents.dlq.reason"].decode() for r in result.records]
+    reasons = [(dict(r.headers)["bizevents.dlq.reason"] or b"").decode() for r in result.records]
     assert len(reasons) == 2
     assert all(
         "nosy@1 reads column 'owner' of crm.deals, which it does not declare" in r for r in reasons
