@@ -10,6 +10,7 @@ records/s and events/s of each, the ratio to the target and local[2]/local[1].
     .venv/bin/python bench/replay.py                        # 300,000 envelopes, 6 partitions
     .venv/bin/python bench/replay.py --records 600000 --to replay
     .venv/bin/python bench/replay.py --profile              # + where one range's time goes
+    .venv/bin/python bench/replay.py --cluster 2            # + a loopback standalone cluster
 """
 
 from __future__ import annotations
