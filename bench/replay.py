@@ -10,6 +10,7 @@ records/s and events/s of each, the ratio to the target and local[2]/local[1].
     .venv/bin/python bench/replay.py                        # 300,000 envelopes, 6 partitions
     .venv/bin/python bench/replay.py --records 600000 --to replay
     .venv/bin/python bench/replay.py --profile              # + where one range's time goes
+    .venv/bin/python bench/replay.py --cluster 2            # + a loopback standalone cluster
 """
 
 from __future__ import annotations
@@ -163,6 +164,14 @@ def main() -> None:
     parser.add_argument("--to", default="path", choices=["path", "replay"])
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--profile-only", action="store_true", help="skip the Spark runs")
+    parser.add_argument("--master", action="append", default=[], help="another master to run")
+    parser.add_argument(
+        "--cluster",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also run on a standalone cluster of N one-core workers started on loopback",
+    )
     args = parser.parse_args()
 
     from base.settings import KafkaSettings, RegistrySettings
@@ -172,6 +181,7 @@ def main() -> None:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     tmp = Path(tempfile.mkdtemp(prefix="bench-replay-"))
     stack = DevStack(tmp / "stack", DevSettings(broker_port=0, registry_port=0, postgres_port=0))
+    cluster: Any = None
     try:
         stack.up()
         endpoints = stack.endpoints()
@@ -196,8 +206,14 @@ def main() -> None:
         if args.profile_only:
             profile_one_range(topic, settings, "path:" + str(tmp / "profile"), 20_000)
             return
-        for master in ("local[1]", "local[2]"):
-            out = f"path:{tmp / master}" if args.to == "path" else "replay"
+        masters = ["local[1]", "local[2]", *args.master]
+        if args.cluster:
+            from bizevents.devstack.spark import StandaloneCluster
+
+            cluster = StandaloneCluster(tmp / "spark-cluster", workers=args.cluster)
+            masters.append(cluster.start())
+        for master in masters:
+            out = f"path:{tmp / master.replace('/', '_')}" if args.to == "path" else "replay"
             summary = run(master, topic, settings, out, args.slice_size)
             results[master] = summary
             print(
@@ -214,6 +230,12 @@ def main() -> None:
             f"  (records/s: {two.records_per_s / TARGET:.2f})"
         )
         print(f"local[2] / local[1]: {two.events_per_s / one.events_per_s:.2f}  (target ≥ 1.6)")
+        for master in masters[2:]:
+            other = results[master]
+            print(
+                f"{master}: {other.events_per_s / TARGET:.2f} of the target, "
+                f"{other.events_per_s / two.events_per_s:.2f}x local[2]"
+            )
         if args.profile:
             profile_one_range(
                 topic,
@@ -222,6 +244,8 @@ def main() -> None:
                 min(50_000, args.records // args.partitions),
             )
     finally:
+        if cluster is not None:
+            cluster.stop()
         stack.down(purge=True)
         shutil.rmtree(tmp, ignore_errors=True)
 

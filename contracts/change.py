@@ -33,12 +33,24 @@ _NO_ROW: Final[Mapping[str, Any]] = {}
 class Change:
     """A read-only view over a :class:`ChangeEvent` for translator code."""
 
-    __slots__ = ("event",)
+    __slots__ = ("event", "reader", "reads")
 
     event: ChangeEvent
+    #: The columns the translator declared it reads (``None``: any), and its ref.
+    reads: frozenset[str] | None
+    reader: str
 
-    def __init__(self, event: ChangeEvent) -> None:
+    def __init__(
+        self, event: ChangeEvent, reads: frozenset[str] | None = None, reader: str = ""
+    ) -> None:
         self.event = event
+        self.reads = reads
+        self.reader = reader
+
+    def reading(self, columns: frozenset[str], reader: str) -> Change:
+        """This change as seen by a translator that declared it reads only ``columns``:
+        any other column is refused by name, whatever the decoder left in the rows."""
+        return Change(self.event, columns, reader)
 
     def __repr__(self) -> str:
         return f"Change({self.op} {self.table} key={dict(self.key or {})})"
@@ -139,14 +151,18 @@ class Change:
         """
         before = self.event.before
         after = self.event.after
+        reads = self.reads
         if after is None:
-            return frozenset(before or _NO_ROW)
+            gone = frozenset(before or _NO_ROW)
+            return gone if reads is None else gone & reads
         if before is None:
-            return frozenset(k for k, v in after.items() if v is not UNAVAILABLE)
+            came = frozenset(k for k, v in after.items() if v is not UNAVAILABLE)
+            return came if reads is None else came & reads
         missing = object()
-        return frozenset(
+        changed = frozenset(
             k for k, v in after.items() if v is not UNAVAILABLE and before.get(k, missing) != v
         )
+        return changed if self.reads is None else changed & self.reads
 
     def changed(self, *columns: str) -> bool:
         """Whether any of ``columns`` changed (see :meth:`changed_columns`)."""
@@ -155,6 +171,12 @@ class Change:
 
 
 def _get(row: Row | None, column: str, which: str, change: Change) -> Any:
+    reads = change.reads
+    if reads is not None and column not in reads:
+        raise KeyError(
+            f"{change.reader} reads column {column!r} of {change.table}, which it does not "
+            "declare in columns="
+        )
     if row is None:
         return None
     try:

@@ -33,6 +33,7 @@ TranslateFunc: TypeAlias = Callable[[Change], Output]
 
 _NAME = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 NO_EVENTS: Final[tuple[BusinessEvent, ...]] = ()
+_OPS: Final = frozenset({"c", "u", "d", "r", "t"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +48,19 @@ class Translator:
     snapshots: Policy = TRANSLATE
     deletes: Policy = TRANSLATE
     origin: str = ""
+    #: The only columns it reads (``None``: any); the runtime decodes no others.
+    columns: frozenset[str] | None = None
+    #: The ops that can give it an event (``None``: any); other changes are dropped
+    #: before it is called.
+    ops: frozenset[str] | None = None
+
+    def may_emit(self, op: str) -> bool:
+        """Whether a change with ``op`` can give this translator an event at all."""
+        if self.ops is not None and op not in self.ops:
+            return False
+        if op == "r" and self.snapshots == SKIP:
+            return False
+        return not (op == "d" and self.deletes == SKIP)
 
     @property
     def ref(self) -> str:
@@ -59,10 +73,10 @@ class Translator:
 
     def translate(self, change: Change) -> tuple[BusinessEvent, ...]:
         """The events for ``change``; raises :class:`TranslationError` on any failure."""
-        if (change.is_snapshot and self.snapshots == SKIP) or (
-            change.is_delete and self.deletes == SKIP
-        ):
+        if not self.may_emit(change.op):
             return NO_EVENTS
+        if self.columns is not None:
+            change = change.reading(self.columns, self.ref)
         try:
             output = self.func(change)
             # a generator runs only here, so its exceptions must be caught here too
@@ -95,12 +109,23 @@ def translator(
     emits: Sequence[type[BusinessEvent]],
     snapshots: Policy = TRANSLATE,
     deletes: Policy = TRANSLATE,
+    columns: Sequence[str] | None = None,
+    ops: Sequence[str] | None = None,
 ) -> Callable[[TranslateFunc], Translator]:
-    """Declare a translator; a malformed declaration fails where it is written."""
+    """Declare a translator; a malformed declaration fails where it is written.
+
+    ``columns`` lists the only columns the function reads (of every source table,
+    the key's included) and ``ops`` the only ops that can give it an event
+    (``"c"``, ``"u"``, ``"d"``, ``"r"``, ``"t"``). Both are optional: without them it
+    sees every column of every change. With them the runtime decodes nothing else
+    and drops the other changes before calling it; reading an undeclared column
+    is a translation error naming it, in tests as in production.
+    """
 
     def wrap(func: TranslateFunc) -> Translator:
         origin = f"{func.__module__}.{func.__qualname__}"
         problems = _problems(name, version, sources, emits, snapshots, deletes)
+        problems += _declaration_problems(columns, ops)
         if problems:
             raise PluginError(f"translator {name}@{version} ({origin}): {'; '.join(problems)}")
         return Translator(
@@ -112,6 +137,8 @@ def translator(
             snapshots=snapshots,
             deletes=deletes,
             origin=origin,
+            columns=None if columns is None else frozenset(columns),
+            ops=None if ops is None else frozenset(ops),
         )
 
     return wrap
@@ -144,4 +171,23 @@ def _problems(
     for label, value in (("snapshots", snapshots), ("deletes", deletes)):
         if value not in (TRANSLATE, SKIP):
             problems.append(f"{label}={value!r} must be 'translate' or 'skip'")
+    return problems
+
+
+def _declaration_problems(columns: object, ops: object) -> list[str]:
+    problems = []
+    if columns is not None and (
+        isinstance(columns, str)
+        or not isinstance(columns, Sequence | frozenset | set)
+        or not columns
+        or not all(isinstance(c, str) and c for c in columns)
+    ):
+        problems.append(f"columns {columns!r} must be a non-empty list of column names")
+    if ops is not None and (
+        isinstance(ops, str)
+        or not isinstance(ops, Sequence | frozenset | set)
+        or not ops
+        or not set(ops) <= _OPS
+    ):
+        problems.append(f"ops {ops!r} must be a non-empty list of {', '.join(sorted(_OPS))}")
     return problems

@@ -56,6 +56,7 @@ class Decoder(Protocol):
         value: bytes | None,
         coordinates: Coordinates | None = None,
         headers: Sequence[tuple[str, bytes | None]] | None = None,
+        columns: frozenset[str] | None = None,
     ) -> ChangeEvent | Tombstone: ...
 
 
@@ -132,6 +133,8 @@ class Pipeline:
         self.dead_letter_topic = dead_letter_topic
         self._routes: dict[str, tuple[Translator, ...]] = {}
         self._topics: dict[type[BusinessEvent], str] = {}
+        #: Per technical topic: its table and the columns its translators read.
+        self._projections: dict[str, tuple[str, frozenset[str] | None]] = {}
 
     def route(self, table: str) -> tuple[Translator, ...]:
         """The translators that read ``schema.table`` (cached per table)."""
@@ -139,6 +142,37 @@ class Pipeline:
         if found is None:
             found = self._routes[table] = tuple(t for t in self.translators if t.reads(table))
         return found
+
+    def columns(self, table: str) -> frozenset[str] | None:
+        """The columns of ``table`` its translators read: the union of their
+        declarations, ``None`` (all) when one of them declares none."""
+        union: set[str] = set()
+        for t in self.route(table):
+            if t.columns is None:
+                return None
+            union |= t.columns
+        return frozenset(union)
+
+    def _decode(self, record: SourceRecord, where: Coordinates) -> ChangeEvent | Tombstone:
+        """The record decoded with only the columns its table's translators read.
+
+        A topic's table is learnt from its first record; a topic that turns out to hold
+        several tables is read whole from then on.
+        """
+        decode = self.decoder.decode
+        known = self._projections.get(record.topic)
+        columns = None if known is None else known[1]
+        decoded = decode(record.key, record.value, where, record.headers, columns)
+        if decoded.__class__ is Tombstone:
+            return decoded
+        assert isinstance(decoded, ChangeEvent)
+        table = decoded.source.qualified_table
+        if known is None:
+            self._projections[record.topic] = (table, self.columns(table))
+        elif known[0] != table and columns is not None:
+            self._projections[record.topic] = ("", None)
+            decoded = decode(record.key, record.value, where, record.headers, None)
+        return decoded
 
     def process(self, records: Iterable[SourceRecord]) -> Result:
         result = Result()
@@ -149,7 +183,7 @@ class Pipeline:
     def _one(self, record: SourceRecord, result: Result) -> None:
         where = Coordinates(record.topic, record.partition, record.offset)
         try:
-            decoded = self.decoder.decode(record.key, record.value, where, record.headers)
+            decoded = self._decode(record, where)
         except DecodeError as exc:
             result.undecodable += 1
             result.records.append(self._dead_letter(record, "decode", exc.reason, exc, ""))
@@ -161,12 +195,18 @@ class Pipeline:
         if not translators:
             result.unrouted += 1
             return
-        change = Change(decoded)
+        change = None
+        op = decoded.op
         for translator in translators:
             counts = result.counts.get(translator.ref)
             if counts is None:
                 counts = result.counts[translator.ref] = Counts()
             counts.consumed += 1
+            if not translator.may_emit(op):
+                counts.dropped += 1  # declared: this op gives it nothing
+                continue
+            if change is None:
+                change = Change(decoded)
             started = perf_counter()
             produced, failed = self._translate(translator, change, decoded, record)
             counts.seconds += perf_counter() - started

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import decimal
-from collections.abc import Mapping
+from collections.abc import Mapping, Set
 from typing import Any
 
 from fastavro.read import LOGICAL_READERS
@@ -53,28 +53,34 @@ def _read_sized(g: _Gen, d: int, target: str, decode: bool) -> None:
 
 
 def _read(
-    g: _Gen, schema: Any, d: int, target: str, convert: Mapping[str, Converter] | None = None
+    g: _Gen,
+    schema: Any,
+    d: int,
+    target: str,
+    convert: Mapping[str, Converter] | None = None,
+    keep: Set[str] | None = None,
 ) -> None:
     """Statements at depth ``d`` reading one datum of ``schema`` into ``target``.
 
     ``convert`` applies to the record this datum is (through unions and names): each
-    of its fields named there goes through the function when it is not null.
+    of its fields named there goes through the function when it is not null. ``keep``,
+    when given, names the only fields of that record read; the others are skipped.
     """
     if isinstance(schema, str) and schema not in _PRIMITIVES:
         name = schema
         definition = g.resolve(schema)
         g._active.add(name)
         try:
-            _read(g, definition, d, target, convert)
+            _read(g, definition, d, target, convert, keep)
         finally:
             g._active.discard(name)
         return
     if isinstance(schema, list):
-        _read_union(g, schema, d, target, convert)
+        _read_union(g, schema, d, target, convert, keep)
         return
     t = _type_of(schema)
     if isinstance(t, dict | list):
-        _read(g, t, d, target, convert)
+        _read(g, t, d, target, convert, keep)
         return
     logical = _logical_key(schema)
     if t == "null":
@@ -109,7 +115,7 @@ def _read(
         _read_long_into(g, d, index)
         g.emit(d, f"{target} = {symbols}[{index}]")
     elif t in ("record", "error"):
-        _read_record(g, schema, d, target, convert)
+        _read_record(g, schema, d, target, convert, keep=keep)
     elif t == "array":
         _read_blocks(g, schema.get("items"), None, d, target)
     elif t == "map":
@@ -128,8 +134,101 @@ def _read(
         g.emit(d, f"{target} = {function}({target}, {written}, None)")
 
 
+def _skip(g: _Gen, schema: Any, d: int) -> None:
+    """Statements at depth ``d`` moving ``pos`` past one datum of ``schema`` without
+    building it (a column nobody reads). Its bytes are not validated: a string is
+    not decoded, an int not range-checked."""
+    if isinstance(schema, str) and schema not in _PRIMITIVES:
+        definition = g.resolve(schema)
+        g._active.add(schema)
+        try:
+            _skip(g, definition, d)
+        finally:
+            g._active.discard(schema)
+        return
+    if isinstance(schema, list):
+        # The branch index, as one byte for the usual unions (zig-zag: 0, 2, 4 ... and
+        # the negative indexes fastavro also takes: 1 → -1, 3 → -2 ...).
+        branches = len(schema)
+        if branches > 32:
+            raise Unsupported("a union of more than 32 branches")
+        g.emit(d, "b = buf[pos]")
+        g.emit(d, "pos += 1")
+        first = True
+        for i, branch in enumerate(schema):
+            codes = (2 * i, 2 * (branches - i) - 1)  # index i and i - branches, zig-zagged
+            g.emit(d, f"{'if' if first else 'elif'} b == {codes[0]} or b == {codes[1]}:")
+            first = False
+            if branch == "null":
+                g.emit(d + 1, "pass")
+            else:
+                _skip(g, branch, d + 1)
+        g.emit(d, "else:")
+        g.emit(d + 1, "raise IndexError('union branch out of range')")
+        return
+    t = _type_of(schema)
+    if isinstance(t, dict | list):
+        _skip(g, t, d)
+        return
+    if t == "null":
+        return
+    if t == "boolean":
+        g.emit(d, "pos += 1")
+    elif t in ("int", "long", "enum"):
+        # a varint's value is not needed: step over its continuation bytes
+        g.emit(d, "while buf[pos] > 127:")
+        g.emit(d + 1, "pos += 1")
+        g.emit(d, "pos += 1")
+    elif t in ("float", "double"):
+        g.emit(d, f"pos += {4 if t == 'float' else 8}")
+    elif t in ("string", "bytes"):
+        g.emit(d, "b = buf[pos]")
+        g.emit(d, "if b < 128 and not b & 1:")  # a length below 64 in one byte
+        g.emit(d + 1, "pos += 1 + (b >> 1)")
+        g.emit(d, "else:")
+        n = g.var("n")
+        g.emit(d + 1, f"{n}, pos = _long(buf, pos)")
+        g.emit(d + 1, f"if {n} < 0:")
+        g.emit(d + 2, "raise ValueError('a negative length')")
+        g.emit(d + 1, f"pos += {n}")
+    elif t == "fixed":
+        size = schema.get("size")
+        if type(size) is not int or size < 0:
+            raise Unsupported("a fixed type without a size")
+        g.emit(d, f"pos += {size}")
+    elif t in ("record", "error"):
+        fields = schema.get("fields")
+        if not isinstance(fields, list):
+            raise Unsupported("a record without fields")
+        for field in fields:
+            _skip(g, field.get("type"), d)
+    elif t in ("array", "map"):
+        count, block = g.var("c"), g.var("s")
+        g.emit(d, "while True:")
+        _read_long_into(g, d + 1, count)
+        g.emit(d + 1, f"if {count} == 0:")
+        g.emit(d + 2, "break")
+        g.emit(d + 1, f"if {count} < 0:")
+        _read_long_into(g, d + 2, block)
+        g.emit(d + 2, f"pos += {block}")  # a block that says its size is jumped over
+        g.emit(d + 2, "continue")
+        g.emit(d + 1, f"for _ in range({count}):")
+        if t == "map":
+            _skip(g, "string", d + 2)
+            _skip(g, schema.get("values"), d + 2)
+        else:
+            _skip(g, schema.get("items"), d + 2)
+    else:
+        raise Unsupported(f"Avro type {t!r}")
+
+
 def _read_union(
-    g: _Gen, branches: list[Any], d: int, target: str, convert: Mapping[str, Converter] | None
+    g: _Gen,
+    branches: list[Any],
+    d: int,
+    target: str,
+    convert: Mapping[str, Converter] | None,
+    keep: Set[str] | None,
 ) -> None:
     index = g.var("u")
     _read_long_into(g, d, index)
@@ -139,7 +238,7 @@ def _read_union(
         if branch == "null":
             g.emit(d + 1, f"{target} = None")
         else:
-            _read(g, branch, d + 1, target, convert)
+            _read(g, branch, d + 1, target, convert, keep)
     g.emit(d, "else:")
     g.emit(d + 1, "raise IndexError('union branch out of range')")
 
@@ -151,15 +250,27 @@ def _read_record(
     target: str,
     convert: Mapping[str, Converter] | None,
     nested: Mapping[str, Mapping[str, Converter]] | None = None,
+    keep: Set[str] | None = None,
+    nested_keep: Mapping[str, Set[str]] | None = None,
 ) -> None:
     fields = schema.get("fields")
     if not isinstance(fields, list):
         raise Unsupported("a record without fields")
     names = []
     for field in fields:
-        v = g.var()
         name = field.get("name")
-        _read(g, field.get("type"), d, v, None if nested is None else nested.get(name))
+        if keep is not None and name not in keep:
+            _skip(g, field.get("type"), d)
+            continue
+        v = g.var()
+        _read(
+            g,
+            field.get("type"),
+            d,
+            v,
+            None if nested is None else nested.get(name),
+            None if nested_keep is None else nested_keep.get(name),
+        )
         function = None if convert is None else convert.get(name)
         if function is not None:
             g.emit(d, f"if {v} is not None:")
@@ -198,26 +309,32 @@ def compile_reader(
     parsed: Any,
     fields: Mapping[str, Mapping[str, Converter]] | None = None,
     convert: Mapping[str, Converter] | None = None,
+    keep: Mapping[str, Set[str]] | None = None,
 ) -> Reader:
     """``read(buf, pos) -> (datum, pos after it)`` for a schema fastavro parsed.
 
     ``fields`` converts, for a record schema, the members of the records held by its
     fields: ``{"after": {"total": f}}`` applies ``f`` to ``after.total`` when it is not
     null, as the row decoder would after reading; ``convert`` does the same for the
-    record's own fields. Raises :class:`Unsupported` when
-    the schema has a shape not covered here.
+    record's own fields. ``keep`` projects, for a record schema, the records held by
+    its fields: ``{"after": {"id", "status"}}`` reads only those two members of
+    ``after`` and skips the others' bytes without building them. Raises
+    :class:`Unsupported` when the schema has a shape not covered here.
     """
     g = _Gen(_named_of(parsed))
     g.env["_long"] = read_long
     g.env["_int"] = read_int
     g.env["_from_bytes"] = int.from_bytes
     g.emit(0, "def read(buf, pos):")
-    if fields or convert:
+    if fields or convert or keep:
         if _type_of(parsed) not in ("record", "error"):
             raise Unsupported("field conversions need a record schema")
-        _read_record(g, parsed, 1, "datum", convert, fields)
+        _read_record(g, parsed, 1, "datum", convert, fields, nested_keep=keep)
     else:
         _read(g, parsed, 1, "datum")
+    if keep:
+        g.emit(1, "if pos > len(buf):")  # a skipped value ran past the end
+        g.emit(2, "raise EOFError")
     g.emit(1, "return datum, pos")
     source = "\n".join(g.lines)
     exec(compile(source, "<avro reader>", "exec"), g.env)

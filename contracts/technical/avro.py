@@ -28,6 +28,7 @@ from contracts.logical import (
     struct_decoder,
 )
 from contracts.technical.events import (
+    Columns,
     SchemaLookup,
     _BytesDecoder,
     _decoded,
@@ -52,6 +53,15 @@ class _AvroPlan:
 
 def _read_trusted_source(d: Any) -> Source:
     return read_source(d, checked=False)
+
+
+def _projected(decode_row: Callable[[Any], Row], columns: frozenset[str]) -> Callable[[Any], Row]:
+    """``decode_row``, then only ``columns`` kept (the fallback of a projected read)."""
+
+    def decode(row: Any) -> Row:
+        return {k: v for k, v in decode_row(row).items() if k in columns}
+
+    return decode
 
 
 def _as_is(row: Any) -> Row:
@@ -160,7 +170,7 @@ class AvroDecoder(_BytesDecoder):
         self._lookup = schema_for_id
         self._generated = generated
         self._schemas: dict[int, Any] = {}
-        self._values: dict[int, _AvroPlan] = {}
+        self._values: dict[tuple[int, Columns], _AvroPlan] = {}
         self._keys: dict[int, _AvroPlan] = {}
 
     def _schema(self, schema_id: int, what: str) -> Any:
@@ -183,8 +193,8 @@ class AvroDecoder(_BytesDecoder):
         self._schemas[schema_id] = parsed
         return parsed
 
-    def _value_plan(self, schema_id: int) -> _AvroPlan:
-        plan = self._values.get(schema_id)
+    def _value_plan(self, schema_id: int, columns: Columns) -> _AvroPlan:
+        plan = self._values.get((schema_id, columns))
         if plan is None:
             schema = self._schema(schema_id, "the value")
             named = _named(schema)
@@ -192,16 +202,22 @@ class AvroDecoder(_BytesDecoder):
             fields = [] if row_schema is None else _record_fields(row_schema, named, "a row")
             source_schema = next(f["type"] for f in schema["fields"] if f["name"] == "source")
             trusted = trusts_source(source_schema, lambda t: _resolve(t, named))
-            row = _conversions(fields)
+            decode_row: Callable[[Any], Row] = struct_decoder(fields, "avro")
+            keep = None
+            if columns is not None and not {f.name for f in fields} <= columns:
+                keep = columns
+                decode_row = _projected(decode_row, columns)
+            row = _conversions([f for f in fields if keep is None or f.name in keep])
+            projection = None if keep is None else {"before": keep, "after": keep}
             plan = _AvroPlan(
                 schema,
-                struct_decoder(fields, "avro"),
+                decode_row,
                 _read_trusted_source if trusted else read_source,
-                _generated(schema, fields={"before": row, "after": row})
+                _generated(schema, fields={"before": row, "after": row}, keep=projection)
                 if self._generated
                 else None,
             )
-            self._values[schema_id] = plan
+            self._values[(schema_id, columns)] = plan
         return plan
 
     def _key_plan(self, schema_id: int) -> _AvroPlan:
@@ -230,10 +246,15 @@ class AvroDecoder(_BytesDecoder):
         return _decoded(record, "the key", plan.decode_row)
 
     def decode_value(
-        self, value: bytes, key: Row | None, where: Coordinates, headers: Headers
+        self,
+        value: bytes,
+        key: Row | None,
+        where: Coordinates,
+        headers: Headers,
+        columns: Columns = None,
     ) -> ChangeEvent:
         schema_id, body = _unframe(value, "the value")
-        plan = self._value_plan(schema_id)
+        plan = self._value_plan(schema_id, columns)
         record = _read_generated(plan, value)
         if record is not None:
             try:
@@ -249,6 +270,11 @@ class AvroDecoder(_BytesDecoder):
         return self.decode_key(key)
 
     def _value_bytes(
-        self, value: bytes, key: Row | None, where: Coordinates, headers: Headers
+        self,
+        value: bytes,
+        key: Row | None,
+        where: Coordinates,
+        headers: Headers,
+        columns: Columns = None,
     ) -> ChangeEvent:
-        return self.decode_value(value, key, where, headers)
+        return self.decode_value(value, key, where, headers, columns)

@@ -21,7 +21,7 @@ from contracts.logical import (
     connect_field,
     struct_decoder,
 )
-from contracts.technical.events import _BytesDecoder, _decoded, _event
+from contracts.technical.events import Columns, _BytesDecoder, _decoded, _event
 
 _UNAVAILABLE_B64: Final = "X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ=="
 
@@ -143,7 +143,12 @@ class _JsonDocumentDecoder(_BytesDecoder):
         return self.decode_key_doc(_loads(key, self.exact_numbers, "the key"))
 
     def _value_bytes(
-        self, value: bytes, key: Row | None, where: Coordinates, headers: Headers
+        self,
+        value: bytes,
+        key: Row | None,
+        where: Coordinates,
+        headers: Headers,
+        columns: Columns = None,
     ) -> ChangeEvent:
         doc = _loads(value, self.exact_numbers, "the value")
         return self.decode_value_doc(doc, key, where, headers)

@@ -13,7 +13,7 @@ from contracts.envelope import (
 from contracts.exceptions import Coordinates, DecodeError, InvalidRecord
 from contracts.technical.avro import AvroDecoder
 from contracts.technical.connect_json import JsonSchemaDecoder, PlainJsonDecoder, _loads
-from contracts.technical.events import Encoding, SchemaLookup, _BytesDecoder
+from contracts.technical.events import Columns, Encoding, SchemaLookup, _BytesDecoder
 
 # -- auto-detection --------------------------------------------------------------------
 
@@ -78,10 +78,15 @@ class AutoDecoder(_BytesDecoder):
         return self._json.decode_key_doc(_loads(key, True, "the key"))
 
     def _value_bytes(
-        self, value: bytes, key: Row | None, where: Coordinates, headers: Headers
+        self,
+        value: bytes,
+        key: Row | None,
+        where: Coordinates,
+        headers: Headers,
+        columns: Columns = None,
     ) -> ChangeEvent:
         if _sniff(value, "the value") == "avro":
-            return self._avro_decoder("the value").decode_value(value, key, where, headers)
+            return self._avro_decoder("the value").decode_value(value, key, where, headers, columns)
         # JsonConverter writes "schema" first; only then parse numbers exactly, so a
         # plain document keeps its floats as JSON gives them and is parsed once.
         exact = value.lstrip().startswith(b'{"schema"')

@@ -32,7 +32,7 @@ from contracts.technical.source import (
     read_source,
 )
 
-__all__ = ["Decoded", "Encoding", "RawHeaders", "SchemaLookup"]
+__all__ = ["Columns", "Decoded", "Encoding", "RawHeaders", "SchemaLookup"]
 
 Encoding = Literal["avro", "json_schema", "json"]
 Decoded = ChangeEvent | Tombstone
@@ -41,6 +41,8 @@ RawHeaders = Sequence[tuple[str, bytes | None]] | None
 #: schema fastavro already parsed); raises ``KeyError``/``LookupError`` or returns
 #: ``None`` for an unknown id.
 SchemaLookup = Callable[[int], Any]
+#: The columns a reader of the rows needs (``None``: all of them).
+Columns = frozenset[str] | None
 
 
 def _transaction(d: Any) -> Transaction | None:
@@ -146,7 +148,12 @@ class _BytesDecoder:
         raise NotImplementedError
 
     def _value_bytes(
-        self, value: bytes, key: Row | None, where: Coordinates, headers: Headers
+        self,
+        value: bytes,
+        key: Row | None,
+        where: Coordinates,
+        headers: Headers,
+        columns: Columns = None,
     ) -> ChangeEvent:
         raise NotImplementedError
 
@@ -156,8 +163,13 @@ class _BytesDecoder:
         value: bytes | None,
         coordinates: Coordinates | None = None,
         headers: RawHeaders = None,
+        columns: Columns = None,
     ) -> Decoded:
-        """A change event, or a tombstone when ``value`` is ``None``."""
+        """A change event, or a tombstone when ``value`` is ``None``.
+
+        ``columns``, when given, are the only columns the rows need: a decoder may
+        leave the others out (the Avro one skips their bytes); the JSON ones keep them.
+        """
         where = _coordinates(coordinates)
 
         def run() -> Decoded:
@@ -165,6 +177,6 @@ class _BytesDecoder:
             key_row = None if key is None else self._key_bytes(key)
             if value is None:
                 return _tombstone(key_row, where, hdrs)
-            return self._value_bytes(value, key_row, where, hdrs)
+            return self._value_bytes(value, key_row, where, hdrs, columns)
 
         return _guard(where, run)

@@ -73,7 +73,7 @@ def test_generated_reader_equals_fastavro(te: tuple[TableSchema, ChangeEvent | T
     assert got == reference.decode(key, value, WHERE)
     assert got == replace(record, coordinates=WHERE)
     if value is not None:
-        assert fast._value_plan(2).read is not None  # the generated reader did read it
+        assert fast._value_plan(2, None).read is not None  # the generated reader did read it
     if key is not None:
         assert fast._key_plan(1).read is not None
 

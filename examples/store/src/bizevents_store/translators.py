@@ -37,6 +37,8 @@ ADDRESS: Final = ("street", "city", "postal_code", "country")
     sources=["store.customers"],
     emits=[CustomerRegistered, CustomerAddressChanged],
     deletes="skip",
+    columns=["id", "email", "full_name", "country", "created_at", *ADDRESS],
+    ops=["c", "r", "u"],
 )
 def customers(change: Change) -> Iterator[BusinessEvent]:
     if change.is_create:
@@ -60,6 +62,8 @@ def customers(change: Change) -> Iterator[BusinessEvent]:
     emits=[ProductPriceChanged],
     snapshots="skip",
     deletes="skip",
+    columns=["id", "sku", "price", "currency"],
+    ops=["u"],
 )
 def products(change: Change) -> Iterator[BusinessEvent]:
     if change.is_update and change.changed("price"):
@@ -116,6 +120,19 @@ ORDER_EVENTS: Final[list[type[BusinessEvent]]] = [
     OrderShipped,
     OrderCancelled,
 ]
+#: What ``_orders`` reads, and the ops that can give it an event (inserts, updates).
+ORDER_COLUMNS: Final = (
+    "id",
+    "customer_id",
+    "total",
+    "currency",
+    "placed_at",
+    "status",
+    "tracking_number",
+    "shipped_at",
+    "updated_at",
+)
+ORDER_OPS: Final = ("c", "u")
 
 
 @translator(
@@ -125,6 +142,8 @@ ORDER_EVENTS: Final[list[type[BusinessEvent]]] = [
     emits=ORDER_EVENTS,
     snapshots="skip",
     deletes="skip",
+    columns=ORDER_COLUMNS,
+    ops=ORDER_OPS,
 )
 def orders_v1(change: Change) -> Iterator[BusinessEvent]:
     return _orders(change, _status_by_position)
@@ -137,6 +156,8 @@ def orders_v1(change: Change) -> Iterator[BusinessEvent]:
     emits=ORDER_EVENTS,
     snapshots="skip",
     deletes="skip",
+    columns=ORDER_COLUMNS,
+    ops=ORDER_OPS,
 )
 def orders_v2(change: Change) -> Iterator[BusinessEvent]:
     return _orders(change, _status_by_label)
