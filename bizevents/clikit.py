@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from base.errors import BizeventsError
@@ -31,7 +32,7 @@ def fails_cleanly(func: F) -> F:
         try:
             return func(*args, **kwargs)
         except BizeventsError as exc:
-            err_console.print(f"[bold red]error:[/] {redact_text(str(exc))}", highlight=False)
+            err_console.print(f"[bold red]error:[/] {escape(redact_text(str(exc)))}", highlight=False)
             sys.exit(1)
 
     return wrapper  # type: ignore[return-value]

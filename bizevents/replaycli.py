@@ -127,6 +127,7 @@ def replay(
     from replay.spec import DEFAULT_SLICE_SIZE, Bound, Output, ReplaySpec
 
     settings = settings_of(ctx)
+    _require_spark()
     if file_format is not None and to is None:
         raise ReplayConfigError(f"--format {file_format} needs --to path:DIR")
     spec = ReplaySpec(
@@ -151,6 +152,23 @@ def replay(
         click.echo(json.dumps(_summary_dict(summary), indent=2, default=str))
         return
     _print_summary(summary)
+
+
+SPARK_MISSING = (
+    "bizevents replay runs on Spark, and pyspark is not installed in this environment: "
+    "install the spark extra (`scripts/setup --extra spark` in a checkout, "
+    "or `pip install 'bizevents[spark]'`)"
+)
+
+
+def _require_spark() -> None:
+    """One sentence instead of a ModuleNotFoundError deep in the job."""
+    from replay.exceptions import ReplayConfigError
+
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        raise ReplayConfigError(SPARK_MISSING) from None
 
 
 def _summary_dict(summary: Any) -> dict[str, Any]:
