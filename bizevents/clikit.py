@@ -32,7 +32,9 @@ def fails_cleanly(func: F) -> F:
         try:
             return func(*args, **kwargs)
         except BizeventsError as exc:
-            err_console.print(f"[bold red]error:[/] {escape(redact_text(str(exc)))}", highlight=False)
+            err_console.print(
+                f"[bold red]error:[/] {escape(redact_text(str(exc)))}", highlight=False
+            )
             sys.exit(1)
 
     return wrapper  # type: ignore[return-value]
