@@ -21,21 +21,23 @@ import threading
 import time
 import urllib.request
 from collections import Counter, deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from rich.console import Group
+from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
 from base.errors import ConfigError
 from bizevents.devstack import DevStack, Endpoints, StackError
 from bizevents.devstack.processes import free_port, tail
 from bizevents.settings import Settings
+from bizevents.story import Agreement, OrderBook, Seen, describe
 from translators.api import Translator
 
 SERVER = "demo"
@@ -49,10 +51,34 @@ class Tally:
     """What the terminal shows; written by the reader thread, read by the display."""
 
     per_topic: Counter[str] = field(default_factory=Counter)
-    recent: deque[tuple[str, str, str]] = field(default_factory=lambda: deque(maxlen=12))
+    #: (translator@version, the event in words), the latest last
+    recent: deque[tuple[str, str]] = field(default_factory=lambda: deque(maxlen=10))
+    #: counters of the running worker, and the sums of the workers stopped before it
     translator_counts: dict[str, dict[str, float]] = field(default_factory=dict)
+    earlier_counts: dict[str, dict[str, float]] = field(default_factory=dict)
     load_steps: int = 0
+    book: OrderBook = field(default_factory=OrderBook)
+    #: order id → status in PostgreSQL, for this run's orders
+    database: dict[int, str] = field(default_factory=dict)
+    history: list[float] = field(default_factory=list)
+    step: str = ""
+    first_event_at: float | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def counts(self) -> dict[str, dict[str, float]]:
+        """Per translator@version, this run's counters over every worker it started."""
+        merged: dict[str, dict[str, float]] = {}
+        for source in (self.earlier_counts, self.translator_counts):
+            for ref, values in source.items():
+                into = merged.setdefault(ref, {})
+                for key, value in values.items():
+                    into[key] = into.get(key, 0.0) + value
+        return merged
+
+    def retire_worker(self) -> None:
+        """The running worker stops: keep its last counters in the sums."""
+        self.earlier_counts = self.counts()
+        self.translator_counts = {}
 
 
 def _env(endpoints: Endpoints, settings: Settings, **extra: str) -> dict[str, str]:
@@ -146,10 +172,44 @@ def _load(dsn: str, rate: float, stop: threading.Event, tally: Tally, store: Mod
         conn.close()
 
 
+class _Decoder:
+    """Business events in the Confluent framing, decoded with their writer's schema
+    (fetched from the registry by id, once)."""
+
+    def __init__(self, registry_url: str) -> None:
+        self.registry_url = registry_url.rstrip("/")
+        self.schemas: dict[int, tuple[str, Any]] = {}
+
+    def __call__(self, data: bytes) -> tuple[str, dict[str, Any]]:
+        import io
+
+        import fastavro
+
+        schema_id = int.from_bytes(data[1:5], "big")
+        if schema_id not in self.schemas:
+            url = f"{self.registry_url}/schemas/ids/{schema_id}"
+            with urllib.request.urlopen(url, timeout=5) as response:
+                text = json.load(response)["schema"]
+            parsed: Any = fastavro.parse_schema(json.loads(text))
+            self.schemas[schema_id] = (str(json.loads(text)["name"]).rpartition(".")[2], parsed)
+        name, schema = self.schemas[schema_id]
+        record = fastavro.schemaless_reader(io.BytesIO(data[5:]), schema, None)
+        assert isinstance(record, dict)
+        return name, record
+
+
 def _read_business_topics(
-    bootstrap: str, topics: list[str], stop: threading.Event, tally: Tally
+    bootstrap: str,
+    registry_url: str,
+    topics: list[str],
+    since_ms: int,
+    stop: threading.Event,
+    tally: Tally,
 ) -> None:
-    """Follow the business topics in assign mode (no consumer group needed to watch)."""
+    """Follow the business topics in assign mode (no consumer group needed to watch),
+    from their start, counting what was produced since ``since_ms``: this run's events,
+    even on a stack that earlier runs used (the broker's ListOffsets cannot be trusted
+    for the ends, see docs/broker.md)."""
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer(
@@ -159,13 +219,16 @@ def _read_business_topics(
             "log_level": 0,
             "enable.auto.commit": False,
             "log.connection.close": False,
+            "fetch.wait.max.ms": 50,
+            "topic.metadata.refresh.interval.ms": 1000,
         }
     )
+    decode = _Decoder(registry_url)
     assigned: set[tuple[str, int]] = set()
     last_refresh = 0.0
     try:
         while not stop.is_set():
-            if time.monotonic() - last_refresh > 2:
+            if time.monotonic() - last_refresh > 1:
                 last_refresh = time.monotonic()
                 metadata = consumer.list_topics(timeout=5)
                 new = {
@@ -176,21 +239,38 @@ def _read_business_topics(
                 } - assigned
                 if new:
                     assigned |= new
-                    consumer.assign([TopicPartition(t, p, 0) for t, p in sorted(assigned)])
-            for message in consumer.consume(500, timeout=0.5):
-                if message.error() is not None:
+                    consumer.incremental_assign([TopicPartition(t, p, 0) for t, p in sorted(new)])
+            for message in consumer.consume(500, timeout=0.2):
+                if message.error() is not None or message.timestamp()[1] < since_ms:
                     continue
-                headers = {str(k): _text(v) for k, v in list(message.headers() or [])}
-                topic = str(message.topic())
-                label = headers.get("bizevents.translator", "")
-                detail = headers.get("bizevents.dlq.reason") or headers.get(
-                    "bizevents.event_id", ""
-                )
-                with tally.lock:
-                    tally.per_topic[topic] += 1
-                    tally.recent.append((topic, label, detail[:60]))
+                _show(message, decode, tally)
     finally:
         consumer.close()
+
+
+def _show(message: Any, decode: _Decoder, tally: Tally) -> None:
+    topic = str(message.topic())
+    if topic == DEAD_LETTER_TOPIC:
+        headers = {str(k): _text(v) for k, v in list(message.headers() or [])}
+        line = ("dead letter", headers.get("bizevents.dlq.reason", "")[:80])
+        with tally.lock:
+            tally.per_topic[topic] += 1
+            tally.recent.append(line)
+        return
+    try:
+        seen = Seen.from_record(*decode(message.value()))
+    except Exception as exc:  # a view: an event it cannot read is shown, never fatal
+        with tally.lock:
+            tally.recent.append(("?", f"{topic}: not readable ({exc})"[:100]))
+        return
+    label = seen.translator + (" (replay)" if seen.replay else "")
+    with tally.lock:
+        if not seen.replay:
+            tally.per_topic[topic] += 1
+        if tally.first_event_at is None:
+            tally.first_event_at = time.monotonic()
+        tally.book.add(seen)
+        tally.recent.append((label, describe(seen)))
 
 
 def _text(value: str | bytes | None) -> str:
@@ -214,12 +294,29 @@ def _scrape(url: str) -> dict[str, dict[str, float]]:
     return counts
 
 
-def _view(tally: Tally, topics: list[str]) -> Group:
+SPARK = " ▁▂▃▄▅▆▇█"
+
+
+def _sparkline(history: list[float], width: int = 60) -> str:
+    return "".join(SPARK[min(8, int(p / 100 * 8))] for p in history[-width:])
+
+
+def _agreement_text(agreement: Agreement, history: list[float]) -> str:
+    colour = "green" if agreement.percent >= 100 else "red"
+    return (
+        f"[bold]orders: status in PostgreSQL vs the latest business event[/]  "
+        f"[{colour} bold]{agreement.percent:5.1f} % agree[/]  "
+        f"({agreement.agree} agree · {agreement.disagree} disagree · "
+        f"{agreement.unseen} not yet seen)\n[{colour}]{_sparkline(history)}[/]"
+    )
+
+
+def _view(tally: Tally, topics: list[str], story: bool) -> Group:
     with tally.lock:
-        counts = Table(title="per translator", title_justify="left")
+        counts = Table(title="per translator (this run)", title_justify="left")
         for column in ("translator", "consumed", "emitted", "dropped", "dead-lettered"):
             counts.add_column(column, justify="right" if column != "translator" else "left")
-        for translator, values in sorted(tally.translator_counts.items()):
+        for translator, values in sorted(tally.counts().items()):
             counts.add_row(
                 translator,
                 *(
@@ -235,44 +332,195 @@ def _view(tally: Tally, topics: list[str]) -> Group:
         for topic in topics:
             per_topic.add_row(topic, str(tally.per_topic.get(topic, 0)))
         recent = Table(title="latest events", title_justify="left")
-        for column in ("topic", "translator", "event id / reason"):
-            recent.add_column(column)
+        recent.add_column("translator")
+        recent.add_column("event")
         for row in tally.recent:
             recent.add_row(*row)
-    return Group(counts, per_topic, recent)
+        parts: list[Any] = [Text.from_markup(f"[bold cyan]{tally.step}[/]")]
+        if story:
+            agreement = tally.book.agreement(tally.database)
+            parts.append(Text.from_markup(_agreement_text(agreement, tally.history)))
+    return Group(*parts, counts, per_topic, recent)
 
 
-def run_demo(settings: Settings, duration: float | None, rate: float) -> dict[str, Any]:
-    """Run the demo until Ctrl-C or ``duration`` seconds; return the final tally."""
+class _Worker:
+    """The translator worker as a process of its own, restartable with other pins."""
+
+    def __init__(self, cli: list[str], env: dict[str, str], log: Path) -> None:
+        self.cli, self.env, self.log = cli, env, log
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.metrics_url = ""
+
+    def start(self, pins: dict[str, int]) -> None:
+        port = free_port("127.0.0.1")
+        self.metrics_url = f"http://127.0.0.1:{port}/metrics"
+        env = {
+            **self.env,
+            "BIZEVENTS_TRANSLATORS": json.dumps(pins),
+            "BIZEVENTS_TRANSLATE__METRICS_PORT": str(port),
+        }
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen(
+                [*self.cli, "translate"], env=env, stdout=out, stderr=subprocess.STDOUT
+            )
+
+    def check(self) -> None:
+        if self.proc is not None:
+            _check_alive(self.proc, "the translator worker", self.log)
+
+    def scrape(self) -> dict[str, dict[str, float]] | None:
+        try:
+            return _scrape(self.metrics_url)
+        except OSError:
+            return None  # still starting
+
+    def stop(self) -> None:
+        """SIGTERM, as an operator stops it: it commits what the broker acknowledged."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if proc.returncode not in (0, -signal.SIGTERM):
+            print(
+                f"the translator worker exited with {proc.returncode}; its log {self.log}:\n"
+                f"{tail(self.log)}",
+                file=sys.stderr,
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class StoryPlan:
+    """The story's knobs: which versions, how long the live steps last."""
+
+    buggy: int = 1
+    fixed: int = 2
+    step_seconds: float = 15.0
+    settle_seconds: float = 30.0
+
+
+class _Stopped(Exception):
+    """--duration ran out."""
+
+
+def _database_statuses(conn: Any, since_order: int) -> dict[int, str]:
+    with conn.cursor() as cur:
+        cur.execute("SELECT id, status::text FROM store.orders WHERE id > %s", (since_order,))
+        rows = cur.fetchall()
+    conn.commit()
+    return {int(order): str(status) for order, status in rows}
+
+
+def _max_order(dsn: str) -> int:
+    import psycopg2
+
+    conn = psycopg2.connect(dsn)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT coalesce(max(id), 0) FROM store.orders")
+            row = cur.fetchone()
+        return int(row[0]) if row else 0
+    finally:
+        conn.close()
+
+
+def _replay(
+    cli: list[str],
+    env: dict[str, str],
+    version: int,
+    began: float,
+    duration: float | None,
+    console: Console,
+) -> dict[str, Any]:
+    """``bizevents replay`` over the orders topic from offset 0 into the contracts' topics,
+    its progress bar on this terminal; its JSON summary back."""
+    argv = [
+        *cli,
+        "replay",
+        "--topics",
+        f"{SERVER}.store.orders",
+        "--translator",
+        f"orders@{version}",
+        "--from",
+        "0",
+        "--to",
+        "topic",
+        "--progress",
+        "--json",
+    ]
+    console.print("$ bizevents " + " ".join(argv[len(cli) :]), highlight=False)
+    quiet = {**env, "BIZEVENTS_LOG_LEVEL": "WARNING"}  # its progress bar, not its log lines
+    proc = subprocess.Popen(argv, env=quiet, stdout=subprocess.PIPE)
+    try:
+        left = None if duration is None else max(0.1, duration - (time.monotonic() - began))
+        out, _ = proc.communicate(timeout=left)
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+        proc.communicate()
+        raise _Stopped from None
+    except KeyboardInterrupt:  # the terminal's Ctrl-C reached the replay too
+        proc.communicate()
+        raise
+    if proc.returncode != 0:
+        raise StackError(f"bizevents replay failed with exit code {proc.returncode} (see above)")
+    result: dict[str, Any] = json.loads(out)
+    return result
+
+
+def run_demo(
+    settings: Settings,
+    duration: float | None,
+    rate: float,
+    story: StoryPlan | None = None,
+    console: Console | None = None,
+) -> dict[str, Any]:
+    """Run the demo until Ctrl-C, ``duration`` seconds or the story's end; return the
+    final tally. ``story`` None: the live flow only, with the fixed pins."""
+    import psycopg2
+
+    began = time.monotonic()
+    console = console or Console()
+
+    def line(text: str) -> None:
+        console.print(f"[{time.monotonic() - began:5.1f}s] {text}", highlight=False, markup=False)
+
+    line("finding the store plugin…")
     pinned, store = store_plugin()
     stack = DevStack(settings.state_dir, settings.dev)
     was_running = all(h.ok for h in stack.status())
-    stack.up()
+    stack.up(on_start=lambda name: line(f"starting {name}…"))
     endpoints = stack.endpoints()
+    ready_at = time.monotonic()
+    steps: dict[str, float] = {"stack": ready_at - began}
+    line(f"stack ready: broker {endpoints.bootstrap_servers}, registry {endpoints.registry_url}")
     demo_dir = stack.state_dir / "demo"
     demo_dir.mkdir(parents=True, exist_ok=True)
     _prepare_database(endpoints.postgres_dsn, store)
+    since_order = _max_order(endpoints.postgres_dsn)
+    since_ms = int(time.time() * 1000)
 
     capture_config = demo_dir / "capture.toml"
     capture_config.write_text(
         f'server = "{SERVER}"\ntables = {json.dumps(list(TABLES))}\npartitions = 4\n'
         f'slot = "bizevents_demo"\n'
     )
-    metrics_port = free_port("127.0.0.1")
-    env = _env(
-        endpoints,
-        settings,
-        BIZEVENTS_TRANSLATORS=json.dumps(PINS),
-        BIZEVENTS_TRANSLATE__METRICS_PORT=str(metrics_port),
-        BIZEVENTS_TRANSLATE__TOPIC_PREFIX=SERVER,
-    )
+    env = _env(endpoints, settings, BIZEVENTS_TRANSLATE__TOPIC_PREFIX=SERVER)
     topics = [*sorted({c.contract_topic() for t in pinned for c in t.emits}), DEAD_LETTER_TOPIC]
     tally = Tally()
     stop = threading.Event()
     logs = stack.state_dir / "logs"
     cli = [sys.executable, "-m", "bizevents"]
-    started = time.monotonic()
+    pins = dict(PINS) if story is None else {**PINS, "orders": story.buggy}
+    replay_result: dict[str, Any] = {}
+    load_stop = threading.Event()  # the load stops before the rest (the story's step 3)
     with ExitStack() as cleanup:
+        line("starting capture and the translator worker…")
         capture = cleanup.enter_context(
             _process(
                 [*cli, "capture", "postgres", "--config", str(capture_config)],
@@ -281,16 +529,25 @@ def run_demo(settings: Settings, duration: float | None, rate: float) -> dict[st
                 "capture",
             )
         )
-        worker = cleanup.enter_context(
-            _process([*cli, "translate"], env, logs / "demo-translate.log", "the translator worker")
-        )
+        worker = _Worker(cli, env, logs / "demo-translate.log")
+        worker.start(pins)
+        cleanup.callback(worker.stop)
         threads = [
             threading.Thread(
-                target=_load, args=(endpoints.postgres_dsn, rate, stop, tally, store), daemon=True
+                target=_load,
+                args=(endpoints.postgres_dsn, rate, load_stop, tally, store),
+                daemon=True,
             ),
             threading.Thread(
                 target=_read_business_topics,
-                args=(endpoints.bootstrap_servers, topics, stop, tally),
+                args=(
+                    endpoints.bootstrap_servers,
+                    endpoints.registry_url,
+                    topics,
+                    since_ms,
+                    stop,
+                    tally,
+                ),
                 daemon=True,
             ),
         ]
@@ -299,27 +556,119 @@ def run_demo(settings: Settings, duration: float | None, rate: float) -> dict[st
         for thread in threads:
             cleanup.callback(thread.join, 10)
         cleanup.callback(stop.set)
+        cleanup.callback(load_stop.set)
+        database = psycopg2.connect(endpoints.postgres_dsn)
+        cleanup.callback(database.close)
+        live_started = time.monotonic()
+
+        def tick(live: Live) -> None:
+            """One refresh: children alive, counters, the database's statuses."""
+            if duration is not None and time.monotonic() - began >= duration:
+                raise _Stopped
+            _check_alive(capture, "capture", logs / "demo-capture.log")
+            worker.check()
+            scraped = worker.scrape()
+            statuses = _database_statuses(database, since_order) if story else {}
+            with tally.lock:
+                if scraped is not None:
+                    tally.translator_counts = scraped
+                if story:
+                    tally.database = statuses
+                    tally.history.append(tally.book.agreement(statuses).percent)
+            live.update(_view(tally, topics, story is not None))
+
+        def run_for(live: Live, seconds: float | None, done: Callable[[], bool] = bool) -> None:
+            until = None if seconds is None else time.monotonic() + seconds
+            while until is None or time.monotonic() < until:
+                tick(live)
+                if done is not bool and done():
+                    return
+                time.sleep(0.25)
+
+        def set_step(live: Live, text: str) -> None:
+            with tally.lock:
+                tally.step = text
+            live.console.print(
+                f"[{time.monotonic() - began:5.1f}s] {text}", highlight=False, markup=False
+            )
+
         try:
-            with Live(_view(tally, topics), refresh_per_second=4, transient=False) as live:
-                while duration is None or time.monotonic() - started < duration:
-                    _check_alive(capture, "capture", logs / "demo-capture.log")
-                    _check_alive(worker, "the translator worker", logs / "demo-translate.log")
-                    try:
-                        scraped = _scrape(f"http://127.0.0.1:{metrics_port}/metrics")
-                    except OSError:
-                        scraped = None  # the worker is still starting
-                    if scraped is not None:
+            with Live(
+                _view(tally, topics, story is not None),
+                console=console,
+                refresh_per_second=4,
+                transient=False,
+            ) as live:
+                if story is None:
+                    set_step(live, "live: " + ", ".join(f"{n}@{v}" for n, v in pins.items()))
+                    run_for(live, None)
+                else:
+                    set_step(
+                        live,
+                        f"step 1/4 · live with orders@{story.buggy} pinned "
+                        "(its bug: the status enum mapped by position)",
+                    )
+                    run_for(live, story.step_seconds)
+                    steps["1 live, buggy"] = time.monotonic() - live_started
+                    t = time.monotonic()
+                    with tally.lock:
+                        tally.translator_counts = worker.scrape() or tally.translator_counts
+                        tally.retire_worker()
+                    worker.stop()
+                    pins = {**PINS, "orders": story.fixed}
+                    worker.start(pins)
+                    set_step(
+                        live,
+                        f"step 2/4 · orders@{story.fixed} pinned: the worker restarted with "
+                        "the fix and moves on from its committed offsets",
+                    )
+                    run_for(live, story.step_seconds)
+                    steps["2 fix pinned"] = time.monotonic() - t
+                    t = time.monotonic()
+                    set_step(
+                        live,
+                        f"step 3/4 · the store pauses; bizevents replay re-reads "
+                        f"{SERVER}.store.orders from offset 0 through orders@{story.fixed} (Spark)",
+                    )
+                    load_stop.set()
+                    threads[0].join(10)
+                    live.stop()
+                    replay_result = _replay(cli, env, story.fixed, began, duration, console)
+                    live.start()
+                    steps["3 replay"] = time.monotonic() - t
+                    t = time.monotonic()
+                    set_step(live, "step 4/4 · the corrected events arrive; waiting for agreement")
+
+                    def agreed() -> bool:
                         with tally.lock:
-                            tally.translator_counts = scraped
-                    live.update(_view(tally, topics))
-                    time.sleep(0.5)
-        except KeyboardInterrupt:
+                            return tally.book.agreement(tally.database).complete
+
+                    run_for(live, story.settle_seconds, agreed)
+                    steps["4 agreement"] = time.monotonic() - t
+                    tick(live)
+        except (KeyboardInterrupt, _Stopped):
             pass
+        with tally.lock:
+            tally.translator_counts = worker.scrape() or tally.translator_counts
     if not was_running:
         stack.down()
     with tally.lock:
+        agreement = tally.book.agreement(tally.database)
+        first = None if tally.first_event_at is None else tally.first_event_at - ready_at
         return {
             "store_actions": tally.load_steps,
             "events_per_topic": dict(tally.per_topic),
-            "translators": tally.translator_counts,
+            "translators": tally.counts(),
+            "corrected": len(tally.book.corrected),
+            "agreement": {
+                "percent": agreement.percent,
+                "agree": agreement.agree,
+                "disagree": agreement.disagree,
+                "unseen": agreement.unseen,
+                "history": list(tally.history),
+            },
+            "replay": replay_result,
+            "steps": steps,
+            "first_event_s": first,
+            "seconds": time.monotonic() - began,
         }

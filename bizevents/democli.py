@@ -1,4 +1,4 @@
-"""``bizevents demo``: the main job, the whole flow on the embedded stack."""
+"""``bizevents demo``: the main job, the whole story on the embedded stack."""
 
 from __future__ import annotations
 
@@ -14,23 +14,99 @@ from bizevents.clikit import console, fails_cleanly, settings_of, table
 @click.option(
     "--rate", type=float, default=50.0, show_default=True, help="Store actions per second."
 )
+@click.option(
+    "--live-only",
+    is_flag=True,
+    help="Only the live flow with the fixed pins, until Ctrl-C or --duration (no bug, no replay).",
+)
+@click.option(
+    "--fixed",
+    "fixed",
+    type=int,
+    default=2,
+    show_default=True,
+    help="The orders translator version pinned as the fix, and replayed.",
+)
+@click.option(
+    "--step-seconds",
+    type=float,
+    default=15.0,
+    show_default=True,
+    help="How long the story's live steps (the bug, then the fix) last.",
+)
+@click.option("--svg", type=click.Path(dir_okay=False), help="Also save the final screen as SVG.")
 @click.pass_context
 @fails_cleanly
-def demo(ctx: click.Context, duration: float | None, rate: float) -> None:
-    """Capture a live store database and translate its changes into business events.
+def demo(
+    ctx: click.Context,
+    duration: float | None,
+    rate: float,
+    live_only: bool,
+    fixed: int,
+    step_seconds: float,
+    svg: str | None,
+) -> None:
+    """Tell bizevents' story on a live store database, in about a minute.
 
     Starts the embedded stack if needed, the store's tables, capture, a translator
-    worker (customers@1, orders@2, products@1) and a load generator, and shows the
-    business events and what each translator emitted, dropped and dead-lettered.
+    worker and a load generator. (1) orders@1, buggy, runs live and a panel shows the
+    business events disagreeing with the database; (2) the fix is pinned and the
+    worker moves on; (3) `bizevents replay` re-reads the orders topic through the fix
+    on Spark and its corrected events supersede the wrong ones; (4) a summary.
     """
-    from bizevents.demo import run_demo
+    from bizevents.demo import StoryPlan, run_demo
 
-    summary = run_demo(settings_of(ctx), duration, rate)
+    if svg is not None:
+        console.record = True
+    story = None if live_only else StoryPlan(fixed=fixed, step_seconds=step_seconds)
+    summary = run_demo(settings_of(ctx), duration, rate, story, console)
+    rows = [["store actions", str(summary["store_actions"])]]
+    rows += [[topic, str(n)] for topic, n in sorted(summary["events_per_topic"].items())]
+    console.print(table("demo summary: business events this run", ["what", "count"], rows))
+    counts = summary["translators"]
     console.print(
         table(
-            "demo summary",
-            ["what", "count"],
-            [["store actions", str(summary["store_actions"])]]
-            + [[topic, str(n)] for topic, n in sorted(summary["events_per_topic"].items())],
+            "per translator (this run)",
+            ["translator", "consumed", "emitted", "dropped", "dead-lettered"],
+            [
+                [
+                    ref,
+                    *(
+                        f"{v.get(k, 0):.0f}"
+                        for k in ("consumed", "emitted", "dropped", "dead_lettered")
+                    ),
+                ]
+                for ref, v in sorted(counts.items())
+            ],
         )
     )
+    if story is not None:
+        agreement = summary["agreement"]
+        replay = summary["replay"]
+        story_rows = [
+            ["emitted", f"{sum(v.get('emitted', 0) for v in counts.values()):.0f}"],
+            ["dropped", f"{sum(v.get('dropped', 0) for v in counts.values()):.0f}"],
+            ["dead-lettered", f"{sum(v.get('dead_lettered', 0) for v in counts.values()):.0f}"],
+            ["events the replay re-emitted", f"{sum(replay.get('events', {}).values())}"],
+            ["corrected (same event id, new content)", str(summary["corrected"])],
+            [
+                "agreement at the end",
+                f"{agreement['percent']:.1f} % of {_orders(agreement)} orders",
+            ],
+        ]
+        story_rows += [[f"step {name}", f"{s:.1f} s"] for name, s in summary["steps"].items()]
+        if summary["first_event_s"] is not None:
+            story_rows.append(
+                [
+                    "first business event after the stack was ready",
+                    f"{summary['first_event_s']:.1f} s",
+                ]
+            )
+        story_rows.append(["whole run", f"{summary['seconds']:.1f} s"])
+        console.print(table("the story in figures", ["", ""], story_rows))
+    if svg is not None:
+        console.save_svg(svg, title="bizevents demo")
+
+
+def _orders(agreement: dict[str, float]) -> int:
+    return int(agreement["agree"] + agreement["disagree"] + agreement["unseen"])

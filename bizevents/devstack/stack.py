@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -92,8 +93,9 @@ class DevStack:
             return Health(service.name, "not answering", started)
         return Health(service.name, "up", started)
 
-    def up(self) -> list[Health]:
-        """Start every service that is not running and answering; wait for each."""
+    def up(self, on_start: Callable[[str], None] | None = None) -> list[Health]:
+        """Start every service that is not running and answering; wait for each.
+        ``on_start`` hears each service's name just before it is started."""
         self.state_dir.mkdir(parents=True, exist_ok=True)
         records = self._load()
         result: list[Health] = []
@@ -104,6 +106,8 @@ class DevStack:
             if not health.ok:
                 records.pop(service.name, None)
                 self._save(records)
+                if on_start is not None:
+                    on_start(service.name)
                 started = service.start(self.state_dir, self.dev)
                 records[service.name] = started
                 self._save(records)
