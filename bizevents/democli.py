@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import click
 
 from bizevents.clikit import console, fails_cleanly, settings_of, table
@@ -34,6 +36,7 @@ from bizevents.clikit import console, fails_cleanly, settings_of, table
     show_default=True,
     help="How long the story's live steps (the bug, then the fix) last.",
 )
+@click.option("--json", "as_json", is_flag=True, help="Print the final figures as JSON.")
 @click.option("--svg", type=click.Path(dir_okay=False), help="Also save the final screen as SVG.")
 @click.pass_context
 @fails_cleanly
@@ -44,6 +47,7 @@ def demo(
     live_only: bool,
     fixed: int,
     step_seconds: float,
+    as_json: bool,
     svg: str | None,
 ) -> None:
     """Tell bizevents' story on a live store database, in about a minute.
@@ -60,6 +64,10 @@ def demo(
         console.record = True
     story = None if live_only else StoryPlan(fixed=fixed, step_seconds=step_seconds)
     summary = run_demo(settings_of(ctx), duration, rate, story, console)
+    if as_json:
+        console.line()  # the live view's last frame ends without one
+        click.echo(json.dumps(summary, default=str))
+        return
     rows = [["store actions", str(summary["store_actions"])]]
     rows += [[topic, str(n)] for topic, n in sorted(summary["events_per_topic"].items())]
     console.print(table("demo summary: business events this run", ["what", "count"], rows))

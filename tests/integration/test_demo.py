@@ -20,7 +20,17 @@ def test_demo_runs_the_whole_flow_and_stops_cleanly(tmp_path: Path) -> None:
     }
     try:
         result = subprocess.run(
-            [sys.executable, "-m", "bizevents", "demo", "--duration", "40", "--rate", "40"],
+            [
+                sys.executable,
+                "-m",
+                "bizevents",
+                "demo",
+                "--live-only",
+                "--duration",
+                "40",
+                "--rate",
+                "40",
+            ],
             env=env,
             capture_output=True,
             text=True,
