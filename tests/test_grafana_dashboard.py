@@ -32,8 +32,10 @@ def _exported() -> dict[str, set[str]]:
     worker.readers["demo.store.orders"] = ("orders@2",)
     worker.undecodable["demo.store.orders"] = 1
     names: dict[str, set[str]] = {}
-    for stats, serve in ((capture, serve_capture), (worker, serve_worker)):
-        server, port = serve(stats, "127.0.0.1", 0)
+    for server, port in (
+        serve_capture(capture, "127.0.0.1", 0),
+        serve_worker(worker, "127.0.0.1", 0),
+    ):
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
                 text = r.read().decode()
