@@ -37,6 +37,7 @@ from base.errors import ConfigError
 from bizevents.devstack import DevStack, Endpoints, StackError
 from bizevents.devstack.processes import free_port, tail
 from bizevents.settings import Settings
+from bizevents.status import ENDPOINTS_FILE
 from bizevents.story import Agreement, OrderBook, Seen, describe
 from translators.api import Translator
 
@@ -528,10 +529,11 @@ def run_demo(
     line("creating the technical topics…")
     _technical_topics(endpoints.bootstrap_servers)
 
+    capture_port = free_port("127.0.0.1")
     capture_config = demo_dir / "capture.toml"
     capture_config.write_text(
         f'server = "{SERVER}"\ntables = {json.dumps(list(TABLES))}\npartitions = 4\n'
-        f'slot = "bizevents_demo"\n'
+        f'slot = "bizevents_demo"\nmetrics_port = {capture_port}\n'
     )
     env = _env(endpoints, settings, BIZEVENTS_TRANSLATE__TOPIC_PREFIX=SERVER, **DEMO_GROUP)
     topics = [*sorted({c.contract_topic() for t in pinned for c in t.emits}), DEAD_LETTER_TOPIC]
@@ -555,6 +557,16 @@ def run_demo(
         )
         worker = _Worker(cli, env, logs / "demo-translate.log")
         worker.start(pins)
+        endpoints_file = settings.state_dir.resolve() / ENDPOINTS_FILE
+        endpoints_file.write_text(
+            json.dumps(
+                {
+                    "capture": f"http://127.0.0.1:{capture_port}/metrics",
+                    "translate": worker.metrics_url,
+                }
+            )
+        )
+        cleanup.callback(endpoints_file.unlink, missing_ok=True)
         cleanup.callback(worker.stop)
         threads = [
             threading.Thread(
@@ -642,6 +654,10 @@ def run_demo(
                     worker.stop()
                     pins = {**PINS, "orders": story.fixed}
                     worker.start(pins)
+                    record = json.loads(endpoints_file.read_text())
+                    endpoints_file.write_text(
+                        json.dumps({**record, "translate": worker.metrics_url})
+                    )
                     set_step(
                         live,
                         f"step 2/4 · orders@{story.fixed} pinned: the worker restarted with "

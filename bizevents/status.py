@@ -1,0 +1,121 @@
+"""``bizevents status``' figures: what the Grafana dashboard shows, from the running
+services' Prometheus endpoints, for people without Grafana.
+
+Two scrapes ``interval`` seconds apart give the rates (changes/s, events/s), as
+``rate()`` does on the dashboard; the rest is read from the second scrape.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from base.errors import ConfigError
+
+#: Where the demo records its services' endpoints (under the state folder).
+ENDPOINTS_FILE = Path("demo") / "metrics.json"
+
+Samples = dict[str, list[tuple[dict[str, str], float]]]
+
+
+class StatusError(ConfigError):
+    """No endpoint to read, or one that does not answer."""
+
+
+def parse(text: str) -> Samples:
+    """The Prometheus text format: sample name → (labels, value) of each series."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    samples: Samples = defaultdict(list)
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples[sample.name].append((dict(sample.labels), float(sample.value)))
+    return samples
+
+
+def _by(samples: Samples, name: str, label: str) -> dict[str, float]:
+    out: dict[str, float] = defaultdict(float)
+    for labels, value in samples.get(name, []):
+        out[labels.get(label, "")] += value
+    return dict(out)
+
+
+def _quantile(samples: Samples, name: str, q: float) -> float | None:
+    """The upper bound of the bucket holding quantile ``q`` (as coarse as the buckets)."""
+    buckets: dict[float, float] = defaultdict(float)
+    for labels, value in samples.get(name, []):
+        buckets[float(labels["le"])] += value
+    if not buckets or max(buckets.values()) == 0:
+        return None
+    total = buckets[max(buckets)]
+    return next(le for le in sorted(buckets) if buckets[le] >= q * total)
+
+
+def figures(before: Samples, after: Samples, seconds: float) -> dict[str, Any]:
+    """Per translator@version and per captured table, what the dashboard plots."""
+    translators: dict[str, dict[str, float]] = {}
+    for metric in ("consumed", "emitted", "dropped", "dead_lettered"):
+        name = f"bizevents_translator_{metric}_total"
+        now, then = _by(after, name, "translator"), _by(before, name, "translator")
+        for ref, value in now.items():
+            row = translators.setdefault(ref, {})
+            row[metric] = value
+            row[f"{metric}_per_s"] = (value - then.get(ref, 0.0)) / seconds
+    for ref, behind in _by(after, "bizevents_translator_consumer_lag", "translator").items():
+        if ref in translators:
+            translators[ref]["lag"] = behind
+    events_now = _by(after, "bizevents_capture_events_total", "table")
+    events_then = _by(before, "bizevents_capture_events_total", "table")
+    tables = {
+        table: {"changes": n, "changes_per_s": (n - events_then.get(table, 0.0)) / seconds}
+        for table, n in events_now.items()
+    }
+    slot_lag = _by(after, "bizevents_capture_lag_bytes", "slot")
+    return {
+        "translators": translators,
+        "latency_p50_s": _quantile(after, "bizevents_translate_latency_seconds_bucket", 0.5),
+        "latency_p99_s": _quantile(after, "bizevents_translate_latency_seconds_bucket", 0.99),
+        "capture": {"tables": tables, "slot_lag_bytes": slot_lag},
+        "interval_s": seconds,
+    }
+
+
+def endpoints_of(state_dir: Path, urls: tuple[str, ...]) -> list[str]:
+    """The URLs given, else those the demo recorded in the state folder."""
+    if urls:
+        return list(urls)
+    path = state_dir / ENDPOINTS_FILE
+    try:
+        recorded: dict[str, str] = json.loads(path.read_text())
+    except (OSError, ValueError):
+        raise StatusError(
+            f"no metrics endpoint to read: give --url (a service's /metrics address) "
+            f"or run `bizevents demo`, which records its services in {path}"
+        ) from None
+    return list(recorded.values())
+
+
+def scrape(urls: list[str]) -> Samples:
+    merged: Samples = defaultdict(list)
+    for url in urls:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                text = response.read().decode()
+        except (OSError, urllib.error.URLError) as exc:
+            raise StatusError(f"the metrics endpoint {url} does not answer: {exc}") from None
+        for name, series in parse(text).items():
+            merged[name].extend(series)
+    return merged
+
+
+def status(urls: list[str], interval: float) -> dict[str, Any]:
+    before = scrape(urls)
+    started = time.monotonic()
+    time.sleep(interval)
+    after = scrape(urls)
+    return {"endpoints": urls, **figures(before, after, time.monotonic() - started)}

@@ -1,0 +1,81 @@
+"""``bizevents status``: the pipeline's figures from the running services' metrics."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from bizevents.clikit import console, fails_cleanly, settings_of, table
+
+
+def _n(value: float | None, unit: str = "") -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.0f}{unit}" if abs(value) >= 10 or value == 0 else f"{value:,.2f}{unit}"
+
+
+@click.command()
+@click.option(
+    "--url",
+    "urls",
+    multiple=True,
+    help="A service's metrics address (http://host:port/metrics); repeatable. "
+    "Default: the services the demo runs.",
+)
+@click.option(
+    "--interval",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="Seconds between the two scrapes.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
+@click.pass_context
+@fails_cleanly
+def status(ctx: click.Context, urls: tuple[str, ...], interval: float, as_json: bool) -> None:
+    """What the Grafana dashboard shows, on the terminal: per translator@version the
+    changes consumed, events emitted, dropped and dead-lettered (totals and per
+    second), consumer lag and latency; capture's changes per second and slot lag."""
+    from bizevents.status import endpoints_of
+    from bizevents.status import status as read_status
+
+    settings = settings_of(ctx)
+    figures = read_status(endpoints_of(settings.state_dir.resolve(), urls), interval)
+    if as_json:
+        click.echo(json.dumps(figures, indent=2))
+        return
+    keys = ("consumed", "emitted", "dropped", "dead_lettered")
+    console.print(
+        table(
+            "translators",
+            ["translator", *(k.replace("_", "-") for k in keys), "events/s", "lag"],
+            [
+                [
+                    ref,
+                    *(_n(row.get(k)) for k in keys),
+                    _n(row.get("emitted_per_s")),
+                    _n(row.get("lag")),
+                ]
+                for ref, row in sorted(figures["translators"].items())
+            ],
+        )
+    )
+    console.print(
+        f"latency commit → business event: p50 ≤ {_n(figures['latency_p50_s'], ' s')}, "
+        f"p99 ≤ {_n(figures['latency_p99_s'], ' s')}",
+        highlight=False,
+    )
+    capture = figures["capture"]
+    console.print(
+        table(
+            "capture",
+            ["table", "changes", "changes/s"],
+            [
+                [name, _n(row["changes"]), _n(row["changes_per_s"])]
+                for name, row in sorted(capture["tables"].items())
+            ],
+        )
+    )
+    for slot, lag in sorted(capture["slot_lag_bytes"].items()):
+        console.print(f"slot {slot}: {_n(lag)} bytes behind the WAL", highlight=False)
