@@ -708,6 +708,7 @@ def run_demo(
                 "agree": agreement.agree,
                 "disagree": agreement.disagree,
                 "unseen": agreement.unseen,
+                "unseen_orders": sorted(o for o in tally.database if tally.book.status(o) is None),
                 "history": list(tally.history),
             },
             "before_replay": None if before_replay is None else before_replay.percent,

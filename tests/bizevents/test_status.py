@@ -1,0 +1,90 @@
+"""Issue 16: `bizevents status` reads the figures the dashboard shows from the services'
+own metrics endpoints (served here by capture's and the worker's real collectors)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bizevents.status import figures, parse
+from capture.metrics import CaptureStats
+from capture.metrics import serve_metrics as serve_capture
+from translators.metrics import WorkerStats
+from translators.metrics import serve_metrics as serve_worker
+from translators.pipeline import Counts
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def services() -> Iterator[tuple[CaptureStats, WorkerStats, list[str]]]:
+    capture = CaptureStats(server="demo", slot="bizevents_demo", lag_bytes=4096)
+    capture.events["store.orders"] = 100
+    worker = WorkerStats("bizevents-translate")
+    worker.add("demo.store.orders", {"orders@2": Counts(consumed=10, emitted=8, dropped=2)})
+    worker.readers["demo.store.orders"] = ("orders@2",)
+    worker.lag[("demo.store.orders", 0)] = 7
+    worker.observe_latency(0.04)
+    servers = [serve_capture(capture, "127.0.0.1", 0), serve_worker(worker, "127.0.0.1", 0)]
+    yield capture, worker, [f"http://127.0.0.1:{port}/metrics" for _, port in servers]
+    for server, _ in servers:
+        server.shutdown()
+
+
+def _run(*args: str, state: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BIZEVENTS_")}
+    return subprocess.run(
+        [sys.executable, "-m", "bizevents", "status", *args],
+        env={**env, "BIZEVENTS_STATE_DIR": str(state)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
+
+
+def test_figures_are_totals_and_rates_between_two_scrapes() -> None:
+    before = parse('bizevents_capture_events_total{table="store.orders"} 10\n')
+    after = parse(
+        'bizevents_capture_events_total{table="store.orders"} 30\n'
+        'bizevents_translator_emitted_total{translator="orders@2"} 5\n'
+        'bizevents_translate_latency_seconds_bucket{le="0.1"} 90\n'
+        'bizevents_translate_latency_seconds_bucket{le="1.0"} 100\n'
+        'bizevents_translate_latency_seconds_bucket{le="+Inf"} 100\n'
+    )
+    result = figures(before, after, 2.0)
+    assert result["capture"]["tables"]["store.orders"] == {"changes": 30, "changes_per_s": 10.0}
+    assert result["translators"]["orders@2"] == {"emitted": 5.0, "emitted_per_s": 2.5}
+    assert result["latency_p50_s"] == 0.1 and result["latency_p99_s"] == 1.0
+
+
+def test_status_json_reads_the_running_services(
+    services: tuple[CaptureStats, WorkerStats, list[str]], tmp_path: Path
+) -> None:
+    _, _, urls = services
+    args = [a for url in urls for a in ("--url", url)]
+    result = _run(*args, "--json", "--interval", "0.2", state=tmp_path)
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    orders = data["translators"]["orders@2"]
+    assert (orders["consumed"], orders["emitted"], orders["dropped"]) == (10, 8, 2)
+    assert orders["dead_lettered"] == 0 and orders["lag"] == 7
+    assert data["capture"]["tables"]["store.orders"]["changes"] == 100
+    assert data["capture"]["slot_lag_bytes"] == {"bizevents_demo": 4096}
+    assert data["latency_p99_s"] == 0.05
+    text = _run(*args, "--interval", "0.2", state=tmp_path)
+    assert text.returncode == 0 and "orders@2" in text.stdout and "4,096 bytes" in text.stdout
+
+
+def test_status_without_endpoints_says_what_to_give(tmp_path: Path) -> None:
+    result = _run("--json", state=tmp_path)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "no metrics endpoint to read: give --url" in result.stderr
+    down = _run("--url", "http://127.0.0.1:9/metrics", state=tmp_path)
+    assert down.returncode == 1 and "does not answer" in down.stderr
