@@ -42,6 +42,7 @@ from bizevents.story import Agreement, OrderBook, Seen, describe
 from translators.api import Translator
 
 SERVER = "demo"
+SLOT = "bizevents_demo"
 TABLES = ("store.customers", "store.products", "store.orders", "store.order_items")
 PINS = {"customers": 1, "orders": 2, "products": 1}
 DEAD_LETTER_TOPIC = "bizevents.dead-letter"
@@ -163,10 +164,26 @@ def _prepare_database(dsn: str, store: ModuleType) -> None:
         conn.close()
 
 
+def _wait_for_slot(conn: Any, stop: threading.Event) -> None:
+    """The store's first writes wait for capture's replication slot: a row written
+    before it exists reaches Kafka only in the snapshot, as a read the orders
+    translators skip, so its order would never get an OrderPlaced."""
+    deadline = time.monotonic() + 60
+    while not stop.is_set() and time.monotonic() < deadline:
+        with conn.cursor() as cur:
+            cur.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (SLOT,))
+            found = cur.fetchone() is not None
+        conn.commit()
+        if found:
+            return
+        stop.wait(0.05)
+
+
 def _load(dsn: str, rate: float, stop: threading.Event, tally: Tally, store: ModuleType) -> None:
     import psycopg2
 
     conn = psycopg2.connect(dsn)
+    _wait_for_slot(conn, stop)
     load = store.StoreLoad(conn, seed=int(time.time()))
     interval = 1.0 / rate
     next_at = time.monotonic()
@@ -533,7 +550,7 @@ def run_demo(
     capture_config = demo_dir / "capture.toml"
     capture_config.write_text(
         f'server = "{SERVER}"\ntables = {json.dumps(list(TABLES))}\npartitions = 4\n'
-        f'slot = "bizevents_demo"\nmetrics_port = {capture_port}\n'
+        f'slot = "{SLOT}"\nmetrics_port = {capture_port}\n'
     )
     env = _env(endpoints, settings, BIZEVENTS_TRANSLATE__TOPIC_PREFIX=SERVER, **DEMO_GROUP)
     topics = [*sorted({c.contract_topic() for t in pinned for c in t.emits}), DEAD_LETTER_TOPIC]
