@@ -87,6 +87,13 @@ class _TerminalProgress:
 @click.option(
     "--diff", "diff_ref", help="Dry run: compare name@A with --translator; publishes nothing."
 )
+@click.option(
+    "--diff-html",
+    "diff_html",
+    type=click.Path(dir_okay=False),
+    help="With --diff: also write the report as one static HTML file (counts per contract, "
+    "the first differing events side by side, field by field).",
+)
 @click.option("--run-id", help="Resume the run with this id, or name a new one.")
 @click.option(
     "--slice-size", type=int, default=None, help="Offsets per Spark task (default 250000)."
@@ -110,6 +117,7 @@ def replay(
     until: str | None,
     master: str | None,
     diff_ref: str | None,
+    diff_html: str | None,
     run_id: str | None,
     slice_size: int | None,
     as_json: bool,
@@ -130,6 +138,8 @@ def replay(
     _require_spark()
     if file_format is not None and to is None:
         raise ReplayConfigError(f"--format {file_format} needs --to path:DIR")
+    if diff_html is not None and diff_ref is None:
+        raise ReplayConfigError("--diff-html writes the report of a --diff run: add --diff name@A")
     spec = ReplaySpec(
         topics=topics,
         translator=translator_ref,
@@ -148,6 +158,14 @@ def replay(
         summary = ReplayJob(spec, settings.runtime(), master=master, listener=listener).run()
     finally:
         listener.stop()
+    if diff_html is not None and summary.diff is not None:
+        from pathlib import Path
+
+        from bizevents.diffreport import render
+
+        page = render(summary.diff.as_dict(), str(diff_ref), translator_ref)
+        Path(diff_html).write_text(page, encoding="utf-8")
+        err_console.print(f"diff report: {diff_html}", highlight=False)
     if as_json:
         click.echo(json.dumps(_summary_dict(summary), indent=2, default=str))
         return
