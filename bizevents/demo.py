@@ -712,6 +712,7 @@ def run_demo(
             tally.translator_counts = worker.scrape() or tally.translator_counts
     if not was_running:
         stack.down()
+    view = _view(tally, topics, story is not None)
     with tally.lock:
         agreement = tally.book.agreement(tally.database)
         first = None if tally.first_event_at is None else tally.first_event_at - ready_at
@@ -733,4 +734,5 @@ def run_demo(
             "steps": steps,
             "first_event_s": first,
             "seconds": time.monotonic() - began,
+            "view": view,
         }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import click
 
@@ -60,19 +61,18 @@ def demo(
     """
     from bizevents.demo import StoryPlan, run_demo
 
-    if svg is not None:
-        console.record = True
     story = None if live_only else StoryPlan(fixed=fixed, step_seconds=step_seconds)
     summary = run_demo(settings_of(ctx), duration, rate, story, console)
+    last_view = summary.pop("view")
     if as_json:
         console.line()  # the live view's last frame ends without one
         click.echo(json.dumps(summary, default=str))
         return
     rows = [["store actions", str(summary["store_actions"])]]
     rows += [[topic, str(n)] for topic, n in sorted(summary["events_per_topic"].items())]
-    console.print(table("demo summary: business events this run", ["what", "count"], rows))
+    screen: list[Any] = [table("demo summary: business events this run", ["what", "count"], rows)]
     counts = summary["translators"]
-    console.print(
+    screen.append(
         table(
             "per translator (this run)",
             ["translator", "consumed", "emitted", "dropped", "dead-lettered"],
@@ -97,6 +97,7 @@ def demo(
             ["dead-lettered", f"{sum(v.get('dead_lettered', 0) for v in counts.values()):.0f}"],
             ["events the replay re-emitted", f"{sum(replay.get('events', {}).values())}"],
             ["corrected (same event id, new content)", str(summary["corrected"])],
+            ["agreement before the replay", f"{summary['before_replay'] or 0:.1f} %"],
             [
                 "agreement at the end",
                 f"{agreement['percent']:.1f} % of {_orders(agreement)} orders",
@@ -111,10 +112,24 @@ def demo(
                 ]
             )
         story_rows.append(["whole run", f"{summary['seconds']:.1f} s"])
-        console.print(table("the story in figures", ["", ""], story_rows))
+        screen.append(table("the story in figures", ["", ""], story_rows))
+    for renderable in screen:
+        console.print(renderable)
     if svg is not None:
-        console.save_svg(svg, title="bizevents demo")
+        _save_svg(svg, [last_view, *screen])
 
 
 def _orders(agreement: dict[str, float]) -> int:
     return int(agreement["agree"] + agreement["disagree"] + agreement["unseen"])
+
+
+def _save_svg(path: str, screen: list[Any]) -> None:
+    """The final screen (the live view's last frame, then the summary) as an SVG."""
+    import io
+
+    from rich.console import Console
+
+    recorder = Console(record=True, width=110, file=io.StringIO(), force_terminal=True)
+    for renderable in screen:
+        recorder.print(renderable)
+    recorder.save_svg(path, title="bizevents demo")
