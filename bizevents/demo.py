@@ -325,16 +325,19 @@ SPARK = " ▁▂▃▄▅▆▇█"
 
 
 def _sparkline(history: list[float], width: int = 60) -> str:
-    return "".join(SPARK[min(8, int(p / 100 * 8))] for p in history[-width:])
+    """The whole run's agreement in ``width`` characters (evenly spaced samples)."""
+    if len(history) > width:
+        history = [history[i * len(history) // width] for i in range(width - 1)] + history[-1:]
+    return "".join(SPARK[min(8, int(p / 100 * 8))] for p in history)
 
 
 def _agreement_text(agreement: Agreement, history: list[float]) -> str:
     colour = "green" if agreement.percent >= 100 else "red"
     return (
         f"[bold]orders: status in PostgreSQL vs the latest business event[/]  "
-        f"[{colour} bold]{agreement.percent:5.1f} % agree[/]  "
-        f"({agreement.agree} agree · {agreement.disagree} disagree · "
-        f"{agreement.unseen} not yet seen)\n[{colour}]{_sparkline(history)}[/]"
+        f"[{colour} bold]{agreement.percent:5.1f} % agree[/]\n"
+        f"[{colour}]{_sparkline(history)}[/]  {agreement.agree} agree · "
+        f"{agreement.disagree} disagree · {agreement.unseen} not yet seen"
     )
 
 
