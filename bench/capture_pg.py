@@ -183,7 +183,8 @@ def main() -> None:
         ref_rate = args.changes / ref_s
         print(f"pg_recvlogical (pgoutput → /dev/null): {ref_rate:>10,.0f} changes/s ({ref_s:.2f}s)")
         print(f"capture → Kafka, acknowledged:        {cap_rate:>10,.0f} changes/s ({cap_s:.2f}s)")
-        print(f"transaction metadata:                {'off' if args.no_transaction_metadata else 'on'}")
+        metadata = "off" if args.no_transaction_metadata else "on"
+        print(f"transaction metadata:                {metadata:>10}")
         print(f"ratio to target ({TARGET:,}/s):      {cap_rate / TARGET:>10.2f}")
         print(f"ratio to pg_recvlogical:             {cap_rate / ref_rate:>10.2f}")
     finally:
