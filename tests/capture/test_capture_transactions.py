@@ -13,7 +13,7 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from bizevents.devstack import Endpoints
 from capture.pgoutput import Begin, PgOutputDecoder
-from contracts.envelope import ChangeEvent, Tombstone
+from contracts.envelope import ChangeEvent, PgPosition, Tombstone
 from contracts.technical.transaction import TransactionDecoder, TransactionRecord
 from tests.capture.capture_helpers import (
     Db,
@@ -44,7 +44,7 @@ def read_transactions(endpoints: Endpoints, topic: str) -> list[TransactionRecor
             "enable.partition.eof": True,
         }
     )
-    out = []
+    out: list[TransactionRecord] = []
     try:
         consumer.assign([TopicPartition(topic, 0, 0)])
         while True:
@@ -55,7 +55,8 @@ def read_transactions(endpoints: Endpoints, topic: str) -> list[TransactionRecor
                 assert err.code() == KafkaError._PARTITION_EOF, str(err)
                 return out
             record = decoder.decode(m.value())
-            assert m.key() is not None and record.id.encode() in m.key()
+            key = m.key()
+            assert key is not None and record.id.encode() in key
             out.append(record)
     finally:
         consumer.close()
@@ -124,7 +125,11 @@ def test_blocks_and_begin_end_records(db: Db, tmp_path: Path) -> None:
             per_table[e.source.qualified_table].append(e.transaction.data_collection_order)
         for orders in per_table.values():
             assert orders == list(range(1, len(orders) + 1))
-        positions = [e.source.position.lsn for e in txe if e.source.position]
+        positions = [
+            e.source.position.lsn
+            for e in txe
+            if isinstance(e.source.position, PgPosition) and e.source.position.lsn is not None
+        ]
         assert positions == sorted(positions)  # total order is commit order
     assert [e.op for e in by_tx[ids[0]]] == ["c", "c", "c", "u"]
     assert [e.op for e in by_tx[ids[1]]] == ["d", "c"]
