@@ -70,7 +70,9 @@ def test_topics_json_against_the_stack(bizevents_stack: Endpoints, tmp_path: Pat
     with database(bizevents_stack) as db:
         _capture_some(db, tmp_path)
         business = "store.order-placed"
-        conf = {"bootstrap.servers": bizevents_stack.bootstrap_servers}
+        conf: dict[str, str | int | float | bool] = {
+            "bootstrap.servers": bizevents_stack.bootstrap_servers
+        }
         ensure_topics(AdminClient(conf), [business, "bizevents.dead-letter"], 3)
         plain = f"plain-{db.server}"
         ensure_topics(AdminClient(conf), [plain], 1)
