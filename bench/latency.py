@@ -51,6 +51,10 @@ class Events(threading.Thread):
         self.source_topic = source_topic.encode()
         #: ``("placed" | "paid", order id) -> arrival time``
         self.arrived: dict[tuple[str, int], float] = {}
+        #: the same change -> the business record's timestamp (the worker's append)
+        self.emitted: dict[tuple[str, int], float] = {}
+        #: the same change -> the technical record's timestamp (capture's produce call)
+        self.captured: dict[tuple[str, int], float] = {}
         self.stopping = threading.Event()
         self.error: BaseException | None = None
 
@@ -67,10 +71,12 @@ class Events(threading.Thread):
 
         from contracts.business import HEADER_SOURCE_TOPIC
         from contracts.serde import BusinessDeserializer
+        from contracts.technical import AutoDecoder
 
-        read = BusinessDeserializer(
-            SchemaRegistryClient({"url": self.registry_url}), OrderPlaced, OrderStatusChanged
-        )
+        registry = SchemaRegistryClient({"url": self.registry_url})
+        read = BusinessDeserializer(registry, OrderPlaced, OrderStatusChanged)
+        technical = AutoDecoder(lambda i: str(registry.get_schema(i).schema_str))
+        source_topic = self.source_topic.decode()
         consumer = Consumer(
             {
                 "bootstrap.servers": self.bootstrap,
@@ -79,7 +85,11 @@ class Events(threading.Thread):
                 "fetch.wait.max.ms": 5,
             }
         )
-        topics = [OrderPlaced.contract_topic(), OrderStatusChanged.contract_topic()]
+        topics = [
+            OrderPlaced.contract_topic(),
+            OrderStatusChanged.contract_topic(),
+            source_topic,
+        ]
         partitions: list[Any] = []
         while not partitions and not self.stopping.is_set():  # the worker creates them
             found = consumer.list_topics(timeout=10).topics
@@ -100,17 +110,29 @@ class Events(threading.Thread):
                     value = message.value()
                     if message.error() or value is None:
                         continue
+                    stamped = message.timestamp()[1] / 1000
+                    if message.topic() == source_topic:
+                        change = technical.decode(message.key(), value)
+                        after = getattr(change, "after", None)
+                        if after is not None:
+                            kind = "placed" if change.op == "c" else "paid"
+                            self.captured.setdefault((kind, int(after["id"])), stamped)
+                        continue
                     headers = dict(message.headers() or ())
                     if headers.get(HEADER_SOURCE_TOPIC) != self.source_topic:
                         continue  # another run's events on a shared stack
                     event = read(value, message.topic())
                     if isinstance(event, OrderPlaced):
-                        self.arrived.setdefault(("placed", event.order_id), now)
+                        change_key = ("placed", event.order_id)
                     elif (
                         isinstance(event, OrderStatusChanged)
                         and event.new_status is OrderStatus.PAID
                     ):
-                        self.arrived.setdefault(("paid", event.order_id), now)
+                        change_key = ("paid", event.order_id)
+                    else:
+                        continue
+                    self.arrived.setdefault(change_key, now)
+                    self.emitted.setdefault(change_key, stamped)
         finally:
             consumer.close()
 
@@ -158,11 +180,42 @@ def percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
 
 
+def print_breakdown(committed: dict[tuple[str, int], float], events: Events) -> None:
+    """Where the time goes, per hop, from the records' own timestamps (one clock)."""
+    hops: dict[str, list[float]] = {
+        "commit → capture's produce call": [],
+        "→ worker's append (capture linger, broker, worker fetch, block)": [],
+        "→ consumer's receipt (worker linger, broker, consumer fetch)": [],
+    }
+    parts = list(hops.values())
+    for key, at in committed.items():
+        captured = events.captured.get(key)
+        emitted = events.emitted.get(key)
+        arrived = events.arrived.get(key)
+        if captured is None or emitted is None or arrived is None:
+            continue
+        for part, (start, end) in zip(
+            parts, ((at, captured), (captured, emitted), (emitted, arrived)), strict=True
+        ):
+            part.append(end - start)
+    for name, values in hops.items():
+        if not values:
+            continue
+        values.sort()
+        print(
+            f"  {name}: p50 {percentile(values, 0.5) * 1e3:.0f} ms, "
+            f"p99 {percentile(values, 0.99) * 1e3:.0f} ms"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rate", type=int, default=TARGET_RATE, help="row changes per second")
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--stack-json", type=Path, help="endpoints of a running stack")
+    parser.add_argument("--capture-linger-ms", type=int, help="capture's linger_ms")
+    parser.add_argument("--fetch-wait-ms", type=int, help="translate.fetch_max_wait_ms")
+    parser.add_argument("--worker-linger-ms", type=float, help="translate.linger_ms")
     args = parser.parse_args()
 
     from bizevents_store.load import create_schema
@@ -206,7 +259,12 @@ def main() -> None:
             partitions=4,
             snapshot="never",
             state_dir=tmp / "capture-state",
+            **({} if args.capture_linger_ms is None else {"linger_ms": args.capture_linger_ms}),
         )
+        knobs = {
+            "BIZEVENTS_TRANSLATE__FETCH_MAX_WAIT_MS": args.fetch_wait_ms,
+            "BIZEVENTS_TRANSLATE__LINGER_MS": args.worker_linger_ms,
+        }
         capture_log = tmp / "capture.log"
         processes.append(
             start_cli(write_config(tmp / "capture.toml", config), endpoints, capture_log)
@@ -225,6 +283,7 @@ def main() -> None:
                         "BIZEVENTS_TRANSLATE__GROUP_ID": f"bench-latency-{tag}",
                         "BIZEVENTS_STATE_DIR": str(tmp / "state"),
                         "BIZEVENTS_LOG_FORMAT": "json",
+                        **{k: str(v) for k, v in knobs.items() if v is not None},
                     },
                     stdout=out,
                     stderr=subprocess.STDOUT,
@@ -280,6 +339,13 @@ def main() -> None:
             f"p99 {p99 * 1e3:.0f} ms, max {latencies[-1] * 1e3:.0f} ms; "
             f"{len(latencies):,} events, {missing:,} missing after 60 s"
         )
+        shown = {k: "default" if v is None else v for k, v in knobs.items()}
+        print(
+            f"knobs: capture linger {config.linger_ms} ms, worker fetch wait "
+            f"{shown['BIZEVENTS_TRANSLATE__FETCH_MAX_WAIT_MS']} ms, worker linger "
+            f"{shown['BIZEVENTS_TRANSLATE__LINGER_MS']} ms"
+        )
+        print_breakdown(committed, events)
         met = p99 <= TARGET_P99_S and rate >= TARGET_RATE * 0.95 and not missing
         print(
             f"p99 / {TARGET_P99_S * 1e3:.0f} ms target: {p99 / TARGET_P99_S:.2f} at "
