@@ -55,7 +55,9 @@ def test_kafkajs_reads_order_placed(
     """Every OrderPlaced arrives in Node with its exact decimal total, its fields, its
     timestamp in microseconds and its event_id in the headers."""
     topic = unique_topic("order-placed")
-    conf = {"bootstrap.servers": bizevents_stack.bootstrap_servers}
+    conf: dict[str, str | int | float | bool] = {
+        "bootstrap.servers": bizevents_stack.bootstrap_servers
+    }
     ensure_topics(AdminClient(conf), [topic], 3)
     serialize = BusinessSerializer(SchemaRegistryClient({"url": bizevents_stack.registry_url}))
     producer = Producer(conf)
