@@ -54,6 +54,7 @@ __all__ = [
     "ContractFile",
     "Int32",
     "Lineage",
+    "Record",
     "Timestamp",
     "avsc_text",
     "default_topic",
@@ -133,6 +134,13 @@ class Lineage(AvroBaseModel):
         schema_name = "Lineage"
         # The docstring would become the record's "doc"; the envelope stays terse.
         schema_doc = False
+
+
+class Record(AvroBaseModel):
+    """A record nested in a contract (an order's line, an address): immutable, and
+    nothing beyond its fields. Give it ``class Meta`` with ``namespace``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 class BusinessEvent(AvroBaseModel):
