@@ -274,3 +274,106 @@ def test_orders_placed_with_items_and_totals_interleaved(db: Db, tmp_path: Path)
             reader.close()
             if worker.alive():
                 worker.signal(signal.SIGTERM)
+
+
+def _log_end(db: Db, topic: str) -> int:
+    """A lower bound of the log's end (ListOffsets understates on Tansu, never overstates)."""
+    consumer = Consumer({"bootstrap.servers": db.endpoints.bootstrap_servers, "group.id": "unused"})
+    try:
+        return int(consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1])
+    finally:
+        consumer.close()
+
+
+def _mid_transaction(
+    db: Db, reader: Reader, worker: Worker, group: str, lines: int
+) -> tuple[int, list[int]]:
+    """Orders placed and translated, then one big order whose transaction the worker is
+    in the middle of when this returns (some parts copied into its log, no event yet)."""
+    customer, products = _ids(db)
+    small = []
+    with db.conn.cursor() as cur:
+        for n in range(3):
+            cur.execute("BEGIN")
+            small.append(place(cur, customer, [(products[n], n + 1)]))
+            cur.execute("COMMIT")
+    reader.wait(set(small), worker)
+    log_topic = f"{group}.repartition"
+    before = _log_end(db, log_topic)
+    with db.conn.cursor() as cur:
+        cur.execute("BEGIN")
+        big = place(cur, customer, [(products[n % 3], 1 + n % 5) for n in range(lines)])
+        cur.execute("COMMIT")
+    deadline = time.monotonic() + 60
+    while _log_end(db, log_topic) <= before:
+        assert worker.alive(), worker.tail()
+        assert time.monotonic() < deadline, "the worker copied nothing of the big transaction"
+        time.sleep(0.01)
+    return big, small
+
+
+def _expected_id(db: Db, event: OrderPlaced) -> str:
+    from translators.lineage import event_id
+
+    identity = f"{db.server}|tx|{event.lineage.tx_id}"
+    return event_id(identity, "orders", "store.orders.OrderPlaced", 0)
+
+
+def test_worker_killed_mid_transaction(db: Db, tmp_path: Path) -> None:
+    """kill -9 while a big transaction is half assembled: the next worker gives exactly
+    one OrderPlaced for it (and for each earlier order), with the deterministic id."""
+    group = f"tx-{uuid.uuid4().hex[:8]}"
+    first = Worker(db, group, f"{group}.dlq", tmp_path / "first.log")
+    reader = Reader(db)
+    with capturing(db, tmp_path) as run:
+        first.start()
+        try:
+            big, small = _mid_transaction(db, reader, first, group, lines=1500)
+            first.signal(signal.SIGKILL)
+            assert big not in {e.order_id for e in reader.poll()}, "not killed mid-transaction"
+            run.wait_acked(db.wal_lsn())
+            second = Worker(db, group, f"{group}.dlq", tmp_path / "second.log").start()
+            try:
+                events = reader.wait({big, *small}, second)
+            finally:
+                second.signal(signal.SIGTERM)
+        finally:
+            reader.close()
+            if first.alive():
+                first.signal(signal.SIGKILL)
+    _check(events, truth(db, [big, *small]))
+    assert [e.order_id for e in events].count(big) == 1
+    for e in events:
+        assert e.lineage.event_id == _expected_id(db, e)
+
+
+def test_rebalance_mid_transaction(db: Db, tmp_path: Path) -> None:
+    """Two workers share the groups; one leaves while a big transaction is half
+    assembled: every order still has one event id, the big one's complete."""
+    group = f"tx-{uuid.uuid4().hex[:8]}"
+    first = Worker(db, group, f"{group}.dlq", tmp_path / "first.log")
+    second = Worker(db, group, f"{group}.dlq", tmp_path / "second.log")
+    reader = Reader(db)
+    with capturing(db, tmp_path) as run:
+        first.start()
+        second.start()
+        try:
+            time.sleep(1)  # both members in both groups
+            big, small = _mid_transaction(db, reader, first, group, lines=1500)
+            first.signal(signal.SIGTERM)  # leaves mid-transaction: the group rebalances
+            assert big not in {e.order_id for e in reader.poll()}, "not mid-transaction"
+            assert first.process is not None and first.process.returncode == 0, first.tail()
+            run.wait_acked(db.wal_lsn())
+            events = reader.wait({big, *small}, second)
+        finally:
+            reader.close()
+            for worker in (first, second):
+                if worker.alive():
+                    worker.signal(signal.SIGTERM)
+    _check(events, truth(db, [big, *small]))
+    ids = {
+        e.order_id: {x.lineage.event_id for x in events if x.order_id == e.order_id} for e in events
+    }
+    assert all(len(v) == 1 for v in ids.values())
+    big_event = next(e for e in events if e.order_id == big)
+    assert len(big_event.items) == 1500
