@@ -13,6 +13,7 @@ from bizevents.democli import demo
 from bizevents.devcli import dev
 from bizevents.replaycli import replay
 from bizevents.statuscli import status
+from bizevents.topicscli import topics
 from bizevents.translatecli import translate
 from bizevents.translatorscli import translators
 
@@ -64,3 +65,4 @@ main.add_command(translate)
 main.add_command(replay)
 main.add_command(demo)
 main.add_command(status)
+main.add_command(topics)

@@ -44,8 +44,12 @@ from translators.api import Translator
 SERVER = "demo"
 SLOT = "bizevents_demo"
 TABLES = ("store.customers", "store.products", "store.orders", "store.order_items")
-PINS = {"customers": 1, "orders": 2, "products": 1}
+#: The live flow's pins. orders@3 reads whole transactions (orders with their items):
+#: it runs under ``bizevents translate --transactions`` beside the row worker
+#: (docs/transactions.md).
+PINS = {"customers": 1, "orders": 3, "products": 1}
 DEAD_LETTER_TOPIC = "bizevents.dead-letter"
+TRANSACTION_TOPIC = f"{SERVER}.transaction"
 #: The demo's worker is the only member of its group on a loopback broker that holds
 #: every JoinGroup for half the session (docs/broker.md). Measured here from "Starting"
 #: to "partitions assigned": 4.0 s with the default 6 s session, 2.0 s with 2 s, and
@@ -67,6 +71,11 @@ class Tally:
     #: counters of the running worker, and the sums of the workers stopped before it
     translator_counts: dict[str, dict[str, float]] = field(default_factory=dict)
     earlier_counts: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: business events seen per translator@version (from their lineage), live only
+    per_translator: Counter[str] = field(default_factory=Counter)
+    #: OrderPlaced events seen live, and those whose total is not 0.00
+    orders_placed: int = 0
+    orders_with_total: int = 0
     load_steps: int = 0
     book: OrderBook = field(default_factory=OrderBook)
     #: order id → status in PostgreSQL, for this run's orders
@@ -144,7 +153,9 @@ def store_plugin() -> tuple[list[Translator], ModuleType]:
 
     try:
         pinned = discover(names=PINS).pinned(PINS)
-        package = pinned[0].func.__module__.rpartition(".")[0]
+        first = pinned[0]
+        func = getattr(first, "tx_func", None) or first.func  # a transaction translator's own
+        package = func.__module__.rpartition(".")[0]
         load = importlib.import_module(f"{package}.load")
     except (PluginError, ImportError) as exc:
         raise ConfigError(
@@ -294,6 +305,10 @@ def _show(message: Any, decode: _Decoder, tally: Tally) -> None:
     with tally.lock:
         if not seen.replay:
             tally.per_topic[topic] += 1
+            tally.per_translator[seen.translator] += 1
+            if seen.contract == "OrderPlaced":
+                tally.orders_placed += 1
+                tally.orders_with_total += seen.fields.get("total") != 0
         if tally.first_event_at is None:
             tally.first_event_at = time.monotonic()
         tally.book.add(seen)
@@ -346,7 +361,8 @@ def _view(tally: Tally, topics: list[str], story: bool) -> Group:
         counts = Table(title="per translator (this run)", title_justify="left")
         for column in ("translator", "consumed", "emitted", "dropped", "dead-lettered"):
             counts.add_column(column, justify="right" if column != "translator" else "left")
-        for translator, values in sorted(tally.counts().items()):
+        scraped = tally.counts()
+        for translator, values in sorted(scraped.items()):
             counts.add_row(
                 translator,
                 *(
@@ -354,8 +370,14 @@ def _view(tally: Tally, topics: list[str], story: bool) -> Group:
                     for k in ("consumed", "emitted", "dropped", "dead_lettered")
                 ),
             )
+        for translator, seen in sorted(tally.per_translator.items()):
+            if translator not in scraped:  # the transaction worker's: events seen
+                counts.add_row(f"{translator} (transactions)", "", str(seen), "", "")
         per_topic = Table(
-            title=f"business topics ({tally.load_steps} store actions so far)", title_justify="left"
+            title=f"business topics ({tally.load_steps} store actions so far; "
+            f"{tally.orders_with_total} of {tally.orders_placed} OrderPlaced with a total "
+            "other than 0.00)",
+            title_justify="left",
         )
         per_topic.add_column("topic")
         per_topic.add_column("events", justify="right")
@@ -376,30 +398,39 @@ def _view(tally: Tally, topics: list[str], story: bool) -> Group:
 class _Worker:
     """The translator worker as a process of its own, restartable with other pins."""
 
-    def __init__(self, cli: list[str], env: dict[str, str], log: Path) -> None:
+    def __init__(
+        self, cli: list[str], env: dict[str, str], log: Path, transactions: bool = False
+    ) -> None:
         self.cli, self.env, self.log = cli, env, log
+        self.transactions = transactions
+        self.what = "the transaction worker" if transactions else "the translator worker"
         self.proc: subprocess.Popen[bytes] | None = None
         self.metrics_url = ""
 
     def start(self, pins: dict[str, int]) -> None:
-        port = free_port("127.0.0.1")
-        self.metrics_url = f"http://127.0.0.1:{port}/metrics"
-        env = {
-            **self.env,
-            "BIZEVENTS_TRANSLATORS": json.dumps(pins),
-            "BIZEVENTS_TRANSLATE__METRICS_PORT": str(port),
-        }
+        env = {**self.env, "BIZEVENTS_TRANSLATORS": json.dumps(pins)}
+        argv = [*self.cli, "translate"]
+        if self.transactions:
+            argv.append("--transactions")  # it serves no metrics: its events are counted
+        else:
+            port = free_port("127.0.0.1")
+            self.metrics_url = f"http://127.0.0.1:{port}/metrics"
+            env["BIZEVENTS_TRANSLATE__METRICS_PORT"] = str(port)
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log, "ab") as out:
-            self.proc = subprocess.Popen(
-                [*self.cli, "translate"], env=env, stdout=out, stderr=subprocess.STDOUT
-            )
+            self.proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None
 
     def check(self) -> None:
         if self.proc is not None:
-            _check_alive(self.proc, "the translator worker", self.log)
+            _check_alive(self.proc, self.what, self.log)
 
     def scrape(self) -> dict[str, dict[str, float]] | None:
+        if not self.metrics_url:
+            return None
         try:
             return _scrape(self.metrics_url)
         except OSError:
@@ -419,8 +450,7 @@ class _Worker:
                 proc.wait()
         if proc.returncode not in (0, -signal.SIGTERM):
             print(
-                f"the translator worker exited with {proc.returncode}; its log {self.log}:\n"
-                f"{tail(self.log)}",
+                f"{self.what} exited with {proc.returncode}; its log {self.log}:\n{tail(self.log)}",
                 file=sys.stderr,
             )
 
@@ -457,6 +487,28 @@ def _technical_topics(bootstrap: str) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap, "log.connection.close": False})
     topics = [f"{SERVER}.{table}" for table in TABLES]
     ensure_topics(admin, topics, 4, config={"cleanup.policy": "compact"}, timeout_s=15)
+
+
+def _needs_transactions(pins: dict[str, int]) -> bool:
+    """Whether a pinned translator reads whole transactions (the transaction worker's)."""
+    from translators.registry import discover
+
+    pinned = discover(names=pins).pinned(pins)
+    return any(getattr(t, "tx_func", None) is not None for t in pinned)
+
+
+def _wait_for_topic(
+    bootstrap: str, topic: str, capture: subprocess.Popen[bytes], logs: Path
+) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log.connection.close": False})
+    deadline = time.monotonic() + 120
+    while topic not in admin.list_topics(timeout=10).topics:
+        _check_alive(capture, "capture", logs / "demo-capture.log")
+        if time.monotonic() > deadline:
+            raise StackError(f"capture did not create {topic} within 120 s")
+        time.sleep(0.1)
 
 
 def _max_order(dsn: str) -> int:
@@ -589,6 +641,16 @@ def run_demo(
         )
         cleanup.callback(endpoints_file.unlink, missing_ok=True)
         cleanup.callback(worker.stop)
+        tx_worker = _Worker(cli, env, logs / "demo-translate-transactions.log", transactions=True)
+        cleanup.callback(tx_worker.stop)
+
+        def start_transactions(pins: dict[str, int]) -> None:
+            if _needs_transactions(pins):
+                # the transaction topic exists once capture streams (after its snapshot)
+                _wait_for_topic(endpoints.bootstrap_servers, TRANSACTION_TOPIC, capture, logs)
+                tx_worker.start(pins)
+
+        start_transactions(pins)
         threads = [
             threading.Thread(
                 target=_load,
@@ -624,6 +686,7 @@ def run_demo(
                 raise _Stopped
             _check_alive(capture, "capture", logs / "demo-capture.log")
             worker.check()
+            tx_worker.check()
             scraped = worker.scrape()
             statuses = _database_statuses(database, since_order) if story else {}
             with tally.lock:
@@ -673,8 +736,10 @@ def run_demo(
                         tally.translator_counts = worker.scrape() or tally.translator_counts
                         tally.retire_worker()
                     worker.stop()
+                    tx_worker.stop()
                     pins = {**PINS, "orders": story.fixed}
                     worker.start(pins)
+                    start_transactions(pins)
                     record = json.loads(endpoints_file.read_text())
                     endpoints_file.write_text(
                         json.dumps({**record, "translate": worker.metrics_url})
@@ -724,6 +789,9 @@ def run_demo(
             "store_actions": tally.load_steps,
             "events_per_topic": dict(tally.per_topic),
             "translators": tally.counts(),
+            "events_per_translator": dict(tally.per_translator),
+            "orders_placed": tally.orders_placed,
+            "orders_placed_with_total": tally.orders_with_total,
             "corrected": len(tally.book.corrected),
             "agreement": {
                 "percent": agreement.percent,

@@ -70,6 +70,15 @@ def demo(
         return
     rows = [["store actions", str(summary["store_actions"])]]
     rows += [[topic, str(n)] for topic, n in sorted(summary["events_per_topic"].items())]
+    rows += [
+        [f"events of {ref}", str(n)] for ref, n in sorted(summary["events_per_translator"].items())
+    ]
+    rows.append(
+        [
+            "OrderPlaced with a true total (not 0.00)",
+            f"{summary['orders_placed_with_total']} of {summary['orders_placed']}",
+        ]
+    )
     screen: list[Any] = [table("demo summary: business events this run", ["what", "count"], rows)]
     counts = summary["translators"]
     screen.append(

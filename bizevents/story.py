@@ -70,6 +70,10 @@ def describe(seen: Seen) -> str:
     for name, value in fields.items():
         if value is None or name.endswith("_at"):
             continue  # absent values and timestamps say little on one line
+        if isinstance(value, list):  # e.g. an order's items: how many (none: not said)
+            if value:
+                parts.append(f"{len(value)} {name}")
+            continue
         text = _value(value)
         if isinstance(value, Decimal) and currency is not None:
             text += f" {currency}"

@@ -97,6 +97,9 @@ class CaptureConfig(BaseModel):
     on_conversion_error: Literal["dead-letter", "fail", "skip"] = "dead-letter"
     #: The capture dead-letter topic (default ``<server>.capture.dlq``).
     dead_letter_topic: str | None = None
+    #: Debezium's transaction metadata: each streamed envelope's ``transaction`` block
+    #: and BEGIN/END records on ``<prefix>.transaction`` (docs/transactions.md).
+    transaction_metadata: bool = True
 
     @model_validator(mode="after")
     def _coherent(self) -> CaptureConfig:

@@ -35,6 +35,16 @@ def test_describe_writes_the_business_content() -> None:
         placed_at=datetime(2026, 1, 1, tzinfo=UTC),
     )
     assert describe(placed) == "OrderPlaced #5812 · customer 17 · 129.90 EUR"
+    with_items = Seen.from_record(
+        "OrderPlaced",
+        {
+            "order_id": 5812,
+            "items": [{"sku": "a"}] * 3,
+            "total": Decimal("129.90"),
+            "currency": "EUR",
+        },
+    )
+    assert describe(with_items) == "OrderPlaced #5812 · 3 items · 129.90 EUR"
     changed = _seen(
         "OrderStatusChanged", "e2", 2, order_id=5812, old_status="PENDING", new_status="PAID"
     )
