@@ -67,18 +67,18 @@ def describe(seen: Seen) -> str:
     if "old_status" in fields or "new_status" in fields:
         old, new = fields.pop("old_status", None), fields.pop("new_status", None)
         parts.append(f"{old or '∅'} → {new}")
+    plain, counted, amounts = [], [], []
     for name, value in fields.items():
         if value is None or name.endswith("_at"):
             continue  # absent values and timestamps say little on one line
         if isinstance(value, list):  # e.g. an order's items: how many (none: not said)
             if value:
-                parts.append(f"{len(value)} {name}")
-            continue
-        text = _value(value)
-        if isinstance(value, Decimal) and currency is not None:
-            text += f" {currency}"
-        label = name.removesuffix("_id").replace("_", " ")
-        parts.append(text if isinstance(value, Decimal) else f"{label} {text}")
+                counted.append(f"{len(value)} {name}")
+        elif isinstance(value, Decimal):
+            amounts.append(_value(value) + ("" if currency is None else f" {currency}"))
+        else:
+            plain.append(f"{name.removesuffix('_id').replace('_', ' ')} {_value(value)}")
+    parts += plain + counted + amounts
     return " · ".join(parts)
 
 
