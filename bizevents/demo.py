@@ -588,38 +588,67 @@ def run_demo(
     pinned, store = store_plugin()
     stack = DevStack(settings.state_dir, settings.dev)
     was_running = all(h.ok for h in stack.status())
-    stack.up(on_start=lambda name: line(f"starting {name}…"))
-    endpoints = stack.endpoints()
-    ready_at = time.monotonic()
-    steps: dict[str, float] = {"stack": ready_at - began}
-    line(f"stack ready: broker {endpoints.bootstrap_servers}, registry {endpoints.registry_url}")
-    demo_dir = stack.state_dir / "demo"
-    demo_dir.mkdir(parents=True, exist_ok=True)
-    _prepare_database(endpoints.postgres_dsn, store)
-    since_order = _max_order(endpoints.postgres_dsn)
-    since_ms = int(time.time() * 1000)
-
-    line("creating the technical topics…")
-    _technical_topics(endpoints.bootstrap_servers)
-
-    capture_port = free_port("127.0.0.1")
-    capture_config = demo_dir / "capture.toml"
-    capture_config.write_text(
-        f'server = "{SERVER}"\ntables = {json.dumps(list(TABLES))}\npartitions = 4\n'
-        f'slot = "{SLOT}"\nmetrics_port = {capture_port}\n'
-    )
-    env = _env(endpoints, settings, BIZEVENTS_TRANSLATE__TOPIC_PREFIX=SERVER, **DEMO_GROUP)
-    topics = [*sorted({c.contract_topic() for t in pinned for c in t.emits}), DEAD_LETTER_TOPIC]
-    tally = Tally()
-    stop = threading.Event()
     logs = stack.state_dir / "logs"
     cli = [sys.executable, "-m", "bizevents"]
     pins = dict(PINS) if story is None else {**PINS, "orders": story.buggy}
-    replay_result: dict[str, Any] = {}
-    before_replay: Agreement | None = None
-    load_stop = threading.Event()  # the load stops before the rest (the story's step 3)
+    worker = _Worker(cli, {}, logs / "demo-translate.log")
+    try:
+
+        def start_worker(bootstrap: str, registry_url: str) -> None:
+            """The technical topics, then the worker: it needs the broker and the registry
+            only, so it starts (its imports, its group join) while PostgreSQL starts."""
+            _technical_topics(bootstrap)
+            worker.env = _env(
+                Endpoints(bootstrap, registry_url, ""),
+                settings,
+                BIZEVENTS_TRANSLATE__TOPIC_PREFIX=SERVER,
+                **DEMO_GROUP,
+            )
+            del worker.env["BIZEVENTS_DATABASE__POSTGRES_DSN"]  # it reads no database
+            worker.start(pins)
+
+        def on_start(name: str) -> None:
+            line(f"starting {name}…")
+            bootstrap, registry_url = stack.endpoint("broker"), stack.endpoint("registry")
+            if name == "postgres" and bootstrap and registry_url and not worker.running:
+                line("creating the technical topics, starting the translator worker…")
+                start_worker(bootstrap, registry_url)
+
+        stack.up(on_start=on_start)
+        endpoints = stack.endpoints()
+        ready_at = time.monotonic()
+        steps: dict[str, float] = {"stack": ready_at - began}
+        line(
+            f"stack ready: broker {endpoints.bootstrap_servers}, registry {endpoints.registry_url}"
+        )
+        demo_dir = stack.state_dir / "demo"
+        demo_dir.mkdir(parents=True, exist_ok=True)
+        _prepare_database(endpoints.postgres_dsn, store)
+        since_order = _max_order(endpoints.postgres_dsn)
+        since_ms = int(time.time() * 1000)
+
+        if not worker.running:  # the stack was up already
+            line("creating the technical topics, starting the translator worker…")
+            start_worker(endpoints.bootstrap_servers, endpoints.registry_url)
+
+        capture_port = free_port("127.0.0.1")
+        capture_config = demo_dir / "capture.toml"
+        capture_config.write_text(
+            f'server = "{SERVER}"\ntables = {json.dumps(list(TABLES))}\npartitions = 4\n'
+            f'slot = "{SLOT}"\nmetrics_port = {capture_port}\n'
+        )
+        env = _env(endpoints, settings, BIZEVENTS_TRANSLATE__TOPIC_PREFIX=SERVER, **DEMO_GROUP)
+        topics = [*sorted({c.contract_topic() for t in pinned for c in t.emits}), DEAD_LETTER_TOPIC]
+        tally = Tally()
+        stop = threading.Event()
+        replay_result: dict[str, Any] = {}
+        before_replay: Agreement | None = None
+        load_stop = threading.Event()  # the load stops before the rest (the story's step 3)
+    except BaseException:
+        worker.stop()  # started while the stack started
+        raise
     with ExitStack() as cleanup:
-        line("starting capture and the translator worker…")
+        line("starting capture…")
         capture = cleanup.enter_context(
             _process(
                 [*cli, "capture", "postgres", "--config", str(capture_config)],
@@ -628,8 +657,7 @@ def run_demo(
                 "capture",
             )
         )
-        worker = _Worker(cli, env, logs / "demo-translate.log")
-        worker.start(pins)
+        cleanup.callback(worker.stop)
         endpoints_file = settings.state_dir.resolve() / ENDPOINTS_FILE
         endpoints_file.write_text(
             json.dumps(
@@ -640,7 +668,6 @@ def run_demo(
             )
         )
         cleanup.callback(endpoints_file.unlink, missing_ok=True)
-        cleanup.callback(worker.stop)
         tx_worker = _Worker(cli, env, logs / "demo-translate-transactions.log", transactions=True)
         cleanup.callback(tx_worker.stop)
 

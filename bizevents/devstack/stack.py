@@ -115,6 +115,11 @@ class DevStack:
             result.append(health)
         return result
 
+    def endpoint(self, name: str) -> str | None:
+        """The recorded endpoint of one service (``broker``, ``registry``...), if any."""
+        started = self._load().get(name)
+        return None if started is None else started.endpoint
+
     def status(self) -> list[Health]:
         records = self._load()
         return [self._health(s, records.get(s.name)) for s in self.services]
