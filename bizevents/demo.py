@@ -644,8 +644,10 @@ def run_demo(
         replay_result: dict[str, Any] = {}
         before_replay: Agreement | None = None
         load_stop = threading.Event()  # the load stops before the rest (the story's step 3)
-    except BaseException:
-        worker.stop()  # started while the stack started
+    except BaseException:  # Ctrl-C or a failure while starting: stop what was started
+        worker.stop()
+        if not was_running:
+            stack.down()
         raise
     with ExitStack() as cleanup:
         line("starting capture…")

@@ -62,7 +62,11 @@ def demo(
     from bizevents.demo import StoryPlan, run_demo
 
     story = None if live_only else StoryPlan(fixed=fixed, step_seconds=step_seconds)
-    summary = run_demo(settings_of(ctx), duration, rate, story, console)
+    try:
+        summary = run_demo(settings_of(ctx), duration, rate, story, console)
+    except KeyboardInterrupt:  # before the live view (the stack starting): already cleaned up
+        console.print("stopped before the demo began", highlight=False)
+        raise SystemExit(130) from None
     last_view = summary.pop("view")
     if as_json:
         console.line()  # the live view's last frame ends without one
