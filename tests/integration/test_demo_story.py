@@ -8,6 +8,7 @@ import os
 import pty
 import re
 import select
+import signal
 import subprocess
 import sys
 import time
@@ -112,3 +113,52 @@ def test_the_terminal_view_speaks_within_a_second_and_shows_business_content(
     placed = r"orders@3\s+│\s+OrderPlaced #\d+ · customer \d+ · \d+ items · \d+\.\d\d EUR"
     assert re.search(placed, text), text[-3000:]
     assert re.search(r"OrderStatusChanged #\d+ · \w+ → \w+", text), text[-3000:]
+
+
+@pytest.mark.parametrize("at", ["step 2/4", "step 3/4"])
+def test_ctrl_c_stops_the_story_cleanly_at_a_step(demo_env: dict[str, str], at: str) -> None:
+    """Ctrl-C as a terminal sends it (SIGINT to the whole foreground group: the demo, its
+    workers, capture, and the replay with its Spark JVM) while the fix is pinned or while
+    the replay runs: the demo exits 0 and nothing it started is left running."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bizevents", "demo", "--step-seconds", "6"],
+        env={**demo_env, "COLUMNS": "160"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    assert proc.stdout is not None
+    seen = b""
+    try:
+        deadline = time.monotonic() + 180
+        while at.encode() not in seen and time.monotonic() < deadline:
+            if not select.select([proc.stdout], [], [], 1)[0]:
+                continue
+            chunk = os.read(proc.stdout.fileno(), 65536)
+            if not chunk:
+                break
+            seen += chunk
+        assert at.encode() in seen, seen[-2000:]
+        time.sleep(2)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 0, (seen + out)[-3000:]
+    state = demo_env["BIZEVENTS_STATE_DIR"]
+    assert json.loads((Path(state) / "stack.json").read_text())["services"] == {}
+    assert not _processes_with_env(f"BIZEVENTS_STATE_DIR={state}")
+
+
+def _processes_with_env(entry: str) -> list[str]:
+    found = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            variables = environ.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if entry.encode() in variables:
+            found.append(environ.parent.name)
+    return found
