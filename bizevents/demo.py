@@ -11,6 +11,7 @@ stack if the demo started it.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -524,6 +525,28 @@ def _max_order(dsn: str) -> int:
         conn.close()
 
 
+def _end(proc: subprocess.Popen[bytes], interrupt: bool) -> None:
+    """Stop the replay and everything it started: it runs in a process group of its own
+    (Spark's JVM ignores SIGINT and may outlive its driver), which gets SIGINT (for
+    Ctrl-C), then SIGTERM, then SIGKILL, 10 s apart; what is left once the driver is
+    done gets SIGTERM."""
+    signals = ([signal.SIGINT] if interrupt else []) + [signal.SIGTERM, signal.SIGKILL]
+    for sig in signals:
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            continue
+        break
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    if proc.stdout is not None:
+        proc.stdout.close()
+
+
 def _replay(
     cli: list[str],
     env: dict[str, str],
@@ -550,16 +573,16 @@ def _replay(
     ]
     console.print("$ bizevents " + " ".join(argv[len(cli) :]), highlight=False)
     quiet = {**env, "BIZEVENTS_LOG_LEVEL": "WARNING"}  # its progress bar, not its log lines
-    proc = subprocess.Popen(argv, env=quiet, stdout=subprocess.PIPE)
+    # a group of its own, so that the demo stops all of it (see _end)
+    proc = subprocess.Popen(argv, env=quiet, stdout=subprocess.PIPE, start_new_session=True)
     try:
         left = None if duration is None else max(0.1, duration - (time.monotonic() - began))
         out, _ = proc.communicate(timeout=left)
     except subprocess.TimeoutExpired:
-        proc.terminate()
-        proc.communicate()
+        _end(proc, interrupt=False)
         raise _Stopped from None
-    except KeyboardInterrupt:  # the terminal's Ctrl-C reached the replay too
-        proc.communicate()
+    except KeyboardInterrupt:  # Ctrl-C reached the demo: pass it on
+        _end(proc, interrupt=True)
         raise
     if proc.returncode != 0:
         raise StackError(f"bizevents replay failed with exit code {proc.returncode} (see above)")

@@ -141,7 +141,16 @@ def test_ctrl_c_stops_the_story_cleanly_at_a_step(demo_env: dict[str, str], at: 
         assert at.encode() in seen, seen[-2000:]
         time.sleep(2)
         os.killpg(proc.pid, signal.SIGINT)
-        out, _ = proc.communicate(timeout=120)
+        try:
+            out, _ = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            left = subprocess.run(
+                ["ps", "-o", "pid,stat,etime,args", "-g", str(proc.pid)],
+                capture_output=True,
+                text=True,
+                check=False,
+            ).stdout
+            pytest.fail(f"the demo did not stop within 120 s of Ctrl-C; still running:\n{left}")
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
