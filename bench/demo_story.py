@@ -70,7 +70,8 @@ def main() -> None:
     print(f"median of {len(runs)} runs (min-max):")
     for key in runs[0]:
         values = [r[key] for r in runs]
-        print(f"  {key:<28} {statistics.median(values):7.1f}  ({min(values):.1f}-{max(values):.1f})")
+        spread = f"({min(values):.1f}-{max(values):.1f})"
+        print(f"  {key:<28} {statistics.median(values):7.1f}  {spread}")
     first = statistics.median(r["first event after ready"] for r in runs)
     print(
         f"first business event {first:.1f} s after the stack was ready: "
