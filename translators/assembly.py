@@ -218,6 +218,29 @@ class Assembler:
         self._release(out)
         return out
 
+    def finish(self) -> tuple[list[Outcome], int]:
+        """The input ended (replay's ranges were read): an open transaction whose END
+        arrived lacks changes and is dead-lettered with both counts; one without its END
+        ended beyond what was read and is left out. Returns those outcomes and how many
+        transactions were left out."""
+        out: list[Outcome] = []
+        left_out = 0
+        for tx_id in list(self._open):
+            pending = self._open[tx_id]
+            if pending.end is None:
+                del self._open[tx_id]
+                left_out += 1
+                continue
+            assert pending.end.record is not None
+            self._give_up(
+                tx_id,
+                f"the END of transaction {tx_id} counts "
+                f"{_counts(self._expected(pending.end.record))} of the tables read, but only "
+                f"{_counts(self._arrived(pending))} arrived in the ranges read",
+                out,
+            )
+        return out, left_out
+
     def _untracked(self, part: Part) -> Outcome:
         assert part.change is not None
         if part.change.op == OP_READ:

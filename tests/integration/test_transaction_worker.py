@@ -34,9 +34,10 @@ pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-def db(bizevents_stack: Endpoints) -> Iterator[Db]:
-    with database(bizevents_stack) as made:
+@contextmanager
+def store_db(endpoints: Endpoints) -> Iterator[Db]:
+    """A test's slot and publication, the store's tables, a customer and three products."""
+    with database(endpoints) as made:
         create_schema(made.conn)
         made.sql(
             "INSERT INTO store.customers (email, full_name) VALUES (%s, 'T') "
@@ -49,6 +50,12 @@ def db(bizevents_stack: Endpoints) -> Iterator[Db]:
                 "ON CONFLICT (sku) DO NOTHING",
                 (sku, sku, price),
             )
+        yield made
+
+
+@pytest.fixture
+def db(bizevents_stack: Endpoints) -> Iterator[Db]:
+    with store_db(bizevents_stack) as made:
         yield made
 
 

@@ -267,3 +267,17 @@ def test_begin_alone_holds_nothing(status: str) -> None:
     a = _assembler()
     assert a.feed(log.begin("1:10")) == []
     assert a.open_transactions == 0
+
+
+def test_finish_at_the_end_of_the_input() -> None:
+    """Replay's end: an END short of changes is dead-lettered; a transaction whose END
+    lies beyond the ranges read is left out (counted), not dead-lettered."""
+    log = Log()
+    a = _assembler()
+    out = _feed(a, [log.change("1:10", 1), log.end("1:10", orders=2), log.change("2:20", 1)])
+    assert out == []
+    dead, left_out = a.finish()
+    assert left_out == 1
+    assert len(dead) == 1 and isinstance(dead[0], Abandoned) and dead[0].tx_id == "1:10"
+    assert "arrived in the ranges read" in dead[0].reason
+    assert a.open_transactions == 0
