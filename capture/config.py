@@ -97,6 +97,14 @@ class CaptureConfig(BaseModel):
     on_conversion_error: Literal["dead-letter", "fail", "skip"] = "dead-letter"
     #: The capture dead-letter topic (default ``<server>.capture.dlq``).
     dead_letter_topic: str | None = None
+    #: MySQL: the Kafka key's columns of tables without a primary key (``db.table``).
+    keys: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+    #: MySQL: the compacted topic of the stored binlog position (default
+    #: ``<server>.capture.offsets``).
+    offsets_topic: str | None = None
+    #: MySQL: the server id the binlog client registers with (unique among replicas;
+    #: 0 picks one from the server name).
+    replica_server_id: int = Field(default=0, ge=0, lt=2**32)
 
     @model_validator(mode="after")
     def _coherent(self) -> CaptureConfig:
@@ -140,6 +148,11 @@ class CaptureConfig(BaseModel):
     def dlq_topic(self) -> str:
         """The capture dead-letter topic."""
         return self.dead_letter_topic or f"{self.server}.capture.dlq"
+
+    @property
+    def offsets_topic_name(self) -> str:
+        """MySQL: the compacted topic of the stored binlog position."""
+        return self.offsets_topic or f"{self.server}.capture.offsets"
 
     def column_filter(self, qualified: str) -> ColumnFilter:
         """The column filter of ``schema.table`` (keep everything by default)."""
