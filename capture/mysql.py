@@ -59,7 +59,7 @@ def connection_settings(dsn: str) -> dict[str, Any]:
         "host": u.hostname,
         "port": u.port or 3306,
         "user": unquote(u.username or ""),
-        "passwd": unquote(u.password or ""),
+        "password": unquote(u.password or ""),
     }
 
 
@@ -168,7 +168,7 @@ def snapshot_position(conn: pymysql.connections.Connection[Any]) -> BinlogPositi
         cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
         cur.execute("SHOW STATUS LIKE 'binlog_snapshot_%'")
-        status = {str(k): str(v) for k, v in cur.fetchall()}
+        status = {str(k).lower(): str(v) for k, v in cur.fetchall()}
         if status.get("binlog_snapshot_file"):
             file, pos = status["binlog_snapshot_file"], int(status["binlog_snapshot_position"])
             return BinlogPosition(file, pos, _gtid_at(cur, file, pos))
@@ -252,7 +252,7 @@ def catalog_table(conn: pymysql.connections.Connection[Any], database: str, tabl
     with conn.cursor() as cur:
         cur.execute(
             "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE, NUMERIC_PRECISION, "
-            "NUMERIC_SCALE, DATETIME_PRECISION, CHARACTER_SET_NAME, COLUMN_KEY "
+            "NUMERIC_SCALE, DATETIME_PRECISION, CHARACTER_SET_NAME, CHARACTER_OCTET_LENGTH "
             "FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s "
             "ORDER BY ORDINAL_POSITION",
             (database, table),
@@ -269,7 +269,7 @@ def catalog_table(conn: pymysql.connections.Connection[Any], database: str, tabl
         primary = tuple(str(r[0]) for r in cur.fetchall())
     jsons = json_columns(conn, database, table)
     columns = []
-    for name, data_type, column_type, nullable, prec, scale, dt_prec, charset, _key in rows:
+    for name, data_type, column_type, nullable, prec, scale, dt_prec, charset, octets in rows:
         data_type = str(data_type).lower()
         column_type = str(column_type)
         code = _TYPE_CODES.get(data_type)
@@ -290,6 +290,7 @@ def catalog_table(conn: pymysql.connections.Connection[Any], database: str, tabl
                 labels=_labels(column_type) if code in (t.ENUM, t.SET) else (),
                 bits=bits,
                 json=str(name) in jsons,
+                pad=int(octets or 0) if data_type == "binary" else 0,
             )
         )
     return MyTable(database, table, tuple(columns), primary)
@@ -321,6 +322,9 @@ def table_from_map(event: Any, jsons: set[str]) -> MyTable:
                 labels=labels,
                 bits=int(getattr(c, "bits", 0) or 0),
                 json=str(c.name) in jsons,
+                pad=int(c.max_length)
+                if code == t.STRING and c.character_set_name == "binary"
+                else 0,
             )
         )
     primary = tuple(

@@ -42,6 +42,7 @@ import structlog
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication.constants import NONE_SOURCE
 from pymysqlreplication.event import GtidEvent as MysqlGtidEvent
 from pymysqlreplication.event import (
     HeartbeatLogEvent,
@@ -66,6 +67,7 @@ from capture.encoding import encoded_ts
 from capture.exceptions import CaptureError
 from capture.mysql import BinlogPosition
 from capture.mysqlcodec import MyTable, MyTableCodec, key_columns
+from capture.mysqltypes import TIME2, binlog_time2
 from capture.offsets import AckTracker, Tx
 from capture.sink import SchemaRegistrar, create_topics, producer_config
 from contracts.business import (
@@ -152,6 +154,7 @@ class MysqlCapture(CaptureCore):
         self._stored_seq = 0
         self._last_store = 0.0
         self._server_id = 0
+        self._mariadb = True
         #: The position streaming resumes from (the last one Kafka acknowledged).
         self.position: BinlogPosition | None = None
 
@@ -205,6 +208,7 @@ class MysqlCapture(CaptureCore):
         conn = my.connect(self.endpoints.dsn)
         try:
             self._server_id = my.check_server(conn)
+            self._mariadb = "mariadb" in conn.get_server_info().lower()
             assert self._admin is not None
             topics = [f"{cfg.prefix}.{name}" for name in cfg.tables]
             if cfg.on_conversion_error == "dead-letter":
@@ -440,14 +444,18 @@ class MysqlCapture(CaptureCore):
         assert self.position is not None
         settings = my.connection_settings(self.endpoints.dsn)
         start = self.position
+        # MariaDB: from the GTID state (the library reads MariaDB's binlog from its first
+        # file otherwise); MySQL: from file and position.
+        where: dict[str, Any] = (
+            {"auto_position": start.gtid or "", "is_mariadb": True}
+            if self._mariadb
+            else {"log_file": start.file, "log_pos": start.pos, "resume_stream": True}
+        )
         stream = BinLogStreamReader(
             connection_settings={**settings, "charset": "utf8mb4"},
             server_id=self._replica_id(),
-            log_file=start.file,
-            log_pos=start.pos,
-            resume_stream=True,
             blocking=True,
-            is_mariadb=True,
+            **where,
             slave_heartbeat=0.5,
             only_events=[
                 WriteRowsEvent,
@@ -475,6 +483,23 @@ class MysqlCapture(CaptureCore):
         self._tracker = AckTracker()
 
 
+def _values(row: dict[str, Any], times: tuple[str, ...], prefix: str = "") -> dict[str, Any]:
+    """A decoded row's values put right where the library gets them wrong: an empty SET
+    is ``''``, not ``None`` (a zero date stays ``None``, as Debezium writes it); a
+    negative fractional TIME (``times``) see :func:`binlog_time2`."""
+    values: dict[str, Any] = row[f"{prefix}values"]
+    sources: dict[str, str] = row.get(f"{prefix}none_sources") or {}
+    empty = [name for name, why in sources.items() if why == NONE_SOURCE.EMPTY_SET]
+    if not empty and not times:
+        return values
+    values = {**values, **dict.fromkeys(empty, "")}
+    for name in times:
+        v = values.get(name)
+        if v is not None:
+            values[name] = binlog_time2(v)
+    return values
+
+
 class _BinlogReader:
     """One stream's loop: binlog events to envelopes, offsets stored between them."""
 
@@ -495,6 +520,7 @@ class _BinlogReader:
                     self.gtid_domain_state[int(domain)] = part
         self.tables = capture._tables
         self.layouts: dict[int, MyTable] = {}
+        self.fractional_times: dict[int, tuple[str, ...]] = {}
         self.now = b""
 
     def send(self, topic: str, key: bytes | None, value: bytes | None) -> None:
@@ -589,6 +615,9 @@ class _BinlogReader:
         layout = my.table_from_map(event, self.capture._jsons.get(name, set()))
         self.capture._table_codec(layout)  # registers a new layout's schema before its rows
         self.layouts[event.table_id] = layout
+        self.fractional_times[event.table_id] = tuple(
+            c.name for c in layout.columns if c.type == TIME2 and c.fsp > 0
+        )
 
     def on_rows(self, event: Any) -> None:
         layout = self.layouts.get(event.table_id)
@@ -611,6 +640,7 @@ class _BinlogReader:
         )
         now = self.now
         topic = codec.topic
+        times = self.fractional_times.get(event.table_id, ())
         send = self.send
         n = 0
         records: list[tuple[bytes, bytes | None]]
@@ -618,19 +648,19 @@ class _BinlogReader:
             src = source(i)
             try:
                 if event.__class__ is WriteRowsEvent:
-                    values = row["values"]
+                    values = _values(row, times)
                     records = [
                         (codec.key(values), codec.envelope("c", None, codec.row(values), src, now))
                     ]
                 elif event.__class__ is DeleteRowsEvent:
-                    values = row["values"]
+                    values = _values(row, times)
                     key = codec.key(values)
                     records = [
                         (key, codec.envelope("d", codec.row(values), None, src, now)),
                         (key, None),
                     ]
                 else:
-                    old, new = row["before_values"], row["after_values"]
+                    old, new = _values(row, times, "before_"), _values(row, times, "after_")
                     old_key, new_key = codec.key(old), codec.key(new)
                     before, after = codec.row(old), codec.row(new)
                     if old_key != new_key:

@@ -26,7 +26,7 @@ from capture.exceptions import CaptureError
 from contracts.binary import blob, fastavro_signed_bytes, text, unscaled, zigzag
 from contracts.logical import ColumnType, Field, Kind, encoder_for
 
-__all__ = ["MyColumn", "MyTypeError", "column_type", "field_of", "value_writer"]
+__all__ = ["MyColumn", "MyTypeError", "binlog_time2", "column_type", "field_of", "value_writer"]
 
 # MySQL's binlog type codes (include/mysql_com.h, enum_field_types).
 DECIMAL, TINY, SHORT, LONG, FLOAT, DOUBLE, NULL, TIMESTAMP, LONGLONG, INT24 = range(10)
@@ -63,6 +63,8 @@ class MyColumn:
     labels: tuple[str, ...] = ()  # ENUM and SET
     bits: int = 0
     json: bool = False  # MariaDB: LONGTEXT CHECK (json_valid(...))
+    #: BINARY(n)'s n: the binlog drops a fixed binary value's trailing zero bytes.
+    pad: int = 0
 
 
 def column_type(c: MyColumn, table: str) -> ColumnType:
@@ -149,6 +151,14 @@ def _string(v: Any) -> bytes:
     return text(v)
 
 
+def _padded(n: int) -> Writer:
+    def write(v: Any) -> bytes:
+        raw = v.encode("latin-1") if isinstance(v, str) else bytes(v)
+        return blob(raw.ljust(n, b"\x00"))
+
+    return write
+
+
 def _bytes(v: Any) -> bytes:
     if isinstance(v, str):
         # pymysqlreplication hands CHAR/VARCHAR of a binary charset over as bytes, but a
@@ -196,8 +206,32 @@ def _time(v: Any) -> bytes:
     return zigzag((v.days * 86_400 + v.seconds) * 1_000_000 + v.microseconds)
 
 
+def binlog_time2(v: timedelta) -> timedelta:
+    """A negative fractional ``TIME(n)`` as pymysqlreplication 1.0 decodes it, put right.
+
+    The binlog packs ``TIME(n)`` as one two's-complement number of the seconds and the
+    fraction; the library negates the seconds part on its own and reads the fraction
+    as a separate signed number, so -00:00:01.25 comes out as -00:00:01.75 (the
+    borrowed second and the fraction's complement). Exact inverse of that, for every value.
+    """
+    if v >= timedelta(0):
+        return v
+    magnitude = -v
+    fraction = magnitude.microseconds
+    if fraction == 0:
+        return v
+    whole = magnitude - timedelta(microseconds=fraction)
+    return -(whole + timedelta(microseconds=1_000_000 - fraction))
+
+
 def _bool(v: Any) -> bytes:
-    bit = int(v, 2) if isinstance(v, str) else int(v)
+    # the binlog reader gives BIT as a string of 0s and 1s, the snapshot's reader as bytes
+    if isinstance(v, str):
+        bit = int(v, 2)
+    elif isinstance(v, bytes | bytearray):
+        bit = int.from_bytes(v, "big")
+    else:
+        bit = int(v)
     if bit not in (0, 1):
         raise ValueError(f"{v!r} is not one bit")
     return b"\x01" if bit else b"\x00"
@@ -284,7 +318,9 @@ def value_writer(c: MyColumn, ct: ColumnType) -> Writer:
     if kind is Kind.JSON:
         return _json
     if kind is Kind.BYTES:
-        return _bits(c.bits) if c.type == BIT else _bytes
+        if c.type == BIT:
+            return _bits(c.bits)
+        return _padded(c.pad) if c.pad else _bytes
     if kind is Kind.STRING:
         return _set(c.labels) if c.type == SET else _string
     raise MyTypeError(f"column {c.name}: no writer for {kind}")  # pragma: no cover

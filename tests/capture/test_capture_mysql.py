@@ -1,0 +1,230 @@
+"""MySQL/MariaDB capture against the session's real MariaDB and the real broker."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, date, datetime, time, timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bizevents.devstack import Endpoints
+from contracts.envelope import ChangeEvent, Tombstone
+from contracts.logical import JsonDocument
+from tests.capture.capture_helpers import final_state, read_topic
+from tests.capture.mysql_helpers import MyDb, in_process, mysql_database
+
+pytestmark = [pytest.mark.integration, pytest.mark.mysql]
+
+
+@pytest.fixture
+def db(bizevents_mysql: str, bizevents_stack: Endpoints) -> Any:
+    with mysql_database(bizevents_mysql, bizevents_stack) as database:
+        yield database
+
+
+TYPES_DDL = """
+CREATE TABLE types (
+  id BIGINT UNSIGNED PRIMARY KEY,
+  ti TINYINT, tiu TINYINT UNSIGNED, si SMALLINT, siu SMALLINT UNSIGNED,
+  mi MEDIUMINT, miu MEDIUMINT UNSIGNED, i INT, iu INT UNSIGNED, bi BIGINT,
+  f FLOAT, d DOUBLE, dec_big DECIMAL(65,30), dec_money DECIMAL(10,2),
+  dt0 DATETIME, dt3 DATETIME(3), dt6 DATETIME(6), ts6 TIMESTAMP(6) NULL, tm6 TIME(6),
+  tm0 TIME, y YEAR, dte DATE, b1 BIT(1), b12 BIT(12),
+  e ENUM('SUCCESS','FAILURE','it''s'), s SET('a','b','c'), j JSON,
+  vc VARCHAR(40), tx TEXT, ch CHAR(3), bn BINARY(4), vb VARBINARY(10), bl BLOB
+) DEFAULT CHARSET=utf8mb4
+"""
+
+EXTREMES: dict[str, Any] = {
+    "id": 18446744073709551615,
+    "ti": -128,
+    "tiu": 255,
+    "si": -32768,
+    "siu": 65535,
+    "mi": -8388608,
+    "miu": 16777215,
+    "i": -2147483648,
+    "iu": 4294967295,
+    "bi": -9223372036854775808,
+    "f": 1.5,
+    "d": -2.2250738585072014e-308,
+    "dec_big": Decimal("-99999999999999999999999999999999999.999999999999999999999999999999"),
+    "dec_money": Decimal("-0.01"),
+    "dt0": datetime(9999, 12, 31, 23, 59, 59),
+    "dt3": datetime(1000, 1, 1, 0, 0, 0, 1000),
+    "dt6": datetime(2020, 2, 29, 12, 34, 56, 123456),
+    "ts6": datetime(2038, 1, 19, 3, 14, 7, 999999),
+    "tm6": timedelta(hours=-838, minutes=-59, seconds=-58, microseconds=-999999),
+    "tm0": timedelta(hours=838, minutes=59, seconds=59),
+    "y": 2155,
+    "dte": date(1000, 1, 1),
+    "b1": 1,
+    "b12": 0b100000000001,
+    "e": "FAILURE",
+    "s": "a,c",
+    "j": '{"k": [1, 2.5, "é😀"], "n": null}',
+    "vc": "héllo 😀 ✓",
+    "tx": "x" * 70_000 if False else "ünïcode\n\t\\'\"",
+    "ch": "abc",
+    "bn": b"\x00\xff\x01\x02",
+    "vb": b"\x00",
+    "bl": bytes(range(256)),
+}
+OTHER: dict[str, Any] = {
+    **{k: None for k in EXTREMES},
+    "id": 0,
+    "ti": 127,
+    "bi": 9223372036854775807,
+    "dec_big": Decimal("0.000000000000000000000000000001"),
+    "ts6": datetime(1970, 1, 1, 0, 0, 1),
+    "tm6": timedelta(0),
+    "y": 1901,
+    "b1": 0,
+    "e": "it's",
+    "s": "",
+    "j": "[]",
+    "vc": "",
+    "bn": b"\x00\x00\x00\x00",
+    "bl": b"",
+}
+
+
+def _expected(row: dict[str, Any]) -> dict[str, Any]:
+    """What a translator reads back for a row written as ``row``."""
+    out: dict[str, Any] = {}
+    for k, v in row.items():
+        if v is None:
+            out[k] = None
+        elif k in ("dt0", "dt3", "dt6", "ts6"):
+            out[k] = v.replace(tzinfo=UTC)
+        elif k in ("tm6", "tm0"):
+            micros = (v.days * 86_400 + v.seconds) * 1_000_000 + v.microseconds
+            out[k] = (
+                time(
+                    micros // 3_600_000_000,
+                    micros // 60_000_000 % 60,
+                    micros // 1_000_000 % 60,
+                    micros % 1_000_000,
+                )
+                if 0 <= micros < 86_400_000_000
+                else v
+            )
+        elif k == "b1":
+            out[k] = bool(v)
+        elif k == "b12":
+            out[k] = v.to_bytes(2, "little")
+        elif k == "j":
+            out[k] = JsonDocument(v)
+        elif k == "dec_money":
+            out[k] = v.quantize(Decimal("0.01"))
+        else:
+            out[k] = v
+    return out
+
+
+def _insert(db: MyDb, row: dict[str, Any]) -> None:
+    cols = ", ".join(row)
+    marks = ", ".join("%s" for _ in row)
+    db.sql(f"INSERT INTO types ({cols}) VALUES ({marks})", tuple(row.values()))
+
+
+def _by_id(records: list[Any], op: str) -> dict[int, ChangeEvent]:
+    out: dict[int, ChangeEvent] = {}
+    for r in records:
+        d = r.decoded
+        if isinstance(d, ChangeEvent) and d.op == op:
+            row = d.after if d.after is not None else d.before
+            assert row is not None
+            out[int(row["id"])] = d
+    return out
+
+
+def test_every_type_round_trips_through_snapshot_and_stream(db: MyDb, tmp_path: Path) -> None:
+    """Each type at its extremes, and NULL, reads back value for value: op r and op c."""
+    db.sql(TYPES_DDL)
+    _insert(db, EXTREMES)
+    config = db.config(["types"])
+    with in_process(config, db.capture_endpoints(tmp_path)) as run:
+        run.wait_snapshot()
+        _insert(db, {**OTHER, "id": 7})
+        _insert(db, OTHER)
+        run.wait_position(db.binlog_end())
+        run.stop()
+    records = read_topic(db.endpoints, db.topic("types"))
+    snapshot = _by_id(records, "r")
+    created = _by_id(records, "c")
+    assert set(snapshot) == {EXTREMES["id"]}
+    assert set(created) == {0, 7}
+    want = _expected(EXTREMES)
+    got = dict(snapshot[EXTREMES["id"]].after or {})
+    assert got == want
+    assert dict(created[0].after or {}) == _expected(OTHER)
+    source = created[0].source
+    assert source.connector == "mysql"
+    assert source.db == db.name and source.table == "types"
+
+
+def test_streamed_extremes_equal_snapshot_extremes(db: MyDb, tmp_path: Path) -> None:
+    """The binlog decoder and the snapshot's reader give the same values for every type."""
+    db.sql(TYPES_DDL)
+    config = db.config(["types"])
+    with in_process(config, db.capture_endpoints(tmp_path)) as run:
+        run.wait_snapshot()
+        _insert(db, EXTREMES)
+        run.wait_position(db.binlog_end())
+        run.stop()
+    created = _by_id(read_topic(db.endpoints, db.topic("types")), "c")
+    assert dict(created[EXTREMES["id"]].after or {}) == _expected(EXTREMES)
+
+
+def test_changes_deletes_key_changes_and_transactions(db: MyDb, tmp_path: Path) -> None:
+    """update, delete + tombstone, key change as delete + tombstone + create, one GTID per
+    transaction, a rolled-back transaction never appears."""
+    db.sql("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10)) ENGINE=InnoDB")
+    config = db.config(["t"])
+    with in_process(config, db.capture_endpoints(tmp_path)) as run:
+        run.wait_snapshot()
+        db.sql("BEGIN")
+        db.sql("INSERT INTO t VALUES (1, 'a'), (2, 'b'), (3, 'c')")
+        db.sql("COMMIT")
+        db.sql("BEGIN")
+        db.sql("INSERT INTO t VALUES (99, 'never')")
+        db.sql("UPDATE t SET v = 'never' WHERE id = 1")
+        db.sql("ROLLBACK")
+        db.sql("UPDATE t SET v = 'a2' WHERE id = 1")
+        db.sql("DELETE FROM t WHERE id = 2")
+        db.sql("UPDATE t SET id = 30 WHERE id = 3")
+        run.wait_position(db.binlog_end())
+        run.stop()
+    records = read_topic(db.endpoints, db.topic("t"))
+    events = [r.decoded for r in records]
+    assert not any(
+        isinstance(e, ChangeEvent) and "never" in json.dumps([e.before, e.after], default=str)
+        for e in events
+    )
+    changes = [e for e in events if isinstance(e, ChangeEvent)]
+    ops = [(e.op, (e.before or {}).get("id"), (e.after or {}).get("id")) for e in changes]
+    assert ops == [
+        ("c", None, 1),
+        ("c", None, 2),
+        ("c", None, 3),
+        ("u", 1, 1),
+        ("d", 2, None),
+        ("d", 3, None),
+        ("c", None, 30),
+    ]
+    tombstones = [e.key for e in events if isinstance(e, Tombstone)]
+    assert tombstones == [{"id": 2}, {"id": 3}]
+    gtids = [e.source.position.gtid for e in changes]  # type: ignore[union-attr]
+    # one GTID per transaction: the three inserts share one, the key change's two events too
+    assert None not in gtids
+    assert [gtids.index(g) for g in gtids] == [0, 0, 0, 3, 4, 5, 5]
+    rows = [e.source.position.row for e in changes[:3]]  # type: ignore[union-attr]
+    assert rows == [0, 1, 2]
+    assert final_state(records) == {
+        (("id", 1),): {"id": 1, "v": "a2"},
+        (("id", 30),): {"id": 30, "v": "c"},
+    }
