@@ -79,9 +79,12 @@ class MyTableCodec:
         kept = [c for c in table.columns if keep(c.name) or c.name in key_names]
         by_name = {c.name: c for c in table.columns}
         key_set = set(key_names)
-        value_fields = tuple(
-            field_of(c, qualified, optional=c.nullable and c.name not in key_set) for c in kept
-        )
+        # Every non-key column is optional in the value schema, NOT NULL ones too: the
+        # binlog does not carry column defaults, and without a default a column added
+        # NOT NULL would make a schema the registry refuses as backward-incompatible
+        # (docs/capture-mysql.md). A NULL in a NOT NULL column cannot come from the
+        # server, so nothing is lost.
+        value_fields = tuple(field_of(c, qualified, optional=c.name not in key_set) for c in kept)
         key_fields = tuple(field_of(by_name[k], qualified, optional=False) for k in key_names)
         self.key_names = tuple(key_names)
         self.schema = TableSchema(
