@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import random
+import subprocess
+import sys
 import threading
 import time as clock
 from datetime import UTC, date, datetime, time, timedelta
@@ -18,7 +20,7 @@ from bizevents.devstack import Endpoints
 from capture import mysql as my
 from contracts.envelope import ChangeEvent, Tombstone
 from contracts.logical import JsonDocument
-from tests.capture.capture_helpers import final_state, read_topic
+from tests.capture.capture_helpers import cli_env, final_state, read_topic
 from tests.capture.mysql_helpers import MyDb, in_process, mysql_database
 
 pytestmark = [pytest.mark.integration, pytest.mark.mysql]
@@ -329,3 +331,129 @@ def test_ddl_mid_stream_decodes_every_row_with_its_own_layout(db: MyDb, tmp_path
     ]
     registry = SchemaRegistryClient({"url": db.endpoints.registry_url})
     assert len(registry.get_versions(f"{db.topic('t')}-value")) == 4
+
+
+def _cli(db: MyDb, tmp_path: Path, tables: list[str], dsn: str | None = None, **extra: Any) -> Path:
+    path = tmp_path / "capture.toml"
+    lines = [
+        f'server = "{db.server}"',
+        f'dsn = "{dsn or db.dsn}"',
+        f"tables = {json.dumps([f'{db.name}.{t}' for t in tables])}",
+        f'state_dir = "{tmp_path / "state"}"',
+        *(f"{k} = {json.dumps(v)}" for k, v in extra.items()),
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _run_cli(db: MyDb, config: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run(
+            [sys.executable, "-m", "bizevents", "capture", "mysql", "--config", str(config)],
+            env=cli_env(db.endpoints),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise AssertionError(f"capture did not stop: {exc.stderr!r}"[-3000:]) from None
+
+
+@pytest.mark.parametrize(
+    ("variable", "bad", "good"),
+    [("binlog_format", "STATEMENT", "ROW"), ("binlog_row_image", "MINIMAL", "FULL")],
+)
+def test_wrong_server_setting_stops_with_a_sentence(
+    db: MyDb, tmp_path: Path, variable: str, bad: str, good: str
+) -> None:
+    """A statement-based binlog or a minimal row image: exit 1, the setting and its fix."""
+    db.sql("CREATE TABLE t (id INT PRIMARY KEY)")
+    db.sql(f"SET GLOBAL {variable} = '{bad}'")
+    try:
+        result = _run_cli(db, _cli(db, tmp_path, ["t"]))
+    finally:
+        db.sql(f"SET GLOBAL {variable} = '{good}'")
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert f"{variable} is {bad}, capture needs {good}" in result.stderr
+    assert f"SET GLOBAL {variable} = '{good}'" in result.stderr
+
+
+def test_missing_replication_privileges_stop_with_a_sentence(db: MyDb, tmp_path: Path) -> None:
+    """A user that may only read tables: exit 1, naming both privileges and the GRANT."""
+    user = f"ro_{db.name[-6:]}"
+    db.sql(f"CREATE USER '{user}'@'%' IDENTIFIED BY 'pw'")
+    try:
+        db.sql(f"GRANT SELECT ON {db.name}.* TO '{user}'@'%'")
+        db.sql("CREATE TABLE t (id INT PRIMARY KEY)")
+        dsn = db.dsn.replace(db.dsn.split("//")[1].split("@")[0], f"{user}:pw")
+        result = _run_cli(db, _cli(db, tmp_path, ["t"], dsn=dsn))
+    finally:
+        db.sql(f"DROP USER '{user}'@'%'")
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert "lacks the REPLICATION SLAVE and REPLICATION CLIENT privileges" in result.stderr
+    assert "GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.*" in result.stderr
+
+
+def test_table_without_primary_key_is_refused_or_keyed_by_config(db: MyDb, tmp_path: Path) -> None:
+    """No primary key: a sentence naming the table; with [keys] it is captured by them."""
+    db.sql("CREATE TABLE nokey (a INT NOT NULL, b VARCHAR(5))")
+    db.sql("INSERT INTO nokey VALUES (1, 'x')")
+    result = _run_cli(db, _cli(db, tmp_path, ["nokey"]))
+    assert result.returncode == 1
+    assert f"table {db.name}.nokey has no primary key" in result.stderr
+    config = db.config(["nokey"], keys={f"{db.name}.nokey": ("a",)})
+    with in_process(config, db.capture_endpoints(tmp_path)) as run:
+        run.wait_snapshot()
+        db.sql("UPDATE nokey SET b = 'y'")
+        run.wait_position(db.binlog_end())
+        run.stop()
+    records = read_topic(db.endpoints, db.topic("nokey"))
+    assert [(r.decoded.op, r.decoded.key) for r in records] == [  # type: ignore[union-attr]
+        ("r", {"a": 1}),
+        ("u", {"a": 1}),
+    ]
+
+
+def test_restart_resumes_and_a_purged_position_is_a_clear_error(db: MyDb, tmp_path: Path) -> None:
+    """A stopped capture resumes where it stored its position; once the binlog holding
+    that position is purged, it stops with the position and the way out."""
+    db.sql("CREATE TABLE t (id INT PRIMARY KEY)")
+    config = db.config(["t"])
+    endpoints = db.capture_endpoints(tmp_path)
+    with in_process(config, endpoints) as run:
+        run.wait_snapshot()
+        db.sql("INSERT INTO t VALUES (1)")
+        run.wait_position(db.binlog_end())
+        run.stop()
+    stored = db.stored_offset(config)
+    assert stored is not None and stored["snapshot_done"]
+    db.sql("INSERT INTO t VALUES (2)")
+    with in_process(config, endpoints) as run:
+        run.wait_position(db.binlog_end())
+        run.stop()
+    ops = [
+        (r.decoded.op, (r.decoded.after or {}).get("id"))
+        for r in read_topic(db.endpoints, db.topic("t"))
+        if isinstance(r.decoded, ChangeEvent)
+    ]
+    assert ops == [("c", 1), ("c", 2)]
+    before = db.stored_offset(config)
+    assert before is not None
+    db.sql("INSERT INTO t VALUES (3)")  # after the stored position, in its file
+    db.sql("FLUSH BINARY LOGS")
+    newest = db.sql("SHOW MASTER STATUS")[0][0]
+    deadline = clock.monotonic() + 20
+    while db.sql("SHOW BINARY LOGS")[0][0] != newest:
+        # the server skips a file a closing binlog dump thread still holds
+        assert clock.monotonic() < deadline, "the binlog was not purged"
+        db.sql(f"PURGE BINARY LOGS TO '{newest}'")
+        clock.sleep(0.2)
+    result = _run_cli(db, _cli(db, tmp_path, ["t"]))
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert f"{before['file']}:{before['pos']}" in result.stderr
+    assert "is no longer on the server" in result.stderr
+    assert "Take a new snapshot" in result.stderr
