@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import signal
 import subprocess
 import sys
 import threading
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from bizevents.devstack import Endpoints
@@ -457,3 +459,89 @@ def test_restart_resumes_and_a_purged_position_is_a_clear_error(db: MyDb, tmp_pa
     assert f"{before['file']}:{before['pos']}" in result.stderr
     assert "is no longer on the server" in result.stderr
     assert "Take a new snapshot" in result.stderr
+
+
+def _wait_stored(db: MyDb, config: Any, end: Any, process: Any, timeout: float = 120) -> None:
+    deadline = clock.monotonic() + timeout
+    while True:
+        stored = db.stored_offset(config)
+        if stored is not None and (stored["file"], stored["pos"]) >= (end.file, end.pos):
+            return
+        assert process.poll() is None, f"capture exited {process.returncode}"
+        assert clock.monotonic() < deadline, f"stored {stored}, not {end}"
+        clock.sleep(0.2)
+
+
+def _high_watermark(db: MyDb, topic: str) -> int:
+    consumer = Consumer({"bootstrap.servers": db.endpoints.bootstrap_servers, "group.id": "hw"})
+    try:
+        return int(consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1])
+    finally:
+        consumer.close()
+
+
+def test_kill_9_in_the_middle_of_50000_changes_loses_none(db: MyDb, tmp_path: Path) -> None:
+    """25,000 inserts and 25,000 updates; capture is killed -9 while they stream and
+    restarted: every change is in the topic (duplicates allowed), the state equals the table."""
+    db.sql("CREATE TABLE big (id INT PRIMARY KEY, n INT NOT NULL, pad VARCHAR(20))")
+    config_file = _cli(db, tmp_path, ["big"])
+    config = db.config(["big"])
+    log = open(tmp_path / "capture.log", "ab")  # noqa: SIM115
+    argv = [sys.executable, "-m", "bizevents", "capture", "mysql", "--config", str(config_file)]
+
+    def start() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(argv, env=cli_env(db.endpoints), stdout=log, stderr=log)
+
+    first = start()
+    try:
+        _wait_stored(db, config, db.binlog_end(), first, timeout=60)
+
+        def write() -> None:
+            conn = my.connect(db.dsn)
+            with conn.cursor() as cur:
+                for start_id in range(0, 25_000, 50):
+                    cur.execute("BEGIN")
+                    cur.executemany(
+                        f"INSERT INTO {db.name}.big VALUES (%s, 0, 'p')",
+                        [(i,) for i in range(start_id, start_id + 50)],
+                    )
+                    cur.execute("COMMIT")
+                for start_id in range(0, 25_000, 50):
+                    cur.execute(
+                        f"UPDATE {db.name}.big SET n = 1 WHERE id >= %s AND id < %s",
+                        (start_id, start_id + 50),
+                    )
+            conn.close()
+
+        writer = threading.Thread(target=write)
+        writer.start()
+        deadline = clock.monotonic() + 60
+        while _high_watermark(db, db.topic("big")) < 10_000:
+            assert clock.monotonic() < deadline and first.poll() is None
+            clock.sleep(0.05)
+        first.kill()
+        first.wait()
+        at_kill = _high_watermark(db, db.topic("big"))
+        writer.join(120)
+        second = start()
+        try:
+            _wait_stored(db, config, db.binlog_end(), second)
+            second.send_signal(signal.SIGTERM)
+            assert second.wait(60) == 0
+        finally:
+            if second.poll() is None:
+                second.kill()
+    finally:
+        if first.poll() is None:
+            first.kill()
+        log.close()
+    assert at_kill < 50_000, "the kill came after every change was in Kafka"
+    records = read_topic(db.endpoints, db.topic("big"), timeout=120)
+    changes = [r.decoded for r in records if isinstance(r.decoded, ChangeEvent)]
+    created = {e.after["id"] for e in changes if e.op == "c" and e.after is not None}
+    updated = {e.after["id"] for e in changes if e.op == "u" and e.after is not None}
+    assert created == set(range(25_000))
+    assert updated == set(range(25_000))
+    assert final_state(records) == {
+        (("id", i),): {"id": i, "n": 1, "pad": "p"} for i in range(25_000)
+    }
