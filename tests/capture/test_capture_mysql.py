@@ -545,3 +545,27 @@ def test_kill_9_in_the_middle_of_50000_changes_loses_none(db: MyDb, tmp_path: Pa
     assert final_state(records) == {
         (("id", i),): {"id": i, "n": 1, "pad": "p"} for i in range(25_000)
     }
+
+
+def test_lost_connection_is_retried_and_nothing_lost(db: MyDb, tmp_path: Path) -> None:
+    """The server kills capture's binlog connection: the stream reconnects (the library
+    does, from the session's start position) and goes on; nothing is lost."""
+    db.sql("CREATE TABLE t (id INT PRIMARY KEY)")
+    config = db.config(["t"])
+    with in_process(config, db.capture_endpoints(tmp_path)) as run:
+        run.wait_snapshot()
+        db.sql("INSERT INTO t VALUES (1)")
+        run.wait_position(db.binlog_end())
+        dumps = [r[0] for r in db.sql("SHOW PROCESSLIST") if r[4] == "Binlog Dump"]
+        assert dumps
+        for thread in dumps:
+            db.sql(f"KILL {thread}")
+        db.sql("INSERT INTO t VALUES (2)")
+        run.wait_position(db.binlog_end())
+        run.stop()
+    ids = {
+        (r.decoded.after or {}).get("id")
+        for r in read_topic(db.endpoints, db.topic("t"))
+        if isinstance(r.decoded, ChangeEvent)
+    }
+    assert ids == {1, 2}
