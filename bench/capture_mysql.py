@@ -184,7 +184,8 @@ def main() -> None:
             decoded.append(ref)
         cap_m, ref_m = statistics.median(captured), statistics.median(decoded)
         print(
-            f"median of {args.runs} runs, {args.changes:,} changes in transactions of {args.tx_rows:,}:"
+            f"median of {args.runs} runs, {args.changes:,} changes in transactions of "
+            f"{args.tx_rows:,}:"
         )
         print(
             f"binlog read + decode, no Kafka:   {ref_m:>10,.0f} rows/s "
