@@ -74,3 +74,66 @@ def postgres(ctx: click.Context, capture_config: Path) -> None:
     if runner.aborting:
         err_console.print("stopped without waiting for Kafka's acknowledgements")
         ctx.exit(1)
+
+
+@capture.command()
+@click.option(
+    "--config",
+    "capture_config",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    required=True,
+    help='The capture\'s TOML file (server, dsn, tables = ["db.table"], partitions, ...).',
+)
+@click.pass_context
+@fails_cleanly
+def mysql(ctx: click.Context, capture_config: Path) -> None:
+    """Snapshot, then stream, a MySQL/MariaDB server's binlog until stopped.
+
+    The binlog position is stored in a compacted Kafka topic once Kafka acknowledged
+    every event up to it; a restart resumes there. SIGTERM or Ctrl-C stop it once
+    Kafka has acknowledged everything read and the position is stored.
+    """
+    from capture.config import load_capture_config
+    from capture.metrics import CaptureStats, serve_metrics
+    from capture.mysqlcapture import MysqlCapture
+    from capture.progress import on_terminal, print_progress_factory
+    from capture.runner import CaptureEndpoints
+
+    settings = settings_of(ctx)
+    config = load_capture_config(capture_config)
+    if not config.tables:
+        raise ConfigError(f'name the tables to capture in {capture_config}: tables = ["db.table"]')
+    if config.dsn is None:
+        raise ConfigError(
+            f'no server to capture: set dsn = "mysql://user:password@host:port/db" in '
+            f"{capture_config}"
+        )
+    endpoints = CaptureEndpoints(
+        dsn=config.dsn.get_secret_value(),
+        kafka=settings.kafka.librdkafka(),
+        registry=settings.registry.client_config(),
+        state_dir=config.state_dir or settings.state_dir / "capture",
+    )
+    log = structlog.get_logger("capture").bind(server=config.server)
+    stats = CaptureStats(config.server, "binlog")
+    if config.metrics_port is not None:
+        _, port = serve_metrics(stats, config.metrics_host, config.metrics_port)
+        log.info("metrics endpoint", url=f"http://{config.metrics_host}:{port}/metrics")
+    show = config.progress == "always" or (config.progress == "auto" and on_terminal())
+    update, progress = print_progress_factory(show)
+    runner = MysqlCapture(
+        config,
+        endpoints,
+        stats=stats,
+        progress=update,
+        snapshot_finished=None if progress is None else progress.stop,
+    )
+    try:
+        with runner.signals():
+            runner.run()
+    finally:
+        if progress is not None:
+            progress.stop()
+    if runner.aborting:
+        err_console.print("stopped without waiting for Kafka's acknowledgements")
+        ctx.exit(1)

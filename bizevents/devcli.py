@@ -9,9 +9,10 @@ from bizevents.clikit import console, fails_cleanly, print_json, settings_of, ta
 from bizevents.devstack import DevStack, Health
 
 
-def _stack(ctx: click.Context) -> DevStack:
+def _stack(ctx: click.Context, mysql: bool = False) -> DevStack:
     settings = settings_of(ctx)
-    return DevStack(settings.state_dir, settings.dev)
+    dev = settings.dev.model_copy(update={"mysql": True}) if mysql else settings.dev
+    return DevStack(settings.state_dir, dev)
 
 
 def _rows(healths: list[Health]) -> list[list[str]]:
@@ -33,15 +34,19 @@ def _rows(healths: list[Health]) -> list[list[str]]:
 
 @click.group()
 def dev() -> None:
-    """The embedded stack: Tansu broker, schema registry, PostgreSQL, all on loopback."""
+    """The embedded stack: Tansu broker, schema registry, PostgreSQL (MariaDB with --mysql),
+    all on loopback."""
 
 
 @dev.command()
+@click.option(
+    "--mysql", is_flag=True, help="Also start a MariaDB server (binlog capture); dev.mysql too."
+)
 @click.pass_context
 @fails_cleanly
-def up(ctx: click.Context) -> None:
+def up(ctx: click.Context, mysql: bool) -> None:
     """Start whatever of the stack is not running, wait until each answers."""
-    stack = _stack(ctx)
+    stack = _stack(ctx, mysql)
     healths = stack.up()
     console.print(table(f"bizevents dev stack ({stack.state_dir})", _COLUMNS, _rows(healths)))
 

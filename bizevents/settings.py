@@ -44,6 +44,9 @@ class DevSettings(SettingsGroup):
     registry_port: int = Field(default=18081, ge=0, le=65535)
     postgres_port: int = Field(default=15432, ge=0, le=65535)
     postgres_bin_dir: Path | None = None
+    #: Also start the MariaDB server (``bizevents dev up --mysql`` sets it).
+    mysql: bool = False
+    mysql_port: int = Field(default=13306, ge=0, le=65535)
 
 
 class Settings(BaseSettings):

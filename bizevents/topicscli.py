@@ -31,6 +31,8 @@ class Pinned:
     ref: str
     reads: tuple[str, ...]  # technical topics it reads
     writes: Mapping[str, tuple[str, ...]]  # business topic -> contract full names
+    #: A transaction translator: it also reads the transaction topic.
+    transactional: bool = False
 
 
 @dataclass
@@ -75,7 +77,12 @@ def describe(
             info.translators = [p.ref for p in pinned if topic in p.reads]
         elif schema is not None and _fullname(schema) == _TRANSACTION:
             info.kind = "transaction"
-            info.translators = [p.ref for p in pinned if topic in p.reads]
+            prefix = topic.removesuffix(".transaction") + "."
+            info.translators = [
+                p.ref
+                for p in pinned
+                if p.transactional and any(r.startswith(prefix) for r in p.reads)
+            ]
         elif writers:
             info.kind = "business"
             info.translators = [p.ref for p in writers]
@@ -91,6 +98,7 @@ def describe(
 
 def _pinned(pins: Mapping[str, int], prefix: str | None, names: Sequence[str]) -> list[Pinned]:
     from translators.registry import discover
+    from translators.transaction_api import is_transactional
 
     found = []
     for t in discover():
@@ -105,7 +113,14 @@ def _pinned(pins: Mapping[str, int], prefix: str | None, names: Sequence[str]) -
         writes: dict[str, set[str]] = {}
         for contract in t.emits:
             writes.setdefault(contract.contract_topic(), set()).add(contract.contract_fullname())
-        found.append(Pinned(t.ref, reads, {k: tuple(sorted(v)) for k, v in writes.items()}))
+        found.append(
+            Pinned(
+                t.ref,
+                reads,
+                {k: tuple(sorted(v)) for k, v in writes.items()},
+                is_transactional(t),
+            )
+        )
     return found
 
 

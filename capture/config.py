@@ -100,6 +100,14 @@ class CaptureConfig(BaseModel):
     #: Debezium's transaction metadata: each streamed envelope's ``transaction`` block
     #: and BEGIN/END records on ``<prefix>.transaction`` (docs/transactions.md).
     transaction_metadata: bool = True
+    #: MySQL: the Kafka key's columns of tables without a primary key (``db.table``).
+    keys: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+    #: MySQL: the compacted topic of the stored binlog position (default
+    #: ``<server>.capture.offsets``).
+    offsets_topic: str | None = None
+    #: MySQL: the server id the binlog client registers with (unique among replicas;
+    #: 0 picks one from the server name).
+    replica_server_id: int = Field(default=0, ge=0, lt=2**32)
 
     @model_validator(mode="after")
     def _coherent(self) -> CaptureConfig:
@@ -143,6 +151,11 @@ class CaptureConfig(BaseModel):
     def dlq_topic(self) -> str:
         """The capture dead-letter topic."""
         return self.dead_letter_topic or f"{self.server}.capture.dlq"
+
+    @property
+    def offsets_topic_name(self) -> str:
+        """MySQL: the compacted topic of the stored binlog position."""
+        return self.offsets_topic or f"{self.server}.capture.offsets"
 
     def column_filter(self, qualified: str) -> ColumnFilter:
         """The column filter of ``schema.table`` (keep everything by default)."""

@@ -12,7 +12,7 @@ Connect producer would.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Protocol
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
@@ -22,7 +22,6 @@ from confluent_kafka.schema_registry.error import SchemaRegistryError
 from base.errors import TransientError
 from base.kafka import ensure_topics
 from capture.config import CaptureConfig
-from capture.encoding import TableCodec
 from capture.exceptions import CaptureError
 
 __all__ = ["SchemaRegistrar", "create_topics", "producer_config"]
@@ -58,6 +57,19 @@ def create_topics(admin: AdminClient, topics: list[str], config: CaptureConfig) 
     )
 
 
+class Registrable(Protocol):
+    """A table codec of any source: its topic and schemas, and where the ids go."""
+
+    @property
+    def topic(self) -> str: ...
+
+    def key_schema_json(self) -> str | None: ...
+
+    def value_schema_json(self) -> str: ...
+
+    def set_schema_ids(self, key_id: int | None, value_id: int) -> None: ...
+
+
 class SchemaRegistrar:
     """Registers each table's key and value schema once per distinct schema."""
 
@@ -87,7 +99,7 @@ class SchemaRegistrar:
         """Register one schema under ``subject`` (once per distinct schema); its id."""
         return self._register(subject, schema_json)
 
-    def register(self, codec: TableCodec) -> None:
+    def register(self, codec: Registrable) -> None:
         """Register ``codec``'s schemas and give it their ids."""
         key_json = codec.key_schema_json()
         key_id = None if key_json is None else self._register(f"{codec.topic}-key", key_json)

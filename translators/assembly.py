@@ -18,10 +18,15 @@ Outcomes, each tested (tests/translators/test_assembly.py):
 * a change with **no transaction block** (a topic written without transaction
   metadata): dead-lettered at once with that reason, unless it is a snapshot read
   (op ``r``), which is released alone (a snapshot row is a committed state);
-* a transaction that **never ends** (no END while ``max_wait`` later transactions
-  ended): its parts are dead-lettered with that reason, and any later part of it too;
+* a transaction that **never ends**: its parts are dead-lettered with that reason, and
+  any later part of it too, once the END of a transaction committed after it arrived
+  (ENDs come in commit order; PostgreSQL ids carry the commit position), or, for ids
+  without a position, once ``max_wait`` later transactions ended;
 * an END whose **counts do not match**: more changes than it counts are dead-lettered
-  at once; fewer, once ``max_wait`` later transactions are waiting behind it;
+  at once; fewer, once every technical partition read has shown a later transaction
+  (their changes come in commit order), or, for ids without a position, once
+  ``max_wait`` later transactions wait behind it. A late change is never mistaken for
+  a missing one, however far the transaction topic runs ahead (a worker catching up);
 * limits on memory: more than ``max_changes`` changes in one transaction, or more than
   ``max_open`` transactions open at once (the oldest goes): dead-lettered with the reason.
 
@@ -34,7 +39,7 @@ from __future__ import annotations
 
 import re
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -152,8 +157,14 @@ class Assembler:
         reads: Callable[[str], bool],
         limits: AssemblyLimits = AssemblyLimits(),
         checkpoint: Checkpoint = Checkpoint(),
+        sources: Iterable[tuple[str, int]] | None = None,
     ) -> None:
         self._reads = reads
+        #: The technical partitions read, and the highest commit position each has
+        #: shown (PostgreSQL ids): a partition past a transaction holds nothing more of it.
+        self._sources = None if sources is None else frozenset(sources)
+        self._source_position: dict[tuple[str, int], int] = {}
+        self._end_position = -1
         self.limits = limits
         self._open: dict[str, _Open] = {}
         self._queue: deque[str] = deque()  # END order
@@ -201,6 +212,11 @@ class Assembler:
             out.append(self._untracked(part))
             return out
         assert tx_id is not None
+        position = commit_position(tx_id)
+        if position is not None and part.change is not None:
+            where = (part.origin.topic, part.origin.partition)
+            if position > self._source_position.get(where, -1):
+                self._source_position[where] = position
         why = self._abandoned.get(tx_id)
         if why is not None:
             self.stats.abandoned += 1
@@ -217,6 +233,29 @@ class Assembler:
             self._change(tx_id, part, out)
         self._release(out)
         return out
+
+    def finish(self) -> tuple[list[Outcome], int]:
+        """The input ended (replay's ranges were read): an open transaction whose END
+        arrived lacks changes and is dead-lettered with both counts; one without its END
+        ended beyond what was read and is left out. Returns those outcomes and how many
+        transactions were left out."""
+        out: list[Outcome] = []
+        left_out = 0
+        for tx_id in list(self._open):
+            pending = self._open[tx_id]
+            if pending.end is None:
+                del self._open[tx_id]
+                left_out += 1
+                continue
+            assert pending.end.record is not None
+            self._give_up(
+                tx_id,
+                f"the END of transaction {tx_id} counts "
+                f"{_counts(self._expected(pending.end.record))} of the tables read, but only "
+                f"{_counts(self._arrived(pending))} arrived in the ranges read",
+                out,
+            )
+        return out, left_out
 
     def _untracked(self, part: Part) -> Outcome:
         assert part.change is not None
@@ -273,9 +312,22 @@ class Assembler:
         pending.end = part
         self._queue.append(tx_id)
         self._ends += 1
+        self._end_position = max(self._end_position, commit_position(tx_id) or -1)
         limit = self.limits.max_wait
         for other, waiting in list(self._open.items()):
-            if waiting.end is None and self._ends - waiting.ends_before > limit:
+            if waiting.end is not None:
+                continue
+            position = commit_position(other)
+            if position is not None:
+                # ENDs arrive in commit order: a later one means this one has none
+                if self._end_position > position:
+                    self._give_up(
+                        other,
+                        f"transaction {other} never ended: the END of a transaction committed "
+                        "after it arrived, and none of its own",
+                        out,
+                    )
+            elif self._ends - waiting.ends_before > limit:
                 self._give_up(
                     other,
                     f"transaction {other} never ended: no END record arrived while {limit} "
@@ -312,12 +364,12 @@ class Assembler:
                 )
                 continue
             if arrived != expected:
-                if len(self._queue) - 1 > self.limits.max_wait:
+                why = self._short(tx_id)
+                if why is not None:
                     self._give_up(
                         tx_id,
                         f"the END of transaction {tx_id} counts {_counts(expected)} of the "
-                        f"tables read, but only {_counts(arrived)} arrived while "
-                        f"{self.limits.max_wait} later transactions waited (assembly.max_wait)",
+                        f"tables read, but only {_counts(arrived)} arrived {why}",
                         out,
                     )
                     continue
@@ -327,6 +379,21 @@ class Assembler:
             self._settle(tx_id)
             self.stats.released += 1
             out.append(Ready(tx_id, tuple(sorted(pending.changes.values(), key=_order))))
+
+    def _short(self, tx_id: str) -> str | None:
+        """Why the missing changes of a transaction whose END arrived will not come, or
+        ``None`` while they may. With a commit position: every technical partition read
+        has shown a later transaction (capture writes a transaction's changes, in commit
+        order, before anything later). Without one: ``max_wait`` transactions wait."""
+        position = commit_position(tx_id)
+        if position is not None:
+            sources = self._sources
+            if sources and all(self._source_position.get(s, -1) > position for s in sources):
+                return "and every technical partition read has passed it"
+            return None
+        if len(self._queue) - 1 > self.limits.max_wait:
+            return f"while {self.limits.max_wait} later transactions waited (assembly.max_wait)"
+        return None
 
     def _settle(self, tx_id: str) -> None:
         self._remember(tx_id)

@@ -62,6 +62,8 @@ class TxPlan:
 
     translators: list[TransactionTranslator]
     sources: list[str]
+    #: Every partition of the sources (the assembler waits for all of them).
+    source_partitions: list[tuple[str, int]]
     transaction_topic: str
     repartition_topic: str
     state_topic: str
@@ -91,7 +93,8 @@ def prepare_transactions(settings: RuntimeSettings, tx: TransactionSettings) -> 
         )
     admin = AdminClient({**settings.kafka.librdkafka(), "log.connection.close": False})
     try:
-        existing = set(admin.list_topics(timeout=15).topics)
+        metadata = admin.list_topics(timeout=15).topics
+        existing = set(metadata)
     except Exception as exc:
         raise TransientError(
             f"cannot list the topics of {settings.kafka.bootstrap_servers}: {exc}"
@@ -121,6 +124,7 @@ def prepare_transactions(settings: RuntimeSettings, tx: TransactionSettings) -> 
     return TxPlan(
         translators,
         sources,
+        [(t, p) for t in sources for p in sorted(metadata[t].partitions)],
         tx_topic,
         tx.repartition(),
         tx.state(),
@@ -296,7 +300,10 @@ class TxWorker:
                     # (re)gained the log: rebuild from the committed offset and the state
                     self._reassigned = False
                     self.assembler = Assembler(
-                        plan.core.reads, plan.limits, await self._read_checkpoint()
+                        plan.core.reads,
+                        plan.limits,
+                        await self._read_checkpoint(),
+                        sources=plan.source_partitions,
                     )
                     if tp in consumer.assignment():
                         await consumer.seek_to_committed(tp)

@@ -230,25 +230,10 @@ class Postgres:
         return "postgres"
 
     def _data_root(self, state_dir: Path, run_as: str | None) -> Path:
-        """The cluster's folder: in the state folder when the server's user can reach it.
-
-        A state folder below a private (0700) directory is out of reach of the
-        ``postgres`` user; the cluster then lives in a folder of its own under the
-        system's temporary directory, keyed by the state folder, and the state
-        file says where.
-        """
-        preferred = state_dir / "postgres"
-        preferred.mkdir(parents=True, exist_ok=True)
-        if run_as is None:
-            return preferred
-        entry = pwd.getpwnam(run_as)
-        os.chown(preferred, entry.pw_uid, entry.pw_gid)
-        if _reachable_by(run_as, preferred):
-            return preferred
-        return _outside_root(state_dir)
+        return _server_root(state_dir, "postgres", run_as)
 
     def purge(self, state_dir: Path) -> None:
-        shutil.rmtree(_outside_root(state_dir), ignore_errors=True)
+        shutil.rmtree(_outside_root(state_dir, "postgres"), ignore_errors=True)
 
     def current(self, started: Started) -> Started:
         """After ``pg_ctl restart`` the cluster runs under a new postmaster pid, which
@@ -374,13 +359,191 @@ class Postgres:
         conn.close()
 
 
-def _outside_root(state_dir: Path) -> Path:
-    """The cluster's folder when the state folder is out of the server user's reach."""
+class MariaDB:
+    """A MariaDB server of the project's own, ready for binlog capture.
+
+    Row-based binlog with full row images and full row metadata (column names, enum
+    labels, signedness, primary key travel with every table map), GTIDs in strict
+    mode, a server id. Started only when asked (``bizevents dev up --mysql``): the
+    PostgreSQL-only stack stays fast. mariadbd refuses to run as root, so as root it
+    runs as the ``mysql`` system user that Debian's package creates.
+    """
+
+    name: ClassVar[str] = "mysql"
+    # SIGTERM is mariadbd's normal shutdown: it ends sessions and flushes InnoDB.
+    stop_signal: ClassVar[signal.Signals] = signal.SIGTERM
+    database: ClassVar[str] = "bizevents"
+    user: ClassVar[str] = "bizevents"
+    server_id: ClassVar[int] = 1
+
+    @staticmethod
+    def _run_as() -> str | None:
+        if os.geteuid() != 0:
+            return None
+        try:
+            pwd.getpwnam("mysql")
+        except KeyError:
+            raise StackError(
+                "running as root, MariaDB needs the 'mysql' system user, which Debian's "
+                "mariadb-server package creates; install it (scripts/setup does)"
+            ) from None
+        return "mysql"
+
+    @staticmethod
+    def _binaries() -> tuple[Path, Path]:
+        server = shutil.which("mariadbd") or "/usr/sbin/mariadbd"
+        install = shutil.which("mariadb-install-db") or "/usr/bin/mariadb-install-db"
+        if not Path(server).is_file() or not Path(install).is_file():
+            raise StackError(
+                "the MariaDB server (mariadbd, mariadb-install-db) was not found; install "
+                "Debian's mariadb-server package (scripts/setup does)"
+            )
+        return Path(server), Path(install)
+
+    def purge(self, state_dir: Path) -> None:
+        shutil.rmtree(_outside_root(state_dir, self.name), ignore_errors=True)
+
+    def current(self, started: Started) -> Started:
+        return started
+
+    def start(self, state_dir: Path, dev: DevSettings) -> Started:
+        server, install = self._binaries()
+        run_as = self._run_as()
+        port = claim_port(dev.host, dev.mysql_port, "MariaDB server", "BIZEVENTS_DEV__MYSQL_PORT")
+        root = _server_root(state_dir, self.name, run_as)
+        data = root / "data"
+        if not (data / "mysql").is_dir():
+            result = subprocess.run(
+                [
+                    str(install),
+                    "--no-defaults",
+                    f"--datadir={data}",
+                    "--auth-root-authentication-method=normal",
+                    "--skip-test-db",
+                    *([f"--user={run_as}"] if run_as else []),
+                ],
+                cwd=root,
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if result.returncode != 0:
+                raise StackError(
+                    f"mariadb-install-db failed for {data}:\n"
+                    + (result.stdout + result.stderr)[-2000:]
+                )
+        log = state_dir / "logs" / "mysql.log"
+        socket_path = root / "mysqld.sock"
+        argv = [
+            str(server),
+            "--no-defaults",
+            f"--datadir={data}",
+            f"--socket={socket_path}",
+            f"--pid-file={root / 'mysqld.pid'}",
+            f"--port={port}",
+            f"--bind-address={dev.host}",
+            "--skip-name-resolve",
+            f"--log-bin={root / 'binlog' / 'mariadb-bin'}",
+            "--binlog-format=ROW",
+            "--binlog-row-image=FULL",
+            "--binlog-row-metadata=FULL",
+            f"--server-id={self.server_id}",
+            "--gtid-strict-mode=1",
+            "--character-set-server=utf8mb4",
+            "--collation-server=utf8mb4_unicode_ci",
+            # a disposable development server: speed over durability
+            "--innodb-flush-log-at-trx-commit=2",
+            "--sync-binlog=0",
+            "--innodb-buffer-pool-size=128M",
+            "--max-connections=200",
+        ]
+        (root / "binlog").mkdir(exist_ok=True)
+        if run_as is not None:
+            entry = pwd.getpwnam(run_as)
+            os.chown(root / "binlog", entry.pw_uid, entry.pw_gid)
+        proc = spawn(argv, log, user=run_as, cwd=root)
+        password_file = state_dir / "mysql.password"
+        if not password_file.exists():
+            password_file.write_text(secrets.token_urlsafe(18) + "\n")
+            password_file.chmod(0o600)
+        password = password_file.read_text().strip()
+        dsn = f"mysql://{self.user}:{password}@{dev.host}:{port}/{self.database}"
+        started = Started(
+            proc.pid,
+            identify(proc.pid).start_ticks,
+            port,
+            f"{dev.host}:{port}",
+            str(log),
+            {"data_dir": str(data), "socket": str(socket_path), "dsn": dsn},
+        )
+        wait_until(lambda: self.healthy(started), "MariaDB server", proc, log)
+        self._ensure_user(started, password)
+        return started
+
+    @staticmethod
+    def _admin(started: Started) -> Any:
+        import pymysql
+
+        return pymysql.connect(
+            unix_socket=started.extra["socket"], user="root", connect_timeout=1, autocommit=True
+        )
+
+    def healthy(self, started: Started) -> bool:
+        import pymysql
+
+        try:
+            conn = self._admin(started)
+        except pymysql.MySQLError:
+            return False
+        conn.close()
+        return True
+
+    def _ensure_user(self, started: Started, password: str) -> None:
+        conn = self._admin(started)
+        host = started.endpoint.rpartition(":")[0]
+        try:
+            with conn.cursor() as cur:
+                cur.execute(f"CREATE DATABASE IF NOT EXISTS `{self.database}`")
+                for where in (host, "localhost"):
+                    cur.execute(
+                        f"CREATE USER IF NOT EXISTS '{self.user}'@'{where}' IDENTIFIED BY %s",
+                        (password,),
+                    )
+                    # Everything, as a development server's owner: capture needs
+                    # REPLICATION SLAVE, REPLICATION CLIENT (BINLOG MONITOR) and RELOAD.
+                    cur.execute(f"GRANT ALL ON *.* TO '{self.user}'@'{where}' WITH GRANT OPTION")
+        finally:
+            conn.close()
+
+
+def _server_root(state_dir: Path, name: str, run_as: str | None) -> Path:
+    """A database server's folder: in the state folder when the server's user can reach it.
+
+    A state folder below a private (0700) directory is out of reach of the server's
+    system user; the data then lives in a folder of its own under the system's
+    temporary directory, keyed by the state folder, and the state file says where.
+    """
+    preferred = state_dir / name
+    preferred.mkdir(parents=True, exist_ok=True)
+    if run_as is None:
+        return preferred
+    entry = pwd.getpwnam(run_as)
+    os.chown(preferred, entry.pw_uid, entry.pw_gid)
+    if _reachable_by(run_as, preferred):
+        return preferred
+    outside = _outside_root(state_dir, name)
+    outside.mkdir(parents=True, exist_ok=True)
+    os.chown(outside, entry.pw_uid, entry.pw_gid)
+    return outside
+
+
+def _outside_root(state_dir: Path, name: str) -> Path:
+    """The server's folder when the state folder is out of the server user's reach."""
     import hashlib
     import tempfile
 
     key = hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:12]
-    return Path(tempfile.gettempdir()) / f"bizevents-postgres-{key}"
+    return Path(tempfile.gettempdir()) / f"bizevents-{name}-{key}"
 
 
 def _reachable_by(user: str, directory: Path) -> bool:
@@ -392,6 +555,8 @@ def _reachable_by(user: str, directory: Path) -> bool:
 
 
 SERVICES: tuple[Service, ...] = (Broker(), Registry(), Postgres())
+#: Started only when asked (``dev up --mysql``); stopped by ``down`` whenever it runs.
+OPTIONAL_SERVICES: tuple[Service, ...] = (MariaDB(),)
 
 
 def as_dict(started: Started) -> dict[str, Any]:

@@ -18,7 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from bizevents.devstack.processes import ProcessId, StackError, stop
-from bizevents.devstack.services import SERVICES, Service, Started, as_dict, from_dict
+from bizevents.devstack.services import (
+    OPTIONAL_SERVICES,
+    SERVICES,
+    Service,
+    Started,
+    as_dict,
+    from_dict,
+)
 from bizevents.settings import DevSettings
 
 STATE_FILE = "stack.json"
@@ -42,22 +49,51 @@ class Endpoints:
     bootstrap_servers: str
     registry_url: str
     postgres_dsn: str
+    #: The MariaDB server's DSN when it runs (``dev up --mysql``).
+    mysql_dsn: str | None = None
 
     def as_dict(self) -> dict[str, str]:
-        return {
+        out = {
             "bootstrap_servers": self.bootstrap_servers,
             "registry_url": self.registry_url,
             "postgres_dsn": self.postgres_dsn,
         }
+        if self.mysql_dsn is not None:
+            out["mysql_dsn"] = self.mysql_dsn
+        return out
 
 
 class DevStack:
-    """The broker, the schema registry and PostgreSQL, as processes of this machine."""
+    """The broker, the schema registry and PostgreSQL (and MariaDB when asked), as
+    processes of this machine.
 
-    def __init__(self, state_dir: Path, dev: DevSettings, services: tuple[Service, ...] = SERVICES):
+    ``optional`` services start only when the settings ask for them (``dev.mysql``);
+    once recorded they are shown by ``status`` and stopped by ``down`` like the others.
+    """
+
+    def __init__(
+        self,
+        state_dir: Path,
+        dev: DevSettings,
+        services: tuple[Service, ...] = SERVICES,
+        optional: tuple[Service, ...] = OPTIONAL_SERVICES,
+    ):
         self.state_dir = state_dir.resolve()
         self.dev = dev
         self.services = services
+        self.optional = optional
+
+    @property
+    def _every(self) -> tuple[Service, ...]:
+        return (*self.services, *self.optional)
+
+    def _asked(self, records: dict[str, Started]) -> tuple[Service, ...]:
+        """The services this stack runs: the required ones, the optional ones asked for
+        or already recorded."""
+        extra = tuple(
+            s for s in self.optional if getattr(self.dev, s.name, False) or s.name in records
+        )
+        return (*self.services, *extra)
 
     @property
     def state_file(self) -> Path:
@@ -72,7 +108,7 @@ class DevStack:
         except (OSError, ValueError) as exc:
             raise StackError(f"the state file {self.state_file} is unreadable: {exc}") from exc
         records = {name: from_dict(entry) for name, entry in raw.get("services", {}).items()}
-        current = {s.name: s.current(records[s.name]) for s in self.services if s.name in records}
+        current = {s.name: s.current(records[s.name]) for s in self._every if s.name in records}
         if current != records:
             self._save(current)
         return current
@@ -99,7 +135,7 @@ class DevStack:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         records = self._load()
         result: list[Health] = []
-        for service in self.services:
+        for service in self._asked(records):
             health = self._health(service, records.get(service.name))
             if health.state == "not answering" and health.started is not None:
                 stop(ProcessId(health.started.pid, health.started.start_ticks), service.stop_signal)
@@ -122,7 +158,7 @@ class DevStack:
 
     def status(self) -> list[Health]:
         records = self._load()
-        return [self._health(s, records.get(s.name)) for s in self.services]
+        return [self._health(s, records.get(s.name)) for s in self._asked(records)]
 
     def endpoints(self) -> Endpoints:
         records = self._load()
@@ -135,13 +171,21 @@ class DevStack:
             bootstrap_servers=records["broker"].endpoint,
             registry_url=records["registry"].endpoint,
             postgres_dsn=records["postgres"].extra["dsn"],
+            mysql_dsn=records["mysql"].extra["dsn"] if "mysql" in records else None,
         )
+
+    def dsn(self, service: str) -> str:
+        """The DSN of one running database service (``postgres`` or ``mysql``)."""
+        started = self._load().get(service)
+        if started is None or "dsn" not in started.extra:
+            raise StackError(f"the stack in {self.state_dir} runs no {service}; start it first")
+        return started.extra["dsn"]
 
     def down(self, purge: bool = False) -> list[tuple[str, bool]]:
         """Stop what ``up`` started, in reverse order; ``purge`` also deletes its data."""
         records = self._load()
         stopped: list[tuple[str, bool]] = []
-        for service in reversed(self.services):
+        for service in reversed(self._every):
             started = records.get(service.name)
             if started is None:
                 continue
@@ -150,7 +194,7 @@ class DevStack:
             del records[service.name]
             self._save(records)
         if purge:
-            for service in self.services:
+            for service in self._every:
                 service.purge(self.state_dir)
             shutil.rmtree(self.state_dir, ignore_errors=True)
         return stopped

@@ -5,6 +5,8 @@ temporary state folder, so a developer's own ``dev up`` stack is never touched.
 Installed through the ``pytest11`` entry point; fixtures:
 
 - ``bizevents_stack``: the running stack's :class:`~bizevents.devstack.Endpoints`;
+- ``bizevents_mysql``: the DSN of a MariaDB server of the session's own (started only
+  by the tests that ask for it, so PostgreSQL-only runs do not pay for it);
 - ``unique_topic``: a topic name no other test uses.
 """
 
@@ -29,6 +31,21 @@ def bizevents_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoi
     try:
         stack.up()
         yield stack.endpoints()
+    finally:
+        stack.down(purge=True)
+
+
+@pytest.fixture(scope="session")
+def bizevents_mysql(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A MariaDB server (row binlog, full metadata, GTIDs) for this test session: its DSN."""
+    stack = DevStack(
+        tmp_path_factory.mktemp("bizevents-mysql"),
+        DevSettings(mysql=True, mysql_port=0),
+        services=(),
+    )
+    try:
+        stack.up()
+        yield stack.dsn("mysql")
     finally:
         stack.down(purge=True)
 

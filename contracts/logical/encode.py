@@ -105,6 +105,10 @@ def _enc_date(value: Any) -> int:
 
 def _enc_time(divisor: int, multiplier: int) -> Converter:
     def encode(value: Any) -> int:
+        if isinstance(value, timedelta):
+            # MySQL's TIME outside 00:00-24:00 (see time_from_micros)
+            micros = (value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds
+            return micros * multiplier // divisor
         if not isinstance(value, time):
             raise TypeError(f"expected a time, got {type(value).__name__}")
         return time_to_micros(value) * multiplier // divisor

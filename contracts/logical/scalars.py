@@ -21,11 +21,16 @@ def days_from_date(value: date) -> int:
     return (value - _EPOCH_DATE).days
 
 
-def time_from_micros(micros: int) -> time:
-    """Microseconds past midnight as a ``time``; 24:00:00 has no Python ``time``."""
+def time_from_micros(micros: int) -> time | timedelta:
+    """Microseconds past midnight as a ``time``.
+
+    A value outside a day (MySQL's ``TIME`` runs from -838:59:59 to 838:59:59, and
+    Debezium writes it as ``MicroTime`` unchanged; 24:00:00 has no Python ``time``)
+    becomes a ``timedelta`` rather than an error.
+    """
     micros = _int(micros)
     if not 0 <= micros < 86_400_000_000:
-        raise ValueError(f"{micros} microseconds is not a time of day")
+        return timedelta(microseconds=micros)
     seconds, micro = divmod(micros, 1_000_000)
     minutes, second = divmod(seconds, 60)
     hour, minute = divmod(minutes, 60)

@@ -25,7 +25,8 @@ REPO = Path(__file__).resolve().parents[2]
 def test_describe_classifies_topics() -> None:
     """Envelope schemas are technical, pinned contracts' topics business, and so on."""
     pinned = [
-        Pinned("orders@2", ("shop.public.orders",), {"store.order-placed": ("s.OrderPlaced",)})
+        Pinned("orders@2", ("shop.public.orders",), {"store.order-placed": ("s.OrderPlaced",)}),
+        Pinned("lines@1", ("shop.public.orders",), {"s.lines": ("s.Lines",)}, transactional=True),
     ]
     schemas: dict[str, dict[str, Any] | None] = {
         "shop.public.orders": {
@@ -52,10 +53,11 @@ def test_describe_classifies_topics() -> None:
     got = {i.topic: i for i in describe(topics, schemas, pinned, ["bizevents.dead-letter"], ends)}
     assert got["shop.public.orders"].kind == "technical"
     assert got["shop.public.orders"].table == "public.orders"
-    assert got["shop.public.orders"].translators == ["orders@2"]
+    assert got["shop.public.orders"].translators == ["orders@2", "lines@1"]
     assert got["shop.public.orders"].end_offsets == [5, 7]
     assert got["shop.public.orders"].events == 12
     assert got["shop.transaction"].kind == "transaction"
+    assert got["shop.transaction"].translators == ["lines@1"]
     assert got["store.order-placed"].kind == "business"
     assert got["store.order-placed"].contracts == ["s.OrderPlaced"]
     assert got["store.order-placed"].end_offsets == [0, 0, 0]

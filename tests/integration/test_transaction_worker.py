@@ -22,7 +22,7 @@ import psycopg2
 import pytest
 from bizevents_store.contracts import OrderPlaced
 from bizevents_store.load import create_schema
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from bizevents.devstack import Endpoints
@@ -34,9 +34,10 @@ pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-def db(bizevents_stack: Endpoints) -> Iterator[Db]:
-    with database(bizevents_stack) as made:
+@contextmanager
+def store_db(endpoints: Endpoints) -> Iterator[Db]:
+    """A test's slot and publication, the store's tables, a customer and three products."""
+    with database(endpoints) as made:
         create_schema(made.conn)
         made.sql(
             "INSERT INTO store.customers (email, full_name) VALUES (%s, 'T') "
@@ -49,6 +50,12 @@ def db(bizevents_stack: Endpoints) -> Iterator[Db]:
                 "ON CONFLICT (sku) DO NOTHING",
                 (sku, sku, price),
             )
+        yield made
+
+
+@pytest.fixture
+def db(bizevents_stack: Endpoints) -> Iterator[Db]:
+    with store_db(bizevents_stack) as made:
         yield made
 
 
@@ -281,6 +288,8 @@ def _log_end(db: Db, topic: str) -> int:
     consumer = Consumer({"bootstrap.servers": db.endpoints.bootstrap_servers, "group.id": "unused"})
     try:
         return int(consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1])
+    except KafkaException:
+        return 0  # the worker has not created it yet
     finally:
         consumer.close()
 
@@ -377,3 +386,105 @@ def test_rebalance_mid_transaction(db: Db, tmp_path: Path) -> None:
     assert all(len(v) == 1 for v in ids.values())
     big_event = next(e for e in events if e.order_id == big)
     assert len(big_event.items) == 1500
+
+
+def test_bad_input_is_dead_lettered_with_its_reason(db: Db, tmp_path: Path) -> None:
+    """Through the live worker: a change with no transaction block, a transaction that
+    never ends and an END counting more than arrived each reach the dead-letter topic
+    with the reason; the real orders around them are placed as usual."""
+    from confluent_kafka import Producer
+
+    from contracts.envelope import ChangeEvent, PgPosition, Source, Transaction
+    from contracts.logical import ColumnType, Field, Kind
+    from contracts.technical import JsonEncoder, TableSchema
+    from contracts.technical.transaction import TransactionRecord, transaction_connect_json
+
+    customer, products = _ids(db)
+    group = f"tx-{uuid.uuid4().hex[:8]}"
+    dlq = f"{group}.dlq"
+    worker = Worker(db, group, dlq, tmp_path / "worker.log")
+    worker.env["BIZEVENTS_TRANSACTIONS__MAX_WAIT"] = "2"
+    reader = Reader(db)
+    producer = Producer({"bootstrap.servers": db.endpoints.bootstrap_servers})
+    ids = Field("id", ColumnType(Kind.INT64), optional=False)
+    encoder = JsonEncoder(TableSchema(db.server, "store", "orders", (ids,), (ids,)), False)
+
+    def send(order: int, tx: Transaction | None) -> None:
+        source = Source("postgresql", db.server, "db", "store", "orders", 0, position=PgPosition(1))
+        key, value = encoder.encode(
+            ChangeEvent("c", source, None, {"id": order}, {"id": order}, 0, tx)
+        )
+        producer.produce(f"{db.server}.store.orders", value, key)
+
+    with capturing(db, tmp_path) as run:
+        worker.start()
+        try:
+            send(900_001, None)
+            send(900_002, Transaction("gtid-never", 1, 1))
+            send(900_003, Transaction("gtid-short", 1, 1))
+            assert producer.flush(30) == 0
+            _wait_copied(db, f"{group}.repartition", b'"id":90000', 3, worker)  # before END
+            end = TransactionRecord("END", "gtid-short", 0, 2, (("store.orders", 2),))
+            producer.produce(f"{db.server}.transaction", transaction_connect_json(end, False))
+            assert producer.flush(30) == 0
+            orders = []
+            with db.conn.cursor() as cur:
+                for n in range(4):
+                    cur.execute("BEGIN")
+                    orders.append(place(cur, customer, [(products[n % 3], 1)]))
+                    cur.execute("COMMIT")
+            run.wait_acked(db.wal_lsn())
+            events = reader.wait(set(orders), worker)
+            _check(events, truth(db, orders))
+            dead = _dead_letters(db, dlq, 4)
+        finally:
+            reader.close()
+            if worker.alive():
+                worker.signal(signal.SIGTERM)
+    reasons = sorted(reason for _, reason in dead)
+    assert any("no transaction block" in r for r in reasons), reasons
+    assert any("gtid-never never ended" in r for r in reasons), reasons
+    short = [r for r in reasons if "gtid-short" in r]
+    assert len(short) == 2 and "only {store.orders: 1}" in short[0], reasons  # change and END
+
+
+def _wait_copied(db: Db, topic: str, marker: bytes, n: int, worker: Worker) -> None:
+    """Until the worker's log holds ``n`` records whose value has ``marker``."""
+    consumer = Consumer({"bootstrap.servers": db.endpoints.bootstrap_servers, "group.id": "x"})
+    seen = 0
+    deadline = time.monotonic() + 60
+    try:
+        while seen < n:
+            assert worker.alive() and time.monotonic() < deadline, worker.tail()
+            if not consumer.assignment():
+                if topic not in consumer.list_topics(timeout=10).topics:
+                    time.sleep(0.2)
+                    continue
+                consumer.assign([TopicPartition(topic, 0, 0)])
+            seen += sum(
+                1
+                for m in consumer.consume(100, 0.2)
+                if m.error() is None and marker in (m.value() or b"")
+            )
+    finally:
+        consumer.close()
+
+
+def _dead_letters(db: Db, topic: str, n: int) -> list[tuple[bytes | None, str]]:
+    consumer = Consumer({"bootstrap.servers": db.endpoints.bootstrap_servers, "group.id": "x"})
+    out: list[tuple[bytes | None, str]] = []
+    try:
+        parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        consumer.assign([TopicPartition(topic, p, 0) for p in parts])
+        deadline = time.monotonic() + 30
+        while len(out) < n and time.monotonic() < deadline:
+            for m in consumer.consume(100, 0.5):
+                if m.error() is None:
+                    found = m.headers()
+                    pairs = found.items() if isinstance(found, dict) else found or []
+                    reason = dict(pairs).get("bizevents.dlq.reason") or b""
+                    text = reason.decode() if isinstance(reason, bytes) else reason
+                    out.append((m.value(), text))
+    finally:
+        consumer.close()
+    return out

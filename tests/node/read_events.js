@@ -3,7 +3,10 @@
 // leaves it as raw bytes otherwise). Prints one JSON line per event and exits once it
 // has read the count asked for.
 //
-//   node read_events.js <bootstrap> <registry url> <topic> <group> <count>
+//   node read_events.js <bootstrap> <registry url> <topic> <group> <count> [source prefix]
+//
+// With a source prefix, only events whose bizevents.source.topic header starts with it
+// are printed and counted.
 'use strict';
 
 const { Kafka, logLevel } = require('kafkajs');
@@ -52,7 +55,7 @@ class DecimalType extends avro.types.LogicalType {
 }
 
 async function main() {
-  const [bootstrap, registryUrl, topic, group, countText] = process.argv.slice(2);
+  const [bootstrap, registryUrl, topic, group, countText, prefix] = process.argv.slice(2);
   const count = Number(countText);
   const registry = new SchemaRegistry(
     { host: registryUrl },
@@ -67,11 +70,13 @@ async function main() {
     consumer
       .run({
         eachMessage: async ({ partition, message }) => {
-          const event = await registry.decode(message.value);
           const headers = {};
           for (const [name, value] of Object.entries(message.headers || {})) {
             headers[name] = value === null || value === undefined ? null : value.toString();
           }
+          const source = headers['bizevents.source.topic'] || '';
+          if (prefix && !source.startsWith(prefix)) return;
+          const event = await registry.decode(message.value);
           process.stdout.write(
             `${JSON.stringify({
               partition,

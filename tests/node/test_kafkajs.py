@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import subprocess
+import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -121,3 +123,67 @@ def test_kafkajs_reads_order_placed(
         assert item["headers"]["bizevents.event_id"] == want.lineage.event_id
         assert item["headers"]["bizevents.translator"] == "orders@3"
         assert item["headers"]["bizevents.source.tx_id"] == want.lineage.tx_id
+
+
+def test_kafkajs_reads_the_live_order_placed_with_true_totals(
+    bizevents_stack: Endpoints, node_modules: Path, tmp_path: Path
+) -> None:
+    """Orders placed in PostgreSQL, captured, translated by orders@3 under the
+    transaction worker, read in Node: each with the total and lines the database holds."""
+    from tests.integration.test_transaction_worker import (
+        Reader,
+        Worker,
+        _ids,
+        capturing,
+        place,
+        store_db,
+        truth,
+    )
+
+    with store_db(bizevents_stack) as db:
+        customer, products = _ids(db)
+        group = f"tx-node-{uuid.uuid4().hex[:8]}"
+        worker = Worker(db, group, f"{group}.dlq", tmp_path / "worker.log")
+        reader = Reader(db)
+        with capturing(db, tmp_path) as run:
+            worker.start()
+            try:
+                orders = []
+                with db.conn.cursor() as cur:
+                    for n in range(5):
+                        cur.execute("BEGIN")
+                        lines = [(products[(n + i) % 3], i + 1) for i in range(n % 3 + 1)]
+                        orders.append(place(cur, customer, lines))
+                        cur.execute("COMMIT")
+                run.wait_acked(db.wal_lsn())
+                reader.wait(set(orders), worker)
+            finally:
+                reader.close()
+                if worker.alive():
+                    worker.signal(signal.SIGTERM)
+        expected = truth(db, orders)
+        result = subprocess.run(
+            [
+                shutil.which("node") or "node",
+                str(HERE / "read_events.js"),
+                bizevents_stack.bootstrap_servers,
+                bizevents_stack.registry_url,
+                "store.order-placed",
+                f"{group}-node",
+                str(len(orders)),
+                f"{db.server}.",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=150,
+            cwd=HERE,
+        )
+    assert result.returncode == 0, result.stderr[-3000:]
+    read = [json.loads(line)["event"] for line in result.stdout.splitlines()]
+    assert sorted(e["order_id"] for e in read) == sorted(orders)
+    for event in read:
+        total, items = expected[event["order_id"]]
+        assert event["total"] == str(total) and Decimal(event["total"]) > 0
+        assert [
+            (i["line_no"], i["product_id"], i["quantity"], i["unit_price"]) for i in event["items"]
+        ] == [(a, b, c, str(d)) for a, b, c, d in items]

@@ -179,18 +179,48 @@ def test_never_ending_transaction_is_dead_lettered() -> None:
     assert isinstance(late[0], Abandoned) and "came later" in late[0].reason
 
 
-def test_end_counting_more_than_arrived_waits_then_goes() -> None:
-    """An END whose changes never all arrive holds later transactions up to max_wait."""
+def test_end_counting_more_than_arrived_goes_once_every_partition_passed_it() -> None:
+    """An END whose changes never all arrive holds later transactions until every
+    technical partition read has shown a later transaction; then it goes, END too."""
     log = Log()
-    a = _assembler(max_wait=1)
+    sources = {("srv.s.orders", 0), ("srv.s.items", 0)}
+    a = Assembler(READS.__contains__, sources=sources)
     out = _feed(a, [log.change("1:10", 1), log.end("1:10", orders=2)])
     out += _feed(a, [log.change("2:20", 1), log.end("2:20", orders=1)])
-    assert out == []
-    out = _feed(a, [log.change("3:30", 1), log.end("3:30", orders=1)])
+    assert out == []  # items has shown nothing later yet: the change may still come
+    out = _feed(a, [log.change("3:30", 1, "s.items"), log.end("3:30", items=1)])
     assert isinstance(out[0], Abandoned)
     assert "counts {s.orders: 2}" in out[0].reason and "only {s.orders: 1}" in out[0].reason
     assert [p.record is not None for p in out[0].parts] == [False, True]  # the END too
     assert [o.tx_id for o in out[1:]] == ["2:20", "3:30"]
+
+
+def test_catching_up_never_mistakes_late_changes_for_missing_ones() -> None:
+    """Every END first (the transaction topic far ahead), then the changes: each
+    transaction released once, complete, in commit order, whatever max_wait says."""
+    log = Log()
+    sources = {("srv.s.orders", 0)}
+    a = Assembler(READS.__contains__, AssemblyLimits(max_wait=1), sources=sources)
+    ids = [f"{i}:{i * 10}" for i in range(1, 40)]
+    out = _feed(a, [log.end(t, orders=2) for t in ids])
+    out += _feed(a, [log.change(t, n) for t in ids for n in (1, 2)])
+    assert all(isinstance(o, Ready) for o in out)
+    assert [o.tx_id for o in out] == ids
+
+
+def test_ids_without_a_position_fall_back_to_max_wait() -> None:
+    """GTID-like ids: a short END goes once max_wait transactions wait behind it, a
+    transaction without END once max_wait later ones ended."""
+    log = Log()
+    a = _assembler(max_wait=1)
+    out = _feed(a, [log.change("g-1", 1), log.end("g-1", orders=2), log.change("g-0", 1)])
+    out += _feed(a, [log.change("g-2", 1), log.end("g-2", orders=1)])
+    assert out == []
+    out = _feed(a, [log.change("g-3", 1), log.end("g-3", orders=1)])
+    reasons = [o.reason for o in out if isinstance(o, Abandoned)]
+    assert any("g-1" in r and "max_wait" in r for r in reasons), reasons
+    assert any("g-0 never ended" in r for r in reasons), reasons
+    assert [o.tx_id for o in out if isinstance(o, Ready)] == ["g-2", "g-3"]
 
 
 def test_more_changes_than_the_end_counts() -> None:
@@ -266,4 +296,18 @@ def test_begin_alone_holds_nothing(status: str) -> None:
     log = Log()
     a = _assembler()
     assert a.feed(log.begin("1:10")) == []
+    assert a.open_transactions == 0
+
+
+def test_finish_at_the_end_of_the_input() -> None:
+    """Replay's end: an END short of changes is dead-lettered; a transaction whose END
+    lies beyond the ranges read is left out (counted), not dead-lettered."""
+    log = Log()
+    a = _assembler()
+    out = _feed(a, [log.change("1:10", 1), log.end("1:10", orders=2), log.change("2:20", 1)])
+    assert out == []
+    dead, left_out = a.finish()
+    assert left_out == 1
+    assert len(dead) == 1 and isinstance(dead[0], Abandoned) and dead[0].tx_id == "1:10"
+    assert "arrived in the ranges read" in dead[0].reason
     assert a.open_transactions == 0

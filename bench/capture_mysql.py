@@ -1,0 +1,206 @@
+"""Capture throughput: MariaDB binlog rows into Kafka, acknowledged, beside the same
+binlog read and decoded with no Kafka at all.
+
+Each run writes N row changes (inserts, then updates of the same rows, in transactions
+of ``--tx-rows`` rows) into a fresh table, then:
+
+- *read + decode*: ``pymysqlreplication`` reads the run's binlog range and decodes
+  every row (the library alone: what any Python binlog reader pays);
+- *capture*: ``MysqlCapture`` resumes from the run's start position (stored in its
+  offsets topic, as after a restart) and is timed until the position it stores
+  covers the last change, i.e. Kafka acknowledged every event.
+
+Prints each run, then the median of the runs with their spread (min-max), and the
+ratios to the target (25,000 rows/s) and to read + decode.
+
+    .venv/bin/python bench/capture_mysql.py                 # private stack, 3 runs
+    .venv/bin/python bench/capture_mysql.py --changes 100000 --runs 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+TARGET = 25_000
+
+
+def generate(dsn: str, table: str, changes: int, tx_rows: int) -> None:
+    from capture import mysql as my
+
+    conn = my.connect(dsn, autocommit=False)
+    inserts = changes // 2
+    with conn.cursor() as cur:
+        for start in range(0, inserts, tx_rows):
+            ids = range(start, min(start + tx_rows, inserts))
+            cur.executemany(
+                f"INSERT INTO {table} VALUES (%s, %s, %s, %s, NOW(6), %s)",
+                [(i, f"customer {i}", i % 97, f"{i * 1.25:.2f}", i % 2) for i in ids],
+            )
+            conn.commit()
+        for start in range(0, changes - inserts, tx_rows):
+            cur.execute(
+                f"UPDATE {table} SET qty = qty + 1, price = price + 0.01 "
+                "WHERE id >= %s AND id < %s",
+                (start, start + tx_rows),
+            )
+            conn.commit()
+    conn.close()
+
+
+def read_decode(dsn: str, start_gtid: str, rows_wanted: int) -> float:
+    """Seconds the library takes to read and decode ``rows_wanted`` rows from the GTID."""
+    from pymysqlreplication import BinLogStreamReader
+    from pymysqlreplication.row_event import UpdateRowsEvent, WriteRowsEvent
+
+    from capture import mysql as my
+
+    stream = BinLogStreamReader(
+        connection_settings=my.connection_settings(dsn),
+        server_id=990_001,
+        auto_position=start_gtid,
+        is_mariadb=True,
+        blocking=True,
+        only_events=[WriteRowsEvent, UpdateRowsEvent],
+    )
+    seen = 0
+    t0 = time.perf_counter()
+    try:
+        for event in stream:
+            seen += len(event.rows)
+            if seen >= rows_wanted:
+                break
+    finally:
+        stream.close()
+    return time.perf_counter() - t0
+
+
+def one_run(endpoints: Any, dsn: str, changes: int, tx_rows: int, tmp: Path) -> tuple[float, float]:
+    from confluent_kafka import Producer
+
+    from capture import mysql as my
+    from capture.config import CaptureConfig
+    from capture.metrics import CaptureStats
+    from capture.mysqlcapture import MysqlCapture, OffsetStore
+    from capture.runner import CaptureEndpoints
+
+    tag = uuid.uuid4().hex[:8]
+    database = f"bench_{tag}"
+    admin = my.connect(dsn)
+    with admin.cursor() as cur:
+        cur.execute(f"CREATE DATABASE {database}")
+        cur.execute(
+            f"CREATE TABLE {database}.orders (id BIGINT PRIMARY KEY, name VARCHAR(40), "
+            "qty INT, price DECIMAL(12,2), at DATETIME(6), flag BOOL)"
+        )
+    try:
+        start = my.master_position(admin)
+        t0 = time.perf_counter()
+        generate(dsn, f"{database}.orders", changes, tx_rows)
+        end = my.master_position(admin)
+        print(f"  generated {changes:,} changes in {time.perf_counter() - t0:.1f}s")
+        ref_s = read_decode(dsn, start.gtid or "", changes)
+
+        config = CaptureConfig(
+            server=f"bench{tag}",
+            dsn=dsn,
+            tables=(f"{database}.orders",),
+            partitions=3,
+            state_dir=tmp / "state",
+        )
+        kafka = {"bootstrap.servers": endpoints.bootstrap_servers}
+        # Resume from the run's start, as a restarted capture would.
+        producer = Producer(kafka)
+        from confluent_kafka.admin import AdminClient
+
+        from base.kafka import ensure_topics
+
+        ensure_topics(AdminClient(kafka), [config.offsets_topic_name], 1)
+        OffsetStore(kafka, config.offsets_topic_name, config.server).write(
+            producer,
+            {"file": start.file, "pos": start.pos, "gtid": start.gtid, "snapshot_done": True},
+        )
+        producer.flush(10)
+        stats = CaptureStats(config.server, "binlog")
+        runner = MysqlCapture(
+            config,
+            CaptureEndpoints(dsn, kafka, {"url": endpoints.registry_url}, tmp / "state"),
+            stats=stats,
+        )
+        thread = threading.Thread(target=runner.run, daemon=True)
+        t0 = time.perf_counter()
+        thread.start()
+        while thread.is_alive():
+            at = runner.position
+            if at is not None and (at.file, at.pos) >= (end.file, end.pos):
+                break
+            time.sleep(0.01)
+        cap_s = time.perf_counter() - t0
+        runner.request_stop()
+        thread.join(60)
+        at = runner.position
+        if at is None or (at.file, at.pos) < (end.file, end.pos):
+            raise SystemExit("capture stopped before Kafka acknowledged every change")
+        return changes / cap_s, changes / ref_s
+    finally:
+        with admin.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS {database}")
+        admin.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--changes", type=int, default=200_000)
+    parser.add_argument("--tx-rows", type=int, default=1_000)
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+
+    from bizevents.devstack import DevStack
+    from bizevents.settings import DevSettings
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-capture-mysql-"))
+    stack = DevStack(
+        tmp / "stack",
+        DevSettings(broker_port=0, registry_port=0, postgres_port=0, mysql=True, mysql_port=0),
+    )
+    try:
+        stack.up()
+        endpoints = stack.endpoints()
+        assert endpoints.mysql_dsn is not None
+        captured: list[float] = []
+        decoded: list[float] = []
+        for n in range(args.runs):
+            print(f"run {n + 1}/{args.runs}")
+            cap, ref = one_run(endpoints, endpoints.mysql_dsn, args.changes, args.tx_rows, tmp)
+            print(f"  read + decode {ref:>10,.0f} rows/s   capture → Kafka {cap:>10,.0f} rows/s")
+            captured.append(cap)
+            decoded.append(ref)
+        cap_m, ref_m = statistics.median(captured), statistics.median(decoded)
+        print(
+            f"median of {args.runs} runs, {args.changes:,} changes in transactions of "
+            f"{args.tx_rows:,}:"
+        )
+        print(
+            f"binlog read + decode, no Kafka:   {ref_m:>10,.0f} rows/s "
+            f"(spread {min(decoded):,.0f}-{max(decoded):,.0f})"
+        )
+        print(
+            f"capture → Kafka, acknowledged:    {cap_m:>10,.0f} rows/s "
+            f"(spread {min(captured):,.0f}-{max(captured):,.0f})"
+        )
+        print(f"ratio to target ({TARGET:,}/s):     {cap_m / TARGET:>10.2f}")
+        print(f"ratio to read + decode:           {cap_m / ref_m:>10.2f}")
+    finally:
+        stack.down(purge=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,683 @@
+"""One MySQL/MariaDB capture run: check, snapshot, stream the binlog, store offsets.
+
+The order of things, and why:
+
+1. The server is checked (row binlog, full row image, full row metadata, replication
+   privileges): a wrong setting stops here with a sentence naming it and the fix.
+2. The stored offset is read from the compacted offsets topic (the last record of
+   this server's key). None: a consistent snapshot. MariaDB opens an InnoDB
+   ``START TRANSACTION WITH CONSISTENT SNAPSHOT`` and says which binlog position it
+   matches (``binlog_snapshot_file``/``_position``) with no lock at all; on MySQL a
+   global read lock is held only while the position is read and the snapshot opened
+   (Debezium's way). Every configured table is read in that transaction as op ``r``;
+   when Kafka acknowledged every row, the snapshot's position is stored as done.
+3. Streaming from the stored (or the snapshot's) position: changes committed after
+   the snapshot are in the binlog after its position, those before are in the
+   snapshot, none in both. Each row is decoded with the layout of the table map that
+   precedes it in the binlog (``binlog_row_metadata=FULL``: names, signedness, enum
+   labels, primary key travel with it), so a DDL mid-stream needs no catalog look-up
+   and a restart from an old position decodes old rows with their own layout. A new
+   layout registers its value schema before its first row is produced.
+4. A transaction's position (file/pos after its commit, and its GTID) is stored in the
+   offsets topic only once Kafka acknowledged its events and every earlier one's.
+   kill -9 at any moment: the restart resumes from the last stored position and
+   re-sends what followed it (duplicates, never loss).
+5. The server away: reconnect with exponential backoff, resume from the last
+   acknowledged position. SIGTERM/SIGINT: stop reading, wait for acknowledgement,
+   store the position, exit 0.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import zlib
+from collections.abc import Callable
+from contextlib import suppress
+from typing import Any
+
+import pymysql
+import pymysql.cursors
+import structlog
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication.constants import NONE_SOURCE
+from pymysqlreplication.event import GtidEvent as MysqlGtidEvent
+from pymysqlreplication.event import (
+    HeartbeatLogEvent,
+    MariadbGtidEvent,
+    QueryEvent,
+    RotateEvent,
+    XidEvent,
+)
+from pymysqlreplication.row_event import (
+    DeleteRowsEvent,
+    TableMapEvent,
+    UpdateRowsEvent,
+    WriteRowsEvent,
+)
+
+from base.errors import TransientError
+from base.kafka import ensure_topics, produce
+from base.registry import registry_client
+from capture import mysql as my
+from capture.core import CaptureCore, _Stop
+from capture.encoding import encoded_ts
+from capture.exceptions import CaptureError
+from capture.mysql import BinlogPosition
+from capture.mysqlcodec import MyTable, MyTableCodec, key_columns
+from capture.mysqltypes import TIME2, binlog_time2
+from capture.offsets import AckTracker, Tx
+from capture.sink import SchemaRegistrar, create_topics, producer_config
+from contracts.business import (
+    HEADER_DLQ_ERROR,
+    HEADER_DLQ_REASON,
+    HEADER_DLQ_STAGE,
+    HEADER_SOURCE_POSITION,
+    HEADER_SOURCE_TOPIC,
+)
+
+__all__ = ["MysqlCapture", "OffsetStore"]
+
+_MAX_BACKOFF_S = 30.0
+_STORE_EVERY_S = 0.5
+_POLL_EVERY = 256
+
+
+class OffsetStore:
+    """The capture's binlog position in a compacted Kafka topic, keyed by server name."""
+
+    def __init__(self, kafka: dict[str, Any], topic: str, server: str) -> None:
+        self.kafka = kafka
+        self.topic = topic
+        self.key = json.dumps({"server": server}).encode()
+
+    def read(self) -> dict[str, Any] | None:
+        """The last stored offset of this server (reads the topic to its end)."""
+        consumer = Consumer(
+            {
+                **self.kafka,
+                "group.id": "bizevents-capture-offsets",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+            }
+        )
+        try:
+            meta = consumer.list_topics(self.topic, timeout=10).topics.get(self.topic)
+            if meta is None or meta.error is not None:
+                return None
+            found: dict[str, Any] | None = None
+            for partition in meta.partitions:
+                low, high = consumer.get_watermark_offsets(
+                    TopicPartition(self.topic, partition), timeout=10
+                )
+                if high <= low:
+                    continue
+                consumer.assign([TopicPartition(self.topic, partition, low)])
+                offset = low
+                while offset < high:
+                    msg = consumer.poll(5)
+                    if msg is None:
+                        raise TransientError(f"the offsets topic {self.topic} did not answer")
+                    if msg.error() is not None:
+                        continue
+                    offset = (msg.offset() or 0) + 1
+                    if msg.key() == self.key:
+                        value = msg.value()
+                        found = None if value is None else json.loads(value)
+            return found
+        except KafkaException as exc:
+            raise TransientError(f"cannot read the offsets topic {self.topic}: {exc}") from exc
+        finally:
+            consumer.close()
+
+    def write(self, producer: Producer, offset: dict[str, Any]) -> None:
+        """Store ``offset`` (acknowledged asynchronously; a lost one only means re-sends)."""
+        produce(producer, self.topic, json.dumps(offset).encode(), self.key)
+
+
+class MysqlCapture(CaptureCore):
+    """Captures the configured tables of a MySQL/MariaDB server into technical topics."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        cfg = self.config
+        self.log = structlog.get_logger("capture.mysql").bind(server=cfg.server)
+        self._offsets = OffsetStore(self.endpoints.kafka, cfg.offsets_topic_name, cfg.server)
+        self._tables = frozenset(cfg.tables)
+        self._my_codecs: dict[MyTable, MyTableCodec] = {}
+        self._jsons: dict[str, set[str]] = {}
+        self._positions: dict[int, BinlogPosition] = {}
+        self._seq = 0
+        self._stored: BinlogPosition | None = None
+        self._stored_seq = 0
+        self._last_store = 0.0
+        self._server_id = 0
+        self._mariadb = True
+        #: The position streaming resumes from (the last one Kafka acknowledged).
+        self.position: BinlogPosition | None = None
+
+    # -- the run ----------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Capture until stopped; a lost connection is retried with backoff."""
+        backoff = 0.5
+        self._producer = Producer(producer_config(self.endpoints.kafka, self.config))
+        self._admin = AdminClient(self.endpoints.kafka)
+        self._registrar = SchemaRegistrar(registry_client(self.endpoints.registry))
+        try:
+            while not self.stopping:
+                try:
+                    self._session()
+                    backoff = 0.5
+                except (
+                    pymysql.err.OperationalError,
+                    pymysql.err.InterfaceError,
+                    TransientError,
+                ) as exc:
+                    if self.stopping:
+                        break
+                    self.stats.reconnects += 1
+                    self.log.warning(
+                        "capture interrupted, retrying", error=str(exc).strip(), retry_in_s=backoff
+                    )
+                    self._sleep(backoff)
+                    backoff = min(backoff * 2, _MAX_BACKOFF_S)
+                except _Stop:
+                    break
+        finally:
+            self._drain()
+            if not self.aborting:
+                self._store(force=True)
+            if self._producer is not None:
+                self._producer.flush(5)
+            self._producer = None
+            self._admin = None
+
+    def _sleep(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while not self.stopping and time.monotonic() < deadline:
+            if self._producer is not None:
+                self._producer.poll(0.1)
+            else:
+                time.sleep(0.1)
+
+    def _session(self) -> None:
+        cfg = self.config
+        conn = my.connect(self.endpoints.dsn)
+        try:
+            self._server_id = my.check_server(conn)
+            self._mariadb = "mariadb" in conn.get_server_info().lower()
+            assert self._admin is not None
+            topics = [f"{cfg.prefix}.{name}" for name in cfg.tables]
+            if cfg.on_conversion_error == "dead-letter":
+                topics.append(cfg.dlq_topic)
+            create_topics(self._admin, topics, cfg)
+            ensure_topics(
+                self._admin,
+                [cfg.offsets_topic_name],
+                1,
+                replication_factor=cfg.replication_factor,
+                config={"cleanup.policy": "compact"},
+                timeout_s=15,
+            )
+            for name in cfg.tables:
+                database, _, table = name.partition(".")
+                self._jsons[name] = my.json_columns(conn, database, table)
+            if self.position is None:
+                stored = self._offsets.read()
+                if stored is not None and stored.get("snapshot_done"):
+                    self.position = BinlogPosition(
+                        stored["file"], int(stored["pos"]), stored.get("gtid")
+                    )
+                    self._stored = self.position
+                    self.log.info("resuming", position=str(self.position))
+                elif cfg.snapshot == "never":
+                    self.position = my.master_position(conn)
+                else:
+                    self.position = self._snapshot()
+            files = my.binlog_files(conn)
+            if self.position.file not in files:
+                raise CaptureError(
+                    f"the stored binlog position {self.position} is no longer on the server "
+                    f"(its binlogs start at {files[0] if files else 'nothing'}: purged); the "
+                    "changes since cannot be read. Take a new snapshot: delete this capture's "
+                    f"offsets topic {cfg.offsets_topic_name} (or name a new one with "
+                    "offsets_topic) and start capture again"
+                )
+        finally:
+            conn.close()
+        self.stats.snapshot_done = True
+        self._stream()
+
+    # -- codecs -----------------------------------------------------------------------------
+
+    def _table_codec(self, table: MyTable) -> MyTableCodec:
+        codec = self._my_codecs.get(table)
+        if codec is not None:
+            return codec
+        cfg = self.config
+        keys = key_columns(table, cfg.keys.get(table.qualified))
+        codec = MyTableCodec(
+            server=cfg.server,
+            topic=f"{cfg.prefix}.{table.qualified}",
+            table=table,
+            key_names=keys,
+            keep=cfg.column_filter(table.qualified).keeps,
+        )
+        assert self._registrar is not None
+        self._registrar.register(codec)
+        self.log.info(
+            "table schema registered",
+            table=table.qualified,
+            topic=codec.topic,
+            key_schema_id=codec.key_schema_id,
+            value_schema_id=codec.value_schema_id,
+        )
+        self._my_codecs[table] = codec
+        return codec
+
+    # -- offsets -------------------------------------------------------------------------------
+
+    def _commit(self, tx: Tx, position: BinlogPosition) -> None:
+        self._seq += 1
+        self._positions[self._seq] = position
+        self._tracker.commit(tx, self._seq)
+
+    def _store(self, force: bool = False) -> None:
+        """Store the newest position all of whose events Kafka acknowledged."""
+        now = time.monotonic()
+        if not force and now - self._last_store < _STORE_EVERY_S:
+            return
+        self._last_store = now
+        producer = self._producer
+        if producer is None:
+            return
+        seq = self._tracker.confirmable()
+        if seq <= self._stored_seq:
+            return
+        position = self._positions[seq]
+        for old in [s for s in self._positions if s <= seq]:
+            del self._positions[old]
+        self._stored_seq = seq
+        self._stored = position
+        self.position = position
+        self._offsets.write(
+            producer,
+            {
+                "file": position.file,
+                "pos": position.pos,
+                "gtid": position.gtid,
+                "server_id": self._server_id,
+                "snapshot_done": True,
+                "ts_ms": int(time.time() * 1000),
+            },
+        )
+        self.stats.acknowledged_lsn = seq
+
+    # -- snapshot ------------------------------------------------------------------------------
+
+    def _snapshot(self) -> BinlogPosition:
+        cfg = self.config
+        producer = self._producer
+        assert producer is not None
+        conn = my.connect(self.endpoints.dsn, autocommit=False)
+        try:
+            position = my.snapshot_position(conn)
+            self.log.info("snapshot started", position=str(position), tables=len(cfg.tables))
+            tracker = self._tracker
+            tx = tracker.begin(None)
+            ack = tx.ack
+            started_ms = int(time.time() * 1000)
+            names = list(cfg.tables)
+            for n, name in enumerate(names):
+                database, _, table_name = name.partition(".")
+                table = my.catalog_table(conn, database, table_name)
+                codec = self._table_codec(table)
+                last_table = n == len(names) - 1
+                sources = {
+                    flag: codec.source(
+                        ts_ms=started_ms,
+                        snapshot=flag,
+                        server_id=self._server_id,
+                        file=position.file,
+                        pos=position.pos,
+                        gtid=position.gtid,
+                    )
+                    for flag in ("true", "last")
+                }
+                with conn.cursor(pymysql.cursors.SSDictCursor) as cur:
+                    cur.execute(f"SELECT * FROM `{database}`.`{table_name}`")
+                    done = 0
+                    pending: dict[str, Any] | None = cur.fetchone()
+                    while pending is not None:
+                        row = pending
+                        pending = cur.fetchone()
+                        flag = "last" if (last_table and pending is None) else "true"
+                        now = encoded_ts(int(time.time() * 1000))
+                        try:
+                            value = codec.envelope("r", None, codec.row(row), sources[flag](0), now)
+                            key = codec.key(row)
+                        except CaptureError as exc:
+                            raw = json.dumps(row, default=str).encode()
+                            tx.produced(self._failed(name, raw, None, exc, ack))
+                            continue
+                        produce(producer, codec.topic, value, key, on_delivery=ack)
+                        tx.produced()
+                        done += 1
+                        if done % 1000 == 0:
+                            producer.poll(0)
+                            self._check_delivery()
+                            self._backpressure(None)
+                            if self.stopping:
+                                raise _Stop
+                    codec.events += done
+                    self.stats.snapshot_rows[name] = done
+                    self.stats.events[name] = codec.events
+                    if self._progress is not None:
+                        self._progress(name, done, done)
+                self.log.info("table snapshot read", table=name, rows=done)
+            conn.commit()
+            self._commit(tx, position)
+        finally:
+            conn.close()
+        while self._tracker.in_flight > 0:
+            producer.poll(0.2)
+            self._check_delivery()
+            if self.aborting:
+                raise _Stop
+        self._store(force=True)
+        producer.flush(10)
+        if self._snapshot_finished is not None:
+            self._snapshot_finished()
+        self.log.info("snapshot in Kafka", position=str(position))
+        return position
+
+    def _failed(
+        self, table: str, raw: bytes, where: BinlogPosition | None, exc: CaptureError, ack: Any
+    ) -> int:
+        """A row that did not convert: dead letter, skip or stop (``on_conversion_error``)."""
+        cfg = self.config
+        mode = cfg.on_conversion_error
+        if mode == "fail":
+            raise exc
+        counted = (table, mode)
+        self.stats.conversion_errors[counted] = self.stats.conversion_errors.get(counted, 0) + 1
+        position = str(where) if where is not None else "snapshot"
+        self.log.warning(
+            "change not converted: "
+            + ("written to the dead-letter topic" if mode == "dead-letter" else "skipped"),
+            table=table,
+            column=getattr(exc, "column", None),
+            position=position,
+            reason=str(exc),
+        )
+        if mode == "skip":
+            return 0
+        assert self._producer is not None
+        produce(
+            self._producer,
+            cfg.dlq_topic,
+            raw,
+            None,
+            headers=[
+                (HEADER_DLQ_STAGE, b"capture"),
+                (HEADER_DLQ_REASON, str(exc).encode()),
+                (HEADER_DLQ_ERROR, type(exc).__name__.encode()),
+                (HEADER_SOURCE_TOPIC, f"{cfg.prefix}.{table}".encode()),
+                (HEADER_SOURCE_POSITION, position.encode()),
+                ("bizevents.capture.table", table.encode()),
+                ("bizevents.capture.format", b"mysql-row-json"),
+            ],
+            on_delivery=ack,
+        )
+        return 1
+
+    # -- stream --------------------------------------------------------------------------------
+
+    def _replica_id(self) -> int:
+        cfg = self.config
+        return cfg.replica_server_id or 100_000 + zlib.crc32(cfg.server.encode()) % 1_000_000
+
+    def _stream(self) -> None:
+        assert self.position is not None
+        settings = my.connection_settings(self.endpoints.dsn)
+        start = self.position
+        # MariaDB: from the GTID state (the library reads MariaDB's binlog from its first
+        # file otherwise); MySQL: from file and position.
+        where: dict[str, Any] = (
+            {"auto_position": start.gtid or "", "is_mariadb": True}
+            if self._mariadb
+            else {"log_file": start.file, "log_pos": start.pos, "resume_stream": True}
+        )
+        stream = BinLogStreamReader(
+            connection_settings={**settings, "charset": "utf8mb4"},
+            server_id=self._replica_id(),
+            blocking=True,
+            **where,
+            slave_heartbeat=0.5,
+            only_events=[
+                WriteRowsEvent,
+                UpdateRowsEvent,
+                DeleteRowsEvent,
+                TableMapEvent,
+                QueryEvent,
+                XidEvent,
+                RotateEvent,
+                MariadbGtidEvent,
+                MysqlGtidEvent,
+                HeartbeatLogEvent,
+            ],
+        )
+        self.log.info("streaming", position=str(start))
+        try:
+            _BinlogReader(self, stream).run()
+        finally:
+            with suppress(Exception):
+                stream.close()
+            self._tracker.abandon_open()
+        self._drain()
+        self._check_delivery()
+        self._store(force=True)
+        self._tracker = AckTracker()
+
+
+def _values(row: dict[str, Any], times: tuple[str, ...], prefix: str = "") -> dict[str, Any]:
+    """A decoded row's values put right where the library gets them wrong: an empty SET
+    is ``''``, not ``None`` (a zero date stays ``None``, as Debezium writes it); a
+    negative fractional TIME (``times``) see :func:`binlog_time2`."""
+    values: dict[str, Any] = row[f"{prefix}values"]
+    sources: dict[str, str] = row.get(f"{prefix}none_sources") or {}
+    empty = [name for name, why in sources.items() if why == NONE_SOURCE.EMPTY_SET]
+    if not empty and not times:
+        return values
+    values = {**values, **dict.fromkeys(empty, "")}
+    for name in times:
+        v = values.get(name)
+        if v is not None:
+            values[name] = binlog_time2(v)
+    return values
+
+
+class _BinlogReader:
+    """One stream's loop: binlog events to envelopes, offsets stored between them."""
+
+    def __init__(self, capture: MysqlCapture, stream: BinLogStreamReader) -> None:
+        assert capture._producer is not None
+        self.capture = capture
+        self.stream = stream
+        self.producer = capture._producer
+        self.tracker = capture._tracker
+        self.tx: Tx | None = None
+        self.ack: Callable[..., None] | None = None
+        self.gtid: str | None = None
+        self.gtid_domain_state: dict[int, str] = {}
+        if capture.position is not None and capture.position.gtid:
+            for part in capture.position.gtid.split(","):
+                domain = part.split("-", 1)[0]
+                if domain.isdigit():
+                    self.gtid_domain_state[int(domain)] = part
+        self.tables = capture._tables
+        self.layouts: dict[int, MyTable] = {}
+        self.fractional_times: dict[int, tuple[str, ...]] = {}
+        self.now = b""
+
+    def send(self, topic: str, key: bytes | None, value: bytes | None) -> None:
+        produce(self.producer, topic, value, key, on_delivery=self.ack)
+
+    def gtid_state(self) -> str | None:
+        if not self.gtid_domain_state:
+            return None
+        return ",".join(self.gtid_domain_state[d] for d in sorted(self.gtid_domain_state))
+
+    def position(self) -> BinlogPosition:
+        return BinlogPosition(
+            str(self.stream.log_file), int(self.stream.log_pos), self.gtid_state()
+        )
+
+    def run(self) -> None:
+        capture = self.capture
+        cfg = capture.config
+        since_poll = 0
+        for event in self.stream:
+            cls = event.__class__
+            if cls is WriteRowsEvent or cls is UpdateRowsEvent or cls is DeleteRowsEvent:
+                self.on_rows(event)
+            elif cls is TableMapEvent:
+                self.on_table_map(event)
+            elif cls is XidEvent:
+                self.on_commit()
+            elif cls is MariadbGtidEvent or cls is MysqlGtidEvent:
+                self.on_begin(event)
+            elif cls is QueryEvent:
+                self.on_query(event)
+            since_poll += 1
+            if since_poll >= _POLL_EVERY or cls is HeartbeatLogEvent:
+                since_poll = 0
+                self.producer.poll(0)
+                capture._check_delivery()
+                capture._store()
+                in_flight = self.tracker.in_flight
+                if (in_flight >= cfg.max_in_flight and self.tx is None) or (
+                    in_flight >= cfg.max_in_flight * 2
+                ):
+                    capture._backpressure(None)
+            if capture.stopping and self.tx is None:
+                break
+
+    def on_begin(self, event: Any) -> None:
+        gtid = str(event.gtid)
+        self.gtid = gtid
+        domain = gtid.split("-", 1)[0]
+        if domain.isdigit():
+            self.gtid_domain_state[int(domain)] = gtid
+        self.tx = self.tracker.begin(None)
+        self.ack = self.tx.ack
+        self.now = encoded_ts(int(time.time() * 1000))
+
+    def on_commit(self) -> None:
+        if self.tx is None:
+            return
+        self.capture._commit(self.tx, self.position())
+        self.tx = None
+
+    def on_query(self, event: Any) -> None:
+        query = str(event.query).strip()
+        upper = query[:16].upper()
+        if upper.startswith("BEGIN"):
+            return
+        if upper.startswith("COMMIT"):
+            self.on_commit()
+            return
+        # DDL (committed by itself): the next table map carries the new layout; only
+        # MariaDB's JSON columns come from the catalog, read again here.
+        capture = self.capture
+        if capture._tables:
+            conn = my.connect(capture.endpoints.dsn)
+            try:
+                for name in capture._tables:
+                    database, _, table = name.partition(".")
+                    capture._jsons[name] = my.json_columns(conn, database, table)
+            finally:
+                conn.close()
+        capture.log.info("DDL read", query=query[:200], position=str(self.position()))
+        if self.tx is not None:
+            self.on_commit()
+        else:
+            tx = self.tracker.begin(None)
+            self.capture._commit(tx, self.position())
+
+    def on_table_map(self, event: Any) -> None:
+        name = f"{event.schema}.{event.table}"
+        if name not in self.tables:
+            return
+        layout = my.table_from_map(event, self.capture._jsons.get(name, set()))
+        self.capture._table_codec(layout)  # registers a new layout's schema before its rows
+        self.layouts[event.table_id] = layout
+        self.fractional_times[event.table_id] = tuple(
+            c.name for c in layout.columns if c.type == TIME2 and c.fsp > 0
+        )
+
+    def on_rows(self, event: Any) -> None:
+        layout = self.layouts.get(event.table_id)
+        if layout is None:
+            return
+        capture = self.capture
+        codec = capture._table_codec(layout)
+        tx = self.tx
+        if tx is None:  # rows outside a GTID group (no GTIDs): a transaction of their own
+            tx = self.tx = self.tracker.begin(None)
+            self.ack = tx.ack
+            self.now = encoded_ts(int(time.time() * 1000))
+        source = codec.source(
+            ts_ms=int(event.timestamp) * 1000,
+            snapshot="false",
+            server_id=int(event.packet.server_id),
+            file=str(self.stream.log_file),
+            pos=int(event.packet.log_pos) - int(event.event_size),
+            gtid=self.gtid,
+        )
+        now = self.now
+        topic = codec.topic
+        times = self.fractional_times.get(event.table_id, ())
+        send = self.send
+        n = 0
+        records: list[tuple[bytes, bytes | None]]
+        for i, row in enumerate(event.rows):
+            src = source(i)
+            try:
+                if event.__class__ is WriteRowsEvent:
+                    values = _values(row, times)
+                    records = [
+                        (codec.key(values), codec.envelope("c", None, codec.row(values), src, now))
+                    ]
+                elif event.__class__ is DeleteRowsEvent:
+                    values = _values(row, times)
+                    key = codec.key(values)
+                    records = [
+                        (key, codec.envelope("d", codec.row(values), None, src, now)),
+                        (key, None),
+                    ]
+                else:
+                    old, new = _values(row, times, "before_"), _values(row, times, "after_")
+                    old_key, new_key = codec.key(old), codec.key(new)
+                    before, after = codec.row(old), codec.row(new)
+                    if old_key != new_key:
+                        records = [
+                            (old_key, codec.envelope("d", before, None, src, now)),
+                            (old_key, None),
+                            (new_key, codec.envelope("c", None, after, src, now)),
+                        ]
+                    else:
+                        records = [(new_key, codec.envelope("u", before, after, src, now))]
+            except CaptureError as exc:
+                raw = json.dumps(row, default=str).encode()
+                tx.produced(capture._failed(layout.qualified, raw, self.position(), exc, self.ack))
+                continue
+            for key, value in records:
+                send(topic, key, value)
+            n += len(records)
+        tx.produced(n)
+        codec.events += n
+        capture.stats.events[layout.qualified] = capture.stats.events.get(layout.qualified, 0) + n

@@ -1,0 +1,215 @@
+"""One MySQL table's layout and its writer: decoded rows → Confluent-framed envelopes.
+
+A :class:`MyTable` is a table as one binlog table map describes it (the layout of the
+rows that follow it, not today's); :class:`MyTableCodec` turns rows of that layout into
+the same Debezium envelope as PostgreSQL's capture, with the ``mysql`` source block.
+Pure apart from the schema ids the registrar hands it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from base.framing import header
+from capture.encoding import SOURCE_VERSION, encoded_ts
+from capture.exceptions import CaptureError, ValueConversionError
+from capture.mysqltypes import MyColumn, field_of, value_writer
+from contracts.binary import NULL_BRANCH, VALUE_BRANCH, text
+from contracts.technical import AvroEncoder, EnvelopeSchemas, TableSchema
+from contracts.technical.source import AvroSourceWriter
+
+__all__ = ["MyTable", "MyTableCodec", "Row"]
+
+Row = Mapping[str, Any]
+_OPS: Final = {op: text(op) for op in ("c", "u", "d", "r")}
+
+
+@dataclass(frozen=True, slots=True)
+class MyTable:
+    """A table's layout at one binlog position."""
+
+    database: str
+    name: str
+    columns: tuple[MyColumn, ...]
+    primary_key: tuple[str, ...]
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.database}.{self.name}"
+
+
+def key_columns(table: MyTable, configured: Sequence[str] | None) -> tuple[str, ...]:
+    """The Kafka key's columns: those the config names, else the primary key; a table
+    with neither is refused with a sentence naming it."""
+    names = {c.name for c in table.columns}
+    if configured:
+        missing = [k for k in configured if k not in names]
+        if missing:
+            raise CaptureError(
+                f"the key columns {missing} configured for {table.qualified} are not in the table"
+            )
+        return tuple(configured)
+    if not table.primary_key:
+        raise CaptureError(
+            f"table {table.qualified} has no primary key, so its changes cannot be keyed: "
+            f"add one (ALTER TABLE {table.qualified} ADD PRIMARY KEY (...)) or name the key "
+            f'columns in the capture configuration ([keys] "{table.qualified}" = ["col", ...])'
+        )
+    return table.primary_key
+
+
+class MyTableCodec:
+    """Rows of one table layout → framed keys and envelopes."""
+
+    def __init__(
+        self,
+        *,
+        server: str,
+        topic: str,
+        table: MyTable,
+        key_names: Sequence[str],
+        keep: Callable[[str], bool] = lambda _name: True,
+    ) -> None:
+        self.table = table
+        self.topic = topic
+        qualified = table.qualified
+        kept = [c for c in table.columns if keep(c.name) or c.name in key_names]
+        by_name = {c.name: c for c in table.columns}
+        key_set = set(key_names)
+        # Every non-key column is optional in the value schema, NOT NULL ones too: the
+        # binlog does not carry column defaults, and without a default a column added
+        # NOT NULL would make a schema the registry refuses as backward-incompatible
+        # (docs/capture-mysql.md). A NULL in a NOT NULL column cannot come from the
+        # server, so nothing is lost.
+        value_fields = tuple(field_of(c, qualified, optional=c.name not in key_set) for c in kept)
+        key_fields = tuple(field_of(by_name[k], qualified, optional=False) for k in key_names)
+        self.key_names = tuple(key_names)
+        self.schema = TableSchema(
+            server, table.database, table.name, key_fields, value_fields, connector="mysql"
+        )
+        self.schemas: EnvelopeSchemas = AvroEncoder(self.schema, 1, 1).schemas
+        self._value = [
+            (c.name, value_writer(c, f.type), f.optional)
+            for c, f in zip(kept, value_fields, strict=True)
+        ]
+        self._key = [
+            (k, value_writer(by_name[k], f.type), False)
+            for k, f in zip(key_names, key_fields, strict=True)
+        ]
+        self._key_frame = b""
+        self._value_frame = b""
+        self.key_schema_id: int | None = None
+        self.value_schema_id: int | None = None
+        self._source = AvroSourceWriter(
+            "mysql",
+            {
+                "version": SOURCE_VERSION,
+                "connector": "mysql",
+                "name": server,
+                "db": table.database,
+                "table": table.name,
+            },
+        )
+        self.events = 0
+
+    # -- schemas ------------------------------------------------------------------------
+
+    def key_schema_json(self) -> str | None:
+        return None if self.schemas.key is None else json.dumps(self.schemas.key)
+
+    def value_schema_json(self) -> str:
+        return json.dumps(self.schemas.value)
+
+    def set_schema_ids(self, key_id: int | None, value_id: int) -> None:
+        self.key_schema_id = key_id
+        self.value_schema_id = value_id
+        self._key_frame = b"" if key_id is None else header(key_id)
+        self._value_frame = header(value_id)
+
+    @property
+    def reference_encoder(self) -> AvroEncoder:
+        """The contracts encoder of the same schemas (what these bytes must equal)."""
+        return AvroEncoder(self.schema, self.key_schema_id, self.value_schema_id or 1)
+
+    # -- bytes ----------------------------------------------------------------------------
+
+    def _record(self, slots: list[tuple[str, Callable[[Any], bytes], bool]], row: Row) -> bytes:
+        parts: list[bytes] = []
+        append = parts.append
+        for name, write, optional in slots:
+            v = row[name]
+            if v is None:
+                if not optional:
+                    raise ValueConversionError(
+                        self.table.qualified, name, "avro", "NULL", "the column is not nullable"
+                    )
+                append(NULL_BRANCH)
+                continue
+            try:
+                body = write(v)
+            except (ValueError, TypeError, ArithmeticError, OverflowError, KeyError) as exc:
+                raise ValueConversionError(
+                    self.table.qualified, name, "avro", repr(v)[:80], str(exc)
+                ) from exc
+            if optional:
+                append(VALUE_BRANCH)
+            append(body)
+        return b"".join(parts)
+
+    def row(self, row: Row) -> bytes:
+        """The Avro ``Value`` record of one row."""
+        return self._record(self._value, row)
+
+    def key(self, row: Row) -> bytes:
+        """The framed Kafka key of one row."""
+        return self._key_frame + self._record(self._key, row)
+
+    def source(
+        self,
+        *,
+        ts_ms: int,
+        snapshot: str,
+        server_id: int,
+        file: str,
+        pos: int,
+        gtid: str | None,
+        thread: int | None = None,
+    ) -> Callable[[int], bytes]:
+        """The ``source`` bytes of one event group, as a function of the row index."""
+        encoded = self._source.around(
+            "row",
+            {
+                "ts_ms": ts_ms,
+                "snapshot": snapshot,
+                "server_id": server_id,
+                "gtid": gtid,
+                "file": file,
+                "pos": pos,
+                "thread": thread,
+            },
+        )
+        head, tail = encoded.head, encoded.tail
+        from contracts.binary import zigzag
+
+        return lambda row: head + zigzag(row) + tail
+
+    def envelope(
+        self, op: str, before: bytes | None, after: bytes | None, source: bytes, ts: bytes
+    ) -> bytes:
+        """A framed envelope; ``ts`` from :func:`capture.encoding.encoded_ts`."""
+        return b"".join(
+            (
+                self._value_frame,
+                NULL_BRANCH if before is None else VALUE_BRANCH + before,
+                NULL_BRANCH if after is None else VALUE_BRANCH + after,
+                source,
+                _OPS[op],
+                ts,
+            )
+        )
+
+
+__all__ += ["encoded_ts", "key_columns"]

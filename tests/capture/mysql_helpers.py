@@ -1,0 +1,143 @@
+"""Helpers of the MySQL capture tests: a database per test, runs, the stored offset."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pymysql
+
+from bizevents.devstack import Endpoints
+from capture import mysql as my
+from capture.config import CaptureConfig
+from capture.metrics import CaptureStats
+from capture.mysqlcapture import MysqlCapture, OffsetStore
+from capture.runner import CaptureEndpoints
+
+
+@dataclass
+class MyDb:
+    """A database of one test on the session's MariaDB."""
+
+    dsn: str
+    endpoints: Endpoints
+    name: str
+    server: str
+    conn: Any
+
+    def sql(self, statement: str, params: Any = None) -> list[tuple[Any, ...]]:
+        with self.conn.cursor() as cur:
+            cur.execute(statement, params)
+            return list(cur.fetchall()) if cur.description else []
+
+    def config(self, tables: list[str], **extra: Any) -> CaptureConfig:
+        return CaptureConfig(
+            server=self.server,
+            dsn=self.dsn,
+            tables=tuple(f"{self.name}.{t}" for t in tables),
+            **extra,
+        )
+
+    def topic(self, table: str) -> str:
+        return f"{self.server}.{self.name}.{table}"
+
+    def capture_endpoints(self, state_dir: Path) -> CaptureEndpoints:
+        return CaptureEndpoints(
+            self.dsn,
+            {"bootstrap.servers": self.endpoints.bootstrap_servers},
+            {"url": self.endpoints.registry_url},
+            state_dir,
+        )
+
+    def stored_offset(self, config: CaptureConfig) -> dict[str, Any] | None:
+        store = OffsetStore(
+            {"bootstrap.servers": self.endpoints.bootstrap_servers},
+            config.offsets_topic_name,
+            config.server,
+        )
+        return store.read()
+
+    def binlog_end(self) -> my.BinlogPosition:
+        return my.master_position(self.conn)
+
+
+@contextmanager
+def mysql_database(dsn: str, endpoints: Endpoints) -> Iterator[MyDb]:
+    tag = uuid.uuid4().hex[:10]
+    conn = my.connect(dsn)
+    db = MyDb(dsn, endpoints, f"cap_{tag}", f"m{tag}", conn)
+    db.sql(f"CREATE DATABASE {db.name}")
+    db.sql(f"USE {db.name}")
+    try:
+        yield db
+    finally:
+        db.sql(f"DROP DATABASE IF EXISTS {db.name}")
+        conn.close()
+
+
+class InProcess:
+    """A MySQL capture run in a thread of the test process."""
+
+    def __init__(self, config: CaptureConfig, endpoints: CaptureEndpoints) -> None:
+        self.stats = CaptureStats(config.server, "binlog")
+        self.runner = MysqlCapture(config, endpoints, stats=self.stats)
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        try:
+            self.runner.run()
+        except BaseException as exc:  # handed to the test
+            self.error = exc
+
+    def wait_position(self, end: my.BinlogPosition, timeout: float = 60) -> None:
+        """Until the stored position reached ``end`` (every event before it acked)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.error is not None:
+                raise self.error
+            at = self.runner.position
+            if at is not None and (at.file, at.pos) >= (end.file, end.pos):
+                return
+            assert time.monotonic() < deadline, f"capture stored {at}, not {end}"
+            time.sleep(0.05)
+
+    def wait_snapshot(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while not self.stats.snapshot_done:
+            if self.error is not None:
+                raise self.error
+            assert time.monotonic() < deadline, "the snapshot did not finish"
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        self.runner.request_stop()
+        self.thread.join(60)
+        assert not self.thread.is_alive(), "capture did not stop"
+        if self.error is not None:
+            raise self.error
+
+
+@contextmanager
+def in_process(config: CaptureConfig, endpoints: CaptureEndpoints) -> Iterator[InProcess]:
+    run = InProcess(config, endpoints)
+    run.thread.start()
+    try:
+        yield run
+    finally:
+        if run.thread.is_alive():
+            run.runner.request_stop()
+            run.thread.join(60)
+
+
+def connect_as(dsn: str, user: str, password: str) -> pymysql.connections.Connection[Any]:
+    settings = my.connection_settings(dsn)
+    return pymysql.connect(
+        host=settings["host"], port=settings["port"], user=user, password=password, autocommit=True
+    )
