@@ -659,6 +659,8 @@ def run_demo(
         capture_config.write_text(
             f'server = "{SERVER}"\ntables = {json.dumps(list(TABLES))}\npartitions = 4\n'
             f'slot = "{SLOT}"\nmetrics_port = {capture_port}\n'
+            # capture refreshes its per-table counts and slot lag at each heartbeat
+            "heartbeat_interval_s = 1.0\n"
         )
         env = _env(endpoints, settings, BIZEVENTS_TRANSLATE__TOPIC_PREFIX=SERVER, **DEMO_GROUP)
         topics = [*sorted({c.contract_topic() for t in pinned for c in t.emits}), DEAD_LETTER_TOPIC]

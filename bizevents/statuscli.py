@@ -36,7 +36,11 @@ def _n(value: float | None, unit: str = "") -> str:
 def status(ctx: click.Context, urls: tuple[str, ...], interval: float, as_json: bool) -> None:
     """What the Grafana dashboard shows, on the terminal: per translator@version the
     changes consumed, events emitted, dropped and dead-lettered (totals and per
-    second), consumer lag and latency; capture's changes per second and slot lag."""
+    second), consumer lag and latency; capture's changes per second and slot lag.
+
+    Capture refreshes its per-table counts and slot lag at each heartbeat
+    (heartbeat_interval_s, 10 s by default; the demo's capture 1 s): give an --interval
+    longer than that for its rates."""
     from bizevents.status import endpoints_of
     from bizevents.status import status as read_status
 
