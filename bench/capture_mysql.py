@@ -25,6 +25,7 @@ import statistics
 import tempfile
 import threading
 import time
+from datetime import UTC, datetime
 import uuid
 from pathlib import Path
 from typing import Any
@@ -37,12 +38,14 @@ def generate(dsn: str, table: str, changes: int, tx_rows: int) -> None:
 
     conn = my.connect(dsn, autocommit=False)
     inserts = changes // 2
+    now = datetime.now(UTC).replace(tzinfo=None)
     with conn.cursor() as cur:
         for start in range(0, inserts, tx_rows):
             ids = range(start, min(start + tx_rows, inserts))
+            # all placeholders: PyMySQL sends one multi-row INSERT per transaction
             cur.executemany(
-                f"INSERT INTO {table} VALUES (%s, %s, %s, %s, NOW(6), %s)",
-                [(i, f"customer {i}", i % 97, f"{i * 1.25:.2f}", i % 2) for i in ids],
+                f"INSERT INTO {table} VALUES (%s, %s, %s, %s, %s, %s)",
+                [(i, f"customer {i}", i % 97, f"{i * 1.25:.2f}", now, i % 2) for i in ids],
             )
             conn.commit()
         for start in range(0, changes - inserts, tx_rows):
@@ -82,7 +85,9 @@ def read_decode(dsn: str, start_gtid: str, rows_wanted: int) -> float:
     return time.perf_counter() - t0
 
 
-def one_run(endpoints: Any, dsn: str, changes: int, tx_rows: int, tmp: Path) -> tuple[float, float]:
+def one_run(
+    endpoints: Any, dsn: str, changes: int, tx_rows: int, tmp: Path, profile: Path | None = None
+) -> tuple[float, float]:
     from confluent_kafka import Producer
 
     from capture import mysql as my
@@ -134,7 +139,18 @@ def one_run(endpoints: Any, dsn: str, changes: int, tx_rows: int, tmp: Path) -> 
             CaptureEndpoints(dsn, kafka, {"url": endpoints.registry_url}, tmp / "state"),
             stats=stats,
         )
-        thread = threading.Thread(target=runner.run, daemon=True)
+
+        def run() -> None:
+            if profile is None:
+                runner.run()
+                return
+            import cProfile
+
+            profiler = cProfile.Profile()
+            profiler.runcall(runner.run)
+            profiler.dump_stats(str(profile))
+
+        thread = threading.Thread(target=run, daemon=True)
         t0 = time.perf_counter()
         thread.start()
         while thread.is_alive():
@@ -160,6 +176,7 @@ def main() -> None:
     parser.add_argument("--changes", type=int, default=200_000)
     parser.add_argument("--tx-rows", type=int, default=1_000)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--profile", type=Path, help="write a cProfile of the last capture run")
     args = parser.parse_args()
 
     from bizevents.devstack import DevStack
@@ -178,13 +195,16 @@ def main() -> None:
         decoded: list[float] = []
         for n in range(args.runs):
             print(f"run {n + 1}/{args.runs}")
-            cap, ref = one_run(endpoints, endpoints.mysql_dsn, args.changes, args.tx_rows, tmp)
+            cap, ref = one_run(
+                endpoints, endpoints.mysql_dsn, args.changes, args.tx_rows, tmp, args.profile
+            )
             print(f"  read + decode {ref:>10,.0f} rows/s   capture → Kafka {cap:>10,.0f} rows/s")
             captured.append(cap)
             decoded.append(ref)
         cap_m, ref_m = statistics.median(captured), statistics.median(decoded)
         print(
-            f"median of {args.runs} runs, {args.changes:,} changes in transactions of {args.tx_rows:,}:"
+            f"median of {args.runs} runs, {args.changes:,} changes "
+            f"in transactions of {args.tx_rows:,}:"
         )
         print(
             f"binlog read + decode, no Kafka:   {ref_m:>10,.0f} rows/s "

@@ -176,7 +176,7 @@ def _date(v: Any) -> bytes:
 
 
 def _micros(v: datetime) -> int:
-    d = v.replace(tzinfo=None) - _EPOCH
+    d = (v if v.tzinfo is None else v.replace(tzinfo=None)) - _EPOCH
     return (d.days * 86_400 + d.seconds) * 1_000_000 + d.microseconds
 
 
