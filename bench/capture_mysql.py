@@ -25,8 +25,8 @@ import statistics
 import tempfile
 import threading
 import time
-from datetime import UTC, datetime
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
