@@ -30,6 +30,7 @@ The order of things, and why:
 from __future__ import annotations
 
 import json
+import re
 import time
 import zlib
 from collections.abc import Callable
@@ -81,6 +82,7 @@ from contracts.business import (
 __all__ = ["MysqlCapture", "OffsetStore"]
 
 _MAX_BACKOFF_S = 30.0
+_TRUNCATE = re.compile(r"TRUNCATE\s+(?:TABLE\s+)?(?:`?(\w+)`?\.)?`?(\w+)`?", re.IGNORECASE)
 _STORE_EVERY_S = 0.5
 _POLL_EVERY = 256
 
@@ -520,6 +522,7 @@ class _BinlogReader:
                     self.gtid_domain_state[int(domain)] = part
         self.tables = capture._tables
         self.layouts: dict[int, MyTable] = {}
+        self.last_layout: dict[str, MyTable] = {}
         self.fractional_times: dict[int, tuple[str, ...]] = {}
         self.now = b""
 
@@ -590,9 +593,13 @@ class _BinlogReader:
         if upper.startswith("COMMIT"):
             self.on_commit()
             return
+        capture = self.capture
+        truncated = _TRUNCATE.match(query)
+        if truncated is not None:
+            schema = event.schema.decode() if isinstance(event.schema, bytes) else event.schema
+            self.on_truncate(event, f"{truncated.group(1) or schema}.{truncated.group(2)}")
         # DDL (committed by itself): the next table map carries the new layout; only
         # MariaDB's JSON columns come from the catalog, read again here.
-        capture = self.capture
         if capture._tables:
             conn = my.connect(capture.endpoints.dsn)
             try:
@@ -608,6 +615,43 @@ class _BinlogReader:
             tx = self.tracker.begin(None)
             self.capture._commit(tx, self.position())
 
+    def on_truncate(self, event: Any, name: str) -> None:
+        """TRUNCATE of a captured table: an op ``t`` event to every partition (null key),
+        as the PostgreSQL capture writes it."""
+        capture = self.capture
+        if name not in self.tables:
+            return
+        if not capture.config.truncate_events:
+            capture.log.warning("TRUNCATE not written (truncate_events = false)", table=name)
+            return
+        layout = self.last_layout.get(name)
+        if layout is None:
+            conn = my.connect(capture.endpoints.dsn)
+            try:
+                database, _, table = name.partition(".")
+                layout = my.catalog_table(conn, database, table)
+            finally:
+                conn.close()
+        codec = capture._table_codec(layout)
+        if self.tx is None:
+            self.tx = self.tracker.begin(None)
+            self.ack = self.tx.ack
+            self.now = encoded_ts(int(time.time() * 1000))
+        source = codec.source(
+            ts_ms=int(event.timestamp) * 1000,
+            snapshot="false",
+            server_id=int(event.packet.server_id),
+            file=str(self.stream.log_file),
+            pos=int(event.packet.log_pos) - int(event.event_size),
+            gtid=self.gtid,
+        )
+        value = codec.envelope("t", None, None, source(0), self.now)
+        partitions = capture.config.partitions
+        for p in range(partitions):
+            produce(self.producer, codec.topic, value, None, partition=p, on_delivery=self.ack)
+        self.tx.produced(partitions)
+        codec.events += 1
+
     def on_table_map(self, event: Any) -> None:
         name = f"{event.schema}.{event.table}"
         if name not in self.tables:
@@ -615,6 +659,7 @@ class _BinlogReader:
         layout = my.table_from_map(event, self.capture._jsons.get(name, set()))
         self.capture._table_codec(layout)  # registers a new layout's schema before its rows
         self.layouts[event.table_id] = layout
+        self.last_layout[name] = layout
         self.fractional_times[event.table_id] = tuple(
             c.name for c in layout.columns if c.type == TIME2 and c.fsp > 0
         )

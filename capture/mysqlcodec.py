@@ -24,7 +24,7 @@ from contracts.technical.source import AvroSourceWriter
 __all__ = ["MyTable", "MyTableCodec", "Row", "encoded_ts", "key_columns"]
 
 Row = Mapping[str, Any]
-_OPS: Final = {op: text(op) for op in ("c", "u", "d", "r")}
+_OPS: Final = {op: text(op) for op in ("c", "u", "d", "r", "t")}
 
 
 @dataclass(frozen=True, slots=True)

@@ -569,3 +569,19 @@ def test_lost_connection_is_retried_and_nothing_lost(db: MyDb, tmp_path: Path) -
         if isinstance(r.decoded, ChangeEvent)
     }
     assert ids == {1, 2}
+
+
+def test_truncate_is_an_op_t_event_in_every_partition(db: MyDb, tmp_path: Path) -> None:
+    """TRUNCATE TABLE mid-stream: op t with a null key in each partition, as PostgreSQL's."""
+    db.sql("CREATE TABLE t (id INT PRIMARY KEY)")
+    config = db.config(["t"], partitions=2)
+    with in_process(config, db.capture_endpoints(tmp_path)) as run:
+        run.wait_snapshot()
+        db.sql("INSERT INTO t VALUES (1)")
+        db.sql(f"TRUNCATE TABLE {db.name}.t")
+        run.wait_position(db.binlog_end())
+        run.stop()
+    records = read_topic(db.endpoints, db.topic("t"))
+    truncates = [r for r in records if isinstance(r.decoded, ChangeEvent) and r.decoded.op == "t"]
+    assert sorted(r.partition for r in truncates) == [0, 1]
+    assert all(r.decoded.key is None for r in truncates)  # type: ignore[union-attr]
