@@ -1,7 +1,8 @@
 """The demo: the whole flow on the embedded stack, live on the terminal.
 
 It starts the stack (if it is not running), creates the store's tables in the local
-PostgreSQL, starts ``bizevents capture postgres`` and ``bizevents translate`` as
+PostgreSQL (or, with ``--source mysql``, the stack's MariaDB, captured from its binlog
+by ``bizevents capture mysql``), starts ``bizevents capture postgres`` and ``bizevents translate`` as
 processes of their own (as they run in production), drives a stream of store
 activity, and shows the business events arriving, with the counts each translator
 emitted, dropped and dead-lettered. Ctrl-C (or ``--duration``) stops it cleanly:
@@ -118,20 +119,27 @@ def store_plugin() -> tuple[list[Translator], ModuleType]:
     return pinned, load
 
 
-def _prepare_database(dsn: str, store: ModuleType) -> None:
+def _connect(dsn: str) -> Any:
+    """A connection of the store's database (PostgreSQL or, by its DSN, MySQL)."""
+    if dsn.startswith(("mysql://", "mariadb://")):
+        from capture import mysql as my
+
+        return my.connect(dsn, autocommit=False)
     import psycopg2
 
-    conn = psycopg2.connect(dsn)
+    return psycopg2.connect(dsn)
+
+
+def _prepare_database(dsn: str, store: ModuleType) -> None:
+    conn = _connect(dsn)
     try:
-        store.create_schema(conn)
+        store.create_schema(conn, "mysql" if dsn.startswith("mysql://") else "postgresql")
     finally:
         conn.close()
 
 
 def _load(dsn: str, rate: float, stop: threading.Event, tally: Tally, store: ModuleType) -> None:
-    import psycopg2
-
-    conn = psycopg2.connect(dsn)
+    conn = _connect(dsn)
     load = store.StoreLoad(conn, seed=int(time.time()))
     interval = 1.0 / rate
     next_at = time.monotonic()
@@ -242,22 +250,34 @@ def _view(tally: Tally, topics: list[str]) -> Group:
     return Group(counts, per_topic, recent)
 
 
-def run_demo(settings: Settings, duration: float | None, rate: float) -> dict[str, Any]:
-    """Run the demo until Ctrl-C or ``duration`` seconds; return the final tally."""
+def run_demo(
+    settings: Settings, duration: float | None, rate: float, source: str = "postgres"
+) -> dict[str, Any]:
+    """Run the demo until Ctrl-C or ``duration`` seconds; return the final tally.
+
+    ``source`` is ``postgres`` or ``mysql`` (the embedded MariaDB): the same store,
+    the same translators, the technical topics captured from either.
+    """
     pinned, store = store_plugin()
-    stack = DevStack(settings.state_dir, settings.dev)
+    dev = settings.dev.model_copy(update={"mysql": True}) if source == "mysql" else settings.dev
+    stack = DevStack(settings.state_dir, dev)
     was_running = all(h.ok for h in stack.status())
     stack.up()
     endpoints = stack.endpoints()
     demo_dir = stack.state_dir / "demo"
     demo_dir.mkdir(parents=True, exist_ok=True)
-    _prepare_database(endpoints.postgres_dsn, store)
-
+    dsn = endpoints.postgres_dsn
     capture_config = demo_dir / "capture.toml"
-    capture_config.write_text(
-        f'server = "{SERVER}"\ntables = {json.dumps(list(TABLES))}\npartitions = 4\n'
-        f'slot = "bizevents_demo"\n'
-    )
+    config = f'server = "{SERVER}"\ntables = {json.dumps(list(TABLES))}\npartitions = 4\n'
+    if source == "mysql":
+        assert endpoints.mysql_dsn is not None
+        dsn = endpoints.mysql_dsn
+        config += f'dsn = "{dsn}"\n'
+    else:
+        config += 'slot = "bizevents_demo"\n'
+    capture_config.write_text(config)
+    capture_config.chmod(0o600)
+    _prepare_database(dsn, store)
     metrics_port = free_port("127.0.0.1")
     env = _env(
         endpoints,
@@ -275,7 +295,7 @@ def run_demo(settings: Settings, duration: float | None, rate: float) -> dict[st
     with ExitStack() as cleanup:
         capture = cleanup.enter_context(
             _process(
-                [*cli, "capture", "postgres", "--config", str(capture_config)],
+                [*cli, "capture", source, "--config", str(capture_config)],
                 env,
                 logs / "demo-capture.log",
                 "capture",
@@ -285,9 +305,7 @@ def run_demo(settings: Settings, duration: float | None, rate: float) -> dict[st
             _process([*cli, "translate"], env, logs / "demo-translate.log", "the translator worker")
         )
         threads = [
-            threading.Thread(
-                target=_load, args=(endpoints.postgres_dsn, rate, stop, tally, store), daemon=True
-            ),
+            threading.Thread(target=_load, args=(dsn, rate, stop, tally, store), daemon=True),
             threading.Thread(
                 target=_read_business_topics,
                 args=(endpoints.bootstrap_servers, topics, stop, tally),

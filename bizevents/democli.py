@@ -14,9 +14,16 @@ from bizevents.clikit import console, fails_cleanly, settings_of, table
 @click.option(
     "--rate", type=float, default=50.0, show_default=True, help="Store actions per second."
 )
+@click.option(
+    "--source",
+    type=click.Choice(["postgres", "mysql"]),
+    default="postgres",
+    show_default=True,
+    help="The store's database: PostgreSQL, or the embedded MariaDB (binlog capture).",
+)
 @click.pass_context
 @fails_cleanly
-def demo(ctx: click.Context, duration: float | None, rate: float) -> None:
+def demo(ctx: click.Context, duration: float | None, rate: float, source: str) -> None:
     """Capture a live store database and translate its changes into business events.
 
     Starts the embedded stack if needed, the store's tables, capture, a translator
@@ -25,7 +32,7 @@ def demo(ctx: click.Context, duration: float | None, rate: float) -> None:
     """
     from bizevents.demo import run_demo
 
-    summary = run_demo(settings_of(ctx), duration, rate)
+    summary = run_demo(settings_of(ctx), duration, rate, source)
     console.print(
         table(
             "demo summary",
