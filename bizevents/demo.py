@@ -1,9 +1,9 @@
 """The demo: the whole flow on the embedded stack, live on the terminal.
 
 It starts the stack (if it is not running), creates the store's tables in the local
-PostgreSQL (or, with ``--source mysql``, the stack's MariaDB, captured from its binlog
-by ``bizevents capture mysql``), starts ``bizevents capture postgres`` and ``bizevents translate`` as
-processes of their own (as they run in production), drives a stream of store
+PostgreSQL (or, with ``--source mysql``, in the stack's MariaDB), starts ``bizevents
+capture postgres`` (or ``capture mysql``) and ``bizevents translate`` as processes of
+their own (as they run in production), drives a stream of store
 activity, and shows the business events arriving, with the counts each translator
 emitted, dropped and dead-lettered. Ctrl-C (or ``--duration``) stops it cleanly:
 load first, then the worker and capture (each acknowledges what it has), then the
