@@ -42,7 +42,8 @@ __all__ = ["HEADER_CAPTURE_FORMAT", "HEADER_CAPTURE_TABLE", "CaptureCore", "Capt
 #: the translators' names).
 HEADER_CAPTURE_TABLE: Final = "bizevents.capture.table"
 #: ``pgoutput``: the value is the change's raw pgoutput message; ``snapshot-text-json``:
-#: a JSON array of the snapshot row's column texts (``null`` for NULL).
+#: a JSON array of the snapshot row's column texts (``null`` for NULL);
+#: ``mysql-row-json``: the MySQL row as decoded, in JSON (values as their text).
 HEADER_CAPTURE_FORMAT: Final = "bizevents.capture.format"
 
 _FEEDBACK_EVERY_S = 0.5

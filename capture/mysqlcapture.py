@@ -63,7 +63,7 @@ from base.errors import TransientError
 from base.kafka import ensure_topics, produce
 from base.registry import registry_client
 from capture import mysql as my
-from capture.core import CaptureCore, _Stop
+from capture.core import HEADER_CAPTURE_FORMAT, HEADER_CAPTURE_TABLE, CaptureCore, _Stop
 from capture.encoding import encoded_ts
 from capture.exceptions import CaptureError
 from capture.mysql import BinlogPosition
@@ -429,8 +429,8 @@ class MysqlCapture(CaptureCore):
                 (HEADER_DLQ_ERROR, type(exc).__name__.encode()),
                 (HEADER_SOURCE_TOPIC, f"{cfg.prefix}.{table}".encode()),
                 (HEADER_SOURCE_POSITION, position.encode()),
-                ("bizevents.capture.table", table.encode()),
-                ("bizevents.capture.format", b"mysql-row-json"),
+                (HEADER_CAPTURE_TABLE, table.encode()),
+                (HEADER_CAPTURE_FORMAT, b"mysql-row-json"),
             ],
             on_delivery=ack,
         )
