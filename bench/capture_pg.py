@@ -70,6 +70,11 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=3)
     parser.add_argument("--stack-json", type=Path, help="endpoints of a running stack")
     parser.add_argument("--profile", type=Path, help="write a cProfile of the capture run")
+    parser.add_argument(
+        "--no-transaction-metadata",
+        action="store_true",
+        help="capture without transaction blocks and BEGIN/END records (the cost of them)",
+    )
     args = parser.parse_args()
 
     from bizevents.devstack import DevStack, Endpoints
@@ -135,6 +140,7 @@ def main() -> None:
             snapshot="never",
             state_dir=tmp / "state",
             heartbeat_interval_s=1.0,
+            transaction_metadata=not args.no_transaction_metadata,
         )
         stats = CaptureStats(config.server, slot)
         runner = PostgresCapture(
@@ -177,6 +183,8 @@ def main() -> None:
         ref_rate = args.changes / ref_s
         print(f"pg_recvlogical (pgoutput → /dev/null): {ref_rate:>10,.0f} changes/s ({ref_s:.2f}s)")
         print(f"capture → Kafka, acknowledged:        {cap_rate:>10,.0f} changes/s ({cap_s:.2f}s)")
+        metadata = "off" if args.no_transaction_metadata else "on"
+        print(f"transaction metadata:                {metadata:>10}")
         print(f"ratio to target ({TARGET:,}/s):      {cap_rate / TARGET:>10.2f}")
         print(f"ratio to pg_recvlogical:             {cap_rate / ref_rate:>10.2f}")
     finally:

@@ -135,6 +135,7 @@ def profile_one_range(topic: str, settings: Any, out: str, records: int) -> None
     t0 = time.perf_counter()
     plain = run_range(config, rng, None)
     elapsed = time.perf_counter() - t0
+    stages(config, rng, plain.read)
     print(
         f"\none range in-process, no profiler: {plain.read:,} records, {plain.emitted:,} events "
         f"in {elapsed:.2f}s = {plain.read / elapsed:,.0f} records/s, "
@@ -154,6 +155,30 @@ def profile_one_range(topic: str, settings: Any, out: str, records: int) -> None
     release(config.token)  # its consumer, before the stack goes down
     stats = pstats.Stats(profiler)
     stats.sort_stats("cumulative").print_stats(25)
+
+
+def stages(config: Any, rng: Any, n: int) -> None:
+    """A task's stages one after the other, µs per record: read, the core, the file."""
+    import tempfile as _tempfile
+
+    from replay.task import TaskReport, _FileSink, read_range, runtime
+
+    rt = runtime(config)
+    t0 = time.perf_counter()
+    blocks = [block for _, block in read_range(rt.consumer(), rng, config.batch_size)]
+    t1 = time.perf_counter()
+    results = [rt.pipeline.process(block) for block in blocks]
+    t2 = time.perf_counter()
+    sink = _FileSink(Path(_tempfile.mkdtemp()), config.output, rng)
+    report = TaskReport(rng.id)
+    for result in results:
+        sink.write(result.records, report)
+    sink.close(rng)
+    t3 = time.perf_counter()
+    print(
+        f"stages, µs per record: read {1e6 * (t1 - t0) / n:.1f}, translation core "
+        f"{1e6 * (t2 - t1) / n:.1f}, file output {1e6 * (t3 - t2) / n:.1f}"
+    )
 
 
 def main() -> None:

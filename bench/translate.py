@@ -13,7 +13,8 @@ Each figure is input records per second, once the group has committed them all:
 from the first block a worker receives to the acknowledgement of the last record's
 outputs (group join excluded), read from the workers' own metrics endpoints. Prints
 them, the ratio to the target (50,000/s) and worker/passthrough (target ≥ 0.5), the
-worker's RSS, and the translation core alone (no Kafka) for comparison.
+worker's RSS, and the translation core alone (no Kafka) for comparison, with the
+transaction path's core (orders@3 over whole transactions, bench/translate_tx.py).
 
     .venv/bin/python bench/translate.py                    # private stack on free ports
     .venv/bin/python bench/translate.py --records 200000 --stack-json endpoints.json
@@ -370,6 +371,10 @@ def main() -> None:
             )
         core = core_only(server, endpoints.registry_url, records)
         print(f"    translation core alone (decode, translate, stamp, serialize): {core:,.0f}/s")
+        from translate_tx import report as transaction_report  # bench/translate_tx.py
+
+        for line in transaction_report(endpoints.registry_url, 4_000, 3):
+            print(line)
         ratio = rate_b / rate_a
         print(
             f"worker / {TARGET:,}/s target: {rate_b / TARGET:.2f} "

@@ -12,6 +12,7 @@ from bizevents.contractscli import contracts
 from bizevents.democli import demo
 from bizevents.devcli import dev
 from bizevents.replaycli import replay
+from bizevents.topicscli import topics
 from bizevents.translatecli import translate
 from bizevents.translatorscli import translators
 
@@ -62,3 +63,4 @@ main.add_command(capture)
 main.add_command(translate)
 main.add_command(replay)
 main.add_command(demo)
+main.add_command(topics)

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import click
 
 from bizevents.clikit import fails_cleanly, settings_of
+from bizevents.settings import Settings
 from contracts.compatibility import CompatibilityLevel, parse_level
 from contracts.gate import (
     GitHistory,
@@ -26,6 +28,8 @@ from contracts.gate import (
     register_contracts,
 )
 from contracts.subjects import STRATEGIES, subject_strategy
+from translators.columns import ColumnProblem, Layout, column_problems
+from translators.registry import discover
 
 _PATHS = click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 _STRATEGY = click.option(
@@ -79,6 +83,13 @@ def _report(verdicts: list[Verdict]) -> None:
     help="Compatibility level with --against (default BACKWARD); the registry's own "
     "level applies otherwise.",
 )
+@click.option(
+    "--translators/--no-translators",
+    default=True,
+    show_default=True,
+    help="Also check the pinned translators' declared columns against the registry's "
+    "technical schemas.",
+)
 @click.pass_context
 @fails_cleanly
 def check(
@@ -87,8 +98,12 @@ def check(
     strategy: str,
     git_ref: str | None,
     level: str | None,
+    translators: bool,
 ) -> None:
-    """Check .avsc contracts (files or directories); exit 1 on any incompatibility."""
+    """Check .avsc contracts (files or directories); exit 1 on any incompatibility.
+
+    Against the registry, the pinned translators' declared columns are also held against
+    their tables' latest layouts: a column dropped or retyped is reported (exit 1)."""
     if level is not None and git_ref is None:
         raise click.UsageError(
             "--level applies only with --against; against the registry, each subject's "
@@ -102,14 +117,58 @@ def check(
     else:
         registry = RegistryHistory(settings_of(ctx).registry)
         history = registry
+    problems: list[ColumnProblem] = []
     try:
         verdicts = check_contracts(found, history, subject_strategy(strategy))
+        _report(verdicts)
+        if registry is not None and translators:
+            problems = _check_pinned(settings_of(ctx), registry)
     finally:
         if registry is not None:
             registry.close()
-    _report(verdicts)
-    if not all(v.ok for v in verdicts):
+    if problems or not all(v.ok for v in verdicts):
         sys.exit(1)
+
+
+def _check_pinned(settings: Settings, registry: RegistryHistory) -> list[ColumnProblem]:
+    """The pinned translators' declared columns against the latest layouts of their
+    tables (the technical topics' value schemas in the registry)."""
+    if not settings.translators:
+        return []
+    translate = settings.translate
+    if not translate.topic_prefix and not translate.topics:
+        click.echo(
+            "pinned translators not checked: set translate.topic_prefix (or translate.topics) "
+            "to name their technical topics"
+        )
+        return []
+    problems: list[ColumnProblem] = []
+    for translator in discover(names=settings.translators).pinned(settings.translators):
+        for table in translator.sources:
+            if any(c in table for c in "*?["):
+                click.echo(f"{translator.ref}  {table}  not checked (a pattern)")
+                continue
+            topic = _topic_of(table, translate.topic_prefix, translate.topics)
+            layouts = [Layout(v.label, v.schema) for v in registry.versions(f"{topic}-value")]
+            found = column_problems(translator, table, layouts)
+            if translator.columns is None:
+                status = "declares no columns"
+            elif not layouts:
+                status = f"not checked ({topic}-value has no schema yet)"
+            else:
+                status = f"{'BROKEN' if found else 'ok'} against {layouts[-1].label} of {topic}"
+            click.echo(f"{translator.ref}  {table}  {status}")
+            for problem in found:
+                click.echo(f"    - {problem}")
+            problems += found
+    return problems
+
+
+def _topic_of(table: str, prefix: str | None, topics: Sequence[str]) -> str:
+    for topic in topics:
+        if topic.endswith(f".{table}"):
+            return topic
+    return f"{prefix}.{table}"
 
 
 @contracts.command()

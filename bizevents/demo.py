@@ -2,10 +2,11 @@
 
 It starts the stack (if it is not running), creates the store's tables in the local
 PostgreSQL (or, with ``--source mysql``, in the stack's MariaDB), starts ``bizevents
-capture postgres`` (or ``capture mysql``) and ``bizevents translate`` as processes of
-their own (as they run in production), drives a stream of store
-activity, and shows the business events arriving, with the counts each translator
-emitted, dropped and dead-lettered. Ctrl-C (or ``--duration``) stops it cleanly:
+capture postgres`` (or ``capture mysql``), ``bizevents translate`` and ``bizevents
+translate --transactions`` (orders@3, whole transactions) as processes of their own (as
+they run in production), drives a stream of store activity, and shows the business
+events arriving, with the counts each translator emitted, dropped and dead-lettered.
+Ctrl-C (or ``--duration``) stops it cleanly:
 load first, then the worker and capture (each acknowledges what it has), then the
 stack if the demo started it.
 """
@@ -22,7 +23,7 @@ import threading
 import time
 import urllib.request
 from collections import Counter, deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,8 +42,11 @@ from translators.api import Translator
 
 SERVER = "demo"
 TABLES = ("store.customers", "store.products", "store.orders", "store.order_items")
-PINS = {"customers": 1, "orders": 2, "products": 1}
+#: orders@3 reads whole transactions (orders with their items): it runs under
+#: ``bizevents translate --transactions`` beside the row worker (docs/transactions.md).
+PINS = {"customers": 1, "orders": 3, "products": 1}
 DEAD_LETTER_TOPIC = "bizevents.dead-letter"
+ORDER_PLACED = "store.order-placed"
 
 
 @dataclass
@@ -52,6 +56,11 @@ class Tally:
     per_topic: Counter[str] = field(default_factory=Counter)
     recent: deque[tuple[str, str, str]] = field(default_factory=lambda: deque(maxlen=12))
     translator_counts: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: Business events seen per translator (from their lineage headers).
+    per_translator: Counter[str] = field(default_factory=Counter)
+    #: OrderPlaced events seen, and those whose total is not 0.00.
+    orders_placed: int = 0
+    orders_with_total: int = 0
     load_steps: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -108,7 +117,9 @@ def store_plugin() -> tuple[list[Translator], ModuleType]:
 
     try:
         pinned = discover(names=PINS).pinned(PINS)
-        package = pinned[0].func.__module__.rpartition(".")[0]
+        first = pinned[0]
+        func = getattr(first, "tx_func", None) or first.func  # a transaction translator's own
+        package = func.__module__.rpartition(".")[0]
         load = importlib.import_module(f"{package}.load")
     except (PluginError, ImportError) as exc:
         raise ConfigError(
@@ -155,7 +166,11 @@ def _load(dsn: str, rate: float, stop: threading.Event, tally: Tally, store: Mod
 
 
 def _read_business_topics(
-    bootstrap: str, topics: list[str], stop: threading.Event, tally: Tally
+    bootstrap: str,
+    topics: list[str],
+    stop: threading.Event,
+    tally: Tally,
+    placed: Callable[[bytes], Any] | None = None,
 ) -> None:
     """Follow the business topics in assign mode (no consumer group needed to watch)."""
     from confluent_kafka import Consumer, TopicPartition
@@ -194,11 +209,52 @@ def _read_business_topics(
                 detail = headers.get("bizevents.dlq.reason") or headers.get(
                     "bizevents.event_id", ""
                 )
+                if placed is not None and topic == ORDER_PLACED and message.value():
+                    try:
+                        order = placed(message.value() or b"")
+                        detail = f"total {order.total} {order.currency}, {len(order.items)} items"
+                    except Exception:  # the view must not stop on one event
+                        order = None
+                else:
+                    order = None
                 with tally.lock:
                     tally.per_topic[topic] += 1
+                    if label:
+                        tally.per_translator[label] += 1
+                    if order is not None:
+                        tally.orders_placed += 1
+                        tally.orders_with_total += order.total != 0
                     tally.recent.append((topic, label, detail[:60]))
     finally:
         consumer.close()
+
+
+def _wait_for_topic(
+    bootstrap: str, topic: str, capture: subprocess.Popen[bytes], logs: Path
+) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log.connection.close": False})
+    deadline = time.monotonic() + 120
+    while topic not in admin.list_topics(timeout=10).topics:
+        _check_alive(capture, "capture", logs / "demo-capture.log")
+        if time.monotonic() > deadline:
+            raise StackError(f"capture did not create {topic} within 120 s")
+        time.sleep(0.5)
+
+
+def _order_placed_reader(registry_url: str, pinned: list[Translator]) -> Any:
+    """Reads OrderPlaced values (to show their totals), or ``None`` without the contract."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    from contracts.serde import BusinessDeserializer
+
+    contract = next(
+        (c for t in pinned for c in t.emits if c.contract_topic() == ORDER_PLACED), None
+    )
+    if contract is None:
+        return None
+    return BusinessDeserializer(SchemaRegistryClient({"url": registry_url}), contract)
 
 
 def _text(value: str | bytes | None) -> str:
@@ -235,8 +291,14 @@ def _view(tally: Tally, topics: list[str]) -> Group:
                     for k in ("consumed", "emitted", "dropped", "dead_lettered")
                 ),
             )
+        for translator, seen in sorted(tally.per_translator.items()):
+            if translator not in tally.translator_counts:  # the transaction worker's
+                counts.add_row(f"{translator} (transactions)", "", str(seen), "", "")
         per_topic = Table(
-            title=f"business topics ({tally.load_steps} store actions so far)", title_justify="left"
+            title=f"business topics ({tally.load_steps} store actions so far; "
+            f"{tally.orders_with_total} of {tally.orders_placed} OrderPlaced with a total "
+            "other than 0.00)",
+            title_justify="left",
         )
         per_topic.add_column("topic")
         per_topic.add_column("events", justify="right")
@@ -304,11 +366,27 @@ def run_demo(
         worker = cleanup.enter_context(
             _process([*cli, "translate"], env, logs / "demo-translate.log", "the translator worker")
         )
+        # the transaction topic exists once capture streams (after its snapshot)
+        _wait_for_topic(endpoints.bootstrap_servers, f"{SERVER}.transaction", capture, logs)
+        tx_worker = cleanup.enter_context(
+            _process(
+                [*cli, "translate", "--transactions"],
+                env,
+                logs / "demo-translate-transactions.log",
+                "the transaction worker",
+            )
+        )
         threads = [
             threading.Thread(target=_load, args=(dsn, rate, stop, tally, store), daemon=True),
             threading.Thread(
                 target=_read_business_topics,
-                args=(endpoints.bootstrap_servers, topics, stop, tally),
+                args=(
+                    endpoints.bootstrap_servers,
+                    topics,
+                    stop,
+                    tally,
+                    _order_placed_reader(endpoints.registry_url, pinned),
+                ),
                 daemon=True,
             ),
         ]
@@ -322,6 +400,11 @@ def run_demo(
                 while duration is None or time.monotonic() - started < duration:
                     _check_alive(capture, "capture", logs / "demo-capture.log")
                     _check_alive(worker, "the translator worker", logs / "demo-translate.log")
+                    _check_alive(
+                        tx_worker,
+                        "the transaction worker",
+                        logs / "demo-translate-transactions.log",
+                    )
                     try:
                         scraped = _scrape(f"http://127.0.0.1:{metrics_port}/metrics")
                     except OSError:
@@ -340,4 +423,7 @@ def run_demo(
             "store_actions": tally.load_steps,
             "events_per_topic": dict(tally.per_topic),
             "translators": tally.translator_counts,
+            "events_per_translator": dict(tally.per_translator),
+            "orders_placed": tally.orders_placed,
+            "orders_placed_with_total": tally.orders_with_total,
         }

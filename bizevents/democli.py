@@ -27,8 +27,10 @@ def demo(ctx: click.Context, duration: float | None, rate: float, source: str) -
     """Capture a live store database and translate its changes into business events.
 
     Starts the embedded stack if needed, the store's tables, capture, a translator
-    worker (customers@1, orders@2, products@1) and a load generator, and shows the
-    business events and what each translator emitted, dropped and dead-lettered.
+    worker (customers@1, products@1), a transaction worker (orders@3: each order placed
+    with its items and its true total, from the transaction that placed it) and a load
+    generator, and shows the business events and what each translator emitted, dropped
+    and dead-lettered.
     """
     from bizevents.demo import run_demo
 
@@ -38,6 +40,16 @@ def demo(ctx: click.Context, duration: float | None, rate: float, source: str) -
             "demo summary",
             ["what", "count"],
             [["store actions", str(summary["store_actions"])]]
-            + [[topic, str(n)] for topic, n in sorted(summary["events_per_topic"].items())],
+            + [[topic, str(n)] for topic, n in sorted(summary["events_per_topic"].items())]
+            + [
+                [f"events of {ref}", str(n)]
+                for ref, n in sorted(summary["events_per_translator"].items())
+            ]
+            + [
+                [
+                    "OrderPlaced with a true total (not 0.00)",
+                    f"{summary['orders_placed_with_total']} of {summary['orders_placed']}",
+                ]
+            ],
         )
     )

@@ -31,7 +31,7 @@ from base.settings import (
     RegistrySettings,
     SettingsGroup,
 )
-from translators.settings import RuntimeSettings, TranslateSettings
+from translators.settings import RuntimeSettings, TransactionSettings, TranslateSettings
 
 CONFIG_ENV = "BIZEVENTS_CONFIG"
 
@@ -64,6 +64,7 @@ class Settings(BaseSettings):
     database: DatabaseSettings = DatabaseSettings()
     dev: DevSettings = DevSettings()
     translate: TranslateSettings = TranslateSettings()
+    transactions: TransactionSettings = TransactionSettings()
     #: Which version of each translator runs live, e.g. ``{"orders": 2}``; in TOML a
     #: ``[translators]`` table, in the environment ``BIZEVENTS_TRANSLATORS='{"orders": 2}'``.
     translators: dict[str, int] = Field(default_factory=dict)

@@ -9,16 +9,31 @@ from bizevents.clikit import fails_cleanly, settings_of
 
 
 @click.command()
+@click.option(
+    "--transactions",
+    is_flag=True,
+    help="Run the pinned transaction translators (whole transactions) instead of the row ones.",
+)
 @click.pass_context
 @fails_cleanly
-def translate(ctx: click.Context) -> None:
+def translate(ctx: click.Context, transactions: bool) -> None:
     """Translate technical topics into business events until stopped (SIGTERM, Ctrl-C).
 
     Runs a Faust worker in the consumer group translate.group_id: start several to
     share the partitions. Which translator versions run is pinned in the settings
     ([translators] orders = 2); technical topics are <translate.topic_prefix>.<schema>.<table>.
     Offsets are committed only after the events produced from them are acknowledged.
+
+    With --transactions it runs the transaction translators instead: the worker assembles
+    whole committed transactions from the transaction topic and the technical topics
+    (docs/transactions.md); run it beside the row worker.
     """
+    if transactions:
+        from translators.txworker import run_transactions
+
+        settings = settings_of(ctx)
+        run_transactions(settings.runtime(), settings.transactions)
+        return
     from translators.metrics import WorkerStats, serve_metrics
     from translators.worker import run
 

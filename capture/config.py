@@ -97,6 +97,9 @@ class CaptureConfig(BaseModel):
     on_conversion_error: Literal["dead-letter", "fail", "skip"] = "dead-letter"
     #: The capture dead-letter topic (default ``<server>.capture.dlq``).
     dead_letter_topic: str | None = None
+    #: Debezium's transaction metadata: each streamed envelope's ``transaction`` block
+    #: and BEGIN/END records on ``<prefix>.transaction`` (docs/transactions.md).
+    transaction_metadata: bool = True
     #: MySQL: the Kafka key's columns of tables without a primary key (``db.table``).
     keys: dict[str, tuple[str, ...]] = Field(default_factory=dict)
     #: MySQL: the compacted topic of the stored binlog position (default

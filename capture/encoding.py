@@ -297,6 +297,8 @@ class TableCodec:
     ) -> None:
         table = relation.qualified_name
         self.relation = relation
+        #: ``schema.table``: the data collection of transaction metadata.
+        self.table = table
         self.topic = topic
         self.server = server
         self.database = database

@@ -95,6 +95,10 @@ class SchemaRegistrar:
         self._ids[(subject, schema_json)] = schema_id
         return schema_id
 
+    def register_schema(self, subject: str, schema_json: str) -> int:
+        """Register one schema under ``subject`` (once per distinct schema); its id."""
+        return self._register(subject, schema_json)
+
     def register(self, codec: Registrable) -> None:
         """Register ``codec``'s schemas and give it their ids."""
         key_json = codec.key_schema_json()

@@ -11,10 +11,10 @@ from typing import Any
 import psycopg2
 import psycopg2.extras
 
-from base.kafka import produce
+from base.kafka import ensure_topics, produce
 from capture import postgres as pg
 from capture.core import CaptureCore
-from capture.encoding import TableCodec, encoded_ts
+from capture.encoding import TableCodec
 from capture.exceptions import CaptureError
 from capture.offsets import Tx
 from capture.pgoutput import (
@@ -31,7 +31,9 @@ from capture.pgoutput import (
 )
 from capture.pgtypes import PgTypeMapper, enum_types_from_rows
 from capture.sink import create_topics
+from capture.transactions import NoBlocks, TxBlocks
 from contracts.technical.source import EncodedSource
+from contracts.technical.transaction import transaction_topic
 
 __all__ = ["Streaming"]
 
@@ -90,30 +92,46 @@ class Streaming(CaptureCore):
             status_interval=max(1.0, cfg.heartbeat_interval_s),
         )
         self.log.info("streaming", publication=cfg.publication_name)
-        _SlotReader(self, cursor, side).run()
+        _SlotReader(self, cursor, side, self._transaction_blocks()).run()
         # Stopping: everything read is acknowledged, then confirmed.
         self._drain()
         self._check_delivery()
         self._feedback(cursor, force=True)
         self._await_confirmed(side)
 
+    def _transaction_blocks(self) -> NoBlocks:
+        """The transaction metadata writer (its topic created, its schemas registered)."""
+        cfg = self.config
+        if not cfg.transaction_metadata:
+            return NoBlocks()
+        topic = transaction_topic(cfg.prefix)
+        assert self._admin is not None and self._registrar is not None
+        # One partition: BEGIN and END of every transaction in commit order. Not
+        # compacted: BEGIN and END share their key.
+        ensure_topics(
+            self._admin, [topic], 1, replication_factor=cfg.replication_factor, timeout_s=15
+        )
+        return TxBlocks.registered(self._registrar, topic)
+
     def _row_change(
         self,
         m: Insert | Update | Delete,
         codec: TableCodec,
         src: bytes,
-        now_ms: bytes,
+        stamp: Callable[[str], bytes],
         send: Callable[..., None],
     ) -> int:
         # Every record is made before any is sent: a value that does not convert leaves
-        # nothing half-written.
+        # nothing half-written. ``stamp`` gives each envelope its ``ts_ms`` and
+        # ``transaction`` bytes (the orders count on).
         if isinstance(m, Insert):
             key = codec.key(m.new)
-            send(codec.topic, key, codec.envelope("c", None, codec.row(m.new), src, now_ms))
+            value = codec.envelope("c", None, codec.row(m.new), src, stamp(codec.table))
+            send(codec.topic, key, value)
             return 1
         if isinstance(m, Delete):
             key = codec.key(m.old)
-            value = codec.envelope("d", codec.row(m.old), None, src, now_ms)
+            value = codec.envelope("d", codec.row(m.old), None, src, stamp(codec.table))
             send(codec.topic, key, value)
             send(codec.topic, key, None)
             return 2
@@ -127,14 +145,15 @@ class Streaming(CaptureCore):
             old_key = codec.key(old)
             if old_key != new_key:
                 # The key changed: a delete (and tombstone) of the old key, a create of the new.
-                deleted = codec.envelope("d", codec.row(old), None, src, now_ms)
-                created = codec.envelope("c", None, codec.row(new), src, now_ms)
+                deleted = codec.envelope("d", codec.row(old), None, src, stamp(codec.table))
+                created = codec.envelope("c", None, codec.row(new), src, stamp(codec.table))
                 send(codec.topic, old_key, deleted)
                 send(codec.topic, old_key, None)
                 send(codec.topic, new_key, created)
                 return 3
         before = codec.row(old) if (old is not None and m.old_kind == "O") else None
-        send(codec.topic, new_key, codec.envelope("u", before, codec.row(new), src, now_ms))
+        value = codec.envelope("u", before, codec.row(new), src, stamp(codec.table))
+        send(codec.topic, new_key, value)
         return 1
 
     def _unconvertible(
@@ -145,7 +164,7 @@ class Streaming(CaptureCore):
         exc: CaptureError,
         side: pg.Connection,
         src: bytes,
-        now_ms: bytes,
+        blocks: NoBlocks,
         send: Callable[..., None],
     ) -> int:
         """A change that did not convert: with fresh types if they changed, else handled
@@ -153,9 +172,12 @@ class Streaming(CaptureCore):
         before the slot passes the change)."""
         relation = m.relation
         if self._refresh_types(relation.oid, side):
+            codec = self._codecs[relation.oid]
+            mark = blocks.mark(codec.table)
             try:
-                return self._row_change(m, self._codecs[relation.oid], src, now_ms, send)
+                return self._row_change(m, codec, src, blocks.stamp, send)
             except CaptureError as again:
+                blocks.rollback(codec.table, mark)
                 exc = again
         return self._conversion_failed(relation.qualified_name, raw, lsn, exc, send)
 
@@ -199,9 +221,15 @@ class _SlotReader:
     the slot confirmed between them. Holds the open transaction's state."""
 
     def __init__(
-        self, capture: Streaming, cursor: psycopg2.extras.ReplicationCursor, side: pg.Connection
+        self,
+        capture: Streaming,
+        cursor: psycopg2.extras.ReplicationCursor,
+        side: pg.Connection,
+        blocks: NoBlocks,
     ) -> None:
         assert capture._producer is not None
+        self.blocks = blocks
+        self.tx_topic = transaction_topic(capture.config.prefix)
         self.capture = capture
         self.cursor = cursor
         self.side = side
@@ -213,7 +241,6 @@ class _SlotReader:
         self.ack: Callable[..., None] | None = None
         self.sources: dict[int, EncodedSource] = {}
         self.commit_ms = self.commit_us = 0
-        self.now_ms = b""
         self.xid: int | None = None
         self.handlers: dict[type, Callable[[Any, Any], None]] = {
             Insert: self.on_row,
@@ -301,13 +328,25 @@ class _SlotReader:
         oid = m.relation.oid
         codec = self.codecs[oid]
         src = self.source(oid, codec).with_long(msg.data_start)
+        blocks = self.blocks
+        begin = blocks.begin_record()
+        if begin is not None:
+            self.send(self.tx_topic, begin[0], begin[1], 0)
+            self.sent_metadata()
+        mark = blocks.mark(codec.table)
         try:
-            n = self.capture._row_change(m, codec, src, self.now_ms, self.send)
+            n = self.capture._row_change(m, codec, src, blocks.stamp, self.send)
         except CaptureError as exc:
+            blocks.rollback(codec.table, mark)
             n = self.capture._unconvertible(
-                m, msg.payload, msg.data_start, exc, self.side, src, self.now_ms, self.send
+                m, msg.payload, msg.data_start, exc, self.side, src, blocks, self.send
             )
         self.sent(codec, n)
+
+    def sent_metadata(self) -> None:
+        assert self.tx is not None
+        self.tx.pending += 1
+        self.tracker.in_flight += 1
 
     def on_begin(self, m: Begin, _msg: Any) -> None:
         self.tx = self.tracker.begin(m.xid)
@@ -316,10 +355,14 @@ class _SlotReader:
         self.xid = m.xid
         self.commit_us = m.commit_ts
         self.commit_ms = m.commit_ts // 1000
-        self.now_ms = encoded_ts(int(time.time() * 1000))
+        self.blocks.start(m.xid, m.final_lsn, self.commit_ms, int(time.time() * 1000))
 
     def on_commit(self, m: Commit, _msg: Any) -> None:
         assert self.tx is not None
+        end = self.blocks.end_record()
+        if end is not None:
+            self.send(self.tx_topic, end[0], end[1], 0)
+            self.sent_metadata()
         self.tracker.commit(self.tx, m.end_lsn)
         self.capture.stats.received_lsn = m.end_lsn
         self.tx = None
@@ -340,9 +383,15 @@ class _SlotReader:
                     lsn=format_lsn(msg.data_start),
                 )
                 continue
+            begin = self.blocks.begin_record()
+            if begin is not None:
+                self.send(self.tx_topic, begin[0], begin[1], 0)
+                self.sent_metadata()
             src = codec.source(self.commit_ms, self.commit_us, "false", self.xid)
-            value = codec.envelope("t", None, None, src.with_long(msg.data_start), self.now_ms)
+            at = src.with_long(msg.data_start)
             for p in self.partitions:
+                # one event per partition, each with its own place in the transaction
+                value = codec.envelope("t", None, None, at, self.blocks.stamp(codec.table))
                 self.send(codec.topic, None, value, p)
             assert self.tx is not None
             self.tx.pending += len(self.partitions)

@@ -18,11 +18,14 @@ from decimal import Decimal
 from typing import Final
 
 __all__ = [
+    "CONTAINER_MAGIC",
     "LENGTHS",
     "NULL_BRANCH",
     "SMALL",
     "VALUE_BRANCH",
     "blob",
+    "container_block",
+    "container_header",
     "decimal_from_unscaled",
     "fastavro_signed_bytes",
     "read_long",
@@ -128,3 +131,25 @@ def decimal_from_unscaled(raw: bytes, scale: int) -> Decimal:
     n = int.from_bytes(raw, "big", signed=True)
     # From text, not scaleb(): Decimal arithmetic rounds to the context's 28 digits.
     return Decimal(f"{n}E{-scale}")
+
+
+# -- object container files --------------------------------------------------------------
+
+#: The first four bytes of an Avro object container file.
+CONTAINER_MAGIC: Final = b"Obj\x01"
+
+
+def container_header(schema_json: str, sync: bytes, codec: str = "null") -> bytes:
+    """An object container file's header: magic, the metadata map (schema, codec), the
+    16-byte sync marker. Blocks follow (:func:`container_block`)."""
+    if len(sync) != 16:
+        raise ValueError("an Avro sync marker has 16 bytes")
+    meta = [("avro.schema", schema_json.encode()), ("avro.codec", codec.encode())]
+    body = b"".join(text(k) + blob(v) for k, v in meta)
+    return CONTAINER_MAGIC + zigzag(len(meta)) + body + SMALL[0] + sync
+
+
+def container_block(count: int, data: bytes, sync: bytes) -> bytes:
+    """One block of ``count`` records whose encodings, concatenated, are ``data``
+    (uncompressed), followed by the sync marker."""
+    return zigzag(count) + zigzag(len(data)) + data + sync

@@ -270,6 +270,10 @@ class RegistryHistory:
         return parse_level(body.get("compatibilityLevel") or body.get("compatibility") or "")
 
     def prior(self, subject: str, contract: ContractFile) -> list[PriorSchema]:
+        return self.versions(subject)
+
+    def versions(self, subject: str) -> list[PriorSchema]:
+        """Every registered version of ``subject``, oldest first (none when unknown)."""
         status, body = self._request("GET", f"/subjects/{_q(subject)}/versions")
         if status == 404:
             return []

@@ -13,6 +13,7 @@ place; any failure raises, which fails the task (Spark retries it) and so the ra
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -24,6 +25,16 @@ from typing import Any, Final
 
 from base.errors import TransientError
 from base.kafka import partition_for, produce
+from contracts.binary import (
+    NULL_BRANCH,
+    SMALL,
+    VALUE_BRANCH,
+    blob,
+    container_block,
+    container_header,
+    text,
+    zigzag,
+)
 from replay.compaction import KeyIndex, compact_in_memory
 from replay.diff import ContentSerializer, DiffReport, compare
 from replay.plan import READER_SETTINGS, Range
@@ -341,6 +352,78 @@ class _TopicSink:
         self.producer.flush(1.0)
 
 
+class _AvroFile:
+    """One Avro container file of ``FILE_SCHEMA`` records, written a block at a time."""
+
+    #: Records (or bytes of them) per block: what a reader holds at once.
+    BLOCK_RECORDS: Final = 4000
+    BLOCK_BYTES: Final = 1 << 20
+
+    def __init__(self, partial: Path, final: Path) -> None:
+        self.partial = partial
+        self.final = final
+        self.handle = partial.open("wb")
+        self.sync = os.urandom(16)
+        self.handle.write(container_header(_FILE_SCHEMA_JSON, self.sync))
+        self.parts: list[bytes] = []
+        self.count = 0
+        self.size = 0
+
+    def add(self, encoded: bytes) -> None:
+        self.parts.append(encoded)
+        self.count += 1
+        self.size += len(encoded)
+        if self.count >= self.BLOCK_RECORDS or self.size >= self.BLOCK_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.count:
+            self.handle.write(container_block(self.count, b"".join(self.parts), self.sync))
+            self.parts, self.count, self.size = [], 0, 0
+
+    def close(self) -> None:
+        self.flush()
+        self.handle.flush()
+        os.fsync(self.handle.fileno())
+        self.handle.close()
+        os.replace(self.partial, self.final)  # a rerun of the range replaces it whole
+
+
+_FILE_SCHEMA_JSON: Final = json.dumps(FILE_SCHEMA, separators=(",", ":"))
+
+
+class FileRecordEncoder:
+    """The Avro body of one ``FILE_SCHEMA`` record, from an output record (the strings
+    that repeat, topics, translators and header names, are encoded once)."""
+
+    def __init__(self) -> None:
+        self._texts: dict[str, bytes] = {}
+
+    def _text(self, value: str) -> bytes:
+        found = self._texts.get(value)
+        if found is None:
+            found = self._texts[value] = text(value)
+        return found
+
+    def __call__(self, topic: str, record: OutRecord) -> bytes:
+        key, value, headers = record.key, record.value, record.headers
+        parts = [
+            self._text(topic),
+            NULL_BRANCH if key is None else VALUE_BRANCH + blob(key),
+            NULL_BRANCH if value is None else VALUE_BRANCH + blob(value),
+        ]
+        if headers:
+            parts.append(zigzag(len(headers)))
+            name = self._text
+            for k, v in headers:
+                parts.append(name(k))
+                parts.append(NULL_BRANCH if v is None else VALUE_BRANCH + blob(v))
+        parts.append(SMALL[0])  # the end of the header array
+        parts.append(text(record.event_id))
+        parts.append(self._text(record.translator))
+        return b"".join(parts)
+
+
 class _FileSink:
     """Avro container files, one per output topic and range, renamed into place at the end."""
 
@@ -348,55 +431,34 @@ class _FileSink:
         self.root = root
         self.output = output
         self.rng = rng
-        self._writers: dict[str, tuple[Any, Any, Path, Path]] = {}
+        self._files: dict[str, _AvroFile] = {}
+        self._encode = FileRecordEncoder()
 
-    def _writer(self, topic: str) -> Any:
-        found = self._writers.get(topic)
+    def _file(self, topic: str) -> _AvroFile:
+        found = self._files.get(topic)
         if found is None:
-            from fastavro import parse_schema
-            from fastavro.write import Writer
-
             folder = self.root / topic
             folder.mkdir(parents=True, exist_ok=True)
             final = folder / f"{self.rng.file_stem}.avro"
             partial = folder / f".{self.rng.file_stem}.{os.getpid()}.partial"
-            handle = partial.open("wb")
-            found = (
-                Writer(handle, parse_schema(FILE_SCHEMA), codec="null"),
-                handle,
-                partial,
-                final,
-            )
-            self._writers[topic] = found
-        return found[0]
+            found = self._files[topic] = _AvroFile(partial, final)
+        return found
 
     def write(self, records: Sequence[OutRecord], report: TaskReport) -> None:
+        encode = self._encode
         for record in records:
             topic = record.topic if record.dead_letter else self.output.topic_for(record.topic)
-            self._writer(topic).write(
-                {
-                    "topic": topic,
-                    "key": record.key,
-                    "value": record.value,
-                    "headers": [{"key": k, "value": v} for k, v in record.headers],
-                    "event_id": record.event_id,
-                    "translator": record.translator,
-                }
-            )
+            self._file(topic).add(encode(topic, record))
             count_event(report, record, topic)
 
     def close(self, rng: Range) -> None:
-        for writer, handle, partial, final in self._writers.values():
-            writer.flush()
-            handle.flush()
-            os.fsync(handle.fileno())
-            handle.close()
-            os.replace(partial, final)  # a rerun of the range replaces it whole
+        for file in self._files.values():
+            file.close()
 
     def abort(self) -> None:
-        for _, handle, partial, _ in self._writers.values():
-            handle.close()
-            partial.unlink(missing_ok=True)
+        for file in self._files.values():
+            file.handle.close()
+            file.partial.unlink(missing_ok=True)
 
 
 def count_event(report: TaskReport, record: OutRecord, topic: str) -> None:

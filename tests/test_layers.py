@@ -5,6 +5,7 @@ The layers (docs/architecture.md), bottom first::
     base         errors, settings groups, logging, metrics serving, Kafka and registry plumbing
     contracts    the envelope, column types, the codec, business contracts, compatibility
     capture      sources into technical topics      translators   plugin API, core, worker
+                 consumers    the consumer kit of business topics (same floor)
     replay       the Spark replay (builds on translators)
     bizevents    the shell: CLI, demo, dev stack, pytest plugin; nothing imports it
 
@@ -28,8 +29,9 @@ ALLOWED: dict[str, frozenset[str]] = {
     "contracts": frozenset({"base"}),
     "capture": frozenset({"base", "contracts"}),
     "translators": frozenset({"base", "contracts"}),
+    "consumers": frozenset({"base", "contracts"}),
     "replay": frozenset({"base", "contracts", "translators"}),
-    "bizevents": frozenset({"base", "contracts", "capture", "translators", "replay"}),
+    "bizevents": frozenset({"base", "contracts", "capture", "translators", "replay", "consumers"}),
 }
 OURS = frozenset(ALLOWED)
 

@@ -4,7 +4,8 @@ Everything a translator and its contracts use comes from here::
 
     from translators import BusinessEvent, Change, Timestamp, condecimal, translator
 
-The decorator and its skip policies, the change a translator reads (and
+The decorators (:func:`translator` for one change, :func:`transaction_translator` for
+one whole transaction) and their skip policies, the change a translator reads (and
 :data:`UNAVAILABLE`, an unchanged TOASTed value), the base class of contracts and the
 field types that map to Avro's logical types. Testing without a broker lives in
 :mod:`translators.testing`. The public API is exactly ``__all__``.
@@ -16,12 +17,17 @@ from uuid import UUID
 
 from dataclasses_avroschema.types import Float32, condecimal
 
-from contracts.business import BusinessEvent, Int32, Timestamp
+from contracts.business import BusinessEvent, Int32, Record, Timestamp
 from contracts.change import Change
 from contracts.logical import UNAVAILABLE, JsonDocument
 from translators.api import SKIP, TRANSLATE, Policy, Translator, translator
 from translators.exceptions import PluginError, TranslationError
 from translators.registry import ENTRY_POINT_GROUP, PluginFailure, Registry, discover
+from translators.transaction_api import (
+    TransactionChanges,
+    TransactionTranslator,
+    transaction_translator,
+)
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -38,12 +44,16 @@ __all__ = [
     "PluginError",
     "PluginFailure",
     "Policy",
+    "Record",
     "Registry",
     "Timestamp",
+    "TransactionChanges",
+    "TransactionTranslator",
     "TranslationError",
     "Translator",
     "condecimal",
     "date",
     "discover",
+    "transaction_translator",
     "translator",
 ]

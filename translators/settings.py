@@ -77,3 +77,37 @@ class RuntimeSettings:
     #: Which version of each translator runs live, e.g. ``{"orders": 2}``.
     translators: Mapping[str, int] = field(default_factory=dict)
     state_dir: Path = Path(".bizevents")
+
+
+class TransactionSettings(SettingsGroup):
+    """The transaction worker (``bizevents translate --transactions``, docs/transactions.md).
+
+    Two consumer groups: ``<group_id>.merge`` copies the technical topics the pinned
+    transaction translators read, and the transaction topic, into one log (the
+    one-partition ``repartition_topic``); ``<group_id>.assemble`` assembles whole
+    transactions from that log, translates them, and commits only up to the oldest
+    transaction still open.
+    """
+
+    group_id: str = "bizevents-transactions"
+    #: Debezium's transaction topic (default ``<translate.topic_prefix>.transaction``).
+    transaction_topic: str | None = None
+    #: The one log of every part (default ``<group_id>.repartition``).
+    repartition_topic: str | None = None
+    #: Where the assembler records what it released (default ``<group_id>.state``).
+    state_topic: str | None = None
+    #: Transactions open at once; beyond it the oldest goes to the dead-letter topic.
+    max_open: int = Field(default=10_000, ge=1)
+    #: Changes of one transaction; beyond it the transaction is dead-lettered.
+    max_changes: int = Field(default=100_000, ge=1)
+    #: Later transactions that may end while one waits for its END or its changes.
+    max_wait: int = Field(default=1_000, ge=1)
+    #: Released transaction ids remembered besides the commit position (non-PostgreSQL ids).
+    remembered: int = Field(default=10_000, ge=1)
+    max_records: int = Field(default=2_000, ge=1)
+
+    def repartition(self) -> str:
+        return self.repartition_topic or f"{self.group_id}.repartition"
+
+    def state(self) -> str:
+        return self.state_topic or f"{self.group_id}.state"

@@ -168,9 +168,16 @@ def prepare(settings: RuntimeSettings) -> Plan:
     from contracts.serde import BusinessSerializer
     from contracts.technical import AutoDecoder
     from translators.registry import discover
+    from translators.transaction_api import is_transactional
 
     t = settings.translate
     translators = discover(names=settings.translators).pinned(settings.translators)
+    # transaction translators run under `bizevents translate --transactions`
+    translators = [item for item in translators if not is_transactional(item)]
+    if not translators:
+        raise ConfigError(
+            "only transaction translators are pinned: run `bizevents translate --transactions`"
+        )
     admin = AdminClient({**settings.kafka.librdkafka(), "log.connection.close": False})
     try:
         existing = set(admin.list_topics(timeout=15).topics)

@@ -240,3 +240,43 @@ def test_sample_catalogue_checks_clean(env: dict[str, str]) -> None:
     result = run(env, "check", str(catalogue))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "2 contract(s) checked, all compatible" in result.stdout
+
+
+def test_check_names_a_column_a_pinned_translator_reads_that_a_ddl_dropped(
+    env: dict[str, str], bizevents_stack: Endpoints, tmp_path: Path, topic: str
+) -> None:
+    """orders@2 declares store.orders.status; capture registered a layout without it (the
+    column was dropped): the check names translator, column and version, and exits 1;
+    with the column back it passes."""
+    from bizevents_store.technical import orders_table
+
+    from contracts.technical import AvroEncoder
+
+    prefix = f"ddl{uuid.uuid4().hex[:8]}"
+    subject = f"{prefix}.store.orders-value"
+    layout = AvroEncoder(orders_table(prefix), 0, 0).schemas.value
+    register_directly(bizevents_stack.registry_url, subject, layout)
+    pinned = {
+        **env,
+        "BIZEVENTS_TRANSLATORS": json.dumps({"orders": 2}),
+        "BIZEVENTS_TRANSLATE__TOPIC_PREFIX": prefix,
+    }
+    contract = write(tmp_path / "order.avsc", V1, topic)
+    result = run(pinned, "check", str(contract))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"orders@2  store.orders  ok against version 1 of {prefix}.store.orders" in (
+        result.stdout
+    )
+
+    dropped = json.loads(json.dumps(layout))
+    row = next(f for f in dropped["fields"] if f["name"] == "before")["type"][1]
+    row["fields"] = [f for f in row["fields"] if f["name"] != "status"]
+    register_directly(bizevents_stack.registry_url, subject, dropped)
+    result = run(pinned, "check", str(contract))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "orders@2  store.orders  BROKEN against version 2" in result.stdout
+    assert (
+        "orders@2 reads store.orders.status: the table's latest layout (version 2) has no "
+        "such column (it had it in version 1)"
+    ) in result.stdout
+    assert run(pinned, "check", "--no-translators", str(contract)).returncode == 0

@@ -44,9 +44,15 @@ def test_demo_runs_the_whole_flow_and_stops_cleanly(tmp_path: Path, source: str)
             row = next(line for line in summary.splitlines() if topic in line)
             assert int(row.split("│")[2].strip()) > 0, row
         translators = result.stdout[result.stdout.index("per translator") :]
-        orders = next(line for line in translators.splitlines() if "orders@2" in line)
-        consumed, emitted, dropped, dead = (int(c.strip()) for c in orders.split("│")[2:6])
-        assert consumed > 0 and emitted > 0 and dropped > 0 and dead == 0, orders
+        customers = next(line for line in translators.splitlines() if "customers@1" in line)
+        consumed, emitted, _dropped, dead = (int(c.strip()) for c in customers.split("│")[2:6])
+        assert consumed > 0 and emitted > 0 and dead == 0, customers
+        # orders@3 (whole transactions): every OrderPlaced carries the order's true total
+        of_orders = next(line for line in summary.splitlines() if "events of orders@3" in line)
+        assert int(of_orders.split("│")[2].strip()) > 0, of_orders
+        totals = next(line for line in summary.splitlines() if "true total" in line)
+        true, _, placed = totals.split("│")[2].strip().partition(" of ")
+        assert int(placed) > 0 and true == placed, totals
         # the demo started the stack, so it stopped it: no service is left recorded
         state = json.loads((tmp_path / "state" / "stack.json").read_text())
         assert state["services"] == {}

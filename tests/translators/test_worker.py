@@ -140,7 +140,7 @@ def test_cli_refuses_a_pin_with_no_such_version() -> None:
         timeout=60,
     )
     assert done.returncode == 1
-    assert "no translator orders@9 is registered (orders has versions [1, 2])" in done.stderr
+    assert "no translator orders@9 is registered (orders has versions [1, 2, 3])" in done.stderr
 
 
 # -- the Faust internals the lean path relies on ----------------------------------------------

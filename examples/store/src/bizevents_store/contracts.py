@@ -6,7 +6,9 @@ from decimal import Decimal
 from enum import Enum
 from typing import TYPE_CHECKING
 
-from translators import BusinessEvent, Timestamp, condecimal
+from pydantic import Field
+
+from translators import BusinessEvent, Int32, Record, Timestamp, condecimal
 
 #: numeric(12, 2) in the database; condecimal keeps precision and scale also inside
 #: an optional (``Money | None``), where a plain ``Annotated`` loses them.
@@ -48,12 +50,28 @@ class CustomerAddressChanged(BusinessEvent):
         namespace = "store.customers"
 
 
+class OrderLine(Record):
+    """One line of an order, as it was placed."""
+
+    line_no: Int32
+    product_id: int
+    quantity: Int32
+    unit_price: Money
+
+    class Meta:
+        namespace = "store.orders"
+        schema_doc = False
+
+
 class OrderPlaced(BusinessEvent):
     order_id: int
     customer_id: int
     total: Money
     currency: str
     placed_at: Timestamp
+    #: The order's lines (orders@3, from the transaction that placed the order;
+    #: empty from orders@1 and @2, which see the orders row alone).
+    items: list[OrderLine] = Field(default_factory=list)
 
     class Meta:
         namespace = "store.orders"

@@ -7,6 +7,11 @@ Changes nobody cares about (an ``updated_at`` touched, the internal
 by *position*, off by one, the way a connector once shipped enum indexes instead of
 labels; every PAID comes out as PENDING, every SHIPPED as PAID. ``orders@2`` maps by
 label. Replaying the orders topic through ``orders@2`` repairs what v1 emitted.
+
+``orders@1`` and ``@2`` read one row change at a time, so the ``OrderPlaced`` they emit
+from the order's INSERT says ``total = 0.00``: the store sets the total later in the same
+transaction. ``orders@3`` is a transaction translator: it reads ``orders`` and
+``order_items`` together and places the order with its items and its true total.
 """
 
 from __future__ import annotations
@@ -18,13 +23,20 @@ from bizevents_store.contracts import (
     CustomerAddressChanged,
     CustomerRegistered,
     OrderCancelled,
+    OrderLine,
     OrderPlaced,
     OrderShipped,
     OrderStatus,
     OrderStatusChanged,
     ProductPriceChanged,
 )
-from translators import BusinessEvent, Change, translator
+from translators import (
+    BusinessEvent,
+    Change,
+    TransactionChanges,
+    transaction_translator,
+    translator,
+)
 
 #: The labels of ``store.order_status`` in the order the database declares them.
 DB_ORDER_STATUSES: Final = ("pending", "paid", "shipped", "delivered", "cancelled")
@@ -163,8 +175,46 @@ def orders_v2(change: Change) -> Iterator[BusinessEvent]:
     return _orders(change, _status_by_label)
 
 
+@transaction_translator(
+    name="orders",
+    version=3,
+    sources=["store.orders", "store.order_items"],
+    emits=ORDER_EVENTS,
+)
+def orders_v3(tx: TransactionChanges) -> Iterator[BusinessEvent]:
+    """Orders from the transaction that changed them: an order is placed with its items
+    and its total as the transaction left them (the store inserts the order with total
+    0, then its items, then sets the total). Status changes as in orders@2."""
+    orders = tx.of("store.orders")
+    final = {c.new("id"): c for c in orders if c.after is not None}
+    lines: dict[int, list[OrderLine]] = {}
+    for item in tx.of("store.order_items"):
+        if item.is_create:
+            lines.setdefault(item.new("order_id"), []).append(
+                OrderLine(
+                    line_no=item.new("line_no"),
+                    product_id=item.new("product_id"),
+                    quantity=item.new("quantity"),
+                    unit_price=item.new("unit_price"),
+                )
+            )
+    for change in orders:
+        if change.is_create:
+            order = final[change.new("id")]
+            yield OrderPlaced(
+                order_id=order.new("id"),
+                customer_id=order.new("customer_id"),
+                total=order.new("total"),
+                currency=order.new("currency"),
+                placed_at=order.new("placed_at"),
+                items=sorted(lines.get(order.new("id"), []), key=lambda line: line.line_no),
+            )
+        elif change.is_update:
+            yield from _orders(change, _status_by_label)
+
+
 # One entry point per translator name, holding its versions (see pyproject.toml).
 CUSTOMERS = [customers]
 PRODUCTS = [products]
-ORDERS = [orders_v1, orders_v2]
+ORDERS = [orders_v1, orders_v2, orders_v3]
 ALL = [*CUSTOMERS, *PRODUCTS, *ORDERS]

@@ -1,0 +1,45 @@
+"""The consumer side: what a Python microservice needs to read business topics.
+
+    from consumers import Delivery, consume
+    from bizevents_store.contracts import OrderPlaced
+
+    def handle(delivery: Delivery[OrderPlaced]) -> None:
+        if delivery.supersedes:
+            ...  # a corrected version of an event handled before: replace it
+        print(delivery.event.total)
+
+    consume(["store.order-placed"], handle, contracts=[OrderPlaced], group_id="billing")
+
+Values are decoded into the contract's pydantic models, the handler is called in
+per-key order, offsets are committed after it returns, duplicates are skipped by
+``event_id`` within a window, a replayed correction is marked as superseding, and
+poison records go to a dead-letter topic. docs/consuming.md has the rest (and how to
+read the topics from Java and Node). The public API is exactly ``__all__``.
+"""
+
+from consumers.consumer import (
+    HEADER_CONSUMER_GROUP,
+    HEADER_CONSUMER_OFFSET,
+    HEADER_CONSUMER_PARTITION,
+    HEADER_CONSUMER_TOPIC,
+    BusinessConsumer,
+    ConsumerStats,
+    Delivery,
+    Handler,
+    consume,
+)
+from consumers.window import EventWindow, Verdict
+
+__all__ = [
+    "HEADER_CONSUMER_GROUP",
+    "HEADER_CONSUMER_OFFSET",
+    "HEADER_CONSUMER_PARTITION",
+    "HEADER_CONSUMER_TOPIC",
+    "BusinessConsumer",
+    "ConsumerStats",
+    "Delivery",
+    "EventWindow",
+    "Handler",
+    "Verdict",
+    "consume",
+]

@@ -1,0 +1,249 @@
+"""Debezium's transaction metadata topic, ``<server>.transaction``: BEGIN and END records.
+
+A capture that writes transaction metadata puts, for every committed transaction that
+changed a captured table, a ``BEGIN`` record before its first change and an ``END``
+record after its last, both keyed by the transaction id. ``END`` carries the number of
+change events the transaction wrote, in all and per table (``data_collections``), so a
+reader that counts the envelopes whose ``transaction.id`` is that id knows when it has
+seen all of them. The schemas are Debezium's (``TransactionMetadataKey`` and
+``TransactionMetadataValue``); the records are Confluent-framed Avro, or Debezium JSON
+with or without the embedded Connect schema.
+
+Pure: the schema lookup is injected, as for the envelopes.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final, Literal, TypeAlias
+
+import fastavro
+
+from base.framing import FramingError, header, unframe
+from contracts.binary import NULL_BRANCH, VALUE_BRANCH, text, zigzag
+from contracts.exceptions import Coordinates, DecodeError
+
+__all__ = [
+    "STATUS_BEGIN",
+    "STATUS_END",
+    "TRANSACTION_KEY_AVRO",
+    "TRANSACTION_VALUE_AVRO",
+    "TransactionDecoder",
+    "TransactionRecord",
+    "TransactionStatus",
+    "encode_transaction_key",
+    "encode_transaction_value",
+    "transaction_connect_json",
+    "transaction_topic",
+]
+
+TransactionStatus: TypeAlias = Literal["BEGIN", "END"]
+STATUS_BEGIN: Final = "BEGIN"
+STATUS_END: Final = "END"
+
+TRANSACTION_KEY_AVRO: Final[dict[str, Any]] = {
+    "type": "record",
+    "name": "TransactionMetadataKey",
+    "namespace": "io.debezium.connector.common",
+    "fields": [{"name": "id", "type": "string"}],
+    "connect.version": 1,
+    "connect.name": "io.debezium.connector.common.TransactionMetadataKey",
+}
+
+TRANSACTION_VALUE_AVRO: Final[dict[str, Any]] = {
+    "type": "record",
+    "name": "TransactionMetadataValue",
+    "namespace": "io.debezium.connector.common",
+    "fields": [
+        {"name": "status", "type": "string"},
+        {"name": "id", "type": "string"},
+        {"name": "event_count", "type": ["null", "long"], "default": None},
+        {
+            "name": "data_collections",
+            "type": [
+                "null",
+                {
+                    "type": "array",
+                    "items": {
+                        "type": "record",
+                        "name": "ConnectDefault",
+                        "namespace": "io.confluent.connect.avro",
+                        "fields": [
+                            {"name": "data_collection", "type": "string"},
+                            {"name": "event_count", "type": "long"},
+                        ],
+                    },
+                },
+            ],
+            "default": None,
+        },
+        {"name": "ts_ms", "type": "long"},
+    ],
+    "connect.version": 1,
+    "connect.name": "io.debezium.connector.common.TransactionMetadataValue",
+}
+
+_CONNECT_VALUE: Final[dict[str, Any]] = {
+    "type": "struct",
+    "fields": [
+        {"type": "string", "optional": False, "field": "status"},
+        {"type": "string", "optional": False, "field": "id"},
+        {"type": "int64", "optional": True, "field": "event_count"},
+        {
+            "type": "array",
+            "items": {
+                "type": "struct",
+                "fields": [
+                    {"type": "string", "optional": False, "field": "data_collection"},
+                    {"type": "int64", "optional": False, "field": "event_count"},
+                ],
+                "optional": False,
+            },
+            "optional": True,
+            "field": "data_collections",
+        },
+        {"type": "int64", "optional": False, "field": "ts_ms"},
+    ],
+    "optional": False,
+    "name": "io.debezium.connector.common.TransactionMetadataValue",
+    "version": 1,
+}
+
+
+def transaction_topic(prefix: str) -> str:
+    """The transaction metadata topic of a capture whose topic prefix is ``prefix``."""
+    return f"{prefix}.transaction"
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionRecord:
+    """One BEGIN or END record. ``event_count`` and ``data_collections`` are ``None``
+    on BEGIN; on END the counts per ``schema.table`` (``db.table`` for MySQL)."""
+
+    status: TransactionStatus
+    id: str
+    ts_ms: int
+    event_count: int | None = None
+    data_collections: tuple[tuple[str, int], ...] | None = None
+
+    def counts(self) -> dict[str, int]:
+        """The END record's events per data collection (empty for BEGIN)."""
+        return dict(self.data_collections or ())
+
+
+def encode_transaction_key(schema_id: int, tx_id: str) -> bytes:
+    """The framed Avro key ``{"id": tx_id}``."""
+    return header(schema_id) + text(tx_id)
+
+
+def encode_transaction_value(schema_id: int, record: TransactionRecord) -> bytes:
+    """The framed Avro value of ``record`` (written by hand: capture writes two per
+    transaction; ``tests/contracts/test_transaction_topic.py`` holds it to fastavro)."""
+    parts = [header(schema_id), text(record.status), text(record.id)]
+    if record.event_count is None:
+        parts.append(NULL_BRANCH)
+    else:
+        parts += (VALUE_BRANCH, zigzag(record.event_count))
+    collections = record.data_collections
+    if collections is None:
+        parts.append(NULL_BRANCH)
+    else:
+        parts.append(VALUE_BRANCH)
+        if collections:
+            parts.append(zigzag(len(collections)))
+            for name, count in collections:
+                parts += (text(name), zigzag(count))
+        parts.append(NULL_BRANCH)  # the array's end block (count 0)
+    parts.append(zigzag(record.ts_ms))
+    return b"".join(parts)
+
+
+def transaction_connect_json(record: TransactionRecord, with_schema: bool) -> bytes:
+    """The record as Debezium's JSON converter writes it."""
+    payload: dict[str, Any] = {
+        "status": record.status,
+        "id": record.id,
+        "event_count": record.event_count,
+        "data_collections": None
+        if record.data_collections is None
+        else [{"data_collection": n, "event_count": c} for n, c in record.data_collections],
+        "ts_ms": record.ts_ms,
+    }
+    body = {"schema": _CONNECT_VALUE, "payload": payload} if with_schema else payload
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def _record(d: Any) -> TransactionRecord:
+    """A decoded dict as a record; a sentence on anything missing or mistyped."""
+    if not isinstance(d, dict):
+        raise ValueError("the value is not a struct")
+    status, tid, ts_ms = d.get("status"), d.get("id"), d.get("ts_ms")
+    if status not in (STATUS_BEGIN, STATUS_END):
+        raise ValueError(f"status is {status!r}, not BEGIN or END")
+    if not isinstance(tid, str) or not tid:
+        raise ValueError("id must be a non-empty string")
+    if type(ts_ms) is not int:
+        raise ValueError("ts_ms must be an integer")
+    count = d.get("event_count")
+    if count is not None and (type(count) is not int or count < 0):
+        raise ValueError("event_count must be a non-negative integer")
+    raw = d.get("data_collections")
+    collections: tuple[tuple[str, int], ...] | None = None
+    if raw is not None:
+        if not isinstance(raw, list):
+            raise ValueError("data_collections must be an array")
+        items = []
+        for item in raw:
+            name = item.get("data_collection") if isinstance(item, dict) else None
+            n = item.get("event_count") if isinstance(item, dict) else None
+            if not isinstance(name, str) or type(n) is not int or n < 0:
+                raise ValueError("each data_collections item needs data_collection and event_count")
+            items.append((name, n))
+        collections = tuple(items)
+    if status == STATUS_END and count is None:
+        raise ValueError("an END record needs event_count")
+    return TransactionRecord(status, tid, ts_ms, count, collections)
+
+
+class TransactionDecoder:
+    """Decodes transaction-topic values: framed Avro (writer schema by id), or JSON with
+    or without the Connect schema. Raises :class:`DecodeError` naming the record."""
+
+    def __init__(self, schema_for_id: Callable[[int], Any]) -> None:
+        self._lookup = schema_for_id
+        self._schemas: dict[int, Any] = {}
+
+    def _schema(self, schema_id: int) -> Any:
+        parsed = self._schemas.get(schema_id)
+        if parsed is None:
+            found = self._lookup(schema_id)
+            if found is None:
+                raise LookupError(schema_id)
+            raw = json.loads(found) if isinstance(found, str) else found
+            parsed = self._schemas[schema_id] = fastavro.parse_schema(raw)
+        return parsed
+
+    def decode(self, value: bytes | None, where: Coordinates | None = None) -> TransactionRecord:
+        """The record in ``value``."""
+        if value is None:
+            raise DecodeError("a transaction record has no value", where)
+        try:
+            if value[:1] == b"\x00":
+                schema_id, body = unframe(value)
+                try:
+                    schema = self._schema(schema_id)
+                except (KeyError, LookupError) as exc:
+                    raise DecodeError(f"schema id {schema_id} is not registered", where) from exc
+                data = fastavro.schemaless_reader(io.BytesIO(body), schema, None)
+            else:
+                data = json.loads(value)
+                if isinstance(data, dict) and "payload" in data and "schema" in data:
+                    data = data["payload"]
+            return _record(data)
+        except DecodeError:
+            raise
+        except (FramingError, ValueError, TypeError, EOFError, IndexError) as exc:
+            raise DecodeError(f"not a transaction metadata record: {exc}", where) from exc

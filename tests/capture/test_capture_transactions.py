@@ -1,0 +1,171 @@
+"""Transaction metadata from a real PostgreSQL 15 into the real broker: every streamed
+envelope's ``transaction`` block and the BEGIN/END records of ``<server>.transaction``."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka.schema_registry import SchemaRegistryClient
+
+from bizevents.devstack import Endpoints
+from capture.pgoutput import Begin, PgOutputDecoder
+from contracts.envelope import ChangeEvent, PgPosition, Tombstone
+from contracts.technical.transaction import TransactionDecoder, TransactionRecord
+from tests.capture.capture_helpers import (
+    Db,
+    capture_endpoints,
+    database,
+    in_process,
+    read_topic,
+)
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def db(bizevents_stack: Endpoints) -> Any:
+    with database(bizevents_stack) as made:
+        yield made
+
+
+def read_transactions(endpoints: Endpoints, topic: str) -> list[TransactionRecord]:
+    """The transaction topic's records in order, decoded."""
+    registry = SchemaRegistryClient({"url": endpoints.registry_url})
+    decoder = TransactionDecoder(lambda i: registry.get_schema(i).schema_str)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": endpoints.bootstrap_servers,
+            "group.id": "unused",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
+    out: list[TransactionRecord] = []
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        while True:
+            m = consumer.poll(10)
+            assert m is not None, f"{topic}: no end"
+            err = m.error()
+            if err is not None:
+                assert err.code() == KafkaError._PARTITION_EOF, str(err)
+                return out
+            record = decoder.decode(m.value())
+            key = m.key()
+            assert key is not None and record.id.encode() in key
+            out.append(record)
+    finally:
+        consumer.close()
+
+
+def _witness_begins(db: Db, slot: str) -> list[Begin]:
+    decoder = PgOutputDecoder()
+    with db.conn.cursor() as cur:
+        cur.execute(
+            "SELECT data FROM pg_logical_slot_peek_binary_changes(%s, NULL, NULL, "
+            "'proto_version', '1', 'publication_names', %s)",
+            (slot, db.publication),
+        )
+        messages = [decoder.decode(bytes(row[0])) for row in cur]
+    return [m for m in messages if isinstance(m, Begin)]
+
+
+def test_blocks_and_begin_end_records(db: Db, tmp_path: Path) -> None:
+    """A multi-table transaction's events carry one id, orders 1..n in commit order and
+    per table; END counts what arrived; tombstones and snapshot reads carry no block."""
+    s = db.schema
+    db.sql(f"CREATE TABLE {s}.orders (id int PRIMARY KEY, total numeric(10,2))")
+    db.sql(f"CREATE TABLE {s}.items (id int PRIMARY KEY, order_id int, price numeric(10,2))")
+    db.sql(f"INSERT INTO {s}.orders VALUES (100, 1)")  # read by the snapshot
+    config = db.config(["orders", "items"], partitions=2)
+    with in_process(config, capture_endpoints(db.endpoints, tmp_path)) as run:
+        run.wait_snapshot()
+        witness = db.slot + "_w"
+        db.sql("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (witness,))
+        db.sql(
+            f"BEGIN; INSERT INTO {s}.orders VALUES (1, 0); "
+            f"INSERT INTO {s}.items VALUES (10, 1, 2.50), (11, 1, 4.00); "
+            f"UPDATE {s}.orders SET total = 6.50 WHERE id = 1; COMMIT"
+        )
+        db.sql(f"UPDATE {s}.items SET id = 12 WHERE id = 11")  # key change: d, tombstone, c
+        db.sql(f"BEGIN; DELETE FROM {s}.items WHERE id = 10; TRUNCATE {s}.orders; COMMIT")
+        run.wait_acked(db.wal_lsn())
+    begins = _witness_begins(db, witness)
+    ids = [f"{b.xid}:{b.final_lsn}" for b in begins]
+    assert len(ids) == 3
+
+    events = [
+        r.decoded
+        for topic in ("orders", "items")
+        for r in read_topic(db.endpoints, db.topic(topic))
+    ]
+    changes = [e for e in events if isinstance(e, ChangeEvent)]
+    assert all(e.transaction is None for e in changes if e.op == "r")
+    streamed = [e for e in changes if e.op != "r"]
+    assert all(e.transaction is not None for e in streamed)
+    by_tx: dict[str, list[ChangeEvent]] = defaultdict(list)
+    for e in streamed:
+        assert e.transaction is not None
+        by_tx[e.transaction.id].append(e)
+        assert str(e.source.tx_id) == e.transaction.id.split(":")[0]
+    assert sorted(by_tx) == sorted(ids)
+
+    for txe in by_tx.values():
+        txe.sort(key=lambda e: e.transaction.total_order if e.transaction else 0)
+        assert [e.transaction.total_order for e in txe if e.transaction] == list(
+            range(1, len(txe) + 1)
+        )
+        per_table: dict[str, list[int]] = defaultdict(list)
+        for e in txe:
+            assert e.transaction is not None
+            per_table[e.source.qualified_table].append(e.transaction.data_collection_order)
+        for orders in per_table.values():
+            assert orders == list(range(1, len(orders) + 1))
+        positions = [
+            e.source.position.lsn
+            for e in txe
+            if isinstance(e.source.position, PgPosition) and e.source.position.lsn is not None
+        ]
+        assert positions == sorted(positions)  # total order is commit order
+    assert [e.op for e in by_tx[ids[0]]] == ["c", "c", "c", "u"]
+    assert [e.op for e in by_tx[ids[1]]] == ["d", "c"]
+    # the truncate goes to both partitions of orders: two events, each counted
+    assert [e.op for e in by_tx[ids[2]]] == ["d", "t", "t"]
+
+    records = read_transactions(db.endpoints, f"{db.server}.transaction")
+    assert [(r.status, r.id) for r in records] == [
+        (status, tx_id) for tx_id in ids for status in ("BEGIN", "END")
+    ]
+    for end in records[1::2]:
+        arrived = Counter(e.source.qualified_table for e in by_tx[end.id])
+        assert end.event_count == len(by_tx[end.id])
+        assert end.counts() == dict(arrived)
+    assert records[1].counts() == {f"{s}.orders": 2, f"{s}.items": 2}
+    assert records[0].ts_ms == records[1].ts_ms == begins[0].commit_ts // 1000
+    tombstones = [
+        r for r in read_topic(db.endpoints, db.topic("items")) if isinstance(r.decoded, Tombstone)
+    ]
+    assert len(tombstones) == 2
+
+
+def test_switched_off(db: Db, tmp_path: Path) -> None:
+    """transaction_metadata = false: null blocks and no transaction topic records."""
+    db.sql(f"CREATE TABLE {db.schema}.t (id int PRIMARY KEY)")
+    config = db.config(["t"], transaction_metadata=False)
+    with in_process(config, capture_endpoints(db.endpoints, tmp_path)) as run:
+        run.wait_snapshot()
+        db.sql(f"INSERT INTO {db.schema}.t VALUES (1), (2)")
+        run.wait_acked(db.wal_lsn())
+    events = [r.decoded for r in read_topic(db.endpoints, db.topic("t"))]
+    assert len(events) == 2
+    assert all(isinstance(e, ChangeEvent) and e.transaction is None for e in events)
+    admin_topics = (
+        Consumer({"bootstrap.servers": db.endpoints.bootstrap_servers, "group.id": "unused"})
+        .list_topics(timeout=10)
+        .topics
+    )
+    assert f"{db.server}.transaction" not in admin_topics

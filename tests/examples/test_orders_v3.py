@@ -1,0 +1,159 @@
+"""orders@3, the store's transaction translator, and the core that runs transaction
+translators (ids, keys, lineage, dead letters), with no broker."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from bizevents_store.contracts import OrderLine, OrderPlaced, OrderStatus, OrderStatusChanged
+from bizevents_store.translators import orders_v3
+from confluent_kafka.schema_registry import SchemaRegistryClient
+
+from contracts.envelope import Transaction
+from contracts.registry import run_in_thread
+from contracts.serde import BusinessDeserializer, BusinessSerializer
+from contracts.technical.transaction import TransactionRecord
+from translators import Change, TransactionChanges, TranslationError
+from translators.assembly import Abandoned, Part, Ready
+from translators.pipeline import SourceRecord
+from translators.testing import change
+from translators.txcore import HEADER_TX, TransactionCore
+
+PLACED = datetime(2026, 11, 24, 8, 0, tzinfo=UTC)
+ORDER = {
+    "id": 7,
+    "customer_id": 3,
+    "status": "pending",
+    "total": Decimal("0.00"),
+    "currency": "EUR",
+    "placed_at": PLACED,
+    "tracking_number": None,
+    "shipped_at": None,
+    "updated_at": PLACED,
+}
+
+
+def _item(line: int, product: int, qty: int, price: str) -> Change:
+    row = {
+        "order_id": 7,
+        "line_no": line,
+        "product_id": product,
+        "quantity": qty,
+        "unit_price": Decimal(price),
+    }
+    return change("store.order_items", "c", after=row, key={"order_id": 7, "line_no": line})
+
+
+def _placing() -> list[Change]:
+    """What the store's load does in one transaction."""
+    return [
+        change("store.orders", "c", after=ORDER),
+        _item(2, 11, 1, "4.59"),
+        _item(1, 10, 3, "2.00"),
+        change("store.orders", "u", before=ORDER, after={**ORDER, "total": Decimal("10.59")}),
+    ]
+
+
+def test_one_order_placed_with_items_and_true_total() -> None:
+    """The INSERT with total 0, the items and the UPDATE of the total: one OrderPlaced
+    with the final total and the lines in line order."""
+    (event,) = orders_v3.translate_transaction(TransactionChanges("9:100", tuple(_placing())))
+    assert isinstance(event, OrderPlaced)
+    assert (event.order_id, event.customer_id, event.currency) == (7, 3, "EUR")
+    assert event.total == Decimal("10.59")
+    assert event.items == [
+        OrderLine(line_no=1, product_id=10, quantity=3, unit_price=Decimal("2.00")),
+        OrderLine(line_no=2, product_id=11, quantity=1, unit_price=Decimal("4.59")),
+    ]
+
+
+def test_status_change_alone_as_orders_v2() -> None:
+    """A later transaction paying the order gives OrderStatusChanged, as orders@2 does."""
+    paid = change("store.orders", "u", before=ORDER, after={**ORDER, "status": "paid"})
+    (event,) = orders_v3.translate_transaction(TransactionChanges("9:200", (paid,)))
+    assert isinstance(event, OrderStatusChanged)
+    assert event.new_status is OrderStatus.PAID
+
+
+def test_the_row_path_refuses_a_transaction_translator() -> None:
+    """Pinned by mistake under the row worker: a translation error, not wrong events."""
+    with pytest.raises(TranslationError, match="transaction translator"):
+        orders_v3.translate(_placing()[0])
+
+
+def _parts(tx_id: str, changes: list[Change]) -> tuple[Part, ...]:
+    parts = []
+    for n, c in enumerate(changes, start=1):
+        event = c.event
+        stamped = type(event)(
+            op=event.op,
+            source=event.source,
+            before=event.before,
+            after=event.after,
+            key=event.key,
+            ts_ms=event.ts_ms,
+            transaction=Transaction(tx_id, n, n),
+        )
+        topic = f"shop.{event.source.qualified_table}"
+        origin = SourceRecord(topic, 0, 40 + n, f"key-{c.table}-{n}".encode(), b"raw")
+        parts.append(Part(n, origin, change=stamped))
+    return tuple(parts)
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SchemaRegistryClient]:
+    with run_in_thread(Path(tmp_path_factory.mktemp("registry"))) as running:
+        yield SchemaRegistryClient({"url": running.url})
+
+
+def test_core_ids_keys_and_lineage(registry: SchemaRegistryClient) -> None:
+    """Ids depend on the transaction only (the same on a second assembly); the key is the
+    order row's; the lineage names the transaction and its first change."""
+    core = TransactionCore([orders_v3], BusinessSerializer(registry))
+    ready = Ready("9:100", _parts("9:100", _placing()))
+    first = core.translate(ready)
+    again = TransactionCore([orders_v3], BusinessSerializer(registry)).translate(ready)
+    assert [r.event_id for r in first] == [r.event_id for r in again]
+    (record,) = first
+    assert record.topic == "store.order-placed"
+    assert record.key == b"key-store.orders-1"
+    event = BusinessDeserializer(registry, OrderPlaced)(record.value or b"", record.topic)
+    assert event.total == Decimal("10.59") and len(event.items) == 2
+    assert event.lineage.tx_id == "9:100"
+    assert event.lineage.translator == "orders@3"
+    assert (event.lineage.source_topic, event.lineage.source_offset) == ("shop.store.orders", 41)
+    other = core.translate(Ready("9:101", _parts("9:101", _placing())))
+    assert other[0].event_id != record.event_id
+
+
+def test_core_dead_letters_keep_the_bytes_and_reason(registry: SchemaRegistryClient) -> None:
+    """An abandoned transaction: one dead letter per part with its bytes and the reason."""
+    core = TransactionCore([orders_v3], BusinessSerializer(registry))
+    parts = _parts("9:300", _placing()[:2])
+    end = Part(
+        9,
+        SourceRecord("shop.transaction", 0, 5, b"k", b"end-bytes"),
+        record=TransactionRecord("END", "9:300", 0, 4, (("store.orders", 2),)),
+    )
+    result = core.process([Abandoned("9:300", (*parts, end), "never ended")])
+    assert [r.value for r in result.records] == [b"raw", b"raw", b"end-bytes"]
+    for r in result.records:
+        h = dict(r.headers)
+        assert h["bizevents.dlq.stage"] == b"assemble"
+        assert h["bizevents.dlq.reason"] == b"never ended"
+        assert h[HEADER_TX] == b"9:300"
+
+
+def test_core_translation_error_dead_letters_the_transaction(
+    registry: SchemaRegistryClient,
+) -> None:
+    """A translator that raises on a transaction: every part of it dead-lettered."""
+    broken = [change("store.orders", "c", after={**ORDER, "currency": None})]
+    core = TransactionCore([orders_v3], BusinessSerializer(registry))
+    records = core.translate(Ready("9:400", _parts("9:400", broken)))
+    assert len(records) == 1 and records[0].dead_letter
+    assert dict(records[0].headers)["bizevents.dlq.stage"] in (b"translate", b"contract")

@@ -1,0 +1,490 @@
+"""The transaction worker end to end: the store's orders placed in PostgreSQL, captured
+with transaction metadata, assembled and translated by orders@3 into exactly one
+OrderPlaced per order, with its items and true total; also across a worker killed, and
+a rebalance, mid-transaction, and with concurrent transactions interleaved."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import psycopg2
+import pytest
+from bizevents_store.contracts import OrderPlaced
+from bizevents_store.load import create_schema
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.schema_registry import SchemaRegistryClient
+
+from bizevents.devstack import Endpoints
+from capture.config import CaptureConfig
+from contracts.serde import BusinessDeserializer
+from tests.capture.capture_helpers import Db, capture_endpoints, database, in_process
+
+pytestmark = pytest.mark.integration
+REPO = Path(__file__).resolve().parents[2]
+
+
+@contextmanager
+def store_db(endpoints: Endpoints) -> Iterator[Db]:
+    """A test's slot and publication, the store's tables, a customer and three products."""
+    with database(endpoints) as made:
+        create_schema(made.conn)
+        made.sql(
+            "INSERT INTO store.customers (email, full_name) VALUES (%s, 'T') "
+            "ON CONFLICT (email) DO NOTHING",
+            ("tx-worker@example.com",),
+        )
+        for sku, price in (("TXA", "2.50"), ("TXB", "4.59"), ("TXC", "1622.10")):
+            made.sql(
+                "INSERT INTO store.products (sku, name, price) VALUES (%s, %s, %s) "
+                "ON CONFLICT (sku) DO NOTHING",
+                (sku, sku, price),
+            )
+        yield made
+
+
+@pytest.fixture
+def db(bizevents_stack: Endpoints) -> Iterator[Db]:
+    with store_db(bizevents_stack) as made:
+        yield made
+
+
+def _ids(db: Db) -> tuple[int, list[int]]:
+    customer = db.sql("SELECT id FROM store.customers WHERE email = 'tx-worker@example.com'")
+    products = db.sql(
+        "SELECT id FROM store.products WHERE sku IN ('TXA', 'TXB', 'TXC') ORDER BY sku"
+    )
+    return customer[0][0], [p[0] for p in products]
+
+
+def place(cur: Any, customer: int, lines: list[tuple[int, int]]) -> int:
+    """As the store's load does: the order with total 0, its items, then the total."""
+    cur.execute(
+        "INSERT INTO store.orders (customer_id, total) VALUES (%s, 0) RETURNING id", (customer,)
+    )
+    order = cur.fetchone()[0]
+    for n, (product, qty) in enumerate(lines, start=1):
+        cur.execute(
+            "INSERT INTO store.order_items SELECT %s, %s, id, %s, price FROM store.products "
+            "WHERE id = %s",
+            (order, n, qty, product),
+        )
+    cur.execute(
+        "UPDATE store.orders SET total = (SELECT sum(quantity * unit_price) FROM "
+        "store.order_items WHERE order_id = %s) WHERE id = %s",
+        (order, order),
+    )
+    return int(order)
+
+
+def truth(
+    db: Db, orders: list[int]
+) -> dict[int, tuple[Decimal, list[tuple[int, int, int, Decimal]]]]:
+    out = {}
+    for order in orders:
+        total = db.sql("SELECT total FROM store.orders WHERE id = %s", (order,))[0][0]
+        items = db.sql(
+            "SELECT line_no, product_id, quantity, unit_price FROM store.order_items "
+            "WHERE order_id = %s ORDER BY line_no",
+            (order,),
+        )
+        out[order] = (total, [tuple(i) for i in items])
+    return out
+
+
+@contextmanager
+def capturing(db: Db, tmp_path: Path) -> Iterator[Any]:
+    config = CaptureConfig(
+        server=db.server,
+        tables=("store.orders", "store.order_items"),
+        slot=db.slot,
+        publication=db.publication,
+        partitions=3,
+        heartbeat_interval_s=1.0,
+    )
+    with in_process(config, capture_endpoints(db.endpoints, tmp_path / "capture")) as run:
+        run.wait_snapshot()
+        yield run
+
+
+class Worker:
+    """``bizevents translate --transactions`` in a subprocess."""
+
+    def __init__(self, db: Db, group: str, dlq: str, log: Path) -> None:
+        self.env = {
+            **os.environ,
+            "BIZEVENTS_KAFKA__BOOTSTRAP_SERVERS": db.endpoints.bootstrap_servers,
+            "BIZEVENTS_REGISTRY__URL": db.endpoints.registry_url,
+            "BIZEVENTS_TRANSLATORS": json.dumps({"orders": 3}),
+            "BIZEVENTS_TRANSLATE__TOPIC_PREFIX": db.server,
+            "BIZEVENTS_TRANSLATE__DEAD_LETTER_TOPIC": dlq,
+            "BIZEVENTS_TRANSACTIONS__GROUP_ID": group,
+            "BIZEVENTS_TRANSACTIONS__MAX_RECORDS": "40",
+            "BIZEVENTS_LOG_FORMAT": "json",
+        }
+        self.log = log
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Worker:
+        with open(self.log, "ab") as out:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "bizevents", "translate", "--transactions"],
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=REPO,
+            )
+        return self
+
+    def signal(self, sig: int) -> None:
+        assert self.process is not None
+        self.process.send_signal(sig)
+        self.process.wait(60)
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def tail(self) -> str:
+        return self.log.read_text()[-4000:] if self.log.exists() else ""
+
+
+class Reader:
+    """OrderPlaced events of orders@3 from this test's capture, read in assign mode."""
+
+    def __init__(self, db: Db) -> None:
+        self.db = db
+        registry = SchemaRegistryClient({"url": db.endpoints.registry_url})
+        self.decode = BusinessDeserializer(registry, OrderPlaced)
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": db.endpoints.bootstrap_servers,
+                "group.id": "unused",
+                "enable.auto.commit": False,
+            }
+        )
+        topic = "store.order-placed"
+        self.events: list[OrderPlaced] = []
+        self._assigned = False
+        self.topic = topic
+
+    def poll(self) -> list[OrderPlaced]:
+        if not self._assigned:
+            meta = self.consumer.list_topics(self.topic, timeout=10).topics.get(self.topic)
+            if meta is None or not meta.partitions:
+                return self.events
+            self.consumer.assign([TopicPartition(self.topic, p, 0) for p in meta.partitions])
+            self._assigned = True
+        for m in self.consumer.consume(500, 0.2):
+            err = m.error()
+            if err is not None:
+                assert err.code() == KafkaError._PARTITION_EOF, str(err)
+                continue
+            event = self.decode(m.value() or b"", self.topic)
+            prefix = f"{self.db.server}."
+            if event.lineage.translator == "orders@3" and event.lineage.source_topic.startswith(
+                prefix
+            ):
+                self.events.append(event)
+        return self.events
+
+    def wait(self, orders: set[int], worker: Worker, timeout: float = 90) -> list[OrderPlaced]:
+        deadline = time.monotonic() + timeout
+        while {e.order_id for e in self.poll()} < orders:
+            assert worker.alive(), worker.tail()
+            assert time.monotonic() < deadline, (
+                f"{len({e.order_id for e in self.events} & orders)} of {len(orders)} orders "
+                f"placed; worker log: {worker.tail()}"
+            )
+        time.sleep(1.5)  # any duplicate that would (wrongly) follow
+        self.poll()
+        return [e for e in self.events if e.order_id in orders]
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+def _check(events: list[OrderPlaced], expected: dict[int, Any]) -> None:
+    by_order: dict[int, list[OrderPlaced]] = {}
+    for e in events:
+        by_order.setdefault(e.order_id, []).append(e)
+    for order, (total, items) in expected.items():
+        got = by_order[order]
+        assert len({e.lineage.event_id for e in got}) == 1, f"order {order}: several ids"
+        event = got[0]
+        assert event.total == total, order
+        assert [
+            (i.line_no, i.product_id, i.quantity, i.unit_price) for i in event.items
+        ] == items, order
+        assert event.lineage.tx_id is not None
+
+
+def test_orders_placed_with_items_and_totals_interleaved(db: Db, tmp_path: Path) -> None:
+    """Twenty orders, four pairs of them written by two connections interleaved: one
+    OrderPlaced each with its own items and the total the transaction set."""
+    customer, products = _ids(db)
+    group = f"tx-{uuid.uuid4().hex[:8]}"
+    worker = Worker(db, group, f"{group}.dlq", tmp_path / "worker.log")
+    reader = Reader(db)
+    with capturing(db, tmp_path) as run:
+        worker.start()
+        try:
+            orders = []
+            with db.conn.cursor() as cur:
+                for n in range(12):
+                    cur.execute("BEGIN")
+                    orders.append(
+                        place(
+                            cur,
+                            customer,
+                            [(products[n % 3], n % 4 + 1), (products[(n + 1) % 3], 1)],
+                        )
+                    )
+                    cur.execute("COMMIT")
+            other = psycopg2.connect(db.endpoints.postgres_dsn)
+            try:
+                for n in range(4):  # two open transactions at once, committed crosswise
+                    a, b = db.conn.cursor(), other.cursor()
+                    a.execute("BEGIN")
+                    b.execute("BEGIN")
+                    oa = place(a, customer, [(products[0], 1)])
+                    ob = place(b, customer, [(products[1], 2), (products[2], 1), (products[0], 5)])
+                    a.execute(
+                        "INSERT INTO store.order_items SELECT %s, 9, id, 1, price "
+                        "FROM store.products WHERE id = %s",
+                        (oa, products[2]),
+                    )
+                    a.execute(
+                        "UPDATE store.orders SET total = total + "
+                        "(SELECT price FROM store.products WHERE id = %s) WHERE id = %s",
+                        (products[2], oa),
+                    )
+                    (b if n % 2 else a).execute("COMMIT")
+                    (a if n % 2 else b).execute("COMMIT")
+                    orders += [oa, ob]
+            finally:
+                other.close()
+            run.wait_acked(db.wal_lsn())
+            events = reader.wait(set(orders), worker)
+            _check(events, truth(db, orders))
+            assert len(events) == len(orders)  # not one more
+        finally:
+            reader.close()
+            if worker.alive():
+                worker.signal(signal.SIGTERM)
+
+
+def _log_end(db: Db, topic: str) -> int:
+    """A lower bound of the log's end (ListOffsets understates on Tansu, never overstates)."""
+    consumer = Consumer({"bootstrap.servers": db.endpoints.bootstrap_servers, "group.id": "unused"})
+    try:
+        return int(consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1])
+    except KafkaException:
+        return 0  # the worker has not created it yet
+    finally:
+        consumer.close()
+
+
+def _mid_transaction(
+    db: Db, reader: Reader, worker: Worker, group: str, lines: int
+) -> tuple[int, list[int]]:
+    """Orders placed and translated, then one big order whose transaction the worker is
+    in the middle of when this returns (some parts copied into its log, no event yet)."""
+    customer, products = _ids(db)
+    small = []
+    with db.conn.cursor() as cur:
+        for n in range(3):
+            cur.execute("BEGIN")
+            small.append(place(cur, customer, [(products[n], n + 1)]))
+            cur.execute("COMMIT")
+    reader.wait(set(small), worker)
+    log_topic = f"{group}.repartition"
+    before = _log_end(db, log_topic)
+    with db.conn.cursor() as cur:
+        cur.execute("BEGIN")
+        big = place(cur, customer, [(products[n % 3], 1 + n % 5) for n in range(lines)])
+        cur.execute("COMMIT")
+    deadline = time.monotonic() + 60
+    while _log_end(db, log_topic) <= before:
+        assert worker.alive(), worker.tail()
+        assert time.monotonic() < deadline, "the worker copied nothing of the big transaction"
+        time.sleep(0.01)
+    return big, small
+
+
+def _expected_id(db: Db, event: OrderPlaced) -> str:
+    from translators.lineage import event_id
+
+    identity = f"{db.server}|tx|{event.lineage.tx_id}"
+    return event_id(identity, "orders", "store.orders.OrderPlaced", 0)
+
+
+def test_worker_killed_mid_transaction(db: Db, tmp_path: Path) -> None:
+    """kill -9 while a big transaction is half assembled: the next worker gives exactly
+    one OrderPlaced for it (and for each earlier order), with the deterministic id."""
+    group = f"tx-{uuid.uuid4().hex[:8]}"
+    first = Worker(db, group, f"{group}.dlq", tmp_path / "first.log")
+    reader = Reader(db)
+    with capturing(db, tmp_path) as run:
+        first.start()
+        try:
+            big, small = _mid_transaction(db, reader, first, group, lines=1500)
+            first.signal(signal.SIGKILL)
+            assert big not in {e.order_id for e in reader.poll()}, "not killed mid-transaction"
+            run.wait_acked(db.wal_lsn())
+            second = Worker(db, group, f"{group}.dlq", tmp_path / "second.log").start()
+            try:
+                events = reader.wait({big, *small}, second)
+            finally:
+                second.signal(signal.SIGTERM)
+        finally:
+            reader.close()
+            if first.alive():
+                first.signal(signal.SIGKILL)
+    _check(events, truth(db, [big, *small]))
+    assert [e.order_id for e in events].count(big) == 1
+    for e in events:
+        assert e.lineage.event_id == _expected_id(db, e)
+
+
+def test_rebalance_mid_transaction(db: Db, tmp_path: Path) -> None:
+    """Two workers share the groups; one leaves while a big transaction is half
+    assembled: every order still has one event id, the big one's complete."""
+    group = f"tx-{uuid.uuid4().hex[:8]}"
+    first = Worker(db, group, f"{group}.dlq", tmp_path / "first.log")
+    second = Worker(db, group, f"{group}.dlq", tmp_path / "second.log")
+    reader = Reader(db)
+    with capturing(db, tmp_path) as run:
+        first.start()
+        second.start()
+        try:
+            time.sleep(1)  # both members in both groups
+            big, small = _mid_transaction(db, reader, first, group, lines=1500)
+            first.signal(signal.SIGTERM)  # leaves mid-transaction: the group rebalances
+            assert big not in {e.order_id for e in reader.poll()}, "not mid-transaction"
+            assert first.process is not None and first.process.returncode == 0, first.tail()
+            run.wait_acked(db.wal_lsn())
+            events = reader.wait({big, *small}, second)
+        finally:
+            reader.close()
+            for worker in (first, second):
+                if worker.alive():
+                    worker.signal(signal.SIGTERM)
+    _check(events, truth(db, [big, *small]))
+    ids = {
+        e.order_id: {x.lineage.event_id for x in events if x.order_id == e.order_id} for e in events
+    }
+    assert all(len(v) == 1 for v in ids.values())
+    big_event = next(e for e in events if e.order_id == big)
+    assert len(big_event.items) == 1500
+
+
+def test_bad_input_is_dead_lettered_with_its_reason(db: Db, tmp_path: Path) -> None:
+    """Through the live worker: a change with no transaction block, a transaction that
+    never ends and an END counting more than arrived each reach the dead-letter topic
+    with the reason; the real orders around them are placed as usual."""
+    from confluent_kafka import Producer
+
+    from contracts.envelope import ChangeEvent, PgPosition, Source, Transaction
+    from contracts.logical import ColumnType, Field, Kind
+    from contracts.technical import JsonEncoder, TableSchema
+    from contracts.technical.transaction import TransactionRecord, transaction_connect_json
+
+    customer, products = _ids(db)
+    group = f"tx-{uuid.uuid4().hex[:8]}"
+    dlq = f"{group}.dlq"
+    worker = Worker(db, group, dlq, tmp_path / "worker.log")
+    worker.env["BIZEVENTS_TRANSACTIONS__MAX_WAIT"] = "2"
+    reader = Reader(db)
+    producer = Producer({"bootstrap.servers": db.endpoints.bootstrap_servers})
+    ids = Field("id", ColumnType(Kind.INT64), optional=False)
+    encoder = JsonEncoder(TableSchema(db.server, "store", "orders", (ids,), (ids,)), False)
+
+    def send(order: int, tx: Transaction | None) -> None:
+        source = Source("postgresql", db.server, "db", "store", "orders", 0, position=PgPosition(1))
+        key, value = encoder.encode(
+            ChangeEvent("c", source, None, {"id": order}, {"id": order}, 0, tx)
+        )
+        producer.produce(f"{db.server}.store.orders", value, key)
+
+    with capturing(db, tmp_path) as run:
+        worker.start()
+        try:
+            send(900_001, None)
+            send(900_002, Transaction("gtid-never", 1, 1))
+            send(900_003, Transaction("gtid-short", 1, 1))
+            assert producer.flush(30) == 0
+            _wait_copied(db, f"{group}.repartition", b'"id":90000', 3, worker)  # before END
+            end = TransactionRecord("END", "gtid-short", 0, 2, (("store.orders", 2),))
+            producer.produce(f"{db.server}.transaction", transaction_connect_json(end, False))
+            assert producer.flush(30) == 0
+            orders = []
+            with db.conn.cursor() as cur:
+                for n in range(4):
+                    cur.execute("BEGIN")
+                    orders.append(place(cur, customer, [(products[n % 3], 1)]))
+                    cur.execute("COMMIT")
+            run.wait_acked(db.wal_lsn())
+            events = reader.wait(set(orders), worker)
+            _check(events, truth(db, orders))
+            dead = _dead_letters(db, dlq, 4)
+        finally:
+            reader.close()
+            if worker.alive():
+                worker.signal(signal.SIGTERM)
+    reasons = sorted(reason for _, reason in dead)
+    assert any("no transaction block" in r for r in reasons), reasons
+    assert any("gtid-never never ended" in r for r in reasons), reasons
+    short = [r for r in reasons if "gtid-short" in r]
+    assert len(short) == 2 and "only {store.orders: 1}" in short[0], reasons  # change and END
+
+
+def _wait_copied(db: Db, topic: str, marker: bytes, n: int, worker: Worker) -> None:
+    """Until the worker's log holds ``n`` records whose value has ``marker``."""
+    consumer = Consumer({"bootstrap.servers": db.endpoints.bootstrap_servers, "group.id": "x"})
+    seen = 0
+    deadline = time.monotonic() + 60
+    try:
+        while seen < n:
+            assert worker.alive() and time.monotonic() < deadline, worker.tail()
+            if not consumer.assignment():
+                if topic not in consumer.list_topics(timeout=10).topics:
+                    time.sleep(0.2)
+                    continue
+                consumer.assign([TopicPartition(topic, 0, 0)])
+            seen += sum(
+                1
+                for m in consumer.consume(100, 0.2)
+                if m.error() is None and marker in (m.value() or b"")
+            )
+    finally:
+        consumer.close()
+
+
+def _dead_letters(db: Db, topic: str, n: int) -> list[tuple[bytes | None, str]]:
+    consumer = Consumer({"bootstrap.servers": db.endpoints.bootstrap_servers, "group.id": "x"})
+    out: list[tuple[bytes | None, str]] = []
+    try:
+        parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        consumer.assign([TopicPartition(topic, p, 0) for p in parts])
+        deadline = time.monotonic() + 30
+        while len(out) < n and time.monotonic() < deadline:
+            for m in consumer.consume(100, 0.5):
+                if m.error() is None:
+                    found = m.headers()
+                    pairs = found.items() if isinstance(found, dict) else found or []
+                    reason = dict(pairs).get("bizevents.dlq.reason") or b""
+                    text = reason.decode() if isinstance(reason, bytes) else reason
+                    out.append((m.value(), text))
+    finally:
+        consumer.close()
+    return out

@@ -1,0 +1,216 @@
+"""Complete transactions through transaction translators: events with lineage, or dead letters.
+
+Pure like :mod:`translators.pipeline` (the serializer may consult the registry, cached):
+the transaction worker and the tests run it.
+
+Ids: an event of a transaction translator is identified by the transaction (server and
+transaction id), the translator's name, the contract and its ordinal among that
+contract's events of the transaction. The same transaction assembled again (a restart,
+a rebalance, a replay) gives the same ids. Its lineage names the transaction's first
+change read (topic, partition, offset, log position) and the transaction id.
+
+Key: the Kafka key of the transaction's first change to the translator's *first* source
+table (else its first change), so that the events of one order follow the order's
+partition, as the row path does.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from time import perf_counter
+
+from contracts.business import (
+    HEADER_DLQ_ERROR,
+    HEADER_DLQ_REASON,
+    HEADER_DLQ_STAGE,
+    HEADER_SOURCE_OFFSET,
+    HEADER_SOURCE_PARTITION,
+    HEADER_SOURCE_TOPIC,
+    HEADER_TRANSLATOR,
+    BusinessEvent,
+    Lineage,
+    lineage_headers,
+    with_lineage,
+)
+from contracts.change import Change
+from contracts.exceptions import ContractError
+from translators.api import SKIP
+from translators.assembly import Abandoned, Part, Ready
+from translators.exceptions import TranslationError
+from translators.lineage import change_identity, event_id
+from translators.pipeline import DEAD_LETTER_TOPIC, Counts, OutRecord, Result
+from translators.transaction_api import TransactionChanges, TransactionTranslator
+
+__all__ = ["HEADER_TX", "TransactionCore"]
+
+#: On a dead letter of the transaction worker: the transaction id.
+HEADER_TX = "bizevents.transaction.id"
+
+Serializer = Callable[[BusinessEvent, str | None], bytes]
+
+
+@dataclass(slots=True)
+class TxCounts:
+    transactions: int = 0
+    changes: int = 0
+    events: int = 0
+    dead_lettered: int = 0
+    seconds: float = 0.0
+    per_translator: dict[str, Counts] = field(default_factory=dict)
+
+
+class TransactionCore:
+    """Ready transactions in, business-event and dead-letter records out."""
+
+    def __init__(
+        self,
+        translators: Sequence[TransactionTranslator],
+        serializer: Serializer,
+        *,
+        replay: bool = False,
+        dead_letter_topic: str = DEAD_LETTER_TOPIC,
+    ) -> None:
+        self.translators = tuple(translators)
+        self.serializer = serializer
+        self.replay = replay
+        self.dead_letter_topic = dead_letter_topic
+        self.counts = TxCounts()
+
+    def reads(self, table: str) -> bool:
+        """Whether any of the translators reads ``schema.table``."""
+        return any(t.reads(table) for t in self.translators)
+
+    def process(self, outcomes: Sequence[Ready | Abandoned]) -> Result:
+        result = Result()
+        for outcome in outcomes:
+            if isinstance(outcome, Ready):
+                result.records += self.translate(outcome, result)
+            else:
+                result.records += self.dead_letters(
+                    outcome.parts, "assemble", outcome.reason, "IncompleteTransaction", ""
+                )
+                self.counts.dead_lettered += len(outcome.parts)
+        return result
+
+    def translate(self, ready: Ready, result: Result | None = None) -> list[OutRecord]:
+        """The records of one complete transaction, for each translator that reads it."""
+        started = perf_counter()
+        self.counts.transactions += 1
+        self.counts.changes += len(ready.parts)
+        out: list[OutRecord] = []
+        for translator in self.translators:
+            parts = [
+                p
+                for p in ready.parts
+                if p.change is not None and translator.reads(p.change.source.qualified_table)
+            ]
+            if not parts or (ready.tx_id is None and translator.snapshots == SKIP):
+                continue
+            counts = Counts(consumed=len(parts))
+            if result is not None:
+                counts = result.counts.setdefault(translator.ref, counts)
+            try:
+                records = self._events(translator, ready.tx_id, parts)
+            except TranslationError as exc:
+                records = self.dead_letters(parts, "translate", exc.reason, exc, translator.ref)
+                counts.dead_lettered += len(parts)
+            except ContractError as exc:
+                records = self.dead_letters(parts, "contract", str(exc), exc, translator.ref)
+                counts.dead_lettered += len(parts)
+            else:
+                counts.emitted += len(records)
+                if not records:
+                    counts.dropped += 1
+            out += records
+        self.counts.events += sum(1 for r in out if not r.dead_letter)
+        self.counts.seconds += perf_counter() - started
+        return out
+
+    def _events(
+        self, translator: TransactionTranslator, tx_id: str | None, parts: list[Part]
+    ) -> list[OutRecord]:
+        changes = tuple(Change(p.change) for p in parts if p.change is not None)
+        events = translator.translate_transaction(TransactionChanges(tx_id, changes))
+        if not events:
+            return []
+        first = parts[0]
+        assert first.change is not None
+        table = _first_table(translator, parts)
+        keyed = next(
+            (p for p in parts if p.change and p.change.source.qualified_table == table), first
+        )
+        source = first.change.source
+        # a snapshot read (no transaction) keeps the row path's identity
+        identity = f"{source.name}|tx|{tx_id}" if tx_id else change_identity(first.change)
+        position = "" if source.position is None else str(source.position)
+        ordinals: dict[str, int] = {}
+        out = []
+        for event in events:
+            contract = type(event).contract_fullname()
+            ordinal = ordinals.get(contract, 0)
+            ordinals[contract] = ordinal + 1
+            lineage = Lineage(
+                event_id=event_id(identity, translator.name, contract, ordinal),
+                translator=translator.ref,
+                source_topic=first.origin.topic,
+                source_partition=first.origin.partition,
+                source_offset=first.origin.offset,
+                source_position=position,
+                tx_id=tx_id,
+                replay=self.replay,
+            )
+            stamped = with_lineage(event, lineage)
+            out.append(
+                OutRecord(
+                    topic=type(event).contract_topic(),
+                    key=keyed.origin.key,
+                    value=self.serializer(stamped, None),
+                    headers=list(lineage_headers(lineage)),
+                    translator=translator.ref,
+                    event_id=lineage.event_id,
+                )
+            )
+        return out
+
+    def dead_letters(
+        self,
+        parts: Sequence[Part],
+        stage: str,
+        reason: str,
+        exc: Exception | str,
+        translator: str,
+    ) -> list[OutRecord]:
+        """One dead-letter record per part, with its original key, value and headers."""
+        error = exc if isinstance(exc, str) else type(exc).__name__
+        out = []
+        for part in parts:
+            record = part.origin
+            headers = [
+                *record.headers,
+                (HEADER_DLQ_STAGE, stage.encode()),
+                (HEADER_DLQ_REASON, reason.encode()),
+                (HEADER_DLQ_ERROR, error.encode()),
+                (HEADER_TRANSLATOR, translator.encode()),
+                (HEADER_SOURCE_TOPIC, record.topic.encode()),
+                (HEADER_SOURCE_PARTITION, str(record.partition).encode()),
+                (HEADER_SOURCE_OFFSET, str(record.offset).encode()),
+            ]
+            if part.tx_id is not None:
+                headers.append((HEADER_TX, part.tx_id.encode()))
+            out.append(
+                OutRecord(self.dead_letter_topic, record.key, record.value, headers, translator)
+            )
+        return out
+
+
+def _first_table(translator: TransactionTranslator, parts: Sequence[Part]) -> str:
+    """The first of the translator's source patterns that a part's table matches."""
+    for pattern in translator.sources:
+        for p in parts:
+            if p.change is not None and fnmatch.fnmatchcase(
+                p.change.source.qualified_table, pattern
+            ):
+                return p.change.source.qualified_table
+    return ""
