@@ -67,10 +67,11 @@ from capture.core import HEADER_CAPTURE_FORMAT, HEADER_CAPTURE_TABLE, CaptureCor
 from capture.encoding import encoded_ts
 from capture.exceptions import CaptureError
 from capture.mysql import BinlogPosition
-from capture.mysqlcodec import MyTable, MyTableCodec, key_columns
+from capture.mysqlcodec import OPS, MyTable, MyTableCodec, key_columns
 from capture.mysqltypes import TIME2, binlog_time2
 from capture.offsets import AckTracker, Tx
 from capture.sink import SchemaRegistrar, create_topics, producer_config
+from contracts.binary import LENGTHS, NULL_BRANCH, VALUE_BRANCH, zigzag
 from contracts.business import (
     HEADER_DLQ_ERROR,
     HEADER_DLQ_REASON,
@@ -85,6 +86,8 @@ _MAX_BACKOFF_S = 30.0
 _TRUNCATE = re.compile(r"TRUNCATE\s+(?:TABLE\s+)?(?:`?(\w+)`?\.)?`?(\w+)`?", re.IGNORECASE)
 _STORE_EVERY_S = 0.5
 _POLL_EVERY = 256
+_NULL, _SOME = NULL_BRANCH, VALUE_BRANCH
+_C, _U, _D = OPS["c"], OPS["u"], OPS["d"]
 
 
 class OffsetStore:
@@ -521,7 +524,7 @@ class _BinlogReader:
                 if domain.isdigit():
                     self.gtid_domain_state[int(domain)] = part
         self.tables = capture._tables
-        self.layouts: dict[int, MyTable] = {}
+        self.codecs: dict[int, MyTableCodec] = {}
         self.last_layout: dict[str, MyTable] = {}
         self.fractional_times: dict[int, tuple[str, ...]] = {}
         self.now = b""
@@ -657,25 +660,25 @@ class _BinlogReader:
         if name not in self.tables:
             return
         layout = my.table_from_map(event, self.capture._jsons.get(name, set()))
-        self.capture._table_codec(layout)  # registers a new layout's schema before its rows
-        self.layouts[event.table_id] = layout
+        # registers a new layout's schema before its rows
+        self.codecs[event.table_id] = self.capture._table_codec(layout)
         self.last_layout[name] = layout
         self.fractional_times[event.table_id] = tuple(
             c.name for c in layout.columns if c.type == TIME2 and c.fsp > 0
         )
 
     def on_rows(self, event: Any) -> None:
-        layout = self.layouts.get(event.table_id)
-        if layout is None:
+        table_id = event.table_id
+        codec = self.codecs.get(table_id)
+        if codec is None:
             return
         capture = self.capture
-        codec = capture._table_codec(layout)
         tx = self.tx
         if tx is None:  # rows outside a GTID group (no GTIDs): a transaction of their own
             tx = self.tx = self.tracker.begin(None)
             self.ack = tx.ack
             self.now = encoded_ts(int(time.time() * 1000))
-        source = codec.source(
+        head, tail = codec.source_parts(
             ts_ms=int(event.timestamp) * 1000,
             snapshot="false",
             server_id=int(event.packet.server_id),
@@ -683,46 +686,59 @@ class _BinlogReader:
             pos=int(event.packet.log_pos) - int(event.event_size),
             gtid=self.gtid,
         )
+        # The hot loop: each envelope is one join of prepared parts, each record handed
+        # straight to the producer (a full queue falls back to the waiting produce).
+        frame = codec.value_frame
         now = self.now
         topic = codec.topic
-        times = self.fractional_times.get(event.table_id, ())
-        send = self.send
+        times = self.fractional_times.get(table_id, ())
+        row_of, key_of = codec.row, codec.key
+        producer = self.producer
+        put = producer.produce
+        ack = self.ack
+        cls = event.__class__
         n = 0
-        records: list[tuple[bytes, bytes | None]]
         for i, row in enumerate(event.rows):
-            src = source(i)
+            src = head + (LENGTHS[i] if i < 16_384 else zigzag(i)) + tail
             try:
-                if event.__class__ is WriteRowsEvent:
-                    values = _values(row, times)
-                    records = [
-                        (codec.key(values), codec.envelope("c", None, codec.row(values), src, now))
-                    ]
-                elif event.__class__ is DeleteRowsEvent:
-                    values = _values(row, times)
-                    key = codec.key(values)
-                    records = [
-                        (key, codec.envelope("d", codec.row(values), None, src, now)),
-                        (key, None),
-                    ]
-                else:
-                    old, new = _values(row, times, "before_"), _values(row, times, "after_")
-                    old_key, new_key = codec.key(old), codec.key(new)
-                    before, after = codec.row(old), codec.row(new)
+                if cls is UpdateRowsEvent:
+                    old = row["before_values"]
+                    new = row["after_values"]
+                    if times or row["before_none_sources"] or row["after_none_sources"]:
+                        old, new = _values(row, times, "before_"), _values(row, times, "after_")
+                    old_key, new_key = key_of(old), key_of(new)
+                    before, after = row_of(old), row_of(new)
                     if old_key != new_key:
-                        records = [
-                            (old_key, codec.envelope("d", before, None, src, now)),
+                        records: tuple[tuple[bytes, bytes | None], ...] = (
+                            (old_key, b"".join((frame, _SOME, before, _NULL, src, _D, now))),
                             (old_key, None),
-                            (new_key, codec.envelope("c", None, after, src, now)),
-                        ]
+                            (new_key, b"".join((frame, _NULL, _SOME, after, src, _C, now))),
+                        )
                     else:
-                        records = [(new_key, codec.envelope("u", before, after, src, now))]
+                        value = b"".join((frame, _SOME, before, _SOME, after, src, _U, now))
+                        records = ((new_key, value),)
+                else:
+                    values = row["values"]
+                    if times or row["none_sources"]:
+                        values = _values(row, times)
+                    key = key_of(values)
+                    if cls is WriteRowsEvent:
+                        value = b"".join((frame, _NULL, _SOME, row_of(values), src, _C, now))
+                        records = ((key, value),)
+                    else:
+                        value = b"".join((frame, _SOME, row_of(values), _NULL, src, _D, now))
+                        records = ((key, value), (key, None))
             except CaptureError as exc:
                 raw = json.dumps(row, default=str).encode()
-                tx.produced(capture._failed(layout.qualified, raw, self.position(), exc, self.ack))
+                tx.produced(capture._failed(codec.table.qualified, raw, self.position(), exc, ack))
                 continue
-            for key, value in records:
-                send(topic, key, value)
+            for record_key, record_value in records:
+                try:
+                    put(topic, record_value, record_key, on_delivery=ack)
+                except BufferError:
+                    produce(producer, topic, record_value, record_key, on_delivery=ack)
             n += len(records)
         tx.produced(n)
         codec.events += n
-        capture.stats.events[layout.qualified] = capture.stats.events.get(layout.qualified, 0) + n
+        name = codec.table.qualified
+        capture.stats.events[name] = capture.stats.events.get(name, 0) + n

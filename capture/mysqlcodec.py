@@ -23,10 +23,11 @@ from contracts.binary import LENGTHS, NULL_BRANCH, VALUE_BRANCH, VARINTS, text, 
 from contracts.technical import AvroEncoder, EnvelopeSchemas, TableSchema
 from contracts.technical.source import AvroSourceWriter
 
-__all__ = ["MyTable", "MyTableCodec", "Row", "encoded_ts", "key_columns"]
+__all__ = ["OPS", "MyTable", "MyTableCodec", "Row", "encoded_ts", "key_columns"]
 
 Row = Mapping[str, Any]
-_OPS: Final = {op: text(op) for op in ("c", "u", "d", "r", "t")}
+#: Each operation code as Avro string bytes.
+OPS: Final = {op: text(op) for op in ("c", "u", "d", "r", "t")}
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,6 +264,29 @@ class MyTableCodec:
         thread: int | None = None,
     ) -> Callable[[int], bytes]:
         """The ``source`` bytes of one event group, as a function of the row index."""
+        head, tail = self.source_parts(
+            ts_ms=ts_ms,
+            snapshot=snapshot,
+            server_id=server_id,
+            file=file,
+            pos=pos,
+            gtid=gtid,
+            thread=thread,
+        )
+        return lambda row: head + zigzag(row) + tail
+
+    def source_parts(
+        self,
+        *,
+        ts_ms: int,
+        snapshot: str,
+        server_id: int,
+        file: str,
+        pos: int,
+        gtid: str | None,
+        thread: int | None = None,
+    ) -> tuple[bytes, bytes]:
+        """The ``source`` bytes of one event group before and after the row index."""
         encoded = self._source.around(
             "row",
             {
@@ -275,8 +299,12 @@ class MyTableCodec:
                 "thread": thread,
             },
         )
-        head, tail = encoded.head, encoded.tail
-        return lambda row: head + zigzag(row) + tail
+        return encoded.head, encoded.tail
+
+    @property
+    def value_frame(self) -> bytes:
+        """The Confluent frame of the value schema (an envelope's first five bytes)."""
+        return self._value_frame
 
     def envelope(
         self, op: str, before: bytes | None, after: bytes | None, source: bytes, ts: bytes
@@ -288,7 +316,7 @@ class MyTableCodec:
                 NULL_BRANCH if before is None else VALUE_BRANCH + before,
                 NULL_BRANCH if after is None else VALUE_BRANCH + after,
                 source,
-                _OPS[op],
+                OPS[op],
                 ts,
             )
         )
