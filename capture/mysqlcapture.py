@@ -71,6 +71,7 @@ from capture.mysqlcodec import OPS, MyTable, MyTableCodec, key_columns
 from capture.mysqltypes import TIME2, binlog_time2
 from capture.offsets import AckTracker, Tx
 from capture.sink import SchemaRegistrar, create_topics, producer_config
+from capture.transactions import NoBlocks, TxBlocks
 from contracts.binary import LENGTHS, NULL_BRANCH, VALUE_BRANCH, zigzag
 from contracts.business import (
     HEADER_DLQ_ERROR,
@@ -79,6 +80,7 @@ from contracts.business import (
     HEADER_SOURCE_POSITION,
     HEADER_SOURCE_TOPIC,
 )
+from contracts.technical.transaction import transaction_topic
 
 __all__ = ["MysqlCapture", "OffsetStore"]
 
@@ -462,6 +464,11 @@ class MysqlCapture(CaptureCore):
             blocking=True,
             **where,
             slave_heartbeat=0.5,
+            # The library skips the table maps and rows of other tables before parsing
+            # them (it matches schema and table name each on its own: a superset of ours,
+            # which on_table_map narrows to the configured tables).
+            only_schemas=sorted({name.partition(".")[0] for name in self._tables}),
+            only_tables=sorted({name.partition(".")[2] for name in self._tables}),
             only_events=[
                 WriteRowsEvent,
                 UpdateRowsEvent,
@@ -477,7 +484,7 @@ class MysqlCapture(CaptureCore):
         )
         self.log.info("streaming", position=str(start))
         try:
-            _BinlogReader(self, stream).run()
+            _BinlogReader(self, stream, self._transaction_blocks()).run()
         finally:
             with suppress(Exception):
                 stream.close()
@@ -508,8 +515,12 @@ def _values(row: dict[str, Any], times: tuple[str, ...], prefix: str = "") -> di
 class _BinlogReader:
     """One stream's loop: binlog events to envelopes, offsets stored between them."""
 
-    def __init__(self, capture: MysqlCapture, stream: BinLogStreamReader) -> None:
+    def __init__(self, capture: MysqlCapture, stream: BinLogStreamReader, blocks: NoBlocks) -> None:
         assert capture._producer is not None
+        #: The open transaction's metadata: each envelope's ``transaction`` block and
+        #: the BEGIN/END records (capture.transactions; NoBlocks when switched off).
+        self.blocks = blocks
+        self.tx_topic = transaction_topic(capture.config.prefix)
         self.capture = capture
         self.stream = stream
         self.producer = capture._producer
@@ -527,7 +538,6 @@ class _BinlogReader:
         self.codecs: dict[int, MyTableCodec] = {}
         self.last_layout: dict[str, MyTable] = {}
         self.fractional_times: dict[int, tuple[str, ...]] = {}
-        self.now = b""
 
     def send(self, topic: str, key: bytes | None, value: bytes | None) -> None:
         produce(self.producer, topic, value, key, on_delivery=self.ack)
@@ -553,7 +563,7 @@ class _BinlogReader:
             elif cls is TableMapEvent:
                 self.on_table_map(event)
             elif cls is XidEvent:
-                self.on_commit()
+                self.on_commit(event)
             elif cls is MariadbGtidEvent or cls is MysqlGtidEvent:
                 self.on_begin(event)
             elif cls is QueryEvent:
@@ -578,13 +588,35 @@ class _BinlogReader:
         domain = gtid.split("-", 1)[0]
         if domain.isdigit():
             self.gtid_domain_state[int(domain)] = gtid
-        self.tx = self.tracker.begin(None)
-        self.ack = self.tx.ack
-        self.now = encoded_ts(int(time.time() * 1000))
+        self.open_tx(gtid, event)
 
-    def on_commit(self) -> None:
+    def open_tx(self, tx_id: str | None, event: Any) -> Tx:
+        """A transaction starts at ``event``: its acknowledgement tracking, and its
+        metadata under ``tx_id`` (the GTID; else the position of ``event``, its start)."""
+        tx = self.tx = self.tracker.begin(None)
+        self.ack = tx.ack
+        if tx_id is None:
+            tx_id = f"{self.stream.log_file}:{int(event.packet.log_pos) - int(event.event_size)}"
+        self.blocks.start_id(tx_id, int(event.timestamp) * 1000, int(time.time() * 1000))
+        return tx
+
+    def metadata(self, record: tuple[bytes, bytes] | None) -> None:
+        """A BEGIN or END record, produced under the open transaction's tracking."""
+        if record is None:
+            return
+        assert self.tx is not None
+        produce(
+            self.producer, self.tx_topic, record[1], record[0], partition=0, on_delivery=self.ack
+        )
+        self.tx.produced(1)
+
+    def on_commit(self, event: Any) -> None:
         if self.tx is None:
             return
+        blocks = self.blocks
+        if isinstance(blocks, TxBlocks):
+            blocks.commit_ms = int(event.timestamp) * 1000  # END at the commit's time
+        self.metadata(blocks.end_record())
         self.capture._commit(self.tx, self.position())
         self.tx = None
 
@@ -592,9 +624,11 @@ class _BinlogReader:
         query = str(event.query).strip()
         upper = query[:16].upper()
         if upper.startswith("BEGIN"):
+            if self.tx is None:  # no GTID event before it: a server without GTIDs
+                self.open_tx(None, event)
             return
         if upper.startswith("COMMIT"):
-            self.on_commit()
+            self.on_commit(event)
             return
         capture = self.capture
         truncated = _TRUNCATE.match(query)
@@ -613,7 +647,7 @@ class _BinlogReader:
                 conn.close()
         capture.log.info("DDL read", query=query[:200], position=str(self.position()))
         if self.tx is not None:
-            self.on_commit()
+            self.on_commit(event)
         else:
             tx = self.tracker.begin(None)
             self.capture._commit(tx, self.position())
@@ -637,9 +671,8 @@ class _BinlogReader:
                 conn.close()
         codec = capture._table_codec(layout)
         if self.tx is None:
-            self.tx = self.tracker.begin(None)
-            self.ack = self.tx.ack
-            self.now = encoded_ts(int(time.time() * 1000))
+            self.open_tx(self.gtid, event)
+        self.metadata(self.blocks.begin_record())
         source = codec.source(
             ts_ms=int(event.timestamp) * 1000,
             snapshot="false",
@@ -648,10 +681,13 @@ class _BinlogReader:
             pos=int(event.packet.log_pos) - int(event.event_size),
             gtid=self.gtid,
         )
-        value = codec.envelope("t", None, None, source(0), self.now)
         partitions = capture.config.partitions
+        stamp = self.blocks.stamp
         for p in range(partitions):
+            # one event per partition, each with its own place in the transaction
+            value = codec.envelope("t", None, None, source(0), stamp(name))
             produce(self.producer, codec.topic, value, None, partition=p, on_delivery=self.ack)
+        assert self.tx is not None
         self.tx.produced(partitions)
         codec.events += 1
 
@@ -674,10 +710,13 @@ class _BinlogReader:
             return
         capture = self.capture
         tx = self.tx
-        if tx is None:  # rows outside a GTID group (no GTIDs): a transaction of their own
-            tx = self.tx = self.tracker.begin(None)
-            self.ack = tx.ack
-            self.now = encoded_ts(int(time.time() * 1000))
+        if tx is None:  # rows outside a GTID group or BEGIN: a transaction of their own
+            tx = self.open_tx(None, event)
+        rows = event.rows
+        if not rows:
+            return
+        blocks = self.blocks
+        self.metadata(blocks.begin_record())
         head, tail = codec.source_parts(
             ts_ms=int(event.timestamp) * 1000,
             snapshot="false",
@@ -689,7 +728,8 @@ class _BinlogReader:
         # The hot loop: each envelope is one join of prepared parts, each record handed
         # straight to the producer (a full queue falls back to the waiting produce).
         frame = codec.value_frame
-        now = self.now
+        tn = codec.table.qualified
+        stamp, mark = blocks.stamp, blocks.mark
         topic = codec.topic
         times = self.fractional_times.get(table_id, ())
         row_of, key_of = codec.row, codec.key
@@ -698,8 +738,11 @@ class _BinlogReader:
         ack = self.ack
         cls = event.__class__
         n = 0
-        for i, row in enumerate(event.rows):
+        for i, row in enumerate(rows):
             src = head + (LENGTHS[i] if i < 16_384 else zigzag(i)) + tail
+            # ``stamp`` gives each change envelope its ``ts_ms`` and ``transaction``
+            # bytes (orders count on); a row that does not convert rolls them back.
+            at = mark(tn)
             try:
                 if cls is UpdateRowsEvent:
                     old = row["before_values"]
@@ -710,12 +753,18 @@ class _BinlogReader:
                     before, after = row_of(old), row_of(new)
                     if old_key != new_key:
                         records: tuple[tuple[bytes, bytes | None], ...] = (
-                            (old_key, b"".join((frame, _SOME, before, _NULL, src, _D, now))),
+                            (
+                                old_key,
+                                b"".join((frame, _SOME, before, _NULL, src, _D, stamp(tn))),
+                            ),
                             (old_key, None),
-                            (new_key, b"".join((frame, _NULL, _SOME, after, src, _C, now))),
+                            (
+                                new_key,
+                                b"".join((frame, _NULL, _SOME, after, src, _C, stamp(tn))),
+                            ),
                         )
                     else:
-                        value = b"".join((frame, _SOME, before, _SOME, after, src, _U, now))
+                        value = b"".join((frame, _SOME, before, _SOME, after, src, _U, stamp(tn)))
                         records = ((new_key, value),)
                 else:
                     values = row["values"]
@@ -723,12 +772,13 @@ class _BinlogReader:
                         values = _values(row, times)
                     key = key_of(values)
                     if cls is WriteRowsEvent:
-                        value = b"".join((frame, _NULL, _SOME, row_of(values), src, _C, now))
+                        value = b"".join((frame, _NULL, _SOME, row_of(values), src, _C, stamp(tn)))
                         records = ((key, value),)
                     else:
-                        value = b"".join((frame, _SOME, row_of(values), _NULL, src, _D, now))
+                        value = b"".join((frame, _SOME, row_of(values), _NULL, src, _D, stamp(tn)))
                         records = ((key, value), (key, None))
             except CaptureError as exc:
+                blocks.rollback(tn, at)
                 raw = json.dumps(row, default=str).encode()
                 tx.produced(capture._failed(codec.table.qualified, raw, self.position(), exc, ack))
                 continue
@@ -740,5 +790,4 @@ class _BinlogReader:
             n += len(records)
         tx.produced(n)
         codec.events += n
-        name = codec.table.qualified
-        capture.stats.events[name] = capture.stats.events.get(name, 0) + n
+        capture.stats.events[tn] = capture.stats.events.get(tn, 0) + n
