@@ -86,7 +86,13 @@ def read_decode(dsn: str, start_gtid: str, rows_wanted: int) -> float:
 
 
 def one_run(
-    endpoints: Any, dsn: str, changes: int, tx_rows: int, tmp: Path, profile: Path | None = None
+    endpoints: Any,
+    dsn: str,
+    changes: int,
+    tx_rows: int,
+    tmp: Path,
+    profile: Path | None = None,
+    transaction_metadata: bool = True,
 ) -> tuple[float, float]:
     from confluent_kafka import Producer
 
@@ -119,6 +125,7 @@ def one_run(
             tables=(f"{database}.orders",),
             partitions=3,
             state_dir=tmp / "state",
+            transaction_metadata=transaction_metadata,
         )
         kafka = {"bootstrap.servers": endpoints.bootstrap_servers}
         # Resume from the run's start, as a restarted capture would.
@@ -177,6 +184,11 @@ def main() -> None:
     parser.add_argument("--tx-rows", type=int, default=1_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--profile", type=Path, help="write a cProfile of the last capture run")
+    parser.add_argument(
+        "--no-transaction-metadata",
+        action="store_true",
+        help="capture without transaction blocks and BEGIN/END records (the cost of them)",
+    )
     args = parser.parse_args()
 
     from bizevents.devstack import DevStack
@@ -196,7 +208,13 @@ def main() -> None:
         for n in range(args.runs):
             print(f"run {n + 1}/{args.runs}")
             cap, ref = one_run(
-                endpoints, endpoints.mysql_dsn, args.changes, args.tx_rows, tmp, args.profile
+                endpoints,
+                endpoints.mysql_dsn,
+                args.changes,
+                args.tx_rows,
+                tmp,
+                args.profile,
+                not args.no_transaction_metadata,
             )
             print(f"  read + decode {ref:>10,.0f} rows/s   capture → Kafka {cap:>10,.0f} rows/s")
             captured.append(cap)
@@ -216,6 +234,8 @@ def main() -> None:
         )
         print(f"ratio to target ({TARGET:,}/s):     {cap_m / TARGET:>10.2f}")
         print(f"ratio to read + decode:           {cap_m / ref_m:>10.2f}")
+        metadata = "off" if args.no_transaction_metadata else "on"
+        print(f"transaction metadata:             {metadata:>10}")
     finally:
         stack.down(purge=True)
         shutil.rmtree(tmp, ignore_errors=True)

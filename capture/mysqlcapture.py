@@ -671,7 +671,7 @@ class _BinlogReader:
                 conn.close()
         codec = capture._table_codec(layout)
         if self.tx is None:
-            self.open_tx(self.gtid, event)
+            self.open_tx(None, event)  # no GTID event opened it
         self.metadata(self.blocks.begin_record())
         source = codec.source(
             ts_ms=int(event.timestamp) * 1000,
