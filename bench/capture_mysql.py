@@ -95,6 +95,7 @@ def one_run(
     transaction_metadata: bool = True,
 ) -> tuple[float, float]:
     from confluent_kafka import Producer
+    from pydantic import SecretStr
 
     from capture import mysql as my
     from capture.config import CaptureConfig
@@ -121,7 +122,7 @@ def one_run(
 
         config = CaptureConfig(
             server=f"bench{tag}",
-            dsn=dsn,
+            dsn=SecretStr(dsn),
             tables=(f"{database}.orders",),
             partitions=3,
             state_dir=tmp / "state",
