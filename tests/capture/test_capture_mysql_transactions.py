@@ -85,7 +85,7 @@ def test_blocks_and_begin_end_records(db: MyDb, tmp_path: Path) -> None:
         ("items", "d"),
         ("items", "c"),
     ]
-    per_table: dict[str, list[int]] = defaultdict(list)
+    per_table: dict[str | None, list[int]] = defaultdict(list)
     for c in tx:
         per_table[c.source.table].append(c.transaction.data_collection_order)  # type: ignore[union-attr]
     assert per_table == {"orders": [1, 2], "items": [1, 2, 3, 4, 5]}
