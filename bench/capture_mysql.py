@@ -26,6 +26,7 @@ import tempfile
 import threading
 import time
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -37,12 +38,14 @@ def generate(dsn: str, table: str, changes: int, tx_rows: int) -> None:
 
     conn = my.connect(dsn, autocommit=False)
     inserts = changes // 2
+    now = datetime.now(UTC).replace(tzinfo=None)
     with conn.cursor() as cur:
         for start in range(0, inserts, tx_rows):
             ids = range(start, min(start + tx_rows, inserts))
+            # all placeholders: PyMySQL sends one multi-row INSERT per transaction
             cur.executemany(
-                f"INSERT INTO {table} VALUES (%s, %s, %s, %s, NOW(6), %s)",
-                [(i, f"customer {i}", i % 97, f"{i * 1.25:.2f}", i % 2) for i in ids],
+                f"INSERT INTO {table} VALUES (%s, %s, %s, %s, %s, %s)",
+                [(i, f"customer {i}", i % 97, f"{i * 1.25:.2f}", now, i % 2) for i in ids],
             )
             conn.commit()
         for start in range(0, changes - inserts, tx_rows):
@@ -82,8 +85,17 @@ def read_decode(dsn: str, start_gtid: str, rows_wanted: int) -> float:
     return time.perf_counter() - t0
 
 
-def one_run(endpoints: Any, dsn: str, changes: int, tx_rows: int, tmp: Path) -> tuple[float, float]:
+def one_run(
+    endpoints: Any,
+    dsn: str,
+    changes: int,
+    tx_rows: int,
+    tmp: Path,
+    profile: Path | None = None,
+    transaction_metadata: bool = True,
+) -> tuple[float, float]:
     from confluent_kafka import Producer
+    from pydantic import SecretStr
 
     from capture import mysql as my
     from capture.config import CaptureConfig
@@ -110,10 +122,11 @@ def one_run(endpoints: Any, dsn: str, changes: int, tx_rows: int, tmp: Path) -> 
 
         config = CaptureConfig(
             server=f"bench{tag}",
-            dsn=dsn,
+            dsn=SecretStr(dsn),
             tables=(f"{database}.orders",),
             partitions=3,
             state_dir=tmp / "state",
+            transaction_metadata=transaction_metadata,
         )
         kafka = {"bootstrap.servers": endpoints.bootstrap_servers}
         # Resume from the run's start, as a restarted capture would.
@@ -134,7 +147,18 @@ def one_run(endpoints: Any, dsn: str, changes: int, tx_rows: int, tmp: Path) -> 
             CaptureEndpoints(dsn, kafka, {"url": endpoints.registry_url}, tmp / "state"),
             stats=stats,
         )
-        thread = threading.Thread(target=runner.run, daemon=True)
+
+        def run() -> None:
+            if profile is None:
+                runner.run()
+                return
+            import cProfile
+
+            profiler = cProfile.Profile()
+            profiler.runcall(runner.run)
+            profiler.dump_stats(str(profile))
+
+        thread = threading.Thread(target=run, daemon=True)
         t0 = time.perf_counter()
         thread.start()
         while thread.is_alive():
@@ -160,6 +184,12 @@ def main() -> None:
     parser.add_argument("--changes", type=int, default=200_000)
     parser.add_argument("--tx-rows", type=int, default=1_000)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--profile", type=Path, help="write a cProfile of the last capture run")
+    parser.add_argument(
+        "--no-transaction-metadata",
+        action="store_true",
+        help="capture without transaction blocks and BEGIN/END records (the cost of them)",
+    )
     args = parser.parse_args()
 
     from bizevents.devstack import DevStack
@@ -178,14 +208,22 @@ def main() -> None:
         decoded: list[float] = []
         for n in range(args.runs):
             print(f"run {n + 1}/{args.runs}")
-            cap, ref = one_run(endpoints, endpoints.mysql_dsn, args.changes, args.tx_rows, tmp)
+            cap, ref = one_run(
+                endpoints,
+                endpoints.mysql_dsn,
+                args.changes,
+                args.tx_rows,
+                tmp,
+                args.profile,
+                not args.no_transaction_metadata,
+            )
             print(f"  read + decode {ref:>10,.0f} rows/s   capture → Kafka {cap:>10,.0f} rows/s")
             captured.append(cap)
             decoded.append(ref)
         cap_m, ref_m = statistics.median(captured), statistics.median(decoded)
         print(
-            f"median of {args.runs} runs, {args.changes:,} changes in transactions of "
-            f"{args.tx_rows:,}:"
+            f"median of {args.runs} runs, {args.changes:,} changes "
+            f"in transactions of {args.tx_rows:,}:"
         )
         print(
             f"binlog read + decode, no Kafka:   {ref_m:>10,.0f} rows/s "
@@ -197,6 +235,8 @@ def main() -> None:
         )
         print(f"ratio to target ({TARGET:,}/s):     {cap_m / TARGET:>10.2f}")
         print(f"ratio to read + decode:           {cap_m / ref_m:>10.2f}")
+        metadata = "off" if args.no_transaction_metadata else "on"
+        print(f"transaction metadata:             {metadata:>10}")
     finally:
         stack.down(purge=True)
         shutil.rmtree(tmp, ignore_errors=True)

@@ -167,12 +167,21 @@ def store_plugin() -> tuple[list[Translator], ModuleType]:
     return pinned, load
 
 
-def _prepare_database(dsn: str, store: ModuleType) -> None:
+def _connect(dsn: str) -> Any:
+    """A connection of the store's database (PostgreSQL or, by its DSN, MySQL)."""
+    if dsn.startswith(("mysql://", "mariadb://")):
+        from capture import mysql as my
+
+        return my.connect(dsn, autocommit=False)
     import psycopg2
 
-    conn = psycopg2.connect(dsn)
+    return psycopg2.connect(dsn)
+
+
+def _prepare_database(dsn: str, store: ModuleType) -> None:
+    conn = _connect(dsn)
     try:
-        store.create_schema(conn)
+        store.create_schema(conn, "mysql" if dsn.startswith("mysql://") else "postgresql")
     finally:
         conn.close()
 
@@ -193,10 +202,9 @@ def _wait_for_slot(conn: Any, stop: threading.Event) -> None:
 
 
 def _load(dsn: str, rate: float, stop: threading.Event, tally: Tally, store: ModuleType) -> None:
-    import psycopg2
-
-    conn = psycopg2.connect(dsn)
-    _wait_for_slot(conn, stop)
+    conn = _connect(dsn)
+    if not dsn.startswith("mysql://"):
+        _wait_for_slot(conn, stop)
     load = store.StoreLoad(conn, seed=int(time.time()))
     interval = 1.0 / rate
     next_at = time.monotonic()
@@ -513,9 +521,7 @@ def _wait_for_topic(
 
 
 def _max_order(dsn: str) -> int:
-    import psycopg2
-
-    conn = psycopg2.connect(dsn)
+    conn = _connect(dsn)
     try:
         with conn.cursor() as cur:
             cur.execute("SELECT coalesce(max(id), 0) FROM store.orders")
@@ -596,11 +602,18 @@ def run_demo(
     rate: float,
     story: StoryPlan | None = None,
     console: Console | None = None,
+    source: str = "postgres",
 ) -> dict[str, Any]:
     """Run the demo until Ctrl-C, ``duration`` seconds or the story's end; return the
-    final tally. ``story`` None: the live flow only, with the fixed pins."""
+    final tally. ``story`` None: the live flow only, with the fixed pins. ``source``
+    ``mysql`` runs the live flow on the stack's MariaDB (binlog capture): the same store,
+    the same translators, the same technical topics."""
     import psycopg2
 
+    if source == "mysql" and story is not None:
+        raise StackError(
+            "the story runs on PostgreSQL; on MySQL the demo runs the live flow: add --live-only"
+        )
     began = time.monotonic()
     console = console or Console()
 
@@ -609,7 +622,8 @@ def run_demo(
 
     line("finding the store plugin…")
     pinned, store = store_plugin()
-    stack = DevStack(settings.state_dir, settings.dev)
+    dev = settings.dev.model_copy(update={"mysql": True}) if source == "mysql" else settings.dev
+    stack = DevStack(settings.state_dir, dev)
     was_running = all(h.ok for h in stack.status())
     logs = stack.state_dir / "logs"
     cli = [sys.executable, "-m", "bizevents"]
@@ -646,8 +660,12 @@ def run_demo(
         )
         demo_dir = stack.state_dir / "demo"
         demo_dir.mkdir(parents=True, exist_ok=True)
-        _prepare_database(endpoints.postgres_dsn, store)
-        since_order = _max_order(endpoints.postgres_dsn)
+        dsn = endpoints.postgres_dsn
+        if source == "mysql":
+            assert endpoints.mysql_dsn is not None
+            dsn = endpoints.mysql_dsn
+        _prepare_database(dsn, store)
+        since_order = _max_order(dsn)
         since_ms = int(time.time() * 1000)
 
         if not worker.running:  # the stack was up already
@@ -656,12 +674,14 @@ def run_demo(
 
         capture_port = free_port("127.0.0.1")
         capture_config = demo_dir / "capture.toml"
+        where = f'dsn = "{dsn}"\n' if source == "mysql" else f'slot = "{SLOT}"\n'
         capture_config.write_text(
             f'server = "{SERVER}"\ntables = {json.dumps(list(TABLES))}\npartitions = 4\n'
-            f'slot = "{SLOT}"\nmetrics_port = {capture_port}\n'
+            f"{where}metrics_port = {capture_port}\n"
             # capture refreshes its per-table counts and slot lag at each heartbeat
             "heartbeat_interval_s = 1.0\n"
         )
+        capture_config.chmod(0o600)  # a MySQL DSN holds its password
         env = _env(endpoints, settings, BIZEVENTS_TRANSLATE__TOPIC_PREFIX=SERVER, **DEMO_GROUP)
         topics = [*sorted({c.contract_topic() for t in pinned for c in t.emits}), DEAD_LETTER_TOPIC]
         tally = Tally()
@@ -678,7 +698,7 @@ def run_demo(
         line("starting capture…")
         capture = cleanup.enter_context(
             _process(
-                [*cli, "capture", "postgres", "--config", str(capture_config)],
+                [*cli, "capture", source, "--config", str(capture_config)],
                 env,
                 logs / "demo-capture.log",
                 "capture",
@@ -708,7 +728,7 @@ def run_demo(
         threads = [
             threading.Thread(
                 target=_load,
-                args=(endpoints.postgres_dsn, rate, load_stop, tally, store),
+                args=(dsn, rate, load_stop, tally, store),
                 daemon=True,
             ),
             threading.Thread(
@@ -730,8 +750,9 @@ def run_demo(
             cleanup.callback(thread.join, 10)
         cleanup.callback(stop.set)
         cleanup.callback(load_stop.set)
-        database = psycopg2.connect(endpoints.postgres_dsn)
-        cleanup.callback(database.close)
+        database = psycopg2.connect(endpoints.postgres_dsn) if story else None
+        if database is not None:
+            cleanup.callback(database.close)
         live_started = time.monotonic()
 
         def tick(live: Live) -> None:
@@ -742,7 +763,7 @@ def run_demo(
             worker.check()
             tx_worker.check()
             scraped = worker.scrape()
-            statuses = _database_statuses(database, since_order) if story else {}
+            statuses = _database_statuses(database, since_order) if database is not None else {}
             with tally.lock:
                 if scraped is not None:
                     tally.translator_counts = scraped

@@ -37,6 +37,14 @@ from bizevents.clikit import console, fails_cleanly, settings_of, table
     show_default=True,
     help="How long the story's live steps (the bug, then the fix) last.",
 )
+@click.option(
+    "--source",
+    type=click.Choice(["postgres", "mysql"]),
+    default="postgres",
+    show_default=True,
+    help="The store's database: PostgreSQL, or the embedded MariaDB (binlog capture; "
+    "with --live-only).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the final figures as JSON.")
 @click.option("--svg", type=click.Path(dir_okay=False), help="Also save the final screen as SVG.")
 @click.pass_context
@@ -48,6 +56,7 @@ def demo(
     live_only: bool,
     fixed: int,
     step_seconds: float,
+    source: str,
     as_json: bool,
     svg: str | None,
 ) -> None:
@@ -63,7 +72,7 @@ def demo(
 
     story = None if live_only else StoryPlan(fixed=fixed, step_seconds=step_seconds)
     try:
-        summary = run_demo(settings_of(ctx), duration, rate, story, console)
+        summary = run_demo(settings_of(ctx), duration, rate, story, console, source)
     except KeyboardInterrupt:  # before the live view (the stack starting): already cleaned up
         console.print("stopped before the demo began", highlight=False)
         raise SystemExit(130) from None

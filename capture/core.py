@@ -16,6 +16,7 @@ import structlog
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
+from base.kafka import ensure_topics
 from capture import postgres as pg
 from capture.config import CaptureConfig
 from capture.encoding import TableCodec
@@ -28,6 +29,7 @@ from capture.pgoutput import (
 )
 from capture.pgtypes import PgTypeMapper
 from capture.sink import SchemaRegistrar
+from capture.transactions import NoBlocks, TxBlocks
 from contracts.business import (
     HEADER_DLQ_ERROR,
     HEADER_DLQ_REASON,
@@ -35,6 +37,7 @@ from contracts.business import (
     HEADER_SOURCE_POSITION,
     HEADER_SOURCE_TOPIC,
 )
+from contracts.technical.transaction import transaction_topic
 
 __all__ = ["HEADER_CAPTURE_FORMAT", "HEADER_CAPTURE_TABLE", "CaptureCore", "CaptureEndpoints"]
 
@@ -42,7 +45,8 @@ __all__ = ["HEADER_CAPTURE_FORMAT", "HEADER_CAPTURE_TABLE", "CaptureCore", "Capt
 #: the translators' names).
 HEADER_CAPTURE_TABLE: Final = "bizevents.capture.table"
 #: ``pgoutput``: the value is the change's raw pgoutput message; ``snapshot-text-json``:
-#: a JSON array of the snapshot row's column texts (``null`` for NULL).
+#: a JSON array of the snapshot row's column texts (``null`` for NULL);
+#: ``mysql-row-json``: the MySQL row as decoded, in JSON (values as their text).
 HEADER_CAPTURE_FORMAT: Final = "bizevents.capture.format"
 
 _FEEDBACK_EVERY_S = 0.5
@@ -170,6 +174,20 @@ class CaptureCore:
             self.stats.acknowledged_lsn = self._last_sent_lsn
         self._last_feedback = now
         self.stats.in_flight = tracker.in_flight
+
+    def _transaction_blocks(self) -> NoBlocks:
+        """The transaction metadata writer (its topic created, its schemas registered)."""
+        cfg = self.config
+        if not cfg.transaction_metadata:
+            return NoBlocks()
+        topic = transaction_topic(cfg.prefix)
+        assert self._admin is not None and self._registrar is not None
+        # One partition: BEGIN and END of every transaction in commit order. Not
+        # compacted: BEGIN and END share their key.
+        ensure_topics(
+            self._admin, [topic], 1, replication_factor=cfg.replication_factor, timeout_s=15
+        )
+        return TxBlocks.registered(self._registrar, topic)
 
     def _topic(self, relation: Relation) -> str:
         return f"{self.config.prefix}.{relation.namespace}.{relation.name}"

@@ -113,6 +113,12 @@ def check_server(conn: pymysql.connections.Connection[Any]) -> int:
         cur.execute("SELECT @@GLOBAL.server_id")
         row = cur.fetchone()
         server_id = int(row[0]) if row else 0
+        if server_id == 0:
+            raise ServerSettingsError(
+                "the server's server_id is 0, capture needs a non-zero one: SET GLOBAL "
+                "server_id = 1 (any number unique among its replicas, and in my.cnf), then "
+                "restart capture"
+            )
         cur.execute("SHOW GRANTS")
         grants = " ".join(str(r[0]).upper() for r in cur.fetchall())
     everything = re.search(r"GRANT ALL PRIVILEGES ON \*\.\*", grants) is not None

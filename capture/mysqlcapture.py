@@ -30,6 +30,7 @@ The order of things, and why:
 from __future__ import annotations
 
 import json
+import re
 import time
 import zlib
 from collections.abc import Callable
@@ -62,14 +63,16 @@ from base.errors import TransientError
 from base.kafka import ensure_topics, produce
 from base.registry import registry_client
 from capture import mysql as my
-from capture.core import CaptureCore, _Stop
+from capture.core import HEADER_CAPTURE_FORMAT, HEADER_CAPTURE_TABLE, CaptureCore, _Stop
 from capture.encoding import encoded_ts
 from capture.exceptions import CaptureError
 from capture.mysql import BinlogPosition
-from capture.mysqlcodec import MyTable, MyTableCodec, key_columns
+from capture.mysqlcodec import OPS, MyTable, MyTableCodec, key_columns
 from capture.mysqltypes import TIME2, binlog_time2
 from capture.offsets import AckTracker, Tx
 from capture.sink import SchemaRegistrar, create_topics, producer_config
+from capture.transactions import NoBlocks, TxBlocks
+from contracts.binary import LENGTHS, NULL_BRANCH, VALUE_BRANCH, zigzag
 from contracts.business import (
     HEADER_DLQ_ERROR,
     HEADER_DLQ_REASON,
@@ -77,12 +80,16 @@ from contracts.business import (
     HEADER_SOURCE_POSITION,
     HEADER_SOURCE_TOPIC,
 )
+from contracts.technical.transaction import transaction_topic
 
 __all__ = ["MysqlCapture", "OffsetStore"]
 
 _MAX_BACKOFF_S = 30.0
+_TRUNCATE = re.compile(r"TRUNCATE\s+(?:TABLE\s+)?(?:`?(\w+)`?\.)?`?(\w+)`?", re.IGNORECASE)
 _STORE_EVERY_S = 0.5
 _POLL_EVERY = 256
+_NULL, _SOME = NULL_BRANCH, VALUE_BRANCH
+_C, _U, _D = OPS["c"], OPS["u"], OPS["d"]
 
 
 class OffsetStore:
@@ -427,8 +434,8 @@ class MysqlCapture(CaptureCore):
                 (HEADER_DLQ_ERROR, type(exc).__name__.encode()),
                 (HEADER_SOURCE_TOPIC, f"{cfg.prefix}.{table}".encode()),
                 (HEADER_SOURCE_POSITION, position.encode()),
-                ("bizevents.capture.table", table.encode()),
-                ("bizevents.capture.format", b"mysql-row-json"),
+                (HEADER_CAPTURE_TABLE, table.encode()),
+                (HEADER_CAPTURE_FORMAT, b"mysql-row-json"),
             ],
             on_delivery=ack,
         )
@@ -457,6 +464,11 @@ class MysqlCapture(CaptureCore):
             blocking=True,
             **where,
             slave_heartbeat=0.5,
+            # The library skips the table maps and rows of other tables before parsing
+            # them (it matches schema and table name each on its own: a superset of ours,
+            # which on_table_map narrows to the configured tables).
+            only_schemas=sorted({name.partition(".")[0] for name in self._tables}),
+            only_tables=sorted({name.partition(".")[2] for name in self._tables}),
             only_events=[
                 WriteRowsEvent,
                 UpdateRowsEvent,
@@ -472,7 +484,7 @@ class MysqlCapture(CaptureCore):
         )
         self.log.info("streaming", position=str(start))
         try:
-            _BinlogReader(self, stream).run()
+            _BinlogReader(self, stream, self._transaction_blocks()).run()
         finally:
             with suppress(Exception):
                 stream.close()
@@ -503,8 +515,12 @@ def _values(row: dict[str, Any], times: tuple[str, ...], prefix: str = "") -> di
 class _BinlogReader:
     """One stream's loop: binlog events to envelopes, offsets stored between them."""
 
-    def __init__(self, capture: MysqlCapture, stream: BinLogStreamReader) -> None:
+    def __init__(self, capture: MysqlCapture, stream: BinLogStreamReader, blocks: NoBlocks) -> None:
         assert capture._producer is not None
+        #: The open transaction's metadata: each envelope's ``transaction`` block and
+        #: the BEGIN/END records (capture.transactions; NoBlocks when switched off).
+        self.blocks = blocks
+        self.tx_topic = transaction_topic(capture.config.prefix)
         self.capture = capture
         self.stream = stream
         self.producer = capture._producer
@@ -519,9 +535,9 @@ class _BinlogReader:
                 if domain.isdigit():
                     self.gtid_domain_state[int(domain)] = part
         self.tables = capture._tables
-        self.layouts: dict[int, MyTable] = {}
+        self.codecs: dict[int, MyTableCodec] = {}
+        self.last_layout: dict[str, MyTable] = {}
         self.fractional_times: dict[int, tuple[str, ...]] = {}
-        self.now = b""
 
     def send(self, topic: str, key: bytes | None, value: bytes | None) -> None:
         produce(self.producer, topic, value, key, on_delivery=self.ack)
@@ -547,7 +563,7 @@ class _BinlogReader:
             elif cls is TableMapEvent:
                 self.on_table_map(event)
             elif cls is XidEvent:
-                self.on_commit()
+                self.on_commit(event)
             elif cls is MariadbGtidEvent or cls is MysqlGtidEvent:
                 self.on_begin(event)
             elif cls is QueryEvent:
@@ -572,13 +588,35 @@ class _BinlogReader:
         domain = gtid.split("-", 1)[0]
         if domain.isdigit():
             self.gtid_domain_state[int(domain)] = gtid
-        self.tx = self.tracker.begin(None)
-        self.ack = self.tx.ack
-        self.now = encoded_ts(int(time.time() * 1000))
+        self.open_tx(gtid, event)
 
-    def on_commit(self) -> None:
+    def open_tx(self, tx_id: str | None, event: Any) -> Tx:
+        """A transaction starts at ``event``: its acknowledgement tracking, and its
+        metadata under ``tx_id`` (the GTID; else the position of ``event``, its start)."""
+        tx = self.tx = self.tracker.begin(None)
+        self.ack = tx.ack
+        if tx_id is None:
+            tx_id = f"{self.stream.log_file}:{int(event.packet.log_pos) - int(event.event_size)}"
+        self.blocks.start_id(tx_id, int(event.timestamp) * 1000, int(time.time() * 1000))
+        return tx
+
+    def metadata(self, record: tuple[bytes, bytes] | None) -> None:
+        """A BEGIN or END record, produced under the open transaction's tracking."""
+        if record is None:
+            return
+        assert self.tx is not None
+        produce(
+            self.producer, self.tx_topic, record[1], record[0], partition=0, on_delivery=self.ack
+        )
+        self.tx.produced(1)
+
+    def on_commit(self, event: Any) -> None:
         if self.tx is None:
             return
+        blocks = self.blocks
+        if isinstance(blocks, TxBlocks):
+            blocks.commit_ms = int(event.timestamp) * 1000  # END at the commit's time
+        self.metadata(blocks.end_record())
         self.capture._commit(self.tx, self.position())
         self.tx = None
 
@@ -586,13 +624,19 @@ class _BinlogReader:
         query = str(event.query).strip()
         upper = query[:16].upper()
         if upper.startswith("BEGIN"):
+            if self.tx is None:  # no GTID event before it: a server without GTIDs
+                self.open_tx(None, event)
             return
         if upper.startswith("COMMIT"):
-            self.on_commit()
+            self.on_commit(event)
             return
+        capture = self.capture
+        truncated = _TRUNCATE.match(query)
+        if truncated is not None:
+            schema = event.schema.decode() if isinstance(event.schema, bytes) else event.schema
+            self.on_truncate(event, f"{truncated.group(1) or schema}.{truncated.group(2)}")
         # DDL (committed by itself): the next table map carries the new layout; only
         # MariaDB's JSON columns come from the catalog, read again here.
-        capture = self.capture
         if capture._tables:
             conn = my.connect(capture.endpoints.dsn)
             try:
@@ -603,33 +647,32 @@ class _BinlogReader:
                 conn.close()
         capture.log.info("DDL read", query=query[:200], position=str(self.position()))
         if self.tx is not None:
-            self.on_commit()
+            self.on_commit(event)
         else:
             tx = self.tracker.begin(None)
             self.capture._commit(tx, self.position())
 
-    def on_table_map(self, event: Any) -> None:
-        name = f"{event.schema}.{event.table}"
+    def on_truncate(self, event: Any, name: str) -> None:
+        """TRUNCATE of a captured table: an op ``t`` event to every partition (null key),
+        as the PostgreSQL capture writes it."""
+        capture = self.capture
         if name not in self.tables:
             return
-        layout = my.table_from_map(event, self.capture._jsons.get(name, set()))
-        self.capture._table_codec(layout)  # registers a new layout's schema before its rows
-        self.layouts[event.table_id] = layout
-        self.fractional_times[event.table_id] = tuple(
-            c.name for c in layout.columns if c.type == TIME2 and c.fsp > 0
-        )
-
-    def on_rows(self, event: Any) -> None:
-        layout = self.layouts.get(event.table_id)
-        if layout is None:
+        if not capture.config.truncate_events:
+            capture.log.warning("TRUNCATE not written (truncate_events = false)", table=name)
             return
-        capture = self.capture
+        layout = self.last_layout.get(name)
+        if layout is None:
+            conn = my.connect(capture.endpoints.dsn)
+            try:
+                database, _, table = name.partition(".")
+                layout = my.catalog_table(conn, database, table)
+            finally:
+                conn.close()
         codec = capture._table_codec(layout)
-        tx = self.tx
-        if tx is None:  # rows outside a GTID group (no GTIDs): a transaction of their own
-            tx = self.tx = self.tracker.begin(None)
-            self.ack = tx.ack
-            self.now = encoded_ts(int(time.time() * 1000))
+        if self.tx is None:
+            self.open_tx(None, event)  # no GTID event opened it
+        self.metadata(self.blocks.begin_record())
         source = codec.source(
             ts_ms=int(event.timestamp) * 1000,
             snapshot="false",
@@ -638,46 +681,113 @@ class _BinlogReader:
             pos=int(event.packet.log_pos) - int(event.event_size),
             gtid=self.gtid,
         )
-        now = self.now
+        partitions = capture.config.partitions
+        stamp = self.blocks.stamp
+        for p in range(partitions):
+            # one event per partition, each with its own place in the transaction
+            value = codec.envelope("t", None, None, source(0), stamp(name))
+            produce(self.producer, codec.topic, value, None, partition=p, on_delivery=self.ack)
+        assert self.tx is not None
+        self.tx.produced(partitions)
+        codec.events += 1
+
+    def on_table_map(self, event: Any) -> None:
+        name = f"{event.schema}.{event.table}"
+        if name not in self.tables:
+            return
+        layout = my.table_from_map(event, self.capture._jsons.get(name, set()))
+        # registers a new layout's schema before its rows
+        self.codecs[event.table_id] = self.capture._table_codec(layout)
+        self.last_layout[name] = layout
+        self.fractional_times[event.table_id] = tuple(
+            c.name for c in layout.columns if c.type == TIME2 and c.fsp > 0
+        )
+
+    def on_rows(self, event: Any) -> None:
+        table_id = event.table_id
+        codec = self.codecs.get(table_id)
+        if codec is None:
+            return
+        capture = self.capture
+        tx = self.tx
+        if tx is None:  # rows outside a GTID group or BEGIN: a transaction of their own
+            tx = self.open_tx(None, event)
+        rows = event.rows
+        if not rows:
+            return
+        blocks = self.blocks
+        self.metadata(blocks.begin_record())
+        head, tail = codec.source_parts(
+            ts_ms=int(event.timestamp) * 1000,
+            snapshot="false",
+            server_id=int(event.packet.server_id),
+            file=str(self.stream.log_file),
+            pos=int(event.packet.log_pos) - int(event.event_size),
+            gtid=self.gtid,
+        )
+        # The hot loop: each envelope is one join of prepared parts, each record handed
+        # straight to the producer (a full queue falls back to the waiting produce).
+        frame = codec.value_frame
+        tn = codec.table.qualified
+        stamp, mark = blocks.stamp, blocks.mark
         topic = codec.topic
-        times = self.fractional_times.get(event.table_id, ())
-        send = self.send
+        times = self.fractional_times.get(table_id, ())
+        row_of, key_of = codec.row, codec.key
+        producer = self.producer
+        put = producer.produce
+        ack = self.ack
+        cls = event.__class__
         n = 0
-        records: list[tuple[bytes, bytes | None]]
-        for i, row in enumerate(event.rows):
-            src = source(i)
+        for i, row in enumerate(rows):
+            src = head + (LENGTHS[i] if i < 16_384 else zigzag(i)) + tail
+            # ``stamp`` gives each change envelope its ``ts_ms`` and ``transaction``
+            # bytes (orders count on); a row that does not convert rolls them back.
+            at = mark(tn)
             try:
-                if event.__class__ is WriteRowsEvent:
-                    values = _values(row, times)
-                    records = [
-                        (codec.key(values), codec.envelope("c", None, codec.row(values), src, now))
-                    ]
-                elif event.__class__ is DeleteRowsEvent:
-                    values = _values(row, times)
-                    key = codec.key(values)
-                    records = [
-                        (key, codec.envelope("d", codec.row(values), None, src, now)),
-                        (key, None),
-                    ]
-                else:
-                    old, new = _values(row, times, "before_"), _values(row, times, "after_")
-                    old_key, new_key = codec.key(old), codec.key(new)
-                    before, after = codec.row(old), codec.row(new)
+                if cls is UpdateRowsEvent:
+                    old = row["before_values"]
+                    new = row["after_values"]
+                    if times or row["before_none_sources"] or row["after_none_sources"]:
+                        old, new = _values(row, times, "before_"), _values(row, times, "after_")
+                    old_key, new_key = key_of(old), key_of(new)
+                    before, after = row_of(old), row_of(new)
                     if old_key != new_key:
-                        records = [
-                            (old_key, codec.envelope("d", before, None, src, now)),
+                        records: tuple[tuple[bytes, bytes | None], ...] = (
+                            (
+                                old_key,
+                                b"".join((frame, _SOME, before, _NULL, src, _D, stamp(tn))),
+                            ),
                             (old_key, None),
-                            (new_key, codec.envelope("c", None, after, src, now)),
-                        ]
+                            (
+                                new_key,
+                                b"".join((frame, _NULL, _SOME, after, src, _C, stamp(tn))),
+                            ),
+                        )
                     else:
-                        records = [(new_key, codec.envelope("u", before, after, src, now))]
+                        value = b"".join((frame, _SOME, before, _SOME, after, src, _U, stamp(tn)))
+                        records = ((new_key, value),)
+                else:
+                    values = row["values"]
+                    if times or row["none_sources"]:
+                        values = _values(row, times)
+                    key = key_of(values)
+                    if cls is WriteRowsEvent:
+                        value = b"".join((frame, _NULL, _SOME, row_of(values), src, _C, stamp(tn)))
+                        records = ((key, value),)
+                    else:
+                        value = b"".join((frame, _SOME, row_of(values), _NULL, src, _D, stamp(tn)))
+                        records = ((key, value), (key, None))
             except CaptureError as exc:
+                blocks.rollback(tn, at)
                 raw = json.dumps(row, default=str).encode()
-                tx.produced(capture._failed(layout.qualified, raw, self.position(), exc, self.ack))
+                tx.produced(capture._failed(codec.table.qualified, raw, self.position(), exc, ack))
                 continue
-            for key, value in records:
-                send(topic, key, value)
+            for record_key, record_value in records:
+                try:
+                    put(topic, record_value, record_key, on_delivery=ack)
+                except BufferError:
+                    produce(producer, topic, record_value, record_key, on_delivery=ack)
             n += len(records)
         tx.produced(n)
         codec.events += n
-        capture.stats.events[layout.qualified] = capture.stats.events.get(layout.qualified, 0) + n
+        capture.stats.events[tn] = capture.stats.events.get(tn, 0) + n

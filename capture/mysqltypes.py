@@ -23,10 +23,18 @@ from decimal import Decimal
 from typing import Any, Final
 
 from capture.exceptions import CaptureError
-from contracts.binary import blob, fastavro_signed_bytes, text, unscaled, zigzag
+from contracts.binary import blob, fastavro_signed_bytes, text, zigzag
 from contracts.logical import ColumnType, Field, Kind, encoder_for
 
-__all__ = ["MyColumn", "MyTypeError", "binlog_time2", "column_type", "field_of", "value_writer"]
+__all__ = [
+    "MyColumn",
+    "MyTypeError",
+    "binlog_time2",
+    "column_type",
+    "field_of",
+    "inline_form",
+    "value_writer",
+]
 
 # MySQL's binlog type codes (include/mysql_com.h, enum_field_types).
 DECIMAL, TINY, SHORT, LONG, FLOAT, DOUBLE, NULL, TIMESTAMP, LONGLONG, INT24 = range(10)
@@ -38,6 +46,7 @@ TINY_BLOB, MEDIUM_BLOB, LONG_BLOB, BLOB, VAR_STRING, STRING, GEOMETRY = range(24
 _TEXTS: Final = frozenset((VARCHAR, VAR_STRING, STRING, BLOB, TINY_BLOB, MEDIUM_BLOB, LONG_BLOB))
 _EPOCH_DAY: Final = date(1970, 1, 1).toordinal()
 _EPOCH: Final = datetime(1970, 1, 1)
+_MICROSECOND: Final = timedelta(microseconds=1)
 _F32: Final = struct.Struct("<f")
 _F64: Final = struct.Struct("<d")
 
@@ -135,10 +144,18 @@ def _int(v: Any) -> bytes:
 
 
 def _decimal(scale: int) -> Writer:
+    factor = 10**scale
+
     def write(v: Any) -> bytes:
         if not isinstance(v, Decimal | int) or isinstance(v, bool):
             raise TypeError(f"expected a decimal, got {type(v).__name__}")
-        return blob(fastavro_signed_bytes(unscaled(Decimal(v), scale)[0]))
+        # Exact: the value as a fraction (NaN and the infinities raise); at the scale only
+        # when the denominator divides 10**scale (trailing zeros past it are no digits).
+        num, den = v.as_integer_ratio()
+        times, rest = divmod(factor, den)
+        if rest:
+            raise ValueError(f"{v} has more than {scale} fractional digits")
+        return blob(fastavro_signed_bytes(num * times))
 
     return write
 
@@ -176,8 +193,7 @@ def _date(v: Any) -> bytes:
 
 
 def _micros(v: datetime) -> int:
-    d = v.replace(tzinfo=None) - _EPOCH
-    return (d.days * 86_400 + d.seconds) * 1_000_000 + d.microseconds
+    return ((v if v.tzinfo is None else v.replace(tzinfo=None)) - _EPOCH) // _MICROSECOND
 
 
 def _datetime(millis: bool) -> Writer:
@@ -324,3 +340,25 @@ def value_writer(c: MyColumn, ct: ColumnType) -> Writer:
     if kind is Kind.STRING:
         return _set(c.labels) if c.type == SET else _string
     raise MyTypeError(f"column {c.name}: no writer for {kind}")  # pragma: no cover
+
+
+def inline_form(c: MyColumn, ct: ColumnType) -> tuple[str, int]:
+    """How the compiled record writer may write ``c`` in line, without calling its
+    :func:`value_writer`: ``("int", 0)``, ``("str", 0)``, ``("decimal", scale)``,
+    ``("datetime", 1000 or 1)`` (the divisor of microseconds), or ``("call", 0)``.
+
+    An in-line form covers the value the library hands over for the column (an
+    ``int``, a ``str``, a ``Decimal``, a naive ``datetime``) and must give the
+    writer's bytes exactly; any other value goes through the writer
+    (``tests/capture/test_mysqltypes.py`` holds the two together).
+    """
+    kind = ct.kind
+    if kind in (Kind.INT16, Kind.INT32, Kind.INT64):
+        return ("int", 0)
+    if kind is Kind.DECIMAL:
+        return ("decimal", ct.scale or 0)
+    if kind in (Kind.TIMESTAMP_MILLIS, Kind.TIMESTAMP_MICROS):
+        return ("datetime", 1000 if kind is Kind.TIMESTAMP_MILLIS else 1)
+    if kind is Kind.STRING and c.type != SET:
+        return ("str", 0)
+    return ("call", 0)

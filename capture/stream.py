@@ -11,7 +11,7 @@ from typing import Any
 import psycopg2
 import psycopg2.extras
 
-from base.kafka import ensure_topics, produce
+from base.kafka import produce
 from capture import postgres as pg
 from capture.core import CaptureCore
 from capture.encoding import TableCodec
@@ -31,7 +31,7 @@ from capture.pgoutput import (
 )
 from capture.pgtypes import PgTypeMapper, enum_types_from_rows
 from capture.sink import create_topics
-from capture.transactions import NoBlocks, TxBlocks
+from capture.transactions import NoBlocks
 from contracts.technical.source import EncodedSource
 from contracts.technical.transaction import transaction_topic
 
@@ -98,20 +98,6 @@ class Streaming(CaptureCore):
         self._check_delivery()
         self._feedback(cursor, force=True)
         self._await_confirmed(side)
-
-    def _transaction_blocks(self) -> NoBlocks:
-        """The transaction metadata writer (its topic created, its schemas registered)."""
-        cfg = self.config
-        if not cfg.transaction_metadata:
-            return NoBlocks()
-        topic = transaction_topic(cfg.prefix)
-        assert self._admin is not None and self._registrar is not None
-        # One partition: BEGIN and END of every transaction in commit order. Not
-        # compacted: BEGIN and END share their key.
-        ensure_topics(
-            self._admin, [topic], 1, replication_factor=cfg.replication_factor, timeout_s=15
-        )
-        return TxBlocks.registered(self._registrar, topic)
 
     def _row_change(
         self,

@@ -1,7 +1,9 @@
 """Debezium's transaction metadata, written by the stream: each envelope's
 ``transaction`` block and the ``<prefix>.transaction`` topic's BEGIN and END records.
 
-The id of a PostgreSQL transaction is ``<xid>:<commit LSN>`` (the Begin message's
+The id of a MySQL/MariaDB transaction is its GTID, as Debezium's MySQL connector
+writes it (``<file>:<position>`` of its start on a server without GTIDs). The id of a
+PostgreSQL transaction is ``<xid>:<commit LSN>`` (the Begin message's
 ``final_lsn``): xids wrap around, the commit LSN does not, and both are the same when
 the slot sends the transaction again after a restart, so a re-sent transaction keeps
 its id and its events their orders. ``total_order`` counts the transaction's change
@@ -53,7 +55,13 @@ class NoBlocks:
         self._tail = b""
 
     def start(self, xid: int, commit_lsn: int, commit_ms: int, now_ms: int) -> None:
-        """A transaction starts."""
+        """A PostgreSQL transaction starts."""
+        self.start_id(transaction_id(xid, commit_lsn), commit_ms, now_ms)
+
+    def start_id(self, tx_id: str, ts_ms: int, now_ms: int) -> None:
+        """A transaction of id ``tx_id`` starts (MySQL: its GTID); ``ts_ms`` is the
+        BEGIN and END records' time (set :attr:`TxBlocks.commit_ms` before END to
+        give END another)."""
         self._tail = VALUE_BRANCH + zigzag(now_ms) + NULL_BRANCH
 
     def stamp(self, _table: str) -> bytes:
@@ -113,10 +121,10 @@ class TxBlocks(NoBlocks):
         """Change events of the open transaction so far."""
         return self._total
 
-    def start(self, xid: int, commit_lsn: int, commit_ms: int, now_ms: int) -> None:
-        self.id = transaction_id(xid, commit_lsn)
-        self.commit_ms = commit_ms
-        self._head = VALUE_BRANCH + zigzag(now_ms) + VALUE_BRANCH + text(self.id)
+    def start_id(self, tx_id: str, ts_ms: int, now_ms: int) -> None:
+        self.id = tx_id
+        self.commit_ms = ts_ms
+        self._head = VALUE_BRANCH + zigzag(now_ms) + VALUE_BRANCH + text(tx_id)
         self._counts = {}
         self._total = 0
         self._begun = False

@@ -23,6 +23,7 @@ __all__ = [
     "NULL_BRANCH",
     "SMALL",
     "VALUE_BRANCH",
+    "VARINTS",
     "blob",
     "container_block",
     "container_header",
@@ -44,16 +45,38 @@ VALUE_BRANCH: Final = SMALL[2]
 _MASK64: Final = (1 << 64) - 1
 
 
-def varint(z: int) -> bytes:
-    """The base-128 varint of a non-negative (already zig-zagged) integer."""
-    if z < 128:
-        return SMALL[z]
+_TABLE_BITS: Final = 14
+_TABLE: Final = 1 << _TABLE_BITS
+
+
+def _varint_by_bytes(z: int) -> bytes:
     out = bytearray()
     while z > 0x7F:
         out.append((z & 0x7F) | 0x80)
         z >>= 7
     out.append(z)
     return bytes(out)
+
+
+#: The varints of 0..16383 (one or two bytes), and each 14-bit group followed by more
+#: groups (two bytes, both with the continuation bit): a long varint is a few lookups
+#: rather than a Python loop per byte (a microsecond timestamp is eight bytes).
+VARINTS: Final = tuple(_varint_by_bytes(z) for z in range(_TABLE))
+_MORE: Final = tuple(bytes([(g & 0x7F) | 0x80, (g >> 7) | 0x80]) for g in range(_TABLE))
+
+
+def varint(z: int) -> bytes:
+    """The base-128 varint of a non-negative (already zig-zagged) integer."""
+    if z < 128:
+        return SMALL[z]
+    if z < _TABLE:
+        return VARINTS[z]
+    out = _MORE[z & (_TABLE - 1)]
+    z >>= _TABLE_BITS
+    while z >= _TABLE:
+        out += _MORE[z & (_TABLE - 1)]
+        z >>= _TABLE_BITS
+    return out + VARINTS[z]
 
 
 def zigzag(n: int) -> bytes:

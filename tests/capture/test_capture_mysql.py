@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import signal
@@ -17,13 +18,14 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.schema_registry import SchemaRegistryClient
+from pydantic import SecretStr
 
 from bizevents.devstack import Endpoints
 from capture import mysql as my
 from contracts.envelope import ChangeEvent, Tombstone
 from contracts.logical import JsonDocument
 from tests.capture.capture_helpers import cli_env, final_state, read_topic
-from tests.capture.mysql_helpers import MyDb, in_process, mysql_database
+from tests.capture.mysql_helpers import MyDb, Proxy, in_process, mysql_database
 
 pytestmark = [pytest.mark.integration, pytest.mark.mysql]
 
@@ -569,3 +571,53 @@ def test_lost_connection_is_retried_and_nothing_lost(db: MyDb, tmp_path: Path) -
         if isinstance(r.decoded, ChangeEvent)
     }
     assert ids == {1, 2}
+
+
+def test_truncate_is_an_op_t_event_in_every_partition(db: MyDb, tmp_path: Path) -> None:
+    """TRUNCATE TABLE mid-stream: op t with a null key in each partition, as PostgreSQL's."""
+    db.sql("CREATE TABLE t (id INT PRIMARY KEY)")
+    config = db.config(["t"], partitions=2)
+    with in_process(config, db.capture_endpoints(tmp_path)) as run:
+        run.wait_snapshot()
+        db.sql("INSERT INTO t VALUES (1)")
+        db.sql(f"TRUNCATE TABLE {db.name}.t")
+        run.wait_position(db.binlog_end())
+        run.stop()
+    records = read_topic(db.endpoints, db.topic("t"))
+    truncates = [r for r in records if isinstance(r.decoded, ChangeEvent) and r.decoded.op == "t"]
+    assert sorted(r.partition for r in truncates) == [0, 1]
+    assert all(r.decoded.key is None for r in truncates)  # type: ignore[union-attr]
+
+
+def test_server_away_is_retried_with_backoff_and_nothing_lost(db: MyDb, tmp_path: Path) -> None:
+    """The server unreachable for a few seconds (connections broken, new ones refused):
+    capture retries with backoff, then goes on from its last acknowledged position."""
+    db.sql("CREATE TABLE t (id INT PRIMARY KEY)")
+    settings = my.connection_settings(db.dsn)
+    proxy = Proxy(settings["host"], settings["port"])
+    proxy.start()
+    dsn = db.dsn.replace(f":{settings['port']}/", f":{proxy.port}/")
+    config = db.config(["t"]).model_copy(update={"dsn": SecretStr(dsn)})
+    endpoints = dataclasses.replace(db.capture_endpoints(tmp_path), dsn=dsn)
+    try:
+        with in_process(config, endpoints) as run:
+            run.wait_snapshot()
+            db.sql("INSERT INTO t VALUES (1)")
+            run.wait_position(db.binlog_end())
+            proxy.cut()
+            db.sql("INSERT INTO t VALUES (2)")
+            deadline = clock.monotonic() + 20
+            while run.stats.reconnects < 2:
+                assert clock.monotonic() < deadline, "capture did not retry"
+                clock.sleep(0.1)
+            proxy.start()  # the same port again
+            run.wait_position(db.binlog_end())
+            run.stop()
+    finally:
+        proxy.cut()
+    ids = [
+        (r.decoded.after or {}).get("id")
+        for r in read_topic(db.endpoints, db.topic("t"))
+        if isinstance(r.decoded, ChangeEvent)
+    ]
+    assert set(ids) == {1, 2}

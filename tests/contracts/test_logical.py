@@ -265,6 +265,19 @@ AVRO_CASES = [
     ("bytes", "bytes", b"\x00", b"\x00"),
     ("toast-bytes", "bytes", UNAVAILABLE_MARKER.encode(), UNAVAILABLE),
     ("toast-string", ["null", "string"], UNAVAILABLE_MARKER, UNAVAILABLE),
+    # MySQL's TIME runs past a day and below zero; Debezium writes it as MicroTime
+    (
+        "time-24h",
+        _a("long", **{"connect.name": DBZ + "time.MicroTime"}),
+        86_400_000_000,
+        timedelta(hours=24),
+    ),
+    (
+        "time-negative",
+        _a("long", **{"connect.name": DBZ + "time.MicroTime"}),
+        -3_020_399_999_999,
+        -timedelta(hours=838, minutes=59, seconds=59, microseconds=999_999),
+    ),
 ]
 
 
@@ -279,7 +292,7 @@ def test_avro_value_decodes_to_python(schema: Any, wire: Any, expected: Any) -> 
 
 
 BAD_JSON = [
-    ("time-24h", _s("int64", DBZ + "time.MicroTime"), 86_400_000_000),
+    ("time-not-a-number", _s("int64", DBZ + "time.MicroTime"), "12:00"),
     ("bad-base64", _s("bytes"), "not base64!"),
     ("int-as-string", _s("int64"), "12"),
     ("bool-as-int", _s("int32"), True),

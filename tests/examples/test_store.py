@@ -278,3 +278,25 @@ def test_load_generator_writes_the_store(bizevents_stack: Endpoints) -> None:
         assert total > 0 and progressed > 0
     finally:
         conn.close()
+
+
+@pytest.mark.mysql
+def test_load_generator_writes_the_store_on_mariadb(bizevents_mysql: str) -> None:
+    """The same load runs against the real MariaDB with the MySQL schema."""
+    from bizevents_store.load import StoreLoad, create_schema
+
+    from capture import mysql as my
+
+    conn = my.connect(bizevents_mysql, autocommit=False)
+    try:
+        create_schema(conn, "mysql")
+        create_schema(conn, "mysql")  # idempotent
+        load = StoreLoad(conn, seed=11)
+        actions = {load.step() for _ in range(300)}
+        assert actions >= {"register_customer", "place_order", "advance_order", "touch"}
+        with conn.cursor() as cur:
+            cur.execute("SELECT count(*), sum(status <> 'pending') FROM store.orders")
+            total, progressed = cur.fetchone()
+        assert total > 0 and progressed > 0
+    finally:
+        conn.close()

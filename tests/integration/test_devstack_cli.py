@@ -147,3 +147,38 @@ def test_status_and_down_follow_a_restarted_postgres(env: dict[str, str]) -> Non
 
     assert run(env, "dev", "down").returncode == 0
     assert not after.alive(), "down stops the restarted postmaster too"
+
+
+@pytest.mark.mysql
+def test_up_mysql_adds_mariadb_and_down_stops_it(env: dict[str, str]) -> None:
+    """`dev up --mysql` starts MariaDB beside the rest (row binlog, full metadata, GTIDs),
+    status --json names its DSN, a plain `up` keeps it, down stops it."""
+    env = {**env, "BIZEVENTS_DEV__MYSQL_PORT": "0"}
+    first = run(env, "dev", "up", "--mysql")
+    assert first.returncode == 0, first.stderr
+    processes = recorded(env)
+    assert set(processes) == {"broker", "registry", "postgres", "mysql"}
+    status = run(env, "dev", "status", "--json")
+    assert status.returncode == 0, status.stderr
+    payload = json.loads(status.stdout)
+    assert payload["mysql"] == "up"
+    dsn = payload["endpoints"]["mysql_dsn"]
+    assert dsn.startswith("mysql://bizevents:") and "@127.0.0.1:" in dsn
+
+    from capture import mysql as my
+
+    conn = my.connect(dsn)
+    try:
+        assert my.check_server(conn) == 1  # every capture setting and privilege in place
+        with conn.cursor() as cur:
+            cur.execute("SELECT @@gtid_strict_mode, @@bind_address")
+            assert cur.fetchone() == (1, "127.0.0.1")
+    finally:
+        conn.close()
+    again = run(env, "dev", "up")
+    assert again.returncode == 0, again.stderr
+    assert recorded(env) == processes
+    down = run(env, "dev", "down")
+    assert down.returncode == 0, down.stderr
+    assert "mysql: stopped" in down.stdout
+    assert not any(p.alive() for p in processes.values())

@@ -19,14 +19,25 @@ CITIES = ("Berlin", "Paris", "Utrecht", "Milano", "Sevilla", "Gdansk", "Malmo")
 NEXT_STATUS = {"pending": "paid", "paid": "shipped", "shipped": "delivered"}
 
 
-def schema_sql() -> str:
-    return files("bizevents_store").joinpath("schema.sql").read_text()
+def schema_sql(dialect: str = "postgresql") -> str:
+    """The store's DDL for ``postgresql`` or ``mysql`` (MySQL/MariaDB)."""
+    name = "schema_mysql.sql" if dialect == "mysql" else "schema.sql"
+    return files("bizevents_store").joinpath(name).read_text()
 
 
-def create_schema(conn: Any) -> None:
-    """Create the store's schema (idempotent) on a psycopg2 connection."""
+def create_schema(conn: Any, dialect: str = "postgresql") -> None:
+    """Create the store's schema (idempotent) on a psycopg2 or PyMySQL connection."""
     with conn.cursor() as cur:
-        cur.execute(schema_sql())
+        if dialect == "mysql":
+            # PyMySQL runs one statement at a time
+            body = "\n".join(
+                line for line in schema_sql(dialect).splitlines() if not line.startswith("--")
+            )
+            for statement in body.split(";"):
+                if statement.strip():
+                    cur.execute(statement)
+        else:
+            cur.execute(schema_sql())
     conn.commit()
 
 
