@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 import structlog
@@ -33,8 +34,6 @@ def postgres(ctx: click.Context, capture_config: Path) -> None:
     stop it once Kafka has acknowledged everything read and the slot is confirmed.
     """
     from capture.config import load_capture_config
-    from capture.metrics import CaptureStats, serve_metrics
-    from capture.progress import on_terminal, print_progress_factory
     from capture.runner import CaptureEndpoints, PostgresCapture
 
     settings = settings_of(ctx)
@@ -51,29 +50,7 @@ def postgres(ctx: click.Context, capture_config: Path) -> None:
         registry=settings.registry.client_config(),
         state_dir=config.state_dir or settings.state_dir / "capture",
     )
-    log = structlog.get_logger("capture").bind(server=config.server, slot=config.slot_name)
-    stats = CaptureStats(config.server, config.slot_name)
-    if config.metrics_port is not None:
-        _, port = serve_metrics(stats, config.metrics_host, config.metrics_port)
-        log.info("metrics endpoint", url=f"http://{config.metrics_host}:{port}/metrics")
-    show = config.progress == "always" or (config.progress == "auto" and on_terminal())
-    update, progress = print_progress_factory(show)
-    runner = PostgresCapture(
-        config,
-        endpoints,
-        stats=stats,
-        progress=update,
-        snapshot_finished=None if progress is None else progress.stop,
-    )
-    try:
-        with runner.signals():
-            runner.run()
-    finally:
-        if progress is not None:
-            progress.stop()
-    if runner.aborting:
-        err_console.print("stopped without waiting for Kafka's acknowledgements")
-        ctx.exit(1)
+    _run(ctx, PostgresCapture, config, endpoints, config.slot_name)
 
 
 @capture.command()
@@ -94,9 +71,7 @@ def mysql(ctx: click.Context, capture_config: Path) -> None:
     Kafka has acknowledged everything read and the position is stored.
     """
     from capture.config import load_capture_config
-    from capture.metrics import CaptureStats, serve_metrics
     from capture.mysqlcapture import MysqlCapture
-    from capture.progress import on_terminal, print_progress_factory
     from capture.runner import CaptureEndpoints
 
     settings = settings_of(ctx)
@@ -114,14 +89,22 @@ def mysql(ctx: click.Context, capture_config: Path) -> None:
         registry=settings.registry.client_config(),
         state_dir=config.state_dir or settings.state_dir / "capture",
     )
-    log = structlog.get_logger("capture").bind(server=config.server)
-    stats = CaptureStats(config.server, "binlog")
+    _run(ctx, MysqlCapture, config, endpoints, "binlog")
+
+
+def _run(ctx: click.Context, runner_class: Any, config: Any, endpoints: Any, stream: str) -> None:
+    """What both sources do around their runner: metrics, progress, signals, the exit."""
+    from capture.metrics import CaptureStats, serve_metrics
+    from capture.progress import on_terminal, print_progress_factory
+
+    log = structlog.get_logger("capture").bind(server=config.server, slot=stream)
+    stats = CaptureStats(config.server, stream)
     if config.metrics_port is not None:
         _, port = serve_metrics(stats, config.metrics_host, config.metrics_port)
         log.info("metrics endpoint", url=f"http://{config.metrics_host}:{port}/metrics")
     show = config.progress == "always" or (config.progress == "auto" and on_terminal())
     update, progress = print_progress_factory(show)
-    runner = MysqlCapture(
+    runner = runner_class(
         config,
         endpoints,
         stats=stats,

@@ -16,7 +16,9 @@ import structlog
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
+from base.errors import TransientError
 from base.kafka import ensure_topics
+from base.registry import registry_client
 from capture import postgres as pg
 from capture.config import CaptureConfig
 from capture.encoding import TableCodec
@@ -28,7 +30,7 @@ from capture.pgoutput import (
     format_lsn,
 )
 from capture.pgtypes import PgTypeMapper
-from capture.sink import SchemaRegistrar
+from capture.sink import SchemaRegistrar, producer_config
 from capture.transactions import NoBlocks, TxBlocks
 from contracts.business import (
     HEADER_DLQ_ERROR,
@@ -50,6 +52,8 @@ HEADER_CAPTURE_TABLE: Final = "bizevents.capture.table"
 HEADER_CAPTURE_FORMAT: Final = "bizevents.capture.format"
 
 _FEEDBACK_EVERY_S = 0.5
+#: The longest wait between two attempts to reach a lost source.
+_MAX_BACKOFF_S: Final = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +103,62 @@ class CaptureCore:
         self._last_feedback = 0.0
         self._last_sent_lsn = 0
         self.state: SnapshotState | None = None
+
+    #: The errors that may mean a lost connection to the source (see :meth:`_lost`).
+    LOST: tuple[type[BaseException], ...] = (TransientError,)
+
+    def run(self) -> None:
+        """Capture until stopped; a lost connection is retried with backoff."""
+        backoff = 0.5
+        self._producer = Producer(producer_config(self.endpoints.kafka, self.config))
+        self._admin = AdminClient(self.endpoints.kafka)
+        self._registrar = SchemaRegistrar(registry_client(self.endpoints.registry))
+        try:
+            while not self.stopping:
+                try:
+                    self._session()
+                    backoff = 0.5
+                except self.LOST as exc:
+                    if not self._lost(exc):
+                        raise
+                    if self.stopping:
+                        break
+                    self.stats.reconnects += 1
+                    self.log.warning(
+                        "capture interrupted, retrying", error=str(exc).strip(), retry_in_s=backoff
+                    )
+                    self._sleep(backoff)
+                    backoff = min(backoff * 2, _MAX_BACKOFF_S)
+                except _Stop:
+                    break
+        finally:
+            self._drain()
+            self._closing()
+            # librdkafka's clients close when the last reference goes.
+            self._producer = None
+            self._admin = None
+
+    def _session(self) -> None:
+        """One connection's work, until stopped or the connection is lost."""
+        raise NotImplementedError
+
+    def _lost(self, exc: BaseException) -> bool:
+        """Whether ``exc`` (one of :attr:`LOST`) is a lost connection, retried, rather
+        than a failure that stops capture."""
+        return True
+
+    def _closing(self) -> None:
+        """The end of a run, after the drain."""
+        if self._producer is not None:
+            self._producer.flush(0)
+
+    def _sleep(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while not self.stopping and time.monotonic() < deadline:
+            if self._producer is not None:
+                self._producer.poll(0.1)
+            else:
+                time.sleep(0.1)
 
     def request_stop(self, *_args: Any) -> None:
         """Stop after acknowledgement (a second call stops waiting for it)."""

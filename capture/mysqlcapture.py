@@ -41,7 +41,6 @@ import pymysql
 import pymysql.cursors
 import structlog
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.constants import NONE_SOURCE
 from pymysqlreplication.event import GtidEvent as MysqlGtidEvent
@@ -61,7 +60,6 @@ from pymysqlreplication.row_event import (
 
 from base.errors import TransientError
 from base.kafka import ensure_topics, produce
-from base.registry import registry_client
 from capture import mysql as my
 from capture.core import HEADER_CAPTURE_FORMAT, HEADER_CAPTURE_TABLE, CaptureCore, _Stop
 from capture.encoding import encoded_ts
@@ -70,7 +68,7 @@ from capture.mysql import BinlogPosition
 from capture.mysqlcodec import OPS, MyTable, MyTableCodec, key_columns
 from capture.mysqltypes import TIME2, binlog_time2
 from capture.offsets import AckTracker, Tx
-from capture.sink import SchemaRegistrar, create_topics, producer_config
+from capture.sink import create_topics
 from capture.transactions import NoBlocks, TxBlocks
 from contracts.binary import LENGTHS, NULL_BRANCH, VALUE_BRANCH, zigzag
 from contracts.business import (
@@ -84,7 +82,6 @@ from contracts.technical.transaction import transaction_topic
 
 __all__ = ["MysqlCapture", "OffsetStore"]
 
-_MAX_BACKOFF_S = 30.0
 _TRUNCATE = re.compile(r"TRUNCATE\s+(?:TABLE\s+)?(?:`?(\w+)`?\.)?`?(\w+)`?", re.IGNORECASE)
 _STORE_EVERY_S = 0.5
 _POLL_EVERY = 256
@@ -167,48 +164,13 @@ class MysqlCapture(CaptureCore):
 
     # -- the run ----------------------------------------------------------------------------
 
-    def run(self) -> None:
-        """Capture until stopped; a lost connection is retried with backoff."""
-        backoff = 0.5
-        self._producer = Producer(producer_config(self.endpoints.kafka, self.config))
-        self._admin = AdminClient(self.endpoints.kafka)
-        self._registrar = SchemaRegistrar(registry_client(self.endpoints.registry))
-        try:
-            while not self.stopping:
-                try:
-                    self._session()
-                    backoff = 0.5
-                except (
-                    pymysql.err.OperationalError,
-                    pymysql.err.InterfaceError,
-                    TransientError,
-                ) as exc:
-                    if self.stopping:
-                        break
-                    self.stats.reconnects += 1
-                    self.log.warning(
-                        "capture interrupted, retrying", error=str(exc).strip(), retry_in_s=backoff
-                    )
-                    self._sleep(backoff)
-                    backoff = min(backoff * 2, _MAX_BACKOFF_S)
-                except _Stop:
-                    break
-        finally:
-            self._drain()
-            if not self.aborting:
-                self._store(force=True)
-            if self._producer is not None:
-                self._producer.flush(5)
-            self._producer = None
-            self._admin = None
+    LOST = (pymysql.err.OperationalError, pymysql.err.InterfaceError, TransientError)
 
-    def _sleep(self, seconds: float) -> None:
-        deadline = time.monotonic() + seconds
-        while not self.stopping and time.monotonic() < deadline:
-            if self._producer is not None:
-                self._producer.poll(0.1)
-            else:
-                time.sleep(0.1)
+    def _closing(self) -> None:
+        if not self.aborting:
+            self._store(force=True)
+        if self._producer is not None:
+            self._producer.flush(5)
 
     def _session(self) -> None:
         cfg = self.config

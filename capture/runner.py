@@ -23,32 +23,26 @@ The order of things, and why:
    A second signal gives up waiting.
 """
 
-import time
 from collections.abc import Sequence
 from contextlib import suppress
 
 import psycopg2
 import psycopg2.extras
-from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient
 
 from base.errors import TransientError
-from base.registry import registry_client
 from capture import postgres as pg
-from capture.core import HEADER_CAPTURE_FORMAT, HEADER_CAPTURE_TABLE, CaptureEndpoints, _Stop
+from capture.core import HEADER_CAPTURE_FORMAT, HEADER_CAPTURE_TABLE, CaptureEndpoints
 from capture.exceptions import CaptureError
 from capture.offsets import AckTracker, SnapshotState
 from capture.pgoutput import (
     format_lsn,
 )
 from capture.pgtypes import PgTypeMapper, enum_types_from_rows
-from capture.sink import SchemaRegistrar, create_topics, producer_config
+from capture.sink import create_topics
 from capture.snapshot import Snapshotting
 from capture.stream import Streaming
 
 __all__ = ["HEADER_CAPTURE_FORMAT", "HEADER_CAPTURE_TABLE", "CaptureEndpoints", "PostgresCapture"]
-
-_MAX_BACKOFF_S = 30.0
 
 
 def _connection_lost(exc: psycopg2.DatabaseError) -> bool:
@@ -65,45 +59,10 @@ def _connection_lost(exc: psycopg2.DatabaseError) -> bool:
 class PostgresCapture(Snapshotting, Streaming):
     """Captures the configured tables of one database into technical topics."""
 
-    def run(self) -> None:
-        """Capture until stopped; transient failures are retried with backoff."""
-        backoff = 0.5
-        self._producer = Producer(producer_config(self.endpoints.kafka, self.config))
-        self._admin = AdminClient(self.endpoints.kafka)
-        self._registrar = SchemaRegistrar(registry_client(self.endpoints.registry))
-        try:
-            while not self.stopping:
-                try:
-                    self._session()
-                    backoff = 0.5
-                except (psycopg2.DatabaseError, psycopg2.InterfaceError, TransientError) as exc:
-                    if isinstance(exc, psycopg2.DatabaseError) and not _connection_lost(exc):
-                        raise
-                    if self.stopping:
-                        break
-                    self.stats.reconnects += 1
-                    self.log.warning(
-                        "capture interrupted, retrying", error=str(exc).strip(), retry_in_s=backoff
-                    )
-                    self._sleep(backoff)
-                    backoff = min(backoff * 2, _MAX_BACKOFF_S)
-                except _Stop:
-                    break
-        finally:
-            self._drain()
-            if self._producer is not None:
-                self._producer.flush(0)
-            # librdkafka's clients close when the last reference goes.
-            self._producer = None
-            self._admin = None
+    LOST = (psycopg2.DatabaseError, psycopg2.InterfaceError, TransientError)
 
-    def _sleep(self, seconds: float) -> None:
-        deadline = time.monotonic() + seconds
-        while not self.stopping and time.monotonic() < deadline:
-            if self._producer is not None:
-                self._producer.poll(0.1)
-            else:
-                time.sleep(0.1)
+    def _lost(self, exc: BaseException) -> bool:
+        return not isinstance(exc, psycopg2.DatabaseError) or _connection_lost(exc)
 
     def _session(self) -> None:
         cfg = self.config

@@ -254,14 +254,31 @@ class Pipeline:
     def _dead_letter(
         self, record: SourceRecord, stage: Stage, reason: str, exc: Exception, translator: str
     ) -> OutRecord:
-        headers: Headers = [
-            *record.headers,
-            (HEADER_DLQ_STAGE, stage.encode()),
-            (HEADER_DLQ_REASON, reason.encode()),
-            (HEADER_DLQ_ERROR, type(exc).__name__.encode()),
-            (HEADER_TRANSLATOR, translator.encode()),
-            (HEADER_SOURCE_TOPIC, record.topic.encode()),
-            (HEADER_SOURCE_PARTITION, str(record.partition).encode()),
-            (HEADER_SOURCE_OFFSET, str(record.offset).encode()),
-        ]
-        return OutRecord(self.dead_letter_topic, record.key, record.value, headers, translator)
+        return dead_letter(
+            record, self.dead_letter_topic, stage, reason, type(exc).__name__, translator
+        )
+
+
+def dead_letter(
+    record: SourceRecord,
+    topic: str,
+    stage: str,
+    reason: str,
+    error: str,
+    translator: str,
+    extra: Sequence[tuple[str, bytes | None]] = (),
+) -> OutRecord:
+    """The dead-letter record of ``record``: its own key, value and headers, and headers
+    naming the stage, the reason, the error, the translator and its coordinates."""
+    headers: Headers = [
+        *record.headers,
+        (HEADER_DLQ_STAGE, stage.encode()),
+        (HEADER_DLQ_REASON, reason.encode()),
+        (HEADER_DLQ_ERROR, error.encode()),
+        (HEADER_TRANSLATOR, translator.encode()),
+        (HEADER_SOURCE_TOPIC, record.topic.encode()),
+        (HEADER_SOURCE_PARTITION, str(record.partition).encode()),
+        (HEADER_SOURCE_OFFSET, str(record.offset).encode()),
+        *extra,
+    ]
+    return OutRecord(topic, record.key, record.value, headers, translator)

@@ -22,13 +22,6 @@ from dataclasses import dataclass, field
 from time import perf_counter
 
 from contracts.business import (
-    HEADER_DLQ_ERROR,
-    HEADER_DLQ_REASON,
-    HEADER_DLQ_STAGE,
-    HEADER_SOURCE_OFFSET,
-    HEADER_SOURCE_PARTITION,
-    HEADER_SOURCE_TOPIC,
-    HEADER_TRANSLATOR,
     BusinessEvent,
     Lineage,
     lineage_headers,
@@ -40,7 +33,7 @@ from translators.api import SKIP
 from translators.assembly import Abandoned, Part, Ready
 from translators.exceptions import TranslationError
 from translators.lineage import change_identity, event_id
-from translators.pipeline import DEAD_LETTER_TOPIC, Counts, OutRecord, Result
+from translators.pipeline import DEAD_LETTER_TOPIC, Counts, OutRecord, Result, dead_letter
 from translators.transaction_api import TransactionChanges, TransactionTranslator
 
 __all__ = ["HEADER_TX", "TransactionCore"]
@@ -184,25 +177,18 @@ class TransactionCore:
     ) -> list[OutRecord]:
         """One dead-letter record per part, with its original key, value and headers."""
         error = exc if isinstance(exc, str) else type(exc).__name__
-        out = []
-        for part in parts:
-            record = part.origin
-            headers = [
-                *record.headers,
-                (HEADER_DLQ_STAGE, stage.encode()),
-                (HEADER_DLQ_REASON, reason.encode()),
-                (HEADER_DLQ_ERROR, error.encode()),
-                (HEADER_TRANSLATOR, translator.encode()),
-                (HEADER_SOURCE_TOPIC, record.topic.encode()),
-                (HEADER_SOURCE_PARTITION, str(record.partition).encode()),
-                (HEADER_SOURCE_OFFSET, str(record.offset).encode()),
-            ]
-            if part.tx_id is not None:
-                headers.append((HEADER_TX, part.tx_id.encode()))
-            out.append(
-                OutRecord(self.dead_letter_topic, record.key, record.value, headers, translator)
+        return [
+            dead_letter(
+                part.origin,
+                self.dead_letter_topic,
+                stage,
+                reason,
+                error,
+                translator,
+                [] if part.tx_id is None else [(HEADER_TX, part.tx_id.encode())],
             )
-        return out
+            for part in parts
+        ]
 
 
 def _first_table(translator: TransactionTranslator, parts: Sequence[Part]) -> str:
