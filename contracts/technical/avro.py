@@ -14,6 +14,7 @@ import fastavro
 from base.errors import TransientError
 from base.framing import FramingError, unframe
 from contracts.avro_codegen import Reader, Unsupported, compile_reader
+from contracts.avro_codegen.native import AVAILABLE, compile_native_reader
 from contracts.envelope import (
     ChangeEvent,
     Headers,
@@ -68,12 +69,22 @@ def _as_is(row: Any) -> Row:
     return row  # type: ignore[no-any-return]
 
 
-def _generated(schema: Any, **conversions: Any) -> Reader | None:
-    """The generated reader of a schema, or None when it has a shape not covered."""
+#: Which reader reads records: the compiled one (the project's C extension; the
+#: generated one where it is not built), the generated Python one, or fastavro alone.
+ReaderKind = Literal["compiled", "generated", "fastavro"]
+
+
+def _generated(kind: ReaderKind, schema: Any, **conversions: Any) -> Reader | None:
+    """The reader of a schema, or None when fastavro reads (asked, or a shape the
+    readers do not cover)."""
     try:
-        return compile_reader(schema, **conversions)
+        if kind == "compiled" and AVAILABLE:
+            return compile_native_reader(schema, **conversions)
+        if kind != "fastavro":
+            return compile_reader(schema, **conversions)
     except Unsupported:
-        return None
+        pass
+    return None
 
 
 def _conversions(fields: Sequence[Field]) -> dict[str, Callable[[Any], Any]]:
@@ -162,13 +173,15 @@ class AvroDecoder(_BytesDecoder):
     once per schema, not once per record. Records are read by a reader generated per
     schema (:mod:`contracts.avro_codegen`, rows converted as they are read); where it
     fails or does not cover the schema, fastavro reads the record and its result or
-    error stands. ``generated=False`` reads everything with fastavro (the reference
-    the generated readers are tested against).
+    error stands. The reader is the compiled one (the project's C extension, the same
+    reads in C) where ``scripts/setup`` built it; ``reader="generated"`` keeps to the
+    Python one and ``reader="fastavro"`` reads everything with fastavro (the reference
+    both are tested against).
     """
 
-    def __init__(self, schema_for_id: SchemaLookup, *, generated: bool = True) -> None:
+    def __init__(self, schema_for_id: SchemaLookup, *, reader: ReaderKind = "compiled") -> None:
         self._lookup = schema_for_id
-        self._generated = generated
+        self._reader: ReaderKind = reader
         self._schemas: dict[int, Any] = {}
         self._values: dict[tuple[int, Columns], _AvroPlan] = {}
         self._keys: dict[int, _AvroPlan] = {}
@@ -213,9 +226,9 @@ class AvroDecoder(_BytesDecoder):
                 schema,
                 decode_row,
                 _read_trusted_source if trusted else read_source,
-                _generated(schema, fields={"before": row, "after": row}, keep=projection)
-                if self._generated
-                else None,
+                _generated(
+                    self._reader, schema, fields={"before": row, "after": row}, keep=projection
+                ),
             )
             self._values[(schema_id, columns)] = plan
         return plan
@@ -228,7 +241,7 @@ class AvroDecoder(_BytesDecoder):
             plan = _AvroPlan(
                 schema,
                 struct_decoder(fields, "avro"),
-                read=_generated(schema, convert=_conversions(fields)) if self._generated else None,
+                read=_generated(self._reader, schema, convert=_conversions(fields)),
             )
             self._keys[schema_id] = plan
         return plan

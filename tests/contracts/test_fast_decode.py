@@ -1,8 +1,10 @@
-"""The generated Avro readers give what fastavro gives: same records, same verdicts."""
+"""The compiled and generated Avro readers give what fastavro gives: same records, same
+verdicts. Each test runs with both (``reader``), where the compiled one is built."""
 
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -11,11 +13,13 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from contracts.avro_codegen import compile_reader
+from contracts.avro_codegen import Reader, compile_reader
+from contracts.avro_codegen.native import AVAILABLE, compile_native_reader
 from contracts.envelope import ChangeEvent, Tombstone
 from contracts.exceptions import Coordinates, DecodeError
 from contracts.logical import ColumnType, Field, Kind
 from contracts.technical import AvroDecoder, AvroEncoder, EncodeError, TableSchema
+from contracts.technical.avro import ReaderKind
 from tests.contracts.strategies import tables_and_events
 
 WHERE = Coordinates("shop.public.things", 3, 77)
@@ -57,18 +61,27 @@ def _outcome(decoder: AvroDecoder, key: bytes | None, value: bytes | None) -> ob
         return ("DecodeError", str(exc))
 
 
-def _decoders(schemas: dict[int, Any]) -> tuple[AvroDecoder, AvroDecoder]:
-    return AvroDecoder(schemas.__getitem__), AvroDecoder(schemas.__getitem__, generated=False)
+READERS = pytest.mark.parametrize("reader", ["compiled", "generated"])
 
 
+def _decoders(schemas: dict[int, Any], reader: ReaderKind) -> tuple[AvroDecoder, AvroDecoder]:
+    return (
+        AvroDecoder(schemas.__getitem__, reader=reader),
+        AvroDecoder(schemas.__getitem__, reader="fastavro"),
+    )
+
+
+@READERS
 @SETTINGS
-@given(tables_and_events())
-def test_generated_reader_equals_fastavro(te: tuple[TableSchema, ChangeEvent | Tombstone]) -> None:
-    """Any envelope decodes to the same ChangeEvent with and without the generated readers."""
+@given(te=tables_and_events())
+def test_generated_reader_equals_fastavro(
+    reader: ReaderKind, te: tuple[TableSchema, ChangeEvent | Tombstone]
+) -> None:
+    """Any envelope decodes to the same ChangeEvent with and without the readers."""
     table, record = te
     encoder, schemas = _registry(table)
     key, value = _encode(encoder, record)
-    fast, reference = _decoders(schemas)
+    fast, reference = _decoders(schemas, reader)
     got = fast.decode(key, value, WHERE)
     assert got == reference.decode(key, value, WHERE)
     assert got == replace(record, coordinates=WHERE)
@@ -78,16 +91,17 @@ def test_generated_reader_equals_fastavro(te: tuple[TableSchema, ChangeEvent | T
         assert fast._key_plan(1).read is not None
 
 
+@READERS
 @SETTINGS
-@given(tables_and_events(), st.data())
+@given(te=tables_and_events(), data=st.data())
 def test_damaged_envelopes_give_the_same_verdict(
-    te: tuple[TableSchema, ChangeEvent | Tombstone], data: st.DataObject
+    reader: ReaderKind, te: tuple[TableSchema, ChangeEvent | Tombstone], data: st.DataObject
 ) -> None:
     """Truncated, flipped or extended bytes: the same record or the same DecodeError."""
     table, record = te
     encoder, schemas = _registry(table)
     key, value = _encode(encoder, record)
-    fast, reference = _decoders(schemas)
+    fast, reference = _decoders(schemas, reader)
     target = data.draw(st.sampled_from(["key", "value"] if key is not None else ["value"]))
     raw = value if target == "value" else key
     if raw is None:
@@ -106,12 +120,13 @@ def test_damaged_envelopes_give_the_same_verdict(
     assert _outcome(fast, key, value) == _outcome(reference, key, value)
 
 
+@READERS
 @settings(max_examples=300, deadline=None)
-@given(st.binary(max_size=80))
-def test_random_bytes_are_decode_errors_only(body: bytes) -> None:
+@given(body=st.binary(max_size=80))
+def test_random_bytes_are_decode_errors_only(reader: ReaderKind, body: bytes) -> None:
     """Random bodies behind a valid frame: a DecodeError (or a record), as fastavro says."""
     _, schemas = _registry(ORDERS)
-    fast, reference = _decoders(schemas)
+    fast, reference = _decoders(schemas, reader)
     value = b"\x00\x00\x00\x00\x02" + body
     assert _outcome(fast, None, value) == _outcome(reference, None, value)
 
@@ -145,7 +160,15 @@ SHAPES = fastavro.parse_schema(
         ],
     }
 )
-READ_SHAPES = compile_reader(SHAPES)
+COMPILERS = pytest.mark.parametrize(
+    "compile", [compile_native_reader, compile_reader], ids=["compiled", "generated"]
+)
+
+
+def test_the_compiled_reader_is_built() -> None:
+    """scripts/setup builds the C extension; without it the decoders run the generated
+    reader and the compiled-reader tests here would not test it."""
+    assert AVAILABLE, "contracts/avro_codegen/_native.c is not built: run scripts/setup"
 
 
 def _fastavro(body: bytes) -> tuple[Any, int]:
@@ -153,12 +176,15 @@ def _fastavro(body: bytes) -> tuple[Any, int]:
     return fastavro.schemaless_reader(buffer, SHAPES, None), buffer.tell()
 
 
+@COMPILERS
 @settings(max_examples=500, deadline=None)
-@given(st.binary(max_size=120))
-def test_reader_never_accepts_what_fastavro_refuses(body: bytes) -> None:
-    """Where the generated reader reads a whole body, fastavro reads the same datum."""
+@given(body=st.binary(max_size=120))
+def test_reader_never_accepts_what_fastavro_refuses(
+    compile: Callable[[Any], Reader], body: bytes
+) -> None:
+    """Where a reader reads a whole body, fastavro reads the same datum."""
     try:
-        got, end = READ_SHAPES(body, 0)
+        got, end = compile(SHAPES)(body, 0)
     except Exception:
         return  # fastavro decides then
     if end != len(body):
@@ -168,7 +194,8 @@ def test_reader_never_accepts_what_fastavro_refuses(body: bytes) -> None:
     assert repr(got) == repr(expected)  # repr: NaN floats compare equal as text
 
 
-def test_reader_reads_every_shape_like_fastavro() -> None:
+@COMPILERS
+def test_reader_reads_every_shape_like_fastavro(compile: Callable[[Any], Reader]) -> None:
     """A datum with every covered type reads back as fastavro reads it."""
     import datetime
     import uuid
@@ -194,7 +221,7 @@ def test_reader_reads_every_shape_like_fastavro() -> None:
     buffer = io.BytesIO()
     fastavro.schemaless_writer(buffer, SHAPES, datum)
     body = buffer.getvalue()
-    got, end = READ_SHAPES(body, 0)
+    got, end = compile(SHAPES)(body, 0)
     assert end == len(body)
     assert got == _fastavro(body)[0] == datum
 
@@ -204,16 +231,20 @@ def test_reader_reads_every_shape_like_fastavro() -> None:
     [b"\xff" * 9 + b"\x01", b"\xff" * 9 + b"\x7f", b"\xfe" * 9 + b"\x7f", b"\x80" * 9 + b"\x01"],
     ids=["max", "overlong-top", "pattern", "min-top"],
 )
-def test_ten_byte_varints_wrap_like_fastavro(varint: bytes) -> None:
+@COMPILERS
+def test_ten_byte_varints_wrap_like_fastavro(
+    compile: Callable[[Any], Reader], varint: bytes
+) -> None:
     """Ten-byte varints wrap around at 64 bits exactly as fastavro's reader does."""
     schema = fastavro.parse_schema("long")
-    assert compile_reader(schema)(varint, 0) == (
+    assert compile(schema)(varint, 0) == (
         fastavro.schemaless_reader(io.BytesIO(varint), schema, None),
         len(varint),
     )
 
 
-def test_eleven_byte_varints_are_left_to_fastavro() -> None:
-    """A varint longer than ten bytes is not read by the generated reader."""
+@COMPILERS
+def test_eleven_byte_varints_are_left_to_fastavro(compile: Callable[[Any], Reader]) -> None:
+    """A varint longer than ten bytes is not read by the readers."""
     with pytest.raises(ValueError, match="longer than 10 bytes"):
-        compile_reader(fastavro.parse_schema("long"))(b"\xff" * 10 + b"\x01", 0)
+        compile(fastavro.parse_schema("long"))(b"\xff" * 10 + b"\x01", 0)

@@ -42,11 +42,14 @@ def test_a_projected_decode_is_the_full_one_restricted(
     full = AvroDecoder(schemas.__getitem__).decode(key, value, WHERE)
     fast = AvroDecoder(schemas.__getitem__)
     projected = fast.decode(key, value, WHERE, columns=columns)
-    reference = AvroDecoder(schemas.__getitem__, generated=False).decode(
+    generated = AvroDecoder(schemas.__getitem__, reader="generated").decode(
+        key, value, WHERE, columns=columns
+    )
+    reference = AvroDecoder(schemas.__getitem__, reader="fastavro").decode(
         key, value, WHERE, columns=columns
     )
     assert isinstance(full, ChangeEvent) and isinstance(projected, ChangeEvent)
-    for got in (projected, reference):
+    for got in (projected, generated, reference):
         assert isinstance(got, ChangeEvent)
         assert got.before == _project(full.before, columns)
         assert got.after == _project(full.after, columns)

@@ -41,6 +41,7 @@ from contracts.technical import (
     PlainJsonDecoder,
     TableSchema,
 )
+from contracts.technical.avro import ReaderKind
 from tests.contracts.strategies import rows, sources, table_schemas
 
 WHERE = Coordinates("pg.public.t", 0, 9)
@@ -183,12 +184,15 @@ def _widened(schema: Any) -> Any:
 def _avro_decoders() -> list[Any]:
     return [
         lambda lookup: AvroDecoder(lookup),
-        lambda lookup: AvroDecoder(lookup, generated=False),
+        lambda lookup: AvroDecoder(lookup, reader="generated"),
+        lambda lookup: AvroDecoder(lookup, reader="fastavro"),
         lambda lookup: AutoDecoder(lookup),
     ]
 
 
-@pytest.mark.parametrize("make", _avro_decoders(), ids=["avro", "avro-fastavro", "auto"])
+@pytest.mark.parametrize(
+    "make", _avro_decoders(), ids=["avro", "avro-generated", "avro-fastavro", "auto"]
+)
 @PROPERTY
 @given(data=st.data())
 def test_avro_refuses_an_int_beyond_32_bits(make: Any, data: st.DataObject) -> None:
@@ -233,8 +237,9 @@ def test_avro_refuses_a_mysql_source_row_beyond_32_bits() -> None:
         if f["name"] == "row":
             f["type"] = "long"
     value = _framed(2, wide, payload)
-    for generated in (True, False):
-        decoder = AvroDecoder({2: encoder.schemas.value}.__getitem__, generated=generated)
+    readers: tuple[ReaderKind, ...] = ("compiled", "generated", "fastavro")
+    for reader in readers:
+        decoder = AvroDecoder({2: encoder.schemas.value}.__getitem__, reader=reader)
         assert "source.row: 1099511627776 does not fit int32" in _refused(decoder, None, value)
 
 

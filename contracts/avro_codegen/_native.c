@@ -1,0 +1,552 @@
+/* The project's compiled Avro reader: one small interpreter of a read plan.
+ *
+ * contracts/avro_codegen/native.py turns a writer schema (with its projection and
+ * column conversions) into a plan of nested tuples; Program(plan) parses it once into
+ * the nodes below, and program(buf, pos) reads one datum, returning (datum, pos after
+ * it), exactly what the generated Python reader (reader.py) returns for the same plan.
+ * Skipped fields are stepped over without building objects. Any bad byte raises
+ * (ValueError, EOFError, IndexError, UnicodeDecodeError): callers then let fastavro read
+ * the record, and its verdict stands, as they do for the generated reader.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stddef.h>
+#include <string.h>
+
+enum kind {
+    K_NULL, K_BOOL, K_INT, K_LONG, K_FLOAT, K_DOUBLE, K_STRING, K_BYTES, K_FIXED,
+    K_ENUM, K_RECORD, K_UNION, K_ARRAY, K_MAP, K_CALL, K_SKIP
+};
+
+typedef struct Node {
+    int kind;
+    Py_ssize_t n;            /* fixed: size; record, union: children */
+    struct Node **children;  /* record fields, union branches; array, map, call, skip: [0] */
+    PyObject **names;        /* record: a field's name (NULL: skipped) */
+    PyObject **converters;   /* record: a field's conversion (NULL: none) */
+    PyObject *obj;           /* enum: the symbols (tuple); call: the function */
+    PyObject *args;          /* call: extra arguments after the value (tuple), or NULL */
+} Node;
+
+typedef struct {
+    const unsigned char *buf;
+    Py_ssize_t len;
+    Py_ssize_t pos;
+} Cursor;
+
+static const char *KINDS[] = {
+    "null", "boolean", "int", "long", "float", "double", "string", "bytes", "fixed",
+    "enum", "record", "union", "array", "map", "call", "skip", NULL
+};
+
+/* -- plan -> nodes ------------------------------------------------------------------ */
+
+static void node_free(Node *node) {
+    if (node == NULL) return;
+    if (node->children != NULL) {
+        Py_ssize_t count = (node->kind == K_RECORD || node->kind == K_UNION) ? node->n : 1;
+        for (Py_ssize_t i = 0; i < count; i++) node_free(node->children[i]);
+        PyMem_Free(node->children);
+    }
+    if (node->names != NULL) {
+        for (Py_ssize_t i = 0; i < node->n; i++) Py_XDECREF(node->names[i]);
+        PyMem_Free(node->names);
+    }
+    if (node->converters != NULL) {
+        for (Py_ssize_t i = 0; i < node->n; i++) Py_XDECREF(node->converters[i]);
+        PyMem_Free(node->converters);
+    }
+    Py_XDECREF(node->obj);
+    Py_XDECREF(node->args);
+    PyMem_Free(node);
+}
+
+static Node *node_new(PyObject *plan, int depth);
+
+static int child_of(Node *node, PyObject *plan, Py_ssize_t at, int depth) {
+    node->children = PyMem_Calloc(1, sizeof(Node *));
+    if (node->children == NULL) { PyErr_NoMemory(); return -1; }
+    node->children[0] = node_new(PyTuple_GET_ITEM(plan, at), depth + 1);
+    return node->children[0] == NULL ? -1 : 0;
+}
+
+static Node *node_new(PyObject *plan, int depth) {
+    if (depth > 64) {
+        PyErr_SetString(PyExc_ValueError, "a read plan nested more than 64 deep");
+        return NULL;
+    }
+    if (!PyTuple_Check(plan) || PyTuple_GET_SIZE(plan) < 1 ||
+        !PyUnicode_Check(PyTuple_GET_ITEM(plan, 0))) {
+        PyErr_SetString(PyExc_TypeError, "a read plan node is a tuple (kind, ...)");
+        return NULL;
+    }
+    const char *name = PyUnicode_AsUTF8(PyTuple_GET_ITEM(plan, 0));
+    if (name == NULL) return NULL;
+    int kind = -1;
+    for (int i = 0; KINDS[i] != NULL; i++) {
+        if (strcmp(KINDS[i], name) == 0) { kind = i; break; }
+    }
+    if (kind < 0) {
+        PyErr_Format(PyExc_ValueError, "unknown read plan node %R", PyTuple_GET_ITEM(plan, 0));
+        return NULL;
+    }
+    Node *node = PyMem_Calloc(1, sizeof(Node));
+    if (node == NULL) { PyErr_NoMemory(); return NULL; }
+    node->kind = kind;
+    Py_ssize_t size = PyTuple_GET_SIZE(plan);
+    switch (kind) {
+    case K_FIXED:
+        if (size != 2 || (node->n = PyLong_AsSsize_t(PyTuple_GET_ITEM(plan, 1))) < 0) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "fixed needs a size");
+            goto fail;
+        }
+        break;
+    case K_ENUM:
+        if (size != 2 || !PyTuple_Check(PyTuple_GET_ITEM(plan, 1))) {
+            PyErr_SetString(PyExc_TypeError, "enum needs a tuple of symbols");
+            goto fail;
+        }
+        node->obj = Py_NewRef(PyTuple_GET_ITEM(plan, 1));
+        break;
+    case K_RECORD: {
+        PyObject *fields = size == 2 ? PyTuple_GET_ITEM(plan, 1) : NULL;
+        if (fields == NULL || !PyTuple_Check(fields)) {
+            PyErr_SetString(PyExc_TypeError, "record needs a tuple of fields");
+            goto fail;
+        }
+        node->n = PyTuple_GET_SIZE(fields);
+        node->children = PyMem_Calloc(node->n ? node->n : 1, sizeof(Node *));
+        node->names = PyMem_Calloc(node->n ? node->n : 1, sizeof(PyObject *));
+        node->converters = PyMem_Calloc(node->n ? node->n : 1, sizeof(PyObject *));
+        if (!node->children || !node->names || !node->converters) { PyErr_NoMemory(); goto fail; }
+        for (Py_ssize_t i = 0; i < node->n; i++) {
+            PyObject *field = PyTuple_GET_ITEM(fields, i);
+            if (!PyTuple_Check(field) || PyTuple_GET_SIZE(field) != 3) {
+                PyErr_SetString(PyExc_TypeError, "a record field is (name or None, node, conversion or None)");
+                goto fail;
+            }
+            PyObject *fname = PyTuple_GET_ITEM(field, 0);
+            PyObject *convert = PyTuple_GET_ITEM(field, 2);
+            if (fname != Py_None) {
+                if (!PyUnicode_Check(fname)) {
+                    PyErr_SetString(PyExc_TypeError, "a field name is a str");
+                    goto fail;
+                }
+                Py_INCREF(fname);
+                PyUnicode_InternInPlace(&fname);
+                node->names[i] = fname;
+            }
+            if (convert != Py_None) node->converters[i] = Py_NewRef(convert);
+            node->children[i] = node_new(PyTuple_GET_ITEM(field, 1), depth + 1);
+            if (node->children[i] == NULL) goto fail;
+        }
+        break;
+    }
+    case K_UNION: {
+        PyObject *branches = size == 2 ? PyTuple_GET_ITEM(plan, 1) : NULL;
+        if (branches == NULL || !PyTuple_Check(branches)) {
+            PyErr_SetString(PyExc_TypeError, "union needs a tuple of branches");
+            goto fail;
+        }
+        node->n = PyTuple_GET_SIZE(branches);
+        node->children = PyMem_Calloc(node->n ? node->n : 1, sizeof(Node *));
+        if (!node->children) { PyErr_NoMemory(); goto fail; }
+        for (Py_ssize_t i = 0; i < node->n; i++) {
+            node->children[i] = node_new(PyTuple_GET_ITEM(branches, i), depth + 1);
+            if (node->children[i] == NULL) goto fail;
+        }
+        break;
+    }
+    case K_ARRAY: case K_MAP: case K_SKIP:
+        if (size != 2) { PyErr_SetString(PyExc_TypeError, "array, map and skip need one node"); goto fail; }
+        if (child_of(node, plan, 1, depth) < 0) goto fail;
+        break;
+    case K_CALL:
+        if (size != 4 || !PyCallable_Check(PyTuple_GET_ITEM(plan, 2))) {
+            PyErr_SetString(PyExc_TypeError, "call is (\"call\", node, function, extra arguments or None)");
+            goto fail;
+        }
+        if (child_of(node, plan, 1, depth) < 0) goto fail;
+        node->obj = Py_NewRef(PyTuple_GET_ITEM(plan, 2));
+        if (PyTuple_GET_ITEM(plan, 3) != Py_None) {
+            if (!PyTuple_Check(PyTuple_GET_ITEM(plan, 3))) {
+                PyErr_SetString(PyExc_TypeError, "a call's extra arguments are a tuple");
+                goto fail;
+            }
+            node->args = Py_NewRef(PyTuple_GET_ITEM(plan, 3));
+        }
+        break;
+    default:
+        if (size != 1) { PyErr_Format(PyExc_TypeError, "%s takes no arguments", name); goto fail; }
+    }
+    return node;
+fail:
+    node_free(node);
+    return NULL;
+}
+
+/* -- reading ------------------------------------------------------------------------- */
+
+static int eof(void) {
+    PyErr_SetString(PyExc_EOFError, "the datum runs past the end of the bytes");
+    return -1;
+}
+
+/* Avro's zig-zag varint, as fastavro reads it: at most 10 bytes, wrapping at 64 bits. */
+static int read_long(Cursor *c, long long *out) {
+    unsigned long long n = 0;
+    for (int shift = 0;; shift += 7) {
+        if (shift > 63) {
+            PyErr_SetString(PyExc_ValueError, "a varint longer than 10 bytes");
+            return -1;
+        }
+        if (c->pos >= c->len) return eof();
+        unsigned char b = c->buf[c->pos++];
+        n |= (unsigned long long)(b & 0x7f) << shift;
+        if (!(b & 0x80)) break;
+    }
+    *out = (long long)(n >> 1) ^ -(long long)(n & 1);
+    return 0;
+}
+
+static int read_size(Cursor *c, Py_ssize_t *out) {
+    long long n;
+    if (read_long(c, &n) < 0) return -1;
+    if (n < 0) { PyErr_SetString(PyExc_ValueError, "a negative length"); return -1; }
+    if (n > c->len - c->pos) return eof();
+    *out = (Py_ssize_t)n;
+    return 0;
+}
+
+static PyObject *read_node(const Node *node, Cursor *c);
+
+static int skip_node(const Node *node, Cursor *c) {
+    long long n;
+    Py_ssize_t size;
+    switch (node->kind) {
+    case K_NULL: return 0;
+    case K_BOOL:
+        if (c->pos >= c->len) return eof();
+        c->pos++;
+        return 0;
+    case K_INT: case K_LONG: case K_ENUM:
+        /* the value is not needed: step over the varint's continuation bytes */
+        while (c->pos < c->len && c->buf[c->pos] > 127) c->pos++;
+        if (c->pos >= c->len) return eof();
+        c->pos++;
+        return 0;
+    case K_FLOAT: case K_DOUBLE: {
+        Py_ssize_t width = node->kind == K_FLOAT ? 4 : 8;
+        if (c->len - c->pos < width) return eof();
+        c->pos += width;
+        return 0;
+    }
+    case K_STRING: case K_BYTES:
+        if (read_size(c, &size) < 0) return -1;
+        c->pos += size;
+        return 0;
+    case K_FIXED:
+        if (c->len - c->pos < node->n) return eof();
+        c->pos += node->n;
+        return 0;
+    case K_RECORD:
+        for (Py_ssize_t i = 0; i < node->n; i++)
+            if (skip_node(node->children[i], c) < 0) return -1;
+        return 0;
+    case K_UNION:
+        if (read_long(c, &n) < 0) return -1;
+        if (n < 0) n += node->n;
+        if (n < 0 || n >= node->n) {
+            PyErr_SetString(PyExc_IndexError, "union branch out of range");
+            return -1;
+        }
+        return skip_node(node->children[n], c);
+    case K_ARRAY: case K_MAP:
+        for (;;) {
+            if (read_long(c, &n) < 0) return -1;
+            if (n == 0) return 0;
+            if (n < 0) {  /* a block that says its size is jumped over */
+                if (read_size(c, &size) < 0) return -1;
+                c->pos += size;
+                continue;
+            }
+            for (long long i = 0; i < n; i++) {
+                if (node->kind == K_MAP) {
+                    if (read_size(c, &size) < 0) return -1;
+                    c->pos += size;
+                }
+                if (skip_node(node->children[0], c) < 0) return -1;
+            }
+        }
+    case K_CALL: case K_SKIP:
+        return skip_node(node->children[0], c);
+    }
+    PyErr_SetString(PyExc_SystemError, "unknown node");
+    return -1;
+}
+
+static PyObject *read_record(const Node *node, Cursor *c) {
+    PyObject *record = PyDict_New();
+    if (record == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < node->n; i++) {
+        if (node->names[i] == NULL) {
+            if (skip_node(node->children[i], c) < 0) goto fail;
+            continue;
+        }
+        PyObject *value = read_node(node->children[i], c);
+        if (value == NULL) goto fail;
+        if (node->converters[i] != NULL && value != Py_None) {
+            PyObject *converted = PyObject_CallOneArg(node->converters[i], value);
+            Py_DECREF(value);
+            if (converted == NULL) goto fail;
+            value = converted;
+        }
+        int failed = PyDict_SetItem(record, node->names[i], value);
+        Py_DECREF(value);
+        if (failed < 0) goto fail;
+    }
+    return record;
+fail:
+    Py_DECREF(record);
+    return NULL;
+}
+
+static PyObject *read_blocks(const Node *node, Cursor *c) {
+    int is_map = node->kind == K_MAP;
+    PyObject *out = is_map ? PyDict_New() : PyList_New(0);
+    if (out == NULL) return NULL;
+    long long n, block_size;
+    Py_ssize_t size;
+    for (;;) {
+        if (read_long(c, &n) < 0) goto fail;
+        if (n == 0) return out;
+        if (n < 0) {
+            n = -n;
+            if (read_long(c, &block_size) < 0) goto fail;  /* the block's size, unused */
+        }
+        for (long long i = 0; i < n; i++) {
+            PyObject *key = NULL;
+            if (is_map) {
+                if (read_size(c, &size) < 0) goto fail;
+                key = PyUnicode_DecodeUTF8((const char *)c->buf + c->pos, size, NULL);
+                if (key == NULL) goto fail;
+                c->pos += size;
+            }
+            PyObject *item = read_node(node->children[0], c);
+            if (item == NULL) { Py_XDECREF(key); goto fail; }
+            int failed = is_map ? PyDict_SetItem(out, key, item) : PyList_Append(out, item);
+            Py_XDECREF(key);
+            Py_DECREF(item);
+            if (failed < 0) goto fail;
+        }
+    }
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
+static PyObject *read_node(const Node *node, Cursor *c) {
+    long long n;
+    Py_ssize_t size;
+    switch (node->kind) {
+    case K_NULL:
+        Py_RETURN_NONE;
+    case K_BOOL:
+        if (c->pos >= c->len) { eof(); return NULL; }
+        return PyBool_FromLong(c->buf[c->pos++] != 0);
+    case K_INT:
+        if (read_long(c, &n) < 0) return NULL;
+        if (n < -2147483648LL || n > 2147483647LL) {
+            PyErr_Format(PyExc_ValueError, "%lld does not fit int32", n);
+            return NULL;
+        }
+        return PyLong_FromLongLong(n);
+    case K_LONG:
+        if (read_long(c, &n) < 0) return NULL;
+        return PyLong_FromLongLong(n);
+    case K_FLOAT: {
+        if (c->len - c->pos < 4) { eof(); return NULL; }
+        double d = PyFloat_Unpack4((const char *)c->buf + c->pos, 1);
+        if (d == -1.0 && PyErr_Occurred()) return NULL;
+        c->pos += 4;
+        return PyFloat_FromDouble(d);
+    }
+    case K_DOUBLE: {
+        if (c->len - c->pos < 8) { eof(); return NULL; }
+        double d = PyFloat_Unpack8((const char *)c->buf + c->pos, 1);
+        if (d == -1.0 && PyErr_Occurred()) return NULL;
+        c->pos += 8;
+        return PyFloat_FromDouble(d);
+    }
+    case K_STRING: {
+        if (read_size(c, &size) < 0) return NULL;
+        PyObject *s = PyUnicode_DecodeUTF8((const char *)c->buf + c->pos, size, NULL);
+        c->pos += size;
+        return s;
+    }
+    case K_BYTES:
+        if (read_size(c, &size) < 0) return NULL;
+        c->pos += size;
+        return PyBytes_FromStringAndSize((const char *)c->buf + c->pos - size, size);
+    case K_FIXED:
+        if (c->len - c->pos < node->n) { eof(); return NULL; }
+        c->pos += node->n;
+        return PyBytes_FromStringAndSize((const char *)c->buf + c->pos - node->n, node->n);
+    case K_ENUM: {
+        if (read_long(c, &n) < 0) return NULL;
+        Py_ssize_t count = PyTuple_GET_SIZE(node->obj);
+        if (n < 0) n += count;  /* a negative index counts from the end, as Python's does */
+        if (n < 0 || n >= count) {
+            PyErr_SetString(PyExc_IndexError, "enum index out of range");
+            return NULL;
+        }
+        return Py_NewRef(PyTuple_GET_ITEM(node->obj, n));
+    }
+    case K_RECORD:
+        return read_record(node, c);
+    case K_UNION:
+        if (read_long(c, &n) < 0) return NULL;
+        if (n < 0) n += node->n;
+        if (n < 0 || n >= node->n) {
+            PyErr_SetString(PyExc_IndexError, "union branch out of range");
+            return NULL;
+        }
+        return read_node(node->children[n], c);
+    case K_ARRAY: case K_MAP:
+        return read_blocks(node, c);
+    case K_CALL: {
+        PyObject *value = read_node(node->children[0], c);
+        if (value == NULL) return NULL;
+        PyObject *out;
+        if (node->args == NULL) {
+            out = PyObject_CallOneArg(node->obj, value);
+        } else {
+            Py_ssize_t extra = PyTuple_GET_SIZE(node->args);
+            PyObject *argv[8];
+            if (extra > 7) {
+                Py_DECREF(value);
+                PyErr_SetString(PyExc_ValueError, "a call takes at most 7 extra arguments");
+                return NULL;
+            }
+            argv[0] = value;
+            for (Py_ssize_t i = 0; i < extra; i++) argv[i + 1] = PyTuple_GET_ITEM(node->args, i);
+            out = PyObject_Vectorcall(node->obj, argv, (size_t)(extra + 1), NULL);
+        }
+        Py_DECREF(value);
+        return out;
+    }
+    case K_SKIP:
+        if (skip_node(node->children[0], c) < 0) return NULL;
+        Py_RETURN_NONE;
+    }
+    PyErr_SetString(PyExc_SystemError, "unknown node");
+    return NULL;
+}
+
+/* -- the Program type ---------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    Node *root;
+    PyObject *plan;
+    vectorcallfunc vectorcall;
+} Program;
+
+static PyObject *program_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
+                                    PyObject *kwnames) {
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs != 2 || kwnames != NULL) {
+        PyErr_SetString(PyExc_TypeError, "a program takes (buf, pos)");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
+    if (pos == -1 && PyErr_Occurred()) { PyBuffer_Release(&view); return NULL; }
+    if (pos < 0 || pos > view.len) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "pos outside the bytes");
+        return NULL;
+    }
+    Cursor c = {(const unsigned char *)view.buf, view.len, pos};
+    PyObject *datum = read_node(((Program *)self)->root, &c);
+    PyBuffer_Release(&view);
+    if (datum == NULL) return NULL;
+    PyObject *end = PyLong_FromSsize_t(c.pos);
+    if (end == NULL) { Py_DECREF(datum); return NULL; }
+    PyObject *out = PyTuple_Pack(2, datum, end);
+    Py_DECREF(datum);
+    Py_DECREF(end);
+    return out;
+}
+
+static PyObject *program_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    PyObject *plan;
+    static char *keywords[] = {"plan", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O:Program", keywords, &plan)) return NULL;
+    Node *root = node_new(plan, 0);
+    if (root == NULL) return NULL;
+    Program *self = (Program *)type->tp_alloc(type, 0);
+    if (self == NULL) { node_free(root); return NULL; }
+    self->root = root;
+    self->plan = Py_NewRef(plan);
+    self->vectorcall = program_vectorcall;
+    return (PyObject *)self;
+}
+
+static int program_traverse(Program *self, visitproc visit, void *arg) {
+    Py_VISIT(self->plan);  /* the plan holds every object the nodes refer to */
+    return 0;
+}
+
+static int program_clear(Program *self) {
+    Py_CLEAR(self->plan);
+    return 0;
+}
+
+static void program_dealloc(Program *self) {
+    PyObject_GC_UnTrack(self);
+    node_free(self->root);
+    program_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *program_get_plan(Program *self, void *closure) {
+    return Py_NewRef(self->plan);
+}
+
+static PyGetSetDef program_getset[] = {
+    {"plan", (getter)program_get_plan, NULL, "the plan this program was built from", NULL},
+    {NULL}
+};
+
+static PyTypeObject ProgramType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "contracts.avro_codegen._native.Program",
+    .tp_doc = "Program(plan): program(buf, pos) -> (datum, pos after it)",
+    .tp_basicsize = sizeof(Program),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_new = program_new,
+    .tp_dealloc = (destructor)program_dealloc,
+    .tp_traverse = (traverseproc)program_traverse,
+    .tp_clear = (inquiry)program_clear,
+    .tp_vectorcall_offset = offsetof(Program, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_getset = program_getset,
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_native",
+    "The project's compiled Avro reader (see contracts/avro_codegen/native.py).", -1, NULL,
+};
+
+PyMODINIT_FUNC PyInit__native(void) {
+    if (PyType_Ready(&ProgramType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) return NULL;
+    if (PyModule_AddObjectRef(m, "Program", (PyObject *)&ProgramType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

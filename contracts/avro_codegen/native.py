@@ -1,0 +1,205 @@
+"""The compiled reader: the generated reader's work, done by the project's C extension.
+
+:func:`compile_reader` (reader.py) writes a schema out as Python; each field still costs
+a few bytecodes per byte read. :func:`compile_native_reader` takes the same arguments,
+turns the schema into a *read plan* (nested tuples: one node per Avro type, fields
+skipped by a projection marked so), and hands it to ``_native.Program``, a small
+interpreter in C (``_native.c``, built by ``scripts/setup``) that reads a datum and
+builds only the kept fields. Conversions (decimals, logical types, the row decoders'
+column conversions) stay the Python functions the generated reader calls, called from C.
+
+The two readers give equal results for every plan, and both equal
+``fastavro.schemaless_reader`` (tests/contracts/test_native_reader.py, hypothesis).
+Where the extension is not built, :data:`AVAILABLE` is False and callers use the
+generated reader.
+"""
+
+from __future__ import annotations
+
+import decimal
+from collections.abc import Callable, Mapping, Set
+from typing import Any, Final
+
+from fastavro.read import LOGICAL_READERS
+
+from contracts.avro_codegen.gen import _PRIMITIVES, Converter, Reader, Unsupported, _type_of
+
+try:
+    from contracts.avro_codegen._native import Program
+except ImportError:  # not built: callers fall back to the generated reader
+    Program = None
+
+#: Whether the extension is built (``scripts/setup`` builds it).
+AVAILABLE: Final = Program is not None
+
+Plan = tuple[Any, ...]
+
+
+def _decimal_reader(precision: int, scale: int) -> Callable[[bytes], decimal.Decimal]:
+    """fastavro's read_decimal, without its per-call schema look-ups (as reader.py)."""
+    context = decimal.Context(prec=precision)
+    create, from_bytes = context.create_decimal, int.from_bytes
+
+    def read(value: bytes) -> decimal.Decimal:
+        return create(from_bytes(value, "big", signed=True)).scaleb(-scale, context)
+
+    return read
+
+
+class _Planner:
+    def __init__(self, named: Mapping[str, Any]) -> None:
+        self.named = named
+        self.active: set[str] = set()
+
+    def resolve(self, name: str) -> Any:
+        if name not in self.named:
+            raise Unsupported(f"unknown named type {name!r}")
+        if name in self.active:
+            raise Unsupported(f"recursive type {name!r}")
+        return self.named[name]
+
+    def read(
+        self,
+        schema: Any,
+        convert: Mapping[str, Converter] | None = None,
+        keep: Set[str] | None = None,
+    ) -> Plan:
+        """The plan reading one datum of ``schema`` (see reader._read)."""
+        if isinstance(schema, str) and schema not in _PRIMITIVES:
+            definition = self.resolve(schema)
+            self.active.add(schema)
+            try:
+                return self.read(definition, convert, keep)
+            finally:
+                self.active.discard(schema)
+        if isinstance(schema, list):
+            return ("union", tuple(self.read(b, convert, keep) for b in schema))
+        t = _type_of(schema)
+        if isinstance(t, dict | list):
+            return self.read(t, convert, keep)
+        plan = self._base(schema, t, convert, keep)
+        logical = _logical(schema)
+        if logical in ("bytes-decimal", "fixed-decimal") and type(schema.get("precision")) is int:
+            reader = _decimal_reader(schema["precision"], int(schema.get("scale", 0)))
+            return ("call", plan, reader, None)
+        if logical is not None:
+            return ("call", plan, LOGICAL_READERS[logical], (schema, None))
+        return plan
+
+    def _base(
+        self,
+        schema: Any,
+        t: Any,
+        convert: Mapping[str, Converter] | None,
+        keep: Set[str] | None,
+    ) -> Plan:
+        if t in _PRIMITIVES:
+            return (t,)
+        if t == "fixed":
+            size = schema.get("size")
+            if type(size) is not int or size < 0:
+                raise Unsupported("a fixed type without a size")
+            return ("fixed", size)
+        if t == "enum":
+            return ("enum", tuple(schema.get("symbols") or ()))
+        if t in ("record", "error"):
+            return self.record(schema, convert, keep=keep)
+        if t == "array":
+            return ("array", self.read(schema.get("items")))
+        if t == "map":
+            return ("map", self.read(schema.get("values")))
+        raise Unsupported(f"Avro type {t!r}")
+
+    def skip(self, schema: Any) -> Plan:
+        """The plan stepping over one datum of ``schema`` (see reader._skip): its
+        logical types and conversions do not matter, nothing is built."""
+        if isinstance(schema, str) and schema not in _PRIMITIVES:
+            definition = self.resolve(schema)
+            self.active.add(schema)
+            try:
+                return self.skip(definition)
+            finally:
+                self.active.discard(schema)
+        if isinstance(schema, list):
+            return ("union", tuple(self.skip(b) for b in schema))
+        t = _type_of(schema)
+        if isinstance(t, dict | list):
+            return self.skip(t)
+        if t in ("record", "error"):
+            fields = schema.get("fields")
+            if not isinstance(fields, list):
+                raise Unsupported("a record without fields")
+            return ("record", tuple((None, self.skip(f.get("type")), None) for f in fields))
+        if t == "array":
+            return ("array", self.skip(schema.get("items")))
+        if t == "map":
+            return ("map", self.skip(schema.get("values")))
+        return self._base(schema, t, None, None)
+
+    def record(
+        self,
+        schema: Mapping[str, Any],
+        convert: Mapping[str, Converter] | None,
+        nested: Mapping[str, Mapping[str, Converter]] | None = None,
+        keep: Set[str] | None = None,
+        nested_keep: Mapping[str, Set[str]] | None = None,
+    ) -> Plan:
+        fields = schema.get("fields")
+        if not isinstance(fields, list):
+            raise Unsupported("a record without fields")
+        planned: list[tuple[str | None, Plan, Converter | None]] = []
+        for field in fields:
+            name = field.get("name")
+            if keep is not None and name not in keep:
+                planned.append((None, self.skip(field.get("type")), None))
+                continue
+            plan = self.read(
+                field.get("type"),
+                None if nested is None else nested.get(name),
+                None if nested_keep is None else nested_keep.get(name),
+            )
+            planned.append((name, plan, None if convert is None else convert.get(name)))
+        return ("record", tuple(planned))
+
+
+def _logical(schema: Any) -> str | None:
+    if isinstance(schema, dict) and isinstance(schema.get("logicalType"), str):
+        base = schema.get("type")
+        if isinstance(base, str):
+            key = f"{base}-{schema['logicalType']}"
+            if key in LOGICAL_READERS:
+                return key
+    return None
+
+
+def read_plan(
+    parsed: Any,
+    fields: Mapping[str, Mapping[str, Converter]] | None = None,
+    convert: Mapping[str, Converter] | None = None,
+    keep: Mapping[str, Set[str]] | None = None,
+) -> Plan:
+    """The read plan of :func:`compile_native_reader`'s arguments."""
+    named = parsed.get("__named_schemas") if isinstance(parsed, dict) else None
+    planner = _Planner(named if isinstance(named, dict) else {})
+    if fields or convert or keep:
+        if _type_of(parsed) not in ("record", "error"):
+            raise Unsupported("field conversions need a record schema")
+        return planner.record(parsed, convert, fields, nested_keep=keep)
+    return planner.read(parsed)
+
+
+def compile_native_reader(
+    parsed: Any,
+    fields: Mapping[str, Mapping[str, Converter]] | None = None,
+    convert: Mapping[str, Converter] | None = None,
+    keep: Mapping[str, Set[str]] | None = None,
+) -> Reader:
+    """:func:`~contracts.avro_codegen.compile_reader`'s reader, run by the extension.
+
+    Same arguments, same results; raises :class:`Unsupported` for the shapes the
+    generated reader refuses, and when the extension is not built.
+    """
+    if Program is None:
+        raise Unsupported("the compiled reader is not built (scripts/setup builds it)")
+    reader: Reader = Program(read_plan(parsed, fields, convert, keep))
+    return reader
