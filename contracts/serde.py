@@ -44,7 +44,7 @@ from pydantic import BaseModel, ValidationError
 from base.framing import HEADER_SIZE, MAGIC_BYTE, FramingError, unframe
 from base.registry import RegistryUnavailableError
 from contracts.avro_codegen import ModelWriter, Unsupported, compile_model_writer
-from contracts.business import BusinessEvent
+from contracts.business import BusinessEvent, read_lineage, with_lineage
 from contracts.exceptions import (
     ContractError,
     Coordinates,
@@ -257,8 +257,14 @@ class BusinessSerializer:
         """The subject a contract is registered under when written to ``topic``."""
         return self._strategy(topic or model.contract_topic(), model.contract_fullname())
 
-    def __call__(self, event: BusinessEvent, topic: str | None = None) -> bytes:
-        """Serialize ``event`` for ``topic`` (default: the contract's own topic)."""
+    def __call__(
+        self, event: BusinessEvent, topic: str | None = None, lineage: bytes | None = None
+    ) -> bytes:
+        """Serialize ``event`` for ``topic`` (default: the contract's own topic).
+
+        ``lineage``, when given, is the Avro encoding of the event's lineage
+        (translators.lineage builds it), written in place of ``event.lineage``.
+        """
         cls = type(event)
         writer = self._writers.get(cls)
         if writer is None:
@@ -268,9 +274,11 @@ class BusinessSerializer:
         header = writer.headers.get(topic)
         if header is not None:
             try:
-                return header + writer.write(event)  # type: ignore[misc]
+                return header + writer.write(event, lineage)  # type: ignore[misc]
             except Exception:
                 pass  # AvroSerializer below gives the bytes or the reason
+        if lineage is not None:
+            event = with_lineage(event, read_lineage(lineage))
         ctx = self._contexts.get(topic)
         if ctx is None:
             ctx = self._contexts[topic] = SerializationContext(topic, MessageField.VALUE)

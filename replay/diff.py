@@ -25,12 +25,15 @@ SAMPLES: Final = 3
 
 
 class ContentSerializer:
-    """``(event, topic) -> bytes``: the contract's name and content, lineage left out."""
+    """``(event, topic, lineage) -> bytes``: the contract's name and content, lineage left
+    out (so ``lineage`` is ignored)."""
 
     def __init__(self) -> None:
         self._schemas: dict[type[BusinessEvent], Any] = {}
 
-    def __call__(self, event: BusinessEvent, topic: str | None = None) -> bytes:
+    def __call__(
+        self, event: BusinessEvent, topic: str | None = None, lineage: bytes | None = None
+    ) -> bytes:
         import fastavro
 
         from contracts.serde import to_dict

@@ -17,10 +17,26 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
-from contracts.business import BusinessEvent, Lineage, with_lineage
+from contracts.business import (
+    HEADER_EVENT_ID,
+    HEADER_REPLAY,
+    HEADER_SOURCE_OFFSET,
+    HEADER_SOURCE_PARTITION,
+    HEADER_SOURCE_POSITION,
+    HEADER_SOURCE_TOPIC,
+    HEADER_TRANSLATOR,
+    HEADER_TX_ID,
+    BusinessEvent,
+    Lineage,
+    lineage_avro,
+    lineage_avro_change,
+    lineage_avro_translator,
+    with_lineage,
+)
 from contracts.envelope import ChangeEvent
 
 EVENT_ID_NAMESPACE: Final = uuid.UUID("6f1c5b1e-2d0a-5c9e-9a59-6b1d6f0e7a11")
@@ -29,12 +45,32 @@ EVENT_ID_NAMESPACE: Final = uuid.UUID("6f1c5b1e-2d0a-5c9e-9a59-6b1d6f0e7a11")
 # on every call; one instance gives the same text.
 _CANONICAL: Final = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=str).encode
 # uuid5 hashes the namespace's bytes first: hash them once, copy the state per id.
+# What the encoder quotes a string with (ensure_ascii, its default).
+_quote: Final = json.encoder.encode_basestring_ascii
 _NAMESPACE_SHA1: Final = hashlib.sha1(EVENT_ID_NAMESPACE.bytes, usedforsecurity=False)
 _set: Final = object.__setattr__
 
 
 def _canonical(value: Any) -> str:
     return _CANONICAL(value)
+
+
+def canonical_key(key: Mapping[str, Any]) -> str:
+    """``_canonical(dict(key))``: the key as sorted, compact JSON, built directly for the
+    usual keys (integer and text columns: 2.5 -> 0.6 µs); any other value takes the
+    encoder. The same text either way (a hypothesis test holds them together)."""
+    parts = []
+    for name in sorted(key):
+        value = key[name]
+        cls = value.__class__
+        if cls is int:
+            text = int.__repr__(value)
+        elif cls is str:
+            text = _quote(value)
+        else:
+            return _CANONICAL(dict(key))
+        parts.append(f"{_quote(name)}:{text}")
+    return "{" + ",".join(parts) + "}"
 
 
 def _where(event: ChangeEvent, position: str | None) -> str:
@@ -46,7 +82,7 @@ def _where(event: ChangeEvent, position: str | None) -> str:
 
 def _identity(event: ChangeEvent, position: str | None) -> str:
     source = event.source
-    key = _canonical(dict(event.key)) if event.key is not None else ""
+    key = canonical_key(event.key) if event.key is not None else ""
     return f"{source.name}.{source.qualified_table}|{event.op}|{_where(event, position)}|{key}"
 
 
@@ -167,3 +203,81 @@ def stamp(
         )
         stamped.append(_with_lineage(event, lineage))
     return stamped
+
+
+# -- lineage on the wire, without a Lineage per event ------------------------------------
+
+Header = tuple[str, bytes | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """What every event of one change shares: the identity its ids hash, and its
+    lineage's source offset, position and transaction, encoded once (Avro and headers)."""
+
+    identity: str
+    avro: bytes
+    headers: tuple[Header, ...]
+
+
+def origin_of(change: ChangeEvent) -> Origin:
+    """The :class:`Origin` of a change (the values :func:`stamp` puts in its Lineage)."""
+    position = change.source.position
+    position_text = "" if position is None else str(position)
+    where = change.coordinates
+    offset = where.offset if where.offset is not None else -1
+    tx_id = change.source.tx_id
+    tx_text = str(tx_id) if tx_id is not None else None
+    headers = [
+        (HEADER_SOURCE_OFFSET, str(offset).encode()),
+        (HEADER_SOURCE_POSITION, position_text.encode()),
+    ]
+    if tx_text is not None:
+        headers.append((HEADER_TX_ID, tx_text.encode()))
+    return Origin(
+        _identity(change, None if position is None else position_text),
+        lineage_avro_change(offset, position_text, tx_text),
+        tuple(headers),
+    )
+
+
+class Stamper:
+    """Lineage on the wire for one translator over one source partition: its translator,
+    topic and partition are encoded once; per event only the id is hashed and encoded.
+
+    :meth:`wire` gives what :func:`stamp` and ``lineage_headers`` give for the same
+    event, as bytes: the event id, the lineage record's Avro bytes (for the serializer's
+    ``lineage`` argument) and the Kafka headers.
+    """
+
+    __slots__ = ("_avro", "_headers", "_name", "_replay")
+
+    def __init__(
+        self, name: str, version: int, topic: str | None, partition: int | None, replay: bool
+    ) -> None:
+        translator = f"{name}@{version}"
+        topic = topic or ""
+        partition = partition if partition is not None else -1
+        self._name = name
+        self._avro = lineage_avro_translator(translator, topic, partition)
+        self._headers = (
+            (HEADER_TRANSLATOR, translator.encode()),
+            (HEADER_SOURCE_TOPIC, topic.encode()),
+            (HEADER_SOURCE_PARTITION, str(partition).encode()),
+        )
+        self._replay = replay
+
+    def wire(self, origin: Origin, contract: str, ordinal: int) -> tuple[str, bytes, list[Header]]:
+        """The event id, the lineage's Avro bytes and the headers of one event."""
+        eid = event_id(origin.identity, self._name, contract, ordinal)
+        headers = [(HEADER_EVENT_ID, eid.encode()), *self._headers, *origin.headers]
+        headers.append((HEADER_REPLAY, b"true" if self._replay else b"false"))
+        return eid, lineage_avro(eid, self._avro, origin.avro, self._replay), headers
+
+
+def contract_name(cls: type[BusinessEvent]) -> str:
+    """The contract's Avro fullname (cached per class): what event ids hash."""
+    name = _fullnames.get(cls)
+    if name is None:
+        name = _fullnames[cls] = cls.contract_fullname()
+    return name

@@ -20,7 +20,7 @@ the translator and the original coordinates.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from time import perf_counter
 from typing import Final, Literal, Protocol
@@ -34,14 +34,13 @@ from contracts.business import (
     HEADER_SOURCE_TOPIC,
     HEADER_TRANSLATOR,
     BusinessEvent,
-    lineage_headers,
 )
 from contracts.change import Change
 from contracts.envelope import ChangeEvent, Tombstone
 from contracts.exceptions import ContractError, Coordinates, DecodeError
 from translators.api import Translator
 from translators.exceptions import TranslationError
-from translators.lineage import stamp
+from translators.lineage import Origin, Stamper, contract_name, origin_of
 
 DEAD_LETTER_TOPIC: Final = "bizevents.dead-letter"
 
@@ -60,7 +59,14 @@ class Decoder(Protocol):
     ) -> ChangeEvent | Tombstone: ...
 
 
-Serializer = Callable[[BusinessEvent, str | None], bytes]
+class Serializer(Protocol):
+    """``serializer(event, topic, lineage) -> bytes``; ``lineage``, when given, is the
+    Avro encoding of the event's lineage (:class:`translators.lineage.Stamper`), to be
+    written in place of ``event.lineage`` (contracts.serde.BusinessSerializer does)."""
+
+    def __call__(
+        self, event: BusinessEvent, topic: str | None = None, lineage: bytes | None = None
+    ) -> bytes: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +139,7 @@ class Pipeline:
         self.dead_letter_topic = dead_letter_topic
         self._routes: dict[str, tuple[Translator, ...]] = {}
         self._topics: dict[type[BusinessEvent], str] = {}
+        self._stampers: dict[tuple[str, str, int], Stamper] = {}
         #: Per technical topic: its table and the columns its translators read.
         self._projections: dict[str, tuple[str, frozenset[str] | None]] = {}
 
@@ -195,7 +202,7 @@ class Pipeline:
         if not translators:
             result.unrouted += 1
             return
-        change = None
+        change = origin = None
         op = decoded.op
         for translator in translators:
             counts = result.counts.get(translator.ref)
@@ -205,10 +212,11 @@ class Pipeline:
             if not translator.may_emit(op):
                 counts.dropped += 1  # declared: this op gives it nothing
                 continue
-            if change is None:
+            if change is None or origin is None:
                 change = Change(decoded)
+                origin = origin_of(decoded)
             started = perf_counter()
-            produced, failed = self._translate(translator, change, decoded, record)
+            produced, failed = self._translate(translator, change, origin, record)
             counts.seconds += perf_counter() - started
             if failed:
                 counts.dead_lettered += 1
@@ -219,25 +227,43 @@ class Pipeline:
             result.records.extend(produced)
 
     def _translate(
-        self, translator: Translator, change: Change, decoded: ChangeEvent, record: SourceRecord
+        self, translator: Translator, change: Change, origin: Origin, record: SourceRecord
     ) -> tuple[list[OutRecord], bool]:
-        """The translator's records, or one dead-letter record (and True) on failure."""
+        """The translator's records, or one dead-letter record (and True) on failure.
+
+        Each event's lineage goes on the wire as bytes (:class:`Stamper`): the events
+        are serialized as the translator built them, with their lineage record written
+        from parts encoded once per translator and partition, and once per change.
+        """
         try:
             events = translator.translate(change)
-            stamped = stamp(
-                events, decoded, translator.name, translator.version, replay=self.replay
-            )
-            return [
-                OutRecord(
-                    topic=self._topic(type(event)),
-                    key=record.key,
-                    value=self.serializer(event, None),
-                    headers=list(lineage_headers(event.lineage)),
-                    translator=translator.ref,
-                    event_id=event.lineage.event_id,
+            if not events:
+                return [], False
+            slot = (translator.ref, record.topic, record.partition)
+            stamper = self._stampers.get(slot)
+            if stamper is None:
+                stamper = self._stampers[slot] = Stamper(
+                    translator.name, translator.version, record.topic, record.partition, self.replay
                 )
-                for event in stamped
-            ], False
+            ordinals: dict[str, int] = {}
+            produced = []
+            for event in events:
+                cls = event.__class__
+                contract = contract_name(cls)
+                ordinal = ordinals.get(contract, 0)
+                ordinals[contract] = ordinal + 1
+                event_id, lineage, headers = stamper.wire(origin, contract, ordinal)
+                produced.append(
+                    OutRecord(
+                        self._topic(cls),
+                        record.key,
+                        self.serializer(event, None, lineage),
+                        headers,
+                        translator.ref,
+                        event_id,
+                    )
+                )
+            return produced, False
         except TranslationError as exc:
             dead = self._dead_letter(record, "translate", exc.reason, exc, translator.ref)
         except ContractError as exc:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from contracts.avro_codegen.gen import _F32, _F64, _PRIMITIVES, Unsupported, _Gen, _type_of
 from contracts.avro_codegen.reader import _named_of
@@ -11,7 +11,13 @@ from contracts.binary import SMALL, varint
 
 # -- writer --------------------------------------------------------------------------------
 
-ModelWriter = Callable[[Any], bytes]
+
+class ModelWriter(Protocol):
+    def __call__(self, model: Any, lineage: bytes | None = None) -> bytes: ...
+
+
+#: The contracts' envelope field whose Avro bytes a caller may hand the writer ready-made.
+LINEAGE_FIELD: Final = "lineage"
 
 _INT32: Final = (-(2**31), 2**31)
 _INT64: Final = (-(2**63), 2**63)
@@ -168,7 +174,12 @@ def _write_union(g: _Gen, branches: list[Any], d: int, v: str) -> None:
     _write(g, branches[others[0]], d, v)
 
 
-def _write_record(g: _Gen, schema: Mapping[str, Any], d: int, v: str) -> None:
+def _write_record(
+    g: _Gen, schema: Mapping[str, Any], d: int, v: str, prewritten: str | None = None
+) -> None:
+    """Statements writing a record from a model's attributes; the field ``prewritten``,
+    when the record has it, is taken as bytes from the writer's ``lineage`` argument
+    when that is given (see :func:`compile_model_writer`)."""
     fields = schema.get("fields")
     if not isinstance(fields, list):
         raise Unsupported("a record without fields")
@@ -178,7 +189,15 @@ def _write_record(g: _Gen, schema: Mapping[str, Any], d: int, v: str) -> None:
     g.emit(d, f"{values} = {v}.__dict__")
     for field in fields:
         item = g.var()
-        g.emit(d, f"{item} = {values}[{field.get('name')!r}]")
+        name = field.get("name")
+        if name == prewritten:
+            g.emit(d, "if lineage is not None:")
+            g.emit(d + 1, "ap(lineage)")
+            g.emit(d, "else:")
+            g.emit(d + 1, f"{item} = {values}[{name!r}]")
+            _write(g, field.get("type"), d + 1, item)
+            continue
+        g.emit(d, f"{item} = {values}[{name!r}]")
         _write(g, field.get("type"), d, item)
 
 
@@ -189,7 +208,10 @@ def _logical_writers() -> Mapping[str, Callable[[Any, Any], Any]]:
 
 
 def compile_model_writer(model: type, parsed: Any) -> ModelWriter:
-    """``write(instance) -> bytes``: the Avro body of a pydantic model's instance.
+    """``write(instance, lineage=None) -> bytes``: the Avro body of a pydantic model's
+    instance. ``lineage``, when given, is the Avro encoding of the instance's ``lineage``
+    field, written as it is in place of the instance's own (the runtime encodes the
+    lineage of an event from parts shared by many events, translators.lineage).
 
     ``parsed`` is the model's schema as fastavro parsed it. The bytes are those of
     ``fastavro.schemaless_writer(parsed, to_dict(instance))``; a value the writer
@@ -207,10 +229,10 @@ def compile_model_writer(model: type, parsed: Any) -> ModelWriter:
         _plain=_plain_models,
         _check_model=_check_model,
     )
-    g.emit(0, "def write(model):")
+    g.emit(0, "def write(model, lineage=None):")
     g.emit(1, "parts = []")
     g.emit(1, "ap = parts.append")
-    _write_record(g, parsed, 1, "model")
+    _write_record(g, parsed, 1, "model", prewritten=LINEAGE_FIELD)
     g.emit(1, "return b''.join(parts)")
     exec(compile("\n".join(g.lines), f"<avro writer of {model.__name__}>", "exec"), g.env)
     writer: ModelWriter = g.env["write"]

@@ -238,7 +238,7 @@ def expected_events(
     pipeline = Pipeline(
         [discover().resolve(translator_ref)],
         AutoDecoder(lambda i: client.get_schema(i).schema_str),
-        lambda event, topic: b"",
+        lambda event, topic=None, lineage=None: b"",
         replay=True,
     )
     result = pipeline.process(source_records(bootstrap, topic))

@@ -2,14 +2,27 @@
 
 from __future__ import annotations
 
+import uuid
+from dataclasses import replace
+
+from confluent_kafka.schema_registry import SchemaRegistryClient
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from contracts.business import lineage_headers, read_lineage
 from contracts.change import Change
 from contracts.envelope import ChangeEvent, PgPosition, Source
 from contracts.exceptions import Coordinates
+from contracts.serde import BusinessSerializer
 from tests.translators.sample import things_v1, things_v2
-from translators.lineage import stamp
+from translators.lineage import (
+    Stamper,
+    _canonical,
+    canonical_key,
+    contract_name,
+    origin_of,
+    stamp,
+)
 
 
 def event(
@@ -98,3 +111,69 @@ def test_different_changes_and_rows_get_different_ids() -> None:
     c = event("c", None, {"id": 1, "label": "a"}, lsn=101, offset=3)
     ids = {stamp(things_v1(Change(x)), x, "things", 1)[0].lineage.event_id for x in (a, b, c)}
     assert len(ids) == 3
+
+
+_KEY_VALUES = st.one_of(
+    st.integers(),
+    st.text(),
+    st.booleans(),
+    st.none(),
+    st.floats(allow_nan=False),
+    st.decimals(allow_nan=False, allow_infinity=False),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.text(min_size=1), _KEY_VALUES, max_size=4))
+def test_the_fast_canonical_key_is_the_encoders_text(key: dict[str, object]) -> None:
+    """Event ids hash the key's canonical JSON: the fast path gives the very same text."""
+    assert canonical_key(key) == _canonical(dict(key))
+
+
+_SERIALIZER = BusinessSerializer(
+    SchemaRegistryClient.new_client({"url": f"mock://lineage-{uuid.uuid4().hex}"})
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    change=changes,
+    partition=st.one_of(st.none(), st.integers(0, 2**31 - 1)),
+    offset=st.one_of(st.none(), st.integers(0, 2**62)),
+    tx_id=st.one_of(st.none(), st.integers(0, 2**40)),
+    no_position=st.booleans(),
+    replay=st.booleans(),
+)
+def test_lineage_on_the_wire_is_the_stamped_lineage(
+    change: ChangeEvent,
+    partition: int | None,
+    offset: int | None,
+    tx_id: int | None,
+    no_position: bool,
+    replay: bool,
+) -> None:
+    """The pipeline's Stamper gives the ids, bytes and headers that stamping the events
+    with a Lineage and serializing them gives (the serializer's first call per topic
+    goes through confluent's AvroSerializer, the later ones through the generated
+    writer: both are held to it)."""
+    source = change.source
+    position = None if no_position else PgPosition(lsn=12345, tx_id=tx_id)
+    change = replace(
+        change,
+        source=replace(source, position=position),
+        coordinates=Coordinates(change.coordinates.topic, partition, offset),
+    )
+    events = things_v1(Change(change))
+    stamped = stamp(events, change, "things", 1, replay=replay)
+    where = change.coordinates
+    stamper = Stamper("things", 1, where.topic, where.partition, replay)
+    origin = origin_of(change)
+    for ordinal, (event, reference) in enumerate(zip(events, stamped, strict=True)):
+        contract = contract_name(type(event))
+        event_id, lineage, headers = stamper.wire(origin, contract, ordinal)
+        assert event_id == reference.lineage.event_id
+        assert headers == lineage_headers(reference.lineage)
+        expected = _SERIALIZER(reference)
+        assert _SERIALIZER(event, None, lineage) == expected
+        assert _SERIALIZER(event, None, lineage) == expected
+        assert read_lineage(lineage) == reference.lineage

@@ -11,6 +11,8 @@ from contracts.business import (
     HEADER_EVENT_ID,
     HEADER_TRANSLATOR,
     BusinessEvent,
+    read_lineage,
+    with_lineage,
 )
 from contracts.change import Change
 from contracts.exceptions import ContractError
@@ -54,7 +56,11 @@ def record(offset: int, value: bytes | None, key: bytes = b'{"id": 1}') -> Sourc
     return SourceRecord(TOPIC, 0, offset, key, value, [("trace", b"t-1")])
 
 
-def fake_serializer(event: BusinessEvent, topic: str | None) -> bytes:
+def fake_serializer(
+    event: BusinessEvent, topic: str | None = None, lineage: bytes | None = None
+) -> bytes:
+    if lineage is not None:
+        event = with_lineage(event, read_lineage(lineage))
     return event.model_dump_json().encode()
 
 
@@ -112,7 +118,7 @@ def test_translator_exception_is_dead_lettered() -> None:
 
 
 def test_event_failing_its_contract_is_dead_lettered() -> None:
-    def refuse(event: BusinessEvent, topic: str | None) -> bytes:
+    def refuse(event: BusinessEvent, topic: str | None, lineage: bytes | None = None) -> bytes:
         raise ContractError("contract test.things.ThingCreated: field 'label' is too long")
 
     value = envelope("c", None, {"id": 1, "label": "a"}, 104)

@@ -18,7 +18,9 @@ from translators.testing import change, run
 TOPIC = WIDE.namespace
 
 
-def serialize(event: BusinessEvent, _topic: str | None) -> bytes:
+def serialize(
+    event: BusinessEvent, _topic: str | None = None, _lineage: bytes | None = None
+) -> bytes:
     return event.model_dump_json().encode()
 
 
