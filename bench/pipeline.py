@@ -4,11 +4,12 @@ No broker and no registry process: the schemas live in confluent-kafka's in-memo
 mock registry. The records are ``bench/translate.py``'s (orders placed, paid,
 touched, shipped of the store's ``orders`` table, 3 of 4 give events), run through
 ``orders@2`` with the worker's own decoder and serializer. Prints the whole
-``Pipeline.process`` and each stage measured on its own (decode, translate, stamp,
-serialize: each over the previous stage's output), the median of ``--repeat`` runs, then
-the floor under decode: the codec candidates side by side, the envelope's bytes read
-alone by the generated reader, fastavro's C reader and cavro (a compiled library, from
-the dev group), converted and raw, beside the 20 µs per record the 50,000/s target
+``Pipeline.process`` and each stage measured on its own (decode, translate, stamp: the
+lineage's bytes and headers, serialize: each over the previous stage's output), the
+median of ``--repeat`` runs, then the floor under decode: the codec candidates side by
+side, the envelope's bytes read alone by the compiled reader (the project's C
+extension), the generated reader, fastavro's C reader and cavro (a compiled library,
+from the dev group), converted and raw, beside the 20 µs per record the 50,000/s target
 leaves; then a 40-column table with and without a projection.
 
     .venv/bin/python bench/pipeline.py [--records 20000] [--repeat 5]
@@ -48,7 +49,7 @@ def main() -> None:
     from contracts.envelope import ChangeEvent
     from contracts.serde import BusinessSerializer
     from contracts.technical import AutoDecoder
-    from translators.lineage import stamp
+    from translators.lineage import Stamper, contract_name, origin_of
     from translators.pipeline import Pipeline, SourceRecord
 
     client = SchemaRegistryClient.new_client({"url": f"mock://{uuid.uuid4().hex}"})
@@ -95,6 +96,8 @@ def main() -> None:
     wholes = runs(args.repeat, process)
     whole = statistics.median(wholes)
 
+    # the pipeline's lineage path: the change's part once, the translator's part once
+    stamper = Stamper(orders_v2.name, orders_v2.version, topic, 0, False)
     per_run: dict[str, list[float]] = {k: [] for k in ("decode", "translate", "stamp", "serialize")}
     events = 0
     for _ in range(args.repeat):
@@ -110,13 +113,19 @@ def main() -> None:
             ]
             spent["translate"] += time.process_time() - started
             started = time.process_time()
-            stamped: list[BusinessEvent] = []
+            stamped: list[tuple[BusinessEvent, bytes]] = []
             for event, produced in translated:
-                stamped.extend(stamp(produced, event, orders_v2.name, orders_v2.version))
+                origin = origin_of(event)
+                ordinals: dict[str, int] = {}
+                for business in produced:
+                    contract = contract_name(type(business))
+                    ordinal = ordinals[contract] = ordinals.get(contract, -1) + 1
+                    _, lineage, _ = stamper.wire(origin, contract, ordinal)
+                    stamped.append((business, lineage))
             spent["stamp"] += time.process_time() - started
             started = time.process_time()
-            for business in stamped:
-                serializer(business, None)
+            for business, lineage in stamped:
+                serializer(business, None, lineage)
             spent["serialize"] += time.process_time() - started
             events += len(stamped)
         for k, v in spent.items():
@@ -158,7 +167,7 @@ def runs(repeat: int, run: Callable[[], object]) -> list[float]:
 
 def codecs(values: list[bytes], lookup: Callable[[int], str], repeat: int) -> None:
     """The codec candidates side by side on the same envelopes' bytes, nothing built
-    after the read: the generated reader, fastavro's C reader and, when installed, cavro
+    after the read: the compiled and generated readers, fastavro's C reader and cavro
     (a compiled Avro library), each with logical types converted and raw; beside the
     budget per record that the worker target (50,000/s, Kafka included) leaves."""
     import io
@@ -167,13 +176,19 @@ def codecs(values: list[bytes], lookup: Callable[[int], str], repeat: int) -> No
     import fastavro
 
     from contracts.avro_codegen import compile_reader
+    from contracts.avro_codegen.native import AVAILABLE, compile_native_reader
 
     schema_id = int.from_bytes(values[0][1:5], "big")
     text = lookup(schema_id)
     parsed = fastavro.parse_schema(json.loads(text))
     raw_parsed = fastavro.parse_schema(json.loads(text.replace('"logicalType"', '"_logical"')))
     read, read_raw = compile_reader(parsed), compile_reader(raw_parsed)
-    readers: dict[str, Callable[[bytes], object]] = {
+    readers: dict[str, Callable[[bytes], object]] = {}
+    if AVAILABLE:
+        native, native_raw = compile_native_reader(parsed), compile_native_reader(raw_parsed)
+        readers["compiled reader (the project's C)"] = lambda v: native(v, 5)
+        readers["compiled reader, raw"] = lambda v: native_raw(v, 5)
+    readers |= {
         "generated reader (the project's)": lambda v: read(v, 5),
         "generated reader, raw": lambda v: read_raw(v, 5),
         "fastavro schemaless_reader (C)": lambda v: fastavro.schemaless_reader(
