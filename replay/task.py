@@ -25,6 +25,7 @@ from typing import Any, Final
 
 from base.errors import TransientError
 from base.kafka import partition_for, produce
+from base.process import settle_collector
 from contracts.binary import (
     NULL_BRANCH,
     SMALL,
@@ -219,6 +220,7 @@ def runtime(config: TaskConfig) -> _Runtime:
             for stale in list(_RUNTIMES):  # a worker serves one run at a time
                 _RUNTIMES.pop(stale).close()
             found = _RUNTIMES[config.token] = _Runtime(config)
+            settle_collector()  # the run's clients and plugins are built: freeze them
         return found
 
 

@@ -4,7 +4,6 @@ and acknowledged in fetch order once Kafka has the batches."""
 from __future__ import annotations
 
 import asyncio
-import gc
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -16,6 +15,7 @@ from faust.types import TP
 
 from base.errors import ConfigError, TransientError
 from base.kafka import partition_for
+from base.process import settle_collector
 from contracts.business import (
     HEADER_DLQ_REASON,
     HEADER_DLQ_STAGE,
@@ -40,20 +40,6 @@ CHUNK: Final = 1000
 QUEUED_BLOCKS: Final = 2
 #: How long a block is retried when the registry (or another peer) is unreachable.
 RETRY_BACKOFF_S: Final = (0.5, 1.0, 2.0, 5.0)
-
-
-#: The collector's thresholds once the worker runs: a block allocates tens of thousands
-#: of short-lived objects; at Python's default (700) a young collection ran every few
-#: records. bench/translate.py: 22,169 -> 24,220 records/s with the start-up objects
-#: frozen and these thresholds.
-GC_THRESHOLDS: Final = (20_000, 20, 50)
-
-
-def settle_collector() -> None:
-    """Freeze what start-up built (the app, the plugins, the schemas: the collector's
-    full passes skip them from now on) and collect the young generation less often."""
-    gc.freeze()
-    gc.set_threshold(*GC_THRESHOLDS)
 
 
 class BlockProcessor(Protocol):
