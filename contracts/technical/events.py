@@ -106,16 +106,17 @@ def _event(
     if ts_ms is not None and type(ts_ms) is not int:
         raise InvalidRecord(f"ts_ms must be an integer, not {type(ts_ms).__name__}")
     op_literal: Op = op
+    # positional: half the cost of keywords for a frozen dataclass, once per record
     return ChangeEvent(
-        op=op_literal,
-        source=source,
-        before=before,
-        after=after,
-        key=key,
-        ts_ms=ts_ms,
-        transaction=_transaction(payload.get("transaction")),
-        coordinates=where,
-        headers=headers,
+        op_literal,
+        source,
+        before,
+        after,
+        key,
+        ts_ms,
+        _transaction(payload.get("transaction")),
+        where,
+        headers,
     )
 
 
