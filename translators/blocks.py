@@ -27,7 +27,6 @@ from translators.pipeline import (
     OutRecord,
     Pipeline,
     Result,
-    SourceRecord,
 )
 
 __all__ = ["BlockProcessor", "BlockRunner", "PipelineProcessor"]
@@ -49,23 +48,14 @@ class BlockProcessor(Protocol):
 
 
 class PipelineProcessor:
-    """The translation core, fed with aiokafka records."""
+    """The translation core, fed with aiokafka's records as they are (they have what
+    :class:`~translators.pipeline.Record` reads)."""
 
     def __init__(self, pipeline: Pipeline) -> None:
         self.pipeline = pipeline
 
     def __call__(self, topic: str, partition: int, records: Sequence[Any]) -> Result:
-        return self.pipeline.process(
-            SourceRecord(
-                topic,
-                partition,
-                r.offset,
-                r.key,
-                r.value,
-                list(r.headers) if r.headers else [],
-            )
-            for r in records
-        )
+        return self.pipeline.process(records)
 
 
 @dataclass

@@ -69,6 +69,24 @@ class Serializer(Protocol):
     ) -> bytes: ...
 
 
+class Record(Protocol):
+    """What the core reads of a technical record: a :class:`SourceRecord`, or a Kafka
+    client's own record (the worker hands aiokafka's over as they are)."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def key(self) -> bytes | None: ...
+    @property
+    def value(self) -> bytes | None: ...
+    @property
+    def headers(self) -> Sequence[tuple[str, bytes | None]]: ...
+
+
 @dataclass(frozen=True, slots=True)
 class SourceRecord:
     """One record of a technical topic, as read from Kafka."""
@@ -160,7 +178,7 @@ class Pipeline:
             union |= t.columns
         return frozenset(union)
 
-    def _decode(self, record: SourceRecord, where: Coordinates) -> ChangeEvent | Tombstone:
+    def _decode(self, record: Record, where: Coordinates) -> ChangeEvent | Tombstone:
         """The record decoded with only the columns its table's translators read.
 
         A topic's table is learnt from its first record; a topic that turns out to hold
@@ -181,13 +199,13 @@ class Pipeline:
             decoded = decode(record.key, record.value, where, record.headers, None)
         return decoded
 
-    def process(self, records: Iterable[SourceRecord]) -> Result:
+    def process(self, records: Iterable[Record]) -> Result:
         result = Result()
         for record in records:
             self._one(record, result)
         return result
 
-    def _one(self, record: SourceRecord, result: Result) -> None:
+    def _one(self, record: Record, result: Result) -> None:
         where = Coordinates(record.topic, record.partition, record.offset)
         try:
             decoded = self._decode(record, where)
@@ -227,7 +245,7 @@ class Pipeline:
             result.records.extend(produced)
 
     def _translate(
-        self, translator: Translator, change: Change, origin: Origin, record: SourceRecord
+        self, translator: Translator, change: Change, origin: Origin, record: Record
     ) -> tuple[list[OutRecord], bool]:
         """The translator's records, or one dead-letter record (and True) on failure.
 
@@ -278,7 +296,7 @@ class Pipeline:
         return topic
 
     def _dead_letter(
-        self, record: SourceRecord, stage: Stage, reason: str, exc: Exception, translator: str
+        self, record: Record, stage: Stage, reason: str, exc: Exception, translator: str
     ) -> OutRecord:
         return dead_letter(
             record, self.dead_letter_topic, stage, reason, type(exc).__name__, translator
@@ -286,7 +304,7 @@ class Pipeline:
 
 
 def dead_letter(
-    record: SourceRecord,
+    record: Record,
     topic: str,
     stage: str,
     reason: str,
