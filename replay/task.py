@@ -416,10 +416,15 @@ class FileRecordEncoder:
         ]
         if headers:
             parts.append(zigzag(len(headers)))
-            name = self._text
+            texts = self._texts
             for k, v in headers:
-                parts.append(name(k))
-                parts.append(NULL_BRANCH if v is None else VALUE_BRANCH + blob(v))
+                parts.append(texts.get(k) or self._text(k))
+                if v is None:
+                    parts.append(NULL_BRANCH)
+                elif len(v) < 64:  # blob(v), inlined: a header value is short
+                    parts += (VALUE_BRANCH, SMALL[len(v) << 1], v)
+                else:
+                    parts += (VALUE_BRANCH, blob(v))
         parts.append(SMALL[0])  # the end of the header array
         parts.append(text(record.event_id))
         parts.append(self._text(record.translator))
