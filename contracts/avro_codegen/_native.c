@@ -24,7 +24,8 @@ typedef struct Node {
     struct Node **children;  /* record fields, union branches; array, map, call, skip: [0] */
     PyObject **names;        /* record: a field's name (NULL: skipped) */
     PyObject **converters;   /* record: a field's conversion (NULL: none) */
-    PyObject *obj;           /* enum: the symbols (tuple); call: the function */
+    PyObject *obj;           /* enum: the symbols (tuple); call: the function; record: its
+                                builder (called with the kept fields' values), or NULL */
     PyObject *args;          /* call: extra arguments after the value (tuple), or NULL */
 } Node;
 
@@ -109,10 +110,17 @@ static Node *node_new(PyObject *plan, int depth) {
         node->obj = Py_NewRef(PyTuple_GET_ITEM(plan, 1));
         break;
     case K_RECORD: {
-        PyObject *fields = size == 2 ? PyTuple_GET_ITEM(plan, 1) : NULL;
+        PyObject *fields = (size == 2 || size == 3) ? PyTuple_GET_ITEM(plan, 1) : NULL;
         if (fields == NULL || !PyTuple_Check(fields)) {
             PyErr_SetString(PyExc_TypeError, "record needs a tuple of fields");
             goto fail;
+        }
+        if (size == 3 && PyTuple_GET_ITEM(plan, 2) != Py_None) {
+            if (!PyCallable_Check(PyTuple_GET_ITEM(plan, 2))) {
+                PyErr_SetString(PyExc_TypeError, "a record's builder is callable");
+                goto fail;
+            }
+            node->obj = Py_NewRef(PyTuple_GET_ITEM(plan, 2));
         }
         node->n = PyTuple_GET_SIZE(fields);
         node->children = PyMem_Calloc(node->n ? node->n : 1, sizeof(Node *));
@@ -285,7 +293,40 @@ static int skip_node(const Node *node, Cursor *c) {
     return -1;
 }
 
+#define MAX_BUILT 64
+
+/* A record handed to its builder: builder(*kept values), no dict in between. */
+static PyObject *build_record(const Node *node, Cursor *c) {
+    PyObject *values[MAX_BUILT];
+    Py_ssize_t n = 0;
+    PyObject *out = NULL;
+    for (Py_ssize_t i = 0; i < node->n; i++) {
+        if (node->names[i] == NULL) {
+            if (skip_node(node->children[i], c) < 0) goto done;
+            continue;
+        }
+        if (n == MAX_BUILT) {
+            PyErr_SetString(PyExc_ValueError, "a built record keeps at most 64 fields");
+            goto done;
+        }
+        PyObject *value = read_node(node->children[i], c);
+        if (value == NULL) goto done;
+        if (node->converters[i] != NULL && value != Py_None) {
+            PyObject *converted = PyObject_CallOneArg(node->converters[i], value);
+            Py_DECREF(value);
+            if (converted == NULL) goto done;
+            value = converted;
+        }
+        values[n++] = value;
+    }
+    out = PyObject_Vectorcall(node->obj, values, (size_t)n, NULL);
+done:
+    for (Py_ssize_t i = 0; i < n; i++) Py_DECREF(values[i]);
+    return out;
+}
+
 static PyObject *read_record(const Node *node, Cursor *c) {
+    if (node->obj != NULL) return build_record(node, c);
     PyObject *record = PyDict_New();
     if (record == NULL) return NULL;
     for (Py_ssize_t i = 0; i < node->n; i++) {

@@ -33,6 +33,8 @@ except ImportError:  # not built: callers fall back to the generated reader
 AVAILABLE: Final = Program is not None
 
 Plan = tuple[Any, ...]
+#: Builds a record from its kept fields' values, positionally in the writer's order.
+Builder = Callable[..., Any]
 
 
 def _decimal_reader(precision: int, scale: int) -> Callable[[bytes], decimal.Decimal]:
@@ -63,21 +65,23 @@ class _Planner:
         schema: Any,
         convert: Mapping[str, Converter] | None = None,
         keep: Set[str] | None = None,
+        build: Builder | None = None,
     ) -> Plan:
-        """The plan reading one datum of ``schema`` (see reader._read)."""
+        """The plan reading one datum of ``schema`` (see reader._read); ``build`` is the
+        builder of the record this datum is (through unions and names)."""
         if isinstance(schema, str) and schema not in _PRIMITIVES:
             definition = self.resolve(schema)
             self.active.add(schema)
             try:
-                return self.read(definition, convert, keep)
+                return self.read(definition, convert, keep, build)
             finally:
                 self.active.discard(schema)
         if isinstance(schema, list):
-            return ("union", tuple(self.read(b, convert, keep) for b in schema))
+            return ("union", tuple(self.read(b, convert, keep, build) for b in schema))
         t = _type_of(schema)
         if isinstance(t, dict | list):
-            return self.read(t, convert, keep)
-        plan = self._base(schema, t, convert, keep)
+            return self.read(t, convert, keep, build)
+        plan = self._base(schema, t, convert, keep, build)
         logical = _logical(schema)
         if logical in ("bytes-decimal", "fixed-decimal") and type(schema.get("precision")) is int:
             reader = _decimal_reader(schema["precision"], int(schema.get("scale", 0)))
@@ -92,6 +96,7 @@ class _Planner:
         t: Any,
         convert: Mapping[str, Converter] | None,
         keep: Set[str] | None,
+        build: Builder | None = None,
     ) -> Plan:
         if t in _PRIMITIVES:
             return (t,)
@@ -103,7 +108,7 @@ class _Planner:
         if t == "enum":
             return ("enum", tuple(schema.get("symbols") or ()))
         if t in ("record", "error"):
-            return self.record(schema, convert, keep=keep)
+            return self.record(schema, convert, keep=keep, builder=build)
         if t == "array":
             return ("array", self.read(schema.get("items")))
         if t == "map":
@@ -143,6 +148,8 @@ class _Planner:
         nested: Mapping[str, Mapping[str, Converter]] | None = None,
         keep: Set[str] | None = None,
         nested_keep: Mapping[str, Set[str]] | None = None,
+        builder: Builder | None = None,
+        nested_build: Mapping[str, Builder] | None = None,
     ) -> Plan:
         fields = schema.get("fields")
         if not isinstance(fields, list):
@@ -157,9 +164,10 @@ class _Planner:
                 field.get("type"),
                 None if nested is None else nested.get(name),
                 None if nested_keep is None else nested_keep.get(name),
+                None if nested_build is None else nested_build.get(name),
             )
             planned.append((name, plan, None if convert is None else convert.get(name)))
-        return ("record", tuple(planned))
+        return ("record", tuple(planned), builder)
 
 
 def _logical(schema: Any) -> str | None:
@@ -177,14 +185,18 @@ def read_plan(
     fields: Mapping[str, Mapping[str, Converter]] | None = None,
     convert: Mapping[str, Converter] | None = None,
     keep: Mapping[str, Set[str]] | None = None,
+    build: Mapping[str, Builder] | None = None,
+    builder: Builder | None = None,
 ) -> Plan:
     """The read plan of :func:`compile_native_reader`'s arguments."""
     named = parsed.get("__named_schemas") if isinstance(parsed, dict) else None
     planner = _Planner(named if isinstance(named, dict) else {})
-    if fields or convert or keep:
+    if fields or convert or keep or build or builder:
         if _type_of(parsed) not in ("record", "error"):
             raise Unsupported("field conversions need a record schema")
-        return planner.record(parsed, convert, fields, nested_keep=keep)
+        return planner.record(
+            parsed, convert, fields, nested_keep=keep, builder=builder, nested_build=build
+        )
     return planner.read(parsed)
 
 
@@ -193,13 +205,19 @@ def compile_native_reader(
     fields: Mapping[str, Mapping[str, Converter]] | None = None,
     convert: Mapping[str, Converter] | None = None,
     keep: Mapping[str, Set[str]] | None = None,
+    build: Mapping[str, Builder] | None = None,
+    builder: Builder | None = None,
 ) -> Reader:
     """:func:`~contracts.avro_codegen.compile_reader`'s reader, run by the extension.
 
     Same arguments, same results; raises :class:`Unsupported` for the shapes the
-    generated reader refuses, and when the extension is not built.
+    generated reader refuses, and when the extension is not built. Beyond them,
+    ``build`` names, for a record schema, builders of the records held by its fields
+    (``{"source": make_source}``), and ``builder`` the record's own: a record with a
+    builder is read as ``builder(*its kept fields' values, in the writer's order)``
+    rather than as a dict.
     """
     if Program is None:
         raise Unsupported("the compiled reader is not built (scripts/setup builds it)")
-    reader: Reader = Program(read_plan(parsed, fields, convert, keep))
+    reader: Reader = Program(read_plan(parsed, fields, convert, keep, build, builder))
     return reader

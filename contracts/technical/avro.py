@@ -29,14 +29,19 @@ from contracts.logical import (
     struct_decoder,
 )
 from contracts.technical.events import (
+    TRANSACTION_FIELDS,
     Columns,
     SchemaLookup,
     _BytesDecoder,
     _decoded,
     _event,
+    envelope_builder,
+    event_of,
+    transaction_of,
 )
 from contracts.technical.source import (
     read_source,
+    source_builder,
     trusts_source,
 )
 
@@ -50,6 +55,9 @@ class _AvroPlan:
     source_of: Callable[[Any], Source] = read_source
     #: The generated reader (rows already converted), or None where fastavro reads.
     read: Reader | None = None
+    #: Whether ``read`` gives :func:`event_of`'s parts rather than the envelope's dict
+    #: (the compiled reader, with the envelope's builders).
+    built: bool = False
 
 
 def _read_trusted_source(d: Any) -> Source:
@@ -74,17 +82,46 @@ def _as_is(row: Any) -> Row:
 ReaderKind = Literal["compiled", "generated", "fastavro"]
 
 
-def _generated(kind: ReaderKind, schema: Any, **conversions: Any) -> Reader | None:
-    """The reader of a schema, or None when fastavro reads (asked, or a shape the
-    readers do not cover)."""
+def _generated(
+    kind: ReaderKind, schema: Any, builders: Mapping[str, Any] | None = None, **conversions: Any
+) -> tuple[Reader | None, bool]:
+    """The reader of a schema and whether it builds (``builders``, compiled reader
+    only), or None when fastavro reads (asked, or a shape the readers do not cover)."""
     try:
         if kind == "compiled" and AVAILABLE:
-            return compile_native_reader(schema, **conversions)
+            if builders:
+                return compile_native_reader(schema, **conversions, **builders), True
+            return compile_native_reader(schema, **conversions), False
         if kind != "fastavro":
-            return compile_reader(schema, **conversions)
+            return compile_reader(schema, **conversions), False
     except Unsupported:
         pass
-    return None
+    return None, False
+
+
+def _field_names(schema: Any, named: Mapping[str, Any]) -> tuple[str, ...] | None:
+    resolved = _resolve(schema, named)
+    if not isinstance(resolved, dict) or resolved.get("type") != "record":
+        return None
+    return tuple(f.get("name") for f in resolved.get("fields", ()))
+
+
+def _builders(schema: Any, named: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The compiled reader's builders of a trusted envelope: its parts, its source block
+    and its transaction block straight from their fields, no dict in between."""
+    fields = {f.get("name"): f.get("type") for f in schema.get("fields", ())}
+    names = _field_names(schema, named)
+    source_names = _field_names(fields["source"], named)
+    builder = None if names is None else envelope_builder(names)
+    source = None if source_names is None else source_builder(source_names)
+    if builder is None or source is None:
+        return None
+    build: dict[str, Any] = {"source": source}
+    if "transaction" in fields:
+        if _field_names(fields["transaction"], named) != TRANSACTION_FIELDS:
+            return None
+        build["transaction"] = transaction_of
+    return {"builder": builder, "build": build}
 
 
 def _conversions(fields: Sequence[Field]) -> dict[str, Callable[[Any], Any]]:
@@ -222,13 +259,15 @@ class AvroDecoder(_BytesDecoder):
                 decode_row = _projected(decode_row, columns)
             row = _conversions([f for f in fields if keep is None or f.name in keep])
             projection = None if keep is None else {"before": keep, "after": keep}
-            plan = _AvroPlan(
+            read, built = _generated(
+                self._reader,
                 schema,
-                decode_row,
-                _read_trusted_source if trusted else read_source,
-                _generated(
-                    self._reader, schema, fields={"before": row, "after": row}, keep=projection
-                ),
+                _builders(schema, named) if trusted else None,
+                fields={"before": row, "after": row},
+                keep=projection,
+            )
+            plan = _AvroPlan(
+                schema, decode_row, _read_trusted_source if trusted else read_source, read, built
             )
             self._values[(schema_id, columns)] = plan
         return plan
@@ -241,7 +280,7 @@ class AvroDecoder(_BytesDecoder):
             plan = _AvroPlan(
                 schema,
                 struct_decoder(fields, "avro"),
-                read=_generated(self._reader, schema, convert=_conversions(fields)),
+                read=_generated(self._reader, schema, convert=_conversions(fields))[0],
             )
             self._keys[schema_id] = plan
         return plan
@@ -271,6 +310,11 @@ class AvroDecoder(_BytesDecoder):
         record = _read_generated(plan, value)
         if record is not None:
             try:
+                if plan.built:
+                    op, source, before, after, ts_ms, transaction = record
+                    return event_of(
+                        op, source, before, after, ts_ms, transaction, key, where, headers
+                    )
                 return _event(record, key, _as_is, where, headers, plan.source_of)
             except InvalidRecord:
                 pass  # fastavro's record and the row decoder give the reason below

@@ -4,7 +4,7 @@ ChangeEvent or Tombstone, failures turned into one DecodeError."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from base.errors import TransientError
 from contracts.envelope import (
@@ -93,31 +93,81 @@ def _event(
         raise InvalidRecord("the envelope has no op")
     if op not in OPS:
         raise InvalidRecord(f"op {op!r} is not one of c, u, d, r, t")
-    source = source_of(payload.get("source"))
-    before = _row(payload.get("before"), "before", decode_row)
-    after = _row(payload.get("after"), "after", decode_row)
+    return event_of(
+        op,
+        source_of(payload.get("source")),
+        _row(payload.get("before"), "before", decode_row),
+        _row(payload.get("after"), "after", decode_row),
+        payload.get("ts_ms"),
+        payload.get("transaction"),
+        key,
+        where,
+        headers,
+    )
+
+
+def event_of(
+    op: Any,
+    source: Source,
+    before: Row | None,
+    after: Row | None,
+    ts_ms: Any,
+    transaction: Any,
+    key: Row | None,
+    where: Coordinates,
+    headers: Headers,
+) -> ChangeEvent:
+    """The ChangeEvent of an envelope's parts, once they are checked to go together
+    (``transaction``: the block as read, or a Transaction its builder made)."""
     if op in (OP_CREATE, OP_READ, OP_UPDATE) and after is None:
         raise InvalidRecord(f"op {op!r} without an after row")
     if op == OP_DELETE and after is not None:
         raise InvalidRecord("a delete with an after row")
     if op == OP_TRUNCATE and (before is not None or after is not None):
         raise InvalidRecord("a truncate with rows")
-    ts_ms = payload.get("ts_ms")
     if ts_ms is not None and type(ts_ms) is not int:
         raise InvalidRecord(f"ts_ms must be an integer, not {type(ts_ms).__name__}")
+    if transaction is not None and transaction.__class__ is not Transaction:
+        transaction = _transaction(transaction)
     op_literal: Op = op
     # positional: half the cost of keywords for a frozen dataclass, once per record
-    return ChangeEvent(
-        op_literal,
-        source,
-        before,
-        after,
-        key,
-        ts_ms,
-        _transaction(payload.get("transaction")),
-        where,
-        headers,
+    return ChangeEvent(op_literal, source, before, after, key, ts_ms, transaction, where, headers)
+
+
+def envelope_builder(names: tuple[str, ...]) -> Callable[..., tuple[Any, ...]] | None:
+    """``build(*values)`` of an envelope's fields (the writer's order) to the parts
+    :func:`event_of` takes, ``(op, source, before, after, ts_ms, transaction)``, for the
+    compiled reader (source and transaction built by their own builders; the rows are
+    dicts). ``None`` when the names lack op or source."""
+    if "op" not in names or "source" not in names or len(set(names)) != len(names):
+        return None
+    args = {name: f"_{i}" for i, name in enumerate(names)}
+    parts = [args.get(n, "None") for n in ("op", "source", "before", "after", "ts_ms")]
+    transaction = args.get("transaction", "None")
+    source = "\n".join(
+        [
+            f"def build({', '.join(args.values())}):",
+            f"    if {parts[0]} not in OPS:",
+            "        raise InvalidRecord('op is not one of c, u, d, r, t')",
+            f"    return ({', '.join(parts)}, {transaction})",
+        ]
     )
+    env: dict[str, Any] = {"OPS": OPS, "InvalidRecord": InvalidRecord}
+    exec(compile(source, "<envelope builder>", "exec"), env)
+    built: Callable[..., tuple[Any, ...]] = env["build"]
+    return built
+
+
+#: Debezium's transaction block, field by field (what :func:`transaction_of` takes).
+TRANSACTION_FIELDS: Final = ("id", "total_order", "data_collection_order")
+
+
+def transaction_of(tid: Any, total: Any, order: Any) -> Transaction:
+    """:func:`_transaction` of a block read field by field (the compiled reader's builder
+    of Debezium's ``id, total_order, data_collection_order``)."""
+    if not isinstance(tid, str) or type(total) is not int or type(order) is not int:
+        raise InvalidRecord("transaction needs id (string), total_order and data_collection_order")
+    return Transaction(tid, total, order)
 
 
 def _tombstone(key: Row | None, where: Coordinates, headers: Headers) -> Tombstone:

@@ -257,6 +257,63 @@ def read_source(d: Any, *, checked: bool = True) -> Source:
     )
 
 
+def source_builder(names: tuple[str, ...]) -> Callable[..., Source] | None:
+    """``build(*values)``: :func:`read_source` of ``dict(zip(names, values))`` with
+    ``checked=False``, written out for one schema's field names so that no dict is
+    built (the compiled reader calls it with the block's fields). ``None`` when the
+    names lack a field read_source requires."""
+    if not {"connector", "name", "db", "ts_ms"} <= set(names) or len(set(names)) != len(names):
+        return None
+    args = {name: f"_{i}" for i, name in enumerate(names)}
+
+    def get(name: str) -> str:
+        return args.get(name, "None")
+
+    lines = [f"def build({', '.join(args.values())}):"]
+    lines += [
+        f"    snapshot = {get('snapshot')}",
+        "    if snapshot.__class__ is not str:",
+        "        snapshot = 'true' if snapshot else SNAPSHOT_FALSE",
+    ]
+    if "file" in names:
+        lines.append(
+            f"    position = MySqlPosition({get('file')}, {get('pos')}, {get('row')} or 0, "
+            f"{get('server_id')} or 0, {get('gtid')}, {get('thread')})"
+        )
+        known = _KNOWN["mysql"]
+    else:
+        pg = f"PgPosition({get('lsn')}, {get('txId')}, {get('xmin')})"
+        if "lsn" in names or "txId" in names:
+            lines.append(f"    position = {pg}")
+        else:
+            lines.append(f"    position = {pg} if {get('connector')} == 'postgresql' else None")
+        known = _KNOWN["postgresql"]
+    unknown = [n for n in names if n not in known]
+    lines.append("    extra = NO_EXTRA")
+    if unknown:
+        lines.append("    found = {}")
+        for n in unknown:
+            lines.append(f"    if {args[n]} is not None:")
+            lines.append(f"        found[{n!r}] = {args[n]}")
+        lines.append("    if found:")
+        lines.append("        extra = found")
+    lines.append(
+        f"    return Source({get('connector')}, {get('name')}, {get('db')}, {get('schema')}, "
+        f"{get('table')}, {get('ts_ms')}, snapshot, position, {get('version')}, "
+        f"{get('sequence')}, extra)"
+    )
+    env: dict[str, Any] = {
+        "SNAPSHOT_FALSE": SNAPSHOT_FALSE,
+        "NO_EXTRA": NO_EXTRA,
+        "MySqlPosition": MySqlPosition,
+        "PgPosition": PgPosition,
+        "Source": Source,
+    }
+    exec(compile("\n".join(lines), "<source builder>", "exec"), env)
+    built: Callable[..., Source] = env["build"]
+    return built
+
+
 def _avro_primitive(t: Any) -> str | None:
     if isinstance(t, dict) and "logicalType" not in t:
         t = t.get("type")

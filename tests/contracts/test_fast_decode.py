@@ -86,7 +86,10 @@ def test_generated_reader_equals_fastavro(
     assert got == reference.decode(key, value, WHERE)
     assert got == replace(record, coordinates=WHERE)
     if value is not None:
-        assert fast._value_plan(2, None).read is not None  # the generated reader did read it
+        plan = fast._value_plan(2, None)
+        assert plan.read is not None  # the generated reader did read it
+        # the compiled reader built the event's parts (source, transaction) from the bytes
+        assert plan.built == (reader == "compiled")
     if key is not None:
         assert fast._key_plan(1).read is not None
 
