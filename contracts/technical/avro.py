@@ -20,6 +20,7 @@ from contracts.envelope import (
     Headers,
     Row,
     Source,
+    headers_tuple,
 )
 from contracts.exceptions import Coordinates, InvalidRecord
 from contracts.logical import (
@@ -31,6 +32,7 @@ from contracts.logical import (
 from contracts.technical.events import (
     TRANSACTION_FIELDS,
     Columns,
+    RawHeaders,
     SchemaLookup,
     _BytesDecoder,
     _decoded,
@@ -322,6 +324,43 @@ class AvroDecoder(_BytesDecoder):
         # check the ranges the generated reader checked.
         record = _read_avro(body, plan.schema, "the value")
         return _event(record, key, plan.decode_row, where, headers)
+
+    def _fast(
+        self,
+        key: bytes | None,
+        value: bytes,
+        where: Coordinates,
+        headers: RawHeaders,
+        columns: Columns,
+    ) -> ChangeEvent | None:
+        """Framed key and value whose plans are known, read whole by the compiled reader
+        with the envelope's builders: the event in one step, without the framing, plan
+        and fallback layers (a record that is anything else takes them: None)."""
+        if value.__class__ is not bytes or value[:1] != b"\x00":
+            return None
+        plan = self._values.get((int.from_bytes(value[1:5], "big"), columns))
+        if plan is None or not plan.built or plan.read is None:
+            return None
+        try:
+            row = None
+            if key is not None:
+                if key.__class__ is not bytes or key[:1] != b"\x00":
+                    return None
+                known = self._keys.get(int.from_bytes(key[1:5], "big"))
+                if known is None or known.read is None:
+                    return None
+                row, end = known.read(key, 5)
+                if end != len(key):
+                    return None
+            parts, end = plan.read(value, 5)
+            if end != len(value):
+                return None
+            op, source, before, after, ts_ms, transaction = parts
+            return event_of(
+                op, source, before, after, ts_ms, transaction, row, where, headers_tuple(headers)
+            )
+        except Exception:
+            return None  # the layered path reads it again and gives the verdict
 
     def _key_bytes(self, key: bytes) -> Row:
         return self.decode_key(key)

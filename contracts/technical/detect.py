@@ -13,7 +13,7 @@ from contracts.envelope import (
 from contracts.exceptions import Coordinates, DecodeError, InvalidRecord
 from contracts.technical.avro import AvroDecoder
 from contracts.technical.connect_json import JsonSchemaDecoder, PlainJsonDecoder, _loads
-from contracts.technical.events import Columns, Encoding, SchemaLookup, _BytesDecoder
+from contracts.technical.events import Columns, Encoding, RawHeaders, SchemaLookup, _BytesDecoder
 
 # -- auto-detection --------------------------------------------------------------------
 
@@ -71,6 +71,17 @@ class AutoDecoder(_BytesDecoder):
         if self._avro is None:
             raise InvalidRecord(f"{what} is Confluent Avro, but no schema lookup was configured")
         return self._avro
+
+    def _fast(
+        self,
+        key: bytes | None,
+        value: bytes,
+        where: Coordinates,
+        headers: RawHeaders,
+        columns: Columns,
+    ) -> ChangeEvent | None:
+        avro = self._avro
+        return None if avro is None else avro._fast(key, value, where, headers, columns)
 
     def _key_bytes(self, key: bytes) -> Row:
         if _sniff(key, "the key") == "avro":

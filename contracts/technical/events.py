@@ -208,6 +208,18 @@ class _BytesDecoder:
     ) -> ChangeEvent:
         raise NotImplementedError
 
+    def _fast(
+        self,
+        key: bytes | None,
+        value: bytes,
+        where: Coordinates,
+        headers: RawHeaders,
+        columns: Columns,
+    ) -> ChangeEvent | None:
+        """The usual record in one step, or None: then the steps above decide (the same
+        event, or the error). Decoders with such a step override it."""
+        return None
+
     def decode(
         self,
         key: bytes | None,
@@ -222,6 +234,10 @@ class _BytesDecoder:
         leave the others out (the Avro one skips their bytes); the JSON ones keep them.
         """
         where = _coordinates(coordinates)
+        if value is not None:
+            fast = self._fast(key, value, where, headers, columns)
+            if fast is not None:
+                return fast
 
         def run() -> Decoded:
             hdrs = headers_tuple(headers)
