@@ -77,6 +77,12 @@ class Translator:
             return NO_EVENTS
         if self.columns is not None:
             change = change.reading(self.columns, self.ref)
+        return self.events(change)
+
+    def events(self, change: Change) -> tuple[BusinessEvent, ...]:
+        """:meth:`translate` once its caller knows the change's op may give events and
+        hands the change as this translator reads it (``Change(event, columns, ref)``):
+        the pipeline does both once per record."""
         try:
             output = self.func(change)
             # a generator runs only here, so its exceptions must be caught here too

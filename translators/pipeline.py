@@ -220,7 +220,7 @@ class Pipeline:
         if not translators:
             result.unrouted += 1
             return
-        change = origin = None
+        origin = None
         op = decoded.op
         for translator in translators:
             counts = result.counts.get(translator.ref)
@@ -230,9 +230,10 @@ class Pipeline:
             if not translator.may_emit(op):
                 counts.dropped += 1  # declared: this op gives it nothing
                 continue
-            if change is None or origin is None:
-                change = Change(decoded)
+            if origin is None:
                 origin = origin_of(decoded)
+            # the change as this translator reads it (its declared columns only)
+            change = Change(decoded, translator.columns, translator.ref)
             started = perf_counter()
             produced, failed = self._translate(translator, change, origin, record)
             counts.seconds += perf_counter() - started
@@ -254,7 +255,7 @@ class Pipeline:
         from parts encoded once per translator and partition, and once per change.
         """
         try:
-            events = translator.translate(change)
+            events = translator.events(change)
             if not events:
                 return [], False
             slot = (translator.ref, record.topic, record.partition)

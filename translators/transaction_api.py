@@ -77,6 +77,9 @@ class TransactionTranslator(Translator):
             change.event.coordinates,
         )
 
+    def events(self, change: Change) -> tuple[BusinessEvent, ...]:
+        return self.translate(change)
+
     def translate_transaction(self, tx: TransactionChanges) -> tuple[BusinessEvent, ...]:
         """The events of one transaction; :class:`TranslationError` on any failure."""
         where = tx.changes[0].event.coordinates if tx.changes else Coordinates()
