@@ -361,13 +361,16 @@ def _sparkline(history: list[float], width: int = 60) -> str:
     return "".join(SPARK[min(8, int(p / 100 * 8))] for p in history)
 
 
-def _agreement_text(agreement: Agreement, history: list[float]) -> str:
+def _agreement_text(agreement: Agreement, history: list[float], totals: Agreement) -> str:
     colour = "green" if agreement.percent >= 100 else "red"
+    totals_colour = "green" if totals.percent >= 100 else "red"
     return (
         f"[bold]orders: status in PostgreSQL vs the latest business event[/]  "
         f"[{colour} bold]{agreement.percent:5.1f} % agree[/]\n"
         f"[{colour}]{_sparkline(history)}[/]  {agreement.agree} agree · "
-        f"{agreement.disagree} disagree · {agreement.unseen} not yet seen"
+        f"{agreement.disagree} disagree · {agreement.unseen} not yet seen\n"
+        f"[bold]orders: total in PostgreSQL vs the latest OrderPlaced[/]  "
+        f"[{totals_colour} bold]{totals.percent:5.1f} % agree[/]"
     )
 
 
@@ -406,7 +409,8 @@ def _view(tally: Tally, topics: list[str], story: bool) -> Group:
         parts: list[Any] = [Text.from_markup(f"[bold cyan]{tally.step}[/]")]
         if story:
             agreement = tally.book.agreement(tally.database)
-            parts.append(Text.from_markup(_agreement_text(agreement, tally.history)))
+            totals = tally.book.totals_agreement(tally.totals)
+            parts.append(Text.from_markup(_agreement_text(agreement, tally.history, totals)))
     return Group(*parts, counts, per_topic, recent)
 
 
