@@ -25,6 +25,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -81,8 +82,12 @@ class Tally:
     book: OrderBook = field(default_factory=OrderBook)
     #: order id → status in PostgreSQL, for this run's orders
     database: dict[int, str] = field(default_factory=dict)
+    #: order id → total in PostgreSQL, for this run's orders
+    totals: dict[int, Decimal] = field(default_factory=dict)
     history: list[float] = field(default_factory=list)
     step: str = ""
+    #: held by the load for each store action: whoever holds it pauses the store
+    pause: threading.Lock = field(default_factory=threading.Lock)
     first_event_at: float | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -210,10 +215,11 @@ def _load(dsn: str, rate: float, stop: threading.Event, tally: Tally, store: Mod
     next_at = time.monotonic()
     try:
         while not stop.is_set():
-            load.step()
+            with tally.pause:
+                load.step()
             with tally.lock:
                 tally.load_steps += 1
-            next_at += interval
+            next_at = max(next_at + interval, time.monotonic() - interval)  # no burst after a pause
             stop.wait(max(0.0, next_at - time.monotonic()))
     finally:
         conn.close()
@@ -355,13 +361,16 @@ def _sparkline(history: list[float], width: int = 60) -> str:
     return "".join(SPARK[min(8, int(p / 100 * 8))] for p in history)
 
 
-def _agreement_text(agreement: Agreement, history: list[float]) -> str:
+def _agreement_text(agreement: Agreement, history: list[float], totals: Agreement) -> str:
     colour = "green" if agreement.percent >= 100 else "red"
+    totals_colour = "green" if totals.percent >= 100 else "red"
     return (
         f"[bold]orders: status in PostgreSQL vs the latest business event[/]  "
         f"[{colour} bold]{agreement.percent:5.1f} % agree[/]\n"
         f"[{colour}]{_sparkline(history)}[/]  {agreement.agree} agree · "
-        f"{agreement.disagree} disagree · {agreement.unseen} not yet seen"
+        f"{agreement.disagree} disagree · {agreement.unseen} not yet seen\n"
+        f"[bold]orders: total in PostgreSQL vs the latest OrderPlaced[/]  "
+        f"[{totals_colour} bold]{totals.percent:5.1f} % agree[/]"
     )
 
 
@@ -400,7 +409,8 @@ def _view(tally: Tally, topics: list[str], story: bool) -> Group:
         parts: list[Any] = [Text.from_markup(f"[bold cyan]{tally.step}[/]")]
         if story:
             agreement = tally.book.agreement(tally.database)
-            parts.append(Text.from_markup(_agreement_text(agreement, tally.history)))
+            totals = tally.book.totals_agreement(tally.totals)
+            parts.append(Text.from_markup(_agreement_text(agreement, tally.history, totals)))
     return Group(*parts, counts, per_topic, recent)
 
 
@@ -469,7 +479,8 @@ class StoryPlan:
     """The story's knobs: which versions, how long the live steps last."""
 
     buggy: int = 1
-    fixed: int = 2
+    #: orders@3 places each order with its true total (orders@2 fixes the statuses only)
+    fixed: int = 3
     step_seconds: float = 15.0
     settle_seconds: float = 30.0
 
@@ -478,12 +489,18 @@ class _Stopped(Exception):
     """--duration ran out."""
 
 
-def _database_statuses(conn: Any, since_order: int) -> dict[int, str]:
+def _database_orders(conn: Any, since_order: int) -> tuple[dict[int, str], dict[int, Decimal]]:
+    """This run's orders in PostgreSQL: their statuses and their totals."""
     with conn.cursor() as cur:
-        cur.execute("SELECT id, status::text FROM store.orders WHERE id > %s", (since_order,))
+        cur.execute(
+            "SELECT id, status::text, total FROM store.orders WHERE id > %s", (since_order,)
+        )
         rows = cur.fetchall()
     conn.commit()
-    return {int(order): str(status) for order, status in rows}
+    return (
+        {int(order): str(status) for order, status, _ in rows},
+        {int(order): Decimal(total) for order, _, total in rows},
+    )
 
 
 def _technical_topics(bootstrap: str) -> None:
@@ -560,18 +577,23 @@ def _replay(
     began: float,
     duration: float | None,
     console: Console,
+    transactions: bool = False,
 ) -> dict[str, Any]:
     """``bizevents replay`` over the orders topic from offset 0 into the contracts' topics,
-    its progress bar on this terminal; its JSON summary back."""
+    its progress bar on this terminal; its JSON summary back. A transaction translator
+    (``transactions``) replays whole transactions: the orders and order items topics,
+    whole partitions, assembled in Spark (docs/transactions.md)."""
+    if transactions:
+        what = [f"{SERVER}.store.orders,{SERVER}.store.order_items"]
+    else:
+        what = [f"{SERVER}.store.orders", "--from", "0"]
     argv = [
         *cli,
         "replay",
         "--topics",
-        f"{SERVER}.store.orders",
+        *what,
         "--translator",
         f"orders@{version}",
-        "--from",
-        "0",
         "--to",
         "topic",
         "--progress",
@@ -594,6 +616,62 @@ def _replay(
         raise StackError(f"bizevents replay failed with exit code {proc.returncode} (see above)")
     result: dict[str, Any] = json.loads(out)
     return result
+
+
+def replayed(result: dict[str, Any]) -> int:
+    """The events a replay's JSON summary says it re-emitted (per topic for a row
+    translator, in all for a transaction translator)."""
+    if "events" in result:
+        return sum(int(n) for n in result["events"].values())
+    return int(result.get("emitted", 0))
+
+
+def _hand_over_orders(conn: Any, bootstrap: str, group: str) -> None:
+    """Where the transaction worker takes over the orders from the row worker, with the
+    store paused (the caller holds the load's lock): once capture has confirmed every
+    change the database wrote, the transaction worker's merge group is set at the ends of
+    the topics it reads, so it starts with the next transaction, none cut in two. The
+    orders changes the row worker had not translated when it stopped are the replay's
+    (step 3)."""
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+    from replay.plan import Planner
+
+    with conn.cursor() as cur:
+        cur.execute("SELECT pg_current_wal_lsn()::text")
+        (written,) = cur.fetchone()
+    conn.commit()
+    deadline = time.monotonic() + 30
+    while True:
+        with conn.cursor() as cur:
+            cur.execute(
+                "SELECT confirmed_flush_lsn >= %s::pg_lsn FROM pg_replication_slots "
+                "WHERE slot_name = %s",
+                (written, SLOT),
+            )
+            row = cur.fetchone()
+        conn.commit()
+        if row is not None and row[0]:
+            break
+        if time.monotonic() > deadline:
+            raise StackError(f"capture did not confirm the store's changes up to {written} in 30 s")
+        time.sleep(0.05)
+    topics = [f"{SERVER}.store.orders", f"{SERVER}.store.order_items", TRANSACTION_TOPIC]
+    planner = Planner({"bootstrap.servers": bootstrap, "log.connection.close": False})
+    counts = planner.topics(",".join(topics))
+    marks = planner.watermarks([(t, p) for t, n in sorted(counts.items()) for p in range(n)])
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": f"{group}.merge", "log_level": 0}
+    )
+    try:
+        consumer.commit(
+            offsets=[TopicPartition(t, p, high) for (t, p), (_, high) in sorted(marks.items())],
+            asynchronous=False,
+        )
+    except KafkaException as exc:
+        raise StackError(f"cannot set where the transaction worker starts: {exc}") from exc
+    finally:
+        consumer.close()
 
 
 def run_demo(
@@ -763,12 +841,15 @@ def run_demo(
             worker.check()
             tx_worker.check()
             scraped = worker.scrape()
-            statuses = _database_statuses(database, since_order) if database is not None else {}
+            statuses, totals = (
+                _database_orders(database, since_order) if database is not None else ({}, {})
+            )
             with tally.lock:
                 if scraped is not None:
                     tally.translator_counts = scraped
                 if story:
                     tally.database = statuses
+                    tally.totals = totals
                     tally.history.append(tally.book.agreement(statuses).percent)
             live.update(_view(tally, topics, story is not None))
 
@@ -813,6 +894,14 @@ def run_demo(
                     worker.stop()
                     tx_worker.stop()
                     pins = {**PINS, "orders": story.fixed}
+                    fix_reads_transactions = _needs_transactions({"orders": story.fixed})
+                    if fix_reads_transactions and database is not None:
+                        with tally.pause:  # the store pauses for the hand-over
+                            _hand_over_orders(
+                                database,
+                                endpoints.bootstrap_servers,
+                                settings.transactions.group_id,
+                            )
                     worker.start(pins)
                     start_transactions(pins)
                     record = json.loads(endpoints_file.read_text())
@@ -821,23 +910,36 @@ def run_demo(
                     )
                     set_step(
                         live,
-                        f"step 2/4 · orders@{story.fixed} pinned: the worker restarted with "
-                        "the fix and moves on from its committed offsets",
+                        f"step 2/4 · orders@{story.fixed} pinned: "
+                        + (
+                            "the transaction worker takes the orders over from the next "
+                            "transaction (orders with their items and true totals)"
+                            if fix_reads_transactions
+                            else "the worker restarted with the fix and moves on from its "
+                            "committed offsets"
+                        ),
                     )
                     run_for(live, story.step_seconds)
                     steps["2 fix pinned"] = time.monotonic() - t
                     t = time.monotonic()
                     set_step(
                         live,
-                        f"step 3/4 · the store pauses; bizevents replay re-reads "
-                        f"{SERVER}.store.orders from offset 0 through orders@{story.fixed} (Spark)",
+                        "step 3/4 · the store pauses; bizevents replay re-reads "
+                        + (
+                            f"{SERVER}.store.orders and .order_items, whole transactions, "
+                            if fix_reads_transactions
+                            else f"{SERVER}.store.orders from offset 0 "
+                        )
+                        + f"through orders@{story.fixed} (Spark)",
                     )
                     load_stop.set()
                     threads[0].join(10)
                     with tally.lock:
                         before_replay = tally.book.agreement(tally.database)
                     live.stop()
-                    replay_result = _replay(cli, env, story.fixed, began, duration, console)
+                    replay_result = _replay(
+                        cli, env, story.fixed, began, duration, console, fix_reads_transactions
+                    )
                     live.start()
                     steps["3 replay"] = time.monotonic() - t
                     t = time.monotonic()
@@ -859,6 +961,7 @@ def run_demo(
     view = _view(tally, topics, story is not None)
     with tally.lock:
         agreement = tally.book.agreement(tally.database)
+        totals = tally.book.totals_agreement(tally.totals)
         first = None if tally.first_event_at is None else tally.first_event_at - ready_at
         return {
             "store_actions": tally.load_steps,
@@ -876,8 +979,15 @@ def run_demo(
                 "unseen_orders": sorted(o for o in tally.database if tally.book.status(o) is None),
                 "history": list(tally.history),
             },
+            "totals": {
+                "percent": totals.percent,
+                "agree": totals.agree,
+                "disagree": totals.disagree,
+                "unseen": totals.unseen,
+            },
             "before_replay": None if before_replay is None else before_replay.percent,
             "replay": replay_result,
+            "replayed": replayed(replay_result),
             "steps": steps,
             "first_event_s": first,
             "seconds": time.monotonic() - began,

@@ -26,9 +26,10 @@ from bizevents.clikit import console, fails_cleanly, settings_of, table
     "--fixed",
     "fixed",
     type=int,
-    default=2,
+    default=3,
     show_default=True,
-    help="The orders translator version pinned as the fix, and replayed.",
+    help="The orders translator version pinned as the fix, and replayed: 3 reads whole "
+    "transactions (true totals), 2 fixes the statuses row by row.",
 )
 @click.option(
     "--step-seconds",
@@ -64,9 +65,12 @@ def demo(
 
     Starts the embedded stack if needed, the store's tables, capture, a translator
     worker and a load generator. (1) orders@1, buggy, runs live and a panel shows the
-    business events disagreeing with the database; (2) the fix is pinned and the
-    worker moves on; (3) `bizevents replay` re-reads the orders topic through the fix
-    on Spark and its corrected events supersede the wrong ones; (4) a summary.
+    business events disagreeing with the database (and every OrderPlaced saying total
+    0.00); (2) the fix, orders@3, is pinned and the transaction worker takes the orders
+    over from the next transaction; (3) `bizevents replay` re-reads the orders and order
+    items topics through orders@3 on Spark, whole transactions, and its corrected events
+    supersede the wrong ones by event id; (4) a summary. `--fixed 2` fixes with orders@2
+    instead (the statuses only, row by row).
     """
     from bizevents.demo import StoryPlan, run_demo
 
@@ -112,17 +116,20 @@ def demo(
     )
     if story is not None:
         agreement = summary["agreement"]
-        replay = summary["replay"]
         story_rows = [
             ["emitted", f"{sum(v.get('emitted', 0) for v in counts.values()):.0f}"],
             ["dropped", f"{sum(v.get('dropped', 0) for v in counts.values()):.0f}"],
             ["dead-lettered", f"{sum(v.get('dead_lettered', 0) for v in counts.values()):.0f}"],
-            ["events the replay re-emitted", f"{sum(replay.get('events', {}).values())}"],
+            ["events the replay re-emitted", str(summary["replayed"])],
             ["corrected (same event id, new content)", str(summary["corrected"])],
             ["agreement before the replay", f"{summary['before_replay'] or 0:.1f} %"],
             [
                 "agreement at the end",
                 f"{agreement['percent']:.1f} % of {_orders(agreement)} orders",
+            ],
+            [
+                "latest OrderPlaced with the database's total",
+                f"{summary['totals']['percent']:.1f} % of {_orders(summary['totals'])} orders",
             ],
         ]
         story_rows += [[f"step {name}", f"{s:.1f} s"] for name, s in summary["steps"].items()]

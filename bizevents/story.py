@@ -6,7 +6,9 @@ contract name, its fields, its lineage); :func:`describe` writes it as a line a
 person reads (``OrderPlaced #5812 · customer 17 · 129.90 EUR``). :class:`OrderBook`
 keeps, per order, the status its latest business event says, where an event that
 arrives again with the same event id (a replayed correction) supersedes the earlier
-one; :meth:`OrderBook.agreement` compares that with the status the database holds.
+one; :meth:`OrderBook.agreement` compares that with the status the database holds, and
+:meth:`OrderBook.totals_agreement` the total its latest OrderPlaced states (orders@1 and
+@2 say 0.00, orders@3 the true total) with the database's.
 """
 
 from __future__ import annotations
@@ -119,12 +121,16 @@ class OrderBook:
     content: dict[str, str] = field(default_factory=dict)
     #: event ids whose content a later event with the same id changed
     corrected: set[str] = field(default_factory=set)
+    #: order id → the total its OrderPlaced states (the last seen: a correction replaces it)
+    placed_totals: dict[int, Decimal] = field(default_factory=dict)
 
     def add(self, seen: Seen) -> None:
         content = repr(sorted(seen.fields.items()))
         if self.content.get(seen.event_id, content) != content:
             self.corrected.add(seen.event_id)
         self.content[seen.event_id] = content
+        if seen.contract == "OrderPlaced" and isinstance(seen.fields.get("total"), Decimal):
+            self.placed_totals[int(seen.fields["order_id"])] = seen.fields["total"]
         if seen.contract not in STATUS_EVENTS:
             return
         status = STATUS_EVENTS[seen.contract] or str(seen.fields.get("new_status"))
@@ -147,6 +153,20 @@ class OrderBook:
             if stated is None:
                 unseen += 1
             elif stated == label.upper():
+                agree += 1
+            else:
+                disagree += 1
+        return Agreement(agree, disagree, unseen)
+
+    def totals_agreement(self, database: dict[int, Decimal]) -> Agreement:
+        """Compare the total each order's OrderPlaced states with ``database`` (order id →
+        its total)."""
+        agree = disagree = unseen = 0
+        for order, total in database.items():
+            stated = self.placed_totals.get(order)
+            if stated is None:
+                unseen += 1
+            elif stated == total:
                 agree += 1
             else:
                 disagree += 1

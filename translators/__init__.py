@@ -24,8 +24,10 @@ from translators.api import SKIP, TRANSLATE, Policy, Translator, translator
 from translators.exceptions import PluginError, TranslationError
 from translators.registry import ENTRY_POINT_GROUP, PluginFailure, Registry, discover
 from translators.transaction_api import (
+    Attributed,
     TransactionChanges,
     TransactionTranslator,
+    stems_from,
     transaction_translator,
 )
 
@@ -35,6 +37,7 @@ __all__ = [
     "TRANSLATE",
     "UNAVAILABLE",
     "UUID",
+    "Attributed",
     "BusinessEvent",
     "Change",
     "Decimal",
@@ -54,6 +57,7 @@ __all__ = [
     "condecimal",
     "date",
     "discover",
+    "stems_from",
     "transaction_translator",
     "translator",
 ]

@@ -12,6 +12,13 @@ transaction to those tables at once, in commit order (``total_order``)::
         for order in tx.of("store.orders"):
             ...
 
+An event may say which change of the transaction it stems from, with
+:func:`stems_from` (``yield stems_from(change, OrderPlaced(...))``): it then gets the id,
+the key and the lineage that a row translator of the same name gives an event of that
+contract from that change, so a transaction translator's corrected event supersedes the
+one a row-by-row version emitted (:mod:`translators.txcore`). An event that says nothing
+is the transaction's own.
+
 It stays pure (no I/O, no clock, no globals), so it runs the same under the transaction
 worker (:mod:`translators.txworker`), in a test and in replay. It is registered and
 pinned like any translator (it *is* a :class:`~translators.api.Translator`, whose
@@ -20,21 +27,23 @@ row-by-row ``translate`` refuses to run it).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeAlias
 
 from contracts.business import BusinessEvent
 from contracts.change import Change
 from contracts.exceptions import Coordinates
-from translators.api import NO_EVENTS, SKIP, TRANSLATE, Output, Policy, Translator, _problems
+from translators.api import SKIP, TRANSLATE, Output, Policy, Translator, _problems
 from translators.exceptions import PluginError, TranslationError
 
 __all__ = [
+    "Attributed",
     "TransactionChanges",
     "TransactionFunc",
     "TransactionTranslator",
     "is_transactional",
+    "stems_from",
     "transaction_translator",
 ]
 
@@ -56,7 +65,23 @@ class TransactionChanges:
         return len(self.changes)
 
 
-TransactionFunc: TypeAlias = Callable[[TransactionChanges], Output]
+@dataclass(frozen=True, slots=True)
+class Attributed:
+    """A business event and the change of its transaction it stems from (``None``: the
+    transaction as a whole); build it with :func:`stems_from`."""
+
+    event: BusinessEvent
+    change: Change | None = None
+
+
+def stems_from(change: Change, event: BusinessEvent) -> Attributed:
+    """``event`` stems from ``change``, one of the transaction's changes: it is identified,
+    keyed and traced as a row translator's event from that change (docs/transactions.md)."""
+    return Attributed(event, change)
+
+
+TxOutput: TypeAlias = Output | Attributed | Iterable[BusinessEvent | Attributed]
+TransactionFunc: TypeAlias = Callable[[TransactionChanges], TxOutput]
 
 
 def _row_by_row(_change: Change) -> Output:
@@ -82,16 +107,26 @@ class TransactionTranslator(Translator):
 
     def translate_transaction(self, tx: TransactionChanges) -> tuple[BusinessEvent, ...]:
         """The events of one transaction; :class:`TranslationError` on any failure."""
+        return tuple(item.event for item in self.attributed(tx))
+
+    def attributed(self, tx: TransactionChanges) -> tuple[Attributed, ...]:
+        """The events of one transaction, each with the change it stems from (if it
+        said); :class:`TranslationError` on any failure, or on a change it names that
+        is not one of the transaction's."""
         where = tx.changes[0].event.coordinates if tx.changes else Coordinates()
         assert self.tx_func is not None
         try:
             output = self.tx_func(tx)
             if output is None:
-                return NO_EVENTS
-            events = (output,) if isinstance(output, BusinessEvent) else tuple(output)
+                return ()
+            if isinstance(output, BusinessEvent | Attributed):
+                output = (output,)
+            items = tuple(i if isinstance(i, Attributed) else Attributed(i) for i in output)
         except Exception as exc:  # a plugin's bug must not stop the stream
             raise TranslationError(self.ref, f"{type(exc).__name__}: {exc}", where) from exc
-        for event in events:
+        ours = {id(c.event) for c in tx.changes}
+        for item in items:
+            event = item.event
             if not isinstance(event, self.emits):
                 raise TranslationError(
                     self.ref,
@@ -99,7 +134,14 @@ class TransactionTranslator(Translator):
                     f"({', '.join(e.__name__ for e in self.emits)})",
                     where,
                 )
-        return events
+            if item.change is not None and id(item.change.event) not in ours:
+                raise TranslationError(
+                    self.ref,
+                    f"said its {type(event).__name__} stems from {item.change!r}, which is not "
+                    "a change of the transaction it was given",
+                    where,
+                )
+        return items
 
 
 def is_transactional(item: Translator) -> bool:

@@ -3,15 +3,24 @@
 Pure like :mod:`translators.pipeline` (the serializer may consult the registry, cached):
 the transaction worker and the tests run it.
 
-Ids: an event of a transaction translator is identified by the transaction (server and
-transaction id), the translator's name, the contract and its ordinal among that
-contract's events of the transaction. The same transaction assembled again (a restart,
-a rebalance, a replay) gives the same ids. Its lineage names the transaction's first
-change read (topic, partition, offset, log position) and the transaction id.
+Ids, keys and lineage of an event that **stems from a change** of the transaction
+(:func:`translators.transaction_api.stems_from`) are the row path's for that change: the
+id is derived from the change's identity (:func:`translators.lineage.change_identity`),
+the translator's name, the contract and the event's ordinal among that contract's events
+from that change; the key is the change's Kafka key; the lineage names the change's
+topic, partition, offset and log position, and the transaction id. So ``orders@3``'s
+OrderPlaced for an order has the id ``orders@1`` gave its OrderPlaced from the order's
+INSERT, and a replay through ``orders@3`` supersedes it.
 
-Key: the Kafka key of the transaction's first change to the translator's *first* source
-table (else its first change), so that the events of one order follow the order's
-partition, as the row path does.
+An event that does not say is **the transaction's**: identified by the transaction
+(server and transaction id), the translator's name, the contract and its ordinal among
+that contract's transaction-wide events; keyed by the Kafka key of the transaction's first
+change to the translator's *first* source table (else its first change), so that the
+events of one order follow the order's partition; its lineage names the transaction's
+first change read. A snapshot read (no transaction) is identified by the change.
+
+Either way the same transaction assembled again (a restart, a rebalance, a replay) gives
+the same ids.
 """
 
 from __future__ import annotations
@@ -124,9 +133,10 @@ class TransactionCore:
     def _events(
         self, translator: TransactionTranslator, tx_id: str | None, parts: list[Part]
     ) -> list[OutRecord]:
+        of_event = {id(p.change): p for p in parts if p.change is not None}
         changes = tuple(Change(p.change) for p in parts if p.change is not None)
-        events = translator.translate_transaction(TransactionChanges(tx_id, changes))
-        if not events:
+        items = translator.attributed(TransactionChanges(tx_id, changes))
+        if not items:
             return []
         first = parts[0]
         assert first.change is not None
@@ -134,23 +144,30 @@ class TransactionCore:
         keyed = next(
             (p for p in parts if p.change and p.change.source.qualified_table == table), first
         )
-        source = first.change.source
         # a snapshot read (no transaction) keeps the row path's identity
-        identity = f"{source.name}|tx|{tx_id}" if tx_id else change_identity(first.change)
-        position = "" if source.position is None else str(source.position)
-        ordinals: dict[str, int] = {}
+        whole = f"{first.change.source.name}|tx|{tx_id}" if tx_id else change_identity(first.change)
+        ordinals: dict[tuple[str, str], int] = {}
         out = []
-        for event in events:
+        for item in items:
+            event = item.event
+            if item.change is None:
+                part, identity, key = first, whole, keyed.origin.key
+            else:
+                part = of_event[id(item.change.event)]
+                assert part.change is not None
+                identity, key = change_identity(part.change), part.origin.key
+            assert part.change is not None
+            position = part.change.source.position
             contract = type(event).contract_fullname()
-            ordinal = ordinals.get(contract, 0)
-            ordinals[contract] = ordinal + 1
+            ordinal = ordinals.get((identity, contract), 0)
+            ordinals[identity, contract] = ordinal + 1
             lineage = Lineage(
                 event_id=event_id(identity, translator.name, contract, ordinal),
                 translator=translator.ref,
-                source_topic=first.origin.topic,
-                source_partition=first.origin.partition,
-                source_offset=first.origin.offset,
-                source_position=position,
+                source_topic=part.origin.topic,
+                source_partition=part.origin.partition,
+                source_offset=part.origin.offset,
+                source_position="" if position is None else str(position),
                 tx_id=tx_id,
                 replay=self.replay,
             )
@@ -158,7 +175,7 @@ class TransactionCore:
             out.append(
                 OutRecord(
                     topic=type(event).contract_topic(),
-                    key=keyed.origin.key,
+                    key=key,
                     value=self.serializer(stamped, None),
                     headers=list(lineage_headers(lineage)),
                     translator=translator.ref,

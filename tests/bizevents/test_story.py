@@ -89,3 +89,18 @@ def test_the_sparkline_spans_the_whole_run() -> None:
     line = _sparkline(history, width=21)
     assert len(line) == 21 and line[0] == "▁" and line[-1] == "█" and "▄" in line
     assert _sparkline([0.0, 100.0]) == " █"
+
+
+def test_the_latest_order_placed_states_the_total_a_correction_brings() -> None:
+    """orders@1's OrderPlaced says 0.00; orders@3's replayed one, with the same id, the
+    true total: the totals agree with the database once it arrived, not before."""
+    book = OrderBook()
+    book.add(_seen("OrderPlaced", "p1", 10, order_id=1, total=Decimal("0.00")))
+    book.add(_seen("OrderPlaced", "p2", 11, order_id=2, total=Decimal("0.00")))
+    database = {1: Decimal("129.90"), 2: Decimal("0.00"), 3: Decimal("4.59")}
+    before = book.totals_agreement(database)
+    assert (before.agree, before.disagree, before.unseen) == (1, 1, 1)
+    book.add(_seen("OrderPlaced", "p1", 10, replay=True, order_id=1, total=Decimal("129.90")))
+    book.add(_seen("OrderPlaced", "p3", 12, replay=True, order_id=3, total=Decimal("4.59")))
+    after = book.totals_agreement(database)
+    assert after.complete and book.corrected == {"p1"}

@@ -10,17 +10,26 @@ from pathlib import Path
 
 import pytest
 from bizevents_store.contracts import OrderLine, OrderPlaced, OrderStatus, OrderStatusChanged
-from bizevents_store.translators import orders_v3
+from bizevents_store.translators import ORDERS, orders_v3
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
+from consumers.window import EventWindow, Verdict
 from contracts.envelope import Transaction
 from contracts.registry import run_in_thread
 from contracts.serde import BusinessDeserializer, BusinessSerializer
 from contracts.technical.transaction import TransactionRecord
-from translators import Change, TransactionChanges, TranslationError
+from translators import (
+    Attributed,
+    Change,
+    TransactionChanges,
+    TranslationError,
+    stems_from,
+    transaction_translator,
+)
 from translators.assembly import Abandoned, Part, Ready
+from translators.lineage import event_id
 from translators.pipeline import SourceRecord
-from translators.testing import change
+from translators.testing import SERVER, change, run
 from translators.txcore import HEADER_TX, TransactionCore
 
 PLACED = datetime(2026, 11, 24, 8, 0, tzinfo=UTC)
@@ -111,8 +120,9 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SchemaRegistr
 
 
 def test_core_ids_keys_and_lineage(registry: SchemaRegistryClient) -> None:
-    """Ids depend on the transaction only (the same on a second assembly); the key is the
-    order row's; the lineage names the transaction and its first change."""
+    """The OrderPlaced stems from the order's INSERT: its id is the INSERT's (the same on a
+    second assembly, another for another INSERT), its key the order row's, its lineage
+    names the INSERT and the transaction."""
     core = TransactionCore([orders_v3], BusinessSerializer(registry))
     ready = Ready("9:100", _parts("9:100", _placing()))
     first = core.translate(ready)
@@ -126,8 +136,100 @@ def test_core_ids_keys_and_lineage(registry: SchemaRegistryClient) -> None:
     assert event.lineage.tx_id == "9:100"
     assert event.lineage.translator == "orders@3"
     assert (event.lineage.source_topic, event.lineage.source_offset) == ("shop.store.orders", 41)
-    other = core.translate(Ready("9:101", _parts("9:101", _placing())))
+    placing = _placing()
+    placing[0] = change("store.orders", "c", after=ORDER, position=0x5000, txid=9)
+    other = core.translate(Ready("9:101", _parts("9:101", placing)))
     assert other[0].event_id != record.event_id
+
+
+def _positioned() -> list[Change]:
+    """The placing transaction, then one paying the order, with LSNs as capture writes."""
+    lsn = iter(range(0x2000, 0x3000, 0x10))
+    placing = [
+        change(c.table, c.op, before=c.before, after=c.after, key=c.key, position=next(lsn), txid=9)
+        for c in _placing()
+    ]
+    paid = {**ORDER, "total": Decimal("10.59"), "status": "paid"}
+    paying = change(
+        "store.orders",
+        "u",
+        before={**ORDER, "total": Decimal("10.59")},
+        after=paid,
+        position=next(lsn),
+        txid=10,
+    )
+    return [*placing, paying]
+
+
+def test_orders_3_events_have_the_row_translators_ids(registry: SchemaRegistryClient) -> None:
+    """orders@3's OrderPlaced has the id orders@1 and @2 gave theirs from the order's
+    INSERT (total 0.00), its OrderStatusChanged the id of theirs from the UPDATE: replayed,
+    it supersedes them (the same name, the same change, contract and ordinal)."""
+    changes = _positioned()
+    row = {v.ref: run(v, [c for c in changes if c.table == "store.orders"]) for v in ORDERS[:2]}
+    assert row["orders@1"].event_ids == row["orders@2"].event_ids
+    placed_1, changed_1 = row["orders@1"].events
+    assert isinstance(placed_1, OrderPlaced) and placed_1.total == Decimal("0.00")
+    core = TransactionCore([orders_v3], BusinessSerializer(registry), replay=True)
+    placing = core.translate(Ready("9:100", _parts("9:100", changes[:4])))
+    paying = core.translate(Ready("10:200", _parts("10:200", changes[4:])))
+    read = BusinessDeserializer(registry, OrderPlaced, OrderStatusChanged)
+    placed_3, changed_3 = (read(r.value or b"", r.topic) for r in [*placing, *paying])
+    assert isinstance(placed_3, OrderPlaced) and placed_3.total == Decimal("10.59")
+    assert placed_3.lineage.event_id == placed_1.lineage.event_id
+    assert changed_3.lineage.event_id == changed_1.lineage.event_id
+    assert (placed_3.lineage.source_position, changed_3.lineage.source_position) == (
+        placed_1.lineage.source_position,
+        changed_1.lineage.source_position,
+    )
+    assert placed_3.lineage.replay and placed_3.lineage.translator == "orders@3"
+    # the consumer kit takes it as the correction of orders@1's event
+    window = EventWindow(10)
+    window.remember(placed_1.lineage)
+    assert window.judge(placed_3.lineage) is Verdict.CORRECTION
+
+
+def test_an_event_without_its_change_is_the_transactions(
+    registry: SchemaRegistryClient,
+) -> None:
+    """A transaction translator that does not say where an event stems from: the id is
+    the transaction's (another transaction, another id), the key its first order row's."""
+
+    @transaction_translator(
+        name="summary",
+        version=1,
+        sources=["store.orders", "store.order_items"],
+        emits=[OrderPlaced],
+    )
+    def summary(tx: TransactionChanges) -> Iterator[OrderPlaced]:
+        order = tx.of("store.orders")[-1]
+        yield OrderPlaced(
+            order_id=order.new("id"),
+            customer_id=order.new("customer_id"),
+            total=order.new("total"),
+            currency=order.new("currency"),
+            placed_at=order.new("placed_at"),
+        )
+
+    core = TransactionCore([summary], BusinessSerializer(registry))
+    (one,) = core.translate(Ready("9:100", _parts("9:100", _placing())))
+    (two,) = core.translate(Ready("9:101", _parts("9:101", _placing())))
+    assert one.event_id == event_id(f"{SERVER}|tx|9:100", "summary", "store.orders.OrderPlaced", 0)
+    assert two.event_id != one.event_id and one.key == b"key-store.orders-1"
+
+
+def test_an_event_said_to_stem_from_a_foreign_change_is_a_translation_error() -> None:
+    """Naming a change that is not the transaction's: an error that says so (the worker
+    dead-letters the transaction), never an id made up from it."""
+    stranger = change("store.orders", "c", after={**ORDER, "id": 8})
+
+    @transaction_translator(name="odd", version=1, sources=["store.orders"], emits=[OrderPlaced])
+    def odd(tx: TransactionChanges) -> Iterator[Attributed]:
+        for item in orders_v3.attributed(tx):
+            yield stems_from(stranger, item.event)
+
+    with pytest.raises(TranslationError, match="not a change of the transaction"):
+        odd.translate_transaction(TransactionChanges("9:100", tuple(_placing())))
 
 
 def test_core_dead_letters_keep_the_bytes_and_reason(registry: SchemaRegistryClient) -> None:

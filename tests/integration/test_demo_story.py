@@ -1,5 +1,6 @@
-"""Issue 16: `bizevents demo` tells the story end to end, and its terminal view shows
-what happened from the first second."""
+"""Issues 16 and 15: `bizevents demo` tells the story end to end (fixed with orders@3,
+the corrected OrderPlaced events carry true totals), and its terminal view shows what
+happened from the first second."""
 
 from __future__ import annotations
 
@@ -13,8 +14,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
+import psycopg2
 import pytest
 
 
@@ -38,30 +42,44 @@ def demo_env(tmp_path: Path) -> Iterator[dict[str, str]]:
     )
 
 
+def _bizevents(env: dict[str, str], *args: str, timeout: float) -> str:
+    result = subprocess.run(
+        [sys.executable, "-m", "bizevents", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert result.returncode == 0, (args, result.stdout[-2000:], result.stderr[-3000:])
+    return result.stdout
+
+
 def test_the_story_ends_with_the_replay_repairing_what_orders_1_got_wrong(
     demo_env: dict[str, str],
 ) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "bizevents", "demo", "--step-seconds", "6", "--json"],
-        env=demo_env,
-        capture_output=True,
-        text=True,
-        timeout=280,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    """The story fixed with orders@3: after the replay every order of the run agrees with
+    PostgreSQL on its status, and the latest OrderPlaced of each order on the business
+    topic (read here, not by the demo) carries the order's true total, under the id
+    orders@1 gave its OrderPlaced with total 0.00."""
+    _bizevents(demo_env, "dev", "up", timeout=120)  # kept up after the demo, to read it
+    endpoints = json.loads(_bizevents(demo_env, "dev", "status", "--json", timeout=60))
+    endpoints = endpoints["endpoints"]
+    out = _bizevents(demo_env, "demo", "--step-seconds", "6", "--json", timeout=280)
+    summary = json.loads(out.strip().splitlines()[-1])
     # before the replay, orders@1's wrong statuses were still the latest word on some orders
     assert summary["before_replay"] < 100.0, summary
     # after it, every order of this run has an event and every one states the database's status
     agreement = summary["agreement"]
     assert agreement["percent"] == 100.0 and agreement["disagree"] == 0, agreement
     assert agreement["unseen"] == 0 and agreement["agree"] > 0, agreement
+    totals = summary["totals"]
+    assert totals["percent"] == 100.0 and totals["disagree"] == totals["unseen"] == 0, totals
     # the replay re-emitted events, and some of them corrected an earlier one (same id)
-    assert sum(summary["replay"]["events"].values()) > 0
+    assert summary["replayed"] > 0
     assert summary["corrected"] > 0
-    translators = summary["translators"]
-    assert translators["orders@1"]["emitted"] > 0 and translators["orders@2"]["emitted"] > 0
+    assert summary["translators"]["orders@1"]["emitted"] > 0
+    assert summary["events_per_translator"]["orders@3"] > 0  # the transaction worker, live
     assert set(summary["steps"]) == {
         "stack",
         "1 live, buggy",
@@ -69,6 +87,59 @@ def test_the_story_ends_with_the_replay_repairing_what_orders_1_got_wrong(
         "3 replay",
         "4 agreement",
     }
+    placed = _latest_order_placed(endpoints["bootstrap_servers"], endpoints["registry_url"])
+    with psycopg2.connect(endpoints["postgres_dsn"]) as conn, conn.cursor() as cur:
+        cur.execute("SELECT id, total FROM store.orders")
+        database = {int(order): Decimal(total) for order, total in cur.fetchall()}
+    assert database and set(database) <= set(placed), set(database) - set(placed)
+    wrong = {o: (placed[o][-1].total, t) for o, t in database.items() if placed[o][-1].total != t}
+    assert not wrong, wrong
+    superseded = 0
+    for order, events in placed.items():
+        last = events[-1]
+        assert last.lineage.translator == "orders@3", (order, last.lineage)
+        first = events[0]
+        if first.lineage.translator == "orders@1":
+            assert (
+                first.total == Decimal("0.00") and first.lineage.event_id == last.lineage.event_id
+            )
+            superseded += 1
+    assert superseded > 0 and sum(database.values()) > 0
+
+
+def _latest_order_placed(bootstrap: str, registry_url: str) -> dict[int, list[Any]]:
+    """Every OrderPlaced of the business topic per order, in the order written (an
+    order's events share its key, so one partition holds them in order)."""
+    from bizevents_store.contracts import OrderPlaced
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    from contracts.serde import BusinessDeserializer
+
+    topic = "store.order-placed"
+    decode = BusinessDeserializer(SchemaRegistryClient({"url": registry_url}), OrderPlaced)
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "story-test", "enable.partition.eof": True}
+    )
+    placed: dict[int, list[Any]] = {}
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+        at_end: set[int] = set()
+        deadline = time.monotonic() + 60
+        while at_end != set(partitions) and time.monotonic() < deadline:
+            for m in consumer.consume(1000, 1.0):
+                err = m.error()
+                if err is not None:
+                    assert err.code() == KafkaError._PARTITION_EOF, str(err)
+                    at_end.add(m.partition() or 0)
+                    continue
+                event = decode(m.value() or b"", topic)
+                placed.setdefault(event.order_id, []).append(event)
+        assert at_end == set(partitions), "the business topic was not read to its end"
+    finally:
+        consumer.close()
+    return placed
 
 
 def test_the_terminal_view_speaks_within_a_second_and_shows_business_content(

@@ -322,10 +322,33 @@ def _mid_transaction(
 
 
 def _expected_id(db: Db, event: OrderPlaced) -> str:
-    from translators.lineage import event_id
+    """The id the row path (orders@1) gives the OrderPlaced of the technical record the
+    event's lineage names: the order's INSERT, from which orders@3 says it stems."""
+    from bizevents_store.translators import orders_v1
 
-    identity = f"{db.server}|tx|{event.lineage.tx_id}"
-    return event_id(identity, "orders", "store.orders.OrderPlaced", 0)
+    from base.registry import schema_lookup
+    from contracts.serde import BusinessSerializer
+    from contracts.technical import AutoDecoder
+    from translators.pipeline import Pipeline, SourceRecord
+
+    lineage = event.lineage
+    consumer = Consumer({"bootstrap.servers": db.endpoints.bootstrap_servers, "group.id": "unused"})
+    try:
+        where = TopicPartition(
+            lineage.source_topic, lineage.source_partition, lineage.source_offset
+        )
+        consumer.assign([where])
+        (m,) = consumer.consume(1, 10)
+    finally:
+        consumer.close()
+    assert m.error() is None and m.offset() == lineage.source_offset, m.error()
+    client = SchemaRegistryClient({"url": db.endpoints.registry_url})
+    pipeline = Pipeline([orders_v1], AutoDecoder(schema_lookup(client)), BusinessSerializer(client))
+    record = SourceRecord(
+        lineage.source_topic, lineage.source_partition, lineage.source_offset, m.key(), m.value()
+    )
+    (out,) = pipeline.process([record]).records
+    return out.event_id
 
 
 def test_worker_killed_mid_transaction(db: Db, tmp_path: Path) -> None:

@@ -11,7 +11,11 @@ label. Replaying the orders topic through ``orders@2`` repairs what v1 emitted.
 ``orders@1`` and ``@2`` read one row change at a time, so the ``OrderPlaced`` they emit
 from the order's INSERT says ``total = 0.00``: the store sets the total later in the same
 transaction. ``orders@3`` is a transaction translator: it reads ``orders`` and
-``order_items`` together and places the order with its items and its true total.
+``order_items`` together and places the order with its items and its true total. Each
+of its events says which change it stems from (the order's INSERT for an OrderPlaced,
+the UPDATE for a status change), so it carries the id ``orders@1`` and ``@2`` gave their
+event from that change: replaying the orders history through ``orders@3`` supersedes
+their OrderPlaced with total 0.00 by the one with the true total.
 """
 
 from __future__ import annotations
@@ -31,9 +35,11 @@ from bizevents_store.contracts import (
     ProductPriceChanged,
 )
 from translators import (
+    Attributed,
     BusinessEvent,
     Change,
     TransactionChanges,
+    stems_from,
     transaction_translator,
     translator,
 )
@@ -181,10 +187,11 @@ def orders_v2(change: Change) -> Iterator[BusinessEvent]:
     sources=["store.orders", "store.order_items"],
     emits=ORDER_EVENTS,
 )
-def orders_v3(tx: TransactionChanges) -> Iterator[BusinessEvent]:
+def orders_v3(tx: TransactionChanges) -> Iterator[Attributed]:
     """Orders from the transaction that changed them: an order is placed with its items
     and its total as the transaction left them (the store inserts the order with total
-    0, then its items, then sets the total). Status changes as in orders@2."""
+    0, then its items, then sets the total). Status changes as in orders@2. Each event
+    stems from the change orders@1 and @2 translate into it, so it has their id."""
     orders = tx.of("store.orders")
     final = {c.new("id"): c for c in orders if c.after is not None}
     lines: dict[int, list[OrderLine]] = {}
@@ -201,7 +208,7 @@ def orders_v3(tx: TransactionChanges) -> Iterator[BusinessEvent]:
     for change in orders:
         if change.is_create:
             order = final[change.new("id")]
-            yield OrderPlaced(
+            placed = OrderPlaced(
                 order_id=order.new("id"),
                 customer_id=order.new("customer_id"),
                 total=order.new("total"),
@@ -209,8 +216,10 @@ def orders_v3(tx: TransactionChanges) -> Iterator[BusinessEvent]:
                 placed_at=order.new("placed_at"),
                 items=sorted(lines.get(order.new("id"), []), key=lambda line: line.line_no),
             )
+            yield stems_from(change, placed)
         elif change.is_update:
-            yield from _orders(change, _status_by_label)
+            for event in _orders(change, _status_by_label):
+                yield stems_from(change, event)
 
 
 # One entry point per translator name, holding its versions (see pyproject.toml).
