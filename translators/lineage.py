@@ -18,8 +18,7 @@ import hashlib
 import json
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from contracts.business import (
     HEADER_EVENT_ID,
@@ -210,10 +209,10 @@ def stamp(
 Header = tuple[str, bytes | None]
 
 
-@dataclass(frozen=True, slots=True)
-class Origin:
+class Origin(NamedTuple):
     """What every event of one change shares: the identity its ids hash, and its
-    lineage's source offset, position and transaction, encoded once (Avro and headers)."""
+    lineage's source offset, position and transaction, encoded once (Avro and headers).
+    A named tuple: built once per change, at a third of a frozen dataclass's cost."""
 
     identity: str
     avro: bytes
@@ -222,22 +221,38 @@ class Origin:
 
 def origin_of(change: ChangeEvent) -> Origin:
     """The :class:`Origin` of a change (the values :func:`stamp` puts in its Lineage)."""
-    position = change.source.position
+    source = change.source
+    position = source.position
     position_text = "" if position is None else str(position)
-    where = change.coordinates
-    offset = where.offset if where.offset is not None else -1
-    tx_id = change.source.tx_id
-    tx_text = str(tx_id) if tx_id is not None else None
-    headers = [
-        (HEADER_SOURCE_OFFSET, str(offset).encode()),
-        (HEADER_SOURCE_POSITION, position_text.encode()),
-    ]
-    if tx_text is not None:
-        headers.append((HEADER_TX_ID, tx_text.encode()))
+    offset = change.coordinates.offset
+    if offset is None:
+        offset = -1
+    offset_text = str(offset)
+    tx_id = source.tx_id
+    key = change.key
+    identity = (
+        f"{source.name}.{source.qualified_table}|{change.op}|"
+        f"{position_text if position is not None else _where(change, None)}|"
+        f"{'' if key is None else canonical_key(key)}"
+    )
+    if tx_id is None:
+        return Origin(
+            identity,
+            lineage_avro_change(offset, position_text, None),
+            (
+                (HEADER_SOURCE_OFFSET, offset_text.encode()),
+                (HEADER_SOURCE_POSITION, position_text.encode()),
+            ),
+        )
+    tx_text = str(tx_id)
     return Origin(
-        _identity(change, None if position is None else position_text),
+        identity,
         lineage_avro_change(offset, position_text, tx_text),
-        tuple(headers),
+        (
+            (HEADER_SOURCE_OFFSET, offset_text.encode()),
+            (HEADER_SOURCE_POSITION, position_text.encode()),
+            (HEADER_TX_ID, tx_text.encode()),
+        ),
     )
 
 
