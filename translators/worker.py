@@ -43,7 +43,7 @@ import structlog
 from base.errors import ConfigError, TransientError
 from base.kafka import ensure_topics
 from base.settings import KafkaSettings
-from translators._faust import bulk_consumer
+from translators._faust import TablelessManager, bulk_consumer
 from translators.api import Translator
 from translators.blocks import QUEUED_BLOCKS, BlockProcessor, BlockRunner, PipelineProcessor
 from translators.metrics import WorkerStats
@@ -118,6 +118,7 @@ def build_app(
         producer_max_batch_size=t.max_batch_bytes,
         producer_max_request_size=max(t.max_batch_bytes, t.max_fetch_bytes),
         stream_wait_empty=True,
+        TableManager=TablelessManager,  # no tables: no 1 s pause before the join
     )
     app.transport.Consumer = bulk_consumer(frozenset(topics), t.fetch_max_wait_ms)
     channel = app.topic(
