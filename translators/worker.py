@@ -10,7 +10,8 @@ naming the plugin or the setting:
    ``translate.topics`` when set;
 3. each emitted contract against the registry: registered under its subject when
    ``auto_register`` is on (the registry refuses an incompatible one), looked up
-   otherwise;
+   otherwise; a registry that does not answer yet (one starting beside the worker)
+   is waited for, up to ``translate.registry_wait_s``;
 4. the business and dead-letter topics, created when missing;
 5. for ``processing_guarantee = "exactly_once"``, a transactional producer is
    initialised once, and refused with a sentence when the broker cannot do it.
@@ -165,7 +166,7 @@ def prepare(settings: RuntimeSettings) -> Plan:
     """Resolve and check everything before joining the group (see the module doc)."""
     from confluent_kafka.admin import AdminClient
 
-    from base.registry import registry_client, schema_lookup
+    from base.registry import registry_client, schema_lookup, wait_for_registry
     from contracts.serde import BusinessSerializer
     from contracts.technical import AutoDecoder
     from translators.registry import discover
@@ -198,6 +199,12 @@ def prepare(settings: RuntimeSettings) -> Plan:
             f"({t.topic_prefix!r}) or translate.topics against the capture's server name, "
             "or start the capture first (the worker never creates technical topics)"
         )
+    url, wait_s = settings.registry.url, t.registry_wait_s
+    wait_for_registry(
+        settings.registry,
+        wait_s,
+        lambda: log.info("waiting for the registry", url=url, up_to_s=wait_s),
+    )
     client = registry_client(settings.registry)
     serializer = BusinessSerializer(client, t.subject_strategy, t.auto_register)
     ids = check_contracts(translators, client, serializer.subject, t.auto_register)
