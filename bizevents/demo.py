@@ -37,6 +37,7 @@ from rich.text import Text
 from base.errors import ConfigError
 from bizevents.devstack import DevStack, Endpoints, StackError
 from bizevents.devstack.processes import free_port, tail
+from bizevents.devstack.services import registry_url
 from bizevents.settings import Settings
 from bizevents.status import ENDPOINTS_FILE
 from bizevents.story import Agreement, OrderBook, Seen, describe
@@ -487,8 +488,9 @@ def _database_statuses(conn: Any, since_order: int) -> dict[int, str]:
 
 
 def _technical_topics(bootstrap: str) -> None:
-    """Created up front (compacted, as capture creates them), so that capture and the
-    worker start side by side: the worker refuses technical topics that do not exist."""
+    """Created up front as capture creates them (the tables' compacted, the transaction
+    topic with one partition), so that capture and the workers start side by side: the
+    workers refuse technical topics that do not exist."""
     from confluent_kafka.admin import AdminClient
 
     from base.kafka import ensure_topics
@@ -496,6 +498,7 @@ def _technical_topics(bootstrap: str) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap, "log.connection.close": False})
     topics = [f"{SERVER}.{table}" for table in TABLES]
     ensure_topics(admin, topics, 4, config={"cleanup.policy": "compact"}, timeout_s=15)
+    ensure_topics(admin, [TRANSACTION_TOPIC], 1, timeout_s=15)
 
 
 def _needs_transactions(pins: dict[str, int]) -> bool:
@@ -504,20 +507,6 @@ def _needs_transactions(pins: dict[str, int]) -> bool:
 
     pinned = discover(names=pins).pinned(pins)
     return any(getattr(t, "tx_func", None) is not None for t in pinned)
-
-
-def _wait_for_topic(
-    bootstrap: str, topic: str, capture: subprocess.Popen[bytes], logs: Path
-) -> None:
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log.connection.close": False})
-    deadline = time.monotonic() + 120
-    while topic not in admin.list_topics(timeout=10).topics:
-        _check_alive(capture, "capture", logs / "demo-capture.log")
-        if time.monotonic() > deadline:
-            raise StackError(f"capture did not create {topic} within 120 s")
-        time.sleep(0.1)
 
 
 def _max_order(dsn: str) -> int:
@@ -623,33 +612,44 @@ def run_demo(
     line("finding the store plugin…")
     pinned, store = store_plugin()
     dev = settings.dev.model_copy(update={"mysql": True}) if source == "mysql" else settings.dev
+    if dev.registry_port == 0:  # chosen here: the workers start before the registry
+        dev = dev.model_copy(update={"registry_port": free_port(dev.host)})
     stack = DevStack(settings.state_dir, dev)
     was_running = all(h.ok for h in stack.status())
     logs = stack.state_dir / "logs"
     cli = [sys.executable, "-m", "bizevents"]
     pins = dict(PINS) if story is None else {**PINS, "orders": story.buggy}
     worker = _Worker(cli, {}, logs / "demo-translate.log")
+    tx_worker = _Worker(cli, {}, logs / "demo-translate-transactions.log", transactions=True)
     try:
 
         def start_worker(bootstrap: str, registry_url: str) -> None:
-            """The technical topics, then the worker: it needs the broker and the registry
-            only, so it starts (its imports, its group join) while PostgreSQL starts."""
+            """The technical topics, then the workers: they need the broker and the
+            registry only, so they start (imports, group joins) as soon as the broker
+            answers, while the registry and PostgreSQL start; they wait for the registry
+            to answer (translate.registry_wait_s)."""
             _technical_topics(bootstrap)
-            worker.env = _env(
+            env = _env(
                 Endpoints(bootstrap, registry_url, ""),
                 settings,
                 BIZEVENTS_TRANSLATE__TOPIC_PREFIX=SERVER,
                 **DEMO_GROUP,
             )
-            del worker.env["BIZEVENTS_DATABASE__POSTGRES_DSN"]  # it reads no database
+            del env["BIZEVENTS_DATABASE__POSTGRES_DSN"]  # they read no database
+            worker.env = tx_worker.env = env
             worker.start(pins)
+            if _needs_transactions(pins):
+                tx_worker.start(pins)
 
         def on_start(name: str) -> None:
             line(f"starting {name}…")
-            bootstrap, registry_url = stack.endpoint("broker"), stack.endpoint("registry")
-            if name == "postgres" and bootstrap and registry_url and not worker.running:
-                line("creating the technical topics, starting the translator worker…")
-                start_worker(bootstrap, registry_url)
+            bootstrap = stack.endpoint("broker")
+            registry = stack.endpoint("registry")
+            if name == "registry":  # its URL is known before it starts (its port is set)
+                registry = registry_url(dev.host, dev.registry_port)
+            if bootstrap and registry and not worker.running:
+                line("creating the technical topics, starting the translator workers…")
+                start_worker(bootstrap, registry)
 
         stack.up(on_start=on_start)
         endpoints = stack.endpoints()
@@ -669,7 +669,7 @@ def run_demo(
         since_ms = int(time.time() * 1000)
 
         if not worker.running:  # the stack was up already
-            line("creating the technical topics, starting the translator worker…")
+            line("creating the technical topics, starting the translator workers…")
             start_worker(endpoints.bootstrap_servers, endpoints.registry_url)
 
         capture_port = free_port("127.0.0.1")
@@ -691,6 +691,7 @@ def run_demo(
         load_stop = threading.Event()  # the load stops before the rest (the story's step 3)
     except BaseException:  # Ctrl-C or a failure while starting: stop what was started
         worker.stop()
+        tx_worker.stop()
         if not was_running:
             stack.down()
         raise
@@ -715,16 +716,12 @@ def run_demo(
             )
         )
         cleanup.callback(endpoints_file.unlink, missing_ok=True)
-        tx_worker = _Worker(cli, env, logs / "demo-translate-transactions.log", transactions=True)
         cleanup.callback(tx_worker.stop)
 
         def start_transactions(pins: dict[str, int]) -> None:
-            if _needs_transactions(pins):
-                # the transaction topic exists once capture streams (after its snapshot)
-                _wait_for_topic(endpoints.bootstrap_servers, TRANSACTION_TOPIC, capture, logs)
+            if _needs_transactions(pins):  # its topics exist (_technical_topics)
                 tx_worker.start(pins)
 
-        start_transactions(pins)
         threads = [
             threading.Thread(
                 target=_load,
