@@ -37,7 +37,6 @@ from rich.text import Text
 from base.errors import ConfigError
 from bizevents.devstack import DevStack, Endpoints, StackError
 from bizevents.devstack.processes import free_port, tail
-from bizevents.devstack.services import registry_url
 from bizevents.settings import Settings
 from bizevents.status import ENDPOINTS_FILE
 from bizevents.story import Agreement, OrderBook, Seen, describe
@@ -612,8 +611,6 @@ def run_demo(
     line("finding the store plugin…")
     pinned, store = store_plugin()
     dev = settings.dev.model_copy(update={"mysql": True}) if source == "mysql" else settings.dev
-    if dev.registry_port == 0:  # chosen here: the workers start before the registry
-        dev = dev.model_copy(update={"registry_port": free_port(dev.host)})
     stack = DevStack(settings.state_dir, dev)
     was_running = all(h.ok for h in stack.status())
     logs = stack.state_dir / "logs"
@@ -625,9 +622,7 @@ def run_demo(
 
         def start_worker(bootstrap: str, registry_url: str) -> None:
             """The technical topics, then the workers: they need the broker and the
-            registry only, so they start (imports, group joins) as soon as the broker
-            answers, while the registry and PostgreSQL start; they wait for the registry
-            to answer (translate.registry_wait_s)."""
+            registry only, so they start (imports, group joins) while PostgreSQL starts."""
             _technical_topics(bootstrap)
             env = _env(
                 Endpoints(bootstrap, registry_url, ""),
@@ -643,13 +638,13 @@ def run_demo(
 
         def on_start(name: str) -> None:
             line(f"starting {name}…")
-            bootstrap = stack.endpoint("broker")
-            registry = stack.endpoint("registry")
-            if name == "registry":  # its URL is known before it starts (its port is set)
-                registry = registry_url(dev.host, dev.registry_port)
-            if bootstrap and registry and not worker.running:
+            bootstrap, registry_url = stack.endpoint("broker"), stack.endpoint("registry")
+            # Not earlier, at the registry's start: on two cores the workers' imports
+            # then slowed the registry and PostgreSQL more than they gained
+            # (docs/demo.md, start-up).
+            if name == "postgres" and bootstrap and registry_url and not worker.running:
                 line("creating the technical topics, starting the translator workers…")
-                start_worker(bootstrap, registry)
+                start_worker(bootstrap, registry_url)
 
         stack.up(on_start=on_start)
         endpoints = stack.endpoints()
