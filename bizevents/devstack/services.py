@@ -127,11 +127,6 @@ class Broker:
         return started
 
 
-def registry_url(host: str, port: int) -> str:
-    """The embedded registry's URL on ``host``:``port``."""
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
-
-
 class Registry:
     """The project's embedded, Confluent-compatible schema registry."""
 
@@ -160,8 +155,9 @@ class Registry:
             log,
             env={**os.environ, "BIZEVENTS_LOG_FORMAT": "json"},
         )
+        host = f"[{dev.host}]" if ":" in dev.host else dev.host
         started = Started(
-            proc.pid, identify(proc.pid).start_ticks, port, registry_url(dev.host, port), str(log)
+            proc.pid, identify(proc.pid).start_ticks, port, f"http://{host}:{port}", str(log)
         )
         wait_until(lambda: self.healthy(started), "schema registry", proc, log)
         return started
