@@ -53,9 +53,10 @@ PINS = {"customers": 1, "orders": 3, "products": 1}
 DEAD_LETTER_TOPIC = "bizevents.dead-letter"
 TRANSACTION_TOPIC = f"{SERVER}.transaction"
 #: The demo's worker is the only member of its group on a loopback broker that holds
-#: every JoinGroup for half the session (docs/broker.md). Measured here from "Starting"
-#: to "partitions assigned": 4.0 s with the default 6 s session, 2.0 s with 2 s, and
-#: still 2.0 s with 1.5 s; so 2 s, at the start and at the restart with the fix.
+#: every JoinGroup in 1 s rounds until half the session has passed (docs/broker.md): at
+#: least one round for any session, 3 with the default 6 s, 1 with 2 s. The join, from
+#: the consumer's start to "partitions assigned", takes 1.0 s with 2 s (plus Faust's
+#: table-manager pause of 1 s before the worker stopped it, translators._faust).
 DEMO_GROUP = {
     "BIZEVENTS_TRANSLATE__SESSION_TIMEOUT_S": "2",
     "BIZEVENTS_TRANSLATE__HEARTBEAT_INTERVAL_S": "0.5",
@@ -504,8 +505,9 @@ def _database_orders(conn: Any, since_order: int) -> tuple[dict[int, str], dict[
 
 
 def _technical_topics(bootstrap: str) -> None:
-    """Created up front (compacted, as capture creates them), so that capture and the
-    worker start side by side: the worker refuses technical topics that do not exist."""
+    """Created up front as capture creates them (the tables' compacted, the transaction
+    topic with one partition), so that capture and the workers start side by side: the
+    workers refuse technical topics that do not exist."""
     from confluent_kafka.admin import AdminClient
 
     from base.kafka import ensure_topics
@@ -513,6 +515,7 @@ def _technical_topics(bootstrap: str) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap, "log.connection.close": False})
     topics = [f"{SERVER}.{table}" for table in TABLES]
     ensure_topics(admin, topics, 4, config={"cleanup.policy": "compact"}, timeout_s=15)
+    ensure_topics(admin, [TRANSACTION_TOPIC], 1, timeout_s=15)
 
 
 def _needs_transactions(pins: dict[str, int]) -> bool:
@@ -521,20 +524,6 @@ def _needs_transactions(pins: dict[str, int]) -> bool:
 
     pinned = discover(names=pins).pinned(pins)
     return any(getattr(t, "tx_func", None) is not None for t in pinned)
-
-
-def _wait_for_topic(
-    bootstrap: str, topic: str, capture: subprocess.Popen[bytes], logs: Path
-) -> None:
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log.connection.close": False})
-    deadline = time.monotonic() + 120
-    while topic not in admin.list_topics(timeout=10).topics:
-        _check_alive(capture, "capture", logs / "demo-capture.log")
-        if time.monotonic() > deadline:
-            raise StackError(f"capture did not create {topic} within 120 s")
-        time.sleep(0.1)
 
 
 def _max_order(dsn: str) -> int:
@@ -707,26 +696,33 @@ def run_demo(
     cli = [sys.executable, "-m", "bizevents"]
     pins = dict(PINS) if story is None else {**PINS, "orders": story.buggy}
     worker = _Worker(cli, {}, logs / "demo-translate.log")
+    tx_worker = _Worker(cli, {}, logs / "demo-translate-transactions.log", transactions=True)
     try:
 
         def start_worker(bootstrap: str, registry_url: str) -> None:
-            """The technical topics, then the worker: it needs the broker and the registry
-            only, so it starts (its imports, its group join) while PostgreSQL starts."""
+            """The technical topics, then the workers: they need the broker and the
+            registry only, so they start (imports, group joins) while PostgreSQL starts."""
             _technical_topics(bootstrap)
-            worker.env = _env(
+            env = _env(
                 Endpoints(bootstrap, registry_url, ""),
                 settings,
                 BIZEVENTS_TRANSLATE__TOPIC_PREFIX=SERVER,
                 **DEMO_GROUP,
             )
-            del worker.env["BIZEVENTS_DATABASE__POSTGRES_DSN"]  # it reads no database
+            del env["BIZEVENTS_DATABASE__POSTGRES_DSN"]  # they read no database
+            worker.env = tx_worker.env = env
             worker.start(pins)
+            if _needs_transactions(pins):
+                tx_worker.start(pins)
 
         def on_start(name: str) -> None:
             line(f"starting {name}…")
             bootstrap, registry_url = stack.endpoint("broker"), stack.endpoint("registry")
+            # Not earlier, at the registry's start: on two cores the workers' imports
+            # then slowed the registry and PostgreSQL more than they gained
+            # (docs/demo.md, start-up).
             if name == "postgres" and bootstrap and registry_url and not worker.running:
-                line("creating the technical topics, starting the translator worker…")
+                line("creating the technical topics, starting the translator workers…")
                 start_worker(bootstrap, registry_url)
 
         stack.up(on_start=on_start)
@@ -747,7 +743,7 @@ def run_demo(
         since_ms = int(time.time() * 1000)
 
         if not worker.running:  # the stack was up already
-            line("creating the technical topics, starting the translator worker…")
+            line("creating the technical topics, starting the translator workers…")
             start_worker(endpoints.bootstrap_servers, endpoints.registry_url)
 
         capture_port = free_port("127.0.0.1")
@@ -769,6 +765,7 @@ def run_demo(
         load_stop = threading.Event()  # the load stops before the rest (the story's step 3)
     except BaseException:  # Ctrl-C or a failure while starting: stop what was started
         worker.stop()
+        tx_worker.stop()
         if not was_running:
             stack.down()
         raise
@@ -793,16 +790,12 @@ def run_demo(
             )
         )
         cleanup.callback(endpoints_file.unlink, missing_ok=True)
-        tx_worker = _Worker(cli, env, logs / "demo-translate-transactions.log", transactions=True)
         cleanup.callback(tx_worker.stop)
 
         def start_transactions(pins: dict[str, int]) -> None:
-            if _needs_transactions(pins):
-                # the transaction topic exists once capture streams (after its snapshot)
-                _wait_for_topic(endpoints.bootstrap_servers, TRANSACTION_TOPIC, capture, logs)
+            if _needs_transactions(pins):  # its topics exist (_technical_topics)
                 tx_worker.start(pins)
 
-        start_transactions(pins)
         threads = [
             threading.Thread(
                 target=_load,

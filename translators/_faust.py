@@ -16,6 +16,10 @@ This module touches private attributes of faust-streaming 0.15.3 (pinned):
 and of aiokafka 0.14, ``AIOKafkaConsumer._fetch_max_wait_ms``, which Faust hard-codes
 to 1,500 ms: an empty fetch may be held that long, and on the embedded broker that
 delays records that arrive meanwhile (docs/broker.md), so the worker sets its own.
+Faust's table manager sleeps 1 s when it starts, before the consumer subscribes, so
+that tables can register; the worker has no tables (``add`` refuses one after the
+start anyway), so :class:`TablelessManager` starts without it, through the private
+``TableManager._update_channels``.
 :data:`PRIVATE_CONSUMER_ATTRIBUTES` names the instance ones; a test checks them, and
 the integration tests run the path against the real broker.
 """
@@ -25,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final
 
+from faust.tables import TableManager
 from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
 from faust.transport.drivers.aiokafka import Consumer as AIOKafkaConsumer
 from faust.types import TP
@@ -33,6 +38,7 @@ __all__ = [
     "PRIVATE_CONSUMER_ATTRIBUTES",
     "BlockAcker",
     "RecordBlock",
+    "TablelessManager",
     "bulk_consumer",
 ]
 
@@ -138,6 +144,19 @@ def bulk_consumer(topics: frozenset[str], fetch_max_wait_ms: int) -> type[AIOKaf
         (_BulkConsumer,),
         {"bulk_topics": topics, "fetch_max_wait_ms": fetch_max_wait_ms},
     )
+
+
+class TablelessManager(TableManager):
+    """Faust's table manager for an app without tables: it starts at once.
+
+    Faust's own waits 1 s first, for tables to register, and the consumer subscribes
+    (and so joins the group) only after that: a second of every worker's start-up.
+    """
+
+    async def on_start(self) -> None:
+        if not self.should_stop:
+            await self._update_channels()
+            await self.recovery.start()
 
 
 def aiokafka_producer(app: Any) -> Any:

@@ -44,6 +44,9 @@ class TranslateSettings(SettingsGroup):
     #: for the held fetch to end (docs/broker.md); polling an idle broker 10 times a
     #: second costs little.
     fetch_max_wait_ms: int = Field(default=100, ge=0, le=60_000)
+    #: How long start-up waits for a schema registry that does not answer yet (one
+    #: starting beside the worker) before it fails.
+    registry_wait_s: float = Field(default=30.0, ge=0)
     #: Blocks whose produce acknowledgements may be outstanding at once.
     max_inflight_blocks: int = Field(default=3, ge=1)
     linger_ms: float = Field(default=5.0, ge=0)

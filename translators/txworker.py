@@ -77,7 +77,7 @@ def prepare_transactions(settings: RuntimeSettings, tx: TransactionSettings) -> 
     """Resolve the pinned transaction translators, their topics and contracts."""
     from confluent_kafka.admin import AdminClient
 
-    from base.registry import registry_client, schema_lookup
+    from base.registry import registry_client, schema_lookup, wait_for_registry
     from contracts.serde import BusinessSerializer
     from contracts.technical import AutoDecoder
     from translators.registry import discover
@@ -114,6 +114,12 @@ def prepare_transactions(settings: RuntimeSettings, tx: TransactionSettings) -> 
             f"{settings.kafka.bootstrap_servers}: start the capture first (with "
             "transaction_metadata on) or check translate.topic_prefix"
         )
+    url, wait_s = settings.registry.url, t.registry_wait_s
+    wait_for_registry(
+        settings.registry,
+        wait_s,
+        lambda: log.info("waiting for the registry", url=url, up_to_s=wait_s),
+    )
     client = registry_client(settings.registry)
     serializer = BusinessSerializer(client, t.subject_strategy, t.auto_register)
     check_contracts(list(translators), client, serializer.subject, t.auto_register)

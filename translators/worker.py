@@ -10,7 +10,8 @@ naming the plugin or the setting:
    ``translate.topics`` when set;
 3. each emitted contract against the registry: registered under its subject when
    ``auto_register`` is on (the registry refuses an incompatible one), looked up
-   otherwise;
+   otherwise; a registry that does not answer yet (one starting beside the worker)
+   is waited for, up to ``translate.registry_wait_s``;
 4. the business and dead-letter topics, created when missing;
 5. for ``processing_guarantee = "exactly_once"``, a transactional producer is
    initialised once, and refused with a sentence when the broker cannot do it.
@@ -43,7 +44,7 @@ import structlog
 from base.errors import ConfigError, TransientError
 from base.kafka import ensure_topics
 from base.settings import KafkaSettings
-from translators._faust import bulk_consumer
+from translators._faust import TablelessManager, bulk_consumer
 from translators.api import Translator
 from translators.blocks import QUEUED_BLOCKS, BlockProcessor, BlockRunner, PipelineProcessor
 from translators.metrics import WorkerStats
@@ -118,6 +119,7 @@ def build_app(
         producer_max_batch_size=t.max_batch_bytes,
         producer_max_request_size=max(t.max_batch_bytes, t.max_fetch_bytes),
         stream_wait_empty=True,
+        TableManager=TablelessManager,  # no tables: no 1 s pause before the join
     )
     app.transport.Consumer = bulk_consumer(frozenset(topics), t.fetch_max_wait_ms)
     channel = app.topic(
@@ -164,7 +166,7 @@ def prepare(settings: RuntimeSettings) -> Plan:
     """Resolve and check everything before joining the group (see the module doc)."""
     from confluent_kafka.admin import AdminClient
 
-    from base.registry import registry_client, schema_lookup
+    from base.registry import registry_client, schema_lookup, wait_for_registry
     from contracts.serde import BusinessSerializer
     from contracts.technical import AutoDecoder
     from translators.registry import discover
@@ -197,6 +199,12 @@ def prepare(settings: RuntimeSettings) -> Plan:
             f"({t.topic_prefix!r}) or translate.topics against the capture's server name, "
             "or start the capture first (the worker never creates technical topics)"
         )
+    url, wait_s = settings.registry.url, t.registry_wait_s
+    wait_for_registry(
+        settings.registry,
+        wait_s,
+        lambda: log.info("waiting for the registry", url=url, up_to_s=wait_s),
+    )
     client = registry_client(settings.registry)
     serializer = BusinessSerializer(client, t.subject_strategy, t.auto_register)
     ids = check_contracts(translators, client, serializer.subject, t.auto_register)

@@ -533,3 +533,73 @@ def test_exactly_once_is_refused_with_a_sentence_on_the_embedded_broker(setup: S
     assert done.returncode == 1, done.stderr[-3000:]
     assert 'translate.processing_guarantee = "exactly_once" needs a broker' in done.stderr
     assert 'use "at_least_once" there' in done.stderr
+
+
+def test_a_worker_started_before_the_registry_waits_for_it_and_translates(setup: Setup) -> None:
+    """The demo starts the worker while the registry starts: the worker waits for the
+    registry to answer (translate.registry_wait_s), then checks its contracts, joins and
+    translates; the registry here is a second one, started only once the worker waits."""
+    from bizevents.devstack.processes import free_port, port_is_free
+
+    port = free_port("127.0.0.1")
+    url = f"http://127.0.0.1:{port}"
+    worker = Worker(setup.env(BIZEVENTS_REGISTRY__URL=url), setup.tmp / "early.log")
+    registry: subprocess.Popen[bytes] | None = None
+    try:
+        wait_for(
+            lambda: any(x.get("event") == "waiting for the registry" for x in worker.lines()),
+            60,
+            "the worker saying it waits for the registry",
+            [worker],
+        )
+        assert port_is_free("127.0.0.1", port)  # nothing answered it so far
+        with open(setup.tmp / "registry.log", "ab") as out:
+            registry = subprocess.Popen(
+                [
+                    *(sys.executable, "-m", "contracts.registry", "--host", "127.0.0.1"),
+                    *("--port", str(port), "--data-dir", str(setup.tmp / "registry")),
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=REPO,
+            )
+        worker.wait_assigned()
+        encoder = orders_encoder(url, setup.server)
+        placed = order_row(7, "pending")
+        produce(
+            setup.endpoints.bootstrap_servers,
+            setup.topic,
+            [encoder.encode(order_change(setup.server, "c", None, placed, 2000))],
+        )
+        events = wait_for(
+            lambda: events_from(setup.endpoints.bootstrap_servers, ORDER_TOPICS, setup.topic),
+            60,
+            "the OrderPlaced of order 7",
+            [worker],
+        )
+        assert [e.headers[HEADER_TRANSLATOR] for e in events] == [b"orders@2"]
+        read = BusinessDeserializer(SchemaRegistryClient({"url": url}), OrderPlaced)
+        assert events[0].value is not None
+        assert read(events[0].value, events[0].topic).order_id == 7
+    finally:
+        assert worker.stop() == 0, worker.tail()
+        if registry is not None:
+            registry.terminate()
+            registry.wait(30)
+
+
+def test_a_registry_that_never_answers_fails_start_up_with_a_sentence(setup: Setup) -> None:
+    from bizevents.devstack.processes import free_port
+
+    url = f"http://127.0.0.1:{free_port('127.0.0.1')}"
+    done = subprocess.run(
+        [sys.executable, "-m", "bizevents", "translate"],
+        env=setup.env(BIZEVENTS_REGISTRY__URL=url, BIZEVENTS_TRANSLATE__REGISTRY_WAIT_S="0.5"),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert f"the schema registry at {url} did not answer within 0.5 s" in done.stderr
+    assert "Traceback" not in done.stderr

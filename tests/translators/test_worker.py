@@ -31,6 +31,7 @@ from translators._faust import (
     PRIVATE_CONSUMER_ATTRIBUTES,
     BlockAcker,
     RecordBlock,
+    TablelessManager,
     bulk_consumer,
 )
 from translators.exceptions import PluginError
@@ -160,6 +161,46 @@ def test_faust_is_the_pinned_version_with_the_private_attributes_used() -> None:
     assert hasattr(app.topics, "_tp_index")
     assert hasattr(app.producer, "_producer")  # translators._faust.aiokafka_producer
     assert hasattr(app, "consumer_generation_id")
+    assert callable(app.tables._update_channels)  # type: ignore[attr-defined]  # translators._faust.TablelessManager
+
+
+def test_the_worker_table_manager_starts_without_faust_pause() -> None:
+    """Faust's table manager sleeps 1 s before the consumer may subscribe; the worker's
+    (it has no tables) registers at once and starts the recovery service, as Faust's
+    does after its pause."""
+    import asyncio
+
+    import faust
+
+    app = faust.App(
+        "test-tables",
+        broker="kafka://127.0.0.1:1",
+        web_enabled=False,
+        TableManager=TablelessManager,
+    )
+    manager = app.tables
+    assert isinstance(manager, TablelessManager)
+    slept: list[float] = []
+    started: list[str] = []
+
+    async def sleep(seconds: float, *args: Any, **kwargs: Any) -> None:
+        slept.append(seconds)
+
+    class Recovery:
+        async def start(self) -> None:
+            started.append("recovery")
+
+    manager.sleep = sleep  # type: ignore[method-assign,assignment]
+    manager._recovery = Recovery()  # type: ignore[assignment]
+    app.consumer.assignment = set  # type: ignore[method-assign]  # no partitions to pause
+
+    async def start() -> bool:
+        await manager.on_start()
+        return bool(manager._tables_registered.is_set())
+
+    assert asyncio.run(start()) is True
+    assert slept == []
+    assert started == ["recovery"]
 
 
 def test_the_worker_consumer_holds_empty_fetches_as_configured() -> None:
