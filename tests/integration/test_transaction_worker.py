@@ -27,6 +27,7 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from bizevents.devstack import Endpoints
 from capture.config import CaptureConfig
+from contracts.business import HEADER_SOURCE_TOPIC, HEADER_TRANSLATOR
 from contracts.serde import BusinessDeserializer
 from tests.capture.capture_helpers import Db, capture_endpoints, database, in_process
 
@@ -189,12 +190,17 @@ class Reader:
             if err is not None:
                 assert err.code() == KafkaError._PARTITION_EOF, str(err)
                 continue
-            event = self.decode(m.value() or b"", self.topic)
-            prefix = f"{self.db.server}."
-            if event.lineage.translator == "orders@3" and event.lineage.source_topic.startswith(
-                prefix
+            # the topic is shared with other tests on this broker, whose events may name
+            # schema ids of another registry: pick this test's by their lineage headers
+            headers = dict(m.headers() or [])
+            source = (headers.get(HEADER_SOURCE_TOPIC) or b"").decode()
+            if headers.get(HEADER_TRANSLATOR) != b"orders@3" or not source.startswith(
+                f"{self.db.server}."
             ):
-                self.events.append(event)
+                continue
+            event = self.decode(m.value() or b"", self.topic)
+            assert event.lineage.translator == "orders@3"
+            self.events.append(event)
         return self.events
 
     def wait(self, orders: set[int], worker: Worker, timeout: float = 90) -> list[OrderPlaced]:
