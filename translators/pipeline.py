@@ -220,7 +220,7 @@ class Pipeline:
         if not translators:
             result.unrouted += 1
             return
-        origin = None
+        origin: list[Origin] = []  # the change's, made by the first translator with events
         op = decoded.op
         for translator in translators:
             counts = result.counts.get(translator.ref)
@@ -230,8 +230,6 @@ class Pipeline:
             if not translator.may_emit(op):
                 counts.dropped += 1  # declared: this op gives it nothing
                 continue
-            if origin is None:
-                origin = origin_of(decoded)
             # the change as this translator reads it (its declared columns only)
             change = Change(decoded, translator.columns, translator.ref)
             started = perf_counter()
@@ -246,18 +244,22 @@ class Pipeline:
             result.records.extend(produced)
 
     def _translate(
-        self, translator: Translator, change: Change, origin: Origin, record: Record
+        self, translator: Translator, change: Change, origin: list[Origin], record: Record
     ) -> tuple[list[OutRecord], bool]:
         """The translator's records, or one dead-letter record (and True) on failure.
 
         Each event's lineage goes on the wire as bytes (:class:`Stamper`): the events
         are serialized as the translator built them, with their lineage record written
-        from parts encoded once per translator and partition, and once per change.
+        from parts encoded once per translator and partition, and once per change (in
+        ``origin``, by the first translator the change gives events).
         """
         try:
             events = translator.events(change)
             if not events:
                 return [], False
+            if not origin:
+                origin.append(origin_of(change.event))
+            shared = origin[0]
             slot = (translator.ref, record.topic, record.partition)
             stamper = self._stampers.get(slot)
             if stamper is None:
@@ -271,7 +273,7 @@ class Pipeline:
                 contract = contract_name(cls)
                 ordinal = ordinals.get(contract, 0)
                 ordinals[contract] = ordinal + 1
-                event_id, lineage, headers = stamper.wire(origin, contract, ordinal)
+                event_id, lineage, headers = stamper.wire(shared, contract, ordinal)
                 produced.append(
                     OutRecord(
                         self._topic(cls),
