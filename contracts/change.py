@@ -28,6 +28,7 @@ from contracts.logical import UNAVAILABLE
 __all__ = ["Change"]
 
 _NO_ROW: Final[Mapping[str, Any]] = {}
+_MISSING: Final = object()
 
 
 class Change:
@@ -165,9 +166,24 @@ class Change:
         return changed if self.reads is None else changed & self.reads
 
     def changed(self, *columns: str) -> bool:
-        """Whether any of ``columns`` changed (see :meth:`changed_columns`)."""
-        changed = self.changed_columns()
-        return any(c in changed for c in columns)
+        """Whether any of ``columns`` changed (see :meth:`changed_columns`; only the
+        named columns are compared)."""
+        before = self.event.before
+        after = self.event.after
+        reads = self.reads
+        for c in columns:
+            if reads is not None and c not in reads:
+                continue
+            if after is None:
+                if before is not None and c in before:
+                    return True
+                continue
+            value = after.get(c, _MISSING)
+            if value is _MISSING or value is UNAVAILABLE:
+                continue
+            if before is None or before.get(c, _MISSING) != value:
+                return True
+        return False
 
 
 def _get(row: Row | None, column: str, which: str, change: Change) -> Any:

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from contracts.change import Change
 from contracts.envelope import (
@@ -198,3 +199,30 @@ def test_changed_columns_are_after_columns_or_before_ones(e: ChangeEvent) -> Non
     assert changed <= set(row or ())
     if e.op in ("c", "r"):
         assert changed == {k for k, v in (e.after or {}).items() if v is not UNAVAILABLE}
+
+
+_NAMES = st.sampled_from(["id", "status", "total", "note"])
+_VALUES = st.one_of(st.integers(0, 2), st.none(), st.just(UNAVAILABLE))
+_ROWS = st.one_of(st.none(), st.dictionaries(_NAMES, _VALUES, max_size=4))
+
+
+@given(
+    op=st.sampled_from(["c", "u", "d", "t"]),
+    before=_ROWS,
+    after=_ROWS,
+    reads=st.one_of(st.none(), st.frozensets(_NAMES)),
+    asked=st.lists(_NAMES, max_size=3),
+)
+def test_changed_is_changed_columns_for_the_named_columns(
+    op: str,
+    before: dict[str, object] | None,
+    after: dict[str, object] | None,
+    reads: frozenset[str] | None,
+    asked: list[str],
+) -> None:
+    """``changed(*columns)`` compares only the named columns, with the very answer of
+    ``changed_columns()``."""
+    source = Source(connector="postgresql", name="s", db="d", schema="p", table="t", ts_ms=1)
+    event = ChangeEvent(op=op, source=source, before=before, after=after)  # type: ignore[arg-type]
+    change = Change(event, reads, "t@1")
+    assert change.changed(*asked) == any(c in change.changed_columns() for c in asked)
