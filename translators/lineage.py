@@ -219,15 +219,33 @@ class Origin(NamedTuple):
     headers: tuple[Header, ...]
 
 
+def origin(identity: str, offset: int, position: str, tx_id: str | None) -> Origin:
+    """The :class:`Origin` of events whose ids hash ``identity``, from a source record at
+    ``offset``, ``position`` (text) and transaction ``tx_id``."""
+    offset_text = str(offset).encode()
+    if tx_id is None:
+        return Origin(
+            identity,
+            lineage_avro_change(offset, position, None),
+            ((HEADER_SOURCE_OFFSET, offset_text), (HEADER_SOURCE_POSITION, position.encode())),
+        )
+    return Origin(
+        identity,
+        lineage_avro_change(offset, position, tx_id),
+        (
+            (HEADER_SOURCE_OFFSET, offset_text),
+            (HEADER_SOURCE_POSITION, position.encode()),
+            (HEADER_TX_ID, tx_id.encode()),
+        ),
+    )
+
+
 def origin_of(change: ChangeEvent) -> Origin:
     """The :class:`Origin` of a change (the values :func:`stamp` puts in its Lineage)."""
     source = change.source
     position = source.position
     position_text = "" if position is None else str(position)
     offset = change.coordinates.offset
-    if offset is None:
-        offset = -1
-    offset_text = str(offset)
     tx_id = source.tx_id
     key = change.key
     identity = (
@@ -235,24 +253,11 @@ def origin_of(change: ChangeEvent) -> Origin:
         f"{position_text if position is not None else _where(change, None)}|"
         f"{'' if key is None else canonical_key(key)}"
     )
-    if tx_id is None:
-        return Origin(
-            identity,
-            lineage_avro_change(offset, position_text, None),
-            (
-                (HEADER_SOURCE_OFFSET, offset_text.encode()),
-                (HEADER_SOURCE_POSITION, position_text.encode()),
-            ),
-        )
-    tx_text = str(tx_id)
-    return Origin(
+    return origin(
         identity,
-        lineage_avro_change(offset, position_text, tx_text),
-        (
-            (HEADER_SOURCE_OFFSET, offset_text.encode()),
-            (HEADER_SOURCE_POSITION, position_text.encode()),
-            (HEADER_TX_ID, tx_text.encode()),
-        ),
+        -1 if offset is None else offset,
+        position_text,
+        None if tx_id is None else str(tx_id),
     )
 
 

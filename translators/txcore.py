@@ -26,31 +26,30 @@ the same ids.
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from time import perf_counter
 
-from contracts.business import (
-    BusinessEvent,
-    Lineage,
-    lineage_headers,
-    with_lineage,
-)
 from contracts.change import Change
 from contracts.exceptions import ContractError
 from translators.api import SKIP
 from translators.assembly import Abandoned, Part, Ready
 from translators.exceptions import TranslationError
-from translators.lineage import change_identity, event_id
-from translators.pipeline import DEAD_LETTER_TOPIC, Counts, OutRecord, Result, dead_letter
+from translators.lineage import Stamper, change_identity, contract_name, origin
+from translators.pipeline import (
+    DEAD_LETTER_TOPIC,
+    Counts,
+    OutRecord,
+    Result,
+    Serializer,
+    dead_letter,
+)
 from translators.transaction_api import TransactionChanges, TransactionTranslator
 
 __all__ = ["HEADER_TX", "TransactionCore"]
 
 #: On a dead letter of the transaction worker: the transaction id.
 HEADER_TX = "bizevents.transaction.id"
-
-Serializer = Callable[[BusinessEvent, str | None], bytes]
 
 
 @dataclass(slots=True)
@@ -158,28 +157,25 @@ class TransactionCore:
                 identity, key = change_identity(part.change), part.origin.key
             assert part.change is not None
             position = part.change.source.position
-            contract = type(event).contract_fullname()
+            contract = contract_name(type(event))
             ordinal = ordinals.get((identity, contract), 0)
             ordinals[identity, contract] = ordinal + 1
-            lineage = Lineage(
-                event_id=event_id(identity, translator.name, contract, ordinal),
-                translator=translator.ref,
-                source_topic=part.origin.topic,
-                source_partition=part.origin.partition,
-                source_offset=part.origin.offset,
-                source_position="" if position is None else str(position),
-                tx_id=tx_id,
-                replay=self.replay,
+            where = part.origin
+            stamper = Stamper(
+                translator.name, translator.version, where.topic, where.partition, self.replay
             )
-            stamped = with_lineage(event, lineage)
+            shared = origin(
+                identity, where.offset, "" if position is None else str(position), tx_id
+            )
+            eid, lineage, headers = stamper.wire(shared, contract, ordinal)
             out.append(
                 OutRecord(
                     topic=type(event).contract_topic(),
                     key=key,
-                    value=self.serializer(stamped, None),
-                    headers=list(lineage_headers(lineage)),
+                    value=self.serializer(event, None, lineage),
+                    headers=headers,
                     translator=translator.ref,
-                    event_id=lineage.event_id,
+                    event_id=eid,
                 )
             )
         return out
