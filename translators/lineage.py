@@ -166,7 +166,11 @@ def stamp(
     *,
     replay: bool = False,
 ) -> list[BusinessEvent]:
-    """The events with their lineage set: ids, translator, source coordinates, position."""
+    """The events with their lineage set: ids, translator, source coordinates, position.
+
+    For callers that want stamped event objects (tests, tools); the cores put the same
+    lineage on the wire without building them (:class:`Stamper`, tested equal to this).
+    """
     if not events:
         return []
     source = change.source
