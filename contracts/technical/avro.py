@@ -1,5 +1,6 @@
-"""Confluent-framed Avro technical records, read by generated readers with fastavro as
-the reference."""
+"""Confluent-framed Avro technical records, read by the compiled reader (the project's C
+extension; the generated Python reader where it is not built) with fastavro as the
+reference."""
 
 from __future__ import annotations
 
@@ -55,7 +56,8 @@ class _AvroPlan:
     schema: Any
     decode_row: Callable[[Any], Row]
     source_of: Callable[[Any], Source] = read_source
-    #: The generated reader (rows already converted), or None where fastavro reads.
+    #: The compiled or generated reader (rows already converted), or None where fastavro
+    #: reads.
     read: Reader | None = None
     #: Whether ``read`` gives :func:`event_of`'s parts rather than the envelope's dict
     #: (the compiled reader, with the envelope's builders).
@@ -138,9 +140,10 @@ def _conversions(fields: Sequence[Field]) -> dict[str, Callable[[Any], Any]]:
 
 
 def _read_generated(plan: _AvroPlan, data: bytes) -> Any:
-    """The record a plan's generated reader reads from a framed message, or None.
+    """The record a plan's reader (compiled or generated) reads from a framed message, or
+    None.
 
-    None also when the generated reader fails: fastavro then reads the record and its
+    None also when that reader fails: fastavro then reads the record and its
     verdict (value or error) stands.
     """
     read = plan.read
