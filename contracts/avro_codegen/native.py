@@ -22,7 +22,14 @@ from typing import Any, Final
 
 from fastavro.read import LOGICAL_READERS
 
-from contracts.avro_codegen.gen import _PRIMITIVES, Converter, Reader, Unsupported, _type_of
+from contracts.avro_codegen.gen import (
+    _PRIMITIVES,
+    Converter,
+    Reader,
+    Unsupported,
+    _logical_key,
+    _type_of,
+)
 
 try:
     from contracts.avro_codegen._native import Program
@@ -82,7 +89,7 @@ class _Planner:
         if isinstance(t, dict | list):
             return self.read(t, convert, keep, build)
         plan = self._base(schema, t, convert, keep, build)
-        logical = _logical(schema)
+        logical = _logical_key(schema)
         if logical in ("bytes-decimal", "fixed-decimal") and type(schema.get("precision")) is int:
             reader = _decimal_reader(schema["precision"], int(schema.get("scale", 0)))
             return ("call", plan, reader, None)
@@ -168,16 +175,6 @@ class _Planner:
             )
             planned.append((name, plan, None if convert is None else convert.get(name)))
         return ("record", tuple(planned), builder)
-
-
-def _logical(schema: Any) -> str | None:
-    if isinstance(schema, dict) and isinstance(schema.get("logicalType"), str):
-        base = schema.get("type")
-        if isinstance(base, str):
-            key = f"{base}-{schema['logicalType']}"
-            if key in LOGICAL_READERS:
-                return key
-    return None
 
 
 def read_plan(
