@@ -312,7 +312,12 @@ class TxWorker:
                         sources=plan.source_partitions,
                     )
                     if tp in consumer.assignment():
-                        await consumer.seek_to_committed(tp)
+                        # the batch just read is dropped: read again from the committed
+                        # offset, or from the log's start when the group never committed
+                        # (seek_to_committed would leave the position after that batch,
+                        # and its parts would be lost to this assembler)
+                        committed = await consumer.committed(tp)
+                        consumer.seek(tp, committed if committed is not None else 0)
                     log.info("assembling", log=plan.repartition_topic)
                     continue
                 records = batches.get(tp, [])
