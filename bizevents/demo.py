@@ -131,18 +131,21 @@ def _process(
     try:
         yield proc
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        if proc.returncode not in (0, -signal.SIGTERM):
-            print(
-                f"{what} exited with {proc.returncode}; its log {log}:\n{tail(log)}",
-                file=sys.stderr,
-            )
+        _terminate(proc, what, log)
+
+
+def _terminate(proc: subprocess.Popen[bytes], what: str, log: Path) -> None:
+    """SIGTERM, as an operator stops it (killed after 60 s); an unexpected exit status
+    prints the child's log tail."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    if proc.returncode not in (0, -signal.SIGTERM):
+        print(f"{what} exited with {proc.returncode}; its log {log}:\n{tail(log)}", file=sys.stderr)
 
 
 def _check_alive(proc: subprocess.Popen[bytes], what: str, log: Path) -> None:
@@ -459,20 +462,8 @@ class _Worker:
     def stop(self) -> None:
         """SIGTERM, as an operator stops it: it commits what the broker acknowledged."""
         proc, self.proc = self.proc, None
-        if proc is None:
-            return
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        if proc.returncode not in (0, -signal.SIGTERM):
-            print(
-                f"{self.what} exited with {proc.returncode}; its log {self.log}:\n{tail(self.log)}",
-                file=sys.stderr,
-            )
+        if proc is not None:
+            _terminate(proc, self.what, self.log)
 
 
 @dataclass(frozen=True, slots=True)

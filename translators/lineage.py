@@ -251,14 +251,8 @@ def origin_of(change: ChangeEvent) -> Origin:
     position_text = "" if position is None else str(position)
     offset = change.coordinates.offset
     tx_id = source.tx_id
-    key = change.key
-    identity = (
-        f"{source.name}.{source.qualified_table}|{change.op}|"
-        f"{position_text if position is not None else _where(change, None)}|"
-        f"{'' if key is None else canonical_key(key)}"
-    )
     return origin(
-        identity,
+        _identity(change, None if position is None else position_text),
         -1 if offset is None else offset,
         position_text,
         None if tx_id is None else str(tx_id),
