@@ -38,6 +38,14 @@ from contracts.business import (
 )
 from contracts.envelope import ChangeEvent
 
+try:  # built by scripts/setup (contracts/_lineage.c); the Python below otherwise
+    import contracts._lineage as _compiled
+except ImportError:
+    _compiled = None
+
+#: Whether lineage goes on the wire through the compiled helpers.
+COMPILED: Final = _compiled is not None
+
 EVENT_ID_NAMESPACE: Final = uuid.UUID("6f1c5b1e-2d0a-5c9e-9a59-6b1d6f0e7a11")
 
 # json.dumps(sort_keys=True, separators=(",", ":"), default=str) builds this encoder
@@ -226,6 +234,16 @@ class Origin(NamedTuple):
 def origin(identity: str, offset: int, position: str, tx_id: str | None) -> Origin:
     """The :class:`Origin` of events whose ids hash ``identity``, from a source record at
     ``offset``, ``position`` (text) and transaction ``tx_id``."""
+    if _compiled is not None:
+        avro, headers = _compiled.change_part(
+            offset, position, tx_id, HEADER_SOURCE_OFFSET, HEADER_SOURCE_POSITION, HEADER_TX_ID
+        )
+        return Origin(identity, avro, headers)
+    return _origin(identity, offset, position, tx_id)
+
+
+def _origin(identity: str, offset: int, position: str, tx_id: str | None) -> Origin:
+    """:func:`origin` in Python (the compiled helper is tested equal to it)."""
     offset_text = str(offset).encode()
     if tx_id is None:
         return Origin(
@@ -268,7 +286,7 @@ class Stamper:
     ``lineage`` argument) and the Kafka headers.
     """
 
-    __slots__ = ("_avro", "_headers", "_name", "_replay")
+    __slots__ = ("_avro", "_compiled", "_headers", "_name", "_replay")
 
     def __init__(
         self, name: str, version: int, topic: str | None, partition: int | None, replay: bool
@@ -284,9 +302,28 @@ class Stamper:
             (HEADER_SOURCE_PARTITION, str(partition).encode()),
         )
         self._replay = replay
+        #: What the compiled wire() takes of this stamper, in its order.
+        self._compiled = (
+            EVENT_ID_NAMESPACE.bytes,
+            f"|{name}|".encode(),
+            self._avro,
+            self._headers,
+            replay,
+            HEADER_EVENT_ID,
+            (HEADER_REPLAY, b"true" if replay else b"false"),
+        )
 
     def wire(self, origin: Origin, contract: str, ordinal: int) -> tuple[str, bytes, list[Header]]:
         """The event id, the lineage's Avro bytes and the headers of one event."""
+        if _compiled is not None:
+            wired: tuple[str, bytes, list[Header]] = _compiled.wire(
+                self._compiled, origin.identity, contract, ordinal, origin.avro, origin.headers
+            )
+            return wired
+        return self._wire(origin, contract, ordinal)
+
+    def _wire(self, origin: Origin, contract: str, ordinal: int) -> tuple[str, bytes, list[Header]]:
+        """:meth:`wire` in Python (the compiled helper is tested equal to it)."""
         eid = event_id(origin.identity, self._name, contract, ordinal)
         headers = [(HEADER_EVENT_ID, eid.encode()), *self._headers, *origin.headers]
         headers.append((HEADER_REPLAY, b"true" if self._replay else b"false"))

@@ -7,9 +7,12 @@
  * Skipped fields are stepped over without building objects. Any bad byte raises
  * (ValueError, EOFError, IndexError, UnicodeDecodeError): callers then let fastavro read
  * the record, and its verdict stands, as they do for the generated reader.
+ *
+ * Slots(cls, names) makes the objects the builders return (see below).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -143,6 +146,10 @@ static Node *node_new(PyObject *plan, int depth) {
                 Py_INCREF(fname);
                 PyUnicode_InternInPlace(&fname);
                 node->names[i] = fname;
+            }
+            if (PyTuple_CheckExact(convert) && PyTuple_GET_SIZE(convert) != 4) {
+                PyErr_SetString(PyExc_TypeError, "a conversion tuple has 4 items");
+                goto fail;
             }
             if (convert != Py_None) node->converters[i] = Py_NewRef(convert);
             node->children[i] = node_new(PyTuple_GET_ITEM(field, 1), depth + 1);
@@ -296,6 +303,40 @@ static int skip_node(const Node *node, Cursor *c) {
 #define MAX_BUILT 64
 
 /* A record handed to its builder: builder(*kept values), no dict in between. */
+/* A field's conversion of value (a new reference, stolen): a callable is called; a
+ * tuple (marker, unavailable, then, zoned) is done here (native.py's conversion()):
+ * a value equal to marker (unless None) reads as unavailable, any other is then(value)
+ * (unless then is None), whose result must have a zone when zoned is True. */
+static PyObject *convert(PyObject *conversion, PyObject *value) {
+    PyObject *out;
+    if (!PyTuple_CheckExact(conversion)) {
+        out = PyObject_CallOneArg(conversion, value);
+        Py_DECREF(value);
+        return out;
+    }
+    PyObject *marker = PyTuple_GET_ITEM(conversion, 0), *then = PyTuple_GET_ITEM(conversion, 2);
+    if (marker != Py_None) {
+        int equal = PyObject_RichCompareBool(value, marker, Py_EQ);
+        if (equal != 0) {
+            Py_DECREF(value);
+            return equal < 0 ? NULL : Py_NewRef(PyTuple_GET_ITEM(conversion, 1));
+        }
+    }
+    if (then == Py_None) return value;
+    out = PyObject_CallOneArg(then, value);
+    Py_DECREF(value);
+    if (out == NULL || PyTuple_GET_ITEM(conversion, 3) != Py_True) return out;
+    PyObject *zone = PyObject_GetAttrString(out, "tzinfo");
+    if (zone == NULL || zone == Py_None) {
+        Py_XDECREF(zone);
+        Py_DECREF(out);
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a zoned value without a zone");
+        return NULL;
+    }
+    Py_DECREF(zone);
+    return out;
+}
+
 static PyObject *build_record(const Node *node, Cursor *c) {
     PyObject *values[MAX_BUILT];
     Py_ssize_t n = 0;
@@ -312,10 +353,8 @@ static PyObject *build_record(const Node *node, Cursor *c) {
         PyObject *value = read_node(node->children[i], c);
         if (value == NULL) goto done;
         if (node->converters[i] != NULL && value != Py_None) {
-            PyObject *converted = PyObject_CallOneArg(node->converters[i], value);
-            Py_DECREF(value);
-            if (converted == NULL) goto done;
-            value = converted;
+            value = convert(node->converters[i], value);
+            if (value == NULL) goto done;
         }
         values[n++] = value;
     }
@@ -337,10 +376,8 @@ static PyObject *read_record(const Node *node, Cursor *c) {
         PyObject *value = read_node(node->children[i], c);
         if (value == NULL) goto fail;
         if (node->converters[i] != NULL && value != Py_None) {
-            PyObject *converted = PyObject_CallOneArg(node->converters[i], value);
-            Py_DECREF(value);
-            if (converted == NULL) goto fail;
-            value = converted;
+            value = convert(node->converters[i], value);
+            if (value == NULL) goto fail;
         }
         int failed = PyDict_SetItem(record, node->names[i], value);
         Py_DECREF(value);
@@ -576,16 +613,116 @@ static PyTypeObject ProgramType = {
     .tp_getset = program_getset,
 };
 
+/* -- the Slots type: instances of a slotted class without its __init__ ------------------ */
+
+/* Slots(cls, names): slots(*values) -> an instance of cls whose slot names[i] holds
+ * values[i], written straight into the object as the reader's builders make envelopes,
+ * sources and positions (frozen dataclasses, whose __init__ sets each field through
+ * object.__setattr__). native.py hands it only classes whose __init__ does nothing else. */
+
+typedef struct {
+    PyObject_HEAD
+    PyTypeObject *cls;
+    Py_ssize_t n;
+    Py_ssize_t *offsets;
+    vectorcallfunc vectorcall;
+} Slots;
+
+static PyObject *slots_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
+                                  PyObject *kwnames) {
+    Slots *slots = (Slots *)self;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs != slots->n || kwnames != NULL) {
+        PyErr_Format(PyExc_TypeError, "%s takes %zd positional values", slots->cls->tp_name,
+                     slots->n);
+        return NULL;
+    }
+    PyObject *obj = slots->cls->tp_alloc(slots->cls, 0);
+    if (obj == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < nargs; i++) {
+        PyObject **at = (PyObject **)((char *)obj + slots->offsets[i]);
+        PyObject *old = *at;
+        *at = Py_NewRef(args[i]);
+        Py_XDECREF(old);
+    }
+    return obj;
+}
+
+static PyObject *slots_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    PyObject *cls, *names;
+    static char *keywords[] = {"cls", "names", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!O!:Slots", keywords, &PyType_Type, &cls,
+                                     &PyTuple_Type, &names))
+        return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(names);
+    Py_ssize_t *offsets = PyMem_Calloc(n ? n : 1, sizeof(Py_ssize_t));
+    if (offsets == NULL) return PyErr_NoMemory();
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *descr = PyObject_GetAttr(cls, PyTuple_GET_ITEM(names, i));
+        if (descr == NULL) { PyMem_Free(offsets); return NULL; }
+        int member = Py_IS_TYPE(descr, &PyMemberDescr_Type) &&
+                     ((PyMemberDescrObject *)descr)->d_member->type == T_OBJECT_EX &&
+                     ((PyMemberDescrObject *)descr)->d_common.d_type == (PyTypeObject *)cls;
+        if (member) offsets[i] = ((PyMemberDescrObject *)descr)->d_member->offset;
+        Py_DECREF(descr);
+        if (!member) {
+            PyMem_Free(offsets);
+            PyErr_Format(PyExc_TypeError, "%R is not a slot of %R", PyTuple_GET_ITEM(names, i),
+                         cls);
+            return NULL;
+        }
+    }
+    Slots *self = (Slots *)type->tp_alloc(type, 0);
+    if (self == NULL) { PyMem_Free(offsets); return NULL; }
+    self->cls = (PyTypeObject *)Py_NewRef(cls);
+    self->n = n;
+    self->offsets = offsets;
+    self->vectorcall = slots_vectorcall;
+    return (PyObject *)self;
+}
+
+static int slots_traverse(Slots *self, visitproc visit, void *arg) {
+    Py_VISIT(self->cls);
+    return 0;
+}
+
+static int slots_clear(Slots *self) {
+    Py_CLEAR(self->cls);
+    return 0;
+}
+
+static void slots_dealloc(Slots *self) {
+    PyObject_GC_UnTrack(self);
+    PyMem_Free(self->offsets);
+    slots_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyTypeObject SlotsType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "contracts.avro_codegen._native.Slots",
+    .tp_doc = "Slots(cls, names): slots(*values) -> an instance of cls with those slots set",
+    .tp_basicsize = sizeof(Slots),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_new = slots_new,
+    .tp_dealloc = (destructor)slots_dealloc,
+    .tp_traverse = (traverseproc)slots_traverse,
+    .tp_clear = (inquiry)slots_clear,
+    .tp_vectorcall_offset = offsetof(Slots, vectorcall),
+    .tp_call = PyVectorcall_Call,
+};
+
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_native",
     "The project's compiled Avro reader (see contracts/avro_codegen/native.py).", -1, NULL,
 };
 
 PyMODINIT_FUNC PyInit__native(void) {
-    if (PyType_Ready(&ProgramType) < 0) return NULL;
+    if (PyType_Ready(&ProgramType) < 0 || PyType_Ready(&SlotsType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
-    if (PyModule_AddObjectRef(m, "Program", (PyObject *)&ProgramType) < 0) {
+    if (PyModule_AddObjectRef(m, "Program", (PyObject *)&ProgramType) < 0 ||
+        PyModule_AddObjectRef(m, "Slots", (PyObject *)&SlotsType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

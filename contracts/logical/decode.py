@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, timedelta
+from datetime import UTC, datetime, time, timedelta
 from decimal import Decimal
 from typing import Any, Final
 
@@ -75,6 +75,27 @@ def _avro_string(value: Any) -> Any:
     return UNAVAILABLE if value == UNAVAILABLE_MARKER else value
 
 
+#: The attribute that carries a converter's :func:`native_conversion`.
+_NATIVE: Final = "native_conversion"
+#: The converters whose result a compiled reader may get by calling ``fromisoformat``
+#: and checking the zone.
+_ZONED: Final[dict[Converter, Converter]] = {
+    _zoned_timestamp: datetime.fromisoformat,
+    _zoned_time: time.fromisoformat,
+}
+
+
+def native_conversion(convert: Converter) -> tuple[Any, Any, Any, bool] | None:
+    """``(marker, unavailable, then, zoned)``: what ``convert`` does, for a compiled
+    reader to do without calling it. A value equal to ``marker`` (unless ``None``) reads
+    as ``unavailable``; any other is ``then(value)`` (the value itself when ``then`` is
+    ``None``), whose result must have a zone when ``zoned``. ``None``: call ``convert``."""
+    if convert in _ZONED:
+        return (None, None, _ZONED[convert], True)
+    found: tuple[Any, Any, Any, bool] | None = getattr(convert, _NATIVE, None)
+    return found
+
+
 def _json_bytes(value: Any) -> Any:
     if value == _UNAVAILABLE_B64:
         return UNAVAILABLE
@@ -85,12 +106,19 @@ def _avro_bytes(value: Any) -> Any:
     return UNAVAILABLE if value == _UNAVAILABLE_BYTES else value
 
 
+setattr(_avro_string, _NATIVE, (UNAVAILABLE_MARKER, UNAVAILABLE, None, False))
+setattr(_avro_bytes, _NATIVE, (_UNAVAILABLE_BYTES, UNAVAILABLE, None, False))
+
+
 def _unavailable_or(convert: Converter) -> Converter:
     def decode(value: Any) -> Any:
         if value == UNAVAILABLE_MARKER:
             return UNAVAILABLE
         return convert(value)
 
+    zoned = _ZONED.get(convert)
+    then = convert if zoned is None else zoned
+    setattr(decode, _NATIVE, (UNAVAILABLE_MARKER, UNAVAILABLE, then, zoned is not None))
     return decode
 
 
@@ -100,6 +128,7 @@ def _unavailable_if(placeholder: Any, convert: Converter | None) -> Converter:
             return UNAVAILABLE
         return value if convert is None else convert(value)
 
+    setattr(decode, _NATIVE, (placeholder, UNAVAILABLE, convert, False))
     return decode
 
 

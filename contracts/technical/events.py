@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final, Literal
 
 from base.errors import TransientError
+from contracts.avro_codegen.native import constructor
 from contracts.envelope import (
     NO_COORDINATES,
     OP_CREATE,
@@ -106,6 +107,10 @@ def _event(
     )
 
 
+#: ChangeEvent from all its fields, positionally (the extension's maker where built).
+_MAKE_EVENT: Final = constructor(ChangeEvent)
+
+
 def event_of(
     op: Any,
     source: Source,
@@ -130,8 +135,7 @@ def event_of(
     if transaction is not None and transaction.__class__ is not Transaction:
         transaction = _transaction(transaction)
     op_literal: Op = op
-    # positional: half the cost of keywords for a frozen dataclass, once per record
-    return ChangeEvent(op_literal, source, before, after, key, ts_ms, transaction, where, headers)
+    return _MAKE_EVENT(op_literal, source, before, after, key, ts_ms, transaction, where, headers)
 
 
 def envelope_builder(names: tuple[str, ...]) -> Callable[..., tuple[Any, ...]] | None:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
+from contracts.avro_codegen.native import constructor
 from contracts.binary import NULL_BRANCH, VALUE_BRANCH, text, zigzag
 from contracts.envelope import NO_EXTRA, SNAPSHOT_FALSE, MySqlPosition, PgPosition, Source
 from contracts.exceptions import InvalidRecord
@@ -257,6 +258,12 @@ def read_source(d: Any, *, checked: bool = True) -> Source:
     )
 
 
+# The builder passes every field positionally: the extension's makers apply.
+_MAKE_SOURCE: Final = constructor(Source)
+_MAKE_PG_POSITION: Final = constructor(PgPosition)
+_MAKE_MYSQL_POSITION: Final = constructor(MySqlPosition)
+
+
 def source_builder(names: tuple[str, ...]) -> Callable[..., Source] | None:
     """``build(*values)``: :func:`read_source` of ``dict(zip(names, values))`` with
     ``checked=False``, written out for one schema's field names so that no dict is
@@ -305,9 +312,9 @@ def source_builder(names: tuple[str, ...]) -> Callable[..., Source] | None:
     env: dict[str, Any] = {
         "SNAPSHOT_FALSE": SNAPSHOT_FALSE,
         "NO_EXTRA": NO_EXTRA,
-        "MySqlPosition": MySqlPosition,
-        "PgPosition": PgPosition,
-        "Source": Source,
+        "MySqlPosition": _MAKE_MYSQL_POSITION,
+        "PgPosition": _MAKE_PG_POSITION,
+        "Source": _MAKE_SOURCE,
     }
     exec(compile("\n".join(lines), "<source builder>", "exec"), env)
     built: Callable[..., Source] = env["build"]

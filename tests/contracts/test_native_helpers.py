@@ -1,0 +1,175 @@
+"""The compiled reader's helpers give what the Python they replace gives: the makers of
+slotted dataclasses (``constructor``) and the conversions it does itself
+(``native_conversion``), each against the class or converter it stands for."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+
+import fastavro
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from contracts.avro_codegen import compile_reader
+from contracts.avro_codegen.native import AVAILABLE, compile_native_reader, constructor
+from contracts.envelope import ChangeEvent, MySqlPosition, PgPosition, Source
+from contracts.exceptions import Coordinates
+from contracts.logical import UNAVAILABLE, UNAVAILABLE_MARKER, ColumnType, Kind
+from contracts.logical.decode import decoder_for, native_conversion
+
+pytestmark = pytest.mark.skipif(not AVAILABLE, reason="the extension is not built")
+TEXT = st.text(max_size=12)
+OPTIONAL_INT = st.none() | st.integers(min_value=-(2**63), max_value=2**64)
+
+
+def _same(made: Any, built: Any) -> None:
+    assert made == built
+    assert type(made) is type(built)
+    assert repr(made) == repr(built)
+    try:
+        expected = hash(built)
+    except TypeError:  # a field holds a dict
+        with pytest.raises(TypeError):
+            hash(made)
+    else:
+        assert hash(made) == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(lsn=OPTIONAL_INT, tx=OPTIONAL_INT, xmin=OPTIONAL_INT, file=TEXT, pos=st.integers())
+def test_makers_make_what_the_classes_make(
+    lsn: int | None, tx: int | None, xmin: int | None, file: str, pos: int
+) -> None:
+    """Every field's value lands in its own slot: equal, hashed and shown alike."""
+    _same(constructor(PgPosition)(lsn, tx, xmin), PgPosition(lsn, tx, xmin))
+    values = (file, pos, 3, 7, None, 9)
+    _same(constructor(MySqlPosition)(*values), MySqlPosition(*values))
+    source = (
+        "postgresql", "shop", "db", "public", "t", 5, "false", PgPosition(lsn), None, None, {}
+    )  # fmt: skip
+    _same(constructor(Source)(*source), Source(*source))
+    event = ("u", Source(*source), {"a": 1}, {"a": 2}, {"id": 1}, 7, None, Coordinates(), ())
+    _same(constructor(ChangeEvent)(*event), ChangeEvent(*event))
+
+
+def test_a_made_object_stays_frozen_and_counts_its_references() -> None:
+    made = constructor(PgPosition)(1, 2, 3)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.lsn = 4  # type: ignore[misc]
+    value = object()
+    import sys
+
+    before = sys.getrefcount(value)
+    kept = [constructor(PgPosition)(value, None, None) for _ in range(10)]
+    assert sys.getrefcount(value) == before + 10
+    del kept
+    assert sys.getrefcount(value) == before
+
+
+def test_a_maker_takes_every_field_positionally() -> None:
+    with pytest.raises(TypeError, match="takes 3 positional values"):
+        constructor(PgPosition)(1)
+    with pytest.raises(TypeError):
+        constructor(PgPosition)(1, 2, xmin=3)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Checked:
+    value: int
+
+    def __post_init__(self) -> None:
+        if self.value < 0:
+            raise ValueError("negative")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Unslotted:
+    value: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Computed:
+    value: int
+    twice: int = dataclasses.field(init=False, default=0)
+
+
+@pytest.mark.parametrize("cls", [_Checked, _Unslotted, _Computed, dict])
+def test_classes_whose_init_does_more_keep_their_init(cls: type) -> None:
+    """A __post_init__, no slots, a field outside __init__, not a dataclass: the class."""
+    assert constructor(cls) is cls
+
+
+# -- conversions ---------------------------------------------------------------------------
+
+_ZONES = st.sampled_from([UTC, timezone(timedelta(hours=5, minutes=30)), None])
+_MOMENTS = st.builds(
+    lambda moment, zone: moment.replace(tzinfo=zone).isoformat(),
+    st.datetimes(min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30)),
+    _ZONES,
+)
+_STRINGS = st.sampled_from([UNAVAILABLE_MARKER, "", "paid", "2024-13-01T00:00:00Z"]) | TEXT
+
+
+def _outcome(read: Callable[[bytes, int], Any], body: bytes) -> object:
+    try:
+        return read(body, 0)
+    except Exception as exc:  # what the decoders then hand to fastavro
+        return type(exc)
+
+
+@pytest.mark.parametrize(
+    "ct",
+    [
+        ColumnType(Kind.STRING),
+        ColumnType(Kind.ENUM, labels=("new", "paid")),
+        ColumnType(Kind.ZONED_TIMESTAMP),
+        ColumnType(Kind.ZONED_TIME),
+        ColumnType(Kind.UUID),
+        ColumnType(Kind.JSON),
+    ],
+    ids=lambda ct: ct.kind.name,
+)
+@settings(max_examples=150, deadline=None)
+@given(value=_MOMENTS | _STRINGS)
+def test_string_conversions_done_in_c_equal_the_converters(ct: ColumnType, value: str) -> None:
+    """The compiled reader, converting by itself, reads what the generated reader reads
+    calling the converter: the same value, UNAVAILABLE for the marker, a failure where
+    the converter fails (a zoned timestamp without a zone, a label not of the enum)."""
+    convert = decoder_for(ct, "avro", ranges=False)
+    assert convert is not None and native_conversion(convert) is not None
+    schema = fastavro.parse_schema(
+        {"type": "record", "name": "r", "fields": [{"name": "v", "type": "string"}]}
+    )
+    buffer = io.BytesIO()
+    fastavro.schemaless_writer(buffer, schema, {"v": value})
+    body = buffer.getvalue()
+    compiled = _outcome(compile_native_reader(schema, convert={"v": convert}), body)
+    generated = _outcome(compile_reader(schema, convert={"v": convert}), body)
+    if isinstance(generated, type):
+        assert isinstance(compiled, type), (value, compiled)
+    else:
+        assert compiled == generated
+        if value == UNAVAILABLE_MARKER:
+            assert compiled[0]["v"] is UNAVAILABLE
+
+
+@settings(max_examples=150, deadline=None)
+@given(raw=st.binary(max_size=12) | st.just(b"__debezium_unavailable_value"))
+def test_bytes_and_decimal_conversions_done_in_c_equal_the_converters(raw: bytes) -> None:
+    schema = fastavro.parse_schema(
+        {"type": "record", "name": "r", "fields": [{"name": "v", "type": "bytes"}]}
+    )
+    buffer = io.BytesIO()
+    fastavro.schemaless_writer(buffer, schema, {"v": raw})
+    body = buffer.getvalue()
+    for ct in (ColumnType(Kind.BYTES), ColumnType(Kind.DECIMAL, scale=2, precision=12)):
+        convert = decoder_for(ct, "avro", ranges=False)
+        assert convert is not None and native_conversion(convert) is not None
+        compiled = _outcome(compile_native_reader(schema, convert={"v": convert}), body)
+        generated = _outcome(compile_reader(schema, convert={"v": convert}), body)
+        assert compiled == generated

@@ -1,0 +1,73 @@
+"""The compiled lineage helpers (contracts/_lineage.c) give what the Python they replace
+gives: event ids, the lineage record's bytes and the headers, byte for byte."""
+
+from __future__ import annotations
+
+import uuid
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from translators import lineage
+from translators.lineage import EVENT_ID_NAMESPACE, Stamper, _origin, event_id, origin
+
+SETTINGS = settings(max_examples=300, deadline=None)
+TEXT = st.text(max_size=40)  # any code point: UTF-8 of 1 to 4 bytes, NULs included
+OFFSETS = st.integers(min_value=-(2**63), max_value=2**63 - 1)
+
+
+def test_the_lineage_helpers_are_built() -> None:
+    """scripts/setup builds contracts/_lineage.c; without it lineage runs the Python and
+    the tests below would compare it with itself."""
+    assert lineage.COMPILED, "contracts/_lineage.c is not built: run scripts/setup"
+
+
+@SETTINGS
+@given(name=st.text(max_size=200))
+def test_event_ids_are_uuid5(name: str) -> None:
+    assert lineage._compiled is not None
+    expected = str(uuid.uuid5(EVENT_ID_NAMESPACE, name))
+    assert lineage._compiled.event_id(EVENT_ID_NAMESPACE.bytes, name) == expected
+
+
+@SETTINGS
+@given(offset=OFFSETS, position=TEXT, tx_id=st.none() | TEXT, identity=TEXT)
+def test_a_changes_part_is_the_pythons(
+    offset: int, position: str, tx_id: str | None, identity: str
+) -> None:
+    assert origin(identity, offset, position, tx_id) == _origin(identity, offset, position, tx_id)
+
+
+@SETTINGS
+@given(
+    name=TEXT,
+    version=st.integers(min_value=1, max_value=10**6),
+    topic=st.none() | TEXT,
+    partition=st.none() | st.integers(min_value=-1, max_value=2**31 - 1),
+    replay=st.booleans(),
+    identity=TEXT,
+    contract=TEXT,
+    ordinal=st.integers(min_value=0, max_value=2**40),
+    offset=OFFSETS,
+    position=TEXT,
+    tx_id=st.none() | TEXT,
+)
+def test_an_events_wire_is_the_pythons(
+    name: str,
+    version: int,
+    topic: str | None,
+    partition: int | None,
+    replay: bool,
+    identity: str,
+    contract: str,
+    ordinal: int,
+    offset: int,
+    position: str,
+    tx_id: str | None,
+) -> None:
+    stamper = Stamper(name, version, topic, partition, replay)
+    shared = _origin(identity, offset, position, tx_id)
+    wired = stamper.wire(shared, contract, ordinal)
+    assert wired == stamper._wire(shared, contract, ordinal)
+    assert wired[0] == event_id(identity, name, contract, ordinal)
+    assert all(type(header) is tuple for header in wired[2])
