@@ -11,6 +11,8 @@
  *                  replay header)
  *   change_part(offset, position, tx_id, offset header, position header, tx header)
  *       -> (change part's Avro bytes, headers tuple)
+ *   origin(cls, name, table, op, where, key, offset, position, tx_id, header names)
+ *       -> cls(the change's identity, change part, headers): lineage.origin_of's work
  *
  * tests/translators/test_lineage_native.py holds each equal to the Python it replaces
  * (hypothesis), and translators/lineage.py falls back to that Python when this module
@@ -280,6 +282,95 @@ static PyObject *change_part(PyObject *module, PyObject *const *args, Py_ssize_t
     return result;
 }
 
+/* The canonical JSON of a key whose values are all exact ints and strs (what
+ * lineage.canonical_key builds), appended to text; 1 when done, 0 when a value is of
+ * another type (the caller then lets the Python encoder do it), -1 on error. */
+static PyObject *quote;  /* json.encoder.encode_basestring_ascii */
+
+static int append(PyObject *text, PyObject *part) {
+    if (part == NULL) return -1;
+    int failed = PyList_Append(text, part);
+    Py_DECREF(part);
+    return failed;
+}
+
+static int canonical_key(PyObject *key, PyObject *text) {
+    PyObject *names = PyDict_Keys(key);
+    if (names == NULL || PyList_Sort(names) < 0) { Py_XDECREF(names); return -1; }
+    int done = 1;
+    Py_ssize_t n = PyList_GET_SIZE(names);
+    if (append(text, PyUnicode_FromString("{")) < 0) done = -1;
+    for (Py_ssize_t i = 0; done == 1 && i < n; i++) {
+        PyObject *name = PyList_GET_ITEM(names, i);
+        PyObject *value = PyDict_GetItemWithError(key, name);
+        if (value == NULL) { done = PyErr_Occurred() ? -1 : 0; break; }
+        if (!PyUnicode_CheckExact(name) || !(PyLong_CheckExact(value) || PyUnicode_CheckExact(value))) {
+            done = 0;
+            break;
+        }
+        if ((i > 0 && append(text, PyUnicode_FromString(",")) < 0) ||
+            append(text, PyObject_CallOneArg(quote, name)) < 0 ||
+            append(text, PyUnicode_FromString(":")) < 0 ||
+            append(text, PyLong_CheckExact(value) ? PyObject_Repr(value)
+                                                  : PyObject_CallOneArg(quote, value)) < 0)
+            done = -1;
+    }
+    if (done == 1 && append(text, PyUnicode_FromString("}")) < 0) done = -1;
+    Py_DECREF(names);
+    return done;
+}
+
+/* origin(cls, name, table, op, where, key, offset, position, tx_id, header_names)
+ *   -> cls(identity, change part's Avro bytes, headers), or None when the key holds a
+ *   value canonical_key leaves to the JSON encoder (lineage.origin_of then does it). */
+static PyObject *origin(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 10 || !PyType_Check(args[0]) ||
+        !PyType_IsSubtype((PyTypeObject *)args[0], &PyTuple_Type) || !PyTuple_Check(args[9]) ||
+        PyTuple_GET_SIZE(args[9]) != 3) {
+        PyErr_SetString(PyExc_TypeError,
+                        "origin(cls, name, table, op, where, key, offset, position, tx_id, "
+                        "header_names)");
+        return NULL;
+    }
+    PyObject *text = PyList_New(0);
+    if (text == NULL) return NULL;
+    PyObject *sep = PyUnicode_FromString("|"), *dot = PyUnicode_FromString(".");
+    int ok = sep != NULL && dot != NULL && append(text, Py_NewRef(args[1])) == 0 &&
+             append(text, Py_NewRef(dot)) == 0 && append(text, Py_NewRef(args[2])) == 0 &&
+             append(text, Py_NewRef(sep)) == 0 && append(text, Py_NewRef(args[3])) == 0 &&
+             append(text, Py_NewRef(sep)) == 0 && append(text, Py_NewRef(args[4])) == 0 &&
+             append(text, Py_NewRef(sep)) == 0;
+    int keyed = 1;
+    if (ok && args[5] != Py_None) {
+        keyed = PyDict_CheckExact(args[5]) ? canonical_key(args[5], text) : 0;
+        ok = keyed >= 0;
+    }
+    PyObject *identity = NULL, *empty = NULL;
+    if (ok && keyed == 1) {
+        empty = PyUnicode_New(0, 0);
+        identity = empty ? PyUnicode_Join(empty, text) : NULL;
+        ok = identity != NULL;
+    }
+    Py_XDECREF(empty);
+    Py_XDECREF(sep);
+    Py_XDECREF(dot);
+    Py_DECREF(text);
+    if (!ok) { Py_XDECREF(identity); return NULL; }
+    if (keyed == 0) Py_RETURN_NONE;
+    PyObject *const part_args[6] = {
+        args[6], args[7], args[8], PyTuple_GET_ITEM(args[9], 0), PyTuple_GET_ITEM(args[9], 1),
+        PyTuple_GET_ITEM(args[9], 2),
+    };
+    PyObject *part = change_part(module, part_args, 6);
+    PyObject *made = part ? ((PyTypeObject *)args[0])->tp_alloc((PyTypeObject *)args[0], 3) : NULL;
+    if (made == NULL) { Py_XDECREF(part); Py_DECREF(identity); return NULL; }
+    PyTuple_SET_ITEM(made, 0, identity);
+    PyTuple_SET_ITEM(made, 1, Py_NewRef(PyTuple_GET_ITEM(part, 0)));
+    PyTuple_SET_ITEM(made, 2, Py_NewRef(PyTuple_GET_ITEM(part, 1)));
+    Py_DECREF(part);
+    return made;
+}
+
 static PyMethodDef methods[] = {
     {"event_id", (PyCFunction)(void (*)(void))event_id, METH_FASTCALL,
      "event_id(namespace, name): str(uuid.uuid5(UUID(bytes=namespace), name))"},
@@ -287,6 +378,8 @@ static PyMethodDef methods[] = {
      "wire(stamper, identity, contract, ordinal, change_avro, change_headers)"},
     {"change_part", (PyCFunction)(void (*)(void))change_part, METH_FASTCALL,
      "change_part(offset, position, tx_id, offset_header, position_header, tx_header)"},
+    {"origin", (PyCFunction)(void (*)(void))origin, METH_FASTCALL,
+     "origin(cls, name, table, op, where, key, offset, position, tx_id, header_names)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -296,5 +389,10 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__lineage(void) {
+    PyObject *encoder = PyImport_ImportModule("json.encoder");
+    if (encoder == NULL) return NULL;
+    quote = PyObject_GetAttrString(encoder, "encode_basestring_ascii");
+    Py_DECREF(encoder);
+    if (quote == NULL) return NULL;
     return PyModule_Create(&module);
 }

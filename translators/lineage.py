@@ -262,19 +262,36 @@ def _origin(identity: str, offset: int, position: str, tx_id: str | None) -> Ori
     )
 
 
+#: The headers of a change's part, in :func:`origin`'s order.
+_CHANGE_HEADERS: Final = (HEADER_SOURCE_OFFSET, HEADER_SOURCE_POSITION, HEADER_TX_ID)
+
+
 def origin_of(change: ChangeEvent) -> Origin:
     """The :class:`Origin` of a change (the values :func:`stamp` puts in its Lineage)."""
     source = change.source
     position = source.position
     position_text = "" if position is None else str(position)
-    offset = change.coordinates.offset
+    where = change.coordinates
+    offset = -1 if where.offset is None else where.offset
     tx_id = source.tx_id
-    return origin(
-        _identity(change, None if position is None else position_text),
-        -1 if offset is None else offset,
-        position_text,
-        None if tx_id is None else str(tx_id),
-    )
+    tx_text = None if tx_id is None else str(tx_id)
+    if _compiled is not None:
+        made: Origin | None = _compiled.origin(
+            Origin,
+            source.name,
+            source.qualified_table,
+            change.op,
+            _where(change, None if position is None else position_text),
+            change.key,
+            offset,
+            position_text,
+            tx_text,
+            _CHANGE_HEADERS,
+        )
+        if made is not None:
+            return made
+    identity = _identity(change, None if position is None else position_text)
+    return origin(identity, offset, position_text, tx_text)
 
 
 class Stamper:

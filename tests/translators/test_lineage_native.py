@@ -8,8 +8,19 @@ import uuid
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from contracts.envelope import ChangeEvent, PgPosition, Source
+from contracts.exceptions import Coordinates
 from translators import lineage
-from translators.lineage import EVENT_ID_NAMESPACE, Stamper, _origin, event_id, origin
+from translators.lineage import (
+    EVENT_ID_NAMESPACE,
+    Origin,
+    Stamper,
+    _identity,
+    _origin,
+    event_id,
+    origin,
+    origin_of,
+)
 
 SETTINGS = settings(max_examples=300, deadline=None)
 TEXT = st.text(max_size=40)  # any code point: UTF-8 of 1 to 4 bytes, NULs included
@@ -71,3 +82,46 @@ def test_an_events_wire_is_the_pythons(
     assert wired == stamper._wire(shared, contract, ordinal)
     assert wired[0] == event_id(identity, name, contract, ordinal)
     assert all(type(header) is tuple for header in wired[2])
+
+
+KEY_VALUES = (
+    st.integers(min_value=-(2**70), max_value=2**70)
+    | TEXT
+    | st.booleans()
+    | st.none()
+    | st.floats(allow_nan=False)
+)
+
+
+@SETTINGS
+@given(
+    key=st.none() | st.dictionaries(TEXT, KEY_VALUES, max_size=4),
+    op=st.sampled_from(["c", "u", "d", "r"]),
+    lsn=st.none() | st.integers(min_value=0, max_value=2**64 - 1),
+    tx=st.none() | st.integers(min_value=0, max_value=2**32),
+    offset=st.none() | st.integers(min_value=0, max_value=2**63 - 1),
+    table=st.none() | TEXT,
+)
+def test_a_changes_origin_is_the_pythons(
+    key: dict[str, object] | None,
+    op: str,
+    lsn: int | None,
+    tx: int | None,
+    offset: int | None,
+    table: str | None,
+) -> None:
+    """The identity (with the key's canonical JSON), the change part and its headers,
+    whatever the key holds: values other than ints and strs go to the JSON encoder."""
+    position = None if lsn is None else PgPosition(lsn, tx)
+    source = Source("postgresql", "shop", "shop", "public", table, 1, position=position)
+    where = Coordinates("shop.public.t", 2, offset)
+    change = ChangeEvent(op, source, None, {"id": 1}, key, coordinates=where)  # type: ignore[arg-type]
+    text = None if position is None else str(position)
+    expected = origin(
+        _identity(change, text),
+        -1 if offset is None else offset,
+        text or "",
+        None if tx is None or position is None else str(tx),
+    )
+    assert origin_of(change) == expected
+    assert type(origin_of(change)) is Origin
