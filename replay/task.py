@@ -26,6 +26,7 @@ from typing import Any, Final
 from base.errors import TransientError
 from base.kafka import partition_for, produce
 from base.process import settle_collector
+from contracts.avro_codegen.native import constructor
 from contracts.binary import (
     NULL_BRANCH,
     SMALL,
@@ -41,6 +42,9 @@ from replay.diff import ContentSerializer, DiffReport, compare
 from replay.plan import READER_SETTINGS, Range
 from replay.spec import Output
 from translators.pipeline import OutRecord, Pipeline, Result, SourceRecord
+
+#: SourceRecord from all its fields, positionally (the extension's maker where built).
+_make_record: Final = constructor(SourceRecord)
 
 #: Seconds a read may see no progress before the range fails.
 READ_STALL_S: Final = 60.0
@@ -277,7 +281,7 @@ def read_range(
                     ):
                         continue
                 block.append(
-                    SourceRecord(
+                    _make_record(
                         topic,
                         partition,
                         offset,

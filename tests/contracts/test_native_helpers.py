@@ -21,6 +21,7 @@ from contracts.envelope import ChangeEvent, MySqlPosition, PgPosition, Source
 from contracts.exceptions import Coordinates
 from contracts.logical import UNAVAILABLE, UNAVAILABLE_MARKER, ColumnType, Kind
 from contracts.logical.decode import decoder_for, native_conversion
+from translators.pipeline import SourceRecord
 
 pytestmark = pytest.mark.skipif(not AVAILABLE, reason="the extension is not built")
 TEXT = st.text(max_size=12)
@@ -55,6 +56,8 @@ def test_makers_make_what_the_classes_make(
     _same(constructor(Source)(*source), Source(*source))
     event = ("u", Source(*source), {"a": 1}, {"a": 2}, {"id": 1}, 7, None, Coordinates(), ())
     _same(constructor(ChangeEvent)(*event), ChangeEvent(*event))
+    record = ("t", 0, pos, None, file.encode(), [("h", None)])  # the replay's records
+    _same(constructor(SourceRecord)(*record), SourceRecord(*record))
 
 
 def test_a_made_object_stays_frozen_and_counts_its_references() -> None:
