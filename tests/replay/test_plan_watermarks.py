@@ -1,0 +1,39 @@
+"""The planner's watermarks against the embedded broker: right, and from about one
+answer per partition, however much the partitions hold."""
+
+from __future__ import annotations
+
+import uuid
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from bizevents.devstack import Endpoints
+from replay.plan import Planner
+
+PARTITIONS = 6
+PER_PARTITION = 4_000
+
+
+def test_watermarks_read_one_answer_per_partition(bizevents_stack: Endpoints) -> None:
+    """A partition that has answered is paused: the planner read a sixth of a 300,000-record
+    topic before, as partitions already answered kept the queue ahead of the others."""
+    kafka = {"bootstrap.servers": bizevents_stack.bootstrap_servers}
+    topic = f"plan-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient(kafka)
+    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
+    producer = Producer({**kafka, "linger.ms": 20})
+    value = b"x" * 200
+    for partition in range(PARTITIONS):
+        for i in range(PER_PARTITION):
+            producer.produce(topic, value, str(i).encode(), partition=partition)
+            if i % 1000 == 0:
+                producer.poll(0)
+    assert producer.flush(60) == 0
+
+    planner = Planner(kafka)
+    marks = planner.watermarks([(topic, p) for p in range(PARTITIONS)])
+    assert marks == {(topic, p): (0, PER_PARTITION) for p in range(PARTITIONS)}
+    # a fetch answer per partition holds up to 64 KB (some 300 of these records): the
+    # planner stops each partition after its first, not after the others have answered
+    assert planner.records_read <= PARTITIONS * 400, planner.records_read
