@@ -1,4 +1,4 @@
-"""Builds the project's C extensions into wheels (contracts/avro_codegen/build.py)."""
+"""Builds the compiled Avro reader into wheels (contracts/avro_codegen/build.py)."""
 
 from __future__ import annotations
 
@@ -11,17 +11,15 @@ from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
 
 class CompiledReader(BuildHookInterface):  # type: ignore[misc]
-    """A wheel carries ``contracts/avro_codegen/_native*.so`` and ``contracts/_lineage*.so``,
-    built for the interpreter that builds the wheel; an editable install builds them in
-    place."""
+    """A wheel carries ``contracts/avro_codegen/_native*.so``, built for the interpreter
+    that builds the wheel; an editable install builds it in place."""
 
     def initialize(self, version: str, build_data: dict[str, Any]) -> None:
         script = Path(self.root, "contracts", "avro_codegen", "build.py")
         subprocess.run([sys.executable, str(script)], check=True)
         if version == "editable":
             return  # the extension sits next to its source, where the editable path finds it
-        contracts = script.parents[1]
-        built = sorted([*script.parent.glob("_native.*.so"), *contracts.glob("_lineage.*.so")])
+        built = sorted(script.parent.glob("_native.*.so"))
         for path in built:
             build_data["force_include"][str(path)] = str(path.relative_to(self.root))
         build_data["pure_python"] = False

@@ -38,8 +38,8 @@ from contracts.business import (
 )
 from contracts.envelope import ChangeEvent
 
-try:  # built by scripts/setup (contracts/_lineage.c); the Python below otherwise
-    import contracts._lineage as _compiled
+try:  # built by scripts/setup (contracts/avro_codegen/_native.c); the Python below otherwise
+    import contracts.avro_codegen._native as _compiled
 except ImportError:
     _compiled = None
 

@@ -1,15 +1,11 @@
-"""Builds the project's two C extensions next to their sources; ``scripts/setup`` runs it.
+"""Builds the compiled reader (``_native.c``) next to its source; ``scripts/setup`` runs it.
 
     python -m contracts.avro_codegen.build [--force]
 
-- ``contracts/avro_codegen/_native.c``: the compiled Avro reader;
-- ``contracts/_lineage.c``: lineage on the wire (event ids, lineage bytes, headers).
-
 It compiles with the C compiler and headers this Python was built with (Debian: gcc and
-the interpreter's own headers), and only an extension that is missing or older than its
+the interpreter's own headers), and only when the extension is missing or older than its
 source. Without a compiler it says so and exits 1; the project still runs, on the
-generated reader (:mod:`contracts.avro_codegen.native`) and the lineage's Python
-(:mod:`translators.lineage`).
+generated reader (:mod:`contracts.avro_codegen.native`).
 """
 
 from __future__ import annotations
@@ -24,15 +20,13 @@ import sysconfig
 from pathlib import Path
 
 SOURCE = Path(__file__).with_name("_native.c")
-#: Every extension's source; each builds into ``<its stem><EXT_SUFFIX>`` beside it.
-SOURCES = (SOURCE, Path(__file__).parents[1] / "_lineage.c")
 
 
-def target(source: Path = SOURCE) -> Path:
-    return source.with_name(source.stem + str(sysconfig.get_config_var("EXT_SUFFIX")))
+def target() -> Path:
+    return SOURCE.with_name("_native" + str(sysconfig.get_config_var("EXT_SUFFIX")))
 
 
-def command(output: Path, source: Path = SOURCE) -> list[str]:
+def command(output: Path) -> list[str]:
     cc = shlex.split(os.environ.get("CC") or str(sysconfig.get_config_var("CC") or "cc"))
     include = sysconfig.get_paths()["include"]
     return [
@@ -43,27 +37,26 @@ def command(output: Path, source: Path = SOURCE) -> list[str]:
         "-Wall",
         "-Wno-unused-parameter",
         f"-I{include}",
-        str(source),
+        str(SOURCE),
         "-o",
         str(output),
     ]
 
 
-def build(force: bool = False, source: Path = SOURCE) -> Path:
-    """The built extension of ``source`` (built now if missing or stale). Raises
-    ``RuntimeError``."""
-    output = target(source)
-    if not force and output.exists() and output.stat().st_mtime >= source.stat().st_mtime:
+def build(force: bool = False) -> Path:
+    """The built extension (built now if missing or stale). Raises ``RuntimeError``."""
+    output = target()
+    if not force and output.exists() and output.stat().st_mtime >= SOURCE.stat().st_mtime:
         return output
-    argv = command(output, source)
+    argv = command(output)
     if shutil.which(argv[0]) is None:
-        raise RuntimeError(f"no C compiler ({argv[0]}) to build {source.name}")
+        raise RuntimeError(f"no C compiler ({argv[0]}) to build {SOURCE.name}")
     partial = output.with_suffix(".partial")
     argv[-1] = str(partial)
     done = subprocess.run(argv, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         partial.unlink(missing_ok=True)
-        raise RuntimeError(f"building {source.name} failed:\n{done.stderr.strip()}")
+        raise RuntimeError(f"building {SOURCE.name} failed:\n{done.stderr.strip()}")
     partial.replace(output)  # atomic: a running process keeps its mapped copy
     return output
 
@@ -73,11 +66,11 @@ def main() -> None:
     parser.add_argument("--force", action="store_true", help="rebuild even if up to date")
     args = parser.parse_args()
     try:
-        built = [build(args.force, source) for source in SOURCES]
+        built = build(args.force)
     except RuntimeError as exc:
         print(f"build: {exc}", file=sys.stderr)
         sys.exit(1)
-    print(f"compiled extensions: {', '.join(path.name for path in built)}")
+    print(f"compiled Avro reader: {built.name}")
 
 
 if __name__ == "__main__":
