@@ -43,6 +43,11 @@ from replay.plan import READER_SETTINGS, Range
 from replay.spec import Output
 from translators.pipeline import OutRecord, Pipeline, Result, SourceRecord
 
+try:  # the replay's file records, compiled (contracts/avro_codegen/_native.c)
+    import contracts.avro_codegen._native as _compiled
+except ImportError:
+    _compiled = None
+
 #: SourceRecord from all its fields, positionally (the extension's maker where built).
 _make_record: Final = constructor(SourceRecord)
 
@@ -412,6 +417,17 @@ class FileRecordEncoder:
         return found
 
     def __call__(self, topic: str, record: OutRecord) -> bytes:
+        if _compiled is not None:
+            made: bytes | None = _compiled.file_record(
+                topic, record.key, record.value, record.headers, record.event_id, record.translator
+            )
+            if made is not None:
+                return made
+        return self.written(topic, record)
+
+    def written(self, topic: str, record: OutRecord) -> bytes:
+        """:meth:`__call__` in Python: where the extension is not built, for parts of
+        other types than it takes, and the reference it is tested against."""
         key, value, headers = record.key, record.value, record.headers
         parts = [
             self._text(topic),

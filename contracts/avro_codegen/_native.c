@@ -1086,6 +1086,96 @@ static PyObject *origin(PyObject *module, PyObject *const *args, Py_ssize_t narg
     return made;
 }
 
+/* -- the replay's file records ---------------------------------------------------------- */
+
+/* Bytes of a string's UTF-8 or a bytes object (kind 's' or 'b'); 0 when obj is neither
+ * an exact str nor exact bytes as asked (the caller then leaves the record to Python). */
+static int part_of(PyObject *obj, int kind, const char **data, Py_ssize_t *size) {
+    if (kind == 's') {
+        if (!PyUnicode_CheckExact(obj)) return 0;
+        *data = PyUnicode_AsUTF8AndSize(obj, size);
+        return *data == NULL ? -1 : 1;
+    }
+    if (!PyBytes_CheckExact(obj)) return 0;
+    *data = PyBytes_AS_STRING(obj);
+    *size = PyBytes_GET_SIZE(obj);
+    return 1;
+}
+
+typedef struct {
+    char *out;         /* NULL: only count */
+    Py_ssize_t used;
+} Sink;
+
+static void put(Sink *sink, const void *data, Py_ssize_t size) {
+    if (sink->out != NULL) memcpy(sink->out + sink->used, data, (size_t)size);
+    sink->used += size;
+}
+
+static void put_long(Sink *sink, long long value) {
+    unsigned char buf[10];
+    put(sink, buf, zigzag(value, buf));
+}
+
+/* A string or bytes datum (length, then the bytes); 0 or -1 as part_of. */
+static int put_blob(Sink *sink, PyObject *obj, int kind) {
+    const char *data;
+    Py_ssize_t size;
+    int found = part_of(obj, kind, &data, &size);
+    if (found != 1) return found;
+    put_long(sink, size);
+    put(sink, data, size);
+    return 1;
+}
+
+/* ["null", "bytes"] */
+static int put_optional(Sink *sink, PyObject *obj) {
+    if (obj == Py_None) { put(sink, "\0", 1); return 1; }
+    put(sink, "\2", 1);
+    return put_blob(sink, obj, 'b');
+}
+
+static int put_record(Sink *sink, PyObject *const *args) {
+    int ok;
+    if ((ok = put_blob(sink, args[0], 's')) != 1) return ok;
+    if ((ok = put_optional(sink, args[1])) != 1) return ok;
+    if ((ok = put_optional(sink, args[2])) != 1) return ok;
+    PyObject *headers = args[3];
+    if (!PyList_CheckExact(headers)) return 0;
+    Py_ssize_t n = PyList_GET_SIZE(headers);
+    if (n > 0) put_long(sink, n);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *header = PyList_GET_ITEM(headers, i);
+        if (!PyTuple_CheckExact(header) || PyTuple_GET_SIZE(header) != 2) return 0;
+        if ((ok = put_blob(sink, PyTuple_GET_ITEM(header, 0), 's')) != 1) return ok;
+        if ((ok = put_optional(sink, PyTuple_GET_ITEM(header, 1))) != 1) return ok;
+    }
+    put(sink, "\0", 1);  /* the end of the header array */
+    if ((ok = put_blob(sink, args[4], 's')) != 1) return ok;
+    return put_blob(sink, args[5], 's');
+}
+
+/* file_record(topic, key, value, headers, event_id, translator) -> the Avro body of one
+ * replay file record (replay.task.FILE_SCHEMA), or None when a part is not of the exact
+ * type this expects (str, bytes or None, a list of 2-tuples): FileRecordEncoder then
+ * writes it in Python, as it does where the extension is not built. */
+static PyObject *file_record(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError,
+                        "file_record(topic, key, value, headers, event_id, translator)");
+        return NULL;
+    }
+    Sink count = {NULL, 0};
+    int ok = put_record(&count, args);
+    if (ok < 0) return NULL;
+    if (ok == 0) Py_RETURN_NONE;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, count.used);
+    if (out == NULL) return NULL;
+    Sink fill = {PyBytes_AS_STRING(out), 0};
+    if (put_record(&fill, args) != 1) { Py_DECREF(out); return NULL; }
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"event_id", (PyCFunction)(void (*)(void))event_id, METH_FASTCALL,
      "event_id(namespace, name): str(uuid.uuid5(UUID(bytes=namespace), name))"},
@@ -1093,6 +1183,8 @@ static PyMethodDef methods[] = {
      "wire(stamper, identity, contract, ordinal, change_avro, change_headers)"},
     {"change_part", (PyCFunction)(void (*)(void))change_part, METH_FASTCALL,
      "change_part(offset, position, tx_id, offset_header, position_header, tx_header)"},
+    {"file_record", (PyCFunction)(void (*)(void))file_record, METH_FASTCALL,
+     "file_record(topic, key, value, headers, event_id, translator) -> bytes or None"},
     {"origin", (PyCFunction)(void (*)(void))origin, METH_FASTCALL,
      "origin(cls, name, table, op, where, key, offset, position, tx_id, header_names)"},
     {NULL, NULL, 0, NULL},

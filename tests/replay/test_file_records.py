@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from replay.plan import Range
 from replay.spec import Output
-from replay.task import FILE_SCHEMA, FileRecordEncoder, TaskReport, _FileSink
+from replay.task import FILE_SCHEMA, FileRecordEncoder, TaskReport, _compiled, _FileSink
 from translators.pipeline import OutRecord
 
 PARSED = fastavro.parse_schema(FILE_SCHEMA)
@@ -49,7 +49,24 @@ def test_a_record_encodes_as_fastavro_writes_it(record: OutRecord) -> None:
     """Byte for byte fastavro's encoding of the same record."""
     expected = BytesIO()
     fastavro.schemaless_writer(expected, PARSED, as_dict(record.topic, record))
-    assert FileRecordEncoder()(record.topic, record) == expected.getvalue()
+    encoder = FileRecordEncoder()
+    assert encoder(record.topic, record) == expected.getvalue()  # compiled, where built
+    assert encoder.written(record.topic, record) == expected.getvalue()  # the Python
+
+
+def test_parts_the_compiled_encoder_does_not_take_are_written_in_python() -> None:
+    """A bytearray value and tuple headers (a caller's own types) give the same bytes."""
+    record = OutRecord("t", b"k", bytearray(b"v"), (("h", b"x"),), "orders@2", "id")  # type: ignore[arg-type]
+    expected = BytesIO()
+    fastavro.schemaless_writer(expected, PARSED, as_dict("t", record))
+    assert (
+        _compiled is not None
+        and _compiled.file_record(
+            "t", record.key, record.value, record.headers, record.event_id, record.translator
+        )
+        is None
+    )
+    assert FileRecordEncoder()("t", record) == expected.getvalue()
 
 
 @settings(max_examples=25, deadline=None)
