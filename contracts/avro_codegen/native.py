@@ -49,7 +49,7 @@ def constructor(cls: type[T]) -> Callable[..., T]:
     or, where the extension is built and ``cls`` is a slotted dataclass whose
     ``__init__`` only sets its fields (no ``__post_init__``, every field in ``__init__``),
     a maker that writes the slots directly: the same object at a fifth of a frozen
-    dataclass's cost (tests/contracts/test_native_reader.py holds them equal)."""
+    dataclass's cost (tests/contracts/test_native_helpers.py holds them equal)."""
     if Slots is None or not dataclasses.is_dataclass(cls) or hasattr(cls, "__post_init__"):
         return cls
     fields = dataclasses.fields(cls)
