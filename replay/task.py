@@ -26,6 +26,7 @@ from typing import Any, Final
 from base.errors import TransientError
 from base.kafka import partition_for, produce
 from base.process import settle_collector
+from contracts.avro_codegen.native import EXTENSION as _compiled
 from contracts.avro_codegen.native import constructor
 from contracts.binary import (
     NULL_BRANCH,
@@ -42,11 +43,6 @@ from replay.diff import ContentSerializer, DiffReport, compare
 from replay.plan import READER_SETTINGS, Range
 from replay.spec import Output
 from translators.pipeline import OutRecord, Pipeline, Result, SourceRecord
-
-try:  # the replay's file records, compiled (contracts/avro_codegen/_native.c)
-    import contracts.avro_codegen._native as _compiled
-except ImportError:
-    _compiled = None
 
 #: SourceRecord from all its fields, positionally (the extension's maker where built).
 _make_record: Final = constructor(SourceRecord)

@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, NamedTuple
 
+from contracts.avro_codegen.native import EXTENSION as _compiled
 from contracts.business import (
     HEADER_EVENT_ID,
     HEADER_REPLAY,
@@ -38,12 +39,8 @@ from contracts.business import (
 )
 from contracts.envelope import ChangeEvent
 
-try:  # built by scripts/setup (contracts/avro_codegen/_native.c); the Python below otherwise
-    import contracts.avro_codegen._native as _compiled
-except ImportError:
-    _compiled = None
-
-#: Whether lineage goes on the wire through the compiled helpers.
+#: Whether lineage goes on the wire through the compiled helpers (the extension's
+#: ``wire``, ``origin`` and ``change_part``); the Python below does it otherwise.
 COMPILED: Final = _compiled is not None
 
 EVENT_ID_NAMESPACE: Final = uuid.UUID("6f1c5b1e-2d0a-5c9e-9a59-6b1d6f0e7a11")

@@ -34,12 +34,20 @@ from contracts.avro_codegen.gen import (
 from contracts.logical.decode import native_conversion
 
 try:
-    from contracts.avro_codegen._native import Program, Slots
-except ImportError:  # not built: callers fall back to the generated reader
-    Program = Slots = None
+    import contracts.avro_codegen._native as _extension
+except ImportError:  # not built: callers fall back to the generated reader and the Python
+    _extension = None
 
-#: Whether the extension is built (``scripts/setup`` builds it).
-AVAILABLE: Final = Program is not None
+#: The built extension (``scripts/setup`` builds it), or ``None``: not built, or built from
+#: an older source that lacks what the code here calls (``scripts/setup`` rebuilds it).
+#: The one way the project reaches it: the reader, its makers, the lineage
+#: (:mod:`translators.lineage`) and the replay's file records (:mod:`replay.task`).
+EXTENSION: Final[Any] = _extension if hasattr(_extension, "file_record") else None
+Program: Any = None if EXTENSION is None else EXTENSION.Program
+Slots: Any = None if EXTENSION is None else EXTENSION.Slots
+
+#: Whether the extension is built.
+AVAILABLE: Final = EXTENSION is not None
 
 T = TypeVar("T")
 
