@@ -304,11 +304,11 @@ static int skip_node(const Node *node, Cursor *c) {
 
 #define MAX_BUILT 64
 
-/* A record handed to its builder: builder(*kept values), no dict in between. */
 /* A field's conversion of value (a new reference, stolen): a callable is called; a
- * tuple (marker, unavailable, then, zoned) is done here (native.py's conversion()):
- * a value equal to marker (unless None) reads as unavailable, any other is then(value)
- * (unless then is None), whose result must have a zone when zoned is True. */
+ * tuple (marker, unavailable, then, zoned) is done here (see native_conversion in
+ * contracts/logical/decode.py): a value equal to marker (unless None) reads as
+ * unavailable, any other is then(value) (unless then is None), whose result must have
+ * a zone when zoned is True. */
 static PyObject *convert(PyObject *conversion, PyObject *value) {
     PyObject *out;
     if (!PyTuple_CheckExact(conversion)) {
@@ -339,6 +339,7 @@ static PyObject *convert(PyObject *conversion, PyObject *value) {
     return out;
 }
 
+/* A record handed to its builder: builder(*kept values), no dict in between. */
 static PyObject *build_record(const Node *node, Cursor *c) {
     PyObject *values[MAX_BUILT];
     Py_ssize_t n = 0;
@@ -734,8 +735,8 @@ static PyTypeObject SlotsType = {
  *
  * tests/translators/test_lineage_native.py holds each equal to the Python it replaces
  * (hypothesis), and translators/lineage.py falls back to that Python when the extension
- * is not built. The varints here are the module's only writer of them in C; the
- * Python's are contracts.binary's.
+ * is not built. The varints here (and the replay's file records below) are the
+ * module's only writer of them in C; the Python's are contracts.binary's.
  */
 
 /* -- SHA-1 ---------------------------------------------------------------------------- */
