@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from time import perf_counter
 from typing import Final, Literal, Protocol
 
+from contracts.avro_codegen.native import constructor
 from contracts.business import (
     HEADER_DLQ_ERROR,
     HEADER_DLQ_REASON,
@@ -138,6 +139,11 @@ class Result:
     unrouted: int = 0
 
 
+# Made from every field, positionally, once a record or event: the extension's makers.
+_make_coordinates: Final = constructor(Coordinates)
+_make_out: Final = constructor(OutRecord)
+
+
 class Pipeline:
     """Technical records in, business-event and dead-letter records out."""
 
@@ -206,7 +212,7 @@ class Pipeline:
         return result
 
     def _one(self, record: Record, result: Result) -> None:
-        where = Coordinates(record.topic, record.partition, record.offset)
+        where = _make_coordinates(record.topic, record.partition, record.offset)
         try:
             decoded = self._decode(record, where)
         except DecodeError as exc:
@@ -275,7 +281,7 @@ class Pipeline:
                 ordinals[contract] = ordinal + 1
                 event_id, lineage, headers = stamper.wire(shared, contract, ordinal)
                 produced.append(
-                    OutRecord(
+                    _make_out(
                         self._topic(cls),
                         record.key,
                         self.serializer(event, None, lineage),

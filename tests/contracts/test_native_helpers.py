@@ -21,7 +21,7 @@ from contracts.envelope import ChangeEvent, MySqlPosition, PgPosition, Source
 from contracts.exceptions import Coordinates
 from contracts.logical import UNAVAILABLE, UNAVAILABLE_MARKER, ColumnType, Kind
 from contracts.logical.decode import decoder_for, native_conversion
-from translators.pipeline import SourceRecord
+from translators.pipeline import OutRecord, SourceRecord
 
 pytestmark = pytest.mark.skipif(not AVAILABLE, reason="the extension is not built")
 TEXT = st.text(max_size=12)
@@ -58,6 +58,9 @@ def test_makers_make_what_the_classes_make(
     _same(constructor(ChangeEvent)(*event), ChangeEvent(*event))
     record = ("t", 0, pos, None, file.encode(), [("h", None)])  # the replay's records
     _same(constructor(SourceRecord)(*record), SourceRecord(*record))
+    _same(constructor(Coordinates)(file, lsn, pos), Coordinates(file, lsn, pos))
+    out = ("t", b"k", file.encode(), [("h", b"v")], "orders@2", file)  # the core's outputs
+    _same(constructor(OutRecord)(*out), OutRecord(*out))
 
 
 def test_a_made_object_stays_frozen_and_counts_its_references() -> None:
