@@ -92,7 +92,23 @@ def fill(
     return topic
 
 
-def run(master: str, topic: str, settings: Any, out: str, slice_size: int) -> Any:
+class _Clock:
+    """The replay's listener, for when its plan was ready (the preparation's seconds)."""
+
+    def __init__(self) -> None:
+        self.started = self.planned_at = time.perf_counter()
+
+    def planned(self, total: int, skipped: int, offsets: int) -> None:
+        self.planned_at = time.perf_counter()
+
+    def phase(self, name: str) -> None:
+        pass
+
+    def finished(self, report: Any) -> None:
+        pass
+
+
+def run(master: str, topic: str, settings: Any, out: str, slice_size: int) -> tuple[Any, float]:
     from pyspark.sql import SparkSession
 
     from replay import Output, ReplayJob, ReplaySpec, spark_session
@@ -102,7 +118,9 @@ def run(master: str, topic: str, settings: Any, out: str, slice_size: int) -> An
         # warm the Python workers (imports, plugin discovery) as a long run would be
         spark.sparkContext.parallelize(range(8), 8).map(lambda x: __import__("replay.task")).count()
         spec = ReplaySpec(topic, "orders@2", Output.parse(out), slice_size=slice_size)
-        return ReplayJob(spec, settings.runtime(), spark=spark).run()
+        clock = _Clock()
+        summary = ReplayJob(spec, settings.runtime(), spark=spark, listener=clock).run()
+        return summary, clock.planned_at - clock.started
     finally:
         spark.stop()
         SparkSession._instantiatedSession = None
@@ -185,7 +203,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=300_000)
     parser.add_argument("--partitions", type=int, default=6)
-    parser.add_argument("--slice-size", type=int, default=25_000)
+    parser.add_argument(
+        "--slice-size", type=int, default=None, help="offsets per task (the replay's default)"
+    )
     parser.add_argument("--to", default="path", choices=["path", "replay"])
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--profile-only", action="store_true", help="skip the Spark runs")
@@ -231,6 +251,9 @@ def main() -> None:
         if args.profile_only:
             profile_one_range(topic, settings, "path:" + str(tmp / "profile"), 20_000)
             return
+        from replay.spec import DEFAULT_SLICE_SIZE
+
+        slice_size = args.slice_size or DEFAULT_SLICE_SIZE
         masters = ["local[1]", "local[2]", *args.master]
         if args.cluster:
             from bizevents.devstack.spark import StandaloneCluster
@@ -239,16 +262,18 @@ def main() -> None:
             masters.append(cluster.start())
         for master in masters:
             out = f"path:{tmp / master.replace('/', '_')}" if args.to == "path" else "replay"
-            summary = run(master, topic, settings, out, args.slice_size)
+            summary, prepared = run(master, topic, settings, out, slice_size)
             results[master] = summary
             print(
                 f"{master}: {summary.total('read'):,} records → {sum(summary.events.values()):,} "
                 f"events in {summary.seconds:.1f}s: {summary.records_per_s:>9,.0f} records/s "
-                f"{summary.events_per_s:>9,.0f} events/s  ({summary.ranges} ranges)"
+                f"{summary.events_per_s:>9,.0f} events/s  ({summary.ranges} ranges, "
+                f"{prepared:.2f}s of it preparing)"
             )
         one, two = results["local[1]"], results["local[2]"]
         print(
             f"output: {'Avro files (path:)' if args.to == 'path' else '<contract>.replay topics'}"
+            f", slices of at most {slice_size:,} offsets"
         )
         print(
             f"ratio to target ({TARGET:,} events/s) on local[2]: {two.events_per_s / TARGET:.2f}"

@@ -20,7 +20,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from time import perf_counter
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import structlog
 
@@ -121,16 +121,63 @@ def loopback_conf(
     return dict.fromkeys(DRIVER_ADDRESS, LOOPBACK)
 
 
-def _user_spark_conf() -> dict[str, str]:
-    """Spark's settings as the user gave them to Spark (spark-defaults.conf, ``--conf``)."""
+#: The JIT of a local driver whose JVM writes nothing itself: C1 only. Such a JVM
+#: schedules Python tasks and passes their reports; C2's compiler threads took about
+#: 0.8 s of CPU in each few-second replay, from the two cores the Python workers had.
+LOCAL_JIT: Final = "-XX:TieredStopAtLevel=1"
+#: Where a user gives the driver's Java options (then they are left alone).
+JAVA_OPTION_KEYS: Final = (
+    "spark.driver.defaultJavaOptions",
+    "spark.driver.extraJavaOptions",
+    "--driver-java-options",
+)
+
+
+def local_jvm_conf(master: str | None, env: Mapping[str, str], defaults: str) -> dict[str, str]:
+    """The launch settings of a local driver's JVM: :data:`LOCAL_JIT`, unless the master
+    is a cluster's or the user gave the driver Java options in ``PYSPARK_SUBMIT_ARGS``
+    or in ``defaults`` (the text of spark-defaults.conf)."""
+    if not is_local(master):
+        return {}
+    given = env.get("PYSPARK_SUBMIT_ARGS", "") + "\n" + defaults
+    if any(key in given for key in JAVA_OPTION_KEYS):
+        return {}
+    return {"spark.driver.defaultJavaOptions": LOCAL_JIT}
+
+
+def _spark_defaults(env: Mapping[str, str]) -> str:
+    """The text of the spark-defaults.conf Spark would read, or ""."""
+    folder = env.get("SPARK_CONF_DIR")
+    if folder is None:
+        import pyspark
+
+        home = env.get("SPARK_HOME") or os.path.dirname(pyspark.__file__)
+        folder = os.path.join(home, "conf")
+    try:
+        return Path(folder, "spark-defaults.conf").read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def _user_spark_conf(launch: Mapping[str, str]) -> dict[str, str]:
+    """Spark's settings as the user gave them to Spark (spark-defaults.conf, ``--conf``),
+    launching the JVM with ``launch`` if it is not running yet."""
     from pyspark import SparkConf, SparkContext
 
-    SparkContext._ensure_initialized()  # launches the JVM, which is what loads them
+    # launches the JVM, which is what loads them
+    SparkContext._ensure_initialized(
+        conf=SparkConf(loadDefaults=False).setAll(list(launch.items())) if launch else None
+    )
     return dict(SparkConf().getAll())
 
 
-def spark_session(master: str | None, app_name: str = "bizevents-replay") -> Any:
-    """The running session (tests, spark-submit) or a new one (``--master``, else local[*])."""
+def spark_session(
+    master: str | None, app_name: str = "bizevents-replay", *, jvm_writes: bool = False
+) -> Any:
+    """The running session (tests, spark-submit) or a new one (``--master``, else local[*]).
+
+    ``jvm_writes``: the JVM writes the output itself (Parquet), so a local JVM this
+    launches keeps its full JIT (else :func:`local_jvm_conf`)."""
     from pyspark.sql import SparkSession
 
     existing = SparkSession.getActiveSession() or SparkSession._instantiatedSession
@@ -150,7 +197,13 @@ def spark_session(master: str | None, app_name: str = "bizevents-replay") -> Any
             # Read by the JVM at its launch, for what the driver settings do not cover
             # (the web UI binds to it, else to every interface).
             os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)
-            for key, value in loopback_conf(master, os.environ, _user_spark_conf()).items():
+            launch = (
+                {}
+                if jvm_writes
+                else local_jvm_conf(master, os.environ, _spark_defaults(os.environ))
+            )
+            user_conf = _user_spark_conf(launch)
+            for key, value in loopback_conf(master, os.environ, user_conf).items():
                 builder = builder.config(key, value)
     builder = builder.config("spark.ui.showConsoleProgress", "false")
     session = builder.getOrCreate()
@@ -329,7 +382,7 @@ class ReplayJob:
         self.listener.planned(len(state.ranges), summary.skipped, sum(r.size for r in state.ranges))
         if pending:
             if self.spark is None:
-                self.spark = spark_session(self.master)
+                self.spark = spark_session(self.master, jvm_writes=self.spec.jvm_writes)
             survivors = self._survivors(state, pending, config) if config.compact else {}
             self.listener.phase("replay")
             summary.reports = self._run_ranges(state, pending, config, survivors)
@@ -347,7 +400,7 @@ class ReplayJob:
         """Per range, the offsets a run would translate (for checks); runs no translator."""
         state, config = self.prepare()
         if self.spark is None:
-            self.spark = spark_session(self.master)
+            self.spark = spark_session(self.master, jvm_writes=self.spec.jvm_writes)
         survivors = self._survivors(state, state.ranges, config) if config.compact else {}
         with self._pool() as pool:
             futures = {

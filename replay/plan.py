@@ -160,7 +160,7 @@ class Planner:
         self, partitions: Sequence[tuple[str, int]]
     ) -> dict[tuple[str, int], tuple[int, int]]:
         """``(low, high)`` per partition, from Fetch responses (not ListOffsets)."""
-        from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+        from confluent_kafka import Consumer, KafkaError, TopicPartition
 
         consumer = Consumer(
             {
@@ -173,7 +173,12 @@ class Planner:
             }
         )
         try:
-            consumer.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t, p in partitions])
+            # At offset 0, not OFFSET_BEGINNING: librdkafka resolves a logical offset
+            # assigned before it has the partition's leader with a query that it retries
+            # on a 500 ms timer, which made most of a replay's preparation. A log that
+            # starts later answers 0 with OFFSET_OUT_OF_RANGE, and "earliest" takes it
+            # to its first record as before.
+            consumer.assign([TopicPartition(t, p, 0) for t, p in partitions])
             pending = set(partitions)
             first: dict[tuple[str, int], int] = {}
             deadline = time.monotonic() + self.timeout_s

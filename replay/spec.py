@@ -155,6 +155,11 @@ class ReplaySpec:
     def dry_run(self) -> bool:
         return self.diff_against is not None
 
+    @property
+    def jvm_writes(self) -> bool:
+        """Whether Spark's JVM writes the output itself (Parquet files), not the tasks."""
+        return self.output is not None and self.output.file_format == "parquet"
+
     def fingerprint(self) -> dict[str, Any]:
         """What a rerun must repeat (the slice size may not change: it shapes the ranges)."""
         data = asdict(self)

@@ -1,4 +1,5 @@
-"""A local replay's Spark driver stays on loopback, like every embedded service."""
+"""A local replay's Spark driver stays on loopback, like every embedded service, and its
+JVM runs without C2 unless the user gave it Java options."""
 
 from __future__ import annotations
 
@@ -11,7 +12,15 @@ from typing import Any
 
 import pytest
 
-from replay.job import DRIVER_ADDRESS, LOOPBACK, is_local, loopback_conf
+from replay.job import (
+    DRIVER_ADDRESS,
+    JAVA_OPTION_KEYS,
+    LOCAL_JIT,
+    LOOPBACK,
+    is_local,
+    local_jvm_conf,
+    loopback_conf,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -50,6 +59,26 @@ def test_a_driver_address_the_user_gave_spark_wins(key: str) -> None:
     assert loopback_conf("local[2]", {}, {key: "0.0.0.0"}) == {}
 
 
+def test_a_local_driver_jvm_is_launched_with_c1_only() -> None:
+    assert local_jvm_conf("local[2]", {}, "") == {"spark.driver.defaultJavaOptions": LOCAL_JIT}
+    assert local_jvm_conf(None, {"PYSPARK_SUBMIT_ARGS": "--master local[2] pyspark-shell"}, "") == {
+        "spark.driver.defaultJavaOptions": LOCAL_JIT
+    }
+
+
+@pytest.mark.parametrize("master", ["spark://10.0.0.5:7077", "yarn"])
+def test_a_cluster_driver_jvm_keeps_its_jit(master: str) -> None:
+    assert local_jvm_conf(master, {}, "") == {}
+
+
+@pytest.mark.parametrize("key", JAVA_OPTION_KEYS)
+def test_java_options_the_user_gave_spark_win(key: str) -> None:
+    """In ``PYSPARK_SUBMIT_ARGS`` or spark-defaults.conf: the JVM is the user's to tune."""
+    submit = {"PYSPARK_SUBMIT_ARGS": f"{key} -Xmx2g pyspark-shell"}
+    assert local_jvm_conf("local[2]", submit, "") == {}
+    assert local_jvm_conf("local[2]", {}, f"spark.master local[2]\n{key} -Xmx2g\n") == {}
+
+
 _PROBE = """
 import json, subprocess
 from replay.job import spark_session
@@ -59,7 +88,9 @@ pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
 out = subprocess.run(["ss", "-Hltnp"], capture_output=True, text=True).stdout
 mine = [line.split()[3] for line in out.splitlines() if f"pid={pid}," in line]
 found = {key: conf.get(key) for key in ("spark.driver.host", "spark.driver.bindAddress")}
-print(json.dumps({**found, "listening": mine}))
+runtime = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
+jvm = [str(a) for a in runtime.getInputArguments()]
+print(json.dumps({**found, "listening": mine, "jvm": jvm}))
 spark.stop()
 """
 LOOPBACK_ADDRESSES = ("127.0.0.1:", "[::ffff:127.0.0.1]:", "[::1]:")
@@ -89,6 +120,16 @@ def test_a_local_session_listens_on_loopback_only() -> None:
     assert found["spark.driver.host"] == LOOPBACK
     assert found["spark.driver.bindAddress"] == LOOPBACK
     assert all(address.startswith(LOOPBACK_ADDRESSES) for address in found["listening"]), found
+    assert LOCAL_JIT in found["jvm"], found["jvm"]
+
+
+def test_driver_java_options_given_to_spark_win() -> None:
+    """The user's Java options reach the driver's JVM, and the C1 setting stays out."""
+    found = _probe(
+        PYSPARK_SUBMIT_ARGS="--conf spark.driver.extraJavaOptions=-Dbizevents.probe=1 pyspark-shell"
+    )
+    assert "-Dbizevents.probe=1" in found["jvm"], found["jvm"]
+    assert LOCAL_JIT not in found["jvm"], found["jvm"]
 
 
 def test_a_bind_address_given_to_spark_wins() -> None:
