@@ -124,13 +124,21 @@ class Change:
 
         A column the before row does not have raises ``KeyError`` naming it.
         """
-        return _get(self.event.before, column, "before", self)
+        row = self.event.before
+        reads = self.reads
+        if row is not None and (reads is None or column in reads) and column in row:
+            return row[column]
+        return _get(row, column, "before", self)
 
     def new(self, column: str) -> Any:
         """The column's value after the change; ``None`` when there is no after row
         (a delete). :data:`~contracts.logical.UNAVAILABLE` means an unchanged TOASTed
         value the database did not send; :meth:`current` falls back for it."""
-        return _get(self.event.after, column, "after", self)
+        row = self.event.after
+        reads = self.reads
+        if row is not None and (reads is None or column in reads) and column in row:
+            return row[column]
+        return _get(row, column, "after", self)
 
     def current(self, column: str) -> Any:
         """The column's newest known value: the after value, or the before value where

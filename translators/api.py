@@ -53,6 +53,12 @@ class Translator:
     #: The ops that can give it an event (``None``: any); other changes are dropped
     #: before it is called.
     ops: frozenset[str] | None = None
+    #: ``name@version``, as pinned, logged and written in lineage (made once: the
+    #: runtime reads it for every change).
+    ref: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ref", f"{self.name}@{self.version}")
 
     def may_emit(self, op: str) -> bool:
         """Whether a change with ``op`` can give this translator an event at all."""
@@ -61,11 +67,6 @@ class Translator:
         if op == "r" and self.snapshots == SKIP:
             return False
         return not (op == "d" and self.deletes == SKIP)
-
-    @property
-    def ref(self) -> str:
-        """``name@version``, as pinned, logged and written in lineage."""
-        return f"{self.name}@{self.version}"
 
     def reads(self, table: str) -> bool:
         """Does this translator read ``schema.table``? Sources may use shell wildcards."""

@@ -263,8 +263,9 @@ def _origin(identity: str, offset: int, position: str, tx_id: str | None) -> Ori
 _CHANGE_HEADERS: Final = (HEADER_SOURCE_OFFSET, HEADER_SOURCE_POSITION, HEADER_TX_ID)
 
 
-def origin_of(change: ChangeEvent) -> Origin:
-    """The :class:`Origin` of a change (the values :func:`stamp` puts in its Lineage)."""
+def origin_of(change: ChangeEvent, table: str | None = None) -> Origin:
+    """The :class:`Origin` of a change (the values :func:`stamp` puts in its Lineage);
+    ``table``: its source's ``qualified_table`` where the caller has it already."""
     source = change.source
     position = source.position
     position_text = "" if position is None else str(position)
@@ -276,7 +277,7 @@ def origin_of(change: ChangeEvent) -> Origin:
         made: Origin | None = _compiled.origin(
             Origin,
             source.name,
-            source.qualified_table,
+            source.qualified_table if table is None else table,
             change.op,
             _where(change, None if position is None else position_text),
             change.key,

@@ -184,8 +184,9 @@ class Pipeline:
             union |= t.columns
         return frozenset(union)
 
-    def _decode(self, record: Record, where: Coordinates) -> ChangeEvent | Tombstone:
-        """The record decoded with only the columns its table's translators read.
+    def _decode(self, record: Record, where: Coordinates) -> tuple[ChangeEvent | Tombstone, str]:
+        """The record decoded with only the columns its table's translators read, and
+        its ``schema.table`` ("" for a tombstone).
 
         A topic's table is learnt from its first record; a topic that turns out to hold
         several tables is read whole from then on.
@@ -195,7 +196,7 @@ class Pipeline:
         columns = None if known is None else known[1]
         decoded = decode(record.key, record.value, where, record.headers, columns)
         if decoded.__class__ is Tombstone:
-            return decoded
+            return decoded, ""
         assert isinstance(decoded, ChangeEvent)
         table = decoded.source.qualified_table
         if known is None:
@@ -203,7 +204,7 @@ class Pipeline:
         elif known[0] != table and columns is not None:
             self._projections[record.topic] = ("", None)
             decoded = decode(record.key, record.value, where, record.headers, None)
-        return decoded
+        return decoded, table
 
     def process(self, records: Iterable[Record]) -> Result:
         result = Result()
@@ -214,7 +215,7 @@ class Pipeline:
     def _one(self, record: Record, result: Result) -> None:
         where = _make_coordinates(record.topic, record.partition, record.offset)
         try:
-            decoded = self._decode(record, where)
+            decoded, table = self._decode(record, where)
         except DecodeError as exc:
             result.undecodable += 1
             result.records.append(self._dead_letter(record, "decode", exc.reason, exc, ""))
@@ -222,7 +223,7 @@ class Pipeline:
         if isinstance(decoded, Tombstone):
             result.tombstones += 1  # compaction's marker after a delete, not a change
             return
-        translators = self.route(decoded.source.qualified_table)
+        translators = self.route(table)
         if not translators:
             result.unrouted += 1
             return
@@ -239,7 +240,7 @@ class Pipeline:
             # the change as this translator reads it (its declared columns only)
             change = Change(decoded, translator.columns, translator.ref)
             started = perf_counter()
-            produced, failed = self._translate(translator, change, origin, record)
+            produced, failed = self._translate(translator, change, origin, record, table)
             counts.seconds += perf_counter() - started
             if failed:
                 counts.dead_lettered += 1
@@ -250,7 +251,12 @@ class Pipeline:
             result.records.extend(produced)
 
     def _translate(
-        self, translator: Translator, change: Change, origin: list[Origin], record: Record
+        self,
+        translator: Translator,
+        change: Change,
+        origin: list[Origin],
+        record: Record,
+        table: str,
     ) -> tuple[list[OutRecord], bool]:
         """The translator's records, or one dead-letter record (and True) on failure.
 
@@ -264,7 +270,7 @@ class Pipeline:
             if not events:
                 return [], False
             if not origin:
-                origin.append(origin_of(change.event))
+                origin.append(origin_of(change.event, table))
             shared = origin[0]
             slot = (translator.ref, record.topic, record.partition)
             stamper = self._stampers.get(slot)
