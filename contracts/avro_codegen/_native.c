@@ -20,7 +20,7 @@
 
 enum kind {
     K_NULL, K_BOOL, K_INT, K_LONG, K_FLOAT, K_DOUBLE, K_STRING, K_BYTES, K_FIXED,
-    K_ENUM, K_RECORD, K_UNION, K_ARRAY, K_MAP, K_CALL, K_SKIP
+    K_ENUM, K_RECORD, K_UNION, K_ARRAY, K_MAP, K_CALL, K_SKIP, K_DECIMAL
 };
 
 typedef struct Node {
@@ -31,7 +31,9 @@ typedef struct Node {
     PyObject **converters;   /* record: a field's conversion (NULL: none) */
     PyObject *obj;           /* enum: the symbols (tuple); call: the function; record: its
                                 builder (called with the kept fields' values), or NULL */
-    PyObject *args;          /* call: extra arguments after the value (tuple), or NULL */
+    PyObject *args;          /* call: extra arguments after the value (tuple), or NULL;
+                                decimal: (Decimal, the Python reader of the bytes) */
+    long long precision, scale;  /* decimal */
 } Node;
 
 typedef struct {
@@ -42,7 +44,7 @@ typedef struct {
 
 static const char *KINDS[] = {
     "null", "boolean", "int", "long", "float", "double", "string", "bytes", "fixed",
-    "enum", "record", "union", "array", "map", "call", "skip", NULL
+    "enum", "record", "union", "array", "map", "call", "skip", "decimal", NULL
 };
 
 /* -- plan -> nodes ------------------------------------------------------------------ */
@@ -178,6 +180,25 @@ static Node *node_new(PyObject *plan, int depth) {
         if (size != 2) { PyErr_SetString(PyExc_TypeError, "array, map and skip need one node"); goto fail; }
         if (child_of(node, plan, 1, depth) < 0) goto fail;
         break;
+    case K_DECIMAL:
+        /* ("decimal", bytes or fixed node, precision, scale, Decimal, Python reader) */
+        if (size != 6 || !PyCallable_Check(PyTuple_GET_ITEM(plan, 4)) ||
+            !PyCallable_Check(PyTuple_GET_ITEM(plan, 5))) {
+            PyErr_SetString(PyExc_TypeError,
+                            "decimal is (\"decimal\", node, precision, scale, Decimal, reader)");
+            goto fail;
+        }
+        node->precision = PyLong_AsLongLong(PyTuple_GET_ITEM(plan, 2));
+        node->scale = PyLong_AsLongLong(PyTuple_GET_ITEM(plan, 3));
+        if (PyErr_Occurred()) goto fail;
+        if (child_of(node, plan, 1, depth) < 0) goto fail;
+        if (node->children[0]->kind != K_BYTES && node->children[0]->kind != K_FIXED) {
+            PyErr_SetString(PyExc_TypeError, "a decimal reads bytes or a fixed");
+            goto fail;
+        }
+        node->args = PyTuple_Pack(2, PyTuple_GET_ITEM(plan, 4), PyTuple_GET_ITEM(plan, 5));
+        if (node->args == NULL) goto fail;
+        break;
     case K_CALL:
         if (size != 4 || !PyCallable_Check(PyTuple_GET_ITEM(plan, 2))) {
             PyErr_SetString(PyExc_TypeError, "call is (\"call\", node, function, extra arguments or None)");
@@ -295,7 +316,7 @@ static int skip_node(const Node *node, Cursor *c) {
                 if (skip_node(node->children[0], c) < 0) return -1;
             }
         }
-    case K_CALL: case K_SKIP:
+    case K_CALL: case K_SKIP: case K_DECIMAL:
         return skip_node(node->children[0], c);
     }
     PyErr_SetString(PyExc_SystemError, "unknown node");
@@ -336,6 +357,37 @@ static PyObject *convert(PyObject *conversion, PyObject *value) {
         return NULL;
     }
     Py_DECREF(zone);
+    return out;
+}
+
+/* A decimal's unscaled bytes (big-endian two's complement) as a Decimal: what
+ * _decimal_reader in native.py gives, context.create_decimal(unscaled).scaleb(-scale)
+ * with the schema's precision as the context's. For up to 8 bytes whose value has at
+ * most `precision` digits (nothing to round) that is the Decimal of the exact text
+ * "<unscaled>E-<scale>"; anything else is handed to the Python reader. */
+static PyObject *read_decimal(const Node *node, const unsigned char *p, Py_ssize_t size) {
+    PyObject *type = PyTuple_GET_ITEM(node->args, 0), *reader = PyTuple_GET_ITEM(node->args, 1);
+    if (size <= 8 && node->scale >= 0 && node->precision >= 1) {
+        uint64_t bits = (size > 0 && (p[0] & 0x80)) ? ~(uint64_t)0 : 0;
+        for (Py_ssize_t i = 0; i < size; i++) bits = (bits << 8) | p[i];
+        int64_t unscaled = (int64_t)bits;
+        uint64_t magnitude = unscaled < 0 ? (uint64_t)0 - bits : bits;
+        int digits = 1;
+        for (uint64_t rest = magnitude / 10; rest != 0; rest /= 10) digits++;
+        if (digits <= node->precision) {
+            char text[48];
+            snprintf(text, sizeof text, "%lldE-%lld", (long long)unscaled, node->scale);
+            PyObject *str = PyUnicode_FromString(text);
+            if (str == NULL) return NULL;
+            PyObject *out = PyObject_CallOneArg(type, str);
+            Py_DECREF(str);
+            return out;
+        }
+    }
+    PyObject *raw = PyBytes_FromStringAndSize((const char *)p, size);
+    if (raw == NULL) return NULL;
+    PyObject *out = PyObject_CallOneArg(reader, raw);
+    Py_DECREF(raw);
     return out;
 }
 
@@ -519,6 +571,17 @@ static PyObject *read_node(const Node *node, Cursor *c) {
     case K_SKIP:
         if (skip_node(node->children[0], c) < 0) return NULL;
         Py_RETURN_NONE;
+    case K_DECIMAL: {
+        const Node *raw = node->children[0];
+        if (raw->kind == K_FIXED) {
+            size = raw->n;
+            if (c->len - c->pos < size) { eof(); return NULL; }
+        } else if (read_size(c, &size) < 0) {
+            return NULL;
+        }
+        c->pos += size;
+        return read_decimal(node, c->buf + c->pos - size, size);
+    }
     }
     PyErr_SetString(PyExc_SystemError, "unknown node");
     return NULL;
@@ -1206,7 +1269,17 @@ PyMODINIT_FUNC PyInit__native(void) {
     if (quote == NULL) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
-    if (PyModule_AddObjectRef(m, "Program", (PyObject *)&ProgramType) < 0 ||
+    PyObject *kinds = PyTuple_New(K_DECIMAL + 1);
+    if (kinds == NULL) { Py_DECREF(m); return NULL; }
+    for (int i = 0; i <= K_DECIMAL; i++) {
+        PyObject *kind = PyUnicode_FromString(KINDS[i]);
+        if (kind == NULL) { Py_DECREF(kinds); Py_DECREF(m); return NULL; }
+        PyTuple_SET_ITEM(kinds, i, kind);
+    }
+    int added = PyModule_AddObjectRef(m, "KINDS", kinds);
+    Py_DECREF(kinds);
+    if (added < 0 ||
+        PyModule_AddObjectRef(m, "Program", (PyObject *)&ProgramType) < 0 ||
         PyModule_AddObjectRef(m, "Slots", (PyObject *)&SlotsType) < 0) {
         Py_DECREF(m);
         return NULL;

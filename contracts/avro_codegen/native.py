@@ -5,8 +5,10 @@ a few bytecodes per byte read. :func:`compile_native_reader` takes the same argu
 turns the schema into a *read plan* (nested tuples: one node per Avro type, fields
 skipped by a projection marked so), and hands it to ``_native.Program``, a small
 interpreter in C (``_native.c``, built by ``scripts/setup``) that reads a datum and
-builds only the kept fields. Conversions (decimals, logical types, the row decoders'
-column conversions) stay the Python functions the generated reader calls, called from C.
+builds only the kept fields. Conversions (logical types, the row decoders' column
+conversions) stay the Python functions the generated reader calls, called from C; the
+usual decimals and the conversions that say what they do (``native_conversion``) are
+done in C.
 
 The two readers give equal results for every plan, and both equal
 ``fastavro.schemaless_reader`` (tests/contracts/test_native_reader.py, hypothesis).
@@ -42,7 +44,9 @@ except ImportError:  # not built: callers fall back to the generated reader and 
 #: an older source that lacks what the code here calls (``scripts/setup`` rebuilds it).
 #: The one way the project reaches it: the reader, its makers, the lineage
 #: (:mod:`translators.lineage`) and the replay's file records (:mod:`replay.task`).
-EXTENSION: Final[Any] = _extension if hasattr(_extension, "file_record") else None
+EXTENSION: Final[Any] = (
+    _extension if "decimal" in getattr(_extension, "KINDS", ()) else None
+)
 Program: Any = None if EXTENSION is None else EXTENSION.Program
 Slots: Any = None if EXTENSION is None else EXTENSION.Slots
 
@@ -120,8 +124,11 @@ class _Planner:
         plan = self._base(schema, t, convert, keep, build)
         logical = _logical_key(schema)
         if logical in ("bytes-decimal", "fixed-decimal") and type(schema.get("precision")) is int:
-            reader = _decimal_reader(schema["precision"], int(schema.get("scale", 0)))
-            return ("call", plan, reader, None)
+            precision, scale = schema["precision"], int(schema.get("scale", 0))
+            # read in C where the value is short and has nothing to round; else by
+            # the Python reader (_native.c, read_decimal)
+            reader = _decimal_reader(precision, scale)
+            return ("decimal", plan, precision, scale, decimal.Decimal, reader)
         if logical is not None:
             return ("call", plan, LOGICAL_READERS[logical], (schema, None))
         return plan
