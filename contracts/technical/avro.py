@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import fastavro
 
@@ -196,12 +197,20 @@ def _unframe(data: bytes, what: Literal["the key", "the value"]) -> tuple[int, m
         raise InvalidRecord(f"{what} {exc}") from None
 
 
+_ADDRESS: Final = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
 def _read_avro(body: memoryview, schema: Any, what: str) -> Any:
     buffer = io.BytesIO(body)
     try:
         record = fastavro.schemaless_reader(buffer, schema, None)
     except Exception as exc:
-        raise InvalidRecord(f"the Avro body of {what} does not match its schema ({exc!r})") from exc
+        # fastavro names its buffer with an address ("<_io.BytesIO object at 0x7f…>"):
+        # the verdict is the same for the same bytes, whichever path read them
+        reason = _ADDRESS.sub("", f"{type(exc).__name__}: {exc}")
+        raise InvalidRecord(
+            f"the Avro body of {what} does not match its schema ({reason})"
+        ) from exc
     if buffer.tell() != len(body):
         left = len(body) - buffer.tell()
         raise InvalidRecord(f"{left} bytes left after the Avro record of {what}")
