@@ -42,6 +42,10 @@ typedef struct {
     Py_ssize_t pos;
 } Cursor;
 
+/* Attribute names read from C, interned once (at the module's start). */
+static PyObject *ATTR_source, *ATTR_position, *ATTR_coordinates, *ATTR_offset, *ATTR_topic, *ATTR_partition, *ATTR_lsn, *ATTR_tx_id, *ATTR_qualified_table, *ATTR_name, *ATTR_op, *ATTR_key,
+    *ATTR_tzinfo;
+
 static const char *KINDS[] = {
     "null", "boolean", "int", "long", "float", "double", "string", "bytes", "fixed",
     "enum", "record", "union", "array", "map", "call", "skip", "decimal", NULL
@@ -349,7 +353,7 @@ static PyObject *convert(PyObject *conversion, PyObject *value) {
     out = PyObject_CallOneArg(then, value);
     Py_DECREF(value);
     if (out == NULL || PyTuple_GET_ITEM(conversion, 3) != Py_True) return out;
-    PyObject *zone = PyObject_GetAttrString(out, "tzinfo");
+    PyObject *zone = PyObject_GetAttr(out, ATTR_tzinfo);
     if (zone == NULL || zone == Py_None) {
         Py_XDECREF(zone);
         Py_DECREF(out);
@@ -1150,6 +1154,94 @@ static PyObject *origin(PyObject *module, PyObject *const *args, Py_ssize_t narg
     return made;
 }
 
+/* origin_of(cls, event, table, header_names, pg_position)
+ *   -> what lineage.origin_of gives for a ChangeEvent, read from the event itself: its
+ *   source's name, op, key and coordinates, and a position that is None or of the class
+ *   pg_position (its text as PgPosition.__str__ writes it for an LSN of 0 to 2**64 - 1,
+ *   its tx_id as Source.tx_id gives it); table None: the source's qualified_table.
+ *   None for anything else (another position, a key left to the JSON encoder): the
+ *   Python then does it. */
+static PyObject *origin_of(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5 || !PyType_Check(args[4])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "origin_of(cls, event, table, header_names, pg_position)");
+        return NULL;
+    }
+    PyObject *event = args[1];
+    PyObject *source = NULL, *position = NULL, *coordinates = NULL, *offset = NULL;
+    PyObject *text = NULL, *tx_text = NULL, *where = NULL, *table = NULL, *name = NULL;
+    PyObject *op = NULL, *key = NULL, *made = NULL;
+    if ((source = PyObject_GetAttr(event, ATTR_source)) == NULL ||
+        (position = PyObject_GetAttr(source, ATTR_position)) == NULL ||
+        (coordinates = PyObject_GetAttr(event, ATTR_coordinates)) == NULL ||
+        (offset = PyObject_GetAttr(coordinates, ATTR_offset)) == NULL)
+        goto done;
+    if (position == Py_None) {
+        PyObject *topic = PyObject_GetAttr(coordinates, ATTR_topic);
+        PyObject *partition = topic ? PyObject_GetAttr(coordinates, ATTR_partition) : NULL;
+        if (partition != NULL) where = PyUnicode_FromFormat("%S/%S/%S", topic, partition, offset);
+        Py_XDECREF(topic);
+        Py_XDECREF(partition);
+        if (where == NULL || (text = PyUnicode_New(0, 0)) == NULL) goto done;
+        tx_text = Py_NewRef(Py_None);
+    } else if (Py_IS_TYPE(position, (PyTypeObject *)args[4])) {
+        PyObject *lsn = PyObject_GetAttr(position, ATTR_lsn);
+        if (lsn == NULL) goto done;
+        if (lsn == Py_None) {
+            text = PyUnicode_FromString("lsn:?");
+        } else {
+            unsigned long long value = PyLong_Check(lsn) ? PyLong_AsUnsignedLongLong(lsn) : 0;
+            if (!PyLong_Check(lsn) || PyErr_Occurred()) {  /* not 0 .. 2**64 - 1: Python's */
+                PyErr_Clear();
+                Py_DECREF(lsn);
+                made = Py_NewRef(Py_None);
+                goto done;
+            }
+            char buffer[40];
+            snprintf(buffer, sizeof buffer, "%llX/%llX", value >> 32, value & 0xFFFFFFFFULL);
+            text = PyUnicode_FromString(buffer);
+        }
+        Py_DECREF(lsn);
+        if (text == NULL) goto done;
+        PyObject *tx = PyObject_GetAttr(position, ATTR_tx_id);
+        if (tx == NULL) goto done;
+        tx_text = tx == Py_None ? Py_NewRef(Py_None) : PyObject_Str(tx);
+        Py_DECREF(tx);
+        if (tx_text == NULL) goto done;
+        where = Py_NewRef(text);
+    } else {
+        made = Py_NewRef(Py_None);
+        goto done;
+    }
+    table = args[2] == Py_None ? PyObject_GetAttr(source, ATTR_qualified_table)
+                               : Py_NewRef(args[2]);
+    if (table == NULL || (name = PyObject_GetAttr(source, ATTR_name)) == NULL ||
+        (op = PyObject_GetAttr(event, ATTR_op)) == NULL ||
+        (key = PyObject_GetAttr(event, ATTR_key)) == NULL)
+        goto done;
+    PyObject *number = offset;
+    PyObject *minus_one = NULL;
+    if (offset == Py_None && (number = minus_one = PyLong_FromLong(-1)) == NULL) goto done;
+    PyObject *const origin_args[10] = {
+        args[0], name, table, op, where, key, number, text, tx_text, args[3],
+    };
+    made = origin(module, origin_args, 10);
+    Py_XDECREF(minus_one);
+done:
+    Py_XDECREF(source);
+    Py_XDECREF(position);
+    Py_XDECREF(coordinates);
+    Py_XDECREF(offset);
+    Py_XDECREF(text);
+    Py_XDECREF(tx_text);
+    Py_XDECREF(where);
+    Py_XDECREF(table);
+    Py_XDECREF(name);
+    Py_XDECREF(op);
+    Py_XDECREF(key);
+    return made;
+}
+
 /* -- the replay's file records ---------------------------------------------------------- */
 
 /* Bytes of a string's UTF-8 or a bytes object (kind 's' or 'b'); 0 when obj is neither
@@ -1251,6 +1343,8 @@ static PyMethodDef methods[] = {
      "file_record(topic, key, value, headers, event_id, translator) -> bytes or None"},
     {"origin", (PyCFunction)(void (*)(void))origin, METH_FASTCALL,
      "origin(cls, name, table, op, where, key, offset, position, tx_id, header_names)"},
+    {"origin_of", (PyCFunction)(void (*)(void))origin_of, METH_FASTCALL,
+     "origin_of(cls, event, table, header_names, pg_position) -> cls(...) or None"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1267,6 +1361,24 @@ PyMODINIT_FUNC PyInit__native(void) {
     quote = PyObject_GetAttrString(encoder, "encode_basestring_ascii");
     Py_DECREF(encoder);
     if (quote == NULL) return NULL;
+    struct { PyObject **slot; const char *name; } attrs[] = {
+        {&ATTR_source, "source"},
+        {&ATTR_position, "position"},
+        {&ATTR_coordinates, "coordinates"},
+        {&ATTR_offset, "offset"},
+        {&ATTR_topic, "topic"},
+        {&ATTR_partition, "partition"},
+        {&ATTR_lsn, "lsn"},
+        {&ATTR_tx_id, "tx_id"},
+        {&ATTR_qualified_table, "qualified_table"},
+        {&ATTR_name, "name"},
+        {&ATTR_op, "op"},
+        {&ATTR_key, "key"},
+        {&ATTR_tzinfo, "tzinfo"},
+    };
+    for (size_t i = 0; i < sizeof attrs / sizeof attrs[0]; i++) {
+        if ((*attrs[i].slot = PyUnicode_InternFromString(attrs[i].name)) == NULL) return NULL;
+    }
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     PyObject *kinds = PyTuple_New(K_DECIMAL + 1);

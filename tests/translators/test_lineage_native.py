@@ -8,7 +8,7 @@ import uuid
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from contracts.envelope import ChangeEvent, PgPosition, Source
+from contracts.envelope import ChangeEvent, MySqlPosition, PgPosition, Source
 from contracts.exceptions import Coordinates
 from translators import lineage
 from translators.lineage import (
@@ -93,35 +93,62 @@ KEY_VALUES = (
 )
 
 
+#: LSNs whose either half may hold any hex digit, and some outside 64 bits.
+LSNS = st.builds(
+    lambda high, low: high << 32 | low,
+    st.integers(min_value=0, max_value=2**32 - 1),
+    st.integers(min_value=0, max_value=2**32 - 1),
+) | st.integers(min_value=-(2**65), max_value=2**66)
+
+
 @SETTINGS
 @given(
     key=st.none() | st.dictionaries(TEXT, KEY_VALUES, max_size=4),
     op=st.sampled_from(["c", "u", "d", "r"]),
-    lsn=st.none() | st.integers(min_value=0, max_value=2**64 - 1),
-    tx=st.none() | st.integers(min_value=0, max_value=2**32),
+    position=st.none()
+    | st.builds(PgPosition, st.none() | LSNS, st.none() | st.integers(min_value=0, max_value=2**64))
+    | st.builds(MySqlPosition, TEXT, st.integers(min_value=0), st.integers(min_value=0)),
     offset=st.none() | st.integers(min_value=0, max_value=2**63 - 1),
     table=st.none() | TEXT,
+    given_table=st.booleans(),
+    topic=st.none() | TEXT,
 )
 def test_a_changes_origin_is_the_pythons(
     key: dict[str, object] | None,
     op: str,
-    lsn: int | None,
-    tx: int | None,
+    position: PgPosition | MySqlPosition | None,
     offset: int | None,
     table: str | None,
+    given_table: bool,
+    topic: str | None,
 ) -> None:
     """The identity (with the key's canonical JSON), the change part and its headers,
-    whatever the key holds: values other than ints and strs go to the JSON encoder."""
-    position = None if lsn is None else PgPosition(lsn, tx)
+    whatever the key and the position hold: values other than ints and strs go to the
+    JSON encoder; LSNs outside 64 bits and MySQL's positions to the Python."""
     source = Source("postgresql", "shop", "shop", "public", table, 1, position=position)
-    where = Coordinates("shop.public.t", 2, offset)
+    where = Coordinates(topic, 2, offset)
     change = ChangeEvent(op, source, None, {"id": 1}, key, coordinates=where)  # type: ignore[arg-type]
     text = None if position is None else str(position)
+    tx = source.tx_id
     expected = origin(
         _identity(change, text),
         -1 if offset is None else offset,
         text or "",
-        None if tx is None or position is None else str(tx),
+        None if tx is None else str(tx),
     )
-    assert origin_of(change) == expected
-    assert type(origin_of(change)) is Origin
+    qualified = source.qualified_table if given_table else None
+    assert origin_of(change, qualified) == expected
+    assert type(origin_of(change, qualified)) is Origin
+    assert lineage._origin_of(change, qualified) == expected
+
+
+def test_the_usual_changes_origin_is_made_in_one_call() -> None:
+    """A PostgreSQL position and an int key: the compiled origin_of answers (None would
+    mean the Python did it)."""
+    source = Source("postgresql", "shop", "shop", "public", "t", 1, position=PgPosition(2**40, 7))
+    change = ChangeEvent(
+        "u", source, None, {"id": 1}, {"id": 1}, coordinates=Coordinates("t", 0, 5)
+    )
+    made = lineage._compiled.origin_of(Origin, change, None, lineage._CHANGE_HEADERS, PgPosition)
+    assert made == lineage._origin_of(change)
+    assert made.identity == 'shop.public.t|u|100/0|{"id":1}'
