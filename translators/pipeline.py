@@ -162,7 +162,8 @@ class Pipeline:
         self.replay = replay
         self.dead_letter_topic = dead_letter_topic
         self._routes: dict[str, tuple[Translator, ...]] = {}
-        self._topics: dict[type[BusinessEvent], str] = {}
+        #: Per contract class: its Avro fullname (what event ids hash) and its topic.
+        self._contracts: dict[type[BusinessEvent], tuple[str, str]] = {}
         self._stampers: dict[tuple[str, str, int], Stamper] = {}
         #: Per technical topic: its table and the columns its translators read.
         self._projections: dict[str, tuple[str, frozenset[str] | None]] = {}
@@ -282,13 +283,16 @@ class Pipeline:
             produced = []
             for event in events:
                 cls = event.__class__
-                contract = contract_name(cls)
+                known = self._contracts.get(cls)
+                if known is None:
+                    known = self._contracts[cls] = (contract_name(cls), cls.contract_topic())
+                contract, topic = known
                 ordinal = ordinals.get(contract, 0)
                 ordinals[contract] = ordinal + 1
                 event_id, lineage, headers = stamper.wire(shared, contract, ordinal)
                 produced.append(
                     _make_out(
-                        self._topic(cls),
+                        topic,
                         record.key,
                         self.serializer(event, None, lineage),
                         headers,
@@ -302,13 +306,6 @@ class Pipeline:
         except ContractError as exc:
             dead = self._dead_letter(record, "contract", str(exc), exc, translator.ref)
         return [dead], True
-
-    def _topic(self, contract: type[BusinessEvent]) -> str:
-        # contract_topic() rebuilds the name from the schema each time; it never changes
-        topic = self._topics.get(contract)
-        if topic is None:
-            topic = self._topics[contract] = contract.contract_topic()
-        return topic
 
     def _dead_letter(
         self, record: Record, stage: Stage, reason: str, exc: Exception, translator: str

@@ -332,8 +332,9 @@ static int skip_node(const Node *node, Cursor *c) {
 /* A field's conversion of value (a new reference, stolen): a callable is called; a
  * tuple (marker, unavailable, then, zoned) is done here (see native_conversion in
  * contracts/logical/decode.py): a value equal to marker (unless None) reads as
- * unavailable, any other is then(value) (unless then is None), whose result must have
- * a zone when zoned is True. */
+ * unavailable, any other is then(value) (unless then is None; a frozenset then: the
+ * value as it is, if it is one of its strs), whose result must have a zone when zoned
+ * is True. */
 static PyObject *convert(PyObject *conversion, PyObject *value) {
     PyObject *out;
     if (!PyTuple_CheckExact(conversion)) {
@@ -350,6 +351,13 @@ static PyObject *convert(PyObject *conversion, PyObject *value) {
         }
     }
     if (then == Py_None) return value;
+    if (PyFrozenSet_CheckExact(then)) {
+        int member = PyUnicode_Check(value) ? PySet_Contains(then, value) : 0;
+        if (member == 1) return value;
+        Py_DECREF(value);
+        if (member == 0) PyErr_SetString(PyExc_ValueError, "not one of the enum's labels");
+        return NULL;
+    }
     out = PyObject_CallOneArg(then, value);
     Py_DECREF(value);
     if (out == NULL || PyTuple_GET_ITEM(conversion, 3) != Py_True) return out;

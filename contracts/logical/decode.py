@@ -89,7 +89,9 @@ def native_conversion(convert: Converter) -> tuple[Any, Any, Any, bool] | None:
     """``(marker, unavailable, then, zoned)``: what ``convert`` does, for a compiled
     reader to do without calling it. A value equal to ``marker`` (unless ``None``) reads
     as ``unavailable``; any other is ``then(value)`` (the value itself when ``then`` is
-    ``None``), whose result must have a zone when ``zoned``. ``None``: call ``convert``."""
+    ``None``; when ``then`` is a frozenset, the value itself if it is one of its
+    strings, else a failure), whose result must have a zone when ``zoned``. ``None``:
+    call ``convert``."""
     if convert in _ZONED:
         return (None, None, _ZONED[convert], True)
     found: tuple[Any, Any, Any, bool] | None = getattr(convert, _NATIVE, None)
@@ -307,7 +309,10 @@ def _decoder_for(ct: ColumnType, wire: Wire, ranges: bool) -> Converter | None:
     if kind is Kind.JSON:
         return _unavailable_or(JsonDocument)
     if kind is Kind.ENUM:
-        return _unavailable_or(_check_labels(ct))
+        decode = _unavailable_or(_check_labels(ct))
+        if ct.labels:  # the check is a membership test: the compiled reader's to do
+            setattr(decode, _NATIVE, (UNAVAILABLE_MARKER, UNAVAILABLE, frozenset(ct.labels), False))
+        return decode
     if kind is Kind.ARRAY:
         return _array(
             decoder_for(ct.items or _ANY, wire, ranges=ranges),
