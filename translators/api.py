@@ -53,6 +53,9 @@ class Translator:
     #: The ops that can give it an event (``None``: any); other changes are dropped
     #: before it is called.
     ops: frozenset[str] | None = None
+    #: The columns without whose change an update gives it no event (``None``: any
+    #: update may); the other updates are dropped before their rows are decoded.
+    changes: frozenset[str] | None = None
     #: ``name@version``, as pinned, logged and written in lineage (made once: the
     #: runtime reads it for every change).
     ref: str = field(init=False, repr=False, compare=False)
@@ -118,6 +121,7 @@ def translator(
     deletes: Policy = TRANSLATE,
     columns: Sequence[str] | None = None,
     ops: Sequence[str] | None = None,
+    changes: Sequence[str] | None = None,
 ) -> Callable[[TranslateFunc], Translator]:
     """Declare a translator; a malformed declaration fails where it is written.
 
@@ -127,12 +131,20 @@ def translator(
     sees every column of every change. With them the runtime decodes nothing else
     and drops the other changes before calling it; reading an undeclared column
     is a translation error naming it, in tests as in production.
+
+    ``changes`` lists the columns without whose change an update gives no event
+    (``["status"]``: only a new status matters). The runtime drops an update with a
+    before row in which none of them changed, before its rows are decoded. An update
+    without a before row (PostgreSQL's default replica identity) is always passed on,
+    as is one whose value is an unchanged out-of-line (TOASTed) placeholder. They must
+    be among ``columns`` when those are declared.
     """
 
     def wrap(func: TranslateFunc) -> Translator:
         origin = f"{func.__module__}.{func.__qualname__}"
         problems = _problems(name, version, sources, emits, snapshots, deletes)
         problems += _declaration_problems(columns, ops)
+        problems += _changes_problems(changes, columns)
         if problems:
             raise PluginError(f"translator {name}@{version} ({origin}): {'; '.join(problems)}")
         return Translator(
@@ -146,6 +158,7 @@ def translator(
             origin=origin,
             columns=None if columns is None else frozenset(columns),
             ops=None if ops is None else frozenset(ops),
+            changes=None if changes is None else frozenset(changes),
         )
 
     return wrap
@@ -198,3 +211,20 @@ def _declaration_problems(columns: object, ops: object) -> list[str]:
     ):
         problems.append(f"ops {ops!r} must be a non-empty list of {', '.join(sorted(_OPS))}")
     return problems
+
+
+def _changes_problems(changes: object, columns: object) -> list[str]:
+    if changes is None:
+        return []
+    if (
+        isinstance(changes, str)
+        or not isinstance(changes, Sequence | frozenset | set)
+        or not changes
+        or not all(isinstance(c, str) and c for c in changes)
+    ):
+        return [f"changes {changes!r} must be a non-empty list of column names"]
+    if isinstance(columns, Sequence | frozenset | set) and not isinstance(columns, str):
+        unread = sorted(set(changes) - set(columns))
+        if unread:
+            return [f"changes names {', '.join(map(repr, unread))}, which columns does not list"]
+    return []

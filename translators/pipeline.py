@@ -37,8 +37,9 @@ from contracts.business import (
     BusinessEvent,
 )
 from contracts.change import Change
-from contracts.envelope import ChangeEvent, Tombstone
+from contracts.envelope import OP_UPDATE, ChangeEvent, Source, Tombstone
 from contracts.exceptions import ContractError, Coordinates, DecodeError
+from contracts.technical.events import Gate, SourceTable
 from translators.api import Translator
 from translators.exceptions import TranslationError
 from translators.lineage import Origin, Stamper, contract_name, origin_of
@@ -58,6 +59,12 @@ class Decoder(Protocol):
         headers: Sequence[tuple[str, bytes | None]] | None = None,
         columns: frozenset[str] | None = None,
     ) -> ChangeEvent | Tombstone: ...
+
+    def gate(self, columns: frozenset[str], table: SourceTable) -> Gate | None:
+        """``unchanged(key, value)``: whether a record is, for sure and without decoding
+        its rows, an update of ``table`` that changes none of ``columns`` (None: this
+        decoder cannot tell)."""
+        ...
 
 
 class Serializer(Protocol):
@@ -139,6 +146,10 @@ class Result:
     unrouted: int = 0
 
 
+#: What the pipeline knows of a technical topic: its table, the columns its translators
+#: read (None: all) and the gate of its updates (None: none).
+_Known = tuple[str, frozenset[str] | None, Gate | None]
+
 # Made from every field, positionally, once a record or event: the extension's makers.
 _make_coordinates: Final = constructor(Coordinates)
 _make_out: Final = constructor(OutRecord)
@@ -165,8 +176,9 @@ class Pipeline:
         #: Per contract class: its Avro fullname (what event ids hash) and its topic.
         self._contracts: dict[type[BusinessEvent], tuple[str, str]] = {}
         self._stampers: dict[tuple[str, str, int], Stamper] = {}
-        #: Per technical topic: its table and the columns its translators read.
-        self._projections: dict[str, tuple[str, frozenset[str] | None]] = {}
+        #: Per technical topic: its table, the columns its translators read and the
+        #: gate of its updates (:meth:`gate`).
+        self._projections: dict[str, _Known] = {}
 
     def route(self, table: str) -> tuple[Translator, ...]:
         """The translators that read ``schema.table`` (cached per table)."""
@@ -185,26 +197,52 @@ class Pipeline:
             union |= t.columns
         return frozenset(union)
 
-    def _decode(self, record: Record, where: Coordinates) -> tuple[ChangeEvent | Tombstone, str]:
+    def gate(self, table: str, source: Source) -> Gate | None:
+        """The decoder's gate of updates of ``table`` that change none of what its
+        translators' ``changes`` declarations name (their union), told by the table as
+        its source block names it. None (every update is decoded) when a translator that
+        may take updates declares none, no translator reads the table, or the decoder
+        cannot tell."""
+        translators = self.route(table)
+        union: set[str] = set()
+        for t in translators:
+            if not t.may_emit(OP_UPDATE):
+                continue
+            if t.changes is None:
+                return None
+            union |= t.changes
+        namespace = ("schema", source.schema) if source.schema is not None else ("db", source.db)
+        if not translators or namespace[1] is None or source.table is None:
+            return None
+        return self.decoder.gate(frozenset(union), (namespace, ("table", source.table)))
+
+    def _decode(
+        self, record: Record, where: Coordinates, known: _Known | None
+    ) -> tuple[ChangeEvent | Tombstone, str]:
         """The record decoded with only the columns its table's translators read, and
         its ``schema.table`` ("" for a tombstone).
 
         A topic's table is learnt from its first record; a topic that turns out to hold
-        several tables is read whole from then on.
+        several tables is read whole, and its updates all decoded, from then on.
         """
         decode = self.decoder.decode
-        known = self._projections.get(record.topic)
         columns = None if known is None else known[1]
         decoded = decode(record.key, record.value, where, record.headers, columns)
         if decoded.__class__ is Tombstone:
             return decoded, ""
         assert isinstance(decoded, ChangeEvent)
-        table = decoded.source.qualified_table
+        source = decoded.source
+        table = source.qualified_table
         if known is None:
-            self._projections[record.topic] = (table, self.columns(table))
-        elif known[0] != table and columns is not None:
-            self._projections[record.topic] = ("", None)
-            decoded = decode(record.key, record.value, where, record.headers, None)
+            self._projections[record.topic] = (
+                table,
+                self.columns(table),
+                self.gate(table, source),
+            )
+        elif known[0] != table and known[0]:
+            self._projections[record.topic] = ("", None, None)
+            if columns is not None:
+                decoded = decode(record.key, record.value, where, record.headers, None)
         return decoded, table
 
     def process(self, records: Iterable[Record]) -> Result:
@@ -214,9 +252,24 @@ class Pipeline:
         return result
 
     def _one(self, record: Record, result: Result) -> None:
+        known = self._projections.get(record.topic)
+        if (
+            known is not None
+            and known[2] is not None
+            and record.value is not None
+            and known[2](record.key, record.value)
+        ):
+            # an update that changes nothing its table's translators declared they need
+            for translator in self.route(known[0]):
+                counts = result.counts.get(translator.ref)
+                if counts is None:
+                    counts = result.counts[translator.ref] = Counts()
+                counts.consumed += 1
+                counts.dropped += 1
+            return
         where = _make_coordinates(record.topic, record.partition, record.offset)
         try:
-            decoded, table = self._decode(record, where)
+            decoded, table = self._decode(record, where, known)
         except DecodeError as exc:
             result.undecodable += 1
             result.records.append(self._dead_letter(record, "decode", exc.reason, exc, ""))

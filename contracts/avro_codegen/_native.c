@@ -20,7 +20,7 @@
 
 enum kind {
     K_NULL, K_BOOL, K_INT, K_LONG, K_FLOAT, K_DOUBLE, K_STRING, K_BYTES, K_FIXED,
-    K_ENUM, K_RECORD, K_UNION, K_ARRAY, K_MAP, K_CALL, K_SKIP, K_DECIMAL
+    K_ENUM, K_RECORD, K_UNION, K_ARRAY, K_MAP, K_CALL, K_SKIP, K_DECIMAL, K_GATE
 };
 
 typedef struct Node {
@@ -32,9 +32,24 @@ typedef struct Node {
     PyObject *obj;           /* enum: the symbols (tuple); call: the function; record: its
                                 builder (called with the kept fields' values), or NULL */
     PyObject *args;          /* call: extra arguments after the value (tuple), or NULL;
-                                decimal: (Decimal, the Python reader of the bytes) */
+                                decimal: (Decimal, the Python reader of the bytes);
+                                gate: its layout (see read_gate) */
     long long precision, scale;  /* decimal */
+    struct GateLayout *gate;     /* gate: its layout, parsed (see read_gate) */
 } Node;
+
+#define MAX_GATED 32
+
+/* A list of field indices, as a gate compares them. */
+typedef struct {
+    Py_ssize_t n;
+    Py_ssize_t at[MAX_GATED];
+} Indices;
+
+typedef struct GateLayout {
+    Py_ssize_t before, after, source;
+    Indices columns, checked, source_checked;
+} GateLayout;
 
 typedef struct {
     const unsigned char *buf;
@@ -48,7 +63,7 @@ static PyObject *ATTR_source, *ATTR_position, *ATTR_coordinates, *ATTR_offset, *
 
 static const char *KINDS[] = {
     "null", "boolean", "int", "long", "float", "double", "string", "bytes", "fixed",
-    "enum", "record", "union", "array", "map", "call", "skip", "decimal", NULL
+    "enum", "record", "union", "array", "map", "call", "skip", "decimal", "gate", NULL
 };
 
 /* -- plan -> nodes ------------------------------------------------------------------ */
@@ -70,7 +85,25 @@ static void node_free(Node *node) {
     }
     Py_XDECREF(node->obj);
     Py_XDECREF(node->args);
+    PyMem_Free(node->gate);
     PyMem_Free(node);
+}
+
+/* A tuple of at most MAX_GATED field indices, into `out`. */
+static int indices_of(PyObject *tuple, Indices *out) {
+    if (!PyTuple_Check(tuple) || PyTuple_GET_SIZE(tuple) > MAX_GATED) {
+        PyErr_SetString(PyExc_TypeError, "a gate's field indices are a tuple of at most 32");
+        return -1;
+    }
+    out->n = PyTuple_GET_SIZE(tuple);
+    for (Py_ssize_t k = 0; k < out->n; k++) {
+        out->at[k] = PyLong_AsSsize_t(PyTuple_GET_ITEM(tuple, k));
+        if (out->at[k] < 0) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a negative field index");
+            return -1;
+        }
+    }
+    return 0;
 }
 
 static Node *node_new(PyObject *plan, int depth);
@@ -203,6 +236,44 @@ static Node *node_new(PyObject *plan, int depth) {
         node->args = PyTuple_Pack(2, PyTuple_GET_ITEM(plan, 4), PyTuple_GET_ITEM(plan, 5));
         if (node->args == NULL) goto fail;
         break;
+    case K_GATE:
+        /* ("gate", envelope record node, layout): see read_gate */
+        if (size != 3 || !PyTuple_Check(PyTuple_GET_ITEM(plan, 2)) ||
+            PyTuple_GET_SIZE(PyTuple_GET_ITEM(plan, 2)) != 8) {
+            PyErr_SetString(PyExc_TypeError, "gate is (\"gate\", envelope node, layout)");
+            goto fail;
+        }
+        if (child_of(node, plan, 1, depth) < 0) goto fail;
+        if (node->children[0]->kind != K_RECORD) {
+            PyErr_SetString(PyExc_TypeError, "a gate reads a record");
+            goto fail;
+        }
+        {
+            PyObject *layout = PyTuple_GET_ITEM(plan, 2);
+            GateLayout *gate = node->gate = PyMem_Calloc(1, sizeof(GateLayout));
+            if (gate == NULL) { PyErr_NoMemory(); goto fail; }
+            gate->before = PyLong_AsSsize_t(PyTuple_GET_ITEM(layout, 0));
+            gate->after = PyLong_AsSsize_t(PyTuple_GET_ITEM(layout, 1));
+            gate->source = PyLong_AsSsize_t(PyTuple_GET_ITEM(layout, 5));
+            if (PyErr_Occurred() ||
+                indices_of(PyTuple_GET_ITEM(layout, 2), &gate->columns) < 0 ||
+                indices_of(PyTuple_GET_ITEM(layout, 3), &gate->checked) < 0 ||
+                indices_of(PyTuple_GET_ITEM(layout, 6), &gate->source_checked) < 0)
+                goto fail;
+            for (int k = 4; k <= 7; k += 3) {  /* the expected bytes, one per checked field */
+                PyObject *want = PyTuple_GET_ITEM(layout, k);
+                Py_ssize_t count = (k == 4 ? gate->checked : gate->source_checked).n;
+                int ok = PyTuple_Check(want) && PyTuple_GET_SIZE(want) == count;
+                for (Py_ssize_t j = 0; ok && j < count; j++)
+                    ok = PyBytes_Check(PyTuple_GET_ITEM(want, j));
+                if (!ok) {
+                    PyErr_SetString(PyExc_TypeError, "a gate expects bytes for each field it checks");
+                    goto fail;
+                }
+            }
+            node->args = Py_NewRef(layout);
+        }
+        break;
     case K_CALL:
         if (size != 4 || !PyCallable_Check(PyTuple_GET_ITEM(plan, 2))) {
             PyErr_SetString(PyExc_TypeError, "call is (\"call\", node, function, extra arguments or None)");
@@ -320,7 +391,7 @@ static int skip_node(const Node *node, Cursor *c) {
                 if (skip_node(node->children[0], c) < 0) return -1;
             }
         }
-    case K_CALL: case K_SKIP: case K_DECIMAL:
+    case K_CALL: case K_SKIP: case K_DECIMAL: case K_GATE:
         return skip_node(node->children[0], c);
     }
     PyErr_SetString(PyExc_SystemError, "unknown node");
@@ -401,6 +472,95 @@ static PyObject *read_decimal(const Node *node, const unsigned char *p, Py_ssize
     PyObject *out = PyObject_CallOneArg(reader, raw);
     Py_DECREF(raw);
     return out;
+}
+
+/* -- the unchanged-update gate ------------------------------------------------------ */
+
+typedef struct {
+    const unsigned char *at;
+    Py_ssize_t size;
+} Span;
+
+/* Where the fields `wanted` of a record lie: steps over the record, noting them. */
+static int record_spans(const Node *record, Cursor *c, const Indices *wanted, Span *spans) {
+    for (Py_ssize_t i = 0; i < record->n; i++) {
+        Py_ssize_t start = c->pos;
+        if (skip_node(record->children[i], c) < 0) return -1;
+        for (Py_ssize_t k = 0; k < wanted->n; k++) {
+            if (wanted->at[k] == i) {
+                spans[k].at = c->buf + start;
+                spans[k].size = c->pos - start;
+            }
+        }
+    }
+    return 0;
+}
+
+/* Whether the spans hold exactly the expected bytes (a tuple of bytes, one per span). */
+static int spans_hold(const Span *spans, PyObject *expected) {
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(expected); k++) {
+        PyObject *want = PyTuple_GET_ITEM(expected, k);
+        if (spans[k].at == NULL || spans[k].size != PyBytes_GET_SIZE(want) ||
+            memcmp(spans[k].at, PyBytes_AS_STRING(want), (size_t)spans[k].size) != 0)
+            return 0;
+    }
+    return 1;
+}
+
+/* The gate of an update that changes none of a translator's declared columns
+ * (translators.api, ``changes``), read without building anything. Its layout:
+ * (before, after, columns, checked, expected, source, source checked, source expected):
+ * True when the envelope's fields `before` and `after` (unions of null and the row
+ * record) are both rows whose fields `columns` (indices) hold the same bytes, its
+ * fields `checked` hold the bytes `expected` (op: "u") and the fields `source checked`
+ * of its source block (field `source`) hold `source expected` (its schema or db, its
+ * table). Equal bytes are equal values, so such an update changes none of them. False
+ * for anything else, as soon as it is known; a datum that does not read raises: the
+ * decoder then reads it and gives the verdict. */
+static PyObject *read_gate(const Node *node, Cursor *c) {
+    const GateLayout *gate = node->gate;
+    Span rows[2][MAX_GATED], fields[MAX_GATED], source_fields[MAX_GATED];
+    memset(rows, 0, sizeof rows);
+    memset(fields, 0, sizeof fields);
+    memset(source_fields, 0, sizeof source_fields);
+    int present = 0;
+    const Node *envelope = node->children[0];
+    for (Py_ssize_t i = 0; i < envelope->n; i++) {
+        const Node *field = envelope->children[i];
+        Py_ssize_t start = c->pos;
+        int row = i == gate->before ? 0 : i == gate->after ? 1 : -1;
+        if (row >= 0 && field->kind == K_UNION) {
+            long long branch;
+            if (read_long(c, &branch) < 0) return NULL;
+            if (branch < 0 || branch >= field->n) {
+                PyErr_SetString(PyExc_IndexError, "union branch out of range");
+                return NULL;
+            }
+            const Node *chosen = field->children[branch];
+            if (chosen->kind != K_RECORD) Py_RETURN_FALSE;  /* no such row: not gated */
+            if (record_spans(chosen, c, &gate->columns, rows[row]) < 0) return NULL;
+            if (++present == 2) {  /* both rows read: a change ends it here */
+                for (Py_ssize_t k = 0; k < gate->columns.n; k++) {
+                    if (rows[0][k].at == NULL || rows[0][k].size != rows[1][k].size ||
+                        memcmp(rows[0][k].at, rows[1][k].at, (size_t)rows[0][k].size) != 0)
+                        Py_RETURN_FALSE;
+                }
+            }
+        } else if (i == gate->source && field->kind == K_RECORD) {
+            if (record_spans(field, c, &gate->source_checked, source_fields) < 0) return NULL;
+        } else if (skip_node(field, c) < 0) {
+            return NULL;
+        }
+        for (Py_ssize_t k = 0; k < gate->checked.n; k++) {
+            if (gate->checked.at[k] == i) {
+                fields[k].at = c->buf + start;
+                fields[k].size = c->pos - start;
+            }
+        }
+    }
+    int held = present == 2 && spans_hold(fields, PyTuple_GET_ITEM(node->args, 4)) &&
+               spans_hold(source_fields, PyTuple_GET_ITEM(node->args, 7));
+    return Py_NewRef(held ? Py_True : Py_False);
 }
 
 /* A record handed to its builder: builder(*kept values), no dict in between. */
@@ -583,6 +743,8 @@ static PyObject *read_node(const Node *node, Cursor *c) {
     case K_SKIP:
         if (skip_node(node->children[0], c) < 0) return NULL;
         Py_RETURN_NONE;
+    case K_GATE:
+        return read_gate(node, c);
     case K_DECIMAL: {
         const Node *raw = node->children[0];
         if (raw->kind == K_FIXED) {
@@ -1389,9 +1551,9 @@ PyMODINIT_FUNC PyInit__native(void) {
     }
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
-    PyObject *kinds = PyTuple_New(K_DECIMAL + 1);
+    PyObject *kinds = PyTuple_New(K_GATE + 1);
     if (kinds == NULL) { Py_DECREF(m); return NULL; }
-    for (int i = 0; i <= K_DECIMAL; i++) {
+    for (int i = 0; i <= K_GATE; i++) {
         PyObject *kind = PyUnicode_FromString(KINDS[i]);
         if (kind == NULL) { Py_DECREF(kinds); Py_DECREF(m); return NULL; }
         PyTuple_SET_ITEM(kinds, i, kind);

@@ -255,3 +255,88 @@ def compile_native_reader(
         raise Unsupported("the compiled reader is not built (scripts/setup builds it)")
     reader: Reader = Program(read_plan(parsed, fields, convert, keep, build, builder))
     return reader
+
+
+def compile_gate(
+    parsed: Any, columns: Set[str], checks: Mapping[str, Any], source_checks: Mapping[str, Any]
+) -> Reader | None:
+    """``gate(value, start) -> (True or False, end)`` of a Debezium envelope schema: True
+    when the envelope's before and after rows hold the same bytes in ``columns``, its
+    fields ``checks`` (``{"op": "u"}``) and its source block's ``source_checks``
+    (``{"schema": "store", "table": "orders"}``) hold those values; read without
+    building anything (_native.c, read_gate). None where the schema has no such layout
+    or the extension is not built."""
+    if Program is None or _type_of(parsed) != "record":
+        return None
+    named = parsed.get("__named_schemas") if isinstance(parsed, dict) else None
+    named = named if isinstance(named, dict) else {}
+    fields = parsed.get("fields") or []
+    names = [f.get("name") for f in fields]
+    if "before" not in names or "after" not in names or "source" not in names:
+        return None
+    rows = [_row_names(fields[names.index(n)].get("type"), named) for n in ("before", "after")]
+    source_names = _record_names(fields[names.index("source")].get("type"), named)
+    if rows[0] is None or rows[0] != rows[1] or source_names is None:
+        return None
+    if not set(columns) <= set(rows[0]) or max(len(columns), len(checks), len(source_checks)) > 32:
+        return None
+    try:
+        checked = [(names.index(k), v) for k, v in sorted(checks.items())]
+        source_type = _resolved(fields[names.index("source")].get("type"), named)
+        source_fields = source_type.get("fields") or []
+        source_checked = [(source_names.index(k), v) for k, v in sorted(source_checks.items())]
+        layout = (
+            names.index("before"),
+            names.index("after"),
+            tuple(rows[0].index(c) for c in sorted(columns)),
+            tuple(i for i, _ in checked),
+            tuple(_encoded(fields[i].get("type"), v, named) for i, v in checked),
+            names.index("source"),
+            tuple(i for i, _ in source_checked),
+            tuple(_encoded(source_fields[i].get("type"), v, named) for i, v in source_checked),
+        )
+        plan = _Planner(named).skip(parsed)
+    except Exception:  # a field it cannot name or a value its type does not take: none
+        return None
+    gate: Reader = Program(("gate", plan, layout))
+    return gate
+
+
+def _resolved(schema: Any, named: Mapping[str, Any]) -> Any:
+    """``schema`` with names and type wrappers resolved."""
+    if isinstance(schema, str) and schema in named:
+        return _resolved(named[schema], named)
+    inner = _type_of(schema)
+    if isinstance(inner, dict):
+        return _resolved(inner, named)
+    return schema
+
+
+def _record_names(schema: Any, named: Mapping[str, Any]) -> list[str] | None:
+    resolved = _resolved(schema, named)
+    if not isinstance(resolved, dict) or resolved.get("type") not in ("record", "error"):
+        return None
+    return [f.get("name") for f in resolved.get("fields") or []]
+
+
+def _row_names(schema: Any, named: Mapping[str, Any]) -> list[str] | None:
+    """The field names of a row field's record: a union of null and one record."""
+    if not isinstance(schema, list):
+        return None
+    records = [b for b in schema if _record_names(b, named) is not None]
+    if len(records) != 1 or any(b != "null" for b in schema if b is not records[0]):
+        return None
+    return _record_names(records[0], named)
+
+
+def _encoded(schema: Any, value: Any, named: Mapping[str, Any]) -> bytes:
+    """The Avro bytes of ``value`` as ``schema`` (a field's type) writes it."""
+    import io
+
+    import fastavro
+
+    buffer = io.BytesIO()
+    fastavro.schemaless_writer(
+        buffer, fastavro.parse_schema(schema, named_schemas=dict(named)), value
+    )
+    return buffer.getvalue()

@@ -16,8 +16,9 @@ import fastavro
 from base.errors import TransientError
 from base.framing import FramingError, unframe
 from contracts.avro_codegen import Reader, Unsupported, compile_reader
-from contracts.avro_codegen.native import AVAILABLE, compile_native_reader
+from contracts.avro_codegen.native import AVAILABLE, compile_gate, compile_native_reader
 from contracts.envelope import (
+    OP_UPDATE,
     ChangeEvent,
     Headers,
     Row,
@@ -34,8 +35,10 @@ from contracts.logical import (
 from contracts.technical.events import (
     TRANSACTION_FIELDS,
     Columns,
+    Gate,
     RawHeaders,
     SchemaLookup,
+    SourceTable,
     _BytesDecoder,
     _decoded,
     _event,
@@ -198,6 +201,8 @@ def _unframe(data: bytes, what: Literal["the key", "the value"]) -> tuple[int, m
 
 
 _ADDRESS: Final = re.compile(r" at 0x[0-9a-fA-F]+")
+#: A gate not compiled yet (None: the schema has none).
+_NO_GATE: Final[Any] = object()
 
 
 def _read_avro(body: memoryview, schema: Any, what: str) -> Any:
@@ -236,6 +241,50 @@ class AvroDecoder(_BytesDecoder):
         self._schemas: dict[int, Any] = {}
         self._values: dict[tuple[int, Columns], _AvroPlan] = {}
         self._keys: dict[int, _AvroPlan] = {}
+
+    def gate(self, columns: frozenset[str], table: SourceTable) -> Gate | None:
+        """:meth:`_BytesDecoder.gate`, answered by the compiled reader's gate from the
+        bytes of the before and after rows' ``columns`` (equal bytes, equal values)."""
+        if self._reader != "compiled" or not AVAILABLE:
+            return None
+        gates: dict[int, Reader | None] = {}
+        keys = self._keys
+
+        def unchanged(key: bytes | None, value: bytes) -> bool:
+            if value.__class__ is not bytes or len(value) < 5 or value[0] != 0:
+                return False
+            schema_id = int.from_bytes(value[1:5], "big")
+            found = gates.get(schema_id, _NO_GATE)
+            if found is _NO_GATE:
+                found = gates[schema_id] = self._gate(schema_id, columns, table)
+            if found is None:
+                return False
+            try:
+                held, end = found(value, 5)
+                if held is not True or end != len(value):
+                    return False
+                if key is None:
+                    return True
+                # the key must read, as the decoder would read it
+                if key.__class__ is not bytes or len(key) < 5 or key[0] != 0:
+                    return False
+                plan = keys.get(int.from_bytes(key[1:5], "big"))
+                return (
+                    plan is not None and plan.read is not None and plan.read(key, 5)[1] == len(key)
+                )
+            except Exception:
+                return False  # the decoder reads it and gives the verdict
+
+        return unchanged
+
+    def _gate(self, schema_id: int, columns: frozenset[str], table: SourceTable) -> Reader | None:
+        if self._reader != "compiled":
+            return None
+        try:
+            schema = self._schema(schema_id, "the value")
+        except (InvalidRecord, TransientError):
+            return None  # the decoder gives the verdict
+        return compile_gate(schema, columns, {"op": OP_UPDATE}, dict(table))
 
     def _schema(self, schema_id: int, what: str) -> Any:
         parsed = self._schemas.get(schema_id)

@@ -13,7 +13,15 @@ from contracts.envelope import (
 from contracts.exceptions import Coordinates, DecodeError, InvalidRecord
 from contracts.technical.avro import AvroDecoder
 from contracts.technical.connect_json import JsonSchemaDecoder, PlainJsonDecoder, _loads
-from contracts.technical.events import Columns, Encoding, RawHeaders, SchemaLookup, _BytesDecoder
+from contracts.technical.events import (
+    Columns,
+    Encoding,
+    Gate,
+    RawHeaders,
+    SchemaLookup,
+    SourceTable,
+    _BytesDecoder,
+)
 
 # -- auto-detection --------------------------------------------------------------------
 
@@ -71,6 +79,10 @@ class AutoDecoder(_BytesDecoder):
         if self._avro is None:
             raise InvalidRecord(f"{what} is Confluent Avro, but no schema lookup was configured")
         return self._avro
+
+    def gate(self, columns: frozenset[str], table: SourceTable) -> Gate | None:
+        avro = self._avro
+        return None if avro is None else avro.gate(columns, table)
 
     def _fast(
         self,

@@ -4,7 +4,7 @@ ChangeEvent or Tombstone, failures turned into one DecodeError."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeAlias
 
 from base.errors import TransientError
 from contracts.avro_codegen.native import constructor
@@ -162,6 +162,12 @@ def envelope_builder(names: tuple[str, ...]) -> Callable[..., tuple[Any, ...]] |
     return built
 
 
+#: A table as its source block names it: ``(("schema", "store"), ("table", "orders"))``
+#: (MySQL's: ``db`` for ``schema``).
+SourceTable: TypeAlias = tuple[tuple[str, str], ...]
+#: ``unchanged(key, value) -> bool`` (see ``gate`` of the decoders).
+Gate: TypeAlias = Callable[[bytes | None, bytes], bool]
+
 #: Debezium's transaction block, field by field (what :func:`transaction_of` takes).
 TRANSACTION_FIELDS: Final = ("id", "total_order", "data_collection_order")
 
@@ -211,6 +217,14 @@ class _BytesDecoder:
         columns: Columns = None,
     ) -> ChangeEvent:
         raise NotImplementedError
+
+    def gate(self, columns: frozenset[str], table: SourceTable) -> Gate | None:
+        """``unchanged(key, value)``: whether a record is, for sure and without decoding
+        its rows, an update of ``table`` (``((field, value), ...)`` of its source block:
+        its schema or db, its table) that changes none of ``columns``, with a key that
+        reads; False where that takes decoding. None: this decoder cannot tell (the
+        ones that can override it)."""
+        return None
 
     def _fast(
         self,

@@ -151,6 +151,8 @@ ORDER_COLUMNS: Final = (
     "updated_at",
 )
 ORDER_OPS: Final = ("c", "u")
+#: An update gives ``_orders`` an event only when the status changed.
+ORDER_CHANGES: Final = ("status",)
 
 
 @translator(
@@ -162,6 +164,7 @@ ORDER_OPS: Final = ("c", "u")
     deletes="skip",
     columns=ORDER_COLUMNS,
     ops=ORDER_OPS,
+    changes=ORDER_CHANGES,
 )
 def orders_v1(change: Change) -> Iterator[BusinessEvent]:
     return _orders(change, _status_by_position)
@@ -176,6 +179,7 @@ def orders_v1(change: Change) -> Iterator[BusinessEvent]:
     deletes="skip",
     columns=ORDER_COLUMNS,
     ops=ORDER_OPS,
+    changes=ORDER_CHANGES,
 )
 def orders_v2(change: Change) -> Iterator[BusinessEvent]:
     return _orders(change, _status_by_label)

@@ -1,0 +1,285 @@
+"""Declared changes: an update that changes none of the columns a translator's events
+depend on is dropped before its rows are decoded, and nothing else is."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from contracts.business import BusinessEvent
+from contracts.change import Change
+from contracts.logical import UNAVAILABLE
+from contracts.technical import AutoDecoder, AvroDecoder, AvroEncoder
+from tests.translators.wide import WIDE, changes
+from translators import translator
+from translators.exceptions import PluginError
+from translators.pipeline import Pipeline, SourceRecord
+from translators.testing import change, run
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+class Seen(BusinessEvent):
+    order_id: int
+
+    class Meta:
+        namespace = "test.gate"
+
+
+CALLED: list[tuple[str, Any]] = []
+
+
+@translator(
+    name="seen",
+    version=1,
+    sources=["store.orders"],
+    emits=[Seen],
+    columns=["id", "status", "note"],
+    changes=["status"],
+)
+def seen(c: Change) -> Iterator[BusinessEvent]:
+    """Gives an event for every change: the declaration says updates that keep the
+    status give none, so what the runtime drops shows in the events."""
+    CALLED.append((c.op, c.new("note")))
+    yield Seen(order_id=c.new("id"))
+
+
+def row(status: Any, note: str, order_id: int = 1) -> dict[str, Any]:
+    return {"id": order_id, "status": status, "note": note, "updated_at": T0}
+
+
+def test_an_update_that_keeps_the_declared_columns_is_dropped_uncalled() -> None:
+    CALLED.clear()
+    result = run(
+        seen,
+        [
+            change("store.orders", "c", after=row("new", "placed")),
+            change("store.orders", "u", before=row("new", "placed"), after=row("new", "noted")),
+            change("store.orders", "u", before=row("new", "noted"), after=row("paid", "paid")),
+            change("store.orders", "u", before=row("paid", "paid"), after=row("paid", "again")),
+        ],
+    )
+    assert [len(result.of(i)) for i in range(4)] == [1, 0, 1, 0]
+    assert CALLED == [("c", "placed"), ("u", "paid")]  # the other two were never decoded
+    counts = result.counts["seen@1"]
+    assert (counts.consumed, counts.emitted, counts.dropped) == (4, 2, 2)
+
+
+def test_updates_the_gate_cannot_judge_by_their_bytes_are_passed_on() -> None:
+    """No before row (PostgreSQL's default replica identity), or an out-of-line value
+    the database did not send: the translator decides, as without the declaration."""
+    CALLED.clear()
+    result = run(
+        seen,
+        [
+            change("store.orders", "c", after=row("new", "placed")),
+            change("store.orders", "u", before=None, after=row("new", "no before row")),
+            change("store.orders", "u", before=row("new", "x"), after=row(UNAVAILABLE, "toasted")),
+        ],
+    )
+    assert [len(result.of(i)) for i in range(3)] == [1, 1, 1]
+    assert [note for _, note in CALLED] == ["placed", "no before row", "toasted"]
+
+
+def test_without_the_declaration_every_update_is_decoded() -> None:
+    CALLED.clear()
+    undeclared = dataclasses.replace(seen, changes=None)
+    result = run(
+        undeclared,
+        [
+            change("store.orders", "c", after=row("new", "placed")),
+            change("store.orders", "u", before=row("new", "placed"), after=row("new", "noted")),
+        ],
+    )
+    assert [len(result.of(i)) for i in range(2)] == [1, 1]
+
+
+def test_a_translator_without_the_declaration_keeps_the_table_decoded() -> None:
+    """Two translators of a table: the gate holds only if each one that takes updates
+    declares what they must change."""
+    CALLED.clear()
+    other = dataclasses.replace(seen, name="other", changes=None)
+    result = run(
+        [seen, other],
+        [
+            change("store.orders", "c", after=row("new", "placed")),
+            change("store.orders", "u", before=row("new", "placed"), after=row("new", "noted")),
+        ],
+    )
+    assert [e.translator for e in result.emitted if e.change == 1] == ["seen@1", "other@1"]
+
+
+# -- the gate on a topic's bytes ------------------------------------------------------
+
+
+def wide_records(count: int, table: str = "deals") -> tuple[list[SourceRecord], dict[int, Any]]:
+    schema = dataclasses.replace(WIDE, table=table)
+    encoder = AvroEncoder(schema, 1, 2)
+    records = []
+    for offset, event in enumerate(changes(count)):
+        if table != "deals":
+            event = dataclasses.replace(
+                event, source=dataclasses.replace(event.source, table=table)
+            )
+        key, value = encoder.encode(event)
+        records.append(SourceRecord(WIDE.namespace, 0, offset, key, value))
+    return records, {1: encoder.schemas.key, 2: encoder.schemas.value}
+
+
+def gated(
+    columns: frozenset[str], records: list[SourceRecord], schemas: dict[int, Any]
+) -> list[bool]:
+    decoder = AvroDecoder(schemas.__getitem__)
+    for record in records:  # the key's plan is learnt by a first decode, as in the pipeline
+        decoder.decode(record.key, record.value)
+        break
+    gate = decoder.gate(columns, (("schema", "crm"), ("table", "deals")))
+    assert gate is not None
+    return [gate(r.key, r.value) for r in records]
+
+
+def test_the_gate_says_unchanged_exactly_when_the_decoded_rows_agree() -> None:
+    records, schemas = wide_records(64)
+    decoder = AvroDecoder(schemas.__getitem__)
+    for columns in ({"state"}, {"amount", "owner"}, {"changed_at"}, {"legacy_05", "legacy_07"}):
+        verdicts = gated(frozenset(columns), records, schemas)
+        for record, unchanged in zip(records, verdicts, strict=True):
+            event = decoder.decode(record.key, record.value)
+            same = (
+                event.op == "u"
+                and event.before is not None
+                and event.after is not None
+                and all(event.before[c] == event.after[c] for c in columns)
+            )
+            assert unchanged == same, (columns, event.op, record.offset)
+        assert any(verdicts) and not all(verdicts)
+
+
+def test_the_gate_holds_only_for_its_table() -> None:
+    records, schemas = wide_records(16, table="archived_deals")
+    assert not any(gated(frozenset({"state"}), records, schemas))
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda e: dataclasses.replace(e, source=dataclasses.replace(e.source, schema="sales")),
+        lambda e: dataclasses.replace(e, op="c"),  # both rows, but not an update
+    ],
+    ids=["another schema", "another op"],
+)
+def test_the_gate_holds_only_for_updates_of_its_schema(edit: Any) -> None:
+    encoder = AvroEncoder(WIDE, 1, 2)
+    records = []
+    for offset, event in enumerate(changes(16)):
+        key, value = encoder.encode(edit(event) if event.op == "u" else event)
+        records.append(SourceRecord(WIDE.namespace, 0, offset, key, value))
+    schemas = {1: encoder.schemas.key, 2: encoder.schemas.value}
+    assert not any(gated(frozenset({"state"}), records, schemas))
+
+
+def test_a_record_whose_key_or_value_does_not_read_is_left_to_the_decoder() -> None:
+    records, schemas = wide_records(16)
+    verdicts = gated(frozenset({"state"}), records, schemas)
+    index = verdicts.index(True)
+    record = records[index]
+    decoder = AvroDecoder(schemas.__getitem__)
+    decoder.decode(record.key, record.value)
+    gate = decoder.gate(frozenset({"state"}), (("schema", "crm"), ("table", "deals")))
+    assert gate is not None and gate(record.key, record.value)
+    assert not gate(record.key[:-1], record.value)  # a key cut short
+    assert not gate(record.key, record.value[:-1])  # a value cut short
+    assert not gate(record.key, record.value + b"\x00")  # bytes after the datum
+    assert not gate(b"{}", record.value)  # a key of another encoding
+
+
+def test_a_broken_key_on_a_gated_update_goes_to_the_dead_letters() -> None:
+    records, schemas = wide_records(16)
+
+    @translator(
+        name="deals",
+        version=1,
+        sources=["crm.deals"],
+        emits=[Seen],
+        columns=["id", "state"],
+        changes=["state"],
+    )
+    def deals(c: Change) -> None:
+        return None
+
+    verdicts = gated(frozenset({"state"}), records, schemas)
+    index = verdicts.index(True, 1)
+    broken = dataclasses.replace(records[index], key=records[index].key[:-1])
+    result = Pipeline([deals], AutoDecoder(schemas.__getitem__), lambda *a: b"").process(
+        [records[0], broken]
+    )
+    assert result.undecodable == 1 and [r.dead_letter for r in result.records] == [True]
+
+
+def test_the_store_orders_give_the_same_events_with_the_declaration() -> None:
+    from bizevents_store.translators import orders_v2
+
+    CALLED.clear()
+    rows = [
+        ("c", None, {"status": "pending", "updated_at": T0}),
+        ("u", {"status": "pending", "updated_at": T0}, {"status": "paid", "updated_at": T0}),
+        (
+            "u",
+            {"status": "paid", "updated_at": T0},
+            {"status": "paid", "updated_at": T0 + timedelta(1)},
+        ),
+        ("u", {"status": "paid", "updated_at": T0}, {"status": "shipped", "updated_at": T0}),
+    ]
+    base = {
+        "id": 7,
+        "customer_id": 3,
+        "total": Decimal("10.99"),
+        "currency": "EUR",
+        "placed_at": T0,
+        "shipped_at": None,
+        "tracking_number": None,
+    }
+    given = [
+        change(
+            "store.orders",
+            op,
+            before=None if before is None else base | before,
+            after=base | after,
+        )
+        for op, before, after in rows
+    ]
+    declared = run(orders_v2, given)
+    undeclared = run(dataclasses.replace(orders_v2, changes=None), given)
+    assert orders_v2.changes == frozenset({"status"})
+    assert [(e.change, e.value, e.headers) for e in declared.emitted] == [
+        (e.change, e.value, e.headers) for e in undeclared.emitted
+    ]
+    assert declared.counts["orders@2"].dropped == undeclared.counts["orders@2"].dropped == 1
+
+
+@pytest.mark.parametrize(
+    ("changes_", "columns", "reason"),
+    [
+        ([], None, "non-empty list"),
+        ("status", None, "non-empty list"),
+        (["status", ""], None, "non-empty list"),
+        (["status", "total"], ["id", "status"], "'total', which columns does not list"),
+    ],
+)
+def test_a_malformed_changes_declaration_fails_where_it_is_written(
+    changes_: Any, columns: Any, reason: str
+) -> None:
+    with pytest.raises(PluginError, match=reason):
+        translator(
+            name="bad",
+            version=1,
+            sources=["store.orders"],
+            emits=[Seen],
+            columns=columns,
+            changes=changes_,
+        )(lambda c: None)
