@@ -151,7 +151,7 @@ def _check_pinned(settings: Settings, registry: RegistryHistory) -> list[ColumnP
             topic = _topic_of(table, translate.topic_prefix, translate.topics)
             layouts = [Layout(v.label, v.schema) for v in registry.versions(f"{topic}-value")]
             found = column_problems(translator, table, layouts)
-            if translator.columns is None:
+            if translator.columns is None and translator.changes is None:
                 status = "declares no columns"
             elif not layouts:
                 status = f"not checked ({topic}-value has no schema yet)"

@@ -71,15 +71,17 @@ def column_problems(
 ) -> list[ColumnProblem]:
     """What breaks ``translator``'s declared columns of ``table`` in its latest layout.
 
-    ``layouts`` are the table's value schemas, oldest first. A translator without a
-    declaration reads whatever comes: nothing to hold.
+    ``layouts`` are the table's value schemas, oldest first. Its declared columns are
+    ``columns``, else the ``changes`` it depends on; a translator without a declaration
+    reads whatever comes: nothing to hold.
     """
-    if translator.columns is None or not layouts:
+    declared = translator.columns if translator.columns is not None else translator.changes
+    if declared is None or not layouts:
         return []
     latest = row_columns(layouts[-1].schema)
     previous = row_columns(layouts[-2].schema) if len(layouts) > 1 else {}
     problems = []
-    for column in sorted(translator.columns):
+    for column in sorted(declared):
         now = latest.get(column)
         if now is None:
             was = " (it had it in " + layouts[-2].label + ")" if column in previous else ""

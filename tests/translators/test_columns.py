@@ -55,6 +55,19 @@ def test_a_dropped_column_is_named() -> None:
     )
 
 
+def test_the_changes_of_a_translator_declaring_no_columns_are_held() -> None:
+    """``changes`` names columns too: a dropped one is reported when ``columns`` is not
+    declared (when it is, ``changes`` is among it)."""
+    old, new = orders_schema(), orders_schema()
+    value_fields(new)[:] = [f for f in value_fields(new) if f["name"] != "status"]
+    only_changes = dataclasses.replace(orders_v2, columns=None)
+    assert only_changes.changes == frozenset({"status"})
+    (problem,) = column_problems(only_changes, "store.orders", layouts(old, new))
+    assert problem.column == "status"
+    undeclared = dataclasses.replace(orders_v2, columns=None, changes=None)
+    assert column_problems(undeclared, "store.orders", layouts(old, new)) == []
+
+
 @pytest.mark.parametrize(
     ("column", "new_type", "shown"),
     [
@@ -82,8 +95,8 @@ def test_a_new_enum_label_or_an_unread_column_is_no_problem() -> None:
 
 
 def test_a_translator_that_declares_nothing_is_not_held() -> None:
-    """Without ``columns=`` it reads whatever comes: nothing to check."""
-    undeclared = dataclasses.replace(orders_v2, columns=None)
+    """Without ``columns=`` (or ``changes=``) it reads whatever comes: nothing to check."""
+    undeclared = dataclasses.replace(orders_v2, columns=None, changes=None)
     new = orders_schema()
     value_fields(new)[:] = [f for f in value_fields(new) if f["name"] == "id"]
     assert column_problems(undeclared, "store.orders", layouts(orders_schema(), new)) == []
