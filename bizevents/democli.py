@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 from typing import Any
 
 import click
@@ -75,6 +76,11 @@ def demo(
     from bizevents.demo import StoryPlan, run_demo
 
     story = None if live_only else StoryPlan(fixed=fixed, step_seconds=step_seconds)
+    # Ctrl-C stops the demo as it stops the children the demo starts, which take SIGINT
+    # as a stop whatever they inherited: a demo started with SIGINT ignored (a background
+    # job of a non-interactive shell, as some CI runners start it) would otherwise go on
+    # while they stop, and report them failed.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         summary = run_demo(settings_of(ctx), duration, rate, story, console, source)
     except KeyboardInterrupt:  # before the live view (the stack starting): already cleaned up

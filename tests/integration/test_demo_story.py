@@ -186,17 +186,26 @@ def test_the_terminal_view_speaks_within_a_second_and_shows_business_content(
     assert re.search(r"OrderStatusChanged #\d+ · \w+ → \w+", text), text[-3000:]
 
 
-@pytest.mark.parametrize("at", ["step 2/4", "step 3/4"])
-def test_ctrl_c_stops_the_story_cleanly_at_a_step(demo_env: dict[str, str], at: str) -> None:
+@pytest.mark.parametrize(
+    ("at", "inherited"),
+    [("step 2/4", signal.SIG_IGN), ("step 3/4", signal.SIG_DFL)],
+    ids=["step 2/4, SIGINT ignored when started", "step 3/4"],
+)
+def test_ctrl_c_stops_the_story_cleanly_at_a_step(
+    demo_env: dict[str, str], at: str, inherited: signal.Handlers
+) -> None:
     """Ctrl-C as a terminal sends it (SIGINT to the whole foreground group: the demo, its
     workers, capture, and the replay with its Spark JVM) while the fix is pinned or while
-    the replay runs: the demo exits 0 and nothing it started is left running."""
+    the replay runs: the demo exits 0 and nothing it started is left running. The same
+    when the demo was started with SIGINT ignored (a non-interactive shell's background
+    job): its children stop on SIGINT whatever they inherit, so the demo must too."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "bizevents", "demo", "--step-seconds", "6"],
         env={**demo_env, "COLUMNS": "160"},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, inherited),
     )
     assert proc.stdout is not None
     seen = b""
