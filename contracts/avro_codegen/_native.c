@@ -987,22 +987,31 @@ typedef struct {
 
 #define ROTL(x, n) (((x) << (n)) | ((x) >> (32 - (n))))
 
+static uint32_t load_be32(const unsigned char *p) {
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
+}
+
+/* One 64-byte block: the message schedule kept in 16 words (w[t] reuses w[t - 16]'s
+ * slot), and the four groups of 20 rounds in loops of their own, without a branch. */
 static void sha1_block(Sha1 *s, const unsigned char *p) {
-    uint32_t w[80];
-    for (int t = 0; t < 16; t++)
-        w[t] = (uint32_t)p[4 * t] << 24 | (uint32_t)p[4 * t + 1] << 16 |
-               (uint32_t)p[4 * t + 2] << 8 | (uint32_t)p[4 * t + 3];
-    for (int t = 16; t < 80; t++) w[t] = ROTL(w[t - 3] ^ w[t - 8] ^ w[t - 14] ^ w[t - 16], 1);
+    uint32_t w[16];
+    for (int t = 0; t < 16; t++) w[t] = load_be32(p + 4 * t);
     uint32_t a = s->h[0], b = s->h[1], c = s->h[2], d = s->h[3], e = s->h[4];
-    for (int t = 0; t < 80; t++) {
-        uint32_t f, k;
-        if (t < 20) { f = (b & c) | (~b & d); k = 0x5A827999; }
-        else if (t < 40) { f = b ^ c ^ d; k = 0x6ED9EBA1; }
-        else if (t < 60) { f = (b & c) | (b & d) | (c & d); k = 0x8F1BBCDC; }
-        else { f = b ^ c ^ d; k = 0xCA62C1D6; }
-        uint32_t temp = ROTL(a, 5) + f + e + k + w[t];
-        e = d; d = c; c = ROTL(b, 30); b = a; a = temp;
-    }
+#define SCHEDULE(t) \
+    (t < 16 ? w[t] \
+            : (w[(t) & 15] = ROTL(w[((t) + 13) & 15] ^ w[((t) + 8) & 15] ^ \
+                                  w[((t) + 2) & 15] ^ w[(t) & 15], 1)))
+#define ROUND(t, f, k) \
+    do { \
+        uint32_t temp = ROTL(a, 5) + (f) + e + (k) + SCHEDULE(t); \
+        e = d; d = c; c = ROTL(b, 30); b = a; a = temp; \
+    } while (0)
+    for (int t = 0; t < 20; t++) ROUND(t, (b & c) | (~b & d), 0x5A827999);
+    for (int t = 20; t < 40; t++) ROUND(t, b ^ c ^ d, 0x6ED9EBA1);
+    for (int t = 40; t < 60; t++) ROUND(t, (b & c) | (b & d) | (c & d), 0x8F1BBCDC);
+    for (int t = 60; t < 80; t++) ROUND(t, b ^ c ^ d, 0xCA62C1D6);
+#undef ROUND
+#undef SCHEDULE
     s->h[0] += a; s->h[1] += b; s->h[2] += c; s->h[3] += d; s->h[4] += e;
 }
 
@@ -1015,24 +1024,28 @@ static void sha1_init(Sha1 *s) {
 
 static void sha1_update(Sha1 *s, const unsigned char *p, size_t n) {
     s->length += n;
-    while (n > 0) {
+    if (s->used > 0) {
         size_t take = 64 - s->used;
         if (take > n) take = n;
         memcpy(s->block + s->used, p, take);
         s->used += take; p += take; n -= take;
-        if (s->used == 64) { sha1_block(s, s->block); s->used = 0; }
+        if (s->used < 64) return;
+        sha1_block(s, s->block);
+        s->used = 0;
     }
+    for (; n >= 64; p += 64, n -= 64) sha1_block(s, p);  /* whole blocks where they lie */
+    memcpy(s->block, p, n);
+    s->used = n;
 }
 
+/* The padding (0x80, zeros up to 56 bytes of the last block, the bit length) in one
+ * update. */
 static void sha1_final(Sha1 *s, unsigned char out[20]) {
     uint64_t bits = s->length * 8;
-    unsigned char pad = 0x80;
-    sha1_update(s, &pad, 1);
-    unsigned char zero = 0;
-    while (s->used != 56) sha1_update(s, &zero, 1);
-    unsigned char len[8];
-    for (int i = 0; i < 8; i++) len[i] = (unsigned char)(bits >> (56 - 8 * i));
-    sha1_update(s, len, 8);
+    unsigned char pad[72] = {0x80};
+    size_t zeros = (s->used < 56 ? 56 : 120) - s->used;
+    for (int i = 0; i < 8; i++) pad[zeros + i] = (unsigned char)(bits >> (56 - 8 * i));
+    sha1_update(s, pad, zeros + 8);
     for (int i = 0; i < 5; i++) {
         out[4 * i] = (unsigned char)(s->h[i] >> 24); out[4 * i + 1] = (unsigned char)(s->h[i] >> 16);
         out[4 * i + 2] = (unsigned char)(s->h[i] >> 8); out[4 * i + 3] = (unsigned char)s->h[i];

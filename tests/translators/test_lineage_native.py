@@ -41,6 +41,18 @@ def test_event_ids_are_uuid5(name: str) -> None:
     assert lineage._compiled.event_id(EVENT_ID_NAMESPACE.bytes, name) == expected
 
 
+def test_event_ids_are_uuid5_at_every_padding_boundary() -> None:
+    """Every length from one block to four, in 1-, 2- and 4-byte characters: the last
+    block's padding fits in it (under 56 bytes), spills into another (56 to 63), or
+    starts a block of its own (a multiple of 64)."""
+    assert lineage._compiled is not None
+    for length in range(0, 256 - 16):
+        for char in ("a", "é", "\U0001f600"):
+            name = (char * length).encode()[:length].decode(errors="ignore")
+            expected = str(uuid.uuid5(EVENT_ID_NAMESPACE, name))
+            assert lineage._compiled.event_id(EVENT_ID_NAMESPACE.bytes, name) == expected, name
+
+
 @SETTINGS
 @given(offset=OFFSETS, position=TEXT, tx_id=st.none() | TEXT, identity=TEXT)
 def test_a_changes_part_is_the_pythons(
