@@ -1248,25 +1248,82 @@ static PyObject *change_part(PyObject *module, PyObject *const *args, Py_ssize_t
     return result;
 }
 
-/* The canonical JSON of a key whose values are all exact ints and strs (what
- * lineage.canonical_key builds), appended to text; 1 when done, 0 when a value is of
- * another type (the caller then lets the Python encoder do it), -1 on error. */
-static PyObject *quote;  /* json.encoder.encode_basestring_ascii */
+/* The identity's text, built as UTF-8 in one buffer (on the stack while it fits). */
+typedef struct {
+    char *data;
+    Py_ssize_t size, capacity;
+    char stack[256];
+} Text;
 
-static int append(PyObject *text, PyObject *part) {
-    if (part == NULL) return -1;
-    int failed = PyList_Append(text, part);
-    Py_DECREF(part);
-    return failed;
+static void text_init(Text *t) { t->data = t->stack; t->size = 0; t->capacity = sizeof t->stack; }
+
+static void text_free(Text *t) { if (t->data != t->stack) PyMem_Free(t->data); }
+
+static int text_add(Text *t, const char *p, Py_ssize_t n) {
+    if (t->size + n > t->capacity) {
+        Py_ssize_t capacity = 2 * (t->size + n);
+        char *data = PyMem_Malloc((size_t)capacity);
+        if (data == NULL) { PyErr_NoMemory(); return -1; }
+        memcpy(data, t->data, (size_t)t->size);
+        text_free(t);
+        t->data = data;
+        t->capacity = capacity;
+    }
+    memcpy(t->data + t->size, p, (size_t)n);
+    t->size += n;
+    return 0;
 }
 
-static int canonical_key(PyObject *key, PyObject *text) {
-    PyObject *names = PyDict_Keys(key);
-    if (names == NULL || PyList_Sort(names) < 0) { Py_XDECREF(names); return -1; }
-    int done = 1;
-    Py_ssize_t n = PyList_GET_SIZE(names);
-    if (append(text, PyUnicode_FromString("{")) < 0) done = -1;
-    for (Py_ssize_t i = 0; done == 1 && i < n; i++) {
+/* A str's UTF-8; 0 when it has none (a lone surrogate: the Python then builds it). */
+static int text_str(Text *t, PyObject *obj) {
+    Py_ssize_t n;
+    const char *p = PyUnicode_AsUTF8AndSize(obj, &n);
+    if (p == NULL) { PyErr_Clear(); return 0; }
+    return text_add(t, p, n) < 0 ? -1 : 1;
+}
+
+/* A str as JSON (json.encoder.encode_basestring_ascii writes it): printable ASCII
+ * without a quote or a backslash is itself between quotes; anything else is quoted by
+ * the encoder. */
+static PyObject *quote;  /* json.encoder.encode_basestring_ascii */
+
+static int text_json_str(Text *t, PyObject *obj) {
+    if (PyUnicode_IS_ASCII(obj)) {
+        const unsigned char *p = PyUnicode_1BYTE_DATA(obj);
+        Py_ssize_t n = PyUnicode_GET_LENGTH(obj), i = 0;
+        while (i < n && p[i] >= 0x20 && p[i] < 0x7F && p[i] != '"' && p[i] != '\\') i++;
+        if (i == n) {
+            return text_add(t, "\"", 1) < 0 || text_add(t, (const char *)p, n) < 0 ||
+                           text_add(t, "\"", 1) < 0
+                       ? -1
+                       : 1;
+        }
+    }
+    PyObject *quoted = PyObject_CallOneArg(quote, obj);
+    if (quoted == NULL) return -1;
+    int done = text_str(t, quoted);
+    Py_DECREF(quoted);
+    return done;
+}
+
+/* The canonical JSON of a key whose values are all exact ints and strs (what
+ * lineage.canonical_key builds): sorted names, no spaces; 1 when done, 0 when a value
+ * is of another type (the caller then lets the Python encoder do it), -1 on error. */
+static int canonical_key(PyObject *key, Text *t) {
+    PyObject *names;
+    if (PyDict_GET_SIZE(key) == 1) {  /* the usual key: one column, nothing to sort */
+        Py_ssize_t pos = 0;
+        PyObject *name, *value;
+        PyDict_Next(key, &pos, &name, &value);
+        names = PyList_New(1);
+        if (names != NULL) PyList_SET_ITEM(names, 0, Py_NewRef(name));
+    } else {
+        names = PyDict_Keys(key);
+        if (names != NULL && PyList_Sort(names) < 0) Py_CLEAR(names);
+    }
+    if (names == NULL) return -1;
+    int done = text_add(t, "{", 1) < 0 ? -1 : 1;
+    for (Py_ssize_t i = 0; done == 1 && i < PyList_GET_SIZE(names); i++) {
         PyObject *name = PyList_GET_ITEM(names, i);
         PyObject *value = PyDict_GetItemWithError(key, name);
         if (value == NULL) { done = PyErr_Occurred() ? -1 : 0; break; }
@@ -1274,14 +1331,27 @@ static int canonical_key(PyObject *key, PyObject *text) {
             done = 0;
             break;
         }
-        if ((i > 0 && append(text, PyUnicode_FromString(",")) < 0) ||
-            append(text, PyObject_CallOneArg(quote, name)) < 0 ||
-            append(text, PyUnicode_FromString(":")) < 0 ||
-            append(text, PyLong_CheckExact(value) ? PyObject_Repr(value)
-                                                  : PyObject_CallOneArg(quote, value)) < 0)
-            done = -1;
+        if (i > 0 && text_add(t, ",", 1) < 0) { done = -1; break; }
+        if ((done = text_json_str(t, name)) != 1) break;
+        if (text_add(t, ":", 1) < 0) { done = -1; break; }
+        if (PyUnicode_CheckExact(value)) {
+            done = text_json_str(t, value);
+            continue;
+        }
+        int overflow;
+        long long number = PyLong_AsLongLongAndOverflow(value, &overflow);
+        if (number == -1 && PyErr_Occurred()) { done = -1; break; }
+        if (overflow) {  /* beyond 64 bits: int's own repr */
+            PyObject *repr = PyObject_Repr(value);
+            done = repr == NULL ? -1 : text_str(t, repr);
+            Py_XDECREF(repr);
+        } else {
+            char digits[24];
+            int ndigits = snprintf(digits, sizeof digits, "%lld", number);
+            if (text_add(t, digits, ndigits) < 0) done = -1;
+        }
     }
-    if (done == 1 && append(text, PyUnicode_FromString("}")) < 0) done = -1;
+    if (done == 1 && text_add(t, "}", 1) < 0) done = -1;
     Py_DECREF(names);
     return done;
 }
@@ -1298,30 +1368,26 @@ static PyObject *origin(PyObject *module, PyObject *const *args, Py_ssize_t narg
                         "header_names)");
         return NULL;
     }
-    PyObject *text = PyList_New(0);
-    if (text == NULL) return NULL;
-    PyObject *sep = PyUnicode_FromString("|"), *dot = PyUnicode_FromString(".");
-    int ok = sep != NULL && dot != NULL && append(text, Py_NewRef(args[1])) == 0 &&
-             append(text, Py_NewRef(dot)) == 0 && append(text, Py_NewRef(args[2])) == 0 &&
-             append(text, Py_NewRef(sep)) == 0 && append(text, Py_NewRef(args[3])) == 0 &&
-             append(text, Py_NewRef(sep)) == 0 && append(text, Py_NewRef(args[4])) == 0 &&
-             append(text, Py_NewRef(sep)) == 0;
+    /* name.table|op|where|key */
+    Text text;
+    text_init(&text);
     int keyed = 1;
-    if (ok && args[5] != Py_None) {
-        keyed = PyDict_CheckExact(args[5]) ? canonical_key(args[5], text) : 0;
-        ok = keyed >= 0;
+    PyObject *const parts[4] = {args[1], args[2], args[3], args[4]};
+    static const char seps[4] = {'.', '|', '|', '|'};
+    for (int i = 0; keyed == 1 && i < 4; i++) {
+        if (!PyUnicode_Check(parts[i])) {
+            text_free(&text);
+            PyErr_SetString(PyExc_TypeError, "origin: the name, table, op and where are str");
+            return NULL;
+        }
+        keyed = text_str(&text, parts[i]);
+        if (keyed == 1 && text_add(&text, &seps[i], 1) < 0) keyed = -1;
     }
-    PyObject *identity = NULL, *empty = NULL;
-    if (ok && keyed == 1) {
-        empty = PyUnicode_New(0, 0);
-        identity = empty ? PyUnicode_Join(empty, text) : NULL;
-        ok = identity != NULL;
-    }
-    Py_XDECREF(empty);
-    Py_XDECREF(sep);
-    Py_XDECREF(dot);
-    Py_DECREF(text);
-    if (!ok) { Py_XDECREF(identity); return NULL; }
+    if (keyed == 1 && args[5] != Py_None)
+        keyed = PyDict_CheckExact(args[5]) ? canonical_key(args[5], &text) : 0;
+    PyObject *identity = keyed == 1 ? PyUnicode_DecodeUTF8(text.data, text.size, NULL) : NULL;
+    text_free(&text);
+    if (keyed < 0 || (keyed == 1 && identity == NULL)) return NULL;
     if (keyed == 0) Py_RETURN_NONE;
     PyObject *const part_args[6] = {
         args[6], args[7], args[8], PyTuple_GET_ITEM(args[9], 0), PyTuple_GET_ITEM(args[9], 1),

@@ -154,6 +154,22 @@ def test_a_changes_origin_is_the_pythons(
     assert lineage._origin_of(change, qualified) == expected
 
 
+def test_an_identity_longer_than_the_stack_buffer_is_the_pythons() -> None:
+    """The compiled identity is built in a 256-byte buffer that grows: long names,
+    tables and keys (escaped and not) give the Python's text."""
+    source = Source(
+        "postgresql", "s" * 300, "db", "public", "t" * 200, 1, position=PgPosition(1, 2)
+    )
+    for key in ({"k" * 300: "v" * 1000}, {"a": 1, "b\u00e9" * 100: "\u00e9\n" * 300, "c": 2**80}):
+        change = ChangeEvent("u", source, None, {"id": 1}, key, coordinates=Coordinates("t", 0, 5))
+        made = lineage._compiled.origin_of(
+            Origin, change, None, lineage._CHANGE_HEADERS, PgPosition
+        )
+        assert made is not None
+        assert made.identity == _identity(change, str(source.position))
+        assert made == lineage._origin_of(change)
+
+
 def test_the_usual_changes_origin_is_made_in_one_call() -> None:
     """A PostgreSQL position and an int key: the compiled origin_of answers (None would
     mean the Python did it)."""
