@@ -15,7 +15,14 @@ This module touches private attributes of faust-streaming 0.15.3 (pinned):
 ``_n_acked``, ``_to_message``, ``_buffered_partitions`` and ``app.topics._tp_index``;
 and of aiokafka 0.14, ``AIOKafkaConsumer._fetch_max_wait_ms``, which Faust hard-codes
 to 1,500 ms: an empty fetch may be held that long, and on the embedded broker that
-delays records that arrive meanwhile (docs/broker.md), so the worker sets its own.
+delays records that arrive meanwhile (docs/broker.md), so the worker sets its own; and
+``PartitionRecords._consumer_record`` with its ``_key_deserializer`` and
+``_value_deserializer``: aiokafka copies every record its batch reader made into a
+``ConsumerRecord`` of eleven fields (0.8 µs a record, on the consumer's thread, under
+the GIL the translation needs), and for the bulk topics the worker takes the batch
+reader's own records instead (offset, timestamp, key, value and headers: what the
+core reads; the block names the partition). Other topics, and a consumer with
+deserializers, keep aiokafka's records.
 Faust's table manager sleeps 1 s when it starts, before the consumer subscribes, so
 that tables can register; the worker has no tables (``add`` refuses one after the
 start anyway), so :class:`TablelessManager` starts without it, through the private
@@ -29,6 +36,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final
 
+from aiokafka.consumer.fetcher import PartitionRecords
 from faust.tables import TableManager
 from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
 from faust.transport.drivers.aiokafka import Consumer as AIOKafkaConsumer
@@ -85,12 +93,38 @@ class RecordBlock:
         return f"<RecordBlock {where}@{self.first_offset}..{self.last_offset}>"
 
 
+#: aiokafka's own ``PartitionRecords._consumer_record``.
+_CONSUMER_RECORD: Final = PartitionRecords._consumer_record
+#: The topics whose records come as the batch reader made them (see the module's doc).
+_BULK_TOPICS: set[str] = set()
+
+
+def _bulk_record(self: PartitionRecords, tp: TP, record: Any) -> Any:
+    """``PartitionRecords._consumer_record`` for the bulk topics: the record as it is."""
+    if (
+        tp.topic in _BULK_TOPICS
+        and self._key_deserializer is None
+        and (self._value_deserializer is None)
+    ):
+        return record
+    return _CONSUMER_RECORD(self, tp, record)
+
+
+def _take_bulk_records(topics: frozenset[str]) -> None:
+    """From now on, records of ``topics`` come from aiokafka as its batch reader made
+    them (in this process; every other topic as before)."""
+    _BULK_TOPICS.update(topics)
+    PartitionRecords._consumer_record = _bulk_record
+
+
 class _BulkConsumerThread(AIOKafkaConsumerThread):
-    """Faust's consumer thread, with the consumer's own ``fetch_max_wait_ms``."""
+    """Faust's consumer thread, with the consumer's own ``fetch_max_wait_ms``, taking
+    the bulk topics' records as aiokafka's batch reader made them."""
 
     def _create_worker_consumer(self, transport: Any) -> Any:
         consumer = super()._create_worker_consumer(transport)
         consumer._fetch_max_wait_ms = self.consumer.fetch_max_wait_ms  # type: ignore[attr-defined]
+        _take_bulk_records(self.consumer.bulk_topics)  # type: ignore[attr-defined]
         return consumer
 
 

@@ -49,13 +49,13 @@ class BlockProcessor(Protocol):
 
 class PipelineProcessor:
     """The translation core, fed with aiokafka's records as they are (they have what
-    :class:`~translators.pipeline.Record` reads)."""
+    :class:`~translators.pipeline.Record` reads; the block names their partition)."""
 
     def __init__(self, pipeline: Pipeline) -> None:
         self.pipeline = pipeline
 
     def __call__(self, topic: str, partition: int, records: Sequence[Any]) -> Result:
-        return self.pipeline.process(records)
+        return self.pipeline.process_partition(topic, partition, records)
 
 
 @dataclass

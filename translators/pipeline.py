@@ -78,13 +78,10 @@ class Serializer(Protocol):
 
 
 class Record(Protocol):
-    """What the core reads of a technical record: a :class:`SourceRecord`, or a Kafka
-    client's own record (the worker hands aiokafka's over as they are)."""
+    """What the core reads of a technical record of a known partition
+    (:meth:`Pipeline.process_partition`): a Kafka client's own record (the worker hands
+    aiokafka's over as they are)."""
 
-    @property
-    def topic(self) -> str: ...
-    @property
-    def partition(self) -> int: ...
     @property
     def offset(self) -> int: ...
     @property
@@ -93,6 +90,15 @@ class Record(Protocol):
     def value(self) -> bytes | None: ...
     @property
     def headers(self) -> Sequence[tuple[str, bytes | None]]: ...
+
+
+class PlacedRecord(Record, Protocol):
+    """A technical record that names its partition (:meth:`Pipeline.process`)."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +159,7 @@ _Known = tuple[str, frozenset[str] | None, Gate | None]
 # Made from every field, positionally, once a record or event: the extension's makers.
 _make_coordinates: Final = constructor(Coordinates)
 _make_out: Final = constructor(OutRecord)
+_make_placed: Final = constructor(SourceRecord)
 
 
 class Pipeline:
@@ -217,7 +224,7 @@ class Pipeline:
         return self.decoder.gate(frozenset(union), (namespace, ("table", source.table)))
 
     def _decode(
-        self, record: Record, where: Coordinates, known: _Known | None
+        self, record: Record, topic: str, where: Coordinates, known: _Known | None
     ) -> tuple[ChangeEvent | Tombstone, str]:
         """The record decoded with only the columns its table's translators read, and
         its ``schema.table`` ("" for a tombstone).
@@ -234,25 +241,34 @@ class Pipeline:
         source = decoded.source
         table = source.qualified_table
         if known is None:
-            self._projections[record.topic] = (
+            self._projections[topic] = (
                 table,
                 self.columns(table),
                 self.gate(table, source),
             )
         elif known[0] != table and known[0]:
-            self._projections[record.topic] = ("", None, None)
+            self._projections[topic] = ("", None, None)
             if columns is not None:
                 decoded = decode(record.key, record.value, where, record.headers, None)
         return decoded, table
 
-    def process(self, records: Iterable[Record]) -> Result:
+    def process(self, records: Iterable[PlacedRecord]) -> Result:
+        """Records of any partitions, each naming its own."""
         result = Result()
         for record in records:
-            self._one(record, result)
+            self._one(record, record.topic, record.partition, result)
         return result
 
-    def _one(self, record: Record, result: Result) -> None:
-        known = self._projections.get(record.topic)
+    def process_partition(self, topic: str, partition: int, records: Iterable[Record]) -> Result:
+        """Records of one partition (a fetched block, a replayed range), which need not
+        name it: a Kafka client's records as they come."""
+        result = Result()
+        for record in records:
+            self._one(record, topic, partition, result)
+        return result
+
+    def _one(self, record: Record, topic: str, partition: int, result: Result) -> None:
+        known = self._projections.get(topic)
         if (
             known is not None
             and known[2] is not None
@@ -267,12 +283,14 @@ class Pipeline:
                 counts.consumed += 1
                 counts.dropped += 1
             return
-        where = _make_coordinates(record.topic, record.partition, record.offset)
+        where = _make_coordinates(topic, partition, record.offset)
         try:
-            decoded, table = self._decode(record, where, known)
+            decoded, table = self._decode(record, topic, where, known)
         except DecodeError as exc:
             result.undecodable += 1
-            result.records.append(self._dead_letter(record, "decode", exc.reason, exc, ""))
+            result.records.append(
+                self._dead_letter(record, topic, partition, "decode", exc.reason, exc, "")
+            )
             return
         if isinstance(decoded, Tombstone):
             result.tombstones += 1  # compaction's marker after a delete, not a change
@@ -294,7 +312,9 @@ class Pipeline:
             # the change as this translator reads it (its declared columns only)
             change = Change(decoded, translator.columns, translator.ref)
             started = perf_counter()
-            produced, failed = self._translate(translator, change, origin, record, table)
+            produced, failed = self._translate(
+                translator, change, origin, record, topic, partition, table
+            )
             counts.seconds += perf_counter() - started
             if failed:
                 counts.dead_lettered += 1
@@ -310,6 +330,8 @@ class Pipeline:
         change: Change,
         origin: list[Origin],
         record: Record,
+        topic: str,
+        partition: int,
         table: str,
     ) -> tuple[list[OutRecord], bool]:
         """The translator's records, or one dead-letter record (and True) on failure.
@@ -326,11 +348,11 @@ class Pipeline:
             if not origin:
                 origin.append(origin_of(change.event, table))
             shared = origin[0]
-            slot = (translator.ref, record.topic, record.partition)
+            slot = (translator.ref, topic, partition)
             stamper = self._stampers.get(slot)
             if stamper is None:
                 stamper = self._stampers[slot] = Stamper(
-                    translator.name, translator.version, record.topic, record.partition, self.replay
+                    translator.name, translator.version, topic, partition, self.replay
                 )
             ordinals: dict[str, int] = {}
             produced = []
@@ -339,13 +361,13 @@ class Pipeline:
                 known = self._contracts.get(cls)
                 if known is None:
                     known = self._contracts[cls] = (contract_name(cls), cls.contract_topic())
-                contract, topic = known
+                contract, out_topic = known
                 ordinal = ordinals.get(contract, 0)
                 ordinals[contract] = ordinal + 1
                 event_id, lineage, headers = stamper.wire(shared, contract, ordinal)
                 produced.append(
                     _make_out(
-                        topic,
+                        out_topic,
                         record.key,
                         self.serializer(event, None, lineage),
                         headers,
@@ -355,21 +377,35 @@ class Pipeline:
                 )
             return produced, False
         except TranslationError as exc:
-            dead = self._dead_letter(record, "translate", exc.reason, exc, translator.ref)
+            dead = self._dead_letter(
+                record, topic, partition, "translate", exc.reason, exc, translator.ref
+            )
         except ContractError as exc:
-            dead = self._dead_letter(record, "contract", str(exc), exc, translator.ref)
+            dead = self._dead_letter(
+                record, topic, partition, "contract", str(exc), exc, translator.ref
+            )
         return [dead], True
 
     def _dead_letter(
-        self, record: Record, stage: Stage, reason: str, exc: Exception, translator: str
+        self,
+        record: Record,
+        topic: str,
+        partition: int,
+        stage: Stage,
+        reason: str,
+        exc: Exception,
+        translator: str,
     ) -> OutRecord:
+        placed = _make_placed(
+            topic, partition, record.offset, record.key, record.value, record.headers
+        )
         return dead_letter(
-            record, self.dead_letter_topic, stage, reason, type(exc).__name__, translator
+            placed, self.dead_letter_topic, stage, reason, type(exc).__name__, translator
         )
 
 
 def dead_letter(
-    record: Record,
+    record: PlacedRecord,
     topic: str,
     stage: str,
     reason: str,

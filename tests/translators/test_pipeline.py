@@ -128,6 +128,49 @@ def test_event_failing_its_contract_is_dead_lettered() -> None:
     assert b"field 'label'" in (dict(dead.headers)[HEADER_DLQ_REASON] or b"")
 
 
+class _Unplaced:
+    """A Kafka client's record of a fetched block: no topic or partition of its own."""
+
+    __slots__ = ("headers", "key", "offset", "value")
+
+    def __init__(self, placed: SourceRecord) -> None:
+        self.offset, self.key, self.value = placed.offset, placed.key, placed.value
+        self.headers = placed.headers
+
+
+def test_a_partitions_records_that_do_not_name_it_give_the_same_records() -> None:
+    """process_partition (the worker's blocks of aiokafka's records) gives what process
+    gives for the same records named by their partition: events, their lineage and
+    ids, and dead letters with the source's coordinates."""
+    placed = [
+        SourceRecord(TOPIC, 3, 20, b'{"id": 1}', envelope("c", None, {"id": 1, "label": "a"}, 200)),
+        SourceRecord(TOPIC, 3, 21, b'{"id": 1}', b"\x00\x00\x00\x00\x07garbage", [("t", b"1")]),
+        SourceRecord(TOPIC, 3, 22, b'{"id": 2}', envelope("c", None, {"id": 2, "label": "b"}, 201)),
+        SourceRecord(TOPIC, 3, 23, b'{"id": 2}', None),
+    ]
+    expected = pipeline().process(placed)
+    got = pipeline().process_partition(TOPIC, 3, [_Unplaced(r) for r in placed])
+    assert got.records == expected.records
+    counted = [
+        (ref, c.consumed, c.emitted, c.dropped, c.dead_lettered) for ref, c in got.counts.items()
+    ]
+    assert counted == [
+        (ref, c.consumed, c.emitted, c.dropped, c.dead_lettered)
+        for ref, c in expected.counts.items()
+    ]
+    assert (
+        (got.undecodable, got.tombstones) == (expected.undecodable, expected.tombstones) == (1, 1)
+    )
+    assert [r.dead_letter for r in got.records] == [False, True, False]
+    dead = dict(got.records[1].headers)
+    assert (dead["t"], dead["bizevents.source.topic"], dead["bizevents.source.partition"]) == (
+        b"1",
+        TOPIC.encode(),
+        b"3",
+    )
+    assert json.loads(got.records[0].value or b"")["lineage"]["source_partition"] == 3
+
+
 def test_tombstone_produces_nothing_and_is_counted() -> None:
     result = pipeline().process([record(11, None)])
     assert result.records == [] and result.tombstones == 1

@@ -224,6 +224,59 @@ def test_the_worker_consumer_holds_empty_fetches_as_configured() -> None:
     assert TranslateSettings().fetch_max_wait_ms == 100
 
 
+def _partition_records(topic: str, key_deserializer: Any = None) -> list[Any]:
+    """Three records of ``topic`` read back by aiokafka's own fetch-side reader from a
+    batch its own builder wrote (what a fetch response holds)."""
+    from aiokafka.consumer.fetcher import PartitionRecords
+    from aiokafka.record.default_records import DefaultRecordBatchBuilder
+    from aiokafka.record.memory_records import MemoryRecords
+    from aiokafka.structs import TopicPartition
+
+    builder = DefaultRecordBatchBuilder(2, 0, False, -1, -1, -1, 1 << 20)
+    for i in range(3):
+        builder.append(i, 1_700_000_000_000 + i, f"k{i}".encode(), f"v{i}".encode(), [("h", b"x")])
+    batch = MemoryRecords(bytes(builder.build()))
+    return list(
+        PartitionRecords(TopicPartition(topic, 4), batch, [], 0, key_deserializer, None, False, 0)
+    )
+
+
+def test_the_bulk_topics_records_come_as_aiokafkas_batch_reader_made_them() -> None:
+    """Once a bulk consumer is made, a bulk topic's records are aiokafka's batch reader's
+    own (no ConsumerRecord copy), with what the core and the block runner read; another
+    topic, or a consumer with a deserializer, still gets aiokafka's ConsumerRecord."""
+    import asyncio
+
+    import faust
+    from aiokafka.consumer.fetcher import PartitionRecords
+    from aiokafka.structs import ConsumerRecord
+
+    # the private parts the lean path replaces and reads, on the pinned aiokafka
+    assert version("aiokafka") == "0.14.0"
+    assert PartitionRecords._consumer_record.__code__.co_varnames[:3] == ("self", "tp", "record")
+    app = faust.App("test-bulk-records", broker="kafka://127.0.0.1:1", web_enabled=False)
+    app.transport.Consumer = bulk_consumer(frozenset({"shop.public.bulk"}), 100)
+
+    async def create() -> None:
+        consumer = app.consumer._thread._create_worker_consumer(app.transport)
+        await consumer.stop()
+
+    asyncio.run(create())
+    bulk = _partition_records("shop.public.bulk")
+    assert [type(r) for r in bulk] != [ConsumerRecord] * 3
+    assert [(r.offset, r.timestamp, r.key, r.value) for r in bulk] == [
+        (i, 1_700_000_000_000 + i, f"k{i}".encode(), f"v{i}".encode()) for i in range(3)
+    ]
+    assert [list(r.headers) for r in bulk] == [[("h", b"x")]] * 3
+    other = _partition_records("shop.public.other")
+    assert all(type(r) is ConsumerRecord for r in other)
+    assert [(r.topic, r.partition, r.offset, r.key) for r in other] == [
+        ("shop.public.other", 4, i, f"k{i}".encode()) for i in range(3)
+    ]
+    deserialized = _partition_records("shop.public.bulk", key_deserializer=bytes.decode)
+    assert [(type(r), r.key) for r in deserialized] == [(ConsumerRecord, f"k{i}") for i in range(3)]
+
+
 @dataclass
 class _App:
     consumer_generation_id: int = 1
