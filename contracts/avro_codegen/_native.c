@@ -59,7 +59,7 @@ typedef struct {
 
 /* Attribute names read from C, interned once (at the module's start). */
 static PyObject *ATTR_source, *ATTR_position, *ATTR_coordinates, *ATTR_offset, *ATTR_topic, *ATTR_partition, *ATTR_lsn, *ATTR_tx_id, *ATTR_qualified_table, *ATTR_name, *ATTR_op, *ATTR_key,
-    *ATTR_tzinfo;
+    *ATTR_tzinfo, *ATTR_read;
 
 static const char *KINDS[] = {
     "null", "boolean", "int", "long", "float", "double", "string", "bytes", "fixed",
@@ -1581,7 +1581,85 @@ static PyObject *file_record(PyObject *module, PyObject *const *args, Py_ssize_t
     return out;
 }
 
+/* -- the changes gate of a topic ------------------------------------------------------- */
+
+/* The schema id of Confluent-framed bytes (magic byte 0, four bytes of id); -1 when obj
+ * is not exact bytes so framed. */
+static long long framed_id(PyObject *obj) {
+    if (!PyBytes_CheckExact(obj) || PyBytes_GET_SIZE(obj) < 5) return -1;
+    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(obj);
+    if (p[0] != 0) return -1;
+    return (long long)p[1] << 24 | (long long)p[2] << 16 | (long long)p[3] << 8 | p[4];
+}
+
+/* reader(data, 5) reads data to its end: 1, 0 (it does not, or it raised an Exception:
+ * the decoder then gives the verdict), -1 on another error. held: the first of the
+ * answer must be True too (a gate's verdict). */
+static int reads_whole(PyObject *reader, PyObject *data, int held) {
+    PyObject *start = PyLong_FromLong(5);
+    if (start == NULL) return -1;
+    PyObject *const call_args[2] = {data, start};
+    PyObject *answer = PyObject_Vectorcall(reader, call_args, 2, NULL);
+    Py_DECREF(start);
+    if (answer == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_Exception)) return -1;
+        PyErr_Clear();
+        return 0;
+    }
+    int whole = 0;
+    if (PyTuple_Check(answer) && PyTuple_GET_SIZE(answer) == 2 &&
+        (!held || PyTuple_GET_ITEM(answer, 0) == Py_True)) {
+        Py_ssize_t end = PyLong_AsSsize_t(PyTuple_GET_ITEM(answer, 1));
+        if (end == -1 && PyErr_Occurred()) PyErr_Clear();
+        else whole = end == PyBytes_GET_SIZE(data);
+    }
+    Py_DECREF(answer);
+    return whole;
+}
+
+/* unchanged(gates, keys, compile, key, value) -> bool: whether a record is, for sure, an
+ * update that changes none of the gated columns (contracts.technical.avro.AvroDecoder.gate
+ * binds the first three). gates: schema id -> the envelope's gate or None, filled by
+ * compile(schema id) for an id first seen; keys: schema id -> the decoder's key plan
+ * (its read, or None). The value must be framed and its gate hold to its last byte;
+ * the key, when there is one, must be framed and read whole, as the decoder reads it. */
+static PyObject *unchanged(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5 || !PyDict_CheckExact(args[0]) || !PyDict_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "unchanged(gates, keys, compile, key, value)");
+        return NULL;
+    }
+    PyObject *gates = args[0], *keys = args[1], *key = args[3], *value = args[4];
+    long long id = framed_id(value);
+    if (id < 0) Py_RETURN_FALSE;
+    PyObject *number = PyLong_FromLongLong(id);
+    if (number == NULL) return NULL;
+    PyObject *gate = PyDict_GetItemWithError(gates, number);  /* borrowed */
+    if (gate == NULL && !PyErr_Occurred()) {
+        PyObject *made = PyObject_CallOneArg(args[2], number);
+        if (made != NULL && PyDict_SetItem(gates, number, made) == 0) gate = made;
+        Py_XDECREF(made);  /* the dict holds it */
+    }
+    Py_DECREF(number);
+    if (gate == NULL) return NULL;
+    if (gate == Py_None) Py_RETURN_FALSE;
+    int whole = reads_whole(gate, value, 1);
+    if (whole <= 0) return whole < 0 ? NULL : Py_NewRef(Py_False);
+    if (key == Py_None) Py_RETURN_TRUE;
+    if ((id = framed_id(key)) < 0) Py_RETURN_FALSE;
+    if ((number = PyLong_FromLongLong(id)) == NULL) return NULL;
+    PyObject *plan = PyDict_GetItemWithError(keys, number);  /* borrowed */
+    Py_DECREF(number);
+    if (plan == NULL) return PyErr_Occurred() ? NULL : Py_NewRef(Py_False);
+    PyObject *read = PyObject_GetAttr(plan, ATTR_read);
+    if (read == NULL) return NULL;
+    whole = read == Py_None ? 0 : reads_whole(read, key, 0);
+    Py_DECREF(read);
+    return whole < 0 ? NULL : PyBool_FromLong(whole);
+}
+
 static PyMethodDef methods[] = {
+    {"unchanged", (PyCFunction)(void (*)(void))unchanged, METH_FASTCALL,
+     "unchanged(gates, keys, compile, key, value) -> bool: a topic's changes gate"},
     {"event_id", (PyCFunction)(void (*)(void))event_id, METH_FASTCALL,
      "event_id(namespace, name): str(uuid.uuid5(UUID(bytes=namespace), name))"},
     {"wire", (PyCFunction)(void (*)(void))wire, METH_FASTCALL,
@@ -1624,6 +1702,7 @@ PyMODINIT_FUNC PyInit__native(void) {
         {&ATTR_op, "op"},
         {&ATTR_key, "key"},
         {&ATTR_tzinfo, "tzinfo"},
+        {&ATTR_read, "read"},
     };
     for (size_t i = 0; i < sizeof attrs / sizeof attrs[0]; i++) {
         if ((*attrs[i].slot = PyUnicode_InternFromString(attrs[i].name)) == NULL) return NULL;

@@ -44,9 +44,11 @@ except ImportError:  # not built: callers fall back to the generated reader and 
 #: an older source that lacks what the code here calls (``scripts/setup`` rebuilds it).
 #: The one way the project reaches it: the reader, its makers, the lineage
 #: (:mod:`translators.lineage`) and the replay's file records (:mod:`replay.task`).
-EXTENSION: Final[Any] = _extension if hasattr(_extension, "origin_of") else None
+EXTENSION: Final[Any] = _extension if hasattr(_extension, "unchanged") else None
 Program: Any = None if EXTENSION is None else EXTENSION.Program
 Slots: Any = None if EXTENSION is None else EXTENSION.Slots
+#: A topic's changes gate in one call (contracts.technical.avro.AvroDecoder.gate).
+unchanged: Any = None if EXTENSION is None else EXTENSION.unchanged
 
 #: Whether the extension is built.
 AVAILABLE: Final = EXTENSION is not None

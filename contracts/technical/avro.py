@@ -9,6 +9,7 @@ import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Final, Literal
 
 import fastavro
@@ -17,6 +18,7 @@ from base.errors import TransientError
 from base.framing import FramingError, unframe
 from contracts.avro_codegen import Reader, Unsupported, compile_reader
 from contracts.avro_codegen.native import AVAILABLE, compile_gate, compile_native_reader
+from contracts.avro_codegen.native import unchanged as native_unchanged
 from contracts.envelope import (
     OP_UPDATE,
     ChangeEvent,
@@ -201,8 +203,6 @@ def _unframe(data: bytes, what: Literal["the key", "the value"]) -> tuple[int, m
 
 
 _ADDRESS: Final = re.compile(r" at 0x[0-9a-fA-F]+")
-#: A gate not compiled yet (None: the schema has none).
-_NO_GATE: Final[Any] = object()
 
 
 def _read_avro(body: memoryview, schema: Any, what: str) -> Any:
@@ -247,34 +247,14 @@ class AvroDecoder(_BytesDecoder):
         bytes of the before and after rows' ``columns`` (equal bytes, equal values)."""
         if self._reader != "compiled" or not AVAILABLE:
             return None
+
+        def gate_of(schema_id: int) -> Reader | None:
+            return self._gate(schema_id, columns, table)
+
+        # one compiled call per record (_native.c, unchanged): the value's gate, made
+        # once per schema id, and the key read as the decoder reads it
         gates: dict[int, Reader | None] = {}
-        keys = self._keys
-
-        def unchanged(key: bytes | None, value: bytes) -> bool:
-            if value.__class__ is not bytes or len(value) < 5 or value[0] != 0:
-                return False
-            schema_id = int.from_bytes(value[1:5], "big")
-            found = gates.get(schema_id, _NO_GATE)
-            if found is _NO_GATE:
-                found = gates[schema_id] = self._gate(schema_id, columns, table)
-            if found is None:
-                return False
-            try:
-                held, end = found(value, 5)
-                if held is not True or end != len(value):
-                    return False
-                if key is None:
-                    return True
-                # the key must read, as the decoder would read it
-                if key.__class__ is not bytes or len(key) < 5 or key[0] != 0:
-                    return False
-                plan = keys.get(int.from_bytes(key[1:5], "big"))
-                return (
-                    plan is not None and plan.read is not None and plan.read(key, 5)[1] == len(key)
-                )
-            except Exception:
-                return False  # the decoder reads it and gives the verdict
-
+        unchanged: Gate = partial(native_unchanged, gates, self._keys, gate_of)
         return unchanged
 
     def _gate(self, schema_id: int, columns: frozenset[str], table: SourceTable) -> Reader | None:

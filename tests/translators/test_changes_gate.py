@@ -198,6 +198,28 @@ def test_a_record_whose_key_or_value_does_not_read_is_left_to_the_decoder() -> N
     assert not gate(b"{}", record.value)  # a key of another encoding
 
 
+def test_the_gate_takes_only_framed_bytes_and_keys_it_knows() -> None:
+    """The compiled gate answers for exact bytes with the Confluent framing, a key whose
+    schema the decoder has read (or no key at all); anything else goes to the decoder."""
+    records, schemas = wide_records(16)
+    index = gated(frozenset({"state"}), records, schemas).index(True)
+    record = records[index]
+    decoder = AvroDecoder(schemas.__getitem__)
+    decoder.decode(record.key, record.value)
+    gate = decoder.gate(frozenset({"state"}), (("schema", "crm"), ("table", "deals")))
+    assert gate is not None and gate(record.key, record.value)
+    assert gate(None, record.value)  # a record without a key: the value decides
+    assert not gate(record.key, bytearray(record.value))  # not bytes
+    assert not gate(bytearray(record.key), record.value)
+    assert not gate(record.key, record.value[:4])  # shorter than the framing
+    assert not gate(record.key, b"\x01" + record.value[1:])  # another magic byte
+    unknown = record.key[:1] + (999).to_bytes(4, "big") + record.key[5:]
+    assert not gate(unknown, record.value)  # a key schema the decoder has not read
+    other = record.value[:1] + (998).to_bytes(4, "big") + record.value[5:]
+    assert not gate(record.key, other)  # a schema the registry lacks: the decoder says so
+    assert gate(record.key, record.value)  # and the schema it knows still gates
+
+
 def test_a_broken_key_on_a_gated_update_goes_to_the_dead_letters() -> None:
     records, schemas = wide_records(16)
 
