@@ -44,6 +44,7 @@ from pydantic import BaseModel, ValidationError
 from base.framing import HEADER_SIZE, MAGIC_BYTE, FramingError, unframe
 from base.registry import RegistryUnavailableError
 from contracts.avro_codegen import ModelWriter, Unsupported, compile_model_writer
+from contracts.avro_codegen.native import compile_native_writer
 from contracts.business import BusinessEvent, read_lineage, with_lineage
 from contracts.exceptions import (
     ContractError,
@@ -206,12 +207,15 @@ class _Writer:
         self.serializer = serializer
         self.parsed = parse_schema(model.contract_schema())
         self.topic = model.contract_topic()
-        #: The generated body writer, or None where only AvroSerializer writes.
-        self.write: ModelWriter | None
-        try:
-            self.write = compile_model_writer(model, self.parsed)
-        except Unsupported:
-            self.write = None
+        #: The body writer: the compiled one (the project's C extension) where it is
+        #: built, else the generated one; None where only AvroSerializer writes.
+        self.write: ModelWriter | None = None
+        for compile_writer in (compile_native_writer, compile_model_writer):
+            try:
+                self.write = compile_writer(model, self.parsed)
+                break
+            except Unsupported:
+                continue
         #: Per topic, the 5-byte Confluent header AvroSerializer wrote (so the schema
         #: id it registered or looked up): from then on the generated writer writes.
         self.headers: dict[str, bytes] = {}

@@ -59,7 +59,7 @@ typedef struct {
 
 /* Attribute names read from C, interned once (at the module's start). */
 static PyObject *ATTR_source, *ATTR_position, *ATTR_coordinates, *ATTR_offset, *ATTR_topic, *ATTR_partition, *ATTR_lsn, *ATTR_tx_id, *ATTR_qualified_table, *ATTR_name, *ATTR_op, *ATTR_key,
-    *ATTR_tzinfo, *ATTR_read;
+    *ATTR_tzinfo, *ATTR_read, *ATTR_dict, *ATTR_value;
 
 static const char *KINDS[] = {
     "null", "boolean", "int", "long", "float", "double", "string", "bytes", "fixed",
@@ -1657,7 +1657,210 @@ static PyObject *unchanged(PyObject *module, PyObject *const *args, Py_ssize_t n
     return whole < 0 ? NULL : PyBool_FromLong(whole);
 }
 
+/* -- the compiled writer of a contract ----------------------------------------------------
+ *
+ * write_model(plan, model[, lineage]) -> the Avro body of a pydantic model's instance,
+ * the bytes contracts.avro_codegen.writer's generated writer gives (and raising where
+ * it raises), from a write plan of nested tuples (contracts.avro_codegen.native,
+ * compile_native_writer), one node per Avro type:
+ *   (W_NULL,) (W_BOOLEAN,) (W_LONG, 32 or 64) (W_FLOAT,) (W_DOUBLE,) (W_STRING,)
+ *   (W_BYTES,) (W_FIXED, size) (W_ENUM, {symbol: its index's bytes})
+ *   (W_RECORD, names, nodes, plain models (a set), check_model, index of the lineage or -1)
+ *   (W_ARRAY, items) (W_MAP, values) (W_UNION, null branch's bytes or None, the other's, node)
+ *   (W_CALL, prepare, schema, node): the value prepare(value, schema) gives, written by node
+ */
+
+enum { W_NULL, W_BOOLEAN, W_LONG, W_FLOAT, W_DOUBLE, W_STRING, W_BYTES, W_FIXED, W_ENUM,
+       W_RECORD, W_ARRAY, W_MAP, W_UNION, W_CALL };
+
+static int put_varint(Text *out, long long value) {
+    unsigned char bytes[10];
+    return text_add(out, (const char *)bytes, zigzag(value, bytes));
+}
+
+static int put_blob_of(Text *out, const char *data, Py_ssize_t size) {
+    return put_varint(out, size) < 0 ? -1 : text_add(out, data, size);
+}
+
+static int fail(const char *message) {
+    PyErr_SetString(PyExc_TypeError, message);
+    return -1;
+}
+
+static int write_node(PyObject *node, PyObject *value, Text *out, PyObject *lineage);
+
+static int write_record(PyObject *node, PyObject *model, Text *out, PyObject *lineage) {
+    PyObject *names = PyTuple_GET_ITEM(node, 1), *nodes = PyTuple_GET_ITEM(node, 2);
+    PyObject *plain = PyTuple_GET_ITEM(node, 3);
+    Py_ssize_t prewritten = PyLong_AsSsize_t(PyTuple_GET_ITEM(node, 5));
+    int known = PySet_Contains(plain, (PyObject *)Py_TYPE(model));
+    if (known < 0) return -1;
+    if (!known) {  /* checked (and remembered) by writer._check_model, or it raises */
+        PyObject *checked = PyObject_CallOneArg(PyTuple_GET_ITEM(node, 4), (PyObject *)Py_TYPE(model));
+        if (checked == NULL) return -1;
+        Py_DECREF(checked);
+    }
+    PyObject *values = PyObject_GetAttr(model, ATTR_dict);
+    if (values == NULL) return -1;
+    int done = 0;
+    if (!PyDict_Check(values)) done = fail("a model's __dict__ is not a dict");
+    for (Py_ssize_t i = 0; done == 0 && i < PyTuple_GET_SIZE(names); i++) {
+        if (i == prewritten && lineage != Py_None) {  /* the caller's bytes, as they are */
+            Py_buffer view;
+            if (PyObject_GetBuffer(lineage, &view, PyBUF_SIMPLE) < 0) { done = -1; break; }
+            done = text_add(out, view.buf, view.len);
+            PyBuffer_Release(&view);
+            continue;
+        }
+        PyObject *name = PyTuple_GET_ITEM(names, i);
+        PyObject *item = PyDict_GetItemWithError(values, name);  /* borrowed */
+        if (item == NULL) {
+            if (!PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, name);
+            done = -1;
+            break;
+        }
+        Py_INCREF(item);  /* a conversion below may run Python that changes the dict */
+        done = write_node(PyTuple_GET_ITEM(nodes, i), item, out, Py_None);
+        Py_DECREF(item);
+    }
+    Py_DECREF(values);
+    return done;
+}
+
+static int write_items(PyObject *node, PyObject *value, Text *out) {
+    PyObject *items = PyTuple_GET_ITEM(node, 1);
+    if (!PyList_CheckExact(value) && !PyTuple_CheckExact(value)) return fail("not a list");
+    PyObject *fast = PySequence_Fast(value, "not a list");  /* the list or tuple itself */
+    if (fast == NULL) return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    int done = 0;
+    if (n > 0) done = put_varint(out, n);
+    for (Py_ssize_t i = 0; done == 0 && i < PySequence_Fast_GET_SIZE(fast); i++) {
+        PyObject *item = Py_NewRef(PySequence_Fast_GET_ITEM(fast, i));
+        done = write_node(items, item, out, Py_None);
+        Py_DECREF(item);
+    }
+    Py_DECREF(fast);
+    return done < 0 ? -1 : text_add(out, "\0", 1);
+}
+
+static int write_map(PyObject *node, PyObject *value, Text *out) {
+    if (!PyDict_Check(value)) return fail("not a dict");
+    PyObject *pairs = PyDict_Items(value);  /* a snapshot, as the Python's items() reads it */
+    if (pairs == NULL) return -1;
+    Py_ssize_t n = PyList_GET_SIZE(pairs);
+    int done = 0;
+    if (n > 0) done = put_varint(out, n);
+    for (Py_ssize_t i = 0; done == 0 && i < n; i++) {
+        PyObject *pair = PyList_GET_ITEM(pairs, i);
+        PyObject *key = PyTuple_GET_ITEM(pair, 0);
+        if (!PyUnicode_CheckExact(key)) { done = fail("not a string"); break; }
+        Py_ssize_t size;
+        const char *text = PyUnicode_AsUTF8AndSize(key, &size);
+        if (text == NULL || put_blob_of(out, text, size) < 0) { done = -1; break; }
+        done = write_node(PyTuple_GET_ITEM(node, 1), PyTuple_GET_ITEM(pair, 1), out, Py_None);
+    }
+    Py_DECREF(pairs);
+    return done < 0 ? -1 : text_add(out, "\0", 1);
+}
+
+static int write_node(PyObject *node, PyObject *value, Text *out, PyObject *lineage) {
+    switch (PyLong_AsLong(PyTuple_GET_ITEM(node, 0))) {
+    case W_NULL:
+        return value == Py_None ? 0 : fail("not null");
+    case W_BOOLEAN:
+        if (value == Py_True) return text_add(out, "\1", 1);
+        if (value == Py_False) return text_add(out, "\0", 1);
+        return fail("not a boolean");
+    case W_LONG: {
+        if (!PyLong_CheckExact(value)) return fail("not an integer of the Avro type");
+        int overflow;
+        long long number = PyLong_AsLongLongAndOverflow(value, &overflow);
+        if (number == -1 && PyErr_Occurred()) return -1;
+        int wide = PyLong_AsLong(PyTuple_GET_ITEM(node, 1)) == 64;
+        if (overflow || (!wide && (number < INT32_MIN || number > INT32_MAX)))
+            return fail("not an integer of the Avro type");
+        return put_varint(out, number);
+    }
+    case W_FLOAT:
+    case W_DOUBLE: {
+        if (!PyFloat_CheckExact(value)) return fail("not a float");
+        char bytes[8];
+        double number = PyFloat_AS_DOUBLE(value);
+        int four = PyLong_AsLong(PyTuple_GET_ITEM(node, 0)) == W_FLOAT;
+        if ((four ? PyFloat_Pack4(number, bytes, 1) : PyFloat_Pack8(number, bytes, 1)) < 0)
+            return -1;
+        return text_add(out, bytes, four ? 4 : 8);
+    }
+    case W_STRING: {
+        if (!PyUnicode_CheckExact(value)) return fail("not a string");
+        Py_ssize_t size;
+        const char *text = PyUnicode_AsUTF8AndSize(value, &size);
+        return text == NULL ? -1 : put_blob_of(out, text, size);
+    }
+    case W_BYTES:
+        if (!PyBytes_CheckExact(value)) return fail("not bytes");
+        return put_blob_of(out, PyBytes_AS_STRING(value), PyBytes_GET_SIZE(value));
+    case W_FIXED:
+        if (!PyBytes_CheckExact(value) ||
+            PyBytes_GET_SIZE(value) != PyLong_AsSsize_t(PyTuple_GET_ITEM(node, 1)))
+            return fail("not bytes of the fixed size");
+        return text_add(out, PyBytes_AS_STRING(value), PyBytes_GET_SIZE(value));
+    case W_ENUM: {
+        PyObject *symbol = PyUnicode_CheckExact(value) ? Py_NewRef(value)
+                                                       : PyObject_GetAttr(value, ATTR_value);
+        if (symbol == NULL) return -1;
+        PyObject *index = PyObject_GetItem(PyTuple_GET_ITEM(node, 1), symbol);
+        Py_DECREF(symbol);
+        if (index == NULL) return -1;
+        int done = text_add(out, PyBytes_AS_STRING(index), PyBytes_GET_SIZE(index));
+        Py_DECREF(index);
+        return done;
+    }
+    case W_RECORD:
+        return write_record(node, value, out, lineage);
+    case W_ARRAY:
+        return write_items(node, value, out);
+    case W_MAP:
+        return write_map(node, value, out);
+    case W_UNION: {
+        PyObject *null_branch = PyTuple_GET_ITEM(node, 1);
+        if (value == Py_None && null_branch != Py_None)
+            return text_add(out, PyBytes_AS_STRING(null_branch), PyBytes_GET_SIZE(null_branch));
+        PyObject *branch = PyTuple_GET_ITEM(node, 2);
+        if (text_add(out, PyBytes_AS_STRING(branch), PyBytes_GET_SIZE(branch)) < 0) return -1;
+        return write_node(PyTuple_GET_ITEM(node, 3), value, out, Py_None);
+    }
+    case W_CALL: {
+        PyObject *const call_args[2] = {value, PyTuple_GET_ITEM(node, 2)};
+        PyObject *prepared = PyObject_Vectorcall(PyTuple_GET_ITEM(node, 1), call_args, 2, NULL);
+        if (prepared == NULL) return -1;
+        int done = write_node(PyTuple_GET_ITEM(node, 3), prepared, out, Py_None);
+        Py_DECREF(prepared);
+        return done;
+    }
+    default:
+        PyErr_SetString(PyExc_ValueError, "write_model: a node of an unknown kind");
+        return -1;
+    }
+}
+
+static PyObject *write_model(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs < 2 || nargs > 3 || !PyTuple_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "write_model(plan, model, lineage=None)");
+        return NULL;
+    }
+    Text out;
+    text_init(&out);
+    int done = write_node(args[0], args[1], &out, nargs == 3 ? args[2] : Py_None);
+    PyObject *made = done < 0 ? NULL : PyBytes_FromStringAndSize(out.data, out.size);
+    text_free(&out);
+    return made;
+}
+
 static PyMethodDef methods[] = {
+    {"write_model", (PyCFunction)(void (*)(void))write_model, METH_FASTCALL,
+     "write_model(plan, model, lineage=None) -> the Avro body of a contract's instance"},
     {"unchanged", (PyCFunction)(void (*)(void))unchanged, METH_FASTCALL,
      "unchanged(gates, keys, compile, key, value) -> bool: a topic's changes gate"},
     {"event_id", (PyCFunction)(void (*)(void))event_id, METH_FASTCALL,
@@ -1703,6 +1906,8 @@ PyMODINIT_FUNC PyInit__native(void) {
         {&ATTR_key, "key"},
         {&ATTR_tzinfo, "tzinfo"},
         {&ATTR_read, "read"},
+        {&ATTR_dict, "__dict__"},
+        {&ATTR_value, "value"},
     };
     for (size_t i = 0; i < sizeof attrs / sizeof attrs[0]; i++) {
         if ((*attrs[i].slot = PyUnicode_InternFromString(attrs[i].name)) == NULL) return NULL;

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import decimal
 from collections.abc import Callable, Mapping, Set
+from functools import partial
 from typing import Any, Final, TypeVar
 
 from fastavro.read import LOGICAL_READERS
@@ -33,6 +34,15 @@ from contracts.avro_codegen.gen import (
     _logical_key,
     _type_of,
 )
+from contracts.avro_codegen.writer import (
+    LINEAGE_FIELD,
+    ModelWriter,
+    _check_model,
+    _logical_writers,
+    _plain_model,
+    _plain_models,
+)
+from contracts.binary import SMALL, varint
 from contracts.logical.decode import native_conversion
 
 try:
@@ -342,3 +352,110 @@ def _encoded(schema: Any, value: Any, named: Mapping[str, Any]) -> bytes:
         buffer, fastavro.parse_schema(schema, named_schemas=dict(named)), value
     )
     return buffer.getvalue()
+
+
+# -- the compiled writer ---------------------------------------------------------------------
+
+#: The write plan's node kinds (_native.c, write_model).
+(W_NULL, W_BOOLEAN, W_LONG, W_FLOAT, W_DOUBLE, W_STRING, W_BYTES, W_FIXED, W_ENUM) = range(9)
+(W_RECORD, W_ARRAY, W_MAP, W_UNION, W_CALL) = range(9, 14)
+
+_WRITE_PRIMITIVES: Final = {
+    "null": (W_NULL,),
+    "boolean": (W_BOOLEAN,),
+    "int": (W_LONG, 32),
+    "long": (W_LONG, 64),
+    "float": (W_FLOAT,),
+    "double": (W_DOUBLE,),
+    "string": (W_STRING,),
+    "bytes": (W_BYTES,),
+}
+
+
+class _WritePlanner:
+    """The write plan of a contract's schema: the generated writer's walk
+    (contracts.avro_codegen.writer), node for node."""
+
+    def __init__(self, named: Mapping[str, Any]) -> None:
+        self.named = named
+        self.active: set[str] = set()
+
+    def node(self, schema: Any, prewritten: str | None = None) -> Plan:
+        if isinstance(schema, str) and schema not in _PRIMITIVES:
+            if schema not in self.named:
+                raise Unsupported(f"unknown named type {schema!r}")
+            if schema in self.active:
+                raise Unsupported(f"recursive type {schema!r}")
+            self.active.add(schema)
+            try:
+                return self.node(self.named[schema], prewritten)
+            finally:
+                self.active.discard(schema)
+        if isinstance(schema, list):
+            return self.union(schema)
+        t = _type_of(schema)
+        if isinstance(t, dict | list):
+            return self.node(t, prewritten)
+        plain = self.plain(schema, t, prewritten)
+        if isinstance(schema, dict) and isinstance(schema.get("logicalType"), str):
+            key = f"{t}-{schema['logicalType']}"
+            prepare = _logical_writers().get(key)
+            if prepare is not None:
+                return (W_CALL, prepare, schema, plain)
+        return plain
+
+    def plain(self, schema: Any, t: Any, prewritten: str | None) -> Plan:
+        if t in _WRITE_PRIMITIVES:
+            return _WRITE_PRIMITIVES[t]
+        if t == "fixed":
+            return (W_FIXED, int(schema.get("size", -1)))
+        if t == "enum":
+            symbols = schema.get("symbols") or []
+            return (
+                W_ENUM,
+                {s: SMALL[2 * i] if i < 64 else varint(2 * i) for i, s in enumerate(symbols)},
+            )
+        if t in ("record", "error"):
+            fields = schema.get("fields")
+            if not isinstance(fields, list):
+                raise Unsupported("a record without fields")
+            names = tuple(str(f.get("name")) for f in fields)
+            return (
+                W_RECORD,
+                names,
+                tuple(self.node(f.get("type")) for f in fields),
+                _plain_models,
+                _check_model,
+                names.index(prewritten) if prewritten in names else -1,
+            )
+        if t == "array":
+            return (W_ARRAY, self.node(schema.get("items")))
+        if t == "map":
+            return (W_MAP, self.node(schema.get("values")))
+        raise Unsupported(f"Avro type {t!r}")
+
+    def union(self, branches: list[Any]) -> Plan:
+        others = [i for i, b in enumerate(branches) if b != "null"]
+        nulls = [i for i, b in enumerate(branches) if b == "null"]
+        if len(others) != 1 or len(nulls) > 1:
+            raise Unsupported("a union of several non-null types")
+        null = SMALL[2 * nulls[0]] if nulls else None
+        return (W_UNION, null, SMALL[2 * others[0]], self.node(branches[others[0]]))
+
+
+def compile_native_writer(model: type, parsed: Any) -> ModelWriter:
+    """:func:`~contracts.avro_codegen.compile_model_writer`'s writer, run by the
+    extension (``_native.c``, ``write_model``): the same bytes, and an error where it
+    raises one (tests/contracts/test_fast_serialize.py holds them together). Raises
+    :class:`Unsupported` for the shapes the generated writer refuses, and when the
+    extension is not built."""
+    if EXTENSION is None:
+        raise Unsupported("the compiled writer is not built (scripts/setup builds it)")
+    if not _plain_model(model):
+        raise Unsupported(f"{model.__name__} has custom serialization")
+    if _type_of(parsed) not in ("record", "error"):
+        raise Unsupported("a model's schema is a record")
+    named = parsed.get("__named_schemas") if isinstance(parsed, dict) else None
+    plan = _WritePlanner(named if isinstance(named, dict) else {}).node(parsed, LINEAGE_FIELD)
+    writer: ModelWriter = partial(EXTENSION.write_model, plan)
+    return writer
