@@ -101,11 +101,8 @@ _BULK_TOPICS: set[str] = set()
 
 def _bulk_record(self: PartitionRecords, tp: TP, record: Any) -> Any:
     """``PartitionRecords._consumer_record`` for the bulk topics: the record as it is."""
-    if (
-        tp.topic in _BULK_TOPICS
-        and self._key_deserializer is None
-        and (self._value_deserializer is None)
-    ):
+    plain = self._key_deserializer is None and self._value_deserializer is None
+    if plain and tp.topic in _BULK_TOPICS:
         return record
     return _CONSUMER_RECORD(self, tp, record)
 

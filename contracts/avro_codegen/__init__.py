@@ -20,6 +20,12 @@ Both sides are held to fastavro by tests (``tests/contracts/test_fast_*.py``):
   does not cover, and anything at run time for a value it does not take (callers then
   run the reference serializer, whose verdict stands).
 
+The extension (``_native.c``, built by ``scripts/setup``) runs the same two walks in C:
+:func:`contracts.avro_codegen.native.compile_native_reader` and
+:func:`~contracts.avro_codegen.native.compile_native_writer` take the same arguments and
+give the same results (the same bytes, and an error where the generated code raises),
+held to the generated code by hypothesis tests; callers use them where it is built.
+
 Covered: records, unions (with null or of several types, by index), null, boolean,
 int, long, float, double, string, bytes, fixed, enum, array, map, and the logical
 types fastavro converts (decimal, date, time, timestamps, uuid).

@@ -14,6 +14,11 @@ The two readers give equal results for every plan, and both equal
 ``fastavro.schemaless_reader`` (tests/contracts/test_native_reader.py, hypothesis).
 Where the extension is not built, :data:`AVAILABLE` is False and callers use the
 generated reader.
+
+:func:`compile_native_writer` does the same for the contracts' writer
+(:func:`~contracts.avro_codegen.compile_model_writer`): its walk as a *write plan* run by
+``_native.write_model``, the logical types' conversions still fastavro's prepare
+functions; the same bytes and the same refusals (tests/contracts/test_fast_serialize.py).
 """
 
 from __future__ import annotations
@@ -52,8 +57,8 @@ except ImportError:  # not built: callers fall back to the generated reader and 
 
 #: The built extension (``scripts/setup`` builds it), or ``None``: not built, or built from
 #: an older source that lacks what the code here calls (``scripts/setup`` rebuilds it).
-#: The one way the project reaches it: the reader, its makers, the lineage
-#: (:mod:`translators.lineage`) and the replay's file records (:mod:`replay.task`).
+#: The one way the project reaches it: the reader, its makers, the contracts' writer, the
+#: lineage (:mod:`translators.lineage`) and the replay's file records (:mod:`replay.task`).
 EXTENSION: Final[Any] = _extension if hasattr(_extension, "unchanged") else None
 Program: Any = None if EXTENSION is None else EXTENSION.Program
 Slots: Any = None if EXTENSION is None else EXTENSION.Slots
