@@ -66,6 +66,35 @@ static const char *KINDS[] = {
     "enum", "record", "union", "array", "map", "call", "skip", "decimal", "gate", NULL
 };
 
+/* The decimal text of value into out (at most 20 characters, no NUL); its length.
+ * (snprintf's format parsing cost more than the rest of a change's lineage.) */
+static int decimal_text(long long value, char *out) {
+    char reversed[20];
+    unsigned long long magnitude =
+        value < 0 ? 0ULL - (unsigned long long)value : (unsigned long long)value;
+    int n = 0, length = 0;
+    do {
+        reversed[n++] = (char)('0' + magnitude % 10);
+        magnitude /= 10;
+    } while (magnitude != 0);
+    if (value < 0) out[length++] = '-';
+    while (n > 0) out[length++] = reversed[--n];
+    return length;
+}
+
+/* The upper-case hex text of value into out (at most 16 characters, no NUL); its length. */
+static int hex_text(unsigned long long value, char *out) {
+    static const char HEX[] = "0123456789ABCDEF";
+    char reversed[16];
+    int n = 0, length = 0;
+    do {
+        reversed[n++] = HEX[value & 15];
+        value >>= 4;
+    } while (value != 0);
+    while (n > 0) out[length++] = reversed[--n];
+    return length;
+}
+
 /* -- plan -> nodes ------------------------------------------------------------------ */
 
 static void node_free(Node *node) {
@@ -459,8 +488,11 @@ static PyObject *read_decimal(const Node *node, const unsigned char *p, Py_ssize
         for (uint64_t rest = magnitude / 10; rest != 0; rest /= 10) digits++;
         if (digits <= node->precision) {
             char text[48];
-            snprintf(text, sizeof text, "%lldE-%lld", (long long)unscaled, node->scale);
-            PyObject *str = PyUnicode_FromString(text);
+            int length = decimal_text((long long)unscaled, text);
+            text[length++] = 'E';
+            text[length++] = '-';
+            length += decimal_text((long long)node->scale, text + length);
+            PyObject *str = PyUnicode_FromStringAndSize(text, length);
             if (str == NULL) return NULL;
             PyObject *out = PyObject_CallOneArg(type, str);
             Py_DECREF(str);
@@ -1148,8 +1180,8 @@ static PyObject *wire(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     text = utf8_of(args[2], &size, "the contract");
     if (text == NULL) return NULL;
     sha1_update(&s, (const unsigned char *)text, (size_t)size);
-    char number[24];
-    int digits = snprintf(number, sizeof number, "|%lld", ordinal);
+    char number[24] = {'|'};
+    int digits = 1 + decimal_text(ordinal, number + 1);
     sha1_update(&s, (const unsigned char *)number, (size_t)digits);
     char eid[36];
     uuid5_text(&s, eid);
@@ -1226,7 +1258,7 @@ static PyObject *change_part(PyObject *module, PyObject *const *args, Py_ssize_t
     if (tx) { memcpy(out, tlen, ntlen); out += ntlen; memcpy(out, tx, (size_t)tsize); }
 
     char digits[24];
-    int ndigits = snprintf(digits, sizeof digits, "%lld", offset);
+    int ndigits = decimal_text(offset, digits);
     PyObject *values[3] = {
         PyBytes_FromStringAndSize(digits, ndigits),
         PyBytes_FromStringAndSize(position, psize),
@@ -1347,7 +1379,7 @@ static int canonical_key(PyObject *key, Text *t) {
             Py_XDECREF(repr);
         } else {
             char digits[24];
-            int ndigits = snprintf(digits, sizeof digits, "%lld", number);
+            int ndigits = decimal_text(number, digits);
             if (text_add(t, digits, ndigits) < 0) done = -1;
         }
     }
@@ -1447,8 +1479,10 @@ static PyObject *origin_of(PyObject *module, PyObject *const *args, Py_ssize_t n
                 goto done;
             }
             char buffer[40];
-            snprintf(buffer, sizeof buffer, "%llX/%llX", value >> 32, value & 0xFFFFFFFFULL);
-            text = PyUnicode_FromString(buffer);
+            int length = hex_text(value >> 32, buffer);
+            buffer[length++] = '/';
+            length += hex_text(value & 0xFFFFFFFFULL, buffer + length);
+            text = PyUnicode_FromStringAndSize(buffer, length);
         }
         Py_DECREF(lsn);
         if (text == NULL) goto done;
