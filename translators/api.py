@@ -59,17 +59,23 @@ class Translator:
     #: ``name@version``, as pinned, logged and written in lineage (made once: the
     #: runtime reads it for every change).
     ref: str = field(init=False, repr=False, compare=False)
+    #: The ops that can give it an event at all (:meth:`may_emit`; made once).
+    emitting: frozenset[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ref", f"{self.name}@{self.version}")
+        emitting = {
+            op
+            for op in _OPS
+            if (self.ops is None or op in self.ops)
+            and not (op == "r" and self.snapshots == SKIP)
+            and not (op == "d" and self.deletes == SKIP)
+        }
+        object.__setattr__(self, "emitting", frozenset(emitting))
 
     def may_emit(self, op: str) -> bool:
         """Whether a change with ``op`` can give this translator an event at all."""
-        if self.ops is not None and op not in self.ops:
-            return False
-        if op == "r" and self.snapshots == SKIP:
-            return False
-        return not (op == "d" and self.deletes == SKIP)
+        return op in self.emitting
 
     def reads(self, table: str) -> bool:
         """Does this translator read ``schema.table``? Sources may use shell wildcards."""

@@ -306,7 +306,7 @@ class Pipeline:
             if counts is None:
                 counts = result.counts[translator.ref] = Counts()
             counts.consumed += 1
-            if not translator.may_emit(op):
+            if op not in translator.emitting:
                 counts.dropped += 1  # declared: this op gives it nothing
                 continue
             # the change as this translator reads it (its declared columns only)
