@@ -1306,6 +1306,17 @@ static int text_add(Text *t, const char *p, Py_ssize_t n) {
     return 0;
 }
 
+/* A zigzag varint (an Avro int or long). */
+static int put_varint(Text *out, long long value) {
+    unsigned char bytes[10];
+    return text_add(out, (const char *)bytes, zigzag(value, bytes));
+}
+
+/* An Avro string or bytes: the length, then the bytes. */
+static int put_blob_of(Text *out, const char *data, Py_ssize_t size) {
+    return put_varint(out, size) < 0 ? -1 : text_add(out, data, size);
+}
+
 /* A str's UTF-8; 0 when it has none (a lone surrogate: the Python then builds it). */
 static int text_str(Text *t, PyObject *obj) {
     Py_ssize_t n;
@@ -1541,57 +1552,40 @@ static int part_of(PyObject *obj, int kind, const char **data, Py_ssize_t *size)
     return 1;
 }
 
-typedef struct {
-    char *out;         /* NULL: only count */
-    Py_ssize_t used;
-} Sink;
-
-static void put(Sink *sink, const void *data, Py_ssize_t size) {
-    if (sink->out != NULL) memcpy(sink->out + sink->used, data, (size_t)size);
-    sink->used += size;
-}
-
-static void put_long(Sink *sink, long long value) {
-    unsigned char buf[10];
-    put(sink, buf, zigzag(value, buf));
-}
-
 /* A string or bytes datum (length, then the bytes); 0 or -1 as part_of. */
-static int put_blob(Sink *sink, PyObject *obj, int kind) {
+static int put_blob(Text *out, PyObject *obj, int kind) {
     const char *data;
     Py_ssize_t size;
     int found = part_of(obj, kind, &data, &size);
     if (found != 1) return found;
-    put_long(sink, size);
-    put(sink, data, size);
-    return 1;
+    return put_blob_of(out, data, size) < 0 ? -1 : 1;
 }
 
 /* ["null", "bytes"] */
-static int put_optional(Sink *sink, PyObject *obj) {
-    if (obj == Py_None) { put(sink, "\0", 1); return 1; }
-    put(sink, "\2", 1);
-    return put_blob(sink, obj, 'b');
+static int put_optional(Text *out, PyObject *obj) {
+    if (obj == Py_None) return text_add(out, "\0", 1) < 0 ? -1 : 1;
+    if (text_add(out, "\2", 1) < 0) return -1;
+    return put_blob(out, obj, 'b');
 }
 
-static int put_record(Sink *sink, PyObject *const *args) {
+static int put_record(Text *out, PyObject *const *args) {
     int ok;
-    if ((ok = put_blob(sink, args[0], 's')) != 1) return ok;
-    if ((ok = put_optional(sink, args[1])) != 1) return ok;
-    if ((ok = put_optional(sink, args[2])) != 1) return ok;
+    if ((ok = put_blob(out, args[0], 's')) != 1) return ok;
+    if ((ok = put_optional(out, args[1])) != 1) return ok;
+    if ((ok = put_optional(out, args[2])) != 1) return ok;
     PyObject *headers = args[3];
     if (!PyList_CheckExact(headers)) return 0;
     Py_ssize_t n = PyList_GET_SIZE(headers);
-    if (n > 0) put_long(sink, n);
+    if (n > 0 && put_varint(out, n) < 0) return -1;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *header = PyList_GET_ITEM(headers, i);
         if (!PyTuple_CheckExact(header) || PyTuple_GET_SIZE(header) != 2) return 0;
-        if ((ok = put_blob(sink, PyTuple_GET_ITEM(header, 0), 's')) != 1) return ok;
-        if ((ok = put_optional(sink, PyTuple_GET_ITEM(header, 1))) != 1) return ok;
+        if ((ok = put_blob(out, PyTuple_GET_ITEM(header, 0), 's')) != 1) return ok;
+        if ((ok = put_optional(out, PyTuple_GET_ITEM(header, 1))) != 1) return ok;
     }
-    put(sink, "\0", 1);  /* the end of the header array */
-    if ((ok = put_blob(sink, args[4], 's')) != 1) return ok;
-    return put_blob(sink, args[5], 's');
+    if (text_add(out, "\0", 1) < 0) return -1;  /* the end of the header array */
+    if ((ok = put_blob(out, args[4], 's')) != 1) return ok;
+    return put_blob(out, args[5], 's');
 }
 
 /* file_record(topic, key, value, headers, event_id, translator) -> the Avro body of one
@@ -1604,15 +1598,13 @@ static PyObject *file_record(PyObject *module, PyObject *const *args, Py_ssize_t
                         "file_record(topic, key, value, headers, event_id, translator)");
         return NULL;
     }
-    Sink count = {NULL, 0};
-    int ok = put_record(&count, args);
-    if (ok < 0) return NULL;
-    if (ok == 0) Py_RETURN_NONE;
-    PyObject *out = PyBytes_FromStringAndSize(NULL, count.used);
-    if (out == NULL) return NULL;
-    Sink fill = {PyBytes_AS_STRING(out), 0};
-    if (put_record(&fill, args) != 1) { Py_DECREF(out); return NULL; }
-    return out;
+    Text out;
+    text_init(&out);
+    int ok = put_record(&out, args);
+    PyObject *made = ok < 0 ? NULL : ok == 0 ? Py_NewRef(Py_None)
+                                             : PyBytes_FromStringAndSize(out.data, out.size);
+    text_free(&out);
+    return made;
 }
 
 /* -- the changes gate of a topic ------------------------------------------------------- */
@@ -1706,15 +1698,6 @@ static PyObject *unchanged(PyObject *module, PyObject *const *args, Py_ssize_t n
 
 enum { W_NULL, W_BOOLEAN, W_LONG, W_FLOAT, W_DOUBLE, W_STRING, W_BYTES, W_FIXED, W_ENUM,
        W_RECORD, W_ARRAY, W_MAP, W_UNION, W_CALL };
-
-static int put_varint(Text *out, long long value) {
-    unsigned char bytes[10];
-    return text_add(out, (const char *)bytes, zigzag(value, bytes));
-}
-
-static int put_blob_of(Text *out, const char *data, Py_ssize_t size) {
-    return put_varint(out, size) < 0 ? -1 : text_add(out, data, size);
-}
 
 static int fail(const char *message) {
     PyErr_SetString(PyExc_TypeError, message);

@@ -46,8 +46,9 @@ from contracts.avro_codegen.writer import (
     _logical_writers,
     _plain_model,
     _plain_models,
+    enum_index,
+    union_branches,
 )
-from contracts.binary import SMALL, varint
 from contracts.logical.decode import native_conversion
 
 try:
@@ -103,7 +104,9 @@ def _decimal_reader(precision: int, scale: int) -> Callable[[bytes], decimal.Dec
     return read
 
 
-class _Planner:
+class _Named:
+    """A plan's walk through a schema's named types (recursive ones are refused)."""
+
     def __init__(self, named: Mapping[str, Any]) -> None:
         self.named = named
         self.active: set[str] = set()
@@ -115,6 +118,8 @@ class _Planner:
             raise Unsupported(f"recursive type {name!r}")
         return self.named[name]
 
+
+class _Planner(_Named):
     def read(
         self,
         schema: Any,
@@ -377,27 +382,21 @@ _WRITE_PRIMITIVES: Final = {
 }
 
 
-class _WritePlanner:
+class _WritePlanner(_Named):
     """The write plan of a contract's schema: the generated writer's walk
     (contracts.avro_codegen.writer), node for node."""
 
-    def __init__(self, named: Mapping[str, Any]) -> None:
-        self.named = named
-        self.active: set[str] = set()
-
     def node(self, schema: Any, prewritten: str | None = None) -> Plan:
         if isinstance(schema, str) and schema not in _PRIMITIVES:
-            if schema not in self.named:
-                raise Unsupported(f"unknown named type {schema!r}")
-            if schema in self.active:
-                raise Unsupported(f"recursive type {schema!r}")
+            definition = self.resolve(schema)
             self.active.add(schema)
             try:
-                return self.node(self.named[schema], prewritten)
+                return self.node(definition, prewritten)
             finally:
                 self.active.discard(schema)
         if isinstance(schema, list):
-            return self.union(schema)
+            null, other, branch = union_branches(schema)
+            return (W_UNION, null, other, self.node(branch))
         t = _type_of(schema)
         if isinstance(t, dict | list):
             return self.node(t, prewritten)
@@ -415,11 +414,7 @@ class _WritePlanner:
         if t == "fixed":
             return (W_FIXED, int(schema.get("size", -1)))
         if t == "enum":
-            symbols = schema.get("symbols") or []
-            return (
-                W_ENUM,
-                {s: SMALL[2 * i] if i < 64 else varint(2 * i) for i, s in enumerate(symbols)},
-            )
+            return (W_ENUM, enum_index(schema))
         if t in ("record", "error"):
             fields = schema.get("fields")
             if not isinstance(fields, list):
@@ -438,14 +433,6 @@ class _WritePlanner:
         if t == "map":
             return (W_MAP, self.node(schema.get("values")))
         raise Unsupported(f"Avro type {t!r}")
-
-    def union(self, branches: list[Any]) -> Plan:
-        others = [i for i, b in enumerate(branches) if b != "null"]
-        nulls = [i for i, b in enumerate(branches) if b == "null"]
-        if len(others) != 1 or len(nulls) > 1:
-            raise Unsupported("a union of several non-null types")
-        null = SMALL[2 * nulls[0]] if nulls else None
-        return (W_UNION, null, SMALL[2 * others[0]], self.node(branches[others[0]]))
 
 
 def compile_native_writer(model: type, parsed: Any) -> ModelWriter:

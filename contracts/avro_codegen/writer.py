@@ -127,11 +127,7 @@ def _write(g: _Gen, schema: Any, d: int, v: str) -> None:
         g.emit(d + 1, "raise TypeError('not bytes of the fixed size')")
         g.emit(d, f"ap({v})")
     elif t == "enum":
-        symbols = schema.get("symbols") or []
-        index = g.const(
-            {s: SMALL[2 * i] if i < 64 else varint(2 * i) for i, s in enumerate(symbols)},
-            "index",
-        )
+        index = g.const(enum_index(schema), "index")
         g.emit(d, f"ap({index}[{v} if {v}.__class__ is str else {v}.value])")
     elif t in ("record", "error"):
         _write_record(g, schema, d, v)
@@ -160,18 +156,32 @@ def _write(g: _Gen, schema: Any, d: int, v: str) -> None:
         raise Unsupported(f"Avro type {t!r}")
 
 
-def _write_union(g: _Gen, branches: list[Any], d: int, v: str) -> None:
+def enum_index(schema: Mapping[str, Any]) -> dict[str, bytes]:
+    """An enum's symbols and the bytes of their indexes."""
+    symbols = schema.get("symbols") or []
+    return {s: SMALL[2 * i] if i < 64 else varint(2 * i) for i, s in enumerate(symbols)}
+
+
+def union_branches(branches: list[Any]) -> tuple[bytes | None, bytes, Any]:
+    """The bytes of a union's null branch (None: it has none), those of its other branch,
+    and that branch's schema; :class:`Unsupported` for a union of several non-null types."""
     others = [i for i, b in enumerate(branches) if b != "null"]
     nulls = [i for i, b in enumerate(branches) if b == "null"]
     if len(others) != 1 or len(nulls) > 1:
         raise Unsupported("a union of several non-null types")
-    if nulls:
+    null = SMALL[2 * nulls[0]] if nulls else None
+    return null, SMALL[2 * others[0]], branches[others[0]]
+
+
+def _write_union(g: _Gen, branches: list[Any], d: int, v: str) -> None:
+    null, other, schema = union_branches(branches)
+    if null is not None:
         g.emit(d, f"if {v} is None:")
-        g.emit(d + 1, f"ap({g.const(SMALL[2 * nulls[0]], 'branch')})")
+        g.emit(d + 1, f"ap({g.const(null, 'branch')})")
         g.emit(d, "else:")
         d += 1
-    g.emit(d, f"ap({g.const(SMALL[2 * others[0]], 'branch')})")
-    _write(g, branches[others[0]], d, v)
+    g.emit(d, f"ap({g.const(other, 'branch')})")
+    _write(g, schema, d, v)
 
 
 def _write_record(

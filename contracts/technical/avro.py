@@ -258,8 +258,6 @@ class AvroDecoder(_BytesDecoder):
         return unchanged
 
     def _gate(self, schema_id: int, columns: frozenset[str], table: SourceTable) -> Reader | None:
-        if self._reader != "compiled":
-            return None
         try:
             schema = self._schema(schema_id, "the value")
         except (InvalidRecord, TransientError):
