@@ -21,6 +21,8 @@ class CompiledReader(BuildHookInterface):  # type: ignore[misc]
             return  # the extension sits next to its source, where the editable path finds it
         built = sorted(script.parent.glob("_native.*.so"))
         for path in built:
-            build_data["force_include"][str(path)] = str(path.relative_to(self.root))
+            build_data["force_include"][str(path)] = str(
+                Path("bizevents", path.relative_to(self.root))
+            )
         build_data["pure_python"] = False
         build_data["infer_tag"] = True

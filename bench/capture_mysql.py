@@ -34,7 +34,7 @@ TARGET = 25_000
 
 
 def generate(dsn: str, table: str, changes: int, tx_rows: int) -> None:
-    from capture import mysql as my
+    from bizevents.capture import mysql as my
 
     conn = my.connect(dsn, autocommit=False)
     inserts = changes // 2
@@ -63,7 +63,7 @@ def read_decode(dsn: str, start_gtid: str, rows_wanted: int) -> float:
     from pymysqlreplication import BinLogStreamReader
     from pymysqlreplication.row_event import UpdateRowsEvent, WriteRowsEvent
 
-    from capture import mysql as my
+    from bizevents.capture import mysql as my
 
     stream = BinLogStreamReader(
         connection_settings=my.connection_settings(dsn),
@@ -97,11 +97,11 @@ def one_run(
     from confluent_kafka import Producer
     from pydantic import SecretStr
 
-    from capture import mysql as my
-    from capture.config import CaptureConfig
-    from capture.metrics import CaptureStats
-    from capture.mysqlcapture import MysqlCapture, OffsetStore
-    from capture.runner import CaptureEndpoints
+    from bizevents.capture import mysql as my
+    from bizevents.capture.config import CaptureConfig
+    from bizevents.capture.metrics import CaptureStats
+    from bizevents.capture.mysqlcapture import MysqlCapture, OffsetStore
+    from bizevents.capture.runner import CaptureEndpoints
 
     tag = uuid.uuid4().hex[:8]
     database = f"bench_{tag}"
@@ -133,7 +133,7 @@ def one_run(
         producer = Producer(kafka)
         from confluent_kafka.admin import AdminClient
 
-        from base.kafka import ensure_topics
+        from bizevents.plumbing.kafka import ensure_topics
 
         ensure_topics(AdminClient(kafka), [config.offsets_topic_name], 1)
         OffsetStore(kafka, config.offsets_topic_name, config.server).write(

@@ -300,7 +300,7 @@ def committed(bootstrap: str, group: str, ends: dict[tuple[str, int], int]) -> d
 def history(conn: Any, witness: str, publication: str) -> list[tuple[int, str, str]]:
     """Every committed row change since the witness slot: ``(lsn, schema.table, op)``,
     in commit order (logical decoding hands out whole transactions as they commit)."""
-    from capture.pgoutput import Delete, Insert, PgOutputDecoder, Update, parse_lsn
+    from bizevents.capture.pgoutput import Delete, Insert, PgOutputDecoder, Update, parse_lsn
 
     decoder = PgOutputDecoder()
     out: list[tuple[int, str, str]] = []
@@ -398,7 +398,7 @@ def check_events(
     report: Report,
 ) -> int:
     """Missing, doubled and out-of-order business events; returns how many are missing."""
-    from contracts.business import (
+    from bizevents.contracts.business import (
         HEADER_EVENT_ID,
         HEADER_SOURCE_OFFSET,
         HEADER_SOURCE_PARTITION,
@@ -518,7 +518,7 @@ class Faults:
         }
 
     def components(self) -> None:
-        from capture.config import CaptureConfig
+        from bizevents.capture.config import CaptureConfig
         from tests.capture.capture_helpers import write_config
 
         config = CaptureConfig(
@@ -655,8 +655,8 @@ class Faults:
             log("PostgreSQL restarted")
 
     def replay_progress(self) -> str:
-        from replay.exceptions import RunStateError
-        from replay.state import RunState
+        from bizevents.replay.exceptions import RunStateError
+        from bizevents.replay.state import RunState
 
         try:
             state = RunState.load(self.work / "state", self.run_id)
@@ -718,14 +718,14 @@ class Faults:
         return all(t in found.topics for t in topics)
 
     def verify(self, worker_topics: list[str]) -> Report:
-        from capture.pgoutput import parse_lsn
-        from contracts.envelope import ChangeEvent, PgPosition
-        from contracts.exceptions import Coordinates
-        from contracts.technical import AutoDecoder
-        from replay.diff import ContentSerializer
-        from replay.state import RunState
-        from translators.pipeline import Pipeline, SourceRecord
-        from translators.registry import discover
+        from bizevents.capture.pgoutput import parse_lsn
+        from bizevents.contracts.envelope import ChangeEvent, PgPosition
+        from bizevents.contracts.exceptions import Coordinates
+        from bizevents.contracts.technical import AutoDecoder
+        from bizevents.replay.diff import ContentSerializer
+        from bizevents.replay.state import RunState
+        from bizevents.translators.pipeline import Pipeline, SourceRecord
+        from bizevents.translators.registry import discover
 
         report = self.report
         bootstrap = self.endpoints.bootstrap_servers

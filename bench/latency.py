@@ -73,8 +73,8 @@ class Events(threading.Thread):
         from bizevents_store.contracts import OrderPlaced, OrderStatusChanged
         from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-        from contracts.binary import read_long
-        from contracts.business import HEADER_SOURCE_TOPIC
+        from bizevents.contracts.binary import read_long
+        from bizevents.contracts.business import HEADER_SOURCE_TOPIC
 
         placed_topic = OrderPlaced.contract_topic()
         placed_seen: set[int] = set()
@@ -287,7 +287,7 @@ def one_run(endpoints: Any, args: argparse.Namespace, tmp: Path) -> Figures:
     """Capture and a worker on a new server name and slot, driven for ``args.seconds``."""
     from bizevents_store.load import create_schema
 
-    from capture.config import CaptureConfig
+    from bizevents.capture.config import CaptureConfig
     from tests.capture.capture_helpers import start_cli, write_config
 
     tmp.mkdir(parents=True)

@@ -44,13 +44,13 @@ def main() -> None:
     from confluent_kafka.schema_registry import SchemaRegistryClient
     from translate import envelopes  # bench/translate.py's records
 
-    from contracts.business import BusinessEvent
-    from contracts.change import Change
-    from contracts.envelope import ChangeEvent
-    from contracts.serde import BusinessSerializer
-    from contracts.technical import AutoDecoder
-    from translators.lineage import Stamper, contract_name, origin_of
-    from translators.pipeline import Pipeline, SourceRecord
+    from bizevents.contracts.business import BusinessEvent
+    from bizevents.contracts.change import Change
+    from bizevents.contracts.envelope import ChangeEvent
+    from bizevents.contracts.serde import BusinessSerializer
+    from bizevents.contracts.technical import AutoDecoder
+    from bizevents.translators.lineage import Stamper, contract_name, origin_of
+    from bizevents.translators.pipeline import Pipeline, SourceRecord
 
     client = SchemaRegistryClient.new_client({"url": f"mock://{uuid.uuid4().hex}"})
     server = "bench"
@@ -191,8 +191,8 @@ def codecs(values: list[bytes], lookup: Callable[[int], str], repeat: int) -> No
 
     import fastavro
 
-    from contracts.avro_codegen import compile_reader
-    from contracts.avro_codegen.native import AVAILABLE, compile_native_reader
+    from bizevents.contracts.avro_codegen import compile_reader
+    from bizevents.contracts.avro_codegen.native import AVAILABLE, compile_native_reader
 
     schema_id = int.from_bytes(values[0][1:5], "big")
     text = lookup(schema_id)
@@ -238,10 +238,10 @@ def wide(count: int, repeat: int, client: object) -> None:
     an event): the core with the translator's declaration and without it."""
     import statistics
 
-    from contracts.serde import BusinessSerializer
-    from contracts.technical import AvroDecoder, AvroEncoder
+    from bizevents.contracts.serde import BusinessSerializer
+    from bizevents.contracts.technical import AvroDecoder, AvroEncoder
+    from bizevents.translators.pipeline import Pipeline, SourceRecord
     from tests.translators.wide import WIDE, changes, deals, deals_undeclared
-    from translators.pipeline import Pipeline, SourceRecord
 
     encoder = AvroEncoder(WIDE, 1, 2)
     schemas = {1: encoder.schemas.key, 2: encoder.schemas.value}

@@ -111,12 +111,14 @@ class _Clock:
 def run(master: str, topic: str, settings: Any, out: str, slice_size: int) -> tuple[Any, float]:
     from pyspark.sql import SparkSession
 
-    from replay import Output, ReplayJob, ReplaySpec, spark_session
+    from bizevents.replay import Output, ReplayJob, ReplaySpec, spark_session
 
     spark = spark_session(master)
     try:
         # warm the Python workers (imports, plugin discovery) as a long run would be
-        spark.sparkContext.parallelize(range(8), 8).map(lambda x: __import__("replay.task")).count()
+        spark.sparkContext.parallelize(range(8), 8).map(
+            lambda x: __import__("bizevents.replay.task")
+        ).count()
         spec = ReplaySpec(topic, "orders@2", Output.parse(out), slice_size=slice_size)
         clock = _Clock()
         summary = ReplayJob(spec, settings.runtime(), spark=spark, listener=clock).run()
@@ -132,9 +134,9 @@ def profile_one_range(topic: str, settings: Any, out: str, records: int) -> None
     import pstats
     import uuid as _uuid
 
-    from replay.plan import Range
-    from replay.spec import Output
-    from replay.task import TaskConfig, release, run_range
+    from bizevents.replay.plan import Range
+    from bizevents.replay.spec import Output
+    from bizevents.replay.task import TaskConfig, release, run_range
 
     output = Output.parse(out)
     config = TaskConfig(
@@ -145,7 +147,7 @@ def profile_one_range(topic: str, settings: Any, out: str, records: int) -> None
         output=output,
         dead_letter_topic="bizevents.dead-letter.replay",
     )
-    from replay.plan import Planner
+    from bizevents.replay.plan import Planner
 
     low, high = Planner(settings.kafka.librdkafka()).watermarks([(topic, 0)])[(topic, 0)]
     rng = Range(topic, 0, low, min(high, low + records))
@@ -179,7 +181,7 @@ def stages(config: Any, rng: Any, n: int) -> None:
     """A task's stages one after the other, µs per record: read, the core, the file."""
     import tempfile as _tempfile
 
-    from replay.task import TaskReport, _FileSink, read_range, runtime
+    from bizevents.replay.task import TaskReport, _FileSink, read_range, runtime
 
     rt = runtime(config)
     t0 = time.perf_counter()
@@ -219,8 +221,8 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    from base.settings import KafkaSettings, RegistrySettings
     from bizevents.devstack import DevStack
+    from bizevents.plumbing.settings import KafkaSettings, RegistrySettings
     from bizevents.settings import DevSettings, Settings
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -251,7 +253,7 @@ def main() -> None:
         if args.profile_only:
             profile_one_range(topic, settings, "path:" + str(tmp / "profile"), 20_000)
             return
-        from replay.spec import DEFAULT_SLICE_SIZE
+        from bizevents.replay.spec import DEFAULT_SLICE_SIZE
 
         slice_size = args.slice_size or DEFAULT_SLICE_SIZE
         masters = ["local[1]", "local[2]", *args.master]

@@ -205,11 +205,11 @@ def measure(
 
 def passthrough_child() -> None:
     """Role (a): the worker's lean path with a processor that copies bytes."""
-    from base.logging import configure_logging
+    from bizevents.plumbing.logging import configure_logging
     from bizevents.settings import load_settings
-    from translators.metrics import WorkerStats, serve_metrics
-    from translators.pipeline import OutRecord, Result
-    from translators.worker import build_app, run_worker
+    from bizevents.translators.metrics import WorkerStats, serve_metrics
+    from bizevents.translators.pipeline import OutRecord, Result
+    from bizevents.translators.worker import build_app, run_worker
 
     settings = load_settings()
     configure_logging("INFO", "json")
@@ -239,10 +239,10 @@ def core_only(
     from bizevents_store.translators import orders_v2
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
-    from base.process import settle_collector
-    from contracts.serde import BusinessSerializer
-    from contracts.technical import AutoDecoder
-    from translators.pipeline import Pipeline, SourceRecord
+    from bizevents.contracts.serde import BusinessSerializer
+    from bizevents.contracts.technical import AutoDecoder
+    from bizevents.plumbing.process import settle_collector
+    from bizevents.translators.pipeline import Pipeline, SourceRecord
 
     client = SchemaRegistryClient({"url": registry_url})
     schemas: dict[int, str] = {}

@@ -35,8 +35,8 @@ def _items_encoder(server: str, registry: Any) -> Any:
 
     from confluent_kafka.schema_registry import Schema
 
-    from contracts.logical import ColumnType, Field, Kind
-    from contracts.technical import AvroEncoder, TableSchema
+    from bizevents.contracts.logical import ColumnType, Field, Kind
+    from bizevents.contracts.technical import AvroEncoder, TableSchema
 
     key = (
         Field("order_id", ColumnType(Kind.INT64), optional=False),
@@ -61,9 +61,9 @@ def workload(server: str, registry: Any, transactions: int) -> tuple[list[Any], 
     """(technical records of orders and items with transaction blocks, END records)."""
     from bizevents_store.technical import order_change, registered_orders_encoder
 
-    from contracts.envelope import ChangeEvent, PgPosition, Source, Transaction
-    from contracts.technical.transaction import TransactionRecord
-    from translators.pipeline import SourceRecord
+    from bizevents.contracts.envelope import ChangeEvent, PgPosition, Source, Transaction
+    from bizevents.contracts.technical.transaction import TransactionRecord
+    from bizevents.translators.pipeline import SourceRecord
 
     orders = registered_orders_encoder(server, registry)
     items = _items_encoder(server, registry)
@@ -121,11 +121,11 @@ def measure(registry_url: str, transactions: int) -> tuple[float, float, float]:
     from bizevents_store.translators import orders_v2, orders_v3
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
-    from contracts.serde import BusinessSerializer
-    from contracts.technical import AutoDecoder
-    from translators.assembly import Assembler, Part
-    from translators.pipeline import Pipeline, SourceRecord
-    from translators.txcore import TransactionCore
+    from bizevents.contracts.serde import BusinessSerializer
+    from bizevents.contracts.technical import AutoDecoder
+    from bizevents.translators.assembly import Assembler, Part
+    from bizevents.translators.pipeline import Pipeline, SourceRecord
+    from bizevents.translators.txcore import TransactionCore
 
     client = SchemaRegistryClient({"url": registry_url})
     server = f"benchtx{int(time.time() * 1000) % 1_000_000}"
@@ -194,7 +194,7 @@ def main() -> None:
     parser.add_argument("--transactions", type=int, default=4_000)
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
-    from contracts.registry import run_in_thread
+    from bizevents.contracts.registry import run_in_thread
 
     with run_in_thread(Path(tempfile.mkdtemp(prefix="bench-tx-registry-"))) as registry:
         for text in report(registry.url, args.transactions, args.runs):

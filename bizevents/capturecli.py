@@ -8,8 +8,8 @@ from typing import Any
 import click
 import structlog
 
-from base.errors import ConfigError
 from bizevents.clikit import err_console, fails_cleanly, settings_of
+from bizevents.plumbing.errors import ConfigError
 
 
 @click.group()
@@ -33,8 +33,8 @@ def postgres(ctx: click.Context, capture_config: Path) -> None:
     Kafka and the schema registry come from the global settings; SIGTERM or Ctrl-C
     stop it once Kafka has acknowledged everything read and the slot is confirmed.
     """
-    from capture.config import load_capture_config
-    from capture.runner import CaptureEndpoints, PostgresCapture
+    from bizevents.capture.config import load_capture_config
+    from bizevents.capture.runner import CaptureEndpoints, PostgresCapture
 
     settings = settings_of(ctx)
     config = load_capture_config(capture_config)
@@ -70,9 +70,9 @@ def mysql(ctx: click.Context, capture_config: Path) -> None:
     every event up to it; a restart resumes there. SIGTERM or Ctrl-C stop it once
     Kafka has acknowledged everything read and the position is stored.
     """
-    from capture.config import load_capture_config
-    from capture.mysqlcapture import MysqlCapture
-    from capture.runner import CaptureEndpoints
+    from bizevents.capture.config import load_capture_config
+    from bizevents.capture.mysqlcapture import MysqlCapture
+    from bizevents.capture.runner import CaptureEndpoints
 
     settings = settings_of(ctx)
     config = load_capture_config(capture_config)
@@ -94,8 +94,8 @@ def mysql(ctx: click.Context, capture_config: Path) -> None:
 
 def _run(ctx: click.Context, runner_class: Any, config: Any, endpoints: Any, stream: str) -> None:
     """What both sources do around their runner: metrics, progress, signals, the exit."""
-    from capture.metrics import CaptureStats, serve_metrics
-    from capture.progress import on_terminal, print_progress_factory
+    from bizevents.capture.metrics import CaptureStats, serve_metrics
+    from bizevents.capture.progress import on_terminal, print_progress_factory
 
     log = structlog.get_logger("capture").bind(server=config.server, slot=stream)
     stats = CaptureStats(config.server, stream)

@@ -13,8 +13,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from base.errors import BizeventsError
-from base.logging import configure_logging, redact_text
+from bizevents.plumbing.errors import BizeventsError
+from bizevents.plumbing.logging import configure_logging, redact_text
 from bizevents.settings import Settings, load_settings
 
 F = TypeVar("F", bound=Callable[..., Any])

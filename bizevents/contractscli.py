@@ -16,9 +16,8 @@ from pathlib import Path
 import click
 
 from bizevents.clikit import fails_cleanly, settings_of
-from bizevents.settings import Settings
-from contracts.compatibility import CompatibilityLevel, parse_level
-from contracts.gate import (
+from bizevents.contracts.compatibility import CompatibilityLevel, parse_level
+from bizevents.contracts.gate import (
     GitHistory,
     RegistryHistory,
     SchemaHistory,
@@ -27,9 +26,10 @@ from contracts.gate import (
     load_contracts,
     register_contracts,
 )
-from contracts.subjects import STRATEGIES, subject_strategy
-from translators.columns import ColumnProblem, Layout, column_problems
-from translators.registry import discover
+from bizevents.contracts.subjects import STRATEGIES, subject_strategy
+from bizevents.settings import Settings
+from bizevents.translators.columns import ColumnProblem, Layout, column_problems
+from bizevents.translators.registry import discover
 
 _PATHS = click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 _STRATEGY = click.option(

@@ -35,13 +35,13 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from base.errors import ConfigError
 from bizevents.devstack import DevStack, Endpoints, StackError
 from bizevents.devstack.processes import free_port, tail
+from bizevents.plumbing.errors import ConfigError
 from bizevents.settings import Settings
 from bizevents.status import ENDPOINTS_FILE
 from bizevents.story import Agreement, OrderBook, Seen, describe
-from translators.api import Translator
+from bizevents.translators.api import Translator
 
 SERVER = "demo"
 SLOT = "bizevents_demo"
@@ -56,7 +56,7 @@ TRANSACTION_TOPIC = f"{SERVER}.transaction"
 #: every JoinGroup in 1 s rounds until half the session has passed (docs/broker.md): at
 #: least one round for any session, 3 with the default 6 s, 1 with 2 s. The join, from
 #: the consumer's start to "partitions assigned", takes 1.0 s with 2 s (plus Faust's
-#: table-manager pause of 1 s before the worker stopped it, translators._faust).
+#: table-manager pause of 1 s before the worker stopped it, bizevents.translators._faust).
 DEMO_GROUP = {
     "BIZEVENTS_TRANSLATE__SESSION_TIMEOUT_S": "2",
     "BIZEVENTS_TRANSLATE__HEARTBEAT_INTERVAL_S": "0.5",
@@ -158,8 +158,8 @@ def _check_alive(proc: subprocess.Popen[bytes], what: str, log: Path) -> None:
 def store_plugin() -> tuple[list[Translator], ModuleType]:
     """The store plugin's pinned translators and its load module, found through the
     plugin's entry points (bizevents does not depend on the example it ships)."""
-    from translators.exceptions import PluginError
-    from translators.registry import discover
+    from bizevents.translators.exceptions import PluginError
+    from bizevents.translators.registry import discover
 
     try:
         pinned = discover(names=PINS).pinned(PINS)
@@ -179,7 +179,7 @@ def store_plugin() -> tuple[list[Translator], ModuleType]:
 def _connect(dsn: str) -> Any:
     """A connection of the store's database (PostgreSQL or, by its DSN, MySQL)."""
     if dsn.startswith(("mysql://", "mariadb://")):
-        from capture import mysql as my
+        from bizevents.capture import mysql as my
 
         return my.connect(dsn, autocommit=False)
     import psycopg2
@@ -501,7 +501,7 @@ def _technical_topics(bootstrap: str) -> None:
     workers refuse technical topics that do not exist."""
     from confluent_kafka.admin import AdminClient
 
-    from base.kafka import ensure_topics
+    from bizevents.plumbing.kafka import ensure_topics
 
     admin = AdminClient({"bootstrap.servers": bootstrap, "log.connection.close": False})
     topics = [f"{SERVER}.{table}" for table in TABLES]
@@ -511,7 +511,7 @@ def _technical_topics(bootstrap: str) -> None:
 
 def _needs_transactions(pins: dict[str, int]) -> bool:
     """Whether a pinned translator reads whole transactions (the transaction worker's)."""
-    from translators.registry import discover
+    from bizevents.translators.registry import discover
 
     pinned = discover(names=pins).pinned(pins)
     return any(getattr(t, "tx_func", None) is not None for t in pinned)
@@ -615,7 +615,7 @@ def _hand_over_orders(conn: Any, bootstrap: str, group: str) -> None:
     (step 3)."""
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-    from replay.plan import Planner
+    from bizevents.replay.plan import Planner
 
     with conn.cursor() as cur:
         cur.execute("SELECT pg_current_wal_lsn()::text")

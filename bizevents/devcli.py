@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import click
 
-from base.logging import redact_text
 from bizevents.clikit import console, fails_cleanly, print_json, settings_of, table
 from bizevents.devstack import DevStack, Health
+from bizevents.plumbing.logging import redact_text
 
 
 def _stack(ctx: click.Context, mysql: bool = False) -> DevStack:

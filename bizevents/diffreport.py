@@ -1,7 +1,7 @@
 """``replay --diff``'s report as one static HTML file: the counts per contract, and the
 first differing events side by side, field by field (no script, no external asset).
 
-It reads the diff's plain form (:meth:`replay.diff.DiffReport.as_dict`): per contract
+It reads the diff's plain form (:meth:`bizevents.replay.diff.DiffReport.as_dict`): per contract
 the counts of each kind, and a few samples of each kind but ``equal``, each with its
 event id and the event's content under ``a`` (``--diff``'s version) and ``b``
 (``--translator``'s).

@@ -130,9 +130,9 @@ def replay(
     writes corrected events with the same event ids. A rerun with the same --run-id
     skips the ranges that finished. See docs/replay.md.
     """
-    from replay.exceptions import ReplayConfigError
-    from replay.job import ReplayJob
-    from replay.spec import DEFAULT_SLICE_SIZE, Bound, Output, ReplaySpec
+    from bizevents.replay.exceptions import ReplayConfigError
+    from bizevents.replay.job import ReplayJob
+    from bizevents.replay.spec import DEFAULT_SLICE_SIZE, Bound, Output, ReplaySpec
 
     settings = settings_of(ctx)
     _require_spark()
@@ -184,7 +184,7 @@ SPARK_MISSING = (
 
 def _require_spark() -> None:
     """One sentence instead of a ModuleNotFoundError deep in the job."""
-    from replay.exceptions import ReplayConfigError
+    from bizevents.replay.exceptions import ReplayConfigError
 
     try:
         import pyspark  # noqa: F401
@@ -193,8 +193,8 @@ def _require_spark() -> None:
 
 
 def _is_transactional(ref: str) -> bool:
-    from translators.registry import discover
-    from translators.transaction_api import is_transactional
+    from bizevents.translators.registry import discover
+    from bizevents.translators.transaction_api import is_transactional
 
     registry = discover(names=[ref.partition("@")[0]])
     try:
@@ -205,7 +205,7 @@ def _is_transactional(ref: str) -> bool:
 
 def _replay_transactions(spec: Any, settings: Any, master: str | None, as_json: bool) -> None:
     """A transaction translator: whole transactions assembled in Spark."""
-    from replay.transactions import TransactionReplay
+    from bizevents.replay.transactions import TransactionReplay
 
     summary = TransactionReplay(spec, settings.runtime(), master=master).run()
     data = {

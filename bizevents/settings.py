@@ -23,15 +23,15 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from base.errors import ConfigError
-from base.settings import (
+from bizevents.plumbing.errors import ConfigError
+from bizevents.plumbing.settings import (
     DatabaseSettings,
     KafkaSettings,
     LoopbackHost,
     RegistrySettings,
     SettingsGroup,
 )
-from translators.settings import RuntimeSettings, TransactionSettings, TranslateSettings
+from bizevents.translators.settings import RuntimeSettings, TransactionSettings, TranslateSettings
 
 CONFIG_ENV = "BIZEVENTS_CONFIG"
 

@@ -15,7 +15,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from base.errors import ConfigError
+from bizevents.plumbing.errors import ConfigError
 
 #: Where the demo records its services' endpoints (under the state folder).
 ENDPOINTS_FILE = Path("demo") / "metrics.json"

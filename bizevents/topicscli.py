@@ -97,8 +97,8 @@ def describe(
 
 
 def _pinned(pins: Mapping[str, int], prefix: str | None, names: Sequence[str]) -> list[Pinned]:
-    from translators.registry import discover
-    from translators.transaction_api import is_transactional
+    from bizevents.translators.registry import discover
+    from bizevents.translators.transaction_api import is_transactional
 
     found = []
     for t in discover():
@@ -149,9 +149,9 @@ def topics(ctx: click.Context, as_json: bool) -> None:
     """
     from confluent_kafka.admin import AdminClient
 
-    from base.errors import TransientError
-    from base.registry import registry_client
-    from replay.plan import Planner
+    from bizevents.plumbing.errors import TransientError
+    from bizevents.plumbing.registry import registry_client
+    from bizevents.replay.plan import Planner
 
     settings = settings_of(ctx)
     librdkafka = settings.kafka.librdkafka()

@@ -29,13 +29,13 @@ def translate(ctx: click.Context, transactions: bool) -> None:
     (docs/transactions.md); run it beside the row worker.
     """
     if transactions:
-        from translators.txworker import run_transactions
+        from bizevents.translators.txworker import run_transactions
 
         settings = settings_of(ctx)
         run_transactions(settings.runtime(), settings.transactions)
         return
-    from translators.metrics import WorkerStats, serve_metrics
-    from translators.worker import run
+    from bizevents.translators.metrics import WorkerStats, serve_metrics
+    from bizevents.translators.worker import run
 
     settings = settings_of(ctx)
     t = settings.translate

@@ -23,7 +23,7 @@ def list_(ctx: click.Context, as_json: bool) -> None:
     worker's start-up: 1 when a pinned translator cannot be loaded (its own plugin is
     broken, or no plugin holds it), 0 otherwise, even if an unpinned plugin is broken.
     """
-    from translators.registry import discover
+    from bizevents.translators.registry import discover
 
     pins = settings_of(ctx).translators
     registry = discover()

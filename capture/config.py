@@ -24,7 +24,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 
-from base.errors import ConfigError
+from bizevents.plumbing.errors import ConfigError
 
 __all__ = ["CaptureConfig", "ColumnFilter", "load_capture_config"]
 

@@ -16,30 +16,30 @@ import structlog
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from base.errors import TransientError
-from base.kafka import ensure_topics
-from base.registry import registry_client
-from capture import postgres as pg
-from capture.config import CaptureConfig
-from capture.encoding import TableCodec
-from capture.exceptions import CaptureError, KafkaDeliveryError
-from capture.metrics import CaptureStats
-from capture.offsets import AckTracker, SnapshotState
-from capture.pgoutput import (
+from bizevents.capture import postgres as pg
+from bizevents.capture.config import CaptureConfig
+from bizevents.capture.encoding import TableCodec
+from bizevents.capture.exceptions import CaptureError, KafkaDeliveryError
+from bizevents.capture.metrics import CaptureStats
+from bizevents.capture.offsets import AckTracker, SnapshotState
+from bizevents.capture.pgoutput import (
     Relation,
     format_lsn,
 )
-from capture.pgtypes import PgTypeMapper
-from capture.sink import SchemaRegistrar, producer_config
-from capture.transactions import NoBlocks, TxBlocks
-from contracts.business import (
+from bizevents.capture.pgtypes import PgTypeMapper
+from bizevents.capture.sink import SchemaRegistrar, producer_config
+from bizevents.capture.transactions import NoBlocks, TxBlocks
+from bizevents.contracts.business import (
     HEADER_DLQ_ERROR,
     HEADER_DLQ_REASON,
     HEADER_DLQ_STAGE,
     HEADER_SOURCE_POSITION,
     HEADER_SOURCE_TOPIC,
 )
-from contracts.technical.transaction import transaction_topic
+from bizevents.contracts.technical.transaction import transaction_topic
+from bizevents.plumbing.errors import TransientError
+from bizevents.plumbing.kafka import ensure_topics
+from bizevents.plumbing.registry import registry_client
 
 __all__ = ["HEADER_CAPTURE_FORMAT", "HEADER_CAPTURE_TABLE", "CaptureCore", "CaptureEndpoints"]
 
@@ -87,7 +87,7 @@ class CaptureCore:
         self.stats = stats or CaptureStats(config.server, config.slot_name)
         self._progress = progress
         self._snapshot_finished = snapshot_finished
-        self.log = structlog.get_logger("capture.postgres").bind(
+        self.log = structlog.get_logger("bizevents.capture.postgres").bind(
             server=config.server, slot=config.slot_name
         )
         self.stopping = False

@@ -1,7 +1,7 @@
 """From pgoutput text tuples straight to Confluent-framed Avro: the capture hot path.
 
-The schemas are :func:`contracts.technical.envelope_avro_schema`'s (through
-:class:`~contracts.technical.AvroEncoder`), so a technical topic written here reads
+The schemas are :func:`bizevents.contracts.technical.envelope_avro_schema`'s (through
+:class:`~bizevents.contracts.technical.AvroEncoder`), so a technical topic written here reads
 like one a Debezium connector wrote. The bytes, though, are written by a writer
 compiled per table: going through ``ChangeEvent`` → dict → fastavro costs about
 60 µs per event on this machine (fastavro resolves every union by validating the
@@ -26,11 +26,10 @@ from typing import Any, Final
 import fastavro
 from fastavro import _write as fastavro_write
 
-from base.framing import header
-from capture.exceptions import CaptureError, ValueConversionError
-from capture.pgoutput import Column, Relation, TupleData
-from capture.pgtypes import PgTypeMapper, RowConverter, parse_bytea
-from contracts.binary import (
+from bizevents.capture.exceptions import CaptureError, ValueConversionError
+from bizevents.capture.pgoutput import Column, Relation, TupleData
+from bizevents.capture.pgtypes import PgTypeMapper, RowConverter, parse_bytea
+from bizevents.contracts.binary import (
     NULL_BRANCH,
     VALUE_BRANCH,
     fastavro_signed_bytes,
@@ -38,11 +37,12 @@ from contracts.binary import (
     unscaled,
     zigzag,
 )
-from contracts.binary import blob as _blob
-from contracts.binary import text as _text
-from contracts.logical import UNAVAILABLE, ColumnType, Field, Kind, encoder_for
-from contracts.technical import AvroEncoder, EnvelopeSchemas, TableSchema
-from contracts.technical.source import AvroSourceWriter, EncodedSource
+from bizevents.contracts.binary import blob as _blob
+from bizevents.contracts.binary import text as _text
+from bizevents.contracts.logical import UNAVAILABLE, ColumnType, Field, Kind, encoder_for
+from bizevents.contracts.technical import AvroEncoder, EnvelopeSchemas, TableSchema
+from bizevents.contracts.technical.source import AvroSourceWriter, EncodedSource
+from bizevents.plumbing.framing import header
 
 __all__ = [
     "SOURCE_VERSION",

@@ -7,7 +7,7 @@ capture run stops rather than retrying. The exception is :class:`KafkaDeliveryEr
 
 from __future__ import annotations
 
-from base.errors import TerminalError, TransientError
+from bizevents.plumbing.errors import TerminalError, TransientError
 
 __all__ = [
     "CaptureError",

@@ -14,7 +14,7 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from base.metrics import serve_metrics as serve
+from bizevents.plumbing.metrics import serve_metrics as serve
 
 __all__ = ["CaptureStats", "serve_metrics"]
 

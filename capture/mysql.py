@@ -2,7 +2,7 @@
 catalog's table layouts, the snapshot's position and the binlog's table maps.
 
 Everything here talks to the server through PyMySQL; the binlog itself is read by
-``pymysqlreplication`` in :mod:`capture.mysqlcapture`.
+``pymysqlreplication`` in :mod:`bizevents.capture.mysqlcapture`.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from urllib.parse import unquote, urlparse
 import pymysql
 import pymysql.cursors
 
-from base.errors import ConfigError
-from capture import mysqltypes as t
-from capture.exceptions import CaptureError
-from capture.mysqlcodec import MyTable
-from capture.mysqltypes import MyColumn
+from bizevents.capture import mysqltypes as t
+from bizevents.capture.exceptions import CaptureError
+from bizevents.capture.mysqlcodec import MyTable
+from bizevents.capture.mysqltypes import MyColumn
+from bizevents.plumbing.errors import ConfigError
 
 __all__ = [
     "BinlogPosition",

@@ -58,27 +58,27 @@ from pymysqlreplication.row_event import (
     WriteRowsEvent,
 )
 
-from base.errors import TransientError
-from base.kafka import ensure_topics, produce
-from capture import mysql as my
-from capture.core import HEADER_CAPTURE_FORMAT, HEADER_CAPTURE_TABLE, CaptureCore, _Stop
-from capture.encoding import encoded_ts
-from capture.exceptions import CaptureError
-from capture.mysql import BinlogPosition
-from capture.mysqlcodec import OPS, MyTable, MyTableCodec, key_columns
-from capture.mysqltypes import TIME2, binlog_time2
-from capture.offsets import AckTracker, Tx
-from capture.sink import create_topics
-from capture.transactions import NoBlocks, TxBlocks
-from contracts.binary import LENGTHS, NULL_BRANCH, VALUE_BRANCH, zigzag
-from contracts.business import (
+from bizevents.capture import mysql as my
+from bizevents.capture.core import HEADER_CAPTURE_FORMAT, HEADER_CAPTURE_TABLE, CaptureCore, _Stop
+from bizevents.capture.encoding import encoded_ts
+from bizevents.capture.exceptions import CaptureError
+from bizevents.capture.mysql import BinlogPosition
+from bizevents.capture.mysqlcodec import OPS, MyTable, MyTableCodec, key_columns
+from bizevents.capture.mysqltypes import TIME2, binlog_time2
+from bizevents.capture.offsets import AckTracker, Tx
+from bizevents.capture.sink import create_topics
+from bizevents.capture.transactions import NoBlocks, TxBlocks
+from bizevents.contracts.binary import LENGTHS, NULL_BRANCH, VALUE_BRANCH, zigzag
+from bizevents.contracts.business import (
     HEADER_DLQ_ERROR,
     HEADER_DLQ_REASON,
     HEADER_DLQ_STAGE,
     HEADER_SOURCE_POSITION,
     HEADER_SOURCE_TOPIC,
 )
-from contracts.technical.transaction import transaction_topic
+from bizevents.contracts.technical.transaction import transaction_topic
+from bizevents.plumbing.errors import TransientError
+from bizevents.plumbing.kafka import ensure_topics, produce
 
 __all__ = ["MysqlCapture", "OffsetStore"]
 
@@ -147,7 +147,7 @@ class MysqlCapture(CaptureCore):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         cfg = self.config
-        self.log = structlog.get_logger("capture.mysql").bind(server=cfg.server)
+        self.log = structlog.get_logger("bizevents.capture.mysql").bind(server=cfg.server)
         self._offsets = OffsetStore(self.endpoints.kafka, cfg.offsets_topic_name, cfg.server)
         self._tables = frozenset(cfg.tables)
         self._my_codecs: dict[MyTable, MyTableCodec] = {}
@@ -480,7 +480,7 @@ class _BinlogReader:
     def __init__(self, capture: MysqlCapture, stream: BinLogStreamReader, blocks: NoBlocks) -> None:
         assert capture._producer is not None
         #: The open transaction's metadata: each envelope's ``transaction`` block and
-        #: the BEGIN/END records (capture.transactions; NoBlocks when switched off).
+        #: the BEGIN/END records (bizevents.capture.transactions; NoBlocks when switched off).
         self.blocks = blocks
         self.tx_topic = transaction_topic(capture.config.prefix)
         self.capture = capture

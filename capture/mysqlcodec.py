@@ -15,13 +15,21 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any, Final
 
-from base.framing import header
-from capture.encoding import SOURCE_VERSION, encoded_ts
-from capture.exceptions import CaptureError, ValueConversionError
-from capture.mysqltypes import MyColumn, field_of, inline_form, value_writer
-from contracts.binary import LENGTHS, NULL_BRANCH, VALUE_BRANCH, VARINTS, text, varint, zigzag
-from contracts.technical import AvroEncoder, EnvelopeSchemas, TableSchema
-from contracts.technical.source import AvroSourceWriter
+from bizevents.capture.encoding import SOURCE_VERSION, encoded_ts
+from bizevents.capture.exceptions import CaptureError, ValueConversionError
+from bizevents.capture.mysqltypes import MyColumn, field_of, inline_form, value_writer
+from bizevents.contracts.binary import (
+    LENGTHS,
+    NULL_BRANCH,
+    VALUE_BRANCH,
+    VARINTS,
+    text,
+    varint,
+    zigzag,
+)
+from bizevents.contracts.technical import AvroEncoder, EnvelopeSchemas, TableSchema
+from bizevents.contracts.technical.source import AvroSourceWriter
+from bizevents.plumbing.framing import header
 
 __all__ = ["OPS", "MyTable", "MyTableCodec", "Row", "encoded_ts", "key_columns"]
 
@@ -66,7 +74,7 @@ def key_columns(table: MyTable, configured: Sequence[str] | None) -> tuple[str, 
 
 Slot = tuple[str, Callable[[Any], bytes], bool, tuple[str, int]]
 
-#: Each in-line form (:func:`capture.mysqltypes.inline_form`): the class it covers and
+#: Each in-line form (:func:`bizevents.capture.mysqltypes.inline_form`): the class it covers and
 #: the lines that set ``b`` from ``v`` (the column's bytes, without the union branch).
 _INLINE: Final = {
     "int": (
@@ -309,7 +317,7 @@ class MyTableCodec:
     def envelope(
         self, op: str, before: bytes | None, after: bytes | None, source: bytes, ts: bytes
     ) -> bytes:
-        """A framed envelope; ``ts`` from :func:`capture.encoding.encoded_ts`."""
+        """A framed envelope; ``ts`` from :func:`bizevents.capture.encoding.encoded_ts`."""
         return b"".join(
             (
                 self._value_frame,

@@ -22,9 +22,9 @@ from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any, Final
 
-from capture.exceptions import CaptureError
-from contracts.binary import blob, fastavro_signed_bytes, text, zigzag
-from contracts.logical import ColumnType, Field, Kind, encoder_for
+from bizevents.capture.exceptions import CaptureError
+from bizevents.contracts.binary import blob, fastavro_signed_bytes, text, zigzag
+from bizevents.contracts.logical import ColumnType, Field, Kind, encoder_for
 
 __all__ = [
     "MyColumn",

@@ -14,14 +14,14 @@ dataclass. It keeps the one piece of state the protocol needs, a
 Protocol version 1 is decoded completely. Version 2's streamed in-progress
 transactions (``Stream Start/Stop/Commit/Abort`` and the xid that row changes carry
 inside a stream) are decoded too; version 3's two-phase messages are refused with a
-:class:`~capture.exceptions.ProtocolError` naming them.
+:class:`~bizevents.capture.exceptions.ProtocolError` naming them.
 
 Tuple values come back as the protocol gives them: ``None`` for SQL NULL,
 :data:`UNCHANGED_TOAST` for a TOASTed value the update did not touch (the server does
 not send it), ``str`` for the text format and ``bytes`` for the binary format.
-:mod:`capture.pgtypes` turns text into typed Python values.
+:mod:`bizevents.capture.pgtypes` turns text into typed Python values.
 
-Pure: no I/O. Malformed input raises :class:`~capture.exceptions.ProtocolError` and
+Pure: no I/O. Malformed input raises :class:`~bizevents.capture.exceptions.ProtocolError` and
 nothing else, naming the message type and the byte offset.
 """
 
@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Final, Literal, TypeAlias
 
-from capture.exceptions import ProtocolError, UnknownRelationError
-from contracts.logical import UNAVAILABLE, Unavailable
+from bizevents.capture.exceptions import ProtocolError, UnknownRelationError
+from bizevents.contracts.logical import UNAVAILABLE, Unavailable
 
 __all__ = [
     "PG_EPOCH_OFFSET_US",

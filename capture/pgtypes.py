@@ -6,8 +6,8 @@ turns a column's type oid and type modifier into
 
 * a converter from that text to the Python value a translator author expects
   (``Decimal`` exactly, ``date``/``time``/``datetime``, ``UUID``, ``bytes``,
-  :class:`~contracts.logical.JsonDocument`, enum labels, lists for arrays), and
-* the :class:`~contracts.logical.ColumnType` (hence the Debezium-style Avro field, with
+  :class:`~bizevents.contracts.logical.JsonDocument`, enum labels, lists for arrays), and
+* the :class:`~bizevents.contracts.logical.ColumnType` (hence the Debezium-style Avro field, with
   its ``connect.name``) that the technical-event encoders write and the contracts
   layer's decoders read back.
 
@@ -17,8 +17,8 @@ session's ``DateStyle``/``IntervalStyle``/``TimeZone``; a replication connection
 pass :data:`REPLICATION_SESSION_OPTIONS` so the output is the one parsed here.
 
 Pure: no I/O. A value that does not convert raises
-:class:`~capture.exceptions.ValueConversionError`; a type without a mapping raises
-:class:`~capture.exceptions.UnsupportedTypeError` unless ``unknown_as_text`` is set.
+:class:`~bizevents.capture.exceptions.ValueConversionError`; a type without a mapping raises
+:class:`~bizevents.capture.exceptions.UnsupportedTypeError` unless ``unknown_as_text`` is set.
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ from datetime import UTC, date, datetime, time, timedelta, timezone
 from decimal import Decimal
 from typing import Any, Final
 
-from capture.exceptions import UnsupportedTypeError, ValueConversionError
-from capture.pgoutput import Column, Relation, TupleData
-from contracts.logical import UNAVAILABLE, ColumnType, Field, JsonDocument, Kind
+from bizevents.capture.exceptions import UnsupportedTypeError, ValueConversionError
+from bizevents.capture.pgoutput import Column, Relation, TupleData
+from bizevents.contracts.logical import UNAVAILABLE, ColumnType, Field, JsonDocument, Kind
 
 __all__ = [
     "BUILTIN_TYPE_OIDS",
@@ -438,7 +438,7 @@ def enum_types_from_rows(
 class RowConverter:
     """Turns one relation's TupleData into ``{column: Python value}``.
 
-    ``None`` (NULL) and :data:`~capture.pgoutput.UNCHANGED_TOAST` pass through.
+    ``None`` (NULL) and :data:`~bizevents.capture.pgoutput.UNCHANGED_TOAST` pass through.
     """
 
     __slots__ = ("_plan", "relation", "types")
@@ -489,7 +489,7 @@ class PgTypeMapper:
     type oids (an enum's array type) to their element type; ``type_names`` names types
     for error messages (the names of pgoutput's Type messages). With
     ``unknown_as_text`` a type without a mapping is captured as its text form (an Avro
-    string) instead of raising :class:`~capture.exceptions.UnsupportedTypeError`.
+    string) instead of raising :class:`~bizevents.capture.exceptions.UnsupportedTypeError`.
     """
 
     __slots__ = ("_arrays", "_enums", "_names", "unknown_as_text")
@@ -530,7 +530,7 @@ class PgTypeMapper:
     def column_type(
         self, type_oid: int, typmod: int = -1, *, table: str = "?", column: str = "?"
     ) -> ColumnType:
-        """The :class:`~contracts.logical.ColumnType` of values of this type."""
+        """The :class:`~bizevents.contracts.logical.ColumnType` of values of this type."""
         scalar = _SCALARS.get(type_oid)
         if scalar is not None:
             return scalar.column_type or _numeric_type(typmod)
@@ -586,7 +586,7 @@ class PgTypeMapper:
         return RowConverter(relation, plan)
 
     def field(self, column: Column, *, table: str = "?", optional: bool = True) -> Field:
-        """The column as a contracts :class:`~contracts.logical.Field`."""
+        """The column as a contracts :class:`~bizevents.contracts.logical.Field`."""
         ct = self.column_type(
             column.type_oid, column.type_modifier, table=table, column=column.name
         )
@@ -615,8 +615,8 @@ def avro_field_for(
     """The Avro record field Debezium's Avro converter would write for ``column``.
 
     Optional fields are ``["null", T]`` with a null default. The type carries the
-    ``connect.name``/``connect.parameters`` that :func:`contracts.logical.column_type_from_avro`
-    reads back.
+    ``connect.name``/``connect.parameters`` that
+    :func:`bizevents.contracts.logical.column_type_from_avro` reads back.
     """
     mapper = types or PgTypeMapper()
     schema = mapper.column_type(

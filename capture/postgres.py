@@ -1,8 +1,8 @@
 """The PostgreSQL side of capture: catalog, publication, slot, exported snapshot.
 
 Everything that talks SQL or the replication protocol to the source database lives
-here; :mod:`capture.runner` drives it. Connections pin the session settings of
-:data:`capture.pgtypes.REPLICATION_SESSION_OPTIONS`, so the snapshot's rows arrive
+here; :mod:`bizevents.capture.runner` drives it. Connections pin the session settings of
+:data:`bizevents.capture.pgtypes.REPLICATION_SESSION_OPTIONS`, so the snapshot's rows arrive
 in the same text forms as the stream's.
 """
 
@@ -18,9 +18,9 @@ import psycopg2.extensions
 import psycopg2.extras
 from psycopg2 import sql
 
-from capture.exceptions import CaptureError, DatabaseAccessError, TableNotCapturableError
-from capture.pgoutput import Column, Relation, parse_lsn
-from capture.pgtypes import BUILTIN_TYPE_OIDS, ENUM_TYPES_SQL, REPLICATION_SESSION_OPTIONS
+from bizevents.capture.exceptions import CaptureError, DatabaseAccessError, TableNotCapturableError
+from bizevents.capture.pgoutput import Column, Relation, parse_lsn
+from bizevents.capture.pgtypes import BUILTIN_TYPE_OIDS, ENUM_TYPES_SQL, REPLICATION_SESSION_OPTIONS
 
 __all__ = [
     "SlotInfo",
@@ -310,7 +310,7 @@ def create_slot_exporting(cursor: psycopg2.extras.ReplicationCursor, slot: str) 
 
 
 def load_enum_rows(conn: Connection) -> list[tuple[int, int, list[str]]]:
-    """Rows of :data:`capture.pgtypes.ENUM_TYPES_SQL`."""
+    """Rows of :data:`bizevents.capture.pgtypes.ENUM_TYPES_SQL`."""
     with conn.cursor() as cur:
         cur.execute(ENUM_TYPES_SQL)
         return [(int(r[0]), int(r[1]), list(r[2])) for r in cur.fetchall()]

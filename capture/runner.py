@@ -29,18 +29,18 @@ from contextlib import suppress
 import psycopg2
 import psycopg2.extras
 
-from base.errors import TransientError
-from capture import postgres as pg
-from capture.core import HEADER_CAPTURE_FORMAT, HEADER_CAPTURE_TABLE, CaptureEndpoints
-from capture.exceptions import CaptureError
-from capture.offsets import AckTracker, SnapshotState
-from capture.pgoutput import (
+from bizevents.capture import postgres as pg
+from bizevents.capture.core import HEADER_CAPTURE_FORMAT, HEADER_CAPTURE_TABLE, CaptureEndpoints
+from bizevents.capture.exceptions import CaptureError
+from bizevents.capture.offsets import AckTracker, SnapshotState
+from bizevents.capture.pgoutput import (
     format_lsn,
 )
-from capture.pgtypes import PgTypeMapper, enum_types_from_rows
-from capture.sink import create_topics
-from capture.snapshot import Snapshotting
-from capture.stream import Streaming
+from bizevents.capture.pgtypes import PgTypeMapper, enum_types_from_rows
+from bizevents.capture.sink import create_topics
+from bizevents.capture.snapshot import Snapshotting
+from bizevents.capture.stream import Streaming
+from bizevents.plumbing.errors import TransientError
 
 __all__ = ["HEADER_CAPTURE_FORMAT", "HEADER_CAPTURE_TABLE", "CaptureEndpoints", "PostgresCapture"]
 

@@ -19,10 +19,10 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
-from base.errors import TransientError
-from base.kafka import ensure_topics
-from capture.config import CaptureConfig
-from capture.exceptions import CaptureError
+from bizevents.capture.config import CaptureConfig
+from bizevents.capture.exceptions import CaptureError
+from bizevents.plumbing.errors import TransientError
+from bizevents.plumbing.kafka import ensure_topics
 
 __all__ = ["SchemaRegistrar", "create_topics", "producer_config"]
 

@@ -3,20 +3,20 @@
 import json
 import time
 
-from base.kafka import produce
-from capture import postgres as pg
-from capture.core import CaptureCore, _Stop
-from capture.encoding import encoded_ts
-from capture.exceptions import CaptureError
-from capture.pgoutput import (
+from bizevents.capture import postgres as pg
+from bizevents.capture.core import CaptureCore, _Stop
+from bizevents.capture.encoding import encoded_ts
+from bizevents.capture.exceptions import CaptureError
+from bizevents.capture.pgoutput import (
     format_lsn,
 )
+from bizevents.plumbing.kafka import produce
 
 __all__ = ["Snapshotting"]
 
 
 class Snapshotting(CaptureCore):
-    """Reads the snapshot exported with the slot (step 2 of :mod:`capture.runner`)."""
+    """Reads the snapshot exported with the slot (step 2 of :mod:`bizevents.capture.runner`)."""
 
     def _snapshot(self, snapshot_name: str, point: int) -> None:
         cfg = self.config

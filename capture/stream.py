@@ -1,6 +1,6 @@
 """Streaming: pgoutput messages from the slot to technical topics.
 
-Step 3 of :mod:`capture.runner`."""
+Step 3 of :mod:`bizevents.capture.runner`."""
 
 import select
 import time
@@ -11,13 +11,12 @@ from typing import Any
 import psycopg2
 import psycopg2.extras
 
-from base.kafka import produce
-from capture import postgres as pg
-from capture.core import CaptureCore
-from capture.encoding import TableCodec
-from capture.exceptions import CaptureError
-from capture.offsets import Tx
-from capture.pgoutput import (
+from bizevents.capture import postgres as pg
+from bizevents.capture.core import CaptureCore
+from bizevents.capture.encoding import TableCodec
+from bizevents.capture.exceptions import CaptureError
+from bizevents.capture.offsets import Tx
+from bizevents.capture.pgoutput import (
     UNCHANGED_TOAST,
     Begin,
     Commit,
@@ -29,11 +28,12 @@ from capture.pgoutput import (
     Update,
     format_lsn,
 )
-from capture.pgtypes import PgTypeMapper, enum_types_from_rows
-from capture.sink import create_topics
-from capture.transactions import NoBlocks
-from contracts.technical.source import EncodedSource
-from contracts.technical.transaction import transaction_topic
+from bizevents.capture.pgtypes import PgTypeMapper, enum_types_from_rows
+from bizevents.capture.sink import create_topics
+from bizevents.capture.transactions import NoBlocks
+from bizevents.contracts.technical.source import EncodedSource
+from bizevents.contracts.technical.transaction import transaction_topic
+from bizevents.plumbing.kafka import produce
 
 __all__ = ["Streaming"]
 

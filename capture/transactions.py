@@ -23,9 +23,9 @@ from __future__ import annotations
 import json
 from typing import Final
 
-from capture.sink import SchemaRegistrar
-from contracts.binary import NULL_BRANCH, VALUE_BRANCH, text, zigzag
-from contracts.technical.transaction import (
+from bizevents.capture.sink import SchemaRegistrar
+from bizevents.contracts.binary import NULL_BRANCH, VALUE_BRANCH, text, zigzag
+from bizevents.contracts.technical.transaction import (
     STATUS_BEGIN,
     STATUS_END,
     TRANSACTION_KEY_AVRO,

@@ -1,6 +1,6 @@
 """The consumer side: what a Python microservice needs to read business topics.
 
-    from consumers import Delivery, consume
+    from bizevents.consumers import Delivery, consume
     from bizevents_store.contracts import OrderPlaced
 
     def handle(delivery: Delivery[OrderPlaced]) -> None:
@@ -17,7 +17,7 @@ poison records go to a dead-letter topic. docs/consuming.md has the rest (and ho
 read the topics from Java and Node). The public API is exactly ``__all__``.
 """
 
-from consumers.consumer import (
+from bizevents.consumers.consumer import (
     HEADER_CONSUMER_GROUP,
     HEADER_CONSUMER_OFFSET,
     HEADER_CONSUMER_PARTITION,
@@ -28,7 +28,7 @@ from consumers.consumer import (
     Handler,
     consume,
 )
-from consumers.window import EventWindow, Verdict
+from bizevents.consumers.window import EventWindow, Verdict
 
 __all__ = [
     "HEADER_CONSUMER_GROUP",

@@ -4,7 +4,7 @@ One aiokafka consumer group member. Each fetched batch is handled partition by
 partition, record by record in offset order, so every event of one key (one partition)
 reaches the handler in the order it was produced. A record is decoded into its
 contract's pydantic model (the writer schema's name picks the model among those given),
-judged against the deduplication window (:mod:`consumers.window`), and handed to the
+judged against the deduplication window (:mod:`bizevents.consumers.window`), and handed to the
 handler with its coordinates and lineage. The batch's offsets are committed once the
 handler returned for every record of it and the dead-letter records of it are
 acknowledged: a crash re-delivers, never skips.
@@ -27,20 +27,20 @@ from typing import Any, Final, Generic, TypeVar
 
 import structlog
 
-from base.errors import TransientError
-from base.kafka import ensure_topics
-from base.registry import registry_client
-from base.settings import KafkaSettings, RegistrySettings
-from consumers.window import EventWindow, Verdict
-from contracts.business import (
+from bizevents.consumers.window import EventWindow, Verdict
+from bizevents.contracts.business import (
     HEADER_DLQ_ERROR,
     HEADER_DLQ_REASON,
     HEADER_DLQ_STAGE,
     BusinessEvent,
     Lineage,
 )
-from contracts.exceptions import DecodeError
-from contracts.serde import BusinessDeserializer
+from bizevents.contracts.exceptions import DecodeError
+from bizevents.contracts.serde import BusinessDeserializer
+from bizevents.plumbing.errors import TransientError
+from bizevents.plumbing.kafka import ensure_topics
+from bizevents.plumbing.registry import registry_client
+from bizevents.plumbing.settings import KafkaSettings, RegistrySettings
 
 __all__ = [
     "HEADER_CONSUMER_GROUP",

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from enum import Enum
 
-from contracts.business import Lineage
+from bizevents.contracts.business import Lineage
 
 __all__ = ["EventWindow", "Verdict", "rank"]
 

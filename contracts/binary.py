@@ -1,8 +1,8 @@
 """Avro's binary primitives, once: varints, strings and bytes, decimals.
 
 Capture's compiled writer, the generated readers and writers of
-:mod:`contracts.avro_codegen` and the contracts' own encoders all write and read
-these through this module (Confluent framing is :mod:`base.framing`). Each function
+:mod:`bizevents.contracts.avro_codegen` and the contracts' own encoders all write and read
+these through this module (Confluent framing is :mod:`bizevents.plumbing.framing`). Each function
 is held to fastavro byte for byte by ``tests/contracts/test_binary.py``.
 
 Decimals have two widths of two's-complement bytes, both read back to the same

@@ -36,9 +36,9 @@ from dataclasses_avroschema import types as avro_types
 from dataclasses_avroschema.pydantic import AvroBaseModel
 from pydantic import AfterValidator, ConfigDict
 
-from contracts.binary import NULL_BRANCH, VALUE_BRANCH, text, zigzag
-from contracts.compatibility import parse_schema
-from contracts.exceptions import ContractError, InvalidSchemaError
+from bizevents.contracts.binary import NULL_BRANCH, VALUE_BRANCH, text, zigzag
+from bizevents.contracts.compatibility import parse_schema
+from bizevents.contracts.exceptions import ContractError, InvalidSchemaError
 
 __all__ = [
     "HEADER_EVENT_ID",
@@ -216,7 +216,7 @@ class BusinessEvent(AvroBaseModel):
             if millis:
                 raise ContractError(
                     f"contract {cls.__qualname__}: field(s) {', '.join(millis)} use a plain "
-                    "datetime; use contracts.business.Timestamp (aware, timestamp-micros)"
+                    "datetime; use bizevents.contracts.business.Timestamp (aware, timestamp-micros)"
                 )
             try:
                 parse_schema(schema)

@@ -1,6 +1,6 @@
 """The translator author's view of one change event.
 
-:class:`Change` wraps a :class:`~contracts.envelope.ChangeEvent` and answers the
+:class:`Change` wraps a :class:`~bizevents.contracts.envelope.ChangeEvent` and answers the
 questions a translator asks (what kind of change, which columns changed, the old and
 new value of a column, where it came from) without copying anything. Pure and cheap:
 one object with one slot per event.
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from contracts.envelope import (
+from bizevents.contracts.envelope import (
     OP_CREATE,
     OP_DELETE,
     OP_READ,
@@ -23,7 +23,7 @@ from contracts.envelope import (
     Row,
     Source,
 )
-from contracts.logical import UNAVAILABLE
+from bizevents.contracts.logical import UNAVAILABLE
 
 __all__ = ["Change"]
 
@@ -132,7 +132,7 @@ class Change:
 
     def new(self, column: str) -> Any:
         """The column's value after the change; ``None`` when there is no after row
-        (a delete). :data:`~contracts.logical.UNAVAILABLE` means an unchanged TOASTed
+        (a delete). :data:`~bizevents.contracts.logical.UNAVAILABLE` means an unchanged TOASTed
         value the database did not send; :meth:`current` falls back for it."""
         row = self.event.after
         reads = self.reads
@@ -142,7 +142,8 @@ class Change:
 
     def current(self, column: str) -> Any:
         """The column's newest known value: the after value, or the before value where
-        the after one is :data:`~contracts.logical.UNAVAILABLE` or there is no after row."""
+        the after one is :data:`~bizevents.contracts.logical.UNAVAILABLE` or there is no after
+        row."""
         after = self.event.after
         if after is not None:
             value = _get(after, column, "after", self)

@@ -23,8 +23,8 @@ from typing import Any, TypeAlias
 import avro.errors
 import avro.schema
 
-from base.errors import ConfigError
-from contracts.exceptions import InvalidSchemaError
+from bizevents.contracts.exceptions import InvalidSchemaError
+from bizevents.plumbing.errors import ConfigError
 
 __all__ = [
     "CompatibilityLevel",

@@ -2,11 +2,11 @@
 
 This is the input contract of every translator. The classes are frozen dataclasses
 with slots, so building one costs little more than a tuple: decoders (in
-:mod:`contracts.technical`) validate the wire data once and then construct these
+:mod:`bizevents.contracts.technical`) validate the wire data once and then construct these
 without further checks. Rows are typed as read-only ``Mapping``; decoders hand over
 fresh dicts that nothing else holds, so nothing needs copying.
 
-Column values are the Python types of :mod:`contracts.logical` (``Decimal``, aware
+Column values are the Python types of :mod:`bizevents.contracts.logical` (``Decimal``, aware
 ``datetime``, ``date``, ``time``, ``UUID``, ``JsonDocument``, ``bytes``, enum labels,
 lists, ``UNAVAILABLE`` for an unchanged TOASTed value) or ``None`` for SQL NULL.
 """
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Final, Literal, TypeAlias
 
-from contracts.exceptions import Coordinates
+from bizevents.contracts.exceptions import Coordinates
 
 __all__ = [
     "NO_COORDINATES",

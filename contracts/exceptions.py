@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from base.errors import BizeventsError, TerminalError
+from bizevents.plumbing.errors import BizeventsError, TerminalError
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,7 @@
 3. a :class:`SchemaHistory` supplies the subject's compatibility level and earlier
    schemas: :class:`RegistryHistory` (the registry's live versions and level) or
    :class:`GitHistory` (the same path at a git ref, at a level given by the caller);
-4. :func:`check_contracts` runs :func:`contracts.compatibility.check`, the very
+4. :func:`check_contracts` runs :func:`bizevents.contracts.compatibility.check`, the very
    function the embedded registry uses, and returns one :class:`Verdict` per contract;
 5. :func:`register_contracts` registers the contracts whose verdict passed.
 """
@@ -26,22 +26,22 @@ from urllib.parse import quote
 
 import httpx
 
-from base.registry import RegistryUnavailableError
-from base.settings import RegistrySettings
-from contracts.business import TOPIC_PROPERTY, ContractFile, read_avsc
-from contracts.compatibility import (
+from bizevents.contracts.business import TOPIC_PROPERTY, ContractFile, read_avsc
+from bizevents.contracts.compatibility import (
     CompatibilityLevel,
     InvalidSchemaError,
     check,
     parse_level,
     parse_schema,
 )
-from contracts.exceptions import (
+from bizevents.contracts.exceptions import (
     ContractError,
     IncompatibleSchemaError,
     RegistryError,
 )
-from contracts.subjects import SubjectStrategy
+from bizevents.contracts.subjects import SubjectStrategy
+from bizevents.plumbing.registry import RegistryUnavailableError
+from bizevents.plumbing.settings import RegistrySettings
 
 __all__ = [
     "GitHistory",

@@ -17,7 +17,7 @@ deserializer reads what this writes. This module adds the domain mapping around 
 Schema ids are cached per (subject, schema): one ``AvroSerializer`` per contract class
 remembers the subjects it has registered or looked up. Once it has written an event of
 a contract to a topic, later events of that contract and topic skip it: a writer
-generated from the contract's schema (:mod:`contracts.avro_codegen`) writes the body
+generated from the contract's schema (:mod:`bizevents.contracts.avro_codegen`) writes the body
 straight from the model's attributes behind the header AvroSerializer wrote. It is
 checked against AvroSerializer's bytes on that first event, and any value it does not
 take goes to AvroSerializer again, so the bytes and the errors are AvroSerializer's.
@@ -41,20 +41,20 @@ from fastavro.validation import ValidationError as AvroValidationError
 from fastavro.validation import validate as avro_validate
 from pydantic import BaseModel, ValidationError
 
-from base.framing import HEADER_SIZE, MAGIC_BYTE, FramingError, unframe
-from base.registry import RegistryUnavailableError
-from contracts.avro_codegen import ModelWriter, Unsupported, compile_model_writer
-from contracts.avro_codegen.native import compile_native_writer
-from contracts.business import BusinessEvent, read_lineage, with_lineage
-from contracts.exceptions import (
+from bizevents.contracts.avro_codegen import ModelWriter, Unsupported, compile_model_writer
+from bizevents.contracts.avro_codegen.native import compile_native_writer
+from bizevents.contracts.business import BusinessEvent, read_lineage, with_lineage
+from bizevents.contracts.exceptions import (
     ContractError,
     Coordinates,
     DecodeError,
     IncompatibleSchemaError,
     RegistryError,
 )
-from contracts.subjects import SubjectStrategy, confluent_strategy
-from contracts.subjects import subject_strategy as _strategy_named
+from bizevents.contracts.subjects import SubjectStrategy, confluent_strategy
+from bizevents.contracts.subjects import subject_strategy as _strategy_named
+from bizevents.plumbing.framing import HEADER_SIZE, MAGIC_BYTE, FramingError, unframe
+from bizevents.plumbing.registry import RegistryUnavailableError
 
 __all__ = [
     "MAGIC_BYTE",
@@ -267,7 +267,7 @@ class BusinessSerializer:
         """Serialize ``event`` for ``topic`` (default: the contract's own topic).
 
         ``lineage``, when given, is the Avro encoding of the event's lineage
-        (translators.lineage builds it), written in place of ``event.lineage``.
+        (bizevents.translators.lineage builds it), written in place of ``event.lineage``.
         """
         cls = type(event)
         writer = self._writers.get(cls)

@@ -17,7 +17,7 @@ from typing import Literal, Protocol, get_args
 
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from base.errors import ConfigError
+from bizevents.plumbing.errors import ConfigError
 
 __all__ = [
     "STRATEGIES",

@@ -2,22 +2,22 @@
 
 See docs/replay.md. The driver (:class:`ReplayJob`) plans offset ranges from
 Fetch-based watermarks and runs one Spark job per range; executors read their range
-with confluent-kafka in assign mode and run :class:`translators.pipeline.Pipeline`,
+with confluent-kafka in assign mode and run :class:`bizevents.translators.pipeline.Pipeline`,
 the live worker's translation core, with ``replay=True``.
 """
 
-from replay.compaction import KeyIndex, compact
-from replay.diff import DiffReport
-from replay.exceptions import (
+from bizevents.replay.compaction import KeyIndex, compact
+from bizevents.replay.diff import DiffReport
+from bizevents.replay.exceptions import (
     RangeFailedError,
     RegistryUnreachableError,
     ReplayConfigError,
     RunStateError,
     TopicNotFoundError,
 )
-from replay.job import ReplayJob, Summary, spark_session
-from replay.plan import Range, Span, slices
-from replay.spec import Bound, Output, ReplaySpec
+from bizevents.replay.job import ReplayJob, Summary, spark_session
+from bizevents.replay.plan import Range, Span, slices
+from bizevents.replay.spec import Bound, Output, ReplaySpec
 
 __all__ = [
     "Bound",

@@ -1,6 +1,6 @@
 """``--diff``: two translator versions over the same input, compared event by event.
 
-Both versions run through the same :class:`~translators.pipeline.Pipeline`, with a
+Both versions run through the same :class:`~bizevents.translators.pipeline.Pipeline`, with a
 serializer that writes nothing anywhere: it checks the event against its contract's
 Avro schema (as the real serializer would) and returns the event's content without
 its lineage, as canonical JSON. Events pair up by ``event_id``, which depends on the
@@ -15,9 +15,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from contracts.business import BusinessEvent
-from contracts.exceptions import ContractError
-from translators.pipeline import OutRecord
+from bizevents.contracts.business import BusinessEvent
+from bizevents.contracts.exceptions import ContractError
+from bizevents.translators.pipeline import OutRecord
 
 Kind = Literal["equal", "changed", "only_a", "only_b"]
 KINDS: Final[tuple[Kind, ...]] = ("equal", "changed", "only_a", "only_b")
@@ -36,7 +36,7 @@ class ContentSerializer:
     ) -> bytes:
         import fastavro
 
-        from contracts.serde import to_dict
+        from bizevents.contracts.serde import to_dict
 
         cls = type(event)
         parsed = self._schemas.get(cls)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from base.errors import ConfigError, TerminalError, TransientError
+from bizevents.plumbing.errors import ConfigError, TerminalError, TransientError
 
 
 class ReplayConfigError(ConfigError):

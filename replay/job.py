@@ -24,18 +24,22 @@ from typing import Any, Final, Protocol
 
 import structlog
 
-from base.errors import BizeventsError
-from base.kafka import ensure_topics
-from base.registry import registry_client
-from replay.compaction import KeyIndex
-from replay.diff import DiffReport
-from replay.exceptions import RangeFailedError, RegistryUnreachableError, ReplayConfigError
-from replay.plan import Planner, Range, slices
-from replay.spec import ReplaySpec
-from replay.state import RunState
-from replay.task import TaskConfig, TaskReport, index_range, run_range, selected_offsets
-from translators.api import Translator
-from translators.settings import RuntimeSettings
+from bizevents.plumbing.errors import BizeventsError
+from bizevents.plumbing.kafka import ensure_topics
+from bizevents.plumbing.registry import registry_client
+from bizevents.replay.compaction import KeyIndex
+from bizevents.replay.diff import DiffReport
+from bizevents.replay.exceptions import (
+    RangeFailedError,
+    RegistryUnreachableError,
+    ReplayConfigError,
+)
+from bizevents.replay.plan import Planner, Range, slices
+from bizevents.replay.spec import ReplaySpec
+from bizevents.replay.state import RunState
+from bizevents.replay.task import TaskConfig, TaskReport, index_range, run_range, selected_offsets
+from bizevents.translators.api import Translator
+from bizevents.translators.settings import RuntimeSettings
 
 log = structlog.get_logger("replay")
 
@@ -229,7 +233,7 @@ def _check_contracts(
     """Register (or find) every contract the output needs before a task runs."""
     from confluent_kafka.schema_registry import Schema
 
-    from contracts.subjects import subject_strategy
+    from bizevents.contracts.subjects import subject_strategy
 
     name_of = subject_strategy(strategy)
     for item in translators:
@@ -303,7 +307,7 @@ class ReplayJob:
     # -- preparation (no Spark yet: errors come fast) ---------------------------------
 
     def _translators(self) -> tuple[Translator, Translator | None]:
-        from translators.registry import discover
+        from bizevents.translators.registry import discover
 
         registry = discover(names=(self.spec.translator, self.spec.diff_against))
         ours = registry.resolve(self.spec.translator)
@@ -423,7 +427,7 @@ class ReplayJob:
         """One range, one Spark job: a task that writes (topics, Avro) or a Parquet write."""
         output = config.output
         if output is not None and output.kind == "path" and output.file_format == "parquet":
-            from replay.parquet import write_range
+            from bizevents.replay.parquet import write_range
 
             return write_range(self.spark, config, rng, survivors)
         report: TaskReport = self._job(run_range, config, rng, survivors)

@@ -12,7 +12,7 @@ names that start with ``.``), then renamed into place through Hadoop's FileSyste
 API; a rerun of a range replaces its folder whole. The write is one Spark job per
 range, like the other outputs, so resume works the same way.
 
-The range's counts (a :class:`~replay.task.TaskReport`) come back to the driver
+The range's counts (a :class:`~bizevents.replay.task.TaskReport`) come back to the driver
 through an accumulator: the rows go to the JVM writer, not back to Python.
 """
 
@@ -31,15 +31,15 @@ from uuid import UUID
 
 from pyspark.accumulators import AccumulatorParam
 
-from base.errors import TransientError
-from contracts.business import (
+from bizevents.contracts.business import (
     HEADER_SOURCE_OFFSET,
     HEADER_SOURCE_PARTITION,
     HEADER_SOURCE_TOPIC,
 )
-from replay.plan import Range
-from replay.task import TaskConfig, TaskReport, count_event, range_blocks, runtime
-from translators.pipeline import OutRecord
+from bizevents.plumbing.errors import TransientError
+from bizevents.replay.plan import Range
+from bizevents.replay.task import TaskConfig, TaskReport, count_event, range_blocks, runtime
+from bizevents.translators.pipeline import OutRecord
 
 #: The columns of a replayed record, in the order of :func:`spark_schema`.
 COLUMNS: Final = (

@@ -16,9 +16,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Final
 
-from base.errors import TransientError
-from replay.exceptions import ReplayConfigError, TopicNotFoundError
-from replay.spec import Bound
+from bizevents.plumbing.errors import TransientError
+from bizevents.replay.exceptions import ReplayConfigError, TopicNotFoundError
+from bizevents.replay.spec import Bound
 
 #: Consumer settings of every replay read: assign mode, no group, nothing committed.
 READER_SETTINGS: Final[dict[str, Any]] = {

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
-from replay.exceptions import ReplayConfigError
+from bizevents.replay.exceptions import ReplayConfigError
 
 OutputKind = Literal["contract", "topic", "replay", "path"]
 FileFormat = Literal["avro", "parquet"]

@@ -16,8 +16,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
-from replay.exceptions import RunStateError
-from replay.plan import Range
+from bizevents.replay.exceptions import RunStateError
+from bizevents.replay.plan import Range
 
 STATE_FILE: Final = "state.json"
 VERSION: Final = 1

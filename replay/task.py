@@ -5,7 +5,7 @@ its cache of writer schemas), the serializer (and its cache of schema ids) and t
 pipelines are built once per worker process and reused by every task it runs.
 
 A task reads its range with a confluent-kafka consumer in assign mode (no group,
-nothing committed), runs :class:`~translators.pipeline.Pipeline` (the live worker's
+nothing committed), runs :class:`~bizevents.translators.pipeline.Pipeline` (the live worker's
 translation core) with ``replay=True``, and writes the output. It returns only after
 every produced record is acknowledged, or every file is complete and renamed into
 place; any failure raises, which fails the task (Spark retries it) and so the range.
@@ -23,12 +23,9 @@ from pathlib import Path
 from time import perf_counter
 from typing import Any, Final
 
-from base.errors import TransientError
-from base.kafka import partition_for, produce
-from base.process import settle_collector
-from contracts.avro_codegen.native import EXTENSION as _compiled
-from contracts.avro_codegen.native import constructor
-from contracts.binary import (
+from bizevents.contracts.avro_codegen.native import EXTENSION as _compiled
+from bizevents.contracts.avro_codegen.native import constructor
+from bizevents.contracts.binary import (
     NULL_BRANCH,
     SMALL,
     VALUE_BRANCH,
@@ -38,11 +35,14 @@ from contracts.binary import (
     text,
     zigzag,
 )
-from replay.compaction import KeyIndex, compact_in_memory
-from replay.diff import ContentSerializer, DiffReport, compare
-from replay.plan import READER_SETTINGS, Range
-from replay.spec import Output
-from translators.pipeline import OutRecord, Pipeline, Result, SourceRecord
+from bizevents.plumbing.errors import TransientError
+from bizevents.plumbing.kafka import partition_for, produce
+from bizevents.plumbing.process import settle_collector
+from bizevents.replay.compaction import KeyIndex, compact_in_memory
+from bizevents.replay.diff import ContentSerializer, DiffReport, compare
+from bizevents.replay.plan import READER_SETTINGS, Range
+from bizevents.replay.spec import Output
+from bizevents.translators.pipeline import OutRecord, Pipeline, Result, SourceRecord
 
 #: SourceRecord from all its fields, positionally (the extension's maker where built).
 _make_record: Final = constructor(SourceRecord)
@@ -136,11 +136,11 @@ class _Runtime:
     """Clients, decoder, serializer and pipelines of one worker process, for one run."""
 
     def __init__(self, config: TaskConfig) -> None:
-        from base.registry import registry_client, schema_lookup
-        from contracts.serde import BusinessSerializer
-        from contracts.technical import AutoDecoder
-        from translators.pipeline import Serializer
-        from translators.registry import discover
+        from bizevents.contracts.serde import BusinessSerializer
+        from bizevents.contracts.technical import AutoDecoder
+        from bizevents.plumbing.registry import registry_client, schema_lookup
+        from bizevents.translators.pipeline import Serializer
+        from bizevents.translators.registry import discover
 
         self.config = config
         registry = discover(names=(config.translator, config.diff_against))
@@ -558,7 +558,9 @@ def run_range(config: TaskConfig, rng: Range, survivors: Sequence[int] | None) -
         return report
     assert config.output is not None
     if config.output.file_format != "avro":
-        raise ValueError(f"{config.output.file_format} files are written by replay.parquet")
+        raise ValueError(
+            f"{config.output.file_format} files are written by bizevents.replay.parquet"
+        )
     sink: _TopicSink | _FileSink
     if config.output.kind == "path":
         sink = _FileSink(Path(config.output.target), config.output, rng)

@@ -1,7 +1,7 @@
 """Replay through a transaction translator: whole transactions assembled in Spark.
 
 ``bizevents replay --translator orders@3 --topics 'shop.store.*' --to ...`` with a
-transaction translator runs here instead of :mod:`replay.job`:
+transaction translator runs here instead of :mod:`bizevents.replay.job`:
 
 1. Plan (driver): the transaction topic's range is read first (its Fetch high
    watermark), then every technical partition's, so the technical ranges end *after* the
@@ -10,8 +10,8 @@ transaction translator runs here instead of :mod:`replay.job`:
 2. Spark reads each partition's range in a task and keys every record by its
    transaction id (the envelope's ``transaction.id``, the END's ``id``; a change without
    one is its own group), then groups by that key (a shuffle): each transaction's parts
-   meet in one task, which assembles them (:mod:`translators.assembly`) and translates
-   them with the live worker's core (:mod:`translators.txcore`): same ids, ``replay``
+   meet in one task, which assembles them (:mod:`bizevents.translators.assembly`) and translates
+   them with the live worker's core (:mod:`bizevents.translators.txcore`): same ids, ``replay``
    set in the lineage.
 3. The events are grouped by their output partition and written in commit order (the
    position in the transaction id), so per key the order is the live path's.
@@ -34,10 +34,10 @@ from typing import Any
 
 import structlog
 
-from replay.exceptions import ReplayConfigError, TopicNotFoundError
-from replay.plan import READER_SETTINGS, Planner
-from replay.spec import ReplaySpec
-from translators.settings import RuntimeSettings
+from bizevents.replay.exceptions import ReplayConfigError, TopicNotFoundError
+from bizevents.replay.plan import READER_SETTINGS, Planner
+from bizevents.replay.spec import ReplaySpec
+from bizevents.translators.settings import RuntimeSettings
 
 __all__ = ["TransactionReplay", "TxReplayConfig", "TxReplaySummary"]
 
@@ -107,10 +107,10 @@ class TransactionReplay:
             )
 
     def prepare(self) -> tuple[TxReplayConfig, list[tuple[str, int, int, int]]]:
-        from base.kafka import ensure_topics
-        from contracts.technical.transaction import transaction_topic
-        from replay.job import _check_contracts, _check_registry
-        from translators.registry import discover
+        from bizevents.contracts.technical.transaction import transaction_topic
+        from bizevents.plumbing.kafka import ensure_topics
+        from bizevents.replay.job import _check_contracts, _check_registry
+        from bizevents.translators.registry import discover
 
         self._refuse()
         spec, settings = self.spec, self.settings
@@ -162,7 +162,7 @@ class TransactionReplay:
         return config, ranges
 
     def run(self) -> TxReplaySummary:
-        from replay.job import spark_session
+        from bizevents.replay.job import spark_session
 
         started = perf_counter()
         config, ranges = self.prepare()
@@ -203,7 +203,7 @@ Raw = tuple[str, int, int, Any, Any, list[tuple[str, Any]]]  # topic, partition,
 
 
 def _lookup(config: TxReplayConfig) -> Any:
-    from base.registry import registry_client, schema_lookup
+    from bizevents.plumbing.registry import registry_client, schema_lookup
 
     client = registry_client(config.registry)
     return client, schema_lookup(client)
@@ -215,10 +215,10 @@ def _read_range(
     """The records of one range, keyed by their transaction id."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-    from contracts.envelope import ChangeEvent
-    from contracts.exceptions import Coordinates, DecodeError
-    from contracts.technical import AutoDecoder
-    from contracts.technical.transaction import TransactionDecoder
+    from bizevents.contracts.envelope import ChangeEvent
+    from bizevents.contracts.exceptions import Coordinates, DecodeError
+    from bizevents.contracts.technical import AutoDecoder
+    from bizevents.contracts.technical.transaction import TransactionDecoder
 
     topic, partition, low, high = rng
     if high <= low:
@@ -273,17 +273,17 @@ def _assemble(
     config: TxReplayConfig, groups: Iterable[tuple[str, Iterable[Raw]]]
 ) -> Iterator[tuple[Any, Any]]:
     """Each transaction's parts assembled and translated; events keyed by output partition."""
-    from base.kafka import partition_for
-    from contracts.envelope import ChangeEvent, Tombstone
-    from contracts.exceptions import Coordinates, DecodeError
-    from contracts.serde import BusinessSerializer
-    from contracts.technical import AutoDecoder
-    from contracts.technical.transaction import TransactionDecoder
-    from translators.assembly import Assembler, Part, commit_position
-    from translators.pipeline import OutRecord, SourceRecord
-    from translators.registry import discover
-    from translators.transaction_api import TransactionTranslator
-    from translators.txcore import TransactionCore
+    from bizevents.contracts.envelope import ChangeEvent, Tombstone
+    from bizevents.contracts.exceptions import Coordinates, DecodeError
+    from bizevents.contracts.serde import BusinessSerializer
+    from bizevents.contracts.technical import AutoDecoder
+    from bizevents.contracts.technical.transaction import TransactionDecoder
+    from bizevents.plumbing.kafka import partition_for
+    from bizevents.translators.assembly import Assembler, Part, commit_position
+    from bizevents.translators.pipeline import OutRecord, SourceRecord
+    from bizevents.translators.registry import discover
+    from bizevents.translators.transaction_api import TransactionTranslator
+    from bizevents.translators.txcore import TransactionCore
 
     client, lookup = _lookup(config)
     decoder = AutoDecoder(lookup)
@@ -341,7 +341,7 @@ def _output_topic(config: TxReplayConfig, out: Any) -> str:
     if config.output_kind == "topic":
         return config.output_target
     if config.output_kind == "replay":
-        from replay.spec import REPLAY_SUFFIX
+        from bizevents.replay.spec import REPLAY_SUFFIX
 
         return f"{out.topic}{REPLAY_SUFFIX}"
     return str(out.topic)

@@ -14,10 +14,10 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from capture.metrics import CaptureStats
-from capture.metrics import serve_metrics as serve_capture
-from translators.metrics import WorkerStats
-from translators.metrics import serve_metrics as serve_worker
+from bizevents.capture.metrics import CaptureStats
+from bizevents.capture.metrics import serve_metrics as serve_capture
+from bizevents.translators.metrics import WorkerStats
+from bizevents.translators.metrics import serve_metrics as serve_worker
 
 DASHBOARD = Path(__file__).resolve().parents[1] / "docs" / "grafana" / "bizevents.json"
 

@@ -1,17 +1,20 @@
 """The floor plan holds: every import of our own code points down or sideways, never up.
 
-The layers (docs/architecture.md), bottom first::
+The layers (docs/architecture.md), bottom first, each a subpackage of the one import
+name ``bizevents``::
 
-    base         errors, settings groups, logging, metrics serving, Kafka and registry plumbing
+    plumbing     errors, settings groups, logging, metrics serving, Kafka and registry plumbing
     contracts    the envelope, column types, the codec, business contracts, compatibility
     capture      sources into technical topics      translators   plugin API, core, worker
                  consumers    the consumer kit of business topics (same floor)
     replay       the Spark replay (builds on translators)
-    bizevents    the shell: CLI, demo, dev stack, pytest plugin; nothing imports it
+    bizevents    the shell (every other module of ``bizevents``): CLI, demo, dev stack, the
+                 plugin author's face; nothing imports it
 
 ``capture`` and ``translators`` stand on the same floor and do not know each other.
 The test reads imports as written (``ast``), including those inside functions, so a
-lazy import that points up is caught as well.
+lazy import that points up is caught as well. An import of a floor by its bare folder
+name (``import capture``) is wrong everywhere: the wheel installs only ``bizevents``.
 """
 
 from __future__ import annotations
@@ -23,63 +26,123 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: package → the packages of ours it may import (besides itself).
+#: floor → the floors of ours it may import (besides itself).
 ALLOWED: dict[str, frozenset[str]] = {
-    "base": frozenset(),
-    "contracts": frozenset({"base"}),
-    "capture": frozenset({"base", "contracts"}),
-    "translators": frozenset({"base", "contracts"}),
-    "consumers": frozenset({"base", "contracts"}),
-    "replay": frozenset({"base", "contracts", "translators"}),
-    "bizevents": frozenset({"base", "contracts", "capture", "translators", "replay", "consumers"}),
+    "plumbing": frozenset(),
+    "contracts": frozenset({"plumbing"}),
+    "capture": frozenset({"plumbing", "contracts"}),
+    "translators": frozenset({"plumbing", "contracts"}),
+    "consumers": frozenset({"plumbing", "contracts"}),
+    "replay": frozenset({"plumbing", "contracts", "translators"}),
+    "bizevents": frozenset(
+        {"plumbing", "contracts", "capture", "translators", "replay", "consumers"}
+    ),
 }
-OURS = frozenset(ALLOWED)
+FLOORS = frozenset(ALLOWED) - {"bizevents"}
+#: what an import of a bare folder name is reported as
+BARE = "bare folder name"
+
+
+def _floor(module: str) -> str | None:
+    """The floor ``module`` (a dotted import name) stands on; ``None`` when not ours."""
+    parts = module.split(".")
+    if parts[0] in FLOORS:
+        return BARE
+    if parts[0] != "bizevents":
+        return None
+    return parts[1] if len(parts) > 1 and parts[1] in FLOORS else "bizevents"
 
 
 def _imports(path: Path) -> list[tuple[int, str]]:
-    """``(line, top-level package)`` of every absolute import in ``path``."""
+    """``(line, floor)`` of every absolute import of our code in ``path``."""
     tree = ast.parse(path.read_text(), filename=str(path))
-    found: list[tuple[int, str]] = []
+    names: list[tuple[int, str]] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            found += [(node.lineno, alias.name.split(".")[0]) for alias in node.names]
+            names += [(node.lineno, alias.name) for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            found.append((node.lineno, node.module.split(".")[0]))
-    return found
+            if node.module == "bizevents":
+                names += [(node.lineno, f"bizevents.{alias.name}") for alias in node.names]
+            else:
+                names.append((node.lineno, node.module))
+    return [(line, floor) for line, name in names if (floor := _floor(name)) is not None]
 
 
-def _modules(package: str) -> list[Path]:
-    return sorted((ROOT / package).rglob("*.py"))
+def _modules(floor: str) -> list[Path]:
+    if floor != "bizevents":
+        return sorted((ROOT / floor).rglob("*.py"))
+    shell = ROOT / "bizevents"
+    return sorted(
+        path
+        for path in shell.rglob("*.py")
+        if not (shell / path.relative_to(shell).parts[0]).is_symlink()
+    )
 
 
-@pytest.mark.parametrize("package", sorted(ALLOWED))
-def test_imports_point_down(package: str) -> None:
-    """No module of ``package`` imports a package above it (or beside it, for capture)."""
-    modules = _modules(package)
-    assert modules, f"package {package} has no modules"
+@pytest.mark.parametrize("floor", sorted(ALLOWED))
+def test_imports_point_down(floor: str) -> None:
+    """No module of ``floor`` imports a floor above it (or beside it, for capture)."""
+    modules = _modules(floor)
+    assert modules, f"floor {floor} has no modules"
     wrong = [
         f"{path.relative_to(ROOT)}:{line} imports {target}"
         for path in modules
         for line, target in _imports(path)
-        if target in OURS and target != package and target not in ALLOWED[package]
+        if target != floor and (target == BARE or target not in ALLOWED[floor])
     ]
     assert not wrong, "imports that point up or across:\n" + "\n".join(wrong)
 
 
-def test_no_package_imports_the_shell_or_a_plugin() -> None:
-    """Below the shell nothing imports ``bizevents`` or the example plugin."""
+def test_no_floor_imports_the_shell_or_a_plugin() -> None:
+    """Below the shell nothing imports the shell or the example plugin."""
     wrong = [
         f"{path.relative_to(ROOT)}:{line} imports {target}"
-        for package in sorted(OURS - {"bizevents"})
-        for path in _modules(package)
+        for floor in sorted(FLOORS)
+        for path in _modules(floor)
         for line, target in _imports(path)
-        if target in ("bizevents", "bizevents_store")
+        if target == "bizevents"
     ]
-    assert not wrong, "\n".join(wrong)
+    plugin = [
+        f"{path.relative_to(ROOT)} imports bizevents_store"
+        for floor in sorted(ALLOWED)
+        for path in _modules(floor)
+        if "bizevents_store" in {name.split(".")[0] for name in _names(path)}
+    ]
+    assert not wrong + plugin, "\n".join(wrong + plugin)
+
+
+def test_nothing_imports_a_floor_by_its_folder_name() -> None:
+    """Tests, benchmarks, examples and scripts import ``bizevents.capture``, never ``capture``."""
+    paths = [
+        path
+        for folder in ("tests", "bench", "examples", "scripts", *sorted(ALLOWED))
+        for path in sorted((ROOT / folder).rglob("*.py"))
+    ]
+    wrong = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for path in paths
+        for line, target in _imports(path)
+        if target == BARE
+    ]
+    assert not wrong, "imports of a bare folder name:\n" + "\n".join(wrong)
+
+
+def _names(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.append(node.module)
+    return found
 
 
 def test_the_rule_catches_an_import_that_points_up(tmp_path: Path) -> None:
     """The reader sees imports at module level and inside functions alike."""
     module = tmp_path / "m.py"
-    module.write_text("import base.errors\n\ndef f():\n    from bizevents.cli import main\n")
-    assert _imports(module) == [(1, "base"), (4, "bizevents")]
+    module.write_text(
+        "import bizevents.plumbing.errors\n\ndef f():\n    from bizevents.cli import main\n"
+        "    from bizevents import capture\n    import translators.api\n"
+    )
+    assert _imports(module) == [(1, "plumbing"), (4, "bizevents"), (5, "capture"), (6, BARE)]

@@ -1,6 +1,6 @@
 """The plugin API: a translator turns one technical change into zero or more business events.
 
-A translator is a pure function of a :class:`~contracts.change.Change`: no I/O, no
+A translator is a pure function of a :class:`~bizevents.contracts.change.Change`: no I/O, no
 clock, no globals, so the same code runs in a Faust agent, a Spark executor and a
 test. Zero events means the change is irrelevant to the business; the runtime drops
 and counts it. A translator declares its name, an integer version, the tables it
@@ -20,9 +20,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Literal, TypeAlias
 
-from contracts.business import BusinessEvent
-from contracts.change import Change
-from translators.exceptions import PluginError, TranslationError
+from bizevents.contracts.business import BusinessEvent
+from bizevents.contracts.change import Change
+from bizevents.translators.exceptions import PluginError, TranslationError
 
 Policy: TypeAlias = Literal["translate", "skip"]
 TRANSLATE: Final = "translate"

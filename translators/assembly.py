@@ -1,6 +1,6 @@
 """Assembling whole transactions from their parts: the pure core of the transaction worker.
 
-Parts arrive in one log (the repartition topic, :mod:`translators.txworker`): the
+Parts arrive in one log (the repartition topic, :mod:`bizevents.translators.txworker`): the
 changes of the tables the transaction translators read, each with Debezium's
 ``transaction`` block, and the END records of the transaction topic (BEGIN records
 carry nothing needed and are skipped). Across the source topics and partitions the
@@ -43,9 +43,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Final
 
-from contracts.envelope import OP_READ, ChangeEvent
-from contracts.technical.transaction import STATUS_END, TransactionRecord
-from translators.pipeline import SourceRecord
+from bizevents.contracts.envelope import OP_READ, ChangeEvent
+from bizevents.contracts.technical.transaction import STATUS_END, TransactionRecord
+from bizevents.translators.pipeline import SourceRecord
 
 __all__ = [
     "Abandoned",

@@ -13,17 +13,17 @@ from typing import Any, Final, Protocol
 import structlog
 from faust.types import TP
 
-from base.errors import ConfigError, TransientError
-from base.kafka import partition_for
-from base.process import settle_collector
-from contracts.business import (
+from bizevents.contracts.business import (
     HEADER_DLQ_REASON,
     HEADER_DLQ_STAGE,
     HEADER_SOURCE_OFFSET,
 )
-from translators._faust import BlockAcker, RecordBlock, aiokafka_producer
-from translators.metrics import WorkerStats
-from translators.pipeline import (
+from bizevents.plumbing.errors import ConfigError, TransientError
+from bizevents.plumbing.kafka import partition_for
+from bizevents.plumbing.process import settle_collector
+from bizevents.translators._faust import BlockAcker, RecordBlock, aiokafka_producer
+from bizevents.translators.metrics import WorkerStats
+from bizevents.translators.pipeline import (
     OutRecord,
     Pipeline,
     Result,
@@ -49,7 +49,7 @@ class BlockProcessor(Protocol):
 
 class PipelineProcessor:
     """The translation core, fed with aiokafka's records as they are (they have what
-    :class:`~translators.pipeline.Record` reads; the block names their partition)."""
+    :class:`~bizevents.translators.pipeline.Record` reads; the block names their partition)."""
 
     def __init__(self, pipeline: Pipeline) -> None:
         self.pipeline = pipeline

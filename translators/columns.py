@@ -16,8 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from contracts.exceptions import ContractError
-from translators.api import Translator
+from bizevents.contracts.exceptions import ContractError
+from bizevents.translators.api import Translator
 
 __all__ = ["ColumnProblem", "Layout", "column_problems", "row_columns"]
 

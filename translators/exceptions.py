@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from base.errors import ConfigError, TerminalError
-from contracts.exceptions import Coordinates
+from bizevents.contracts.exceptions import Coordinates
+from bizevents.plumbing.errors import ConfigError, TerminalError
 
 
 class PluginError(ConfigError):

@@ -20,8 +20,8 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, NamedTuple
 
-from contracts.avro_codegen.native import EXTENSION as _compiled
-from contracts.business import (
+from bizevents.contracts.avro_codegen.native import EXTENSION as _compiled
+from bizevents.contracts.business import (
     HEADER_EVENT_ID,
     HEADER_REPLAY,
     HEADER_SOURCE_OFFSET,
@@ -37,7 +37,7 @@ from contracts.business import (
     lineage_avro_translator,
     with_lineage,
 )
-from contracts.envelope import ChangeEvent, PgPosition
+from bizevents.contracts.envelope import ChangeEvent, PgPosition
 
 #: Whether lineage goes on the wire through the compiled helpers (the extension's
 #: ``wire``, ``origin`` and ``change_part``); the Python below does it otherwise.

@@ -1,6 +1,6 @@
 """Translator-worker metrics: plain counters on the hot path, read by Prometheus at scrape time.
 
-The worker adds a block's :class:`~translators.pipeline.Counts` into
+The worker adds a block's :class:`~bizevents.translators.pipeline.Counts` into
 :class:`WorkerStats` once per block; nothing per record touches prometheus-client.
 A custom collector turns the numbers into metric families when the text endpoint
 (loopback only) is scraped. Series, all labelled ``translator`` (``name@version``):
@@ -35,8 +35,8 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from base.metrics import serve_metrics as serve
-from translators.pipeline import Counts
+from bizevents.plumbing.metrics import serve_metrics as serve
+from bizevents.translators.pipeline import Counts
 
 __all__ = ["LATENCY_BUCKETS", "WorkerStats", "serve_metrics"]
 

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from time import perf_counter
 from typing import Final, Literal, Protocol
 
-from contracts.avro_codegen.native import constructor
-from contracts.business import (
+from bizevents.contracts.avro_codegen.native import constructor
+from bizevents.contracts.business import (
     HEADER_DLQ_ERROR,
     HEADER_DLQ_REASON,
     HEADER_DLQ_STAGE,
@@ -36,13 +36,13 @@ from contracts.business import (
     HEADER_TRANSLATOR,
     BusinessEvent,
 )
-from contracts.change import Change
-from contracts.envelope import OP_UPDATE, ChangeEvent, Source, Tombstone
-from contracts.exceptions import ContractError, Coordinates, DecodeError
-from contracts.technical.events import Gate, SourceTable
-from translators.api import Translator
-from translators.exceptions import TranslationError
-from translators.lineage import Origin, Stamper, contract_name, origin_of
+from bizevents.contracts.change import Change
+from bizevents.contracts.envelope import OP_UPDATE, ChangeEvent, Source, Tombstone
+from bizevents.contracts.exceptions import ContractError, Coordinates, DecodeError
+from bizevents.contracts.technical.events import Gate, SourceTable
+from bizevents.translators.api import Translator
+from bizevents.translators.exceptions import TranslationError
+from bizevents.translators.lineage import Origin, Stamper, contract_name, origin_of
 
 DEAD_LETTER_TOPIC: Final = "bizevents.dead-letter"
 
@@ -69,8 +69,8 @@ class Decoder(Protocol):
 
 class Serializer(Protocol):
     """``serializer(event, topic, lineage) -> bytes``; ``lineage``, when given, is the
-    Avro encoding of the event's lineage (:class:`translators.lineage.Stamper`), to be
-    written in place of ``event.lineage`` (contracts.serde.BusinessSerializer does)."""
+    Avro encoding of the event's lineage (:class:`bizevents.translators.lineage.Stamper`), to be
+    written in place of ``event.lineage`` (bizevents.contracts.serde.BusinessSerializer does)."""
 
     def __call__(
         self, event: BusinessEvent, topic: str | None = None, lineage: bytes | None = None

@@ -1,7 +1,7 @@
 """The registry of translators, keyed by ``(name, version)``, and plugin discovery.
 
 Plugins are found through the entry-point group ``bizevents.translators``; each entry
-point names a :class:`~translators.api.Translator` or a sequence of them. Registering
+point names a :class:`~bizevents.translators.api.Translator` or a sequence of them. Registering
 a key twice is an error, never an overwrite. Which version runs live is pinned in
 configuration (``orders = 2``); nothing picks the latest silently, and every version
 stays loadable for replay.
@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 from typing import Final
 
-from translators.api import Translator
-from translators.exceptions import PluginError
+from bizevents.translators.api import Translator
+from bizevents.translators.exceptions import PluginError
 
 ENTRY_POINT_GROUP: Final = "bizevents.translators"
 

@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from base.settings import KafkaSettings, LoopbackHost, RegistrySettings, SettingsGroup
+from bizevents.plumbing.settings import KafkaSettings, LoopbackHost, RegistrySettings, SettingsGroup
 
 
 class TranslateSettings(SettingsGroup):

@@ -2,7 +2,7 @@
 
 ::
 
-    from translators.testing import change, run
+    from bizevents.translators.testing import change, run
 
     result = run(orders_v2, [change("store.orders", "c", after={"id": 9, ...})])
     assert [type(e) for e in result.events] == [OrderPlaced]
@@ -10,7 +10,7 @@
 :func:`change` builds a realistic :class:`~translators.Change` (a PostgreSQL
 ``source`` block with sensible defaults). :func:`run` writes the changes as capture
 does (Debezium Avro envelopes, Confluent-framed, their schemas in an in-memory
-registry), and feeds those bytes to the same :class:`~translators.pipeline.Pipeline`
+registry), and feeds those bytes to the same :class:`~bizevents.translators.pipeline.Pipeline`
 the worker and the replay run: the same decoder, routing, skip policies, drops,
 dead letters, lineage, event ids and serializer. Each event's bytes are then read back
 with its contract's Avro schema, and must give the event again.
@@ -34,7 +34,7 @@ from typing import Any, Final
 
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
-from contracts.business import (
+from bizevents.contracts.business import (
     HEADER_DLQ_REASON,
     HEADER_DLQ_STAGE,
     HEADER_SOURCE_OFFSET,
@@ -42,13 +42,13 @@ from contracts.business import (
     BusinessEvent,
     Lineage,
 )
-from contracts.change import Change
-from contracts.envelope import OP_READ, OPS, ChangeEvent, PgPosition, Row, Source
-from contracts.logical import UNAVAILABLE, ColumnType, Field, JsonDocument, Kind
-from contracts.serde import BusinessDeserializer, BusinessSerializer
-from contracts.technical import AutoDecoder, AvroEncoder, TableSchema
-from translators.api import Translator
-from translators.pipeline import (
+from bizevents.contracts.change import Change
+from bizevents.contracts.envelope import OP_READ, OPS, ChangeEvent, PgPosition, Row, Source
+from bizevents.contracts.logical import UNAVAILABLE, ColumnType, Field, JsonDocument, Kind
+from bizevents.contracts.serde import BusinessDeserializer, BusinessSerializer
+from bizevents.contracts.technical import AutoDecoder, AvroEncoder, TableSchema
+from bizevents.translators.api import Translator
+from bizevents.translators.pipeline import (
     Counts,
     OutRecord,
     Pipeline,

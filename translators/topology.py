@@ -8,14 +8,14 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from base.errors import ConfigError
-from base.registry import RegistryUnavailableError
-from contracts.business import (
+from bizevents.contracts.business import (
     BusinessEvent,
 )
-from translators.api import Translator
-from translators.exceptions import PluginError
-from translators.settings import TranslateSettings
+from bizevents.plumbing.errors import ConfigError
+from bizevents.plumbing.registry import RegistryUnavailableError
+from bizevents.translators.api import Translator
+from bizevents.translators.exceptions import PluginError
+from bizevents.translators.settings import TranslateSettings
 
 __all__ = ["check_contracts", "readers", "technical_topics"]
 
@@ -82,7 +82,7 @@ def check_contracts(
     from confluent_kafka.schema_registry import Schema
     from confluent_kafka.schema_registry.error import SchemaRegistryError
 
-    from contracts.serde import _UNREACHABLE
+    from bizevents.contracts.serde import _UNREACHABLE
 
     ids: dict[str, int] = {}
     for item in translators:

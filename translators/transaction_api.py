@@ -16,12 +16,12 @@ An event may say which change of the transaction it stems from, with
 :func:`stems_from` (``yield stems_from(change, OrderPlaced(...))``): it then gets the id,
 the key and the lineage that a row translator of the same name gives an event of that
 contract from that change, so a transaction translator's corrected event supersedes the
-one a row-by-row version emitted (:mod:`translators.txcore`). An event that says nothing
+one a row-by-row version emitted (:mod:`bizevents.translators.txcore`). An event that says nothing
 is the transaction's own.
 
 It stays pure (no I/O, no clock, no globals), so it runs the same under the transaction
-worker (:mod:`translators.txworker`), in a test and in replay. It is registered and
-pinned like any translator (it *is* a :class:`~translators.api.Translator`, whose
+worker (:mod:`bizevents.translators.txworker`), in a test and in replay. It is registered and
+pinned like any translator (it *is* a :class:`~bizevents.translators.api.Translator`, whose
 row-by-row ``translate`` refuses to run it).
 """
 
@@ -31,11 +31,11 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeAlias
 
-from contracts.business import BusinessEvent
-from contracts.change import Change
-from contracts.exceptions import Coordinates
-from translators.api import SKIP, TRANSLATE, Output, Policy, Translator, _problems
-from translators.exceptions import PluginError, TranslationError
+from bizevents.contracts.business import BusinessEvent
+from bizevents.contracts.change import Change
+from bizevents.contracts.exceptions import Coordinates
+from bizevents.translators.api import SKIP, TRANSLATE, Output, Policy, Translator, _problems
+from bizevents.translators.exceptions import PluginError, TranslationError
 
 __all__ = [
     "Attributed",

@@ -1,11 +1,11 @@
 """Complete transactions through transaction translators: events with lineage, or dead letters.
 
-Pure like :mod:`translators.pipeline` (the serializer may consult the registry, cached):
+Pure like :mod:`bizevents.translators.pipeline` (the serializer may consult the registry, cached):
 the transaction worker and the tests run it.
 
 Ids, keys and lineage of an event that **stems from a change** of the transaction
-(:func:`translators.transaction_api.stems_from`) are the row path's for that change: the
-id is derived from the change's identity (:func:`translators.lineage.change_identity`),
+(:func:`bizevents.translators.transaction_api.stems_from`) are the row path's for that change: the
+id is derived from the change's identity (:func:`bizevents.translators.lineage.change_identity`),
 the translator's name, the contract and the event's ordinal among that contract's events
 from that change; the key is the change's Kafka key; the lineage names the change's
 topic, partition, offset and log position, and the transaction id. So ``orders@3``'s
@@ -30,13 +30,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from time import perf_counter
 
-from contracts.change import Change
-from contracts.exceptions import ContractError
-from translators.api import SKIP
-from translators.assembly import Abandoned, Part, Ready
-from translators.exceptions import TranslationError
-from translators.lineage import Stamper, change_identity, contract_name, origin
-from translators.pipeline import (
+from bizevents.contracts.change import Change
+from bizevents.contracts.exceptions import ContractError
+from bizevents.translators.api import SKIP
+from bizevents.translators.assembly import Abandoned, Part, Ready
+from bizevents.translators.exceptions import TranslationError
+from bizevents.translators.lineage import Stamper, change_identity, contract_name, origin
+from bizevents.translators.pipeline import (
     DEAD_LETTER_TOPIC,
     Counts,
     OutRecord,
@@ -44,7 +44,7 @@ from translators.pipeline import (
     Serializer,
     dead_letter,
 )
-from translators.transaction_api import TransactionChanges, TransactionTranslator
+from bizevents.translators.transaction_api import TransactionChanges, TransactionTranslator
 
 __all__ = ["HEADER_TX", "TransactionCore"]
 

@@ -10,8 +10,8 @@ group (start several processes to share or take over the work):
    uncommitted ones again (the assembler drops the duplicates).
 2. **assemble** (group ``<group_id>.assemble``; one member holds the log's partition,
    the others stand by): decodes each part, assembles transactions
-   (:mod:`translators.assembly`), translates the complete ones in commit order
-   (:mod:`translators.txcore`), produces the events and dead letters, records the
+   (:mod:`bizevents.translators.assembly`), translates the complete ones in commit order
+   (:mod:`bizevents.translators.txcore`), produces the events and dead letters, records the
    released position in the state topic, and commits the log's offset **up to the first
    part of the oldest transaction still open**. A worker killed or a partition moved
    mid-transaction: the next owner reads that transaction's parts again from the log
@@ -35,16 +35,16 @@ from typing import Any, Final
 
 import structlog
 
-from base.errors import ConfigError, TransientError
-from base.kafka import ensure_topics, partition_for
-from contracts.envelope import ChangeEvent, Tombstone
-from contracts.exceptions import Coordinates, DecodeError
-from contracts.technical.transaction import TransactionDecoder, transaction_topic
-from translators.assembly import Assembler, AssemblyLimits, Checkpoint, Outcome, Part
-from translators.pipeline import OutRecord, SourceRecord
-from translators.settings import RuntimeSettings, TransactionSettings
-from translators.transaction_api import TransactionTranslator
-from translators.txcore import TransactionCore
+from bizevents.contracts.envelope import ChangeEvent, Tombstone
+from bizevents.contracts.exceptions import Coordinates, DecodeError
+from bizevents.contracts.technical.transaction import TransactionDecoder, transaction_topic
+from bizevents.plumbing.errors import ConfigError, TransientError
+from bizevents.plumbing.kafka import ensure_topics, partition_for
+from bizevents.translators.assembly import Assembler, AssemblyLimits, Checkpoint, Outcome, Part
+from bizevents.translators.pipeline import OutRecord, SourceRecord
+from bizevents.translators.settings import RuntimeSettings, TransactionSettings
+from bizevents.translators.transaction_api import TransactionTranslator
+from bizevents.translators.txcore import TransactionCore
 
 __all__ = ["TxPlan", "TxWorker", "prepare_transactions", "run_transactions"]
 
@@ -77,11 +77,11 @@ def prepare_transactions(settings: RuntimeSettings, tx: TransactionSettings) -> 
     """Resolve the pinned transaction translators, their topics and contracts."""
     from confluent_kafka.admin import AdminClient
 
-    from base.registry import registry_client, schema_lookup, wait_for_registry
-    from contracts.serde import BusinessSerializer
-    from contracts.technical import AutoDecoder
-    from translators.registry import discover
-    from translators.topology import check_contracts, technical_topics
+    from bizevents.contracts.serde import BusinessSerializer
+    from bizevents.contracts.technical import AutoDecoder
+    from bizevents.plumbing.registry import registry_client, schema_lookup, wait_for_registry
+    from bizevents.translators.registry import discover
+    from bizevents.translators.topology import check_contracts, technical_topics
 
     t = settings.translate
     pinned = discover(names=settings.translators).pinned(settings.translators)

@@ -17,8 +17,8 @@ naming the plugin or the setting:
    initialised once, and refused with a sentence when the broker cannot do it.
 
 Then the Faust worker joins the consumer group ``translate.group_id`` and its one
-agent receives whole fetched blocks (see :mod:`translators._faust`). Per block it
-runs :class:`~translators.pipeline.Pipeline`, appends the records to one aiokafka
+agent receives whole fetched blocks (see :mod:`bizevents.translators._faust`). Per block it
+runs :class:`~bizevents.translators.pipeline.Pipeline`, appends the records to one aiokafka
 batch per output partition, and acknowledges the block's offsets only when those
 batches are acknowledged, strictly in fetch order; Faust commits acknowledged
 offsets on its commit timer, on rebalance and on stop. So: at least once, and a
@@ -41,18 +41,23 @@ from typing import Any
 
 import structlog
 
-from base.errors import ConfigError, TransientError
-from base.kafka import ensure_topics
-from base.settings import KafkaSettings
-from translators._faust import TablelessManager, bulk_consumer
-from translators.api import Translator
-from translators.blocks import QUEUED_BLOCKS, BlockProcessor, BlockRunner, PipelineProcessor
-from translators.metrics import WorkerStats
-from translators.pipeline import (
+from bizevents.plumbing.errors import ConfigError, TransientError
+from bizevents.plumbing.kafka import ensure_topics
+from bizevents.plumbing.settings import KafkaSettings
+from bizevents.translators._faust import TablelessManager, bulk_consumer
+from bizevents.translators.api import Translator
+from bizevents.translators.blocks import (
+    QUEUED_BLOCKS,
+    BlockProcessor,
+    BlockRunner,
+    PipelineProcessor,
+)
+from bizevents.translators.metrics import WorkerStats
+from bizevents.translators.pipeline import (
     Pipeline,
 )
-from translators.settings import RuntimeSettings
-from translators.topology import check_contracts, readers, technical_topics
+from bizevents.translators.settings import RuntimeSettings
+from bizevents.translators.topology import check_contracts, readers, technical_topics
 
 __all__ = ["ExactlyOnceUnavailableError", "Plan", "build_app", "prepare", "run", "run_worker"]
 
@@ -166,11 +171,11 @@ def prepare(settings: RuntimeSettings) -> Plan:
     """Resolve and check everything before joining the group (see the module doc)."""
     from confluent_kafka.admin import AdminClient
 
-    from base.registry import registry_client, schema_lookup, wait_for_registry
-    from contracts.serde import BusinessSerializer
-    from contracts.technical import AutoDecoder
-    from translators.registry import discover
-    from translators.transaction_api import is_transactional
+    from bizevents.contracts.serde import BusinessSerializer
+    from bizevents.contracts.technical import AutoDecoder
+    from bizevents.plumbing.registry import registry_client, schema_lookup, wait_for_registry
+    from bizevents.translators.registry import discover
+    from bizevents.translators.transaction_api import is_transactional
 
     t = settings.translate
     translators = discover(names=settings.translators).pinned(settings.translators)

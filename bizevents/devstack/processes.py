@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from base.errors import BizeventsError
+from bizevents.plumbing.errors import BizeventsError
 
 
 class StackError(BizeventsError):

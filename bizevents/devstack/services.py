@@ -144,7 +144,7 @@ class Registry:
             [
                 sys.executable,
                 "-m",
-                "contracts.registry",
+                "bizevents.contracts.registry",
                 "--host",
                 dev.host,
                 "--port",

@@ -21,8 +21,8 @@ Both sides are held to fastavro by tests (``tests/contracts/test_fast_*.py``):
   run the reference serializer, whose verdict stands).
 
 The extension (``_native.c``, built by ``scripts/setup``) runs the same two walks in C:
-:func:`contracts.avro_codegen.native.compile_native_reader` and
-:func:`~contracts.avro_codegen.native.compile_native_writer` take the same arguments and
+:func:`bizevents.contracts.avro_codegen.native.compile_native_reader` and
+:func:`~bizevents.contracts.avro_codegen.native.compile_native_writer` take the same arguments and
 give the same results (the same bytes, and an error where the generated code raises),
 held to the generated code by hypothesis tests; callers use them where it is built.
 
@@ -33,9 +33,9 @@ types fastavro converts (decimal, date, time, timestamps, uuid).
 
 from __future__ import annotations
 
-from contracts.avro_codegen.gen import Reader, Unsupported, read_int
-from contracts.avro_codegen.reader import compile_reader
-from contracts.avro_codegen.writer import ModelWriter, compile_model_writer
+from bizevents.contracts.avro_codegen.gen import Reader, Unsupported, read_int
+from bizevents.contracts.avro_codegen.reader import compile_reader
+from bizevents.contracts.avro_codegen.writer import ModelWriter, compile_model_writer
 
 __all__ = [
     "ModelWriter",

@@ -540,7 +540,7 @@ static int spans_hold(const Span *spans, PyObject *expected) {
 }
 
 /* The gate of an update that changes none of a translator's declared columns
- * (translators.api, ``changes``), read without building anything. Its layout:
+ * (bizevents.translators.api, ``changes``), read without building anything. Its layout:
  * (before, after, columns, checked, expected, source, source checked, source expected):
  * True when the envelope's fields `before` and `after` (unions of null and the row
  * record) are both rows whose fields `columns` (indices) hold the same bytes, its
@@ -872,7 +872,7 @@ static PyGetSetDef program_getset[] = {
 
 static PyTypeObject ProgramType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "contracts.avro_codegen._native.Program",
+    .tp_name = "bizevents.contracts.avro_codegen._native.Program",
     .tp_doc = "Program(plan): program(buf, pos) -> (datum, pos after it)",
     .tp_basicsize = sizeof(Program),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
@@ -972,7 +972,7 @@ static void slots_dealloc(Slots *self) {
 
 static PyTypeObject SlotsType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "contracts.avro_codegen._native.Slots",
+    .tp_name = "bizevents.contracts.avro_codegen._native.Slots",
     .tp_doc = "Slots(cls, names): slots(*values) -> an instance of cls with those slots set",
     .tp_basicsize = sizeof(Slots),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
@@ -1005,7 +1005,7 @@ static PyTypeObject SlotsType = {
  * tests/translators/test_lineage_native.py holds each equal to the Python it replaces
  * (hypothesis), and translators/lineage.py falls back to that Python when the extension
  * is not built. The varints here (and the replay's file records below) are the
- * module's only writer of them in C; the Python's are contracts.binary's.
+ * module's only writer of them in C; the Python's are bizevents.contracts.binary's.
  */
 
 /* -- SHA-1 ---------------------------------------------------------------------------- */
@@ -1589,7 +1589,7 @@ static int put_record(Text *out, PyObject *const *args) {
 }
 
 /* file_record(topic, key, value, headers, event_id, translator) -> the Avro body of one
- * replay file record (replay.task.FILE_SCHEMA), or None when a part is not of the exact
+ * replay file record (bizevents.replay.task.FILE_SCHEMA), or None when a part is not of the exact
  * type this expects (str, bytes or None, a list of 2-tuples): FileRecordEncoder then
  * writes it in Python, as it does where the extension is not built. */
 static PyObject *file_record(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
@@ -1644,7 +1644,7 @@ static int reads_whole(PyObject *reader, PyObject *data, int held) {
 }
 
 /* unchanged(gates, keys, compile, key, value) -> bool: whether a record is, for sure, an
- * update that changes none of the gated columns (contracts.technical.avro.AvroDecoder.gate
+ * update that changes none of the gated columns (bizevents.contracts.technical.avro.AvroDecoder.gate
  * binds the first three). gates: schema id -> the envelope's gate or None, filled by
  * compile(schema id) for an id first seen; keys: schema id -> the decoder's key plan
  * (its read, or None). The value must be framed and its gate hold to its last byte;
@@ -1686,8 +1686,8 @@ static PyObject *unchanged(PyObject *module, PyObject *const *args, Py_ssize_t n
 /* -- the compiled writer of a contract ----------------------------------------------------
  *
  * write_model(plan, model[, lineage]) -> the Avro body of a pydantic model's instance,
- * the bytes contracts.avro_codegen.writer's generated writer gives (and raising where
- * it raises), from a write plan of nested tuples (contracts.avro_codegen.native,
+ * the bytes bizevents.contracts.avro_codegen.writer's generated writer gives (and raising where
+ * it raises), from a write plan of nested tuples (bizevents.contracts.avro_codegen.native,
  * compile_native_writer), one node per Avro type:
  *   (W_NULL,) (W_BOOLEAN,) (W_LONG, 32 or 64) (W_FLOAT,) (W_DOUBLE,) (W_STRING,)
  *   (W_BYTES,) (W_FIXED, size) (W_ENUM, {symbol: its index's bytes})

@@ -1,11 +1,11 @@
 """Builds the compiled reader (``_native.c``) next to its source; ``scripts/setup`` runs it.
 
-    python -m contracts.avro_codegen.build [--force]
+    python -m bizevents.contracts.avro_codegen.build [--force]
 
 It compiles with the C compiler and headers this Python was built with (Debian: gcc and
 the interpreter's own headers), and only when the extension is missing or older than its
 source. Without a compiler it says so and exits 1; the project still runs, on the
-generated reader (:mod:`contracts.avro_codegen.native`).
+generated reader (:mod:`bizevents.contracts.avro_codegen.native`).
 """
 
 from __future__ import annotations

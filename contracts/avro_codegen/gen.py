@@ -8,7 +8,7 @@ from typing import Any, Final
 
 from fastavro.read import LOGICAL_READERS
 
-from contracts.binary import read_long
+from bizevents.contracts.binary import read_long
 
 Reader = Callable[[bytes, int], tuple[Any, int]]
 Converter = Callable[[Any], Any]

@@ -16,7 +16,7 @@ Where the extension is not built, :data:`AVAILABLE` is False and callers use the
 generated reader.
 
 :func:`compile_native_writer` does the same for the contracts' writer
-(:func:`~contracts.avro_codegen.compile_model_writer`): its walk as a *write plan* run by
+(:func:`~bizevents.contracts.avro_codegen.compile_model_writer`): its walk as a *write plan* run by
 ``_native.write_model``, the logical types' conversions still fastavro's prepare
 functions; the same bytes and the same refusals (tests/contracts/test_fast_serialize.py).
 """
@@ -31,7 +31,7 @@ from typing import Any, Final, TypeVar
 
 from fastavro.read import LOGICAL_READERS
 
-from contracts.avro_codegen.gen import (
+from bizevents.contracts.avro_codegen.gen import (
     _PRIMITIVES,
     Converter,
     Reader,
@@ -39,7 +39,7 @@ from contracts.avro_codegen.gen import (
     _logical_key,
     _type_of,
 )
-from contracts.avro_codegen.writer import (
+from bizevents.contracts.avro_codegen.writer import (
     LINEAGE_FIELD,
     ModelWriter,
     _check_model,
@@ -49,21 +49,22 @@ from contracts.avro_codegen.writer import (
     enum_index,
     union_branches,
 )
-from contracts.logical.decode import native_conversion
+from bizevents.contracts.logical.decode import native_conversion
 
 try:
-    import contracts.avro_codegen._native as _extension
+    import bizevents.contracts.avro_codegen._native as _extension
 except ImportError:  # not built: callers fall back to the generated reader and the Python
     _extension = None
 
 #: The built extension (``scripts/setup`` builds it), or ``None``: not built, or built from
 #: an older source that lacks what the code here calls (``scripts/setup`` rebuilds it).
 #: The one way the project reaches it: the reader, its makers, the contracts' writer, the
-#: lineage (:mod:`translators.lineage`) and the replay's file records (:mod:`replay.task`).
+#: lineage (:mod:`bizevents.translators.lineage`) and the replay's file records
+#: (:mod:`bizevents.replay.task`).
 EXTENSION: Final[Any] = _extension if hasattr(_extension, "unchanged") else None
 Program: Any = None if EXTENSION is None else EXTENSION.Program
 Slots: Any = None if EXTENSION is None else EXTENSION.Slots
-#: A topic's changes gate in one call (contracts.technical.avro.AvroDecoder.gate).
+#: A topic's changes gate in one call (bizevents.contracts.technical.avro.AvroDecoder.gate).
 unchanged: Any = None if EXTENSION is None else EXTENSION.unchanged
 
 #: Whether the extension is built.
@@ -264,7 +265,7 @@ def compile_native_reader(
     build: Mapping[str, Builder] | None = None,
     builder: Builder | None = None,
 ) -> Reader:
-    """:func:`~contracts.avro_codegen.compile_reader`'s reader, run by the extension.
+    """:func:`~bizevents.contracts.avro_codegen.compile_reader`'s reader, run by the extension.
 
     Same arguments, same results; raises :class:`Unsupported` for the shapes the
     generated reader refuses, and when the extension is not built. Beyond them,
@@ -384,7 +385,7 @@ _WRITE_PRIMITIVES: Final = {
 
 class _WritePlanner(_Named):
     """The write plan of a contract's schema: the generated writer's walk
-    (contracts.avro_codegen.writer), node for node."""
+    (bizevents.contracts.avro_codegen.writer), node for node."""
 
     def node(self, schema: Any, prewritten: str | None = None) -> Plan:
         if isinstance(schema, str) and schema not in _PRIMITIVES:
@@ -436,7 +437,7 @@ class _WritePlanner(_Named):
 
 
 def compile_native_writer(model: type, parsed: Any) -> ModelWriter:
-    """:func:`~contracts.avro_codegen.compile_model_writer`'s writer, run by the
+    """:func:`~bizevents.contracts.avro_codegen.compile_model_writer`'s writer, run by the
     extension (``_native.c``, ``write_model``): the same bytes, and an error where it
     raises one (tests/contracts/test_fast_serialize.py holds them together). Raises
     :class:`Unsupported` for the shapes the generated writer refuses, and when the

@@ -8,7 +8,7 @@ from typing import Any
 
 from fastavro.read import LOGICAL_READERS
 
-from contracts.avro_codegen.gen import (
+from bizevents.contracts.avro_codegen.gen import (
     _F32,
     _F64,
     _PRIMITIVES,
@@ -20,7 +20,7 @@ from contracts.avro_codegen.gen import (
     _type_of,
     read_int,
 )
-from contracts.binary import read_long
+from bizevents.contracts.binary import read_long
 
 # -- reader ------------------------------------------------------------------------------
 

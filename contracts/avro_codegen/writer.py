@@ -5,9 +5,16 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Final, Protocol
 
-from contracts.avro_codegen.gen import _F32, _F64, _PRIMITIVES, Unsupported, _Gen, _type_of
-from contracts.avro_codegen.reader import _named_of
-from contracts.binary import SMALL, varint
+from bizevents.contracts.avro_codegen.gen import (
+    _F32,
+    _F64,
+    _PRIMITIVES,
+    Unsupported,
+    _Gen,
+    _type_of,
+)
+from bizevents.contracts.avro_codegen.reader import _named_of
+from bizevents.contracts.binary import SMALL, varint
 
 # -- writer --------------------------------------------------------------------------------
 
@@ -221,7 +228,7 @@ def compile_model_writer(model: type, parsed: Any) -> ModelWriter:
     """``write(instance, lineage=None) -> bytes``: the Avro body of a pydantic model's
     instance. ``lineage``, when given, is the Avro encoding of the instance's ``lineage``
     field, written as it is in place of the instance's own (the runtime encodes the
-    lineage of an event from parts shared by many events, translators.lineage).
+    lineage of an event from parts shared by many events, bizevents.translators.lineage).
 
     ``parsed`` is the model's schema as fastavro parsed it. The bytes are those of
     ``fastavro.schemaless_writer(parsed, to_dict(instance))``; a value the writer

@@ -24,15 +24,15 @@ Everything here is pure; a conversion that fails raises ``ValueError``/``TypeErr
 
 from __future__ import annotations
 
-from contracts.logical.decode import ColumnError, decoder_for, struct_decoder
-from contracts.logical.encode import encoder_for, struct_encoder
-from contracts.logical.from_schemas import (
+from bizevents.contracts.logical.decode import ColumnError, decoder_for, struct_decoder
+from bizevents.contracts.logical.encode import encoder_for, struct_encoder
+from bizevents.contracts.logical.from_schemas import (
     avro_field,
     column_type_from_avro,
     column_type_from_connect,
     connect_field,
 )
-from contracts.logical.model import (
+from bizevents.contracts.logical.model import (
     UNAVAILABLE,
     UNAVAILABLE_MARKER,
     ColumnType,
@@ -43,8 +43,8 @@ from contracts.logical.model import (
     Unavailable,
     Wire,
 )
-from contracts.logical.placeholder import unavailable_placeholder
-from contracts.logical.scalars import (
+from bizevents.contracts.logical.placeholder import unavailable_placeholder
+from bizevents.contracts.logical.scalars import (
     date_from_days,
     days_from_date,
     time_from_micros,

@@ -8,8 +8,8 @@ from datetime import UTC, datetime, time, timedelta
 from decimal import Decimal
 from typing import Any, Final
 
-from contracts.binary import decimal_from_unscaled
-from contracts.logical.model import (
+from bizevents.contracts.binary import decimal_from_unscaled
+from bizevents.contracts.logical.model import (
     _ANY,
     _CONNECT_SHAPE,
     _UNAVAILABLE_B64,
@@ -23,8 +23,11 @@ from contracts.logical.model import (
     Kind,
     Wire,
 )
-from contracts.logical.placeholder import _avro_decimal_placeholder, unavailable_placeholder
-from contracts.logical.scalars import (
+from bizevents.contracts.logical.placeholder import (
+    _avro_decimal_placeholder,
+    unavailable_placeholder,
+)
+from bizevents.contracts.logical.scalars import (
     _b64,
     _check_labels,
     _int,
@@ -245,7 +248,7 @@ def decoder_for(ct: ColumnType, wire: Wire, *, ranges: bool = True) -> Converter
 
     A type whose Connect literal is an integer (``int32`` for a date, ``int64`` for a
     timestamp, ...) refuses a wire integer outside that literal's range. ``ranges=False``
-    leaves that out for the Avro reader generated in :mod:`contracts.avro_codegen`,
+    leaves that out for the Avro reader generated in :mod:`bizevents.contracts.avro_codegen`,
     which refuses out-of-range Avro ints itself (an Avro long cannot leave int64).
     """
     convert = _decoder_for(ct, wire, ranges)

@@ -9,8 +9,8 @@ from datetime import date, datetime, time, timedelta
 from decimal import Decimal
 from typing import Any
 
-from contracts.binary import signed_bytes, unscaled
-from contracts.logical.model import (
+from bizevents.contracts.binary import signed_bytes, unscaled
+from bizevents.contracts.logical.model import (
     _ANY,
     _MICRO,
     _UNAVAILABLE_B64,
@@ -24,8 +24,8 @@ from contracts.logical.model import (
     Kind,
     Wire,
 )
-from contracts.logical.placeholder import unavailable_placeholder
-from contracts.logical.scalars import (
+from bizevents.contracts.logical.placeholder import unavailable_placeholder
+from bizevents.contracts.logical.scalars import (
     _check_labels,
     _iso_zoned_time,
     _iso_zoned_timestamp,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from contracts.logical.model import _ANY, ColumnType, Field, Kind
+from bizevents.contracts.logical.model import _ANY, ColumnType, Field, Kind
 
 # Semantic names -> kind. Connect's own Date/Time/Timestamp count in millis like
 # Debezium's connect mode; both spellings decode the same way.

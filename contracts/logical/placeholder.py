@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 from typing import Any, Final
 
-from contracts.logical.model import (
+from bizevents.contracts.logical.model import (
     _ANY,
     _UNAVAILABLE_B64,
     _UNAVAILABLE_BYTES,

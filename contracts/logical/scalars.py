@@ -6,7 +6,7 @@ import base64
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
-from contracts.logical.model import _EPOCH, _EPOCH_DATE, _MICRO, ColumnType, Converter
+from bizevents.contracts.logical.model import _EPOCH, _EPOCH_DATE, _MICRO, ColumnType, Converter
 
 # -- scalar conversions --------------------------------------------------------------
 

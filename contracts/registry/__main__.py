@@ -1,6 +1,6 @@
 """Command line: run the embedded schema registry until SIGTERM or SIGINT.
 
-    python -m contracts.registry --host 127.0.0.1 --port 8081 --data-dir DIR \
+    python -m bizevents.contracts.registry --host 127.0.0.1 --port 8081 --data-dir DIR \
         [--basic-auth-user U --basic-auth-password-file F]
 """
 
@@ -15,16 +15,16 @@ from pathlib import Path
 
 import structlog
 
-from base.errors import BizeventsError, ConfigError
-from base.logging import configure_logging
-from contracts.registry.server import BasicAuth, start
+from bizevents.contracts.registry.server import BasicAuth, start
+from bizevents.plumbing.errors import BizeventsError, ConfigError
+from bizevents.plumbing.logging import configure_logging
 
 log = structlog.get_logger(__name__)
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m contracts.registry",
+        prog="python -m bizevents.contracts.registry",
         description="Run the embedded Confluent-compatible schema registry.",
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback)")

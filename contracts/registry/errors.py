@@ -1,12 +1,12 @@
 """The registry's refusals, with Confluent's HTTP statuses, error codes and wording.
 
-Every refusal is a ``contracts.exceptions.RegistryError``; the HTTP layer turns it into
+Every refusal is a ``bizevents.contracts.exceptions.RegistryError``; the HTTP layer turns it into
 ``{"error_code": N, "message": "..."}`` with ``status`` as the HTTP status.
 """
 
 from __future__ import annotations
 
-from contracts.exceptions import RegistryError
+from bizevents.contracts.exceptions import RegistryError
 
 SUBJECT_NOT_FOUND = 40401
 VERSION_NOT_FOUND = 40402

@@ -24,10 +24,9 @@ from typing import IO, Any
 import structlog
 from aiohttp import web
 
-from base.errors import ConfigError
-from contracts.exceptions import RegistryError
-from contracts.registry import errors
-from contracts.registry.store import (
+from bizevents.contracts.exceptions import RegistryError
+from bizevents.contracts.registry import errors
+from bizevents.contracts.registry.store import (
     SUPPORTED_TYPES,
     RegistryStore,
     StoredSchema,
@@ -35,6 +34,7 @@ from contracts.registry.store import (
     parse_candidate,
     parse_version,
 )
+from bizevents.plumbing.errors import ConfigError
 
 log = structlog.get_logger(__name__)
 

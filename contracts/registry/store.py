@@ -25,8 +25,7 @@ from typing import Any
 import avro.schema
 import structlog
 
-from base.errors import ConfigError
-from contracts.compatibility import (
+from bizevents.contracts.compatibility import (
     CompatibilityLevel,
     CompatibilityResult,
     InvalidSchemaError,
@@ -34,8 +33,9 @@ from contracts.compatibility import (
     parse_level,
     parse_schema,
 )
-from contracts.exceptions import RegistryError
-from contracts.registry import errors
+from bizevents.contracts.exceptions import RegistryError
+from bizevents.contracts.registry import errors
+from bizevents.plumbing.errors import ConfigError
 
 log = structlog.get_logger(__name__)
 

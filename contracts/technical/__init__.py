@@ -11,9 +11,9 @@ Three encodings occur on technical topics, all Debezium's:
   JSON gives them: see ``docs/technical-envelope.md`` for what that cannot carry.
 
 :class:`AutoDecoder` picks one by looking at the bytes. Every decoder's ``decode``
-raises :class:`~contracts.exceptions.DecodeError` and nothing else for bad input,
+raises :class:`~bizevents.contracts.exceptions.DecodeError` and nothing else for bad input,
 naming the record's coordinates and what was wrong. The one exception that passes
-through is a :class:`~base.errors.TransientError` from the schema lookup
+through is a :class:`~bizevents.plumbing.errors.TransientError` from the schema lookup
 (a registry that cannot be reached is not a bad record).
 
 All of this is pure: the schema lookup is injected and nothing here does I/O.
@@ -21,20 +21,20 @@ All of this is pure: the schema lookup is injected and nothing here does I/O.
 
 from __future__ import annotations
 
-from base.framing import MAGIC_BYTE
-from contracts.exceptions import EncodeError
-from contracts.technical.avro import AvroDecoder
-from contracts.technical.connect_json import JsonSchemaDecoder, PlainJsonDecoder
-from contracts.technical.detect import AutoDecoder, detect_encoding
-from contracts.technical.encode import AvroEncoder, JsonEncoder
-from contracts.technical.events import Decoded, Encoding, SchemaLookup
-from contracts.technical.schemas import (
+from bizevents.contracts.exceptions import EncodeError
+from bizevents.contracts.technical.avro import AvroDecoder
+from bizevents.contracts.technical.connect_json import JsonSchemaDecoder, PlainJsonDecoder
+from bizevents.contracts.technical.detect import AutoDecoder, detect_encoding
+from bizevents.contracts.technical.encode import AvroEncoder, JsonEncoder
+from bizevents.contracts.technical.events import Decoded, Encoding, SchemaLookup
+from bizevents.contracts.technical.schemas import (
     EnvelopeSchemas,
     TableSchema,
     envelope_avro_schema,
     envelope_connect_schema,
 )
-from contracts.technical.source import Connector
+from bizevents.contracts.technical.source import Connector
+from bizevents.plumbing.framing import MAGIC_BYTE
 
 __all__ = [
     "MAGIC_BYTE",

@@ -14,12 +14,10 @@ from typing import Any, Final, Literal
 
 import fastavro
 
-from base.errors import TransientError
-from base.framing import FramingError, unframe
-from contracts.avro_codegen import Reader, Unsupported, compile_reader
-from contracts.avro_codegen.native import AVAILABLE, compile_gate, compile_native_reader
-from contracts.avro_codegen.native import unchanged as native_unchanged
-from contracts.envelope import (
+from bizevents.contracts.avro_codegen import Reader, Unsupported, compile_reader
+from bizevents.contracts.avro_codegen.native import AVAILABLE, compile_gate, compile_native_reader
+from bizevents.contracts.avro_codegen.native import unchanged as native_unchanged
+from bizevents.contracts.envelope import (
     OP_UPDATE,
     ChangeEvent,
     Headers,
@@ -27,14 +25,14 @@ from contracts.envelope import (
     Source,
     headers_tuple,
 )
-from contracts.exceptions import Coordinates, InvalidRecord
-from contracts.logical import (
+from bizevents.contracts.exceptions import Coordinates, InvalidRecord
+from bizevents.contracts.logical import (
     Field,
     avro_field,
     decoder_for,
     struct_decoder,
 )
-from contracts.technical.events import (
+from bizevents.contracts.technical.events import (
     TRANSACTION_FIELDS,
     Columns,
     Gate,
@@ -48,11 +46,13 @@ from contracts.technical.events import (
     event_of,
     transaction_of,
 )
-from contracts.technical.source import (
+from bizevents.contracts.technical.source import (
     read_source,
     source_builder,
     trusts_source,
 )
+from bizevents.plumbing.errors import TransientError
+from bizevents.plumbing.framing import FramingError, unframe
 
 # -- Avro ----------------------------------------------------------------------------
 
@@ -227,7 +227,7 @@ class AvroDecoder(_BytesDecoder):
 
     Parsed schemas and their conversion plans are cached per id, so the lookup runs
     once per schema, not once per record. Records are read by a reader generated per
-    schema (:mod:`contracts.avro_codegen`, rows converted as they are read); where it
+    schema (:mod:`bizevents.contracts.avro_codegen`, rows converted as they are read); where it
     fails or does not cover the schema, fastavro reads the record and its result or
     error stands. The reader is the compiled one (the project's C extension, the same
     reads in C) where ``scripts/setup`` built it; ``reader="generated"`` keeps to the

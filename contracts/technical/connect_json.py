@@ -7,13 +7,13 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import Any, ClassVar, Final
 
-from contracts.envelope import (
+from bizevents.contracts.envelope import (
     ChangeEvent,
     Headers,
     Row,
 )
-from contracts.exceptions import Coordinates, InvalidRecord
-from contracts.logical import (
+from bizevents.contracts.exceptions import Coordinates, InvalidRecord
+from bizevents.contracts.logical import (
     UNAVAILABLE,
     UNAVAILABLE_MARKER,
     ColumnError,
@@ -21,7 +21,7 @@ from contracts.logical import (
     connect_field,
     struct_decoder,
 )
-from contracts.technical.events import Columns, _BytesDecoder, _decoded, _event
+from bizevents.contracts.technical.events import Columns, _BytesDecoder, _decoded, _event
 
 _UNAVAILABLE_B64: Final = "X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ=="
 
@@ -207,7 +207,7 @@ class PlainJsonDecoder(_JsonDocumentDecoder):
     """Decodes plain Debezium JSON (``schemas.enable=false``): the payload alone.
 
     Values stay as JSON gives them (see the module docstring); only the marker of an
-    unavailable TOASTed value becomes :data:`~contracts.logical.UNAVAILABLE`. A
+    unavailable TOASTed value becomes :data:`~bizevents.contracts.logical.UNAVAILABLE`. A
     ``{schema, payload}`` document is accepted too, its schema ignored.
     """
 

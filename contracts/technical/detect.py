@@ -4,16 +4,15 @@ from __future__ import annotations
 
 from typing import Final, Literal
 
-from base.framing import MAGIC_BYTE
-from contracts.envelope import (
+from bizevents.contracts.envelope import (
     ChangeEvent,
     Headers,
     Row,
 )
-from contracts.exceptions import Coordinates, DecodeError, InvalidRecord
-from contracts.technical.avro import AvroDecoder
-from contracts.technical.connect_json import JsonSchemaDecoder, PlainJsonDecoder, _loads
-from contracts.technical.events import (
+from bizevents.contracts.exceptions import Coordinates, DecodeError, InvalidRecord
+from bizevents.contracts.technical.avro import AvroDecoder
+from bizevents.contracts.technical.connect_json import JsonSchemaDecoder, PlainJsonDecoder, _loads
+from bizevents.contracts.technical.events import (
     Columns,
     Encoding,
     Gate,
@@ -22,6 +21,7 @@ from contracts.technical.events import (
     SourceTable,
     _BytesDecoder,
 )
+from bizevents.plumbing.framing import MAGIC_BYTE
 
 # -- auto-detection --------------------------------------------------------------------
 

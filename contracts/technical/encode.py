@@ -8,25 +8,25 @@ from typing import Any, Literal
 
 import fastavro
 
-from base.framing import header
-from contracts.envelope import (
+from bizevents.contracts.envelope import (
     ChangeEvent,
     Row,
     Tombstone,
     Transaction,
 )
-from contracts.exceptions import EncodeError
-from contracts.logical import (
+from bizevents.contracts.exceptions import EncodeError
+from bizevents.contracts.logical import (
     struct_encoder,
 )
-from contracts.technical.schemas import (
+from bizevents.contracts.technical.schemas import (
     TableSchema,
     envelope_avro_schema,
     envelope_connect_schema,
 )
-from contracts.technical.source import (
+from bizevents.contracts.technical.source import (
     source_wire,
 )
+from bizevents.plumbing.framing import header
 
 # -- encoders ------------------------------------------------------------------------------
 

@@ -6,9 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Final, Literal, TypeAlias
 
-from base.errors import TransientError
-from contracts.avro_codegen.native import constructor
-from contracts.envelope import (
+from bizevents.contracts.avro_codegen.native import constructor
+from bizevents.contracts.envelope import (
     NO_COORDINATES,
     OP_CREATE,
     OP_DELETE,
@@ -25,13 +24,14 @@ from contracts.envelope import (
     Transaction,
     headers_tuple,
 )
-from contracts.exceptions import Coordinates, DecodeError, InvalidRecord
-from contracts.logical import (
+from bizevents.contracts.exceptions import Coordinates, DecodeError, InvalidRecord
+from bizevents.contracts.logical import (
     ColumnError,
 )
-from contracts.technical.source import (
+from bizevents.contracts.technical.source import (
     read_source,
 )
+from bizevents.plumbing.errors import TransientError
 
 __all__ = ["Columns", "Decoded", "Encoding", "RawHeaders", "SchemaLookup"]
 

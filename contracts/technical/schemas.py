@@ -6,12 +6,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from contracts.logical import (
+from bizevents.contracts.logical import (
     ColumnType,
     Field,
     Kind,
 )
-from contracts.technical.source import (
+from bizevents.contracts.technical.source import (
     Connector,
     source_avro_schema,
     source_connect_schema,

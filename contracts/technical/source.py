@@ -1,7 +1,7 @@
 """Debezium's ``source`` block, described once.
 
 :data:`FIELDS` lists every source field bizevents knows: its wire name, its Avro type,
-which part of :class:`~contracts.envelope.Source` carries it and whether a decoder
+which part of :class:`~bizevents.contracts.envelope.Source` carries it and whether a decoder
 refuses a block without it. :data:`LAYOUT` gives each connector's fields in Debezium's
 order with their optionality. Everything else is derived from these two tables: the
 Avro and Kafka Connect schemas of the block, the decoders' checks and the model they
@@ -14,10 +14,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from contracts.avro_codegen.native import constructor
-from contracts.binary import NULL_BRANCH, VALUE_BRANCH, text, zigzag
-from contracts.envelope import NO_EXTRA, SNAPSHOT_FALSE, MySqlPosition, PgPosition, Source
-from contracts.exceptions import InvalidRecord
+from bizevents.contracts.avro_codegen.native import constructor
+from bizevents.contracts.binary import NULL_BRANCH, VALUE_BRANCH, text, zigzag
+from bizevents.contracts.envelope import NO_EXTRA, SNAPSHOT_FALSE, MySqlPosition, PgPosition, Source
+from bizevents.contracts.exceptions import InvalidRecord
 
 __all__ = [
     "FIELDS",

@@ -22,9 +22,9 @@ from typing import Any, Final, Literal, TypeAlias
 
 import fastavro
 
-from base.framing import FramingError, header, unframe
-from contracts.binary import NULL_BRANCH, VALUE_BRANCH, text, zigzag
-from contracts.exceptions import Coordinates, DecodeError
+from bizevents.contracts.binary import NULL_BRANCH, VALUE_BRANCH, text, zigzag
+from bizevents.contracts.exceptions import Coordinates, DecodeError
+from bizevents.plumbing.framing import FramingError, header, unframe
 
 __all__ = [
     "STATUS_BEGIN",

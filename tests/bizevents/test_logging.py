@@ -9,7 +9,7 @@ import pytest
 import structlog
 from pydantic import SecretStr
 
-from base.logging import configure_logging, get_logger, redact_text
+from bizevents.plumbing.logging import configure_logging, get_logger, redact_text
 
 
 @pytest.fixture

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from base.errors import ConfigError
-from base.settings import KafkaSettings, RegistrySettings
+from bizevents.plumbing.errors import ConfigError
+from bizevents.plumbing.settings import KafkaSettings, RegistrySettings
 from bizevents.settings import load_settings
 
 

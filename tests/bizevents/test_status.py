@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from bizevents.capture.metrics import CaptureStats
+from bizevents.capture.metrics import serve_metrics as serve_capture
 from bizevents.status import figures, parse
-from capture.metrics import CaptureStats
-from capture.metrics import serve_metrics as serve_capture
-from translators.metrics import WorkerStats
-from translators.metrics import serve_metrics as serve_worker
-from translators.pipeline import Counts
+from bizevents.translators.metrics import WorkerStats
+from bizevents.translators.metrics import serve_metrics as serve_worker
+from bizevents.translators.pipeline import Counts
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -14,8 +14,8 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from base.kafka import ensure_topics
 from bizevents.devstack import Endpoints
+from bizevents.plumbing.kafka import ensure_topics
 from bizevents.topicscli import Pinned, describe
 from tests.capture.capture_helpers import Db, capture_endpoints, database, in_process
 

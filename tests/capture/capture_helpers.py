@@ -20,13 +20,13 @@ import psycopg2
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
+from bizevents.capture.config import CaptureConfig
+from bizevents.capture.metrics import CaptureStats
+from bizevents.capture.pgoutput import Commit, Delete, Insert, PgOutputDecoder, Update, parse_lsn
+from bizevents.capture.runner import CaptureEndpoints, PostgresCapture
+from bizevents.contracts.envelope import ChangeEvent, Tombstone
+from bizevents.contracts.technical import AvroDecoder
 from bizevents.devstack import Endpoints
-from capture.config import CaptureConfig
-from capture.metrics import CaptureStats
-from capture.pgoutput import Commit, Delete, Insert, PgOutputDecoder, Update, parse_lsn
-from capture.runner import CaptureEndpoints, PostgresCapture
-from contracts.envelope import ChangeEvent, Tombstone
-from contracts.technical import AvroDecoder
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -225,7 +225,7 @@ def wait_snapshot_done(
     db: Db, state_dir: Path, process: Any, log: Path, timeout: float = 60
 ) -> None:
     """Until the CLI run recorded its snapshot as done (streaming starts right after)."""
-    from capture.offsets import SnapshotState
+    from bizevents.capture.offsets import SnapshotState
 
     state = SnapshotState.for_slot(state_dir, "bizevents", db.slot)
     deadline = time.monotonic() + timeout

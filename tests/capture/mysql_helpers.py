@@ -15,12 +15,12 @@ from typing import Any
 
 import pymysql
 
+from bizevents.capture import mysql as my
+from bizevents.capture.config import CaptureConfig
+from bizevents.capture.metrics import CaptureStats
+from bizevents.capture.mysqlcapture import MysqlCapture, OffsetStore
+from bizevents.capture.runner import CaptureEndpoints
 from bizevents.devstack import Endpoints
-from capture import mysql as my
-from capture.config import CaptureConfig
-from capture.metrics import CaptureStats
-from capture.mysqlcapture import MysqlCapture, OffsetStore
-from capture.runner import CaptureEndpoints
 
 
 @dataclass

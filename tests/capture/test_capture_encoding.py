@@ -9,14 +9,14 @@ from typing import Any
 import fastavro
 import pytest
 
-from capture.encoding import TableCodec
-from capture.exceptions import ValueConversionError
-from capture.pgoutput import UNCHANGED_TOAST, Column, Relation, TupleData
-from capture.pgtypes import PgTypeMapper
-from contracts.binary import blob, text
-from contracts.envelope import ChangeEvent, PgPosition, Source, Tombstone
-from contracts.logical import UNAVAILABLE
-from contracts.technical import AvroDecoder
+from bizevents.capture.encoding import TableCodec
+from bizevents.capture.exceptions import ValueConversionError
+from bizevents.capture.pgoutput import UNCHANGED_TOAST, Column, Relation, TupleData
+from bizevents.capture.pgtypes import PgTypeMapper
+from bizevents.contracts.binary import blob, text
+from bizevents.contracts.envelope import ChangeEvent, PgPosition, Source, Tombstone
+from bizevents.contracts.logical import UNAVAILABLE
+from bizevents.contracts.technical import AvroDecoder
 
 MOOD_OID, MOOD_ARRAY_OID = 90001, 90002
 

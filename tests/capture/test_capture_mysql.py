@@ -20,10 +20,10 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from pydantic import SecretStr
 
+from bizevents.capture import mysql as my
+from bizevents.contracts.envelope import ChangeEvent, Tombstone
+from bizevents.contracts.logical import JsonDocument
 from bizevents.devstack import Endpoints
-from capture import mysql as my
-from contracts.envelope import ChangeEvent, Tombstone
-from contracts.logical import JsonDocument
 from tests.capture.capture_helpers import cli_env, final_state, read_topic
 from tests.capture.mysql_helpers import MyDb, Proxy, in_process, mysql_database
 

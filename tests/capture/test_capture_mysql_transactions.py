@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer
 
+from bizevents.contracts.envelope import ChangeEvent, Tombstone
 from bizevents.devstack import Endpoints
-from contracts.envelope import ChangeEvent, Tombstone
 from tests.capture.capture_helpers import read_topic
 from tests.capture.mysql_helpers import MyDb, in_process, mysql_database
 from tests.capture.test_capture_transactions import read_transactions

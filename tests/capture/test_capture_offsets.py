@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from base.errors import ConfigError
-from capture.config import CaptureConfig, load_capture_config
-from capture.offsets import AckTracker, SnapshotState
+from bizevents.capture.config import CaptureConfig, load_capture_config
+from bizevents.capture.offsets import AckTracker, SnapshotState
+from bizevents.plumbing.errors import ConfigError
 
 
 def test_confirms_only_fully_acknowledged_prefixes() -> None:

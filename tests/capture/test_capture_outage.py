@@ -24,12 +24,12 @@ import psycopg2
 import psycopg2.extras
 import pytest
 
+from bizevents.capture.offsets import SnapshotState
+from bizevents.contracts.envelope import ChangeEvent, PgPosition
 from bizevents.devstack import Endpoints
 from bizevents.devstack.processes import ProcessId, free_port, stop
 from bizevents.devstack.services import Broker, Started
 from bizevents.settings import DevSettings
-from capture.offsets import SnapshotState
-from contracts.envelope import ChangeEvent, PgPosition
 from tests.capture.capture_helpers import (
     Db,
     committed_change_lsns,

@@ -19,10 +19,10 @@ import psycopg2.extras
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
+from bizevents.capture.exceptions import TableNotCapturableError
+from bizevents.contracts.envelope import ChangeEvent, PgPosition
+from bizevents.contracts.logical import UNAVAILABLE
 from bizevents.devstack import Endpoints
-from capture.exceptions import TableNotCapturableError
-from contracts.envelope import ChangeEvent, PgPosition
-from contracts.logical import UNAVAILABLE
 from tests.capture.capture_helpers import (
     Db,
     capture_endpoints,
@@ -380,7 +380,7 @@ def test_database_connection_lost_reconnects_and_metrics_show_it(db: Db, tmp_pat
     """The walsender is killed mid-stream: capture reconnects, resumes; metrics say so."""
     import urllib.request
 
-    from capture.metrics import serve_metrics
+    from bizevents.capture.metrics import serve_metrics
 
     db.sql(f"CREATE TABLE {db.schema}.ledger (id bigint PRIMARY KEY, amount int)")
     config = db.config(["ledger"], partitions=2)

@@ -15,10 +15,10 @@ from typing import Any
 import psycopg2
 import pytest
 
+from bizevents.capture.exceptions import ValueConversionError
+from bizevents.contracts.envelope import ChangeEvent
+from bizevents.contracts.logical import UNAVAILABLE
 from bizevents.devstack import Endpoints
-from capture.exceptions import ValueConversionError
-from contracts.envelope import ChangeEvent
-from contracts.logical import UNAVAILABLE
 from tests.capture.capture_helpers import (
     Db,
     capture_endpoints,

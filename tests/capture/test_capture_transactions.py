@@ -11,10 +11,10 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
+from bizevents.capture.pgoutput import Begin, PgOutputDecoder
+from bizevents.contracts.envelope import ChangeEvent, PgPosition, Tombstone
+from bizevents.contracts.technical.transaction import TransactionDecoder, TransactionRecord
 from bizevents.devstack import Endpoints
-from capture.pgoutput import Begin, PgOutputDecoder
-from contracts.envelope import ChangeEvent, PgPosition, Tombstone
-from contracts.technical.transaction import TransactionDecoder, TransactionRecord
 from tests.capture.capture_helpers import (
     Db,
     capture_endpoints,

@@ -15,11 +15,11 @@ from hypothesis import strategies as st
 from pymysqlreplication.packet import BinLogPacketWrapper
 from pymysqlreplication.row_event import RowsEvent
 
-from capture import mysqltypes as t
-from capture.encoding import encoded_ts
-from capture.exceptions import CaptureError
-from capture.mysqlcodec import MyTable, MyTableCodec, key_columns
-from capture.mysqltypes import MyColumn, binlog_time2
+from bizevents.capture import mysqltypes as t
+from bizevents.capture.encoding import encoded_ts
+from bizevents.capture.exceptions import CaptureError
+from bizevents.capture.mysqlcodec import MyTable, MyTableCodec, key_columns
+from bizevents.capture.mysqltypes import MyColumn, binlog_time2
 
 _MAX_TIME = timedelta(hours=838, minutes=59, seconds=59, microseconds=999_999)
 

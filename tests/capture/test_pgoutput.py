@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from capture.exceptions import ProtocolError, UnknownRelationError
-from capture.pgoutput import (
+from bizevents.capture.exceptions import ProtocolError, UnknownRelationError
+from bizevents.capture.pgoutput import (
     PG_EPOCH_OFFSET_US,
     UNCHANGED_TOAST,
     Begin,
@@ -33,7 +33,7 @@ from capture.pgoutput import (
     format_lsn,
     parse_lsn,
 )
-from contracts.logical import UNAVAILABLE
+from bizevents.contracts.logical import UNAVAILABLE
 
 # -- message builders ------------------------------------------------------------------
 
@@ -384,7 +384,7 @@ def test_malformed_messages(
 
 def test_protocol_error_is_terminal() -> None:
     """Protocol errors belong to the terminal family: retrying will not fix them."""
-    from base.errors import TerminalError
+    from bizevents.plumbing.errors import TerminalError
 
     assert issubclass(ProtocolError, TerminalError)
 

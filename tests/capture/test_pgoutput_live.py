@@ -22,8 +22,7 @@ import psycopg2
 import psycopg2.extras
 import pytest
 
-from bizevents.devstack import Endpoints
-from capture.pgoutput import (
+from bizevents.capture.pgoutput import (
     UNCHANGED_TOAST,
     Begin,
     Commit,
@@ -36,7 +35,7 @@ from capture.pgoutput import (
     TypeInfo,
     Update,
 )
-from capture.pgtypes import (
+from bizevents.capture.pgtypes import (
     BUILTIN_TYPE_OIDS,
     ENUM_TYPES_SQL,
     REPLICATION_SESSION_OPTIONS,
@@ -44,7 +43,8 @@ from capture.pgtypes import (
     RowConverter,
     enum_types_from_rows,
 )
-from contracts.logical import JsonDocument
+from bizevents.contracts.logical import JsonDocument
+from bizevents.devstack import Endpoints
 
 pytestmark = pytest.mark.integration
 

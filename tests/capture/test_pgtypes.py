@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from capture.exceptions import UnsupportedTypeError, ValueConversionError
-from capture.pgoutput import UNCHANGED_TOAST, Column, Relation
-from capture.pgtypes import (
+from bizevents.capture.exceptions import UnsupportedTypeError, ValueConversionError
+from bizevents.capture.pgoutput import UNCHANGED_TOAST, Column, Relation
+from bizevents.capture.pgtypes import (
     PgTypeMapper,
     avro_field_for,
     enum_types_from_rows,
@@ -24,7 +24,7 @@ from capture.pgtypes import (
     parse_array,
     parse_interval,
 )
-from contracts.logical import (
+from bizevents.contracts.logical import (
     ColumnType,
     Field,
     JsonDocument,

@@ -15,16 +15,13 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
-from base.kafka import ensure_topics
-from base.settings import KafkaSettings
-from bizevents.devstack import Endpoints
-from consumers import (
+from bizevents.consumers import (
     HEADER_CONSUMER_OFFSET,
     HEADER_CONSUMER_TOPIC,
     BusinessConsumer,
     Delivery,
 )
-from contracts.business import (
+from bizevents.contracts.business import (
     HEADER_DLQ_REASON,
     HEADER_DLQ_STAGE,
     BusinessEvent,
@@ -32,8 +29,11 @@ from contracts.business import (
     lineage_headers,
     with_lineage,
 )
-from contracts.serde import BusinessSerializer
-from translators import condecimal
+from bizevents.contracts.serde import BusinessSerializer
+from bizevents.devstack import Endpoints
+from bizevents.plumbing.kafka import ensure_topics
+from bizevents.plumbing.settings import KafkaSettings
+from bizevents.translators import condecimal
 
 pytestmark = pytest.mark.integration
 

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from consumers.window import EventWindow, Verdict, rank
-from contracts.business import Lineage
+from bizevents.consumers.window import EventWindow, Verdict, rank
+from bizevents.contracts.business import Lineage
 
 
 def _lin(event_id: str, translator: str = "orders@2", replay: bool = False) -> Lineage:

@@ -14,7 +14,7 @@ from typing import Any, cast
 
 from hypothesis import strategies as st
 
-from contracts.envelope import (
+from bizevents.contracts.envelope import (
     OP_CREATE,
     OP_DELETE,
     OP_READ,
@@ -28,8 +28,8 @@ from contracts.envelope import (
     Tombstone,
     Transaction,
 )
-from contracts.logical import UNAVAILABLE, ColumnType, Field, JsonDocument, Kind
-from contracts.technical import TableSchema
+from bizevents.contracts.logical import UNAVAILABLE, ColumnType, Field, JsonDocument, Kind
+from bizevents.contracts.technical import TableSchema
 
 __all__ = [
     "change_events",

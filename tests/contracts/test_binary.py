@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from contracts.binary import (
+from bizevents.contracts.binary import (
     blob,
     decimal_from_unscaled,
     fastavro_signed_bytes,

@@ -11,7 +11,7 @@ from uuid import uuid4
 import pytest
 from pydantic import ValidationError
 
-from contracts.business import (
+from bizevents.contracts.business import (
     HEADER_EVENT_ID,
     HEADER_REPLAY,
     HEADER_SOURCE_PARTITION,
@@ -29,8 +29,8 @@ from contracts.business import (
     schema_drift,
     with_lineage,
 )
-from contracts.compatibility import parse_schema
-from contracts.exceptions import ContractError, InvalidSchemaError
+from bizevents.contracts.compatibility import parse_schema
+from bizevents.contracts.exceptions import ContractError, InvalidSchemaError
 from tests.contracts.fixtures.store import (
     CONTRACTS,
     Address,
@@ -233,7 +233,7 @@ def test_catalogue_is_in_sync_with_the_models(model: type[BusinessEvent]) -> Non
 
 def test_avsc_round_trip(tmp_path: Path) -> None:
     """write_avsc writes <fullname>.avsc with the topic as metadata; read_avsc strips it."""
-    from contracts.business import write_avsc
+    from bizevents.contracts.business import write_avsc
 
     path = write_avsc(OrderPlaced, tmp_path)
     assert path.name == "store.orders.OrderPlaced.avsc"

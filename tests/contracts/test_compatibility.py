@@ -6,14 +6,14 @@ from typing import Any
 
 import pytest
 
-from base.errors import ConfigError
-from contracts.compatibility import (
+from bizevents.contracts.compatibility import (
     CompatibilityLevel,
     InvalidSchemaError,
     check,
     parse_schema,
     reader_problems,
 )
+from bizevents.plumbing.errors import ConfigError
 
 Json = dict[str, Any]
 

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from contracts.change import Change
-from contracts.envelope import (
+from bizevents.contracts.change import Change
+from bizevents.contracts.envelope import (
     OPS,
     ChangeEvent,
     MySqlPosition,
@@ -21,7 +21,7 @@ from contracts.envelope import (
     Tombstone,
     headers_tuple,
 )
-from contracts.logical import UNAVAILABLE
+from bizevents.contracts.logical import UNAVAILABLE
 from tests.contracts.strategies import change_events
 
 PG = Source(

@@ -13,13 +13,13 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from contracts.avro_codegen import Reader, compile_reader
-from contracts.avro_codegen.native import AVAILABLE, compile_native_reader
-from contracts.envelope import ChangeEvent, Tombstone
-from contracts.exceptions import Coordinates, DecodeError
-from contracts.logical import ColumnType, Field, Kind
-from contracts.technical import AvroDecoder, AvroEncoder, EncodeError, TableSchema
-from contracts.technical.avro import ReaderKind
+from bizevents.contracts.avro_codegen import Reader, compile_reader
+from bizevents.contracts.avro_codegen.native import AVAILABLE, compile_native_reader
+from bizevents.contracts.envelope import ChangeEvent, Tombstone
+from bizevents.contracts.exceptions import Coordinates, DecodeError
+from bizevents.contracts.logical import ColumnType, Field, Kind
+from bizevents.contracts.technical import AvroDecoder, AvroEncoder, EncodeError, TableSchema
+from bizevents.contracts.technical.avro import ReaderKind
 from tests.contracts.strategies import tables_and_events
 
 WHERE = Coordinates("shop.public.things", 3, 77)

@@ -18,11 +18,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from contracts.business import BusinessEvent, Int32, Lineage
-from contracts.exceptions import ContractError
-from contracts.serde import BusinessSerializer
+from bizevents.contracts.business import BusinessEvent, Int32, Lineage
+from bizevents.contracts.exceptions import ContractError
+from bizevents.contracts.serde import BusinessSerializer
+from bizevents.translators.lineage import stamp
 from tests.contracts.fixtures import store as fixtures
-from translators.lineage import stamp
 
 CONTRACTS: list[type[BusinessEvent]] = [*STORE_CONTRACTS, fixtures.OrderPlaced]
 _INT64 = st.integers(-(2**63), 2**63 - 1)
@@ -159,8 +159,8 @@ def test_the_compiled_writer_gives_the_generated_writers_bytes_and_errors(
     both raise or both write the same bytes."""
     from fastavro import parse_schema
 
-    from contracts.avro_codegen import compile_model_writer
-    from contracts.avro_codegen.native import AVAILABLE, compile_native_writer
+    from bizevents.contracts.avro_codegen import compile_model_writer
+    from bizevents.contracts.avro_codegen.native import AVAILABLE, compile_native_writer
 
     assert AVAILABLE, "contracts/avro_codegen/_native.c is not built: run scripts/setup"
     cls = type(event)
@@ -202,8 +202,8 @@ def test_the_compiled_writer_takes_what_the_generated_one_takes_in_every_kind(
     values, booleans: the two writers write the same bytes or both raise."""
     from fastavro import parse_schema
 
-    from contracts.avro_codegen import compile_model_writer
-    from contracts.avro_codegen.native import compile_native_writer
+    from bizevents.contracts.avro_codegen import compile_model_writer
+    from bizevents.contracts.avro_codegen.native import compile_native_writer
 
     parsed = parse_schema(Kinds.contract_schema())
     generated, compiled = compile_model_writer(Kinds, parsed), compile_native_writer(Kinds, parsed)
@@ -217,7 +217,7 @@ def test_the_compiled_writer_takes_what_the_generated_one_takes_in_every_kind(
 
 def test_the_serializer_writes_with_the_compiled_writer() -> None:
     """Where the extension is built, BusinessSerializer's body writer is the compiled one."""
-    from contracts.avro_codegen.native import EXTENSION
+    from bizevents.contracts.avro_codegen.native import EXTENSION
 
     writer = SERIALIZER._writer(fixtures.OrderPlaced)
     assert getattr(writer.write, "func", None) is EXTENSION.write_model

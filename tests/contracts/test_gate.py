@@ -10,10 +10,14 @@ from typing import Any
 
 import pytest
 
-from contracts.business import TOPIC_PROPERTY, ContractFile
-from contracts.compatibility import CompatibilityLevel
-from contracts.exceptions import ContractError, IncompatibleSchemaError, InvalidSchemaError
-from contracts.gate import (
+from bizevents.contracts.business import TOPIC_PROPERTY, ContractFile
+from bizevents.contracts.compatibility import CompatibilityLevel
+from bizevents.contracts.exceptions import (
+    ContractError,
+    IncompatibleSchemaError,
+    InvalidSchemaError,
+)
+from bizevents.contracts.gate import (
     GitHistory,
     PriorSchema,
     RegistryHistory,
@@ -21,7 +25,7 @@ from contracts.gate import (
     load_contracts,
     register_contracts,
 )
-from contracts.subjects import subject_strategy
+from bizevents.contracts.subjects import subject_strategy
 
 TOPIC = subject_strategy("topic")
 
@@ -202,8 +206,8 @@ def test_register_only_what_passed(tmp_path: Path) -> None:
 
 def test_registry_history_reports_an_unreachable_registry() -> None:
     """No registry at the URL: a sentence naming the URL."""
-    from base.registry import RegistryUnavailableError
-    from base.settings import RegistrySettings
+    from bizevents.plumbing.registry import RegistryUnavailableError
+    from bizevents.plumbing.settings import RegistrySettings
 
     registry = RegistryHistory(RegistrySettings(url="http://127.0.0.1:9"), timeout=2)
     with pytest.raises(RegistryUnavailableError, match=r"http://127\.0\.0\.1:9"):

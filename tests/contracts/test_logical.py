@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from contracts.logical import (
+from bizevents.contracts.logical import (
     UNAVAILABLE,
     UNAVAILABLE_MARKER,
     ColumnType,

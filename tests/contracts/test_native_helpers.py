@@ -16,13 +16,13 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from contracts.avro_codegen import compile_reader
-from contracts.avro_codegen.native import AVAILABLE, compile_native_reader, constructor
-from contracts.envelope import ChangeEvent, MySqlPosition, PgPosition, Source
-from contracts.exceptions import Coordinates
-from contracts.logical import UNAVAILABLE, UNAVAILABLE_MARKER, ColumnType, Kind
-from contracts.logical.decode import decoder_for, native_conversion
-from translators.pipeline import OutRecord, SourceRecord
+from bizevents.contracts.avro_codegen import compile_reader
+from bizevents.contracts.avro_codegen.native import AVAILABLE, compile_native_reader, constructor
+from bizevents.contracts.envelope import ChangeEvent, MySqlPosition, PgPosition, Source
+from bizevents.contracts.exceptions import Coordinates
+from bizevents.contracts.logical import UNAVAILABLE, UNAVAILABLE_MARKER, ColumnType, Kind
+from bizevents.contracts.logical.decode import decoder_for, native_conversion
+from bizevents.translators.pipeline import OutRecord, SourceRecord
 
 pytestmark = pytest.mark.skipif(not AVAILABLE, reason="the extension is not built")
 TEXT = st.text(max_size=12)
@@ -234,7 +234,7 @@ def test_decimals_read_in_c_equal_the_python_reader_and_fastavro(
 def test_the_decimal_plan_reads_in_c() -> None:
     """The usual decimal column is read by the extension's decimal node, not the
     Python reader (which stays for what it cannot do)."""
-    from contracts.avro_codegen.native import read_plan
+    from bizevents.contracts.avro_codegen.native import read_plan
 
     schema = fastavro.parse_schema(
         {

@@ -9,10 +9,10 @@ import fastavro
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from contracts.avro_codegen import compile_reader
-from contracts.envelope import ChangeEvent, Tombstone
-from contracts.exceptions import Coordinates, DecodeError
-from contracts.technical import AvroDecoder, AvroEncoder, EncodeError, TableSchema
+from bizevents.contracts.avro_codegen import compile_reader
+from bizevents.contracts.envelope import ChangeEvent, Tombstone
+from bizevents.contracts.exceptions import Coordinates, DecodeError
+from bizevents.contracts.technical import AvroDecoder, AvroEncoder, EncodeError, TableSchema
 from tests.contracts.strategies import tables_and_events
 from tests.contracts.test_fast_decode import SHAPES
 

@@ -15,21 +15,21 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from base.registry import RegistryUnavailableError, registry_client
-from base.settings import RegistrySettings
-from bizevents.devstack import Endpoints
-from contracts.business import BusinessEvent, Lineage, Timestamp, with_lineage
-from contracts.exceptions import (
+from bizevents.contracts.business import BusinessEvent, Lineage, Timestamp, with_lineage
+from bizevents.contracts.exceptions import (
     ContractError,
     DecodeError,
     IncompatibleSchemaError,
 )
-from contracts.serde import (
+from bizevents.contracts.serde import (
     BusinessDeserializer,
     BusinessSerializer,
     schema_id_of,
     to_dict,
 )
+from bizevents.devstack import Endpoints
+from bizevents.plumbing.registry import RegistryUnavailableError, registry_client
+from bizevents.plumbing.settings import RegistrySettings
 from tests.contracts.fixtures.store import (
     Address,
     OrderCancelled,
@@ -122,7 +122,7 @@ def test_subject_strategies(strategy: str, subject: str) -> None:
 
 def test_unknown_strategy_is_a_config_error() -> None:
     """A misspelt strategy fails at construction with the valid names."""
-    from base.errors import ConfigError
+    from bizevents.plumbing.errors import ConfigError
 
     with pytest.raises(ConfigError, match="topic-record"):
         BusinessSerializer(mock_client(), "topics")

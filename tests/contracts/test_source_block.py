@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from contracts.envelope import NO_EXTRA, MySqlPosition, PgPosition, Source
-from contracts.exceptions import InvalidRecord
-from contracts.technical.source import (
+from bizevents.contracts.envelope import NO_EXTRA, MySqlPosition, PgPosition, Source
+from bizevents.contracts.exceptions import InvalidRecord
+from bizevents.contracts.technical.source import (
     FIELDS,
     LAYOUT,
     AvroSourceWriter,

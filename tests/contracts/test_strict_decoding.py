@@ -29,10 +29,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from contracts.envelope import ChangeEvent
-from contracts.exceptions import Coordinates, DecodeError
-from contracts.logical import ColumnType, Field, Kind
-from contracts.technical import (
+from bizevents.contracts.envelope import ChangeEvent
+from bizevents.contracts.exceptions import Coordinates, DecodeError
+from bizevents.contracts.logical import ColumnType, Field, Kind
+from bizevents.contracts.technical import (
     AutoDecoder,
     AvroDecoder,
     AvroEncoder,
@@ -41,7 +41,7 @@ from contracts.technical import (
     PlainJsonDecoder,
     TableSchema,
 )
-from contracts.technical.avro import ReaderKind
+from bizevents.contracts.technical.avro import ReaderKind
 from tests.contracts.strategies import rows, sources, table_schemas
 
 WHERE = Coordinates("pg.public.t", 0, 9)
@@ -244,7 +244,7 @@ def test_avro_refuses_a_mysql_source_row_beyond_32_bits() -> None:
 
 
 def _mysql_source() -> Any:
-    from contracts.envelope import MySqlPosition, Source
+    from bizevents.contracts.envelope import MySqlPosition, Source
 
     return Source(
         connector="mysql",

@@ -15,10 +15,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from base.errors import TransientError
-from contracts.envelope import ChangeEvent, MySqlPosition, PgPosition, Tombstone
-from contracts.exceptions import Coordinates, DecodeError
-from contracts.logical import (
+from bizevents.contracts.envelope import ChangeEvent, MySqlPosition, PgPosition, Tombstone
+from bizevents.contracts.exceptions import Coordinates, DecodeError
+from bizevents.contracts.logical import (
     UNAVAILABLE,
     UNAVAILABLE_MARKER,
     ColumnType,
@@ -26,7 +25,7 @@ from contracts.logical import (
     Kind,
     struct_encoder,
 )
-from contracts.technical import (
+from bizevents.contracts.technical import (
     AutoDecoder,
     AvroDecoder,
     AvroEncoder,
@@ -38,6 +37,7 @@ from contracts.technical import (
     detect_encoding,
     envelope_avro_schema,
 )
+from bizevents.plumbing.errors import TransientError
 from tests.contracts.strategies import json_values, tables_and_events
 
 WHERE = Coordinates("pg.public.orders", 3, 42)
@@ -61,7 +61,7 @@ ORDERS = TableSchema(
 
 
 def _order_event(op: str = "c", **after: Any) -> ChangeEvent:
-    from contracts.envelope import Source
+    from bizevents.contracts.envelope import Source
 
     row = {
         "id": 7,

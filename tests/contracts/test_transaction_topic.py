@@ -12,9 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from base.framing import header
-from contracts.exceptions import Coordinates, DecodeError
-from contracts.technical.transaction import (
+from bizevents.contracts.exceptions import Coordinates, DecodeError
+from bizevents.contracts.technical.transaction import (
     TRANSACTION_KEY_AVRO,
     TRANSACTION_VALUE_AVRO,
     TransactionDecoder,
@@ -24,6 +23,7 @@ from contracts.technical.transaction import (
     transaction_connect_json,
     transaction_topic,
 )
+from bizevents.plumbing.framing import header
 
 _VALUE = fastavro.parse_schema(TRANSACTION_VALUE_AVRO)
 _KEY = fastavro.parse_schema(TRANSACTION_KEY_AVRO)

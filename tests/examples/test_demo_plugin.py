@@ -27,7 +27,7 @@ def test_demo_without_the_store_plugin_says_what_to_install(
     def nothing_installed(**_: Any) -> list[Any]:
         return []
 
-    monkeypatch.setattr("translators.registry.entry_points", nothing_installed)
+    monkeypatch.setattr("bizevents.translators.registry.entry_points", nothing_installed)
     result = CliRunner().invoke(
         main, ["demo", "--duration", "1"], env={"BIZEVENTS_STATE_DIR": str(tmp_path)}
     )

@@ -20,10 +20,10 @@ from bizevents_store.contracts import (
 )
 from bizevents_store.translators import customers, orders_v1, orders_v2, products
 
+from bizevents.contracts.business import schema_drift
 from bizevents.devstack import Endpoints
-from contracts.business import schema_drift
-from translators import BusinessEvent, Change, Translator, discover
-from translators.testing import assert_matches_golden, change, run
+from bizevents.translators import BusinessEvent, Change, Translator, discover
+from bizevents.translators.testing import assert_matches_golden, change, run
 
 CATALOGUE = Path(__file__).parents[2] / "examples" / "store" / "contracts"
 GOLDEN = Path(__file__).parent / "golden"
@@ -285,7 +285,7 @@ def test_load_generator_writes_the_store_on_mariadb(bizevents_mysql: str) -> Non
     """The same load runs against the real MariaDB with the MySQL schema."""
     from bizevents_store.load import StoreLoad, create_schema
 
-    from capture import mysql as my
+    from bizevents.capture import mysql as my
 
     conn = my.connect(bizevents_mysql, autocommit=False)
     try:

@@ -13,8 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
+from bizevents.contracts.business import TOPIC_PROPERTY
 from bizevents.devstack import Endpoints
-from contracts.business import TOPIC_PROPERTY
 
 pytestmark = pytest.mark.integration
 
@@ -250,7 +250,7 @@ def test_check_names_a_column_a_pinned_translator_reads_that_a_ddl_dropped(
     with the column back it passes."""
     from bizevents_store.technical import orders_table
 
-    from contracts.technical import AvroEncoder
+    from bizevents.contracts.technical import AvroEncoder
 
     prefix = f"ddl{uuid.uuid4().hex[:8]}"
     subject = f"{prefix}.store.orders-value"

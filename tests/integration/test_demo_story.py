@@ -114,7 +114,7 @@ def _latest_order_placed(bootstrap: str, registry_url: str) -> dict[int, list[An
     from confluent_kafka import Consumer, KafkaError, TopicPartition
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
-    from contracts.serde import BusinessDeserializer
+    from bizevents.contracts.serde import BusinessDeserializer
 
     topic = "store.order-placed"
     decode = BusinessDeserializer(SchemaRegistryClient({"url": registry_url}), OrderPlaced)

@@ -25,10 +25,10 @@ from bizevents_store.load import create_schema
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
+from bizevents.capture.config import CaptureConfig
+from bizevents.contracts.business import HEADER_SOURCE_TOPIC, HEADER_TRANSLATOR
+from bizevents.contracts.serde import BusinessDeserializer
 from bizevents.devstack import Endpoints
-from capture.config import CaptureConfig
-from contracts.business import HEADER_SOURCE_TOPIC, HEADER_TRANSLATOR
-from contracts.serde import BusinessDeserializer
 from tests.capture.capture_helpers import Db, capture_endpoints, database, in_process
 
 pytestmark = pytest.mark.integration
@@ -332,10 +332,10 @@ def _expected_id(db: Db, event: OrderPlaced) -> str:
     event's lineage names: the order's INSERT, from which orders@3 says it stems."""
     from bizevents_store.translators import orders_v1
 
-    from base.registry import schema_lookup
-    from contracts.serde import BusinessSerializer
-    from contracts.technical import AutoDecoder
-    from translators.pipeline import Pipeline, SourceRecord
+    from bizevents.contracts.serde import BusinessSerializer
+    from bizevents.contracts.technical import AutoDecoder
+    from bizevents.plumbing.registry import schema_lookup
+    from bizevents.translators.pipeline import Pipeline, SourceRecord
 
     lineage = event.lineage
     consumer = Consumer({"bootstrap.servers": db.endpoints.bootstrap_servers, "group.id": "unused"})
@@ -423,10 +423,13 @@ def test_bad_input_is_dead_lettered_with_its_reason(db: Db, tmp_path: Path) -> N
     with the reason; the real orders around them are placed as usual."""
     from confluent_kafka import Producer
 
-    from contracts.envelope import ChangeEvent, PgPosition, Source, Transaction
-    from contracts.logical import ColumnType, Field, Kind
-    from contracts.technical import JsonEncoder, TableSchema
-    from contracts.technical.transaction import TransactionRecord, transaction_connect_json
+    from bizevents.contracts.envelope import ChangeEvent, PgPosition, Source, Transaction
+    from bizevents.contracts.logical import ColumnType, Field, Kind
+    from bizevents.contracts.technical import JsonEncoder, TableSchema
+    from bizevents.contracts.technical.transaction import (
+        TransactionRecord,
+        transaction_connect_json,
+    )
 
     customer, products = _ids(db)
     group = f"tx-{uuid.uuid4().hex[:8]}"

@@ -15,9 +15,9 @@ import pytest
 from bizevents_store.load import create_schema
 from pydantic import SecretStr
 
+from bizevents.capture import mysql as my
+from bizevents.capture.config import CaptureConfig
 from bizevents.devstack import Endpoints
-from capture import mysql as my
-from capture.config import CaptureConfig
 from tests.capture.mysql_helpers import MyDb, in_process, mysql_database
 from tests.integration.test_transaction_worker import Reader, Worker, _check
 

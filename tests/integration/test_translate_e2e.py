@@ -14,9 +14,9 @@ from bizevents_store.contracts import OrderPlaced, OrderStatusChanged
 from bizevents_store.load import StoreLoad, create_schema
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
+from bizevents.capture.config import CaptureConfig
+from bizevents.contracts.serde import BusinessDeserializer
 from bizevents.devstack import Endpoints
-from capture.config import CaptureConfig
-from contracts.serde import BusinessDeserializer
 from tests.capture.capture_helpers import Db, start_cli, terminate, wait_snapshot_done, write_config
 from tests.integration.test_translate_worker import Setup, events_from, wait_for
 

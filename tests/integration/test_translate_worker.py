@@ -33,8 +33,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
-from bizevents.devstack import Endpoints
-from contracts.business import (
+from bizevents.contracts.business import (
     HEADER_DLQ_REASON,
     HEADER_DLQ_STAGE,
     HEADER_EVENT_ID,
@@ -45,9 +44,10 @@ from contracts.business import (
     HEADER_TRANSLATOR,
     HEADER_TX_ID,
 )
-from contracts.envelope import ChangeEvent, Op, PgPosition
-from contracts.serde import BusinessDeserializer
-from contracts.technical import AvroEncoder
+from bizevents.contracts.envelope import ChangeEvent, Op, PgPosition
+from bizevents.contracts.serde import BusinessDeserializer
+from bizevents.contracts.technical import AvroEncoder
+from bizevents.devstack import Endpoints
 
 pytestmark = pytest.mark.integration
 
@@ -443,8 +443,8 @@ def expected_ids(changes: Sequence[ChangeEvent]) -> dict[str, int]:
     """event_id -> source LSN, computed with the translator itself (no Kafka involved)."""
     from bizevents_store.translators import orders_v2
 
-    from contracts.change import Change
-    from translators.lineage import stamp
+    from bizevents.contracts.change import Change
+    from bizevents.translators.lineage import stamp
 
     ids: dict[str, int] = {}
     for change in changes:
@@ -556,7 +556,7 @@ def test_a_worker_started_before_the_registry_waits_for_it_and_translates(setup:
         with open(setup.tmp / "registry.log", "ab") as out:
             registry = subprocess.Popen(
                 [
-                    *(sys.executable, "-m", "contracts.registry", "--host", "127.0.0.1"),
+                    *(sys.executable, "-m", "bizevents.contracts.registry", "--host", "127.0.0.1"),
                     *("--port", str(port), "--data-dir", str(setup.tmp / "registry")),
                 ],
                 stdout=out,

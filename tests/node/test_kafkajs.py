@@ -19,10 +19,10 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
-from base.kafka import ensure_topics
+from bizevents.contracts.business import Lineage, lineage_headers, with_lineage
+from bizevents.contracts.serde import BusinessSerializer
 from bizevents.devstack import Endpoints
-from contracts.business import Lineage, lineage_headers, with_lineage
-from contracts.serde import BusinessSerializer
+from bizevents.plumbing.kafka import ensure_topics
 
 pytestmark = pytest.mark.integration
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from base.settings import KafkaSettings, RegistrySettings
 from bizevents.devstack import Endpoints
+from bizevents.plumbing.settings import KafkaSettings, RegistrySettings
 from bizevents.settings import Settings
 
 

@@ -23,9 +23,9 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
-from contracts.envelope import ChangeEvent, PgPosition, Source, Tombstone
-from contracts.technical import AutoDecoder
-from translators.pipeline import Pipeline, SourceRecord
+from bizevents.contracts.envelope import ChangeEvent, PgPosition, Source, Tombstone
+from bizevents.contracts.technical import AutoDecoder
+from bizevents.translators.pipeline import Pipeline, SourceRecord
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
 
@@ -189,8 +189,8 @@ def source_records(bootstrap: str, topic: str) -> list[SourceRecord]:
 
 def live_translate(bootstrap: str, registry_url: str, topic: str, translator_ref: str) -> int:
     """The live path in miniature: Pipeline(translator, replay=False), produced like the worker."""
-    from contracts.serde import BusinessSerializer
-    from translators.registry import discover
+    from bizevents.contracts.serde import BusinessSerializer
+    from bizevents.translators.registry import discover
 
     client = SchemaRegistryClient({"url": registry_url})
     lookups: dict[int, str] = {}
@@ -232,7 +232,7 @@ def expected_events(
     bootstrap: str, registry_url: str, topic: str, translator_ref: str = "orders@2"
 ) -> dict[str, str]:
     """``event id -> contract topic`` of what a replay of ``topic`` must emit (no dead letters)."""
-    from translators.registry import discover
+    from bizevents.translators.registry import discover
 
     client = SchemaRegistryClient({"url": registry_url})
     pipeline = Pipeline(

@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bizevents.devstack import Endpoints
-from replay import KeyIndex, Output, ReplayJob, ReplaySpec, compact
-from replay.compaction import compact_in_memory
+from bizevents.replay import KeyIndex, Output, ReplayJob, ReplaySpec, compact
+from bizevents.replay.compaction import compact_in_memory
 from tests.replay.conftest import stack_settings
 from tests.replay.store_story import create_topic
 

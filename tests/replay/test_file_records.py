@@ -10,10 +10,10 @@ import fastavro
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replay.plan import Range
-from replay.spec import Output
-from replay.task import FILE_SCHEMA, FileRecordEncoder, TaskReport, _compiled, _FileSink
-from translators.pipeline import OutRecord
+from bizevents.replay.plan import Range
+from bizevents.replay.spec import Output
+from bizevents.replay.task import FILE_SCHEMA, FileRecordEncoder, TaskReport, _compiled, _FileSink
+from bizevents.translators.pipeline import OutRecord
 
 PARSED = fastavro.parse_schema(FILE_SCHEMA)
 

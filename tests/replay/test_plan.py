@@ -6,10 +6,19 @@ from pathlib import Path
 
 import pytest
 
-from replay import Bound, Output, Range, ReplayConfigError, ReplaySpec, RunStateError, Span, slices
-from replay.job import task_error
-from replay.plan import bounded, matching_topics
-from replay.state import RunState
+from bizevents.replay import (
+    Bound,
+    Output,
+    Range,
+    ReplayConfigError,
+    ReplaySpec,
+    RunStateError,
+    Span,
+    slices,
+)
+from bizevents.replay.job import task_error
+from bizevents.replay.plan import bounded, matching_topics
+from bizevents.replay.state import RunState
 
 
 @pytest.mark.parametrize(
@@ -117,7 +126,7 @@ def test_task_error_finds_the_python_exception() -> None:
         "An error occurred while calling o1.collect.\n"
         "org.apache.spark.SparkException: Job aborted\n"
         "Traceback (most recent call last):\n  File x\n"
-        "base.errors.TransientError: cannot read t/0/0-10: Broker: down\n"
+        "bizevents.plumbing.errors.TransientError: cannot read t/0/0-10: Broker: down\n"
         "\tat org.apache.spark.api.python.BasePythonRunner"
     )
     assert task_error(RuntimeError(text)) == "TransientError: cannot read t/0/0-10: Broker: down"

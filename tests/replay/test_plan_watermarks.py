@@ -9,7 +9,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from bizevents.devstack import Endpoints
-from replay.plan import Planner
+from bizevents.replay.plan import Planner
 
 PARTITIONS = 6
 PER_PARTITION = 4_000

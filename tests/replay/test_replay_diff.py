@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 from bizevents_store.translators import orders_v1, orders_v2
 
+from bizevents.contracts.change import Change
+from bizevents.contracts.envelope import ChangeEvent
 from bizevents.devstack import Endpoints
+from bizevents.replay import ReplayJob, ReplaySpec
 from bizevents.settings import Settings
-from contracts.change import Change
-from contracts.envelope import ChangeEvent
-from replay import ReplayJob, ReplaySpec
 from tests.replay.store_story import produce_story, story
 
 pytestmark = pytest.mark.integration

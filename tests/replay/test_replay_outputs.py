@@ -19,13 +19,13 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from bizevents.cli import main
+from bizevents.contracts.business import HEADER_EVENT_ID, HEADER_REPLAY, HEADER_SOURCE_TOPIC
+from bizevents.contracts.serde import BusinessDeserializer
 from bizevents.devstack import Endpoints
+from bizevents.replay import Output, ReplayJob, ReplaySpec
 from bizevents.settings import Settings
-from contracts.business import HEADER_EVENT_ID, HEADER_REPLAY, HEADER_SOURCE_TOPIC
-from contracts.serde import BusinessDeserializer
-from replay import Output, ReplayJob, ReplaySpec
+from bizevents.translators.registry import discover
 from tests.replay.store_story import Story, expected_events, produce_story, read_all, story
-from translators.registry import discover
 
 pytestmark = pytest.mark.integration
 

@@ -9,11 +9,11 @@ import pytest
 from bizevents_store.contracts import OrderStatusChanged
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
+from bizevents.contracts.business import HEADER_EVENT_ID, HEADER_SOURCE_TOPIC
+from bizevents.contracts.serde import BusinessDeserializer
 from bizevents.devstack import Endpoints
+from bizevents.replay import Output, ReplayJob, ReplaySpec
 from bizevents.settings import Settings
-from contracts.business import HEADER_EVENT_ID, HEADER_SOURCE_TOPIC
-from contracts.serde import BusinessDeserializer
-from replay import Output, ReplayJob, ReplaySpec
 from tests.replay.store_story import live_translate, produce_story, read_all, story
 
 pytestmark = pytest.mark.integration

@@ -13,11 +13,11 @@ from bizevents_store.contracts import OrderPlaced, OrderStatus, OrderStatusChang
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
+from bizevents.contracts.serde import BusinessDeserializer
 from bizevents.devstack import Endpoints
-from contracts.serde import BusinessDeserializer
-from replay.exceptions import ReplayConfigError
-from replay.spec import Bound, Output, ReplaySpec
-from replay.transactions import TransactionReplay
+from bizevents.replay.exceptions import ReplayConfigError
+from bizevents.replay.spec import Bound, Output, ReplaySpec
+from bizevents.replay.transactions import TransactionReplay
 from tests.capture.capture_helpers import Db
 from tests.integration.test_transaction_worker import (
     _expected_id,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from contracts.business import BusinessEvent
-from contracts.change import Change
-from translators import translator
+from bizevents.contracts.business import BusinessEvent
+from bizevents.contracts.change import Change
+from bizevents.translators import translator
 
 
 class ThingCreated(BusinessEvent):

@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 
-from contracts.change import Change
-from contracts.envelope import ChangeEvent, PgPosition, Source
-from contracts.exceptions import Coordinates
+from bizevents.contracts.change import Change
+from bizevents.contracts.envelope import ChangeEvent, PgPosition, Source
+from bizevents.contracts.exceptions import Coordinates
+from bizevents.translators import PluginError, TranslationError, translator
 from tests.translators.sample import ThingCreated, ThingRenamed, things_v1, things_v2
-from translators import PluginError, TranslationError, translator
 
 
 def change(
@@ -132,15 +132,15 @@ def test_the_face_exports_exactly_what_a_plugin_needs() -> None:
     import ast
     from pathlib import Path
 
-    import translators
+    from bizevents import translators
 
     assert all(hasattr(translators, name) for name in translators.__all__)
     assert {"translator", "Change", "BusinessEvent", "SKIP", "TRANSLATE", "UNAVAILABLE"} <= set(
         translators.__all__
     )
     store = Path(__file__).parents[2] / "examples" / "store" / "src" / "bizevents_store"
-    ours = ("contracts", "translators", "capture", "replay", "bizevents", "dataclasses_avroschema")
+    ours = ("bizevents", "dataclasses_avroschema")
     for module in ("contracts.py", "translators.py"):
         tree = ast.parse((store / module).read_text())
         imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-        assert {m for m in imported if m and m.split(".")[0] in ours} <= {"translators"}, module
+        assert {m for m in imported if m and m.split(".")[0] in ours} <= {"bizevents.translators"}, module

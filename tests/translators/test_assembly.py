@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from contracts.envelope import ChangeEvent, PgPosition, Source, Transaction
-from contracts.technical.transaction import TransactionRecord
-from translators.assembly import (
+from bizevents.contracts.envelope import ChangeEvent, PgPosition, Source, Transaction
+from bizevents.contracts.technical.transaction import TransactionRecord
+from bizevents.translators.assembly import (
     Abandoned,
     Assembler,
     AssemblyLimits,
@@ -21,7 +21,7 @@ from translators.assembly import (
     Ready,
     commit_position,
 )
-from translators.pipeline import SourceRecord
+from bizevents.translators.pipeline import SourceRecord
 
 READS = frozenset({"s.orders", "s.items"})
 

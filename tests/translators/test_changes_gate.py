@@ -11,15 +11,15 @@ from typing import Any
 
 import pytest
 
-from contracts.business import BusinessEvent
-from contracts.change import Change
-from contracts.logical import UNAVAILABLE
-from contracts.technical import AutoDecoder, AvroDecoder, AvroEncoder
+from bizevents.contracts.business import BusinessEvent
+from bizevents.contracts.change import Change
+from bizevents.contracts.logical import UNAVAILABLE
+from bizevents.contracts.technical import AutoDecoder, AvroDecoder, AvroEncoder
+from bizevents.translators import translator
+from bizevents.translators.exceptions import PluginError
+from bizevents.translators.pipeline import Pipeline, SourceRecord
+from bizevents.translators.testing import change, run
 from tests.translators.wide import WIDE, changes
-from translators import translator
-from translators.exceptions import PluginError
-from translators.pipeline import Pipeline, SourceRecord
-from translators.testing import change, run
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

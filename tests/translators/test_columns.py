@@ -11,8 +11,8 @@ import pytest
 from bizevents_store.technical import orders_table
 from bizevents_store.translators import orders_v2
 
-from contracts.technical import AvroEncoder
-from translators.columns import Layout, column_problems, row_columns
+from bizevents.contracts.technical import AvroEncoder
+from bizevents.translators.columns import Layout, column_problems, row_columns
 
 SERVER = "shop"
 

@@ -9,13 +9,12 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from contracts.business import lineage_headers, read_lineage
-from contracts.change import Change
-from contracts.envelope import ChangeEvent, PgPosition, Source
-from contracts.exceptions import Coordinates
-from contracts.serde import BusinessSerializer
-from tests.translators.sample import things_v1, things_v2
-from translators.lineage import (
+from bizevents.contracts.business import lineage_headers, read_lineage
+from bizevents.contracts.change import Change
+from bizevents.contracts.envelope import ChangeEvent, PgPosition, Source
+from bizevents.contracts.exceptions import Coordinates
+from bizevents.contracts.serde import BusinessSerializer
+from bizevents.translators.lineage import (
     Stamper,
     _canonical,
     canonical_key,
@@ -23,6 +22,7 @@ from translators.lineage import (
     origin_of,
     stamp,
 )
+from tests.translators.sample import things_v1, things_v2
 
 
 def event(

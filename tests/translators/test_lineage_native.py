@@ -8,10 +8,10 @@ import uuid
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from contracts.envelope import ChangeEvent, MySqlPosition, PgPosition, Source
-from contracts.exceptions import Coordinates
-from translators import lineage
-from translators.lineage import (
+from bizevents.contracts.envelope import ChangeEvent, MySqlPosition, PgPosition, Source
+from bizevents.contracts.exceptions import Coordinates
+from bizevents.translators import lineage
+from bizevents.translators.lineage import (
     EVENT_ID_NAMESPACE,
     Origin,
     Stamper,

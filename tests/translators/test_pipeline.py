@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from contracts.business import (
+from bizevents.contracts.business import (
     HEADER_DLQ_REASON,
     HEADER_DLQ_STAGE,
     HEADER_EVENT_ID,
@@ -14,16 +14,16 @@ from contracts.business import (
     read_lineage,
     with_lineage,
 )
-from contracts.change import Change
-from contracts.exceptions import ContractError
-from contracts.technical import AutoDecoder
-from tests.translators.sample import ThingCreated, things_v1
-from translators import translator
-from translators.pipeline import (
+from bizevents.contracts.change import Change
+from bizevents.contracts.exceptions import ContractError
+from bizevents.contracts.technical import AutoDecoder
+from bizevents.translators import translator
+from bizevents.translators.pipeline import (
     DEAD_LETTER_TOPIC,
     Pipeline,
     SourceRecord,
 )
+from tests.translators.sample import ThingCreated, things_v1
 
 TOPIC = "shop.public.things"
 

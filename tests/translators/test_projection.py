@@ -7,13 +7,13 @@ from typing import Any
 
 import pytest
 
-from contracts.business import BusinessEvent
-from contracts.change import Change
-from contracts.technical import AvroDecoder, AvroEncoder, JsonEncoder
+from bizevents.contracts.business import BusinessEvent
+from bizevents.contracts.change import Change
+from bizevents.contracts.technical import AvroDecoder, AvroEncoder, JsonEncoder
+from bizevents.translators import translator
+from bizevents.translators.pipeline import Pipeline, SourceRecord
+from bizevents.translators.testing import change, run
 from tests.translators.wide import READ, WIDE, DealClosed, changes, deals, deals_undeclared
-from translators import translator
-from translators.pipeline import Pipeline, SourceRecord
-from translators.testing import change, run
 
 TOPIC = WIDE.namespace
 
@@ -131,7 +131,7 @@ def test_reading_an_undeclared_column_is_an_error_naming_it(encoding: str) -> No
         decoder: Any = AvroDecoder({1: encoder.schemas.key, 2: encoder.schemas.value}.__getitem__)
     else:
         key, value = JsonEncoder(WIDE, with_schema=True).encode(event)
-        from contracts.technical import AutoDecoder
+        from bizevents.contracts.technical import AutoDecoder
 
         decoder = AutoDecoder(lambda _id: None)
     result = Pipeline([nosy], decoder, serialize).process(
@@ -173,7 +173,7 @@ def test_changed_columns_see_only_declared_columns() -> None:
 def test_a_malformed_declaration_fails_where_it_is_written(
     kwargs: dict[str, Any], problem: str
 ) -> None:
-    from translators.exceptions import PluginError
+    from bizevents.translators.exceptions import PluginError
 
     with pytest.raises(PluginError, match=problem.replace("[", r"\[").replace("]", r"\]")):
         translator(name="bad", version=1, sources=["a.b"], emits=[DealClosed], **kwargs)(

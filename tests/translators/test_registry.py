@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from bizevents.translators import PluginError, Registry, discover
 from tests.translators.sample import ALL, things_v1, things_v2
-from translators import PluginError, Registry, discover
 
 
 def test_lookup_by_name_and_version() -> None:

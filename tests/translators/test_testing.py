@@ -9,12 +9,12 @@ from uuid import UUID
 
 import pytest
 
-from contracts.envelope import PgPosition
-from contracts.serde import schema_id_of
+from bizevents.contracts.envelope import PgPosition
+from bizevents.contracts.serde import schema_id_of
+from bizevents.translators import BusinessEvent, Change, translator
+from bizevents.translators.lineage import change_identity, event_id
+from bizevents.translators.testing import GOLDEN_ENV, assert_matches_golden, change, run
 from tests.translators.sample import ThingCreated, ThingRenamed, things_v1, things_v2
-from translators import BusinessEvent, Change, translator
-from translators.lineage import change_identity, event_id
-from translators.testing import GOLDEN_ENV, assert_matches_golden, change, run
 
 ROW = {"id": 1, "label": "a"}
 

@@ -23,20 +23,20 @@ from faust.transport.drivers.aiokafka import Consumer as FaustConsumer
 from faust.types import TP
 from intervaltree import IntervalTree
 
-from base.errors import ConfigError
-from base.kafka import partition_for
-from tests.translators.sample import ThingCreated, things_v1, things_v2
-from translators import translator
-from translators._faust import (
+from bizevents.plumbing.errors import ConfigError
+from bizevents.plumbing.kafka import partition_for
+from bizevents.translators import translator
+from bizevents.translators._faust import (
     PRIVATE_CONSUMER_ATTRIBUTES,
     BlockAcker,
     RecordBlock,
     TablelessManager,
     bulk_consumer,
 )
-from translators.exceptions import PluginError
-from translators.settings import TranslateSettings
-from translators.topology import check_contracts, readers, technical_topics
+from bizevents.translators.exceptions import PluginError
+from bizevents.translators.settings import TranslateSettings
+from bizevents.translators.topology import check_contracts, readers, technical_topics
+from tests.translators.sample import ThingCreated, things_v1, things_v2
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -159,9 +159,9 @@ def test_faust_is_the_pinned_version_with_the_private_attributes_used() -> None:
     for method in ("_drain_messages", "_wait_next_records", "perform_seek", "_to_message"):
         assert callable(getattr(FaustConsumer, method)), method
     assert hasattr(app.topics, "_tp_index")
-    assert hasattr(app.producer, "_producer")  # translators._faust.aiokafka_producer
+    assert hasattr(app.producer, "_producer")  # bizevents.translators._faust.aiokafka_producer
     assert hasattr(app, "consumer_generation_id")
-    assert callable(app.tables._update_channels)  # type: ignore[attr-defined]  # translators._faust.TablelessManager
+    assert callable(app.tables._update_channels)  # type: ignore[attr-defined]  # bizevents.translators._faust.TablelessManager
 
 
 def test_the_worker_table_manager_starts_without_faust_pause() -> None:

@@ -23,6 +23,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Final
 
+from bizevents.translators import (
+    Attributed,
+    BusinessEvent,
+    Change,
+    TransactionChanges,
+    stems_from,
+    transaction_translator,
+    translator,
+)
 from bizevents_store.contracts import (
     CustomerAddressChanged,
     CustomerRegistered,
@@ -33,15 +42,6 @@ from bizevents_store.contracts import (
     OrderStatus,
     OrderStatusChanged,
     ProductPriceChanged,
-)
-from translators import (
-    Attributed,
-    BusinessEvent,
-    Change,
-    TransactionChanges,
-    stems_from,
-    transaction_translator,
-    translator,
 )
 
 #: The labels of ``store.order_status`` in the order the database declares them.

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
-from base.kafka import partition_for, produce
-from base.registry import RegistryUnavailableError, schema_lookup
+from bizevents.plumbing.kafka import partition_for, produce
+from bizevents.plumbing.registry import RegistryUnavailableError, schema_lookup
 
 
 class _FullThenFree:

@@ -9,7 +9,7 @@ import sys
 def test_the_collector_settles_once_with_its_thresholds() -> None:
     code = (
         "import gc\n"
-        "from base.process import GC_THRESHOLDS, settle_collector\n"
+        "from bizevents.plumbing.process import GC_THRESHOLDS, settle_collector\n"
         "settle_collector()\n"
         "frozen = gc.get_freeze_count()\n"
         "assert frozen > 0 and gc.get_threshold() == GC_THRESHOLDS, (frozen, gc.get_threshold())\n"

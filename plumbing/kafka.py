@@ -12,7 +12,7 @@ import zlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from base.errors import TerminalError, TransientError
+from bizevents.plumbing.errors import TerminalError, TransientError
 
 __all__ = ["TopicCreationError", "ensure_topics", "partition_for", "produce"]
 

@@ -7,8 +7,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from base.errors import TransientError
-from base.settings import RegistrySettings
+from bizevents.plumbing.errors import TransientError
+from bizevents.plumbing.settings import RegistrySettings
 
 __all__ = ["RegistryUnavailableError", "registry_client", "schema_lookup", "wait_for_registry"]
 

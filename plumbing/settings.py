@@ -1,7 +1,7 @@
 """Settings groups every layer may take: Kafka, the schema registry, the databases.
 
 Each package takes the group it needs (capture the Kafka and database groups, the
-worker Kafka, registry and its own ``translators.settings.TranslateSettings``), never
+worker Kafka, registry and its own ``bizevents.translators.settings.TranslateSettings``), never
 the application's whole settings, which the shell (``bizevents.settings``) composes.
 Secrets are ``SecretStr`` or read from a file named by a ``*_file`` setting, so that they
 never print in a log line or a ``repr``.
@@ -15,8 +15,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, SecretStr, model_validator
 
-from base.errors import ConfigError
-from base.logging import librdkafka_logging
+from bizevents.plumbing.errors import ConfigError
+from bizevents.plumbing.logging import librdkafka_logging
 
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI"]
