@@ -2,7 +2,8 @@
 
 It runs exactly the code of ``bizevents dev up``, on free loopback ports and in a
 temporary state folder, so a developer's own ``dev up`` stack is never touched.
-Installed through the ``pytest11`` entry point; fixtures:
+Opt-in: a suite turns it on with ``pytest_plugins = ["bizevents.testing.pytest_plugin"]``
+in its top ``conftest.py``, or ``-p bizevents.testing.pytest_plugin``. Fixtures:
 
 - ``bizevents_stack``: the running stack's :class:`~bizevents.devstack.Endpoints`;
 - ``bizevents_mysql``: the DSN of a MariaDB server of the session's own (started only

@@ -15,6 +15,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
+from bizevents import condecimal
 from bizevents.consumers import (
     HEADER_CONSUMER_OFFSET,
     HEADER_CONSUMER_TOPIC,
@@ -33,7 +34,6 @@ from bizevents.contracts.serde import BusinessSerializer
 from bizevents.devstack import Endpoints
 from bizevents.plumbing.kafka import ensure_topics
 from bizevents.plumbing.settings import KafkaSettings
-from bizevents.translators import condecimal
 
 pytestmark = pytest.mark.integration
 

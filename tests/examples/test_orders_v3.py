@@ -13,23 +13,22 @@ from bizevents_store.contracts import OrderLine, OrderPlaced, OrderStatus, Order
 from bizevents_store.translators import ORDERS, orders_v3
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
+from bizevents import Change, TranslationError
 from bizevents.consumers.window import EventWindow, Verdict
 from bizevents.contracts.envelope import Transaction
 from bizevents.contracts.registry import run_in_thread
 from bizevents.contracts.serde import BusinessDeserializer, BusinessSerializer
 from bizevents.contracts.technical.transaction import TransactionRecord
-from bizevents.translators import (
+from bizevents.testing import SERVER, change, run
+from bizevents.transactions import (
     Attributed,
-    Change,
     TransactionChanges,
-    TranslationError,
     stems_from,
     transaction_translator,
 )
 from bizevents.translators.assembly import Abandoned, Part, Ready
 from bizevents.translators.lineage import event_id
 from bizevents.translators.pipeline import SourceRecord
-from bizevents.translators.testing import SERVER, change, run
 from bizevents.translators.txcore import HEADER_TX, TransactionCore
 
 PLACED = datetime(2026, 11, 24, 8, 0, tzinfo=UTC)

@@ -20,10 +20,11 @@ from bizevents_store.contracts import (
 )
 from bizevents_store.translators import customers, orders_v1, orders_v2, products
 
+from bizevents import BusinessEvent, Change
 from bizevents.contracts.business import schema_drift
 from bizevents.devstack import Endpoints
-from bizevents.translators import BusinessEvent, Change, Translator, discover
-from bizevents.translators.testing import assert_matches_golden, change, run
+from bizevents.plugins import Translator, discover
+from bizevents.testing import assert_matches_golden, change, run
 
 CATALOGUE = Path(__file__).parents[2] / "examples" / "store" / "contracts"
 GOLDEN = Path(__file__).parent / "golden"

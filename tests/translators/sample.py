@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from bizevents import translator
 from bizevents.contracts.business import BusinessEvent
 from bizevents.contracts.change import Change
-from bizevents.translators import translator
 
 
 class ThingCreated(BusinessEvent):

@@ -6,10 +6,11 @@ from typing import Any
 
 import pytest
 
+from bizevents import TranslationError, translator
 from bizevents.contracts.change import Change
 from bizevents.contracts.envelope import ChangeEvent, PgPosition, Source
 from bizevents.contracts.exceptions import Coordinates
-from bizevents.translators import PluginError, TranslationError, translator
+from bizevents.plugins import PluginError
 from tests.translators.sample import ThingCreated, ThingRenamed, things_v1, things_v2
 
 
@@ -128,19 +129,46 @@ def test_sources_match_with_wildcards() -> None:
 
 
 def test_the_face_exports_exactly_what_a_plugin_needs() -> None:
-    """Everything in __all__ resolves, and the store plugin imports nothing else of ours."""
+    """``bizevents.__all__`` is at most 15 names, each resolves, and the store plugin
+    imports nothing of ours but the face and the transactions module."""
     import ast
     from pathlib import Path
 
-    from bizevents import translators
+    import bizevents
 
-    assert all(hasattr(translators, name) for name in translators.__all__)
+    assert len(bizevents.__all__) <= 15
+    assert all(hasattr(bizevents, name) for name in bizevents.__all__)
     assert {"translator", "Change", "BusinessEvent", "SKIP", "TRANSLATE", "UNAVAILABLE"} <= set(
-        translators.__all__
+        bizevents.__all__
     )
+    assert "Registry" not in bizevents.__all__ and "discover" not in bizevents.__all__
     store = Path(__file__).parents[2] / "examples" / "store" / "src" / "bizevents_store"
-    ours = ("bizevents", "dataclasses_avroschema")
     for module in ("contracts.py", "translators.py"):
         tree = ast.parse((store / module).read_text())
         imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-        assert {m for m in imported if m and m.split(".")[0] in ours} <= {"bizevents.translators"}, module
+        ours = {
+            m for m in imported if m and m.split(".")[0] in ("bizevents", "dataclasses_avroschema")
+        }
+        assert ours <= {"bizevents", "bizevents.transactions"}, (module, ours)
+
+
+def test_an_unknown_name_of_the_face_is_an_attribute_error() -> None:
+    """A name outside the face fails as any missing attribute does."""
+    import bizevents
+
+    with pytest.raises(AttributeError, match="Registry"):
+        _ = bizevents.Registry
+
+
+def test_a_floor_imported_alone_does_not_load_the_plugin_api() -> None:
+    """The face loads on first use: capture or a Spark executor does not pay for it."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, bizevents.plumbing.errors, bizevents.contracts.binary\n"
+        "assert 'bizevents.translators.api' not in sys.modules, sorted(sys.modules)\n"
+        "from bizevents import translator\n"
+        "assert 'bizevents.translators.api' in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", probe], check=True)

@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 
+from bizevents import translator
 from bizevents.contracts.business import BusinessEvent
 from bizevents.contracts.change import Change
 from bizevents.contracts.logical import UNAVAILABLE
 from bizevents.contracts.technical import AutoDecoder, AvroDecoder, AvroEncoder
-from bizevents.translators import translator
+from bizevents.testing import change, run
 from bizevents.translators.exceptions import PluginError
 from bizevents.translators.pipeline import Pipeline, SourceRecord
-from bizevents.translators.testing import change, run
 from tests.translators.wide import WIDE, changes
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from bizevents.plugins import discover
 from bizevents.settings import CONFIG_ENV, load_settings
-from bizevents.translators import discover
-from bizevents.translators.testing import GOLDEN_ENV
+from bizevents.testing import GOLDEN_ENV
 
 GUIDE = Path(__file__).parents[2] / "docs" / "writing-a-translator.md"
 BLOCK = re.compile(r"<!-- file: (\S+) -->\n```\w*\n(.*?)```", re.DOTALL)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from bizevents import translator
 from bizevents.contracts.business import (
     HEADER_DLQ_REASON,
     HEADER_DLQ_STAGE,
@@ -17,7 +18,6 @@ from bizevents.contracts.business import (
 from bizevents.contracts.change import Change
 from bizevents.contracts.exceptions import ContractError
 from bizevents.contracts.technical import AutoDecoder
-from bizevents.translators import translator
 from bizevents.translators.pipeline import (
     DEAD_LETTER_TOPIC,
     Pipeline,

@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
+from bizevents import translator
 from bizevents.contracts.business import BusinessEvent
 from bizevents.contracts.change import Change
 from bizevents.contracts.technical import AvroDecoder, AvroEncoder, JsonEncoder
-from bizevents.translators import translator
+from bizevents.testing import change, run
 from bizevents.translators.pipeline import Pipeline, SourceRecord
-from bizevents.translators.testing import change, run
 from tests.translators.wide import READ, WIDE, DealClosed, changes, deals, deals_undeclared
 
 TOPIC = WIDE.namespace

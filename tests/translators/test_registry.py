@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from bizevents.translators import PluginError, Registry, discover
+from bizevents.plugins import PluginError, Registry, discover
 from tests.translators.sample import ALL, things_v1, things_v2
 
 

@@ -9,11 +9,11 @@ from uuid import UUID
 
 import pytest
 
+from bizevents import BusinessEvent, Change, translator
 from bizevents.contracts.envelope import PgPosition
 from bizevents.contracts.serde import schema_id_of
-from bizevents.translators import BusinessEvent, Change, translator
+from bizevents.testing import GOLDEN_ENV, assert_matches_golden, change, run
 from bizevents.translators.lineage import change_identity, event_id
-from bizevents.translators.testing import GOLDEN_ENV, assert_matches_golden, change, run
 from tests.translators.sample import ThingCreated, ThingRenamed, things_v1, things_v2
 
 ROW = {"id": 1, "label": "a"}

@@ -23,9 +23,9 @@ from faust.transport.drivers.aiokafka import Consumer as FaustConsumer
 from faust.types import TP
 from intervaltree import IntervalTree
 
+from bizevents import translator
 from bizevents.plumbing.errors import ConfigError
 from bizevents.plumbing.kafka import partition_for
-from bizevents.translators import translator
 from bizevents.translators._faust import (
     PRIVATE_CONSUMER_ATTRIBUTES,
     BlockAcker,

@@ -7,12 +7,12 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Final
 
+from bizevents import Timestamp, condecimal, translator
 from bizevents.contracts.business import BusinessEvent
 from bizevents.contracts.change import Change
 from bizevents.contracts.envelope import ChangeEvent, PgPosition, Source
 from bizevents.contracts.logical import ColumnType, Field, Kind
 from bizevents.contracts.technical import TableSchema
-from bizevents.translators import Timestamp, condecimal, translator
 
 if TYPE_CHECKING:
     Money = Decimal

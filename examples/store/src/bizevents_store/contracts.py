@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import Field
 
-from bizevents.translators import BusinessEvent, Int32, Record, Timestamp, condecimal
+from bizevents import BusinessEvent, Int32, Record, Timestamp, condecimal
 
 #: numeric(12, 2) in the database; condecimal keeps precision and scale also inside
 #: an optional (``Money | None``), where a plain ``Annotated`` loses them.

@@ -23,14 +23,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Final
 
-from bizevents.translators import (
+from bizevents import BusinessEvent, Change, translator
+from bizevents.transactions import (
     Attributed,
-    BusinessEvent,
-    Change,
     TransactionChanges,
     stems_from,
     transaction_translator,
-    translator,
 )
 from bizevents_store.contracts import (
     CustomerAddressChanged,
