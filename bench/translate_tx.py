@@ -194,7 +194,7 @@ def main() -> None:
     parser.add_argument("--transactions", type=int, default=4_000)
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
-    from bizevents.contracts.registry import run_in_thread
+    from bizevents.devstack.registry import run_in_thread
 
     with run_in_thread(Path(tempfile.mkdtemp(prefix="bench-tx-registry-"))) as registry:
         for text in report(registry.url, args.transactions, args.runs):

@@ -144,7 +144,7 @@ class Registry:
             [
                 sys.executable,
                 "-m",
-                "bizevents.contracts.registry",
+                "bizevents.devstack.registry",
                 "--host",
                 dev.host,
                 "--port",

@@ -16,9 +16,9 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from bizevents import Change, TranslationError
 from bizevents.consumers.window import EventWindow, Verdict
 from bizevents.contracts.envelope import Transaction
-from bizevents.contracts.registry import run_in_thread
 from bizevents.contracts.serde import BusinessDeserializer, BusinessSerializer
 from bizevents.contracts.technical.transaction import TransactionRecord
+from bizevents.devstack.registry import run_in_thread
 from bizevents.testing import SERVER, change, run
 from bizevents.transactions import (
     Attributed,

@@ -556,7 +556,7 @@ def test_a_worker_started_before_the_registry_waits_for_it_and_translates(setup:
         with open(setup.tmp / "registry.log", "ab") as out:
             registry = subprocess.Popen(
                 [
-                    *(sys.executable, "-m", "bizevents.contracts.registry", "--host", "127.0.0.1"),
+                    *(sys.executable, "-m", "bizevents.devstack.registry", "--host", "127.0.0.1"),
                     *("--port", str(port), "--data-dir", str(setup.tmp / "registry")),
                 ],
                 stdout=out,

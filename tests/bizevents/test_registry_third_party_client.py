@@ -15,7 +15,7 @@ import httpx
 import pytest
 from schema_registry.client import AsyncSchemaRegistryClient, SchemaRegistryClient, schema
 
-from bizevents.contracts.registry import RegistryThread, run_in_thread
+from bizevents.devstack.registry import RegistryThread, run_in_thread
 
 ORDER = {
     "type": "record",

@@ -34,7 +34,7 @@ from bizevents.contracts.compatibility import (
     parse_schema,
 )
 from bizevents.contracts.exceptions import RegistryError
-from bizevents.contracts.registry import errors
+from bizevents.devstack.registry import errors
 from bizevents.plumbing.errors import ConfigError
 
 log = structlog.get_logger(__name__)

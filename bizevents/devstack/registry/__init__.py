@@ -1,12 +1,12 @@
 """The embedded schema registry: a small Confluent-compatible registry, persisted on disk.
 
-``python -m bizevents.contracts.registry`` runs it as a process; ``run_in_thread`` and ``start``
+``python -m bizevents.devstack.registry`` runs it as a process; ``run_in_thread`` and ``start``
 run it inside another program (tests, the dev stack). See docs/schema-registry.md.
 """
 
 from __future__ import annotations
 
-from bizevents.contracts.registry.server import (
+from bizevents.devstack.registry.server import (
     BasicAuth,
     RegistryThread,
     RunningRegistry,
@@ -14,7 +14,7 @@ from bizevents.contracts.registry.server import (
     run_in_thread,
     start,
 )
-from bizevents.contracts.registry.store import RegistryStore
+from bizevents.devstack.registry.store import RegistryStore
 
 __all__ = [
     "BasicAuth",

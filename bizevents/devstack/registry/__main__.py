@@ -1,6 +1,6 @@
 """Command line: run the embedded schema registry until SIGTERM or SIGINT.
 
-    python -m bizevents.contracts.registry --host 127.0.0.1 --port 8081 --data-dir DIR \
+    python -m bizevents.devstack.registry --host 127.0.0.1 --port 8081 --data-dir DIR \
         [--basic-auth-user U --basic-auth-password-file F]
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import structlog
 
-from bizevents.contracts.registry.server import BasicAuth, start
+from bizevents.devstack.registry.server import BasicAuth, start
 from bizevents.plumbing.errors import BizeventsError, ConfigError
 from bizevents.plumbing.logging import configure_logging
 
@@ -24,7 +24,7 @@ log = structlog.get_logger(__name__)
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m bizevents.contracts.registry",
+        prog="python -m bizevents.devstack.registry",
         description="Run the embedded Confluent-compatible schema registry.",
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback)")

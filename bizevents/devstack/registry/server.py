@@ -25,8 +25,8 @@ import structlog
 from aiohttp import web
 
 from bizevents.contracts.exceptions import RegistryError
-from bizevents.contracts.registry import errors
-from bizevents.contracts.registry.store import (
+from bizevents.devstack.registry import errors
+from bizevents.devstack.registry.store import (
     SUPPORTED_TYPES,
     RegistryStore,
     StoredSchema,

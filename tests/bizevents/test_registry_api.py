@@ -20,7 +20,7 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient, Schema
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from bizevents.contracts.registry import BasicAuth, RegistryThread, run_in_thread
+from bizevents.devstack.registry import BasicAuth, RegistryThread, run_in_thread
 from bizevents.plumbing.errors import ConfigError
 
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
@@ -387,12 +387,12 @@ def test_basic_auth(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_command_line_serves_until_sigterm(tmp_path: Path) -> None:
-    """``python -m bizevents.contracts.registry`` serves with auth from a file; SIGTERM exits 0."""
+    """``python -m bizevents.devstack.registry`` serves with auth from a file; SIGTERM exits 0."""
     password = "file-Pa55word"
     password_file = tmp_path / "password"
     password_file.write_text(password + "\n")
     command = [
-        sys.executable, "-m", "bizevents.contracts.registry", "--port", "0",
+        sys.executable, "-m", "bizevents.devstack.registry", "--port", "0",
         "--data-dir", str(tmp_path / "cli"),
         "--basic-auth-user", "ci", "--basic-auth-password-file", str(password_file),
     ]  # fmt: skip
