@@ -18,7 +18,8 @@ from bizevents.settings import Settings
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     """local[2] with the UI off, shared by every replay test (starting one takes ~10 s)."""
-    pyspark_sql = pytest.importorskip("pyspark.sql")
+    import pyspark.sql as pyspark_sql  # part of the test set-up: missing, the tests fail
+
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers in this venv
     session = (
         pyspark_sql.SparkSession.builder.master("local[2]")

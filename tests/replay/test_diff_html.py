@@ -17,7 +17,6 @@ pytestmark = pytest.mark.integration
 
 
 def test_replay_diff_writes_an_html_report(bizevents_stack: Endpoints, tmp_path: Path) -> None:
-    pytest.importorskip("pyspark")
     made = story(f"html{uuid.uuid4().hex[:8]}", orders=30)
     produce_story(bizevents_stack.bootstrap_servers, bizevents_stack.registry_url, made)
     report = tmp_path / "diff.html"

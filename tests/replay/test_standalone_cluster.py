@@ -23,7 +23,6 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    pytest.importorskip("pyspark")
     from bizevents.devstack.spark import StandaloneCluster
 
     with StandaloneCluster(tmp_path_factory.mktemp("spark-cluster"), workers=2) as running:

@@ -1,0 +1,29 @@
+"""The checks pyproject.toml configures run with the tests, and any finding fails them.
+
+ruff (lint and format) and mypy (strict, over the one package ``bizevents`` and every
+floor it links in) run as the commands a developer would type, from the checkout's root.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["ruff", "check", "."], ["ruff", "format", "--check", "."], ["mypy"]],
+    ids=["ruff-check", "ruff-format", "mypy"],
+)
+def test_the_configured_check_finds_nothing(argv: list[str]) -> None:
+    """``ruff check``, ``ruff format --check`` and ``mypy`` exit 0 on the checkout."""
+    done = subprocess.run(
+        [str(BIN / argv[0]), *argv[1:]], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, f"{' '.join(argv)} found:\n{done.stdout}{done.stderr}"
