@@ -38,6 +38,7 @@ from rich.text import Text
 from bizevents.devstack import DevStack, Endpoints, StackError
 from bizevents.devstack.processes import free_port, tail
 from bizevents.plumbing.errors import ConfigError
+from bizevents.plumbing.framing import unframe
 from bizevents.settings import Settings
 from bizevents.status import ENDPOINTS_FILE
 from bizevents.story import Agreement, OrderBook, Seen, describe
@@ -242,7 +243,7 @@ class _Decoder:
 
         import fastavro
 
-        schema_id = int.from_bytes(data[1:5], "big")
+        schema_id, body = unframe(data)
         if schema_id not in self.schemas:
             url = f"{self.registry_url}/schemas/ids/{schema_id}"
             with urllib.request.urlopen(url, timeout=5) as response:
@@ -250,7 +251,7 @@ class _Decoder:
             parsed: Any = fastavro.parse_schema(json.loads(text))
             self.schemas[schema_id] = (str(json.loads(text)["name"]).rpartition(".")[2], parsed)
         name, schema = self.schemas[schema_id]
-        record = fastavro.schemaless_reader(io.BytesIO(data[5:]), schema, None)
+        record = fastavro.schemaless_reader(io.BytesIO(body), schema, None)
         assert isinstance(record, dict)
         return name, record
 

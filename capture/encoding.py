@@ -40,7 +40,7 @@ from bizevents.contracts.binary import (
 from bizevents.contracts.binary import blob as _blob
 from bizevents.contracts.binary import text as _text
 from bizevents.contracts.logical import UNAVAILABLE, ColumnType, Field, Kind, encoder_for
-from bizevents.contracts.technical import AvroEncoder, EnvelopeSchemas, TableSchema
+from bizevents.contracts.technical import AVRO_OPS, AvroEncoder, EnvelopeSchemas, TableSchema
 from bizevents.contracts.technical.source import AvroSourceWriter, EncodedSource
 from bizevents.plumbing.framing import header
 
@@ -266,9 +266,6 @@ def _record(slots: Sequence[_Slot], values: TupleData) -> bytes:
     return b"".join(parts)
 
 
-_OPS: Final = {op: _text(op) for op in ("c", "u", "d", "r", "t")}
-
-
 def encoded_ts(ts_ms: int) -> bytes:
     """The envelope's ``ts_ms`` and (null) ``transaction``, encoded."""
     return _SOME + zigzag(ts_ms) + _NULL
@@ -442,7 +439,7 @@ class TableCodec:
                 _NULL if before is None else _SOME + before,
                 _NULL if after is None else _SOME + after,
                 source,
-                _OPS[op],
+                AVRO_OPS[op],
                 ts_ms if ts_ms.__class__ is bytes else encoded_ts(ts_ms),  # type: ignore[arg-type]
             )
         )

@@ -63,7 +63,7 @@ from bizevents.capture.core import HEADER_CAPTURE_FORMAT, HEADER_CAPTURE_TABLE, 
 from bizevents.capture.encoding import encoded_ts
 from bizevents.capture.exceptions import CaptureError
 from bizevents.capture.mysql import BinlogPosition
-from bizevents.capture.mysqlcodec import OPS, MyTable, MyTableCodec, key_columns
+from bizevents.capture.mysqlcodec import MyTable, MyTableCodec, key_columns
 from bizevents.capture.mysqltypes import TIME2, binlog_time2
 from bizevents.capture.offsets import AckTracker, Tx
 from bizevents.capture.sink import create_topics
@@ -76,6 +76,7 @@ from bizevents.contracts.business import (
     HEADER_SOURCE_POSITION,
     HEADER_SOURCE_TOPIC,
 )
+from bizevents.contracts.technical import AVRO_OPS
 from bizevents.contracts.technical.transaction import transaction_topic
 from bizevents.plumbing.errors import TransientError
 from bizevents.plumbing.kafka import ensure_topics, produce
@@ -86,7 +87,7 @@ _TRUNCATE = re.compile(r"TRUNCATE\s+(?:TABLE\s+)?(?:`?(\w+)`?\.)?`?(\w+)`?", re.
 _STORE_EVERY_S = 0.5
 _POLL_EVERY = 256
 _NULL, _SOME = NULL_BRANCH, VALUE_BRANCH
-_C, _U, _D = OPS["c"], OPS["u"], OPS["d"]
+_C, _U, _D = AVRO_OPS["c"], AVRO_OPS["u"], AVRO_OPS["d"]
 
 
 class OffsetStore:

@@ -23,19 +23,17 @@ from bizevents.contracts.binary import (
     NULL_BRANCH,
     VALUE_BRANCH,
     VARINTS,
-    text,
     varint,
     zigzag,
 )
-from bizevents.contracts.technical import AvroEncoder, EnvelopeSchemas, TableSchema
+from bizevents.contracts.technical import AVRO_OPS, AvroEncoder, EnvelopeSchemas, TableSchema
 from bizevents.contracts.technical.source import AvroSourceWriter
 from bizevents.plumbing.framing import header
 
-__all__ = ["OPS", "MyTable", "MyTableCodec", "Row", "encoded_ts", "key_columns"]
+__all__ = ["MyTable", "MyTableCodec", "Row", "encoded_ts", "key_columns"]
 
 Row = Mapping[str, Any]
 #: Each operation code as Avro string bytes.
-OPS: Final = {op: text(op) for op in ("c", "u", "d", "r", "t")}
 
 
 @dataclass(frozen=True, slots=True)
@@ -324,7 +322,7 @@ class MyTableCodec:
                 NULL_BRANCH if before is None else VALUE_BRANCH + before,
                 NULL_BRANCH if after is None else VALUE_BRANCH + after,
                 source,
-                OPS[op],
+                AVRO_OPS[op],
                 ts,
             )
         )

@@ -6,10 +6,11 @@ from __future__ import annotations
 import struct
 from typing import Final
 
-__all__ = ["HEADER_SIZE", "MAGIC_BYTE", "FramingError", "header", "unframe"]
+__all__ = ["HEADER_SIZE", "MAGIC_BYTE", "FramingError", "header", "schema_id_of", "unframe"]
 
 MAGIC_BYTE: Final = 0
 _HEADER: Final = struct.Struct(">bI")
+_SCHEMA_ID: Final = struct.Struct(">I").unpack_from
 HEADER_SIZE: Final = _HEADER.size
 
 
@@ -32,3 +33,11 @@ def unframe(data: bytes) -> tuple[int, memoryview]:
     if magic != MAGIC_BYTE:
         raise FramingError(f"starts with magic byte {magic}, not {MAGIC_BYTE}")
     return int(schema_id), memoryview(data)[HEADER_SIZE:]
+
+
+def schema_id_of(data: bytes) -> int | None:
+    """The schema id of a framed message, or ``None`` when ``data`` is not framed: the
+    hot path's test, which raises nothing (:func:`unframe` says what is wrong)."""
+    if len(data) < HEADER_SIZE or data[0] != MAGIC_BYTE:
+        return None
+    return int(_SCHEMA_ID(data, 1)[0])

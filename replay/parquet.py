@@ -19,7 +19,6 @@ through an accumulator: the rows go to the JVM writer, not back to Python.
 from __future__ import annotations
 
 import json
-import struct
 from base64 import b64encode
 from collections.abc import Iterator, Sequence
 from datetime import date, datetime, time
@@ -37,6 +36,7 @@ from bizevents.contracts.business import (
     HEADER_SOURCE_TOPIC,
 )
 from bizevents.plumbing.errors import TransientError
+from bizevents.plumbing.framing import unframe
 from bizevents.replay.plan import Range
 from bizevents.replay.task import TaskConfig, TaskReport, count_event, range_blocks, runtime
 from bizevents.translators.pipeline import OutRecord
@@ -110,18 +110,14 @@ class EventReader:
     def __call__(self, value: bytes) -> tuple[str, str]:
         from fastavro import parse_schema, schemaless_reader
 
-        if len(value) < 5 or value[0] != 0:
-            raise ValueError("not Confluent-framed Avro (no magic byte 0)")
-        (schema_id,) = struct.unpack(">I", value[1:5])
+        schema_id, framed = unframe(value)  # FramingError (a ValueError) names what is wrong
         found = self._schemas.get(schema_id)
         if found is None:
             parsed = parse_schema(json.loads(self._schema_text(schema_id)))
             name = str(parsed.get("name", "")) if isinstance(parsed, dict) else ""
             found = self._schemas[schema_id] = (parsed, name)
         parsed, name = found
-        body = BytesIO(value)
-        body.seek(5)
-        data = schemaless_reader(body, parsed, None)
+        data = schemaless_reader(BytesIO(framed), parsed, None)
         return name, json.dumps(data, default=_json_value, separators=(",", ":"))
 
 

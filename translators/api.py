@@ -22,6 +22,7 @@ from typing import Final, Literal, TypeAlias
 
 from bizevents.contracts.business import BusinessEvent
 from bizevents.contracts.change import Change
+from bizevents.contracts.envelope import OPS
 from bizevents.translators.exceptions import PluginError, TranslationError
 
 Policy: TypeAlias = Literal["translate", "skip"]
@@ -33,7 +34,6 @@ TranslateFunc: TypeAlias = Callable[[Change], Output]
 
 _NAME = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 NO_EVENTS: Final[tuple[BusinessEvent, ...]] = ()
-_OPS: Final = frozenset({"c", "u", "d", "r", "t"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +66,7 @@ class Translator:
         object.__setattr__(self, "ref", f"{self.name}@{self.version}")
         emitting = {
             op
-            for op in _OPS
+            for op in OPS
             if (self.ops is None or op in self.ops)
             and not (op == "r" and self.snapshots == SKIP)
             and not (op == "d" and self.deletes == SKIP)
@@ -213,9 +213,9 @@ def _declaration_problems(columns: object, ops: object) -> list[str]:
         isinstance(ops, str)
         or not isinstance(ops, Sequence | frozenset | set)
         or not ops
-        or not set(ops) <= _OPS
+        or not set(ops) <= OPS
     ):
-        problems.append(f"ops {ops!r} must be a non-empty list of {', '.join(sorted(_OPS))}")
+        problems.append(f"ops {ops!r} must be a non-empty list of {', '.join(sorted(OPS))}")
     return problems
 
 

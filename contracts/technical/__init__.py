@@ -25,7 +25,7 @@ from bizevents.contracts.exceptions import EncodeError
 from bizevents.contracts.technical.avro import AvroDecoder
 from bizevents.contracts.technical.connect_json import JsonSchemaDecoder, PlainJsonDecoder
 from bizevents.contracts.technical.detect import AutoDecoder, detect_encoding
-from bizevents.contracts.technical.encode import AvroEncoder, JsonEncoder
+from bizevents.contracts.technical.encode import AVRO_OPS, AvroEncoder, JsonEncoder
 from bizevents.contracts.technical.events import Decoded, Encoding, SchemaLookup
 from bizevents.contracts.technical.schemas import (
     EnvelopeSchemas,
@@ -37,6 +37,7 @@ from bizevents.contracts.technical.source import Connector
 from bizevents.plumbing.framing import MAGIC_BYTE
 
 __all__ = [
+    "AVRO_OPS",
     "MAGIC_BYTE",
     "AutoDecoder",
     "AvroDecoder",

@@ -52,7 +52,7 @@ from bizevents.contracts.technical.source import (
     trusts_source,
 )
 from bizevents.plumbing.errors import TransientError
-from bizevents.plumbing.framing import FramingError, unframe
+from bizevents.plumbing.framing import FramingError, schema_id_of, unframe
 
 # -- Avro ----------------------------------------------------------------------------
 
@@ -375,17 +375,17 @@ class AvroDecoder(_BytesDecoder):
         """Framed key and value whose plans are known, read whole by the compiled reader
         with the envelope's builders: the event in one step, without the framing, plan
         and fallback layers (a record that is anything else takes them: None)."""
-        if value.__class__ is not bytes or value[:1] != b"\x00":
+        if value.__class__ is not bytes or (schema_id := schema_id_of(value)) is None:
             return None
-        plan = self._values.get((int.from_bytes(value[1:5], "big"), columns))
+        plan = self._values.get((schema_id, columns))
         if plan is None or not plan.built or plan.read is None:
             return None
         try:
             row = None
             if key is not None:
-                if key.__class__ is not bytes or key[:1] != b"\x00":
+                if key.__class__ is not bytes or (key_id := schema_id_of(key)) is None:
                     return None
-                known = self._keys.get(int.from_bytes(key[1:5], "big"))
+                known = self._keys.get(key_id)
                 if known is None or known.read is None:
                     return None
                 row, end = known.read(key, 5)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import io
 import json
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import fastavro
 
+from bizevents.contracts.binary import text
 from bizevents.contracts.envelope import (
+    OPS,
     ChangeEvent,
     Row,
     Tombstone,
@@ -27,6 +29,9 @@ from bizevents.contracts.technical.source import (
     source_wire,
 )
 from bizevents.plumbing.framing import header
+
+#: Each operation code as an Avro string's bytes: what capture's record writers put in ``op``.
+AVRO_OPS: Final[dict[str, bytes]] = {op: text(op) for op in sorted(OPS)}
 
 # -- encoders ------------------------------------------------------------------------------
 
