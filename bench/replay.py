@@ -37,11 +37,11 @@ def fill(
     bootstrap: str, registry_url: str, topic_server: str, records: int, partitions: int
 ) -> str:
     """``records`` envelopes: orders placed, then paid, shipped, delivered (4 changes each)."""
-    from bizevents_store.technical import order_change, registered_orders_encoder
     from confluent_kafka import Producer
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
     from tests.replay.store_story import create_topic
+    from tests.store_technical import order_change, registered_orders_encoder
 
     topic = f"{topic_server}.store.orders"
     create_topic(bootstrap, topic, partitions)

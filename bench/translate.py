@@ -48,8 +48,9 @@ T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 
 def envelopes(server: str, registry_url: str, n: int) -> list[tuple[bytes | None, bytes | None]]:
     """N encoded changes: orders placed, then paid, touched (updated_at only), shipped."""
-    from bizevents_store.technical import order_change, registered_orders_encoder
     from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    from tests.store_technical import order_change, registered_orders_encoder
 
     encoder = registered_orders_encoder(server, SchemaRegistryClient({"url": registry_url}))
     orders = n // 4

@@ -59,11 +59,10 @@ def _items_encoder(server: str, registry: Any) -> Any:
 
 def workload(server: str, registry: Any, transactions: int) -> tuple[list[Any], list[Any]]:
     """(technical records of orders and items with transaction blocks, END records)."""
-    from bizevents_store.technical import order_change, registered_orders_encoder
-
     from bizevents.contracts.envelope import ChangeEvent, PgPosition, Source, Transaction
     from bizevents.contracts.technical.transaction import TransactionRecord
     from bizevents.translators.pipeline import SourceRecord
+    from tests.store_technical import order_change, registered_orders_encoder
 
     orders = registered_orders_encoder(server, registry)
     items = _items_encoder(server, registry)

@@ -248,9 +248,8 @@ def test_check_names_a_column_a_pinned_translator_reads_that_a_ddl_dropped(
     """orders@2 declares store.orders.status; capture registered a layout without it (the
     column was dropped): the check names translator, column and version, and exits 1;
     with the column back it passes."""
-    from bizevents_store.technical import orders_table
-
     from bizevents.contracts.technical import AvroEncoder
+    from tests.store_technical import orders_table
 
     prefix = f"ddl{uuid.uuid4().hex[:8]}"
     subject = f"{prefix}.store.orders-value"

@@ -26,8 +26,6 @@ from typing import Any
 
 import pytest
 from bizevents_store.contracts import OrderPlaced, OrderShipped, OrderStatusChanged
-from bizevents_store.technical import order_change as store_order_change
-from bizevents_store.technical import registered_orders_encoder
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
@@ -48,6 +46,8 @@ from bizevents.contracts.envelope import ChangeEvent, Op, PgPosition
 from bizevents.contracts.serde import BusinessDeserializer
 from bizevents.contracts.technical import AvroEncoder
 from bizevents.devstack import Endpoints
+from tests.store_technical import order_change as store_order_change
+from tests.store_technical import registered_orders_encoder
 
 pytestmark = pytest.mark.integration
 

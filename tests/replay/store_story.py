@@ -17,7 +17,6 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from bizevents_store.technical import registered_orders_encoder
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
@@ -26,6 +25,7 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from bizevents.contracts.envelope import ChangeEvent, PgPosition, Source, Tombstone
 from bizevents.contracts.technical import AutoDecoder
 from bizevents.translators.pipeline import Pipeline, SourceRecord
+from tests.store_technical import registered_orders_encoder
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
 

@@ -8,11 +8,11 @@ import json
 from typing import Any
 
 import pytest
-from bizevents_store.technical import orders_table
 from bizevents_store.translators import orders_v2
 
 from bizevents.contracts.technical import AvroEncoder
 from bizevents.translators.columns import Layout, column_problems, row_columns
+from tests.store_technical import orders_table
 
 SERVER = "shop"
 

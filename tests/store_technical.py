@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 from typing import Any, Final
 
+from bizevents_store.translators import DB_ORDER_STATUSES
+
 from bizevents.contracts.envelope import ChangeEvent, Op, PgPosition, Row, Source
 from bizevents.contracts.logical import ColumnType, Field, Kind
 from bizevents.contracts.technical import AvroEncoder, TableSchema
-from bizevents_store.translators import DB_ORDER_STATUSES
 
 _TIMESTAMPTZ: Final = ColumnType(Kind.ZONED_TIMESTAMP)
 
