@@ -58,9 +58,10 @@ def uv(*args: str | Path, env: Mapping[str, str] | None = None) -> subprocess.Co
     return run([UV, *args], env={**UV_ENV, **(env or {})})
 
 
-def fresh_venv(path: Path) -> Path:
-    """A new virtual environment of this interpreter's version; returns its folder."""
-    uv("venv", "-q", "--python", sys.executable, path)
+def fresh_venv(path: Path, *, with_pip: bool = False) -> Path:
+    """A new virtual environment of this interpreter's version; returns its folder.
+    ``with_pip`` puts pip in it, as ``python -m venv`` does."""
+    uv("venv", "-q", *(["--seed"] if with_pip else []), "--python", sys.executable, path)
     return path
 
 
