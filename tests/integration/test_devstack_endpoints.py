@@ -68,6 +68,22 @@ def test_commands_use_the_running_stack(env: dict[str, str], tmp_path: Path) -> 
     subjects = httpx.get(f"{endpoints['registry_url']}/subjects").json()
     assert f"{topic}-value" in subjects
 
+    # `read` prints the record (plain bytes as text) and stops after --count
+    read = run(env, "read", topic, "--count", "1", "--timeout", "30")
+    assert read.returncode == 0, read.stderr
+    (line,) = read.stdout.splitlines()
+    assert json.loads(line) | {"headers": {}} == {
+        "partition": 0,
+        "offset": 0,
+        "key": None,
+        "value": "hello",
+        "headers": {},
+    }
+    missing = run(env, "read", f"{topic}.nothing", "--timeout", "1")
+    assert missing.returncode == 1
+    assert f"there is no topic {topic}.nothing on 127.0.0.1:" in " ".join(missing.stderr.split())
+    assert "Traceback" not in missing.stderr
+
     # an address the environment names wins over the running stack's
     elsewhere = {**env, "BIZEVENTS_KAFKA__BOOTSTRAP_SERVERS": "127.0.0.1:9"}
     refused = run(elsewhere, "topics")
