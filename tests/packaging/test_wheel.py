@@ -4,6 +4,7 @@ that leaves both sides whole, in either order. The sdist builds without a C comp
 
 from __future__ import annotations
 
+import tarfile
 import zipfile
 from collections.abc import Iterator
 from email.parser import Parser
@@ -151,6 +152,10 @@ def test_the_sdist_builds_without_a_compiler_into_a_wheel_that_runs(
     dists: Distributions, tmp_path: Path
 ) -> None:
     """CC names a compiler that is not there: the build warns and falls back to Python."""
+    with tarfile.open(dists.sdist) as sdist:
+        held = set(sdist.getnames())
+    assert {"bizevents-0.1.0/LICENSE", "bizevents-0.1.0/hatch_build.py"} <= held
+    assert "bizevents-0.1.0/bizevents/contracts/avro_codegen/_native.c" in held
     built = uv(
         "build",
         "--wheel",
