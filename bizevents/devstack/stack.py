@@ -4,7 +4,8 @@ The state file (``<state_dir>/stack.json``) records what runs where: pid, start
 time, port, endpoint and log of each service. ``up`` starts only what is not
 already running and answering, so a second ``up`` is harmless; ``down`` stops
 exactly the processes the file names, and only while they are still the ones
-``up`` started.
+``up`` started. The other commands read the same file for the endpoints their settings
+leave out (:func:`with_running_stack`).
 """
 
 from __future__ import annotations
