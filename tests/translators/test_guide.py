@@ -174,6 +174,9 @@ def test_the_guide_as_a_new_author_lives_it(tmp_path: Path) -> None:
     assert len(outputs) == len(steps)
     assert len(stopped) == 2 and set(stopped.values()) == {"0"}, f"stopped: {stopped}{logs}"
 
+    # the installed plugin is listed, its version pinned
+    (listed,) = [outputs[i] for i, st in enumerate(steps) if "translators list" in st.text]
+    assert re.search(r"parcels@1 .* pinned", listed), listed
     # the plugin's own tests ran and wrote their golden file
     assert "3 passed" in "".join(outputs)
     assert (folder / "tests" / "golden" / "parcels@1.json").is_file()
