@@ -11,6 +11,7 @@ from bizevents.clikit import fails_cleanly, settings_of
 from bizevents.contractscli import contracts
 from bizevents.democli import demo
 from bizevents.devcli import dev
+from bizevents.readcli import read
 from bizevents.replaycli import replay
 from bizevents.statuscli import status
 from bizevents.topicscli import topics
@@ -66,3 +67,4 @@ main.add_command(replay)
 main.add_command(demo)
 main.add_command(status)
 main.add_command(topics)
+main.add_command(read)

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from bizevents.devstack.stack import with_running_stack
 from bizevents.plumbing.errors import BizeventsError
 from bizevents.plumbing.logging import configure_logging, redact_text
 from bizevents.settings import Settings, load_settings
@@ -41,10 +42,11 @@ def fails_cleanly(func: F) -> F:
 
 
 def settings_of(ctx: click.Context) -> Settings:
-    """Load the settings once per command and set up logging from them."""
+    """Load the settings once per command and set up logging from them; a running dev
+    stack's endpoints stand in for those the settings leave out."""
     obj: dict[str, Any] = ctx.ensure_object(dict)
     if "settings" not in obj:
-        settings = load_settings(obj.get("config_file"))
+        settings = with_running_stack(load_settings(obj.get("config_file")))
         configure_logging(settings.log_level, settings.log_format)
         obj["settings"] = settings
     result: Settings = obj["settings"]

@@ -1,21 +1,25 @@
 """``bizevents contracts``: the CI gate for business-event contracts (``.avsc`` files).
 
-``check`` compares each contract with its subject's registered versions (or with the
-same file at a git ref) and exits 1 on any incompatibility; ``register`` checks first
-and registers only what passes. Output is plain lines, one per subject, so that CI
+``write`` writes the installed plugins' contracts as ``.avsc`` files; ``check`` compares
+each contract with its subject's registered versions (or with the same file at a git ref)
+and exits 1 on any incompatibility; ``register`` checks first and registers only what
+passes. Output is plain lines, one per subject, so that CI
 logs stay greppable.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import sys
 from collections.abc import Sequence
+from importlib.metadata import entry_points
 from pathlib import Path
 
 import click
 
 from bizevents.clikit import fails_cleanly, settings_of
+from bizevents.contracts.business import BusinessEvent
 from bizevents.contracts.compatibility import CompatibilityLevel, parse_level
 from bizevents.contracts.gate import (
     GitHistory,
@@ -29,7 +33,8 @@ from bizevents.contracts.gate import (
 from bizevents.contracts.subjects import STRATEGIES, subject_strategy
 from bizevents.settings import Settings
 from bizevents.translators.columns import ColumnProblem, Layout, column_problems
-from bizevents.translators.registry import discover
+from bizevents.translators.exceptions import PluginError
+from bizevents.translators.registry import ENTRY_POINT_GROUP, discover
 
 _PATHS = click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 _STRATEGY = click.option(
@@ -195,3 +200,62 @@ def register(ctx: click.Context, paths: tuple[Path, ...], strategy: str) -> None
             click.echo(f"NOT registered {subject} ({done.verdict.contract.path}): {done.error}")
     if any(done.error is not None for done in registrations):
         sys.exit(1)
+
+
+@contracts.command()
+@click.argument("names", nargs=-1)
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=Path("contracts"),
+    show_default=True,
+    help="The folder to write into (created if missing).",
+)
+@fails_cleanly
+def write(names: tuple[str, ...], out: Path) -> None:
+    """Write the .avsc of the contracts that installed translators emit, one
+    <fullname>.avsc each, for `check` and `register` and for version control.
+
+    NAMES are plugin distributions (bizevents-shipping) or translator names (parcels);
+    without any, every installed plugin's. Every version of a translator counts."""
+    from bizevents.contracts.business import write_avsc
+
+    chosen = _entry_points_named(names)
+    emitted: dict[str, type[BusinessEvent]] = {}
+    for translator in discover(names=chosen):
+        if translator.name in chosen:
+            for model in translator.emits:
+                emitted.setdefault(model.contract_fullname(), model)
+    for fullname, model in sorted(emitted.items()):
+        click.echo(f"{fullname}  {write_avsc(model, out)}")
+    click.echo(f"{len(emitted)} contract(s) written to {out}")
+
+
+def _normalized(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _entry_points_named(names: Sequence[str]) -> set[str]:
+    """The translator entry points that ``names`` pick (all without names); a name that
+    is neither an installed plugin distribution nor a translator is an error."""
+    found = entry_points(group=ENTRY_POINT_GROUP)
+    if not found:
+        raise PluginError(
+            f"no translator plugin is installed (entry-point group {ENTRY_POINT_GROUP})"
+        )
+    if not names:
+        return {e.name for e in found}
+    chosen: set[str] = set()
+    for name in names:
+        picked = {
+            e.name
+            for e in found
+            if e.name == name
+            or (e.dist is not None and _normalized(e.dist.name) == _normalized(name))
+        }
+        if not picked:
+            raise PluginError(
+                f"{name!r} is neither an installed translator plugin nor a translator's name"
+            )
+        chosen |= picked
+    return chosen

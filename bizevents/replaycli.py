@@ -177,8 +177,8 @@ def replay(
 
 SPARK_MISSING = (
     "bizevents replay runs on Spark, and pyspark is not installed in this environment: "
-    "install the spark extra (`scripts/setup --extra spark` in a checkout, "
-    "or `pip install 'bizevents[spark]'`)"
+    "install the spark extra (`pip install 'bizevents[spark]'`; in a source checkout, "
+    "`scripts/setup --extra spark`)"
 )
 
 

@@ -6,6 +6,10 @@ Nested groups use a double underscore in the environment, for example
 named by ``BIZEVENTS_CONFIG`` or ``--config``; the environment wins over the file.
 Secrets are ``SecretStr`` (or read from a file named by a ``*_file`` setting) so that
 they never print in a log line or a ``repr``.
+
+The commands then fill what neither names from a running dev stack (``bizevents dev up``
+records its endpoints in ``<state_dir>/stack.json``): the broker, the registry and the
+databases' DSNs (:func:`bizevents.devstack.stack.with_running_stack`).
 """
 
 from __future__ import annotations

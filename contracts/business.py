@@ -25,6 +25,7 @@ never fill it; the runtime does, with :func:`with_lineage`.
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -370,17 +371,28 @@ def avsc_text(model: type[BusinessEvent]) -> str:
     return json.dumps(document, indent=2) + "\n"
 
 
-def write_avsc(model: type[BusinessEvent], path: Path) -> Path:
-    """Write the contract's ``.avsc``; a directory gets ``<fullname>.avsc`` inside it."""
-    target = path / f"{model.contract_fullname()}.avsc" if path.is_dir() else path
+def write_avsc(model: type[BusinessEvent], path: str | os.PathLike[str]) -> Path:
+    """Write the contract's ``.avsc`` and return its path.
+
+    ``path`` is the file when it ends in ``.avsc`` (or is an existing file); otherwise it is
+    a folder, which gets ``<fullname>.avsc`` inside it. Missing folders are created."""
+    where = Path(path)
+    if where.is_file() or (where.suffix == ".avsc" and not where.is_dir()):
+        target = where
+    else:
+        target = where / f"{model.contract_fullname()}.avsc"
+    target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(avsc_text(model))
     return target
 
 
-def write_catalogue(models: Sequence[type[BusinessEvent]], directory: Path) -> list[Path]:
+def write_catalogue(
+    models: Sequence[type[BusinessEvent]], directory: str | os.PathLike[str]
+) -> list[Path]:
     """Write one ``<fullname>.avsc`` per contract into ``directory`` (created if needed)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    return [write_avsc(model, directory) for model in models]
+    folder = Path(directory)
+    folder.mkdir(parents=True, exist_ok=True)
+    return [write_avsc(model, folder) for model in models]
 
 
 def read_avsc(path: Path) -> ContractFile:

