@@ -16,6 +16,7 @@
 #include <structmember.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <limits.h>
 #include <string.h>
 
 enum kind {
@@ -36,7 +37,12 @@ typedef struct Node {
                                 gate: its layout (see read_gate) */
     long long precision, scale;  /* decimal */
     struct GateLayout *gate;     /* gate: its layout, parsed (see read_gate) */
+    int zero_width;          /* a datum of no bytes at all (null, fixed(0), a record of such) */
 } Node;
+
+/* gen.Refused: bytes the readers refuse outright, where fastavro would build a list of
+ * more items than the bytes could ever hold (the decoder's verdict, not fastavro's). */
+static PyObject *Refused;
 
 #define MAX_GATED 32
 
@@ -55,7 +61,11 @@ typedef struct {
     const unsigned char *buf;
     Py_ssize_t len;
     Py_ssize_t pos;
+    Py_ssize_t spare;  /* items of no width still allowed (see block_count) */
 } Cursor;
+
+/* Items of no width a datum may hold beyond one per byte of its buffer (gen.SPARE_ITEMS). */
+#define SPARE_ITEMS 65536
 
 /* Attribute names read from C, interned once (at the module's start). */
 static PyObject *ATTR_source, *ATTR_position, *ATTR_coordinates, *ATTR_offset, *ATTR_topic, *ATTR_partition, *ATTR_lsn, *ATTR_tx_id, *ATTR_qualified_table, *ATTR_name, *ATTR_op, *ATTR_key,
@@ -266,12 +276,14 @@ static Node *node_new(PyObject *plan, int depth) {
         if (node->args == NULL) goto fail;
         break;
     case K_GATE:
-        /* ("gate", envelope record node, layout): see read_gate */
-        if (size != 3 || !PyTuple_Check(PyTuple_GET_ITEM(plan, 2)) ||
-            PyTuple_GET_SIZE(PyTuple_GET_ITEM(plan, 2)) != 8) {
-            PyErr_SetString(PyExc_TypeError, "gate is (\"gate\", envelope node, layout)");
+        /* ("gate", envelope record node, layout, check): see read_gate */
+        if (size != 4 || !PyTuple_Check(PyTuple_GET_ITEM(plan, 2)) ||
+            PyTuple_GET_SIZE(PyTuple_GET_ITEM(plan, 2)) != 8 ||
+            !PyCallable_Check(PyTuple_GET_ITEM(plan, 3))) {
+            PyErr_SetString(PyExc_TypeError, "gate is (\"gate\", envelope node, layout, check)");
             goto fail;
         }
+        node->obj = Py_NewRef(PyTuple_GET_ITEM(plan, 3));
         if (child_of(node, plan, 1, depth) < 0) goto fail;
         if (node->children[0]->kind != K_RECORD) {
             PyErr_SetString(PyExc_TypeError, "a gate reads a record");
@@ -321,6 +333,16 @@ static Node *node_new(PyObject *plan, int depth) {
     default:
         if (size != 1) { PyErr_Format(PyExc_TypeError, "%s takes no arguments", name); goto fail; }
     }
+    switch (kind) {
+    case K_NULL: node->zero_width = 1; break;
+    case K_FIXED: node->zero_width = node->n == 0; break;
+    case K_RECORD:
+        node->zero_width = 1;
+        for (Py_ssize_t i = 0; i < node->n; i++) node->zero_width &= node->children[i]->zero_width;
+        break;
+    case K_CALL: case K_SKIP: case K_DECIMAL: node->zero_width = node->children[0]->zero_width; break;
+    default: node->zero_width = 0;
+    }
     return node;
 fail:
     node_free(node);
@@ -358,6 +380,36 @@ static int read_size(Cursor *c, Py_ssize_t *out) {
     if (n > c->len - c->pos) return eof();
     *out = (Py_ssize_t)n;
     return 0;
+}
+
+/* The item count of an array or map block into *n: 1, 0 at the end (a count of zero), -1
+ * on error. A negative count is followed by the block's byte size, which is read and not
+ * trusted: the items are read (or stepped over) one by one, as fastavro reads them, so a
+ * projected read and a full one agree. A count of -2**63 (no positive counterpart) holds
+ * no items, as fastavro reads it. A count the bytes left cannot hold is refused before
+ * any item is read: an EOFError where an item takes a byte at least. Items that take no
+ * bytes (null, fixed(0), empty records) are counted against the cursor's spare: a datum
+ * holds at most one per byte of its buffer and SPARE_ITEMS more; beyond that, Refused
+ * (six bytes could ask for 2**62 of them, which fastavro builds one by one). */
+static int block_count(const Node *node, Cursor *c, long long *n) {
+    if (read_long(c, n) < 0) return -1;
+    if (*n == 0) return 0;
+    if (*n < 0) {
+        long long size;
+        *n = *n == LLONG_MIN ? 0 : -*n;
+        if (read_long(c, &size) < 0) return -1;
+    }
+    if (node->kind == K_ARRAY && node->children[0]->zero_width) {
+        if (*n > c->spare) {
+            PyErr_Format(Refused, "an array block of %lld items of no width, more than %zd",
+                         *n, c->spare);
+            return -1;
+        }
+        c->spare -= (Py_ssize_t)*n;
+    } else if (*n > c->len - c->pos) {
+        return eof();
+    }
+    return 1;
 }
 
 static PyObject *read_node(const Node *node, Cursor *c);
@@ -405,13 +457,8 @@ static int skip_node(const Node *node, Cursor *c) {
         return skip_node(node->children[n], c);
     case K_ARRAY: case K_MAP:
         for (;;) {
-            if (read_long(c, &n) < 0) return -1;
-            if (n == 0) return 0;
-            if (n < 0) {  /* a block that says its size is jumped over */
-                if (read_size(c, &size) < 0) return -1;
-                c->pos += size;
-                continue;
-            }
+            int more = block_count(node, c, &n);
+            if (more <= 0) return more;
             for (long long i = 0; i < n; i++) {
                 if (node->kind == K_MAP) {
                     if (read_size(c, &size) < 0) return -1;
@@ -540,37 +587,50 @@ static int spans_hold(const Span *spans, PyObject *expected) {
 }
 
 /* The gate of an update that changes none of a translator's declared columns
- * (bizevents.translators.api, ``changes``), read without building anything. Its layout:
- * (before, after, columns, checked, expected, source, source checked, source expected):
- * True when the envelope's fields `before` and `after` (unions of null and the row
- * record) are both rows whose fields `columns` (indices) hold the same bytes, its
+ * (bizevents.translators.api, ``changes``). Its node holds the decoder's own read plan of
+ * the envelope, the layout (before, after, columns, checked, expected, source, source
+ * checked, source expected) and check, the decoder's checks of what its plan read. The
+ * envelope is read as the decoder reads it (its projection, conversions and builders)
+ * and checked, so that nothing the decoder refuses is called unchanged; then its bytes
+ * are walked again: True when the fields `before` and `after` (unions of null and the
+ * row record) are both rows whose fields `columns` (indices) hold the same bytes, its
  * fields `checked` hold the bytes `expected` (op: "u") and the fields `source checked`
  * of its source block (field `source`) hold `source expected` (its schema or db, its
  * table). Equal bytes are equal values, so such an update changes none of them. False
- * for anything else, as soon as it is known; a datum that does not read raises: the
- * decoder then reads it and gives the verdict. */
+ * for anything else; a datum that does not read or check raises: the decoder then reads
+ * it and gives the verdict. */
 static PyObject *read_gate(const Node *node, Cursor *c) {
     const GateLayout *gate = node->gate;
+    const Node *envelope = node->children[0];
+    Py_ssize_t start = c->pos;
+    PyObject *datum = read_node(envelope, c);
+    if (datum == NULL) return NULL;
+    PyObject *checked = PyObject_CallOneArg(node->obj, datum);
+    Py_DECREF(datum);
+    if (checked == NULL) return NULL;
+    Py_DECREF(checked);
+    /* the datum's bytes, read: every step succeeds */
+    Cursor again = {c->buf, c->pos, start, c->len + SPARE_ITEMS};
     Span rows[2][MAX_GATED], fields[MAX_GATED], source_fields[MAX_GATED];
     memset(rows, 0, sizeof rows);
     memset(fields, 0, sizeof fields);
     memset(source_fields, 0, sizeof source_fields);
     int present = 0;
-    const Node *envelope = node->children[0];
     for (Py_ssize_t i = 0; i < envelope->n; i++) {
         const Node *field = envelope->children[i];
-        Py_ssize_t start = c->pos;
+        Py_ssize_t at = again.pos;
         int row = i == gate->before ? 0 : i == gate->after ? 1 : -1;
         if (row >= 0 && field->kind == K_UNION) {
             long long branch;
-            if (read_long(c, &branch) < 0) return NULL;
+            if (read_long(&again, &branch) < 0) return NULL;
+            if (branch < 0) branch += field->n;
             if (branch < 0 || branch >= field->n) {
                 PyErr_SetString(PyExc_IndexError, "union branch out of range");
                 return NULL;
             }
             const Node *chosen = field->children[branch];
             if (chosen->kind != K_RECORD) Py_RETURN_FALSE;  /* no such row: not gated */
-            if (record_spans(chosen, c, &gate->columns, rows[row]) < 0) return NULL;
+            if (record_spans(chosen, &again, &gate->columns, rows[row]) < 0) return NULL;
             if (++present == 2) {  /* both rows read: a change ends it here */
                 for (Py_ssize_t k = 0; k < gate->columns.n; k++) {
                     if (rows[0][k].at == NULL || rows[0][k].size != rows[1][k].size ||
@@ -579,14 +639,14 @@ static PyObject *read_gate(const Node *node, Cursor *c) {
                 }
             }
         } else if (i == gate->source && field->kind == K_RECORD) {
-            if (record_spans(field, c, &gate->source_checked, source_fields) < 0) return NULL;
-        } else if (skip_node(field, c) < 0) {
+            if (record_spans(field, &again, &gate->source_checked, source_fields) < 0) return NULL;
+        } else if (skip_node(field, &again) < 0) {
             return NULL;
         }
         for (Py_ssize_t k = 0; k < gate->checked.n; k++) {
             if (gate->checked.at[k] == i) {
-                fields[k].at = c->buf + start;
-                fields[k].size = c->pos - start;
+                fields[k].at = again.buf + at;
+                fields[k].size = again.pos - at;
             }
         }
     }
@@ -652,15 +712,12 @@ static PyObject *read_blocks(const Node *node, Cursor *c) {
     int is_map = node->kind == K_MAP;
     PyObject *out = is_map ? PyDict_New() : PyList_New(0);
     if (out == NULL) return NULL;
-    long long n, block_size;
+    long long n;
     Py_ssize_t size;
     for (;;) {
-        if (read_long(c, &n) < 0) goto fail;
-        if (n == 0) return out;
-        if (n < 0) {
-            n = -n;
-            if (read_long(c, &block_size) < 0) goto fail;  /* the block's size, unused */
-        }
+        int more = block_count(node, c, &n);
+        if (more < 0) goto fail;
+        if (more == 0) return out;
         for (long long i = 0; i < n; i++) {
             PyObject *key = NULL;
             if (is_map) {
@@ -818,7 +875,7 @@ static PyObject *program_vectorcall(PyObject *self, PyObject *const *args, size_
         PyErr_SetString(PyExc_ValueError, "pos outside the bytes");
         return NULL;
     }
-    Cursor c = {(const unsigned char *)view.buf, view.len, pos};
+    Cursor c = {(const unsigned char *)view.buf, view.len, pos, view.len + SPARE_ITEMS};
     PyObject *datum = read_node(((Program *)self)->root, &c);
     PyBuffer_Release(&view);
     if (datum == NULL) return NULL;
@@ -1646,7 +1703,9 @@ static int reads_whole(PyObject *reader, PyObject *data, int held) {
 /* unchanged(gates, keys, compile, key, value) -> bool: whether a record is, for sure, an
  * update that changes none of the gated columns (bizevents.contracts.technical.avro.AvroDecoder.gate
  * binds the first three). gates: schema id -> the envelope's gate or None, filled by
- * compile(schema id) for an id first seen; keys: schema id -> the decoder's key plan
+ * compile(schema id) for an id first seen; compile raises for an id it cannot answer
+ * for yet (nothing is remembered: the gates stay as many as the schemas the decoder
+ * read, whatever ids the records carry); keys: schema id -> the decoder's key plan
  * (its read, or None). The value must be framed and its gate hold to its last byte;
  * the key, when there is one, must be framed and read whole, as the decoder reads it. */
 static PyObject *unchanged(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
@@ -1662,6 +1721,13 @@ static PyObject *unchanged(PyObject *module, PyObject *const *args, Py_ssize_t n
     PyObject *gate = PyDict_GetItemWithError(gates, number);  /* borrowed */
     if (gate == NULL && !PyErr_Occurred()) {
         PyObject *made = PyObject_CallOneArg(args[2], number);
+        if (made == NULL && PyErr_ExceptionMatches(PyExc_Exception)) {
+            /* no gate yet (a schema the decoder has not read, a registry out of reach):
+             * nothing is remembered, the decoder decides */
+            PyErr_Clear();
+            Py_DECREF(number);
+            Py_RETURN_FALSE;
+        }
         if (made != NULL && PyDict_SetItem(gates, number, made) == 0) gate = made;
         Py_XDECREF(made);  /* the dict holds it */
     }
@@ -1685,7 +1751,7 @@ static PyObject *unchanged(PyObject *module, PyObject *const *args, Py_ssize_t n
 
 /* -- the compiled writer of a contract ----------------------------------------------------
  *
- * write_model(plan, model[, lineage]) -> the Avro body of a pydantic model's instance,
+ * WritePlan(plan)(model[, lineage]) -> the Avro body of a pydantic model's instance,
  * the bytes bizevents.contracts.avro_codegen.writer's generated writer gives (and raising where
  * it raises), from a write plan of nested tuples (bizevents.contracts.avro_codegen.native,
  * compile_native_writer), one node per Avro type:
@@ -1830,6 +1896,10 @@ static int write_node(PyObject *node, PyObject *value, Text *out, PyObject *line
         PyObject *index = PyObject_GetItem(PyTuple_GET_ITEM(node, 1), symbol);
         Py_DECREF(symbol);
         if (index == NULL) return -1;
+        if (!PyBytes_CheckExact(index)) {  /* the plan's dict, changed since it was checked */
+            Py_DECREF(index);
+            return fail("an enum index that is not bytes");
+        }
         int done = text_add(out, PyBytes_AS_STRING(index), PyBytes_GET_SIZE(index));
         Py_DECREF(index);
         return done;
@@ -1862,22 +1932,140 @@ static int write_node(PyObject *node, PyObject *value, Text *out, PyObject *line
     }
 }
 
-static PyObject *write_model(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs < 2 || nargs > 3 || !PyTuple_Check(args[0])) {
-        PyErr_SetString(PyExc_TypeError, "write_model(plan, model, lineage=None)");
+/* A write plan node checked, with its children, before any is written: write_node reads
+ * nodes without checks. 0, or -1 with an exception naming what is wrong. */
+static int check_write(PyObject *node, int depth) {
+    if (depth > 200) {
+        PyErr_SetString(PyExc_ValueError, "a write plan nested more than 200 deep");
+        return -1;
+    }
+    if (!PyTuple_CheckExact(node) || PyTuple_GET_SIZE(node) < 1 ||
+        !PyLong_CheckExact(PyTuple_GET_ITEM(node, 0))) {
+        PyErr_SetString(PyExc_TypeError, "a write plan node is a tuple (kind, ...)");
+        return -1;
+    }
+    long kind = PyLong_AsLong(PyTuple_GET_ITEM(node, 0));
+    Py_ssize_t size = PyTuple_GET_SIZE(node);
+    PyObject *const *item = &PyTuple_GET_ITEM(node, 0);
+    int ok;
+    switch (kind) {
+    case W_NULL: case W_BOOLEAN: case W_FLOAT: case W_DOUBLE: case W_STRING: case W_BYTES:
+        ok = size == 1;
+        break;
+    case W_LONG:
+        ok = size == 2 && PyLong_CheckExact(item[1]) &&
+             (PyLong_AsLong(item[1]) == 32 || PyLong_AsLong(item[1]) == 64);
+        break;
+    case W_FIXED:
+        ok = size == 2 && PyLong_CheckExact(item[1]);
+        break;
+    case W_ENUM: {
+        ok = size == 2 && PyDict_CheckExact(item[1]);
+        Py_ssize_t pos = 0;
+        PyObject *symbol, *index;
+        while (ok && PyDict_Next(item[1], &pos, &symbol, &index)) ok = PyBytes_CheckExact(index);
+        break;
+    }
+    case W_RECORD:
+        ok = size == 6 && PyTuple_CheckExact(item[1]) && PyTuple_CheckExact(item[2]) &&
+             PyTuple_GET_SIZE(item[1]) == PyTuple_GET_SIZE(item[2]) && PyAnySet_Check(item[3]) &&
+             PyCallable_Check(item[4]) && PyLong_CheckExact(item[5]);
+        for (Py_ssize_t i = 0; ok && i < PyTuple_GET_SIZE(item[1]); i++) {
+            ok = PyUnicode_CheckExact(PyTuple_GET_ITEM(item[1], i));
+            if (ok && check_write(PyTuple_GET_ITEM(item[2], i), depth + 1) < 0) return -1;
+        }
+        break;
+    case W_ARRAY: case W_MAP:
+        ok = size == 2;
+        if (ok && check_write(item[1], depth + 1) < 0) return -1;
+        break;
+    case W_UNION:
+        ok = size == 4 && (item[1] == Py_None || PyBytes_CheckExact(item[1])) &&
+             PyBytes_CheckExact(item[2]);
+        if (ok && check_write(item[3], depth + 1) < 0) return -1;
+        break;
+    case W_CALL:
+        ok = size == 4 && PyCallable_Check(item[1]);
+        if (ok && check_write(item[3], depth + 1) < 0) return -1;
+        break;
+    default:
+        PyErr_Format(PyExc_ValueError, "a write plan node of an unknown kind %ld", kind);
+        return -1;
+    }
+    if (PyErr_Occurred()) return -1;
+    if (!ok) {
+        PyErr_Format(PyExc_TypeError, "a write plan node of kind %ld is malformed: %R", kind, node);
+        return -1;
+    }
+    return 0;
+}
+
+/* WritePlan(plan): the plan checked once (check_write); write_plan(model, lineage=None)
+ * -> the Avro body of a contract's instance. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *plan;
+    vectorcallfunc vectorcall;
+} WritePlan;
+
+static PyObject *write_plan_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
+                                       PyObject *kwnames) {
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs < 1 || nargs > 2 || kwnames != NULL) {
+        PyErr_SetString(PyExc_TypeError, "a write plan takes (model, lineage=None)");
         return NULL;
     }
     Text out;
     text_init(&out);
-    int done = write_node(args[0], args[1], &out, nargs == 3 ? args[2] : Py_None);
+    int done = write_node(((WritePlan *)self)->plan, args[0], &out, nargs == 2 ? args[1] : Py_None);
     PyObject *made = done < 0 ? NULL : PyBytes_FromStringAndSize(out.data, out.size);
     text_free(&out);
     return made;
 }
 
+static PyObject *write_plan_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    PyObject *plan;
+    static char *keywords[] = {"plan", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O:WritePlan", keywords, &plan)) return NULL;
+    if (check_write(plan, 0) < 0) return NULL;
+    WritePlan *self = (WritePlan *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    self->plan = Py_NewRef(plan);
+    self->vectorcall = write_plan_vectorcall;
+    return (PyObject *)self;
+}
+
+static int write_plan_traverse(WritePlan *self, visitproc visit, void *arg) {
+    Py_VISIT(self->plan);
+    return 0;
+}
+
+static int write_plan_clear(WritePlan *self) {
+    Py_CLEAR(self->plan);
+    return 0;
+}
+
+static void write_plan_dealloc(WritePlan *self) {
+    PyObject_GC_UnTrack(self);
+    write_plan_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyTypeObject WritePlanType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "bizevents.contracts.avro_codegen._native.WritePlan",
+    .tp_doc = "WritePlan(plan): write_plan(model, lineage=None) -> the Avro body of a contract",
+    .tp_basicsize = sizeof(WritePlan),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_new = write_plan_new,
+    .tp_dealloc = (destructor)write_plan_dealloc,
+    .tp_traverse = (traverseproc)write_plan_traverse,
+    .tp_clear = (inquiry)write_plan_clear,
+    .tp_vectorcall_offset = offsetof(WritePlan, vectorcall),
+    .tp_call = PyVectorcall_Call,
+};
+
 static PyMethodDef methods[] = {
-    {"write_model", (PyCFunction)(void (*)(void))write_model, METH_FASTCALL,
-     "write_model(plan, model, lineage=None) -> the Avro body of a contract's instance"},
     {"unchanged", (PyCFunction)(void (*)(void))unchanged, METH_FASTCALL,
      "unchanged(gates, keys, compile, key, value) -> bool: a topic's changes gate"},
     {"event_id", (PyCFunction)(void (*)(void))event_id, METH_FASTCALL,
@@ -1902,7 +2090,14 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__native(void) {
-    if (PyType_Ready(&ProgramType) < 0 || PyType_Ready(&SlotsType) < 0) return NULL;
+    if (PyType_Ready(&ProgramType) < 0 || PyType_Ready(&SlotsType) < 0 ||
+        PyType_Ready(&WritePlanType) < 0)
+        return NULL;
+    PyObject *gen = PyImport_ImportModule("bizevents.contracts.avro_codegen.gen");
+    if (gen == NULL) return NULL;
+    Refused = PyObject_GetAttrString(gen, "Refused");
+    Py_DECREF(gen);
+    if (Refused == NULL) return NULL;
     PyObject *encoder = PyImport_ImportModule("json.encoder");
     if (encoder == NULL) return NULL;
     quote = PyObject_GetAttrString(encoder, "encode_basestring_ascii");
@@ -1942,7 +2137,8 @@ PyMODINIT_FUNC PyInit__native(void) {
     Py_DECREF(kinds);
     if (added < 0 ||
         PyModule_AddObjectRef(m, "Program", (PyObject *)&ProgramType) < 0 ||
-        PyModule_AddObjectRef(m, "Slots", (PyObject *)&SlotsType) < 0) {
+        PyModule_AddObjectRef(m, "Slots", (PyObject *)&SlotsType) < 0 ||
+        PyModule_AddObjectRef(m, "WritePlan", (PyObject *)&WritePlanType) < 0) {
         Py_DECREF(m);
         return NULL;
     }
