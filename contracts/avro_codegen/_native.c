@@ -918,7 +918,7 @@ static void program_dealloc(Program *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static PyObject *program_get_plan(Program *self, void *closure) {
+static PyObject *program_get_plan(Program *self, void *Py_UNUSED(closure)) {
     return Py_NewRef(self->plan);
 }
 
@@ -1174,7 +1174,7 @@ static const char *utf8_of(PyObject *obj, Py_ssize_t *size, const char *what) {
     return PyUnicode_AsUTF8AndSize(obj, size);
 }
 
-static PyObject *event_id(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+static PyObject *event_id(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 2) {
         PyErr_SetString(PyExc_TypeError, "event_id(namespace, name)");
         return NULL;
@@ -1207,7 +1207,7 @@ static PyObject *pair(PyObject *name, PyObject *value) {
 
 /* -- per event ------------------------------------------------------------------------ */
 
-static PyObject *wire(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+static PyObject *wire(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 6 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != 7) {
         PyErr_SetString(PyExc_TypeError,
                         "wire(stamper, identity, contract, ordinal, change_avro, change_headers)");
@@ -1283,7 +1283,7 @@ static PyObject *wire(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 
 /* -- per change ----------------------------------------------------------------------- */
 
-static PyObject *change_part(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+static PyObject *change_part(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 6) {
         PyErr_SetString(PyExc_TypeError,
                         "change_part(offset, position, tx_id, offset_header, position_header, "
@@ -1459,7 +1459,7 @@ static int canonical_key(PyObject *key, Text *t) {
 /* origin(cls, name, table, op, where, key, offset, position, tx_id, header_names)
  *   -> cls(identity, change part's Avro bytes, headers), or None when the key holds a
  *   value canonical_key leaves to the JSON encoder (lineage.origin_of then does it). */
-static PyObject *origin(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+static PyObject *origin(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 10 || !PyType_Check(args[0]) ||
         !PyType_IsSubtype((PyTypeObject *)args[0], &PyTuple_Type) || !PyTuple_Check(args[9]) ||
         PyTuple_GET_SIZE(args[9]) != 3) {
@@ -1493,7 +1493,7 @@ static PyObject *origin(PyObject *module, PyObject *const *args, Py_ssize_t narg
         args[6], args[7], args[8], PyTuple_GET_ITEM(args[9], 0), PyTuple_GET_ITEM(args[9], 1),
         PyTuple_GET_ITEM(args[9], 2),
     };
-    PyObject *part = change_part(module, part_args, 6);
+    PyObject *part = change_part(NULL, part_args, 6);
     PyObject *made = part ? ((PyTypeObject *)args[0])->tp_alloc((PyTypeObject *)args[0], 3) : NULL;
     if (made == NULL) { Py_XDECREF(part); Py_DECREF(identity); return NULL; }
     PyTuple_SET_ITEM(made, 0, identity);
@@ -1510,7 +1510,7 @@ static PyObject *origin(PyObject *module, PyObject *const *args, Py_ssize_t narg
  *   its tx_id as Source.tx_id gives it); table None: the source's qualified_table.
  *   None for anything else (another position, a key left to the JSON encoder): the
  *   Python then does it. */
-static PyObject *origin_of(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+static PyObject *origin_of(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 5 || !PyType_Check(args[4])) {
         PyErr_SetString(PyExc_TypeError,
                         "origin_of(cls, event, table, header_names, pg_position)");
@@ -1576,7 +1576,7 @@ static PyObject *origin_of(PyObject *module, PyObject *const *args, Py_ssize_t n
     PyObject *const origin_args[10] = {
         args[0], name, table, op, where, key, number, text, tx_text, args[3],
     };
-    made = origin(module, origin_args, 10);
+    made = origin(NULL, origin_args, 10);
     Py_XDECREF(minus_one);
 done:
     Py_XDECREF(source);
@@ -1649,7 +1649,7 @@ static int put_record(Text *out, PyObject *const *args) {
  * replay file record (bizevents.replay.task.FILE_SCHEMA), or None when a part is not of the exact
  * type this expects (str, bytes or None, a list of 2-tuples): FileRecordEncoder then
  * writes it in Python, as it does where the extension is not built. */
-static PyObject *file_record(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+static PyObject *file_record(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 6) {
         PyErr_SetString(PyExc_TypeError,
                         "file_record(topic, key, value, headers, event_id, translator)");
@@ -1708,7 +1708,7 @@ static int reads_whole(PyObject *reader, PyObject *data, int held) {
  * read, whatever ids the records carry); keys: schema id -> the decoder's key plan
  * (its read, or None). The value must be framed and its gate hold to its last byte;
  * the key, when there is one, must be framed and read whole, as the decoder reads it. */
-static PyObject *unchanged(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+static PyObject *unchanged(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 5 || !PyDict_CheckExact(args[0]) || !PyDict_CheckExact(args[1])) {
         PyErr_SetString(PyExc_TypeError, "unchanged(gates, keys, compile, key, value)");
         return NULL;
@@ -2084,9 +2084,12 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_native",
-    "The project's compiled Avro reader and lineage (see contracts/avro_codegen/native.py "
-    "and translators/lineage.py).", -1, methods,
+    PyModuleDef_HEAD_INIT,
+    .m_name = "_native",
+    .m_doc = "The project's compiled Avro reader and lineage (see contracts/avro_codegen/native.py "
+             "and translators/lineage.py).",
+    .m_size = -1,
+    .m_methods = methods,
 };
 
 PyMODINIT_FUNC PyInit__native(void) {
