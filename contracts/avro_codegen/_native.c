@@ -6,10 +6,13 @@
  * it), exactly what the generated Python reader (reader.py) returns for the same plan.
  * Skipped fields are stepped over without building objects. Any bad byte raises
  * (ValueError, EOFError, IndexError, UnicodeDecodeError): callers then let fastavro read
- * the record, and its verdict stands, as they do for the generated reader.
+ * the record, and its verdict stands, as they do for the generated reader (but for
+ * Refused, which stands).
  *
- * Slots(cls, names) makes the objects the builders return, and event_id, wire,
- * change_part and origin put lineage on the wire (both below).
+ * Slots(cls, names) makes the objects the builders return; unchanged(...) is a topic's
+ * changes gate; WritePlan(plan) writes a contract's instance (or a record given as a
+ * tuple of its fields: the replay's file records). The codec's floor (contracts) only:
+ * the translators' lineage has its own extension (translators/_lineage.c).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -18,6 +21,8 @@
 #include <stdint.h>
 #include <limits.h>
 #include <string.h>
+
+#include "_text.h"
 
 enum kind {
     K_NULL, K_BOOL, K_INT, K_LONG, K_FLOAT, K_DOUBLE, K_STRING, K_BYTES, K_FIXED,
@@ -68,42 +73,12 @@ typedef struct {
 #define SPARE_ITEMS 65536
 
 /* Attribute names read from C, interned once (at the module's start). */
-static PyObject *ATTR_source, *ATTR_position, *ATTR_coordinates, *ATTR_offset, *ATTR_topic, *ATTR_partition, *ATTR_lsn, *ATTR_tx_id, *ATTR_qualified_table, *ATTR_name, *ATTR_op, *ATTR_key,
-    *ATTR_tzinfo, *ATTR_read, *ATTR_dict, *ATTR_value;
+static PyObject *ATTR_tzinfo, *ATTR_read, *ATTR_dict, *ATTR_value;
 
 static const char *KINDS[] = {
     "null", "boolean", "int", "long", "float", "double", "string", "bytes", "fixed",
     "enum", "record", "union", "array", "map", "call", "skip", "decimal", "gate", NULL
 };
-
-/* The decimal text of value into out (at most 20 characters, no NUL); its length.
- * (snprintf's format parsing cost more than the rest of a change's lineage.) */
-static int decimal_text(long long value, char *out) {
-    char reversed[20];
-    unsigned long long magnitude =
-        value < 0 ? 0ULL - (unsigned long long)value : (unsigned long long)value;
-    int n = 0, length = 0;
-    do {
-        reversed[n++] = (char)('0' + magnitude % 10);
-        magnitude /= 10;
-    } while (magnitude != 0);
-    if (value < 0) out[length++] = '-';
-    while (n > 0) out[length++] = reversed[--n];
-    return length;
-}
-
-/* The upper-case hex text of value into out (at most 16 characters, no NUL); its length. */
-static int hex_text(unsigned long long value, char *out) {
-    static const char HEX[] = "0123456789ABCDEF";
-    char reversed[16];
-    int n = 0, length = 0;
-    do {
-        reversed[n++] = HEX[value & 15];
-        value >>= 4;
-    } while (value != 0);
-    while (n > 0) out[length++] = reversed[--n];
-    return length;
-}
 
 /* -- plan -> nodes ------------------------------------------------------------------ */
 
@@ -1041,629 +1016,6 @@ static PyTypeObject SlotsType = {
     .tp_call = PyVectorcall_Call,
 };
 
-/* == lineage on the wire ============================================================== */
-
-/* Lineage on the wire: what translators/lineage.py's Stamper computes per
- * event and origin() per change, without the Python in between.
- *
- *   event_id(namespace, name) -> str
- *       str(uuid.uuid5(UUID(bytes=namespace), name)): SHA-1 (FIPS 180-4) of the
- *       namespace's 16 bytes and the name's UTF-8, version 5, RFC 4122 variant.
- *   wire(stamper, identity, contract, ordinal, change_avro, change_headers)
- *       -> (event id, lineage record's Avro bytes, headers list)
- *       stamper = (namespace, "|name|" as UTF-8, translator part's Avro bytes,
- *                  translator headers tuple, replay, event-id header's name,
- *                  replay header)
- *   change_part(offset, position, tx_id, offset header, position header, tx header)
- *       -> (change part's Avro bytes, headers tuple)
- *   origin(cls, name, table, op, where, key, offset, position, tx_id, header names)
- *       -> cls(the change's identity, change part, headers): lineage.origin_of's work
- *
- * tests/translators/test_lineage_native.py holds each equal to the Python it replaces
- * (hypothesis), and translators/lineage.py falls back to that Python when the extension
- * is not built. The varints here (and the replay's file records below) are the
- * module's only writer of them in C; the Python's are bizevents.contracts.binary's.
- */
-
-/* -- SHA-1 ---------------------------------------------------------------------------- */
-
-typedef struct {
-    uint32_t h[5];
-    uint64_t length;        /* bytes hashed so far */
-    unsigned char block[64];
-    size_t used;            /* bytes waiting in block */
-} Sha1;
-
-#define ROTL(x, n) (((x) << (n)) | ((x) >> (32 - (n))))
-
-static uint32_t load_be32(const unsigned char *p) {
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
-}
-
-/* One 64-byte block: the message schedule kept in 16 words (w[t] reuses w[t - 16]'s
- * slot), and the four groups of 20 rounds in loops of their own, without a branch. */
-static void sha1_block(Sha1 *s, const unsigned char *p) {
-    uint32_t w[16];
-    for (int t = 0; t < 16; t++) w[t] = load_be32(p + 4 * t);
-    uint32_t a = s->h[0], b = s->h[1], c = s->h[2], d = s->h[3], e = s->h[4];
-#define SCHEDULE(t) \
-    (t < 16 ? w[t] \
-            : (w[(t) & 15] = ROTL(w[((t) + 13) & 15] ^ w[((t) + 8) & 15] ^ \
-                                  w[((t) + 2) & 15] ^ w[(t) & 15], 1)))
-#define ROUND(t, f, k) \
-    do { \
-        uint32_t temp = ROTL(a, 5) + (f) + e + (k) + SCHEDULE(t); \
-        e = d; d = c; c = ROTL(b, 30); b = a; a = temp; \
-    } while (0)
-    for (int t = 0; t < 20; t++) ROUND(t, (b & c) | (~b & d), 0x5A827999);
-    for (int t = 20; t < 40; t++) ROUND(t, b ^ c ^ d, 0x6ED9EBA1);
-    for (int t = 40; t < 60; t++) ROUND(t, (b & c) | (b & d) | (c & d), 0x8F1BBCDC);
-    for (int t = 60; t < 80; t++) ROUND(t, b ^ c ^ d, 0xCA62C1D6);
-#undef ROUND
-#undef SCHEDULE
-    s->h[0] += a; s->h[1] += b; s->h[2] += c; s->h[3] += d; s->h[4] += e;
-}
-
-static void sha1_init(Sha1 *s) {
-    s->h[0] = 0x67452301; s->h[1] = 0xEFCDAB89; s->h[2] = 0x98BADCFE;
-    s->h[3] = 0x10325476; s->h[4] = 0xC3D2E1F0;
-    s->length = 0;
-    s->used = 0;
-}
-
-static void sha1_update(Sha1 *s, const unsigned char *p, size_t n) {
-    s->length += n;
-    if (s->used > 0) {
-        size_t take = 64 - s->used;
-        if (take > n) take = n;
-        memcpy(s->block + s->used, p, take);
-        s->used += take; p += take; n -= take;
-        if (s->used < 64) return;
-        sha1_block(s, s->block);
-        s->used = 0;
-    }
-    for (; n >= 64; p += 64, n -= 64) sha1_block(s, p);  /* whole blocks where they lie */
-    memcpy(s->block, p, n);
-    s->used = n;
-}
-
-/* The padding (0x80, zeros up to 56 bytes of the last block, the bit length) in one
- * update. */
-static void sha1_final(Sha1 *s, unsigned char out[20]) {
-    uint64_t bits = s->length * 8;
-    unsigned char pad[72] = {0x80};
-    size_t zeros = (s->used < 56 ? 56 : 120) - s->used;
-    for (int i = 0; i < 8; i++) pad[zeros + i] = (unsigned char)(bits >> (56 - 8 * i));
-    sha1_update(s, pad, zeros + 8);
-    for (int i = 0; i < 5; i++) {
-        out[4 * i] = (unsigned char)(s->h[i] >> 24); out[4 * i + 1] = (unsigned char)(s->h[i] >> 16);
-        out[4 * i + 2] = (unsigned char)(s->h[i] >> 8); out[4 * i + 3] = (unsigned char)s->h[i];
-    }
-}
-
-/* The UUIDv5 text of a finished hash: 36 characters into out. */
-static void uuid5_text(Sha1 *s, char out[36]) {
-    static const char HEX[] = "0123456789abcdef";
-    unsigned char d[20];
-    sha1_final(s, d);
-    d[6] = (d[6] & 0x0F) | 0x50;  /* version 5 */
-    d[8] = (d[8] & 0x3F) | 0x80;  /* RFC 4122 variant */
-    int o = 0;
-    for (int i = 0; i < 16; i++) {
-        if (i == 4 || i == 6 || i == 8 || i == 10) out[o++] = '-';
-        out[o++] = HEX[d[i] >> 4];
-        out[o++] = HEX[d[i] & 0x0F];
-    }
-}
-
-static int namespace_of(PyObject *obj, Sha1 *s) {
-    if (!PyBytes_Check(obj) || PyBytes_GET_SIZE(obj) != 16) {
-        PyErr_SetString(PyExc_TypeError, "the namespace is a UUID's 16 bytes");
-        return -1;
-    }
-    sha1_init(s);
-    sha1_update(s, (const unsigned char *)PyBytes_AS_STRING(obj), 16);
-    return 0;
-}
-
-static const char *utf8_of(PyObject *obj, Py_ssize_t *size, const char *what) {
-    if (!PyUnicode_Check(obj)) {
-        PyErr_Format(PyExc_TypeError, "%s must be a str", what);
-        return NULL;
-    }
-    return PyUnicode_AsUTF8AndSize(obj, size);
-}
-
-static PyObject *event_id(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "event_id(namespace, name)");
-        return NULL;
-    }
-    Sha1 s;
-    if (namespace_of(args[0], &s) < 0) return NULL;
-    Py_ssize_t size;
-    const char *name = utf8_of(args[1], &size, "the name");
-    if (name == NULL) return NULL;
-    sha1_update(&s, (const unsigned char *)name, (size_t)size);
-    char text[36];
-    uuid5_text(&s, text);
-    return PyUnicode_FromStringAndSize(text, 36);
-}
-
-/* -- Avro ----------------------------------------------------------------------------- */
-
-/* A zigzag varint of value into out (at most 10 bytes); its length. */
-static int zigzag(long long value, unsigned char *out) {
-    unsigned long long n = ((unsigned long long)value << 1) ^ (unsigned long long)(value >> 63);
-    int i = 0;
-    while (n > 0x7F) { out[i++] = (unsigned char)((n & 0x7F) | 0x80); n >>= 7; }
-    out[i++] = (unsigned char)n;
-    return i;
-}
-
-static PyObject *pair(PyObject *name, PyObject *value) {
-    return PyTuple_Pack(2, name, value);
-}
-
-/* -- per event ------------------------------------------------------------------------ */
-
-static PyObject *wire(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 6 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != 7) {
-        PyErr_SetString(PyExc_TypeError,
-                        "wire(stamper, identity, contract, ordinal, change_avro, change_headers)");
-        return NULL;
-    }
-    PyObject *stamper = args[0];
-    PyObject *name = PyTuple_GET_ITEM(stamper, 1), *translator = PyTuple_GET_ITEM(stamper, 2);
-    PyObject *fixed = PyTuple_GET_ITEM(stamper, 3);
-    int replay = PyObject_IsTrue(PyTuple_GET_ITEM(stamper, 4));
-    PyObject *change = args[4], *change_headers = args[5];
-    if (replay < 0) return NULL;
-    if (!PyBytes_Check(name) || !PyBytes_Check(translator) || !PyTuple_Check(fixed) ||
-        !PyBytes_Check(change) || !PyTuple_Check(change_headers)) {
-        PyErr_SetString(PyExc_TypeError, "wire: a part has the wrong type");
-        return NULL;
-    }
-    long long ordinal = PyLong_AsLongLong(args[3]);
-    if (ordinal == -1 && PyErr_Occurred()) return NULL;
-
-    Sha1 s;
-    if (namespace_of(PyTuple_GET_ITEM(stamper, 0), &s) < 0) return NULL;
-    Py_ssize_t size;
-    const char *text = utf8_of(args[1], &size, "the identity");
-    if (text == NULL) return NULL;
-    sha1_update(&s, (const unsigned char *)text, (size_t)size);
-    sha1_update(&s, (const unsigned char *)PyBytes_AS_STRING(name), (size_t)PyBytes_GET_SIZE(name));
-    text = utf8_of(args[2], &size, "the contract");
-    if (text == NULL) return NULL;
-    sha1_update(&s, (const unsigned char *)text, (size_t)size);
-    char number[24] = {'|'};
-    int digits = 1 + decimal_text(ordinal, number + 1);
-    sha1_update(&s, (const unsigned char *)number, (size_t)digits);
-    char eid[36];
-    uuid5_text(&s, eid);
-
-    /* the lineage record: text(event id) + translator part + change part + replay */
-    Py_ssize_t tsize = PyBytes_GET_SIZE(translator), csize = PyBytes_GET_SIZE(change);
-    PyObject *lineage = PyBytes_FromStringAndSize(NULL, 1 + 36 + tsize + csize + 1);
-    if (lineage == NULL) return NULL;
-    char *out = PyBytes_AS_STRING(lineage);
-    out[0] = 72;  /* zigzag(36) */
-    memcpy(out + 1, eid, 36);
-    memcpy(out + 37, PyBytes_AS_STRING(translator), (size_t)tsize);
-    memcpy(out + 37 + tsize, PyBytes_AS_STRING(change), (size_t)csize);
-    out[37 + tsize + csize] = replay ? 1 : 0;
-
-    PyObject *eid_text = PyUnicode_FromStringAndSize(eid, 36);
-    PyObject *eid_bytes = PyBytes_FromStringAndSize(eid, 36);
-    Py_ssize_t nfixed = PyTuple_GET_SIZE(fixed), nchange = PyTuple_GET_SIZE(change_headers);
-    PyObject *headers = PyList_New(1 + nfixed + nchange + 1);
-    PyObject *first = eid_bytes ? pair(PyTuple_GET_ITEM(stamper, 5), eid_bytes) : NULL;
-    Py_XDECREF(eid_bytes);
-    if (eid_text == NULL || headers == NULL || first == NULL) {
-        Py_XDECREF(eid_text);
-        Py_XDECREF(headers);
-        Py_XDECREF(first);
-        Py_DECREF(lineage);
-        return NULL;
-    }
-    PyList_SET_ITEM(headers, 0, first);
-    for (Py_ssize_t i = 0; i < nfixed; i++)
-        PyList_SET_ITEM(headers, 1 + i, Py_NewRef(PyTuple_GET_ITEM(fixed, i)));
-    for (Py_ssize_t i = 0; i < nchange; i++)
-        PyList_SET_ITEM(headers, 1 + nfixed + i, Py_NewRef(PyTuple_GET_ITEM(change_headers, i)));
-    PyList_SET_ITEM(headers, 1 + nfixed + nchange, Py_NewRef(PyTuple_GET_ITEM(stamper, 6)));
-    PyObject *result = PyTuple_New(3);
-    if (result == NULL) { Py_DECREF(headers); Py_DECREF(eid_text); Py_DECREF(lineage); return NULL; }
-    PyTuple_SET_ITEM(result, 0, eid_text);
-    PyTuple_SET_ITEM(result, 1, lineage);
-    PyTuple_SET_ITEM(result, 2, headers);
-    return result;
-}
-
-/* -- per change ----------------------------------------------------------------------- */
-
-static PyObject *change_part(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 6) {
-        PyErr_SetString(PyExc_TypeError,
-                        "change_part(offset, position, tx_id, offset_header, position_header, "
-                        "tx_header)");
-        return NULL;
-    }
-    long long offset = PyLong_AsLongLong(args[0]);
-    if (offset == -1 && PyErr_Occurred()) return NULL;
-    Py_ssize_t psize, tsize = 0;
-    const char *position = utf8_of(args[1], &psize, "the position");
-    if (position == NULL) return NULL;
-    const char *tx = NULL;
-    if (args[2] != Py_None) {
-        tx = utf8_of(args[2], &tsize, "the transaction id");
-        if (tx == NULL) return NULL;
-    }
-    /* zigzag(offset) + text(position) + union branch [+ text(tx_id)] */
-    unsigned char head[10], plen[10], tlen[10];
-    int nhead = zigzag(offset, head), nplen = zigzag(psize, plen);
-    int ntlen = tx ? zigzag(tsize, tlen) : 0;
-    Py_ssize_t total = nhead + nplen + psize + 1 + (tx ? ntlen + tsize : 0);
-    PyObject *avro = PyBytes_FromStringAndSize(NULL, total);
-    if (avro == NULL) return NULL;
-    char *out = PyBytes_AS_STRING(avro);
-    memcpy(out, head, nhead); out += nhead;
-    memcpy(out, plen, nplen); out += nplen;
-    memcpy(out, position, (size_t)psize); out += psize;
-    *out++ = tx ? 2 : 0;  /* union branch: null is 0, string is 1 (zigzag 2) */
-    if (tx) { memcpy(out, tlen, ntlen); out += ntlen; memcpy(out, tx, (size_t)tsize); }
-
-    char digits[24];
-    int ndigits = decimal_text(offset, digits);
-    PyObject *values[3] = {
-        PyBytes_FromStringAndSize(digits, ndigits),
-        PyBytes_FromStringAndSize(position, psize),
-        tx ? PyBytes_FromStringAndSize(tx, tsize) : NULL,
-    };
-    Py_ssize_t nheaders = tx ? 3 : 2;
-    PyObject *headers = PyTuple_New(nheaders);
-    int ok = headers != NULL && values[0] != NULL && values[1] != NULL && (!tx || values[2]);
-    for (Py_ssize_t i = 0; ok && i < nheaders; i++) {
-        PyObject *header = pair(args[3 + i], values[i]);
-        if (header == NULL) ok = 0;
-        else PyTuple_SET_ITEM(headers, i, header);
-    }
-    for (int i = 0; i < 3; i++) Py_XDECREF(values[i]);
-    if (!ok) { Py_XDECREF(headers); Py_DECREF(avro); return NULL; }
-    PyObject *result = PyTuple_Pack(2, avro, headers);
-    Py_DECREF(avro);
-    Py_DECREF(headers);
-    return result;
-}
-
-/* The identity's text, built as UTF-8 in one buffer (on the stack while it fits). */
-typedef struct {
-    char *data;
-    Py_ssize_t size, capacity;
-    char stack[256];
-} Text;
-
-static void text_init(Text *t) { t->data = t->stack; t->size = 0; t->capacity = sizeof t->stack; }
-
-static void text_free(Text *t) { if (t->data != t->stack) PyMem_Free(t->data); }
-
-static int text_add(Text *t, const char *p, Py_ssize_t n) {
-    if (t->size + n > t->capacity) {
-        Py_ssize_t capacity = 2 * (t->size + n);
-        char *data = PyMem_Malloc((size_t)capacity);
-        if (data == NULL) { PyErr_NoMemory(); return -1; }
-        memcpy(data, t->data, (size_t)t->size);
-        text_free(t);
-        t->data = data;
-        t->capacity = capacity;
-    }
-    memcpy(t->data + t->size, p, (size_t)n);
-    t->size += n;
-    return 0;
-}
-
-/* A zigzag varint (an Avro int or long). */
-static int put_varint(Text *out, long long value) {
-    unsigned char bytes[10];
-    return text_add(out, (const char *)bytes, zigzag(value, bytes));
-}
-
-/* An Avro string or bytes: the length, then the bytes. */
-static int put_blob_of(Text *out, const char *data, Py_ssize_t size) {
-    return put_varint(out, size) < 0 ? -1 : text_add(out, data, size);
-}
-
-/* A str's UTF-8; 0 when it has none (a lone surrogate: the Python then builds it). */
-static int text_str(Text *t, PyObject *obj) {
-    Py_ssize_t n;
-    const char *p = PyUnicode_AsUTF8AndSize(obj, &n);
-    if (p == NULL) { PyErr_Clear(); return 0; }
-    return text_add(t, p, n) < 0 ? -1 : 1;
-}
-
-/* A str as JSON (json.encoder.encode_basestring_ascii writes it): printable ASCII
- * without a quote or a backslash is itself between quotes; anything else is quoted by
- * the encoder. */
-static PyObject *quote;  /* json.encoder.encode_basestring_ascii */
-
-static int text_json_str(Text *t, PyObject *obj) {
-    if (PyUnicode_IS_ASCII(obj)) {
-        const unsigned char *p = PyUnicode_1BYTE_DATA(obj);
-        Py_ssize_t n = PyUnicode_GET_LENGTH(obj), i = 0;
-        while (i < n && p[i] >= 0x20 && p[i] < 0x7F && p[i] != '"' && p[i] != '\\') i++;
-        if (i == n) {
-            return text_add(t, "\"", 1) < 0 || text_add(t, (const char *)p, n) < 0 ||
-                           text_add(t, "\"", 1) < 0
-                       ? -1
-                       : 1;
-        }
-    }
-    PyObject *quoted = PyObject_CallOneArg(quote, obj);
-    if (quoted == NULL) return -1;
-    int done = text_str(t, quoted);
-    Py_DECREF(quoted);
-    return done;
-}
-
-/* The canonical JSON of a key whose values are all exact ints and strs (what
- * lineage.canonical_key builds): sorted names, no spaces; 1 when done, 0 when a value
- * is of another type (the caller then lets the Python encoder do it), -1 on error. */
-static int canonical_key(PyObject *key, Text *t) {
-    PyObject *names;
-    if (PyDict_GET_SIZE(key) == 1) {  /* the usual key: one column, nothing to sort */
-        Py_ssize_t pos = 0;
-        PyObject *name, *value;
-        PyDict_Next(key, &pos, &name, &value);
-        names = PyList_New(1);
-        if (names != NULL) PyList_SET_ITEM(names, 0, Py_NewRef(name));
-    } else {
-        names = PyDict_Keys(key);
-        if (names != NULL && PyList_Sort(names) < 0) Py_CLEAR(names);
-    }
-    if (names == NULL) return -1;
-    int done = text_add(t, "{", 1) < 0 ? -1 : 1;
-    for (Py_ssize_t i = 0; done == 1 && i < PyList_GET_SIZE(names); i++) {
-        PyObject *name = PyList_GET_ITEM(names, i);
-        PyObject *value = PyDict_GetItemWithError(key, name);
-        if (value == NULL) { done = PyErr_Occurred() ? -1 : 0; break; }
-        if (!PyUnicode_CheckExact(name) || !(PyLong_CheckExact(value) || PyUnicode_CheckExact(value))) {
-            done = 0;
-            break;
-        }
-        if (i > 0 && text_add(t, ",", 1) < 0) { done = -1; break; }
-        if ((done = text_json_str(t, name)) != 1) break;
-        if (text_add(t, ":", 1) < 0) { done = -1; break; }
-        if (PyUnicode_CheckExact(value)) {
-            done = text_json_str(t, value);
-            continue;
-        }
-        int overflow;
-        long long number = PyLong_AsLongLongAndOverflow(value, &overflow);
-        if (number == -1 && PyErr_Occurred()) { done = -1; break; }
-        if (overflow) {  /* beyond 64 bits: int's own repr */
-            PyObject *repr = PyObject_Repr(value);
-            done = repr == NULL ? -1 : text_str(t, repr);
-            Py_XDECREF(repr);
-        } else {
-            char digits[24];
-            int ndigits = decimal_text(number, digits);
-            if (text_add(t, digits, ndigits) < 0) done = -1;
-        }
-    }
-    if (done == 1 && text_add(t, "}", 1) < 0) done = -1;
-    Py_DECREF(names);
-    return done;
-}
-
-/* origin(cls, name, table, op, where, key, offset, position, tx_id, header_names)
- *   -> cls(identity, change part's Avro bytes, headers), or None when the key holds a
- *   value canonical_key leaves to the JSON encoder (lineage.origin_of then does it). */
-static PyObject *origin(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 10 || !PyType_Check(args[0]) ||
-        !PyType_IsSubtype((PyTypeObject *)args[0], &PyTuple_Type) || !PyTuple_Check(args[9]) ||
-        PyTuple_GET_SIZE(args[9]) != 3) {
-        PyErr_SetString(PyExc_TypeError,
-                        "origin(cls, name, table, op, where, key, offset, position, tx_id, "
-                        "header_names)");
-        return NULL;
-    }
-    /* name.table|op|where|key */
-    Text text;
-    text_init(&text);
-    int keyed = 1;
-    PyObject *const parts[4] = {args[1], args[2], args[3], args[4]};
-    static const char seps[4] = {'.', '|', '|', '|'};
-    for (int i = 0; keyed == 1 && i < 4; i++) {
-        if (!PyUnicode_Check(parts[i])) {
-            text_free(&text);
-            PyErr_SetString(PyExc_TypeError, "origin: the name, table, op and where are str");
-            return NULL;
-        }
-        keyed = text_str(&text, parts[i]);
-        if (keyed == 1 && text_add(&text, &seps[i], 1) < 0) keyed = -1;
-    }
-    if (keyed == 1 && args[5] != Py_None)
-        keyed = PyDict_CheckExact(args[5]) ? canonical_key(args[5], &text) : 0;
-    PyObject *identity = keyed == 1 ? PyUnicode_DecodeUTF8(text.data, text.size, NULL) : NULL;
-    text_free(&text);
-    if (keyed < 0 || (keyed == 1 && identity == NULL)) return NULL;
-    if (keyed == 0) Py_RETURN_NONE;
-    PyObject *const part_args[6] = {
-        args[6], args[7], args[8], PyTuple_GET_ITEM(args[9], 0), PyTuple_GET_ITEM(args[9], 1),
-        PyTuple_GET_ITEM(args[9], 2),
-    };
-    PyObject *part = change_part(NULL, part_args, 6);
-    PyObject *made = part ? ((PyTypeObject *)args[0])->tp_alloc((PyTypeObject *)args[0], 3) : NULL;
-    if (made == NULL) { Py_XDECREF(part); Py_DECREF(identity); return NULL; }
-    PyTuple_SET_ITEM(made, 0, identity);
-    PyTuple_SET_ITEM(made, 1, Py_NewRef(PyTuple_GET_ITEM(part, 0)));
-    PyTuple_SET_ITEM(made, 2, Py_NewRef(PyTuple_GET_ITEM(part, 1)));
-    Py_DECREF(part);
-    return made;
-}
-
-/* origin_of(cls, event, table, header_names, pg_position)
- *   -> what lineage.origin_of gives for a ChangeEvent, read from the event itself: its
- *   source's name, op, key and coordinates, and a position that is None or of the class
- *   pg_position (its text as PgPosition.__str__ writes it for an LSN of 0 to 2**64 - 1,
- *   its tx_id as Source.tx_id gives it); table None: the source's qualified_table.
- *   None for anything else (another position, a key left to the JSON encoder): the
- *   Python then does it. */
-static PyObject *origin_of(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 5 || !PyType_Check(args[4])) {
-        PyErr_SetString(PyExc_TypeError,
-                        "origin_of(cls, event, table, header_names, pg_position)");
-        return NULL;
-    }
-    PyObject *event = args[1];
-    PyObject *source = NULL, *position = NULL, *coordinates = NULL, *offset = NULL;
-    PyObject *text = NULL, *tx_text = NULL, *where = NULL, *table = NULL, *name = NULL;
-    PyObject *op = NULL, *key = NULL, *made = NULL;
-    if ((source = PyObject_GetAttr(event, ATTR_source)) == NULL ||
-        (position = PyObject_GetAttr(source, ATTR_position)) == NULL ||
-        (coordinates = PyObject_GetAttr(event, ATTR_coordinates)) == NULL ||
-        (offset = PyObject_GetAttr(coordinates, ATTR_offset)) == NULL)
-        goto done;
-    if (position == Py_None) {
-        PyObject *topic = PyObject_GetAttr(coordinates, ATTR_topic);
-        PyObject *partition = topic ? PyObject_GetAttr(coordinates, ATTR_partition) : NULL;
-        if (partition != NULL) where = PyUnicode_FromFormat("%S/%S/%S", topic, partition, offset);
-        Py_XDECREF(topic);
-        Py_XDECREF(partition);
-        if (where == NULL || (text = PyUnicode_New(0, 0)) == NULL) goto done;
-        tx_text = Py_NewRef(Py_None);
-    } else if (Py_IS_TYPE(position, (PyTypeObject *)args[4])) {
-        PyObject *lsn = PyObject_GetAttr(position, ATTR_lsn);
-        if (lsn == NULL) goto done;
-        if (lsn == Py_None) {
-            text = PyUnicode_FromString("lsn:?");
-        } else {
-            unsigned long long value = PyLong_Check(lsn) ? PyLong_AsUnsignedLongLong(lsn) : 0;
-            if (!PyLong_Check(lsn) || PyErr_Occurred()) {  /* not 0 .. 2**64 - 1: Python's */
-                PyErr_Clear();
-                Py_DECREF(lsn);
-                made = Py_NewRef(Py_None);
-                goto done;
-            }
-            char buffer[40];
-            int length = hex_text(value >> 32, buffer);
-            buffer[length++] = '/';
-            length += hex_text(value & 0xFFFFFFFFULL, buffer + length);
-            text = PyUnicode_FromStringAndSize(buffer, length);
-        }
-        Py_DECREF(lsn);
-        if (text == NULL) goto done;
-        PyObject *tx = PyObject_GetAttr(position, ATTR_tx_id);
-        if (tx == NULL) goto done;
-        tx_text = tx == Py_None ? Py_NewRef(Py_None) : PyObject_Str(tx);
-        Py_DECREF(tx);
-        if (tx_text == NULL) goto done;
-        where = Py_NewRef(text);
-    } else {
-        made = Py_NewRef(Py_None);
-        goto done;
-    }
-    table = args[2] == Py_None ? PyObject_GetAttr(source, ATTR_qualified_table)
-                               : Py_NewRef(args[2]);
-    if (table == NULL || (name = PyObject_GetAttr(source, ATTR_name)) == NULL ||
-        (op = PyObject_GetAttr(event, ATTR_op)) == NULL ||
-        (key = PyObject_GetAttr(event, ATTR_key)) == NULL)
-        goto done;
-    PyObject *number = offset;
-    PyObject *minus_one = NULL;
-    if (offset == Py_None && (number = minus_one = PyLong_FromLong(-1)) == NULL) goto done;
-    PyObject *const origin_args[10] = {
-        args[0], name, table, op, where, key, number, text, tx_text, args[3],
-    };
-    made = origin(NULL, origin_args, 10);
-    Py_XDECREF(minus_one);
-done:
-    Py_XDECREF(source);
-    Py_XDECREF(position);
-    Py_XDECREF(coordinates);
-    Py_XDECREF(offset);
-    Py_XDECREF(text);
-    Py_XDECREF(tx_text);
-    Py_XDECREF(where);
-    Py_XDECREF(table);
-    Py_XDECREF(name);
-    Py_XDECREF(op);
-    Py_XDECREF(key);
-    return made;
-}
-
-/* -- the replay's file records ---------------------------------------------------------- */
-
-/* Bytes of a string's UTF-8 or a bytes object (kind 's' or 'b'); 0 when obj is neither
- * an exact str nor exact bytes as asked (the caller then leaves the record to Python). */
-static int part_of(PyObject *obj, int kind, const char **data, Py_ssize_t *size) {
-    if (kind == 's') {
-        if (!PyUnicode_CheckExact(obj)) return 0;
-        *data = PyUnicode_AsUTF8AndSize(obj, size);
-        return *data == NULL ? -1 : 1;
-    }
-    if (!PyBytes_CheckExact(obj)) return 0;
-    *data = PyBytes_AS_STRING(obj);
-    *size = PyBytes_GET_SIZE(obj);
-    return 1;
-}
-
-/* A string or bytes datum (length, then the bytes); 0 or -1 as part_of. */
-static int put_blob(Text *out, PyObject *obj, int kind) {
-    const char *data;
-    Py_ssize_t size;
-    int found = part_of(obj, kind, &data, &size);
-    if (found != 1) return found;
-    return put_blob_of(out, data, size) < 0 ? -1 : 1;
-}
-
-/* ["null", "bytes"] */
-static int put_optional(Text *out, PyObject *obj) {
-    if (obj == Py_None) return text_add(out, "\0", 1) < 0 ? -1 : 1;
-    if (text_add(out, "\2", 1) < 0) return -1;
-    return put_blob(out, obj, 'b');
-}
-
-static int put_record(Text *out, PyObject *const *args) {
-    int ok;
-    if ((ok = put_blob(out, args[0], 's')) != 1) return ok;
-    if ((ok = put_optional(out, args[1])) != 1) return ok;
-    if ((ok = put_optional(out, args[2])) != 1) return ok;
-    PyObject *headers = args[3];
-    if (!PyList_CheckExact(headers)) return 0;
-    Py_ssize_t n = PyList_GET_SIZE(headers);
-    if (n > 0 && put_varint(out, n) < 0) return -1;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *header = PyList_GET_ITEM(headers, i);
-        if (!PyTuple_CheckExact(header) || PyTuple_GET_SIZE(header) != 2) return 0;
-        if ((ok = put_blob(out, PyTuple_GET_ITEM(header, 0), 's')) != 1) return ok;
-        if ((ok = put_optional(out, PyTuple_GET_ITEM(header, 1))) != 1) return ok;
-    }
-    if (text_add(out, "\0", 1) < 0) return -1;  /* the end of the header array */
-    if ((ok = put_blob(out, args[4], 's')) != 1) return ok;
-    return put_blob(out, args[5], 's');
-}
-
-/* file_record(topic, key, value, headers, event_id, translator) -> the Avro body of one
- * replay file record (bizevents.replay.task.FILE_SCHEMA), or None when a part is not of the exact
- * type this expects (str, bytes or None, a list of 2-tuples): FileRecordEncoder then
- * writes it in Python, as it does where the extension is not built. */
-static PyObject *file_record(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 6) {
-        PyErr_SetString(PyExc_TypeError,
-                        "file_record(topic, key, value, headers, event_id, translator)");
-        return NULL;
-    }
-    Text out;
-    text_init(&out);
-    int ok = put_record(&out, args);
-    PyObject *made = ok < 0 ? NULL : ok == 0 ? Py_NewRef(Py_None)
-                                             : PyBytes_FromStringAndSize(out.data, out.size);
-    text_free(&out);
-    return made;
-}
-
 /* -- the changes gate of a topic ------------------------------------------------------- */
 
 /* The schema id of Confluent-framed bytes (magic byte 0, four bytes of id); -1 when obj
@@ -1757,7 +1109,8 @@ static PyObject *unchanged(PyObject *Py_UNUSED(module), PyObject *const *args, P
  * compile_native_writer), one node per Avro type:
  *   (W_NULL,) (W_BOOLEAN,) (W_LONG, 32 or 64) (W_FLOAT,) (W_DOUBLE,) (W_STRING,)
  *   (W_BYTES,) (W_FIXED, size) (W_ENUM, {symbol: its index's bytes})
- *   (W_RECORD, names, nodes, plain models (a set), check_model, index of the lineage or -1)
+ *   (W_RECORD, names, nodes, plain models (a set), check_model, index of the lineage or -1):
+ *       a model's fields by name, or a tuple's items in order (a record as its values)
  *   (W_ARRAY, items) (W_MAP, values) (W_UNION, null branch's bytes or None, the other's, node)
  *   (W_CALL, prepare, schema, node): the value prepare(value, schema) gives, written by node
  */
@@ -1775,6 +1128,13 @@ static int write_node(PyObject *node, PyObject *value, Text *out, PyObject *line
 static int write_record(PyObject *node, PyObject *model, Text *out, PyObject *lineage) {
     PyObject *names = PyTuple_GET_ITEM(node, 1), *nodes = PyTuple_GET_ITEM(node, 2);
     PyObject *plain = PyTuple_GET_ITEM(node, 3);
+    if (PyTuple_CheckExact(model)) {  /* a record given as its fields' values, in order */
+        if (PyTuple_GET_SIZE(model) != PyTuple_GET_SIZE(nodes)) return fail("not a record");
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(nodes); i++)
+            if (write_node(PyTuple_GET_ITEM(nodes, i), PyTuple_GET_ITEM(model, i), out, Py_None) < 0)
+                return -1;
+        return 0;
+    }
     Py_ssize_t prewritten = PyLong_AsSsize_t(PyTuple_GET_ITEM(node, 5));
     int known = PySet_Contains(plain, (PyObject *)Py_TYPE(model));
     if (known < 0) return -1;
@@ -2068,26 +1428,13 @@ static PyTypeObject WritePlanType = {
 static PyMethodDef methods[] = {
     {"unchanged", (PyCFunction)(void (*)(void))unchanged, METH_FASTCALL,
      "unchanged(gates, keys, compile, key, value) -> bool: a topic's changes gate"},
-    {"event_id", (PyCFunction)(void (*)(void))event_id, METH_FASTCALL,
-     "event_id(namespace, name): str(uuid.uuid5(UUID(bytes=namespace), name))"},
-    {"wire", (PyCFunction)(void (*)(void))wire, METH_FASTCALL,
-     "wire(stamper, identity, contract, ordinal, change_avro, change_headers)"},
-    {"change_part", (PyCFunction)(void (*)(void))change_part, METH_FASTCALL,
-     "change_part(offset, position, tx_id, offset_header, position_header, tx_header)"},
-    {"file_record", (PyCFunction)(void (*)(void))file_record, METH_FASTCALL,
-     "file_record(topic, key, value, headers, event_id, translator) -> bytes or None"},
-    {"origin", (PyCFunction)(void (*)(void))origin, METH_FASTCALL,
-     "origin(cls, name, table, op, where, key, offset, position, tx_id, header_names)"},
-    {"origin_of", (PyCFunction)(void (*)(void))origin_of, METH_FASTCALL,
-     "origin_of(cls, event, table, header_names, pg_position) -> cls(...) or None"},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "_native",
-    .m_doc = "The project's compiled Avro reader and lineage (see contracts/avro_codegen/native.py "
-             "and translators/lineage.py).",
+    .m_doc = "The project's compiled Avro reader and writer (see contracts/avro_codegen/native.py).",
     .m_size = -1,
     .m_methods = methods,
 };
@@ -2101,24 +1448,7 @@ PyMODINIT_FUNC PyInit__native(void) {
     Refused = PyObject_GetAttrString(gen, "Refused");
     Py_DECREF(gen);
     if (Refused == NULL) return NULL;
-    PyObject *encoder = PyImport_ImportModule("json.encoder");
-    if (encoder == NULL) return NULL;
-    quote = PyObject_GetAttrString(encoder, "encode_basestring_ascii");
-    Py_DECREF(encoder);
-    if (quote == NULL) return NULL;
     struct { PyObject **slot; const char *name; } attrs[] = {
-        {&ATTR_source, "source"},
-        {&ATTR_position, "position"},
-        {&ATTR_coordinates, "coordinates"},
-        {&ATTR_offset, "offset"},
-        {&ATTR_topic, "topic"},
-        {&ATTR_partition, "partition"},
-        {&ATTR_lsn, "lsn"},
-        {&ATTR_tx_id, "tx_id"},
-        {&ATTR_qualified_table, "qualified_table"},
-        {&ATTR_name, "name"},
-        {&ATTR_op, "op"},
-        {&ATTR_key, "key"},
         {&ATTR_tzinfo, "tzinfo"},
         {&ATTR_read, "read"},
         {&ATTR_dict, "__dict__"},

@@ -38,6 +38,8 @@ class Extension:
     source: Path
     #: The libraries it links (``-l``).
     libraries: tuple[str, ...] = ()
+    #: The module's import name.
+    module: str = ""
 
     @property
     def name(self) -> str:
@@ -48,8 +50,20 @@ class Extension:
         return (directory or self.source.parent) / (self.name + suffix)
 
 
-#: Every C extension of the project, by the floor that owns it.
-EXTENSIONS = (Extension(_TOP / "contracts" / "avro_codegen" / "_native.c"),)
+#: Every C extension of the project, each in the floor that owns it (tests/test_layers.py).
+EXTENSIONS = (
+    Extension(
+        _TOP / "contracts" / "avro_codegen" / "_native.c",
+        module="bizevents.contracts.avro_codegen._native",
+    ),
+    Extension(
+        _TOP / "translators" / "_lineage.c",
+        libraries=("crypto",),
+        module="bizevents.translators._lineage",
+    ),
+)
+#: The headers the extensions share (ground floor: plumbing/_text.h).
+INCLUDE = _TOP / "plumbing"
 
 #: The flags every build takes: warnings are errors.
 STRICT = ("-Wall", "-Wextra", "-Werror")
@@ -73,6 +87,7 @@ def command(extension: Extension, output: Path, sanitize: bool = False) -> list[
         "-shared",
         *STRICT,
         f"-I{include}",
+        f"-I{INCLUDE}",
         str(extension.source),
         *(f"-l{lib}" for lib in extension.libraries),
         "-o",
@@ -89,7 +104,8 @@ def build_one(
     """The built extension (built now if missing or stale). Raises ``RuntimeError``."""
     output = extension.target(output_dir)
     source = extension.source
-    if not force and output.exists() and output.stat().st_mtime >= source.stat().st_mtime:
+    newest = max(source.stat().st_mtime, *(h.stat().st_mtime for h in INCLUDE.glob("*.h")))
+    if not force and output.exists() and output.stat().st_mtime >= newest:
         return output
     argv = command(extension, output, sanitize)
     if shutil.which(argv[0]) is None:

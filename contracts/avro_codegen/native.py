@@ -58,10 +58,10 @@ except ImportError:  # not built: callers fall back to the generated reader and 
 
 #: The built extension (``scripts/setup`` builds it), or ``None``: not built, or built from
 #: an older source that lacks what the code here calls (``scripts/setup`` rebuilds it).
-#: The one way the project reaches it: the reader, its makers, the contracts' writer, the
-#: lineage (:mod:`bizevents.translators.lineage`) and the replay's file records
-#: (:mod:`bizevents.replay.task`).
-EXTENSION: Final[Any] = _extension if hasattr(_extension, "unchanged") else None
+#: The one way the project reaches it: the reader, its makers, the changes gate and the
+#: contracts' writer (the replay's file records through :func:`compile_native_plan`). The
+#: translators' lineage has its own extension (translators/_lineage.c).
+EXTENSION: Final[Any] = _extension if hasattr(_extension, "WritePlan") else None
 Program: Any = None if EXTENSION is None else EXTENSION.Program
 Slots: Any = None if EXTENSION is None else EXTENSION.Slots
 #: A topic's changes gate in one call (bizevents.contracts.technical.avro.AvroDecoder.gate).
@@ -463,4 +463,25 @@ def compile_native_writer(model: type, parsed: Any) -> ModelWriter:
     named = parsed.get("__named_schemas") if isinstance(parsed, dict) else None
     plan = _WritePlanner(named if isinstance(named, dict) else {}).node(parsed, LINEAGE_FIELD)
     writer: ModelWriter = EXTENSION.WritePlan(plan)
+    return writer
+
+
+def compile_native_plan(schema: Any) -> Callable[[Any], bytes] | None:
+    """``write(record) -> bytes`` of a record schema whose records are given as tuples of
+    their fields' values in order (nested records too): the write plan the contracts'
+    writer runs (``_native.c``, ``WritePlan``), for records that are no model (the
+    replay's file records). Raises TypeError or ValueError for a value its type does not
+    take; None where the extension is not built or the schema has a shape it does not
+    cover."""
+    if EXTENSION is None:
+        return None
+    import fastavro
+
+    try:
+        parsed = fastavro.parse_schema(schema)
+        named = parsed.get("__named_schemas") if isinstance(parsed, dict) else None
+        plan = _WritePlanner(named if isinstance(named, dict) else {}).node(parsed)
+    except Unsupported:
+        return None
+    writer: Callable[[Any], bytes] = EXTENSION.WritePlan(plan)
     return writer

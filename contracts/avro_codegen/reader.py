@@ -151,18 +151,16 @@ def _skip(g: _Gen, schema: Any, d: int) -> None:
             g._active.discard(schema)
         return
     if isinstance(schema, list):
-        # The branch index, as one byte for the usual unions (zig-zag: 0, 2, 4 ... and
-        # the negative indexes fastavro also takes: 1 → -1, 3 → -2 ...).
+        # The branch index (the negative indexes fastavro also takes: -1 is the last);
+        # a varint of one byte for the usual unions, of more where a writer padded it.
         branches = len(schema)
         if branches > 32:
             raise Unsupported("a union of more than 32 branches")
-        g.emit(d, "b = buf[pos]")
-        g.emit(d, "pos += 1")
-        first = True
+        index = g.var("u")
+        _read_long_into(g, d, index)
         for i, branch in enumerate(schema):
-            codes = (2 * i, 2 * (branches - i) - 1)  # index i and i - branches, zig-zagged
-            g.emit(d, f"{'if' if first else 'elif'} b == {codes[0]} or b == {codes[1]}:")
-            first = False
+            keyword = "if" if i == 0 else "elif"
+            g.emit(d, f"{keyword} {index} == {i} or {index} == {i - branches}:")
             _body(g, d + 1, partial(_skip, g, branch, d + 1))
         g.emit(d, "else:")
         g.emit(d + 1, "raise IndexError('union branch out of range')")

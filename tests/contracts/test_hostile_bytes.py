@@ -333,3 +333,25 @@ def test_write_plans_are_checked_once_and_never_crash() -> None:
     lines = done.stdout.split()
     assert done.stdout.count("refused") == 6 and lines[-4:] != [], done.stdout
     assert "taken" in done.stdout  # (1,): a boolean, a whole plan
+
+
+@COMPILERS
+def test_a_padded_union_index_in_a_skipped_field_reads_as_fastavro_reads_it(
+    compile: Callable[..., Reader],
+) -> None:
+    """0x80 0x00 is a union index of 0 written in two bytes: fastavro and the compiled
+    reader read it; the generated reader's skip took one byte and refused it (found by
+    scripts/sanitize)."""
+    schema = fastavro.parse_schema(
+        {
+            "type": "record",
+            "name": "Padded",
+            "fields": [{"name": "u", "type": ["null", "long"]}, {"name": "n", "type": "long"}],
+        }
+    )
+    outer = fastavro.parse_schema(
+        {"type": "record", "name": "Around", "fields": [{"name": "p", "type": schema}]}
+    )
+    body = b"\x80\x00" + zigzag(7)
+    assert fastavro_read(outer, body) == ({"p": {"u": None, "n": 7}}, 3)
+    assert compile(outer, keep={"p": {"n"}})(body, 0) == ({"p": {"n": 7}}, 3)
