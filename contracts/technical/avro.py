@@ -227,7 +227,7 @@ def _read_avro(body: memoryview, schema: Any, what: str) -> Any:
     return record
 
 
-def _check_built(source_of: Callable[[Any], Source], parts: Any) -> None:
+def _check_built(parts: Any) -> None:
     """What :meth:`AvroDecoder.decode_value` checks of the parts its compiled reader
     built (raises ``InvalidRecord`` as it does); the changes gate's check."""
     op, source, before, after, ts_ms, transaction = parts
@@ -291,7 +291,7 @@ class AvroDecoder(_BytesDecoder):
             return None  # the decoder gives the verdict, record by record
         if plan.read is None:
             return None
-        check = partial(_check_built if plan.built else _check_dict, plan.source_of)
+        check = _check_built if plan.built else partial(_check_dict, plan.source_of)
         return compile_gate(plan.schema, plan.read, check, columns, {"op": OP_UPDATE}, dict(table))
 
     def _schema(self, schema_id: int, what: str) -> Any:
