@@ -564,28 +564,21 @@ static int spans_hold(const Span *spans, PyObject *expected) {
 /* The gate of an update that changes none of a translator's declared columns
  * (bizevents.translators.api, ``changes``). Its node holds the decoder's own read plan of
  * the envelope, the layout (before, after, columns, checked, expected, source, source
- * checked, source expected) and check, the decoder's checks of what its plan read. The
- * envelope is read as the decoder reads it (its projection, conversions and builders)
- * and checked, so that nothing the decoder refuses is called unchanged; then its bytes
- * are walked again: True when the fields `before` and `after` (unions of null and the
- * row record) are both rows whose fields `columns` (indices) hold the same bytes, its
- * fields `checked` hold the bytes `expected` (op: "u") and the fields `source checked`
- * of its source block (field `source`) hold `source expected` (its schema or db, its
- * table). Equal bytes are equal values, so such an update changes none of them. False
- * for anything else; a datum that does not read or check raises: the decoder then reads
- * it and gives the verdict. */
+ * checked, source expected) and check, the decoder's checks of what its plan read. Its
+ * bytes are walked first, building nothing: the fields `before` and `after` (unions of
+ * null and the row record) must both be rows whose fields `columns` (indices) hold the
+ * same bytes, its fields `checked` hold the bytes `expected` (op: "u") and the fields
+ * `source checked` of its source block (field `source`) hold `source expected` (its
+ * schema or db, its table). Equal bytes are equal values, so such an update changes none
+ * of them. False as soon as one does not hold: the decoder reads the record. Where all
+ * hold, the envelope is then read as the decoder reads it (its projection, conversions
+ * and builders) and checked, so that nothing the decoder refuses is called unchanged:
+ * True. A datum that does not read or check raises: the decoder then reads it and gives
+ * the verdict. */
 static PyObject *read_gate(const Node *node, Cursor *c) {
     const GateLayout *gate = node->gate;
     const Node *envelope = node->children[0];
     Py_ssize_t start = c->pos;
-    PyObject *datum = read_node(envelope, c);
-    if (datum == NULL) return NULL;
-    PyObject *checked = PyObject_CallOneArg(node->obj, datum);
-    Py_DECREF(datum);
-    if (checked == NULL) return NULL;
-    Py_DECREF(checked);
-    /* the datum's bytes, read: every step succeeds */
-    Cursor again = {c->buf, c->pos, start, c->len + SPARE_ITEMS};
     Span rows[2][MAX_GATED], fields[MAX_GATED], source_fields[MAX_GATED];
     memset(rows, 0, sizeof rows);
     memset(fields, 0, sizeof fields);
@@ -593,11 +586,11 @@ static PyObject *read_gate(const Node *node, Cursor *c) {
     int present = 0;
     for (Py_ssize_t i = 0; i < envelope->n; i++) {
         const Node *field = envelope->children[i];
-        Py_ssize_t at = again.pos;
+        Py_ssize_t at = c->pos;
         int row = i == gate->before ? 0 : i == gate->after ? 1 : -1;
         if (row >= 0 && field->kind == K_UNION) {
             long long branch;
-            if (read_long(&again, &branch) < 0) return NULL;
+            if (read_long(c, &branch) < 0) return NULL;
             if (branch < 0) branch += field->n;
             if (branch < 0 || branch >= field->n) {
                 PyErr_SetString(PyExc_IndexError, "union branch out of range");
@@ -605,7 +598,7 @@ static PyObject *read_gate(const Node *node, Cursor *c) {
             }
             const Node *chosen = field->children[branch];
             if (chosen->kind != K_RECORD) Py_RETURN_FALSE;  /* no such row: not gated */
-            if (record_spans(chosen, &again, &gate->columns, rows[row]) < 0) return NULL;
+            if (record_spans(chosen, c, &gate->columns, rows[row]) < 0) return NULL;
             if (++present == 2) {  /* both rows read: a change ends it here */
                 for (Py_ssize_t k = 0; k < gate->columns.n; k++) {
                     if (rows[0][k].at == NULL || rows[0][k].size != rows[1][k].size ||
@@ -614,20 +607,29 @@ static PyObject *read_gate(const Node *node, Cursor *c) {
                 }
             }
         } else if (i == gate->source && field->kind == K_RECORD) {
-            if (record_spans(field, &again, &gate->source_checked, source_fields) < 0) return NULL;
-        } else if (skip_node(field, &again) < 0) {
+            if (record_spans(field, c, &gate->source_checked, source_fields) < 0) return NULL;
+        } else if (skip_node(field, c) < 0) {
             return NULL;
         }
         for (Py_ssize_t k = 0; k < gate->checked.n; k++) {
             if (gate->checked.at[k] == i) {
-                fields[k].at = again.buf + at;
-                fields[k].size = again.pos - at;
+                fields[k].at = c->buf + at;
+                fields[k].size = c->pos - at;
             }
         }
     }
-    int held = present == 2 && spans_hold(fields, PyTuple_GET_ITEM(node->args, 4)) &&
-               spans_hold(source_fields, PyTuple_GET_ITEM(node->args, 7));
-    return Py_NewRef(held ? Py_True : Py_False);
+    if (present != 2 || !spans_hold(fields, PyTuple_GET_ITEM(node->args, 4)) ||
+        !spans_hold(source_fields, PyTuple_GET_ITEM(node->args, 7)))
+        Py_RETURN_FALSE;
+    /* unchanged by its bytes: now read as the decoder reads it, and checked */
+    Cursor again = {c->buf, c->pos, start, c->len + SPARE_ITEMS};
+    PyObject *datum = read_node(envelope, &again);
+    if (datum == NULL) return NULL;
+    PyObject *checked = PyObject_CallOneArg(node->obj, datum);
+    Py_DECREF(datum);
+    if (checked == NULL) return NULL;
+    Py_DECREF(checked);
+    Py_RETURN_TRUE;
 }
 
 /* A record handed to its builder: builder(*kept values), no dict in between. */
