@@ -1,4 +1,5 @@
-"""Builds the compiled Avro reader into wheels (bizevents/contracts/avro_codegen/build.py).
+"""Builds the C extensions into wheels (bizevents/contracts/avro_codegen/build.py: the
+codec's plan interpreter and the translators' lineage).
 
 Without a C compiler (or when the compile fails) the wheel is built without the extension,
 with a warning: the code runs on the generated pure-Python reader, only slower. Such a wheel
@@ -9,6 +10,7 @@ is tagged ``py3-none-any``; one with the extension carries this interpreter's ta
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -27,17 +29,19 @@ def _build_module(root: str) -> ModuleType:
     )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
 
 class CompiledReader(BuildHookInterface):  # type: ignore[misc]
-    """A wheel carries ``bizevents/contracts/avro_codegen/_native*.so``, built for the
+    """A wheel carries the extensions (``_native*.so``, ``_lineage*.so``), built for the
     interpreter that builds the wheel; an editable install builds it in place."""
 
     def initialize(self, version: str, build_data: dict[str, Any]) -> None:
+        module = _build_module(self.root)
         try:
-            built: Path = _build_module(self.root).build()
+            built: list[Path] = module.build()
         except RuntimeError as exc:
             self.app.display_warning(
                 f"bizevents: {exc}; building without the compiled Avro reader "
@@ -46,6 +50,9 @@ class CompiledReader(BuildHookInterface):  # type: ignore[misc]
             return  # a pure wheel: hatchling tags it py3-none-any
         if version == "editable":
             return  # the extension sits next to its source, where the editable path finds it
-        build_data["force_include"][str(built)] = str(Path(*BUILD_SCRIPT.parts[:-1], built.name))
+        for path in built:  # each extension where its floor sits inside the package
+            build_data["force_include"][str(path)] = str(
+                Path("bizevents", path.relative_to(module._TOP))
+            )
         build_data["pure_python"] = False
         build_data["infer_tag"] = True

@@ -6,11 +6,11 @@ touched, shipped of the store's ``orders`` table, 3 of 4 give events), run throu
 ``orders@2`` with the worker's own decoder and serializer. Prints the whole
 ``Pipeline.process`` and each stage measured on its own (decode, translate, stamp: the
 lineage's bytes and headers, serialize: each over the previous stage's output), the
-median of ``--repeat`` runs, then the floor under decode: the codec candidates side by
-side, the envelope's bytes read alone by the compiled reader (the project's C
-extension), the generated reader, fastavro's C reader and cavro (a compiled library,
-from the dev group), converted and raw, beside the 20 µs per record the 50,000/s target
-leaves; then a 40-column table with and without a projection.
+median of ``--repeat`` runs, then the cost of one event id, then the floor under decode:
+the codec candidates side by side, the envelope's bytes read alone by the compiled
+reader (the project's C extension), the generated reader, fastavro's C reader and cavro
+(a compiled library, from the dev group), converted and raw, beside the 20 µs per record
+the 50,000/s target leaves; then a 40-column table with and without a projection.
 
     .venv/bin/python bench/pipeline.py [--records 20000] [--repeat 5]
 """
@@ -167,6 +167,7 @@ def main() -> None:
         "(a quarter, updated_at only) are decoded and handed to the translator"
     )
 
+    event_ids(max(args.repeat, 3))
     codecs([r.value for r in sample if r.value is not None], lookup, max(args.repeat, 3))
     wide(n, max(args.repeat, 3), client)
 
@@ -179,6 +180,37 @@ def runs(repeat: int, run: Callable[[], object]) -> list[float]:
         run()
         times.append(time.process_time() - started)
     return times
+
+
+def event_ids(repeat: int, count: int = 200_000) -> None:
+    """The cost of one event id: the lineage's compiled ``event_id`` (its SHA-1 from
+    libcrypto since issue 26, a hand-written one before), beside ``uuid.uuid5``."""
+    from bizevents.translators import lineage
+
+    namespace = lineage.EVENT_ID_NAMESPACE
+    names = [f'bench.store.orders|c|0/{1000 + i:X}|{{"id":{i}}}|orders|2' for i in range(1000)]
+    names *= count // len(names)
+    compiled = lineage._compiled
+    if compiled is not None:
+        make, raw = compiled.event_id, namespace.bytes
+
+        def run() -> None:
+            for name in names:
+                make(raw, name)
+
+        spent = runs(repeat, run)
+        print(
+            f"one event id: {statistics.median(spent) / len(names) * 1e9:.0f} ns "
+            f"(spread {min(spent) / len(names) * 1e9:.0f}-{max(spent) / len(names) * 1e9:.0f}, "
+            f"the lineage's extension, median of {repeat} runs)"
+        )
+
+    def python() -> None:
+        for name in names:
+            str(uuid.uuid5(namespace, name))
+
+    spent = runs(repeat, python)
+    print(f"  uuid.uuid5 for comparison: {statistics.median(spent) / len(names) * 1e9:.0f} ns")
 
 
 def codecs(values: list[bytes], lookup: Callable[[int], str], repeat: int) -> None:

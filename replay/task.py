@@ -23,8 +23,7 @@ from pathlib import Path
 from time import perf_counter
 from typing import Any, Final
 
-from bizevents.contracts.avro_codegen.native import EXTENSION as _compiled
-from bizevents.contracts.avro_codegen.native import constructor
+from bizevents.contracts.avro_codegen.native import compile_native_plan, constructor
 from bizevents.contracts.binary import (
     NULL_BRANCH,
     SMALL,
@@ -397,6 +396,8 @@ class _AvroFile:
 
 
 _FILE_SCHEMA_JSON: Final = json.dumps(FILE_SCHEMA, separators=(",", ":"))
+#: FILE_SCHEMA's write plan, run by the contracts' extension (None where it is not built).
+_FILE_PLAN: Final = compile_native_plan(FILE_SCHEMA)
 
 
 class FileRecordEncoder:
@@ -405,6 +406,8 @@ class FileRecordEncoder:
 
     def __init__(self) -> None:
         self._texts: dict[str, bytes] = {}
+        #: The contracts' compiled writer of FILE_SCHEMA (records as tuples), or None.
+        self._compiled = _FILE_PLAN
 
     def _text(self, value: str) -> bytes:
         found = self._texts.get(value)
@@ -413,12 +416,20 @@ class FileRecordEncoder:
         return found
 
     def __call__(self, topic: str, record: OutRecord) -> bytes:
-        if _compiled is not None:
-            made: bytes | None = _compiled.file_record(
-                topic, record.key, record.value, record.headers, record.event_id, record.translator
-            )
-            if made is not None:
-                return made
+        if self._compiled is not None:
+            try:
+                return self._compiled(
+                    (
+                        topic,
+                        record.key,
+                        record.value,
+                        record.headers,
+                        record.event_id,
+                        record.translator,
+                    )
+                )
+            except (TypeError, ValueError, AttributeError):
+                pass  # a part of another type than the plan writes: the Python decides
         return self.written(topic, record)
 
     def written(self, topic: str, record: OutRecord) -> bytes:

@@ -20,6 +20,7 @@ name (``import capture``) is wrong everywhere: the wheel installs only ``bizeven
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -146,3 +147,79 @@ def test_the_rule_catches_an_import_that_points_up(tmp_path: Path) -> None:
         "    from bizevents import capture\n    import translators.api\n"
     )
     assert _imports(module) == [(1, "plumbing"), (4, "bizevents"), (5, "capture"), (6, BARE)]
+
+
+# -- the C sources ------------------------------------------------------------------------
+
+
+def _c_sources() -> list[Path]:
+    return sorted(
+        path
+        for floor in sorted(FLOORS)
+        for ext in ("*.c", "*.h")
+        for path in (ROOT / floor).rglob(ext)
+    )
+
+
+def _c_floor(path: Path) -> str:
+    return path.relative_to(ROOT).parts[0]
+
+
+def _c_references(path: Path) -> list[tuple[int, str]]:
+    """``(line, floor)`` of what a C source reaches of ours: the headers it includes
+    (found next to it, else in the shared include folder) and the modules it names
+    (``PyImport_ImportModule("bizevents.contracts...")``, type and module names)."""
+    from bizevents.contracts.avro_codegen.build import INCLUDE
+
+    found: list[tuple[int, str]] = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        include = re.match(r'\s*#\s*include\s+"([^"]+)"', line)
+        if include:
+            header = path.parent / include[1]
+            header = header if header.exists() else INCLUDE / include[1]
+            assert header.exists(), f"{path.relative_to(ROOT)}:{number} includes {include[1]}"
+            found.append((number, _c_floor(header.resolve())))
+        for name in re.findall(r'"(bizevents(?:\.\w+)+)', line):
+            floor = _floor(name)
+            if floor is not None:
+                found.append((number, floor))
+    return found
+
+
+def test_every_c_source_stands_on_a_floor_and_points_down() -> None:
+    """A C source belongs to the floor of its folder; what it includes and the modules it
+    imports or names stand on that floor or below it, as its Python would."""
+    sources = _c_sources()
+    assert {_c_floor(p) for p in sources} >= {"contracts", "translators", "plumbing"}
+    wrong = [
+        f"{path.relative_to(ROOT)}:{line} reaches {target}"
+        for path in sources
+        for line, target in _c_references(path)
+        if target != _c_floor(path) and (target == BARE or target not in ALLOWED[_c_floor(path)])
+    ]
+    assert not wrong, "C that points up or across:\n" + "\n".join(wrong)
+
+
+def test_each_extension_is_built_as_a_module_of_its_own_floor() -> None:
+    """Every C source is built (contracts/avro_codegen/build.py) into one extension whose
+    import name is under the source's floor: the codec's interpreter in contracts, the
+    lineage in translators."""
+    from bizevents.contracts.avro_codegen.build import EXTENSIONS
+
+    built = {e.source.resolve(): e.module for e in EXTENSIONS}
+    sources = [p.resolve() for p in _c_sources() if p.suffix == ".c"]
+    assert sorted(built) == sorted(sources)
+    for source, module in built.items():
+        floor = _c_floor(source)
+        inside = source.relative_to(ROOT / floor).with_suffix("").parts
+        assert module == ".".join(("bizevents", floor, *inside))
+        assert f'"{source.stem}"' in source.read_text(), f"{source.name} names its module"
+
+
+def test_the_c_rule_catches_a_source_that_points_up(tmp_path: Path) -> None:
+    """A codec source that imported the translators' Python would be reported."""
+    path = tmp_path / "probe.c"
+    path.write_text('#include "_text.h"\nPyImport_ImportModule("bizevents.translators.lineage");\n')
+    reached = [target for _, target in _c_references(path)]
+    assert reached == ["plumbing", "translators"]
+    assert "translators" not in ALLOWED["contracts"] and "plumbing" in ALLOWED["contracts"]

@@ -20,7 +20,6 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, NamedTuple
 
-from bizevents.contracts.avro_codegen.native import EXTENSION as _compiled
 from bizevents.contracts.business import (
     HEADER_EVENT_ID,
     HEADER_REPLAY,
@@ -39,8 +38,16 @@ from bizevents.contracts.business import (
 )
 from bizevents.contracts.envelope import ChangeEvent, PgPosition
 
-#: Whether lineage goes on the wire through the compiled helpers (the extension's
-#: ``wire``, ``origin`` and ``change_part``); the Python below does it otherwise.
+try:  # translators/_lineage.c, built with the codec's extension by scripts/setup
+    import bizevents.translators._lineage as _extension
+except ImportError:  # not built: the Python below does it
+    _extension = None
+
+#: The translators' extension (``wire``, ``origin`` and ``change_part``), or None: not
+#: built, or built from an older source (``scripts/setup`` rebuilds it).
+_compiled: Final[Any] = _extension if hasattr(_extension, "origin_of") else None
+#: Whether lineage goes on the wire through the compiled helpers; the Python below does
+#: it otherwise.
 COMPILED: Final = _compiled is not None
 
 EVENT_ID_NAMESPACE: Final = uuid.UUID("6f1c5b1e-2d0a-5c9e-9a59-6b1d6f0e7a11")

@@ -60,10 +60,12 @@ class Decoder(Protocol):
         columns: frozenset[str] | None = None,
     ) -> ChangeEvent | Tombstone: ...
 
-    def gate(self, columns: frozenset[str], table: SourceTable) -> Gate | None:
+    def gate(
+        self, columns: frozenset[str], table: SourceTable, projection: frozenset[str] | None = None
+    ) -> Gate | None:
         """``unchanged(key, value)``: whether a record is, for sure and without decoding
-        its rows, an update of ``table`` that changes none of ``columns`` (None: this
-        decoder cannot tell)."""
+        its rows, an update of ``table`` that changes none of ``columns`` and that decodes
+        (with ``projection``, the columns it decodes) (None: this decoder cannot tell)."""
         ...
 
 
@@ -221,7 +223,9 @@ class Pipeline:
         namespace = ("schema", source.schema) if source.schema is not None else ("db", source.db)
         if not translators or namespace[1] is None or source.table is None:
             return None
-        return self.decoder.gate(frozenset(union), (namespace, ("table", source.table)))
+        return self.decoder.gate(
+            frozenset(union), (namespace, ("table", source.table)), self.columns(table)
+        )
 
     def _decode(
         self, record: Record, topic: str, where: Coordinates, known: _Known | None

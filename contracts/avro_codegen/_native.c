@@ -6,17 +6,23 @@
  * it), exactly what the generated Python reader (reader.py) returns for the same plan.
  * Skipped fields are stepped over without building objects. Any bad byte raises
  * (ValueError, EOFError, IndexError, UnicodeDecodeError): callers then let fastavro read
- * the record, and its verdict stands, as they do for the generated reader.
+ * the record, and its verdict stands, as they do for the generated reader (but for
+ * Refused, which stands).
  *
- * Slots(cls, names) makes the objects the builders return, and event_id, wire,
- * change_part and origin put lineage on the wire (both below).
+ * Slots(cls, names) makes the objects the builders return; unchanged(...) is a topic's
+ * changes gate; WritePlan(plan) writes a contract's instance (or a record given as a
+ * tuple of its fields: the replay's file records). The codec's floor (contracts) only:
+ * the translators' lineage has its own extension (translators/_lineage.c).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <limits.h>
 #include <string.h>
+
+#include "_text.h"
 
 enum kind {
     K_NULL, K_BOOL, K_INT, K_LONG, K_FLOAT, K_DOUBLE, K_STRING, K_BYTES, K_FIXED,
@@ -36,7 +42,12 @@ typedef struct Node {
                                 gate: its layout (see read_gate) */
     long long precision, scale;  /* decimal */
     struct GateLayout *gate;     /* gate: its layout, parsed (see read_gate) */
+    int zero_width;          /* a datum of no bytes at all (null, fixed(0), a record of such) */
 } Node;
+
+/* gen.Refused: bytes the readers refuse outright, where fastavro would build a list of
+ * more items than the bytes could ever hold (the decoder's verdict, not fastavro's). */
+static PyObject *Refused;
 
 #define MAX_GATED 32
 
@@ -55,45 +66,19 @@ typedef struct {
     const unsigned char *buf;
     Py_ssize_t len;
     Py_ssize_t pos;
+    Py_ssize_t spare;  /* items of no width still allowed (see block_count) */
 } Cursor;
 
+/* Items of no width a datum may hold beyond one per byte of its buffer (gen.SPARE_ITEMS). */
+#define SPARE_ITEMS 65536
+
 /* Attribute names read from C, interned once (at the module's start). */
-static PyObject *ATTR_source, *ATTR_position, *ATTR_coordinates, *ATTR_offset, *ATTR_topic, *ATTR_partition, *ATTR_lsn, *ATTR_tx_id, *ATTR_qualified_table, *ATTR_name, *ATTR_op, *ATTR_key,
-    *ATTR_tzinfo, *ATTR_read, *ATTR_dict, *ATTR_value;
+static PyObject *ATTR_tzinfo, *ATTR_read, *ATTR_dict, *ATTR_value;
 
 static const char *KINDS[] = {
     "null", "boolean", "int", "long", "float", "double", "string", "bytes", "fixed",
     "enum", "record", "union", "array", "map", "call", "skip", "decimal", "gate", NULL
 };
-
-/* The decimal text of value into out (at most 20 characters, no NUL); its length.
- * (snprintf's format parsing cost more than the rest of a change's lineage.) */
-static int decimal_text(long long value, char *out) {
-    char reversed[20];
-    unsigned long long magnitude =
-        value < 0 ? 0ULL - (unsigned long long)value : (unsigned long long)value;
-    int n = 0, length = 0;
-    do {
-        reversed[n++] = (char)('0' + magnitude % 10);
-        magnitude /= 10;
-    } while (magnitude != 0);
-    if (value < 0) out[length++] = '-';
-    while (n > 0) out[length++] = reversed[--n];
-    return length;
-}
-
-/* The upper-case hex text of value into out (at most 16 characters, no NUL); its length. */
-static int hex_text(unsigned long long value, char *out) {
-    static const char HEX[] = "0123456789ABCDEF";
-    char reversed[16];
-    int n = 0, length = 0;
-    do {
-        reversed[n++] = HEX[value & 15];
-        value >>= 4;
-    } while (value != 0);
-    while (n > 0) out[length++] = reversed[--n];
-    return length;
-}
 
 /* -- plan -> nodes ------------------------------------------------------------------ */
 
@@ -266,12 +251,14 @@ static Node *node_new(PyObject *plan, int depth) {
         if (node->args == NULL) goto fail;
         break;
     case K_GATE:
-        /* ("gate", envelope record node, layout): see read_gate */
-        if (size != 3 || !PyTuple_Check(PyTuple_GET_ITEM(plan, 2)) ||
-            PyTuple_GET_SIZE(PyTuple_GET_ITEM(plan, 2)) != 8) {
-            PyErr_SetString(PyExc_TypeError, "gate is (\"gate\", envelope node, layout)");
+        /* ("gate", envelope record node, layout, check): see read_gate */
+        if (size != 4 || !PyTuple_Check(PyTuple_GET_ITEM(plan, 2)) ||
+            PyTuple_GET_SIZE(PyTuple_GET_ITEM(plan, 2)) != 8 ||
+            !PyCallable_Check(PyTuple_GET_ITEM(plan, 3))) {
+            PyErr_SetString(PyExc_TypeError, "gate is (\"gate\", envelope node, layout, check)");
             goto fail;
         }
+        node->obj = Py_NewRef(PyTuple_GET_ITEM(plan, 3));
         if (child_of(node, plan, 1, depth) < 0) goto fail;
         if (node->children[0]->kind != K_RECORD) {
             PyErr_SetString(PyExc_TypeError, "a gate reads a record");
@@ -321,6 +308,16 @@ static Node *node_new(PyObject *plan, int depth) {
     default:
         if (size != 1) { PyErr_Format(PyExc_TypeError, "%s takes no arguments", name); goto fail; }
     }
+    switch (kind) {
+    case K_NULL: node->zero_width = 1; break;
+    case K_FIXED: node->zero_width = node->n == 0; break;
+    case K_RECORD:
+        node->zero_width = 1;
+        for (Py_ssize_t i = 0; i < node->n; i++) node->zero_width &= node->children[i]->zero_width;
+        break;
+    case K_CALL: case K_SKIP: case K_DECIMAL: node->zero_width = node->children[0]->zero_width; break;
+    default: node->zero_width = 0;
+    }
     return node;
 fail:
     node_free(node);
@@ -358,6 +355,36 @@ static int read_size(Cursor *c, Py_ssize_t *out) {
     if (n > c->len - c->pos) return eof();
     *out = (Py_ssize_t)n;
     return 0;
+}
+
+/* The item count of an array or map block into *n: 1, 0 at the end (a count of zero), -1
+ * on error. A negative count is followed by the block's byte size, which is read and not
+ * trusted: the items are read (or stepped over) one by one, as fastavro reads them, so a
+ * projected read and a full one agree. A count of -2**63 (no positive counterpart) holds
+ * no items, as fastavro reads it. A count the bytes left cannot hold is refused before
+ * any item is read: an EOFError where an item takes a byte at least. Items that take no
+ * bytes (null, fixed(0), empty records) are counted against the cursor's spare: a datum
+ * holds at most one per byte of its buffer and SPARE_ITEMS more; beyond that, Refused
+ * (six bytes could ask for 2**62 of them, which fastavro builds one by one). */
+static int block_count(const Node *node, Cursor *c, long long *n) {
+    if (read_long(c, n) < 0) return -1;
+    if (*n == 0) return 0;
+    if (*n < 0) {
+        long long size;
+        *n = *n == LLONG_MIN ? 0 : -*n;
+        if (read_long(c, &size) < 0) return -1;
+    }
+    if (node->kind == K_ARRAY && node->children[0]->zero_width) {
+        if (*n > c->spare) {
+            PyErr_Format(Refused, "an array block of %lld items of no width, more than %zd",
+                         *n, c->spare);
+            return -1;
+        }
+        c->spare -= (Py_ssize_t)*n;
+    } else if (*n > c->len - c->pos) {
+        return eof();
+    }
+    return 1;
 }
 
 static PyObject *read_node(const Node *node, Cursor *c);
@@ -405,13 +432,8 @@ static int skip_node(const Node *node, Cursor *c) {
         return skip_node(node->children[n], c);
     case K_ARRAY: case K_MAP:
         for (;;) {
-            if (read_long(c, &n) < 0) return -1;
-            if (n == 0) return 0;
-            if (n < 0) {  /* a block that says its size is jumped over */
-                if (read_size(c, &size) < 0) return -1;
-                c->pos += size;
-                continue;
-            }
+            int more = block_count(node, c, &n);
+            if (more <= 0) return more;
             for (long long i = 0; i < n; i++) {
                 if (node->kind == K_MAP) {
                     if (read_size(c, &size) < 0) return -1;
@@ -540,30 +562,36 @@ static int spans_hold(const Span *spans, PyObject *expected) {
 }
 
 /* The gate of an update that changes none of a translator's declared columns
- * (bizevents.translators.api, ``changes``), read without building anything. Its layout:
- * (before, after, columns, checked, expected, source, source checked, source expected):
- * True when the envelope's fields `before` and `after` (unions of null and the row
- * record) are both rows whose fields `columns` (indices) hold the same bytes, its
- * fields `checked` hold the bytes `expected` (op: "u") and the fields `source checked`
- * of its source block (field `source`) hold `source expected` (its schema or db, its
- * table). Equal bytes are equal values, so such an update changes none of them. False
- * for anything else, as soon as it is known; a datum that does not read raises: the
- * decoder then reads it and gives the verdict. */
+ * (bizevents.translators.api, ``changes``). Its node holds the decoder's own read plan of
+ * the envelope, the layout (before, after, columns, checked, expected, source, source
+ * checked, source expected) and check, the decoder's checks of what its plan read. Its
+ * bytes are walked first, building nothing: the fields `before` and `after` (unions of
+ * null and the row record) must both be rows whose fields `columns` (indices) hold the
+ * same bytes, its fields `checked` hold the bytes `expected` (op: "u") and the fields
+ * `source checked` of its source block (field `source`) hold `source expected` (its
+ * schema or db, its table). Equal bytes are equal values, so such an update changes none
+ * of them. False as soon as one does not hold: the decoder reads the record. Where all
+ * hold, the envelope is then read as the decoder reads it (its projection, conversions
+ * and builders) and checked, so that nothing the decoder refuses is called unchanged:
+ * True. A datum that does not read or check raises: the decoder then reads it and gives
+ * the verdict. */
 static PyObject *read_gate(const Node *node, Cursor *c) {
     const GateLayout *gate = node->gate;
+    const Node *envelope = node->children[0];
+    Py_ssize_t start = c->pos;
     Span rows[2][MAX_GATED], fields[MAX_GATED], source_fields[MAX_GATED];
     memset(rows, 0, sizeof rows);
     memset(fields, 0, sizeof fields);
     memset(source_fields, 0, sizeof source_fields);
     int present = 0;
-    const Node *envelope = node->children[0];
     for (Py_ssize_t i = 0; i < envelope->n; i++) {
         const Node *field = envelope->children[i];
-        Py_ssize_t start = c->pos;
+        Py_ssize_t at = c->pos;
         int row = i == gate->before ? 0 : i == gate->after ? 1 : -1;
         if (row >= 0 && field->kind == K_UNION) {
             long long branch;
             if (read_long(c, &branch) < 0) return NULL;
+            if (branch < 0) branch += field->n;
             if (branch < 0 || branch >= field->n) {
                 PyErr_SetString(PyExc_IndexError, "union branch out of range");
                 return NULL;
@@ -585,14 +613,23 @@ static PyObject *read_gate(const Node *node, Cursor *c) {
         }
         for (Py_ssize_t k = 0; k < gate->checked.n; k++) {
             if (gate->checked.at[k] == i) {
-                fields[k].at = c->buf + start;
-                fields[k].size = c->pos - start;
+                fields[k].at = c->buf + at;
+                fields[k].size = c->pos - at;
             }
         }
     }
-    int held = present == 2 && spans_hold(fields, PyTuple_GET_ITEM(node->args, 4)) &&
-               spans_hold(source_fields, PyTuple_GET_ITEM(node->args, 7));
-    return Py_NewRef(held ? Py_True : Py_False);
+    if (present != 2 || !spans_hold(fields, PyTuple_GET_ITEM(node->args, 4)) ||
+        !spans_hold(source_fields, PyTuple_GET_ITEM(node->args, 7)))
+        Py_RETURN_FALSE;
+    /* unchanged by its bytes: now read as the decoder reads it, and checked */
+    Cursor again = {c->buf, c->pos, start, c->len + SPARE_ITEMS};
+    PyObject *datum = read_node(envelope, &again);
+    if (datum == NULL) return NULL;
+    PyObject *checked = PyObject_CallOneArg(node->obj, datum);
+    Py_DECREF(datum);
+    if (checked == NULL) return NULL;
+    Py_DECREF(checked);
+    Py_RETURN_TRUE;
 }
 
 /* A record handed to its builder: builder(*kept values), no dict in between. */
@@ -652,15 +689,12 @@ static PyObject *read_blocks(const Node *node, Cursor *c) {
     int is_map = node->kind == K_MAP;
     PyObject *out = is_map ? PyDict_New() : PyList_New(0);
     if (out == NULL) return NULL;
-    long long n, block_size;
+    long long n;
     Py_ssize_t size;
     for (;;) {
-        if (read_long(c, &n) < 0) goto fail;
-        if (n == 0) return out;
-        if (n < 0) {
-            n = -n;
-            if (read_long(c, &block_size) < 0) goto fail;  /* the block's size, unused */
-        }
+        int more = block_count(node, c, &n);
+        if (more < 0) goto fail;
+        if (more == 0) return out;
         for (long long i = 0; i < n; i++) {
             PyObject *key = NULL;
             if (is_map) {
@@ -818,7 +852,7 @@ static PyObject *program_vectorcall(PyObject *self, PyObject *const *args, size_
         PyErr_SetString(PyExc_ValueError, "pos outside the bytes");
         return NULL;
     }
-    Cursor c = {(const unsigned char *)view.buf, view.len, pos};
+    Cursor c = {(const unsigned char *)view.buf, view.len, pos, view.len + SPARE_ITEMS};
     PyObject *datum = read_node(((Program *)self)->root, &c);
     PyBuffer_Release(&view);
     if (datum == NULL) return NULL;
@@ -861,7 +895,7 @@ static void program_dealloc(Program *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static PyObject *program_get_plan(Program *self, void *closure) {
+static PyObject *program_get_plan(Program *self, void *Py_UNUSED(closure)) {
     return Py_NewRef(self->plan);
 }
 
@@ -984,629 +1018,6 @@ static PyTypeObject SlotsType = {
     .tp_call = PyVectorcall_Call,
 };
 
-/* == lineage on the wire ============================================================== */
-
-/* Lineage on the wire: what translators/lineage.py's Stamper computes per
- * event and origin() per change, without the Python in between.
- *
- *   event_id(namespace, name) -> str
- *       str(uuid.uuid5(UUID(bytes=namespace), name)): SHA-1 (FIPS 180-4) of the
- *       namespace's 16 bytes and the name's UTF-8, version 5, RFC 4122 variant.
- *   wire(stamper, identity, contract, ordinal, change_avro, change_headers)
- *       -> (event id, lineage record's Avro bytes, headers list)
- *       stamper = (namespace, "|name|" as UTF-8, translator part's Avro bytes,
- *                  translator headers tuple, replay, event-id header's name,
- *                  replay header)
- *   change_part(offset, position, tx_id, offset header, position header, tx header)
- *       -> (change part's Avro bytes, headers tuple)
- *   origin(cls, name, table, op, where, key, offset, position, tx_id, header names)
- *       -> cls(the change's identity, change part, headers): lineage.origin_of's work
- *
- * tests/translators/test_lineage_native.py holds each equal to the Python it replaces
- * (hypothesis), and translators/lineage.py falls back to that Python when the extension
- * is not built. The varints here (and the replay's file records below) are the
- * module's only writer of them in C; the Python's are bizevents.contracts.binary's.
- */
-
-/* -- SHA-1 ---------------------------------------------------------------------------- */
-
-typedef struct {
-    uint32_t h[5];
-    uint64_t length;        /* bytes hashed so far */
-    unsigned char block[64];
-    size_t used;            /* bytes waiting in block */
-} Sha1;
-
-#define ROTL(x, n) (((x) << (n)) | ((x) >> (32 - (n))))
-
-static uint32_t load_be32(const unsigned char *p) {
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
-}
-
-/* One 64-byte block: the message schedule kept in 16 words (w[t] reuses w[t - 16]'s
- * slot), and the four groups of 20 rounds in loops of their own, without a branch. */
-static void sha1_block(Sha1 *s, const unsigned char *p) {
-    uint32_t w[16];
-    for (int t = 0; t < 16; t++) w[t] = load_be32(p + 4 * t);
-    uint32_t a = s->h[0], b = s->h[1], c = s->h[2], d = s->h[3], e = s->h[4];
-#define SCHEDULE(t) \
-    (t < 16 ? w[t] \
-            : (w[(t) & 15] = ROTL(w[((t) + 13) & 15] ^ w[((t) + 8) & 15] ^ \
-                                  w[((t) + 2) & 15] ^ w[(t) & 15], 1)))
-#define ROUND(t, f, k) \
-    do { \
-        uint32_t temp = ROTL(a, 5) + (f) + e + (k) + SCHEDULE(t); \
-        e = d; d = c; c = ROTL(b, 30); b = a; a = temp; \
-    } while (0)
-    for (int t = 0; t < 20; t++) ROUND(t, (b & c) | (~b & d), 0x5A827999);
-    for (int t = 20; t < 40; t++) ROUND(t, b ^ c ^ d, 0x6ED9EBA1);
-    for (int t = 40; t < 60; t++) ROUND(t, (b & c) | (b & d) | (c & d), 0x8F1BBCDC);
-    for (int t = 60; t < 80; t++) ROUND(t, b ^ c ^ d, 0xCA62C1D6);
-#undef ROUND
-#undef SCHEDULE
-    s->h[0] += a; s->h[1] += b; s->h[2] += c; s->h[3] += d; s->h[4] += e;
-}
-
-static void sha1_init(Sha1 *s) {
-    s->h[0] = 0x67452301; s->h[1] = 0xEFCDAB89; s->h[2] = 0x98BADCFE;
-    s->h[3] = 0x10325476; s->h[4] = 0xC3D2E1F0;
-    s->length = 0;
-    s->used = 0;
-}
-
-static void sha1_update(Sha1 *s, const unsigned char *p, size_t n) {
-    s->length += n;
-    if (s->used > 0) {
-        size_t take = 64 - s->used;
-        if (take > n) take = n;
-        memcpy(s->block + s->used, p, take);
-        s->used += take; p += take; n -= take;
-        if (s->used < 64) return;
-        sha1_block(s, s->block);
-        s->used = 0;
-    }
-    for (; n >= 64; p += 64, n -= 64) sha1_block(s, p);  /* whole blocks where they lie */
-    memcpy(s->block, p, n);
-    s->used = n;
-}
-
-/* The padding (0x80, zeros up to 56 bytes of the last block, the bit length) in one
- * update. */
-static void sha1_final(Sha1 *s, unsigned char out[20]) {
-    uint64_t bits = s->length * 8;
-    unsigned char pad[72] = {0x80};
-    size_t zeros = (s->used < 56 ? 56 : 120) - s->used;
-    for (int i = 0; i < 8; i++) pad[zeros + i] = (unsigned char)(bits >> (56 - 8 * i));
-    sha1_update(s, pad, zeros + 8);
-    for (int i = 0; i < 5; i++) {
-        out[4 * i] = (unsigned char)(s->h[i] >> 24); out[4 * i + 1] = (unsigned char)(s->h[i] >> 16);
-        out[4 * i + 2] = (unsigned char)(s->h[i] >> 8); out[4 * i + 3] = (unsigned char)s->h[i];
-    }
-}
-
-/* The UUIDv5 text of a finished hash: 36 characters into out. */
-static void uuid5_text(Sha1 *s, char out[36]) {
-    static const char HEX[] = "0123456789abcdef";
-    unsigned char d[20];
-    sha1_final(s, d);
-    d[6] = (d[6] & 0x0F) | 0x50;  /* version 5 */
-    d[8] = (d[8] & 0x3F) | 0x80;  /* RFC 4122 variant */
-    int o = 0;
-    for (int i = 0; i < 16; i++) {
-        if (i == 4 || i == 6 || i == 8 || i == 10) out[o++] = '-';
-        out[o++] = HEX[d[i] >> 4];
-        out[o++] = HEX[d[i] & 0x0F];
-    }
-}
-
-static int namespace_of(PyObject *obj, Sha1 *s) {
-    if (!PyBytes_Check(obj) || PyBytes_GET_SIZE(obj) != 16) {
-        PyErr_SetString(PyExc_TypeError, "the namespace is a UUID's 16 bytes");
-        return -1;
-    }
-    sha1_init(s);
-    sha1_update(s, (const unsigned char *)PyBytes_AS_STRING(obj), 16);
-    return 0;
-}
-
-static const char *utf8_of(PyObject *obj, Py_ssize_t *size, const char *what) {
-    if (!PyUnicode_Check(obj)) {
-        PyErr_Format(PyExc_TypeError, "%s must be a str", what);
-        return NULL;
-    }
-    return PyUnicode_AsUTF8AndSize(obj, size);
-}
-
-static PyObject *event_id(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "event_id(namespace, name)");
-        return NULL;
-    }
-    Sha1 s;
-    if (namespace_of(args[0], &s) < 0) return NULL;
-    Py_ssize_t size;
-    const char *name = utf8_of(args[1], &size, "the name");
-    if (name == NULL) return NULL;
-    sha1_update(&s, (const unsigned char *)name, (size_t)size);
-    char text[36];
-    uuid5_text(&s, text);
-    return PyUnicode_FromStringAndSize(text, 36);
-}
-
-/* -- Avro ----------------------------------------------------------------------------- */
-
-/* A zigzag varint of value into out (at most 10 bytes); its length. */
-static int zigzag(long long value, unsigned char *out) {
-    unsigned long long n = ((unsigned long long)value << 1) ^ (unsigned long long)(value >> 63);
-    int i = 0;
-    while (n > 0x7F) { out[i++] = (unsigned char)((n & 0x7F) | 0x80); n >>= 7; }
-    out[i++] = (unsigned char)n;
-    return i;
-}
-
-static PyObject *pair(PyObject *name, PyObject *value) {
-    return PyTuple_Pack(2, name, value);
-}
-
-/* -- per event ------------------------------------------------------------------------ */
-
-static PyObject *wire(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 6 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != 7) {
-        PyErr_SetString(PyExc_TypeError,
-                        "wire(stamper, identity, contract, ordinal, change_avro, change_headers)");
-        return NULL;
-    }
-    PyObject *stamper = args[0];
-    PyObject *name = PyTuple_GET_ITEM(stamper, 1), *translator = PyTuple_GET_ITEM(stamper, 2);
-    PyObject *fixed = PyTuple_GET_ITEM(stamper, 3);
-    int replay = PyObject_IsTrue(PyTuple_GET_ITEM(stamper, 4));
-    PyObject *change = args[4], *change_headers = args[5];
-    if (replay < 0) return NULL;
-    if (!PyBytes_Check(name) || !PyBytes_Check(translator) || !PyTuple_Check(fixed) ||
-        !PyBytes_Check(change) || !PyTuple_Check(change_headers)) {
-        PyErr_SetString(PyExc_TypeError, "wire: a part has the wrong type");
-        return NULL;
-    }
-    long long ordinal = PyLong_AsLongLong(args[3]);
-    if (ordinal == -1 && PyErr_Occurred()) return NULL;
-
-    Sha1 s;
-    if (namespace_of(PyTuple_GET_ITEM(stamper, 0), &s) < 0) return NULL;
-    Py_ssize_t size;
-    const char *text = utf8_of(args[1], &size, "the identity");
-    if (text == NULL) return NULL;
-    sha1_update(&s, (const unsigned char *)text, (size_t)size);
-    sha1_update(&s, (const unsigned char *)PyBytes_AS_STRING(name), (size_t)PyBytes_GET_SIZE(name));
-    text = utf8_of(args[2], &size, "the contract");
-    if (text == NULL) return NULL;
-    sha1_update(&s, (const unsigned char *)text, (size_t)size);
-    char number[24] = {'|'};
-    int digits = 1 + decimal_text(ordinal, number + 1);
-    sha1_update(&s, (const unsigned char *)number, (size_t)digits);
-    char eid[36];
-    uuid5_text(&s, eid);
-
-    /* the lineage record: text(event id) + translator part + change part + replay */
-    Py_ssize_t tsize = PyBytes_GET_SIZE(translator), csize = PyBytes_GET_SIZE(change);
-    PyObject *lineage = PyBytes_FromStringAndSize(NULL, 1 + 36 + tsize + csize + 1);
-    if (lineage == NULL) return NULL;
-    char *out = PyBytes_AS_STRING(lineage);
-    out[0] = 72;  /* zigzag(36) */
-    memcpy(out + 1, eid, 36);
-    memcpy(out + 37, PyBytes_AS_STRING(translator), (size_t)tsize);
-    memcpy(out + 37 + tsize, PyBytes_AS_STRING(change), (size_t)csize);
-    out[37 + tsize + csize] = replay ? 1 : 0;
-
-    PyObject *eid_text = PyUnicode_FromStringAndSize(eid, 36);
-    PyObject *eid_bytes = PyBytes_FromStringAndSize(eid, 36);
-    Py_ssize_t nfixed = PyTuple_GET_SIZE(fixed), nchange = PyTuple_GET_SIZE(change_headers);
-    PyObject *headers = PyList_New(1 + nfixed + nchange + 1);
-    PyObject *first = eid_bytes ? pair(PyTuple_GET_ITEM(stamper, 5), eid_bytes) : NULL;
-    Py_XDECREF(eid_bytes);
-    if (eid_text == NULL || headers == NULL || first == NULL) {
-        Py_XDECREF(eid_text);
-        Py_XDECREF(headers);
-        Py_XDECREF(first);
-        Py_DECREF(lineage);
-        return NULL;
-    }
-    PyList_SET_ITEM(headers, 0, first);
-    for (Py_ssize_t i = 0; i < nfixed; i++)
-        PyList_SET_ITEM(headers, 1 + i, Py_NewRef(PyTuple_GET_ITEM(fixed, i)));
-    for (Py_ssize_t i = 0; i < nchange; i++)
-        PyList_SET_ITEM(headers, 1 + nfixed + i, Py_NewRef(PyTuple_GET_ITEM(change_headers, i)));
-    PyList_SET_ITEM(headers, 1 + nfixed + nchange, Py_NewRef(PyTuple_GET_ITEM(stamper, 6)));
-    PyObject *result = PyTuple_New(3);
-    if (result == NULL) { Py_DECREF(headers); Py_DECREF(eid_text); Py_DECREF(lineage); return NULL; }
-    PyTuple_SET_ITEM(result, 0, eid_text);
-    PyTuple_SET_ITEM(result, 1, lineage);
-    PyTuple_SET_ITEM(result, 2, headers);
-    return result;
-}
-
-/* -- per change ----------------------------------------------------------------------- */
-
-static PyObject *change_part(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 6) {
-        PyErr_SetString(PyExc_TypeError,
-                        "change_part(offset, position, tx_id, offset_header, position_header, "
-                        "tx_header)");
-        return NULL;
-    }
-    long long offset = PyLong_AsLongLong(args[0]);
-    if (offset == -1 && PyErr_Occurred()) return NULL;
-    Py_ssize_t psize, tsize = 0;
-    const char *position = utf8_of(args[1], &psize, "the position");
-    if (position == NULL) return NULL;
-    const char *tx = NULL;
-    if (args[2] != Py_None) {
-        tx = utf8_of(args[2], &tsize, "the transaction id");
-        if (tx == NULL) return NULL;
-    }
-    /* zigzag(offset) + text(position) + union branch [+ text(tx_id)] */
-    unsigned char head[10], plen[10], tlen[10];
-    int nhead = zigzag(offset, head), nplen = zigzag(psize, plen);
-    int ntlen = tx ? zigzag(tsize, tlen) : 0;
-    Py_ssize_t total = nhead + nplen + psize + 1 + (tx ? ntlen + tsize : 0);
-    PyObject *avro = PyBytes_FromStringAndSize(NULL, total);
-    if (avro == NULL) return NULL;
-    char *out = PyBytes_AS_STRING(avro);
-    memcpy(out, head, nhead); out += nhead;
-    memcpy(out, plen, nplen); out += nplen;
-    memcpy(out, position, (size_t)psize); out += psize;
-    *out++ = tx ? 2 : 0;  /* union branch: null is 0, string is 1 (zigzag 2) */
-    if (tx) { memcpy(out, tlen, ntlen); out += ntlen; memcpy(out, tx, (size_t)tsize); }
-
-    char digits[24];
-    int ndigits = decimal_text(offset, digits);
-    PyObject *values[3] = {
-        PyBytes_FromStringAndSize(digits, ndigits),
-        PyBytes_FromStringAndSize(position, psize),
-        tx ? PyBytes_FromStringAndSize(tx, tsize) : NULL,
-    };
-    Py_ssize_t nheaders = tx ? 3 : 2;
-    PyObject *headers = PyTuple_New(nheaders);
-    int ok = headers != NULL && values[0] != NULL && values[1] != NULL && (!tx || values[2]);
-    for (Py_ssize_t i = 0; ok && i < nheaders; i++) {
-        PyObject *header = pair(args[3 + i], values[i]);
-        if (header == NULL) ok = 0;
-        else PyTuple_SET_ITEM(headers, i, header);
-    }
-    for (int i = 0; i < 3; i++) Py_XDECREF(values[i]);
-    if (!ok) { Py_XDECREF(headers); Py_DECREF(avro); return NULL; }
-    PyObject *result = PyTuple_Pack(2, avro, headers);
-    Py_DECREF(avro);
-    Py_DECREF(headers);
-    return result;
-}
-
-/* The identity's text, built as UTF-8 in one buffer (on the stack while it fits). */
-typedef struct {
-    char *data;
-    Py_ssize_t size, capacity;
-    char stack[256];
-} Text;
-
-static void text_init(Text *t) { t->data = t->stack; t->size = 0; t->capacity = sizeof t->stack; }
-
-static void text_free(Text *t) { if (t->data != t->stack) PyMem_Free(t->data); }
-
-static int text_add(Text *t, const char *p, Py_ssize_t n) {
-    if (t->size + n > t->capacity) {
-        Py_ssize_t capacity = 2 * (t->size + n);
-        char *data = PyMem_Malloc((size_t)capacity);
-        if (data == NULL) { PyErr_NoMemory(); return -1; }
-        memcpy(data, t->data, (size_t)t->size);
-        text_free(t);
-        t->data = data;
-        t->capacity = capacity;
-    }
-    memcpy(t->data + t->size, p, (size_t)n);
-    t->size += n;
-    return 0;
-}
-
-/* A zigzag varint (an Avro int or long). */
-static int put_varint(Text *out, long long value) {
-    unsigned char bytes[10];
-    return text_add(out, (const char *)bytes, zigzag(value, bytes));
-}
-
-/* An Avro string or bytes: the length, then the bytes. */
-static int put_blob_of(Text *out, const char *data, Py_ssize_t size) {
-    return put_varint(out, size) < 0 ? -1 : text_add(out, data, size);
-}
-
-/* A str's UTF-8; 0 when it has none (a lone surrogate: the Python then builds it). */
-static int text_str(Text *t, PyObject *obj) {
-    Py_ssize_t n;
-    const char *p = PyUnicode_AsUTF8AndSize(obj, &n);
-    if (p == NULL) { PyErr_Clear(); return 0; }
-    return text_add(t, p, n) < 0 ? -1 : 1;
-}
-
-/* A str as JSON (json.encoder.encode_basestring_ascii writes it): printable ASCII
- * without a quote or a backslash is itself between quotes; anything else is quoted by
- * the encoder. */
-static PyObject *quote;  /* json.encoder.encode_basestring_ascii */
-
-static int text_json_str(Text *t, PyObject *obj) {
-    if (PyUnicode_IS_ASCII(obj)) {
-        const unsigned char *p = PyUnicode_1BYTE_DATA(obj);
-        Py_ssize_t n = PyUnicode_GET_LENGTH(obj), i = 0;
-        while (i < n && p[i] >= 0x20 && p[i] < 0x7F && p[i] != '"' && p[i] != '\\') i++;
-        if (i == n) {
-            return text_add(t, "\"", 1) < 0 || text_add(t, (const char *)p, n) < 0 ||
-                           text_add(t, "\"", 1) < 0
-                       ? -1
-                       : 1;
-        }
-    }
-    PyObject *quoted = PyObject_CallOneArg(quote, obj);
-    if (quoted == NULL) return -1;
-    int done = text_str(t, quoted);
-    Py_DECREF(quoted);
-    return done;
-}
-
-/* The canonical JSON of a key whose values are all exact ints and strs (what
- * lineage.canonical_key builds): sorted names, no spaces; 1 when done, 0 when a value
- * is of another type (the caller then lets the Python encoder do it), -1 on error. */
-static int canonical_key(PyObject *key, Text *t) {
-    PyObject *names;
-    if (PyDict_GET_SIZE(key) == 1) {  /* the usual key: one column, nothing to sort */
-        Py_ssize_t pos = 0;
-        PyObject *name, *value;
-        PyDict_Next(key, &pos, &name, &value);
-        names = PyList_New(1);
-        if (names != NULL) PyList_SET_ITEM(names, 0, Py_NewRef(name));
-    } else {
-        names = PyDict_Keys(key);
-        if (names != NULL && PyList_Sort(names) < 0) Py_CLEAR(names);
-    }
-    if (names == NULL) return -1;
-    int done = text_add(t, "{", 1) < 0 ? -1 : 1;
-    for (Py_ssize_t i = 0; done == 1 && i < PyList_GET_SIZE(names); i++) {
-        PyObject *name = PyList_GET_ITEM(names, i);
-        PyObject *value = PyDict_GetItemWithError(key, name);
-        if (value == NULL) { done = PyErr_Occurred() ? -1 : 0; break; }
-        if (!PyUnicode_CheckExact(name) || !(PyLong_CheckExact(value) || PyUnicode_CheckExact(value))) {
-            done = 0;
-            break;
-        }
-        if (i > 0 && text_add(t, ",", 1) < 0) { done = -1; break; }
-        if ((done = text_json_str(t, name)) != 1) break;
-        if (text_add(t, ":", 1) < 0) { done = -1; break; }
-        if (PyUnicode_CheckExact(value)) {
-            done = text_json_str(t, value);
-            continue;
-        }
-        int overflow;
-        long long number = PyLong_AsLongLongAndOverflow(value, &overflow);
-        if (number == -1 && PyErr_Occurred()) { done = -1; break; }
-        if (overflow) {  /* beyond 64 bits: int's own repr */
-            PyObject *repr = PyObject_Repr(value);
-            done = repr == NULL ? -1 : text_str(t, repr);
-            Py_XDECREF(repr);
-        } else {
-            char digits[24];
-            int ndigits = decimal_text(number, digits);
-            if (text_add(t, digits, ndigits) < 0) done = -1;
-        }
-    }
-    if (done == 1 && text_add(t, "}", 1) < 0) done = -1;
-    Py_DECREF(names);
-    return done;
-}
-
-/* origin(cls, name, table, op, where, key, offset, position, tx_id, header_names)
- *   -> cls(identity, change part's Avro bytes, headers), or None when the key holds a
- *   value canonical_key leaves to the JSON encoder (lineage.origin_of then does it). */
-static PyObject *origin(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 10 || !PyType_Check(args[0]) ||
-        !PyType_IsSubtype((PyTypeObject *)args[0], &PyTuple_Type) || !PyTuple_Check(args[9]) ||
-        PyTuple_GET_SIZE(args[9]) != 3) {
-        PyErr_SetString(PyExc_TypeError,
-                        "origin(cls, name, table, op, where, key, offset, position, tx_id, "
-                        "header_names)");
-        return NULL;
-    }
-    /* name.table|op|where|key */
-    Text text;
-    text_init(&text);
-    int keyed = 1;
-    PyObject *const parts[4] = {args[1], args[2], args[3], args[4]};
-    static const char seps[4] = {'.', '|', '|', '|'};
-    for (int i = 0; keyed == 1 && i < 4; i++) {
-        if (!PyUnicode_Check(parts[i])) {
-            text_free(&text);
-            PyErr_SetString(PyExc_TypeError, "origin: the name, table, op and where are str");
-            return NULL;
-        }
-        keyed = text_str(&text, parts[i]);
-        if (keyed == 1 && text_add(&text, &seps[i], 1) < 0) keyed = -1;
-    }
-    if (keyed == 1 && args[5] != Py_None)
-        keyed = PyDict_CheckExact(args[5]) ? canonical_key(args[5], &text) : 0;
-    PyObject *identity = keyed == 1 ? PyUnicode_DecodeUTF8(text.data, text.size, NULL) : NULL;
-    text_free(&text);
-    if (keyed < 0 || (keyed == 1 && identity == NULL)) return NULL;
-    if (keyed == 0) Py_RETURN_NONE;
-    PyObject *const part_args[6] = {
-        args[6], args[7], args[8], PyTuple_GET_ITEM(args[9], 0), PyTuple_GET_ITEM(args[9], 1),
-        PyTuple_GET_ITEM(args[9], 2),
-    };
-    PyObject *part = change_part(module, part_args, 6);
-    PyObject *made = part ? ((PyTypeObject *)args[0])->tp_alloc((PyTypeObject *)args[0], 3) : NULL;
-    if (made == NULL) { Py_XDECREF(part); Py_DECREF(identity); return NULL; }
-    PyTuple_SET_ITEM(made, 0, identity);
-    PyTuple_SET_ITEM(made, 1, Py_NewRef(PyTuple_GET_ITEM(part, 0)));
-    PyTuple_SET_ITEM(made, 2, Py_NewRef(PyTuple_GET_ITEM(part, 1)));
-    Py_DECREF(part);
-    return made;
-}
-
-/* origin_of(cls, event, table, header_names, pg_position)
- *   -> what lineage.origin_of gives for a ChangeEvent, read from the event itself: its
- *   source's name, op, key and coordinates, and a position that is None or of the class
- *   pg_position (its text as PgPosition.__str__ writes it for an LSN of 0 to 2**64 - 1,
- *   its tx_id as Source.tx_id gives it); table None: the source's qualified_table.
- *   None for anything else (another position, a key left to the JSON encoder): the
- *   Python then does it. */
-static PyObject *origin_of(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 5 || !PyType_Check(args[4])) {
-        PyErr_SetString(PyExc_TypeError,
-                        "origin_of(cls, event, table, header_names, pg_position)");
-        return NULL;
-    }
-    PyObject *event = args[1];
-    PyObject *source = NULL, *position = NULL, *coordinates = NULL, *offset = NULL;
-    PyObject *text = NULL, *tx_text = NULL, *where = NULL, *table = NULL, *name = NULL;
-    PyObject *op = NULL, *key = NULL, *made = NULL;
-    if ((source = PyObject_GetAttr(event, ATTR_source)) == NULL ||
-        (position = PyObject_GetAttr(source, ATTR_position)) == NULL ||
-        (coordinates = PyObject_GetAttr(event, ATTR_coordinates)) == NULL ||
-        (offset = PyObject_GetAttr(coordinates, ATTR_offset)) == NULL)
-        goto done;
-    if (position == Py_None) {
-        PyObject *topic = PyObject_GetAttr(coordinates, ATTR_topic);
-        PyObject *partition = topic ? PyObject_GetAttr(coordinates, ATTR_partition) : NULL;
-        if (partition != NULL) where = PyUnicode_FromFormat("%S/%S/%S", topic, partition, offset);
-        Py_XDECREF(topic);
-        Py_XDECREF(partition);
-        if (where == NULL || (text = PyUnicode_New(0, 0)) == NULL) goto done;
-        tx_text = Py_NewRef(Py_None);
-    } else if (Py_IS_TYPE(position, (PyTypeObject *)args[4])) {
-        PyObject *lsn = PyObject_GetAttr(position, ATTR_lsn);
-        if (lsn == NULL) goto done;
-        if (lsn == Py_None) {
-            text = PyUnicode_FromString("lsn:?");
-        } else {
-            unsigned long long value = PyLong_Check(lsn) ? PyLong_AsUnsignedLongLong(lsn) : 0;
-            if (!PyLong_Check(lsn) || PyErr_Occurred()) {  /* not 0 .. 2**64 - 1: Python's */
-                PyErr_Clear();
-                Py_DECREF(lsn);
-                made = Py_NewRef(Py_None);
-                goto done;
-            }
-            char buffer[40];
-            int length = hex_text(value >> 32, buffer);
-            buffer[length++] = '/';
-            length += hex_text(value & 0xFFFFFFFFULL, buffer + length);
-            text = PyUnicode_FromStringAndSize(buffer, length);
-        }
-        Py_DECREF(lsn);
-        if (text == NULL) goto done;
-        PyObject *tx = PyObject_GetAttr(position, ATTR_tx_id);
-        if (tx == NULL) goto done;
-        tx_text = tx == Py_None ? Py_NewRef(Py_None) : PyObject_Str(tx);
-        Py_DECREF(tx);
-        if (tx_text == NULL) goto done;
-        where = Py_NewRef(text);
-    } else {
-        made = Py_NewRef(Py_None);
-        goto done;
-    }
-    table = args[2] == Py_None ? PyObject_GetAttr(source, ATTR_qualified_table)
-                               : Py_NewRef(args[2]);
-    if (table == NULL || (name = PyObject_GetAttr(source, ATTR_name)) == NULL ||
-        (op = PyObject_GetAttr(event, ATTR_op)) == NULL ||
-        (key = PyObject_GetAttr(event, ATTR_key)) == NULL)
-        goto done;
-    PyObject *number = offset;
-    PyObject *minus_one = NULL;
-    if (offset == Py_None && (number = minus_one = PyLong_FromLong(-1)) == NULL) goto done;
-    PyObject *const origin_args[10] = {
-        args[0], name, table, op, where, key, number, text, tx_text, args[3],
-    };
-    made = origin(module, origin_args, 10);
-    Py_XDECREF(minus_one);
-done:
-    Py_XDECREF(source);
-    Py_XDECREF(position);
-    Py_XDECREF(coordinates);
-    Py_XDECREF(offset);
-    Py_XDECREF(text);
-    Py_XDECREF(tx_text);
-    Py_XDECREF(where);
-    Py_XDECREF(table);
-    Py_XDECREF(name);
-    Py_XDECREF(op);
-    Py_XDECREF(key);
-    return made;
-}
-
-/* -- the replay's file records ---------------------------------------------------------- */
-
-/* Bytes of a string's UTF-8 or a bytes object (kind 's' or 'b'); 0 when obj is neither
- * an exact str nor exact bytes as asked (the caller then leaves the record to Python). */
-static int part_of(PyObject *obj, int kind, const char **data, Py_ssize_t *size) {
-    if (kind == 's') {
-        if (!PyUnicode_CheckExact(obj)) return 0;
-        *data = PyUnicode_AsUTF8AndSize(obj, size);
-        return *data == NULL ? -1 : 1;
-    }
-    if (!PyBytes_CheckExact(obj)) return 0;
-    *data = PyBytes_AS_STRING(obj);
-    *size = PyBytes_GET_SIZE(obj);
-    return 1;
-}
-
-/* A string or bytes datum (length, then the bytes); 0 or -1 as part_of. */
-static int put_blob(Text *out, PyObject *obj, int kind) {
-    const char *data;
-    Py_ssize_t size;
-    int found = part_of(obj, kind, &data, &size);
-    if (found != 1) return found;
-    return put_blob_of(out, data, size) < 0 ? -1 : 1;
-}
-
-/* ["null", "bytes"] */
-static int put_optional(Text *out, PyObject *obj) {
-    if (obj == Py_None) return text_add(out, "\0", 1) < 0 ? -1 : 1;
-    if (text_add(out, "\2", 1) < 0) return -1;
-    return put_blob(out, obj, 'b');
-}
-
-static int put_record(Text *out, PyObject *const *args) {
-    int ok;
-    if ((ok = put_blob(out, args[0], 's')) != 1) return ok;
-    if ((ok = put_optional(out, args[1])) != 1) return ok;
-    if ((ok = put_optional(out, args[2])) != 1) return ok;
-    PyObject *headers = args[3];
-    if (!PyList_CheckExact(headers)) return 0;
-    Py_ssize_t n = PyList_GET_SIZE(headers);
-    if (n > 0 && put_varint(out, n) < 0) return -1;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *header = PyList_GET_ITEM(headers, i);
-        if (!PyTuple_CheckExact(header) || PyTuple_GET_SIZE(header) != 2) return 0;
-        if ((ok = put_blob(out, PyTuple_GET_ITEM(header, 0), 's')) != 1) return ok;
-        if ((ok = put_optional(out, PyTuple_GET_ITEM(header, 1))) != 1) return ok;
-    }
-    if (text_add(out, "\0", 1) < 0) return -1;  /* the end of the header array */
-    if ((ok = put_blob(out, args[4], 's')) != 1) return ok;
-    return put_blob(out, args[5], 's');
-}
-
-/* file_record(topic, key, value, headers, event_id, translator) -> the Avro body of one
- * replay file record (bizevents.replay.task.FILE_SCHEMA), or None when a part is not of the exact
- * type this expects (str, bytes or None, a list of 2-tuples): FileRecordEncoder then
- * writes it in Python, as it does where the extension is not built. */
-static PyObject *file_record(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 6) {
-        PyErr_SetString(PyExc_TypeError,
-                        "file_record(topic, key, value, headers, event_id, translator)");
-        return NULL;
-    }
-    Text out;
-    text_init(&out);
-    int ok = put_record(&out, args);
-    PyObject *made = ok < 0 ? NULL : ok == 0 ? Py_NewRef(Py_None)
-                                             : PyBytes_FromStringAndSize(out.data, out.size);
-    text_free(&out);
-    return made;
-}
-
 /* -- the changes gate of a topic ------------------------------------------------------- */
 
 /* The schema id of Confluent-framed bytes (magic byte 0, four bytes of id); -1 when obj
@@ -1646,10 +1057,12 @@ static int reads_whole(PyObject *reader, PyObject *data, int held) {
 /* unchanged(gates, keys, compile, key, value) -> bool: whether a record is, for sure, an
  * update that changes none of the gated columns (bizevents.contracts.technical.avro.AvroDecoder.gate
  * binds the first three). gates: schema id -> the envelope's gate or None, filled by
- * compile(schema id) for an id first seen; keys: schema id -> the decoder's key plan
+ * compile(schema id) for an id first seen; compile raises for an id it cannot answer
+ * for yet (nothing is remembered: the gates stay as many as the schemas the decoder
+ * read, whatever ids the records carry); keys: schema id -> the decoder's key plan
  * (its read, or None). The value must be framed and its gate hold to its last byte;
  * the key, when there is one, must be framed and read whole, as the decoder reads it. */
-static PyObject *unchanged(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+static PyObject *unchanged(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 5 || !PyDict_CheckExact(args[0]) || !PyDict_CheckExact(args[1])) {
         PyErr_SetString(PyExc_TypeError, "unchanged(gates, keys, compile, key, value)");
         return NULL;
@@ -1662,6 +1075,13 @@ static PyObject *unchanged(PyObject *module, PyObject *const *args, Py_ssize_t n
     PyObject *gate = PyDict_GetItemWithError(gates, number);  /* borrowed */
     if (gate == NULL && !PyErr_Occurred()) {
         PyObject *made = PyObject_CallOneArg(args[2], number);
+        if (made == NULL && PyErr_ExceptionMatches(PyExc_Exception)) {
+            /* no gate yet (a schema the decoder has not read, a registry out of reach):
+             * nothing is remembered, the decoder decides */
+            PyErr_Clear();
+            Py_DECREF(number);
+            Py_RETURN_FALSE;
+        }
         if (made != NULL && PyDict_SetItem(gates, number, made) == 0) gate = made;
         Py_XDECREF(made);  /* the dict holds it */
     }
@@ -1685,13 +1105,14 @@ static PyObject *unchanged(PyObject *module, PyObject *const *args, Py_ssize_t n
 
 /* -- the compiled writer of a contract ----------------------------------------------------
  *
- * write_model(plan, model[, lineage]) -> the Avro body of a pydantic model's instance,
+ * WritePlan(plan)(model[, lineage]) -> the Avro body of a pydantic model's instance,
  * the bytes bizevents.contracts.avro_codegen.writer's generated writer gives (and raising where
  * it raises), from a write plan of nested tuples (bizevents.contracts.avro_codegen.native,
  * compile_native_writer), one node per Avro type:
  *   (W_NULL,) (W_BOOLEAN,) (W_LONG, 32 or 64) (W_FLOAT,) (W_DOUBLE,) (W_STRING,)
  *   (W_BYTES,) (W_FIXED, size) (W_ENUM, {symbol: its index's bytes})
- *   (W_RECORD, names, nodes, plain models (a set), check_model, index of the lineage or -1)
+ *   (W_RECORD, names, nodes, plain models (a set), check_model, index of the lineage or -1):
+ *       a model's fields by name, or a tuple's items in order (a record as its values)
  *   (W_ARRAY, items) (W_MAP, values) (W_UNION, null branch's bytes or None, the other's, node)
  *   (W_CALL, prepare, schema, node): the value prepare(value, schema) gives, written by node
  */
@@ -1709,6 +1130,13 @@ static int write_node(PyObject *node, PyObject *value, Text *out, PyObject *line
 static int write_record(PyObject *node, PyObject *model, Text *out, PyObject *lineage) {
     PyObject *names = PyTuple_GET_ITEM(node, 1), *nodes = PyTuple_GET_ITEM(node, 2);
     PyObject *plain = PyTuple_GET_ITEM(node, 3);
+    if (PyTuple_CheckExact(model)) {  /* a record given as its fields' values, in order */
+        if (PyTuple_GET_SIZE(model) != PyTuple_GET_SIZE(nodes)) return fail("not a record");
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(nodes); i++)
+            if (write_node(PyTuple_GET_ITEM(nodes, i), PyTuple_GET_ITEM(model, i), out, Py_None) < 0)
+                return -1;
+        return 0;
+    }
     Py_ssize_t prewritten = PyLong_AsSsize_t(PyTuple_GET_ITEM(node, 5));
     int known = PySet_Contains(plain, (PyObject *)Py_TYPE(model));
     if (known < 0) return -1;
@@ -1830,6 +1258,10 @@ static int write_node(PyObject *node, PyObject *value, Text *out, PyObject *line
         PyObject *index = PyObject_GetItem(PyTuple_GET_ITEM(node, 1), symbol);
         Py_DECREF(symbol);
         if (index == NULL) return -1;
+        if (!PyBytes_CheckExact(index)) {  /* the plan's dict, changed since it was checked */
+            Py_DECREF(index);
+            return fail("an enum index that is not bytes");
+        }
         int done = text_add(out, PyBytes_AS_STRING(index), PyBytes_GET_SIZE(index));
         Py_DECREF(index);
         return done;
@@ -1862,65 +1294,163 @@ static int write_node(PyObject *node, PyObject *value, Text *out, PyObject *line
     }
 }
 
-static PyObject *write_model(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs < 2 || nargs > 3 || !PyTuple_Check(args[0])) {
-        PyErr_SetString(PyExc_TypeError, "write_model(plan, model, lineage=None)");
+/* A write plan node checked, with its children, before any is written: write_node reads
+ * nodes without checks. 0, or -1 with an exception naming what is wrong. */
+static int check_write(PyObject *node, int depth) {
+    if (depth > 200) {
+        PyErr_SetString(PyExc_ValueError, "a write plan nested more than 200 deep");
+        return -1;
+    }
+    if (!PyTuple_CheckExact(node) || PyTuple_GET_SIZE(node) < 1 ||
+        !PyLong_CheckExact(PyTuple_GET_ITEM(node, 0))) {
+        PyErr_SetString(PyExc_TypeError, "a write plan node is a tuple (kind, ...)");
+        return -1;
+    }
+    long kind = PyLong_AsLong(PyTuple_GET_ITEM(node, 0));
+    Py_ssize_t size = PyTuple_GET_SIZE(node);
+    PyObject *const *item = &PyTuple_GET_ITEM(node, 0);
+    int ok;
+    switch (kind) {
+    case W_NULL: case W_BOOLEAN: case W_FLOAT: case W_DOUBLE: case W_STRING: case W_BYTES:
+        ok = size == 1;
+        break;
+    case W_LONG:
+        ok = size == 2 && PyLong_CheckExact(item[1]) &&
+             (PyLong_AsLong(item[1]) == 32 || PyLong_AsLong(item[1]) == 64);
+        break;
+    case W_FIXED:
+        ok = size == 2 && PyLong_CheckExact(item[1]);
+        break;
+    case W_ENUM: {
+        ok = size == 2 && PyDict_CheckExact(item[1]);
+        Py_ssize_t pos = 0;
+        PyObject *symbol, *index;
+        while (ok && PyDict_Next(item[1], &pos, &symbol, &index)) ok = PyBytes_CheckExact(index);
+        break;
+    }
+    case W_RECORD:
+        ok = size == 6 && PyTuple_CheckExact(item[1]) && PyTuple_CheckExact(item[2]) &&
+             PyTuple_GET_SIZE(item[1]) == PyTuple_GET_SIZE(item[2]) && PyAnySet_Check(item[3]) &&
+             PyCallable_Check(item[4]) && PyLong_CheckExact(item[5]);
+        for (Py_ssize_t i = 0; ok && i < PyTuple_GET_SIZE(item[1]); i++) {
+            ok = PyUnicode_CheckExact(PyTuple_GET_ITEM(item[1], i));
+            if (ok && check_write(PyTuple_GET_ITEM(item[2], i), depth + 1) < 0) return -1;
+        }
+        break;
+    case W_ARRAY: case W_MAP:
+        ok = size == 2;
+        if (ok && check_write(item[1], depth + 1) < 0) return -1;
+        break;
+    case W_UNION:
+        ok = size == 4 && (item[1] == Py_None || PyBytes_CheckExact(item[1])) &&
+             PyBytes_CheckExact(item[2]);
+        if (ok && check_write(item[3], depth + 1) < 0) return -1;
+        break;
+    case W_CALL:
+        ok = size == 4 && PyCallable_Check(item[1]);
+        if (ok && check_write(item[3], depth + 1) < 0) return -1;
+        break;
+    default:
+        PyErr_Format(PyExc_ValueError, "a write plan node of an unknown kind %ld", kind);
+        return -1;
+    }
+    if (PyErr_Occurred()) return -1;
+    if (!ok) {
+        PyErr_Format(PyExc_TypeError, "a write plan node of kind %ld is malformed: %R", kind, node);
+        return -1;
+    }
+    return 0;
+}
+
+/* WritePlan(plan): the plan checked once (check_write); write_plan(model, lineage=None)
+ * -> the Avro body of a contract's instance. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *plan;
+    vectorcallfunc vectorcall;
+} WritePlan;
+
+static PyObject *write_plan_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
+                                       PyObject *kwnames) {
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs < 1 || nargs > 2 || kwnames != NULL) {
+        PyErr_SetString(PyExc_TypeError, "a write plan takes (model, lineage=None)");
         return NULL;
     }
     Text out;
     text_init(&out);
-    int done = write_node(args[0], args[1], &out, nargs == 3 ? args[2] : Py_None);
+    int done = write_node(((WritePlan *)self)->plan, args[0], &out, nargs == 2 ? args[1] : Py_None);
     PyObject *made = done < 0 ? NULL : PyBytes_FromStringAndSize(out.data, out.size);
     text_free(&out);
     return made;
 }
 
+static PyObject *write_plan_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    PyObject *plan;
+    static char *keywords[] = {"plan", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O:WritePlan", keywords, &plan)) return NULL;
+    if (check_write(plan, 0) < 0) return NULL;
+    WritePlan *self = (WritePlan *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    self->plan = Py_NewRef(plan);
+    self->vectorcall = write_plan_vectorcall;
+    return (PyObject *)self;
+}
+
+static int write_plan_traverse(WritePlan *self, visitproc visit, void *arg) {
+    Py_VISIT(self->plan);
+    return 0;
+}
+
+static int write_plan_clear(WritePlan *self) {
+    Py_CLEAR(self->plan);
+    return 0;
+}
+
+static void write_plan_dealloc(WritePlan *self) {
+    PyObject_GC_UnTrack(self);
+    write_plan_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyTypeObject WritePlanType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "bizevents.contracts.avro_codegen._native.WritePlan",
+    .tp_doc = "WritePlan(plan): write_plan(model, lineage=None) -> the Avro body of a contract",
+    .tp_basicsize = sizeof(WritePlan),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_new = write_plan_new,
+    .tp_dealloc = (destructor)write_plan_dealloc,
+    .tp_traverse = (traverseproc)write_plan_traverse,
+    .tp_clear = (inquiry)write_plan_clear,
+    .tp_vectorcall_offset = offsetof(WritePlan, vectorcall),
+    .tp_call = PyVectorcall_Call,
+};
+
 static PyMethodDef methods[] = {
-    {"write_model", (PyCFunction)(void (*)(void))write_model, METH_FASTCALL,
-     "write_model(plan, model, lineage=None) -> the Avro body of a contract's instance"},
     {"unchanged", (PyCFunction)(void (*)(void))unchanged, METH_FASTCALL,
      "unchanged(gates, keys, compile, key, value) -> bool: a topic's changes gate"},
-    {"event_id", (PyCFunction)(void (*)(void))event_id, METH_FASTCALL,
-     "event_id(namespace, name): str(uuid.uuid5(UUID(bytes=namespace), name))"},
-    {"wire", (PyCFunction)(void (*)(void))wire, METH_FASTCALL,
-     "wire(stamper, identity, contract, ordinal, change_avro, change_headers)"},
-    {"change_part", (PyCFunction)(void (*)(void))change_part, METH_FASTCALL,
-     "change_part(offset, position, tx_id, offset_header, position_header, tx_header)"},
-    {"file_record", (PyCFunction)(void (*)(void))file_record, METH_FASTCALL,
-     "file_record(topic, key, value, headers, event_id, translator) -> bytes or None"},
-    {"origin", (PyCFunction)(void (*)(void))origin, METH_FASTCALL,
-     "origin(cls, name, table, op, where, key, offset, position, tx_id, header_names)"},
-    {"origin_of", (PyCFunction)(void (*)(void))origin_of, METH_FASTCALL,
-     "origin_of(cls, event, table, header_names, pg_position) -> cls(...) or None"},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_native",
-    "The project's compiled Avro reader and lineage (see contracts/avro_codegen/native.py "
-    "and translators/lineage.py).", -1, methods,
+    PyModuleDef_HEAD_INIT,
+    .m_name = "_native",
+    .m_doc = "The project's compiled Avro reader and writer (see contracts/avro_codegen/native.py).",
+    .m_size = -1,
+    .m_methods = methods,
 };
 
 PyMODINIT_FUNC PyInit__native(void) {
-    if (PyType_Ready(&ProgramType) < 0 || PyType_Ready(&SlotsType) < 0) return NULL;
-    PyObject *encoder = PyImport_ImportModule("json.encoder");
-    if (encoder == NULL) return NULL;
-    quote = PyObject_GetAttrString(encoder, "encode_basestring_ascii");
-    Py_DECREF(encoder);
-    if (quote == NULL) return NULL;
+    if (PyType_Ready(&ProgramType) < 0 || PyType_Ready(&SlotsType) < 0 ||
+        PyType_Ready(&WritePlanType) < 0)
+        return NULL;
+    PyObject *gen = PyImport_ImportModule("bizevents.contracts.avro_codegen.gen");
+    if (gen == NULL) return NULL;
+    Refused = PyObject_GetAttrString(gen, "Refused");
+    Py_DECREF(gen);
+    if (Refused == NULL) return NULL;
     struct { PyObject **slot; const char *name; } attrs[] = {
-        {&ATTR_source, "source"},
-        {&ATTR_position, "position"},
-        {&ATTR_coordinates, "coordinates"},
-        {&ATTR_offset, "offset"},
-        {&ATTR_topic, "topic"},
-        {&ATTR_partition, "partition"},
-        {&ATTR_lsn, "lsn"},
-        {&ATTR_tx_id, "tx_id"},
-        {&ATTR_qualified_table, "qualified_table"},
-        {&ATTR_name, "name"},
-        {&ATTR_op, "op"},
-        {&ATTR_key, "key"},
         {&ATTR_tzinfo, "tzinfo"},
         {&ATTR_read, "read"},
         {&ATTR_dict, "__dict__"},
@@ -1942,7 +1472,8 @@ PyMODINIT_FUNC PyInit__native(void) {
     Py_DECREF(kinds);
     if (added < 0 ||
         PyModule_AddObjectRef(m, "Program", (PyObject *)&ProgramType) < 0 ||
-        PyModule_AddObjectRef(m, "Slots", (PyObject *)&SlotsType) < 0) {
+        PyModule_AddObjectRef(m, "Slots", (PyObject *)&SlotsType) < 0 ||
+        PyModule_AddObjectRef(m, "WritePlan", (PyObject *)&WritePlanType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

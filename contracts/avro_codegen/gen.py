@@ -24,6 +24,39 @@ class Unsupported(Exception):
     """The schema (or model) has a shape the generator does not cover."""
 
 
+class Refused(ValueError):
+    """Bytes both readers refuse outright where fastavro would read them: a datum holding
+    more array items of no width (null, fixed(0), empty records) than one per byte of its
+    buffer and :data:`SPARE_ITEMS` more, which fastavro builds item by item (six bytes
+    can ask for 2**62). Callers give this verdict, not fastavro's."""
+
+
+#: Items of no width a datum may hold beyond one per byte of its buffer (see Refused).
+SPARE_ITEMS: Final = 65536
+
+
+def zero_width(schema: Any, named: Mapping[str, Any], active: frozenset[str] = frozenset()) -> bool:
+    """Whether a datum of ``schema`` takes no bytes at all (null, fixed(0), records of
+    such; a union's index, an array's count take one at least)."""
+    if isinstance(schema, str) and schema in named:
+        if schema in active:  # a recursive type (the readers refuse it)
+            return False
+        return zero_width(named[schema], named, active | {schema})
+    t = _type_of(schema)
+    if isinstance(t, dict):
+        return zero_width(t, named, active)
+    if t == "null":
+        return True
+    if t == "fixed":
+        return bool(schema.get("size") == 0)
+    if t in ("record", "error"):
+        fields = schema.get("fields")
+        return isinstance(fields, list) and all(
+            zero_width(f.get("type"), named, active) for f in fields
+        )
+    return False
+
+
 _INT32_LOW: Final = -(2**31)
 _INT32_HIGH: Final = 2**31 - 1
 
@@ -61,6 +94,8 @@ class _Gen:
         self.env: dict[str, Any] = {}
         self._n = 0
         self._active: set[str] = set()
+        #: Whether the code counts items of no width (``spare``: see Refused).
+        self.counts_spare = False
 
     def var(self, stem: str = "v") -> str:
         self._n += 1

@@ -16,9 +16,10 @@ Where the extension is not built, :data:`AVAILABLE` is False and callers use the
 generated reader.
 
 :func:`compile_native_writer` does the same for the contracts' writer
-(:func:`~bizevents.contracts.avro_codegen.compile_model_writer`): its walk as a *write plan* run by
-``_native.write_model``, the logical types' conversions still fastavro's prepare
-functions; the same bytes and the same refusals (tests/contracts/test_fast_serialize.py).
+(:func:`~bizevents.contracts.avro_codegen.compile_model_writer`): its walk as a *write
+plan*, checked once and run by ``_native.WritePlan``, the logical types' conversions
+still fastavro's prepare functions; the same bytes and the same refusals
+(tests/contracts/test_fast_serialize.py).
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from __future__ import annotations
 import dataclasses
 import decimal
 from collections.abc import Callable, Mapping, Set
-from functools import partial
 from typing import Any, Final, TypeVar
 
 from fastavro.read import LOGICAL_READERS
@@ -58,10 +58,10 @@ except ImportError:  # not built: callers fall back to the generated reader and 
 
 #: The built extension (``scripts/setup`` builds it), or ``None``: not built, or built from
 #: an older source that lacks what the code here calls (``scripts/setup`` rebuilds it).
-#: The one way the project reaches it: the reader, its makers, the contracts' writer, the
-#: lineage (:mod:`bizevents.translators.lineage`) and the replay's file records
-#: (:mod:`bizevents.replay.task`).
-EXTENSION: Final[Any] = _extension if hasattr(_extension, "unchanged") else None
+#: The one way the project reaches it: the reader, its makers, the changes gate and the
+#: contracts' writer (the replay's file records through :func:`compile_native_plan`). The
+#: translators' lineage has its own extension (translators/_lineage.c).
+EXTENSION: Final[Any] = _extension if hasattr(_extension, "WritePlan") else None
 Program: Any = None if EXTENSION is None else EXTENSION.Program
 Slots: Any = None if EXTENSION is None else EXTENSION.Slots
 #: A topic's changes gate in one call (bizevents.contracts.technical.avro.AvroDecoder.gate).
@@ -276,20 +276,33 @@ def compile_native_reader(
     """
     if Program is None:
         raise Unsupported("the compiled reader is not built (scripts/setup builds it)")
-    reader: Reader = Program(read_plan(parsed, fields, convert, keep, build, builder))
+    plan = read_plan(parsed, fields, convert, keep, build, builder)
+    try:
+        reader: Reader = Program(plan)
+    except ValueError as exc:  # nested deeper than the interpreter goes: fastavro reads it
+        raise Unsupported(str(exc)) from None
     return reader
 
 
 def compile_gate(
-    parsed: Any, columns: Set[str], checks: Mapping[str, Any], source_checks: Mapping[str, Any]
+    parsed: Any,
+    reader: Reader,
+    check: Callable[[Any], Any],
+    columns: Set[str],
+    checks: Mapping[str, Any],
+    source_checks: Mapping[str, Any],
 ) -> Reader | None:
     """``gate(value, start) -> (True or False, end)`` of a Debezium envelope schema: True
     when the envelope's before and after rows hold the same bytes in ``columns``, its
     fields ``checks`` (``{"op": "u"}``) and its source block's ``source_checks``
-    (``{"schema": "store", "table": "orders"}``) hold those values; read without
-    building anything (_native.c, read_gate). None where the schema has no such layout
-    or the extension is not built."""
-    if Program is None or _type_of(parsed) != "record":
+    (``{"schema": "store", "table": "orders"}``) hold those values. The envelope is first
+    read with ``reader`` (the decoder's compiled reader of ``parsed``, whose plan the gate
+    runs) and its datum handed to ``check`` (the decoder's checks, raising where the
+    decoder refuses): a record the decoder refuses is never called unchanged
+    (_native.c, read_gate). None where the schema has no such layout, the reader is not
+    the extension's, or the plan is one the extension refuses."""
+    plan = getattr(reader, "plan", None)
+    if Program is None or plan is None or _type_of(parsed) != "record":
         return None
     named = parsed.get("__named_schemas") if isinstance(parsed, dict) else None
     named = named if isinstance(named, dict) else {}
@@ -318,10 +331,9 @@ def compile_gate(
             tuple(i for i, _ in source_checked),
             tuple(_encoded(source_fields[i].get("type"), v, named) for i, v in source_checked),
         )
-        plan = _Planner(named).skip(parsed)
-    except Exception:  # a field it cannot name or a value its type does not take: none
+        gate: Reader = Program(("gate", plan, layout, check))
+    except Exception:  # a field it cannot name, a value its type does not take: none
         return None
-    gate: Reader = Program(("gate", plan, layout))
     return gate
 
 
@@ -367,7 +379,7 @@ def _encoded(schema: Any, value: Any, named: Mapping[str, Any]) -> bytes:
 
 # -- the compiled writer ---------------------------------------------------------------------
 
-#: The write plan's node kinds (_native.c, write_model).
+#: The write plan's node kinds (_native.c, write_node).
 (W_NULL, W_BOOLEAN, W_LONG, W_FLOAT, W_DOUBLE, W_STRING, W_BYTES, W_FIXED, W_ENUM) = range(9)
 (W_RECORD, W_ARRAY, W_MAP, W_UNION, W_CALL) = range(9, 14)
 
@@ -438,7 +450,7 @@ class _WritePlanner(_Named):
 
 def compile_native_writer(model: type, parsed: Any) -> ModelWriter:
     """:func:`~bizevents.contracts.avro_codegen.compile_model_writer`'s writer, run by the
-    extension (``_native.c``, ``write_model``): the same bytes, and an error where it
+    extension (``_native.c``, ``WritePlan``): the same bytes, and an error where it
     raises one (tests/contracts/test_fast_serialize.py holds them together). Raises
     :class:`Unsupported` for the shapes the generated writer refuses, and when the
     extension is not built."""
@@ -450,5 +462,26 @@ def compile_native_writer(model: type, parsed: Any) -> ModelWriter:
         raise Unsupported("a model's schema is a record")
     named = parsed.get("__named_schemas") if isinstance(parsed, dict) else None
     plan = _WritePlanner(named if isinstance(named, dict) else {}).node(parsed, LINEAGE_FIELD)
-    writer: ModelWriter = partial(EXTENSION.write_model, plan)
+    writer: ModelWriter = EXTENSION.WritePlan(plan)
+    return writer
+
+
+def compile_native_plan(schema: Any) -> Callable[[Any], bytes] | None:
+    """``write(record) -> bytes`` of a record schema whose records are given as tuples of
+    their fields' values in order (nested records too): the write plan the contracts'
+    writer runs (``_native.c``, ``WritePlan``), for records that are no model (the
+    replay's file records). Raises TypeError or ValueError for a value its type does not
+    take; None where the extension is not built or the schema has a shape it does not
+    cover."""
+    if EXTENSION is None:
+        return None
+    import fastavro
+
+    try:
+        parsed = fastavro.parse_schema(schema)
+        named = parsed.get("__named_schemas") if isinstance(parsed, dict) else None
+        plan = _WritePlanner(named if isinstance(named, dict) else {}).node(parsed)
+    except Unsupported:
+        return None
+    writer: Callable[[Any], bytes] = EXTENSION.WritePlan(plan)
     return writer

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import decimal
-from collections.abc import Mapping, Set
+from collections.abc import Callable, Mapping, Set
+from functools import partial
 from typing import Any
 
 from fastavro.read import LOGICAL_READERS
@@ -12,13 +13,16 @@ from bizevents.contracts.avro_codegen.gen import (
     _F32,
     _F64,
     _PRIMITIVES,
+    SPARE_ITEMS,
     Converter,
     Reader,
+    Refused,
     Unsupported,
     _Gen,
     _logical_key,
     _type_of,
     read_int,
+    zero_width,
 )
 from bizevents.contracts.binary import read_long
 
@@ -147,22 +151,17 @@ def _skip(g: _Gen, schema: Any, d: int) -> None:
             g._active.discard(schema)
         return
     if isinstance(schema, list):
-        # The branch index, as one byte for the usual unions (zig-zag: 0, 2, 4 ... and
-        # the negative indexes fastavro also takes: 1 → -1, 3 → -2 ...).
+        # The branch index (the negative indexes fastavro also takes: -1 is the last);
+        # a varint of one byte for the usual unions, of more where a writer padded it.
         branches = len(schema)
         if branches > 32:
             raise Unsupported("a union of more than 32 branches")
-        g.emit(d, "b = buf[pos]")
-        g.emit(d, "pos += 1")
-        first = True
+        index = g.var("u")
+        _read_long_into(g, d, index)
         for i, branch in enumerate(schema):
-            codes = (2 * i, 2 * (branches - i) - 1)  # index i and i - branches, zig-zagged
-            g.emit(d, f"{'if' if first else 'elif'} b == {codes[0]} or b == {codes[1]}:")
-            first = False
-            if branch == "null":
-                g.emit(d + 1, "pass")
-            else:
-                _skip(g, branch, d + 1)
+            keyword = "if" if i == 0 else "elif"
+            g.emit(d, f"{keyword} {index} == {i} or {index} == {i - branches}:")
+            _body(g, d + 1, partial(_skip, g, branch, d + 1))
         g.emit(d, "else:")
         g.emit(d + 1, "raise IndexError('union branch out of range')")
         return
@@ -203,21 +202,14 @@ def _skip(g: _Gen, schema: Any, d: int) -> None:
         for field in fields:
             _skip(g, field.get("type"), d)
     elif t in ("array", "map"):
-        count, block = g.var("c"), g.var("s")
+        count = g.var("c")
         g.emit(d, "while True:")
-        _read_long_into(g, d + 1, count)
-        g.emit(d + 1, f"if {count} == 0:")
-        g.emit(d + 2, "break")
-        g.emit(d + 1, f"if {count} < 0:")
-        _read_long_into(g, d + 2, block)
-        g.emit(d + 2, f"pos += {block}")  # a block that says its size is jumped over
-        g.emit(d + 2, "continue")
+        items = schema.get("values") if t == "map" else schema.get("items")
+        _block_count(g, d + 1, count, t == "array" and zero_width(items, g.named))
         g.emit(d + 1, f"for _ in range({count}):")
         if t == "map":
             _skip(g, "string", d + 2)
-            _skip(g, schema.get("values"), d + 2)
-        else:
-            _skip(g, schema.get("items"), d + 2)
+        _body(g, d + 2, lambda: _skip(g, items, d + 2))
     else:
         raise Unsupported(f"Avro type {t!r}")
 
@@ -280,15 +272,10 @@ def _read_record(
 
 
 def _read_blocks(g: _Gen, items: Any, key: str | None, d: int, target: str) -> None:
-    count, skip, item = g.var("c"), g.var("s"), g.var()
+    count, item = g.var("c"), g.var()
     g.emit(d, f"{target} = {{}}" if key else f"{target} = []")
     g.emit(d, "while True:")
-    _read_long_into(g, d + 1, count)
-    g.emit(d + 1, f"if {count} == 0:")
-    g.emit(d + 2, "break")
-    g.emit(d + 1, f"if {count} < 0:")
-    g.emit(d + 2, f"{count} = -{count}")
-    _read_long_into(g, d + 2, skip)
+    _block_count(g, d + 1, count, not key and zero_width(items, g.named))
     g.emit(d + 1, f"for _ in range({count}):")
     if key:
         k = g.var("key")
@@ -298,6 +285,42 @@ def _read_blocks(g: _Gen, items: Any, key: str | None, d: int, target: str) -> N
     else:
         _read(g, items, d + 2, item)
         g.emit(d + 2, f"{target}.append({item})")
+
+
+def _block_count(g: _Gen, d: int, count: str, no_width: bool) -> None:
+    """Statements at depth ``d`` (in the loop over an array's or a map's blocks) reading a
+    block's item count into ``count``, leaving the loop at the count of zero that ends
+    them. A negative count is followed by the block's byte size, read and not trusted:
+    the items are read one by one, as fastavro reads them, so a projected read and a
+    full one agree; -2**63 holds no items (as fastavro reads it). A count the bytes left
+    cannot hold is refused before any item is read (EOFError); items that take no bytes
+    (``no_width``: null, fixed(0), empty records) are counted against ``spare`` instead,
+    past which they are :class:`Refused` (the extension's ``block_count`` does the
+    same)."""
+    _read_long_into(g, d, count)
+    g.emit(d, f"if {count} == 0:")
+    g.emit(d + 1, "break")
+    g.emit(d, f"if {count} < 0:")
+    g.emit(d + 1, f"{count} = -{count} & 0x7FFFFFFFFFFFFFFF")
+    g.emit(d + 1, "_, pos = _long(buf, pos)")
+    if no_width:
+        g.counts_spare = True
+        g.emit(d, f"if {count} > spare:")
+        message = "f'an array block of {%s} items of no width, more than {spare}'"
+        g.emit(d + 1, f"raise _Refused({message % (count,)})")
+        g.emit(d, f"spare -= {count}")
+    else:
+        g.emit(d, f"if {count} > len(buf) - pos:")
+        g.emit(d + 1, "raise EOFError('a block of more items than bytes left')")
+
+
+def _body(g: _Gen, d: int, emit: Callable[[], None]) -> None:
+    """``emit``'s statements at depth ``d``, or ``pass`` where it emits none (a datum of
+    no bytes to step over: a block needs a statement)."""
+    before = len(g.lines)
+    emit()
+    if len(g.lines) == before:
+        g.emit(d, "pass")
 
 
 def _named_of(parsed: Any) -> Mapping[str, Any]:
@@ -325,6 +348,7 @@ def compile_reader(
     g.env["_long"] = read_long
     g.env["_int"] = read_int
     g.env["_from_bytes"] = int.from_bytes
+    g.env["_Refused"] = Refused
     g.emit(0, "def read(buf, pos):")
     if fields or convert or keep:
         if _type_of(parsed) not in ("record", "error"):
@@ -336,7 +360,15 @@ def compile_reader(
         g.emit(1, "if pos > len(buf):")  # a skipped value ran past the end
         g.emit(2, "raise EOFError")
     g.emit(1, "return datum, pos")
+    if g.counts_spare:
+        g.lines.insert(1, f"    spare = len(buf) + {SPARE_ITEMS}")
     source = "\n".join(g.lines)
-    exec(compile(source, "<avro reader>", "exec"), g.env)
+    try:
+        code = compile(source, "<avro reader>", "exec")
+    except (SyntaxError, RecursionError, MemoryError) as exc:
+        # Python's own limits (100 levels of indentation: a schema nesting unions that
+        # deep): fastavro reads such a schema
+        raise Unsupported(f"a schema too deep for the generated reader ({exc})") from None
+    exec(code, g.env)
     reader: Reader = g.env["read"]
     return reader

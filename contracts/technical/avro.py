@@ -15,9 +15,11 @@ from typing import Any, Final, Literal
 import fastavro
 
 from bizevents.contracts.avro_codegen import Reader, Unsupported, compile_reader
+from bizevents.contracts.avro_codegen.gen import Refused
 from bizevents.contracts.avro_codegen.native import AVAILABLE, compile_gate, compile_native_reader
 from bizevents.contracts.avro_codegen.native import unchanged as native_unchanged
 from bizevents.contracts.envelope import (
+    NO_COORDINATES,
     OP_UPDATE,
     ChangeEvent,
     Headers,
@@ -145,18 +147,21 @@ def _conversions(fields: Sequence[Field]) -> dict[str, Callable[[Any], Any]]:
     return found
 
 
-def _read_generated(plan: _AvroPlan, data: bytes) -> Any:
+def _read_generated(plan: _AvroPlan, data: bytes, what: str) -> Any:
     """The record a plan's reader (compiled or generated) reads from a framed message, or
     None.
 
     None also when that reader fails: fastavro then reads the record and its
-    verdict (value or error) stands.
+    verdict (value or error) stands; but for bytes the readers refuse outright
+    (:class:`Refused`, which fastavro would build into a list of items beyond any bytes).
     """
     read = plan.read
     if read is None or data.__class__ is not bytes:
         return None
     try:
         record, end = read(data, 5)
+    except Refused as exc:
+        raise InvalidRecord(f"the Avro body of {what} is refused ({exc})") from None
     except Exception:
         return None
     return record if end == len(data) else None
@@ -222,6 +227,18 @@ def _read_avro(body: memoryview, schema: Any, what: str) -> Any:
     return record
 
 
+def _check_built(parts: Any) -> None:
+    """What :meth:`AvroDecoder.decode_value` checks of the parts its compiled reader
+    built (raises ``InvalidRecord`` as it does); the changes gate's check."""
+    op, source, before, after, ts_ms, transaction = parts
+    event_of(op, source, before, after, ts_ms, transaction, None, NO_COORDINATES, ())
+
+
+def _check_dict(source_of: Callable[[Any], Source], record: Any) -> None:
+    """The same, of an envelope its compiled reader read as a dict."""
+    _event(record, None, _as_is, NO_COORDINATES, (), source_of)
+
+
 class AvroDecoder(_BytesDecoder):
     """Decodes Confluent-framed Avro records, looking writer schemas up by id.
 
@@ -242,14 +259,17 @@ class AvroDecoder(_BytesDecoder):
         self._values: dict[tuple[int, Columns], _AvroPlan] = {}
         self._keys: dict[int, _AvroPlan] = {}
 
-    def gate(self, columns: frozenset[str], table: SourceTable) -> Gate | None:
+    def gate(
+        self, columns: frozenset[str], table: SourceTable, projection: Columns = None
+    ) -> Gate | None:
         """:meth:`_BytesDecoder.gate`, answered by the compiled reader's gate from the
-        bytes of the before and after rows' ``columns`` (equal bytes, equal values)."""
+        bytes of the before and after rows' ``columns`` (equal bytes, equal values), once
+        the record reads as this decoder reads it with ``projection``."""
         if self._reader != "compiled" or not AVAILABLE:
             return None
 
         def gate_of(schema_id: int) -> Reader | None:
-            return self._gate(schema_id, columns, table)
+            return self._gate(schema_id, columns, table, projection)
 
         # one compiled call per record (_native.c, unchanged): the value's gate, made
         # once per schema id, and the key read as the decoder reads it
@@ -257,12 +277,22 @@ class AvroDecoder(_BytesDecoder):
         unchanged: Gate = partial(native_unchanged, gates, self._keys, gate_of)
         return unchanged
 
-    def _gate(self, schema_id: int, columns: frozenset[str], table: SourceTable) -> Reader | None:
+    def _gate(
+        self, schema_id: int, columns: frozenset[str], table: SourceTable, projection: Columns
+    ) -> Reader | None:
+        """The gate of a schema id, None where there is none. Raises for an id whose
+        schema the decoder has not read yet: no look-up is made for the gate (forged ids
+        cost nothing here) and nothing is remembered; the decoder reads the record."""
+        if schema_id not in self._schemas:
+            raise LookupError(f"schema id {schema_id} not read yet")
         try:
-            schema = self._schema(schema_id, "the value")
-        except (InvalidRecord, TransientError):
-            return None  # the decoder gives the verdict
-        return compile_gate(schema, columns, {"op": OP_UPDATE}, dict(table))
+            plan = self._value_plan(schema_id, projection)
+        except InvalidRecord:
+            return None  # the decoder gives the verdict, record by record
+        if plan.read is None:
+            return None
+        check = _check_built if plan.built else partial(_check_dict, plan.source_of)
+        return compile_gate(plan.schema, plan.read, check, columns, {"op": OP_UPDATE}, dict(table))
 
     def _schema(self, schema_id: int, what: str) -> Any:
         parsed = self._schemas.get(schema_id)
@@ -330,7 +360,7 @@ class AvroDecoder(_BytesDecoder):
         """The key record of a Confluent-framed Avro key (raises ``InvalidRecord``)."""
         schema_id, body = _unframe(key, "the key")
         plan = self._key_plan(schema_id)
-        record = _read_generated(plan, key)
+        record = _read_generated(plan, key, "the key")
         if record is not None:
             return record  # type: ignore[no-any-return]
         record = _read_avro(body, plan.schema, "the key")
@@ -348,7 +378,7 @@ class AvroDecoder(_BytesDecoder):
     ) -> ChangeEvent:
         schema_id, body = _unframe(value, "the value")
         plan = self._value_plan(schema_id, columns)
-        record = _read_generated(plan, value)
+        record = _read_generated(plan, value, "the value")
         if record is not None:
             try:
                 if plan.built:

@@ -80,9 +80,11 @@ class AutoDecoder(_BytesDecoder):
             raise InvalidRecord(f"{what} is Confluent Avro, but no schema lookup was configured")
         return self._avro
 
-    def gate(self, columns: frozenset[str], table: SourceTable) -> Gate | None:
+    def gate(
+        self, columns: frozenset[str], table: SourceTable, projection: Columns = None
+    ) -> Gate | None:
         avro = self._avro
-        return None if avro is None else avro.gate(columns, table)
+        return None if avro is None else avro.gate(columns, table, projection)
 
     def _fast(
         self,

@@ -218,11 +218,14 @@ class _BytesDecoder:
     ) -> ChangeEvent:
         raise NotImplementedError
 
-    def gate(self, columns: frozenset[str], table: SourceTable) -> Gate | None:
+    def gate(
+        self, columns: frozenset[str], table: SourceTable, projection: Columns = None
+    ) -> Gate | None:
         """``unchanged(key, value)``: whether a record is, for sure and without decoding
         its rows, an update of ``table`` (``((field, value), ...)`` of its source block:
         its schema or db, its table) that changes none of ``columns``, with a key that
-        reads; False where that takes decoding. None: this decoder cannot tell (the
+        reads and a value this decoder decodes with ``projection`` (the columns it
+        keeps); False where that takes decoding. None: this decoder cannot tell (the
         ones that can override it)."""
         return None
 

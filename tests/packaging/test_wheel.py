@@ -46,11 +46,17 @@ def _metadata(wheel: Path) -> tuple[list[str], dict[str, list[str]]]:
 
 
 def test_the_only_top_level_name_is_bizevents(dists: Distributions) -> None:
+    """One import name; beside it only the metadata and auditwheel's folder of the shared
+    libraries it grafted (libcrypto, for the lineage's SHA-1): no module, nothing to import."""
     names, _ = _metadata(dists.wheel)
-    assert {name.split("/")[0] for name in names} == {"bizevents", "bizevents-0.1.0.dist-info"}
+    tops = {name.split("/")[0] for name in names}
+    assert tops - {"bizevents.libs"} == {"bizevents", "bizevents-0.1.0.dist-info"}
+    grafted = [n for n in names if n.startswith("bizevents.libs/") and not n.endswith("/")]
+    assert grafted and all(".so" in n.rpartition("/")[2] for n in grafted), grafted
     assert "bizevents/translators/api.py" in names
     # the compiled reader, force-included by hatch_build.py
     assert any(n.startswith("bizevents/contracts/avro_codegen/_native.") for n in names)
+    assert any(n.startswith("bizevents/translators/_lineage.") for n in names)
 
 
 def test_the_wheel_is_manylinux_and_carries_its_licence(dists: Distributions) -> None:
@@ -155,7 +161,11 @@ def test_the_sdist_builds_without_a_compiler_into_a_wheel_that_runs(
     with tarfile.open(dists.sdist) as sdist:
         held = set(sdist.getnames())
     assert {"bizevents-0.1.0/LICENSE", "bizevents-0.1.0/hatch_build.py"} <= held
-    assert "bizevents-0.1.0/bizevents/contracts/avro_codegen/_native.c" in held
+    assert {
+        "bizevents-0.1.0/bizevents/contracts/avro_codegen/_native.c",
+        "bizevents-0.1.0/bizevents/translators/_lineage.c",
+        "bizevents-0.1.0/bizevents/plumbing/_text.h",
+    } <= held
     built = uv(
         "build",
         "--wheel",

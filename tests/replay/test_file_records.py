@@ -7,12 +7,13 @@ from io import BytesIO
 from pathlib import Path
 
 import fastavro
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bizevents.replay.plan import Range
 from bizevents.replay.spec import Output
-from bizevents.replay.task import FILE_SCHEMA, FileRecordEncoder, TaskReport, _compiled, _FileSink
+from bizevents.replay.task import _FILE_PLAN, FILE_SCHEMA, FileRecordEncoder, TaskReport, _FileSink
 from bizevents.translators.pipeline import OutRecord
 
 PARSED = fastavro.parse_schema(FILE_SCHEMA)
@@ -59,13 +60,9 @@ def test_parts_the_compiled_encoder_does_not_take_are_written_in_python() -> Non
     record = OutRecord("t", b"k", bytearray(b"v"), (("h", b"x"),), "orders@2", "id")  # type: ignore[arg-type]
     expected = BytesIO()
     fastavro.schemaless_writer(expected, PARSED, as_dict("t", record))
-    assert (
-        _compiled is not None
-        and _compiled.file_record(
-            "t", record.key, record.value, record.headers, record.event_id, record.translator
-        )
-        is None
-    )
+    assert _FILE_PLAN is not None  # the contracts' writer, with FILE_SCHEMA's plan
+    with pytest.raises(TypeError):
+        _FILE_PLAN(("t", record.key, record.value, record.headers, record.event_id, "orders@2"))
     assert FileRecordEncoder()("t", record) == expected.getvalue()
 
 

@@ -4,6 +4,7 @@ depend on is dropped before its rows are decoded, and nothing else is."""
 from __future__ import annotations
 
 import dataclasses
+import io
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -14,12 +15,15 @@ import pytest
 from bizevents import translator
 from bizevents.contracts.business import BusinessEvent
 from bizevents.contracts.change import Change
+from bizevents.contracts.exceptions import DecodeError
 from bizevents.contracts.logical import UNAVAILABLE
 from bizevents.contracts.technical import AutoDecoder, AvroDecoder, AvroEncoder
+from bizevents.plumbing.errors import TransientError
 from bizevents.testing import change, run
 from bizevents.translators.exceptions import PluginError
 from bizevents.translators.pipeline import Pipeline, SourceRecord
-from tests.translators.wide import WIDE, changes
+from tests.translators.wide import READ, WIDE, changes
+from tests.translators.wide import deals as wide_deals
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -305,3 +309,129 @@ def test_a_malformed_changes_declaration_fails_where_it_is_written(
             columns=columns,
             changes=changes_,
         )(lambda c: None)
+
+
+# -- hostile bytes and forged ids -------------------------------------------------------
+
+
+def _gate_of(
+    schemas: dict[int, Any], first: SourceRecord, projection: frozenset[str] | None
+) -> tuple[AvroDecoder, Any]:
+    decoder = AvroDecoder(schemas.__getitem__)
+    decoder.decode(first.key, first.value, None, None, projection)
+    gate = decoder.gate(frozenset({"state"}), (("schema", "crm"), ("table", "deals")), projection)
+    assert gate is not None
+    return decoder, gate
+
+
+def _spoiled(value: bytes, text: bytes, replacement: bytes) -> bytes:
+    """``value`` with the second occurrence of ``text`` (the after row's) replaced."""
+    at = value.index(text, value.index(text) + 1)
+    assert len(replacement) == len(text)
+    return value[:at] + replacement + value[at + len(text) :]
+
+
+@pytest.mark.parametrize("projection", [None, frozenset(READ)], ids=["whole", "projected"])
+@pytest.mark.parametrize("spoil", ["utf-8", "timestamp"])
+def test_the_gate_never_calls_unchanged_a_record_the_decoder_refuses(
+    projection: frozenset[str] | None, spoil: str
+) -> None:
+    """An update keeping its state, whose after row holds bytes the decoder refuses in a
+    column it reads (the owner's text, the time of the change): it used to be dropped
+    as unchanged; it goes to the decoder, which dead-letters it."""
+    records, schemas = wide_records(8)
+    decoder, gate = _gate_of(schemas, records[0], projection)
+    touched = records[5]  # an update that changes no state (deal 1: its texts are its own)
+    assert gate(touched.key, touched.value)
+    event = decoder.decode(touched.key, touched.value)
+    if spoil == "utf-8":
+        text = str(event.after["owner"]).encode()
+        value = _spoiled(touched.value, text, b"\xff" * len(text))
+    else:
+        text = event.after["changed_at"].strftime("%Y-%m-%dT%H:%M:%S").encode()
+        value = _spoiled(touched.value, text, b"x" * len(text))
+    assert not gate(touched.key, value)
+    with pytest.raises(DecodeError):
+        decoder.decode(touched.key, value, None, None, projection)
+
+
+def test_forged_schema_ids_cost_the_gate_nothing() -> None:
+    """Records framed with ids nobody registered: the gate looks none of them up and
+    remembers none (it used to fetch each one and keep a gate per id forever)."""
+    records, schemas = wide_records(8)
+    looked_up: list[int] = []
+
+    def lookup(schema_id: int) -> Any:
+        looked_up.append(schema_id)
+        return schemas[schema_id]
+
+    decoder = AvroDecoder(lookup)
+    decoder.decode(records[0].key, records[0].value)
+    gate = decoder.gate(frozenset({"state"}), (("schema", "crm"), ("table", "deals")))
+    assert gate is not None
+    before = len(looked_up)
+    value = records[1].value
+    for forged in range(1000, 11_000):
+        assert not gate(records[1].key, value[:1] + forged.to_bytes(4, "big") + value[5:])
+    assert len(looked_up) == before
+    assert len(gate.args[0]) <= 1  # type: ignore[attr-defined]  # the gates, per schema id
+    assert gate(records[1].key, value)
+
+
+def test_an_unreachable_registry_does_not_turn_the_gate_off() -> None:
+    """A TransientError while the gate is made is not remembered (it used to switch the
+    gate off for that id for good): once the decoder reads the schema, the gate holds."""
+    records, schemas = wide_records(8)
+    failures = [2]
+
+    def flaky(schema_id: int) -> Any:
+        if schema_id in failures:
+            failures.remove(schema_id)
+            raise TransientError("the registry is out of reach")
+        return schemas[schema_id]
+
+    decoder = AvroDecoder(flaky)
+    decoder.decode(records[0].key, None)  # the key's plan, as a tombstone learns it
+    gate = decoder.gate(frozenset({"state"}), (("schema", "crm"), ("table", "deals")))
+    assert gate is not None
+    touched = records[1]
+    assert not gate(touched.key, touched.value)
+    with pytest.raises(TransientError):
+        decoder.decode(touched.key, touched.value)
+    decoder.decode(touched.key, touched.value)  # the block, retried
+    assert gate(touched.key, touched.value)
+
+
+def test_a_schema_too_deep_to_plan_never_stops_the_pipeline() -> None:
+    """A schema nested 100 deep, registered after the gate was made: making its gate
+    raised ValueError out of the pipeline (the worker died on the record, again after
+    each restart). The record is now read as fastavro reads it."""
+    records, schemas = wide_records(8)
+    value_schema = dict(schemas[2])
+    deep: Any = "long"
+    for i in range(100):
+        deep = {"type": "record", "name": f"Level{i}", "fields": [{"name": "inner", "type": deep}]}
+    fields = [dict(f) for f in value_schema["fields"]]
+    row_schema = dict(fields[0]["type"][1])
+    row_schema["fields"] = [*row_schema["fields"], {"name": "deep", "type": ["null", deep]}]
+    fields[0]["type"] = ["null", row_schema]
+    fields[1]["type"] = ["null", row_schema["name"]]
+    value_schema["fields"] = fields
+    schemas[3] = value_schema
+    import fastavro
+
+    parsed = fastavro.parse_schema(schemas[2])
+    datum = fastavro.schemaless_reader(io.BytesIO(records[1].value[5:]), parsed, None)
+    inner: Any = 5
+    for _ in range(100):
+        inner = {"inner": inner}
+    datum["before"]["deep"] = datum["after"]["deep"] = inner
+    buffer = io.BytesIO()
+    fastavro.schemaless_writer(buffer, fastavro.parse_schema(value_schema), datum)
+    value = b"\x00" + (3).to_bytes(4, "big") + buffer.getvalue()
+    deep_record = dataclasses.replace(records[1], offset=100, value=value)
+    pipeline = Pipeline([wide_deals], AutoDecoder(schemas.__getitem__), lambda *a: b"")
+    result = pipeline.process([records[0], deep_record, *records[1:]])
+    assert result.undecodable == 0
+    counts = result.counts["deals@1"]
+    assert counts.consumed == 9

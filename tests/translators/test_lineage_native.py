@@ -1,4 +1,4 @@
-"""The compiled lineage helpers (in contracts/avro_codegen/_native.c) give what the Python
+"""The compiled lineage helpers (translators/_lineage.c) give what the Python
 they replace gives: event ids, the lineage record's bytes and the headers, byte for byte."""
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ OFFSETS = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 
 
 def test_the_lineage_helpers_are_built() -> None:
-    """scripts/setup builds contracts/avro_codegen/_native.c; without it lineage runs the Python and
+    """scripts/setup builds translators/_lineage.c; without it lineage runs the Python and
     the tests below would compare it with itself."""
-    assert lineage.COMPILED, "contracts/avro_codegen/_native.c is not built: run scripts/setup"
+    assert lineage.COMPILED, "translators/_lineage.c is not built: run scripts/setup"
 
 
 @SETTINGS
