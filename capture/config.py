@@ -73,6 +73,10 @@ class CaptureConfig(BaseModel):
     #: ``initial``: snapshot when the slot is new; ``never``: stream only.
     snapshot: Literal["initial", "never"] = "initial"
     snapshot_fetch_rows: int = Field(default=5_000, ge=1)
+    #: Rows per chunk of an incremental snapshot (the memory it holds).
+    incremental_chunk_rows: int = Field(default=2_048, ge=1)
+    #: Tables added to ``tables`` after the first run get an incremental snapshot.
+    snapshot_new_tables: bool = True
     #: Capture columns of unmapped types as their text form instead of refusing them.
     unknown_as_text: bool = False
     #: Produce an op ``t`` event (to every partition, null key) for TRUNCATE.
@@ -88,7 +92,8 @@ class CaptureConfig(BaseModel):
     #: Loopback port of the Prometheus text endpoint; ``None`` switches it off, 0 picks one.
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
     metrics_host: Literal["127.0.0.1", "::1", "localhost"] = "127.0.0.1"
-    #: Where the snapshot-completion record lives (default: settings state_dir/capture).
+    #: Unused since capture's state moved to Kafka (:attr:`offsets_topic_name`); accepted
+    #: so that existing files still load.
     state_dir: Path | None = None
     progress: Literal["auto", "always", "never"] = "auto"
     #: A value that cannot be converted (a numeric of more than 4,300 digits, NaN in a
@@ -102,8 +107,8 @@ class CaptureConfig(BaseModel):
     transaction_metadata: bool = True
     #: MySQL: the Kafka key's columns of tables without a primary key (``db.table``).
     keys: dict[str, tuple[str, ...]] = Field(default_factory=dict)
-    #: MySQL: the compacted topic of the stored binlog position (default
-    #: ``<server>.capture.offsets``).
+    #: The compacted topic of capture's state: the snapshot ledger, MySQL's binlog
+    #: position (default ``<server>.capture.offsets``).
     offsets_topic: str | None = None
     #: MySQL: the server id the binlog client registers with (unique among replicas;
     #: 0 picks one from the server name).
@@ -154,7 +159,7 @@ class CaptureConfig(BaseModel):
 
     @property
     def offsets_topic_name(self) -> str:
-        """MySQL: the compacted topic of the stored binlog position."""
+        """The compacted topic of capture's state (ledger, MySQL's position)."""
         return self.offsets_topic or f"{self.server}.capture.offsets"
 
     def column_filter(self, qualified: str) -> ColumnFilter:
