@@ -16,6 +16,7 @@ from bizevents.statuscli import status
 from bizevents.topicscli import topics
 from bizevents.translatecli import translate
 from bizevents.translatorscli import translators
+from bizevents.verifycli import verify
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -66,3 +67,4 @@ main.add_command(replay)
 main.add_command(demo)
 main.add_command(status)
 main.add_command(topics)
+main.add_command(verify)

@@ -77,6 +77,11 @@ class CaptureConfig(BaseModel):
     incremental_chunk_rows: int = Field(default=2_048, ge=1)
     #: Tables added to ``tables`` after the first run get an incremental snapshot.
     snapshot_new_tables: bool = True
+    #: The signal table in the source database (``schema.table``, Debezium's
+    #: ``debezium_signal``); ``None``: signals come from the signal topic only.
+    signal_table: str | None = None
+    #: The Kafka signal topic (default ``<server>.capture.signals``).
+    signal_topic: str | None = None
     #: Capture columns of unmapped types as their text form instead of refusing them.
     unknown_as_text: bool = False
     #: Produce an op ``t`` event (to every partition, null key) for TRUNCATE.
@@ -120,7 +125,8 @@ class CaptureConfig(BaseModel):
             raise ValueError("name the tables to capture (tables = [...]) or a publication")
         if not _TOPIC_PART.match(self.server):
             raise ValueError(f"server {self.server!r} may only hold letters, digits, '.', '_', '-'")
-        for name in (*self.tables, *self.columns):
+        signal = (self.signal_table,) if self.signal_table else ()
+        for name in (*self.tables, *self.columns, *signal):
             schema, dot, table = name.partition(".")
             if not dot or not _IDENT.match(schema) or not _IDENT.match(table):
                 raise ValueError(f"table {name!r} must be written schema.table (plain identifiers)")
@@ -161,6 +167,11 @@ class CaptureConfig(BaseModel):
     def offsets_topic_name(self) -> str:
         """The compacted topic of capture's state (ledger, MySQL's position)."""
         return self.offsets_topic or f"{self.server}.capture.offsets"
+
+    @property
+    def signal_topic_name(self) -> str:
+        """The Kafka topic ``bizevents capture snapshot`` writes signals to."""
+        return self.signal_topic or f"{self.server}.capture.signals"
 
     def column_filter(self, qualified: str) -> ColumnFilter:
         """The column filter of ``schema.table`` (keep everything by default)."""

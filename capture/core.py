@@ -25,6 +25,7 @@ from bizevents.capture.exceptions import CaptureError, KafkaDeliveryError
 from bizevents.capture.incremental import Incremental
 from bizevents.capture.metrics import CaptureStats
 from bizevents.capture.offsets import AckTracker
+from bizevents.capture.signals import Signal, SignalError, SignalTopic, signal_table_ddl
 from bizevents.capture.sink import SchemaRegistrar, producer_config
 from bizevents.capture.state import Ledger, Pending, StateStore
 from bizevents.capture.transactions import NoBlocks, TxBlocks
@@ -119,6 +120,8 @@ class CaptureCore:
         self.ledger = Ledger()
         #: The incremental snapshots (set once the ledger is known).
         self.incremental: Incremental | None = None
+        self.signal_topic: SignalTopic | None = None
+        self._signals_polled = 0.0
 
     #: The errors that may mean a lost connection to the source (see :meth:`lost`).
     LOST: tuple[type[BaseException], ...] = (TransientError,)
@@ -159,7 +162,13 @@ class CaptureCore:
                     break
         finally:
             self.drain()
+            if self.incremental is not None and self._session is not None and not self.aborting:
+                # The progress of the chunks acknowledged since the last poll.
+                self.incremental.store_acknowledged(self._session.producer)
+                self.drain()
             self.closing()
+            if self.signal_topic is not None:
+                self.signal_topic.close()
             # librdkafka's clients close when the last reference goes.
             self._session = None
 
@@ -346,9 +355,20 @@ class CaptureCore:
         if gone or ledger.queue:
             self.store_ledger()
         session = self.session
+        if self.signal_topic is None:
+            # One partition: signals in the order they were sent. Not compacted.
+            ensure_topics(
+                session.admin,
+                [cfg.signal_topic_name],
+                1,
+                replication_factor=cfg.replication_factor,
+                timeout_s=15,
+            )
+            self.signal_topic = SignalTopic(self.endpoints.kafka, cfg.signal_topic_name, cfg.server)
 
         def progress(table: str, rows: int) -> None:
-            self.stats.snapshot_rows[table] = rows
+            self.stats.incremental_rows[table] = rows
+            self.stats.incremental_snapshots = len(ledger.queue)
             if self.progress is not None:
                 self.progress(table, rows, rows)
 
@@ -360,3 +380,95 @@ class CaptureCore:
             progress,
         )
         return self.incremental
+
+    # -- signals (bizevents.capture.signals) ------------------------------------------------
+
+    def captured_tables(self) -> list[str]:
+        """The tables this capture writes (``schema.table``)."""
+        return list(self.config.tables)
+
+    def condition_error(self, table: str, where: str) -> str | None:
+        """``None`` when ``where`` is a valid condition on ``table``, else the reason."""
+        raise NotImplementedError
+
+    def missing_signal_table(self, table: str, mysql: bool) -> CaptureError:
+        """The sentence that stops start-up when the configured signal table is missing."""
+        return CaptureError(
+            f"the signal table {table} (signal_table in the capture configuration) does not "
+            f"exist; create it with: {signal_table_ddl(table, mysql)}"
+        )
+
+    def poll_signals(self) -> None:
+        """Carry out the signals that arrived on the signal topic (at most every 0.5 s)."""
+        topic = self.signal_topic
+        now = time.monotonic()
+        if topic is None or now - self._signals_polled < 0.5:
+            return
+        self._signals_polled = now
+        for after, sig in topic.poll(self.ledger.signal_offset):
+            if after >= 0:
+                self.ledger.signal_offset = after
+            self.on_signal(sig)
+
+    def on_signal(self, sig: Signal | SignalError) -> None:
+        """Carry out one signal; one that cannot be is refused with one sentence and
+        capture goes on."""
+        try:
+            if isinstance(sig, SignalError):
+                raise sig
+            self._carry_out(sig)
+            self.stats.incremental_snapshots = len(self.ledger.queue)
+        except SignalError as exc:
+            self.stats.signals_refused += 1
+            self.log.warning(f"signal refused: {exc}")
+            if self.incremental is not None:
+                self.incremental.changed()  # its offset: not to be read again
+
+    def _carry_out(self, sig: Signal) -> None:
+        inc = self.incremental
+        if inc is None:
+            raise SignalError(f"signal {sig.id!r}: this capture takes no snapshots")
+        ledger = inc.ledger
+        captured = self.captured_tables()
+        named = [p for p in ledger.queue if not sig.tables or p.table in sig.tables]
+        if sig.type == "execute-snapshot":
+            for table in sig.tables:
+                if table not in captured:
+                    raise SignalError(
+                        f"snapshot signal {sig.id!r}: table {table} is not captured here "
+                        f"(captured: {', '.join(sorted(captured))})"
+                    )
+                running = next((p for p in ledger.queue if p.table == table), None)
+                if running is not None:
+                    raise SignalError(
+                        f"snapshot signal {sig.id!r}: table {table} is already being "
+                        f"snapshotted (signal {running.id!r}); stop that one first or let it end"
+                    )
+                where = sig.condition(table)
+                if where is not None:
+                    reason = self.condition_error(table, where)
+                    if reason is not None:
+                        raise SignalError(
+                            f"snapshot signal {sig.id!r}: the condition {where!r} on {table} "
+                            f"does not parse: {reason}"
+                        )
+            ledger.queue.extend(Pending(t, sig.id, sig.condition(t)) for t in sig.tables)
+            self.log.info("incremental snapshot requested", id=sig.id, tables=sig.tables)
+        elif sig.type in ("pause-snapshot", "resume-snapshot"):
+            if not named:
+                action = sig.type.removesuffix("-snapshot")
+                raise SignalError(f"signal {sig.id!r}: no snapshot under way to {action}")
+            for p in named:
+                p.paused = sig.type == "pause-snapshot"
+            self.log.info(
+                "incremental snapshot " + ("paused" if named[0].paused else "resumed"),
+                tables=[p.table for p in named],
+            )
+        else:  # stop-snapshot
+            if not named:
+                raise SignalError(f"signal {sig.id!r}: no snapshot under way to stop")
+            ledger.queue = [p for p in ledger.queue if p not in named]
+            if inc.window is not None and inc.window.pending in named:
+                inc.window = None  # its rows are dropped, never written
+            self.log.info("incremental snapshot stopped", tables=[p.table for p in named])
+        inc.changed()

@@ -79,6 +79,7 @@ class Incremental:
         self.on_progress = on_progress
         #: Chunks written, with the ledger to store once Kafka acknowledged them.
         self._unsaved: deque[tuple[Tx, dict[str, Any]]] = deque()
+        self._dirty = False
         self._retry_at = 0.0
 
     def next(self) -> Pending | None:
@@ -122,12 +123,20 @@ class Incremental:
         is now once Kafka acknowledged them."""
         self._unsaved.append((tx, self.ledger.to_json()))
 
+    def changed(self) -> None:
+        """The ledger changed otherwise (a signal): store it once the chunks written
+        before are acknowledged (it holds their progress too)."""
+        self._dirty = True
+
     def store_acknowledged(self, producer: Any) -> None:
         """Store the ledger of every chunk Kafka acknowledged, in order."""
         unsaved = self._unsaved
         record = None
         while unsaved and unsaved[0][0].pending == 0:
             record = unsaved.popleft()[1]
+        if not unsaved and self._dirty:
+            record = self.ledger.to_json()
+            self._dirty = False
         if record is not None:
             self.store.write(producer, self.ledger_key, record)
 

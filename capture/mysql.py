@@ -188,6 +188,17 @@ def snapshot_position(conn: pymysql.connections.Connection[Any]) -> BinlogPositi
         return position
 
 
+def table_exists(conn: pymysql.connections.Connection[Any], qualified: str) -> bool:
+    """Whether the table ``database.table`` exists."""
+    database, _, table = qualified.partition(".")
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+            (database, table),
+        )
+        return cur.fetchone() is not None
+
+
 def binlog_files(conn: pymysql.connections.Connection[Any]) -> list[str]:
     """The binlog files the server still has."""
     with conn.cursor() as cur:

@@ -66,6 +66,7 @@ from bizevents.capture.mysql import BinlogPosition
 from bizevents.capture.mysqlcodec import OPS, MyTable, MyTableCodec, key_columns
 from bizevents.capture.mysqltypes import TIME2, binlog_time2
 from bizevents.capture.offsets import AckTracker, Tx
+from bizevents.capture.signals import Signal, SignalError, parse_signal
 from bizevents.capture.sink import create_topics
 from bizevents.capture.state import Ledger
 from bizevents.capture.transactions import NoBlocks, TxBlocks
@@ -128,6 +129,8 @@ class MysqlCapture(CaptureCore):
             for name in cfg.tables:
                 database, _, table = name.partition(".")
                 self.jsons[name] = my.json_columns(conn, database, table)
+            if cfg.signal_table is not None and not my.table_exists(conn, cfg.signal_table):
+                raise self.missing_signal_table(cfg.signal_table, mysql=True)
             if self.position is None:
                 self.position = self.start_position(conn)
             files = my.binlog_files(conn)
@@ -144,6 +147,14 @@ class MysqlCapture(CaptureCore):
         self.start_incremental(list(cfg.tables))
         self.stats.snapshot_done = True
         self._stream()
+
+    def condition_error(self, table: str, where: str) -> str | None:
+        conn = my.connect(self.endpoints.dsn)
+        try:
+            database, _, name = table.partition(".")
+            return my.check_condition(conn, database, name, where)
+        finally:
+            conn.close()
 
     # -- codecs -----------------------------------------------------------------------------
 
@@ -337,6 +348,9 @@ class MysqlCapture(CaptureCore):
             if self._mariadb
             else {"log_file": start.file, "log_pos": start.pos, "resume_stream": True}
         )
+        read = set(self.tables)
+        if self.config.signal_table is not None:
+            read.add(self.config.signal_table)
         stream = BinLogStreamReader(
             connection_settings={**settings, "charset": "utf8mb4"},
             server_id=self._replica_id(),
@@ -346,8 +360,8 @@ class MysqlCapture(CaptureCore):
             # The library skips the table maps and rows of other tables before parsing
             # them (it matches schema and table name each on its own: a superset of ours,
             # which on_table_map narrows to the configured tables).
-            only_schemas=sorted({name.partition(".")[0] for name in self.tables}),
-            only_tables=sorted({name.partition(".")[2] for name in self.tables}),
+            only_schemas=sorted({name.partition(".")[0] for name in read}),
+            only_tables=sorted({name.partition(".")[2] for name in read}),
             only_events=[
                 WriteRowsEvent,
                 UpdateRowsEvent,
@@ -418,6 +432,7 @@ class _BinlogReader:
         self.fractional_times: dict[int, tuple[str, ...]] = {}
         self.inc = capture.incremental
         self.chunks: pymysql.connections.Connection[Any] | None = None
+        self.signal_table_id: int | None = None
 
     def send(self, topic: str, key: bytes | None, value: bytes | None) -> None:
         produce(self.producer, topic, value, key, on_delivery=self.ack)
@@ -470,6 +485,7 @@ class _BinlogReader:
                     capture.backpressure()
                 if inc is not None:
                     inc.store_acknowledged(self.producer)
+                    capture.poll_signals()
             if inc is not None and self.tx is None and inc.ledger.queue:
                 self.snapshot_step()
             if capture.stopping and self.tx is None:
@@ -587,6 +603,8 @@ class _BinlogReader:
     def on_table_map(self, event: Any) -> None:
         name = f"{event.schema}.{event.table}"
         if name not in self.tables:
+            if name == self.capture.config.signal_table:
+                self.signal_table_id = event.table_id
             return
         layout = my.table_from_map(event, self.capture.jsons.get(name, set()))
         # registers a new layout's schema before its rows
@@ -599,6 +617,11 @@ class _BinlogReader:
     def on_rows(self, event: Any) -> None:
         table_id = event.table_id
         codec = self.codecs.get(table_id)
+        if codec is None and table_id == self.signal_table_id:
+            if event.__class__ is WriteRowsEvent:
+                for row in event.rows:
+                    self.on_signal_row(row["values"])
+            return
         if codec is None:
             return
         capture = self.capture
@@ -694,6 +717,15 @@ class _BinlogReader:
 
     # -- incremental snapshots (bizevents.capture.incremental) ---------------------------
 
+    def on_signal_row(self, values: dict[str, Any]) -> None:
+        """A row inserted into the signal table: a signal, in its place in the binlog."""
+        sig: Signal | SignalError
+        try:
+            sig = parse_signal(values.get("id"), values.get("type"), values.get("data"))
+        except SignalError as exc:
+            sig = exc
+        self.capture.on_signal(sig)  # a snapshot it asks for starts after the commit
+
     def at_or_after(self, position: BinlogPosition) -> bool:
         """Whether the stream has read every event before ``position``."""
         return (str(self.stream.log_file), int(self.stream.log_pos or 0)) >= (
@@ -787,6 +819,8 @@ class _BinlogReader:
         capture.stats.events[table] = capture.stats.events.get(table, 0) + len(window.rows)
         capture.commit(tx, self.position())
         inc.written(tx)
+        producer.poll(0)
+        inc.store_acknowledged(producer)  # the chunks before, now acknowledged
         if not window.full:
             done = window.pending
             capture.log.info("incremental snapshot done", table=table, rows=done.rows, id=done.id)

@@ -55,6 +55,19 @@ class PgCore(CaptureCore):
         self._last_feedback = now
         self.stats.in_flight = tracker.in_flight
 
+    def captured_tables(self) -> list[str]:
+        return [i.qualified for i in self.infos.values()]
+
+    def condition_error(self, table: str, where: str) -> str | None:
+        info = self.info_named(table)
+        if info is None:
+            return f"{table} is not captured"
+        conn = pg.connect(self.endpoints.dsn, application="bizevents-signal")
+        try:
+            return pg.check_condition(conn, info.relation, where)
+        finally:
+            conn.close()
+
     def info_named(self, qualified: str) -> pg.TableInfo | None:
         """The captured table ``schema.table``, if it is one."""
         return next((i for i in self.infos.values() if i.qualified == qualified), None)

@@ -226,6 +226,14 @@ def describe_tables(conn: Connection, names: Sequence[str]) -> list[TableInfo]:
     return out
 
 
+def table_exists(conn: Connection, qualified: str) -> bool:
+    """Whether the table ``schema.table`` exists."""
+    schema, _, table = qualified.partition(".")
+    with conn.cursor() as cur:
+        cur.execute(_TABLE_SQL, (schema, table))
+        return cur.fetchone() is not None
+
+
 def publication_tables(conn: Connection, publication: str) -> list[str] | None:
     """``schema.table`` of every table in the publication; ``None`` if it does not exist."""
     with conn.cursor() as cur:
@@ -422,11 +430,13 @@ def read_chunk(
 
 
 def emit_watermark(conn: Connection, content: str) -> int:
-    """Write a watermark through the WAL (a non-transactional logical message, decoded
-    where it was written); its LSN."""
+    """Write a watermark through the WAL: a logical message in a transaction of its
+    own, so that its commit flushes the WAL (a non-transactional one would wait for the
+    WAL writer, up to ``wal_writer_delay``, before the walsender sends it); its LSN.
+    ``conn`` is in autocommit."""
     with conn.cursor() as cur:
         cur.execute(
-            "SELECT pg_logical_emit_message(false, %s, %s)::text", (WATERMARK_PREFIX, content)
+            "SELECT pg_logical_emit_message(true, %s, %s)::text", (WATERMARK_PREFIX, content)
         )
         row = cur.fetchone()
     return parse_lsn(str(row[0])) if row else 0

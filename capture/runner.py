@@ -148,6 +148,11 @@ class PostgresCapture(Snapshotting, Streaming):
         infos = pg.describe_tables(side, names)
         if cfg.tables:
             pg.ensure_publication(side, cfg.publication_name, cfg.tables)
+        if cfg.signal_table is not None:
+            # Its inserts reach capture through the slot, in their place in the stream.
+            if not pg.table_exists(side, cfg.signal_table):
+                raise self.missing_signal_table(cfg.signal_table, mysql=False)
+            pg.ensure_publication(side, cfg.publication_name, [cfg.signal_table])
         self.infos = {i.oid: i for i in infos}
         for info in infos:
             # Fails now, naming table and column, when a type has no mapping.

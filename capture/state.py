@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from bizevents.plumbing.errors import TransientError
 from bizevents.plumbing.kafka import ensure_topics, produce
@@ -78,18 +78,28 @@ class StateStore:
             if meta is None or meta.error is not None:
                 return found
             for partition in meta.partitions:
-                low, high = consumer.get_watermark_offsets(
-                    TopicPartition(self.topic, partition), timeout=10
-                )
-                if high <= low:
-                    continue
+                tp = TopicPartition(self.topic, partition)
+                low, high = consumer.get_watermark_offsets(tp, timeout=10)
                 consumer.assign([TopicPartition(self.topic, partition, low)])
                 offset = low
-                while offset < high:
-                    msg = consumer.poll(5)
+                # Past the high watermark, read on until the fetch says "end" (a high
+                # watermark asked for just after a write may not count it yet), but
+                # for half a second at most: a topic written to all the time ends too.
+                deadline: float | None = None
+                while True:
+                    if offset >= high and deadline is None:
+                        deadline = time.monotonic() + 0.5
+                    if deadline is not None and time.monotonic() > deadline:
+                        break
+                    msg = consumer.poll(0.1 if deadline is not None else 5)
                     if msg is None:
+                        if deadline is not None:
+                            continue
                         raise TransientError(f"the state topic {self.topic} did not answer")
-                    if msg.error() is not None:
+                    err = msg.error()
+                    if err is not None:
+                        if err.code() == KafkaError._PARTITION_EOF and offset >= high:
+                            break
                         continue
                     offset = (msg.offset() or 0) + 1
                     key = msg.key()
@@ -188,6 +198,8 @@ class Ledger:
     queue: list[Pending] = field(default_factory=list)
     #: Where the initial snapshot was consistent (an LSN or a binlog position), for people.
     consistent_point: str | None = None
+    #: The next offset of the signal topic to read (signals before it were carried out).
+    signal_offset: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -195,6 +207,7 @@ class Ledger:
             "tables": sorted(self.tables),
             "queue": [p.to_json() for p in self.queue],
             "consistent_point": self.consistent_point,
+            "signal_offset": self.signal_offset,
             "ts_ms": int(time.time() * 1000),
         }
 
@@ -207,6 +220,7 @@ class Ledger:
             tables=[str(t) for t in data.get("tables") or []],
             queue=[Pending.from_json(p) for p in data.get("queue") or []],
             consistent_point=data.get("consistent_point"),
+            signal_offset=data.get("signal_offset"),
         )
 
     def added_tables(self, configured: list[str]) -> list[str]:

@@ -34,6 +34,7 @@ from bizevents.capture.pgoutput import (
     format_lsn,
 )
 from bizevents.capture.pgtypes import PgTypeMapper, enum_types_from_rows
+from bizevents.capture.signals import Signal, SignalError, parse_signal
 from bizevents.capture.sink import create_topics
 from bizevents.capture.transactions import NoBlocks
 from bizevents.contracts.technical.source import EncodedSource
@@ -64,6 +65,8 @@ class Streaming(PgCore):
             self.stats.events[codec.relation.qualified_name] = codec.events
 
     def on_relation(self, relation: Relation, side: pg.Connection) -> None:
+        if relation.qualified_name == self.config.signal_table:
+            return  # read as signals, never written to a topic
         current = self.session.codecs.get(relation.oid)
         shape = [(c.name, c.type_oid, c.type_modifier) for c in relation.columns]
         if current is not None:
@@ -254,6 +257,9 @@ class _SlotReader:
         #: one of them is older than what the topic holds, and is read again.
         self.recent: deque[int] = deque(maxlen=4096)
         self.chunks: pg.Connection | None = None
+        self.signal_table = capture.config.signal_table
+        #: The LSN of the watermark read in the open transaction (closes at its commit).
+        self.closing_at: int | None = None
 
     def send(
         self,
@@ -331,6 +337,7 @@ class _SlotReader:
         self.capture.feedback(self.cursor, force=False)
         if self.inc is not None:
             self.inc.store_acknowledged(self.producer)
+            self.capture.poll_signals()
 
     def source(self, oid: int, codec: TableCodec) -> EncodedSource:
         """The open transaction's source bytes for one table (made at its first change)."""
@@ -349,6 +356,10 @@ class _SlotReader:
 
     def on_row(self, m: Insert | Update | Delete, msg: Any) -> None:
         oid = m.relation.oid
+        if oid not in self.codecs and m.relation.qualified_name == self.signal_table:
+            if isinstance(m, Insert):
+                self.on_signal_row(m)
+            return
         codec = self.codecs[oid]
         src = self.source(oid, codec).with_long(msg.data_start)
         blocks = self.blocks
@@ -391,6 +402,9 @@ class _SlotReader:
         self.tx = None
         if self.xid is not None:
             self.recent.append(self.xid)
+        if self.closing_at is not None:
+            self.close_window(self.closing_at)
+            self.closing_at = None
         if self.tracker.in_flight >= self.capture.config.max_in_flight:
             self.capture.backpressure(self.keepalive)
         inc = self.inc
@@ -420,7 +434,7 @@ class _SlotReader:
                 table=pending.table,
             )
             inc.ledger.queue.remove(pending)
-            capture.store_ledger(wait=False)
+            inc.changed()
             return
         codec = self.codecs.get(info.oid)
         if codec is None:
@@ -457,6 +471,19 @@ class _SlotReader:
         inc.open(window)
         pg.emit_watermark(self.side, window.mark)
 
+    def on_signal_row(self, m: Insert) -> None:
+        """A row inserted into the signal table: a signal, in its place in the stream."""
+        names = [c.name for c in m.relation.columns]
+        row = dict(zip(names, m.new, strict=True))
+        try:
+            sig: Signal | SignalError = parse_signal(
+                row.get("id"), row.get("type"), row.get("data")
+            )
+        except SignalError as exc:
+            sig = exc
+        self.capture.on_signal(sig)
+        self.snapshot_step()
+
     def on_message(self, m: LogicalMessage, _msg: Any) -> None:
         inc = self.inc
         if inc is None or m.prefix != pg.WATERMARK_PREFIX:
@@ -464,8 +491,11 @@ class _SlotReader:
         window = inc.window
         if window is None or m.content.decode(errors="replace") != window.mark:
             return
-        self.close_window(m.lsn)
-        self.snapshot_step()
+        if self.tx is None:
+            self.close_window(m.lsn)
+            self.snapshot_step()
+        else:
+            self.closing_at = m.lsn  # at its transaction's commit
 
     def close_window(self, lsn: int) -> None:
         """The chunk's watermark arrived: its rows the stream did not supersede go out."""
@@ -515,6 +545,8 @@ class _SlotReader:
         capture.stats.events[table] = codec.events
         tracker.commit(tx, 0)
         inc.written(tx)
+        producer.poll(0)
+        inc.store_acknowledged(producer)  # the chunks before, now acknowledged
         if not window.full:
             capture.log.info(
                 "incremental snapshot done",

@@ -437,3 +437,29 @@ def test_a_capture_started_with_an_empty_state_folder_does_not_snapshot_again(
     assert ops.count("r") == 300 and ops.count("u") == 1
     assert final_state(records) == _table_state(db, "items")
     assert not second.exists() or not any(second.iterdir()), "state went to a local file"
+
+
+def test_negative_zero_keeps_its_sign_from_the_snapshot_as_from_the_stream(
+    db: Db, tmp_path: Path
+) -> None:
+    """A ``real`` and a ``double precision`` holding -0.0: the snapshot's ``r`` event and
+    the stream's ``c`` event both carry -0.0 (the sign bit), not 0.0."""
+    import math
+
+    db.sql(f"CREATE TABLE {db.schema}.z (id int PRIMARY KEY, r real, d double precision)")
+    db.sql(f"INSERT INTO {db.schema}.z VALUES (1, '-0'::real, '-0'::float8)")
+    with in_process(db.config(["z"]), capture_endpoints(db.endpoints, tmp_path)) as run:
+        run.wait_snapshot()
+        db.sql(f"INSERT INTO {db.schema}.z VALUES (2, '-0'::real, '-0'::float8)")
+        run.wait_acked(db.wal_lsn())
+        run.stop()
+    events = {
+        r.decoded.op: r.decoded.after
+        for r in read_topic(db.endpoints, db.topic("z"))
+        if isinstance(r.decoded, ChangeEvent)
+    }
+    for op in ("r", "c"):
+        after = events[op]
+        assert after is not None
+        assert after["r"] == 0.0 and math.copysign(1.0, after["r"]) == -1.0, (op, after)
+        assert after["d"] == 0.0 and math.copysign(1.0, after["d"]) == -1.0, (op, after)
