@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 from urllib.parse import unquote, urlparse
 
 import pymysql
 import pymysql.cursors
 
 from bizevents.capture import mysqltypes as t
-from bizevents.capture.exceptions import CaptureError
+from bizevents.capture.exceptions import CaptureError, DatabaseAccessError
 from bizevents.capture.mysqlcodec import MyTable
 from bizevents.capture.mysqltypes import MyColumn
 from bizevents.plumbing.errors import ConfigError
@@ -51,29 +51,61 @@ class BinlogPosition:
 
 
 def connection_settings(dsn: str) -> dict[str, Any]:
-    """PyMySQL keyword arguments from ``mysql://user:password@host:port/database``."""
+    """PyMySQL keyword arguments from ``mysql://user:password@host:port/database``.
+
+    A DSN that does not parse is one sentence that never repeats it (it holds the
+    password)."""
     u = urlparse(dsn)
     if u.scheme not in ("mysql", "mariadb") or not u.hostname:
-        raise ConfigError("a MySQL DSN reads mysql://user:password@host:port/database")
+        raise ConfigError(
+            "the MySQL DSN does not read mysql://user:password@host:port/database (it is "
+            "not repeated here because it holds the password): check dsn in the capture file"
+        )
+    try:
+        port = u.port or 3306
+    except ValueError:
+        raise ConfigError(
+            "the MySQL DSN's port is not a number between 0 and 65535 (the DSN is not "
+            "repeated here because it holds the password): check dsn in the capture file"
+        ) from None
     return {
         "host": u.hostname,
-        "port": u.port or 3306,
+        "port": port,
         "user": unquote(u.username or ""),
         "password": unquote(u.password or ""),
     }
 
 
+#: The server's "no" (retrying cannot help): access denied for the user or to the
+#: database, an unknown database.
+_REFUSED: Final = {1044, 1045, 1049, 1698}
+
+
 def connect(dsn: str, **extra: Any) -> pymysql.connections.Connection[Any]:
-    """A connection in UTC with utf8mb4, autocommit unless told otherwise."""
+    """A connection in UTC with utf8mb4, autocommit unless told otherwise.
+
+    Refused credentials raise :class:`DatabaseAccessError` (terminal, never retried,
+    the server's sentence, which names the user and never the password); an
+    unreachable server stays an ``OperationalError``, which capture retries."""
     settings = connection_settings(dsn)
-    return pymysql.connect(
-        **settings,
-        charset="utf8mb4",
-        autocommit=extra.pop("autocommit", True),
-        init_command="SET time_zone = '+00:00'",
-        connect_timeout=10,
-        **extra,
-    )
+    try:
+        return pymysql.connect(
+            **settings,
+            charset="utf8mb4",
+            autocommit=extra.pop("autocommit", True),
+            init_command="SET time_zone = '+00:00'",
+            connect_timeout=10,
+            **extra,
+        )
+    except pymysql.err.OperationalError as exc:
+        code = exc.args[0] if exc.args else None
+        if code in _REFUSED:
+            reason = str(exc.args[1]) if len(exc.args) > 1 else "access denied"
+            password = settings["password"]
+            if password:
+                reason = reason.replace(password, "***")
+            raise DatabaseAccessError(f"the server refused the connection: {reason}") from None
+        raise
 
 
 _REQUIRED = (

@@ -648,3 +648,31 @@ def test_a_capture_started_with_an_empty_state_folder_does_not_snapshot_again(
     table = {(("id", i),): {"id": i, "v": v} for i, v in db.sql("SELECT id, v FROM items")}
     assert final_state(records) == table
     assert not second.exists() or not any(second.iterdir()), "state went to a local file"
+
+
+def test_a_wrong_password_stops_with_one_sentence_and_no_secret(db: MyDb, tmp_path: Path) -> None:
+    """Refused credentials are not an outage: exit 1 at once (no retry every 30 s), the
+    server's sentence naming the user, never the password, no traceback."""
+    db.sql("CREATE TABLE t (id INT PRIMARY KEY)")
+    user = db.dsn.split("//")[1].split("@")[0].split(":")[0]
+    secret = "Wr0ng-s3cret"
+    dsn = db.dsn.replace(db.dsn.split("//")[1].split("@")[0], f"{user}:{secret}")
+    started = clock.monotonic()
+    result = _run_cli(db, _cli(db, tmp_path, ["t"], dsn=dsn), timeout=45)
+    assert result.returncode == 1, result.stderr
+    assert clock.monotonic() - started < 30, "a refused password was retried"
+    assert "the server refused the connection: Access denied for user" in result.stderr
+    output = result.stdout + result.stderr
+    assert secret not in output and "Traceback" not in output
+    assert len([line for line in result.stderr.splitlines() if "error:" in line]) == 1
+
+
+def test_a_dsn_whose_port_is_not_a_number_is_one_sentence(db: MyDb, tmp_path: Path) -> None:
+    """``mysql://u:p@host:33o6/db``: exit 1, one sentence, the DSN (password) not shown."""
+    secret = "n0t-to-be-shown"
+    dsn = f"mysql://capture:{secret}@127.0.0.1:33o6/{db.name}"
+    result = _run_cli(db, _cli(db, tmp_path, ["t"], dsn=dsn), timeout=45)
+    assert result.returncode == 1
+    assert "port is not a number" in result.stderr
+    output = result.stdout + result.stderr
+    assert secret not in output and "Traceback" not in output and "ValueError" not in output
