@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from bizevents.capture import mysql as my
+from bizevents.capture.signals import new_signal, signal_table_ddl
 from bizevents.capture.state import Ledger, StateStore
 from bizevents.contracts.envelope import ChangeEvent
 from bizevents.devstack import Endpoints
@@ -126,3 +127,56 @@ def test_a_table_added_later_gets_all_its_rows_under_concurrent_writes(
     assert final_state(records) == table
     ledger = stored_ledger(db)
     assert ledger is not None and f"{db.name}.b" in ledger.tables and not ledger.queue
+
+
+def test_signal_table_snapshots_with_a_condition_and_refuses_bad_signals(
+    db: MyDb, tmp_path: Path
+) -> None:
+    """Signals through MariaDB's signal table: a snapshot of the rows ``id > 500``
+    (under writes) ends with the topic equal to the table; a signal for a table not
+    captured and a condition that does not parse are refused; capture goes on."""
+    db.sql("CREATE SEQUENCE seq")
+    db.sql("CREATE TABLE b (id INT PRIMARY KEY, v BIGINT NOT NULL, note VARCHAR(10))")
+    with db.conn.cursor() as cur:
+        cur.executemany(
+            "INSERT INTO b VALUES (%s, NEXTVAL(seq), 'init')", [(i,) for i in range(1, 3001)]
+        )
+    db.sql(signal_table_ddl("sig", mysql=True))
+    config = db.config(["b"], incremental_chunk_rows=200, signal_table=f"{db.name}.sig")
+    with (
+        Writer(db, "b", 3_200, seed=4) as writer,
+        in_process(config, db.capture_endpoints(tmp_path)) as run,
+    ):
+        run.wait_snapshot()
+        ledger = run.runner.ledger
+        for sig in (
+            new_signal("execute-snapshot", (f"{db.name}.nope",)),
+            new_signal("execute-snapshot", (f"{db.name}.b",), "id >>> 2"),
+            new_signal("execute-snapshot", (f"{db.name}.b",), "id > 500"),
+        ):
+            db.sql("INSERT INTO sig VALUES (%s, %s, %s)", sig.to_row())
+        deadline = time.monotonic() + 120
+        while ledger.queue or run.stats.signals_refused < 2:
+            if run.error is not None:
+                raise run.error
+            assert time.monotonic() < deadline, "the snapshot did not end"
+            time.sleep(0.1)
+        time.sleep(0.3)
+        writer.stop.set()
+        writer.thread.join(30)
+        run.wait_position(db.binlog_end())
+        run.stop()
+    assert run.stats.signals_refused == 2
+    records = read_topic(db.endpoints, db.topic("b"))
+    incremental = [
+        r.decoded
+        for r in records
+        if isinstance(r.decoded, ChangeEvent) and r.decoded.source.snapshot_raw == "incremental"
+    ]
+    assert incremental and all(int(e.after["id"]) > 500 for e in incremental if e.after)
+    assert_no_snapshot_row_older_than_the_stream(records)
+    table = {
+        (("id", i),): {"id": i, "v": v, "note": note}
+        for i, v, note in db.sql("SELECT id, v, note FROM b")
+    }
+    assert final_state(records) == table
