@@ -100,8 +100,9 @@ def one_run(
     from bizevents.capture import mysql as my
     from bizevents.capture.config import CaptureConfig
     from bizevents.capture.metrics import CaptureStats
-    from bizevents.capture.mysqlcapture import MysqlCapture, OffsetStore
+    from bizevents.capture.mysqlcapture import MysqlCapture
     from bizevents.capture.runner import CaptureEndpoints
+    from bizevents.capture.state import StateStore
 
     tag = uuid.uuid4().hex[:8]
     database = f"bench_{tag}"
@@ -136,8 +137,10 @@ def one_run(
         from bizevents.plumbing.kafka import ensure_topics
 
         ensure_topics(AdminClient(kafka), [config.offsets_topic_name], 1)
-        OffsetStore(kafka, config.offsets_topic_name, config.server).write(
+        store = StateStore(kafka, config.offsets_topic_name, config.server)
+        store.write(
             producer,
+            store.position_key(),
             {"file": start.file, "pos": start.pos, "gtid": start.gtid, "snapshot_done": True},
         )
         producer.flush(10)

@@ -8,7 +8,7 @@ from typing import Any
 import click
 import structlog
 
-from bizevents.clikit import err_console, fails_cleanly, settings_of
+from bizevents.clikit import console, err_console, fails_cleanly, settings_of
 from bizevents.plumbing.errors import ConfigError
 
 
@@ -90,6 +90,70 @@ def mysql(ctx: click.Context, capture_config: Path) -> None:
         state_dir=config.state_dir or settings.state_dir / "capture",
     )
     _run(ctx, MysqlCapture, config, endpoints, "binlog")
+
+
+@capture.command()
+@click.option(
+    "--config",
+    "capture_config",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    required=True,
+    help="The TOML file of the running capture to signal.",
+)
+@click.option("--where", default=None, help="Only the rows meeting this SQL condition.")
+@click.option("--pause", "action", flag_value="pause-snapshot", help="Pause snapshots under way.")
+@click.option("--resume", "action", flag_value="resume-snapshot", help="Resume paused snapshots.")
+@click.option("--stop", "action", flag_value="stop-snapshot", help="Stop snapshots under way.")
+@click.argument("tables", nargs=-1)
+@click.pass_context
+@fails_cleanly
+def snapshot(
+    ctx: click.Context,
+    capture_config: Path,
+    where: str | None,
+    action: str | None,
+    tables: tuple[str, ...],
+) -> None:
+    """Ask a running capture for an incremental snapshot of TABLES (schema.table), or
+    pause, resume or stop the snapshots under way (of TABLES, or all).
+
+    Writes a signal to the capture's Kafka signal topic; the capture carries it out
+    between two transactions of its stream, and refuses a bad one with a sentence in
+    its log.
+    """
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient
+
+    from bizevents.capture.config import load_capture_config
+    from bizevents.capture.signals import SignalTopic, new_signal
+    from bizevents.plumbing.kafka import ensure_topics
+
+    settings = settings_of(ctx)
+    config = load_capture_config(capture_config)
+    kind = action or "execute-snapshot"
+    if kind == "execute-snapshot" and not tables:
+        raise ConfigError(
+            "name the tables to snapshot: bizevents capture snapshot ... schema.table"
+        )
+    if where is not None and kind != "execute-snapshot":
+        raise ConfigError("--where goes with a snapshot, not with --pause, --resume or --stop")
+    for table in tables:
+        if config.tables and table not in config.tables:
+            raise ConfigError(
+                f"{table} is not captured by {capture_config} (tables: {', '.join(config.tables)})"
+            )
+    kafka = settings.kafka.librdkafka()
+    topic = SignalTopic(kafka, config.signal_topic_name, config.server)
+    ensure_topics(AdminClient(kafka), [topic.topic], 1, timeout_s=15)
+    producer = Producer(kafka)
+    signal = new_signal(kind, tables, where)
+    outcome: list[Any] = []
+    topic.send(producer, signal, on_delivery=lambda err, _msg: outcome.append(err))
+    producer.flush(30)
+    if not outcome or outcome[0] is not None:
+        raise ConfigError(f"Kafka did not take the signal on {topic.topic}: {outcome or 'timeout'}")
+    what = " ".join(tables) or "every snapshot under way"
+    console.print(f"signal {signal.id} ({kind} {what}) sent to {topic.topic}")
 
 
 def _run(ctx: click.Context, runner_class: Any, config: Any, endpoints: Any, stream: str) -> None:

@@ -17,6 +17,7 @@ from bizevents.statuscli import status
 from bizevents.topicscli import topics
 from bizevents.translatecli import translate
 from bizevents.translatorscli import translators
+from bizevents.verifycli import verify
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -68,3 +69,4 @@ main.add_command(demo)
 main.add_command(status)
 main.add_command(topics)
 main.add_command(read)
+main.add_command(verify)

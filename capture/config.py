@@ -73,6 +73,15 @@ class CaptureConfig(BaseModel):
     #: ``initial``: snapshot when the slot is new; ``never``: stream only.
     snapshot: Literal["initial", "never"] = "initial"
     snapshot_fetch_rows: int = Field(default=5_000, ge=1)
+    #: Rows per chunk of an incremental snapshot (the memory it holds).
+    incremental_chunk_rows: int = Field(default=2_048, ge=1)
+    #: Tables added to ``tables`` after the first run get an incremental snapshot.
+    snapshot_new_tables: bool = True
+    #: The signal table in the source database (``schema.table``, Debezium's
+    #: ``debezium_signal``); ``None``: signals come from the signal topic only.
+    signal_table: str | None = None
+    #: The Kafka signal topic (default ``<server>.capture.signals``).
+    signal_topic: str | None = None
     #: Capture columns of unmapped types as their text form instead of refusing them.
     unknown_as_text: bool = False
     #: Produce an op ``t`` event (to every partition, null key) for TRUNCATE.
@@ -88,7 +97,8 @@ class CaptureConfig(BaseModel):
     #: Loopback port of the Prometheus text endpoint; ``None`` switches it off, 0 picks one.
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
     metrics_host: Literal["127.0.0.1", "::1", "localhost"] = "127.0.0.1"
-    #: Where the snapshot-completion record lives (default: settings state_dir/capture).
+    #: Unused since capture's state moved to Kafka (:attr:`offsets_topic_name`); accepted
+    #: so that existing files still load.
     state_dir: Path | None = None
     progress: Literal["auto", "always", "never"] = "auto"
     #: A value that cannot be converted (a numeric of more than 4,300 digits, NaN in a
@@ -102,8 +112,8 @@ class CaptureConfig(BaseModel):
     transaction_metadata: bool = True
     #: MySQL: the Kafka key's columns of tables without a primary key (``db.table``).
     keys: dict[str, tuple[str, ...]] = Field(default_factory=dict)
-    #: MySQL: the compacted topic of the stored binlog position (default
-    #: ``<server>.capture.offsets``).
+    #: The compacted topic of capture's state: the snapshot ledger, MySQL's binlog
+    #: position (default ``<server>.capture.offsets``).
     offsets_topic: str | None = None
     #: MySQL: the server id the binlog client registers with (unique among replicas;
     #: 0 picks one from the server name).
@@ -115,7 +125,8 @@ class CaptureConfig(BaseModel):
             raise ValueError("name the tables to capture (tables = [...]) or a publication")
         if not _TOPIC_PART.match(self.server):
             raise ValueError(f"server {self.server!r} may only hold letters, digits, '.', '_', '-'")
-        for name in (*self.tables, *self.columns):
+        signal = (self.signal_table,) if self.signal_table else ()
+        for name in (*self.tables, *self.columns, *signal):
             schema, dot, table = name.partition(".")
             if not dot or not _IDENT.match(schema) or not _IDENT.match(table):
                 raise ValueError(f"table {name!r} must be written schema.table (plain identifiers)")
@@ -154,8 +165,13 @@ class CaptureConfig(BaseModel):
 
     @property
     def offsets_topic_name(self) -> str:
-        """MySQL: the compacted topic of the stored binlog position."""
+        """The compacted topic of capture's state (ledger, MySQL's position)."""
         return self.offsets_topic or f"{self.server}.capture.offsets"
+
+    @property
+    def signal_topic_name(self) -> str:
+        """The Kafka topic ``bizevents capture snapshot`` writes signals to."""
+        return self.signal_topic or f"{self.server}.capture.signals"
 
     def column_filter(self, qualified: str) -> ColumnFilter:
         """The column filter of ``schema.table`` (keep everything by default)."""

@@ -1,33 +1,33 @@
-"""What every capture run shares, whatever the source: the producer and its acknowledgement
-tracking, back-pressure, the confirmed position, per-table codecs and the dead-letter route."""
+"""What every capture run shares, whatever the source: the session (producer,
+acknowledgement tracker, codecs, schema registrar, state store), back-pressure, the
+wait for acknowledgements, the dead-letter route, the snapshot ledger and the run loop
+with its reconnect backoff.
+
+Nothing here knows PostgreSQL or MySQL: :mod:`bizevents.capture.pgcore` and
+:mod:`bizevents.capture.mysqlcapture` build on it.
+"""
 
 import signal
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import Any, Final
 
-import psycopg2
-import psycopg2.extras
 import structlog
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from bizevents.capture import postgres as pg
 from bizevents.capture.config import CaptureConfig
-from bizevents.capture.encoding import TableCodec
 from bizevents.capture.exceptions import CaptureError, KafkaDeliveryError
+from bizevents.capture.incremental import Incremental
 from bizevents.capture.metrics import CaptureStats
-from bizevents.capture.offsets import AckTracker, SnapshotState
-from bizevents.capture.pgoutput import (
-    Relation,
-    format_lsn,
-)
-from bizevents.capture.pgtypes import PgTypeMapper
+from bizevents.capture.offsets import AckTracker
+from bizevents.capture.signals import Signal, SignalError, SignalTopic, signal_table_ddl
 from bizevents.capture.sink import SchemaRegistrar, producer_config
+from bizevents.capture.state import Ledger, Pending, StateStore
 from bizevents.capture.transactions import NoBlocks, TxBlocks
 from bizevents.contracts.business import (
     HEADER_DLQ_ERROR,
@@ -41,7 +41,14 @@ from bizevents.plumbing.errors import TransientError
 from bizevents.plumbing.kafka import ensure_topics
 from bizevents.plumbing.registry import registry_client
 
-__all__ = ["HEADER_CAPTURE_FORMAT", "HEADER_CAPTURE_TABLE", "CaptureCore", "CaptureEndpoints"]
+__all__ = [
+    "HEADER_CAPTURE_FORMAT",
+    "HEADER_CAPTURE_TABLE",
+    "CaptureCore",
+    "CaptureEndpoints",
+    "Session",
+    "Stop",
+]
 
 #: Dead-letter headers of capture's own (the stage, reason, error and source ones are
 #: the translators' names).
@@ -51,9 +58,10 @@ HEADER_CAPTURE_TABLE: Final = "bizevents.capture.table"
 #: ``mysql-row-json``: the MySQL row as decoded, in JSON (values as their text).
 HEADER_CAPTURE_FORMAT: Final = "bizevents.capture.format"
 
-_FEEDBACK_EVERY_S = 0.5
 #: The longest wait between two attempts to reach a lost source.
 _MAX_BACKOFF_S: Final = 30.0
+
+Send = Callable[..., None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,12 +74,30 @@ class CaptureEndpoints:
     state_dir: Path
 
 
-class _Stop(Exception):
+@dataclass(slots=True)
+class Session:
+    """What a source's snapshot and stream write through, made once per run."""
+
+    producer: Producer
+    admin: AdminClient
+    registrar: SchemaRegistrar
+    #: The compacted state topic (positions, the snapshot ledger).
+    store: StateStore
+    #: Events in flight, by transaction; a new one after each lost connection.
+    tracker: AckTracker = field(default_factory=AckTracker)
+    #: Per-table codecs, keyed as the source names its tables (an oid, a table map).
+    codecs: dict[Any, Any] = field(default_factory=dict)
+
+
+class Stop(Exception):
     """Raised inside the run when a stop was asked for at a point that must unwind."""
 
 
 class CaptureCore:
-    """The state of one capture and the steps the snapshot and the stream share."""
+    """The state of one capture and the steps every source's snapshot and stream share."""
+
+    #: The state topic's name for this source's snapshot ledger.
+    LEDGER_SOURCE = "source"
 
     def __init__(
         self,
@@ -85,41 +111,44 @@ class CaptureCore:
         self.config = config
         self.endpoints = endpoints
         self.stats = stats or CaptureStats(config.server, config.slot_name)
-        self._progress = progress
-        self._snapshot_finished = snapshot_finished
-        self.log = structlog.get_logger("bizevents.capture.postgres").bind(
-            server=config.server, slot=config.slot_name
-        )
+        self.progress = progress
+        self.snapshot_finished = snapshot_finished
+        self.log = structlog.get_logger("bizevents.capture").bind(server=config.server)
         self.stopping = False
         self.aborting = False
-        self._producer: Producer | None = None
-        self._registrar: SchemaRegistrar | None = None
-        self._admin: AdminClient | None = None
-        self._infos: dict[int, pg.TableInfo] = {}
-        self._codecs: dict[int, TableCodec] = {}
-        self._types = PgTypeMapper(unknown_as_text=config.unknown_as_text)
-        self._tracker = AckTracker()
-        self._database = ""
-        self._last_feedback = 0.0
-        self._last_sent_lsn = 0
-        self.state: SnapshotState | None = None
+        self._session: Session | None = None
+        self.ledger = Ledger()
+        #: The incremental snapshots (set once the ledger is known).
+        self.incremental: Incremental | None = None
+        self.signal_topic: SignalTopic | None = None
+        self._signals_polled = 0.0
 
-    #: The errors that may mean a lost connection to the source (see :meth:`_lost`).
+    #: The errors that may mean a lost connection to the source (see :meth:`lost`).
     LOST: tuple[type[BaseException], ...] = (TransientError,)
+
+    @property
+    def session(self) -> Session:
+        """The run's session (only inside :meth:`run`)."""
+        assert self._session is not None, "capture is not running"
+        return self._session
 
     def run(self) -> None:
         """Capture until stopped; a lost connection is retried with backoff."""
         backoff = 0.5
-        self._producer = Producer(producer_config(self.endpoints.kafka, self.config))
-        self._admin = AdminClient(self.endpoints.kafka)
-        self._registrar = SchemaRegistrar(registry_client(self.endpoints.registry))
+        cfg = self.config
+        self._session = Session(
+            producer=Producer(producer_config(self.endpoints.kafka, cfg)),
+            admin=AdminClient(self.endpoints.kafka),
+            registrar=SchemaRegistrar(registry_client(self.endpoints.registry)),
+            store=StateStore(self.endpoints.kafka, cfg.offsets_topic_name, cfg.server),
+        )
         try:
             while not self.stopping:
                 try:
-                    self._session()
+                    self.connected()
                     backoff = 0.5
                 except self.LOST as exc:
-                    if not self._lost(exc):
+                    if not self.lost(exc):
                         raise
                     if self.stopping:
                         break
@@ -127,36 +156,41 @@ class CaptureCore:
                     self.log.warning(
                         "capture interrupted, retrying", error=str(exc).strip(), retry_in_s=backoff
                     )
-                    self._sleep(backoff)
+                    self.sleep(backoff)
                     backoff = min(backoff * 2, _MAX_BACKOFF_S)
-                except _Stop:
+                except Stop:
                     break
         finally:
-            self._drain()
-            self._closing()
+            self.drain()
+            if self.incremental is not None and self._session is not None and not self.aborting:
+                # The progress of the chunks acknowledged since the last poll.
+                self.incremental.store_acknowledged(self._session.producer)
+                self.drain()
+            self.closing()
+            if self.signal_topic is not None:
+                self.signal_topic.close()
             # librdkafka's clients close when the last reference goes.
-            self._producer = None
-            self._admin = None
+            self._session = None
 
-    def _session(self) -> None:
+    def connected(self) -> None:
         """One connection's work, until stopped or the connection is lost."""
         raise NotImplementedError
 
-    def _lost(self, exc: BaseException) -> bool:
+    def lost(self, exc: BaseException) -> bool:
         """Whether ``exc`` (one of :attr:`LOST`) is a lost connection, retried, rather
         than a failure that stops capture."""
         return True
 
-    def _closing(self) -> None:
+    def closing(self) -> None:
         """The end of a run, after the drain."""
-        if self._producer is not None:
-            self._producer.flush(0)
+        if self._session is not None:
+            self._session.producer.flush(0)
 
-    def _sleep(self, seconds: float) -> None:
+    def sleep(self, seconds: float) -> None:
         deadline = time.monotonic() + seconds
         while not self.stopping and time.monotonic() < deadline:
-            if self._producer is not None:
-                self._producer.poll(0.1)
+            if self._session is not None:
+                self._session.producer.poll(0.1)
             else:
                 time.sleep(0.1)
 
@@ -180,11 +214,13 @@ class CaptureCore:
             for s, h in old.items():
                 signal.signal(s, h)
 
-    def _drain(self) -> None:
+    # -- acknowledgements ---------------------------------------------------------------------
+
+    def drain(self) -> None:
         """Wait until Kafka acknowledged everything produced (or the wait is given up)."""
-        producer = self._producer
-        if producer is None:
+        if self._session is None:
             return
+        producer = self._session.producer
         logged = False
         while len(producer) > 0 and not self.aborting:
             producer.poll(0.2)
@@ -192,25 +228,36 @@ class CaptureCore:
                 self.log.info("waiting for Kafka to acknowledge", in_flight=len(producer))
                 logged = True
 
-    def _check_delivery(self) -> None:
-        failure = self._tracker.failure
+    def check_delivery(self) -> None:
+        """A failed delivery report ends the session unconfirmed (a restart re-sends)."""
+        failure = self.session.tracker.failure
         if failure is not None:
             raise KafkaDeliveryError(f"Kafka did not take an event: {failure}")
 
-    def _backpressure(self, cursor: psycopg2.extras.ReplicationCursor | None) -> None:
-        tracker = self._tracker
+    def wait_acknowledged(self) -> None:
+        """Until Kafka acknowledged every event in flight (a second stop gives up)."""
+        session = self.session
+        while session.tracker.in_flight > 0:
+            session.producer.poll(0.2)
+            self.check_delivery()
+            if self.aborting:
+                raise Stop
+
+    def backpressure(self, keepalive: Callable[[], None] | None = None) -> None:
+        """At ``max_in_flight`` events unacknowledged, wait until three quarters drained
+        (``keepalive`` keeps the source's connection alive meanwhile)."""
+        session = self.session
+        tracker = session.tracker
         if tracker.in_flight < self.config.max_in_flight:
             return
-        producer = self._producer
-        assert producer is not None
         self.stats.backpressure_pauses += 1
         low = self.config.max_in_flight * 3 // 4
         logged_at = time.monotonic()
         while tracker.in_flight > low and not self.aborting:
-            producer.poll(0.1)
-            self._check_delivery()
-            if cursor is not None:
-                self._feedback(cursor, force=False)
+            session.producer.poll(0.1)
+            self.check_delivery()
+            if keepalive is not None:
+                keepalive()
             if time.monotonic() - logged_at > 10:
                 self.log.warning(
                     "Kafka is not acknowledging; slot reading paused", in_flight=tracker.in_flight
@@ -219,85 +266,29 @@ class CaptureCore:
             if self.stopping and not self.aborting and tracker.in_flight <= low:
                 break
 
-    def _feedback(self, cursor: psycopg2.extras.ReplicationCursor, force: bool) -> None:
-        now = time.monotonic()
-        if not force and now - self._last_feedback < _FEEDBACK_EVERY_S:
-            return
-        tracker = self._tracker
-        lsn = tracker.confirmable()
-        if tracker.idle:
-            lsn = tracker.advance_idle(cursor.wal_end)
-        keepalive = now - self._last_feedback > self.config.heartbeat_interval_s
-        if lsn > self._last_sent_lsn or force or keepalive:
-            cursor.send_feedback(write_lsn=lsn, flush_lsn=lsn, force=True)
-            self._last_sent_lsn = max(lsn, self._last_sent_lsn)
-            self.stats.acknowledged_lsn = self._last_sent_lsn
-        self._last_feedback = now
-        self.stats.in_flight = tracker.in_flight
+    # -- what both sources write ------------------------------------------------------------
 
-    def _transaction_blocks(self) -> NoBlocks:
+    def transaction_blocks(self) -> NoBlocks:
         """The transaction metadata writer (its topic created, its schemas registered)."""
         cfg = self.config
         if not cfg.transaction_metadata:
             return NoBlocks()
         topic = transaction_topic(cfg.prefix)
-        assert self._admin is not None and self._registrar is not None
+        session = self.session
         # One partition: BEGIN and END of every transaction in commit order. Not
         # compacted: BEGIN and END share their key.
         ensure_topics(
-            self._admin, [topic], 1, replication_factor=cfg.replication_factor, timeout_s=15
+            session.admin, [topic], 1, replication_factor=cfg.replication_factor, timeout_s=15
         )
-        return TxBlocks.registered(self._registrar, topic)
+        return TxBlocks.registered(session.registrar, topic)
 
-    def _topic(self, relation: Relation) -> str:
-        return f"{self.config.prefix}.{relation.namespace}.{relation.name}"
-
-    def _codec(self, relation: Relation, info: pg.TableInfo) -> TableCodec:
-        cfg = self.config
-        if relation.replica_identity in ("d", "i"):
-            keys, nullable = pg.key_columns(
-                relation.qualified_name,
-                relation.replica_identity,
-                [c.name for c in relation.key_columns],
-                info.primary_key,
-                [c.name for c in relation.columns],
-            )
-        else:
-            keys, nullable = pg.key_columns(
-                relation.qualified_name,
-                relation.replica_identity,
-                [c.name for c in relation.columns],
-                info.primary_key,
-                [c.name for c in relation.columns],
-            )
-        codec = TableCodec(
-            server=cfg.server,
-            database=self._database,
-            topic=self._topic(relation),
-            relation=relation,
-            key_names=keys,
-            types=self._types,
-            keep=cfg.column_filter(relation.qualified_name).keeps,
-            key_nullable=nullable,
-        )
-        assert self._registrar is not None
-        self._registrar.register(codec)
-        self.log.info(
-            "table schema registered",
-            table=relation.qualified_name,
-            topic=codec.topic,
-            key_schema_id=codec.key_schema_id,
-            value_schema_id=codec.value_schema_id,
-        )
-        return codec
-
-    def _conversion_failed(
-        self, table: str, raw: bytes, lsn: int | None, exc: CaptureError, send: Callable[..., None]
+    def conversion_failed(
+        self, table: str, raw: bytes, where: str, fmt: str, exc: CaptureError, send: Send
     ) -> int:
+        """A change whose value does not convert: dead letter, skip or stop, as
+        ``on_conversion_error`` says. Returns the records sent (0 or 1)."""
         cfg = self.config
         mode = cfg.on_conversion_error
-        where = format_lsn(lsn) if lsn is not None else "snapshot"
-        column = getattr(exc, "column", None)
         if mode == "fail":
             raise exc
         counted = (table, mode)
@@ -306,8 +297,8 @@ class CaptureCore:
             "change not converted: "
             + ("written to the dead-letter topic" if mode == "dead-letter" else "skipped"),
             table=table,
-            column=column,
-            lsn=where,
+            column=getattr(exc, "column", None),
+            position=where,
             reason=str(exc),
             topic=cfg.dlq_topic if mode == "dead-letter" else None,
         )
@@ -320,7 +311,164 @@ class CaptureCore:
             (HEADER_SOURCE_TOPIC, f"{cfg.prefix}.{table}".encode()),
             (HEADER_SOURCE_POSITION, where.encode()),
             (HEADER_CAPTURE_TABLE, table.encode()),
-            (HEADER_CAPTURE_FORMAT, b"pgoutput" if lsn is not None else b"snapshot-text-json"),
+            (HEADER_CAPTURE_FORMAT, fmt.encode()),
         ]
         send(cfg.dlq_topic, None, raw, headers=headers)
         return 1
+
+    # -- the snapshot ledger ------------------------------------------------------------------
+
+    def ledger_source(self) -> str:
+        """The name of this source in the ledger's key."""
+        return self.LEDGER_SOURCE
+
+    def read_ledger(self) -> Ledger | None:
+        """The ledger stored in the state topic, or ``None`` when there is none."""
+        session = self.session
+        session.store.ensure(session.admin, self.config.replication_factor)
+        stored = session.store.read(session.store.ledger_key(self.ledger_source()))
+        return Ledger.from_json(stored)
+
+    def store_ledger(self, wait: bool = True) -> None:
+        """Store the ledger (after every event it speaks for was acknowledged)."""
+        session = self.session
+        key = session.store.ledger_key(self.ledger_source())
+        if wait:
+            session.store.write_acknowledged(session.producer, key, self.ledger.to_json())
+        else:
+            session.store.write(session.producer, key, self.ledger.to_json())
+
+    def start_incremental(self, configured: list[str]) -> Incremental:
+        """The incremental snapshots of this run: those the ledger has under way, and
+        (``snapshot_new_tables``) one of each table configured since the last run."""
+        cfg = self.config
+        ledger = self.ledger
+        gone = [p.table for p in ledger.queue if p.table not in configured]
+        if gone:
+            self.log.warning("snapshots of tables no longer captured dropped", tables=gone)
+            ledger.queue = [p for p in ledger.queue if p.table in configured]
+        if cfg.snapshot == "initial" and cfg.snapshot_new_tables:
+            added = ledger.added_tables(configured)
+            if added:
+                self.log.info("tables added since the last run: incremental snapshot", tables=added)
+                ledger.queue.extend(Pending(t, "auto") for t in added)
+        if gone or ledger.queue:
+            self.store_ledger()
+        session = self.session
+        if self.signal_topic is None:
+            # One partition: signals in the order they were sent. Not compacted.
+            ensure_topics(
+                session.admin,
+                [cfg.signal_topic_name],
+                1,
+                replication_factor=cfg.replication_factor,
+                timeout_s=15,
+            )
+            self.signal_topic = SignalTopic(self.endpoints.kafka, cfg.signal_topic_name, cfg.server)
+
+        def progress(table: str, rows: int) -> None:
+            self.stats.incremental_rows[table] = rows
+            self.stats.incremental_snapshots = len(ledger.queue)
+            if self.progress is not None:
+                self.progress(table, rows, rows)
+
+        self.incremental = Incremental(
+            ledger,
+            session.store,
+            session.store.ledger_key(self.ledger_source()),
+            cfg.incremental_chunk_rows,
+            progress,
+        )
+        return self.incremental
+
+    # -- signals (bizevents.capture.signals) ------------------------------------------------
+
+    def captured_tables(self) -> list[str]:
+        """The tables this capture writes (``schema.table``)."""
+        return list(self.config.tables)
+
+    def condition_error(self, table: str, where: str) -> str | None:
+        """``None`` when ``where`` is a valid condition on ``table``, else the reason."""
+        raise NotImplementedError
+
+    def missing_signal_table(self, table: str, mysql: bool) -> CaptureError:
+        """The sentence that stops start-up when the configured signal table is missing."""
+        return CaptureError(
+            f"the signal table {table} (signal_table in the capture configuration) does not "
+            f"exist; create it with: {signal_table_ddl(table, mysql)}"
+        )
+
+    def poll_signals(self) -> None:
+        """Carry out the signals that arrived on the signal topic (at most every 0.5 s)."""
+        topic = self.signal_topic
+        now = time.monotonic()
+        if topic is None or now - self._signals_polled < 0.5:
+            return
+        self._signals_polled = now
+        for after, sig in topic.poll(self.ledger.signal_offset):
+            if after >= 0:
+                self.ledger.signal_offset = after
+            self.on_signal(sig)
+
+    def on_signal(self, sig: Signal | SignalError) -> None:
+        """Carry out one signal; one that cannot be is refused with one sentence and
+        capture goes on."""
+        try:
+            if isinstance(sig, SignalError):
+                raise sig
+            self._carry_out(sig)
+            self.stats.incremental_snapshots = len(self.ledger.queue)
+        except SignalError as exc:
+            self.stats.signals_refused += 1
+            self.log.warning(f"signal refused: {exc}")
+            if self.incremental is not None:
+                self.incremental.changed()  # its offset: not to be read again
+
+    def _carry_out(self, sig: Signal) -> None:
+        inc = self.incremental
+        if inc is None:
+            raise SignalError(f"signal {sig.id!r}: this capture takes no snapshots")
+        ledger = inc.ledger
+        captured = self.captured_tables()
+        named = [p for p in ledger.queue if not sig.tables or p.table in sig.tables]
+        if sig.type == "execute-snapshot":
+            for table in sig.tables:
+                if table not in captured:
+                    raise SignalError(
+                        f"snapshot signal {sig.id!r}: table {table} is not captured here "
+                        f"(captured: {', '.join(sorted(captured))})"
+                    )
+                running = next((p for p in ledger.queue if p.table == table), None)
+                if running is not None:
+                    raise SignalError(
+                        f"snapshot signal {sig.id!r}: table {table} is already being "
+                        f"snapshotted (signal {running.id!r}); stop that one first or let it end"
+                    )
+                where = sig.condition(table)
+                if where is not None:
+                    reason = self.condition_error(table, where)
+                    if reason is not None:
+                        raise SignalError(
+                            f"snapshot signal {sig.id!r}: the condition {where!r} on {table} "
+                            f"does not parse: {reason}"
+                        )
+            ledger.queue.extend(Pending(t, sig.id, sig.condition(t)) for t in sig.tables)
+            self.log.info("incremental snapshot requested", id=sig.id, tables=sig.tables)
+        elif sig.type in ("pause-snapshot", "resume-snapshot"):
+            if not named:
+                action = sig.type.removesuffix("-snapshot")
+                raise SignalError(f"signal {sig.id!r}: no snapshot under way to {action}")
+            for p in named:
+                p.paused = sig.type == "pause-snapshot"
+            self.log.info(
+                "incremental snapshot " + ("paused" if named[0].paused else "resumed"),
+                tables=[p.table for p in named],
+            )
+        else:  # stop-snapshot
+            if not named:
+                raise SignalError(f"signal {sig.id!r}: no snapshot under way to stop")
+            ledger.queue = [p for p in ledger.queue if p not in named]
+            if inc.window is not None and inc.window.pending in named:
+                inc.window = None  # its rows are dropped, never written
+            self.log.info("incremental snapshot stopped", tables=[p.table for p in named])
+        inc.changed()

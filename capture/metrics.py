@@ -40,6 +40,12 @@ class CaptureStats:
     conversion_errors: dict[tuple[str, str], int] = field(default_factory=dict)
     #: New value schemas registered for a type change no Relation message carried.
     schema_refreshes: int = 0
+    #: Signals refused (a table not captured, a condition that does not parse, ...).
+    signals_refused: int = 0
+    #: Rows written by the incremental snapshot under way, per table.
+    incremental_rows: dict[str, int] = field(default_factory=dict)
+    #: Incremental snapshots queued or running.
+    incremental_snapshots: int = 0
 
 
 class _Collector(Collector):
@@ -74,6 +80,14 @@ class _Collector(Collector):
             expected.add_metric([*base, table], count)
         yield rows
         yield expected
+        incremental = GaugeMetricFamily(
+            "bizevents_capture_incremental_rows",
+            "Rows written by the incremental snapshot of a table (the latest one)",
+            labels=[*labels, "table"],
+        )
+        for table, count in sorted(s.incremental_rows.items()):
+            incremental.add_metric([*base, table], count)
+        yield incremental
         failed = CounterMetricFamily(
             "bizevents_capture_conversion_errors",
             "Changes whose values could not be converted, per table and handling",
@@ -107,6 +121,16 @@ class _Collector(Collector):
                 "bizevents_capture_backpressure_pauses",
                 "Times reading the slot paused for Kafka",
                 s.backpressure_pauses,
+            ),
+            (
+                "bizevents_capture_incremental_snapshots",
+                "Incremental snapshots queued or running",
+                s.incremental_snapshots,
+            ),
+            (
+                "bizevents_capture_signals_refused",
+                "Signals refused with a sentence (bad table, condition, duplicate)",
+                s.signals_refused,
             ),
         ]
         for name, doc, value in simple:

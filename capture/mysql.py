@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 from urllib.parse import unquote, urlparse
 
 import pymysql
 import pymysql.cursors
 
 from bizevents.capture import mysqltypes as t
-from bizevents.capture.exceptions import CaptureError
+from bizevents.capture.exceptions import CaptureError, DatabaseAccessError
 from bizevents.capture.mysqlcodec import MyTable
 from bizevents.capture.mysqltypes import MyColumn
 from bizevents.plumbing.errors import ConfigError
@@ -51,29 +51,61 @@ class BinlogPosition:
 
 
 def connection_settings(dsn: str) -> dict[str, Any]:
-    """PyMySQL keyword arguments from ``mysql://user:password@host:port/database``."""
+    """PyMySQL keyword arguments from ``mysql://user:password@host:port/database``.
+
+    A DSN that does not parse is one sentence that never repeats it (it holds the
+    password)."""
     u = urlparse(dsn)
     if u.scheme not in ("mysql", "mariadb") or not u.hostname:
-        raise ConfigError("a MySQL DSN reads mysql://user:password@host:port/database")
+        raise ConfigError(
+            "the MySQL DSN does not read mysql://user:password@host:port/database (it is "
+            "not repeated here because it holds the password): check dsn in the capture file"
+        )
+    try:
+        port = u.port or 3306
+    except ValueError:
+        raise ConfigError(
+            "the MySQL DSN's port is not a number between 0 and 65535 (the DSN is not "
+            "repeated here because it holds the password): check dsn in the capture file"
+        ) from None
     return {
         "host": u.hostname,
-        "port": u.port or 3306,
+        "port": port,
         "user": unquote(u.username or ""),
         "password": unquote(u.password or ""),
     }
 
 
+#: The server's "no" (retrying cannot help): access denied for the user or to the
+#: database, an unknown database.
+_REFUSED: Final = {1044, 1045, 1049, 1698}
+
+
 def connect(dsn: str, **extra: Any) -> pymysql.connections.Connection[Any]:
-    """A connection in UTC with utf8mb4, autocommit unless told otherwise."""
+    """A connection in UTC with utf8mb4, autocommit unless told otherwise.
+
+    Refused credentials raise :class:`DatabaseAccessError` (terminal, never retried,
+    the server's sentence, which names the user and never the password); an
+    unreachable server stays an ``OperationalError``, which capture retries."""
     settings = connection_settings(dsn)
-    return pymysql.connect(
-        **settings,
-        charset="utf8mb4",
-        autocommit=extra.pop("autocommit", True),
-        init_command="SET time_zone = '+00:00'",
-        connect_timeout=10,
-        **extra,
-    )
+    try:
+        return pymysql.connect(
+            **settings,
+            charset="utf8mb4",
+            autocommit=extra.pop("autocommit", True),
+            init_command="SET time_zone = '+00:00'",
+            connect_timeout=10,
+            **extra,
+        )
+    except pymysql.err.OperationalError as exc:
+        code = exc.args[0] if exc.args else None
+        if code in _REFUSED:
+            reason = str(exc.args[1]) if len(exc.args) > 1 else "access denied"
+            password = settings["password"]
+            if password:
+                reason = reason.replace(password, "***")
+            raise DatabaseAccessError(f"the server refused the connection: {reason}") from None
+        raise
 
 
 _REQUIRED = (
@@ -186,6 +218,17 @@ def snapshot_position(conn: pymysql.connections.Connection[Any]) -> BinlogPositi
         finally:
             cur.execute("UNLOCK TABLES")
         return position
+
+
+def table_exists(conn: pymysql.connections.Connection[Any], qualified: str) -> bool:
+    """Whether the table ``database.table`` exists."""
+    database, _, table = qualified.partition(".")
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+            (database, table),
+        )
+        return cur.fetchone() is not None
 
 
 def binlog_files(conn: pymysql.connections.Connection[Any]) -> list[str]:
@@ -337,3 +380,74 @@ def table_from_map(event: Any, jsons: set[str]) -> MyTable:
         str(event.columns[i].name) for i in event.optional_metadata.simple_primary_key_list
     )
     return MyTable(str(event.schema), str(event.table), tuple(columns), primary)
+
+
+def _quoted(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def read_chunk(
+    conn: pymysql.connections.Connection[Any],
+    database: str,
+    table: str,
+    key_names: tuple[str, ...],
+    after: list[Any] | None,
+    where: str | None,
+    limit: int,
+) -> tuple[BinlogPosition, list[dict[str, Any]]]:
+    """The next rows by key after ``after`` (those meeting ``where``), at most
+    ``limit``, in a consistent snapshot of their own: ``(the binlog position the
+    snapshot matches, the rows)``.
+
+    Lock-free on MariaDB, which says which binlog position an InnoDB consistent snapshot
+    matches; MySQL does not, and is refused with a sentence.
+    """
+    keys = ", ".join(_quoted(k) for k in key_names)
+    conditions = []
+    params: list[Any] = []
+    if after is not None:
+        conditions.append(f"({keys}) > ({', '.join(['%s'] * len(after))})")
+        params.extend(after)
+    if where is not None:
+        # PyMySQL formats the query with %: a literal % of the condition is doubled.
+        conditions.append(f"({where.replace('%', '%%') if params else where})")
+    query = (
+        f"SELECT * FROM {_quoted(database)}.{_quoted(table)}"
+        + (" WHERE " + " AND ".join(conditions) if conditions else "")
+        + f" ORDER BY {keys} LIMIT {int(limit)}"
+    )
+    with conn.cursor() as cur:
+        cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+        try:
+            cur.execute("SHOW STATUS LIKE 'binlog_snapshot_%'")
+            status = {str(k).lower(): str(v) for k, v in cur.fetchall()}
+            if not status.get("binlog_snapshot_file"):
+                raise CaptureError(
+                    "incremental snapshots need MariaDB: its consistent snapshot says which "
+                    "binlog position it matches (MySQL's would need a global read lock per chunk)"
+                )
+            position = BinlogPosition(
+                status["binlog_snapshot_file"], int(status["binlog_snapshot_position"])
+            )
+            with conn.cursor(pymysql.cursors.DictCursor) as rows_cur:
+                rows_cur.execute(query, params or None)
+                rows = list(rows_cur.fetchall())
+        finally:
+            cur.execute("COMMIT")
+    return position, rows
+
+
+def check_condition(
+    conn: pymysql.connections.Connection[Any], database: str, table: str, where: str
+) -> str | None:
+    """``None`` when ``where`` is a valid condition on the table, else the server's reason."""
+    try:
+        with conn.cursor() as cur:
+            cur.execute(
+                f"EXPLAIN SELECT 1 FROM {_quoted(database)}.{_quoted(table)} WHERE ({where})"
+            )
+            cur.fetchall()
+    except pymysql.err.MySQLError as exc:
+        return str(exc.args[1]) if len(exc.args) > 1 else str(exc)
+    return None

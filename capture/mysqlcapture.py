@@ -40,7 +40,6 @@ from typing import Any
 import pymysql
 import pymysql.cursors
 import structlog
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.constants import NONE_SOURCE
 from pymysqlreplication.event import GtidEvent as MysqlGtidEvent
@@ -59,87 +58,31 @@ from pymysqlreplication.row_event import (
 )
 
 from bizevents.capture import mysql as my
-from bizevents.capture.core import HEADER_CAPTURE_FORMAT, HEADER_CAPTURE_TABLE, CaptureCore, _Stop
+from bizevents.capture.core import CaptureCore, Stop
 from bizevents.capture.encoding import encoded_ts
 from bizevents.capture.exceptions import CaptureError
+from bizevents.capture.incremental import INCREMENTAL, Window
 from bizevents.capture.mysql import BinlogPosition
 from bizevents.capture.mysqlcodec import MyTable, MyTableCodec, key_columns
 from bizevents.capture.mysqltypes import TIME2, binlog_time2
 from bizevents.capture.offsets import AckTracker, Tx
+from bizevents.capture.signals import Signal, SignalError, parse_signal
 from bizevents.capture.sink import create_topics
+from bizevents.capture.state import Ledger
 from bizevents.capture.transactions import NoBlocks, TxBlocks
 from bizevents.contracts.binary import LENGTHS, NULL_BRANCH, VALUE_BRANCH, zigzag
-from bizevents.contracts.business import (
-    HEADER_DLQ_ERROR,
-    HEADER_DLQ_REASON,
-    HEADER_DLQ_STAGE,
-    HEADER_SOURCE_POSITION,
-    HEADER_SOURCE_TOPIC,
-)
 from bizevents.contracts.technical import AVRO_OPS
 from bizevents.contracts.technical.transaction import transaction_topic
 from bizevents.plumbing.errors import TransientError
-from bizevents.plumbing.kafka import ensure_topics, produce
+from bizevents.plumbing.kafka import produce
 
-__all__ = ["MysqlCapture", "OffsetStore"]
+__all__ = ["MysqlCapture"]
 
 _TRUNCATE = re.compile(r"TRUNCATE\s+(?:TABLE\s+)?(?:`?(\w+)`?\.)?`?(\w+)`?", re.IGNORECASE)
 _STORE_EVERY_S = 0.5
 _POLL_EVERY = 256
 _NULL, _SOME = NULL_BRANCH, VALUE_BRANCH
 _C, _U, _D = AVRO_OPS["c"], AVRO_OPS["u"], AVRO_OPS["d"]
-
-
-class OffsetStore:
-    """The capture's binlog position in a compacted Kafka topic, keyed by server name."""
-
-    def __init__(self, kafka: dict[str, Any], topic: str, server: str) -> None:
-        self.kafka = kafka
-        self.topic = topic
-        self.key = json.dumps({"server": server}).encode()
-
-    def read(self) -> dict[str, Any] | None:
-        """The last stored offset of this server (reads the topic to its end)."""
-        consumer = Consumer(
-            {
-                **self.kafka,
-                "group.id": "bizevents-capture-offsets",
-                "enable.auto.commit": False,
-                "enable.partition.eof": True,
-            }
-        )
-        try:
-            meta = consumer.list_topics(self.topic, timeout=10).topics.get(self.topic)
-            if meta is None or meta.error is not None:
-                return None
-            found: dict[str, Any] | None = None
-            for partition in meta.partitions:
-                low, high = consumer.get_watermark_offsets(
-                    TopicPartition(self.topic, partition), timeout=10
-                )
-                if high <= low:
-                    continue
-                consumer.assign([TopicPartition(self.topic, partition, low)])
-                offset = low
-                while offset < high:
-                    msg = consumer.poll(5)
-                    if msg is None:
-                        raise TransientError(f"the offsets topic {self.topic} did not answer")
-                    if msg.error() is not None:
-                        continue
-                    offset = (msg.offset() or 0) + 1
-                    if msg.key() == self.key:
-                        value = msg.value()
-                        found = None if value is None else json.loads(value)
-            return found
-        except KafkaException as exc:
-            raise TransientError(f"cannot read the offsets topic {self.topic}: {exc}") from exc
-        finally:
-            consumer.close()
-
-    def write(self, producer: Producer, offset: dict[str, Any]) -> None:
-        """Store ``offset`` (acknowledged asynchronously; a lost one only means re-sends)."""
-        produce(producer, self.topic, json.dumps(offset).encode(), self.key)
 
 
 class MysqlCapture(CaptureCore):
@@ -149,16 +92,14 @@ class MysqlCapture(CaptureCore):
         super().__init__(*args, **kwargs)
         cfg = self.config
         self.log = structlog.get_logger("bizevents.capture.mysql").bind(server=cfg.server)
-        self._offsets = OffsetStore(self.endpoints.kafka, cfg.offsets_topic_name, cfg.server)
-        self._tables = frozenset(cfg.tables)
-        self._my_codecs: dict[MyTable, MyTableCodec] = {}
-        self._jsons: dict[str, set[str]] = {}
+        self.tables = frozenset(cfg.tables)
+        self.jsons: dict[str, set[str]] = {}
         self._positions: dict[int, BinlogPosition] = {}
         self._seq = 0
         self._stored: BinlogPosition | None = None
         self._stored_seq = 0
         self._last_store = 0.0
-        self._server_id = 0
+        self.server_id = 0
         self._mariadb = True
         #: The position streaming resumes from (the last one Kafka acknowledged).
         self.position: BinlogPosition | None = None
@@ -167,46 +108,32 @@ class MysqlCapture(CaptureCore):
 
     LOST = (pymysql.err.OperationalError, pymysql.err.InterfaceError, TransientError)
 
-    def _closing(self) -> None:
-        if not self.aborting:
-            self._store(force=True)
-        if self._producer is not None:
-            self._producer.flush(5)
+    LEDGER_SOURCE = "binlog"
 
-    def _session(self) -> None:
+    def closing(self) -> None:
+        if not self.aborting:
+            self.store_position(force=True)
+        self.session.producer.flush(5)
+
+    def connected(self) -> None:
         cfg = self.config
         conn = my.connect(self.endpoints.dsn)
         try:
-            self._server_id = my.check_server(conn)
+            self.server_id = my.check_server(conn)
             self._mariadb = "mariadb" in conn.get_server_info().lower()
-            assert self._admin is not None
+            admin = self.session.admin
             topics = [f"{cfg.prefix}.{name}" for name in cfg.tables]
             if cfg.on_conversion_error == "dead-letter":
                 topics.append(cfg.dlq_topic)
-            create_topics(self._admin, topics, cfg)
-            ensure_topics(
-                self._admin,
-                [cfg.offsets_topic_name],
-                1,
-                replication_factor=cfg.replication_factor,
-                config={"cleanup.policy": "compact"},
-                timeout_s=15,
-            )
+            create_topics(admin, topics, cfg)
+            self.session.store.ensure(admin, cfg.replication_factor)
             for name in cfg.tables:
                 database, _, table = name.partition(".")
-                self._jsons[name] = my.json_columns(conn, database, table)
+                self.jsons[name] = my.json_columns(conn, database, table)
+            if cfg.signal_table is not None and not my.table_exists(conn, cfg.signal_table):
+                raise self.missing_signal_table(cfg.signal_table, mysql=True)
             if self.position is None:
-                stored = self._offsets.read()
-                if stored is not None and stored.get("snapshot_done"):
-                    self.position = BinlogPosition(
-                        stored["file"], int(stored["pos"]), stored.get("gtid")
-                    )
-                    self._stored = self.position
-                    self.log.info("resuming", position=str(self.position))
-                elif cfg.snapshot == "never":
-                    self.position = my.master_position(conn)
-                else:
-                    self.position = self._snapshot()
+                self.position = self.start_position(conn)
             files = my.binlog_files(conn)
             if self.position.file not in files:
                 raise CaptureError(
@@ -218,15 +145,26 @@ class MysqlCapture(CaptureCore):
                 )
         finally:
             conn.close()
+        self.start_incremental(list(cfg.tables))
         self.stats.snapshot_done = True
         self._stream()
 
+    def condition_error(self, table: str, where: str) -> str | None:
+        conn = my.connect(self.endpoints.dsn)
+        try:
+            database, _, name = table.partition(".")
+            return my.check_condition(conn, database, name, where)
+        finally:
+            conn.close()
+
     # -- codecs -----------------------------------------------------------------------------
 
-    def _table_codec(self, table: MyTable) -> MyTableCodec:
-        codec = self._my_codecs.get(table)
-        if codec is not None:
-            return codec
+    def table_codec(self, table: MyTable) -> MyTableCodec:
+        """The codec of a table layout, its schemas registered (once per layout)."""
+        codecs = self.session.codecs
+        known: MyTableCodec | None = codecs.get(table)
+        if known is not None:
+            return known
         cfg = self.config
         keys = key_columns(table, cfg.keys.get(table.qualified))
         codec = MyTableCodec(
@@ -236,8 +174,7 @@ class MysqlCapture(CaptureCore):
             key_names=keys,
             keep=cfg.column_filter(table.qualified).keeps,
         )
-        assert self._registrar is not None
-        self._registrar.register(codec)
+        self.session.registrar.register(codec)
         self.log.info(
             "table schema registered",
             table=table.qualified,
@@ -245,26 +182,25 @@ class MysqlCapture(CaptureCore):
             key_schema_id=codec.key_schema_id,
             value_schema_id=codec.value_schema_id,
         )
-        self._my_codecs[table] = codec
+        codecs[table] = codec
         return codec
 
     # -- offsets -------------------------------------------------------------------------------
 
-    def _commit(self, tx: Tx, position: BinlogPosition) -> None:
+    def commit(self, tx: Tx, position: BinlogPosition) -> None:
+        """``tx`` ends at ``position``, stored once its events are acknowledged."""
         self._seq += 1
         self._positions[self._seq] = position
-        self._tracker.commit(tx, self._seq)
+        self.session.tracker.commit(tx, self._seq)
 
-    def _store(self, force: bool = False) -> None:
+    def store_position(self, force: bool = False) -> None:
         """Store the newest position all of whose events Kafka acknowledged."""
         now = time.monotonic()
         if not force and now - self._last_store < _STORE_EVERY_S:
             return
         self._last_store = now
-        producer = self._producer
-        if producer is None:
-            return
-        seq = self._tracker.confirmable()
+        session = self.session
+        seq = session.tracker.confirmable()
         if seq <= self._stored_seq:
             return
         position = self._positions[seq]
@@ -273,13 +209,14 @@ class MysqlCapture(CaptureCore):
         self._stored_seq = seq
         self._stored = position
         self.position = position
-        self._offsets.write(
-            producer,
+        session.store.write(
+            session.producer,
+            session.store.position_key(),
             {
                 "file": position.file,
                 "pos": position.pos,
                 "gtid": position.gtid,
-                "server_id": self._server_id,
+                "server_id": self.server_id,
                 "snapshot_done": True,
                 "ts_ms": int(time.time() * 1000),
             },
@@ -288,15 +225,39 @@ class MysqlCapture(CaptureCore):
 
     # -- snapshot ------------------------------------------------------------------------------
 
-    def _snapshot(self) -> BinlogPosition:
+    def start_position(self, conn: pymysql.connections.Connection[Any]) -> BinlogPosition:
+        """Where streaming starts: the stored position, else a new snapshot's (or, with
+        ``snapshot = "never"``, the binlog's end). Sets the snapshot ledger."""
         cfg = self.config
-        producer = self._producer
-        assert producer is not None
+        store = self.session.store
+        records = store.read_all()
+        stored = records.get(store.position_key())
+        ledger = Ledger.from_json(records.get(store.ledger_key(self.ledger_source())))
+        if stored is not None and stored.get("snapshot_done"):
+            position = BinlogPosition(stored["file"], int(stored["pos"]), stored.get("gtid"))
+            self._stored = position
+            self.log.info("resuming", position=str(position))
+            if ledger is None:
+                # Stored before the ledger existed: its snapshot had every configured table.
+                self.ledger = Ledger(True, list(cfg.tables))
+                self.store_ledger()
+            else:
+                self.ledger = ledger
+            return position
+        position = my.master_position(conn) if cfg.snapshot == "never" else self.initial_snapshot()
+        self.ledger = Ledger(True, list(cfg.tables), [], str(position))
+        self.store_ledger()
+        return position
+
+    def initial_snapshot(self) -> BinlogPosition:
+        cfg = self.config
+        session = self.session
+        producer = session.producer
         conn = my.connect(self.endpoints.dsn, autocommit=False)
         try:
             position = my.snapshot_position(conn)
             self.log.info("snapshot started", position=str(position), tables=len(cfg.tables))
-            tracker = self._tracker
+            tracker = session.tracker
             tx = tracker.begin(None)
             ack = tx.ack
             started_ms = int(time.time() * 1000)
@@ -304,13 +265,13 @@ class MysqlCapture(CaptureCore):
             for n, name in enumerate(names):
                 database, _, table_name = name.partition(".")
                 table = my.catalog_table(conn, database, table_name)
-                codec = self._table_codec(table)
+                codec = self.table_codec(table)
                 last_table = n == len(names) - 1
                 sources = {
                     flag: codec.source(
                         ts_ms=started_ms,
                         snapshot=flag,
-                        server_id=self._server_id,
+                        server_id=self.server_id,
                         file=position.file,
                         pos=position.pos,
                         gtid=position.gtid,
@@ -331,78 +292,45 @@ class MysqlCapture(CaptureCore):
                             key = codec.key(row)
                         except CaptureError as exc:
                             raw = json.dumps(row, default=str).encode()
-                            tx.produced(self._failed(name, raw, None, exc, ack))
+                            tx.produced(self.failed(name, raw, "snapshot", exc, ack))
                             continue
                         produce(producer, codec.topic, value, key, on_delivery=ack)
                         tx.produced()
                         done += 1
                         if done % 1000 == 0:
                             producer.poll(0)
-                            self._check_delivery()
-                            self._backpressure(None)
+                            self.check_delivery()
+                            self.backpressure()
                             if self.stopping:
-                                raise _Stop
+                                raise Stop
                     codec.events += done
                     self.stats.snapshot_rows[name] = done
                     self.stats.events[name] = codec.events
-                    if self._progress is not None:
-                        self._progress(name, done, done)
+                    if self.progress is not None:
+                        self.progress(name, done, done)
                 self.log.info("table snapshot read", table=name, rows=done)
             conn.commit()
-            self._commit(tx, position)
+            self.commit(tx, position)
         finally:
             conn.close()
-        while self._tracker.in_flight > 0:
-            producer.poll(0.2)
-            self._check_delivery()
-            if self.aborting:
-                raise _Stop
-        self._store(force=True)
+        self.wait_acknowledged()
+        self.store_position(force=True)
         producer.flush(10)
-        if self._snapshot_finished is not None:
-            self._snapshot_finished()
+        if self.snapshot_finished is not None:
+            self.snapshot_finished()
         self.log.info("snapshot in Kafka", position=str(position))
         return position
 
-    def _failed(
-        self, table: str, raw: bytes, where: BinlogPosition | None, exc: CaptureError, ack: Any
-    ) -> int:
+    def failed(self, table: str, raw: bytes, where: str, exc: CaptureError, ack: Any) -> int:
         """A row that did not convert: dead letter, skip or stop (``on_conversion_error``)."""
-        cfg = self.config
-        mode = cfg.on_conversion_error
-        if mode == "fail":
-            raise exc
-        counted = (table, mode)
-        self.stats.conversion_errors[counted] = self.stats.conversion_errors.get(counted, 0) + 1
-        position = str(where) if where is not None else "snapshot"
-        self.log.warning(
-            "change not converted: "
-            + ("written to the dead-letter topic" if mode == "dead-letter" else "skipped"),
-            table=table,
-            column=getattr(exc, "column", None),
-            position=position,
-            reason=str(exc),
-        )
-        if mode == "skip":
-            return 0
-        assert self._producer is not None
-        produce(
-            self._producer,
-            cfg.dlq_topic,
-            raw,
-            None,
-            headers=[
-                (HEADER_DLQ_STAGE, b"capture"),
-                (HEADER_DLQ_REASON, str(exc).encode()),
-                (HEADER_DLQ_ERROR, type(exc).__name__.encode()),
-                (HEADER_SOURCE_TOPIC, f"{cfg.prefix}.{table}".encode()),
-                (HEADER_SOURCE_POSITION, position.encode()),
-                (HEADER_CAPTURE_TABLE, table.encode()),
-                (HEADER_CAPTURE_FORMAT, b"mysql-row-json"),
-            ],
-            on_delivery=ack,
-        )
-        return 1
+        producer = self.session.producer
+
+        def send(
+            topic: str, key: bytes | None, value: bytes, headers: list[tuple[str, Any]]
+        ) -> None:
+            produce(producer, topic, value, key, headers=headers, on_delivery=ack)
+
+        return self.conversion_failed(table, raw, where, "mysql-row-json", exc, send)
 
     # -- stream --------------------------------------------------------------------------------
 
@@ -421,6 +349,9 @@ class MysqlCapture(CaptureCore):
             if self._mariadb
             else {"log_file": start.file, "log_pos": start.pos, "resume_stream": True}
         )
+        read = set(self.tables)
+        if self.config.signal_table is not None:
+            read.add(self.config.signal_table)
         stream = BinLogStreamReader(
             connection_settings={**settings, "charset": "utf8mb4"},
             server_id=self._replica_id(),
@@ -430,8 +361,8 @@ class MysqlCapture(CaptureCore):
             # The library skips the table maps and rows of other tables before parsing
             # them (it matches schema and table name each on its own: a superset of ours,
             # which on_table_map narrows to the configured tables).
-            only_schemas=sorted({name.partition(".")[0] for name in self._tables}),
-            only_tables=sorted({name.partition(".")[2] for name in self._tables}),
+            only_schemas=sorted({name.partition(".")[0] for name in read}),
+            only_tables=sorted({name.partition(".")[2] for name in read}),
             only_events=[
                 WriteRowsEvent,
                 UpdateRowsEvent,
@@ -447,15 +378,15 @@ class MysqlCapture(CaptureCore):
         )
         self.log.info("streaming", position=str(start))
         try:
-            _BinlogReader(self, stream, self._transaction_blocks()).run()
+            _BinlogReader(self, stream, self.transaction_blocks()).run()
         finally:
             with suppress(Exception):
                 stream.close()
-            self._tracker.abandon_open()
-        self._drain()
-        self._check_delivery()
-        self._store(force=True)
-        self._tracker = AckTracker()
+            self.session.tracker.abandon_open()
+        self.drain()
+        self.check_delivery()
+        self.store_position(force=True)
+        self.session.tracker = AckTracker()
 
 
 def _values(row: dict[str, Any], times: tuple[str, ...], prefix: str = "") -> dict[str, Any]:
@@ -479,15 +410,14 @@ class _BinlogReader:
     """One stream's loop: binlog events to envelopes, offsets stored between them."""
 
     def __init__(self, capture: MysqlCapture, stream: BinLogStreamReader, blocks: NoBlocks) -> None:
-        assert capture._producer is not None
         #: The open transaction's metadata: each envelope's ``transaction`` block and
         #: the BEGIN/END records (bizevents.capture.transactions; NoBlocks when switched off).
         self.blocks = blocks
         self.tx_topic = transaction_topic(capture.config.prefix)
         self.capture = capture
         self.stream = stream
-        self.producer = capture._producer
-        self.tracker = capture._tracker
+        self.producer = capture.session.producer
+        self.tracker = capture.session.tracker
         self.tx: Tx | None = None
         self.ack: Callable[..., None] | None = None
         self.gtid: str | None = None
@@ -497,10 +427,13 @@ class _BinlogReader:
                 domain = part.split("-", 1)[0]
                 if domain.isdigit():
                     self.gtid_domain_state[int(domain)] = part
-        self.tables = capture._tables
+        self.tables = capture.tables
         self.codecs: dict[int, MyTableCodec] = {}
         self.last_layout: dict[str, MyTable] = {}
         self.fractional_times: dict[int, tuple[str, ...]] = {}
+        self.inc = capture.incremental
+        self.chunks: pymysql.connections.Connection[Any] | None = None
+        self.signal_table_id: int | None = None
 
     def send(self, topic: str, key: bytes | None, value: bytes | None) -> None:
         produce(self.producer, topic, value, key, on_delivery=self.ack)
@@ -516,8 +449,17 @@ class _BinlogReader:
         )
 
     def run(self) -> None:
+        try:
+            self.loop()
+        finally:
+            if self.chunks is not None:
+                with suppress(Exception):
+                    self.chunks.close()
+
+    def loop(self) -> None:
         capture = self.capture
         cfg = capture.config
+        inc = self.inc
         since_poll = 0
         for event in self.stream:
             cls = event.__class__
@@ -535,13 +477,18 @@ class _BinlogReader:
             if since_poll >= _POLL_EVERY or cls is HeartbeatLogEvent:
                 since_poll = 0
                 self.producer.poll(0)
-                capture._check_delivery()
-                capture._store()
+                capture.check_delivery()
+                capture.store_position()
                 in_flight = self.tracker.in_flight
                 if (in_flight >= cfg.max_in_flight and self.tx is None) or (
                     in_flight >= cfg.max_in_flight * 2
                 ):
-                    capture._backpressure(None)
+                    capture.backpressure()
+                if inc is not None:
+                    inc.store_acknowledged(self.producer)
+                    capture.poll_signals()
+            if inc is not None and self.tx is None and inc.ledger.queue:
+                self.snapshot_step()
             if capture.stopping and self.tx is None:
                 break
 
@@ -580,7 +527,7 @@ class _BinlogReader:
         if isinstance(blocks, TxBlocks):
             blocks.commit_ms = int(event.timestamp) * 1000  # END at the commit's time
         self.metadata(blocks.end_record())
-        self.capture._commit(self.tx, self.position())
+        self.capture.commit(self.tx, self.position())
         self.tx = None
 
     def on_query(self, event: Any) -> None:
@@ -600,12 +547,12 @@ class _BinlogReader:
             self.on_truncate(event, f"{truncated.group(1) or schema}.{truncated.group(2)}")
         # DDL (committed by itself): the next table map carries the new layout; only
         # MariaDB's JSON columns come from the catalog, read again here.
-        if capture._tables:
+        if capture.tables:
             conn = my.connect(capture.endpoints.dsn)
             try:
-                for name in capture._tables:
+                for name in capture.tables:
                     database, _, table = name.partition(".")
-                    capture._jsons[name] = my.json_columns(conn, database, table)
+                    capture.jsons[name] = my.json_columns(conn, database, table)
             finally:
                 conn.close()
         capture.log.info("DDL read", query=query[:200], position=str(self.position()))
@@ -613,7 +560,7 @@ class _BinlogReader:
             self.on_commit(event)
         else:
             tx = self.tracker.begin(None)
-            self.capture._commit(tx, self.position())
+            self.capture.commit(tx, self.position())
 
     def on_truncate(self, event: Any, name: str) -> None:
         """TRUNCATE of a captured table: an op ``t`` event to every partition (null key),
@@ -632,7 +579,7 @@ class _BinlogReader:
                 layout = my.catalog_table(conn, database, table)
             finally:
                 conn.close()
-        codec = capture._table_codec(layout)
+        codec = capture.table_codec(layout)
         if self.tx is None:
             self.open_tx(None, event)  # no GTID event opened it
         self.metadata(self.blocks.begin_record())
@@ -657,10 +604,12 @@ class _BinlogReader:
     def on_table_map(self, event: Any) -> None:
         name = f"{event.schema}.{event.table}"
         if name not in self.tables:
+            if name == self.capture.config.signal_table:
+                self.signal_table_id = event.table_id
             return
-        layout = my.table_from_map(event, self.capture._jsons.get(name, set()))
+        layout = my.table_from_map(event, self.capture.jsons.get(name, set()))
         # registers a new layout's schema before its rows
-        self.codecs[event.table_id] = self.capture._table_codec(layout)
+        self.codecs[event.table_id] = self.capture.table_codec(layout)
         self.last_layout[name] = layout
         self.fractional_times[event.table_id] = tuple(
             c.name for c in layout.columns if c.type == TIME2 and c.fsp > 0
@@ -669,6 +618,11 @@ class _BinlogReader:
     def on_rows(self, event: Any) -> None:
         table_id = event.table_id
         codec = self.codecs.get(table_id)
+        if codec is None and table_id == self.signal_table_id:
+            if event.__class__ is WriteRowsEvent:
+                for row in event.rows:
+                    self.on_signal_row(row["values"])
+            return
         if codec is None:
             return
         capture = self.capture
@@ -701,6 +655,9 @@ class _BinlogReader:
         ack = self.ack
         cls = event.__class__
         n = 0
+        window = self.inc.window if self.inc is not None else None
+        if window is not None and window.topic != topic:
+            window = None
         for i, row in enumerate(rows):
             src = head + (LENGTHS[i] if i < 16_384 else zigzag(i)) + tail
             # ``stamp`` gives each change envelope its ``ts_ms`` and ``transaction``
@@ -743,14 +700,138 @@ class _BinlogReader:
             except CaptureError as exc:
                 blocks.rollback(tn, at)
                 raw = json.dumps(row, default=str).encode()
-                tx.produced(capture._failed(codec.table.qualified, raw, self.position(), exc, ack))
+                tx.produced(
+                    capture.failed(codec.table.qualified, raw, str(self.position()), exc, ack)
+                )
                 continue
             for record_key, record_value in records:
                 try:
                     put(topic, record_value, record_key, on_delivery=ack)
                 except BufferError:
                     produce(producer, topic, record_value, record_key, on_delivery=ack)
+                if window is not None:
+                    window.supersede(record_key)
             n += len(records)
         tx.produced(n)
         codec.events += n
         capture.stats.events[tn] = capture.stats.events.get(tn, 0) + n
+
+    # -- incremental snapshots (bizevents.capture.incremental) ---------------------------
+
+    def on_signal_row(self, values: dict[str, Any]) -> None:
+        """A row inserted into the signal table: a signal, in its place in the binlog."""
+        sig: Signal | SignalError
+        try:
+            sig = parse_signal(values.get("id"), values.get("type"), values.get("data"))
+        except SignalError as exc:
+            sig = exc
+        self.capture.on_signal(sig)  # a snapshot it asks for starts after the commit
+
+    def at_or_after(self, position: BinlogPosition) -> bool:
+        """Whether the stream has read every event before ``position``."""
+        return (str(self.stream.log_file), int(self.stream.log_pos or 0)) >= (
+            position.file,
+            position.pos,
+        )
+
+    def snapshot_step(self) -> None:
+        """At a transaction boundary: close the open window once the stream reached its
+        snapshot's position; with none open, read the next chunk."""
+        inc = self.inc
+        assert inc is not None
+        window = inc.window
+        if window is not None:
+            if self.at_or_after(window.mark):
+                self.close_window()
+            else:
+                return
+        capture = self.capture
+        if capture.stopping or self.tracker.in_flight >= capture.config.max_in_flight // 2:
+            return
+        pending = inc.next()
+        if pending is None:
+            return
+        database, _, name = pending.table.partition(".")
+        if self.chunks is None:
+            self.chunks = my.connect(capture.endpoints.dsn, autocommit=False)
+        table = my.catalog_table(self.chunks, database, name)
+        codec = capture.table_codec(table)
+        keys = codec.key_names
+        position, rows = my.read_chunk(
+            self.chunks, database, name, keys, pending.after, pending.where, inc.chunk_rows
+        )
+        if (str(self.stream.log_file), int(self.stream.log_pos or 0)) > (
+            position.file,
+            position.pos,
+        ):
+            # The stream already wrote changes this chunk does not include.
+            inc.retry_later()
+            return
+        window = Window(pending, codec.topic, position, codec=codec)
+        for row in rows:
+            try:
+                window.rows[codec.key(row)] = row
+            except CaptureError:
+                window.unkeyed.append(row)
+        if rows:
+            window.last = [_key_text(rows[-1][k]) for k in keys]
+        window.full = len(rows) >= inc.chunk_rows
+        inc.open(window)
+        if self.at_or_after(position):
+            self.close_window()
+
+    def close_window(self) -> None:
+        """The stream reached the chunk's position: its rows not superseded go out."""
+        inc = self.inc
+        assert inc is not None
+        window = inc.close()
+        codec: MyTableCodec = window.codec
+        capture = self.capture
+        position: BinlogPosition = window.mark
+        tx = self.tracker.begin(None)
+        ack = tx.ack
+        producer = self.producer
+        table = window.pending.table
+        source = codec.source(
+            ts_ms=int(time.time() * 1000),
+            snapshot=INCREMENTAL,
+            server_id=capture.server_id,
+            file=position.file,
+            pos=position.pos,
+            gtid=self.gtid_state(),
+        )
+        now = encoded_ts(int(time.time() * 1000))
+        for key, row in window.rows.items():
+            try:
+                value = codec.envelope("r", None, codec.row(row), source(0), now)
+            except CaptureError as exc:
+                raw = json.dumps(row, default=str).encode()
+                tx.produced(capture.failed(table, raw, "snapshot", exc, ack))
+                continue
+            produce(producer, codec.topic, value, key, on_delivery=ack)
+            tx.produced()
+        for row in window.unkeyed:
+            try:
+                codec.key(row)
+            except CaptureError as exc:
+                raw = json.dumps(row, default=str).encode()
+                tx.produced(capture.failed(table, raw, "snapshot", exc, ack))
+        codec.events += len(window.rows)
+        capture.stats.events[table] = capture.stats.events.get(table, 0) + len(window.rows)
+        capture.commit(tx, self.position())
+        inc.written(tx)
+        producer.poll(0)
+        inc.store_acknowledged(producer)  # the chunks before, now acknowledged
+        if not window.full:
+            done = window.pending
+            capture.log.info("incremental snapshot done", table=table, rows=done.rows, id=done.id)
+
+
+def _key_text(value: Any) -> Any:
+    """A key value as the ledger keeps it (JSON): numbers and text as they are, the
+    rest (decimals, dates) as their text, which MySQL compares back as the value."""
+    if value is None or isinstance(value, int | str):
+        return value
+    if isinstance(value, bytes):
+        return value.decode("latin-1")
+    return str(value)

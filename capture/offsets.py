@@ -1,29 +1,18 @@
-"""Which log position may be confirmed to PostgreSQL, and the snapshot's durable record.
+"""Which log position may be confirmed to the source: Kafka acknowledged everything before it.
 
 :class:`AckTracker` follows every transaction from its Begin to the last Kafka
 acknowledgement of its events. The slot's flush position only moves to the end LSN of
 a transaction whose events, and those of every earlier transaction, Kafka has
 acknowledged: a crash re-sends, never loses. Pure, no I/O.
-
-:class:`SnapshotState` is a small JSON file per slot saying that the initial snapshot
-into Kafka finished. A slot that exists without it belongs to a snapshot that did not
-finish (or to another machine's state folder): the slot is dropped and the snapshot is
-redone, because the exported snapshot that went with the slot is gone.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 from collections import deque
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 from confluent_kafka import KafkaError, Message
 
-__all__ = ["AckTracker", "SnapshotState", "Tx"]
+__all__ = ["AckTracker", "Tx"]
 
 
 class Tx:
@@ -111,46 +100,3 @@ class AckTracker:
         if self.idle and lsn > self._done_lsn:
             self._done_lsn = lsn
         return self._done_lsn
-
-
-@dataclass(frozen=True, slots=True)
-class SnapshotState:
-    """The durable record that a slot's initial snapshot reached Kafka completely."""
-
-    path: Path
-
-    @classmethod
-    def for_slot(cls, state_dir: Path, database: str, slot: str) -> SnapshotState:
-        """The record of ``slot`` of ``database`` in ``state_dir``."""
-        return cls(state_dir / f"{database}.{slot}.json")
-
-    def read(self) -> dict[str, Any] | None:
-        """The record, or ``None`` when there is none (or it is unreadable)."""
-        try:
-            data = json.loads(self.path.read_text())
-        except (OSError, ValueError):
-            return None
-        return data if isinstance(data, dict) else None
-
-    def done(self) -> bool:
-        """Whether the slot's initial snapshot finished (written after its last ack)."""
-        data = self.read()
-        return bool(data and data.get("snapshot_done"))
-
-    def write(self, **fields: Any) -> None:
-        """Replace the record atomically (write, fsync, rename)."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=self.path.name, suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w") as out:
-                json.dump(fields, out)
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-
-    def clear(self) -> None:
-        """Forget the record (the slot was dropped)."""
-        self.path.unlink(missing_ok=True)

@@ -226,6 +226,14 @@ def describe_tables(conn: Connection, names: Sequence[str]) -> list[TableInfo]:
     return out
 
 
+def table_exists(conn: Connection, qualified: str) -> bool:
+    """Whether the table ``schema.table`` exists."""
+    schema, _, table = qualified.partition(".")
+    with conn.cursor() as cur:
+        cur.execute(_TABLE_SQL, (schema, table))
+        return cur.fetchone() is not None
+
+
 def publication_tables(conn: Connection, publication: str) -> list[str] | None:
     """``schema.table`` of every table in the publication; ``None`` if it does not exist."""
     with conn.cursor() as cur:
@@ -367,3 +375,84 @@ def read_snapshot_rows(
             yield rows
     finally:
         cur.close()
+
+
+#: The prefix of the watermarks incremental snapshots write through the WAL.
+WATERMARK_PREFIX = "bizevents-watermark"
+
+
+def read_chunk(
+    conn: Connection,
+    relation: Relation,
+    key_names: Sequence[str],
+    after: Sequence[str | None] | None,
+    where: str | None,
+    limit: int,
+) -> tuple[str, list[tuple[str | None, ...]]]:
+    """The next rows by key after ``after`` (every row meeting ``where``), at most
+    ``limit``, read in a transaction of their own: ``(its snapshot, the rows)``.
+
+    ``pg_current_snapshot()`` says which transactions the rows include; each value is
+    its type's text output, as the walsender sends it. ``conn`` is not in autocommit.
+    """
+    oids = {c.type_oid for c in relation.columns} | set(BUILTIN_TYPE_OIDS)
+    raw = psycopg2.extensions.new_type(tuple(sorted(oids)), "BIZEVENTS_RAW", _raw)
+    keys = sql.SQL(", ").join(sql.Identifier(k) for k in key_names)
+    conditions = []
+    params: list[Any] = []
+    if after is not None:
+        conditions.append(
+            sql.SQL("({}) > ({})").format(keys, sql.SQL(", ").join(sql.Placeholder() * len(after)))
+        )
+        params.extend(after)
+    if where is not None:
+        conditions.append(sql.SQL("(") + sql.SQL(where) + sql.SQL(")"))
+    query = sql.SQL("SELECT {} FROM ONLY {}{} ORDER BY {} LIMIT {}").format(
+        sql.SQL(", ").join(sql.Identifier(c.name) for c in relation.columns),
+        sql.Identifier(relation.namespace, relation.name),
+        sql.SQL(" WHERE ") + sql.SQL(" AND ").join(conditions) if conditions else sql.SQL(""),
+        keys,
+        sql.Literal(limit),
+    )
+    try:
+        with conn.cursor() as cur:
+            psycopg2.extensions.register_type(raw, cur)
+            cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            cur.execute("SELECT pg_current_snapshot()::text")
+            row = cur.fetchone()
+            cur.execute(query, params)
+            rows = list(cur.fetchall())
+        conn.commit()
+    except BaseException:
+        conn.rollback()
+        raise
+    return str(row[0]) if row else "0:0:", rows
+
+
+def emit_watermark(conn: Connection, content: str) -> int:
+    """Write a watermark through the WAL: a logical message in a transaction of its
+    own, so that its commit flushes the WAL (a non-transactional one would wait for the
+    WAL writer, up to ``wal_writer_delay``, before the walsender sends it); its LSN.
+    ``conn`` is in autocommit."""
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT pg_logical_emit_message(true, %s, %s)::text", (WATERMARK_PREFIX, content)
+        )
+        row = cur.fetchone()
+    return parse_lsn(str(row[0])) if row else 0
+
+
+def check_condition(conn: Connection, relation: Relation, where: str) -> str | None:
+    """``None`` when ``where`` is a valid condition on the table, else the server's reason."""
+    query = sql.SQL("EXPLAIN SELECT 1 FROM ONLY {} WHERE (").format(
+        sql.Identifier(relation.namespace, relation.name)
+    ) + sql.SQL(where + ")")
+    try:
+        with conn.cursor() as cur:
+            cur.execute(query)
+            cur.fetchall()
+    except psycopg2.Error as exc:
+        if not conn.autocommit:
+            conn.rollback()
+        return (exc.diag.message_primary or str(exc)).strip()
+    return None

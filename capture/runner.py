@@ -7,7 +7,9 @@ The order of things, and why:
 2. A new slot is created on the replication connection with ``EXPORT_SNAPSHOT``. A
    second connection imports that snapshot (``SET TRANSACTION SNAPSHOT``) and reads
    every table in it; the rows go to Kafka as op ``r``. Only when Kafka acknowledged
-   every one of them is the snapshot recorded as done (:class:`SnapshotState`).
+   every one of them is the snapshot recorded as done, in the snapshot ledger of the
+   compacted state topic (:mod:`bizevents.capture.state`), so that a capture started
+   elsewhere against the same Kafka does not snapshot again.
    Streaming then starts at the slot's consistent point: changes committed after the
    snapshot arrive from the slot, those before it are in the snapshot, none in both
    or neither. Because streaming starts only after the snapshot is in Kafka, a row's
@@ -32,13 +34,14 @@ import psycopg2.extras
 from bizevents.capture import postgres as pg
 from bizevents.capture.core import HEADER_CAPTURE_FORMAT, HEADER_CAPTURE_TABLE, CaptureEndpoints
 from bizevents.capture.exceptions import CaptureError
-from bizevents.capture.offsets import AckTracker, SnapshotState
+from bizevents.capture.offsets import AckTracker
 from bizevents.capture.pgoutput import (
     format_lsn,
 )
 from bizevents.capture.pgtypes import PgTypeMapper, enum_types_from_rows
 from bizevents.capture.sink import create_topics
 from bizevents.capture.snapshot import Snapshotting
+from bizevents.capture.state import Ledger
 from bizevents.capture.stream import Streaming
 from bizevents.plumbing.errors import TransientError
 
@@ -61,22 +64,21 @@ class PostgresCapture(Snapshotting, Streaming):
 
     LOST = (psycopg2.DatabaseError, psycopg2.InterfaceError, TransientError)
 
-    def _lost(self, exc: BaseException) -> bool:
+    def lost(self, exc: BaseException) -> bool:
         return not isinstance(exc, psycopg2.DatabaseError) or _connection_lost(exc)
 
-    def _session(self) -> None:
+    def connected(self) -> None:
         cfg = self.config
+        session = self.session
         side = pg.connect(self.endpoints.dsn)
         repl = None
         try:
             with side.cursor() as cur:
                 cur.execute("SELECT current_database()")
                 row = cur.fetchone()
-                self._database = str(row[0]) if row else ""
-            self.state = SnapshotState.for_slot(
-                self.endpoints.state_dir, self._database, cfg.slot_name
-            )
-            self._prepare(side)
+                self.database = str(row[0]) if row else ""
+            self.prepare(side)
+            stored = self.read_ledger()
             repl = pg.replication_connect(self.endpoints.dsn)
             cur = repl.cursor()
             slot = pg.slot_info(side, cfg.slot_name)
@@ -89,41 +91,46 @@ class PostgresCapture(Snapshotting, Streaming):
                     f"slot {cfg.slot_name} uses plugin {slot.plugin}, not pgoutput; drop it or "
                     "configure another slot name"
                 )
-            if slot is not None and not self.state.done():
-                if cfg.snapshot == "initial":
-                    self.log.warning("slot exists but its snapshot never finished: redoing it")
-                    pg.drop_slot(side, cfg.slot_name)
-                    slot = None
-                else:
-                    self.state.write(snapshot_done=True, snapshot="never", slot=cfg.slot_name)
+            tables = [i.qualified for i in self.infos.values()]
+            done = stored is not None and stored.initial_done
+            if slot is not None and not done and cfg.snapshot == "initial":
+                # The exported snapshot that went with the slot is gone: start again.
+                self.log.warning("slot exists but its snapshot never finished: redoing it")
+                pg.drop_slot(side, cfg.slot_name)
+                slot = None
             if slot is None:
-                self.state.clear()
                 if cfg.snapshot == "initial":
                     point, name = pg.create_slot_exporting(cur, cfg.slot_name)
                     self.log.info("slot created", consistent_point=format_lsn(point))
-                    self._snapshot(name, point)
-                    self.state.write(
-                        snapshot_done=True, slot=cfg.slot_name, consistent_point=format_lsn(point)
-                    )
+                    self.initial_snapshot(name, point)
+                    self.ledger = Ledger(True, tables, [], format_lsn(point))
                 else:
                     cur.create_replication_slot(cfg.slot_name, output_plugin="pgoutput")
-                    self.state.write(snapshot_done=True, snapshot="never", slot=cfg.slot_name)
+                    self.ledger = Ledger(True, tables)
+                self.store_ledger()
+            elif stored is None or cfg.snapshot == "never":
+                # Stream only: every table counts as present, none is snapshotted.
+                self.ledger = Ledger(True, tables)
+                self.store_ledger()
+            else:
+                self.ledger = stored
+            self.start_incremental(tables)
             self.stats.snapshot_done = True
-            self._stream(cur, side)
+            self.stream(cur, side)
         finally:
-            self._tracker.abandon_open()
+            session.tracker.abandon_open()
             if repl is not None:
                 with suppress(Exception):
                     repl.close()
             with suppress(Exception):
                 side.close()
-            self._drain()
-            self._tracker = AckTracker()
+            self.drain()
+            session.tracker = AckTracker()
 
-    def _prepare(self, side: pg.Connection) -> None:
+    def prepare(self, side: pg.Connection) -> None:
         cfg = self.config
         labels, arrays = enum_types_from_rows(pg.load_enum_rows(side))
-        self._types = PgTypeMapper(
+        self.types = PgTypeMapper(
             enum_labels=labels, array_elements=arrays, unknown_as_text=cfg.unknown_as_text
         )
         if cfg.tables:
@@ -141,12 +148,16 @@ class PostgresCapture(Snapshotting, Streaming):
         infos = pg.describe_tables(side, names)
         if cfg.tables:
             pg.ensure_publication(side, cfg.publication_name, cfg.tables)
-        self._infos = {i.oid: i for i in infos}
+        if cfg.signal_table is not None:
+            # Its inserts reach capture through the slot, in their place in the stream.
+            if not pg.table_exists(side, cfg.signal_table):
+                raise self.missing_signal_table(cfg.signal_table, mysql=False)
+            pg.ensure_publication(side, cfg.publication_name, [cfg.signal_table])
+        self.infos = {i.oid: i for i in infos}
         for info in infos:
             # Fails now, naming table and column, when a type has no mapping.
-            self._types.fields(info.relation)
-        assert self._admin is not None
-        topics = [self._topic(i.relation) for i in infos]
+            self.types.fields(info.relation)
+        topics = [self.topic(i.relation) for i in infos]
         if cfg.on_conversion_error == "dead-letter":
             topics.append(cfg.dlq_topic)
-        create_topics(self._admin, topics, cfg)
+        create_topics(self.session.admin, topics, cfg)

@@ -4,34 +4,33 @@ import json
 import time
 
 from bizevents.capture import postgres as pg
-from bizevents.capture.core import CaptureCore, _Stop
+from bizevents.capture.core import Stop
 from bizevents.capture.encoding import encoded_ts
 from bizevents.capture.exceptions import CaptureError
-from bizevents.capture.pgoutput import (
-    format_lsn,
-)
+from bizevents.capture.pgcore import PgCore
+from bizevents.capture.pgoutput import format_lsn
 from bizevents.plumbing.kafka import produce
 
 __all__ = ["Snapshotting"]
 
 
-class Snapshotting(CaptureCore):
+class Snapshotting(PgCore):
     """Reads the snapshot exported with the slot (step 2 of :mod:`bizevents.capture.runner`)."""
 
-    def _snapshot(self, snapshot_name: str, point: int) -> None:
+    def initial_snapshot(self, snapshot_name: str, point: int) -> None:
         cfg = self.config
-        producer = self._producer
-        assert producer is not None
+        session = self.session
+        producer = session.producer
         conn = pg.connect(self.endpoints.dsn, autocommit=False, application="bizevents-snapshot")
         try:
             pg.begin_snapshot(conn, snapshot_name)
-            infos = list(self._infos.values())
+            infos = list(self.infos.values())
             counts = {i.oid: pg.count_rows(conn, i.relation) for i in infos}
             for info in infos:
                 self.stats.snapshot_expected[info.qualified] = counts[info.oid]
                 self.stats.snapshot_rows[info.qualified] = 0
             last_oid = next((i.oid for i in reversed(infos) if counts[i.oid]), None)
-            tracker = self._tracker
+            tracker = session.tracker
             tx = tracker.begin(None)
             ack = tx.ack
 
@@ -46,8 +45,8 @@ class Snapshotting(CaptureCore):
             started_ms = int(time.time() * 1000)
             self.log.info("snapshot started", tables=len(infos), rows=sum(counts.values()))
             for info in infos:
-                codec = self._codec(info.relation, info)
-                self._codecs[info.oid] = codec
+                codec = self.codec(info.relation, info)
+                session.codecs[info.oid] = codec
                 table = info.qualified
                 log = self.log.bind(table=table)
                 src = codec.source(started_ms, started_ms * 1000, "true", None).with_long(point)
@@ -68,35 +67,32 @@ class Snapshotting(CaptureCore):
                             key = key_of(values)
                         except CaptureError as exc:
                             raw = json.dumps(list(values)).encode()
-                            n = self._conversion_failed(table, raw, None, exc, dead_letter)
-                            tx.pending += n
-                            tracker.in_flight += n
+                            tx.produced(
+                                self.conversion_failed(
+                                    table, raw, "snapshot", "snapshot-text-json", exc, dead_letter
+                                )
+                            )
                             continue
                         produce(producer, topic, value, key, on_delivery=ack)
-                        tx.pending += 1
-                        tracker.in_flight += 1
+                        tx.produced()
                     codec.events += len(rows)
                     self.stats.snapshot_rows[table] = done
                     self.stats.events[table] = codec.events
-                    if self._progress is not None:
-                        self._progress(table, done, max(total, done))
+                    if self.progress is not None:
+                        self.progress(table, done, max(total, done))
                     producer.poll(0)
-                    self._check_delivery()
-                    self._backpressure(None)
+                    self.check_delivery()
+                    self.backpressure()
                     if self.stopping:
-                        raise _Stop
+                        raise Stop
                 log.info("table snapshot read", rows=done)
             conn.commit()
             tracker.commit(tx, point)
         finally:
             conn.close()
         # Done only once every snapshot event is acknowledged.
-        while self._tracker.in_flight > 0:
-            producer.poll(0.2)
-            self._check_delivery()
-            if self.aborting:
-                raise _Stop
-        self._tracker.confirmable()
-        if self._snapshot_finished is not None:
-            self._snapshot_finished()
+        self.wait_acknowledged()
+        session.tracker.confirmable()
+        if self.snapshot_finished is not None:
+            self.snapshot_finished()
         self.log.info("snapshot in Kafka", consistent_point=format_lsn(point))

@@ -2,8 +2,11 @@
 
 Step 3 of :mod:`bizevents.capture.runner`."""
 
+import json
 import select
 import time
+import uuid
+from collections import deque
 from collections.abc import Callable
 from contextlib import suppress
 from typing import Any
@@ -12,16 +15,18 @@ import psycopg2
 import psycopg2.extras
 
 from bizevents.capture import postgres as pg
-from bizevents.capture.core import CaptureCore
-from bizevents.capture.encoding import TableCodec
+from bizevents.capture.encoding import TableCodec, encoded_ts
 from bizevents.capture.exceptions import CaptureError
+from bizevents.capture.incremental import INCREMENTAL, Window, snapshot_sees
 from bizevents.capture.offsets import Tx
+from bizevents.capture.pgcore import PgCore
 from bizevents.capture.pgoutput import (
     UNCHANGED_TOAST,
     Begin,
     Commit,
     Delete,
     Insert,
+    LogicalMessage,
     PgOutputDecoder,
     Relation,
     Truncate,
@@ -29,6 +34,7 @@ from bizevents.capture.pgoutput import (
     format_lsn,
 )
 from bizevents.capture.pgtypes import PgTypeMapper, enum_types_from_rows
+from bizevents.capture.signals import Signal, SignalError, parse_signal
 from bizevents.capture.sink import create_topics
 from bizevents.capture.transactions import NoBlocks
 from bizevents.contracts.technical.source import EncodedSource
@@ -40,10 +46,10 @@ __all__ = ["Streaming"]
 _POLL_EVERY = 512  # messages between producer polls on a busy stream
 
 
-class Streaming(CaptureCore):
+class Streaming(PgCore):
     """Reads the slot and writes each change, acknowledging by transaction."""
 
-    def _heartbeat(self, side: pg.Connection) -> None:
+    def heartbeat(self, side: pg.Connection) -> None:
         cfg = self.config
         with side.cursor() as cur:
             if cfg.heartbeat_emit:
@@ -55,51 +61,57 @@ class Streaming(CaptureCore):
             )
             row = cur.fetchone()
         self.stats.lag_bytes = int(row[0]) if row and row[0] is not None else None
-        for codec in self._codecs.values():
+        for codec in self.session.codecs.values():
             self.stats.events[codec.relation.qualified_name] = codec.events
 
-    def _on_relation(self, relation: Relation, side: pg.Connection) -> None:
-        current = self._codecs.get(relation.oid)
+    def on_relation(self, relation: Relation, side: pg.Connection) -> None:
+        if relation.qualified_name == self.config.signal_table:
+            return  # read as signals, never written to a topic
+        current = self.session.codecs.get(relation.oid)
         shape = [(c.name, c.type_oid, c.type_modifier) for c in relation.columns]
         if current is not None:
             old = current.relation
             same = [(c.name, c.type_oid, c.type_modifier) for c in old.columns] == shape
             if same and old.replica_identity == relation.replica_identity:
                 return
-        info = self._infos.get(relation.oid)
+        info = self.infos.get(relation.oid)
         if info is None or current is not None:
             # A new table of the publication, or a changed one: read the catalog again.
             (info,) = pg.describe_tables(side, [relation.qualified_name])
-            self._infos[relation.oid] = info
-            assert self._admin is not None
-            create_topics(self._admin, [self._topic(relation)], self.config)
+            self.infos[relation.oid] = info
+            create_topics(self.session.admin, [self.topic(relation)], self.config)
         known = {c.type_oid for c in relation.columns}
-        if any(self._types.type_name(o).startswith("oid ") for o in known):
+        if any(self.types.type_name(o).startswith("oid ") for o in known):
             labels, arrays = enum_types_from_rows(pg.load_enum_rows(side))
-            self._types = PgTypeMapper(
+            self.types = PgTypeMapper(
                 enum_labels=labels,
                 array_elements=arrays,
                 unknown_as_text=self.config.unknown_as_text,
             )
-        self._codecs[relation.oid] = self._codec(relation, info)
+        self.session.codecs[relation.oid] = self.codec(relation, info)
 
-    def _stream(self, cursor: psycopg2.extras.ReplicationCursor, side: pg.Connection) -> None:
+    def stream(self, cursor: psycopg2.extras.ReplicationCursor, side: pg.Connection) -> None:
         cfg = self.config
         cursor.start_replication(
             slot_name=cfg.slot_name,
             decode=False,
-            options={"proto_version": "1", "publication_names": cfg.publication_name},
+            # messages: the incremental snapshots' watermarks (pg_logical_emit_message)
+            options={
+                "proto_version": "1",
+                "publication_names": cfg.publication_name,
+                "messages": "true",
+            },
             status_interval=max(1.0, cfg.heartbeat_interval_s),
         )
         self.log.info("streaming", publication=cfg.publication_name)
-        _SlotReader(self, cursor, side, self._transaction_blocks()).run()
+        _SlotReader(self, cursor, side, self.transaction_blocks()).run()
         # Stopping: everything read is acknowledged, then confirmed.
-        self._drain()
-        self._check_delivery()
-        self._feedback(cursor, force=True)
-        self._await_confirmed(side)
+        self.drain()
+        self.check_delivery()
+        self.feedback(cursor, force=True)
+        self.await_confirmed(side)
 
-    def _row_change(
+    def row_change(
         self,
         m: Insert | Update | Delete,
         codec: TableCodec,
@@ -142,7 +154,7 @@ class Streaming(CaptureCore):
         send(codec.topic, new_key, value)
         return 1
 
-    def _unconvertible(
+    def unconvertible(
         self,
         m: Insert | Update | Delete,
         raw: bytes,
@@ -157,39 +169,41 @@ class Streaming(CaptureCore):
         as ``on_conversion_error`` says. Returns the records sent (all acknowledged
         before the slot passes the change)."""
         relation = m.relation
-        if self._refresh_types(relation.oid, side):
-            codec = self._codecs[relation.oid]
+        if self.refresh_types(relation.oid, side):
+            codec = self.session.codecs[relation.oid]
             mark = blocks.mark(codec.table)
             try:
-                return self._row_change(m, codec, src, blocks.stamp, send)
+                return self.row_change(m, codec, src, blocks.stamp, send)
             except CaptureError as again:
                 blocks.rollback(codec.table, mark)
                 exc = again
-        return self._conversion_failed(relation.qualified_name, raw, lsn, exc, send)
+        return self.conversion_failed(
+            relation.qualified_name, raw, format_lsn(lsn), "pgoutput", exc, send
+        )
 
-    def _refresh_types(self, oid: int, side: pg.Connection) -> bool:
+    def refresh_types(self, oid: int, side: pg.Connection) -> bool:
         """Reload the enum labels; when they changed, a new codec (and value schema) for
         the table. pgoutput sends no Relation message for ``ALTER TYPE ... ADD VALUE``."""
         labels, arrays = enum_types_from_rows(pg.load_enum_rows(side))
-        if labels == self._types._enums:
+        if labels == self.types._enums:
             return False
-        self._types = PgTypeMapper(
+        self.types = PgTypeMapper(
             enum_labels=labels, array_elements=arrays, unknown_as_text=self.config.unknown_as_text
         )
-        old = self._codecs[oid]
-        self._codecs[oid] = self._codec(old.relation, self._infos[oid])
-        self._codecs[oid].events = old.events
+        old = self.session.codecs[oid]
+        self.session.codecs[oid] = self.codec(old.relation, self.infos[oid])
+        self.session.codecs[oid].events = old.events
         self.stats.schema_refreshes += 1
         self.log.info(
             "enum labels changed: value schema registered again",
             table=old.relation.qualified_name,
-            value_schema_id=self._codecs[oid].value_schema_id,
+            value_schema_id=self.session.codecs[oid].value_schema_id,
         )
         return True
 
-    def _await_confirmed(self, side: pg.Connection) -> None:
+    def await_confirmed(self, side: pg.Connection) -> None:
         """Wait (briefly) until the server shows the slot confirmed where we said."""
-        want = self._last_sent_lsn
+        want = self.last_sent_lsn
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             slot = pg.slot_info(side, self.config.slot_name)
@@ -213,15 +227,15 @@ class _SlotReader:
         side: pg.Connection,
         blocks: NoBlocks,
     ) -> None:
-        assert capture._producer is not None
         self.blocks = blocks
         self.tx_topic = transaction_topic(capture.config.prefix)
         self.capture = capture
         self.cursor = cursor
         self.side = side
-        self.producer = capture._producer
-        self.tracker = capture._tracker
-        self.codecs = capture._codecs
+        session = capture.session
+        self.producer = session.producer
+        self.tracker = session.tracker
+        self.codecs = session.codecs
         self.partitions = range(capture.config.partitions)
         self.tx: Tx | None = None
         self.ack: Callable[..., None] | None = None
@@ -236,7 +250,16 @@ class _SlotReader:
             Commit: self.on_commit,
             Relation: self.on_relation,
             Truncate: self.on_truncate,
+            LogicalMessage: self.on_message,
         }
+        self.inc = capture.incremental
+        #: xids of the transactions written lately: a chunk whose snapshot does not see
+        #: one of them is older than what the topic holds, and is read again.
+        self.recent: deque[int] = deque(maxlen=4096)
+        self.chunks: pg.Connection | None = None
+        self.signal_table = capture.config.signal_table
+        #: The LSN of the watermark read in the open transaction (closes at its commit).
+        self.closing_at: int | None = None
 
     def send(
         self,
@@ -255,8 +278,21 @@ class _SlotReader:
             headers=headers,
             on_delivery=self.ack,
         )
+        inc = self.inc
+        if inc is not None:
+            window = inc.window
+            if window is not None and topic == window.topic:
+                window.supersede(key)
 
     def run(self) -> None:
+        try:
+            self.loop()
+        finally:
+            if self.chunks is not None:
+                with suppress(Exception):
+                    self.chunks.close()
+
+    def loop(self) -> None:
         capture = self.capture
         cfg = capture.config
         read = self.cursor.read_message
@@ -268,9 +304,10 @@ class _SlotReader:
             msg = read()
             if msg is None:
                 self.poll()
+                self.snapshot_step()
                 now = time.monotonic()
                 if now - last_heartbeat >= cfg.heartbeat_interval_s:
-                    capture._heartbeat(self.side)
+                    capture.heartbeat(self.side)
                     last_heartbeat = now
                 with suppress(InterruptedError):
                     select.select([self.cursor], [], [], 0.2)
@@ -288,12 +325,19 @@ class _SlotReader:
                     # A huge transaction: pause inside it too (its events stay unconfirmed).
                     in_flight >= cfg.max_in_flight * 2
                 ):
-                    capture._backpressure(self.cursor)
+                    capture.backpressure(self.keepalive)
+
+    def keepalive(self) -> None:
+        """While paused for Kafka: feedback keeps the replication connection alive."""
+        self.capture.feedback(self.cursor, force=False)
 
     def poll(self) -> None:
         self.producer.poll(0)
-        self.capture._check_delivery()
-        self.capture._feedback(self.cursor, force=False)
+        self.capture.check_delivery()
+        self.capture.feedback(self.cursor, force=False)
+        if self.inc is not None:
+            self.inc.store_acknowledged(self.producer)
+            self.capture.poll_signals()
 
     def source(self, oid: int, codec: TableCodec) -> EncodedSource:
         """The open transaction's source bytes for one table (made at its first change)."""
@@ -312,6 +356,10 @@ class _SlotReader:
 
     def on_row(self, m: Insert | Update | Delete, msg: Any) -> None:
         oid = m.relation.oid
+        if oid not in self.codecs and m.relation.qualified_name == self.signal_table:
+            if isinstance(m, Insert):
+                self.on_signal_row(m)
+            return
         codec = self.codecs[oid]
         src = self.source(oid, codec).with_long(msg.data_start)
         blocks = self.blocks
@@ -321,10 +369,10 @@ class _SlotReader:
             self.sent_metadata()
         mark = blocks.mark(codec.table)
         try:
-            n = self.capture._row_change(m, codec, src, blocks.stamp, self.send)
+            n = self.capture.row_change(m, codec, src, blocks.stamp, self.send)
         except CaptureError as exc:
             blocks.rollback(codec.table, mark)
-            n = self.capture._unconvertible(
+            n = self.capture.unconvertible(
                 m, msg.payload, msg.data_start, exc, self.side, src, blocks, self.send
             )
         self.sent(codec, n)
@@ -352,11 +400,163 @@ class _SlotReader:
         self.tracker.commit(self.tx, m.end_lsn)
         self.capture.stats.received_lsn = m.end_lsn
         self.tx = None
+        if self.xid is not None:
+            self.recent.append(self.xid)
+        if self.closing_at is not None:
+            self.close_window(self.closing_at)
+            self.closing_at = None
         if self.tracker.in_flight >= self.capture.config.max_in_flight:
-            self.capture._backpressure(self.cursor)
+            self.capture.backpressure(self.keepalive)
+        inc = self.inc
+        if inc is not None and inc.window is None and inc.ledger.queue:
+            self.snapshot_step()
+
+    # -- incremental snapshots (bizevents.capture.incremental) -----------------------------
+
+    def snapshot_step(self) -> None:
+        """At a transaction boundary, with no window open: read the next chunk of the
+        snapshot under way and write its closing watermark."""
+        inc = self.inc
+        if inc is None or self.tx is not None or self.capture.stopping:
+            return
+        if self.tracker.in_flight >= self.capture.config.max_in_flight // 2:
+            return  # Kafka first
+        pending = inc.next()
+        if pending is None:
+            return
+        capture = self.capture
+        info = capture.info_named(pending.table)
+        if info is None or info.key_nullable:
+            capture.log.warning(
+                "incremental snapshot dropped: the table has no primary key to chunk by"
+                if info is not None
+                else "incremental snapshot dropped: the table is not captured",
+                table=pending.table,
+            )
+            inc.ledger.queue.remove(pending)
+            inc.changed()
+            return
+        codec = self.codecs.get(info.oid)
+        if codec is None:
+            codec = self.codecs[info.oid] = capture.codec(info.relation, info)
+        if self.chunks is None:
+            self.chunks = pg.connect(
+                capture.endpoints.dsn, autocommit=False, application="bizevents-snapshot"
+            )
+        snapshot, rows = pg.read_chunk(
+            self.chunks,
+            info.relation,
+            info.key_names,
+            pending.after,
+            pending.where,
+            inc.chunk_rows,
+        )
+        sees = snapshot_sees(snapshot)
+        if not all(sees(x) for x in self.recent):
+            # A change the topic already holds is not in the chunk (it committed, but
+            # was not visible yet): the chunk would be older than the topic.
+            inc.retry_later()
+            return
+        window = Window(pending, codec.topic, uuid.uuid4().hex, codec=codec)
+        names = [c.name for c in info.relation.columns]
+        at = [names.index(k) for k in info.key_names]
+        for values in rows:
+            try:
+                window.rows[codec.key(values)] = values
+            except CaptureError:
+                window.unkeyed.append(values)
+        if rows:
+            window.last = [rows[-1][i] for i in at]
+        window.full = len(rows) >= inc.chunk_rows
+        inc.open(window)
+        pg.emit_watermark(self.side, window.mark)
+
+    def on_signal_row(self, m: Insert) -> None:
+        """A row inserted into the signal table: a signal, in its place in the stream."""
+        names = [c.name for c in m.relation.columns]
+        row = dict(zip(names, m.new, strict=True))
+        try:
+            sig: Signal | SignalError = parse_signal(
+                row.get("id"), row.get("type"), row.get("data")
+            )
+        except SignalError as exc:
+            sig = exc
+        self.capture.on_signal(sig)
+        self.snapshot_step()
+
+    def on_message(self, m: LogicalMessage, _msg: Any) -> None:
+        inc = self.inc
+        if inc is None or m.prefix != pg.WATERMARK_PREFIX:
+            return
+        window = inc.window
+        if window is None or m.content.decode(errors="replace") != window.mark:
+            return
+        if self.tx is None:
+            self.close_window(m.lsn)
+            self.snapshot_step()
+        else:
+            self.closing_at = m.lsn  # at its transaction's commit
+
+    def close_window(self, lsn: int) -> None:
+        """The chunk's watermark arrived: its rows the stream did not supersede go out."""
+        inc = self.inc
+        assert inc is not None
+        window = inc.close()
+        codec: TableCodec = window.codec
+        capture = self.capture
+        tracker = self.tracker
+        tx = tracker.begin(None)
+        producer = self.producer
+        ack = tx.ack
+        now = int(time.time() * 1000)
+        src = codec.source(now, now * 1000, INCREMENTAL, None).with_long(lsn)
+        ts = encoded_ts(now)
+        table = window.pending.table
+
+        def dead_letter(
+            topic: str, key: bytes | None, value: bytes, headers: list[tuple[str, Any]]
+        ) -> None:
+            produce(producer, topic, value, key, headers=headers, on_delivery=ack)
+
+        for key, values in window.rows.items():
+            try:
+                value = codec.envelope("r", None, codec.row(values), src, ts)
+            except CaptureError as exc:
+                raw = json.dumps(list(values)).encode()
+                tx.produced(
+                    capture.conversion_failed(
+                        table, raw, "snapshot", "snapshot-text-json", exc, dead_letter
+                    )
+                )
+                continue
+            produce(producer, window.topic, value, key, on_delivery=ack)
+            tx.produced()
+        for values in window.unkeyed:
+            try:
+                codec.key(values)
+            except CaptureError as exc:
+                raw = json.dumps(list(values)).encode()
+                tx.produced(
+                    capture.conversion_failed(
+                        table, raw, "snapshot", "snapshot-text-json", exc, dead_letter
+                    )
+                )
+        codec.events += len(window.rows)
+        capture.stats.events[table] = codec.events
+        tracker.commit(tx, 0)
+        inc.written(tx)
+        producer.poll(0)
+        inc.store_acknowledged(producer)  # the chunks before, now acknowledged
+        if not window.full:
+            capture.log.info(
+                "incremental snapshot done",
+                table=table,
+                rows=window.pending.rows,
+                id=window.pending.id,
+            )
 
     def on_relation(self, m: Relation, _msg: Any) -> None:
-        self.capture._on_relation(m, self.side)
+        self.capture.on_relation(m, self.side)
         self.sources.pop(m.oid, None)
 
     def on_truncate(self, m: Truncate, msg: Any) -> None:

@@ -221,18 +221,28 @@ def wait_confirmed(
         time.sleep(0.1)
 
 
-def wait_snapshot_done(
-    db: Db, state_dir: Path, process: Any, log: Path, timeout: float = 60
-) -> None:
-    """Until the CLI run recorded its snapshot as done (streaming starts right after)."""
-    from bizevents.capture.offsets import SnapshotState
+def snapshot_recorded(endpoints: Endpoints, server: str, slot: str) -> bool:
+    """Whether the capture's snapshot ledger in Kafka says its initial snapshot is in."""
+    from bizevents.capture.state import Ledger, StateStore
 
-    state = SnapshotState.for_slot(state_dir, "bizevents", db.slot)
+    store = StateStore(
+        {"bootstrap.servers": endpoints.bootstrap_servers}, f"{server}.capture.offsets", server
+    )
+    ledger = Ledger.from_json(store.read(store.ledger_key(slot)))
+    return ledger is not None and ledger.initial_done
+
+
+def wait_snapshot_done(
+    db: Db, state_dir: Path | None, process: Any, log: Path, timeout: float = 60
+) -> None:
+    """Until the CLI run recorded its snapshot as done (streaming starts right after).
+
+    The record is in Kafka; ``state_dir`` is not read (kept for the callers' sake)."""
     deadline = time.monotonic() + timeout
-    while not state.done():
+    while not snapshot_recorded(db.endpoints, db.server, db.slot):
         assert process.poll() is None, _tail(log)
         assert time.monotonic() < deadline, _tail(log)
-        time.sleep(0.05)
+        time.sleep(0.1)
 
 
 def _tail(log: Path | None) -> str:

@@ -18,8 +18,9 @@ import pymysql
 from bizevents.capture import mysql as my
 from bizevents.capture.config import CaptureConfig
 from bizevents.capture.metrics import CaptureStats
-from bizevents.capture.mysqlcapture import MysqlCapture, OffsetStore
+from bizevents.capture.mysqlcapture import MysqlCapture
 from bizevents.capture.runner import CaptureEndpoints
+from bizevents.capture.state import StateStore
 from bizevents.devstack import Endpoints
 
 
@@ -58,12 +59,12 @@ class MyDb:
         )
 
     def stored_offset(self, config: CaptureConfig) -> dict[str, Any] | None:
-        store = OffsetStore(
+        store = StateStore(
             {"bootstrap.servers": self.endpoints.bootstrap_servers},
             config.offsets_topic_name,
             config.server,
         )
-        return store.read()
+        return store.read(store.position_key())
 
     def binlog_end(self) -> my.BinlogPosition:
         return my.master_position(self.conn)

@@ -621,3 +621,58 @@ def test_server_away_is_retried_with_backoff_and_nothing_lost(db: MyDb, tmp_path
         if isinstance(r.decoded, ChangeEvent)
     ]
     assert set(ids) == {1, 2}
+
+
+def test_a_capture_started_with_an_empty_state_folder_does_not_snapshot_again(
+    db: MyDb, tmp_path: Path
+) -> None:
+    """The position and the snapshot ledger are in Kafka: a capture started elsewhere
+    (another, empty state folder) resumes from them, no second snapshot."""
+    db.sql("CREATE TABLE items (id INT PRIMARY KEY, v INT)")
+    with db.conn.cursor() as cur:
+        cur.executemany("INSERT INTO items VALUES (%s, 0)", [(i,) for i in range(300)])
+    first, second = tmp_path / "first", tmp_path / "second"
+    with in_process(db.config(["items"], state_dir=first), db.capture_endpoints(first)) as run:
+        run.wait_snapshot()
+        run.wait_position(db.binlog_end())
+        run.stop()
+    db.sql("UPDATE items SET v = 1 WHERE id = 7")
+    with in_process(db.config(["items"], state_dir=second), db.capture_endpoints(second)) as run:
+        run.wait_snapshot()
+        run.wait_position(db.binlog_end())
+        assert run.stats.snapshot_rows == {}, "the moved capture snapshotted again"
+        run.stop()
+    records = read_topic(db.endpoints, db.topic("items"))
+    ops = [r.decoded.op for r in records if isinstance(r.decoded, ChangeEvent)]
+    assert ops.count("r") == 300 and ops.count("u") == 1
+    table = {(("id", i),): {"id": i, "v": v} for i, v in db.sql("SELECT id, v FROM items")}
+    assert final_state(records) == table
+    assert not second.exists() or not any(second.iterdir()), "state went to a local file"
+
+
+def test_a_wrong_password_stops_with_one_sentence_and_no_secret(db: MyDb, tmp_path: Path) -> None:
+    """Refused credentials are not an outage: exit 1 at once (no retry every 30 s), the
+    server's sentence naming the user, never the password, no traceback."""
+    db.sql("CREATE TABLE t (id INT PRIMARY KEY)")
+    user = db.dsn.split("//")[1].split("@")[0].split(":")[0]
+    secret = "Wr0ng-s3cret"
+    dsn = db.dsn.replace(db.dsn.split("//")[1].split("@")[0], f"{user}:{secret}")
+    started = clock.monotonic()
+    result = _run_cli(db, _cli(db, tmp_path, ["t"], dsn=dsn), timeout=45)
+    assert result.returncode == 1, result.stderr
+    assert clock.monotonic() - started < 30, "a refused password was retried"
+    assert "the server refused the connection: Access denied for user" in result.stderr
+    output = result.stdout + result.stderr
+    assert secret not in output and "Traceback" not in output
+    assert len([line for line in result.stderr.splitlines() if "error:" in line]) == 1
+
+
+def test_a_dsn_whose_port_is_not_a_number_is_one_sentence(db: MyDb, tmp_path: Path) -> None:
+    """``mysql://u:p@host:33o6/db``: exit 1, one sentence, the DSN (password) not shown."""
+    secret = "n0t-to-be-shown"
+    dsn = f"mysql://capture:{secret}@127.0.0.1:33o6/{db.name}"
+    result = _run_cli(db, _cli(db, tmp_path, ["t"], dsn=dsn), timeout=45)
+    assert result.returncode == 1
+    assert "port is not a number" in result.stderr
+    output = result.stdout + result.stderr
+    assert secret not in output and "Traceback" not in output and "ValueError" not in output

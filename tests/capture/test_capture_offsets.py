@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from bizevents.capture.config import CaptureConfig, load_capture_config
-from bizevents.capture.offsets import AckTracker, SnapshotState
+from bizevents.capture.offsets import AckTracker
+from bizevents.capture.state import Ledger, Pending
 from bizevents.plumbing.errors import ConfigError
 
 
@@ -54,16 +56,18 @@ def test_idle_tracker_follows_the_server_position() -> None:
     assert tracker.advance_idle(40) == 50
 
 
-def test_snapshot_state_is_atomic_and_clearable(tmp_path: Path) -> None:
-    """The record is written whole; a missing or broken one means not done."""
-    state = SnapshotState.for_slot(tmp_path / "s", "db", "slot")
-    assert not state.done()
-    state.write(snapshot_done=True, consistent_point="0/10")
-    assert state.done() and state.read() == {"snapshot_done": True, "consistent_point": "0/10"}
-    state.path.write_text("{broken")
-    assert not state.done()
-    state.clear()
-    assert state.read() is None
+def test_ledger_round_trips_and_names_the_added_tables() -> None:
+    """The ledger reads back as written; a table configured since is "added" until its
+    incremental snapshot is queued or done; no record means no ledger."""
+    ledger = Ledger(
+        True, ["s.a"], [Pending("s.c", "sig-1", "id > 3", ["7"], 12, None, True)], "0/10"
+    )
+    again = Ledger.from_json(json.loads(json.dumps(ledger.to_json())))
+    assert again is not None
+    assert (again.initial_done, again.tables, again.consistent_point) == (True, ["s.a"], "0/10")
+    assert again.queue[0].to_json() == ledger.queue[0].to_json()
+    assert again.added_tables(["s.a", "s.b", "s.c"]) == ["s.b"]
+    assert Ledger.from_json(None) is None and Ledger.from_json({}) is None
 
 
 @pytest.mark.parametrize(

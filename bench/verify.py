@@ -1,0 +1,145 @@
+"""Verify's speed: rows of a captured table compared with its technical topic per second.
+
+Fills a table of ``--rows`` rows, captures it (initial snapshot, then a round of updates
+streamed), then times ``--runs`` verifications of it (topic read and reduced to its
+latest state per key, table read in chunks, both through the canonical encoding) and
+prints rows verified/s per run and their median (min-max).
+
+    .venv/bin/python bench/verify.py                      # a private stack on free ports
+    .venv/bin/python bench/verify.py --rows 200000 --stack-json endpoints.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import psycopg2
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=500_000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--chunk-rows", type=int, default=5_000)
+    parser.add_argument("--stack-json", type=Path, help="endpoints of a running stack")
+    args = parser.parse_args()
+
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    from bizevents.capture import postgres as pg
+    from bizevents.capture.config import CaptureConfig
+    from bizevents.capture.encoding import TableCodec
+    from bizevents.capture.metrics import CaptureStats
+    from bizevents.capture.pgtypes import PgTypeMapper
+    from bizevents.capture.runner import CaptureEndpoints, PostgresCapture
+    from bizevents.capture.verify import PgTable, Report, compare, topic_state
+    from bizevents.devstack import DevStack, Endpoints
+    from bizevents.settings import DevSettings
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-verify-"))
+    stack = None
+    if args.stack_json:
+        endpoints = Endpoints(**json.loads(args.stack_json.read_text()))
+    else:
+        stack = DevStack(
+            tmp / "stack", DevSettings(broker_port=0, registry_port=0, postgres_port=0)
+        )
+        stack.up()
+        endpoints = stack.endpoints()
+    tag = uuid.uuid4().hex[:8]
+    table = f"public.verify_{tag}"
+    dsn = endpoints.postgres_dsn
+    kafka = {"bootstrap.servers": endpoints.bootstrap_servers}
+    admin = psycopg2.connect(dsn)
+    admin.autocommit = True
+    config = CaptureConfig(
+        server=f"verify{tag}", tables=(table,), slot=f"bench_v_{tag}", partitions=3
+    )
+    try:
+        with admin.cursor() as cur:
+            cur.execute(
+                f"CREATE TABLE {table} (id bigint PRIMARY KEY, name text, qty int, "
+                "price numeric(12,2), at timestamptz, flag boolean)"
+            )
+            cur.execute(
+                f"INSERT INTO {table} SELECT g, 'customer ' || g, g % 97, g * 1.25, now(), "
+                f"g % 2 = 0 FROM generate_series(1, {args.rows}) g"
+            )
+        stats = CaptureStats(config.server, config.slot_name)
+        runner = PostgresCapture(
+            config, CaptureEndpoints(dsn, kafka, {"url": endpoints.registry_url}, tmp), stats=stats
+        )
+        thread = threading.Thread(target=runner.run, daemon=True)
+        thread.start()
+        while not stats.snapshot_done:
+            time.sleep(0.05)
+        with admin.cursor() as cur:
+            cur.execute(f"UPDATE {table} SET qty = qty + 1 WHERE id % 10 = 0")
+            cur.execute("SELECT pg_current_wal_lsn()::text")
+            from bizevents.capture.pgoutput import parse_lsn
+
+            end = parse_lsn(cur.fetchone()[0])
+        while stats.acknowledged_lsn < end:
+            time.sleep(0.05)
+        runner.request_stop()
+        thread.join(60)
+
+        registry = SchemaRegistryClient({"url": endpoints.registry_url})
+        side = pg.connect(dsn)
+        (info,) = pg.describe_tables(side, [table])
+        rates = []
+        for n in range(args.runs):
+            conn = pg.connect(dsn, autocommit=False)
+            codec = TableCodec(
+                server=config.server,
+                database="",  # the source block is not compared
+                topic=f"{config.prefix}.{table}",
+                relation=info.relation,
+                key_names=info.key_names,
+                types=PgTypeMapper(),
+            )
+            t0 = time.perf_counter()
+            reader = PgTable(conn, info, codec, lambda i: str(registry.get_schema(i).schema_str))
+            state, read = topic_state(kafka, codec.topic, reader.decoder)
+            t1 = time.perf_counter()
+            report = Report(table, codec.topic, records_read=read)
+            compare(report, state, reader.chunks(args.chunk_rows))
+            t2 = time.perf_counter()
+            conn.close()
+            assert report.ok, f"{len(report.differences)} differences"
+            rate = report.rows / (t2 - t0)
+            rates.append(rate)
+            print(
+                f"run {n + 1}: {report.rows:,} rows ({read:,} records) verified in "
+                f"{t2 - t0:.1f}s ({t1 - t0:.1f}s topic, {t2 - t1:.1f}s table): {rate:,.0f} rows/s"
+            )
+        side.close()
+        print(
+            f"rows verified/s, median of {args.runs}: {statistics.median(rates):,.0f} "
+            f"({min(rates):,.0f}-{max(rates):,.0f})"
+        )
+    finally:
+        with admin.cursor() as cur:
+            cur.execute(
+                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                "WHERE slot_name = %s AND active_pid IS NULL",
+                (config.slot_name,),
+            )
+            cur.execute(f"DROP PUBLICATION IF EXISTS {config.publication_name}")
+            cur.execute(f"DROP TABLE IF EXISTS {table}")
+        admin.close()
+        if stack is not None:
+            stack.down(purge=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,248 @@
+"""``bizevents verify``: prove that the technical topics hold the tables (or show the gap)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from bizevents.clikit import console, fails_cleanly, settings_of
+from bizevents.plumbing.errors import ConfigError
+
+
+@click.command()
+@click.option(
+    "--config",
+    "capture_config",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    required=True,
+    help="The capture's TOML file (its server, tables, topics).",
+)
+@click.option("--table", "tables", multiple=True, help="Only this table (repeatable).")
+@click.option("--chunk-rows", default=5_000, show_default=True, help="Keys per compared chunk.")
+@click.option(
+    "--rechecks",
+    default=2,
+    show_default=True,
+    help="Times a differing key is checked again once capture passed the database.",
+)
+@click.option(
+    "--repair", is_flag=True, help="Ask capture to snapshot again exactly the differing chunks."
+)
+@click.option("--json", "as_json", is_flag=True, help="The report as JSON.")
+@click.pass_context
+@fails_cleanly
+def verify(
+    ctx: click.Context,
+    capture_config: Path,
+    tables: tuple[str, ...],
+    chunk_rows: int,
+    rechecks: int,
+    repair: bool,
+    as_json: bool,
+) -> None:
+    """Compare each captured table with the latest state per key of its technical
+    topic, chunk by chunk of primary keys (counts and a checksum of a canonical row
+    encoding); print the missing, extra and differing keys. Exit 1 on any gap.
+
+    PostgreSQL tables only (MySQL's are not verified yet).
+    """
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    from bizevents.capture import postgres as pg
+    from bizevents.capture.config import load_capture_config
+    from bizevents.capture.encoding import TableCodec
+    from bizevents.capture.pgtypes import PgTypeMapper, enum_types_from_rows
+    from bizevents.capture.signals import Signal, SignalTopic
+    from bizevents.capture.verify import PgTable, Report, compare, topic_state, wait_until
+    from bizevents.plumbing.kafka import ensure_topics
+
+    settings = settings_of(ctx)
+    config = load_capture_config(capture_config)
+    dsn_secret = config.dsn or settings.database.postgres_dsn
+    if dsn_secret is None:
+        raise ConfigError(
+            f"no database to verify: set dsn in {capture_config} or database.postgres_dsn"
+        )
+    dsn = dsn_secret.get_secret_value()
+    if dsn.startswith(("mysql:", "mariadb:")):
+        raise ConfigError("verify reads PostgreSQL tables only; MySQL tables are not verified yet")
+    kafka = settings.kafka.librdkafka()
+    registry = SchemaRegistryClient(settings.registry.client_config())
+    schemas: dict[int, str] = {}
+
+    def lookup(schema_id: int) -> str:
+        if schema_id not in schemas:
+            schemas[schema_id] = str(registry.get_schema(schema_id).schema_str)
+        return schemas[schema_id]
+
+    def caught_up() -> bool:
+        """Wait until capture confirmed the database's position of now (30 s at most)."""
+        lsn = _wal_lsn(side)
+        return wait_until(lambda: _confirmed(side, config.slot_name) >= lsn, 30)
+
+    side = pg.connect(dsn, application="bizevents-verify")
+    chunks_conn = pg.connect(dsn, autocommit=False, application="bizevents-verify")
+    try:
+        with side.cursor() as cur:
+            cur.execute("SELECT current_database()")
+            database = str(cur.fetchone()[0])
+        names = (
+            list(tables)
+            or list(config.tables)
+            or pg.publication_tables(side, config.publication_name)
+            or []
+        )
+        unknown = [t for t in names if config.tables and t not in config.tables]
+        if unknown:
+            raise ConfigError(f"{', '.join(unknown)} is not captured by {capture_config}")
+        labels, arrays = enum_types_from_rows(pg.load_enum_rows(side))
+        types = PgTypeMapper(
+            enum_labels=labels, array_elements=arrays, unknown_as_text=config.unknown_as_text
+        )
+        reports: list[Report] = []
+        repairs: list[tuple[str, str]] = []
+        for info in pg.describe_tables(side, names):
+            topic = f"{config.prefix}.{info.relation.namespace}.{info.relation.name}"
+            codec = TableCodec(
+                server=config.server,
+                database=database,
+                topic=topic,
+                relation=info.relation,
+                key_names=info.key_names,
+                types=types,
+                keep=config.column_filter(info.qualified).keeps,
+                key_nullable=info.key_nullable,
+            )
+            table = PgTable(chunks_conn, info, codec, lookup)
+            # The topic holds at least everything up to the database's position now
+            # once capture confirmed it; later changes are what the rechecks are for.
+            captured = caught_up()
+            state, read = topic_state(kafka, topic, table.decoder)
+            report = Report(info.qualified, topic, records_read=read)
+            compare(report, state, table.chunks(chunk_rows))
+            for _ in range(rechecks if captured else 0):
+                if report.ok:
+                    break
+                if not caught_up():
+                    break
+                state, _read = topic_state(kafka, topic, table.decoder)
+                keys = [d.key for d in report.differences]
+                again = Report(info.qualified, topic)
+                compare(
+                    again, {k: state[k] for k in keys if k in state}, iter([table.rows_for(keys)])
+                )
+                report.differences = again.differences
+                if not report.differences:
+                    report.differing_chunks = []
+            reports.append(report)
+            if repair and report.differing_chunks:
+                condition = " OR ".join(
+                    table.range_condition(low, high) for low, high in report.differing_chunks
+                )
+                repairs.append((info.qualified, condition))
+    finally:
+        side.close()
+        chunks_conn.close()
+    sent = []
+    if repairs:
+        producer = Producer(kafka)
+        signals = SignalTopic(kafka, config.signal_topic_name, config.server)
+        ensure_topics(AdminClient(kafka), [signals.topic], 1, timeout_s=15)
+        for qualified, condition in repairs:
+            import uuid
+
+            signal = Signal(
+                uuid.uuid4().hex, "execute-snapshot", (qualified,), ((qualified, condition),)
+            )
+            signals.send(producer, signal)
+            sent.append({"table": qualified, "signal": signal.id, "condition": condition})
+        producer.flush(30)
+    _print(reports, sent, as_json)
+    if any(not r.ok for r in reports):
+        ctx.exit(1)
+
+
+def _wal_lsn(conn: Any) -> int:
+    from bizevents.capture.pgoutput import parse_lsn
+
+    with conn.cursor() as cur:
+        cur.execute("SELECT pg_current_wal_lsn()::text")
+        return parse_lsn(str(cur.fetchone()[0]))
+
+
+def _confirmed(conn: Any, slot: str) -> int:
+    from bizevents.capture.pgoutput import parse_lsn
+
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
+            (slot,),
+        )
+        row = cur.fetchone()
+    return parse_lsn(str(row[0])) if row and row[0] else 0
+
+
+def _key_text(key: Any) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in key)
+
+
+def _print(reports: list[Any], repairs: list[dict[str, Any]], as_json: bool) -> None:
+    if as_json:
+        console.print_json(
+            json.dumps(
+                {
+                    "tables": [
+                        {
+                            "table": r.table,
+                            "topic": r.topic,
+                            "rows": r.rows,
+                            "topic_rows": r.topic_rows,
+                            "chunks": r.chunks,
+                            "differing_chunks": len(r.differing_chunks),
+                            "differences": [
+                                {
+                                    "kind": d.kind,
+                                    "key": dict(d.key),
+                                    "topic_position": d.topic_position,
+                                }
+                                for d in r.differences
+                            ],
+                        }
+                        for r in reports
+                    ],
+                    "repairs": repairs,
+                },
+                default=str,
+            )
+        )
+        return
+    for r in reports:
+        verdict = "the topic holds the table" if r.ok else f"{len(r.differences)} differences"
+        console.print(
+            f"{r.table}: {r.rows} rows in {r.chunks} chunks, {r.topic_rows} keys in {r.topic} "
+            f"({r.records_read} records): {verdict}",
+            highlight=False,
+        )
+        for d in r.differences:
+            where = {
+                "missing": "in the table, not in the topic",
+                "differs": f"differs from the topic's {d.topic_position}",
+                "extra": f"in the topic ({d.topic_position}), not in the table",
+            }[d.kind]
+            console.print(f"  {d.kind} {_key_text(d.key)}: {where}", highlight=False)
+        if any(d.kind == "extra" for d in r.differences):
+            console.print(
+                "  (extra keys are deletes the topic lacks: a snapshot cannot write them)",
+                highlight=False,
+            )
+    for fix in repairs:
+        console.print(
+            f"repair: signal {fix['signal']} asks capture to snapshot {fix['table']} where "
+            f"{fix['condition']}",
+            highlight=False,
+        )

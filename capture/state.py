@@ -1,0 +1,229 @@
+"""Capture's state in a compacted Kafka topic, so that it moves with the service.
+
+One topic per capture (``<server>.capture.offsets`` by default, one partition,
+``cleanup.policy=compact``): each record's key names one piece of state, the last record
+of a key is its value (a null value forgets it). Two pieces live there:
+
+- MySQL's binlog position, key ``{"server": ...}`` (the key Kafka Connect would use);
+- the snapshot ledger of every source, key ``{"server": ..., "snapshots": <source>}``
+  (the slot's name on PostgreSQL, ``binlog`` on MySQL): whether the initial snapshot
+  reached Kafka, which tables have all their rows in their topics, and the incremental
+  snapshots under way with their last acknowledged chunk (:class:`Ledger`).
+
+Every record is written only after Kafka acknowledged every event it speaks for, so
+a capture started on another machine (an empty state folder) against the same Kafka
+resumes where this one stopped, without a second snapshot.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from bizevents.plumbing.errors import TransientError
+from bizevents.plumbing.kafka import ensure_topics, produce
+
+__all__ = ["Ledger", "Pending", "StateStore"]
+
+
+def _key(fields: dict[str, Any]) -> bytes:
+    return json.dumps(fields, separators=(", ", ": ")).encode()
+
+
+class StateStore:
+    """Reads and writes capture's records in its compacted state topic."""
+
+    def __init__(self, kafka: dict[str, Any], topic: str, server: str) -> None:
+        self.kafka = kafka
+        self.topic = topic
+        self.server = server
+
+    def position_key(self) -> bytes:
+        """The key of MySQL's binlog position."""
+        return _key({"server": self.server})
+
+    def ledger_key(self, source: str) -> bytes:
+        """The key of a source's snapshot ledger."""
+        return _key({"server": self.server, "snapshots": source})
+
+    def ensure(self, admin: Any, replication_factor: int = -1) -> None:
+        """Create the topic (one partition, compacted) if it does not exist."""
+        ensure_topics(
+            admin,
+            [self.topic],
+            1,
+            replication_factor=replication_factor,
+            config={"cleanup.policy": "compact"},
+            timeout_s=15,
+        )
+
+    def read_all(self) -> dict[bytes, dict[str, Any] | None]:
+        """The last value of every key (reads the topic to its end)."""
+        consumer = Consumer(
+            {
+                **self.kafka,
+                "group.id": "bizevents-capture-offsets",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+            }
+        )
+        found: dict[bytes, dict[str, Any] | None] = {}
+        try:
+            meta = consumer.list_topics(self.topic, timeout=10).topics.get(self.topic)
+            if meta is None or meta.error is not None:
+                return found
+            for partition in meta.partitions:
+                tp = TopicPartition(self.topic, partition)
+                low, high = consumer.get_watermark_offsets(tp, timeout=10)
+                consumer.assign([TopicPartition(self.topic, partition, low)])
+                offset = low
+                # Past the high watermark, read on until the fetch says "end" (a high
+                # watermark asked for just after a write may not count it yet), but
+                # for half a second at most: a topic written to all the time ends too.
+                deadline: float | None = None
+                while True:
+                    if offset >= high and deadline is None:
+                        deadline = time.monotonic() + 0.5
+                    if deadline is not None and time.monotonic() > deadline:
+                        break
+                    msg = consumer.poll(0.1 if deadline is not None else 5)
+                    if msg is None:
+                        if deadline is not None:
+                            continue
+                        raise TransientError(f"the state topic {self.topic} did not answer")
+                    err = msg.error()
+                    if err is not None:
+                        if err.code() == KafkaError._PARTITION_EOF and offset >= high:
+                            break
+                        continue
+                    offset = (msg.offset() or 0) + 1
+                    key = msg.key()
+                    if key is None:
+                        continue
+                    value = msg.value()
+                    found[key] = None if value is None else json.loads(value)
+            return found
+        except KafkaException as exc:
+            raise TransientError(f"cannot read the state topic {self.topic}: {exc}") from exc
+        finally:
+            consumer.close()
+
+    def read(self, key: bytes) -> dict[str, Any] | None:
+        """The last value of ``key``, or ``None``."""
+        return self.read_all().get(key)
+
+    def write(
+        self,
+        producer: Producer,
+        key: bytes,
+        value: dict[str, Any] | None,
+        on_delivery: Callable[..., None] | None = None,
+    ) -> None:
+        """Store ``value`` under ``key`` (acknowledged asynchronously)."""
+        body = None if value is None else json.dumps(value).encode()
+        produce(producer, self.topic, body, key, on_delivery=on_delivery)
+
+    def write_acknowledged(
+        self, producer: Producer, key: bytes, value: dict[str, Any] | None, timeout_s: float = 60
+    ) -> None:
+        """Store ``value`` and wait until Kafka acknowledged it."""
+        outcome: list[Any] = []
+        self.write(producer, key, value, on_delivery=lambda err, _msg: outcome.append(err))
+        deadline = time.monotonic() + timeout_s
+        while not outcome:
+            producer.poll(0.1)
+            if time.monotonic() > deadline:
+                raise TransientError(f"Kafka did not acknowledge the state record in {self.topic}")
+        if outcome[0] is not None:
+            raise TransientError(f"Kafka did not take the state record: {outcome[0]}")
+
+
+@dataclass(slots=True)
+class Pending:
+    """One incremental snapshot of one table under way."""
+
+    #: ``schema.table`` (PostgreSQL) or ``database.table`` (MySQL).
+    table: str
+    #: The signal's id (``auto`` for a table added to the configuration).
+    id: str
+    #: A SQL condition the rows must meet (``--where``), or ``None`` for every row.
+    where: str | None = None
+    #: The key values (as text) of the last row of the last acknowledged chunk.
+    after: list[str | None] | None = None
+    #: Rows written so far.
+    rows: int = 0
+    #: Only the primary-key ranges ``[low, high]`` (inclusive, key values as text); ``None``:
+    #: the whole table.
+    ranges: list[list[list[str | None]]] | None = None
+    paused: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "table": self.table,
+            "id": self.id,
+            "where": self.where,
+            "after": self.after,
+            "rows": self.rows,
+            "ranges": self.ranges,
+            "paused": self.paused,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Pending:
+        return cls(
+            table=str(data["table"]),
+            id=str(data.get("id") or "auto"),
+            where=data.get("where"),
+            after=data.get("after"),
+            rows=int(data.get("rows") or 0),
+            ranges=data.get("ranges"),
+            paused=bool(data.get("paused")),
+        )
+
+
+@dataclass(slots=True)
+class Ledger:
+    """What a source's snapshots put into Kafka: the durable answer to "snapshot again?"."""
+
+    #: The initial snapshot reached Kafka completely (or ``snapshot = "never"`` skipped it).
+    initial_done: bool = False
+    #: Tables whose rows are all in their topics (initial or incremental snapshot done).
+    tables: list[str] = field(default_factory=list)
+    #: Incremental snapshots under way, in the order they run.
+    queue: list[Pending] = field(default_factory=list)
+    #: Where the initial snapshot was consistent (an LSN or a binlog position), for people.
+    consistent_point: str | None = None
+    #: The next offset of the signal topic to read (signals before it were carried out).
+    signal_offset: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "initial_done": self.initial_done,
+            "tables": sorted(self.tables),
+            "queue": [p.to_json() for p in self.queue],
+            "consistent_point": self.consistent_point,
+            "signal_offset": self.signal_offset,
+            "ts_ms": int(time.time() * 1000),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> Ledger | None:
+        if not data:
+            return None
+        return cls(
+            initial_done=bool(data.get("initial_done")),
+            tables=[str(t) for t in data.get("tables") or []],
+            queue=[Pending.from_json(p) for p in data.get("queue") or []],
+            consistent_point=data.get("consistent_point"),
+            signal_offset=data.get("signal_offset"),
+        )
+
+    def added_tables(self, configured: list[str]) -> list[str]:
+        """Configured tables without their rows in Kafka and no snapshot under way."""
+        queued = {p.table for p in self.queue}
+        return [t for t in configured if t not in self.tables and t not in queued]

@@ -1,0 +1,302 @@
+"""The proof that a technical topic holds its table: ``bizevents verify``.
+
+The topic is read to its end and reduced to the latest state per key, with
+compaction's semantics (a tombstone or a delete removes the key, a truncate empties the
+partition). The table is read in chunks of primary keys, each chunk in a consistent
+read of its own. Both sides go through one canonical encoding: a database row is
+written by capture's own codec into an envelope and read back by the same decoder as
+the topic's records, so equal data gives equal values; each row is then a 16-byte
+digest of its sorted values. Per chunk: the rows, the rows the topic has, and the xor
+of the digests on both sides; a chunk whose counts or checksums differ is looked at key
+by key: **missing** (in the table, not in the topic), **differs** (both, not equal),
+**extra** (in the topic, not in the table; listed after the last chunk).
+
+A row that changed after capture's position when the topic was read is not a gap: the
+differing keys are checked again, table and topic, once capture has passed the
+database's position of that moment (up to ``rechecks`` times).
+
+Memory: one digest (and the key) per row of the topic; one chunk of the table.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+from psycopg2 import sql
+
+from bizevents.capture import postgres as pg
+from bizevents.contracts.envelope import ChangeEvent, Tombstone
+from bizevents.contracts.technical import AvroDecoder
+
+#: A key as a canonical tuple of ``(column, value)``.
+Key = tuple[tuple[str, Any], ...]
+
+__all__ = ["Difference", "Report", "TopicRow", "compare", "digest_of", "key_of", "topic_state"]
+
+#: The schema ids of verify's own encoding of database rows (never registered: the
+#: decoder is given their schemas directly).
+LOCAL_KEY_ID = 2**31 - 2
+LOCAL_VALUE_ID = 2**31 - 1
+
+
+def key_of(key: Any) -> Key:
+    """A key record as a hashable, canonical tuple."""
+    return tuple(sorted((str(k), _hashable(v)) for k, v in dict(key).items()))
+
+
+def _hashable(value: Any) -> Any:
+    if isinstance(value, list):
+        return tuple(_hashable(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, _hashable(v)) for k, v in value.items()))
+    return value
+
+
+def digest_of(row: Any) -> bytes:
+    """The canonical row encoding's digest: its values sorted by column, by ``repr``."""
+    text = repr(tuple(sorted((str(k), _hashable(v)) for k, v in dict(row).items())))
+    return hashlib.blake2b(text.encode(), digest_size=16).digest()
+
+
+@dataclass(frozen=True, slots=True)
+class TopicRow:
+    """A key's latest state in the topic: its row's digest and where it was written."""
+
+    digest: bytes
+    position: str
+
+
+@dataclass(slots=True)
+class Difference:
+    key: Key
+    kind: Literal["missing", "differs", "extra"]
+    #: The topic's record of the key (``partition/offset``, the source's position).
+    topic_position: str | None
+
+
+@dataclass(slots=True)
+class Report:
+    table: str
+    topic: str
+    rows: int = 0
+    topic_rows: int = 0
+    chunks: int = 0
+    differing_chunks: list[tuple[list[Any], list[Any]]] = field(default_factory=list)
+    differences: list[Difference] = field(default_factory=list)
+    records_read: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.differences
+
+
+def _position(event: ChangeEvent) -> str:
+    pos = event.source.position
+    return str(pos) if pos is not None else ""
+
+
+def topic_state(
+    kafka: dict[str, Any], topic: str, decoder: AvroDecoder
+) -> tuple[dict[Key, TopicRow], int]:
+    """The latest state per key of ``topic``, read to its end (compaction's semantics);
+    and the number of records read."""
+    consumer = Consumer(
+        {
+            **kafka,
+            "group.id": "bizevents-verify",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
+    state: dict[Key, TopicRow] = {}
+    by_partition: dict[int, set[Key]] = {}
+    read = 0
+    try:
+        meta = consumer.list_topics(topic, timeout=10).topics.get(topic)
+        if meta is None or meta.error is not None:
+            return state, 0
+        ends = {}
+        for p in meta.partitions:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            if high > low:
+                ends[p] = high
+        consumer.assign([TopicPartition(topic, p, 0) for p in ends])
+        remaining = dict(ends)
+        while remaining:
+            for msg in consumer.consume(10_000, timeout=5):
+                err = msg.error()
+                p = msg.partition() or 0
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF and p in remaining:
+                        del remaining[p]
+                    continue
+                offset = msg.offset() or 0
+                if offset + 1 >= remaining.get(p, 0):
+                    remaining.pop(p, None)
+                read += 1
+                decoded = decoder.decode(msg.key(), msg.value())
+                keys = by_partition.setdefault(p, set())
+                if isinstance(decoded, Tombstone):
+                    k = key_of(decoded.key)
+                    state.pop(k, None)
+                    keys.discard(k)
+                    continue
+                if decoded.op == "t":
+                    for k in keys:
+                        state.pop(k, None)
+                    keys.clear()
+                    continue
+                if decoded.key is None:
+                    continue
+                k = key_of(decoded.key)
+                if decoded.after is None:
+                    state.pop(k, None)
+                    keys.discard(k)
+                else:
+                    where = f"{p}/{offset} ({_position(decoded)})"
+                    state[k] = TopicRow(digest_of(decoded.after), where)
+                    keys.add(k)
+        return state, read
+    finally:
+        consumer.close()
+
+
+#: A chunk of the table: each row's canonical key, its key as text (for a repair's
+#: condition) and its digest.
+Chunk = list[tuple[Key, list[Any], bytes]]
+
+
+def _xor(digests: Iterable[bytes]) -> int:
+    acc = 0
+    for d in digests:
+        acc ^= int.from_bytes(d, "big")
+    return acc
+
+
+def compare(
+    report: Report,
+    topic: dict[Key, TopicRow],
+    chunks: Iterator[Chunk],
+) -> None:
+    """Compare the table's chunks with the topic's state; fills ``report``. The topic's
+    keys left when the table ends are the extra ones."""
+    seen: set[Key] = set()
+    for chunk in chunks:
+        report.chunks += 1
+        report.rows += len(chunk)
+        present = [(k, topic.get(k)) for k, _text, _d in chunk]
+        have = [t for _k, t in present if t is not None]
+        same = len(have) == len(chunk) and _xor(t.digest for t in have) == _xor(
+            d for _k, _text, d in chunk
+        )
+        seen.update(k for k, _text, _d in chunk)
+        if same:
+            continue
+        report.differing_chunks.append((chunk[0][1], chunk[-1][1]))
+        for (k, _text, d), (_k, t) in zip(chunk, present, strict=True):
+            if t is None:
+                report.differences.append(Difference(k, "missing", None))
+            elif t.digest != d:
+                report.differences.append(Difference(k, "differs", t.position))
+    report.topic_rows = len(topic)
+    for k, t in topic.items():
+        if k not in seen:
+            report.differences.append(Difference(k, "extra", t.position))
+
+
+def wait_until(passed: Callable[[], bool], timeout_s: float) -> bool:
+    """Poll ``passed`` until true or ``timeout_s``; whether it became true."""
+    deadline = time.monotonic() + timeout_s
+    while not passed():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
+class PgTable:
+    """A PostgreSQL table read for verify: chunks by key, rows by key, each row put
+    through capture's codec and the topic's decoder (the canonical encoding)."""
+
+    def __init__(
+        self,
+        conn: Any,
+        info: Any,
+        codec: Any,
+        lookup: Callable[[int], str],
+    ) -> None:
+        self.conn = conn
+        self.info = info
+        self.codec = codec
+        codec.set_schema_ids(LOCAL_KEY_ID, LOCAL_VALUE_ID)
+        local = {LOCAL_KEY_ID: codec.key_schema_json(), LOCAL_VALUE_ID: codec.value_schema_json()}
+        self.decoder = AvroDecoder(lambda i: local[i] if i in local else lookup(i))
+        self._source = codec.source(0, 0, "true", None).with_long(0)
+        names = [c.name for c in info.relation.columns]
+        self._key_at = [names.index(k) for k in info.key_names]
+
+    def row(self, values: tuple[str | None, ...]) -> tuple[Key, list[Any], bytes]:
+        codec = self.codec
+        value = codec.envelope("r", None, codec.row(values), self._source, 0)
+        decoded = self.decoder.decode(codec.key(values), value)
+        assert isinstance(decoded, ChangeEvent) and decoded.after is not None
+        return key_of(decoded.key), [values[i] for i in self._key_at], digest_of(decoded.after)
+
+    def chunks(self, rows: int) -> Iterator[Chunk]:
+        """The table in chunks of ``rows`` keys, in key order."""
+        after: list[Any] | None = None
+        while True:
+            _snapshot, got = pg.read_chunk(
+                self.conn, self.info.relation, self.info.key_names, after, None, rows
+            )
+            if not got:
+                return
+            chunk = [self.row(v) for v in got]
+            yield chunk
+            after = chunk[-1][1]
+            if len(got) < rows:
+                return
+
+    def rows_for(self, keys: list[Key]) -> Chunk:
+        """The rows of these keys as the table has them now."""
+        if not keys:
+            return []
+        names = list(self.info.key_names)
+        values = [[dict(k)[n] for n in names] for k in keys]
+        out: Chunk = []
+        for start in range(0, len(values), 500):
+            batch = values[start : start + 500]
+            cond = sql.SQL("({}) IN ({})").format(
+                sql.SQL(", ").join(sql.Identifier(n) for n in names),
+                sql.SQL(", ").join(
+                    sql.SQL("({})").format(sql.SQL(", ").join(sql.Literal(v) for v in row))
+                    for row in batch
+                ),
+            )
+            _s, got = pg.read_chunk(
+                self.conn,
+                self.info.relation,
+                self.info.key_names,
+                None,
+                cond.as_string(self.conn),
+                len(batch),
+            )
+            out.extend(self.row(v) for v in got)
+        return out
+
+    def range_condition(self, low: list[Any], high: list[Any]) -> str:
+        """The SQL condition of the keys from ``low`` to ``high`` (inclusive)."""
+        keys = sql.SQL(", ").join(sql.Identifier(n) for n in self.info.key_names)
+
+        def tup(vals: list[Any]) -> Any:
+            return sql.SQL(", ").join(sql.Literal(v) for v in vals)
+
+        cond = sql.SQL("(({k}) >= ({a}) AND ({k}) <= ({b}))").format(
+            k=keys, a=tup(low), b=tup(high)
+        )
+        return str(cond.as_string(self.conn))
