@@ -24,7 +24,10 @@ import fastavro
 
 from bizevents.contracts.binary import NULL_BRANCH, VALUE_BRANCH, text, zigzag
 from bizevents.contracts.exceptions import Coordinates, DecodeError
-from bizevents.plumbing.framing import FramingError, header, unframe
+from bizevents.plumbing.framing import MAGIC_BYTE, FramingError, header, unframe
+
+#: The first byte of a Confluent-framed record (a JSON one starts with ``{``).
+FRAMED: Final = bytes([MAGIC_BYTE])
 
 __all__ = [
     "STATUS_BEGIN",
@@ -231,7 +234,7 @@ class TransactionDecoder:
         if value is None:
             raise DecodeError("a transaction record has no value", where)
         try:
-            if value[:1] == b"\x00":
+            if value[:1] == FRAMED:
                 schema_id, body = unframe(value)
                 try:
                     schema = self._schema(schema_id)
