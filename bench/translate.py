@@ -24,7 +24,7 @@ transaction path's core (orders@3 over whole transactions, bench/translate_tx.py
 ``--transactions`` measures the transaction path instead (bench/translate_tx.py,
 ``through_kafka``): orders@3 over the store's orders and order items, one worker and
 two in one group, changes/s in and events/s out, against ≥ 30,000 changes/s per worker
-and two ≥ 1.6× one.
+and two ≥ 1.6 times one.
 """
 
 from __future__ import annotations

@@ -306,9 +306,8 @@ class PlacedReader:
                 if meta is None or not meta.partitions:
                     time.sleep(0.5)
                     continue
-                self.consumer.assign(
-                    [TopicPartition(self.topic, p, self.positions.get(p, 0)) for p in meta.partitions]
-                )
+                starts = [(p, self.positions.get(p, 0)) for p in meta.partitions]
+                self.consumer.assign([TopicPartition(self.topic, p, o) for p, o in starts])
                 assigned = True
             for m in self.consumer.consume(2000, 0.5):
                 if m.error() is not None:
@@ -329,7 +328,11 @@ class PlacedReader:
 
 
 def run_workers(
-    env: dict[str, str], workers: int, log_dir: Path, reader: PlacedReader, transactions: int,
+    env: dict[str, str],
+    workers: int,
+    log_dir: Path,
+    reader: PlacedReader,
+    transactions: int,
     timeout: float,
 ) -> tuple[float, int]:
     """``workers`` transaction workers of one group until every OrderPlaced arrived;
