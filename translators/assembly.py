@@ -37,6 +37,7 @@ a restart reads every open transaction's parts again and none of the released on
 
 from __future__ import annotations
 
+import functools
 import heapq
 import re
 from collections import deque
@@ -61,6 +62,7 @@ __all__ = [
 _PG_ID: Final = re.compile(r"^\d+:(\d+)$")
 
 
+@functools.lru_cache(maxsize=65_536)
 def commit_position(tx_id: str) -> int | None:
     """The commit LSN in a PostgreSQL transaction id (``<xid>:<lsn>``), else ``None``."""
     m = _PG_ID.match(tx_id)
@@ -170,6 +172,10 @@ class Assembler:
         self._end_position = -1
         self.limits = limits
         self._open: dict[str, _Open] = {}
+        #: Whether parts came in offset order so far (the worker's logs): then the
+        #: transactions opened first have the smallest first offsets.
+        self._in_order = True
+        self._last_offset = -1
         self._queue: deque[str] = deque()  # END order
         #: Open transactions seen without their END, oldest first: by commit position
         #: (a heap), or, for ids without one, by the ENDs counted when they opened. An
@@ -190,6 +196,8 @@ class Assembler:
         """The offset to commit: the first part of the oldest open transaction."""
         if not self._open:
             return next_offset
+        if self._in_order:  # the oldest opened is the first in the dict
+            return min(next_offset, next(iter(self._open.values())).first_offset)
         return min(next_offset, min(o.first_offset for o in self._open.values()))
 
     def checkpoint(self) -> Checkpoint:
@@ -284,6 +292,9 @@ class Assembler:
     def _opened(self, tx_id: str, part: Part, out: list[Outcome]) -> _Open:
         found = self._open.get(tx_id)
         if found is None:
+            if part.offset < self._last_offset:
+                self._in_order = False
+            self._last_offset = part.offset
             found = self._open[tx_id] = _Open(part.offset, self._ends)
             position = commit_position(tx_id)
             if position is not None:

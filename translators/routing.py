@@ -37,6 +37,8 @@ def business_key(translator: TransactionTranslator, part: Part) -> bytes:
     if columns:
         values = _values(change, columns)
         if values is not None:
+            if len(values) == 1 and type(values[0]) is int:
+                return b"%d" % values[0]  # the usual key, without the JSON encoder
             return json.dumps(values, default=str, separators=(",", ":")).encode()
     return part.origin.key or b""
 

@@ -222,6 +222,10 @@ class TxWorker:
             session_timeout_ms=int(t.session_timeout_s * 1000),
             heartbeat_interval_ms=int(t.heartbeat_interval_s * 1000),
             rebalance_timeout_ms=int(t.rebalance_timeout_s * 1000),
+            # an empty fetch held long delays what arrives meanwhile on the embedded
+            # broker (docs/broker.md); every stage but the merge reads a log being written
+            fetch_max_wait_ms=t.fetch_max_wait_ms,
+            max_partition_fetch_bytes=t.max_fetch_bytes,
         )
         consumer.subscribe(list(topics), listener=listener)
         return consumer

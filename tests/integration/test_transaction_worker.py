@@ -27,6 +27,7 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from bizevents.capture.config import CaptureConfig
 from bizevents.contracts.business import HEADER_SOURCE_TOPIC, HEADER_TRANSLATOR
+from bizevents.contracts.envelope import ChangeEvent, Source
 from bizevents.contracts.serde import BusinessDeserializer
 from bizevents.devstack import Endpoints
 from tests.capture.capture_helpers import Db, capture_endpoints, database, in_process
@@ -520,3 +521,110 @@ def _dead_letters(db: Db, topic: str, n: int) -> list[tuple[bytes | None, str]]:
     finally:
         consumer.close()
     return out
+
+
+def _assembling(worker: Worker, group: str) -> list[int]:
+    """The assembly-log partitions ``worker`` said it held last."""
+    held: list[int] = []
+    for line in worker.log.read_text().splitlines():
+        if '"assembling"' in line:
+            record = json.loads(line)
+            if record.get("log") == f"{group}.assembly":
+                held = list(record["partitions"])
+    return held
+
+
+def _assembly_partition(order: int) -> int:
+    """Where orders@3's transactions of ``order`` are assembled (4 partitions)."""
+    from bizevents_store.translators import orders_v3
+
+    from bizevents.translators.assembly import Part
+    from bizevents.translators.pipeline import SourceRecord
+    from bizevents.translators.routing import owner
+
+    source = Source("postgresql", "s", "db", "store", "orders", 0)
+    change = ChangeEvent("c", source, None, {"id": order}, {"id": order}, 0)
+    return owner(orders_v3, Part(0, SourceRecord("t", 0, 0, b"", b""), change=change), 4)
+
+
+def test_two_workers_share_the_assembly(db: Db, tmp_path: Path) -> None:
+    """Two workers of one group: both assemble (the assembly log's partitions are split
+    between them), and every order's OrderPlaced comes once, with its items and true
+    total."""
+    customer, products = _ids(db)
+    group = f"tx-{uuid.uuid4().hex[:8]}"
+    workers = [Worker(db, group, f"{group}.dlq", tmp_path / f"w{i}.log") for i in (1, 2)]
+    reader = Reader(db)
+    with capturing(db, tmp_path) as run:
+        for worker in workers:
+            worker.start()
+        try:
+            orders = []
+            with db.conn.cursor() as cur:
+                for n in range(24):
+                    cur.execute("BEGIN")
+                    lines = [(products[n % 3], n % 4 + 1), (products[(n + 1) % 3], 1)]
+                    orders.append(place(cur, customer, lines))
+                    cur.execute("COMMIT")
+            run.wait_acked(db.wal_lsn())
+            events = reader.wait(set(orders), workers[0])
+            held = [_assembling(worker, group) for worker in workers]
+        finally:
+            reader.close()
+            for worker in workers:
+                if worker.alive():
+                    worker.signal(signal.SIGTERM)
+    _check(events, truth(db, orders))
+    assert len(events) == len(orders)  # once each, not one more
+    assert all(held) and sorted(held[0] + held[1]) == [0, 1, 2, 3], held
+    assert {_assembly_partition(o) for o in orders} == {0, 1, 2, 3}  # every member had work
+
+
+def test_one_of_two_workers_killed_mid_transaction(db: Db, tmp_path: Path) -> None:
+    """Two workers; kill -9 of the one that assembles a big order while its transaction
+    is half copied: the survivor takes its partitions over and every order's OrderPlaced
+    has one event id and its true total, the big one exactly once."""
+    group = f"tx-{uuid.uuid4().hex[:8]}"
+    workers = [Worker(db, group, f"{group}.dlq", tmp_path / f"w{i}.log") for i in (1, 2)]
+    reader = Reader(db)
+    customer, products = _ids(db)
+    with capturing(db, tmp_path) as run:
+        for worker in workers:
+            worker.start()
+        try:
+            deadline = time.monotonic() + 60
+            while not all(_assembling(worker, group) for worker in workers):
+                assert time.monotonic() < deadline, [w.tail() for w in workers]
+                time.sleep(0.2)
+            # the big order's id is the next one: kill whoever assembles its partition
+            with db.conn.cursor() as cur:
+                cur.execute("SELECT last_value, is_called FROM store.orders_id_seq")
+                last, called = cur.fetchone()
+            db.conn.commit()
+            following = int(last) + 1 if called else int(last)
+            target = _assembly_partition(following + 3)  # after _mid_transaction's three
+            victim = next(w for w in workers if target in _assembling(w, group))
+            survivor = next(w for w in workers if w is not victim)
+            big, small = _mid_transaction(db, reader, survivor, group, lines=1500)
+            assert _assembly_partition(big) == target, (big, last)
+            victim.signal(signal.SIGKILL)
+            assert big not in {e.order_id for e in reader.poll()}, "not killed mid-transaction"
+            run.wait_acked(db.wal_lsn())
+            more = []
+            with db.conn.cursor() as cur:
+                for n in range(8):
+                    cur.execute("BEGIN")
+                    more.append(place(cur, customer, [(products[n % 3], n + 1)]))
+                    cur.execute("COMMIT")
+            run.wait_acked(db.wal_lsn())
+            events = reader.wait({big, *small, *more}, survivor, timeout=120)
+        finally:
+            reader.close()
+            for worker in workers:
+                if worker.alive():
+                    worker.signal(signal.SIGTERM)
+    _check(events, truth(db, [big, *small, *more]))
+    assert [e.order_id for e in events].count(big) == 1
+    assert len(next(e for e in events if e.order_id == big).items) == 1500
+    for e in events:
+        assert e.lineage.event_id == _expected_id(db, e)

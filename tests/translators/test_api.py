@@ -143,4 +143,6 @@ def test_the_face_exports_exactly_what_a_plugin_needs() -> None:
     for module in ("contracts.py", "translators.py"):
         tree = ast.parse((store / module).read_text())
         imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-        assert {m for m in imported if m and m.split(".")[0] in ours} <= {"bizevents.translators"}, module
+        assert {m for m in imported if m and m.split(".")[0] in ours} <= {
+            "bizevents.translators"
+        }, module
