@@ -348,7 +348,7 @@ class TxWorker:
         held partition restarts from its committed offset with ``on_assigned(tps)``;
         ``handle(tp, records)`` returns what to send and the offset to commit."""
         from aiokafka import ConsumerRebalanceListener
-        from aiokafka.errors import CommitFailedError
+        from aiokafka.errors import CommitFailedError, IllegalStateError
         from aiokafka.structs import OffsetAndMetadata
 
         rebalanced = [False]
@@ -371,20 +371,28 @@ class TxWorker:
                     # partition the group never committed restarts at the log's start)
                     rebalanced[0] = False
                     held = sorted(consumer.assignment(), key=lambda tp: tp.partition)
-                    await on_assigned(held)
-                    for tp in held:
-                        committed = await consumer.committed(tp)
-                        consumer.seek(tp, committed if committed is not None else 0)
+                    try:
+                        await on_assigned(held)
+                        for tp in held:
+                            committed = await consumer.committed(tp)
+                            consumer.seek(tp, committed if committed is not None else 0)
+                    except IllegalStateError:  # the assignment changed again meanwhile
+                        rebalanced[0] = True
+                        continue
                     log.info("assembling", log=topic, partitions=[tp.partition for tp in held])
                     continue
                 for tp, records in batches.items():
-                    if not records:
+                    if rebalanced[0]:
+                        break  # what is left is read again, by whoever holds it now
+                    if not records or tp not in consumer.assignment():
                         continue
                     sends, commit = handle(tp, records)
                     await self._send(producer, sends)
+                    if rebalanced[0]:
+                        break  # the partition may have moved: its new owner reads it again
                     try:
                         await consumer.commit({tp: OffsetAndMetadata(commit, "")})
-                    except CommitFailedError as exc:
+                    except (CommitFailedError, IllegalStateError) as exc:
                         log.warning(f"{group}: commit refused after a rebalance", error=str(exc))
                         rebalanced[0] = True
         finally:
