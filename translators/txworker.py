@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import time
 from collections.abc import Sequence
 from contextlib import suppress
 from dataclasses import dataclass
@@ -48,6 +49,7 @@ from bizevents.contracts.exceptions import Coordinates, DecodeError
 from bizevents.contracts.technical.transaction import TransactionDecoder, transaction_topic
 from bizevents.plumbing.errors import ConfigError, TransientError
 from bizevents.plumbing.kafka import ensure_topics, partition_for
+from bizevents.translators.api import Translator
 from bizevents.translators.assembly import (
     Assembler,
     AssemblyLimits,
@@ -57,6 +59,7 @@ from bizevents.translators.assembly import (
     Ready,
     commit_position,
 )
+from bizevents.translators.metrics import WorkerStats
 from bizevents.translators.pipeline import OutRecord, SourceRecord
 from bizevents.translators.routing import owner, partitions_of
 from bizevents.translators.settings import RuntimeSettings, TransactionSettings
@@ -94,8 +97,13 @@ class TxPlan:
     limits: AssemblyLimits
 
 
-def prepare_transactions(settings: RuntimeSettings, tx: TransactionSettings) -> TxPlan:
-    """Resolve the pinned transaction translators, their topics and contracts."""
+def prepare_transactions(
+    settings: RuntimeSettings,
+    tx: TransactionSettings,
+    pinned: Sequence[Translator] | None = None,
+) -> TxPlan:
+    """Resolve the pinned transaction translators (among ``pinned``, else discovered),
+    their topics and contracts."""
     from confluent_kafka.admin import AdminClient
 
     from bizevents.contracts.serde import BusinessSerializer
@@ -105,7 +113,8 @@ def prepare_transactions(settings: RuntimeSettings, tx: TransactionSettings) -> 
     from bizevents.translators.topology import check_contracts, technical_topics
 
     t = settings.translate
-    pinned = discover(names=settings.translators).pinned(settings.translators)
+    if pinned is None:
+        pinned = discover(names=settings.translators).pinned(settings.translators)
     translators = [item for item in pinned if isinstance(item, TransactionTranslator)]
     if not translators:
         raise ConfigError(
@@ -175,10 +184,18 @@ _Send = tuple[str, int, bytes | None, bytes | None, Sequence[tuple[str, bytes | 
 class TxWorker:
     """The three stages of one worker process (see the module doc)."""
 
-    def __init__(self, settings: RuntimeSettings, tx: TransactionSettings, plan: TxPlan) -> None:
+    def __init__(
+        self,
+        settings: RuntimeSettings,
+        tx: TransactionSettings,
+        plan: TxPlan,
+        stats: WorkerStats | None = None,
+    ) -> None:
         self.settings = settings
         self.tx = tx
         self.plan = plan
+        #: The worker's metrics, shared with the row translators of the same process.
+        self.stats = stats or WorkerStats(tx.group_id)
         self._stop = asyncio.Event()
         #: The route stage's assembler (``None`` while it does not hold the merge log).
         self.assembler: Assembler | None = None
@@ -200,7 +217,12 @@ class TxWorker:
                 asyncio.ensure_future(self._route(producer)),
                 asyncio.ensure_future(self._assemble(producer)),
             ]
-            done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+            try:
+                done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+            except asyncio.CancelledError:  # the Faust worker stops (the one runtime)
+                self._stop.set()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                raise
             self._stop.set()
             for task in pending:
                 await task
@@ -395,6 +417,12 @@ class TxWorker:
                     except (CommitFailedError, IllegalStateError) as exc:
                         log.warning(f"{group}: commit refused after a rebalance", error=str(exc))
                         rebalanced[0] = True
+                        continue
+                    if topic == self.plan.assembly_topic:
+                        self.stats.acked(len(records), time.time())
+                        stamp = records[-1].timestamp
+                        if stamp and stamp > 0:
+                            self.stats.observe_latency(max(time.time() - stamp / 1000.0, 0.0))
         finally:
             with suppress(Exception):
                 await consumer.stop()
@@ -473,6 +501,10 @@ class TxWorker:
                 return owner(translator, part, count) == mine
 
             result = plan.core.process(outcomes, owns)
+            stats = self.stats
+            if not stats.first_block_at:
+                stats.first_block_at = time.time()
+            stats.add(plan.assembly_topic, result.counts, len(bad))
             sends = self._outputs([*result.records, *bad])
             if outcomes:
                 sends.append(self._checkpoint(_assembly_key(tp.partition), assembler))
@@ -547,9 +579,15 @@ def _origin_headers(topic: str, partition: int, offset: int) -> list[tuple[str, 
     ]
 
 
-def run_transactions(settings: RuntimeSettings, tx: TransactionSettings) -> None:
-    """Start-up checks, then the three stages until SIGTERM/SIGINT."""
-    plan = prepare_transactions(settings, tx)
+def run_transactions(
+    settings: RuntimeSettings,
+    tx: TransactionSettings,
+    plan: TxPlan | None = None,
+    stats: WorkerStats | None = None,
+) -> None:
+    """Start-up checks (unless ``plan`` is given), then the three stages until
+    SIGTERM/SIGINT; used by the one runtime when no row translator is pinned."""
+    plan = plan or prepare_transactions(settings, tx)
     log.info(
         "translating transactions",
         translators=[t.ref for t in plan.translators],
@@ -557,7 +595,7 @@ def run_transactions(settings: RuntimeSettings, tx: TransactionSettings) -> None
         transaction_topic=plan.transaction_topic,
         group=tx.group_id,
     )
-    worker = TxWorker(settings, tx, plan)
+    worker = TxWorker(settings, tx, plan, stats)
 
     async def main() -> None:
         loop = asyncio.get_running_loop()

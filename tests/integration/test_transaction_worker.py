@@ -105,10 +105,12 @@ def truth(
 
 
 @contextmanager
-def capturing(db: Db, tmp_path: Path) -> Iterator[Any]:
+def capturing(
+    db: Db, tmp_path: Path, tables: tuple[str, ...] = ("store.orders", "store.order_items")
+) -> Iterator[Any]:
     config = CaptureConfig(
         server=db.server,
-        tables=("store.orders", "store.order_items"),
+        tables=tables,
         slot=db.slot,
         publication=db.publication,
         partitions=3,
@@ -137,10 +139,12 @@ class Worker:
         self.log = log
         self.process: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> Worker:
+    def start(self, transactions_only: bool = True) -> Worker:
+        """``translate --transactions``, or ``translate`` (every pinned translator)."""
+        argv = ["--transactions"] if transactions_only else []
         with open(self.log, "ab") as out:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "bizevents", "translate", "--transactions"],
+                [sys.executable, "-m", "bizevents", "translate", *argv],
                 env=self.env,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -628,3 +632,78 @@ def test_one_of_two_workers_killed_mid_transaction(db: Db, tmp_path: Path) -> No
     assert len(next(e for e in events if e.order_id == big).items) == 1500
     for e in events:
         assert e.lineage.event_id == _expected_id(db, e)
+
+
+def _scrape(url: str) -> dict[str, float]:
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text = response.read().decode()
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line.startswith("#") and " " in line:
+            name, value = line.rsplit(" ", 1)
+            found[name] = float(value)
+    return found
+
+
+def test_one_worker_runs_row_and_transaction_translators(db: Db, tmp_path: Path) -> None:
+    """``bizevents translate`` with a row translator (customers@1) and a transaction
+    translator (orders@3) pinned: one process, one start-up, one metrics endpoint; the
+    orders are placed whole (true totals) and the customers registered."""
+    customer, products = _ids(db)
+    group = f"tx-{uuid.uuid4().hex[:8]}"
+    worker = Worker(db, group, f"{group}.dlq", tmp_path / "worker.log")
+    worker.env["BIZEVENTS_TRANSLATORS"] = json.dumps({"orders": 3, "customers": 1})
+    worker.env["BIZEVENTS_TRANSLATE__GROUP_ID"] = f"{group}.rows"
+    worker.env["BIZEVENTS_TRANSLATE__METRICS_PORT"] = "0"
+    reader = Reader(db)
+    tables = ("store.customers", "store.orders", "store.order_items")
+    with capturing(db, tmp_path, tables) as run:
+        try:
+            with db.conn.cursor() as cur:  # the customers topic exists before the worker
+                cur.execute(
+                    "INSERT INTO store.customers (email, full_name) VALUES (%s, 'One')",
+                    (f"{group}@example.com",),
+                )
+            db.conn.commit()
+            run.wait_acked(db.wal_lsn())
+            worker.start(transactions_only=False)  # every pinned translator
+            orders = []
+            with db.conn.cursor() as cur:
+                for n in range(6):
+                    cur.execute("BEGIN")
+                    orders.append(place(cur, customer, [(products[n % 3], n + 1)]))
+                    cur.execute("COMMIT")
+            run.wait_acked(db.wal_lsn())
+            events = reader.wait(set(orders), worker)
+            url = next(
+                json.loads(line)["url"]
+                for line in worker.log.read_text().splitlines()
+                if '"metrics endpoint"' in line
+            )
+            deadline = time.monotonic() + 30
+            while True:
+                metrics = _scrape(url)
+                emitted = {
+                    ref: sum(
+                        v
+                        for k, v in metrics.items()
+                        if k.startswith("bizevents_translator_emitted_total")
+                        and f'translator="{ref}"' in k
+                    )
+                    for ref in ("customers@1", "orders@3")
+                }
+                if emitted["customers@1"] >= 1 and emitted["orders@3"] >= len(orders):
+                    break
+                assert time.monotonic() < deadline, (emitted, worker.tail())
+                time.sleep(0.5)
+            log = worker.log.read_text()
+        finally:
+            reader.close()
+            if worker.alive():
+                worker.signal(signal.SIGTERM)
+    _check(events, truth(db, orders))
+    assert len(events) == len(orders)
+    assert '"translating"' in log and '"translating transactions"' in log  # one process
+    assert worker.process is not None and worker.process.returncode == 0, worker.tail()
