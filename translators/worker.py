@@ -1,6 +1,9 @@
 """The translator worker: a Faust app whose agent runs the pinned translators live.
 
-``bizevents translate`` calls :func:`run`. Start-up (:func:`prepare`) resolves
+``bizevents translate`` calls :func:`run`, the one start-up of every pinned translator:
+the row translators run in the Faust agent below, the transaction translators' stages
+(:mod:`bizevents.translators.txworker`) in the same process and loop, as a task of the
+app, counting into the same metrics. Start-up (:func:`prepare`) resolves
 everything that can be wrong before the group is joined, and fails with a sentence
 naming the plugin or the setting:
 
