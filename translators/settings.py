@@ -47,6 +47,9 @@ class TranslateSettings(SettingsGroup):
     #: How long start-up waits for a schema registry that does not answer yet (one
     #: starting beside the worker) before it fails.
     registry_wait_s: float = Field(default=30.0, ge=0)
+    #: How long start-up waits for a broker that does not answer (paused, restarting)
+    #: before it fails: a restarted worker rides out a broker outage.
+    broker_wait_s: float = Field(default=45.0, ge=0)
     #: Blocks whose produce acknowledgements may be outstanding at once.
     max_inflight_blocks: int = Field(default=3, ge=1)
     linger_ms: float = Field(default=5.0, ge=0)

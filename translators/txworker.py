@@ -47,7 +47,7 @@ import structlog
 from bizevents.contracts.envelope import ChangeEvent, Tombstone
 from bizevents.contracts.exceptions import Coordinates, DecodeError
 from bizevents.contracts.technical.transaction import TransactionDecoder, transaction_topic
-from bizevents.plumbing.errors import ConfigError, TransientError
+from bizevents.plumbing.errors import ConfigError
 from bizevents.plumbing.kafka import ensure_topics, partition_for
 from bizevents.translators.api import Translator
 from bizevents.translators.assembly import (
@@ -110,7 +110,7 @@ def prepare_transactions(
     from bizevents.contracts.technical import AutoDecoder
     from bizevents.plumbing.registry import registry_client, schema_lookup, wait_for_registry
     from bizevents.translators.registry import discover
-    from bizevents.translators.topology import check_contracts, technical_topics
+    from bizevents.translators.topology import check_contracts, list_topics, technical_topics
 
     t = settings.translate
     if pinned is None:
@@ -122,13 +122,8 @@ def prepare_transactions(
             "run `bizevents translate` for those"
         )
     admin = AdminClient({**settings.kafka.librdkafka(), "log.connection.close": False})
-    try:
-        metadata = admin.list_topics(timeout=15).topics
-        existing = set(metadata)
-    except Exception as exc:
-        raise TransientError(
-            f"cannot list the topics of {settings.kafka.bootstrap_servers}: {exc}"
-        ) from exc
+    metadata = list_topics(admin, settings.kafka.bootstrap_servers, t.broker_wait_s)
+    existing = set(metadata)
     sources = technical_topics(list(translators), t, existing)
     if tx.transaction_topic:
         tx_topic = tx.transaction_topic
@@ -157,7 +152,7 @@ def prepare_transactions(
     ensure_topics(admin, [*outputs, t.dead_letter_topic], t.output_partitions)
     ensure_topics(admin, [tx.repartition(), tx.state()], 1)
     ensure_topics(admin, [tx.assembly()], tx.assembly_partitions)
-    written = admin.list_topics(timeout=15).topics
+    written = list_topics(admin, settings.kafka.bootstrap_servers, t.broker_wait_s)
     partitions = {name: len(written[name].partitions) for name in [*outputs, t.dead_letter_topic]}
     assembly = len(written[tx.assembly()].partitions)
     lookup = schema_lookup(client)

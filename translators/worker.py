@@ -60,7 +60,12 @@ from bizevents.translators.pipeline import (
     Pipeline,
 )
 from bizevents.translators.settings import RuntimeSettings, TransactionSettings
-from bizevents.translators.topology import check_contracts, readers, technical_topics
+from bizevents.translators.topology import (
+    check_contracts,
+    list_topics,
+    readers,
+    technical_topics,
+)
 from bizevents.translators.transaction_api import is_transactional
 
 __all__ = ["ExactlyOnceUnavailableError", "Plan", "build_app", "prepare", "run", "run_worker"]
@@ -189,12 +194,7 @@ def prepare(settings: RuntimeSettings, pinned: Sequence[Translator] | None = Non
     if not translators:
         raise ConfigError("no row translator is pinned")
     admin = AdminClient({**settings.kafka.librdkafka(), "log.connection.close": False})
-    try:
-        existing = set(admin.list_topics(timeout=15).topics)
-    except Exception as exc:
-        raise TransientError(
-            f"cannot list the topics of {settings.kafka.bootstrap_servers}: {exc}"
-        ) from exc
+    existing = set(list_topics(admin, settings.kafka.bootstrap_servers, t.broker_wait_s))
     topics = technical_topics(translators, t, existing)
     missing = [topic for topic in topics if topic not in existing]
     if missing:

@@ -28,5 +28,6 @@ def test_worker_refuses_pins_it_cannot_run(
         BIZEVENTS_TRANSLATORS=json.dumps(pins),
         BIZEVENTS_KAFKA__BOOTSTRAP_SERVERS=f"127.0.0.1:{_closed_port()}",
         BIZEVENTS_TRANSLATE__TOPIC_PREFIX="shop",
+        BIZEVENTS_TRANSLATE__BROKER_WAIT_S="0",
     )
     assert sentence in _one_sentence(_run(*args, env=env))
