@@ -2,12 +2,17 @@
 
 Starts a private embedded stack (Tansu, the registry, PostgreSQL on free ports), the
 store's schema, ``bizevents capture postgres`` on the store's four tables, one
-``bizevents translate`` worker (customers@1, products@1, orders@2) and the store's
-load generator (``bizevents_store.load.StoreLoad``, in a thread of this process,
-reconnecting when the database goes away). Then, on a seeded random schedule:
+``bizevents translate`` worker (customers@1, products@1, orders@2), two
+``bizevents translate --transactions`` workers in one group (orders@3, whole
+transactions: docs/transactions.md) and the store's load generator
+(``bizevents_store.load.StoreLoad``, in a thread of this process, reconnecting when the
+database goes away). Then, on a seeded random schedule:
 
-- SIGKILL of capture, of the worker and of a ``bizevents replay`` run (orders@2 to the
-  ``.replay`` topics; rerun with the same ``--run-id``), each restarted at once;
+- SIGKILL of capture, of the worker, of one of the two transaction workers and of a
+  ``bizevents replay`` run (orders@2 to the ``.replay`` topics; rerun with the same
+  ``--run-id``), each restarted at once;
+- SIGTERM of one of the transaction workers, started again at once: it leaves its
+  groups and joins them again, two rebalances while transactions are in flight;
 - SIGSTOP of the broker for 30 s (``--short``: 5 s), then SIGCONT (it keeps its data
   only in memory, so it is never restarted);
 - ``pg_ctl restart -m fast`` of PostgreSQL, as the devstack's server user.
@@ -23,8 +28,11 @@ finished, the suite counts:
 
 - ``lost``: committed changes missing from the technical topics, business events
   missing from the business topics (the expected ones are computed here by the same
-  ``Pipeline`` the worker runs, over the technical records), replayed events missing
-  from the ``.replay`` topics (the records of the replay's planned ranges);
+  ``Pipeline`` the worker runs, over the technical records), orders@3's events missing
+  (the expected ones assembled here from the technical and transaction topics and
+  translated by the same ``TransactionCore``: one id per event, so one OrderPlaced per
+  order), replayed events missing from the ``.replay`` topics (the records of the
+  replay's planned ranges);
 - ``duplicated_ids``: event ids seen more than once; each duplicate must carry the same
   content (lineage aside: a re-sent change sits at another offset) — else it counts in
   ``differing_duplicates``;
@@ -65,6 +73,9 @@ sys.path.insert(0, str(ROOT))
 TABLES = ("store.customers", "store.products", "store.orders", "store.order_items")
 TRANSLATORS = {"customers": 1, "products": 1, "orders": 2}
 REPLAY_TRANSLATOR = "orders@2"
+#: The transaction workers' translator (whole transactions: docs/transactions.md).
+TX_TRANSLATOR = ("orders", 3)
+TX_TABLES = ("store.orders", "store.order_items")
 
 
 @dataclass(frozen=True)
@@ -76,10 +87,14 @@ class Mode:
     replay_kills: int
     pause_s: float
     steps_per_s: float
+    #: SIGKILLs of one of the two transaction workers, and graceful leaves (SIGTERM, then
+    #: a start again: two rebalances of their groups) while transactions are in flight
+    tx_kills: int = 0
+    tx_leaves: int = 0
 
 
-SHORT = Mode("short", 45.0, 1, 1, 1, 5.0, 40.0)
-LONG = Mode("long", 200.0, 9, 8, 3, 30.0, 40.0)
+SHORT = Mode("short", 45.0, 1, 1, 1, 5.0, 40.0, tx_kills=1, tx_leaves=1)
+LONG = Mode("long", 200.0, 9, 8, 3, 30.0, 40.0, tx_kills=6, tx_leaves=2)
 
 
 def log(message: str) -> None:
@@ -109,6 +124,7 @@ class Supervised:
     process: subprocess.Popen[bytes] | None = None
     starts: int = 0
     kills: int = 0
+    leaves: int = 0
     done: bool = False
     unexpected: list[str] = field(default_factory=list)
 
@@ -134,6 +150,18 @@ class Supervised:
         self.process.wait(30)
         self.kills += 1
         log(f"SIGKILL {self.name} (start {self.starts})")
+        self.start()
+        return True
+
+    def leave(self) -> bool:
+        """SIGTERM (it leaves its groups: a rebalance), then start it again (another)."""
+        if not self.running():
+            return False
+        assert self.process is not None
+        self.process.terminate()
+        self.process.wait(60)
+        self.leaves += 1
+        log(f"SIGTERM {self.name} (start {self.starts}): it left its groups")
         self.start()
         return True
 
@@ -341,6 +369,9 @@ class Report:
     tech_unknown: int = 0
     events_expected: int = 0
     events_missing: int = 0
+    #: orders@3's events, from the transaction workers
+    tx_expected: int = 0
+    tx_missing: int = 0
     events_unexpected: int = 0
     replay_expected: int = 0
     replay_missing: int = 0
@@ -355,7 +386,7 @@ class Report:
 
     @property
     def lost(self) -> int:
-        return self.tech_missing + self.events_missing + self.replay_missing
+        return self.tech_missing + self.events_missing + self.replay_missing + self.tx_missing
 
     def ok(self) -> bool:
         return not (
@@ -464,6 +495,7 @@ class Faults:
         self.group = f"faults-{tag}"
         self.run_id = f"faults-{tag}"
         self.dead_letter = f"faults.dead-letter.{tag}"
+        self.tx_group = f"faults-tx-{tag}"
         self.report = Report()
         self.broker_pauses = 0
         self.pg_restarts = 0
@@ -540,6 +572,17 @@ class Faults:
             self.logs,
         )
         self.worker = Supervised("worker", [*cli, "translate"], self.env(), self.logs)
+        name, version = TX_TRANSLATOR
+        tx_env = {
+            **self.env(),
+            "BIZEVENTS_TRANSLATORS": json.dumps({name: version}),
+            "BIZEVENTS_TRANSACTIONS__GROUP_ID": self.tx_group,
+            "BIZEVENTS_TRANSLATE__DEAD_LETTER_TOPIC": f"{self.dead_letter}.tx",
+        }
+        self.tx_workers = [
+            Supervised(f"txworker{n}", [*cli, "translate", "--transactions"], tx_env, self.logs)
+            for n in (1, 2)
+        ]
         self.replay = Supervised(
             "replay",
             [
@@ -564,8 +607,11 @@ class Faults:
             one_shot=True,
         )
 
+    def supervised(self) -> list[Supervised]:
+        return [self.capture, self.worker, self.replay, *self.tx_workers]
+
     def supervise(self) -> None:
-        for component in (self.capture, self.worker, self.replay):
+        for component in self.supervised():
             component.supervise()
         if self.load is not None and self.load.error is not None:
             raise RuntimeError(f"the load failed: {self.load.error!r}")
@@ -613,6 +659,8 @@ class Faults:
         span = (5.0, m.load_seconds - 5.0)
         plan = [(self.rng.uniform(*span), "kill capture") for _ in range(m.capture_kills)]
         plan += [(self.rng.uniform(*span), "kill worker") for _ in range(m.worker_kills)]
+        plan += [(self.rng.uniform(*span), "kill txworker") for _ in range(m.tx_kills)]
+        plan += [(self.rng.uniform(*span), "txworker leaves") for _ in range(m.tx_leaves)]
         plan.append((self.rng.uniform(*span), "pause broker"))
         plan.append((self.rng.uniform(*span), "restart postgres"))
         # the replay starts early, and each kill lands within a run: one takes about a
@@ -629,6 +677,10 @@ class Faults:
             self.capture.kill()
         elif action == "kill worker":
             self.worker.kill()
+        elif action == "kill txworker":
+            self.rng.choice(self.tx_workers).kill()
+        elif action == "txworker leaves":
+            self.rng.choice(self.tx_workers).leave()
         elif action == "start replay":
             self.replay.start()
         elif action == "kill replay":
@@ -697,8 +749,11 @@ class Faults:
         self.load.start()
         # the worker refuses technical topics that do not exist yet: wait for capture's
         topics = [f"{self.server}.{t}" for t in TABLES if t != "store.order_items"]
-        self.wait(lambda: self._topics_exist(topics), "the technical topics", 180)
+        tx_topics = [f"{self.server}.{t}" for t in TX_TABLES] + [f"{self.server}.transaction"]
+        self.wait(lambda: self._topics_exist([*topics, *tx_topics]), "the technical topics", 180)
         self.worker.start()
+        for tx_worker in self.tx_workers:
+            tx_worker.start()
         started = time.monotonic()
         for at, action in self.schedule():
             self.sleep(started + at - time.monotonic())
@@ -719,6 +774,7 @@ class Faults:
 
     def verify(self, worker_topics: list[str]) -> Report:
         from bizevents.capture.pgoutput import parse_lsn
+        from bizevents.contracts.business import HEADER_TRANSLATOR
         from bizevents.contracts.envelope import ChangeEvent, PgPosition
         from bizevents.contracts.exceptions import Coordinates
         from bizevents.contracts.technical import AutoDecoder
@@ -755,6 +811,9 @@ class Faults:
         log("waiting for the worker to commit every technical record")
         if not self.wait(caught_up, "the worker's commits", 300):
             report.details.append("the worker did not commit every technical record in 300 s")
+        log("waiting for the transaction workers to commit every part")
+        if not self.wait_transactions(tech):
+            report.details.append("the transaction workers did not commit every part in time")
         log("waiting for the replay to finish")
         if not self.wait(lambda: self.replay.done, "the replay", 600):
             report.details.append("the replay did not finish")
@@ -810,8 +869,23 @@ class Faults:
         expected = {o.event_id for o in result.records if o.event_id}
         business = sorted({o.topic for o in result.records if o.event_id})
         report.events_expected = len(expected)
+        tx_ref = "{}@{}".format(*TX_TRANSLATOR).encode()
+        published = read_topics(bootstrap, business)
+        rows = [r for r in published if r.headers.get(HEADER_TRANSLATOR) != tx_ref]
         report.events_missing = check_events(
-            "business", expected, read_topics(bootstrap, business), tech_index, schema_text, report
+            "business", expected, rows, tech_index, schema_text, report
+        )
+        # orders@3's events (same ids as orders@2's where they stem from the same change,
+        # other content: checked apart) against what the assembly makes of the topics
+        expected_tx = self.expected_transactions(tech, decoder, schema_text)
+        report.tx_expected = len(expected_tx)
+        report.tx_missing = check_events(
+            "transactions",
+            expected_tx,
+            [r for r in published if r.headers.get(HEADER_TRANSLATOR) == tx_ref],
+            tech_index,
+            schema_text,
+            report,
         )
         report.dead_letters = len(read_topics(bootstrap, [self.dead_letter]))
 
@@ -847,6 +921,78 @@ class Faults:
         self._conn().close()
         return report
 
+    def wait_transactions(self, tech: list[Rec]) -> bool:
+        """Until each stage of the transaction workers committed its input's end."""
+        bootstrap = self.endpoints.bootstrap_servers
+        sources = {f"{self.server}.{t}" for t in TX_TABLES} | {f"{self.server}.transaction"}
+        ends = {k: v for k, v in end_offsets(tech).items() if k[0] in sources}
+        tx_log = read_topics(bootstrap, [f"{self.server}.transaction"])
+        ends.update(end_offsets(tx_log))
+
+        def caught_up(group: str, wanted: dict[tuple[str, int], int]) -> bool:
+            try:
+                got = committed(bootstrap, group, wanted)
+            except Exception as exc:  # librdkafka raises KafkaException for a failed fetch
+                log(f"committed offsets of {group}: {exc}")
+                return False
+            return all(got.get(k, -1) >= end for k, end in wanted.items())
+
+        stages = [
+            (f"{self.tx_group}.merge", lambda: ends),
+            (f"{self.tx_group}.route", lambda: self._log_ends(f"{self.tx_group}.repartition")),
+            (f"{self.tx_group}.assemble", lambda: self._log_ends(f"{self.tx_group}.assembly")),
+        ]
+        for group, wanted in stages:
+            if not self.wait(lambda g=group, w=wanted: caught_up(g, w()), group, 300):
+                return False
+        return True
+
+    def _log_ends(self, topic: str) -> dict[tuple[str, int], int]:
+        return end_offsets(read_topics(self.endpoints.bootstrap_servers, [topic]))
+
+    def expected_transactions(
+        self, tech: list[Rec], decoder: Any, schema_text: Callable[[int], str]
+    ) -> set[str]:
+        """orders@3's event ids over the technical topics, assembled here: every change
+        of the tables it reads, then the transaction topic's records in commit order."""
+        from bizevents.contracts.envelope import ChangeEvent
+        from bizevents.contracts.exceptions import Coordinates, DecodeError
+        from bizevents.contracts.technical.transaction import TransactionDecoder
+        from bizevents.replay.diff import ContentSerializer
+        from bizevents.translators.assembly import Assembler, Part, Ready
+        from bizevents.translators.pipeline import SourceRecord
+        from bizevents.translators.registry import discover
+        from bizevents.translators.transaction_api import TransactionTranslator
+        from bizevents.translators.txcore import TransactionCore
+
+        translator = discover().resolve("{}@{}".format(*TX_TRANSLATOR))
+        assert isinstance(translator, TransactionTranslator)
+        core = TransactionCore([translator], ContentSerializer())
+        assembler = Assembler(core.reads)
+        outcomes: list[Any] = []
+        offset = 0
+        read = {f"{self.server}.{t}" for t in TX_TABLES}
+        changes = [r for r in tech if r.topic in read and r.value is not None]
+        ends = read_topics(self.endpoints.bootstrap_servers, [f"{self.server}.transaction"])
+        tx_decoder = TransactionDecoder(schema_text)
+        for r in [*changes, *sorted(ends, key=lambda r: r.offset)]:
+            where = Coordinates(r.topic, r.partition, r.offset)
+            origin = SourceRecord(r.topic, r.partition, r.offset, r.key, r.value)
+            try:
+                if r.topic in read:
+                    decoded = decoder.decode(r.key, r.value, where, [])
+                    assert isinstance(decoded, ChangeEvent)
+                    part = Part(offset, origin, change=decoded)
+                else:
+                    part = Part(offset, origin, record=tx_decoder.decode(r.value, where))
+            except DecodeError:
+                continue
+            offset += 1
+            outcomes += assembler.feed(part)
+        outcomes += assembler.finish()[0]
+        ready = [o for o in outcomes if isinstance(o, Ready)]
+        return {o.event_id for o in core.process(ready).records if o.event_id}
+
     def _conn(self) -> Any:
         import psycopg2
 
@@ -860,7 +1006,8 @@ class Faults:
             self.load.stopping.set()
             self.load.join(60)
             self.load.error = None  # a failure of its own was reported already
-        for component in (getattr(self, n, None) for n in ("replay", "worker", "capture")):
+        named = [getattr(self, n, None) for n in ("replay", "worker", "capture")]
+        for component in [*getattr(self, "tx_workers", []), *named]:
             if component is not None:
                 component.stop()
         try:
@@ -912,18 +1059,22 @@ def main(argv: list[str] | None = None) -> int:
             faults.stop_stack()
     load = faults.load
     assert load is not None
-    exits = [e for c in (faults.capture, faults.worker, faults.replay) for e in c.unexpected]
+    exits = [e for c in faults.supervised() for e in c.unexpected]
     report.unexpected_exits = len(exits)
-    kills = faults.capture.kills + faults.worker.kills + faults.replay.kills
+    tx_kills = sum(w.kills for w in faults.tx_workers)
+    tx_leaves = sum(w.leaves for w in faults.tx_workers)
+    kills = faults.capture.kills + faults.worker.kills + faults.replay.kills + tx_kills
     print(report.line(), flush=True)
     print(
         f"  kills={kills} (capture {faults.capture.kills}, worker {faults.worker.kills}, "
-        f"replay {faults.replay.kills}) broker_pauses={faults.broker_pauses} "
+        f"replay {faults.replay.kills}, transaction workers {tx_kills}) "
+        f"transaction_worker_leaves={tx_leaves} broker_pauses={faults.broker_pauses} "
         f"({mode.pause_s:.0f} s) pg_restarts={faults.pg_restarts} load_steps={load.steps} "
         f"failed_steps={load.failed_steps} seconds={time.monotonic() - started:.0f}"
     )
     print(
         f"  events_expected={report.events_expected} replay_expected={report.replay_expected} "
+        f"transaction_events_expected={report.tx_expected} "
         f"identical_duplicates={report.identical_duplicates} "
         f"same_content_duplicates={report.same_content_duplicates} "
         f"technical_copies={report.tech_duplicates} dead_letters={report.dead_letters}"

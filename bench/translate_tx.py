@@ -1,19 +1,25 @@
 """Transaction translation: the store's orders placed in whole transactions, through
 the assembler and orders@3, beside the row path (orders@2) on the same changes.
 
-No Kafka: both figures are the translation core alone (decode, assemble or route,
-translate, stamp, serialize) in this process, with an embedded schema registry. Each
-transaction is what the store's load writes: the order inserted with total 0, three
-items, the total set (5 changes, one END record; one OrderPlaced out).
+Two measures. :func:`report`: the translation core alone (decode, assemble or route,
+translate, stamp, serialize) in this process, no Kafka, with an embedded schema
+registry. :func:`through_kafka` (``bench/translate.py --transactions``): the same
+transactions written to the technical topics (``store.orders`` and
+``store.order_items``, 3 partitions each, with the transaction topic's BEGIN and END
+records, all Confluent Avro) and run through ``bizevents translate --transactions``
+processes, one and then two in one group. Each transaction is what the store's load
+writes: the order inserted with total 0, three items, the total set (5 changes, one
+END record; one OrderPlaced out).
 
     .venv/bin/python bench/translate_tx.py [--transactions 4000] [--runs 3]
-
-``bench/translate.py`` prints the same figures beside its row-path ones.
+    .venv/bin/python bench/translate.py --transactions [--records 100000]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
 import sys
 import tempfile
@@ -202,3 +208,229 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+# -- through Kafka ---------------------------------------------------------------------
+
+#: Targets of the transaction path through Kafka (issue 28, /work/shared/DESIGN.md).
+TX_TARGET = 30_000
+SCALE_TARGET = 1.6
+
+
+def fill_technical(bootstrap: str, registry_url: str, server: str, transactions: int) -> int:
+    """The store's transactions in the technical and transaction topics; returns the
+    number of change records written."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.cimpl import NewTopic
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+    from bizevents.contracts.technical.transaction import (
+        TRANSACTION_KEY_AVRO,
+        TRANSACTION_VALUE_AVRO,
+        TransactionRecord,
+        encode_transaction_key,
+        encode_transaction_value,
+    )
+
+    client = SchemaRegistryClient({"url": registry_url})
+    tx_topic = f"{server}.transaction"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    wanted = [
+        NewTopic(f"{server}.store.orders", 3),
+        NewTopic(f"{server}.store.order_items", 3),
+        NewTopic(tx_topic, 1),
+    ]
+    for future in admin.create_topics(wanted).values():
+        future.result(30)
+    key_id = client.register_schema(
+        f"{tx_topic}-key", Schema(json.dumps(TRANSACTION_KEY_AVRO), "AVRO")
+    )
+    value_id = client.register_schema(
+        f"{tx_topic}-value", Schema(json.dumps(TRANSACTION_VALUE_AVRO), "AVRO")
+    )
+    records, ends = workload(server, client, transactions)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+
+    def produce(topic: str, key: bytes | None, value: bytes | None, partition: int) -> None:
+        while True:
+            try:
+                producer.produce(topic, key=key, value=value, partition=partition)
+                return
+            except BufferError:
+                producer.poll(0.05)
+
+    per_tx = len(records) // len(ends)
+    for n, end in enumerate(ends):
+        key = encode_transaction_key(key_id, end.id)
+        begin = TransactionRecord("BEGIN", end.id, end.ts_ms)
+        produce(tx_topic, key, encode_transaction_value(value_id, begin), 0)
+        for r in records[n * per_tx : (n + 1) * per_tx]:
+            produce(r.topic, r.key, r.value, r.partition)
+        produce(tx_topic, key, encode_transaction_value(value_id, end), 0)
+    assert producer.flush(120) == 0
+    return len(records)
+
+
+class PlacedReader:
+    """The OrderPlaced events of one server's orders, read in assign mode: their
+    ids and their Kafka timestamps (the worker's append time)."""
+
+    def __init__(self, bootstrap: str, server: str) -> None:
+        from confluent_kafka import Consumer
+
+        self.server = server.encode()
+        self.consumer = Consumer(
+            {"bootstrap.servers": bootstrap, "group.id": "unused", "enable.auto.commit": False}
+        )
+        self.topic = "store.order-placed"
+        self.positions: dict[int, int] = {}
+
+    def read(self, expected: int, deadline: float, alive: Any) -> tuple[list[int], list[bytes]]:
+        """Until ``expected`` distinct ids of this server arrived: (timestamps, ids)."""
+        from confluent_kafka import KafkaError, TopicPartition
+
+        from bizevents.contracts.business import HEADER_EVENT_ID, HEADER_SOURCE_TOPIC
+
+        stamps: list[int] = []
+        ids: list[bytes] = []
+        seen: set[bytes] = set()
+        assigned = False
+        while len(seen) < expected:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{len(seen)} of {expected} OrderPlaced arrived in time")
+            alive()
+            if not assigned:
+                meta = self.consumer.list_topics(self.topic, timeout=10).topics.get(self.topic)
+                if meta is None or not meta.partitions:
+                    time.sleep(0.5)
+                    continue
+                starts = [(p, self.positions.get(p, 0)) for p in meta.partitions]
+                self.consumer.assign([TopicPartition(self.topic, p, o) for p, o in starts])
+                assigned = True
+            for m in self.consumer.consume(2000, 0.5):
+                if m.error() is not None:
+                    assert m.error().code() == KafkaError._PARTITION_EOF, str(m.error())
+                    continue
+                self.positions[m.partition()] = m.offset() + 1
+                headers = dict(m.headers() or [])
+                if not (headers.get(HEADER_SOURCE_TOPIC) or b"").startswith(self.server):
+                    continue
+                event_id = headers.get(HEADER_EVENT_ID) or b""
+                stamps.append(m.timestamp()[1])
+                ids.append(event_id)
+                seen.add(event_id)
+        return stamps, ids
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+def run_workers(
+    env: dict[str, str],
+    workers: int,
+    log_dir: Path,
+    reader: PlacedReader,
+    transactions: int,
+    timeout: float,
+) -> tuple[float, int]:
+    """``workers`` transaction workers of one group until every OrderPlaced arrived;
+    returns (transactions per second between the first and the last event, duplicates)."""
+    import subprocess
+
+    processes = []
+    logs = []
+    for i in range(workers):
+        log = log_dir / f"tx-{workers}-{i}.log"
+        logs.append(log)
+        with open(log, "wb") as out:
+            processes.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "bizevents", "translate", "--transactions"],
+                    env={**env, "BIZEVENTS_STATE_DIR": str(log_dir / f"state-{workers}-{i}")},
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    cwd=REPO,
+                )
+            )
+
+    def alive() -> None:
+        for process, log in zip(processes, logs, strict=True):
+            if process.poll() is not None:
+                sys.exit(f"a worker exited {process.returncode}: {log.read_text()[-3000:]}")
+
+    try:
+        stamps, ids = reader.read(transactions, time.monotonic() + timeout, alive)
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+    window = (max(stamps) - min(stamps)) / 1000.0
+    return (transactions - 1) / window, len(ids) - len(set(ids))
+
+
+def through_kafka(
+    bootstrap: str, registry_url: str, changes: int, workers: int, timeout: float, tmp: Path
+) -> list[str]:
+    """Lines: changes/s in and events/s out through Kafka, one worker and ``workers``."""
+    import uuid
+
+    tag = uuid.uuid4().hex[:8]
+    server = f"benchtx{tag}"
+    transactions = max(changes // 5, 2)
+    started = time.perf_counter()
+    written = fill_technical(bootstrap, registry_url, server, transactions)
+    per_tx = written / transactions
+    lines = [
+        f"technical topics {server}.store.orders/order_items: {written:,} changes in "
+        f"{transactions:,} transactions (written in {time.perf_counter() - started:.1f}s)"
+    ]
+    env = {
+        **os.environ,
+        "BIZEVENTS_KAFKA__BOOTSTRAP_SERVERS": bootstrap,
+        "BIZEVENTS_REGISTRY__URL": registry_url,
+        "BIZEVENTS_TRANSLATORS": json.dumps({"orders": 3}),
+        "BIZEVENTS_TRANSLATE__TOPIC_PREFIX": server,
+        "BIZEVENTS_TRANSLATE__DEAD_LETTER_TOPIC": f"bench.dead-letter.{tag}",
+        "BIZEVENTS_LOG_FORMAT": "json",
+        "BIZEVENTS_LOG_LEVEL": "INFO",
+        # the whole backlog may be open at once while the worker catches up: the bench
+        # measures the rate, not the limit (docs/transactions.md, "Limits")
+        "BIZEVENTS_TRANSACTIONS__MAX_OPEN": str(transactions + 1),
+    }
+    reader = PlacedReader(bootstrap, server)
+    rates: dict[int, float] = {}
+    try:
+        for n in sorted({1, workers}):
+            group_env = {
+                **env,
+                "BIZEVENTS_TRANSACTIONS__GROUP_ID": f"bench-tx-{n}-{tag}",
+                "BIZEVENTS_TRANSLATE__GROUP_ID": f"bench-tx-{n}-{tag}",
+            }
+            rate, duplicates = run_workers(group_env, n, tmp, reader, transactions, timeout)
+            rates[n] = rate
+            lines.append(
+                f"({'d' if n == 1 else 'e'}) {n} transaction worker{'s' if n > 1 else ''} "
+                f"(orders@3, through Kafka): {rate * per_tx:,.0f} changes/s in, "
+                f"{rate:,.0f} events/s out ({duplicates} duplicates); "
+                f"per worker / {TX_TARGET:,}/s target: {rate * per_tx / n / TX_TARGET:.2f}"
+            )
+    finally:
+        reader.close()
+    if workers > 1:
+        scale = rates[workers] / rates[1]
+        lines.append(
+            f"{workers} workers / one: {scale:.2f} (target ≥ {SCALE_TARGET}: "
+            f"{'met' if scale >= SCALE_TARGET else 'MISSED'}; {os.cpu_count()} cores, "
+            "shared with the broker)"
+        )
+    one = rates[1] * per_tx
+    lines.append(
+        f"one worker / {TX_TARGET:,} changes/s target: {one / TX_TARGET:.2f} "
+        f"({'met' if one >= TX_TARGET else 'MISSED'})"
+    )
+    return lines

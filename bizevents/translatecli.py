@@ -12,37 +12,31 @@ from bizevents.clikit import fails_cleanly, settings_of
 @click.option(
     "--transactions",
     is_flag=True,
-    help="Run the pinned transaction translators (whole transactions) instead of the row ones.",
+    help="Run only the pinned transaction translators (whole transactions).",
 )
 @click.pass_context
 @fails_cleanly
 def translate(ctx: click.Context, transactions: bool) -> None:
     """Translate technical topics into business events until stopped (SIGTERM, Ctrl-C).
 
-    Runs a Faust worker in the consumer group translate.group_id: start several to
-    share the partitions. Which translator versions run is pinned in the settings
-    ([translators] orders = 2); technical topics are <translate.topic_prefix>.<schema>.<table>.
-    Offsets are committed only after the events produced from them are acknowledged.
+    One worker for every pinned translator ([translators] orders = 2): the row
+    translators in a Faust worker of the consumer group translate.group_id, the
+    transaction translators (whole committed transactions, docs/transactions.md) in the
+    same process, in the groups of transactions.group_id. Start several to share the
+    work. Technical topics are <translate.topic_prefix>.<schema>.<table>. Offsets are
+    committed only after the events produced from them are acknowledged.
 
-    With --transactions it runs the transaction translators instead: the worker assembles
-    whole committed transactions from the transaction topic and the technical topics
-    (docs/transactions.md); run it beside the row worker.
+    With --transactions it runs only the transaction translators.
     """
-    if transactions:
-        from bizevents.translators.txworker import run_transactions
-
-        settings = settings_of(ctx)
-        run_transactions(settings.runtime(), settings.transactions)
-        return
     from bizevents.translators.metrics import WorkerStats, serve_metrics
     from bizevents.translators.worker import run
 
     settings = settings_of(ctx)
     t = settings.translate
-    stats = WorkerStats(t.group_id)
+    stats = WorkerStats(settings.transactions.group_id if transactions else t.group_id)
     if t.metrics_port is not None:
         _, port = serve_metrics(stats, t.metrics_host, t.metrics_port)
         structlog.get_logger("translate").info(
             "metrics endpoint", url=f"http://{t.metrics_host}:{port}/metrics"
         )
-    run(settings.runtime(), stats)
+    run(settings.runtime(), stats, settings.transactions, only_transactions=transactions)

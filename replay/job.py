@@ -1,21 +1,27 @@
-"""The replay driver: check, plan (or resume), run one Spark job per range, record, sum up.
+"""The replay driver: check, plan (or resume), run the ranges as one Spark job, record, sum up.
 
-Every range is its own Spark job, submitted from a pool of driver threads as wide
-as the cluster's default parallelism (plus one, so a slot never waits for the
-driver). That costs a fraction of a second per range and buys what a run needs: the
-driver learns of each finished range at once, writes it to the run state (so a
-killed driver loses at most the ranges in flight, and their output carries the same
-event ids when they run again), and shows progress as ranges finish.
+The pending ranges are the partitions of one RDD (one range, one partition) and one
+job runs them all (``mapPartitions``), so Spark schedules, retries (``spark.task.
+maxFailures``), speculates and shows the tasks. Each task adds its range's report to an
+accumulator; Spark merges a task's accumulator updates on the driver when the task
+succeeds, so the driver, polling it while the job runs, learns of each finished range
+at once, writes it to the run state (a killed driver loses at most the ranges in
+flight, and their output carries the same event ids when they run again), and shows
+progress as ranges finish.
+
+Parquet output is the exception: the JVM writes each range's DataFrame, which a task
+cannot start, so those ranges stay one Spark job each, from a pool of driver threads.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import sys
 import threading
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -443,23 +449,37 @@ class ReplayJob:
         self.listener.phase("compaction index")
         wanted = [r for r in state.ranges if (r.topic, r.partition) in partitions]
         merged: dict[tuple[str, int], KeyIndex] = {}
-        lock = threading.Lock()
-        with self._pool() as pool:
-            futures = {pool.submit(self._job, index_range, config, r): r for r in wanted}
-            for future, rng in futures.items():
-                index = self._result(future, rng)
-                with lock:
-                    found = merged.get((rng.topic, rng.partition))
-                    if found is None:
-                        merged[(rng.topic, rng.partition)] = index
-                    else:
-                        found.merge(index)
+        indexes = self._one_job(functools.partial(_index_ranges, config), wanted)
+        for rng, index in zip(wanted, indexes, strict=True):
+            found = merged.get((rng.topic, rng.partition))
+            if found is None:
+                merged[(rng.topic, rng.partition)] = index
+            else:
+                found.merge(index)
         result: dict[str, list[int]] = {}
         for rng in pending:
             index = merged.get((rng.topic, rng.partition))
             if index is not None:
                 result[rng.id] = [o for o in index.survivors() if rng.start <= o < rng.end]
         return result
+
+    def _one_job(
+        self, func: Callable[[Iterable[Any]], Iterator[Any]], items: Sequence[Any]
+    ) -> list[Any]:
+        """``func`` over ``items``, one item per partition of one job; the results in
+        order. A failed task's error names its range (``_failed``)."""
+        rdd = self.spark.sparkContext.parallelize(list(items), max(1, len(items)))
+        try:
+            return list(rdd.mapPartitions(func).collect())
+        except Exception as exc:
+            raise self._failed(exc) from exc
+
+    def _failed(self, exc: BaseException) -> RangeFailedError:
+        found = _RANGE_ERROR.search(str(exc))
+        what = f"range {found.group(1)}" if found else "a range"
+        return RangeFailedError(
+            f"{what} failed: {task_error(exc)}; rerun with --run-id {self.spec.run_id} to continue"
+        )
 
     def _result(self, future: Future[Any], rng: Range) -> Any:
         try:
@@ -479,6 +499,65 @@ class ReplayJob:
         config: TaskConfig,
         survivors: dict[str, list[int]],
     ) -> list[TaskReport]:
+        output = config.output
+        if output is not None and output.kind == "path" and output.file_format == "parquet":
+            return self._run_range_jobs(state, pending, config, survivors)
+        return self._dataflow(state, pending, config, survivors)
+
+    def _dataflow(
+        self,
+        state: RunState,
+        pending: Sequence[Range],
+        config: TaskConfig,
+        survivors: dict[str, list[int]],
+    ) -> list[TaskReport]:
+        """The ranges as the partitions of one job; each finished range recorded as the
+        driver learns of it (the accumulator's value grows as tasks succeed)."""
+        sc = self.spark.sparkContext
+        finished = sc.accumulator([], _Reports())
+        work = [(rng, survivors.get(rng.id)) for rng in pending]
+        rdd = sc.parallelize(work, max(1, len(work))).mapPartitions(
+            functools.partial(_run_ranges, config, finished)
+        )
+        outcome: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                rdd.count()
+            except BaseException as exc:  # handed to the driver's thread, raised there
+                outcome.append(exc)
+
+        thread = threading.Thread(target=run, name="replay-job", daemon=True)
+        thread.start()
+        reports: list[TaskReport] = []
+        seen: set[str] = set()
+
+        def record() -> None:
+            for report in list(finished.value):
+                if report.range_id in seen:
+                    continue  # a retried or speculated task's second report
+                seen.add(report.range_id)
+                if not self.spec.dry_run:
+                    state.mark_done(report.range_id, _report_dict(report))
+                reports.append(report)
+                self.listener.finished(report)
+
+        while thread.is_alive():
+            thread.join(0.2)
+            record()
+        record()
+        if outcome:
+            raise self._failed(outcome[0]) from outcome[0]
+        return reports
+
+    def _run_range_jobs(
+        self,
+        state: RunState,
+        pending: Sequence[Range],
+        config: TaskConfig,
+        survivors: dict[str, list[int]],
+    ) -> list[TaskReport]:
+        """One Spark job per range (Parquet: the JVM writes each range's DataFrame)."""
         reports: list[TaskReport] = []
         failure: RangeFailedError | None = None
         with self._pool() as pool:
@@ -507,6 +586,48 @@ class ReplayJob:
         if failure is not None:
             raise failure
         return reports
+
+
+_RANGE_ERROR: Final = re.compile(r"range (\S+) failed in its task")
+
+
+class _Reports:
+    """An accumulator of finished ranges' reports (a list, added to as tasks succeed);
+    pyspark's ``AccumulatorParam`` by its two methods, so this module imports without
+    pyspark."""
+
+    def zero(self, value: list[TaskReport]) -> list[TaskReport]:
+        return []
+
+    def addInPlace(self, value1: list[TaskReport], value2: list[TaskReport]) -> list[TaskReport]:
+        value1.extend(value2)
+        return value1
+
+
+def _run_ranges(
+    config: TaskConfig, finished: Any, work: Iterable[tuple[Range, list[int] | None]]
+) -> Iterator[str]:
+    """A task: its ranges (one), each reported to ``finished`` once written."""
+    for rng, survivors in work:
+        try:
+            report = run_range(config, rng, survivors)
+        except Exception as exc:
+            raise RuntimeError(
+                f"range {rng.id} failed in its task: {type(exc).__name__}: {exc}"
+            ) from exc
+        finished.add([report])
+        yield rng.id
+
+
+def _index_ranges(config: TaskConfig, work: Iterable[Range]) -> Iterator[KeyIndex]:
+    """A task of ``--compact``'s first phase: its slice's latest offset per key."""
+    for rng in work:
+        try:
+            yield index_range(config, rng)
+        except Exception as exc:
+            raise RuntimeError(
+                f"range {rng.id} failed in its task: {type(exc).__name__}: {exc}"
+            ) from exc
 
 
 def _report_dict(report: TaskReport) -> dict[str, Any]:

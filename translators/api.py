@@ -15,6 +15,7 @@ reads, the contracts it emits, and what it does with snapshot reads and deletes:
 from __future__ import annotations
 
 import fnmatch
+import functools
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -79,7 +80,7 @@ class Translator:
 
     def reads(self, table: str) -> bool:
         """Does this translator read ``schema.table``? Sources may use shell wildcards."""
-        return any(fnmatch.fnmatchcase(table, pattern) for pattern in self.sources)
+        return _reads(self.sources, table)
 
     def translate(self, change: Change) -> tuple[BusinessEvent, ...]:
         """The events for ``change``; raises :class:`TranslationError` on any failure."""
@@ -115,6 +116,13 @@ class Translator:
 
     def __call__(self, change: Change) -> tuple[BusinessEvent, ...]:
         return self.translate(change)
+
+
+@functools.lru_cache(maxsize=4096)
+def _reads(sources: tuple[str, ...], table: str) -> bool:
+    """Whether a table matches one of ``sources`` (asked for every change of a
+    transaction: the answer is kept)."""
+    return any(fnmatch.fnmatchcase(table, pattern) for pattern in sources)
 
 
 def translator(

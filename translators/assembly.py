@@ -37,6 +37,8 @@ a restart reads every open transaction's parts again and none of the released on
 
 from __future__ import annotations
 
+import functools
+import heapq
 import re
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -60,6 +62,7 @@ __all__ = [
 _PG_ID: Final = re.compile(r"^\d+:(\d+)$")
 
 
+@functools.lru_cache(maxsize=65_536)
 def commit_position(tx_id: str) -> int | None:
     """The commit LSN in a PostgreSQL transaction id (``<xid>:<lsn>``), else ``None``."""
     m = _PG_ID.match(tx_id)
@@ -90,10 +93,12 @@ class Part:
 
 @dataclass(frozen=True, slots=True)
 class Ready:
-    """A complete transaction's changes (commit order) to translate."""
+    """A complete transaction's changes (commit order) to translate, and its END record
+    (``None`` for a snapshot read, which has none)."""
 
     tx_id: str | None
     parts: tuple[Part, ...]
+    end: Part | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +172,17 @@ class Assembler:
         self._end_position = -1
         self.limits = limits
         self._open: dict[str, _Open] = {}
+        #: Whether parts came in offset order so far (the worker's logs): then the
+        #: transactions opened first have the smallest first offsets.
+        self._in_order = True
+        self._last_offset = -1
         self._queue: deque[str] = deque()  # END order
+        #: Open transactions seen without their END, oldest first: by commit position
+        #: (a heap), or, for ids without one, by the ENDs counted when they opened. An
+        #: END then looks only at those it may give up, not at every open transaction
+        #: (a worker catching up holds thousands). Entries that ended or went are skipped.
+        self._unended_heap: list[tuple[int, str]] = []
+        self._unended_fifo: deque[tuple[int, str]] = deque()
         self._ends = 0
         self._position = checkpoint.position
         self._recent: deque[str] = deque(checkpoint.released, maxlen=limits.remembered)
@@ -181,6 +196,8 @@ class Assembler:
         """The offset to commit: the first part of the oldest open transaction."""
         if not self._open:
             return next_offset
+        if self._in_order:  # the oldest opened is the first in the dict
+            return min(next_offset, next(iter(self._open.values())).first_offset)
         return min(next_offset, min(o.first_offset for o in self._open.values()))
 
     def checkpoint(self) -> Checkpoint:
@@ -275,7 +292,15 @@ class Assembler:
     def _opened(self, tx_id: str, part: Part, out: list[Outcome]) -> _Open:
         found = self._open.get(tx_id)
         if found is None:
+            if part.offset < self._last_offset:
+                self._in_order = False
+            self._last_offset = part.offset
             found = self._open[tx_id] = _Open(part.offset, self._ends)
+            position = commit_position(tx_id)
+            if position is not None:
+                heapq.heappush(self._unended_heap, (position, tx_id))
+            else:
+                self._unended_fifo.append((self._ends, tx_id))
             if len(self._open) > self.limits.max_open:
                 oldest = min(self._open, key=lambda t: self._open[t].first_offset)
                 self._give_up(
@@ -314,26 +339,31 @@ class Assembler:
         self._ends += 1
         self._end_position = max(self._end_position, commit_position(tx_id) or -1)
         limit = self.limits.max_wait
-        for other, waiting in list(self._open.items()):
-            if waiting.end is not None:
-                continue
-            position = commit_position(other)
-            if position is not None:
-                # ENDs arrive in commit order: a later one means this one has none
-                if self._end_position > position:
-                    self._give_up(
-                        other,
-                        f"transaction {other} never ended: the END of a transaction committed "
-                        "after it arrived, and none of its own",
-                        out,
-                    )
-            elif self._ends - waiting.ends_before > limit:
+        heap, fifo = self._unended_heap, self._unended_fifo
+        # ENDs arrive in commit order: a later one means one committed before has none
+        while heap and heap[0][0] < self._end_position:
+            _, other = heapq.heappop(heap)
+            if self._unended(other):
+                self._give_up(
+                    other,
+                    f"transaction {other} never ended: the END of a transaction committed "
+                    "after it arrived, and none of its own",
+                    out,
+                )
+        while fifo and self._ends - fifo[0][0] > limit:
+            _, other = fifo.popleft()
+            if self._unended(other):
                 self._give_up(
                     other,
                     f"transaction {other} never ended: no END record arrived while {limit} "
                     "later transactions ended (assembly.max_wait)",
                     out,
                 )
+
+    def _unended(self, tx_id: str) -> bool:
+        """Whether ``tx_id`` is open and its END has not arrived."""
+        pending = self._open.get(tx_id)
+        return pending is not None and pending.end is None
 
     def _expected(self, end: TransactionRecord) -> dict[str, int]:
         return {t: n for t, n in end.counts().items() if self._reads(t) and n}
@@ -378,7 +408,8 @@ class Assembler:
             del self._open[tx_id]
             self._settle(tx_id)
             self.stats.released += 1
-            out.append(Ready(tx_id, tuple(sorted(pending.changes.values(), key=_order))))
+            changes = tuple(sorted(pending.changes.values(), key=_order))
+            out.append(Ready(tx_id, changes, pending.end))
 
     def _short(self, tx_id: str) -> str | None:
         """Why the missing changes of a transaction whose END arrived will not come, or

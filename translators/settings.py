@@ -47,6 +47,9 @@ class TranslateSettings(SettingsGroup):
     #: How long start-up waits for a schema registry that does not answer yet (one
     #: starting beside the worker) before it fails.
     registry_wait_s: float = Field(default=30.0, ge=0)
+    #: How long start-up waits for a broker that does not answer (paused, restarting)
+    #: before it fails: a restarted worker rides out a broker outage.
+    broker_wait_s: float = Field(default=45.0, ge=0)
     #: Blocks whose produce acknowledgements may be outstanding at once.
     max_inflight_blocks: int = Field(default=3, ge=1)
     linger_ms: float = Field(default=5.0, ge=0)
@@ -85,11 +88,13 @@ class RuntimeSettings:
 class TransactionSettings(SettingsGroup):
     """The transaction worker (``bizevents translate --transactions``, docs/transactions.md).
 
-    Two consumer groups: ``<group_id>.merge`` copies the technical topics the pinned
+    Three consumer groups: ``<group_id>.merge`` copies the technical topics the pinned
     transaction translators read, and the transaction topic, into one log (the
-    one-partition ``repartition_topic``); ``<group_id>.assemble`` assembles whole
-    transactions from that log, translates them, and commits only up to the oldest
-    transaction still open.
+    one-partition ``repartition_topic``); ``<group_id>.route`` releases whole
+    transactions from it in commit order and copies each to the partitions of the
+    ``assembly_topic`` its business keys hash to; ``<group_id>.assemble`` assembles
+    and translates each partition of that log on one member. The logs' offsets are
+    committed only up to the oldest transaction still open.
     """
 
     group_id: str = "bizevents-transactions"
@@ -97,8 +102,12 @@ class TransactionSettings(SettingsGroup):
     transaction_topic: str | None = None
     #: The one log of every part (default ``<group_id>.repartition``).
     repartition_topic: str | None = None
-    #: Where the assembler records what it released (default ``<group_id>.state``).
+    #: Where the assemblers record what they released (default ``<group_id>.state``).
     state_topic: str | None = None
+    #: The log of whole transactions, partitioned by business key (default
+    #: ``<group_id>.assembly``): up to this many members assemble at once.
+    assembly_topic: str | None = None
+    assembly_partitions: int = Field(default=4, ge=1)
     #: Transactions open at once; beyond it the oldest goes to the dead-letter topic.
     max_open: int = Field(default=10_000, ge=1)
     #: Changes of one transaction; beyond it the transaction is dead-lettered.
@@ -114,3 +123,6 @@ class TransactionSettings(SettingsGroup):
 
     def state(self) -> str:
         return self.state_topic or f"{self.group_id}.state"
+
+    def assembly(self) -> str:
+        return self.assembly_topic or f"{self.group_id}.assembly"

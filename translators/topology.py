@@ -5,19 +5,42 @@ from __future__ import annotations
 
 import fnmatch
 import re
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from bizevents.contracts.business import (
     BusinessEvent,
 )
-from bizevents.plumbing.errors import ConfigError
+from bizevents.plumbing.errors import ConfigError, TransientError
 from bizevents.plumbing.registry import RegistryUnavailableError
 from bizevents.translators.api import Translator
 from bizevents.translators.exceptions import PluginError
 from bizevents.translators.settings import TranslateSettings
 
-__all__ = ["check_contracts", "readers", "technical_topics"]
+__all__ = ["check_contracts", "list_topics", "readers", "technical_topics"]
+
+
+def list_topics(admin: Any, bootstrap: str, wait_s: float) -> dict[str, Any]:
+    """The cluster's topics (name -> metadata), waiting up to ``wait_s`` for a broker
+    that does not answer: a worker restarted while the broker is paused or restarting
+    starts once it is back, instead of exiting."""
+    import structlog
+
+    deadline = time.monotonic() + wait_s
+    told = False
+    while True:
+        try:
+            return dict(admin.list_topics(timeout=min(15.0, max(wait_s, 1.0))).topics)
+        except Exception as exc:  # librdkafka raises KafkaException
+            if time.monotonic() >= deadline:
+                raise TransientError(f"cannot list the topics of {bootstrap}: {exc}") from exc
+            if not told:
+                structlog.get_logger("translate").warning(
+                    "waiting for the broker", bootstrap=bootstrap, up_to_s=wait_s
+                )
+                told = True
+            time.sleep(1.0)
 
 
 def technical_topics(

@@ -27,7 +27,8 @@ row-by-row ``translate`` refuses to run it).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+import fnmatch
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeAlias
 
@@ -93,6 +94,17 @@ class TransactionTranslator(Translator):
     """A translator of whole transactions; build it with :func:`transaction_translator`."""
 
     tx_func: TransactionFunc | None = field(default=None, repr=False)
+    #: The business key of each table it reads, ``((table, (column, ...)), ...)``: the
+    #: transaction worker assembles the transactions of one business key on one member,
+    #: in commit order (docs/transactions.md). A table not named keys by its row key.
+    keys: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    def key_columns(self, table: str) -> tuple[str, ...]:
+        """The business-key columns declared for ``schema.table`` (empty: the row key)."""
+        for pattern, columns in self.keys:
+            if pattern == table or fnmatch.fnmatchcase(table, pattern):
+                return columns
+        return ()
 
     def translate(self, change: Change) -> tuple[BusinessEvent, ...]:
         raise TranslationError(
@@ -144,6 +156,22 @@ class TransactionTranslator(Translator):
         return items
 
 
+def _keys(
+    keys: Mapping[str, str | Sequence[str]], problems: list[str]
+) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The ``keys`` declaration as a tuple; what is wrong with it goes to ``problems``."""
+    out = []
+    for table, columns in keys.items():
+        names = (columns,) if isinstance(columns, str) else tuple(columns)
+        if not isinstance(table, str) or "." not in table:
+            problems.append(f"keys names {table!r}, which is not a schema.table")
+        elif not names or not all(isinstance(c, str) and c for c in names):
+            problems.append(f"keys of {table} must be one or more column names")
+        else:
+            out.append((table, names))
+    return tuple(out)
+
+
 def is_transactional(item: Translator) -> bool:
     """Whether ``item`` reads whole transactions."""
     return isinstance(item, TransactionTranslator)
@@ -156,16 +184,22 @@ def transaction_translator(
     sources: Sequence[str],
     emits: Sequence[type[BusinessEvent]],
     snapshots: Policy = SKIP,
+    keys: Mapping[str, str | Sequence[str]] | None = None,
 ) -> Callable[[TransactionFunc], TransactionTranslator]:
     """Declare a transaction translator; a malformed declaration fails where it is written.
 
     ``snapshots="translate"`` hands each snapshot read to the function alone (a
     snapshot row is a committed state with no transaction); the default skips them.
+    ``keys`` names the business key of each source table, e.g. ``{"store.orders": "id",
+    "store.order_items": "order_id"}``: the worker spreads the assembly over its members
+    by that key and keeps each key's transactions in commit order (a table left out is
+    keyed by its row key).
     """
 
     def wrap(func: TransactionFunc) -> TransactionTranslator:
         origin = f"{func.__module__}.{func.__qualname__}"
         problems = _problems(name, version, sources, emits, snapshots, TRANSLATE)
+        declared = _keys(keys or {}, problems)
         if problems:
             raise PluginError(f"translator {name}@{version} ({origin}): {'; '.join(problems)}")
         return TransactionTranslator(
@@ -177,6 +211,7 @@ def transaction_translator(
             snapshots=snapshots,
             origin=origin,
             tx_func=func,
+            keys=declared,
         )
 
     return wrap

@@ -26,9 +26,10 @@ the same ids.
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from time import perf_counter
+from typing import TypeAlias
 
 from bizevents.contracts.change import Change
 from bizevents.contracts.exceptions import ContractError
@@ -46,7 +47,10 @@ from bizevents.translators.pipeline import (
 )
 from bizevents.translators.transaction_api import TransactionChanges, TransactionTranslator
 
-__all__ = ["HEADER_TX", "TransactionCore"]
+__all__ = ["HEADER_TX", "Owns", "TransactionCore"]
+
+#: Whether this member publishes the events stemming from a part (for a translator).
+Owns: TypeAlias = Callable[[TransactionTranslator, Part], bool]
 
 #: On a dead letter of the transaction worker: the transaction id.
 HEADER_TX = "bizevents.transaction.id"
@@ -83,11 +87,13 @@ class TransactionCore:
         """Whether any of the translators reads ``schema.table``."""
         return any(t.reads(table) for t in self.translators)
 
-    def process(self, outcomes: Sequence[Ready | Abandoned]) -> Result:
+    def process(self, outcomes: Sequence[Ready | Abandoned], owns: Owns | None = None) -> Result:
+        """The records of ``outcomes``; with ``owns``, only the events and dead letters
+        of the parts it owns (the transaction is still translated whole)."""
         result = Result()
         for outcome in outcomes:
             if isinstance(outcome, Ready):
-                result.records += self.translate(outcome, result)
+                result.records += self.translate(outcome, result, owns)
             else:
                 result.records += self.dead_letters(
                     outcome.parts, "assemble", outcome.reason, "IncompleteTransaction", ""
@@ -95,8 +101,12 @@ class TransactionCore:
                 self.counts.dead_lettered += len(outcome.parts)
         return result
 
-    def translate(self, ready: Ready, result: Result | None = None) -> list[OutRecord]:
-        """The records of one complete transaction, for each translator that reads it."""
+    def translate(
+        self, ready: Ready, result: Result | None = None, owns: Owns | None = None
+    ) -> list[OutRecord]:
+        """The records of one complete transaction, for each translator that reads it;
+        with ``owns``, only those of the parts it owns (:mod:`bizevents.translators.routing`:
+        the members that assemble one transaction each publish their keys' events)."""
         started = perf_counter()
         self.counts.transactions += 1
         self.counts.changes += len(ready.parts)
@@ -109,17 +119,18 @@ class TransactionCore:
             ]
             if not parts or (ready.tx_id is None and translator.snapshots == SKIP):
                 continue
-            counts = Counts(consumed=len(parts))
+            mine = parts if owns is None else [p for p in parts if owns(translator, p)]
+            counts = Counts(consumed=len(mine))
             if result is not None:
                 counts = result.counts.setdefault(translator.ref, counts)
             try:
-                records = self._events(translator, ready.tx_id, parts)
+                records = self._events(translator, ready.tx_id, parts, owns)
             except TranslationError as exc:
-                records = self.dead_letters(parts, "translate", exc.reason, exc, translator.ref)
-                counts.dead_lettered += len(parts)
+                records = self.dead_letters(mine, "translate", exc.reason, exc, translator.ref)
+                counts.dead_lettered += len(mine)
             except ContractError as exc:
-                records = self.dead_letters(parts, "contract", str(exc), exc, translator.ref)
-                counts.dead_lettered += len(parts)
+                records = self.dead_letters(mine, "contract", str(exc), exc, translator.ref)
+                counts.dead_lettered += len(mine)
             else:
                 counts.emitted += len(records)
                 if not records:
@@ -130,7 +141,11 @@ class TransactionCore:
         return out
 
     def _events(
-        self, translator: TransactionTranslator, tx_id: str | None, parts: list[Part]
+        self,
+        translator: TransactionTranslator,
+        tx_id: str | None,
+        parts: list[Part],
+        owns: Owns | None = None,
     ) -> list[OutRecord]:
         of_event = {id(p.change): p for p in parts if p.change is not None}
         changes = tuple(Change(p.change) for p in parts if p.change is not None)
@@ -150,16 +165,18 @@ class TransactionCore:
         for item in items:
             event = item.event
             if item.change is None:
-                part, identity, key = first, whole, keyed.origin.key
+                part, identity, key, owned = first, whole, keyed.origin.key, keyed
             else:
                 part = of_event[id(item.change.event)]
                 assert part.change is not None
-                identity, key = change_identity(part.change), part.origin.key
+                identity, key, owned = change_identity(part.change), part.origin.key, part
             assert part.change is not None
             position = part.change.source.position
             contract = contract_name(type(event))
             ordinal = ordinals.get((identity, contract), 0)
             ordinals[identity, contract] = ordinal + 1
+            if owns is not None and not owns(translator, owned):
+                continue  # another member publishes it (after counting its ordinal)
             where = part.origin
             stamper = Stamper(
                 translator.name, translator.version, where.topic, where.partition, self.replay

@@ -1,26 +1,34 @@
 """The transaction worker: whole committed transactions through transaction translators.
 
-``bizevents translate --transactions`` runs two stages, each its own aiokafka consumer
+``bizevents translate --transactions`` runs three stages, each its own aiokafka consumer
 group (start several processes to share or take over the work):
 
 1. **merge** (group ``<group_id>.merge``): copies every record of the technical topics
    the pinned transaction translators read, and of the transaction topic, into one log,
    the one-partition repartition topic, with headers naming where each came from. Its
    offsets are committed once the copies are acknowledged; a restart copies the
-   uncommitted ones again (the assembler drops the duplicates).
-2. **assemble** (group ``<group_id>.assemble``; one member holds the log's partition,
-   the others stand by): decodes each part, assembles transactions
-   (:mod:`bizevents.translators.assembly`), translates the complete ones in commit order
-   (:mod:`bizevents.translators.txcore`), produces the events and dead letters, records the
-   released position in the state topic, and commits the log's offset **up to the first
-   part of the oldest transaction still open**. A worker killed or a partition moved
-   mid-transaction: the next owner reads that transaction's parts again from the log
-   and releases it once, with the same event ids (at least once: a crash between the
-   produce and the state record repeats the same events, same ids).
+   uncommitted ones again (the assemblers drop the duplicates).
+2. **route** (group ``<group_id>.route``; one member holds the merge log, the others
+   stand by): decodes each part and assembles transactions
+   (:mod:`bizevents.translators.assembly`), releases the complete ones in commit order
+   and copies each, parts and END as they were, to the partitions of the **assembly
+   log** that its business keys hash to (:mod:`bizevents.translators.routing`);
+   dead-letters what cannot be assembled. It commits the merge log **up to the first
+   part of the oldest transaction still open**, and records the released position in
+   the state topic.
+3. **assemble** (group ``<group_id>.assemble``; the assembly log's partitions are spread
+   over the members): per partition, assembles the transactions again (they arrive
+   whole, in commit order), translates them (:mod:`bizevents.translators.txcore`) and
+   produces the events of the business keys the partition owns, with the same commit
+   rule and a checkpoint per partition.
 
-The pending state is thus the log itself from the committed offset on, not a changelog:
-nothing else needs to survive. The price is one partition for the assembly (one active
-assembler per group), which also gives commit order to every event.
+A worker killed or a partition moved mid-transaction: the next owner reads that
+transaction's parts again from its log and releases it once, with the same event ids
+(at least once: a crash between the produce and the state record repeats the same
+events, same ids). The pending state is the logs themselves from their committed
+offsets on. Every transaction of one business key goes to one assembly partition, in
+commit order, so that key's events keep commit order; transactions of different keys
+are assembled in parallel, and their relative order is given up (docs/transactions.md).
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import time
 from collections.abc import Sequence
 from contextlib import suppress
 from dataclasses import dataclass
@@ -38,10 +47,21 @@ import structlog
 from bizevents.contracts.envelope import ChangeEvent, Tombstone
 from bizevents.contracts.exceptions import Coordinates, DecodeError
 from bizevents.contracts.technical.transaction import TransactionDecoder, transaction_topic
-from bizevents.plumbing.errors import ConfigError, TransientError
+from bizevents.plumbing.errors import ConfigError
 from bizevents.plumbing.kafka import ensure_topics, partition_for
-from bizevents.translators.assembly import Assembler, AssemblyLimits, Checkpoint, Outcome, Part
+from bizevents.translators.api import Translator
+from bizevents.translators.assembly import (
+    Assembler,
+    AssemblyLimits,
+    Checkpoint,
+    Outcome,
+    Part,
+    Ready,
+    commit_position,
+)
+from bizevents.translators.metrics import WorkerStats
 from bizevents.translators.pipeline import OutRecord, SourceRecord
+from bizevents.translators.routing import owner, partitions_of
 from bizevents.translators.settings import RuntimeSettings, TransactionSettings
 from bizevents.translators.transaction_api import TransactionTranslator
 from bizevents.translators.txcore import TransactionCore
@@ -67,24 +87,34 @@ class TxPlan:
     transaction_topic: str
     repartition_topic: str
     state_topic: str
+    assembly_topic: str
+    assembly_partitions: int
+    #: Partitions of every topic the worker writes events or dead letters to.
+    partitions: dict[str, int]
     core: TransactionCore
     decoder: Any
     tx_decoder: TransactionDecoder
     limits: AssemblyLimits
 
 
-def prepare_transactions(settings: RuntimeSettings, tx: TransactionSettings) -> TxPlan:
-    """Resolve the pinned transaction translators, their topics and contracts."""
+def prepare_transactions(
+    settings: RuntimeSettings,
+    tx: TransactionSettings,
+    pinned: Sequence[Translator] | None = None,
+) -> TxPlan:
+    """Resolve the pinned transaction translators (among ``pinned``, else discovered),
+    their topics and contracts."""
     from confluent_kafka.admin import AdminClient
 
     from bizevents.contracts.serde import BusinessSerializer
     from bizevents.contracts.technical import AutoDecoder
     from bizevents.plumbing.registry import registry_client, schema_lookup, wait_for_registry
     from bizevents.translators.registry import discover
-    from bizevents.translators.topology import check_contracts, technical_topics
+    from bizevents.translators.topology import check_contracts, list_topics, technical_topics
 
     t = settings.translate
-    pinned = discover(names=settings.translators).pinned(settings.translators)
+    if pinned is None:
+        pinned = discover(names=settings.translators).pinned(settings.translators)
     translators = [item for item in pinned if isinstance(item, TransactionTranslator)]
     if not translators:
         raise ConfigError(
@@ -92,13 +122,8 @@ def prepare_transactions(settings: RuntimeSettings, tx: TransactionSettings) -> 
             "run `bizevents translate` for those"
         )
     admin = AdminClient({**settings.kafka.librdkafka(), "log.connection.close": False})
-    try:
-        metadata = admin.list_topics(timeout=15).topics
-        existing = set(metadata)
-    except Exception as exc:
-        raise TransientError(
-            f"cannot list the topics of {settings.kafka.bootstrap_servers}: {exc}"
-        ) from exc
+    metadata = list_topics(admin, settings.kafka.bootstrap_servers, t.broker_wait_s)
+    existing = set(metadata)
     sources = technical_topics(list(translators), t, existing)
     if tx.transaction_topic:
         tx_topic = tx.transaction_topic
@@ -123,9 +148,13 @@ def prepare_transactions(settings: RuntimeSettings, tx: TransactionSettings) -> 
     client = registry_client(settings.registry)
     serializer = BusinessSerializer(client, t.subject_strategy, t.auto_register)
     check_contracts(list(translators), client, serializer.subject, t.auto_register)
-    outputs = {c.contract_topic() for item in translators for c in item.emits}
-    ensure_topics(admin, sorted(outputs | {t.dead_letter_topic}), t.output_partitions)
+    outputs = sorted({c.contract_topic() for item in translators for c in item.emits})
+    ensure_topics(admin, [*outputs, t.dead_letter_topic], t.output_partitions)
     ensure_topics(admin, [tx.repartition(), tx.state()], 1)
+    ensure_topics(admin, [tx.assembly()], tx.assembly_partitions)
+    written = list_topics(admin, settings.kafka.bootstrap_servers, t.broker_wait_s)
+    partitions = {name: len(written[name].partitions) for name in [*outputs, t.dead_letter_topic]}
+    assembly = len(written[tx.assembly()].partitions)
     lookup = schema_lookup(client)
     return TxPlan(
         translators,
@@ -134,6 +163,9 @@ def prepare_transactions(settings: RuntimeSettings, tx: TransactionSettings) -> 
         tx_topic,
         tx.repartition(),
         tx.state(),
+        tx.assembly(),
+        assembly,
+        partitions,
         TransactionCore(translators, serializer, dead_letter_topic=t.dead_letter_topic),
         AutoDecoder(lookup),
         TransactionDecoder(lookup),
@@ -141,23 +173,35 @@ def prepare_transactions(settings: RuntimeSettings, tx: TransactionSettings) -> 
     )
 
 
-class TxWorker:
-    """The two stages of one worker process (see the module doc)."""
+_Send = tuple[str, int, bytes | None, bytes | None, Sequence[tuple[str, bytes | None]]]
 
-    def __init__(self, settings: RuntimeSettings, tx: TransactionSettings, plan: TxPlan) -> None:
+
+class TxWorker:
+    """The three stages of one worker process (see the module doc)."""
+
+    def __init__(
+        self,
+        settings: RuntimeSettings,
+        tx: TransactionSettings,
+        plan: TxPlan,
+        stats: WorkerStats | None = None,
+    ) -> None:
         self.settings = settings
         self.tx = tx
         self.plan = plan
+        #: The worker's metrics, shared with the row translators of the same process.
+        self.stats = stats or WorkerStats(tx.group_id)
         self._stop = asyncio.Event()
-        self._partitions: dict[str, int] = {}
+        #: The route stage's assembler (``None`` while it does not hold the merge log).
         self.assembler: Assembler | None = None
-        self._reassigned = False
+        #: The assemble stage's, per assembly-log partition it holds.
+        self.assemblers: dict[int, Assembler] = {}
 
     def stop(self) -> None:
         self._stop.set()
 
     async def run(self) -> None:
-        """Both stages until :meth:`stop`; the first stage that fails stops the other."""
+        """The stages until :meth:`stop`; the first stage that fails stops the others."""
         from aiokafka import AIOKafkaProducer
 
         producer = AIOKafkaProducer(**self.settings.kafka.aiokafka(), acks="all")
@@ -165,9 +209,15 @@ class TxWorker:
         try:
             tasks = [
                 asyncio.ensure_future(self._merge(producer)),
+                asyncio.ensure_future(self._route(producer)),
                 asyncio.ensure_future(self._assemble(producer)),
             ]
-            done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+            try:
+                done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+            except asyncio.CancelledError:  # the Faust worker stops (the one runtime)
+                self._stop.set()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                raise
             self._stop.set()
             for task in pending:
                 await task
@@ -189,9 +239,33 @@ class TxWorker:
             session_timeout_ms=int(t.session_timeout_s * 1000),
             heartbeat_interval_ms=int(t.heartbeat_interval_s * 1000),
             rebalance_timeout_ms=int(t.rebalance_timeout_s * 1000),
+            # an empty fetch held long delays what arrives meanwhile on the embedded
+            # broker (docs/broker.md); every stage but the merge reads a log being written
+            fetch_max_wait_ms=t.fetch_max_wait_ms,
+            max_partition_fetch_bytes=t.max_fetch_bytes,
         )
         consumer.subscribe(list(topics), listener=listener)
         return consumer
+
+    async def _send(self, producer: Any, items: Sequence[_Send]) -> None:
+        """Append ``items`` to one batch per topic and partition, in order, and wait
+        until the broker acknowledged them all."""
+        builders: dict[tuple[str, int], Any] = {}
+        futures = []
+        for topic, partition, key, value, headers in items:
+            slot = (topic, partition)
+            batch = builders.get(slot)
+            if batch is None:
+                batch = builders[slot] = producer.create_batch()
+            if batch.append(key=key, value=value, timestamp=None, headers=headers) is None:
+                futures.append(await producer.send_batch(batch, topic, partition=partition))
+                batch = builders[slot] = producer.create_batch()
+                if batch.append(key=key, value=value, timestamp=None, headers=headers) is None:
+                    raise ConfigError(f"a record for {topic} is larger than a producer batch")
+        for (topic, partition), batch in builders.items():
+            futures.append(await producer.send_batch(batch, topic, partition=partition))
+        if futures:
+            await asyncio.gather(*futures)
 
     # -- stage 1: merge ----------------------------------------------------------------
 
@@ -208,30 +282,17 @@ class TxWorker:
                 batches = await consumer.getmany(timeout_ms=200, max_records=self.tx.max_records)
                 if not batches:
                     continue
-                futures = []
+                copies: list[_Send] = []
                 offsets = {}
                 for tp, records in batches.items():
                     for r in records:
                         if r.value is None:
                             continue  # a tombstone: compaction's marker, not a change
                         headers = [(k, v) for k, v in (r.headers or ()) if k not in _ORIGIN]
-                        headers += [
-                            (HEADER_ORIGIN_TOPIC, r.topic.encode()),
-                            (HEADER_ORIGIN_PARTITION, str(r.partition).encode()),
-                            (HEADER_ORIGIN_OFFSET, str(r.offset).encode()),
-                        ]
-                        futures.append(
-                            await producer.send(
-                                plan.repartition_topic,
-                                value=r.value,
-                                key=r.key,
-                                headers=headers,
-                                partition=0,
-                            )
-                        )
+                        headers += _origin_headers(r.topic, r.partition, r.offset)
+                        copies.append((plan.repartition_topic, 0, r.key, r.value, headers))
                     offsets[tp] = records[-1].offset + 1
-                if futures:
-                    await asyncio.gather(*futures)
+                await self._send(producer, copies)
                 try:
                     await consumer.commit(offsets)
                 except CommitFailedError as exc:
@@ -240,10 +301,10 @@ class TxWorker:
             with suppress(Exception):
                 await consumer.stop()
 
-    # -- stage 2: assemble -------------------------------------------------------------
+    # -- the logs' checkpoints ---------------------------------------------------------
 
-    async def _read_checkpoint(self) -> Checkpoint:
-        """The last record of the state topic (read to the end of a Fetch)."""
+    async def _read_checkpoints(self) -> dict[bytes, Checkpoint]:
+        """The last record of each key of the state topic (read to the end of a Fetch)."""
         from aiokafka import AIOKafkaConsumer
         from aiokafka.structs import TopicPartition
 
@@ -251,111 +312,221 @@ class TxWorker:
             **self.settings.kafka.aiokafka(), enable_auto_commit=False, group_id=None
         )
         await consumer.start()
-        last: bytes | None = None
+        last: dict[bytes, bytes] = {}
         try:
             tp = TopicPartition(self.plan.state_topic, 0)
             consumer.assign([tp])
             await consumer.seek_to_beginning(tp)
             while True:
                 batch = await consumer.getmany(tp, timeout_ms=500, max_records=10_000)
-                records = batch.get(tp, [])
-                if records:
-                    last = records[-1].value
+                for record in batch.get(tp, []):
+                    if record.value:
+                        last[record.key or b""] = record.value
                 high = consumer.highwater(tp)
                 if high is not None and await consumer.position(tp) >= high:
                     break
         finally:
             with suppress(Exception):
                 await consumer.stop()
-        if not last:
-            return Checkpoint()
-        data = json.loads(last)
-        return Checkpoint(data.get("position"), tuple(data.get("released", ())))
+        out = {}
+        for key, value in last.items():
+            data = json.loads(value)
+            out[key] = Checkpoint(data.get("position"), tuple(data.get("released", ())))
+        return out
 
-    async def _write_checkpoint(self, producer: Any, assembler: Assembler) -> None:
+    def _checkpoint(self, key: bytes, assembler: Assembler) -> _Send:
         point = assembler.checkpoint()
         # PostgreSQL ids are covered by the position; only other ids need remembering
-        others = [i for i in point.released if ":" not in i or not i.split(":")[-1].isdigit()]
+        others = [i for i in point.released if commit_position(i) is None]
         body = json.dumps({"position": point.position, "released": others}).encode()
-        await producer.send_and_wait(self.plan.state_topic, body, key=b"checkpoint", partition=0)
+        return (self.plan.state_topic, 0, key, body, [])
 
-    async def _assemble(self, producer: Any) -> None:
+    def _parts(self, records: Sequence[Any], log_topic: str) -> tuple[list[Part], list[OutRecord]]:
+        """The log's records as parts, and the dead letters of those that do not decode."""
+        parts: list[Part] = []
+        bad: list[OutRecord] = []
+        for r in records:
+            part = self._part(r, log_topic)
+            if isinstance(part, OutRecord):
+                bad.append(part)
+            elif part is not None:
+                parts.append(part)
+        return parts, bad
+
+    async def _log_stage(
+        self,
+        producer: Any,
+        topic: str,
+        group: str,
+        handle: Any,
+        on_assigned: Any,
+    ) -> None:
+        """Consume a log of parts in group ``group``: after each (re)assignment every
+        held partition restarts from its committed offset with ``on_assigned(tps)``;
+        ``handle(tp, records)`` returns what to send and the offset to commit."""
         from aiokafka import ConsumerRebalanceListener
-        from aiokafka.errors import CommitFailedError
-        from aiokafka.structs import OffsetAndMetadata, TopicPartition
+        from aiokafka.errors import CommitFailedError, IllegalStateError
+        from aiokafka.structs import OffsetAndMetadata
 
-        worker = self
+        rebalanced = [False]
 
         class Listener(ConsumerRebalanceListener):  # type: ignore[misc]
             async def on_partitions_revoked(self, revoked: Any) -> None:
-                worker.assembler = None
+                rebalanced[0] = True
 
             async def on_partitions_assigned(self, assigned: Any) -> None:
-                worker._reassigned = True
+                rebalanced[0] = True
 
-        plan = self.plan
-        tp = TopicPartition(plan.repartition_topic, 0)
-        consumer = self._consumer(
-            [plan.repartition_topic], f"{self.tx.group_id}.assemble", Listener()
-        )
+        consumer = self._consumer([topic], group, Listener())
         await consumer.start()
         try:
             while not self._stop.is_set():
                 batches = await consumer.getmany(timeout_ms=200, max_records=self.tx.max_records)
-                if self._reassigned or (self.assembler is None and tp in consumer.assignment()):
-                    # (re)gained the log: rebuild from the committed offset and the state
-                    self._reassigned = False
-                    self.assembler = Assembler(
-                        plan.core.reads,
-                        plan.limits,
-                        await self._read_checkpoint(),
-                        sources=plan.source_partitions,
-                    )
-                    if tp in consumer.assignment():
-                        # the batch just read is dropped: read again from the committed
-                        # offset, or from the log's start when the group never committed
-                        # (seek_to_committed would leave the position after that batch,
-                        # and its parts would be lost to this assembler)
-                        committed = await consumer.committed(tp)
-                        consumer.seek(tp, committed if committed is not None else 0)
-                    log.info("assembling", log=plan.repartition_topic)
+                if rebalanced[0]:
+                    # (re)gained partitions: every one rebuilds from its committed offset
+                    # and the state; the batch just read is dropped and read again (a
+                    # partition the group never committed restarts at the log's start)
+                    rebalanced[0] = False
+                    held = sorted(consumer.assignment(), key=lambda tp: tp.partition)
+                    try:
+                        await on_assigned(held)
+                        for tp in held:
+                            committed = await consumer.committed(tp)
+                            consumer.seek(tp, committed if committed is not None else 0)
+                    except IllegalStateError:  # the assignment changed again meanwhile
+                        rebalanced[0] = True
+                        continue
+                    log.info("assembling", log=topic, partitions=[tp.partition for tp in held])
                     continue
-                records = batches.get(tp, [])
-                assembler = self.assembler
-                if not records or assembler is None:
-                    continue
-                outcomes: list[Outcome] = []
-                bad: list[OutRecord] = []
-                for r in records:
-                    part = self._part(r)
-                    if isinstance(part, OutRecord):
-                        bad.append(part)
-                    elif part is not None:
-                        outcomes += assembler.feed(part)
-                result = plan.core.process(outcomes)
-                out = [*result.records, *bad]
-                for record in out:
-                    if record.dead_letter:
-                        headers = dict(record.headers)
-                        log.warning(
-                            "dead-lettered",
-                            reason=(headers.get("bizevents.dlq.reason") or b"").decode(),
-                            topic=record.topic,
-                        )
-                await self._produce(producer, out)
-                if outcomes:
-                    await self._write_checkpoint(producer, assembler)
-                commit = assembler.commit_offset(records[-1].offset + 1)
-                try:
-                    await consumer.commit({tp: OffsetAndMetadata(commit, "")})
-                except CommitFailedError as exc:
-                    log.warning("assemble: commit refused after a rebalance", error=str(exc))
-                    self.assembler = None
+                for tp, records in batches.items():
+                    if rebalanced[0]:
+                        break  # what is left is read again, by whoever holds it now
+                    if not records or tp not in consumer.assignment():
+                        continue
+                    sends, commit = handle(tp, records)
+                    await self._send(producer, sends)
+                    if rebalanced[0]:
+                        break  # the partition may have moved: its new owner reads it again
+                    try:
+                        await consumer.commit({tp: OffsetAndMetadata(commit, "")})
+                    except (CommitFailedError, IllegalStateError) as exc:
+                        log.warning(f"{group}: commit refused after a rebalance", error=str(exc))
+                        rebalanced[0] = True
+                        continue
+                    if topic == self.plan.assembly_topic:
+                        self.stats.acked(len(records), time.time())
+                        stamp = records[-1].timestamp
+                        if stamp and stamp > 0:
+                            self.stats.observe_latency(max(time.time() - stamp / 1000.0, 0.0))
         finally:
             with suppress(Exception):
                 await consumer.stop()
 
-    def _part(self, r: Any) -> Part | OutRecord | None:
+    # -- stage 2: route ----------------------------------------------------------------
+
+    async def _route(self, producer: Any) -> None:
+        plan = self.plan
+
+        async def assigned(held: Sequence[Any]) -> None:
+            self.assembler = None
+            if held:
+                checkpoint = (await self._read_checkpoints()).get(_ROUTE_KEY, Checkpoint())
+                self.assembler = Assembler(
+                    plan.core.reads, plan.limits, checkpoint, sources=plan.source_partitions
+                )
+
+        def handle(tp: Any, records: Sequence[Any]) -> tuple[list[_Send], int]:
+            assembler = self.assembler
+            assert assembler is not None
+            parts, bad = self._parts(records, plan.repartition_topic)
+            outcomes: list[Outcome] = []
+            for part in parts:
+                outcomes += assembler.feed(part)
+            sends: list[_Send] = []
+            dead = list(bad)
+            for outcome in outcomes:
+                if isinstance(outcome, Ready):
+                    sends += self._routed(outcome)
+                else:
+                    dead += plan.core.process([outcome]).records
+            sends += self._outputs(dead)
+            if outcomes:
+                sends.append(self._checkpoint(_ROUTE_KEY, assembler))
+            return sends, assembler.commit_offset(records[-1].offset + 1)
+
+        await self._log_stage(
+            producer, plan.repartition_topic, f"{self.tx.group_id}.route", handle, assigned
+        )
+
+    def _routed(self, ready: Ready) -> list[_Send]:
+        """``ready``'s parts and END, as they were in the merge log, to each assembly
+        partition of its business keys (:mod:`bizevents.translators.routing`)."""
+        plan = self.plan
+        parts = [*ready.parts, *([ready.end] if ready.end is not None else [])]
+        sends: list[_Send] = []
+        for partition in partitions_of(ready, plan.translators, plan.assembly_partitions):
+            for part in parts:
+                o = part.origin
+                headers = [*o.headers, *_origin_headers(o.topic, o.partition, o.offset)]
+                sends.append((plan.assembly_topic, partition, o.key, o.value, headers))
+        return sends
+
+    # -- stage 3: assemble -------------------------------------------------------------
+
+    async def _assemble(self, producer: Any) -> None:
+        plan = self.plan
+
+        async def assigned(held: Sequence[Any]) -> None:
+            self.assemblers = {}
+            if held:
+                checkpoints = await self._read_checkpoints()
+                for tp in held:
+                    point = checkpoints.get(_assembly_key(tp.partition), Checkpoint())
+                    self.assemblers[tp.partition] = Assembler(plan.core.reads, plan.limits, point)
+
+        def handle(tp: Any, records: Sequence[Any]) -> tuple[list[_Send], int]:
+            assembler = self.assemblers[tp.partition]
+            parts, bad = self._parts(records, plan.assembly_topic)
+            outcomes: list[Outcome] = []
+            for part in parts:
+                outcomes += assembler.feed(part)
+            count, mine = plan.assembly_partitions, int(tp.partition)
+
+            def owns(translator: TransactionTranslator, part: Part) -> bool:
+                return owner(translator, part, count) == mine
+
+            result = plan.core.process(outcomes, owns)
+            stats = self.stats
+            if not stats.first_block_at:
+                stats.first_block_at = time.time()
+            stats.add(plan.assembly_topic, result.counts, len(bad))
+            sends = self._outputs([*result.records, *bad])
+            if outcomes:
+                sends.append(self._checkpoint(_assembly_key(tp.partition), assembler))
+            return sends, assembler.commit_offset(records[-1].offset + 1)
+
+        await self._log_stage(
+            producer, plan.assembly_topic, f"{self.tx.group_id}.assemble", handle, assigned
+        )
+
+    def _outputs(self, records: Sequence[OutRecord]) -> list[_Send]:
+        """Events and dead letters to their topics' partitions (``crc32(key) % n``)."""
+        sends: list[_Send] = []
+        for out in records:
+            if out.dead_letter:
+                headers = dict(out.headers)
+                log.warning(
+                    "dead-lettered",
+                    reason=(headers.get("bizevents.dlq.reason") or b"").decode(),
+                    topic=out.topic,
+                )
+            count = self.plan.partitions[out.topic]
+            sends.append(
+                (out.topic, partition_for(out.key, count), out.key, out.value, out.headers)
+            )
+        return sends
+
+    def _part(self, r: Any, log_topic: str) -> Part | OutRecord | None:
         """The log record as a part (``None`` for a tombstone), or its dead letter."""
         headers = list(r.headers or ())
         found = {k: v for k, v in headers if k in _ORIGIN}
@@ -364,7 +535,7 @@ class TxWorker:
             partition = int(found[HEADER_ORIGIN_PARTITION] or b"-1")
             offset = int(found[HEADER_ORIGIN_OFFSET] or b"-1")
         except (KeyError, ValueError):
-            topic, partition, offset = self.plan.repartition_topic, 0, r.offset
+            topic, partition, offset = log_topic, r.partition, r.offset
         origin = SourceRecord(
             topic,
             partition,
@@ -387,28 +558,31 @@ class TxWorker:
         assert isinstance(decoded, ChangeEvent)
         return Part(r.offset, origin, change=decoded)
 
-    async def _produce(self, producer: Any, records: Sequence[OutRecord]) -> None:
-        futures = []
-        for out in records:
-            count = self._partitions.get(out.topic)
-            if count is None:
-                count = self._partitions[out.topic] = len(await producer.partitions_for(out.topic))
-            futures.append(
-                await producer.send(
-                    out.topic,
-                    value=out.value,
-                    key=out.key,
-                    headers=out.headers,
-                    partition=partition_for(out.key, count),
-                )
-            )
-        if futures:
-            await asyncio.gather(*futures)
+
+_ROUTE_KEY: Final = b"checkpoint"
 
 
-def run_transactions(settings: RuntimeSettings, tx: TransactionSettings) -> None:
-    """Start-up checks, then both stages until SIGTERM/SIGINT."""
-    plan = prepare_transactions(settings, tx)
+def _assembly_key(partition: int) -> bytes:
+    return f"assembly:{partition}".encode()
+
+
+def _origin_headers(topic: str, partition: int, offset: int) -> list[tuple[str, bytes | None]]:
+    return [
+        (HEADER_ORIGIN_TOPIC, topic.encode()),
+        (HEADER_ORIGIN_PARTITION, str(partition).encode()),
+        (HEADER_ORIGIN_OFFSET, str(offset).encode()),
+    ]
+
+
+def run_transactions(
+    settings: RuntimeSettings,
+    tx: TransactionSettings,
+    plan: TxPlan | None = None,
+    stats: WorkerStats | None = None,
+) -> None:
+    """Start-up checks (unless ``plan`` is given), then the three stages until
+    SIGTERM/SIGINT; used by the one runtime when no row translator is pinned."""
+    plan = plan or prepare_transactions(settings, tx)
     log.info(
         "translating transactions",
         translators=[t.ref for t in plan.translators],
@@ -416,7 +590,7 @@ def run_transactions(settings: RuntimeSettings, tx: TransactionSettings) -> None
         transaction_topic=plan.transaction_topic,
         group=tx.group_id,
     )
-    worker = TxWorker(settings, tx, plan)
+    worker = TxWorker(settings, tx, plan, stats)
 
     async def main() -> None:
         loop = asyncio.get_running_loop()

@@ -1,6 +1,9 @@
 """The translator worker: a Faust app whose agent runs the pinned translators live.
 
-``bizevents translate`` calls :func:`run`. Start-up (:func:`prepare`) resolves
+``bizevents translate`` calls :func:`run`, the one start-up of every pinned translator:
+the row translators run in the Faust agent below, the transaction translators' stages
+(:mod:`bizevents.translators.txworker`) in the same process and loop, as a task of the
+app, counting into the same metrics. Start-up (:func:`prepare`) resolves
 everything that can be wrong before the group is joined, and fails with a sentence
 naming the plugin or the setting:
 
@@ -56,8 +59,14 @@ from bizevents.translators.metrics import WorkerStats
 from bizevents.translators.pipeline import (
     Pipeline,
 )
-from bizevents.translators.settings import RuntimeSettings
-from bizevents.translators.topology import check_contracts, readers, technical_topics
+from bizevents.translators.settings import RuntimeSettings, TransactionSettings
+from bizevents.translators.topology import (
+    check_contracts,
+    list_topics,
+    readers,
+    technical_topics,
+)
+from bizevents.translators.transaction_api import is_transactional
 
 __all__ = ["ExactlyOnceUnavailableError", "Plan", "build_app", "prepare", "run", "run_worker"]
 
@@ -167,31 +176,25 @@ class Plan:
     schema_ids: dict[str, int]
 
 
-def prepare(settings: RuntimeSettings) -> Plan:
-    """Resolve and check everything before joining the group (see the module doc)."""
+def prepare(settings: RuntimeSettings, pinned: Sequence[Translator] | None = None) -> Plan:
+    """Resolve and check everything before joining the group (see the module doc): the
+    row translators among ``pinned`` (else discovered)."""
     from confluent_kafka.admin import AdminClient
 
     from bizevents.contracts.serde import BusinessSerializer
     from bizevents.contracts.technical import AutoDecoder
     from bizevents.plumbing.registry import registry_client, schema_lookup, wait_for_registry
     from bizevents.translators.registry import discover
-    from bizevents.translators.transaction_api import is_transactional
 
     t = settings.translate
-    translators = discover(names=settings.translators).pinned(settings.translators)
-    # transaction translators run under `bizevents translate --transactions`
-    translators = [item for item in translators if not is_transactional(item)]
+    if pinned is None:
+        pinned = discover(names=settings.translators).pinned(settings.translators)
+    # transaction translators run in the transaction stages (bizevents.translators.txworker)
+    translators = [item for item in pinned if not is_transactional(item)]
     if not translators:
-        raise ConfigError(
-            "only transaction translators are pinned: run `bizevents translate --transactions`"
-        )
+        raise ConfigError("no row translator is pinned")
     admin = AdminClient({**settings.kafka.librdkafka(), "log.connection.close": False})
-    try:
-        existing = set(admin.list_topics(timeout=15).topics)
-    except Exception as exc:
-        raise TransientError(
-            f"cannot list the topics of {settings.kafka.bootstrap_servers}: {exc}"
-        ) from exc
+    existing = set(list_topics(admin, settings.kafka.bootstrap_servers, t.broker_wait_s))
     topics = technical_topics(translators, t, existing)
     missing = [topic for topic in topics if topic not in existing]
     if missing:
@@ -250,14 +253,45 @@ def probe_exactly_once(settings: RuntimeSettings) -> None:
         ) from exc
 
 
-def run(settings: RuntimeSettings, stats: WorkerStats | None = None) -> None:
-    """Start-up checks, then the Faust worker until SIGTERM/SIGINT."""
+def run(
+    settings: RuntimeSettings,
+    stats: WorkerStats | None = None,
+    transactions: TransactionSettings | None = None,
+    *,
+    only_transactions: bool = False,
+) -> None:
+    """The one start-up of ``bizevents translate``: every pinned translator, row and
+    transaction alike, until SIGTERM/SIGINT.
+
+    The row translators run in the Faust agent; the transaction translators' stages
+    (:mod:`bizevents.translators.txworker`) run in the same process and event loop, as a
+    task of the Faust app, sharing its metrics (``stats``). With only transaction
+    translators pinned (or ``only_transactions``, ``translate --transactions``) there
+    is no Faust agent, and the stages run alone.
+    """
+    from bizevents.translators.registry import discover
+    from bizevents.translators.txworker import TxWorker, prepare_transactions, run_transactions
+
     for chatty in ("httpx", "httpx2"):  # one INFO line per registry request otherwise
         logging.getLogger(chatty).setLevel(max(logging.WARNING, logging.getLogger().level))
-    plan = prepare(settings)
+    tx = transactions or TransactionSettings()
+    pinned = discover(names=settings.translators).pinned(settings.translators)
+    whole = [item for item in pinned if is_transactional(item)]
+    rows = [] if only_transactions else [item for item in pinned if not is_transactional(item)]
+    if only_transactions and not whole:
+        raise ConfigError(
+            "no transaction translator is pinned ([translators] names only row translators); "
+            "run `bizevents translate` for those"
+        )
+    stats = stats or WorkerStats(settings.translate.group_id)
+    tx_plan = prepare_transactions(settings, tx, whole) if whole else None
+    if not rows:
+        assert tx_plan is not None
+        run_transactions(settings, tx, tx_plan, stats)
+        return
+    plan = prepare(settings, rows)
     if settings.translate.processing_guarantee == "exactly_once":
         probe_exactly_once(settings)
-    stats = stats or WorkerStats(settings.translate.group_id)
     stats.readers = readers(plan.translators, plan.topics)
     log.info(
         "translating",
@@ -269,6 +303,25 @@ def run(settings: RuntimeSettings, stats: WorkerStats | None = None) -> None:
     datadir = settings.state_dir / "translate"
     datadir.mkdir(parents=True, exist_ok=True)
     app = build_app(settings, plan.topics, PipelineProcessor(plan.pipeline), stats, datadir)
+    if tx_plan is not None:
+        log.info(
+            "translating transactions",
+            translators=[item.ref for item in tx_plan.translators],
+            topics=tx_plan.sources,
+            transaction_topic=tx_plan.transaction_topic,
+            group=tx.group_id,
+        )
+        worker = TxWorker(settings, tx, tx_plan, stats)
+
+        async def transaction_stages() -> None:
+            try:
+                await worker.run()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a stage failed: the whole worker stops, as a block would
+                await app.crash(exc)
+
+        app.task(transaction_stages)
     run_worker(app)
 
 

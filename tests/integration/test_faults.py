@@ -69,6 +69,7 @@ def test_report_fails_on_loss_reorder_differing_copies_or_a_crash() -> None:
         "tech_missing",
         "events_missing",
         "replay_missing",
+        "tx_missing",
         "reordered",
         "differing_duplicates",
         "events_unexpected",

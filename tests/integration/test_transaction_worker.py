@@ -27,6 +27,7 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from bizevents.capture.config import CaptureConfig
 from bizevents.contracts.business import HEADER_SOURCE_TOPIC, HEADER_TRANSLATOR
+from bizevents.contracts.envelope import ChangeEvent, Source
 from bizevents.contracts.serde import BusinessDeserializer
 from bizevents.devstack import Endpoints
 from tests.capture.capture_helpers import Db, capture_endpoints, database, in_process
@@ -104,10 +105,12 @@ def truth(
 
 
 @contextmanager
-def capturing(db: Db, tmp_path: Path) -> Iterator[Any]:
+def capturing(
+    db: Db, tmp_path: Path, tables: tuple[str, ...] = ("store.orders", "store.order_items")
+) -> Iterator[Any]:
     config = CaptureConfig(
         server=db.server,
-        tables=("store.orders", "store.order_items"),
+        tables=tables,
         slot=db.slot,
         publication=db.publication,
         partitions=3,
@@ -136,10 +139,12 @@ class Worker:
         self.log = log
         self.process: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> Worker:
+    def start(self, transactions_only: bool = True) -> Worker:
+        """``translate --transactions``, or ``translate`` (every pinned translator)."""
+        argv = ["--transactions"] if transactions_only else []
         with open(self.log, "ab") as out:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "bizevents", "translate", "--transactions"],
+                [sys.executable, "-m", "bizevents", "translate", *argv],
                 env=self.env,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -520,3 +525,185 @@ def _dead_letters(db: Db, topic: str, n: int) -> list[tuple[bytes | None, str]]:
     finally:
         consumer.close()
     return out
+
+
+def _assembling(worker: Worker, group: str) -> list[int]:
+    """The assembly-log partitions ``worker`` said it held last."""
+    held: list[int] = []
+    for line in worker.log.read_text().splitlines():
+        if '"assembling"' in line:
+            record = json.loads(line)
+            if record.get("log") == f"{group}.assembly":
+                held = list(record["partitions"])
+    return held
+
+
+def _assembly_partition(order: int) -> int:
+    """Where orders@3's transactions of ``order`` are assembled (4 partitions)."""
+    from bizevents_store.translators import orders_v3
+
+    from bizevents.translators.assembly import Part
+    from bizevents.translators.pipeline import SourceRecord
+    from bizevents.translators.routing import owner
+
+    source = Source("postgresql", "s", "db", "store", "orders", 0)
+    change = ChangeEvent("c", source, None, {"id": order}, {"id": order}, 0)
+    return owner(orders_v3, Part(0, SourceRecord("t", 0, 0, b"", b""), change=change), 4)
+
+
+def test_two_workers_share_the_assembly(db: Db, tmp_path: Path) -> None:
+    """Two workers of one group: both assemble (the assembly log's partitions are split
+    between them), and every order's OrderPlaced comes once, with its items and true
+    total."""
+    customer, products = _ids(db)
+    group = f"tx-{uuid.uuid4().hex[:8]}"
+    workers = [Worker(db, group, f"{group}.dlq", tmp_path / f"w{i}.log") for i in (1, 2)]
+    reader = Reader(db)
+    with capturing(db, tmp_path) as run:
+        for worker in workers:
+            worker.start()
+        try:
+            orders = []
+            with db.conn.cursor() as cur:
+                for n in range(24):
+                    cur.execute("BEGIN")
+                    lines = [(products[n % 3], n % 4 + 1), (products[(n + 1) % 3], 1)]
+                    orders.append(place(cur, customer, lines))
+                    cur.execute("COMMIT")
+            run.wait_acked(db.wal_lsn())
+            events = reader.wait(set(orders), workers[0])
+            held = [_assembling(worker, group) for worker in workers]
+        finally:
+            reader.close()
+            for worker in workers:
+                if worker.alive():
+                    worker.signal(signal.SIGTERM)
+    _check(events, truth(db, orders))
+    assert len(events) == len(orders)  # once each, not one more
+    assert all(held) and sorted(held[0] + held[1]) == [0, 1, 2, 3], held
+    assert {_assembly_partition(o) for o in orders} == {0, 1, 2, 3}  # every member had work
+
+
+def test_one_of_two_workers_killed_mid_transaction(db: Db, tmp_path: Path) -> None:
+    """Two workers; kill -9 of the one that assembles a big order while its transaction
+    is half copied: the survivor takes its partitions over and every order's OrderPlaced
+    has one event id and its true total, the big one exactly once."""
+    group = f"tx-{uuid.uuid4().hex[:8]}"
+    workers = [Worker(db, group, f"{group}.dlq", tmp_path / f"w{i}.log") for i in (1, 2)]
+    reader = Reader(db)
+    customer, products = _ids(db)
+    with capturing(db, tmp_path) as run:
+        for worker in workers:
+            worker.start()
+        try:
+            deadline = time.monotonic() + 60
+            while not all(_assembling(worker, group) for worker in workers):
+                assert time.monotonic() < deadline, [w.tail() for w in workers]
+                time.sleep(0.2)
+            # the big order's id is the next one: kill whoever assembles its partition
+            with db.conn.cursor() as cur:
+                cur.execute("SELECT last_value, is_called FROM store.orders_id_seq")
+                last, called = cur.fetchone()
+            db.conn.commit()
+            following = int(last) + 1 if called else int(last)
+            target = _assembly_partition(following + 3)  # after _mid_transaction's three
+            victim = next(w for w in workers if target in _assembling(w, group))
+            survivor = next(w for w in workers if w is not victim)
+            big, small = _mid_transaction(db, reader, survivor, group, lines=1500)
+            assert _assembly_partition(big) == target, (big, last)
+            victim.signal(signal.SIGKILL)
+            assert big not in {e.order_id for e in reader.poll()}, "not killed mid-transaction"
+            run.wait_acked(db.wal_lsn())
+            more = []
+            with db.conn.cursor() as cur:
+                for n in range(8):
+                    cur.execute("BEGIN")
+                    more.append(place(cur, customer, [(products[n % 3], n + 1)]))
+                    cur.execute("COMMIT")
+            run.wait_acked(db.wal_lsn())
+            events = reader.wait({big, *small, *more}, survivor, timeout=120)
+        finally:
+            reader.close()
+            for worker in workers:
+                if worker.alive():
+                    worker.signal(signal.SIGTERM)
+    _check(events, truth(db, [big, *small, *more]))
+    assert [e.order_id for e in events].count(big) == 1
+    assert len(next(e for e in events if e.order_id == big).items) == 1500
+    for e in events:
+        assert e.lineage.event_id == _expected_id(db, e)
+
+
+def _scrape(url: str) -> dict[str, float]:
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text = response.read().decode()
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line.startswith("#") and " " in line:
+            name, value = line.rsplit(" ", 1)
+            found[name] = float(value)
+    return found
+
+
+def test_one_worker_runs_row_and_transaction_translators(db: Db, tmp_path: Path) -> None:
+    """``bizevents translate`` with a row translator (customers@1) and a transaction
+    translator (orders@3) pinned: one process, one start-up, one metrics endpoint; the
+    orders are placed whole (true totals) and the customers registered."""
+    customer, products = _ids(db)
+    group = f"tx-{uuid.uuid4().hex[:8]}"
+    worker = Worker(db, group, f"{group}.dlq", tmp_path / "worker.log")
+    worker.env["BIZEVENTS_TRANSLATORS"] = json.dumps({"orders": 3, "customers": 1})
+    worker.env["BIZEVENTS_TRANSLATE__GROUP_ID"] = f"{group}.rows"
+    worker.env["BIZEVENTS_TRANSLATE__METRICS_PORT"] = "0"
+    reader = Reader(db)
+    tables = ("store.customers", "store.orders", "store.order_items")
+    with capturing(db, tmp_path, tables) as run:
+        try:
+            with db.conn.cursor() as cur:  # the customers topic exists before the worker
+                cur.execute(
+                    "INSERT INTO store.customers (email, full_name) VALUES (%s, 'One')",
+                    (f"{group}@example.com",),
+                )
+            db.conn.commit()
+            run.wait_acked(db.wal_lsn())
+            worker.start(transactions_only=False)  # every pinned translator
+            orders = []
+            with db.conn.cursor() as cur:
+                for n in range(6):
+                    cur.execute("BEGIN")
+                    orders.append(place(cur, customer, [(products[n % 3], n + 1)]))
+                    cur.execute("COMMIT")
+            run.wait_acked(db.wal_lsn())
+            events = reader.wait(set(orders), worker)
+            url = next(
+                json.loads(line)["url"]
+                for line in worker.log.read_text().splitlines()
+                if '"metrics endpoint"' in line
+            )
+            deadline = time.monotonic() + 30
+            while True:
+                metrics = _scrape(url)
+                emitted = {
+                    ref: sum(
+                        v
+                        for k, v in metrics.items()
+                        if k.startswith("bizevents_translator_emitted_total")
+                        and f'translator="{ref}"' in k
+                    )
+                    for ref in ("customers@1", "orders@3")
+                }
+                if emitted["customers@1"] >= 1 and emitted["orders@3"] >= len(orders):
+                    break
+                assert time.monotonic() < deadline, (emitted, worker.tail())
+                time.sleep(0.5)
+            log = worker.log.read_text()
+        finally:
+            reader.close()
+            if worker.alive():
+                worker.signal(signal.SIGTERM)
+    _check(events, truth(db, orders))
+    assert len(events) == len(orders)
+    assert '"translating"' in log and '"translating transactions"' in log  # one process
+    assert worker.process is not None and worker.process.returncode == 0, worker.tail()

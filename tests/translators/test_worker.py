@@ -353,3 +353,25 @@ def test_a_block_of_an_earlier_generation_is_not_acknowledged() -> None:
     assert acker.ack(old) == 0
     assert old.acked  # Faust's wait_empty must not wait for it
     assert consumer.committable(TP0) is None
+
+
+def test_start_up_waits_for_a_broker_then_says_which() -> None:
+    """A broker that does not answer is waited for (a restart during an outage rides it
+    out), then named in one sentence; a broker that answers meanwhile would end the wait."""
+    import socket
+    import time as clock
+
+    from confluent_kafka.admin import AdminClient
+
+    from bizevents.plumbing.errors import TransientError
+    from bizevents.translators.topology import list_topics
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    bootstrap = f"127.0.0.1:{port}"
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    started = clock.monotonic()
+    with pytest.raises(TransientError, match=f"cannot list the topics of {bootstrap}"):
+        list_topics(admin, bootstrap, 3.0)
+    assert clock.monotonic() - started >= 3.0

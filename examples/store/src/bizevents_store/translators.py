@@ -188,6 +188,9 @@ def orders_v2(change: Change) -> Iterator[BusinessEvent]:
     version=3,
     sources=["store.orders", "store.order_items"],
     emits=ORDER_EVENTS,
+    # an order and its items are one business key: a worker of a group assembles all
+    # of an order's transactions, in commit order
+    keys={"store.orders": "id", "store.order_items": "order_id"},
 )
 def orders_v3(tx: TransactionChanges) -> Iterator[Attributed]:
     """Orders from the transaction that changed them: an order is placed with its items

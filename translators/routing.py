@@ -1,0 +1,72 @@
+"""Which member of the transaction worker's group assembles a transaction: by business key.
+
+Pure. The route stage (:mod:`bizevents.translators.txworker`) releases whole transactions
+in commit order from the one-partition merge log and copies each to the partitions of
+the assembly log that its business keys hash to; each partition is assembled and
+translated by one member of the group. Every transaction of one business key lands in
+the same partition, in commit order, so that key's events keep commit order; a
+transaction of several keys goes to each of their partitions, whose members all
+assemble it whole and each publishes only the events of its own keys
+(:func:`owner`), so every event is published once.
+
+A change's business key is the one its translator declares for the change's table
+(``keys=`` of :func:`~bizevents.translators.transaction_api.transaction_translator`,
+e.g. ``store.order_items`` by ``order_id``), read from the row (after, else before, else
+the primary key); a table without a declaration is keyed by the change's Kafka key.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections.abc import Sequence
+
+from bizevents.contracts.envelope import ChangeEvent
+from bizevents.translators.assembly import Part, Ready
+from bizevents.translators.transaction_api import TransactionTranslator
+
+__all__ = ["business_key", "owner", "partitions_of"]
+
+
+def business_key(translator: TransactionTranslator, part: Part) -> bytes:
+    """The bytes of ``part``'s business key for ``translator`` (deterministic everywhere)."""
+    change = part.change
+    if change is None:
+        return part.origin.key or b""
+    columns = translator.key_columns(change.source.qualified_table)
+    if columns:
+        values = _values(change, columns)
+        if values is not None:
+            if len(values) == 1 and type(values[0]) is int:
+                return b"%d" % values[0]  # the usual key, without the JSON encoder
+            return json.dumps(values, default=str, separators=(",", ":")).encode()
+    return part.origin.key or b""
+
+
+def _values(change: ChangeEvent, columns: Sequence[str]) -> list[object] | None:
+    for row in (change.after, change.before, change.key):
+        if row is not None and all(c in row for c in columns):
+            return [row[c] for c in columns]
+    return None
+
+
+def owner(translator: TransactionTranslator, part: Part, partitions: int) -> int:
+    """The assembly partition that publishes the events stemming from ``part``."""
+    return zlib.crc32(business_key(translator, part)) % partitions
+
+
+def partitions_of(
+    ready: Ready, translators: Sequence[TransactionTranslator], partitions: int
+) -> list[int]:
+    """The assembly partitions that ``ready`` goes to: those of every business key of
+    its changes, for every translator reading them (sorted; at least one)."""
+    found = {
+        owner(t, part, partitions)
+        for part in ready.parts
+        if part.change is not None
+        for t in translators
+        if t.reads(part.change.source.qualified_table)
+    }
+    if not found:  # nobody reads it (it is translated to nothing): any one partition
+        found.add(zlib.crc32((ready.tx_id or "").encode()) % partitions)
+    return sorted(found)
