@@ -31,6 +31,22 @@ from bizevents.devstack.processes import (
 from bizevents.settings import DevSettings
 
 
+def _system_user(user: str, server: str, package: str) -> str | None:
+    """The system user a database server runs as when we are root (its server refuses
+    root), or ``None`` when we are not; a :class:`StackError` when the user is missing."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        pwd.getpwnam(user)
+    except KeyError:
+        raise StackError(
+            f"running as root, {server} needs the '{user}' system user, which Debian's "
+            f"{package} package creates; install it (`apt-get install {package}`; "
+            "in a source checkout, scripts/setup)"
+        ) from None
+    return user
+
+
 @dataclass(frozen=True, slots=True)
 class Started:
     """What a service records in the state file once it answers."""
@@ -220,17 +236,7 @@ class Postgres:
 
     @staticmethod
     def _run_as() -> str | None:
-        if os.geteuid() != 0:
-            return None
-        try:
-            pwd.getpwnam("postgres")
-        except KeyError:
-            raise StackError(
-                "running as root, PostgreSQL needs the 'postgres' system user, which "
-                "Debian's postgresql package creates; install it (`apt-get install postgresql`; "
-                "in a source checkout, scripts/setup)"
-            ) from None
-        return "postgres"
+        return _system_user("postgres", "PostgreSQL", "postgresql")
 
     def _data_root(self, state_dir: Path, run_as: str | None) -> Path:
         return _server_root(state_dir, "postgres", run_as)
@@ -381,17 +387,7 @@ class MariaDB:
 
     @staticmethod
     def _run_as() -> str | None:
-        if os.geteuid() != 0:
-            return None
-        try:
-            pwd.getpwnam("mysql")
-        except KeyError:
-            raise StackError(
-                "running as root, MariaDB needs the 'mysql' system user, which Debian's "
-                "mariadb-server package creates; install it (`apt-get install mariadb-server`; "
-                "in a source checkout, scripts/setup)"
-            ) from None
-        return "mysql"
+        return _system_user("mysql", "MariaDB", "mariadb-server")
 
     @staticmethod
     def _binaries() -> tuple[Path, Path]:
