@@ -40,11 +40,16 @@ def _system_user(user: str, server: str, package: str) -> str | None:
         pwd.getpwnam(user)
     except KeyError:
         raise StackError(
-            f"running as root, {server} needs the '{user}' system user, which Debian's "
-            f"{package} package creates; install it (`apt-get install {package}`; "
-            "in a source checkout, scripts/setup)"
+            _NO_SYSTEM_USER.format(server=server, user=user, package=package)
         ) from None
     return user
+
+
+_NO_SYSTEM_USER = (
+    "running as root, {server} needs the '{user}' system user, which Debian's {package} "
+    "package creates; install it (`apt-get install {package}`; in a source checkout, "
+    "scripts/setup)"
+)
 
 
 @dataclass(frozen=True, slots=True)
