@@ -123,22 +123,29 @@ def topic_state(
             return state, 0
         ends = {}
         for p in meta.partitions:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-            if high > low:
-                ends[p] = high
+            _low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            ends[p] = high
         consumer.assign([TopicPartition(topic, p, 0) for p in ends])
-        remaining = dict(ends)
+        at = dict.fromkeys(ends, 0)
+        remaining = set(ends)
+        # Each partition ends at the fetch's "end of partition" once past the high
+        # watermark asked for first (which may not count a write just acknowledged);
+        # a topic written to all the time is given one second more, then it ends.
+        passed: float | None = None
         while remaining:
-            for msg in consumer.consume(10_000, timeout=5):
+            if passed is None and all(at[p] >= ends[p] for p in remaining):
+                passed = time.monotonic()
+            if passed is not None and time.monotonic() - passed > 1.0:
+                break
+            for msg in consumer.consume(10_000, timeout=0.2 if passed is not None else 5):
                 err = msg.error()
                 p = msg.partition() or 0
                 if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF and p in remaining:
-                        del remaining[p]
+                    if err.code() == KafkaError._PARTITION_EOF and at.get(p, 0) >= ends.get(p, 0):
+                        remaining.discard(p)
                     continue
                 offset = msg.offset() or 0
-                if offset + 1 >= remaining.get(p, 0):
-                    remaining.pop(p, None)
+                at[p] = offset + 1
                 read += 1
                 decoded = decoder.decode(msg.key(), msg.value())
                 keys = by_partition.setdefault(p, set())
