@@ -553,10 +553,30 @@ class _SlotReader:
             )
 
     def on_relation(self, m: Relation, _msg: Any) -> None:
+        before = self.codecs.get(m.oid)
         self.capture.on_relation(m, self.side)
         self.sources.pop(m.oid, None)
+        if before is not None and self.codecs.get(m.oid) is not before:
+            self.drop_window(m.oid)
+
+    def drop_window(self, oid: int) -> None:
+        """A truncate or a new shape of the open window's table: its rows may be of the
+        old table, or keyed by the old schema; the chunk is read again."""
+        inc = self.inc
+        codec = self.codecs.get(oid)
+        window = inc.window if inc is not None else None
+        if (
+            inc is not None
+            and window is not None
+            and codec is not None
+            and window.topic == codec.topic
+        ):
+            inc.retry_later()
+            self.closing_at = None
 
     def on_truncate(self, m: Truncate, msg: Any) -> None:
+        for relation in m.relations:
+            self.drop_window(relation.oid)
         for relation in m.relations:
             codec = self.codecs[relation.oid]
             if not self.capture.config.truncate_events:
