@@ -229,7 +229,7 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=5_000, help="stream changes/s under load")
     parser.add_argument("--load-seconds", type=float, default=10.0)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--chunk-rows", type=int, default=2048, help="incremental chunk size")
+    parser.add_argument("--chunk-rows", type=int, default=1024, help="incremental chunk size")
     parser.add_argument("--stack-json", type=Path, help="endpoints of a running stack")
     args = parser.parse_args()
 
