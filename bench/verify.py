@@ -15,6 +15,7 @@ import argparse
 import json
 import shutil
 import statistics
+import sys
 import tempfile
 import threading
 import time
@@ -114,7 +115,9 @@ def main() -> None:
             compare(report, state, reader.chunks(args.chunk_rows))
             t2 = time.perf_counter()
             conn.close()
-            assert report.ok, f"{len(report.differences)} differences"
+            if not report.ok:
+                shown = [(d.kind, d.key, d.topic_position) for d in report.differences[:5]]
+                sys.exit(f"verify found {len(report.differences)} differences: {shown}")
             rate = report.rows / (t2 - t0)
             rates.append(rate)
             print(

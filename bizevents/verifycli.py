@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,18 +49,15 @@ def verify(
     topic, chunk by chunk of primary keys (counts and a checksum of a canonical row
     encoding); print the missing, extra and differing keys. Exit 1 on any gap.
 
-    PostgreSQL tables only (MySQL's are not verified yet).
+    PostgreSQL and MySQL/MariaDB tables (the DSN says which).
     """
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
-    from bizevents.capture import postgres as pg
     from bizevents.capture.config import load_capture_config
-    from bizevents.capture.encoding import TableCodec
-    from bizevents.capture.pgtypes import PgTypeMapper, enum_types_from_rows
     from bizevents.capture.signals import Signal, SignalTopic
-    from bizevents.capture.verify import PgTable, Report, compare, topic_state, wait_until
+    from bizevents.capture.verify import Report, compare, topic_state
     from bizevents.plumbing.kafka import ensure_topics
 
     settings = settings_of(ctx)
@@ -69,8 +68,9 @@ def verify(
             f"no database to verify: set dsn in {capture_config} or database.postgres_dsn"
         )
     dsn = dsn_secret.get_secret_value()
-    if dsn.startswith(("mysql:", "mariadb:")):
-        raise ConfigError("verify reads PostgreSQL tables only; MySQL tables are not verified yet")
+    unknown = [t for t in tables if config.tables and t not in config.tables]
+    if unknown:
+        raise ConfigError(f"{', '.join(unknown)} is not captured by {capture_config}")
     kafka = settings.kafka.librdkafka()
     registry = SchemaRegistryClient(settings.registry.client_config())
     schemas: dict[int, str] = {}
@@ -80,32 +80,94 @@ def verify(
             schemas[schema_id] = str(registry.get_schema(schema_id).schema_str)
         return schemas[schema_id]
 
+    mysql = dsn.startswith(("mysql:", "mariadb:"))
+    opened = (_mysql_tables if mysql else _pg_tables)(config, dsn, list(tables), kafka, lookup)
+    readers, caught_up, close = opened
+    reports: list[Report] = []
+    repairs: list[tuple[str, str]] = []
+    try:
+        for qualified, topic, table in readers:
+            # The topic holds at least everything up to the database's position now
+            # once capture passed it; later changes are what the rechecks are for.
+            captured = caught_up()
+            state, read = topic_state(kafka, topic, table.decoder)
+            report = Report(qualified, topic, records_read=read)
+            compare(report, state, table.chunks(chunk_rows))
+            for _ in range(rechecks if captured else 0):
+                if report.ok or not caught_up():
+                    break
+                state, _read = topic_state(kafka, topic, table.decoder)
+                keys = [d.key for d in report.differences]
+                again = Report(qualified, topic)
+                known = {k: state[k] for k in keys if k in state}
+                compare(again, known, iter([table.rows_for(keys)]))
+                report.differences = again.differences
+                if not report.differences:
+                    report.differing_chunks = []
+            reports.append(report)
+            if repair and report.differing_chunks:
+                condition = " OR ".join(
+                    table.range_condition(low, high) for low, high in report.differing_chunks
+                )
+                repairs.append((qualified, condition))
+    finally:
+        close()
+    sent = []
+    if repairs:
+        producer = Producer(kafka)
+        signals = SignalTopic(kafka, config.signal_topic_name, config.server)
+        ensure_topics(AdminClient(kafka), [signals.topic], 1, timeout_s=15)
+        for qualified, condition in repairs:
+            signal = Signal(
+                uuid.uuid4().hex, "execute-snapshot", (qualified,), ((qualified, condition),)
+            )
+            signals.send(producer, signal)
+            sent.append({"table": qualified, "signal": signal.id, "condition": condition})
+        producer.flush(30)
+    _print(reports, sent, as_json)
+    if any(not r.ok for r in reports):
+        ctx.exit(1)
+
+
+Opened = tuple[list[tuple[str, str, Any]], Callable[[], bool], Callable[[], None]]
+
+
+def _pg_tables(
+    config: Any, dsn: str, names: list[str], _kafka: dict[str, Any], lookup: Callable[[int], str]
+) -> Opened:
+    """PostgreSQL: the readers of the tables, "has capture passed the database's position
+    of now" (the slot's confirmed position), and how to close."""
+    from bizevents.capture import postgres as pg
+    from bizevents.capture.encoding import TableCodec
+    from bizevents.capture.pgtypes import PgTypeMapper, enum_types_from_rows
+    from bizevents.capture.verify import PgTable, wait_until
+
+    side = pg.connect(dsn, application="bizevents-verify")
+    chunks = pg.connect(dsn, autocommit=False, application="bizevents-verify")
+
+    def close() -> None:
+        side.close()
+        chunks.close()
+
     def caught_up() -> bool:
-        """Wait until capture confirmed the database's position of now (30 s at most)."""
         lsn = _wal_lsn(side)
         return wait_until(lambda: _confirmed(side, config.slot_name) >= lsn, 30)
 
-    side = pg.connect(dsn, application="bizevents-verify")
-    chunks_conn = pg.connect(dsn, autocommit=False, application="bizevents-verify")
     try:
         with side.cursor() as cur:
             cur.execute("SELECT current_database()")
             database = str(cur.fetchone()[0])
         names = (
-            list(tables)
+            names
             or list(config.tables)
             or pg.publication_tables(side, config.publication_name)
             or []
         )
-        unknown = [t for t in names if config.tables and t not in config.tables]
-        if unknown:
-            raise ConfigError(f"{', '.join(unknown)} is not captured by {capture_config}")
         labels, arrays = enum_types_from_rows(pg.load_enum_rows(side))
         types = PgTypeMapper(
             enum_labels=labels, array_elements=arrays, unknown_as_text=config.unknown_as_text
         )
-        reports: list[Report] = []
-        repairs: list[tuple[str, str]] = []
+        readers = []
         for info in pg.describe_tables(side, names):
             topic = f"{config.prefix}.{info.relation.namespace}.{info.relation.name}"
             codec = TableCodec(
@@ -118,53 +180,56 @@ def verify(
                 keep=config.column_filter(info.qualified).keeps,
                 key_nullable=info.key_nullable,
             )
-            table = PgTable(chunks_conn, info, codec, lookup)
-            # The topic holds at least everything up to the database's position now
-            # once capture confirmed it; later changes are what the rechecks are for.
-            captured = caught_up()
-            state, read = topic_state(kafka, topic, table.decoder)
-            report = Report(info.qualified, topic, records_read=read)
-            compare(report, state, table.chunks(chunk_rows))
-            for _ in range(rechecks if captured else 0):
-                if report.ok:
-                    break
-                if not caught_up():
-                    break
-                state, _read = topic_state(kafka, topic, table.decoder)
-                keys = [d.key for d in report.differences]
-                again = Report(info.qualified, topic)
-                compare(
-                    again, {k: state[k] for k in keys if k in state}, iter([table.rows_for(keys)])
-                )
-                report.differences = again.differences
-                if not report.differences:
-                    report.differing_chunks = []
-            reports.append(report)
-            if repair and report.differing_chunks:
-                condition = " OR ".join(
-                    table.range_condition(low, high) for low, high in report.differing_chunks
-                )
-                repairs.append((info.qualified, condition))
-    finally:
-        side.close()
-        chunks_conn.close()
-    sent = []
-    if repairs:
-        producer = Producer(kafka)
-        signals = SignalTopic(kafka, config.signal_topic_name, config.server)
-        ensure_topics(AdminClient(kafka), [signals.topic], 1, timeout_s=15)
-        for qualified, condition in repairs:
-            import uuid
+            readers.append((info.qualified, topic, PgTable(chunks, info, codec, lookup)))
+    except BaseException:
+        close()
+        raise
+    return readers, caught_up, close
 
-            signal = Signal(
-                uuid.uuid4().hex, "execute-snapshot", (qualified,), ((qualified, condition),)
+
+def _mysql_tables(
+    config: Any, dsn: str, names: list[str], kafka: dict[str, Any], lookup: Callable[[int], str]
+) -> Opened:
+    """MySQL/MariaDB: as :func:`_pg_tables`, capture's position from its state topic."""
+    from bizevents.capture import mysql as my
+    from bizevents.capture.mysqlcodec import MyTableCodec, key_columns
+    from bizevents.capture.state import StateStore
+    from bizevents.capture.verify import MyTable, wait_until
+
+    side = my.connect(dsn)
+    chunks = my.connect(dsn, autocommit=False)
+    store = StateStore(kafka, config.offsets_topic_name, config.server)
+
+    def close() -> None:
+        side.close()
+        chunks.close()
+
+    def stored() -> tuple[str, int]:
+        at = store.read(store.position_key()) or {}
+        return str(at.get("file", "")), int(at.get("pos", 0))
+
+    def caught_up() -> bool:
+        now = my.master_position(side)
+        return wait_until(lambda: stored() >= (now.file, now.pos), 30)
+
+    try:
+        readers = []
+        for qualified in names or list(config.tables):
+            database, _, name = qualified.partition(".")
+            layout = my.catalog_table(side, database, name)
+            topic = f"{config.prefix}.{qualified}"
+            codec = MyTableCodec(
+                server=config.server,
+                topic=topic,
+                table=layout,
+                key_names=key_columns(layout, config.keys.get(qualified)),
+                keep=config.column_filter(qualified).keeps,
             )
-            signals.send(producer, signal)
-            sent.append({"table": qualified, "signal": signal.id, "condition": condition})
-        producer.flush(30)
-    _print(reports, sent, as_json)
-    if any(not r.ok for r in reports):
-        ctx.exit(1)
+            readers.append((qualified, topic, MyTable(chunks, database, name, codec, lookup)))
+    except BaseException:
+        close()
+        raise
+    return readers, caught_up, close
 
 
 def _wal_lsn(conn: Any) -> int:

@@ -74,7 +74,7 @@ class CaptureConfig(BaseModel):
     snapshot: Literal["initial", "never"] = "initial"
     snapshot_fetch_rows: int = Field(default=5_000, ge=1)
     #: Rows per chunk of an incremental snapshot (the memory it holds).
-    incremental_chunk_rows: int = Field(default=2_048, ge=1)
+    incremental_chunk_rows: int = Field(default=1_024, ge=1)
     #: Tables added to ``tables`` after the first run get an incremental snapshot.
     snapshot_new_tables: bool = True
     #: The signal table in the source database (``schema.table``, Debezium's

@@ -329,14 +329,13 @@ class CaptureCore:
         stored = session.store.read(session.store.ledger_key(self.ledger_source()))
         return Ledger.from_json(stored)
 
-    def store_ledger(self, wait: bool = True) -> None:
-        """Store the ledger (after every event it speaks for was acknowledged)."""
+    def store_ledger(self) -> None:
+        """Store the ledger and wait for Kafka's acknowledgement (with nothing in flight:
+        at start, after the initial snapshot). While streaming, the incremental snapshots
+        store it once their chunks are acknowledged (:class:`Incremental`)."""
         session = self.session
         key = session.store.ledger_key(self.ledger_source())
-        if wait:
-            session.store.write_acknowledged(session.producer, key, self.ledger.to_json())
-        else:
-            session.store.write(session.producer, key, self.ledger.to_json())
+        session.store.write_acknowledged(session.producer, key, self.ledger.to_json())
 
     def start_incremental(self, configured: list[str]) -> Incremental:
         """The incremental snapshots of this run: those the ledger has under way, and

@@ -111,7 +111,7 @@ class Incremental:
             pending.after = window.last
         if not window.full:
             self.ledger.queue = [p for p in self.ledger.queue if p is not pending]
-            whole = pending.where is None and pending.ranges is None
+            whole = pending.where is None
             if whole and pending.table not in self.ledger.tables:
                 self.ledger.tables.append(pending.table)
         if self.on_progress is not None:

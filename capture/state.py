@@ -157,9 +157,6 @@ class Pending:
     after: list[str | None] | None = None
     #: Rows written so far.
     rows: int = 0
-    #: Only the primary-key ranges ``[low, high]`` (inclusive, key values as text); ``None``:
-    #: the whole table.
-    ranges: list[list[list[str | None]]] | None = None
     paused: bool = False
 
     def to_json(self) -> dict[str, Any]:
@@ -169,7 +166,6 @@ class Pending:
             "where": self.where,
             "after": self.after,
             "rows": self.rows,
-            "ranges": self.ranges,
             "paused": self.paused,
         }
 
@@ -181,7 +177,6 @@ class Pending:
             where=data.get("where"),
             after=data.get("after"),
             rows=int(data.get("rows") or 0),
-            ranges=data.get("ranges"),
             paused=bool(data.get("paused")),
         )
 

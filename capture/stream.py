@@ -407,15 +407,13 @@ class _SlotReader:
             self.closing_at = None
         if self.tracker.in_flight >= self.capture.config.max_in_flight:
             self.capture.backpressure(self.keepalive)
-        inc = self.inc
-        if inc is not None and inc.window is None and inc.ledger.queue:
-            self.snapshot_step()
 
     # -- incremental snapshots (bizevents.capture.incremental) -----------------------------
 
     def snapshot_step(self) -> None:
-        """At a transaction boundary, with no window open: read the next chunk of the
-        snapshot under way and write its closing watermark."""
+        """With the stream caught up (called when the slot has nothing to read) and no
+        window open: read the next chunk of the snapshot under way and write its closing
+        watermark. Only then: the stream's changes go first, a chunk fills the gaps."""
         inc = self.inc
         if inc is None or self.tx is not None or self.capture.stopping:
             return
@@ -481,8 +479,7 @@ class _SlotReader:
             )
         except SignalError as exc:
             sig = exc
-        self.capture.on_signal(sig)
-        self.snapshot_step()
+        self.capture.on_signal(sig)  # a snapshot it asks for starts once the stream is idle
 
     def on_message(self, m: LogicalMessage, _msg: Any) -> None:
         inc = self.inc
@@ -556,10 +553,30 @@ class _SlotReader:
             )
 
     def on_relation(self, m: Relation, _msg: Any) -> None:
+        before = self.codecs.get(m.oid)
         self.capture.on_relation(m, self.side)
         self.sources.pop(m.oid, None)
+        if before is not None and self.codecs.get(m.oid) is not before:
+            self.drop_window(m.oid)
+
+    def drop_window(self, oid: int) -> None:
+        """A truncate or a new shape of the open window's table: its rows may be of the
+        old table, or keyed by the old schema; the chunk is read again."""
+        inc = self.inc
+        codec = self.codecs.get(oid)
+        window = inc.window if inc is not None else None
+        if (
+            inc is not None
+            and window is not None
+            and codec is not None
+            and window.topic == codec.topic
+        ):
+            inc.retry_later()
+            self.closing_at = None
 
     def on_truncate(self, m: Truncate, msg: Any) -> None:
+        for relation in m.relations:
+            self.drop_window(relation.oid)
         for relation in m.relations:
             codec = self.codecs[relation.oid]
             if not self.capture.config.truncate_events:

@@ -30,6 +30,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from psycopg2 import sql
 
 from bizevents.capture import postgres as pg
+from bizevents.capture.encoding import encoded_ts
 from bizevents.contracts.envelope import ChangeEvent, Tombstone
 from bizevents.contracts.technical import AvroDecoder
 
@@ -122,22 +123,29 @@ def topic_state(
             return state, 0
         ends = {}
         for p in meta.partitions:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-            if high > low:
-                ends[p] = high
+            _low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            ends[p] = high
         consumer.assign([TopicPartition(topic, p, 0) for p in ends])
-        remaining = dict(ends)
+        at = dict.fromkeys(ends, 0)
+        remaining = set(ends)
+        # Each partition ends at the fetch's "end of partition" once past the high
+        # watermark asked for first (which may not count a write just acknowledged);
+        # a topic written to all the time is given one second more, then it ends.
+        passed: float | None = None
         while remaining:
-            for msg in consumer.consume(10_000, timeout=5):
+            if passed is None and all(at[p] >= ends[p] for p in remaining):
+                passed = time.monotonic()
+            if passed is not None and time.monotonic() - passed > 1.0:
+                break
+            for msg in consumer.consume(10_000, timeout=0.2 if passed is not None else 5):
                 err = msg.error()
                 p = msg.partition() or 0
                 if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF and p in remaining:
-                        del remaining[p]
+                    if err.code() == KafkaError._PARTITION_EOF and at.get(p, 0) >= ends.get(p, 0):
+                        remaining.discard(p)
                     continue
                 offset = msg.offset() or 0
-                if offset + 1 >= remaining.get(p, 0):
-                    remaining.pop(p, None)
+                at[p] = offset + 1
                 read += 1
                 decoded = decoder.decode(msg.key(), msg.value())
                 keys = by_partition.setdefault(p, set())
@@ -300,3 +308,73 @@ class PgTable:
             k=keys, a=tup(low), b=tup(high)
         )
         return str(cond.as_string(self.conn))
+
+
+class MyTable:
+    """A MySQL/MariaDB table read for verify, as :class:`PgTable` reads PostgreSQL's."""
+
+    def __init__(
+        self, conn: Any, database: str, name: str, codec: Any, lookup: Callable[[int], str]
+    ) -> None:
+        self.conn = conn
+        self.database = database
+        self.name = name
+        self.codec = codec
+        codec.set_schema_ids(LOCAL_KEY_ID, LOCAL_VALUE_ID)
+        local = {LOCAL_KEY_ID: codec.key_schema_json(), LOCAL_VALUE_ID: codec.value_schema_json()}
+        self.decoder = AvroDecoder(lambda i: local[i] if i in local else lookup(i))
+        self._source = codec.source(
+            ts_ms=0, snapshot="true", server_id=0, file="", pos=0, gtid=None
+        )(0)
+
+    def row(self, values: dict[str, Any]) -> tuple[Key, list[Any], bytes]:
+        codec = self.codec
+        value = codec.envelope("r", None, codec.row(values), self._source, encoded_ts(0))
+        decoded = self.decoder.decode(codec.key(values), value)
+        assert isinstance(decoded, ChangeEvent) and decoded.after is not None
+        return key_of(decoded.key), [values[k] for k in codec.key_names], digest_of(decoded.after)
+
+    def chunks(self, rows: int) -> Iterator[Chunk]:
+        from bizevents.capture import mysql as my
+
+        after: list[Any] | None = None
+        while True:
+            _position, got = my.read_chunk(
+                self.conn, self.database, self.name, self.codec.key_names, after, None, rows
+            )
+            if not got:
+                return
+            chunk = [self.row(v) for v in got]
+            yield chunk
+            after = chunk[-1][1]
+            if len(got) < rows:
+                return
+
+    def _literal(self, value: Any) -> str:
+        return str(self.conn.escape(value))
+
+    def rows_for(self, keys: list[Key]) -> Chunk:
+        from bizevents.capture import mysql as my
+
+        if not keys:
+            return []
+        names = list(self.codec.key_names)
+        cols = ", ".join(f"`{n}`" for n in names)
+        out: Chunk = []
+        for start in range(0, len(keys), 500):
+            batch = keys[start : start + 500]
+            tuples = ", ".join(
+                "(" + ", ".join(self._literal(dict(k)[n]) for n in names) + ")" for k in batch
+            )
+            _p, got = my.read_chunk(
+                self.conn, self.database, self.name, self.codec.key_names, None,
+                f"({cols}) IN ({tuples})", len(batch),
+            )  # fmt: skip
+            out.extend(self.row(v) for v in got)
+        return out
+
+    def range_condition(self, low: list[Any], high: list[Any]) -> str:
+        cols = ", ".join(f"`{n}`" for n in self.codec.key_names)
+        a = ", ".join(self._literal(v) for v in low)
+        b = ", ".join(self._literal(v) for v in high)
+        return f"(({cols}) >= ({a}) AND ({cols}) <= ({b}))"

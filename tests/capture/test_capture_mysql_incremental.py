@@ -4,6 +4,8 @@ added to a capture that already ran gets all its rows, interleaved with the binl
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -180,3 +182,67 @@ def test_signal_table_snapshots_with_a_condition_and_refuses_bad_signals(
         for i, v, note in db.sql("SELECT id, v, note FROM b")
     }
     assert final_state(records) == table
+
+
+def test_verify_finds_a_planted_gap_in_a_mariadb_table_and_repair_closes_it(
+    db: MyDb, tmp_path: Path
+) -> None:
+    """``bizevents verify`` on a MariaDB table: 0 differences; a hand-written tombstone
+    for a live row is found as missing; ``--repair`` snapshots its chunk again; 0."""
+    from confluent_kafka import Producer
+
+    from bizevents.contracts.binary import zigzag
+    from tests.capture.capture_helpers import cli_env
+    from tests.capture.test_verify import records_by_id
+
+    db.sql("CREATE TABLE t (id INT PRIMARY KEY, v INT, note VARCHAR(20))")
+    with db.conn.cursor() as cur:
+        cur.executemany(
+            "INSERT INTO t VALUES (%s, %s, %s)", [(i, i * 2, f"row {i}") for i in range(1, 1201)]
+        )
+    config = db.config(["t"], partitions=2)
+    config_file = tmp_path / "capture.toml"
+    config_file.write_text(
+        f'server = "{db.server}"\ndsn = "{db.dsn}"\ntables = ["{db.name}.t"]\npartitions = 2\n'
+    )
+
+    def verify(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "bizevents", "verify", "--config", str(config_file), *args],
+            env=cli_env(db.endpoints),
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+
+    with in_process(config, db.capture_endpoints(tmp_path)) as run:
+        run.wait_snapshot()
+        db.sql("UPDATE t SET v = -1 WHERE id % 100 = 0")
+        db.sql("DELETE FROM t WHERE id = 1200")
+        run.wait_position(db.binlog_end())
+        clean = verify("--chunk-rows", "500")
+        assert clean.returncode == 0, clean.stdout + clean.stderr
+        assert "1199 rows in 3 chunks, 1199 keys" in clean.stdout
+        topic = db.topic("t")
+        by_id = {k[5:]: v for k, v in records_by_id(db, topic).items()}
+        key42, _ = by_id[zigzag(42)]
+        producer = Producer(
+            {"bootstrap.servers": db.endpoints.bootstrap_servers, "partitioner": "murmur2_random"}
+        )
+        producer.produce(topic, None, key42)
+        producer.flush(10)
+        found = verify("--chunk-rows", "500", "--repair")
+        assert found.returncode == 1, found.stdout + found.stderr
+        assert "missing id=42:" in found.stdout and "1 differences" in found.stdout
+        assert "repair: signal" in found.stdout and "Traceback" not in found.stderr
+        ledger = run.runner.ledger
+        deadline = time.monotonic() + 60
+        while not ledger.queue and time.monotonic() < deadline:
+            time.sleep(0.1)
+        while ledger.queue and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not ledger.queue, "the repair's snapshot did not run"
+        run.wait_position(db.binlog_end())
+        after = verify("--chunk-rows", "500")
+        assert after.returncode == 0, after.stdout + after.stderr
+        run.stop()

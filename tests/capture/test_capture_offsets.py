@@ -60,7 +60,7 @@ def test_ledger_round_trips_and_names_the_added_tables() -> None:
     """The ledger reads back as written; a table configured since is "added" until its
     incremental snapshot is queued or done; no record means no ledger."""
     ledger = Ledger(
-        True, ["s.a"], [Pending("s.c", "sig-1", "id > 3", ["7"], 12, None, True)], "0/10"
+        True, ["s.a"], [Pending("s.c", "sig-1", "id > 3", ["7"], 12, paused=True)], "0/10"
     )
     again = Ledger.from_json(json.loads(json.dumps(ledger.to_json())))
     assert again is not None
