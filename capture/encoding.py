@@ -17,7 +17,6 @@ fastavro from the contracts layer's wire value, one column at a time.
 
 from __future__ import annotations
 
-import json
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from typing import Any, Final
 import fastavro
 from fastavro import _write as fastavro_write
 
+from bizevents.capture.codec import RegisteredCodec
 from bizevents.capture.exceptions import CaptureError, ValueConversionError
 from bizevents.capture.pgoutput import Column, Relation, TupleData
 from bizevents.capture.pgtypes import PgTypeMapper, RowConverter, parse_bytea
@@ -42,7 +42,6 @@ from bizevents.contracts.binary import text as _text
 from bizevents.contracts.logical import UNAVAILABLE, ColumnType, Field, Kind, encoder_for
 from bizevents.contracts.technical import AVRO_OPS, AvroEncoder, EnvelopeSchemas, TableSchema
 from bizevents.contracts.technical.source import AvroSourceWriter, EncodedSource
-from bizevents.plumbing.framing import header
 
 __all__ = [
     "SOURCE_VERSION",
@@ -271,7 +270,7 @@ def encoded_ts(ts_ms: int) -> bytes:
     return _SOME + zigzag(ts_ms) + _NULL
 
 
-class TableCodec:
+class TableCodec(RegisteredCodec):
     """One table's shape as captured: schemas, key columns and the compiled writers.
 
     ``relation`` is the table as pgoutput (or the snapshot's catalog query) describes
@@ -332,10 +331,6 @@ class TableCodec:
         self._key_slots = tuple(slot(c, f) for c, f in zip(key_columns, key_fields, strict=True))
         self._write_row = _compile_record(self._value_slots)
         self._write_key = _compile_record(self._key_slots)
-        self._key_frame = b""
-        self._value_frame = b""
-        self.key_schema_id: int | None = None
-        self.value_schema_id: int | None = None
         self._schema_name = relation.name
         self._source = AvroSourceWriter(
             "postgresql",
@@ -350,22 +345,8 @@ class TableCodec:
         )
         self.events = 0
 
-    # -- schema ids ------------------------------------------------------------------
-
-    def key_schema_json(self) -> str | None:
-        """The key schema as registered (``None`` for a table without key columns)."""
-        return None if self.schemas.key is None else json.dumps(self.schemas.key)
-
-    def value_schema_json(self) -> str:
-        """The value (envelope) schema as registered."""
-        return json.dumps(self.schemas.value)
-
     def set_schema_ids(self, key_id: int | None, value_id: int) -> None:
-        """The ids the registry gave; events are framed with them from now on."""
-        self.key_schema_id = key_id
-        self.value_schema_id = value_id
-        self._key_frame = b"" if key_id is None else header(key_id)
-        self._value_frame = header(value_id)
+        super().set_schema_ids(key_id, value_id)
         self._reference = AvroEncoder(self.schema, key_id, value_id)
 
     @property

@@ -8,13 +8,13 @@ Pure apart from the schema ids the registrar hands it.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any, Final
 
+from bizevents.capture.codec import RegisteredCodec
 from bizevents.capture.encoding import SOURCE_VERSION, encoded_ts
 from bizevents.capture.exceptions import CaptureError, ValueConversionError
 from bizevents.capture.mysqltypes import MyColumn, field_of, inline_form, value_writer
@@ -28,7 +28,6 @@ from bizevents.contracts.binary import (
 )
 from bizevents.contracts.technical import AVRO_OPS, AvroEncoder, EnvelopeSchemas, TableSchema
 from bizevents.contracts.technical.source import AvroSourceWriter
-from bizevents.plumbing.framing import header
 
 __all__ = ["MyTable", "MyTableCodec", "Row", "encoded_ts", "key_columns"]
 
@@ -144,7 +143,7 @@ def _compile(slots: Sequence[Slot]) -> Callable[[Row], bytes]:
     return function
 
 
-class MyTableCodec:
+class MyTableCodec(RegisteredCodec):
     """Rows of one table layout → framed keys and envelopes."""
 
     def __init__(
@@ -184,10 +183,6 @@ class MyTableCodec:
         ]
         self._fast_value = _compile(self._value)
         self._fast_key = _compile(self._key)
-        self._key_frame = b""
-        self._value_frame = b""
-        self.key_schema_id: int | None = None
-        self.value_schema_id: int | None = None
         self._source = AvroSourceWriter(
             "mysql",
             {
@@ -199,20 +194,6 @@ class MyTableCodec:
             },
         )
         self.events = 0
-
-    # -- schemas ------------------------------------------------------------------------
-
-    def key_schema_json(self) -> str | None:
-        return None if self.schemas.key is None else json.dumps(self.schemas.key)
-
-    def value_schema_json(self) -> str:
-        return json.dumps(self.schemas.value)
-
-    def set_schema_ids(self, key_id: int | None, value_id: int) -> None:
-        self.key_schema_id = key_id
-        self.value_schema_id = value_id
-        self._key_frame = b"" if key_id is None else header(key_id)
-        self._value_frame = header(value_id)
 
     @property
     def reference_encoder(self) -> AvroEncoder:

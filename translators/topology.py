@@ -7,18 +7,22 @@ import fnmatch
 import re
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bizevents.contracts.business import (
     BusinessEvent,
 )
 from bizevents.plumbing.errors import ConfigError, TransientError
 from bizevents.plumbing.registry import RegistryUnavailableError
+from bizevents.plumbing.settings import RegistrySettings
 from bizevents.translators.api import Translator
 from bizevents.translators.exceptions import PluginError
 from bizevents.translators.settings import TranslateSettings
 
-__all__ = ["check_contracts", "list_topics", "readers", "technical_topics"]
+if TYPE_CHECKING:
+    from bizevents.contracts.serde import BusinessSerializer
+
+__all__ = ["business_serializer", "check_contracts", "list_topics", "readers", "technical_topics"]
 
 
 def list_topics(admin: Any, bootstrap: str, wait_s: float) -> dict[str, Any]:
@@ -41,6 +45,29 @@ def list_topics(admin: Any, bootstrap: str, wait_s: float) -> dict[str, Any]:
                 )
                 told = True
             time.sleep(1.0)
+
+
+def business_serializer(
+    registry: RegistrySettings, t: TranslateSettings
+) -> tuple[Any, BusinessSerializer]:
+    """The registry client and the contracts' serializer, once the registry answers
+    (waiting up to ``translate.registry_wait_s``): the row and the transaction worker
+    start the same way."""
+    import structlog
+
+    from bizevents.contracts.serde import BusinessSerializer
+    from bizevents.plumbing.registry import registry_client, wait_for_registry
+
+    url, wait_s = registry.url, t.registry_wait_s
+    wait_for_registry(
+        registry,
+        wait_s,
+        lambda: structlog.get_logger("translate").info(
+            "waiting for the registry", url=url, up_to_s=wait_s
+        ),
+    )
+    client = registry_client(registry)
+    return client, BusinessSerializer(client, t.subject_strategy, t.auto_register)
 
 
 def technical_topics(

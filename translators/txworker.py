@@ -106,11 +106,15 @@ def prepare_transactions(
     their topics and contracts."""
     from confluent_kafka.admin import AdminClient
 
-    from bizevents.contracts.serde import BusinessSerializer
     from bizevents.contracts.technical import AutoDecoder
-    from bizevents.plumbing.registry import registry_client, schema_lookup, wait_for_registry
+    from bizevents.plumbing.registry import schema_lookup
     from bizevents.translators.registry import discover
-    from bizevents.translators.topology import check_contracts, list_topics, technical_topics
+    from bizevents.translators.topology import (
+        business_serializer,
+        check_contracts,
+        list_topics,
+        technical_topics,
+    )
 
     t = settings.translate
     if pinned is None:
@@ -139,14 +143,7 @@ def prepare_transactions(
             f"{settings.kafka.bootstrap_servers}: start the capture first (with "
             "transaction_metadata on) or check translate.topic_prefix"
         )
-    url, wait_s = settings.registry.url, t.registry_wait_s
-    wait_for_registry(
-        settings.registry,
-        wait_s,
-        lambda: log.info("waiting for the registry", url=url, up_to_s=wait_s),
-    )
-    client = registry_client(settings.registry)
-    serializer = BusinessSerializer(client, t.subject_strategy, t.auto_register)
+    client, serializer = business_serializer(settings.registry, t)
     check_contracts(list(translators), client, serializer.subject, t.auto_register)
     outputs = sorted({c.contract_topic() for item in translators for c in item.emits})
     ensure_topics(admin, [*outputs, t.dead_letter_topic], t.output_partitions)

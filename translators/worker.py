@@ -61,6 +61,7 @@ from bizevents.translators.pipeline import (
 )
 from bizevents.translators.settings import RuntimeSettings, TransactionSettings
 from bizevents.translators.topology import (
+    business_serializer,
     check_contracts,
     list_topics,
     readers,
@@ -181,9 +182,8 @@ def prepare(settings: RuntimeSettings, pinned: Sequence[Translator] | None = Non
     row translators among ``pinned`` (else discovered)."""
     from confluent_kafka.admin import AdminClient
 
-    from bizevents.contracts.serde import BusinessSerializer
     from bizevents.contracts.technical import AutoDecoder
-    from bizevents.plumbing.registry import registry_client, schema_lookup, wait_for_registry
+    from bizevents.plumbing.registry import schema_lookup
     from bizevents.translators.registry import discover
 
     t = settings.translate
@@ -207,14 +207,7 @@ def prepare(settings: RuntimeSettings, pinned: Sequence[Translator] | None = Non
             f"({t.topic_prefix!r}) or translate.topics against the capture's server name, "
             "or start the capture first (the worker never creates technical topics)"
         )
-    url, wait_s = settings.registry.url, t.registry_wait_s
-    wait_for_registry(
-        settings.registry,
-        wait_s,
-        lambda: log.info("waiting for the registry", url=url, up_to_s=wait_s),
-    )
-    client = registry_client(settings.registry)
-    serializer = BusinessSerializer(client, t.subject_strategy, t.auto_register)
+    client, serializer = business_serializer(settings.registry, t)
     ids = check_contracts(translators, client, serializer.subject, t.auto_register)
     outputs = sorted(
         {c.contract_topic() for item in translators for c in item.emits} | {t.dead_letter_topic}
