@@ -1,0 +1,342 @@
+"""A version running in the shadow of the live one: how their events compare, and the
+gate a promotion must pass.
+
+Pure: the worker (or a test) hands it, change by change, the events both versions made
+of the same change, each as ``(event_id, contract, content)`` with the content as the
+contract's dict without its lineage. Events pair up by deterministic id, which depends
+on the translator's *name*, the contract and the change, never on the version, so the
+live ``orders@3`` and the shadow ``orders@4`` give one event the same id. Each event is
+then identical, differing (naming the fields, dotted for nested records), or made by
+one version only.
+
+The figures are kept per contract and per field, merge across partitions and workers
+(:meth:`ShadowComparison.merge`), travel as JSON (:meth:`ShadowComparison.as_dict`),
+and read as the replay's diff report (:meth:`ShadowComparison.as_diff`), so
+``bizevents shadow report`` and ``bizevents replay --diff`` print one format.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+Verdict = Literal["identical", "differing", "only_live", "only_shadow"]
+VERDICTS: Final[tuple[Verdict, ...]] = ("identical", "differing", "only_live", "only_shadow")
+#: Samples kept per contract and verdict (but ``identical``) for the report.
+SAMPLES: Final = 3
+
+#: One event as the comparison sees it: its id, its contract and its content.
+Seen = tuple[str, str, Mapping[str, Any]]
+
+# The diff report's names for the verdicts (bizevents.replay.diff.KINDS).
+_DIFF_KINDS: Final[dict[Verdict, str]] = {
+    "identical": "equal",
+    "differing": "changed",
+    "only_live": "only_a",
+    "only_shadow": "only_b",
+}
+
+
+def differing_fields(live: Mapping[str, Any], shadow: Mapping[str, Any]) -> list[str]:
+    """The dotted names of the leaves that differ between two events' contents, sorted.
+
+    A nested record is compared field by field (``address.city``); a list, a map's
+    value that is not a record, and a field present on one side only are leaves.
+    """
+    found: list[str] = []
+    _walk(live, shadow, "", found)
+    return sorted(found)
+
+
+def _walk(a: Mapping[str, Any], b: Mapping[str, Any], prefix: str, found: list[str]) -> None:
+    for name in a.keys() | b.keys():
+        path = f"{prefix}{name}"
+        left, right = a.get(name, _ABSENT), b.get(name, _ABSENT)
+        if isinstance(left, Mapping) and isinstance(right, Mapping):
+            _walk(left, right, f"{path}.", found)
+        elif not _same(left, right):
+            found.append(path)
+
+
+def _same(a: Any, b: Any) -> bool:
+    # NaN is its own value here: a version that keeps a NaN as it was does not differ.
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    return type(a) is type(b) and bool(a == b)
+
+
+_ABSENT: Final = object()
+
+
+@dataclass(slots=True)
+class ContractFigures:
+    """One contract's events, by verdict, and per field the events that differ on it."""
+
+    identical: int = 0
+    differing: int = 0
+    only_live: int = 0
+    only_shadow: int = 0
+    fields: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def events(self) -> int:
+        return self.identical + self.differing + self.only_live + self.only_shadow
+
+    def count(self, verdict: Verdict) -> int:
+        value: int = getattr(self, verdict)
+        return value
+
+
+@dataclass(slots=True)
+class ShadowComparison:
+    """The comparison of a shadow version with the live one over the changes both saw."""
+
+    live: str
+    shadow: str
+    changes: int = 0
+    contracts: dict[str, ContractFigures] = field(default_factory=dict)
+    #: Per contract, per verdict: a few ``{"event_id", "live", "shadow", "fields"}``.
+    samples: dict[str, dict[str, list[dict[str, Any]]]] = field(default_factory=dict)
+    #: Events that differ on anything but the given fields (see :meth:`unexpected`):
+    #: counted as they come, since the figures per field cannot tell it afterwards.
+    _by_fields: dict[tuple[str, tuple[str, ...]], int] = field(default_factory=dict)
+    live_failures: int = 0
+    shadow_failures: int = 0
+
+    def add_change(self, live: Iterable[Seen], shadow: Iterable[Seen]) -> None:
+        """The events both versions made of one change (none is a change too)."""
+        self.changes += 1
+        theirs = {event_id: (contract, content) for event_id, contract, content in shadow}
+        for event_id, contract, content in live:
+            other = theirs.pop(event_id, None)
+            if other is None:
+                self._add(contract, "only_live", event_id, content, None, ())
+                continue
+            other_contract, other_content = other
+            if other_contract != contract:
+                # one id, two contracts: cannot be (the contract is in the id); say so anyway
+                self._add(contract, "only_live", event_id, content, None, ())
+                self._add(other_contract, "only_shadow", event_id, None, other_content, ())
+                continue
+            names = differing_fields(content, other_content)
+            verdict: Verdict = "differing" if names else "identical"
+            self._add(contract, verdict, event_id, content, other_content, names)
+        for event_id, (contract, content) in theirs.items():
+            self._add(contract, "only_shadow", event_id, None, content, ())
+
+    def failed(self, *, live: bool) -> None:
+        """A change one version could not translate (it dead-lettered it)."""
+        if live:
+            self.live_failures += 1
+        else:
+            self.shadow_failures += 1
+
+    def _add(
+        self,
+        contract: str,
+        verdict: Verdict,
+        event_id: str,
+        live: Mapping[str, Any] | None,
+        shadow: Mapping[str, Any] | None,
+        names: Iterable[str],
+    ) -> None:
+        figures = self.contracts.get(contract)
+        if figures is None:
+            figures = self.contracts[contract] = ContractFigures()
+        setattr(figures, verdict, figures.count(verdict) + 1)
+        names = tuple(names)
+        for name in names:
+            figures.fields[name] = figures.fields.get(name, 0) + 1
+        if verdict == "differing":
+            key = (contract, names)
+            self._by_fields[key] = self._by_fields.get(key, 0) + 1
+        if verdict != "identical":
+            kept = self.samples.setdefault(contract, {}).setdefault(verdict, [])
+            if len(kept) < SAMPLES:
+                kept.append(
+                    {"event_id": event_id, "live": live, "shadow": shadow, "fields": list(names)}
+                )
+
+    @property
+    def events(self) -> int:
+        return sum(figures.events for figures in self.contracts.values())
+
+    def unexpected(self, expected: frozenset[str]) -> int:
+        """Events that differ in a way the operator did not expect: made by one version
+        only, or differing on a field not in ``expected`` (a bare name matches that field
+        at any depth of any contract; ``Contract.field`` one contract's)."""
+        count = sum(f.only_live + f.only_shadow for f in self.contracts.values())
+        for (contract, names), n in self._by_fields.items():
+            if any(not _expected(contract, name, expected) for name in names):
+                count += n
+        return count
+
+    def merge(self, other: ShadowComparison) -> None:
+        """Add another part's figures (another partition, another worker)."""
+        self.changes += other.changes
+        self.live_failures += other.live_failures
+        self.shadow_failures += other.shadow_failures
+        for contract, theirs in other.contracts.items():
+            mine = self.contracts.setdefault(contract, ContractFigures())
+            for verdict in VERDICTS:
+                setattr(mine, verdict, mine.count(verdict) + theirs.count(verdict))
+            for name, n in theirs.fields.items():
+                mine.fields[name] = mine.fields.get(name, 0) + n
+        for key, n in other._by_fields.items():
+            self._by_fields[key] = self._by_fields.get(key, 0) + n
+        for contract, by_verdict in other.samples.items():
+            for name, samples in by_verdict.items():
+                kept = self.samples.setdefault(contract, {}).setdefault(name, [])
+                kept.extend(samples[: max(0, SAMPLES - len(kept))])
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-able, and read back by :meth:`from_dict`."""
+        return {
+            "live": self.live,
+            "shadow": self.shadow,
+            "changes": self.changes,
+            "contracts": {
+                contract: {**{v: f.count(v) for v in VERDICTS}, "fields": dict(f.fields)}
+                for contract, f in self.contracts.items()
+            },
+            "by_fields": [
+                {"contract": contract, "fields": list(names), "events": n}
+                for (contract, names), n in self._by_fields.items()
+            ],
+            "samples": self.samples,
+            "live_failures": self.live_failures,
+            "shadow_failures": self.shadow_failures,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ShadowComparison:
+        made = cls(str(data["live"]), str(data["shadow"]), int(data["changes"]))
+        for contract, figures in data["contracts"].items():
+            made.contracts[contract] = ContractFigures(
+                identical=int(figures["identical"]),
+                differing=int(figures["differing"]),
+                only_live=int(figures["only_live"]),
+                only_shadow=int(figures["only_shadow"]),
+                fields=dict(figures["fields"]),
+            )
+        for row in data["by_fields"]:
+            made._by_fields[(row["contract"], tuple(row["fields"]))] = int(row["events"])
+        made.samples = {c: dict(v) for c, v in data["samples"].items()}
+        made.live_failures = int(data["live_failures"])
+        made.shadow_failures = int(data["shadow_failures"])
+        return made
+
+    def as_diff(self) -> dict[str, Any]:
+        """The comparison in the replay's diff report format
+        (``bizevents.replay.diff.DiffReport.as_dict``), live as ``a``, shadow as ``b``."""
+        counts = {
+            contract: {_DIFF_KINDS[v]: f.count(v) for v in VERDICTS}
+            for contract, f in self.contracts.items()
+        }
+        samples = {
+            contract: {
+                _DIFF_KINDS[verdict]: [  # type: ignore[index]
+                    {
+                        "event_id": s["event_id"],
+                        **({"a": s["live"]} if s["live"] is not None else {}),
+                        **({"b": s["shadow"]} if s["shadow"] is not None else {}),
+                    }
+                    for s in kept
+                ]
+                for verdict, kept in by_verdict.items()
+            }
+            for contract, by_verdict in self.samples.items()
+        }
+        return {
+            "counts": counts,
+            "samples": samples,
+            "dead_letters_a": self.live_failures,
+            "dead_letters_b": self.shadow_failures,
+        }
+
+
+def _expected(contract: str, name: str, expected: frozenset[str]) -> bool:
+    if f"{contract.rsplit('.', 1)[-1]}.{name}" in expected or f"{contract}.{name}" in expected:
+        return True
+    # a bare name matches the field itself and any leaf under it (``address`` covers
+    # ``address.city``), at the top level or as a nested field's last part
+    parts = name.split(".")
+    return any(".".join(parts[: i + 1]) in expected for i in range(len(parts))) or (
+        parts[-1] in expected
+    )
+
+
+_FRACTION: Final = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(%?)\s*")
+
+
+def parse_fraction(text: str) -> float:
+    """``"0.5%"`` or ``"0.005"`` as a fraction in [0, 1]; a sentence otherwise."""
+    match = _FRACTION.fullmatch(text)
+    if match is None:
+        raise ValueError(
+            f"{text!r} is not a fraction: give a percentage (0.5%) or a number (0.005)"
+        )
+    value = float(match.group(1)) / (100 if match.group(2) else 1)
+    if value > 1:
+        raise ValueError(f"{text!r} is more than 100%")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class PromotionGate:
+    """What the shadow's comparison must show before it is pinned live.
+
+    - at least ``min_changes`` changes compared;
+    - events that differ in a way not expected (made by one version only, or differing
+      on a field not in ``expect_fields``) at most ``max_differ`` of all events compared
+      (the default 0: every field that differs must be expected, and both versions must
+      make the same events);
+    - neither version failed on a change the other translated (a shadow that
+      dead-letters what the live version takes is not a fix).
+    """
+
+    max_differ: float = 0.0
+    min_changes: int = 10_000
+    expect_fields: frozenset[str] = frozenset()
+
+    def failures(self, comparison: ShadowComparison) -> list[str]:
+        """One sentence per condition not met, with its figures (none: the gate passes)."""
+        found: list[str] = []
+        if comparison.changes < self.min_changes:
+            found.append(
+                f"{comparison.shadow} was compared over {comparison.changes:,} changes, "
+                f"fewer than the {self.min_changes:,} the gate asks"
+            )
+        events = comparison.events
+        unexpected = comparison.unexpected(self.expect_fields)
+        share = unexpected / events if events else 0.0
+        if unexpected and share > self.max_differ:
+            fields = _unexpected_fields(comparison, self.expect_fields)
+            named = ", ".join(f"{name} ({n:,})" for name, n in fields) or "none"
+            only = sum(f.only_live + f.only_shadow for f in comparison.contracts.values())
+            found.append(
+                f"{unexpected:,} of {events:,} events ({share:.2%}) differ where not expected, "
+                f"more than the {self.max_differ:.2%} allowed: fields {named}; "
+                f"{only:,} made by one version only"
+            )
+        if comparison.shadow_failures > comparison.live_failures:
+            found.append(
+                f"{comparison.shadow} dead-lettered {comparison.shadow_failures:,} changes, "
+                f"{comparison.live} {comparison.live_failures:,}"
+            )
+        return found
+
+
+def _unexpected_fields(
+    comparison: ShadowComparison, expected: frozenset[str]
+) -> list[tuple[str, int]]:
+    found: dict[str, int] = {}
+    for contract, figures in comparison.contracts.items():
+        short = contract.rsplit(".", 1)[-1]
+        for name, n in figures.fields.items():
+            if not _expected(contract, name, expected):
+                found[f"{short}.{name}"] = found.get(f"{short}.{name}", 0) + n
+    return sorted(found.items(), key=lambda item: (-item[1], item[0]))
