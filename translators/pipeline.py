@@ -43,8 +43,11 @@ from bizevents.contracts.technical.events import Gate, SourceTable
 from bizevents.translators.api import Translator
 from bizevents.translators.exceptions import TranslationError
 from bizevents.translators.lineage import Origin, Stamper, contract_name, origin_of
+from bizevents.translators.shadow import Seen, ShadowComparison
 
 DEAD_LETTER_TOPIC: Final = "bizevents.dead-letter"
+#: A shadow version's events go to their contract's topic with this suffix.
+SHADOW_SUFFIX: Final = ".shadow"
 
 Stage = Literal["decode", "translate", "contract"]
 Headers = list[tuple[str, bytes | None]]
@@ -152,6 +155,8 @@ class Result:
     undecodable: int = 0
     tombstones: int = 0
     unrouted: int = 0
+    #: Per shadow version (``name@version``): how its events compared with the live one's.
+    shadows: dict[str, ShadowComparison] = field(default_factory=dict)
 
 
 #: What the pipeline knows of a technical topic: its table, the columns its translators
@@ -175,12 +180,24 @@ class Pipeline:
         *,
         replay: bool = False,
         dead_letter_topic: str = DEAD_LETTER_TOPIC,
+        shadows: Sequence[Translator] = (),
+        shadow_output: bool = True,
     ) -> None:
         self.translators = tuple(translators)
         self.decoder = decoder
         self.serializer = serializer
         self.replay = replay
         self.dead_letter_topic = dead_letter_topic
+        #: Per live translator (``ref``): the version in its shadow (docs/shadow.md), which
+        #: reads the same changes and whose events are compared with the live one's and
+        #: written to ``<contract topic>.shadow`` (``shadow_output``) or only counted.
+        self._shadow_of: dict[str, Translator] = {}
+        for shadow in shadows:
+            live = [t for t in self.translators if t.name == shadow.name]
+            if len(live) != 1 or live[0].version == shadow.version:
+                raise ValueError(f"{shadow.ref} shadows no live version of {shadow.name}")
+            self._shadow_of[live[0].ref] = shadow
+        self.shadow_output = shadow_output
         self._routes: dict[str, tuple[Translator, ...]] = {}
         #: Per contract class: its Avro fullname (what event ids hash) and its topic.
         self._contracts: dict[type[BusinessEvent], tuple[str, str]] = {}
@@ -200,11 +217,18 @@ class Pipeline:
         """The columns of ``table`` its translators read: the union of their
         declarations, ``None`` (all) when one of them declares none."""
         union: set[str] = set()
-        for t in self.route(table):
+        for t in self._with_shadows(self.route(table)):
             if t.columns is None:
                 return None
             union |= t.columns
         return frozenset(union)
+
+    def _with_shadows(self, translators: tuple[Translator, ...]) -> tuple[Translator, ...]:
+        """``translators`` and the versions in their shadow: what a change is decoded for."""
+        if not self._shadow_of:
+            return translators
+        shadows = (self._shadow_of.get(t.ref) for t in translators)
+        return translators + tuple(s for s in shadows if s is not None)
 
     def gate(self, table: str, source: Source) -> Gate | None:
         """The decoder's gate of updates of ``table`` that change none of what its
@@ -214,7 +238,7 @@ class Pipeline:
         cannot tell."""
         translators = self.route(table)
         union: set[str] = set()
-        for t in translators:
+        for t in self._with_shadows(translators):
             if not t.may_emit(OP_UPDATE):
                 continue
             if t.changes is None:
@@ -286,6 +310,8 @@ class Pipeline:
                     counts = result.counts[translator.ref] = Counts()
                 counts.consumed += 1
                 counts.dropped += 1
+                if self._shadow_of and translator.ref in self._shadow_of:
+                    self._comparison(result, translator).add_change((), ())
             return
         where = _make_coordinates(topic, partition, record.offset)
         try:
@@ -310,23 +336,93 @@ class Pipeline:
             if counts is None:
                 counts = result.counts[translator.ref] = Counts()
             counts.consumed += 1
+            shadow = self._shadow_of.get(translator.ref) if self._shadow_of else None
+            seen: list[Seen] | None = None if shadow is None else []
             if op not in translator.emitting:
                 counts.dropped += 1  # declared: this op gives it nothing
-                continue
-            # the change as this translator reads it (its declared columns only)
-            change = Change(decoded, translator.columns, translator.ref)
-            started = perf_counter()
-            produced, failed = self._translate(
-                translator, change, origin, record, topic, partition, table
-            )
-            counts.seconds += perf_counter() - started
-            if failed:
-                counts.dead_lettered += 1
-            elif not produced:
-                counts.dropped += 1
             else:
-                counts.emitted += len(produced)
-            result.records.extend(produced)
+                # the change as this translator reads it (its declared columns only)
+                change = Change(decoded, translator.columns, translator.ref)
+                started = perf_counter()
+                produced, failed = self._translate(
+                    translator, change, origin, record, topic, partition, table, seen
+                )
+                counts.seconds += perf_counter() - started
+                if failed:
+                    counts.dead_lettered += 1
+                elif not produced:
+                    counts.dropped += 1
+                else:
+                    counts.emitted += len(produced)
+                result.records.extend(produced)
+                if failed:
+                    seen = None
+            if shadow is not None:
+                self._shadow(
+                    shadow,
+                    translator,
+                    decoded,
+                    origin,
+                    record,
+                    topic,
+                    partition,
+                    table,
+                    seen,
+                    result,
+                )
+
+    def _comparison(self, result: Result, live: Translator) -> ShadowComparison:
+        shadow = self._shadow_of[live.ref]
+        found = result.shadows.get(shadow.ref)
+        if found is None:
+            found = result.shadows[shadow.ref] = ShadowComparison(live.ref, shadow.ref)
+        return found
+
+    def _shadow(
+        self,
+        shadow: Translator,
+        live: Translator,
+        decoded: ChangeEvent,
+        origin: list[Origin],
+        record: Record,
+        topic: str,
+        partition: int,
+        table: str,
+        live_seen: list[Seen] | None,
+        result: Result,
+    ) -> None:
+        """The shadow version on the change the live one saw: its events compared with
+        the live one's (``live_seen``; None when the live version failed), written to the
+        shadow topics or only counted. Its failures reach no dead-letter topic: a shadow
+        must change nothing a consumer sees."""
+        comparison = self._comparison(result, live)
+        seen: list[Seen] = []
+        if decoded.op in shadow.emitting:
+            change = Change(decoded, shadow.columns, shadow.ref)
+            produced, failed = self._translate(
+                shadow, change, origin, record, topic, partition, table, seen
+            )
+            if failed:
+                comparison.changes += 1
+                comparison.failed(live=False)
+                return
+            if self.shadow_output:
+                result.records.extend(
+                    _make_out(
+                        out.topic + SHADOW_SUFFIX,
+                        out.key,
+                        out.value,
+                        out.headers,
+                        out.translator,
+                        out.event_id,
+                    )
+                    for out in produced
+                )
+        if live_seen is None:
+            comparison.changes += 1
+            comparison.failed(live=True)
+            return
+        comparison.add_change(live_seen, seen)
 
     def _translate(
         self,
@@ -337,8 +433,11 @@ class Pipeline:
         topic: str,
         partition: int,
         table: str,
+        seen: list[Seen] | None = None,
     ) -> tuple[list[OutRecord], bool]:
-        """The translator's records, or one dead-letter record (and True) on failure.
+        """The translator's records, or one dead-letter record (and True) on failure;
+        each event's id, contract and fields appended to ``seen`` when given (for a
+        shadow's comparison).
 
         Each event's lineage goes on the wire as bytes (:class:`Stamper`): the events
         are serialized as the translator built them, with their lineage record written
@@ -369,6 +468,8 @@ class Pipeline:
                 ordinal = ordinals.get(contract, 0)
                 ordinals[contract] = ordinal + 1
                 event_id, lineage, headers = stamper.wire(shared, contract, ordinal)
+                if seen is not None:
+                    seen.append((event_id, contract, event.__dict__))
                 produced.append(
                     _make_out(
                         out_topic,

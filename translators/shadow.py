@@ -2,8 +2,9 @@
 gate a promotion must pass.
 
 Pure: the worker (or a test) hands it, change by change, the events both versions made
-of the same change, each as ``(event_id, contract, content)`` with the content as the
-contract's dict without its lineage. Events pair up by deterministic id, which depends
+of the same change, each as ``(event_id, contract, content)``, the content being the
+event's fields (a model's ``__dict__``, or a dict; the top-level ``lineage`` is left
+out, since it names the version). Events pair up by deterministic id, which depends
 on the translator's *name*, the contract and the change, never on the version, so the
 live ``orders@3`` and the shadow ``orders@4`` give one event the same id. Each event is
 then identical, differing (naming the fields, dotted for nested records), or made by
@@ -21,7 +22,10 @@ import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, Final, Literal
+
+from pydantic import BaseModel
 
 Verdict = Literal["identical", "differing", "only_live", "only_shadow"]
 VERDICTS: Final[tuple[Verdict, ...]] = ("identical", "differing", "only_live", "only_shadow")
@@ -41,11 +45,14 @@ _DIFF_KINDS: Final[dict[Verdict, str]] = {
 
 
 def differing_fields(live: Mapping[str, Any], shadow: Mapping[str, Any]) -> list[str]:
-    """The dotted names of the leaves that differ between two events' contents, sorted.
+    """The dotted names of the leaves that differ between two events' contents, sorted
+    (the top-level ``lineage`` left out).
 
-    A nested record is compared field by field (``address.city``); a list, a map's
-    value that is not a record, and a field present on one side only are leaves.
+    A nested record (a dict or a model) is compared field by field (``address.city``);
+    a list, and a field present on one side only, are leaves.
     """
+    if live == shadow:
+        return []
     found: list[str] = []
     _walk(live, shadow, "", found)
     return sorted(found)
@@ -53,19 +60,45 @@ def differing_fields(live: Mapping[str, Any], shadow: Mapping[str, Any]) -> list
 
 def _walk(a: Mapping[str, Any], b: Mapping[str, Any], prefix: str, found: list[str]) -> None:
     for name in a.keys() | b.keys():
+        if not prefix and name == "lineage":
+            continue
         path = f"{prefix}{name}"
-        left, right = a.get(name, _ABSENT), b.get(name, _ABSENT)
+        left, right = _fields(a.get(name, _ABSENT)), _fields(b.get(name, _ABSENT))
         if isinstance(left, Mapping) and isinstance(right, Mapping):
             _walk(left, right, f"{path}.", found)
         elif not _same(left, right):
             found.append(path)
 
 
+def _fields(value: Any) -> Any:
+    # a nested record built by a translator is a model: compare its fields
+    return value.__dict__ if isinstance(value, BaseModel) else value
+
+
+def plain(content: Mapping[str, Any]) -> dict[str, Any]:
+    """An event's content as JSON-able values for a report's samples (lineage left out;
+    enums as their names; decimals, times and bytes as text)."""
+    return {k: _plain(v) for k, v in content.items() if k != "lineage"}
+
+
+def _plain(value: Any) -> Any:
+    value = _fields(value)
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, Enum):
+        return value.name
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)
+
+
 def _same(a: Any, b: Any) -> bool:
     # NaN is its own value here: a version that keeps a NaN as it was does not differ.
     if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
         return True
-    return type(a) is type(b) and bool(a == b)
+    return bool(a == b)
 
 
 _ABSENT: Final = object()
@@ -157,7 +190,12 @@ class ShadowComparison:
             kept = self.samples.setdefault(contract, {}).setdefault(verdict, [])
             if len(kept) < SAMPLES:
                 kept.append(
-                    {"event_id": event_id, "live": live, "shadow": shadow, "fields": list(names)}
+                    {
+                        "event_id": event_id,
+                        "live": None if live is None else plain(live),
+                        "shadow": None if shadow is None else plain(shadow),
+                        "fields": list(names),
+                    }
                 )
 
     @property
