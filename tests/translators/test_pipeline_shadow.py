@@ -13,7 +13,7 @@ from bizevents.contracts.business import BusinessEvent
 from bizevents.contracts.change import Change
 from bizevents.contracts.technical import AutoDecoder
 from bizevents.translators.exceptions import TranslationError
-from bizevents.translators.pipeline import SHADOW_SUFFIX, Pipeline
+from bizevents.translators.pipeline import SHADOW_SUFFIX, Pipeline, SourceRecord
 from tests.translators.sample import ThingCreated, ThingRenamed, things_v1
 from tests.translators.test_pipeline import envelope, fake_serializer, record
 
@@ -49,7 +49,7 @@ def shadowed(output: bool = True) -> Pipeline:
     )
 
 
-def created(offset: int, thing: int, label: str) -> object:
+def created(offset: int, thing: int, label: str) -> SourceRecord:
     return record(
         offset,
         envelope("c", None, {"id": thing, "label": label}, 100 + offset),
