@@ -12,7 +12,6 @@ from bizevents import translator
 from bizevents.contracts.business import BusinessEvent
 from bizevents.contracts.change import Change
 from bizevents.contracts.technical import AutoDecoder
-from bizevents.translators.exceptions import TranslationError
 from bizevents.translators.pipeline import SHADOW_SUFFIX, Pipeline, SourceRecord
 from tests.translators.sample import ThingCreated, ThingRenamed, things_v1
 from tests.translators.test_pipeline import envelope, fake_serializer, record
@@ -25,7 +24,7 @@ def things_upper(change: Change) -> Iterable[BusinessEvent]:
     """Differs from things@1 on the label of a creation, raises on a label "boom"."""
     if change.is_create:
         if change.new("label") == "boom":
-            raise TranslationError("boom")
+            raise ValueError("boom")
         yield ThingCreated(thing_id=change.new("id"), label=change.new("label").upper())
     elif change.is_update and change.changed("label"):
         yield ThingRenamed(
