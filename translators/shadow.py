@@ -18,6 +18,7 @@ and read as the replay's diff report (:meth:`ShadowComparison.as_diff`), so
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Iterable, Mapping
@@ -378,3 +379,64 @@ def _unexpected_fields(
             if not _expected(contract, name, expected):
                 found[f"{short}.{name}"] = found.get(f"{short}.{name}", 0) + n
     return sorted(found.items(), key=lambda item: (-item[1], item[0]))
+
+
+class ShadowBook:
+    """The comparisons a worker holds: one per shadow version and technical partition,
+    so a partition's figures move with it to the member that takes it over.
+
+    Published to the compacted shadows topic keyed by ``<shadow>|<topic>|<partition>``
+    (:meth:`encode`), the latest record per key being that partition's figures so far;
+    read back at start and at each assignment (:meth:`load`), merged for a report
+    (:meth:`total`).
+    """
+
+    def __init__(self) -> None:
+        self.parts: dict[tuple[str, str, int], ShadowComparison] = {}
+        self._dirty: set[tuple[str, str, int]] = set()
+
+    def add(self, topic: str, partition: int, comparisons: Mapping[str, ShadowComparison]) -> None:
+        for ref, comparison in comparisons.items():
+            slot = (ref, topic, partition)
+            mine = self.parts.get(slot)
+            if mine is None:
+                mine = self.parts[slot] = ShadowComparison(comparison.live, comparison.shadow)
+            mine.merge(comparison)
+            self._dirty.add(slot)
+
+    def load(self, key: bytes, value: bytes | None) -> None:
+        """A record of the shadows topic (the latest per key wins: read it in order);
+        a record that does not read is skipped (its partition counts again from zero)."""
+        try:
+            ref, topic, partition = key.decode().rsplit("|", 2)
+            slot = (ref, topic, int(partition))
+            if value is None:
+                self.parts.pop(slot, None)
+                return
+            self.parts[slot] = ShadowComparison.from_dict(json.loads(value))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return
+
+    def dirty(self) -> list[tuple[bytes, bytes]]:
+        """The records of the partitions whose figures changed since the last call."""
+        out = [self.encode(slot) for slot in sorted(self._dirty)]
+        self._dirty.clear()
+        return out
+
+    def encode(self, slot: tuple[str, str, int]) -> tuple[bytes, bytes]:
+        ref, topic, partition = slot
+        value = json.dumps(self.parts[slot].as_dict(), sort_keys=True, separators=(",", ":"))
+        return f"{ref}|{topic}|{partition}".encode(), value.encode()
+
+    def shadows(self) -> list[str]:
+        return sorted({ref for ref, _, _ in self.parts})
+
+    def total(self, shadow: str) -> ShadowComparison | None:
+        """One shadow's figures over every partition (None: no partition has any)."""
+        found = [c for (ref, _, _), c in sorted(self.parts.items()) if ref == shadow]
+        if not found:
+            return None
+        whole = ShadowComparison(found[0].live, found[0].shadow)
+        for part in found:
+            whole.merge(part)
+        return whole

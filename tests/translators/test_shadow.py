@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from bizevents.diffreport import render
 from bizevents.translators.shadow import (
     PromotionGate,
+    ShadowBook,
     ShadowComparison,
     differing_fields,
     parse_fraction,
@@ -177,3 +178,26 @@ def test_the_diff_report_renders_the_comparison() -> None:
     c.add_change([("e1", PLACED, placed(1))], [("e1", PLACED, placed(1, status="FAILURE"))])
     page = render(c.as_diff(), "orders@3", "orders@4", "shadow of orders@4")
     assert "OrderPlaced" in page and "FAILURE" in page
+
+
+def test_the_book_keeps_a_partitions_figures_and_reads_them_back() -> None:
+    part = ShadowComparison("orders@3", "orders@4")
+    part.add_change([("e1", PLACED, placed(1))], [("e1", PLACED, placed(1, status="FAILURE"))])
+    book = ShadowBook()
+    book.add("store.orders", 0, {"orders@4": part})
+    book.add("store.orders", 1, {"orders@4": part})
+    book.add("store.orders", 1, {"orders@4": part})
+    records = book.dirty()
+    assert [key for key, _ in records] == [b"orders@4|store.orders|0", b"orders@4|store.orders|1"]
+    assert book.dirty() == []  # nothing changed since
+    # a member that takes the partitions over reads the topic in order
+    other = ShadowBook()
+    other.load(b"garbage", b"{}")  # skipped: counts again from zero
+    for key, value in records:
+        other.load(key, value)
+    whole = other.total("orders@4")
+    assert whole is not None and whole.changes == 3
+    assert whole.contracts[PLACED].fields == {"status": 3}
+    other.load(b"orders@4|store.orders|1", None)  # a tombstone forgets the partition
+    assert other.total("orders@4").changes == 1  # type: ignore[union-attr]
+    assert other.total("orders@9") is None and other.shadows() == ["orders@4"]
