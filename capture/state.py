@@ -23,10 +23,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Producer
 
 from bizevents.plumbing.errors import TransientError
-from bizevents.plumbing.kafka import ensure_topics, produce
+from bizevents.plumbing.kafka import ensure_topics, produce, read_latest
 
 __all__ = ["Ledger", "Pending", "StateStore"]
 
@@ -64,54 +64,8 @@ class StateStore:
 
     def read_all(self) -> dict[bytes, dict[str, Any] | None]:
         """The last value of every key (reads the topic to its end)."""
-        consumer = Consumer(
-            {
-                **self.kafka,
-                "group.id": "bizevents-capture-offsets",
-                "enable.auto.commit": False,
-                "enable.partition.eof": True,
-            }
-        )
-        found: dict[bytes, dict[str, Any] | None] = {}
-        try:
-            meta = consumer.list_topics(self.topic, timeout=10).topics.get(self.topic)
-            if meta is None or meta.error is not None:
-                return found
-            for partition in meta.partitions:
-                tp = TopicPartition(self.topic, partition)
-                low, high = consumer.get_watermark_offsets(tp, timeout=10)
-                consumer.assign([TopicPartition(self.topic, partition, low)])
-                offset = low
-                # Past the high watermark, read on until the fetch says "end" (a high
-                # watermark asked for just after a write may not count it yet), but
-                # for half a second at most: a topic written to all the time ends too.
-                deadline: float | None = None
-                while True:
-                    if offset >= high and deadline is None:
-                        deadline = time.monotonic() + 0.5
-                    if deadline is not None and time.monotonic() > deadline:
-                        break
-                    msg = consumer.poll(0.1 if deadline is not None else 5)
-                    if msg is None:
-                        if deadline is not None:
-                            continue
-                        raise TransientError(f"the state topic {self.topic} did not answer")
-                    err = msg.error()
-                    if err is not None:
-                        if err.code() == KafkaError._PARTITION_EOF and offset >= high:
-                            break
-                        continue
-                    offset = (msg.offset() or 0) + 1
-                    key = msg.key()
-                    if key is None:
-                        continue
-                    value = msg.value()
-                    found[key] = None if value is None else json.loads(value)
-            return found
-        except KafkaException as exc:
-            raise TransientError(f"cannot read the state topic {self.topic}: {exc}") from exc
-        finally:
-            consumer.close()
+        found = read_latest(self.kafka, self.topic, "bizevents-capture-offsets")
+        return {key: None if value is None else json.loads(value) for key, value in found.items()}
 
     def read(self, key: bytes) -> dict[str, Any] | None:
         """The last value of ``key``, or ``None``."""

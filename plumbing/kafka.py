@@ -1,5 +1,5 @@
 """Kafka plumbing every layer shares: the partition rule, produce with back-pressure,
-topic creation.
+topic creation, reading a compacted topic's latest values.
 
 One of each, so that capture, the worker and the replay cannot drift apart: the
 replay's corrected events land in the partition of the live events they supersede
@@ -8,13 +8,14 @@ only because both use :func:`partition_for`.
 
 from __future__ import annotations
 
+import time
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from bizevents.plumbing.errors import TerminalError, TransientError
 
-__all__ = ["TopicCreationError", "ensure_topics", "partition_for", "produce"]
+__all__ = ["TopicCreationError", "ensure_topics", "partition_for", "produce", "read_latest"]
 
 
 class TopicCreationError(TerminalError):
@@ -105,3 +106,56 @@ def ensure_topics(
     if absent:
         raise TransientError(f"the topics {', '.join(absent)} have no partitions yet")
     return counts
+
+
+def read_latest(kafka: Mapping[str, Any], topic: str, group: str) -> dict[bytes, bytes | None]:
+    """The last value of every key of ``topic`` (a compacted topic of state: capture's
+    offsets, the worker's shadows and promotions), read to its end; ``None`` for a key
+    whose last record is a tombstone. A topic that does not exist has no keys.
+
+    ``kafka`` is a confluent-kafka configuration; ``group`` names the reader (nothing
+    is committed).
+    """
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+    consumer = Consumer(
+        {**kafka, "group.id": group, "enable.auto.commit": False, "enable.partition.eof": True}
+    )
+    found: dict[bytes, bytes | None] = {}
+    try:
+        meta = consumer.list_topics(topic, timeout=10).topics.get(topic)
+        if meta is None or meta.error is not None:
+            return found
+        for partition in meta.partitions:
+            tp = TopicPartition(topic, partition)
+            low, high = consumer.get_watermark_offsets(tp, timeout=10)
+            consumer.assign([TopicPartition(topic, partition, low)])
+            offset = low
+            # Past the high watermark, read on until the fetch says "end" (a high
+            # watermark asked for just after a write may not count it yet), but for
+            # half a second at most: a topic written to all the time ends too.
+            deadline: float | None = None
+            while True:
+                if offset >= high and deadline is None:
+                    deadline = time.monotonic() + 0.5
+                if deadline is not None and time.monotonic() > deadline:
+                    break
+                msg = consumer.poll(0.1 if deadline is not None else 5)
+                if msg is None:
+                    if deadline is not None:
+                        continue
+                    raise TransientError(f"the topic {topic} did not answer")
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF and offset >= high:
+                        break
+                    continue
+                offset = (msg.offset() or 0) + 1
+                key = msg.key()
+                if key is not None:
+                    found[key] = msg.value()
+        return found
+    except KafkaException as exc:
+        raise TransientError(f"cannot read the topic {topic}: {exc}") from exc
+    finally:
+        consumer.close()
