@@ -13,6 +13,7 @@ from bizevents.democli import demo
 from bizevents.devcli import dev
 from bizevents.readcli import read
 from bizevents.replaycli import replay
+from bizevents.shadowcli import promote, shadow
 from bizevents.statuscli import status
 from bizevents.topicscli import topics
 from bizevents.translatecli import translate
@@ -70,3 +71,5 @@ main.add_command(status)
 main.add_command(topics)
 main.add_command(read)
 main.add_command(verify)
+main.add_command(shadow)
+main.add_command(promote)

@@ -14,9 +14,16 @@ from bizevents.clikit import fails_cleanly, settings_of
     is_flag=True,
     help="Run only the pinned transaction translators (whole transactions).",
 )
+@click.option(
+    "--shadow",
+    "shadows",
+    multiple=True,
+    metavar="NAME@VERSION",
+    help="Run this version in the shadow of the live one (repeatable; docs/shadow.md).",
+)
 @click.pass_context
 @fails_cleanly
-def translate(ctx: click.Context, transactions: bool) -> None:
+def translate(ctx: click.Context, transactions: bool, shadows: tuple[str, ...]) -> None:
     """Translate technical topics into business events until stopped (SIGTERM, Ctrl-C).
 
     One worker for every pinned translator ([translators] orders = 2): the row
@@ -26,12 +33,18 @@ def translate(ctx: click.Context, transactions: bool) -> None:
     work. Technical topics are <translate.topic_prefix>.<schema>.<table>. Offsets are
     committed only after the events produced from them are acknowledged.
 
-    With --transactions it runs only the transaction translators.
+    With --transactions it runs only the transaction translators. With --shadow
+    orders@4 (or translate.shadow) that version reads the same changes as the live
+    orders, its events are compared with the live ones and written to the shadow topics
+    (`bizevents shadow report`, `bizevents promote`).
     """
     from bizevents.translators.metrics import WorkerStats, serve_metrics
     from bizevents.translators.worker import run
 
     settings = settings_of(ctx)
+    if shadows:
+        shadowed = settings.translate.model_copy(update={"shadow": shadows})
+        settings = settings.model_copy(update={"translate": shadowed})
     t = settings.translate
     stats = WorkerStats(settings.transactions.group_id if transactions else t.group_id)
     if t.metrics_port is not None:

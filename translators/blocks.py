@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
@@ -72,12 +72,22 @@ class BlockRunner:
     processor: BlockProcessor
     stats: WorkerStats
     max_inflight: int
+    #: Where the shadows' comparisons go (None: no shadow runs), and how often.
+    shadows_topic: str | None = None
+    shadows_interval_s: float = 1.0
+    #: Awaited before each block is translated, with a function that waits for every
+    #: earlier block's outputs, the block's partition and its first offset (the
+    #: promotions' hand-over, :mod:`bizevents.translators.promoting`).
+    before: Callable[[Callable[[], Awaitable[None]], TP, int], Awaitable[None]] | None = None
     _chain: deque[asyncio.Future[None]] = field(default_factory=deque)
+    _shadows_at: float = 0.0
     _partitions: dict[str, int] = field(default_factory=dict)
     _acker: BlockAcker | None = None
 
     async def handle(self, block: RecordBlock) -> None:
         tp = block.tp
+        if self.before is not None:
+            await self.before(self._settled, tp, block.first_offset)
         if not self.stats.first_block_at:
             self.stats.first_block_at = time.time()
             settle_collector()
@@ -96,6 +106,8 @@ class BlockRunner:
             self.stats.add(
                 tp.topic, result.counts, result.undecodable, result.tombstones, result.unrouted
             )
+            if result.shadows:
+                self.stats.compared(tp.topic, tp.partition, result.shadows)
             for out in result.records:
                 if out.dead_letter:
                     self._log_dead_letter(out, bound)
@@ -111,10 +123,32 @@ class BlockRunner:
             await self._chain.popleft()
         while self._chain and self._chain[0].done():
             self._chain.popleft().result()
+        if self.shadows_topic is not None and time.monotonic() - self._shadows_at > (
+            self.shadows_interval_s
+        ):
+            await self.publish_shadows()
 
-    async def drain(self) -> None:
+    async def _settled(self) -> None:
+        """Wait until every block handed in so far is acknowledged."""
         while self._chain:
             await self._chain.popleft()
+
+    async def drain(self) -> None:
+        await self._settled()
+        if self.shadows_topic is not None:
+            await self.publish_shadows()
+
+    async def publish_shadows(self) -> None:
+        """The figures of the partitions whose comparisons changed, to the compacted
+        shadows topic (each record holds a partition's figures so far: a member that
+        takes the partition over goes on from them)."""
+        assert self.shadows_topic is not None
+        self._shadows_at = time.monotonic()
+        with self.stats._lock:
+            records = self.stats.shadows.dirty()
+        producer = aiokafka_producer(self.app)
+        for key, value in records:
+            await producer.send(self.shadows_topic, value, key=key, partition=0)
 
     @staticmethod
     def _log_dead_letter(out: OutRecord, bound: Any) -> None:

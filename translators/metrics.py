@@ -15,7 +15,11 @@ A custom collector turns the numbers into metric families when the text endpoint
 - ``bizevents_translate_latency_seconds``: a histogram of source-record timestamp to
   produce acknowledgement, one observation per block (its last record);
 - ``bizevents_translate_undecodable_total{topic}``, ``_tombstones_total``,
-  ``_unrouted_total``: records no translator saw.
+  ``_unrouted_total``: records no translator saw;
+- ``bizevents_shadow_changes_total{shadow,live}``, ``bizevents_shadow_events_total{shadow,
+  contract,verdict}``, ``bizevents_shadow_field_differs_total{shadow,contract,field}``,
+  ``bizevents_shadow_failures_total{shadow,version}``: a shadow version's comparison
+  with the live one over the partitions this worker holds (docs/shadow.md).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from prometheus_client.registry import Collector
 
 from bizevents.plumbing.metrics import serve_metrics as serve
 from bizevents.translators.pipeline import Counts
+from bizevents.translators.shadow import VERDICTS, ShadowBook, ShadowComparison
 
 __all__ = ["LATENCY_BUCKETS", "WorkerStats", "serve_metrics"]
 
@@ -64,6 +69,8 @@ class WorkerStats:
     #: wall-clock time of the first block received and of the latest acknowledgement
     first_block_at: float = 0.0
     last_ack_at: float = 0.0
+    #: The shadow versions' comparisons, per partition held (docs/shadow.md).
+    shadows: ShadowBook = field(default_factory=ShadowBook)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add(
@@ -89,6 +96,10 @@ class WorkerStats:
             if unrouted:
                 self.unrouted[topic] += unrouted
             self.blocks += 1
+
+    def compared(self, topic: str, partition: int, shadows: Mapping[str, ShadowComparison]) -> None:
+        with self._lock:
+            self.shadows.add(topic, partition, shadows)
 
     def acked(self, records: int, now: float) -> None:
         with self._lock:
@@ -133,6 +144,7 @@ class _Collector(Collector):
                 "tombstones": dict(s.tombstones),
                 "unrouted": dict(s.unrouted),
             }
+            shadows = [c for c in map(s.shadows.total, s.shadows.shadows()) if c is not None]
         for name, doc, attr in (
             ("consumed", "Changes a translator received", "consumed"),
             ("emitted", "Business events a translator emitted", "emitted"),
@@ -183,6 +195,7 @@ class _Collector(Collector):
             )
             stamp.add_metric([s.group], value)
             yield stamp
+        yield from _shadow_families(s.group, shadows)
         for name, values in per_topic.items():
             family = CounterMetricFamily(
                 f"bizevents_translate_{name}",
@@ -192,6 +205,41 @@ class _Collector(Collector):
             for topic, n in sorted(values.items()):
                 family.add_metric([s.group, topic], n)
             yield family
+
+
+def _shadow_families(group: str, shadows: list[ShadowComparison]) -> Iterator[Metric]:
+    """The shadows' comparisons: changes compared, events per contract and verdict, and
+    per field the events that differ on it (over the partitions this worker holds)."""
+    changes = CounterMetricFamily(
+        "bizevents_shadow_changes",
+        "Changes both the live and the shadow version saw",
+        labels=["group", "shadow", "live"],
+    )
+    events = CounterMetricFamily(
+        "bizevents_shadow_events",
+        "Events of the live and the shadow version, paired by id, by verdict",
+        labels=["group", "shadow", "contract", "verdict"],
+    )
+    fields = CounterMetricFamily(
+        "bizevents_shadow_field_differs",
+        "Events whose field differs between the live and the shadow version",
+        labels=["group", "shadow", "contract", "field"],
+    )
+    failures = CounterMetricFamily(
+        "bizevents_shadow_failures",
+        "Changes a version could not translate (version: live or shadow)",
+        labels=["group", "shadow", "version"],
+    )
+    for c in shadows:
+        changes.add_metric([group, c.shadow, c.live], c.changes)
+        failures.add_metric([group, c.shadow, "live"], c.live_failures)
+        failures.add_metric([group, c.shadow, "shadow"], c.shadow_failures)
+        for contract, figures in sorted(c.contracts.items()):
+            for verdict in VERDICTS:
+                events.add_metric([group, c.shadow, contract, verdict], figures.count(verdict))
+            for name, n in sorted(figures.fields.items()):
+                fields.add_metric([group, c.shadow, contract, name], n)
+    yield from (changes, events, fields, failures)
 
 
 def serve_metrics(stats: WorkerStats, host: str, port: int) -> tuple[Any, int]:

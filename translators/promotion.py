@@ -6,12 +6,12 @@ gate) to the compacted promotions topic. Each worker then hands over each partit
 owns at one offset: before translating the first block of that partition with the new
 version, it commits that block's first offset (so every offset before it, translated by
 the old version, is never read again), then writes a :class:`Handover` naming that
-offset, and waits for the broker's acknowledgement. So every offset below the hand-over was translated by the
-old version and every one from it on by the new one, and a worker that re-reads a
-partition after a crash (from its committed offset, which may lie before the hand-over)
-gives each offset the version it had: no change is translated by both versions, none by
-neither. A kill at any line leaves either no hand-over record (the old version goes on,
-the partition is handed over at its next block) or one (it holds).
+offset, and waits for the broker's acknowledgement. So every offset below the hand-over
+was translated by the old version and every one from it on by the new one: no change is
+translated by both versions, none by neither. A kill at any line leaves either no
+hand-over record (the old version goes on; the partition is handed over at its next
+block) or one (it holds, and a successor reading from the committed offset gives each
+offset the version it had).
 
 Pure: :class:`Pins` folds the topic's records, in order, and answers
 :meth:`Pins.version` per record; the worker does the I/O. Records are JSON, keyed so that
@@ -116,6 +116,17 @@ class Pins:
         if record not in found:
             found.append(record)
             found.sort(key=lambda h: h.offset)
+
+    def referenced(self, name: str) -> set[int]:
+        """Every version of ``name`` a partition may be on, or be handed over to."""
+        found = {self.configured[name]} if name in self.configured else set()
+        promotion = self.promotions.get(name)
+        if promotion is not None:
+            found |= {promotion.to, promotion.previous}
+        for (handed, _, _), handovers in self._handovers.items():
+            if handed == name:
+                found |= {v for h in handovers for v in (h.to, h.previous)}
+        return found
 
     def live(self, name: str) -> int:
         """The version a partition not yet handed over ends on: the last promotion's, else

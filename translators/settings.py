@@ -58,6 +58,22 @@ class TranslateSettings(SettingsGroup):
     session_timeout_s: float = Field(default=6.0, gt=0)
     heartbeat_interval_s: float = Field(default=1.0, gt=0)
     rebalance_timeout_s: float = Field(default=5.0, gt=0)
+    #: Versions run in the shadow of the live ones, ``["orders@4"]`` (docs/shadow.md):
+    #: same input, compared event by event, never seen by consumers.
+    shadow: tuple[str, ...] = ()
+    #: ``topic``: a shadow's events go to ``<contract topic>.shadow``; ``count``: they are
+    #: only compared.
+    shadow_output: Literal["topic", "count"] = "topic"
+    #: The comparisons per shadow and partition, compacted (default ``<group_id>.shadows``).
+    shadows_topic: str | None = None
+    #: The promotions and their hand-overs, compacted (default ``<group_id>.promotions``).
+    promotions_topic: str | None = None
+
+    def shadows(self) -> str:
+        return self.shadows_topic or f"{self.group_id}.shadows"
+
+    def promotions(self) -> str:
+        return self.promotions_topic or f"{self.group_id}.promotions"
 
     @model_validator(mode="after")
     def _coherent(self) -> TranslateSettings:

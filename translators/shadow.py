@@ -21,12 +21,16 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Final, Literal
 
 from pydantic import BaseModel
+
+from bizevents.plumbing.errors import ConfigError
+from bizevents.translators.api import Translator
+from bizevents.translators.transaction_api import is_transactional
 
 Verdict = Literal["identical", "differing", "only_live", "only_shadow"]
 VERDICTS: Final[tuple[Verdict, ...]] = ("identical", "differing", "only_live", "only_shadow")
@@ -417,6 +421,23 @@ class ShadowBook:
         except (ValueError, KeyError, TypeError, AttributeError):
             return
 
+    def restore(
+        self, records: Mapping[bytes, bytes | None], held: Iterable[tuple[str, int]]
+    ) -> None:
+        """After an assignment: forget the partitions no longer ``held``, and take the
+        figures of newly held ones from the shadows topic's latest ``records`` (those
+        this worker kept hold of stay as counted here, which is newer)."""
+        keep = set(held)
+        for slot in [slot for slot in self.parts if (slot[1], slot[2]) not in keep]:
+            del self.parts[slot]
+            self._dirty.discard(slot)
+        incoming = ShadowBook()
+        for key, value in records.items():
+            incoming.load(key, value)
+        for slot, comparison in incoming.parts.items():
+            if (slot[1], slot[2]) in keep and slot not in self.parts:
+                self.parts[slot] = comparison
+
     def dirty(self) -> list[tuple[bytes, bytes]]:
         """The records of the partitions whose figures changed since the last call."""
         out = [self.encode(slot) for slot in sorted(self._dirty)]
@@ -440,3 +461,34 @@ class ShadowBook:
         for part in found:
             whole.merge(part)
         return whole
+
+
+def check_shadows(shadows: Sequence[Translator], live: Sequence[Translator]) -> None:
+    """Refuse, with a sentence, a shadow the worker cannot run beside the live versions:
+    one of no pinned name, of the live version itself, of other sources, or a
+    transaction translator (not built yet: docs/shadow.md)."""
+    seen: set[str] = set()
+    for shadow in shadows:
+        pinned = [t for t in live if t.name == shadow.name]
+        if not pinned:
+            raise ConfigError(
+                f"{shadow.ref} cannot run in the shadow: no version of {shadow.name} is "
+                f"pinned live ([translators] {shadow.name} = N)"
+            )
+        current = pinned[0]
+        if current.version == shadow.version:
+            raise ConfigError(f"{shadow.ref} is the live version; shadow another one")
+        if shadow.name in seen:
+            raise ConfigError(f"one shadow of {shadow.name} at a time, not two")
+        seen.add(shadow.name)
+        if is_transactional(shadow) or is_transactional(current):
+            raise ConfigError(
+                f"{shadow.ref} is a transaction translator, or shadows one: shadows of "
+                "transaction translators are not built yet (docs/shadow.md)"
+            )
+        if tuple(shadow.sources) != tuple(current.sources):
+            raise ConfigError(
+                f"{shadow.ref} reads {', '.join(shadow.sources)}, the live {current.ref} reads "
+                f"{', '.join(current.sources)}: a shadow must read the same sources, so that "
+                "both versions see the same changes"
+            )

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,7 +45,7 @@ from typing import Any
 import structlog
 
 from bizevents.plumbing.errors import ConfigError, TransientError
-from bizevents.plumbing.kafka import ensure_topics
+from bizevents.plumbing.kafka import ensure_topics, read_latest
 from bizevents.plumbing.settings import KafkaSettings
 from bizevents.translators._faust import TablelessManager, bulk_consumer
 from bizevents.translators.api import Translator
@@ -53,13 +53,18 @@ from bizevents.translators.blocks import (
     QUEUED_BLOCKS,
     BlockProcessor,
     BlockRunner,
-    PipelineProcessor,
 )
+from bizevents.translators.exceptions import PluginError
 from bizevents.translators.metrics import WorkerStats
 from bizevents.translators.pipeline import (
+    SHADOW_SUFFIX,
     Pipeline,
 )
+from bizevents.translators.promoting import PromotionFollower, VersionedProcessor
+from bizevents.translators.promotion import Pins
+from bizevents.translators.promotion import decode as decode_promotion
 from bizevents.translators.settings import RuntimeSettings, TransactionSettings
+from bizevents.translators.shadow import check_shadows
 from bizevents.translators.topology import (
     business_serializer,
     check_contracts,
@@ -106,8 +111,11 @@ def build_app(
     processor: BlockProcessor,
     stats: WorkerStats,
     datadir: Path | None = None,
+    plan: Plan | None = None,
 ) -> Any:
-    """The Faust app: one agent over ``topics`` that runs ``processor`` per block."""
+    """The Faust app: one agent over ``topics`` that runs ``processor`` per block; with
+    ``plan``, it follows the promotions topic and hands partitions over before their
+    blocks (:mod:`bizevents.translators.promoting`)."""
     import faust
 
     t = settings.translate
@@ -146,7 +154,37 @@ def build_app(
         # whole topic in memory when translating is slower than fetching
         maxsize=QUEUED_BLOCKS,
     )
-    runner = BlockRunner(app, processor, stats, t.max_inflight_blocks)
+    shadows = t.shadows() if t.shadow else None
+    follower = None
+    if plan is not None:
+        follower = PromotionFollower(
+            app,
+            kafka.aiokafka(),
+            t.promotions(),
+            plan.pins,
+            plan.names(),
+            lambda name, version: plan.versions.get((name, version)),
+        )
+        following = follower
+
+        async def follow_promotions() -> None:
+            try:
+                await following.follow()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # no versions known: no block may be translated
+                await app.crash(exc)
+
+        app.task(follow_promotions)
+    runner = BlockRunner(
+        app,
+        processor,
+        stats,
+        t.max_inflight_blocks,
+        shadows,
+        t.commit_interval_s,
+        None if follower is None else follower.before,
+    )
 
     async def translate(stream: Any) -> None:
         async for block in stream:
@@ -156,7 +194,15 @@ def build_app(
     app.agent(channel, name="translate", concurrency=1)(translate)
 
     async def assigned(sender: Any, assigned: set[Any], **kwargs: Any) -> None:
-        stats.forget_partitions((tp.topic, tp.partition) for tp in assigned)
+        held = [(tp.topic, tp.partition) for tp in assigned]
+        stats.forget_partitions(held)
+        if shadows is not None:
+            # the partitions' comparisons so far, from whichever member counted them
+            records = await asyncio.to_thread(
+                read_latest, kafka.librdkafka(), shadows, f"{t.group_id}-shadows"
+            )
+            with stats._lock:
+                stats.shadows.restore(records, held)
         log.info(
             "partitions assigned",
             partitions=sorted(f"{tp.topic}[{tp.partition}]" for tp in assigned),
@@ -175,11 +221,26 @@ class Plan:
     outputs: list[str]
     pipeline: Pipeline
     schema_ids: dict[str, int]
+    shadows: list[Translator]
+    #: The versions per partition and offset (configured, and promoted since).
+    pins: Pins
+    #: Every version this worker may translate with: ``(name, version) -> translator``.
+    versions: dict[tuple[str, int], Translator]
+    #: The pipeline of a set of live versions (and the shadows of the others).
+    make: Callable[[Sequence[Translator]], Pipeline]
+
+    def names(self) -> dict[str, tuple[str, ...]]:
+        """``topic -> the names of the translators reading it``."""
+        return {
+            topic: tuple(sorted({item.name for item in self.translators if item.ref in refs}))
+            for topic, refs in readers(self.translators, self.topics).items()
+        }
 
 
 def prepare(settings: RuntimeSettings, pinned: Sequence[Translator] | None = None) -> Plan:
     """Resolve and check everything before joining the group (see the module doc): the
-    row translators among ``pinned`` (else discovered)."""
+    row translators among ``pinned`` (else discovered), the versions in their shadow, and
+    every version the promotions topic may put live (docs/shadow.md)."""
     from confluent_kafka.admin import AdminClient
 
     from bizevents.contracts.technical import AutoDecoder
@@ -187,12 +248,15 @@ def prepare(settings: RuntimeSettings, pinned: Sequence[Translator] | None = Non
     from bizevents.translators.registry import discover
 
     t = settings.translate
+    registry = discover(names=settings.translators)
     if pinned is None:
-        pinned = discover(names=settings.translators).pinned(settings.translators)
+        pinned = registry.pinned(settings.translators)
     # transaction translators run in the transaction stages (bizevents.translators.txworker)
     translators = [item for item in pinned if not is_transactional(item)]
     if not translators:
         raise ConfigError("no row translator is pinned")
+    shadows = [registry.resolve(ref) for ref in t.shadow]
+    check_shadows(shadows, pinned)
     admin = AdminClient({**settings.kafka.librdkafka(), "log.connection.close": False})
     existing = set(list_topics(admin, settings.kafka.bootstrap_servers, t.broker_wait_s))
     topics = technical_topics(translators, t, existing)
@@ -207,19 +271,57 @@ def prepare(settings: RuntimeSettings, pinned: Sequence[Translator] | None = Non
             f"({t.topic_prefix!r}) or translate.topics against the capture's server name, "
             "or start the capture first (the worker never creates technical topics)"
         )
+    ensure_topics(admin, [t.promotions()], 1, config={"cleanup.policy": "compact"})
+    pins = read_pins(settings, {item.name: item.version for item in translators})
+    versions = {(item.name, item.version): item for item in [*translators, *shadows]}
+    for item in translators:
+        for version in sorted(pins.referenced(item.name) - {item.version}):
+            if (item.name, version) not in versions:
+                try:
+                    versions[(item.name, version)] = registry.get(item.name, version)
+                except PluginError as exc:
+                    raise ConfigError(
+                        f"{item.name}@{version} is live on some partitions by promotion "
+                        f"({t.promotions()}), but this worker cannot load it: {exc}"
+                    ) from exc
+    prepared = list(versions.values())
     client, serializer = business_serializer(settings.registry, t)
-    ids = check_contracts(translators, client, serializer.subject, t.auto_register)
+    ids = check_contracts(prepared, client, serializer.subject, t.auto_register)
     outputs = sorted(
-        {c.contract_topic() for item in translators for c in item.emits} | {t.dead_letter_topic}
+        {c.contract_topic() for item in prepared for c in item.emits} | {t.dead_letter_topic}
     )
+    if shadows and t.shadow_output == "topic":
+        outputs += sorted(
+            {c.contract_topic() + SHADOW_SUFFIX for item in shadows for c in item.emits}
+        )
     ensure_topics(admin, outputs, t.output_partitions)
-    pipeline = Pipeline(
-        translators,
-        AutoDecoder(schema_lookup(client)),
-        serializer,
-        dead_letter_topic=t.dead_letter_topic,
-    )
-    return Plan(translators, topics, outputs, pipeline, ids)
+    if shadows:
+        ensure_topics(admin, [t.shadows()], 1, config={"cleanup.policy": "compact"})
+    decoder = AutoDecoder(schema_lookup(client))
+
+    def make(chosen: Sequence[Translator]) -> Pipeline:
+        live = {item.name: item.version for item in chosen}
+        return Pipeline(
+            chosen,
+            decoder,
+            serializer,
+            dead_letter_topic=t.dead_letter_topic,
+            shadows=[s for s in shadows if s.name in live and live[s.name] != s.version],
+            shadow_output=t.shadow_output == "topic",
+        )
+
+    return Plan(translators, topics, outputs, make(translators), ids, shadows, pins, versions, make)
+
+
+def read_pins(settings: RuntimeSettings, configured: Mapping[str, int]) -> Pins:
+    """The configured pins with the promotions topic folded in."""
+    t = settings.translate
+    pins = Pins(configured)
+    found = read_latest(settings.kafka.librdkafka(), t.promotions(), f"{t.group_id}-promotions")
+    for key, value in found.items():
+        if value is not None:
+            pins.apply(decode_promotion(value, f"{t.promotions()} key {key!r}"))
+    return pins
 
 
 def probe_exactly_once(settings: RuntimeSettings) -> None:
@@ -295,7 +397,10 @@ def run(
     )
     datadir = settings.state_dir / "translate"
     datadir.mkdir(parents=True, exist_ok=True)
-    app = build_app(settings, plan.topics, PipelineProcessor(plan.pipeline), stats, datadir)
+    processor = VersionedProcessor(
+        plan.pins, plan.names(), lambda versions: plan.make([plan.versions[v] for v in versions])
+    )
+    app = build_app(settings, plan.topics, processor, stats, datadir, plan)
     if tx_plan is not None:
         log.info(
             "translating transactions",

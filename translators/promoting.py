@@ -1,0 +1,221 @@
+"""The worker's side of a promotion (docs/shadow.md): it follows the promotions topic,
+hands each partition over at one offset, and translates each record with the version
+its offset belongs to.
+
+- :class:`PromotionFollower` reads the compacted promotions topic from its start, into
+  the worker's :class:`~bizevents.translators.promotion.Pins`; no block is translated
+  before it has read to the topic's end once (the versions depend on it).
+- :meth:`PromotionFollower.before` runs before each block: for every translator of the
+  block's topic whose partition must be handed over, it waits until every earlier block
+  of the worker is acknowledged, commits the block's first offset, writes the
+  :class:`~bizevents.translators.promotion.Handover` and waits for the broker's
+  acknowledgement; only then is the block translated, by the new version.
+- :class:`VersionedProcessor` translates a block with the pipeline of the versions its
+  offsets belong to, splitting a block that spans a hand-over (one read again after a
+  kill).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import structlog
+
+from bizevents.plumbing.errors import ConfigError, TransientError
+from bizevents.translators.api import Translator
+from bizevents.translators.pipeline import Counts, Pipeline, Result
+from bizevents.translators.promotion import Handover, Pins, decode, encode
+
+log = structlog.get_logger("translate")
+
+Versions = tuple[tuple[str, int], ...]
+
+
+def merge_results(into: Result, other: Result) -> None:
+    """Add ``other``'s records and counts to ``into`` (records in order)."""
+    into.records.extend(other.records)
+    for ref, c in other.counts.items():
+        mine = into.counts.get(ref)
+        if mine is None:
+            mine = into.counts[ref] = Counts()
+        mine.consumed += c.consumed
+        mine.emitted += c.emitted
+        mine.dropped += c.dropped
+        mine.dead_lettered += c.dead_lettered
+        mine.seconds += c.seconds
+    into.undecodable += other.undecodable
+    into.tombstones += other.tombstones
+    into.unrouted += other.unrouted
+    for ref, comparison in other.shadows.items():
+        found = into.shadows.get(ref)
+        if found is None:
+            into.shadows[ref] = comparison
+        else:
+            found.merge(comparison)
+
+
+class VersionedProcessor:
+    """A block of one partition through the pipeline of the versions its offsets
+    belong to (:meth:`Pins.version`); one pipeline per set of versions, made once."""
+
+    def __init__(
+        self,
+        pins: Pins,
+        names: Mapping[str, tuple[str, ...]],
+        make: Callable[[Versions], Pipeline],
+    ) -> None:
+        self.pins = pins
+        #: topic -> the names of the pinned translators reading it
+        self.names = names
+        self._make = make
+        self._pipelines: dict[Versions, Pipeline] = {}
+
+    def pipeline(self, versions: Versions) -> Pipeline:
+        found = self._pipelines.get(versions)
+        if found is None:
+            found = self._pipelines[versions] = self._make(versions)
+        return found
+
+    def versions(self, topic: str, partition: int, offset: int) -> Versions:
+        pins = self.pins
+        return tuple(
+            sorted(
+                (name, pins.version(name, topic, partition, offset))
+                for name in self.names.get(topic, ())
+            )
+        )
+
+    def __call__(self, topic: str, partition: int, records: Sequence[Any]) -> Result:
+        first = self.versions(topic, partition, int(records[0].offset))
+        last = self.versions(topic, partition, int(records[-1].offset))
+        if first == last:  # the usual case: no hand-over inside the block
+            return self.pipeline(first).process_partition(topic, partition, records)
+        result = Result()
+        start = 0
+        current = first
+        for i in range(1, len(records) + 1):
+            here = (
+                self.versions(topic, partition, int(records[i].offset))
+                if i < len(records)
+                else None
+            )
+            if here != current:
+                part = self.pipeline(current).process_partition(topic, partition, records[start:i])
+                merge_results(result, part)
+                start = i
+                if here is not None:
+                    current = here
+        return result
+
+
+class PromotionFollower:
+    """Follows the promotions topic into ``pins`` and hands partitions over."""
+
+    def __init__(
+        self,
+        app: Any,
+        kafka: Mapping[str, Any],
+        topic: str,
+        pins: Pins,
+        names: Mapping[str, tuple[str, ...]],
+        available: Callable[[str, int], Translator | None],
+    ) -> None:
+        self.app = app
+        self.kafka = dict(kafka)
+        self.topic = topic
+        self.pins = pins
+        self.names = names
+        #: ``(name, version) -> the translator`` if this worker can run it, else None
+        self.available = available
+        self.ready = asyncio.Event()
+        self._refused: set[tuple[str, int]] = set()
+
+    async def follow(self) -> None:
+        """Read the topic for ever; ``ready`` once it was read to its end."""
+        from aiokafka import AIOKafkaConsumer, TopicPartition
+
+        consumer = AIOKafkaConsumer(
+            **self.kafka, enable_auto_commit=False, group_id=None, fetch_max_wait_ms=200
+        )
+        await consumer.start()
+        tp = TopicPartition(self.topic, 0)
+        try:
+            consumer.assign([tp])
+            await consumer.seek_to_beginning(tp)
+            while True:
+                batches = await consumer.getmany(tp, timeout_ms=500)
+                for record in batches.get(tp, []):
+                    if record.value is None:
+                        continue
+                    try:
+                        self.pins.apply(decode(record.value, f"{self.topic}[0]@{record.offset}"))
+                    except ConfigError as exc:  # not ours: say so, and follow the rest
+                        log.error("promotion record skipped", error=str(exc))
+                if not self.ready.is_set():
+                    end = consumer.highwater(tp)
+                    if end is not None and await consumer.position(tp) >= end:
+                        self.ready.set()
+                        log.info("promotions read", promotions=len(self.pins.promotions))
+        finally:
+            await consumer.stop()
+
+    async def _commit_through(self, tp: Any, offset: int) -> None:
+        """Commit ``tp`` up to ``offset`` (every earlier block is acknowledged by now).
+        Faust's commit may return having joined a commit already under way, which need
+        not hold the latest acknowledgements: ask again until the committed offset
+        (Faust's private ``_committed_offset``: the next offset to read) reaches it."""
+        consumer = self.app.consumer
+        for _ in range(200):
+            await consumer.commit({tp})
+            committed = consumer._committed_offset.get(tp)
+            if committed is not None and committed >= offset:
+                return
+            if committed is None and not consumer._acked.get(tp):
+                return  # nothing of this partition was ever read before this block
+            await asyncio.sleep(0.05)
+        raise TransientError(f"{tp.topic}[{tp.partition}] could not be committed up to {offset}")
+
+    async def before(self, drain: Callable[[], Any], tp: Any, first_offset: int) -> None:
+        """Hand ``tp`` over at ``first_offset`` for every translator that must be, before
+        its block is translated (``drain`` waits for every earlier block's outputs)."""
+        await self.ready.wait()
+        pins = self.pins
+        due = []
+        for name in self.names.get(tp.topic, ()):
+            to = pins.pending(name, tp.topic, tp.partition)
+            if to is None:
+                continue
+            if self.available(name, to) is None:
+                if (name, to) not in self._refused:
+                    self._refused.add((name, to))
+                    log.error(
+                        "promotion not applied: the version is not installed on this worker",
+                        translator=f"{name}@{to}",
+                    )
+                continue
+            due.append((name, to))
+        if not due:
+            return
+        await drain()
+        # the offsets before the hand-over are the old version's: commit them first, so
+        # that no kill can make a successor read them again under the new version
+        await self._commit_through(tp, first_offset)
+        at = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        producer = self.app.producer._producer  # aiokafka's (see _faust.aiokafka_producer)
+        for name, to in due:
+            previous = pins.version(name, tp.topic, tp.partition, first_offset)
+            handover = Handover(name, to, previous, tp.topic, tp.partition, first_offset, at)
+            key, value = encode(handover)
+            await (await producer.send(self.topic, value, key=key, partition=0))
+            pins.apply(handover)
+            log.info(
+                "partition handed over",
+                translator=f"{name}@{to}",
+                previous=f"{name}@{previous}",
+                topic=tp.topic,
+                partition=tp.partition,
+                offset=first_offset,
+            )
