@@ -72,15 +72,14 @@ class BlockRunner:
     processor: BlockProcessor
     stats: WorkerStats
     max_inflight: int
-    #: Where the shadows' comparisons go (None: no shadow runs), and how often.
+    #: Where the shadows' comparisons go (None: no shadow runs; the app's timer calls
+    #: :meth:`publish_shadows`).
     shadows_topic: str | None = None
-    shadows_interval_s: float = 1.0
     #: Awaited before each block is translated, with a function that waits for every
     #: earlier block's outputs, the block's partition and its first offset (the
     #: promotions' hand-over, :mod:`bizevents.translators.promoting`).
     before: Callable[[Callable[[], Awaitable[None]], TP, int], Awaitable[None]] | None = None
     _chain: deque[asyncio.Future[None]] = field(default_factory=deque)
-    _shadows_at: float = 0.0
     _partitions: dict[str, int] = field(default_factory=dict)
     _acker: BlockAcker | None = None
 
@@ -123,10 +122,6 @@ class BlockRunner:
             await self._chain.popleft()
         while self._chain and self._chain[0].done():
             self._chain.popleft().result()
-        if self.shadows_topic is not None and time.monotonic() - self._shadows_at > (
-            self.shadows_interval_s
-        ):
-            await self.publish_shadows()
 
     async def _settled(self) -> None:
         """Wait until every block handed in so far is acknowledged."""
@@ -143,7 +138,6 @@ class BlockRunner:
         shadows topic (each record holds a partition's figures so far: a member that
         takes the partition over goes on from them)."""
         assert self.shadows_topic is not None
-        self._shadows_at = time.monotonic()
         with self.stats._lock:
             records = self.stats.shadows.dirty()
         producer = aiokafka_producer(self.app)

@@ -27,7 +27,7 @@ import structlog
 from bizevents.plumbing.errors import ConfigError, TransientError
 from bizevents.translators.api import Translator
 from bizevents.translators.pipeline import Counts, Pipeline, Result
-from bizevents.translators.promotion import Handover, Pins, decode, encode
+from bizevents.translators.promotion import Handover, Pins, Promotion, decode, encode
 
 log = structlog.get_logger("translate")
 
@@ -131,6 +131,7 @@ class PromotionFollower:
         #: ``(name, version) -> the translator`` if this worker can run it, else None
         self.available = available
         self.ready = asyncio.Event()
+        self._names = {name for names_ in names.values() for name in names_}
         self._refused: set[tuple[str, int]] = set()
 
     async def follow(self) -> None:
@@ -151,9 +152,18 @@ class PromotionFollower:
                     if record.value is None:
                         continue
                     try:
-                        self.pins.apply(decode(record.value, f"{self.topic}[0]@{record.offset}"))
+                        found = decode(record.value, f"{self.topic}[0]@{record.offset}")
                     except ConfigError as exc:  # not ours: say so, and follow the rest
                         log.error("promotion record skipped", error=str(exc))
+                        continue
+                    self.pins.apply(found)
+                    if isinstance(found, Promotion) and found.name in self._names:
+                        log.info(
+                            "promotion",
+                            translator=f"{found.name}@{found.to}",
+                            previous=f"{found.name}@{found.previous}",
+                            at=found.at,
+                        )
                 if not self.ready.is_set():
                     end = consumer.highwater(tp)
                     if end is not None and await consumer.position(tp) >= end:

@@ -182,9 +182,10 @@ def build_app(
         stats,
         t.max_inflight_blocks,
         shadows,
-        t.commit_interval_s,
         None if follower is None else follower.before,
     )
+    if shadows is not None:
+        app.timer(t.commit_interval_s)(runner.publish_shadows)
 
     async def translate(stream: Any) -> None:
         async for block in stream:
