@@ -20,6 +20,11 @@ transaction path's core (orders@3 over whole transactions, bench/translate_tx.py
     .venv/bin/python bench/translate.py --records 200000 --stack-json endpoints.json
     .venv/bin/python bench/translate.py --workers 2
     .venv/bin/python bench/translate.py --transactions   # orders@3 through Kafka, 1 and 2 workers
+    .venv/bin/python bench/translate.py --shadow         # orders@2 in the shadow of orders@1
+
+``--shadow`` runs the worker with ``orders@1`` live, with ``orders@2`` (the story's fix)
+in its shadow (its events compared, docs/shadow.md) and without, alternately, three
+times each, and prints both medians and their ratio (target ≥ 0.6).
 
 ``--transactions`` measures the transaction path instead (bench/translate_tx.py,
 ``through_kafka``): orders@3 over the store's orders and order items, one worker and
@@ -272,6 +277,39 @@ def core_only(
     return len(sample) / (time.perf_counter() - started)
 
 
+SHADOW_TARGET = 0.6
+
+
+def shadow_bench(translate: Callable[..., tuple[float, tuple[int, int]]]) -> None:
+    """One worker running orders@1 live, without a shadow and with orders@2 (the story's
+    fix of its status mapping) in its shadow, alternately; the shadow's events are
+    compared, not written (translate.shadow_output's default, ``count``)."""
+    import statistics
+
+    live = {"BIZEVENTS_TRANSLATORS": json.dumps({"orders": 1})}
+    shadow = {**live, "BIZEVENTS_TRANSLATE__SHADOW": json.dumps(["orders@2"])}
+    without: list[float] = []
+    beside: list[float] = []
+    for run in range(3):
+        without.append(translate(1, live, f"-plain{run}")[0])
+        beside.append(translate(1, shadow, f"-shadow{run}")[0])
+        print(f"run {run + 1}: without {without[-1]:,.0f}/s, with a shadow {beside[-1]:,.0f}/s")
+    plain, shadowed = statistics.median(without), statistics.median(beside)
+    print(
+        f"worker (orders@1) without a shadow: {plain:,.0f} records/s (median of 3, "
+        f"{min(without):,.0f}-{max(without):,.0f})"
+    )
+    print(
+        f"worker with orders@2 in the shadow of orders@1: {shadowed:,.0f} records/s (median of "
+        f"3, {min(beside):,.0f}-{max(beside):,.0f})"
+    )
+    ratio = shadowed / plain
+    print(
+        f"with / without: {ratio:.2f} (target ≥ {SHADOW_TARGET}: "
+        f"{'met' if ratio >= SHADOW_TARGET else 'MISSED'})"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=200_000)
@@ -285,6 +323,11 @@ def main() -> None:
         "--transactions",
         action="store_true",
         help="the transaction path instead (orders@3 through Kafka, one and two workers)",
+    )
+    parser.add_argument(
+        "--shadow",
+        action="store_true",
+        help="the worker with orders@2 in the shadow of orders@1, against without (3 runs each)",
     )
     parser.add_argument("--role", choices=["bench", "passthrough"], default="bench")
     args = parser.parse_args()
@@ -363,8 +406,10 @@ def main() -> None:
         )
         print(f"(a) passthrough (lean Faust path, bytes copied): {rate_a:,.0f} records/s")
 
-        def translate(workers: int) -> tuple[float, tuple[int, int]]:
-            group = f"bench-translate-{workers}-{tag}"
+        def translate(
+            workers: int, extra: dict[str, str] | None = None, run: str = ""
+        ) -> tuple[float, tuple[int, int]]:
+            group = f"bench-translate-{workers}-{tag}{run}"
             env = {
                 **base_env,
                 "BIZEVENTS_TRANSLATORS": json.dumps({"orders": 2}),
@@ -372,6 +417,7 @@ def main() -> None:
                 "BIZEVENTS_TRANSLATE__GROUP_ID": group,
                 "BIZEVENTS_TRANSLATE__DEAD_LETTER_TOPIC": f"bench.dead-letter.{tag}",
                 "BIZEVENTS_TRANSLATE__METRICS_PORT": "0",
+                **(extra or {}),
             }
             command = [sys.executable, "-m", "bizevents", "translate"]
             return measure(
@@ -386,6 +432,9 @@ def main() -> None:
                 args.timeout,
             )
 
+        if args.shadow:
+            shadow_bench(translate)
+            return
         rate_b, (rss, peak) = translate(1)
         print(
             f"(b) bizevents translate (orders@2, Avro in → Avro out): {rate_b:,.0f} records/s, "

@@ -76,8 +76,15 @@ def figures(before: Samples, after: Samples, seconds: float) -> dict[str, Any]:
         for table, n in events_now.items()
     }
     slot_lag = _by(after, "bizevents_capture_lag_bytes", "slot")
+    shadows: dict[str, dict[str, float]] = {}
+    for shadow, n in _by(after, "bizevents_shadow_changes_total", "shadow").items():
+        shadows[shadow] = {"changes": n}
+    for labels, value in after.get("bizevents_shadow_events_total", []):
+        row = shadows.setdefault(labels.get("shadow", ""), {"changes": 0.0})
+        row[labels.get("verdict", "")] = row.get(labels.get("verdict", ""), 0.0) + value
     return {
         "translators": translators,
+        "shadows": shadows,
         "latency_p50_s": _quantile(after, "bizevents_translate_latency_seconds_bucket", 0.5),
         "latency_p99_s": _quantile(after, "bizevents_translate_latency_seconds_bucket", 0.99),
         "capture": {"tables": tables, "slot_lag_bytes": slot_lag},
@@ -119,3 +126,27 @@ def status(urls: list[str], interval: float) -> dict[str, Any]:
     time.sleep(interval)
     after = scrape(urls)
     return {"endpoints": urls, **figures(before, after, time.monotonic() - started)}
+
+
+def promotions(kafka: dict[str, Any], topic: str, group: str) -> list[dict[str, Any]]:
+    """The last promotion of each translator, from the promotions topic (docs/shadow.md),
+    with its time and the figures that passed its gate."""
+    from bizevents.plumbing.kafka import read_latest
+    from bizevents.translators.promotion import Promotion, decode
+
+    found = []
+    for key, value in read_latest(kafka, topic, group, timeout_s=3).items():
+        if value is None or not key.startswith(b"promotion|"):
+            continue
+        record = decode(value, f"{topic} key {key!r}")
+        if isinstance(record, Promotion):
+            found.append(
+                {
+                    "translator": record.name,
+                    "live": f"{record.name}@{record.to}",
+                    "previous": f"{record.name}@{record.previous}",
+                    "at": record.at,
+                    "figures": dict(record.figures),
+                }
+            )
+    return sorted(found, key=lambda row: str(row["translator"]))

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from bizevents.clikit import console, fails_cleanly, settings_of, table
+from bizevents.clikit import console, err_console, fails_cleanly, settings_of, table
 
 
 def _n(value: float | None, unit: str = "") -> str:
@@ -36,16 +36,26 @@ def _n(value: float | None, unit: str = "") -> str:
 def status(ctx: click.Context, urls: tuple[str, ...], interval: float, as_json: bool) -> None:
     """What the Grafana dashboard shows, on the terminal: per translator@version the
     changes consumed, events emitted, dropped and dead-lettered (totals and per
-    second), consumer lag and latency; capture's changes per second and slot lag.
+    second), consumer lag and latency; capture's changes per second and slot lag; the
+    shadows' comparisons and the last promotion of each translator.
 
     Capture refreshes its per-table counts and slot lag at each heartbeat
     (heartbeat_interval_s, 10 s by default; the demo's capture 1 s): give an --interval
     longer than that for its rates."""
-    from bizevents.status import endpoints_of
+    from bizevents.plumbing.errors import TransientError
+    from bizevents.status import endpoints_of, promotions
     from bizevents.status import status as read_status
 
     settings = settings_of(ctx)
     figures = read_status(endpoints_of(settings.state_dir.resolve(), urls), interval)
+    t = settings.translate
+    try:
+        figures["promotions"] = promotions(
+            settings.kafka.librdkafka(), t.promotions(), f"{t.group_id}-status"
+        )
+    except TransientError as exc:  # the figures above stand without them
+        figures["promotions"] = []
+        err_console.print(f"promotions not read: {exc}", highlight=False)
     if as_json:
         click.echo(json.dumps(figures, indent=2))
         return
@@ -83,3 +93,26 @@ def status(ctx: click.Context, urls: tuple[str, ...], interval: float, as_json: 
     )
     for slot, lag in sorted(capture["slot_lag_bytes"].items()):
         console.print(f"slot {slot}: {_n(lag)} bytes behind the WAL", highlight=False)
+    if figures["shadows"]:
+        verdicts = ("identical", "differing", "only_live", "only_shadow")
+        console.print(
+            table(
+                "shadows",
+                ["shadow", "changes", *(v.replace("_", " ") for v in verdicts)],
+                [
+                    [shadow, _n(row.get("changes")), *(_n(row.get(v)) for v in verdicts)]
+                    for shadow, row in sorted(figures["shadows"].items())
+                ],
+            )
+        )
+    if figures["promotions"]:
+        console.print(
+            table(
+                "promotions",
+                ["live", "previous", "at", "changes compared"],
+                [
+                    [row["live"], row["previous"], row["at"], _n(row["figures"].get("changes"))]
+                    for row in figures["promotions"]
+                ],
+            )
+        )

@@ -108,13 +108,16 @@ def ensure_topics(
     return counts
 
 
-def read_latest(kafka: Mapping[str, Any], topic: str, group: str) -> dict[bytes, bytes | None]:
+def read_latest(
+    kafka: Mapping[str, Any], topic: str, group: str, timeout_s: float = 10
+) -> dict[bytes, bytes | None]:
     """The last value of every key of ``topic`` (a compacted topic of state: capture's
     offsets, the worker's shadows and promotions), read to its end; ``None`` for a key
     whose last record is a tombstone. A topic that does not exist has no keys.
 
     ``kafka`` is a confluent-kafka configuration; ``group`` names the reader (nothing
-    is committed).
+    is committed); a cluster that does not answer within ``timeout_s`` is a
+    :class:`TransientError`.
     """
     from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
@@ -123,12 +126,12 @@ def read_latest(kafka: Mapping[str, Any], topic: str, group: str) -> dict[bytes,
     )
     found: dict[bytes, bytes | None] = {}
     try:
-        meta = consumer.list_topics(topic, timeout=10).topics.get(topic)
+        meta = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
         if meta is None or meta.error is not None:
             return found
         for partition in meta.partitions:
             tp = TopicPartition(topic, partition)
-            low, high = consumer.get_watermark_offsets(tp, timeout=10)
+            low, high = consumer.get_watermark_offsets(tp, timeout=timeout_s)
             consumer.assign([TopicPartition(topic, partition, low)])
             offset = low
             # Past the high watermark, read on until the fetch says "end" (a high

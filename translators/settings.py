@@ -61,9 +61,9 @@ class TranslateSettings(SettingsGroup):
     #: Versions run in the shadow of the live ones, ``["orders@4"]`` (docs/shadow.md):
     #: same input, compared event by event, never seen by consumers.
     shadow: tuple[str, ...] = ()
-    #: ``topic``: a shadow's events go to ``<contract topic>.shadow``; ``count``: they are
-    #: only compared.
-    shadow_output: Literal["topic", "count"] = "topic"
+    #: ``count``: a shadow's events are only compared (and checked against their
+    #: contracts); ``topic``: they also go to ``<contract topic>.shadow``.
+    shadow_output: Literal["topic", "count"] = "count"
     #: The comparisons per shadow and partition, compacted (default ``<group_id>.shadows``).
     shadows_topic: str | None = None
     #: The promotions and their hand-overs, compacted (default ``<group_id>.promotions``).

@@ -64,11 +64,16 @@ def differing_fields(live: Mapping[str, Any], shadow: Mapping[str, Any]) -> list
 
 
 def _walk(a: Mapping[str, Any], b: Mapping[str, Any], prefix: str, found: list[str]) -> None:
-    for name in a.keys() | b.keys():
+    # two events of one contract have the same fields: no set of names to build then
+    names = a.keys() if a.keys() == b.keys() else a.keys() | b.keys()
+    for name in names:
         if not prefix and name == "lineage":
             continue
+        left, right = a.get(name, _ABSENT), b.get(name, _ABSENT)
+        if left is right or (left == right and left.__class__ is not float):
+            continue
         path = f"{prefix}{name}"
-        left, right = _fields(a.get(name, _ABSENT)), _fields(b.get(name, _ABSENT))
+        left, right = _fields(left), _fields(right)
         if isinstance(left, Mapping) and isinstance(right, Mapping):
             _walk(left, right, f"{path}.", found)
         elif not _same(left, right):
@@ -144,26 +149,40 @@ class ShadowComparison:
     live_failures: int = 0
     shadow_failures: int = 0
 
-    def add_change(self, live: Iterable[Seen], shadow: Iterable[Seen]) -> None:
+    def add_change(self, live: Sequence[Seen], shadow: Sequence[Seen]) -> None:
         """The events both versions made of one change (none is a change too)."""
         self.changes += 1
+        if len(live) == 1 and len(shadow) == 1:
+            # the usual case, one event each: no pairing table
+            (event_id, contract, content), (other_id, other_contract, other) = live[0], shadow[0]
+            if event_id == other_id and contract == other_contract:
+                self._pair(event_id, contract, content, other)
+                return
         theirs = {event_id: (contract, content) for event_id, contract, content in shadow}
         for event_id, contract, content in live:
-            other = theirs.pop(event_id, None)
-            if other is None:
+            found = theirs.pop(event_id, None)
+            if found is None:
                 self._add(contract, "only_live", event_id, content, None, ())
-                continue
-            other_contract, other_content = other
-            if other_contract != contract:
+            elif found[0] != contract:
                 # one id, two contracts: cannot be (the contract is in the id); say so anyway
                 self._add(contract, "only_live", event_id, content, None, ())
-                self._add(other_contract, "only_shadow", event_id, None, other_content, ())
-                continue
-            names = differing_fields(content, other_content)
-            verdict: Verdict = "differing" if names else "identical"
-            self._add(contract, verdict, event_id, content, other_content, names)
+                self._add(found[0], "only_shadow", event_id, None, found[1], ())
+            else:
+                self._pair(event_id, contract, content, found[1])
         for event_id, (contract, content) in theirs.items():
             self._add(contract, "only_shadow", event_id, None, content, ())
+
+    def _pair(
+        self, event_id: str, contract: str, live: Mapping[str, Any], shadow: Mapping[str, Any]
+    ) -> None:
+        names = differing_fields(live, shadow)
+        if not names:
+            figures = self.contracts.get(contract)
+            if figures is None:
+                figures = self.contracts[contract] = ContractFigures()
+            figures.identical += 1
+            return
+        self._add(contract, "differing", event_id, live, shadow, names)
 
     def failed(self, *, live: bool) -> None:
         """A change one version could not translate (it dead-lettered it)."""

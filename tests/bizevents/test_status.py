@@ -18,6 +18,7 @@ from bizevents.status import figures, parse
 from bizevents.translators.metrics import WorkerStats
 from bizevents.translators.metrics import serve_metrics as serve_worker
 from bizevents.translators.pipeline import Counts
+from bizevents.translators.shadow import ShadowComparison
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -31,6 +32,9 @@ def services() -> Iterator[tuple[CaptureStats, WorkerStats, list[str]]]:
     worker.readers["demo.store.orders"] = ("orders@2",)
     worker.lag[("demo.store.orders", 0)] = 7
     worker.observe_latency(0.04)
+    comparison = ShadowComparison("orders@2", "orders@1")
+    comparison.add_change([("e1", "Placed", {"total": 1})], [("e1", "Placed", {"total": 2})])
+    worker.compared("demo.store.orders", 0, {"orders@1": comparison})
     servers = [serve_capture(capture, "127.0.0.1", 0), serve_worker(worker, "127.0.0.1", 0)]
     yield capture, worker, [f"http://127.0.0.1:{port}/metrics" for _, port in servers]
     for server, _ in servers:
@@ -78,6 +82,11 @@ def test_status_json_reads_the_running_services(
     assert data["capture"]["tables"]["store.orders"]["changes"] == 100
     assert data["capture"]["slot_lag_bytes"] == {"bizevents_demo": 4096}
     assert data["latency_p99_s"] == 0.05
+    assert data["shadows"] == {
+        "orders@1": {"changes": 1, "identical": 0, "differing": 1, "only_live": 0, "only_shadow": 0}
+    }
+    assert data["promotions"] == []  # no broker here: said on stderr, the figures stand
+    assert "promotions not read" in result.stderr
     text = _run(*args, "--interval", "0.2", state=tmp_path)
     assert text.returncode == 0 and "orders@2" in text.stdout and "4,096 bytes" in text.stdout
 

@@ -121,6 +121,7 @@ def env(setup: Setup, live: int, shadow: str | None) -> dict[str, str]:
     }
     if shadow is not None:
         extra["BIZEVENTS_TRANSLATE__SHADOW"] = json.dumps([shadow])
+        extra["BIZEVENTS_TRANSLATE__SHADOW_OUTPUT"] = "topic"
     return setup.env(**extra)
 
 
@@ -256,6 +257,14 @@ def test_a_shadow_that_differs_only_where_expected_is_promoted_without_gap_or_do
         assert all(versions[-1] == b"shadowtest@2" for _, versions in lanes)
         assert all(versions[0] == b"shadowtest@1" for _, versions in lanes)
         assert all(len(versions) <= 2 for _, versions in lanes)
+
+        live.metrics()  # learns its endpoint
+        assert live.metrics_url is not None
+        shown = cli(setup, "status", "--url", live.metrics_url, "--json", "--interval", "0.2")
+        assert shown.returncode == 0, shown.stderr
+        (promotion,) = json.loads(shown.stdout)["promotions"]
+        assert promotion["live"] == "shadowtest@2" and promotion["previous"] == "shadowtest@1"
+        assert promotion["figures"]["changes"] >= 120 and promotion["at"]
 
         # a rollback goes the same way, without a gate
         back = cli(setup, "promote", "shadowtest@1", live=1)
