@@ -300,8 +300,10 @@ class TransactionReplay:
             self.spec.run_id, state.path, ranges=ranges, skipped=len(config.done)
         )
         summary.read = sum(high - low for _, _, low, high in ranges)
+        units = _units(config)
         if self.listener is not None:
-            self.listener.planned(len(ranges), 0, summary.read)
+            done = sum(1 for u in units if f"{u[0]}/{u[1]}" in config.done)
+            self.listener.planned(len(units), done, summary.read)
         sc = self._session().sparkContext
         width = max(1, int(sc.defaultParallelism))
         assembled = (
@@ -319,13 +321,21 @@ class TransactionReplay:
                 summary.diff.merge(DiffReport.from_dict(stats["diff"]))
             summary.seconds = perf_counter() - started
             return summary
-        self._write(config, state, assembled.groupByKey(width), summary)
+        # each output partition to a chosen task, so a task knows the ones it writes
+        # (and reports the empty ones too)
+        place = functools.partial(_place, {u: i for i, u in enumerate(units)})
+        self._write(config, state, assembled.groupByKey(width, place), width, summary)
         state.finish()
         summary.seconds = perf_counter() - started
         return summary
 
     def _write(
-        self, config: TxReplayConfig, state: RunState, grouped: Any, summary: TxReplaySummary
+        self,
+        config: TxReplayConfig,
+        state: RunState,
+        grouped: Any,
+        width: int,
+        summary: TxReplaySummary,
     ) -> None:
         """The write stage as one job; each task's output partitions recorded in the run
         state as the driver learns of them (the accumulator grows as tasks succeed)."""
@@ -333,7 +343,7 @@ class TransactionReplay:
 
         sc = self._session().sparkContext
         finished = sc.accumulator([], _Reports())
-        rdd = grouped.mapPartitions(functools.partial(_write, config, finished))
+        rdd = grouped.mapPartitionsWithIndex(functools.partial(_write, config, finished, width))
         outcome: list[BaseException] = []
         totals: list[dict[str, int]] = []
 
@@ -372,6 +382,16 @@ class TransactionReplay:
             ) from outcome[0]
         for item in totals:
             _add_stats(summary, item)
+
+
+def _units(config: TxReplayConfig) -> list[tuple[str, int]]:
+    """Every output partition, in a fixed order."""
+    return [(t, p) for t, n in sorted(config.partitions.items()) for p in range(n)]
+
+
+def _place(index: Mapping[Any, int], key: Any) -> int:
+    """The write task of an output partition (the stats go to the first)."""
+    return index.get(key, 0)
 
 
 def _add_stats(summary: TxReplaySummary, stats: Mapping[str, Any]) -> None:
@@ -768,13 +788,19 @@ def _raw_order(raw: Raw) -> tuple[str, int, int]:
 
 
 def _write(
-    config: TxReplayConfig, finished: Any, outputs: Iterable[tuple[Any, Iterable[Any]]]
+    config: TxReplayConfig,
+    finished: Any,
+    width: int,
+    task: int,
+    outputs: Iterable[tuple[Any, Iterable[Any]]],
 ) -> Iterator[dict[str, int]]:
     """Each output partition's events in commit order, produced and acknowledged (or
-    written to its file); the partitions written reported to ``finished`` at the end."""
+    written to its file); the task's output partitions reported to ``finished`` at the
+    end, the empty ones too."""
     totals = {"emitted": 0, "dead_lettered": 0, "transactions": 0, "left_out": 0}
     sink = _FileSink(config) if config.output_kind == "path" else _TopicSink(config)
     reports: list[TaskReport] = []
+    mine = _units(config)[task::width]
     try:
         for (topic, partition), items in outputs:
             if topic == "__stats__":
@@ -798,6 +824,11 @@ def _write(
                     totals["emitted"] += 1
             reports.append(report)
         sink.close()
+        written = {r.range_id for r in reports}
+        for topic, partition in mine:
+            unit = f"{topic}/{partition}"
+            if unit not in written and unit not in config.done:
+                reports.append(TaskReport(unit))
     except BaseException:
         sink.abort()
         raise
