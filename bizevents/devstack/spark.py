@@ -38,19 +38,6 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _share_autogroup_nice(pid: int) -> None:
-    """Give a daemon's new session this process's scheduling weight.
-
-    Linux schedules a session as one group (autogroup), nice 0 when it starts: a cluster
-    started from a run niced by its autogroup would take the CPU that run yields (and a
-    benchmark would credit the cluster with it). Nothing to do elsewhere."""
-    try:
-        nice = Path("/proc/self/autogroup").read_text().split()[-1]
-        Path(f"/proc/{pid}/autogroup").write_text(nice)
-    except (OSError, IndexError):
-        pass
-
-
 def _spark_home() -> Path:
     import pyspark
 
@@ -85,10 +72,13 @@ class StandaloneCluster:
                 env=env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                start_new_session=True,  # its JVM and children stop with the group
+                # a process group of its own, so its JVM and children stop together;
+                # the same session, so Linux schedules it in the caller's autogroup (a
+                # new session is a new one, nice 0: a cluster started from a niced run
+                # took the CPU the run yielded, and a benchmark credited it to Spark)
+                process_group=0,
             )
         )
-        _share_autogroup_nice(self._processes[-1].pid)
 
     def _alive_workers(self) -> int:
         url = f"http://{LOOPBACK}:{self._ui_port}/json/"

@@ -385,6 +385,9 @@ def test_resume_writes_only_what_an_earlier_attempt_did_not(
     assert (again.units, again.skipped) == (1, first.units - 1)
     assert again.events == report["events"]
     assert len(_read(db, target)) == first.emitted + sum(report["events"].values())
+    done = TransactionReplay(spec, settings, spark=spark).run()  # nothing left to write
+    assert (done.units, done.skipped, done.emitted) == (0, partitions, 0)
+    assert len(_read(db, target)) == first.emitted + sum(report["events"].values())
     other = ReplaySpec(
         topics=f"{db.server}.store.*",
         translator="orders@3",
