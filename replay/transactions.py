@@ -31,6 +31,10 @@ transaction translator runs here instead of :mod:`bizevents.replay.job`:
    the ones it wrote once Kafka acknowledged them (or the file is renamed into place),
    the driver records them in the run state, and a rerun with the same run id writes
    only the others (it reads and assembles everything again; the ids are the same).
+   Parquet (``--format parquet``): the rows of :mod:`bizevents.replay.parquet`, one
+   dataset for the run written by Spark's JVM in one job,
+   ``DIR/range=transactions-<run id>/``, renamed into place; it is the run's one unit
+   of resume.
 
 ``--diff name@A`` runs both versions on each assembled transaction, publishing
 nothing: A may be a row translator (it reads the transaction's changes one by one, as
@@ -41,8 +45,8 @@ the snapshot (it committed after the plan) is left out and counted; one whose EN
 range but lacks changes, or a change with no transaction block, is dead-lettered with
 the reason, as live.
 
-Refused with a sentence: ``--compact`` (it keeps one change per key, so it removes
-parts of transactions), and ``--format parquet`` (Avro files only, for now).
+Refused with a sentence: ``--compact`` (it keeps one change per key, so it would remove
+parts of transactions).
 """
 
 from __future__ import annotations
@@ -155,17 +159,12 @@ class TransactionReplay:
                 "compaction keeps one change per key, so it would remove parts of "
                 "transactions and leave them incomplete"
             )
-        if spec.output is not None and spec.output.file_format == "parquet":
-            raise ReplayConfigError(
-                f"--format parquet is not supported with a transaction translator "
-                f"({spec.translator}) yet: use Avro files (--to path:DIR alone)"
-            )
 
     def _session(self) -> Any:
         from bizevents.replay.job import spark_session
 
         if self.spark is None:
-            self.spark = spark_session(self.master)
+            self.spark = spark_session(self.master, jvm_writes=self.spec.jvm_writes)
         return self.spark
 
     def _fingerprint(self) -> dict[str, Any]:
@@ -254,7 +253,12 @@ class TransactionReplay:
             dead_letters = output.dead_letter_topic(t.dead_letter_topic)
             topics = sorted({output.topic_for(c.contract_topic()) for c in translator.emits})
             if output.kind == "path":
-                Path(output.target).mkdir(parents=True, exist_ok=True)
+                if output.file_format == "avro":
+                    Path(output.target).mkdir(parents=True, exist_ok=True)
+                else:  # Spark writes it: any Hadoop file system
+                    from bizevents.replay.job import _check_parquet
+
+                    _check_parquet()
                 partitions = dict.fromkeys([*topics, dead_letters], t.output_partitions)
             else:
                 partitions = ensure_topics(
@@ -301,10 +305,12 @@ class TransactionReplay:
         )
         summary.read = sum(high - low for _, _, low, high in ranges)
         units = _units(config)
+        parquet = self.spec.jvm_writes
+        names = [PARQUET_UNIT] if parquet else [f"{t}/{p}" for t, p in units]
         if self.listener is not None:
-            done = sum(1 for u in units if f"{u[0]}/{u[1]}" in config.done)
-            self.listener.planned(len(units), done, summary.read)
-        if config.baseline is None and all(f"{t}/{p}" in config.done for t, p in units):
+            done = sum(1 for name in names if name in config.done)
+            self.listener.planned(len(names), done, summary.read)
+        if config.baseline is None and all(name in config.done for name in names):
             state.finish()  # an earlier attempt wrote everything
             summary.seconds = perf_counter() - started
             return summary
@@ -328,7 +334,11 @@ class TransactionReplay:
         # each output partition to a chosen task, so a task knows the ones it writes
         # (and reports the empty ones too)
         place = functools.partial(_place, {u: i for i, u in enumerate(units)})
-        self._write(config, state, assembled.groupByKey(width, place), width, summary)
+        grouped = assembled.groupByKey(width, place)
+        if parquet:
+            self._write_parquet(config, state, grouped, summary)
+        else:
+            self._write(config, state, grouped, width, summary)
         state.finish()
         summary.seconds = perf_counter() - started
         return summary
@@ -386,6 +396,51 @@ class TransactionReplay:
             ) from outcome[0]
         for item in totals:
             _add_stats(summary, item)
+
+    def _write_parquet(
+        self,
+        config: TxReplayConfig,
+        state: RunState,
+        grouped: Any,
+        summary: TxReplaySummary,
+    ) -> None:
+        """One Parquet dataset for the run, written by Spark's JVM in one job (the rows
+        of each output partition in commit order), then renamed into place: the run's
+        one unit of resume."""
+        from bizevents.replay.job import _Reports, task_error
+        from bizevents.replay.parquet import ARROW_SETTING, RANGE_COLUMN, _rename, spark_schema
+
+        spark = self._session()
+        spark.conf.set(ARROW_SETTING, "false")  # rows travel pickled; nothing needs pyarrow
+        found = spark.sparkContext.accumulator([], _Reports())
+        rows = grouped.mapPartitions(functools.partial(_rows, config, found))
+        root = config.output_target.rstrip("/")
+        folder = f"{RANGE_COLUMN}=transactions-{self.spec.run_id}"
+        try:
+            frame = spark.createDataFrame(rows, spark_schema(), verifySchema=False)
+            frame.write.mode("overwrite").parquet(f"{root}/.{folder}.partial")
+            _rename(spark, f"{root}/.{folder}.partial", f"{root}/{folder}")
+        except Exception as exc:
+            raise RangeFailedError(
+                f"the Parquet write failed: {task_error(exc)}; rerun with --run-id "
+                f"{self.spec.run_id} to write it again"
+            ) from exc
+        seen: set[str] = set()
+        for kind, item in found.value:
+            if kind == "totals":
+                _add_stats(summary, item)
+            elif item.range_id not in seen:  # a retried task's second report
+                seen.add(item.range_id)
+                for topic, n in item.events.items():
+                    summary.events[topic] = summary.events.get(topic, 0) + n
+        summary.units = 1
+        state.mark_done(PARQUET_UNIT, {"events": summary.events, "folder": folder})
+        if self.listener is not None:
+            self.listener.finished(TaskReport(PARQUET_UNIT, events=summary.events))
+
+
+#: The unit of resume of a Parquet output: the run's whole dataset.
+PARQUET_UNIT: Final = "parquet"
 
 
 def _units(config: TxReplayConfig) -> list[tuple[str, int]]:
@@ -839,6 +894,35 @@ def _write(
         raise
     finished.add(reports)
     yield totals
+
+
+def _rows(
+    config: TxReplayConfig, found: Any, outputs: Iterable[tuple[Any, Iterable[Any]]]
+) -> Iterator[tuple[Any, ...]]:
+    """Parquet rows (bizevents.replay.parquet's), each output partition's in commit order;
+    the counts reported to ``found`` once the task's rows are all taken."""
+    from bizevents.replay.parquet import EventReader, _row
+
+    reader = EventReader(_lookup(config)[1])
+    totals = {"emitted": 0, "dead_lettered": 0, "transactions": 0, "left_out": 0}
+    reports: list[Any] = []
+    for (topic, partition), items in outputs:
+        if topic == "__stats__":
+            for item in items:
+                for k, v in item[3].items():
+                    totals[k] += v
+            continue
+        report = TaskReport(f"{topic}/{partition}")
+        for item in sorted(items, key=lambda i: i[:3]):
+            out = item[3]
+            yield _row(out, topic, reader)
+            if out.dead_letter:
+                totals["dead_lettered"] += 1
+            else:
+                report.events[topic] = report.events.get(topic, 0) + 1
+                totals["emitted"] += 1
+        reports.append(("unit", report))
+    found.add([("totals", totals), *reports])
 
 
 class _TopicSink:
