@@ -152,23 +152,16 @@ def replay(
         run_id=run_id or "",
     )
     err_console.print(f"run id: {spec.run_id}", highlight=False)
-    if _is_transactional(translator_ref):
-        _replay_transactions(spec, settings, master, as_json)
-        return
     # on a terminal by default; rich's TTY_COMPATIBLE=1 / FORCE_COLOR=1 count as one
     listener = _TerminalProgress(err_console.is_terminal if progress is None else progress)
+    if _is_transactional(translator_ref):
+        _replay_transactions(spec, settings, master, as_json, listener, diff_html)
+        return
     try:
         summary = ReplayJob(spec, settings.runtime(), master=master, listener=listener).run()
     finally:
         listener.stop()
-    if diff_html is not None and summary.diff is not None:
-        from pathlib import Path
-
-        from bizevents.diffreport import render
-
-        page = render(summary.diff.as_dict(), str(diff_ref), translator_ref)
-        Path(diff_html).write_text(page, encoding="utf-8")
-        err_console.print(f"diff report: {diff_html}", highlight=False)
+    _write_diff_html(summary.diff, diff_html, spec)
     if as_json:
         click.echo(json.dumps(_summary_dict(summary), indent=2, default=str))
         return
@@ -203,30 +196,67 @@ def _is_transactional(ref: str) -> bool:
         return False  # the replay job names the problem
 
 
-def _replay_transactions(spec: Any, settings: Any, master: str | None, as_json: bool) -> None:
+def _write_diff_html(diff: Any, path: str | None, spec: Any) -> None:
+    if path is None or diff is None:
+        return
+    from pathlib import Path
+
+    from bizevents.diffreport import render
+
+    page = render(diff.as_dict(), str(spec.diff_against), spec.translator)
+    Path(path).write_text(page, encoding="utf-8")
+    err_console.print(f"diff report: {path}", highlight=False)
+
+
+def _replay_transactions(
+    spec: Any,
+    settings: Any,
+    master: str | None,
+    as_json: bool,
+    listener: _TerminalProgress,
+    diff_html: str | None,
+) -> None:
     """A transaction translator: whole transactions assembled in Spark."""
     from bizevents.replay.transactions import TransactionReplay
 
-    summary = TransactionReplay(spec, settings.runtime(), master=master).run()
+    try:
+        summary = TransactionReplay(
+            spec, settings.runtime(), master=master, listener=listener
+        ).run()
+    finally:
+        listener.stop()
+    _write_diff_html(summary.diff, diff_html, spec)
     data = {
         "run_id": summary.run_id,
+        "state": None if summary.state_path is None else str(summary.state_path),
+        "ranges": len(summary.ranges),
         "read": summary.read,
         "transactions": summary.transactions,
         "emitted": summary.emitted,
         "dead_lettered": summary.dead_lettered,
         "left_out": summary.left_out,
+        "output_partitions_written": summary.units,
+        "output_partitions_skipped": summary.skipped,
+        "events": summary.events,
         "seconds": round(summary.seconds, 3),
     }
     if as_json:
-        click.echo(json.dumps(data, indent=2))
+        click.echo(
+            json.dumps(
+                {**data, "diff": None if summary.diff is None else summary.diff.as_dict()},
+                indent=2,
+            )
+        )
         return
     console.print(
         table(
-            "replay of whole transactions",
+            f"replay of whole transactions {summary.run_id}",
             ["what", "count"],
-            [[k, str(v)] for k, v in data.items()],
+            [[k, str(v)] for k, v in data.items() if k != "run_id"],
         )
     )
+    if summary.diff is not None:
+        _print_diff(summary.diff)
 
 
 def _summary_dict(summary: Any) -> dict[str, Any]:
@@ -262,9 +292,11 @@ def _print_summary(summary: Any) -> None:
     ]
     rows += [[f"events → {topic}", f"{n:,}"] for topic, n in sorted(summary.events.items())]
     console.print(table(f"replay {summary.run_id}", ["", ""], rows))
-    if summary.diff is None:
-        return
-    diff = summary.diff
+    if summary.diff is not None:
+        _print_diff(summary.diff)
+
+
+def _print_diff(diff: Any) -> None:
     console.print(
         table(
             "diff (A = --diff, B = --translator)",

@@ -32,6 +32,8 @@ class RunState:
     done: dict[str, dict[str, Any]] = field(default_factory=dict)
     created: str = ""
     finished: str | None = None
+    #: what else a kind of run plans (a transaction replay: its bounds)
+    extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def folder(cls, state_dir: Path, run_id: str) -> Path:
@@ -54,16 +56,23 @@ class RunState:
                 done=data["done"],
                 created=data["created"],
                 finished=data.get("finished"),
+                extra=data.get("extra", {}),
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise RunStateError(f"the run state {path} is unreadable ({exc}); remove it") from exc
 
     @classmethod
     def create(
-        cls, state_dir: Path, run_id: str, spec: dict[str, Any], ranges: Sequence[Range]
+        cls,
+        state_dir: Path,
+        run_id: str,
+        spec: dict[str, Any],
+        ranges: Sequence[Range],
+        *,
+        extra: dict[str, Any] | None = None,
     ) -> RunState:
         path = cls.folder(state_dir, run_id) / STATE_FILE
-        state = cls(path, run_id, spec, list(ranges), created=_now())
+        state = cls(path, run_id, spec, list(ranges), created=_now(), extra=extra or {})
         state.save()
         return state
 
@@ -100,6 +109,7 @@ class RunState:
             "finished": self.finished,
             "ranges": [r.as_dict() for r in self.ranges],
             "done": self.done,
+            **({"extra": self.extra} if self.extra else {}),
         }
         partial = self.path.with_suffix(".partial")
         with partial.open("w") as handle:

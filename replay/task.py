@@ -358,7 +358,7 @@ class _TopicSink:
         self.producer.flush(1.0)
 
 
-class _AvroFile:
+class AvroFile:
     """One Avro container file of ``FILE_SCHEMA`` records, written a block at a time."""
 
     #: Records (or bytes of them) per block: what a reader holds at once.
@@ -465,17 +465,17 @@ class _FileSink:
         self.root = root
         self.output = output
         self.rng = rng
-        self._files: dict[str, _AvroFile] = {}
+        self._files: dict[str, AvroFile] = {}
         self._encode = FileRecordEncoder()
 
-    def _file(self, topic: str) -> _AvroFile:
+    def _file(self, topic: str) -> AvroFile:
         found = self._files.get(topic)
         if found is None:
             folder = self.root / topic
             folder.mkdir(parents=True, exist_ok=True)
             final = folder / f"{self.rng.file_stem}.avro"
             partial = folder / f".{self.rng.file_stem}.{os.getpid()}.partial"
-            found = self._files[topic] = _AvroFile(partial, final)
+            found = self._files[topic] = AvroFile(partial, final)
         return found
 
     def write(self, records: Sequence[OutRecord], report: TaskReport) -> None:

@@ -72,7 +72,11 @@ class StandaloneCluster:
                 env=env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                start_new_session=True,  # its JVM and children stop with the group
+                # a process group of its own, so its JVM and children stop together;
+                # the same session, so Linux schedules it in the caller's autogroup (a
+                # new session is a new one, nice 0: a cluster started from a niced run
+                # took the CPU the run yielded, and a benchmark credited it to Spark)
+                process_group=0,
             )
         )
 
