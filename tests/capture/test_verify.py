@@ -131,3 +131,89 @@ def test_verify_finds_every_key_of_a_planted_gap_and_repair_closes_it(
         after = verify(config_file, db, "--chunk-rows", "500")
         assert after.returncode == 0, after.stdout + after.stderr
         run.stop()
+
+
+def wait_repaired(run: Any, timeout: float = 60) -> None:
+    """Until the repair's signal was taken and its snapshot ran out."""
+    ledger = run.runner.ledger
+    start = time.monotonic()
+    while not ledger.queue and time.monotonic() - start < timeout:
+        time.sleep(0.1)
+    while ledger.queue and time.monotonic() - start < timeout:
+        time.sleep(0.1)
+    assert not ledger.queue, "the repair's snapshot did not run"
+
+
+def test_verify_finds_the_rows_changed_while_capture_was_stopped_and_its_slot_dropped(
+    db: Db, tmp_path: Path
+) -> None:
+    """Capture runs and stops; its slot is dropped; rows are inserted, updated and
+    deleted; capture starts again on a new slot without a snapshot. Verify names every
+    one of those keys and exits 1; ``--repair`` snapshots their chunks, which brings the
+    inserts and updates back; the deletes stay extra (a snapshot reads rows, it cannot
+    write a delete) until tombstoned by hand; then 0."""
+    s = db.schema
+    db.sql(f"CREATE TABLE {s}.t (id int PRIMARY KEY, v int, note text)")
+    db.sql(f"INSERT INTO {s}.t SELECT g, g * 2, 'row ' || g FROM generate_series(1, 2000) g")
+    first = db.config(["t"], partitions=2)
+    with in_process(first, capture_endpoints(db.endpoints, tmp_path)) as run:
+        run.wait_snapshot()
+        db.sql(f"UPDATE {s}.t SET v = -1 WHERE id % 250 = 0")
+        run.wait_acked(db.wal_lsn())
+        run.stop()
+    db.sql("SELECT pg_drop_replication_slot(%s)", (db.slot,))
+
+    # The gap: written while no slot kept the WAL for capture.
+    inserted = list(range(2001, 2006))
+    updated = [5, 600, 1500]
+    deleted = [10, 1100]
+    db.sql(f"INSERT INTO {s}.t SELECT g, g, 'late' FROM generate_series(2001, 2005) g")
+    db.sql(f"UPDATE {s}.t SET note = 'changed' WHERE id IN (5, 600, 1500)")
+    db.sql(f"DELETE FROM {s}.t WHERE id IN (10, 1100)")
+
+    again = db.config(["t"], partitions=2, snapshot="never")
+    config_file = write_config(tmp_path / "capture.toml", again)
+    topic = db.topic("t")
+    with in_process(again, capture_endpoints(db.endpoints, tmp_path)) as run:
+        run.wait_snapshot()
+        db.sql(f"INSERT INTO {s}.t VALUES (3000, 3000, 'after the restart')")
+        run.wait_acked(db.wal_lsn())
+        assert db.confirmed() > 0, "capture did not create its new slot"
+
+        found = verify(config_file, db, "--chunk-rows", "500", "--rechecks", "1")
+        assert found.returncode == 1, found.stdout + found.stderr
+        assert "Traceback" not in found.stderr
+        lines = [line.strip() for line in found.stdout.splitlines()]
+        expected = (
+            [f"missing id={i}:" for i in inserted]
+            + [f"differs id={i}:" for i in updated]
+            + [f"extra id={i}:" for i in deleted]
+        )
+        for start in expected:
+            assert any(line.startswith(start) for line in lines), (start, found.stdout)
+        assert f"{len(expected)} differences" in found.stdout, found.stdout
+        assert "2004 rows in 5 chunks" in found.stdout, found.stdout
+
+        repaired = verify(config_file, db, "--chunk-rows", "500", "--repair")
+        assert repaired.returncode == 1 and "repair: signal" in repaired.stdout, repaired.stdout
+        wait_repaired(run)
+        run.wait_acked(db.wal_lsn())
+        left = verify(config_file, db, "--chunk-rows", "500")
+        assert left.returncode == 1, left.stdout + left.stderr
+        assert f"{len(deleted)} differences" in left.stdout, left.stdout
+        for i in deleted:
+            assert f"extra id={i}:" in left.stdout, left.stdout
+
+        records = records_by_id(db, topic)
+        by_id = {k[5:]: v for k, v in records.items()}
+        producer = Producer(
+            {"bootstrap.servers": db.endpoints.bootstrap_servers, "partitioner": "murmur2_random"}
+        )
+        for i in deleted:
+            key, _ = by_id[zigzag(i)]
+            producer.produce(topic, None, key)
+        producer.flush(10)
+        after = verify(config_file, db, "--chunk-rows", "500")
+        assert after.returncode == 0, after.stdout + after.stderr
+        assert "2004 rows in 5 chunks, 2004 keys" in after.stdout, after.stdout
+        run.stop()
