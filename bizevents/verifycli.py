@@ -57,7 +57,7 @@ def verify(
 
     from bizevents.capture.config import load_capture_config
     from bizevents.capture.signals import Signal, SignalTopic
-    from bizevents.capture.verify import Report, compare, topic_state
+    from bizevents.capture.verify import Report, TopicState, compare, topic_state
     from bizevents.plumbing.kafka import ensure_topics
 
     settings = settings_of(ctx)
@@ -90,18 +90,22 @@ def verify(
             # The topic holds at least everything up to the database's position now
             # once capture passed it; later changes are what the rechecks are for.
             captured = caught_up()
-            state, read = topic_state(kafka, topic, table.decoder)
-            report = Report(qualified, topic, records_read=read)
+            state = topic_state(kafka, topic, table.decoder)
+            report = Report(qualified, topic, records_read=state.read)
             compare(report, state, table.chunks(chunk_rows))
             for _ in range(rechecks if captured else 0):
                 if report.ok or not caught_up():
                     break
-                state, _read = topic_state(kafka, topic, table.decoder)
+                state = topic_state(kafka, topic, table.decoder)
                 keys = [d.key for d in report.differences]
                 again = Report(qualified, topic)
-                known = {k: state[k] for k in keys if k in state}
+                known = TopicState(
+                    {k: state.rows[k] for k in keys if k in state.rows},
+                    {k: state.gone[k] for k in keys if k in state.gone},
+                )
                 compare(again, known, iter([table.rows_for(keys)]))
                 report.differences = again.differences
+                report.database_position = again.database_position
                 if not report.differences:
                     report.differing_chunks = []
             reports.append(report)
@@ -274,6 +278,7 @@ def _print(reports: list[Any], repairs: list[dict[str, Any]], as_json: bool) -> 
                                     "kind": d.kind,
                                     "key": dict(d.key),
                                     "topic_position": d.topic_position,
+                                    "database_position": d.database_position,
                                 }
                                 for d in r.differences
                             ],
@@ -294,12 +299,22 @@ def _print(reports: list[Any], repairs: list[dict[str, Any]], as_json: bool) -> 
             highlight=False,
         )
         for d in r.differences:
-            where = {
+            what = {
                 "missing": "in the table, not in the topic",
-                "differs": f"differs from the topic's {d.topic_position}",
-                "extra": f"in the topic ({d.topic_position}), not in the table",
+                "differs": "the table's row differs from the topic's",
+                "extra": "in the topic, not in the table",
             }[d.kind]
-            console.print(f"  {d.kind} {_key_text(d.key)}: {where}", highlight=False)
+            since = (
+                f"the topic's last record of it ({d.topic_position})"
+                if d.topic_position is not None
+                else "the start of the topic (it holds no record of this key)"
+            )
+            console.print(
+                f"  {d.kind} {_key_text(d.key)}: {what}; changed between {since} "
+                f"and the database at {d.database_position}",
+                highlight=False,
+                soft_wrap=True,  # a line per key, for grep
+            )
         if any(d.kind == "extra" for d in r.differences):
             console.print(
                 "  (extra keys are deletes the topic lacks: a snapshot cannot write them)",

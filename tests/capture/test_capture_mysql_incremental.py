@@ -4,6 +4,7 @@ added to a capture that already ran gets all its rows, interleaved with the binl
 from __future__ import annotations
 
 import random
+import re
 import subprocess
 import sys
 import threading
@@ -319,6 +320,23 @@ def test_verify_finds_the_rows_changed_while_capture_was_stopped_and_its_positio
             assert any(line.startswith(start) for line in lines), (start, found.stdout)
         assert f"{len(expected)} differences" in found.stdout, found.stdout
         assert "1204 rows in 3 chunks" in found.stdout, found.stdout
+        # Each key with the positions between which it changed: the topic's last record
+        # (binlog file:pos, GTID) and the binlog position the chunk's snapshot matched.
+        binlog = r"([\w.-]+):(\d+)(?: GTID [\d,-]+)?"
+        for i in updated + deleted:
+            kind = "differs" if i in updated else "extra"
+            line = next(x for x in lines if x.startswith(f"{kind} id={i}:"))
+            got = re.search(
+                rf"last record of it \(partition \d+ offset \d+: r at {binlog}\) "
+                rf"and the database at {binlog}$",
+                line,
+            )
+            assert got is not None, line
+            topic_at = (got.group(1), int(got.group(2)))
+            assert topic_at < (got.group(3), int(got.group(4))), line
+        for i in inserted:
+            line = next(x for x in lines if x.startswith(f"missing id={i}:"))
+            assert re.search(rf"holds no record of this key\) and the database at {binlog}$", line)
 
         repaired = verify("--chunk-rows", "500", "--repair")
         assert repaired.returncode == 1 and "repair: signal" in repaired.stdout, repaired.stdout

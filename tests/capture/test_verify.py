@@ -4,6 +4,7 @@ can close."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from bizevents.capture.pgoutput import parse_lsn
 from bizevents.contracts.binary import zigzag
 from bizevents.devstack import Endpoints
 from tests.capture.capture_helpers import (
@@ -43,6 +45,15 @@ def verify(config_file: Path, db: Db, *args: str) -> subprocess.CompletedProcess
         timeout=180,
         cwd=REPO,
     )
+
+
+def changed_between(line: str) -> tuple[int | None, int]:
+    """From a difference's line: the LSN of the topic's last record of the key (``None``
+    when that record has none) and the database's LSN of the comparison."""
+    got = re.search(r"changed between (.*) and the database at LSN ([0-9A-F]+/[0-9A-F]+)$", line)
+    assert got is not None, line
+    topic = re.search(r"at LSN ([0-9A-F]+/[0-9A-F]+)\)$", got.group(1))
+    return (parse_lsn(topic.group(1)) if topic else None), parse_lsn(got.group(2))
 
 
 def records_by_id(db: Db, topic: str) -> dict[bytes, tuple[bytes, bytes]]:
@@ -108,6 +119,9 @@ def test_verify_finds_every_key_of_a_planted_gap_and_repair_closes_it(
         assert found.returncode == 1, found.stdout + found.stderr
         lines = found.stdout.splitlines()
         assert any(line.strip().startswith("missing id=42:") for line in lines), found.stdout
+        line42 = next(line for line in lines if line.strip().startswith("missing id=42:"))
+        assert re.search(r"last record of it \(partition \d+ offset \d+: tombstone\)", line42)
+        assert changed_between(line42)[0] is None
         assert any(line.strip().startswith("differs id=7:") for line in lines), found.stdout
         assert any(line.strip().startswith("extra id=999999:") for line in lines), found.stdout
         assert "3 differences" in found.stdout
@@ -193,6 +207,21 @@ def test_verify_finds_the_rows_changed_while_capture_was_stopped_and_its_slot_dr
             assert any(line.startswith(start) for line in lines), (start, found.stdout)
         assert f"{len(expected)} differences" in found.stdout, found.stdout
         assert "2004 rows in 5 chunks" in found.stdout, found.stdout
+        # Each key with the positions between which it changed: the topic's last record
+        # of it (the snapshot's, before the slot was dropped) and the database's read.
+        stopped_at = db.wal_lsn()
+        for i in updated + deleted:
+            line = next(
+                x
+                for x in lines
+                if x.startswith(f"{'differs' if i in updated else 'extra'} id={i}:")
+            )
+            topic_lsn, db_lsn = changed_between(line)
+            assert topic_lsn is not None and topic_lsn < db_lsn <= stopped_at, line
+        for i in inserted:
+            line = next(x for x in lines if x.startswith(f"missing id={i}:"))
+            assert "it holds no record of this key" in line, line
+            assert changed_between(line)[1] <= stopped_at, line
 
         repaired = verify(config_file, db, "--chunk-rows", "500", "--repair")
         assert repaired.returncode == 1 and "repair: signal" in repaired.stdout, repaired.stdout
