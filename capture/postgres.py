@@ -391,6 +391,26 @@ def read_chunk(
 ) -> tuple[str, list[tuple[str | None, ...]]]:
     """The next rows by key after ``after`` (every row meeting ``where``), at most
     ``limit``, read in a transaction of their own: ``(its snapshot, the rows)``.
+    ``conn`` is not in autocommit."""
+    snapshot, cur = open_chunk(conn, relation, key_names, after, where, limit)
+    try:
+        rows = list(cur.fetchall())
+    finally:
+        end_chunk(conn, cur)
+    return snapshot, rows
+
+
+def open_chunk(
+    conn: Connection,
+    relation: Relation,
+    key_names: Sequence[str],
+    after: Sequence[str | None] | None,
+    where: str | None,
+    limit: int,
+) -> tuple[str, Any]:
+    """Run the query of :func:`read_chunk` in a transaction left open: ``(its snapshot,
+    the cursor holding the rows)``; the caller fetches them (a slice at a time, each
+    row's values converted only then) and calls :func:`end_chunk`.
 
     ``pg_current_snapshot()`` says which transactions the rows include; each value is
     its type's text output, as the walsender sends it. ``conn`` is not in autocommit.
@@ -414,19 +434,24 @@ def read_chunk(
         keys,
         sql.Literal(limit),
     )
+    cur = conn.cursor()
     try:
-        with conn.cursor() as cur:
-            psycopg2.extensions.register_type(raw, cur)
-            cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            cur.execute("SELECT pg_current_snapshot()::text")
-            row = cur.fetchone()
-            cur.execute(query, params)
-            rows = list(cur.fetchall())
-        conn.commit()
+        psycopg2.extensions.register_type(raw, cur)
+        cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        cur.execute("SELECT pg_current_snapshot()::text")
+        row = cur.fetchone()
+        cur.execute(query, params)
     except BaseException:
+        cur.close()
         conn.rollback()
         raise
-    return str(row[0]) if row else "0:0:", rows
+    return (str(row[0]) if row else "0:0:"), cur
+
+
+def end_chunk(conn: Connection, cur: Any) -> None:
+    """The chunk's rows were fetched (or are given up): its transaction ends."""
+    cur.close()
+    conn.rollback()  # read only: nothing to commit
 
 
 def emit_watermark(conn: Connection, content: str) -> int:
