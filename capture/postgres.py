@@ -381,25 +381,6 @@ def read_snapshot_rows(
 WATERMARK_PREFIX = "bizevents-watermark"
 
 
-def read_chunk(
-    conn: Connection,
-    relation: Relation,
-    key_names: Sequence[str],
-    after: Sequence[str | None] | None,
-    where: str | None,
-    limit: int,
-) -> tuple[str, list[tuple[str | None, ...]]]:
-    """The next rows by key after ``after`` (every row meeting ``where``), at most
-    ``limit``, read in a transaction of their own: ``(its snapshot, the rows)``.
-    ``conn`` is not in autocommit."""
-    snapshot, cur = open_chunk(conn, relation, key_names, after, where, limit)
-    try:
-        rows = list(cur.fetchall())
-    finally:
-        end_chunk(conn, cur)
-    return snapshot, rows
-
-
 def open_chunk(
     conn: Connection,
     relation: Relation,
@@ -408,9 +389,10 @@ def open_chunk(
     where: str | None,
     limit: int,
 ) -> tuple[str, Any]:
-    """Run the query of :func:`read_chunk` in a transaction left open: ``(its snapshot,
-    the cursor holding the rows)``; the caller fetches them (a slice at a time, each
-    row's values converted only then) and calls :func:`end_chunk`.
+    """The next rows by key after ``after`` (every row meeting ``where``), at most
+    ``limit``, queried in a read-only repeatable-read transaction left open: ``(its
+    snapshot, the cursor holding the rows)``; the caller fetches them (a slice at a time:
+    each row's values are converted only then) and calls :func:`end_chunk`.
 
     ``pg_current_snapshot()`` says which transactions the rows include; each value is
     its type's text output, as the walsender sends it. ``conn`` is not in autocommit.

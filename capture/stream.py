@@ -2,7 +2,6 @@
 
 Step 3 of :mod:`bizevents.capture.runner`."""
 
-import json
 import select
 import time
 import uuid
@@ -56,6 +55,7 @@ class _Drain:
     source: Any
     ts: bytes
     next: int = 0
+    #: Rows not superseded: written, or dead-lettered.
     written: int = 0
 
 
@@ -572,54 +572,26 @@ class _SlotReader:
         window, tx = drain.window, drain.tx
         codec: TableCodec = window.codec
         capture = self.capture
-        producer = self.producer
-        ack = tx.ack
         table = window.pending.table
-
-        def dead_letter(
-            topic: str, key: bytes | None, value: bytes, headers: list[tuple[str, Any]]
-        ) -> None:
-            produce(producer, topic, value, key, headers=headers, on_delivery=ack)
-
         keys = drain.keys
         end = min(drain.next + _SLICE, len(keys))
         rows = window.rows
         for key in keys[drain.next : end]:
             values = rows.pop(key, None)
-            if values is None:
-                continue  # superseded by the stream since the window closed
-            try:
-                value = codec.envelope("r", None, codec.row(values), drain.source, drain.ts)
-            except CaptureError as exc:
-                raw = json.dumps(list(values)).encode()
-                tx.produced(
-                    capture.conversion_failed(
-                        table, raw, "snapshot", "snapshot-text-json", exc, dead_letter
-                    )
-                )
-                continue
-            produce(producer, window.topic, value, key, on_delivery=ack)
-            tx.produced()
-            drain.written += 1
+            if values is not None:  # None: superseded by the stream since it closed
+                capture.snapshot_row(codec, table, key, values, drain.source, drain.ts, tx)
+                drain.written += 1
         drain.next = end
         if end < len(keys):
             return
         self.drain = None
-        for values in window.unkeyed:
-            try:
-                codec.key(values)
-            except CaptureError as exc:
-                raw = json.dumps(list(values)).encode()
-                tx.produced(
-                    capture.conversion_failed(
-                        table, raw, "snapshot", "snapshot-text-json", exc, dead_letter
-                    )
-                )
+        for values in window.unkeyed:  # their key does not convert: dead letters
+            capture.snapshot_row(codec, table, None, values, drain.source, drain.ts, tx)
         codec.events += drain.written
         capture.stats.events[table] = codec.events
         inc.written(tx)
-        producer.poll(0)
-        inc.store_acknowledged(producer)  # the chunks before, now acknowledged
+        self.producer.poll(0)
+        inc.store_acknowledged(self.producer)  # the chunks before, now acknowledged
         if not window.full:
             capture.log.info(
                 "incremental snapshot done",

@@ -299,6 +299,17 @@ class PgTable:
         names = [c.name for c in info.relation.columns]
         self._key_at = [names.index(k) for k in info.key_names]
 
+    def _read(self, after: list[Any] | None, where: str | None, limit: int) -> list[Any]:
+        """Rows by key, in a consistent read of their own."""
+        info = self.info
+        _snapshot, cur = pg.open_chunk(
+            self.conn, info.relation, info.key_names, after, where, limit
+        )
+        try:
+            return list(cur.fetchall())
+        finally:
+            pg.end_chunk(self.conn, cur)
+
     def _wal_position(self) -> str:
         """The WAL's insert position now: the chunk just read is at or before it."""
         with self.conn.cursor() as cur:
@@ -318,9 +329,7 @@ class PgTable:
         """The table in chunks of ``rows`` keys, in key order."""
         after: list[Any] | None = None
         while True:
-            _snapshot, got = pg.read_chunk(
-                self.conn, self.info.relation, self.info.key_names, after, None, rows
-            )
+            got = self._read(after, None, rows)
             chunk = TableChunk([self.row(v) for v in got], self._wal_position())
             yield chunk
             if len(got) < rows:
@@ -341,14 +350,7 @@ class PgTable:
                     for row in batch
                 ),
             )
-            _s, got = pg.read_chunk(
-                self.conn,
-                self.info.relation,
-                self.info.key_names,
-                None,
-                cond.as_string(self.conn),
-                len(batch),
-            )
+            got = self._read(None, cond.as_string(self.conn), len(batch))
             out.extend(self.row(v) for v in got)
         return TableChunk(out, self._wal_position())
 
