@@ -430,6 +430,31 @@ def open_chunk(
     return (str(row[0]) if row else "0:0:"), cur
 
 
+def every_nth_row(
+    conn: Connection, relation: Relation, key_names: Sequence[str], every: int
+) -> list[tuple[str | None, ...]]:
+    """The 1st, ``every+1``-th, ... rows by key (where chunks of ``every`` rows start),
+    in one scan on the server; values as their type's text output."""
+    oids = {c.type_oid for c in relation.columns} | set(BUILTIN_TYPE_OIDS)
+    raw = psycopg2.extensions.new_type(tuple(sorted(oids)), "BIZEVENTS_RAW", _raw)
+    columns = sql.SQL(", ").join(sql.Identifier(c.name) for c in relation.columns)
+    query = sql.SQL(
+        "SELECT {cols} FROM (SELECT {cols}, row_number() OVER (ORDER BY {keys}) AS n "
+        "FROM ONLY {table}) numbered WHERE n % {every} = 1 ORDER BY n"
+    ).format(
+        cols=columns,
+        keys=sql.SQL(", ").join(sql.Identifier(k) for k in key_names),
+        table=sql.Identifier(relation.namespace, relation.name),
+        every=sql.Literal(every),
+    )
+    with conn.cursor() as cur:
+        psycopg2.extensions.register_type(raw, cur)
+        cur.execute(query)
+        rows = list(cur.fetchall())
+    conn.rollback()
+    return rows
+
+
 def end_chunk(conn: Connection, cur: Any) -> None:
     """The chunk's rows were fetched (or are given up): its transaction ends."""
     cur.close()

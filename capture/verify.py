@@ -150,6 +150,27 @@ def _where(partition: int, offset: int, what: str) -> str:
     return f"partition {partition} offset {offset}: {what}"
 
 
+def entry_of(
+    decoded: ChangeEvent | Tombstone, partition: int, offset: int
+) -> tuple[
+    Literal["row", "delete", "tombstone", "truncate", "none"], Key | None, bytes | None, str
+]:
+    """What one record of a technical topic says: ``(kind, the key, the row's digest,
+    where it stands)``; ``row`` sets the key, ``delete`` and ``tombstone`` remove it,
+    ``truncate`` empties the partition before it, ``none`` says nothing of a key."""
+    if isinstance(decoded, Tombstone):
+        return "tombstone", key_of(decoded.key), None, _where(partition, offset, "tombstone")
+    at = source_position(decoded.source.position)
+    if decoded.op == "t":
+        return "truncate", None, None, _where(partition, offset, f"truncate at {at}")
+    if decoded.key is None:
+        return "none", None, None, ""
+    if decoded.after is None:
+        return "delete", key_of(decoded.key), None, _where(partition, offset, f"delete at {at}")
+    where = _where(partition, offset, f"{decoded.op} at {at}")
+    return "row", key_of(decoded.key), digest_of(decoded.after), where
+
+
 def topic_state(kafka: dict[str, Any], topic: str, decoder: AvroDecoder) -> TopicState:
     """The latest state per key of ``topic``, read to its end (compaction's semantics),
     where the removed keys went, and the number of records read."""
@@ -196,33 +217,23 @@ def topic_state(kafka: dict[str, Any], topic: str, decoder: AvroDecoder) -> Topi
                 at[p] = offset + 1
                 found.read += 1
                 decoded = decoder.decode(msg.key(), msg.value())
+                kind, k, digest, where = entry_of(decoded, p, offset)
                 keys = by_partition.setdefault(p, set())
-                if isinstance(decoded, Tombstone):
-                    k = key_of(decoded.key)
-                    if state.pop(k, None) is not None or k not in gone:
-                        gone[k] = _where(p, offset, "tombstone")
-                    keys.discard(k)
-                    continue
-                at_source = source_position(decoded.source.position)
-                if decoded.op == "t":
-                    truncated = _where(p, offset, f"truncate at {at_source}")
-                    for k in keys:
-                        state.pop(k, None)
-                        gone[k] = truncated
+                if kind == "truncate":
+                    for gone_key in keys:
+                        state.pop(gone_key, None)
+                        gone[gone_key] = where
                     keys.clear()
-                    continue
-                if decoded.key is None:
-                    continue
-                k = key_of(decoded.key)
-                if decoded.after is None:
-                    state.pop(k, None)
-                    gone[k] = _where(p, offset, f"delete at {at_source}")
-                    keys.discard(k)
-                else:
-                    where = _where(p, offset, f"{decoded.op} at {at_source}")
-                    state[k] = TopicRow(digest_of(decoded.after), where)
+                elif kind == "row":
+                    assert k is not None and digest is not None
+                    state[k] = TopicRow(digest, where)
                     gone.pop(k, None)
                     keys.add(k)
+                elif k is not None:  # removed: a delete, or a tombstone
+                    # A tombstone after its delete: the delete says more (its position).
+                    if state.pop(k, None) is not None or k not in gone or kind == "delete":
+                        gone[k] = where
+                    keys.discard(k)
         return found
     finally:
         consumer.close()
@@ -354,6 +365,24 @@ class PgTable:
             out.extend(self.row(v) for v in got)
         return TableChunk(out, self._wal_position())
 
+    def boundaries(self, every: int) -> list[tuple[Key, list[Any]]]:
+        """Where the table's chunks of ``every`` rows start: each first row's key."""
+        rows = pg.every_nth_row(self.conn, self.info.relation, self.info.key_names, every)
+        return [(k, text) for k, text, _digest in (self.row(v) for v in rows)]
+
+    def between(self, low: list[Any] | None, high: list[Any] | None) -> TableChunk:
+        """The rows whose key is at or after ``low`` and before ``high`` (``None``: no
+        bound), in a consistent read of their own."""
+        keys = sql.SQL(", ").join(sql.Identifier(n) for n in self.info.key_names)
+        parts = []
+        for op, bound in ((">=", low), ("<", high)):
+            if bound is not None:
+                values = sql.SQL(", ").join(sql.Literal(v) for v in bound)
+                parts.append(sql.SQL("({}) " + op + " ({})").format(keys, values))
+        where = sql.SQL(" AND ").join(parts).as_string(self.conn) if parts else None
+        rows = self._read(None, where, 2**62)
+        return TableChunk([self.row(v) for v in rows], self._wal_position())
+
     def range_condition(self, low: list[Any], high: list[Any]) -> str:
         """The SQL condition of the keys from ``low`` to ``high`` (inclusive)."""
         keys = sql.SQL(", ").join(sql.Identifier(n) for n in self.info.key_names)
@@ -438,3 +467,39 @@ def binlog_position(position: Any) -> str:
     """A MariaDB binlog position (``capture.mysql.BinlogPosition``) as verify prints it."""
     gtid = f" GTID {position.gtid}" if position.gtid else ""
     return f"{position.file}:{position.pos}{gtid}"
+
+
+def pg_tables(
+    side: Any, chunks: Any, config: Any, names: list[str], lookup: Callable[[int], str]
+) -> list[tuple[str, str, PgTable]]:
+    """``(table, topic, reader)`` of each PostgreSQL table to verify (``names``, else the
+    capture's tables, else its publication's): the catalog read on ``side``, the rows on
+    ``chunks`` (not in autocommit), each row through the codec capture writes it with."""
+    from bizevents.capture.encoding import TableCodec
+    from bizevents.capture.pgtypes import PgTypeMapper, enum_types_from_rows
+
+    with side.cursor() as cur:
+        cur.execute("SELECT current_database()")
+        database = str(cur.fetchone()[0])
+    names = (
+        names or list(config.tables) or pg.publication_tables(side, config.publication_name) or []
+    )
+    labels, arrays = enum_types_from_rows(pg.load_enum_rows(side))
+    types = PgTypeMapper(
+        enum_labels=labels, array_elements=arrays, unknown_as_text=config.unknown_as_text
+    )
+    readers = []
+    for info in pg.describe_tables(side, names):
+        topic = f"{config.prefix}.{info.relation.namespace}.{info.relation.name}"
+        codec = TableCodec(
+            server=config.server,
+            database=database,
+            topic=topic,
+            relation=info.relation,
+            key_names=info.key_names,
+            types=types,
+            keep=config.column_filter(info.qualified).keeps,
+            key_nullable=info.key_nullable,
+        )
+        readers.append((info.qualified, topic, PgTable(chunks, info, codec, lookup)))
+    return readers

@@ -246,3 +246,51 @@ def test_verify_finds_the_rows_changed_while_capture_was_stopped_and_its_slot_dr
         assert after.returncode == 0, after.stdout + after.stderr
         assert "2004 rows in 5 chunks, 2004 keys" in after.stdout, after.stdout
         run.stop()
+
+
+def test_verify_as_a_spark_job_finds_the_same_gap(db: Db, tmp_path: Path) -> None:
+    """``verify --spark --master local[2]``: the topic read by the replay's range
+    readers on Spark's executors, the table's chunks on them too; 0 differences on a
+    captured table, then every key of a planted gap (a tombstone for a live row, a row
+    overwritten with another's values, a key the table does not have) found key by key,
+    exit 1."""
+    s = db.schema
+    db.sql(f"CREATE TABLE {s}.t (id int PRIMARY KEY, v int, note text)")
+    db.sql(f"INSERT INTO {s}.t SELECT g, g * 2, 'row ' || g FROM generate_series(1, 1200) g")
+    config = db.config(["t"], partitions=2)
+    config_file = write_config(tmp_path / "capture.toml", config)
+    topic = db.topic("t")
+    spark = ("--spark", "--master", "local[2]", "--chunk-rows", "500")
+    with in_process(config, capture_endpoints(db.endpoints, tmp_path)) as run:
+        run.wait_snapshot()
+        db.sql(f"UPDATE {s}.t SET v = -1 WHERE id % 100 = 0")
+        db.sql(f"DELETE FROM {s}.t WHERE id = 1200")
+        run.wait_acked(db.wal_lsn())
+        clean = verify(config_file, db, *spark)
+        assert clean.returncode == 0, clean.stdout + clean.stderr
+        assert "1199 rows in 3 chunks, 1199 keys" in clean.stdout, clean.stdout
+        assert "the topic holds the table" in clean.stdout
+
+        by_id = {k[5:]: v for k, v in records_by_id(db, topic).items()}
+        key42, _ = by_id[zigzag(42)]
+        key7, _ = by_id[zigzag(7)]
+        _, value8 = by_id[zigzag(8)]
+        extra_key = key42[:5] + zigzag(999_999)
+        producer = Producer(
+            {"bootstrap.servers": db.endpoints.bootstrap_servers, "partitioner": "murmur2_random"}
+        )
+        producer.produce(topic, None, key42)
+        producer.produce(topic, value8, key7)
+        producer.produce(topic, value8, extra_key)
+        producer.flush(10)
+        found = verify(config_file, db, *spark)
+        assert found.returncode == 1, found.stdout + found.stderr
+        assert "Traceback" not in found.stderr
+        lines = [line.strip() for line in found.stdout.splitlines()]
+        for start in ("missing id=42:", "differs id=7:", "extra id=999999:"):
+            assert any(line.startswith(start) for line in lines), (start, found.stdout)
+        assert "3 differences" in found.stdout, found.stdout
+        assert "1199 rows in 3 chunks" in found.stdout, found.stdout
+        line42 = next(line for line in lines if line.startswith("missing id=42:"))
+        assert "tombstone" in line42, line42
+        run.stop()
