@@ -109,7 +109,8 @@ def main() -> None:
             )
             t0 = time.perf_counter()
             reader = PgTable(conn, info, codec, lambda i: str(registry.get_schema(i).schema_str))
-            state, read = topic_state(kafka, codec.topic, reader.decoder)
+            state = topic_state(kafka, codec.topic, reader.decoder)
+            read = state.read
             t1 = time.perf_counter()
             report = Report(table, codec.topic, records_read=read)
             compare(report, state, reader.chunks(args.chunk_rows))

@@ -34,6 +34,12 @@ from bizevents.plumbing.errors import ConfigError
     "--repair", is_flag=True, help="Ask capture to snapshot again exactly the differing chunks."
 )
 @click.option("--json", "as_json", is_flag=True, help="The report as JSON.")
+@click.option(
+    "--spark",
+    is_flag=True,
+    help="Compare as a Spark job on the replay's executors (PostgreSQL tables; no rechecks).",
+)
+@click.option("--master", default=None, help="With --spark: the Spark master (local[2], ...).")
 @click.pass_context
 @fails_cleanly
 def verify(
@@ -44,6 +50,8 @@ def verify(
     rechecks: int,
     repair: bool,
     as_json: bool,
+    spark: bool,
+    master: str | None,
 ) -> None:
     """Compare each captured table with the latest state per key of its technical
     topic, chunk by chunk of primary keys (counts and a checksum of a canonical row
@@ -57,7 +65,7 @@ def verify(
 
     from bizevents.capture.config import load_capture_config
     from bizevents.capture.signals import Signal, SignalTopic
-    from bizevents.capture.verify import Report, compare, topic_state
+    from bizevents.capture.verify import Report, TopicState, compare, topic_state
     from bizevents.plumbing.kafka import ensure_topics
 
     settings = settings_of(ctx)
@@ -81,6 +89,16 @@ def verify(
         return schemas[schema_id]
 
     mysql = dsn.startswith(("mysql:", "mariadb:"))
+    if spark and mysql:
+        raise ConfigError(
+            "verify --spark compares PostgreSQL tables only (not yet MySQL/MariaDB): "
+            "run it without --spark"
+        )
+    session = None
+    if spark:
+        from bizevents.replay.job import spark_session
+
+        session = spark_session(master, "bizevents-verify")
     opened = (_mysql_tables if mysql else _pg_tables)(config, dsn, list(tables), kafka, lookup)
     readers, caught_up, close = opened
     reports: list[Report] = []
@@ -90,18 +108,31 @@ def verify(
             # The topic holds at least everything up to the database's position now
             # once capture passed it; later changes are what the rechecks are for.
             captured = caught_up()
-            state, read = topic_state(kafka, topic, table.decoder)
-            report = Report(qualified, topic, records_read=read)
-            compare(report, state, table.chunks(chunk_rows))
-            for _ in range(rechecks if captured else 0):
+            if session is not None:
+                from bizevents.replay.verify import SparkVerify, verify_table
+
+                job = SparkVerify(
+                    kafka, settings.registry.client_config(), dsn, config, qualified, topic
+                )
+                report = verify_table(session, job, chunk_rows, _SPARK_SLICE)
+            else:
+                state = topic_state(kafka, topic, table.decoder)
+                report = Report(qualified, topic, records_read=state.read)
+                compare(report, state, table.chunks(chunk_rows))
+            # The rechecks read the topic here: not in a Spark run (for larger topics).
+            for _ in range(rechecks if captured and session is None else 0):
                 if report.ok or not caught_up():
                     break
-                state, _read = topic_state(kafka, topic, table.decoder)
+                state = topic_state(kafka, topic, table.decoder)
                 keys = [d.key for d in report.differences]
                 again = Report(qualified, topic)
-                known = {k: state[k] for k in keys if k in state}
+                known = TopicState(
+                    {k: state.rows[k] for k in keys if k in state.rows},
+                    {k: state.gone[k] for k in keys if k in state.gone},
+                )
                 compare(again, known, iter([table.rows_for(keys)]))
                 report.differences = again.differences
+                report.database_position = again.database_position
                 if not report.differences:
                     report.differing_chunks = []
             reports.append(report)
@@ -129,6 +160,9 @@ def verify(
         ctx.exit(1)
 
 
+#: Offsets of a topic's partition per Spark task of ``verify --spark``.
+_SPARK_SLICE = 200_000
+
 Opened = tuple[list[tuple[str, str, Any]], Callable[[], bool], Callable[[], None]]
 
 
@@ -138,9 +172,7 @@ def _pg_tables(
     """PostgreSQL: the readers of the tables, "has capture passed the database's position
     of now" (the slot's confirmed position), and how to close."""
     from bizevents.capture import postgres as pg
-    from bizevents.capture.encoding import TableCodec
-    from bizevents.capture.pgtypes import PgTypeMapper, enum_types_from_rows
-    from bizevents.capture.verify import PgTable, wait_until
+    from bizevents.capture.verify import pg_tables, wait_until
 
     side = pg.connect(dsn, application="bizevents-verify")
     chunks = pg.connect(dsn, autocommit=False, application="bizevents-verify")
@@ -154,33 +186,7 @@ def _pg_tables(
         return wait_until(lambda: _confirmed(side, config.slot_name) >= lsn, 30)
 
     try:
-        with side.cursor() as cur:
-            cur.execute("SELECT current_database()")
-            database = str(cur.fetchone()[0])
-        names = (
-            names
-            or list(config.tables)
-            or pg.publication_tables(side, config.publication_name)
-            or []
-        )
-        labels, arrays = enum_types_from_rows(pg.load_enum_rows(side))
-        types = PgTypeMapper(
-            enum_labels=labels, array_elements=arrays, unknown_as_text=config.unknown_as_text
-        )
-        readers = []
-        for info in pg.describe_tables(side, names):
-            topic = f"{config.prefix}.{info.relation.namespace}.{info.relation.name}"
-            codec = TableCodec(
-                server=config.server,
-                database=database,
-                topic=topic,
-                relation=info.relation,
-                key_names=info.key_names,
-                types=types,
-                keep=config.column_filter(info.qualified).keeps,
-                key_nullable=info.key_nullable,
-            )
-            readers.append((info.qualified, topic, PgTable(chunks, info, codec, lookup)))
+        readers = pg_tables(side, chunks, config, names, lookup)
     except BaseException:
         close()
         raise
@@ -274,6 +280,7 @@ def _print(reports: list[Any], repairs: list[dict[str, Any]], as_json: bool) -> 
                                     "kind": d.kind,
                                     "key": dict(d.key),
                                     "topic_position": d.topic_position,
+                                    "database_position": d.database_position,
                                 }
                                 for d in r.differences
                             ],
@@ -294,12 +301,22 @@ def _print(reports: list[Any], repairs: list[dict[str, Any]], as_json: bool) -> 
             highlight=False,
         )
         for d in r.differences:
-            where = {
+            what = {
                 "missing": "in the table, not in the topic",
-                "differs": f"differs from the topic's {d.topic_position}",
-                "extra": f"in the topic ({d.topic_position}), not in the table",
+                "differs": "the table's row differs from the topic's",
+                "extra": "in the topic, not in the table",
             }[d.kind]
-            console.print(f"  {d.kind} {_key_text(d.key)}: {where}", highlight=False)
+            since = (
+                f"the topic's last record of it ({d.topic_position})"
+                if d.topic_position is not None
+                else "the start of the topic (it holds no record of this key)"
+            )
+            console.print(
+                f"  {d.kind} {_key_text(d.key)}: {what}; changed between {since} "
+                f"and the database at {d.database_position}",
+                highlight=False,
+                soft_wrap=True,  # a line per key, for grep
+            )
         if any(d.kind == "extra" for d in r.differences):
             console.print(
                 "  (extra keys are deletes the topic lacks: a snapshot cannot write them)",

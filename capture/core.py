@@ -24,7 +24,7 @@ from bizevents.capture.config import CaptureConfig
 from bizevents.capture.exceptions import CaptureError, KafkaDeliveryError
 from bizevents.capture.incremental import Incremental
 from bizevents.capture.metrics import CaptureStats
-from bizevents.capture.offsets import AckTracker
+from bizevents.capture.offsets import AckTracker, Tx
 from bizevents.capture.signals import Signal, SignalError, SignalTopic, signal_table_ddl
 from bizevents.capture.sink import SchemaRegistrar, producer_config
 from bizevents.capture.state import Ledger, Pending, StateStore
@@ -38,7 +38,7 @@ from bizevents.contracts.business import (
 )
 from bizevents.contracts.technical.transaction import transaction_topic
 from bizevents.plumbing.errors import TransientError
-from bizevents.plumbing.kafka import ensure_topics
+from bizevents.plumbing.kafka import ensure_topics, produce
 from bizevents.plumbing.registry import registry_client
 
 __all__ = [
@@ -315,6 +315,55 @@ class CaptureCore:
         ]
         send(cfg.dlq_topic, None, raw, headers=headers)
         return 1
+
+    def register(self, codec: Any, table: str) -> None:
+        """Register a table layout's schemas (before its first record) and say so."""
+        self.session.registrar.register(codec)
+        self.log.info(
+            "table schema registered",
+            table=table,
+            topic=codec.topic,
+            key_schema_id=codec.key_schema_id,
+            value_schema_id=codec.value_schema_id,
+        )
+
+    def snapshot_raw(self, row: Any) -> tuple[bytes, str]:
+        """A snapshot row as its dead letter keeps it: ``(its bytes, their format)``."""
+        raise NotImplementedError
+
+    def snapshot_row(
+        self,
+        codec: Any,
+        table: str,
+        key: bytes | None,
+        row: Any,
+        source: bytes,
+        ts: bytes,
+        tx: Tx,
+    ) -> bool:
+        """One snapshot row (initial or incremental, either source) written as op ``r``
+        under ``tx``; ``key`` is encoded here when not given. A row that does not
+        convert goes where ``on_conversion_error`` says, with its original values.
+        Whether the row was written."""
+        producer = self.session.producer
+        ack = tx.ack
+        try:
+            value = codec.envelope("r", None, codec.row(row), source, ts)
+            if key is None:
+                key = codec.key(row)
+        except CaptureError as exc:
+            raw, fmt = self.snapshot_raw(row)
+
+            def dead_letter(
+                topic: str, k: bytes | None, v: bytes, headers: list[tuple[str, Any]]
+            ) -> None:
+                produce(producer, topic, v, k, headers=headers, on_delivery=ack)
+
+            tx.produced(self.conversion_failed(table, raw, "snapshot", fmt, exc, dead_letter))
+            return False
+        produce(producer, codec.topic, value, key, on_delivery=ack)
+        tx.produced()
+        return True
 
     # -- the snapshot ledger ------------------------------------------------------------------
 

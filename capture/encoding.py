@@ -25,7 +25,7 @@ from typing import Any, Final
 import fastavro
 from fastavro import _write as fastavro_write
 
-from bizevents.capture.codec import RegisteredCodec
+from bizevents.capture.codec import RegisteredCodec, encoded_ts
 from bizevents.capture.exceptions import CaptureError, ValueConversionError
 from bizevents.capture.pgoutput import Column, Relation, TupleData
 from bizevents.capture.pgtypes import PgTypeMapper, RowConverter, parse_bytea
@@ -40,7 +40,7 @@ from bizevents.contracts.binary import (
 from bizevents.contracts.binary import blob as _blob
 from bizevents.contracts.binary import text as _text
 from bizevents.contracts.logical import UNAVAILABLE, ColumnType, Field, Kind, encoder_for
-from bizevents.contracts.technical import AVRO_OPS, AvroEncoder, EnvelopeSchemas, TableSchema
+from bizevents.contracts.technical import AvroEncoder, EnvelopeSchemas, TableSchema
 from bizevents.contracts.technical.source import AvroSourceWriter, EncodedSource
 
 __all__ = [
@@ -265,11 +265,6 @@ def _record(slots: Sequence[_Slot], values: TupleData) -> bytes:
     return b"".join(parts)
 
 
-def encoded_ts(ts_ms: int) -> bytes:
-    """The envelope's ``ts_ms`` and (null) ``transaction``, encoded."""
-    return _SOME + zigzag(ts_ms) + _NULL
-
-
 class TableCodec(RegisteredCodec):
     """One table's shape as captured: schemas, key columns and the compiled writers.
 
@@ -399,28 +394,4 @@ class TableCodec(RegisteredCodec):
         open at the per-event LSN."""
         return self._source.around(
             "lsn", {"ts_ms": commit_ms, "snapshot": snapshot, "ts_us": commit_us, "txId": tx_id}
-        )
-
-    def envelope(
-        self,
-        op: str,
-        before: bytes | None,
-        after: bytes | None,
-        source: bytes,
-        ts_ms: int | bytes,
-    ) -> bytes:
-        """A framed envelope from encoded rows and an encoded source.
-
-        ``ts_ms`` may be given already encoded (:func:`encoded_ts`), as the stream does
-        once per transaction.
-        """
-        return b"".join(
-            (
-                self._value_frame,
-                _NULL if before is None else _SOME + before,
-                _NULL if after is None else _SOME + after,
-                source,
-                AVRO_OPS[op],
-                ts_ms if ts_ms.__class__ is bytes else encoded_ts(ts_ms),  # type: ignore[arg-type]
-            )
         )

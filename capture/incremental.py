@@ -11,6 +11,13 @@ change is newer than (or as new as) the row the chunk read. At the closing point
 rows left are written as op ``r`` with ``source.snapshot = "incremental"``; nothing the
 stream writes later can be older than them. Memory holds one chunk.
 
+A chunk is read and written a slice at a time, between the stream's changes, so that a
+change waits for one slice, not for a chunk (the stream's latency during a snapshot).
+The window is open from the chunk's query on: a stream record of a key whose row is not
+fetched yet drops that row when it comes (:attr:`Window.gone`). Once closed, the window
+is *draining* until its last row is written: a stream record supersedes its unwritten
+rows still (the stream's change is newer).
+
 Progress is the last key of the last chunk Kafka acknowledged, kept in the snapshot
 ledger (:mod:`bizevents.capture.state`); a capture killed mid-snapshot starts again
 from there (a chunk read twice is a duplicate, never a gap).
@@ -52,11 +59,26 @@ class Window:
     codec: Any = None
     #: Rows whose key did not convert: dead-lettered at the closing point.
     unkeyed: list[Any] = field(default_factory=list)
+    #: The chunk's rows are still being fetched.
+    reading: bool = False
+    #: Keys the stream wrote while the chunk was read: their rows, fetched later, are older.
+    gone: set[bytes] = field(default_factory=set)
 
     def supersede(self, key: bytes | None) -> None:
         """The stream wrote a record of ``key``: the chunk's row of it is older."""
-        if key is not None and self.rows.pop(key, None) is not None:
+        if key is None:
+            return
+        if self.rows.pop(key, None) is not None:
             self.superseded += 1
+        elif self.reading:
+            self.gone.add(key)
+
+    def fetched(self, key: bytes, values: Any) -> None:
+        """A row of the chunk, as read (unless the stream wrote its key meanwhile)."""
+        if key in self.gone:
+            self.superseded += 1
+        else:
+            self.rows[key] = values
 
 
 class Incremental:
@@ -76,6 +98,9 @@ class Incremental:
         self.ledger_key = ledger_key
         self.chunk_rows = chunk_rows
         self.window: Window | None = None
+        #: The closed window whose rows are being written (PostgreSQL writes them a
+        #: slice at a time; MySQL at once).
+        self.draining: Window | None = None
         self.on_progress = on_progress
         #: Chunks written, with the ledger to store once Kafka acknowledged them.
         self._unsaved: deque[tuple[Tx, dict[str, Any]]] = deque()
@@ -84,7 +109,9 @@ class Incremental:
 
     def next(self) -> Pending | None:
         """The snapshot whose next chunk should be read now, if any."""
-        if self.window is not None or time.monotonic() < self._retry_at:
+        if self.window is not None or self.draining is not None:
+            return None
+        if time.monotonic() < self._retry_at:
             return None
         for pending in self.ledger.queue:
             if not pending.paused:
@@ -105,6 +132,7 @@ class Incremental:
         window = self.window
         assert window is not None
         self.window = None
+        self.draining = window
         pending = window.pending
         pending.rows += len(window.rows)
         if window.last is not None:
@@ -121,7 +149,15 @@ class Incremental:
     def written(self, tx: Tx) -> None:
         """The closed window's rows were produced under ``tx``: store the ledger as it
         is now once Kafka acknowledged them."""
+        self.draining = None
         self._unsaved.append((tx, self.ledger.to_json()))
+
+    def supersede(self, topic: str, key: bytes | None) -> None:
+        """The stream wrote a record of ``key`` to ``topic``: the snapshot's row of it,
+        read or not yet written, is older."""
+        for window in (self.window, self.draining):
+            if window is not None and window.topic == topic:
+                window.supersede(key)
 
     def changed(self) -> None:
         """The ledger changed otherwise (a signal): store it once the chunks written
@@ -134,7 +170,8 @@ class Incremental:
         record = None
         while unsaved and unsaved[0][0].pending == 0:
             record = unsaved.popleft()[1]
-        if not unsaved and self._dirty:
+        # The ledger moved on with a closed window: not stored before its rows are.
+        if not unsaved and self._dirty and self.draining is None:
             record = self.ledger.to_json()
             self._dirty = False
         if record is not None:
@@ -143,7 +180,7 @@ class Incremental:
     @property
     def busy(self) -> bool:
         """A snapshot is under way."""
-        return bool(self.ledger.queue) or self.window is not None
+        return bool(self.ledger.queue) or self.window is not None or self.draining is not None
 
 
 def xid_precedes(a: int, b: int) -> bool:

@@ -174,14 +174,7 @@ class MysqlCapture(CaptureCore):
             key_names=keys,
             keep=cfg.column_filter(table.qualified).keeps,
         )
-        self.session.registrar.register(codec)
-        self.log.info(
-            "table schema registered",
-            table=table.qualified,
-            topic=codec.topic,
-            key_schema_id=codec.key_schema_id,
-            value_schema_id=codec.value_schema_id,
-        )
+        self.register(codec, table.qualified)
         codecs[table] = codec
         return codec
 
@@ -259,7 +252,6 @@ class MysqlCapture(CaptureCore):
             self.log.info("snapshot started", position=str(position), tables=len(cfg.tables))
             tracker = session.tracker
             tx = tracker.begin(None)
-            ack = tx.ack
             started_ms = int(time.time() * 1000)
             names = list(cfg.tables)
             for n, name in enumerate(names):
@@ -287,15 +279,8 @@ class MysqlCapture(CaptureCore):
                         pending = cur.fetchone()
                         flag = "last" if (last_table and pending is None) else "true"
                         now = encoded_ts(int(time.time() * 1000))
-                        try:
-                            value = codec.envelope("r", None, codec.row(row), sources[flag](0), now)
-                            key = codec.key(row)
-                        except CaptureError as exc:
-                            raw = json.dumps(row, default=str).encode()
-                            tx.produced(self.failed(name, raw, "snapshot", exc, ack))
+                        if not self.snapshot_row(codec, name, None, row, sources[flag](0), now, tx):
                             continue
-                        produce(producer, codec.topic, value, key, on_delivery=ack)
-                        tx.produced()
                         done += 1
                         if done % 1000 == 0:
                             producer.poll(0)
@@ -320,6 +305,9 @@ class MysqlCapture(CaptureCore):
             self.snapshot_finished()
         self.log.info("snapshot in Kafka", position=str(position))
         return position
+
+    def snapshot_raw(self, row: Any) -> tuple[bytes, str]:
+        return json.dumps(row, default=str).encode(), "mysql-row-json"
 
     def failed(self, table: str, raw: bytes, where: str, exc: CaptureError, ack: Any) -> int:
         """A row that did not convert: dead letter, skip or stop (``on_conversion_error``)."""
@@ -789,7 +777,6 @@ class _BinlogReader:
         capture = self.capture
         position: BinlogPosition = window.mark
         tx = self.tracker.begin(None)
-        ack = tx.ack
         producer = self.producer
         table = window.pending.table
         source = codec.source(
@@ -802,20 +789,9 @@ class _BinlogReader:
         )
         now = encoded_ts(int(time.time() * 1000))
         for key, row in window.rows.items():
-            try:
-                value = codec.envelope("r", None, codec.row(row), source(0), now)
-            except CaptureError as exc:
-                raw = json.dumps(row, default=str).encode()
-                tx.produced(capture.failed(table, raw, "snapshot", exc, ack))
-                continue
-            produce(producer, codec.topic, value, key, on_delivery=ack)
-            tx.produced()
-        for row in window.unkeyed:
-            try:
-                codec.key(row)
-            except CaptureError as exc:
-                raw = json.dumps(row, default=str).encode()
-                tx.produced(capture.failed(table, raw, "snapshot", exc, ack))
+            capture.snapshot_row(codec, table, key, row, source(0), now, tx)
+        for row in window.unkeyed:  # their key does not convert: dead letters
+            capture.snapshot_row(codec, table, None, row, source(0), now, tx)
         codec.events += len(window.rows)
         capture.stats.events[table] = capture.stats.events.get(table, 0) + len(window.rows)
         capture.commit(tx, self.position())

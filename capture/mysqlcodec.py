@@ -26,13 +26,12 @@ from bizevents.contracts.binary import (
     varint,
     zigzag,
 )
-from bizevents.contracts.technical import AVRO_OPS, AvroEncoder, EnvelopeSchemas, TableSchema
+from bizevents.contracts.technical import AvroEncoder, EnvelopeSchemas, TableSchema
 from bizevents.contracts.technical.source import AvroSourceWriter
 
 __all__ = ["MyTable", "MyTableCodec", "Row", "encoded_ts", "key_columns"]
 
 Row = Mapping[str, Any]
-#: Each operation code as Avro string bytes.
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,23 +286,3 @@ class MyTableCodec(RegisteredCodec):
             },
         )
         return encoded.head, encoded.tail
-
-    @property
-    def value_frame(self) -> bytes:
-        """The Confluent frame of the value schema (an envelope's first five bytes)."""
-        return self._value_frame
-
-    def envelope(
-        self, op: str, before: bytes | None, after: bytes | None, source: bytes, ts: bytes
-    ) -> bytes:
-        """A framed envelope; ``ts`` from :func:`bizevents.capture.encoding.encoded_ts`."""
-        return b"".join(
-            (
-                self._value_frame,
-                NULL_BRANCH if before is None else VALUE_BRANCH + before,
-                NULL_BRANCH if after is None else VALUE_BRANCH + after,
-                source,
-                AVRO_OPS[op],
-                ts,
-            )
-        )

@@ -1,6 +1,7 @@
 """What PostgreSQL's snapshot and stream share: the captured tables as the catalog
 describes them, the type mapper, the per-table codecs, and the slot's feedback."""
 
+import json
 import time
 from typing import Any, Final
 
@@ -36,6 +37,10 @@ class PgCore(CaptureCore):
 
     def ledger_source(self) -> str:
         return self.config.slot_name
+
+    def snapshot_raw(self, row: Any) -> tuple[bytes, str]:
+        # The values as PostgreSQL gave them: each type's text output.
+        return json.dumps(list(row)).encode(), "snapshot-text-json"
 
     def feedback(self, cursor: psycopg2.extras.ReplicationCursor, force: bool) -> None:
         """Confirm to the slot the newest position Kafka acknowledged (at most every
@@ -97,12 +102,5 @@ class PgCore(CaptureCore):
             keep=cfg.column_filter(relation.qualified_name).keeps,
             key_nullable=nullable,
         )
-        self.session.registrar.register(codec)
-        self.log.info(
-            "table schema registered",
-            table=relation.qualified_name,
-            topic=codec.topic,
-            key_schema_id=codec.key_schema_id,
-            value_schema_id=codec.value_schema_id,
-        )
+        self.register(codec, relation.qualified_name)
         return codec

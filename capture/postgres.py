@@ -381,16 +381,18 @@ def read_snapshot_rows(
 WATERMARK_PREFIX = "bizevents-watermark"
 
 
-def read_chunk(
+def open_chunk(
     conn: Connection,
     relation: Relation,
     key_names: Sequence[str],
     after: Sequence[str | None] | None,
     where: str | None,
     limit: int,
-) -> tuple[str, list[tuple[str | None, ...]]]:
+) -> tuple[str, Any]:
     """The next rows by key after ``after`` (every row meeting ``where``), at most
-    ``limit``, read in a transaction of their own: ``(its snapshot, the rows)``.
+    ``limit``, queried in a read-only repeatable-read transaction left open: ``(its
+    snapshot, the cursor holding the rows)``; the caller fetches them (a slice at a time:
+    each row's values are converted only then) and calls :func:`end_chunk`.
 
     ``pg_current_snapshot()`` says which transactions the rows include; each value is
     its type's text output, as the walsender sends it. ``conn`` is not in autocommit.
@@ -414,19 +416,49 @@ def read_chunk(
         keys,
         sql.Literal(limit),
     )
+    cur = conn.cursor()
     try:
-        with conn.cursor() as cur:
-            psycopg2.extensions.register_type(raw, cur)
-            cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            cur.execute("SELECT pg_current_snapshot()::text")
-            row = cur.fetchone()
-            cur.execute(query, params)
-            rows = list(cur.fetchall())
-        conn.commit()
+        psycopg2.extensions.register_type(raw, cur)
+        cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        cur.execute("SELECT pg_current_snapshot()::text")
+        row = cur.fetchone()
+        cur.execute(query, params)
     except BaseException:
+        cur.close()
         conn.rollback()
         raise
-    return str(row[0]) if row else "0:0:", rows
+    return (str(row[0]) if row else "0:0:"), cur
+
+
+def every_nth_row(
+    conn: Connection, relation: Relation, key_names: Sequence[str], every: int
+) -> list[tuple[str | None, ...]]:
+    """The 1st, ``every+1``-th, ... rows by key (where chunks of ``every`` rows start),
+    in one scan on the server; values as their type's text output."""
+    oids = {c.type_oid for c in relation.columns} | set(BUILTIN_TYPE_OIDS)
+    raw = psycopg2.extensions.new_type(tuple(sorted(oids)), "BIZEVENTS_RAW", _raw)
+    columns = sql.SQL(", ").join(sql.Identifier(c.name) for c in relation.columns)
+    query = sql.SQL(
+        "SELECT {cols} FROM (SELECT {cols}, row_number() OVER (ORDER BY {keys}) AS n "
+        "FROM ONLY {table}) numbered WHERE n % {every} = 1 ORDER BY n"
+    ).format(
+        cols=columns,
+        keys=sql.SQL(", ").join(sql.Identifier(k) for k in key_names),
+        table=sql.Identifier(relation.namespace, relation.name),
+        every=sql.Literal(every),
+    )
+    with conn.cursor() as cur:
+        psycopg2.extensions.register_type(raw, cur)
+        cur.execute(query)
+        rows = list(cur.fetchall())
+    conn.rollback()
+    return rows
+
+
+def end_chunk(conn: Connection, cur: Any) -> None:
+    """The chunk's rows were fetched (or are given up): its transaction ends."""
+    cur.close()
+    conn.rollback()  # read only: nothing to commit
 
 
 def emit_watermark(conn: Connection, content: str) -> int:

@@ -1,15 +1,12 @@
 """The initial snapshot: every table read in the slot's exported snapshot, as op ``r``."""
 
-import json
 import time
 
 from bizevents.capture import postgres as pg
 from bizevents.capture.core import Stop
 from bizevents.capture.encoding import encoded_ts
-from bizevents.capture.exceptions import CaptureError
 from bizevents.capture.pgcore import PgCore
 from bizevents.capture.pgoutput import format_lsn
-from bizevents.plumbing.kafka import produce
 
 __all__ = ["Snapshotting"]
 
@@ -32,16 +29,7 @@ class Snapshotting(PgCore):
             last_oid = next((i.oid for i in reversed(infos) if counts[i.oid]), None)
             tracker = session.tracker
             tx = tracker.begin(None)
-            ack = tx.ack
-
-            def dead_letter(
-                topic: str,
-                key: bytes | None,
-                value: bytes,
-                headers: list[tuple[str, str | bytes | None]],
-            ) -> None:
-                produce(producer, topic, value, key, headers=headers, on_delivery=ack)
-
+            row = self.snapshot_row
             started_ms = int(time.time() * 1000)
             self.log.info("snapshot started", tables=len(infos), rows=sum(counts.values()))
             for info in infos:
@@ -55,26 +43,12 @@ class Snapshotting(PgCore):
                 )
                 total = counts[info.oid]
                 done = 0
-                topic = codec.topic
-                row_of, key_of, envelope = codec.row, codec.key, codec.envelope
                 for rows in pg.read_snapshot_rows(conn, info.relation, cfg.snapshot_fetch_rows):
                     now_ms = encoded_ts(int(time.time() * 1000))
                     for values in rows:
                         done += 1
                         s = last_src if (done == total and info.oid == last_oid) else src
-                        try:
-                            value = envelope("r", None, row_of(values), s, now_ms)
-                            key = key_of(values)
-                        except CaptureError as exc:
-                            raw = json.dumps(list(values)).encode()
-                            tx.produced(
-                                self.conversion_failed(
-                                    table, raw, "snapshot", "snapshot-text-json", exc, dead_letter
-                                )
-                            )
-                            continue
-                        produce(producer, topic, value, key, on_delivery=ack)
-                        tx.produced()
+                        row(codec, table, None, values, s, now_ms, tx)
                     codec.events += len(rows)
                     self.stats.snapshot_rows[table] = done
                     self.stats.events[table] = codec.events

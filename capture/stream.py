@@ -2,13 +2,13 @@
 
 Step 3 of :mod:`bizevents.capture.runner`."""
 
-import json
 import select
 import time
 import uuid
 from collections import deque
 from collections.abc import Callable
 from contextlib import suppress
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg2
@@ -43,7 +43,26 @@ from bizevents.plumbing.kafka import produce
 
 __all__ = ["Streaming"]
 
+
+@dataclass(slots=True)
+class _Drain:
+    """A closed window's rows being written, a slice per turn of the loop."""
+
+    window: Window
+    #: The keys of its rows at the closing point, in key order.
+    keys: list[bytes]
+    tx: Tx
+    source: Any
+    ts: bytes
+    next: int = 0
+    #: Rows not superseded: written, or dead-lettered.
+    written: int = 0
+
+
 _POLL_EVERY = 512  # messages between producer polls on a busy stream
+#: Rows of an incremental snapshot's chunk converted or written per turn of the loop:
+#: a stream change waits for one slice at most, not for a whole chunk.
+_SLICE = 128
 
 
 class Streaming(PgCore):
@@ -260,6 +279,12 @@ class _SlotReader:
         self.signal_table = capture.config.signal_table
         #: The LSN of the watermark read in the open transaction (closes at its commit).
         self.closing_at: int | None = None
+        #: The open window's chunk being fetched: its window, the query's cursor, and
+        #: where the key's columns are in a row.
+        self.reading: tuple[Window, Any, list[int]] | None = None
+        #: The closed window's rows being written: the window, its keys in order, the
+        #: next one's index, and how they are written (tx, source, timestamp).
+        self.drain: _Drain | None = None
 
     def send(
         self,
@@ -278,11 +303,8 @@ class _SlotReader:
             headers=headers,
             on_delivery=self.ack,
         )
-        inc = self.inc
-        if inc is not None:
-            window = inc.window
-            if window is not None and topic == window.topic:
-                window.supersede(key)
+        if self.inc is not None:
+            self.inc.supersede(topic, key)
 
     def run(self) -> None:
         try:
@@ -304,13 +326,13 @@ class _SlotReader:
             msg = read()
             if msg is None:
                 self.poll()
-                self.snapshot_step()
+                more = self.snapshot_step()
                 now = time.monotonic()
                 if now - last_heartbeat >= cfg.heartbeat_interval_s:
                     capture.heartbeat(self.side)
                     last_heartbeat = now
                 with suppress(InterruptedError):
-                    select.select([self.cursor], [], [], 0.2)
+                    select.select([self.cursor], [], [], 0 if more else 0.2)
                 continue
             m = decode(msg.payload)
             handler = handlers.get(m.__class__)
@@ -320,6 +342,7 @@ class _SlotReader:
             if since_poll >= _POLL_EVERY:
                 since_poll = 0
                 self.poll()
+                self.snapshot_step()  # a stream that never idles still lets it go on
                 in_flight = self.tracker.in_flight
                 if (in_flight >= cfg.max_in_flight and self.tx is None) or (
                     # A huge transaction: pause inside it too (its events stay unconfirmed).
@@ -410,18 +433,30 @@ class _SlotReader:
 
     # -- incremental snapshots (bizevents.capture.incremental) -----------------------------
 
-    def snapshot_step(self) -> None:
-        """With the stream caught up (called when the slot has nothing to read) and no
-        window open: read the next chunk of the snapshot under way and write its closing
-        watermark. Only then: the stream's changes go first, a chunk fills the gaps."""
+    def snapshot_step(self) -> bool:
+        """One slice of the incremental snapshot's work, between transactions (called
+        when the slot has nothing to read, and now and then on a busy stream): write a
+        slice of the closed window's rows, or fetch a slice of the open one's chunk (its
+        closing watermark once all are fetched), or start the next chunk's query. The
+        stream's changes go first; a chunk fills the gaps. Whether more work is ready
+        (the loop then does not wait for the slot)."""
         inc = self.inc
         if inc is None or self.tx is not None or self.capture.stopping:
-            return
+            return False
+        if self.drain is not None:
+            self.drain_slice()
+            return True
+        if self.reading is not None:
+            if self.reading[0] is not inc.window:  # stopped, or dropped to be read again
+                self.end_read()
+            else:
+                self.read_slice()
+                return self.reading is not None
         if self.tracker.in_flight >= self.capture.config.max_in_flight // 2:
-            return  # Kafka first
+            return False  # Kafka first
         pending = inc.next()
         if pending is None:
-            return
+            return False
         capture = self.capture
         info = capture.info_named(pending.table)
         if info is None or info.key_nullable:
@@ -433,7 +468,7 @@ class _SlotReader:
             )
             inc.ledger.queue.remove(pending)
             inc.changed()
-            return
+            return False
         codec = self.codecs.get(info.oid)
         if codec is None:
             codec = self.codecs[info.oid] = capture.codec(info.relation, info)
@@ -441,7 +476,7 @@ class _SlotReader:
             self.chunks = pg.connect(
                 capture.endpoints.dsn, autocommit=False, application="bizevents-snapshot"
             )
-        snapshot, rows = pg.read_chunk(
+        snapshot, cursor = pg.open_chunk(
             self.chunks,
             info.relation,
             info.key_names,
@@ -453,21 +488,42 @@ class _SlotReader:
         if not all(sees(x) for x in self.recent):
             # A change the topic already holds is not in the chunk (it committed, but
             # was not visible yet): the chunk would be older than the topic.
+            pg.end_chunk(self.chunks, cursor)
             inc.retry_later()
-            return
-        window = Window(pending, codec.topic, uuid.uuid4().hex, codec=codec)
+            return False
+        # Open from now on: every later stream record of the table supersedes its row.
+        window = Window(pending, codec.topic, uuid.uuid4().hex, codec=codec, reading=True)
+        inc.open(window)
         names = [c.name for c in info.relation.columns]
-        at = [names.index(k) for k in info.key_names]
+        self.reading = (window, cursor, [names.index(k) for k in info.key_names])
+        return True
+
+    def read_slice(self) -> None:
+        """Convert a slice of the open chunk's rows; after the last, end its transaction
+        and write the closing watermark."""
+        assert self.reading is not None and self.inc is not None
+        window, cursor, at = self.reading
+        codec: TableCodec = window.codec
+        rows = cursor.fetchmany(_SLICE)
         for values in rows:
             try:
-                window.rows[codec.key(values)] = values
+                window.fetched(codec.key(values), values)
             except CaptureError:
                 window.unkeyed.append(values)
         if rows:
             window.last = [rows[-1][i] for i in at]
-        window.full = len(rows) >= inc.chunk_rows
-        inc.open(window)
+        if cursor.rownumber < cursor.rowcount:
+            return
+        window.full = cursor.rowcount >= self.inc.chunk_rows
+        self.end_read()
+        window.reading = False
+        window.gone.clear()
         pg.emit_watermark(self.side, window.mark)
+
+    def end_read(self) -> None:
+        assert self.reading is not None and self.chunks is not None
+        pg.end_chunk(self.chunks, self.reading[1])
+        self.reading = None
 
     def on_signal_row(self, m: Insert) -> None:
         """A row inserted into the signal table: a signal, in its place in the stream."""
@@ -490,60 +546,52 @@ class _SlotReader:
             return
         if self.tx is None:
             self.close_window(m.lsn)
-            self.snapshot_step()
         else:
             self.closing_at = m.lsn  # at its transaction's commit
 
     def close_window(self, lsn: int) -> None:
-        """The chunk's watermark arrived: its rows the stream did not supersede go out."""
+        """The chunk's watermark arrived: its rows the stream did not supersede go out,
+        a slice at a time (:meth:`drain_slice`); the stream supersedes them until then."""
         inc = self.inc
         assert inc is not None
         window = inc.close()
         codec: TableCodec = window.codec
-        capture = self.capture
-        tracker = self.tracker
-        tx = tracker.begin(None)
-        producer = self.producer
-        ack = tx.ack
+        tx = self.tracker.begin(None)
+        # Committed at once, at no position: the stream's transactions that follow
+        # confirm theirs without waiting for the rows; the ledger waits for them.
+        self.tracker.commit(tx, 0)
         now = int(time.time() * 1000)
         src = codec.source(now, now * 1000, INCREMENTAL, None).with_long(lsn)
-        ts = encoded_ts(now)
+        self.drain = _Drain(window, list(window.rows), tx, src, encoded_ts(now))
+
+    def drain_slice(self) -> None:
+        """Write a slice of the closed window's rows; after the last, its dead letters,
+        and the ledger's progress once Kafka acknowledged them all."""
+        drain, inc = self.drain, self.inc
+        assert drain is not None and inc is not None
+        window, tx = drain.window, drain.tx
+        codec: TableCodec = window.codec
+        capture = self.capture
         table = window.pending.table
-
-        def dead_letter(
-            topic: str, key: bytes | None, value: bytes, headers: list[tuple[str, Any]]
-        ) -> None:
-            produce(producer, topic, value, key, headers=headers, on_delivery=ack)
-
-        for key, values in window.rows.items():
-            try:
-                value = codec.envelope("r", None, codec.row(values), src, ts)
-            except CaptureError as exc:
-                raw = json.dumps(list(values)).encode()
-                tx.produced(
-                    capture.conversion_failed(
-                        table, raw, "snapshot", "snapshot-text-json", exc, dead_letter
-                    )
-                )
-                continue
-            produce(producer, window.topic, value, key, on_delivery=ack)
-            tx.produced()
-        for values in window.unkeyed:
-            try:
-                codec.key(values)
-            except CaptureError as exc:
-                raw = json.dumps(list(values)).encode()
-                tx.produced(
-                    capture.conversion_failed(
-                        table, raw, "snapshot", "snapshot-text-json", exc, dead_letter
-                    )
-                )
-        codec.events += len(window.rows)
+        keys = drain.keys
+        end = min(drain.next + _SLICE, len(keys))
+        rows = window.rows
+        for key in keys[drain.next : end]:
+            values = rows.pop(key, None)
+            if values is not None:  # None: superseded by the stream since it closed
+                capture.snapshot_row(codec, table, key, values, drain.source, drain.ts, tx)
+                drain.written += 1
+        drain.next = end
+        if end < len(keys):
+            return
+        self.drain = None
+        for values in window.unkeyed:  # their key does not convert: dead letters
+            capture.snapshot_row(codec, table, None, values, drain.source, drain.ts, tx)
+        codec.events += drain.written
         capture.stats.events[table] = codec.events
-        tracker.commit(tx, 0)
         inc.written(tx)
-        producer.poll(0)
-        inc.store_acknowledged(producer)  # the chunks before, now acknowledged
+        self.producer.poll(0)
+        inc.store_acknowledged(self.producer)  # the chunks before, now acknowledged
         if not window.full:
             capture.log.info(
                 "incremental snapshot done",
@@ -577,6 +625,10 @@ class _SlotReader:
     def on_truncate(self, m: Truncate, msg: Any) -> None:
         for relation in m.relations:
             self.drop_window(relation.oid)
+            drain = self.drain
+            codec = self.codecs.get(relation.oid)
+            if drain is not None and codec is not None and drain.window.topic == codec.topic:
+                drain.window.rows.clear()  # rows of before the truncate: not to follow it
         for relation in m.relations:
             codec = self.codecs[relation.oid]
             if not self.capture.config.truncate_events:

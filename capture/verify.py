@@ -11,11 +11,19 @@ of the digests on both sides; a chunk whose counts or checksums differ is looked
 by key: **missing** (in the table, not in the topic), **differs** (both, not equal),
 **extra** (in the topic, not in the table; listed after the last chunk).
 
+Each differing key comes with the positions between which it changed: the topic's last
+record of the key (its partition and offset, and the source's position: LSN, or binlog
+file:pos and GTID; for a missing key the delete or tombstone that removed it, if any)
+and the database's position at which its chunk was read (MariaDB: the binlog position
+the chunk's consistent snapshot matches; PostgreSQL: the WAL's insert position right
+after the chunk's read, a bound the chunk's snapshot is at or before).
+
 A row that changed after capture's position when the topic was read is not a gap: the
 differing keys are checked again, table and topic, once capture has passed the
 database's position of that moment (up to ``rechecks`` times).
 
-Memory: one digest (and the key) per row of the topic; one chunk of the table.
+Memory: one digest (and the key) per row of the topic, and one position per key the
+topic deleted; one chunk of the table.
 """
 
 from __future__ import annotations
@@ -31,13 +39,23 @@ from psycopg2 import sql
 
 from bizevents.capture import postgres as pg
 from bizevents.capture.encoding import encoded_ts
-from bizevents.contracts.envelope import ChangeEvent, Tombstone
+from bizevents.contracts.envelope import ChangeEvent, MySqlPosition, PgPosition, Position, Tombstone
 from bizevents.contracts.technical import AvroDecoder
 
 #: A key as a canonical tuple of ``(column, value)``.
 Key = tuple[tuple[str, Any], ...]
 
-__all__ = ["Difference", "Report", "TopicRow", "compare", "digest_of", "key_of", "topic_state"]
+__all__ = [
+    "Difference",
+    "Report",
+    "TableChunk",
+    "TopicRow",
+    "TopicState",
+    "compare",
+    "digest_of",
+    "key_of",
+    "topic_state",
+]
 
 #: The schema ids of verify's own encoding of database rows (never registered: the
 #: decoder is given their schemas directly).
@@ -73,11 +91,32 @@ class TopicRow:
 
 
 @dataclass(slots=True)
+class TopicState:
+    """A topic read to its end: the latest row per key, and where each key that is no
+    longer there was removed (its delete or tombstone)."""
+
+    rows: dict[Key, TopicRow] = field(default_factory=dict)
+    gone: dict[Key, str] = field(default_factory=dict)
+    read: int = 0
+
+
+@dataclass(slots=True)
+class TableChunk:
+    """Rows of the table read together, and the database's position of that read."""
+
+    rows: list[tuple[Key, list[Any], bytes]]
+    position: str
+
+
+@dataclass(slots=True)
 class Difference:
     key: Key
     kind: Literal["missing", "differs", "extra"]
-    #: The topic's record of the key (``partition/offset``, the source's position).
+    #: The topic's last record of the key (``partition/offset``, the source's
+    #: position); ``None`` when the topic has no record of it.
     topic_position: str | None
+    #: The database's position when the key's side of the table was read.
+    database_position: str = ""
 
 
 @dataclass(slots=True)
@@ -90,22 +129,51 @@ class Report:
     differing_chunks: list[tuple[list[Any], list[Any]]] = field(default_factory=list)
     differences: list[Difference] = field(default_factory=list)
     records_read: int = 0
+    #: The database's position at the last chunk's read.
+    database_position: str = ""
 
     @property
     def ok(self) -> bool:
         return not self.differences
 
 
-def _position(event: ChangeEvent) -> str:
-    pos = event.source.position
-    return str(pos) if pos is not None else ""
+def source_position(pos: Position | None) -> str:
+    """A change's position in its source's log as an operator reads it."""
+    if isinstance(pos, MySqlPosition):
+        return f"{pos.file}:{pos.pos}" + (f" GTID {pos.gtid}" if pos.gtid else "")
+    if isinstance(pos, PgPosition) and pos.lsn is not None:
+        return f"LSN {pos}"
+    return "no source position"
 
 
-def topic_state(
-    kafka: dict[str, Any], topic: str, decoder: AvroDecoder
-) -> tuple[dict[Key, TopicRow], int]:
-    """The latest state per key of ``topic``, read to its end (compaction's semantics);
-    and the number of records read."""
+def _where(partition: int, offset: int, what: str) -> str:
+    return f"partition {partition} offset {offset}: {what}"
+
+
+def entry_of(
+    decoded: ChangeEvent | Tombstone, partition: int, offset: int
+) -> tuple[
+    Literal["row", "delete", "tombstone", "truncate", "none"], Key | None, bytes | None, str
+]:
+    """What one record of a technical topic says: ``(kind, the key, the row's digest,
+    where it stands)``; ``row`` sets the key, ``delete`` and ``tombstone`` remove it,
+    ``truncate`` empties the partition before it, ``none`` says nothing of a key."""
+    if isinstance(decoded, Tombstone):
+        return "tombstone", key_of(decoded.key), None, _where(partition, offset, "tombstone")
+    at = source_position(decoded.source.position)
+    if decoded.op == "t":
+        return "truncate", None, None, _where(partition, offset, f"truncate at {at}")
+    if decoded.key is None:
+        return "none", None, None, ""
+    if decoded.after is None:
+        return "delete", key_of(decoded.key), None, _where(partition, offset, f"delete at {at}")
+    where = _where(partition, offset, f"{decoded.op} at {at}")
+    return "row", key_of(decoded.key), digest_of(decoded.after), where
+
+
+def topic_state(kafka: dict[str, Any], topic: str, decoder: AvroDecoder) -> TopicState:
+    """The latest state per key of ``topic``, read to its end (compaction's semantics),
+    where the removed keys went, and the number of records read."""
     consumer = Consumer(
         {
             **kafka,
@@ -114,13 +182,14 @@ def topic_state(
             "enable.partition.eof": True,
         }
     )
-    state: dict[Key, TopicRow] = {}
+    found = TopicState()
+    state = found.rows
+    gone = found.gone
     by_partition: dict[int, set[Key]] = {}
-    read = 0
     try:
         meta = consumer.list_topics(topic, timeout=10).topics.get(topic)
         if meta is None or meta.error is not None:
-            return state, 0
+            return found
         ends = {}
         for p in meta.partitions:
             _low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
@@ -146,37 +215,28 @@ def topic_state(
                     continue
                 offset = msg.offset() or 0
                 at[p] = offset + 1
-                read += 1
+                found.read += 1
                 decoded = decoder.decode(msg.key(), msg.value())
+                kind, k, digest, where = entry_of(decoded, p, offset)
                 keys = by_partition.setdefault(p, set())
-                if isinstance(decoded, Tombstone):
-                    k = key_of(decoded.key)
-                    state.pop(k, None)
-                    keys.discard(k)
-                    continue
-                if decoded.op == "t":
-                    for k in keys:
-                        state.pop(k, None)
+                if kind == "truncate":
+                    for gone_key in keys:
+                        state.pop(gone_key, None)
+                        gone[gone_key] = where
                     keys.clear()
-                    continue
-                if decoded.key is None:
-                    continue
-                k = key_of(decoded.key)
-                if decoded.after is None:
-                    state.pop(k, None)
-                    keys.discard(k)
-                else:
-                    where = f"{p}/{offset} ({_position(decoded)})"
-                    state[k] = TopicRow(digest_of(decoded.after), where)
+                elif kind == "row":
+                    assert k is not None and digest is not None
+                    state[k] = TopicRow(digest, where)
+                    gone.pop(k, None)
                     keys.add(k)
-        return state, read
+                elif k is not None:  # removed: a delete, or a tombstone
+                    # A tombstone after its delete: the delete says more (its position).
+                    if state.pop(k, None) is not None or k not in gone or kind == "delete":
+                        gone[k] = where
+                    keys.discard(k)
+        return found
     finally:
         consumer.close()
-
-
-#: A chunk of the table: each row's canonical key, its key as text (for a repair's
-#: condition) and its digest.
-Chunk = list[tuple[Key, list[Any], bytes]]
 
 
 def _xor(digests: Iterable[bytes]) -> int:
@@ -186,15 +246,16 @@ def _xor(digests: Iterable[bytes]) -> int:
     return acc
 
 
-def compare(
-    report: Report,
-    topic: dict[Key, TopicRow],
-    chunks: Iterator[Chunk],
-) -> None:
+def compare(report: Report, found: TopicState, chunks: Iterator[TableChunk]) -> None:
     """Compare the table's chunks with the topic's state; fills ``report``. The topic's
     keys left when the table ends are the extra ones."""
+    topic = found.rows
     seen: set[Key] = set()
-    for chunk in chunks:
+    for table_chunk in chunks:
+        chunk = table_chunk.rows
+        at = report.database_position = table_chunk.position
+        if not chunk:
+            continue
         report.chunks += 1
         report.rows += len(chunk)
         present = [(k, topic.get(k)) for k, _text, _d in chunk]
@@ -208,13 +269,14 @@ def compare(
         report.differing_chunks.append((chunk[0][1], chunk[-1][1]))
         for (k, _text, d), (_k, t) in zip(chunk, present, strict=True):
             if t is None:
-                report.differences.append(Difference(k, "missing", None))
+                report.differences.append(Difference(k, "missing", found.gone.get(k), at))
             elif t.digest != d:
-                report.differences.append(Difference(k, "differs", t.position))
+                report.differences.append(Difference(k, "differs", t.position, at))
     report.topic_rows = len(topic)
     for k, t in topic.items():
         if k not in seen:
-            report.differences.append(Difference(k, "extra", t.position))
+            # Its key range was read by some chunk; the last one's position bounds them all.
+            report.differences.append(Difference(k, "extra", t.position, report.database_position))
 
 
 def wait_until(passed: Callable[[], bool], timeout_s: float) -> bool:
@@ -248,6 +310,25 @@ class PgTable:
         names = [c.name for c in info.relation.columns]
         self._key_at = [names.index(k) for k in info.key_names]
 
+    def _read(self, after: list[Any] | None, where: str | None, limit: int) -> list[Any]:
+        """Rows by key, in a consistent read of their own."""
+        info = self.info
+        _snapshot, cur = pg.open_chunk(
+            self.conn, info.relation, info.key_names, after, where, limit
+        )
+        try:
+            return list(cur.fetchall())
+        finally:
+            pg.end_chunk(self.conn, cur)
+
+    def _wal_position(self) -> str:
+        """The WAL's insert position now: the chunk just read is at or before it."""
+        with self.conn.cursor() as cur:
+            cur.execute("SELECT pg_current_wal_insert_lsn()::text")
+            row = cur.fetchone()
+        self.conn.commit()
+        return f"LSN {row[0]}"
+
     def row(self, values: tuple[str | None, ...]) -> tuple[Key, list[Any], bytes]:
         codec = self.codec
         value = codec.envelope("r", None, codec.row(values), self._source, 0)
@@ -255,28 +336,22 @@ class PgTable:
         assert isinstance(decoded, ChangeEvent) and decoded.after is not None
         return key_of(decoded.key), [values[i] for i in self._key_at], digest_of(decoded.after)
 
-    def chunks(self, rows: int) -> Iterator[Chunk]:
+    def chunks(self, rows: int) -> Iterator[TableChunk]:
         """The table in chunks of ``rows`` keys, in key order."""
         after: list[Any] | None = None
         while True:
-            _snapshot, got = pg.read_chunk(
-                self.conn, self.info.relation, self.info.key_names, after, None, rows
-            )
-            if not got:
-                return
-            chunk = [self.row(v) for v in got]
+            got = self._read(after, None, rows)
+            chunk = TableChunk([self.row(v) for v in got], self._wal_position())
             yield chunk
-            after = chunk[-1][1]
             if len(got) < rows:
                 return
+            after = chunk.rows[-1][1]
 
-    def rows_for(self, keys: list[Key]) -> Chunk:
+    def rows_for(self, keys: list[Key]) -> TableChunk:
         """The rows of these keys as the table has them now."""
-        if not keys:
-            return []
         names = list(self.info.key_names)
         values = [[dict(k)[n] for n in names] for k in keys]
-        out: Chunk = []
+        out: list[tuple[Key, list[Any], bytes]] = []
         for start in range(0, len(values), 500):
             batch = values[start : start + 500]
             cond = sql.SQL("({}) IN ({})").format(
@@ -286,16 +361,27 @@ class PgTable:
                     for row in batch
                 ),
             )
-            _s, got = pg.read_chunk(
-                self.conn,
-                self.info.relation,
-                self.info.key_names,
-                None,
-                cond.as_string(self.conn),
-                len(batch),
-            )
+            got = self._read(None, cond.as_string(self.conn), len(batch))
             out.extend(self.row(v) for v in got)
-        return out
+        return TableChunk(out, self._wal_position())
+
+    def boundaries(self, every: int) -> list[tuple[Key, list[Any]]]:
+        """Where the table's chunks of ``every`` rows start: each first row's key."""
+        rows = pg.every_nth_row(self.conn, self.info.relation, self.info.key_names, every)
+        return [(k, text) for k, text, _digest in (self.row(v) for v in rows)]
+
+    def between(self, low: list[Any] | None, high: list[Any] | None) -> TableChunk:
+        """The rows whose key is at or after ``low`` and before ``high`` (``None``: no
+        bound), in a consistent read of their own."""
+        keys = sql.SQL(", ").join(sql.Identifier(n) for n in self.info.key_names)
+        parts = []
+        for op, bound in ((">=", low), ("<", high)):
+            if bound is not None:
+                values = sql.SQL(", ").join(sql.Literal(v) for v in bound)
+                parts.append(sql.SQL("({}) " + op + " ({})").format(keys, values))
+        where = sql.SQL(" AND ").join(parts).as_string(self.conn) if parts else None
+        rows = self._read(None, where, 2**62)
+        return TableChunk([self.row(v) for v in rows], self._wal_position())
 
     def range_condition(self, low: list[Any], high: list[Any]) -> str:
         """The SQL condition of the keys from ``low`` to ``high`` (inclusive)."""
@@ -334,47 +420,86 @@ class MyTable:
         assert isinstance(decoded, ChangeEvent) and decoded.after is not None
         return key_of(decoded.key), [values[k] for k in codec.key_names], digest_of(decoded.after)
 
-    def chunks(self, rows: int) -> Iterator[Chunk]:
+    def chunks(self, rows: int) -> Iterator[TableChunk]:
         from bizevents.capture import mysql as my
 
         after: list[Any] | None = None
         while True:
-            _position, got = my.read_chunk(
+            position, got = my.read_chunk(
                 self.conn, self.database, self.name, self.codec.key_names, after, None, rows
             )
-            if not got:
-                return
-            chunk = [self.row(v) for v in got]
+            chunk = TableChunk([self.row(v) for v in got], binlog_position(position))
             yield chunk
-            after = chunk[-1][1]
             if len(got) < rows:
                 return
+            after = chunk.rows[-1][1]
 
     def _literal(self, value: Any) -> str:
         return str(self.conn.escape(value))
 
-    def rows_for(self, keys: list[Key]) -> Chunk:
+    def rows_for(self, keys: list[Key]) -> TableChunk:
         from bizevents.capture import mysql as my
 
-        if not keys:
-            return []
         names = list(self.codec.key_names)
         cols = ", ".join(f"`{n}`" for n in names)
-        out: Chunk = []
+        out: list[tuple[Key, list[Any], bytes]] = []
+        position = my.master_position(self.conn)
         for start in range(0, len(keys), 500):
             batch = keys[start : start + 500]
             tuples = ", ".join(
                 "(" + ", ".join(self._literal(dict(k)[n]) for n in names) + ")" for k in batch
             )
-            _p, got = my.read_chunk(
+            position, got = my.read_chunk(
                 self.conn, self.database, self.name, self.codec.key_names, None,
                 f"({cols}) IN ({tuples})", len(batch),
             )  # fmt: skip
             out.extend(self.row(v) for v in got)
-        return out
+        return TableChunk(out, binlog_position(position))
 
     def range_condition(self, low: list[Any], high: list[Any]) -> str:
         cols = ", ".join(f"`{n}`" for n in self.codec.key_names)
         a = ", ".join(self._literal(v) for v in low)
         b = ", ".join(self._literal(v) for v in high)
         return f"(({cols}) >= ({a}) AND ({cols}) <= ({b}))"
+
+
+def binlog_position(position: Any) -> str:
+    """A MariaDB binlog position (``capture.mysql.BinlogPosition``) as verify prints it."""
+    gtid = f" GTID {position.gtid}" if position.gtid else ""
+    return f"{position.file}:{position.pos}{gtid}"
+
+
+def pg_tables(
+    side: Any, chunks: Any, config: Any, names: list[str], lookup: Callable[[int], str]
+) -> list[tuple[str, str, PgTable]]:
+    """``(table, topic, reader)`` of each PostgreSQL table to verify (``names``, else the
+    capture's tables, else its publication's): the catalog read on ``side``, the rows on
+    ``chunks`` (not in autocommit), each row through the codec capture writes it with."""
+    from bizevents.capture.encoding import TableCodec
+    from bizevents.capture.pgtypes import PgTypeMapper, enum_types_from_rows
+
+    with side.cursor() as cur:
+        cur.execute("SELECT current_database()")
+        database = str(cur.fetchone()[0])
+    names = (
+        names or list(config.tables) or pg.publication_tables(side, config.publication_name) or []
+    )
+    labels, arrays = enum_types_from_rows(pg.load_enum_rows(side))
+    types = PgTypeMapper(
+        enum_labels=labels, array_elements=arrays, unknown_as_text=config.unknown_as_text
+    )
+    readers = []
+    for info in pg.describe_tables(side, names):
+        topic = f"{config.prefix}.{info.relation.namespace}.{info.relation.name}"
+        codec = TableCodec(
+            server=config.server,
+            database=database,
+            topic=topic,
+            relation=info.relation,
+            key_names=info.key_names,
+            types=types,
+            keep=config.column_filter(info.qualified).keeps,
+            key_nullable=info.key_nullable,
+        )
+        readers.append((info.qualified, topic, PgTable(chunks, info, codec, lookup)))
+    return readers

@@ -4,6 +4,7 @@ added to a capture that already ran gets all its rows, interleaved with the binl
 from __future__ import annotations
 
 import random
+import re
 import subprocess
 import sys
 import threading
@@ -245,4 +246,114 @@ def test_verify_finds_a_planted_gap_in_a_mariadb_table_and_repair_closes_it(
         run.wait_position(db.binlog_end())
         after = verify("--chunk-rows", "500")
         assert after.returncode == 0, after.stdout + after.stderr
+        run.stop()
+
+
+def test_verify_finds_the_rows_changed_while_capture_was_stopped_and_its_position_lost(
+    db: MyDb, tmp_path: Path
+) -> None:
+    """MariaDB's planted gap: capture runs and stops; its stored binlog position is
+    lost (tombstoned, as after a purged binlog and a new offsets topic); rows are
+    inserted, updated and deleted; capture starts again at the binlog's end without a
+    snapshot. Verify names every one of those keys and exits 1; ``--repair`` brings the
+    inserts and updates back; the deletes stay extra until tombstoned by hand; then 0."""
+    from confluent_kafka import Producer
+
+    from bizevents.contracts.binary import zigzag
+    from tests.capture.capture_helpers import cli_env
+    from tests.capture.test_verify import records_by_id, wait_repaired
+
+    db.sql("CREATE TABLE t (id INT PRIMARY KEY, v INT, note VARCHAR(20))")
+    with db.conn.cursor() as cur:
+        cur.executemany(
+            "INSERT INTO t VALUES (%s, %s, %s)", [(i, i * 2, f"row {i}") for i in range(1, 1201)]
+        )
+    config_file = tmp_path / "capture.toml"
+    config_file.write_text(
+        f'server = "{db.server}"\ndsn = "{db.dsn}"\ntables = ["{db.name}.t"]\npartitions = 2\n'
+    )
+
+    def verify(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "bizevents", "verify", "--config", str(config_file), *args],
+            env=cli_env(db.endpoints),
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+
+    first = db.config(["t"], partitions=2)
+    with in_process(first, db.capture_endpoints(tmp_path)) as run:
+        run.wait_snapshot()
+        db.sql("UPDATE t SET v = -1 WHERE id % 250 = 0")
+        run.wait_position(db.binlog_end())
+        run.stop()
+    kafka = {"bootstrap.servers": db.endpoints.bootstrap_servers}
+    store = StateStore(kafka, first.offsets_topic_name, first.server)
+    store.write_acknowledged(Producer(kafka), store.position_key(), None)
+    assert db.stored_offset(first) is None
+
+    inserted = list(range(1201, 1206))
+    updated = [5, 600, 1100]
+    deleted = [10, 900]
+    with db.conn.cursor() as cur:
+        cur.executemany("INSERT INTO t VALUES (%s, %s, 'late')", [(i, i) for i in inserted])
+    db.sql("UPDATE t SET note = 'changed' WHERE id IN (5, 600, 1100)")
+    db.sql("DELETE FROM t WHERE id IN (10, 900)")
+
+    again = db.config(["t"], partitions=2, snapshot="never")
+    with in_process(again, db.capture_endpoints(tmp_path)) as run:
+        run.wait_snapshot()
+        db.sql("INSERT INTO t VALUES (3000, 3000, 'after the restart')")
+        run.wait_position(db.binlog_end())
+
+        found = verify("--chunk-rows", "500", "--rechecks", "1")
+        assert found.returncode == 1, found.stdout + found.stderr
+        assert "Traceback" not in found.stderr
+        lines = [line.strip() for line in found.stdout.splitlines()]
+        expected = (
+            [f"missing id={i}:" for i in inserted]
+            + [f"differs id={i}:" for i in updated]
+            + [f"extra id={i}:" for i in deleted]
+        )
+        for start in expected:
+            assert any(line.startswith(start) for line in lines), (start, found.stdout)
+        assert f"{len(expected)} differences" in found.stdout, found.stdout
+        assert "1204 rows in 3 chunks" in found.stdout, found.stdout
+        # Each key with the positions between which it changed: the topic's last record
+        # (binlog file:pos, GTID) and the binlog position the chunk's snapshot matched.
+        binlog = r"([\w.-]+):(\d+)(?: GTID [\d,-]+)?"
+        for i in updated + deleted:
+            kind = "differs" if i in updated else "extra"
+            line = next(x for x in lines if x.startswith(f"{kind} id={i}:"))
+            got = re.search(
+                rf"last record of it \(partition \d+ offset \d+: r at {binlog}\) "
+                rf"and the database at {binlog}$",
+                line,
+            )
+            assert got is not None, line
+            topic_at = (got.group(1), int(got.group(2)))
+            assert topic_at < (got.group(3), int(got.group(4))), line
+        for i in inserted:
+            line = next(x for x in lines if x.startswith(f"missing id={i}:"))
+            assert re.search(rf"holds no record of this key\) and the database at {binlog}$", line)
+
+        repaired = verify("--chunk-rows", "500", "--repair")
+        assert repaired.returncode == 1 and "repair: signal" in repaired.stdout, repaired.stdout
+        wait_repaired(run)
+        run.wait_position(db.binlog_end())
+        left = verify("--chunk-rows", "500")
+        assert left.returncode == 1, left.stdout + left.stderr
+        assert f"{len(deleted)} differences" in left.stdout, left.stdout
+
+        topic = db.topic("t")
+        by_id = {k[5:]: v for k, v in records_by_id(db, topic).items()}
+        producer = Producer({**kafka, "partitioner": "murmur2_random"})
+        for i in deleted:
+            key, _ = by_id[zigzag(i)]
+            producer.produce(topic, None, key)
+        producer.flush(10)
+        after = verify("--chunk-rows", "500")
+        assert after.returncode == 0, after.stdout + after.stderr
+        assert "1204 rows in 3 chunks, 1204 keys" in after.stdout, after.stdout
         run.stop()

@@ -87,6 +87,38 @@ def test_progress_is_stored_only_once_its_chunk_is_acknowledged() -> None:
     assert ledger.queue == [] and ledger.tables == ["s.t"]
 
 
+def test_a_window_is_superseded_while_its_chunk_is_read_and_while_its_rows_drain() -> None:
+    """PostgreSQL reads and writes a chunk a slice at a time: a stream record of a key
+    whose row is not fetched yet drops that row when it comes; one of a row not written
+    yet drops it too; the ledger's progress is not stored while rows are still to go."""
+    ledger = Ledger(True, [], [Pending("s.t", "auto")])
+    store = _Store()
+    inc = Incremental(ledger, store, b"k", 3)  # type: ignore[arg-type]
+    pending = inc.next()
+    assert pending is not None
+    window = Window(pending, "topic", "mark", full=True, reading=True)
+    inc.open(window)
+    inc.supersede("topic", b"2")  # the stream wrote key 2 before its row was fetched
+    inc.supersede("other", b"1")  # another table's key 1: not this window's
+    for key in (b"1", b"2", b"3"):
+        window.fetched(key, (key.decode(),))
+    assert list(window.rows) == [b"1", b"3"] and window.superseded == 1
+    window.reading = False
+    inc.close()
+    assert inc.next() is None  # its rows drain first
+    inc.supersede("topic", b"3")  # the stream wrote key 3 before its row was written
+    assert list(window.rows) == [b"1"] and window.superseded == 2
+    inc.changed()
+    inc.store_acknowledged(None)
+    assert store.written == []  # progress past rows not written yet: not stored
+    tracker = AckTracker()
+    tx = tracker.begin(None)
+    tracker.commit(tx, 0)
+    inc.written(tx)
+    inc.store_acknowledged(None)
+    assert len(store.written) == 1 and inc.next() is pending
+
+
 def test_a_conditioned_snapshot_does_not_mark_the_table_complete() -> None:
     ledger = Ledger(True, [], [Pending("s.t", "sig", "id > 3")])
     inc = Incremental(ledger, _Store(), b"k", 10)  # type: ignore[arg-type]

@@ -4,6 +4,7 @@ can close."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from bizevents.capture.pgoutput import parse_lsn
 from bizevents.contracts.binary import zigzag
 from bizevents.devstack import Endpoints
 from tests.capture.capture_helpers import (
@@ -43,6 +45,15 @@ def verify(config_file: Path, db: Db, *args: str) -> subprocess.CompletedProcess
         timeout=180,
         cwd=REPO,
     )
+
+
+def changed_between(line: str) -> tuple[int | None, int]:
+    """From a difference's line: the LSN of the topic's last record of the key (``None``
+    when that record has none) and the database's LSN of the comparison."""
+    got = re.search(r"changed between (.*) and the database at LSN ([0-9A-F]+/[0-9A-F]+)$", line)
+    assert got is not None, line
+    topic = re.search(r"at LSN ([0-9A-F]+/[0-9A-F]+)\)$", got.group(1))
+    return (parse_lsn(topic.group(1)) if topic else None), parse_lsn(got.group(2))
 
 
 def records_by_id(db: Db, topic: str) -> dict[bytes, tuple[bytes, bytes]]:
@@ -108,6 +119,9 @@ def test_verify_finds_every_key_of_a_planted_gap_and_repair_closes_it(
         assert found.returncode == 1, found.stdout + found.stderr
         lines = found.stdout.splitlines()
         assert any(line.strip().startswith("missing id=42:") for line in lines), found.stdout
+        line42 = next(line for line in lines if line.strip().startswith("missing id=42:"))
+        assert re.search(r"last record of it \(partition \d+ offset \d+: tombstone\)", line42)
+        assert changed_between(line42)[0] is None
         assert any(line.strip().startswith("differs id=7:") for line in lines), found.stdout
         assert any(line.strip().startswith("extra id=999999:") for line in lines), found.stdout
         assert "3 differences" in found.stdout
@@ -130,4 +144,153 @@ def test_verify_finds_every_key_of_a_planted_gap_and_repair_closes_it(
         run.wait_acked(db.wal_lsn())
         after = verify(config_file, db, "--chunk-rows", "500")
         assert after.returncode == 0, after.stdout + after.stderr
+        run.stop()
+
+
+def wait_repaired(run: Any, timeout: float = 60) -> None:
+    """Until the repair's signal was taken and its snapshot ran out."""
+    ledger = run.runner.ledger
+    start = time.monotonic()
+    while not ledger.queue and time.monotonic() - start < timeout:
+        time.sleep(0.1)
+    while ledger.queue and time.monotonic() - start < timeout:
+        time.sleep(0.1)
+    assert not ledger.queue, "the repair's snapshot did not run"
+
+
+def test_verify_finds_the_rows_changed_while_capture_was_stopped_and_its_slot_dropped(
+    db: Db, tmp_path: Path
+) -> None:
+    """Capture runs and stops; its slot is dropped; rows are inserted, updated and
+    deleted; capture starts again on a new slot without a snapshot. Verify names every
+    one of those keys and exits 1; ``--repair`` snapshots their chunks, which brings the
+    inserts and updates back; the deletes stay extra (a snapshot reads rows, it cannot
+    write a delete) until tombstoned by hand; then 0."""
+    s = db.schema
+    db.sql(f"CREATE TABLE {s}.t (id int PRIMARY KEY, v int, note text)")
+    db.sql(f"INSERT INTO {s}.t SELECT g, g * 2, 'row ' || g FROM generate_series(1, 2000) g")
+    first = db.config(["t"], partitions=2)
+    with in_process(first, capture_endpoints(db.endpoints, tmp_path)) as run:
+        run.wait_snapshot()
+        db.sql(f"UPDATE {s}.t SET v = -1 WHERE id % 250 = 0")
+        run.wait_acked(db.wal_lsn())
+        run.stop()
+    db.sql("SELECT pg_drop_replication_slot(%s)", (db.slot,))
+
+    # The gap: written while no slot kept the WAL for capture.
+    inserted = list(range(2001, 2006))
+    updated = [5, 600, 1500]
+    deleted = [10, 1100]
+    db.sql(f"INSERT INTO {s}.t SELECT g, g, 'late' FROM generate_series(2001, 2005) g")
+    db.sql(f"UPDATE {s}.t SET note = 'changed' WHERE id IN (5, 600, 1500)")
+    db.sql(f"DELETE FROM {s}.t WHERE id IN (10, 1100)")
+
+    again = db.config(["t"], partitions=2, snapshot="never")
+    config_file = write_config(tmp_path / "capture.toml", again)
+    topic = db.topic("t")
+    with in_process(again, capture_endpoints(db.endpoints, tmp_path)) as run:
+        run.wait_snapshot()
+        db.sql(f"INSERT INTO {s}.t VALUES (3000, 3000, 'after the restart')")
+        run.wait_acked(db.wal_lsn())
+        assert db.confirmed() > 0, "capture did not create its new slot"
+
+        found = verify(config_file, db, "--chunk-rows", "500", "--rechecks", "1")
+        assert found.returncode == 1, found.stdout + found.stderr
+        assert "Traceback" not in found.stderr
+        lines = [line.strip() for line in found.stdout.splitlines()]
+        expected = (
+            [f"missing id={i}:" for i in inserted]
+            + [f"differs id={i}:" for i in updated]
+            + [f"extra id={i}:" for i in deleted]
+        )
+        for start in expected:
+            assert any(line.startswith(start) for line in lines), (start, found.stdout)
+        assert f"{len(expected)} differences" in found.stdout, found.stdout
+        assert "2004 rows in 5 chunks" in found.stdout, found.stdout
+        # Each key with the positions between which it changed: the topic's last record
+        # of it (the snapshot's, before the slot was dropped) and the database's read.
+        stopped_at = db.wal_lsn()
+        for i in updated + deleted:
+            line = next(
+                x
+                for x in lines
+                if x.startswith(f"{'differs' if i in updated else 'extra'} id={i}:")
+            )
+            topic_lsn, db_lsn = changed_between(line)
+            assert topic_lsn is not None and topic_lsn < db_lsn <= stopped_at, line
+        for i in inserted:
+            line = next(x for x in lines if x.startswith(f"missing id={i}:"))
+            assert "it holds no record of this key" in line, line
+            assert changed_between(line)[1] <= stopped_at, line
+
+        repaired = verify(config_file, db, "--chunk-rows", "500", "--repair")
+        assert repaired.returncode == 1 and "repair: signal" in repaired.stdout, repaired.stdout
+        wait_repaired(run)
+        run.wait_acked(db.wal_lsn())
+        left = verify(config_file, db, "--chunk-rows", "500")
+        assert left.returncode == 1, left.stdout + left.stderr
+        assert f"{len(deleted)} differences" in left.stdout, left.stdout
+        for i in deleted:
+            assert f"extra id={i}:" in left.stdout, left.stdout
+
+        records = records_by_id(db, topic)
+        by_id = {k[5:]: v for k, v in records.items()}
+        producer = Producer(
+            {"bootstrap.servers": db.endpoints.bootstrap_servers, "partitioner": "murmur2_random"}
+        )
+        for i in deleted:
+            key, _ = by_id[zigzag(i)]
+            producer.produce(topic, None, key)
+        producer.flush(10)
+        after = verify(config_file, db, "--chunk-rows", "500")
+        assert after.returncode == 0, after.stdout + after.stderr
+        assert "2004 rows in 5 chunks, 2004 keys" in after.stdout, after.stdout
+        run.stop()
+
+
+def test_verify_as_a_spark_job_finds_the_same_gap(db: Db, tmp_path: Path) -> None:
+    """``verify --spark --master local[2]``: the topic read by the replay's range
+    readers on Spark's executors, the table's chunks on them too; 0 differences on a
+    captured table, then every key of a planted gap (a tombstone for a live row, a row
+    overwritten with another's values, a key the table does not have) found key by key,
+    exit 1."""
+    s = db.schema
+    db.sql(f"CREATE TABLE {s}.t (id int PRIMARY KEY, v int, note text)")
+    db.sql(f"INSERT INTO {s}.t SELECT g, g * 2, 'row ' || g FROM generate_series(1, 1200) g")
+    config = db.config(["t"], partitions=2)
+    config_file = write_config(tmp_path / "capture.toml", config)
+    topic = db.topic("t")
+    spark = ("--spark", "--master", "local[2]", "--chunk-rows", "500")
+    with in_process(config, capture_endpoints(db.endpoints, tmp_path)) as run:
+        run.wait_snapshot()
+        db.sql(f"UPDATE {s}.t SET v = -1 WHERE id % 100 = 0")
+        db.sql(f"DELETE FROM {s}.t WHERE id = 1200")
+        run.wait_acked(db.wal_lsn())
+        clean = verify(config_file, db, *spark)
+        assert clean.returncode == 0, clean.stdout + clean.stderr
+        assert "1199 rows in 3 chunks, 1199 keys" in clean.stdout, clean.stdout
+        assert "the topic holds the table" in clean.stdout
+
+        by_id = {k[5:]: v for k, v in records_by_id(db, topic).items()}
+        key42, _ = by_id[zigzag(42)]
+        key7, _ = by_id[zigzag(7)]
+        _, value8 = by_id[zigzag(8)]
+        extra_key = key42[:5] + zigzag(999_999)
+        producer = Producer(
+            {"bootstrap.servers": db.endpoints.bootstrap_servers, "partitioner": "murmur2_random"}
+        )
+        producer.produce(topic, None, key42)
+        producer.produce(topic, value8, key7)
+        producer.produce(topic, value8, extra_key)
+        producer.flush(10)
+        found = verify(config_file, db, *spark)
+        assert found.returncode == 1, found.stdout + found.stderr
+        assert "Traceback" not in found.stderr
+        lines = [line.strip() for line in found.stdout.splitlines()]
+        for start in ("missing id=42:", "differs id=7:", "extra id=999999:"):
+            assert any(line.startswith(start) for line in lines), (start, found.stdout)
+        assert "3 differences" in found.stdout, found.stdout
+        assert "1199 rows in 3 chunks" in found.stdout, found.stdout
+        line42 = next(line for line in lines if line.startswith("missing id=42:"))
+        assert "tombstone" in line42, line42
         run.stop()
