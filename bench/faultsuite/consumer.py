@@ -17,7 +17,7 @@ the order topics applied, no id applied twice at one rank, each repeat's content
 same as the application it repeats, and per business key and translator the
 applications in commit order.
 
-    python bench/faults_consumer.py --dsn DSN --schema S --group G --bootstrap B \\
+    python bench/faultsuite/consumer.py --dsn DSN --schema S --group G --bootstrap B \\
         --registry URL --topics store.order-placed,store.order-status-changed
 """
 
@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 #: The contracts of the order topics it reads.
 CONTRACTS = ("OrderPlaced", "OrderStatusChanged", "OrderShipped", "OrderCancelled")
