@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
+#: How long a component may take to stop after SIGTERM (it finishes what it holds).
+STOP_WAIT_S = 60.0
 
 
 def log(message: str) -> None:
@@ -87,7 +89,17 @@ class Supervised:
             return False
         assert self.process is not None
         self.process.terminate()
-        self.process.wait(60)
+        try:
+            self.process.wait(STOP_WAIT_S)
+        except subprocess.TimeoutExpired:
+            # a defect of the component, not of the run: counted, and the run goes on
+            self.process.kill()
+            self.process.wait(30)
+            self.unexpected.append(
+                f"{self.name} did not stop within {STOP_WAIT_S:.0f} s of SIGTERM "
+                f"(killed):\n{tail(self.log_file)}"
+            )
+            log(f"UNEXPECTED: {self.name} did not stop within {STOP_WAIT_S:.0f} s of SIGTERM")
         self.leaves += 1
         log(f"SIGTERM {self.name} (start {self.starts}): it left its groups")
         self.start()
