@@ -728,7 +728,7 @@ class Faults:
         return history(self._conn(), self.witness, self.slot)
 
     def verify(self, worker_topics: list[str]) -> Report:
-        from bizevents.contracts.business import HEADER_TRANSLATOR
+        from bizevents.contracts.business import HEADER_DLQ_REASON, HEADER_TRANSLATOR
         from bizevents.contracts.envelope import ChangeEvent
         from bizevents.contracts.exceptions import Coordinates
         from bizevents.contracts.technical import AutoDecoder
@@ -842,7 +842,13 @@ class Faults:
         self.check_long_orders(
             [r for r in published if r.headers.get(HEADER_TRANSLATOR) == tx_ref], schema_text
         )
-        report.dead_letters = len(read_topics(bootstrap, [self.dead_letter]))
+        dead = read_topics(bootstrap, [self.dead_letter, f"{self.dead_letter}.tx"])
+        report.dead_letters = len(dead)
+        reasons = Counter(
+            (r.topic, r.headers.get(HEADER_DLQ_REASON, b"?").decode(errors="replace")[:300])
+            for r in dead
+        )
+        report.details += [f"dead letter x{n} on {t}: {why}" for (t, why), n in reasons.items()]
         self.check_consumer(published, tech_index)
 
         # the replay: the records of the ranges it planned, through orders@2
