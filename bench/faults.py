@@ -6,7 +6,7 @@ MariaDB with ``--source mysql``), the store's schema in the source database,
 ``bizevents translate`` worker (customers@1, products@1, orders@2), two
 ``bizevents translate --transactions`` workers in one group (orders@3, whole
 transactions: docs/transactions.md), a consumer built with the consumer kit
-(bench/faults_consumer.py: the order topics, per-order state in PostgreSQL) and the
+(bench/faultsuite/consumer.py: the order topics, per-order state in PostgreSQL) and the
 store's load generator (``bizevents_store.load.StoreLoad``, in a thread of this
 process, reconnecting when the database goes away). Then, on a seeded random schedule:
 
@@ -133,7 +133,7 @@ class Mode:
     #: MariaDB source only: ``KILL`` of capture's binlog connection (its ``Binlog Dump``
     #: session) from another session
     binlog_kills: int = 0
-    #: SIGKILLs of the consumer-kit consumer (bench/faults_consumer.py)
+    #: SIGKILLs of the consumer-kit consumer (bench/faultsuite/consumer.py)
     consumer_kills: int = 0
     #: long transactions (one order of ``long_tx_items`` items), each followed at once
     #: by a rebalance of the transaction workers: the first by a third member joining,
