@@ -1,30 +1,40 @@
 """The fault suite: the store path under kills, a paused broker and a database restart.
 
-Starts a private embedded stack (Tansu, the registry, PostgreSQL on free ports), the
-store's schema, ``bizevents capture postgres`` on the store's four tables, one
+Starts a private embedded stack (Tansu, the registry, PostgreSQL on free ports, and
+MariaDB with ``--source mysql``), the store's schema in the source database,
+``bizevents capture postgres`` (or ``capture mysql``) on the store's four tables, one
 ``bizevents translate`` worker (customers@1, products@1, orders@2), two
 ``bizevents translate --transactions`` workers in one group (orders@3, whole
-transactions: docs/transactions.md) and the store's load generator
-(``bizevents_store.load.StoreLoad``, in a thread of this process, reconnecting when the
-database goes away). Then, on a seeded random schedule:
+transactions: docs/transactions.md), a consumer built with the consumer kit
+(bench/faultsuite/consumer.py: the order topics, per-order state in PostgreSQL) and the
+store's load generator (``bizevents_store.load.StoreLoad``, in a thread of this
+process, reconnecting when the database goes away). Then, on a seeded random schedule:
 
-- SIGKILL of capture, of the worker, of one of the two transaction workers and of a
-  ``bizevents replay`` run (orders@2 to the ``.replay`` topics; rerun with the same
-  ``--run-id``), each restarted at once;
+- SIGKILL of capture, of the worker, of one of the transaction workers, of the
+  consumer and of a ``bizevents replay`` run (orders@2 to the ``.replay`` topics;
+  rerun with the same ``--run-id``), each restarted at once;
 - SIGTERM of one of the transaction workers, started again at once: it leaves its
   groups and joins them again, two rebalances while transactions are in flight;
+- long transactions (one order of thousands of items), each followed at once by a
+  rebalance of the transaction workers while they read it: a third member joins the
+  first time, a member leaves and joins again after that;
 - SIGSTOP of the broker for 30 s (``--short``: 5 s), then SIGCONT (it keeps its data
   only in memory, so it is never restarted);
-- ``pg_ctl restart -m fast`` of PostgreSQL, as the devstack's server user.
+- a restart of the source database: ``pg_ctl restart -m fast`` of PostgreSQL as the
+  devstack's server user, or SIGTERM of MariaDB and the devstack starting it again on
+  the same port;
+- MariaDB only: ``KILL`` of capture's binlog connection (the session whose command is
+  ``Binlog Dump``) from another session.
 
 A process that exits on its own is restarted too, as a supervisor would, and counted
 as ``unexpected_exits`` with the tail of its log: that is a defect to report.
 
-The truth is the database's own history: a second logical slot (pgoutput, the same
-publication) is created before the load starts and peeked at the end, which gives
-every committed change with its LSN in commit order. Once capture confirmed the
-final LSN, the worker's group committed every technical record and the replay
-finished, the suite counts:
+The truth is the database's own history. PostgreSQL: a second logical slot (pgoutput,
+the same publication) is created before the load starts and peeked at the end, which
+gives every committed change with its LSN in commit order. MariaDB: the binlog, read
+from its first file to its end by a replica of the suite's own. Once capture confirmed
+(PostgreSQL) or stored (MariaDB) the final position, the groups committed every record
+and the replay finished, the suite counts:
 
 - ``lost``: committed changes missing from the technical topics, business events
   missing from the business topics (the expected ones are computed here by the same
@@ -32,19 +42,28 @@ finished, the suite counts:
   (the expected ones assembled here from the technical and transaction topics and
   translated by the same ``TransactionCore``: one id per event, so one OrderPlaced per
   order), replayed events missing from the ``.replay`` topics (the records of the
-  replay's planned ranges);
+  replay's planned ranges), and event ids of the order topics the consumer never
+  applied;
 - ``duplicated_ids``: event ids seen more than once; each duplicate must carry the same
   content (lineage aside: a re-sent change sits at another offset) — else it counts in
-  ``differing_duplicates``;
+  ``differing_duplicates`` (so does a repeat the consumer skipped whose content differs
+  from what it applied);
 - ``reordered``: per key, a change or an event that arrives after a later one of the
   same key without being a re-sent copy of one already seen (a restart may re-send a
-  suffix; that is allowed, a new record out of order is not).
+  suffix; that is allowed, a new record out of order is not); for the consumer, per
+  key and translator, an application out of commit order;
+- ``applied_twice``: event ids the consumer applied twice at one rank (its state
+  counted an event twice);
+- each long transaction's order must be placed by orders@3 with every item and its
+  total (``tx_wrong`` in the details).
 
 Prints ``lost=0 duplicated_ids=N reordered=0 ...`` and exits 1 when anything was
-lost, reordered, duplicated with other content, or a component exited on its own.
+lost, reordered, duplicated with other content, applied twice, or a component exited
+on its own.
 
-    .venv/bin/python bench/faults.py --short --seed 1     # ~2 minutes, the test suite's
-    .venv/bin/python bench/faults.py --long --seed 7      # 20 kills, 30 s broker pause
+    .venv/bin/python bench/faults.py --short --seed 1                 # ~1-2 minutes
+    .venv/bin/python bench/faults.py --long --seed 7                  # 32 kills, 30 s pause
+    .venv/bin/python bench/faults.py --short --source mysql --seed 1  # MariaDB capture
 """
 
 from __future__ import annotations
@@ -58,17 +77,37 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from bench.faultsuite.consumer import Applied, check_applied, create_tables, order_topics  # noqa: E402
+from bench.faultsuite.processes import Load, Supervised, alive, log, tail  # noqa: E402
+from bench.faultsuite.report import Report, check_events  # noqa: E402
+from bench.faultsuite.topics import (  # noqa: E402
+    Rec,
+    committed,
+    content_of,
+    end_offsets,
+    read_topics,
+    schema_lookup,
+)
+from bench.faultsuite.truth import (  # noqa: E402
+    binlog_history,
+    change_identity,
+    gtid_seq,
+    history,
+    order_breaks,
+)
+
+__all__ = ["Applied", "Report", "check_applied", "gtid_seq", "main", "order_breaks"]
 
 TABLES = ("store.customers", "store.products", "store.orders", "store.order_items")
 TRANSLATORS = {"customers": 1, "products": 1, "orders": 2}
@@ -91,398 +130,59 @@ class Mode:
     #: a start again: two rebalances of their groups) while transactions are in flight
     tx_kills: int = 0
     tx_leaves: int = 0
+    #: MariaDB source only: ``KILL`` of capture's binlog connection (its ``Binlog Dump``
+    #: session) from another session
+    binlog_kills: int = 0
+    #: SIGKILLs of the consumer-kit consumer (bench/faultsuite/consumer.py)
+    consumer_kills: int = 0
+    #: long transactions (one order of ``long_tx_items`` items), each followed at once
+    #: by a rebalance of the transaction workers: the first by a third member joining,
+    #: the others by a member leaving and joining again
+    long_txs: int = 0
+    long_tx_items: int = 0
 
 
-SHORT = Mode("short", 45.0, 1, 1, 1, 5.0, 40.0, tx_kills=1, tx_leaves=1)
-LONG = Mode("long", 200.0, 9, 8, 3, 30.0, 40.0, tx_kills=6, tx_leaves=2)
-
-
-def log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-def tail(path: Path, chars: int = 1500) -> str:
-    try:
-        return path.read_text(errors="replace")[-chars:]
-    except OSError:
-        return "(no log)"
-
-
-# -- supervised processes -----------------------------------------------------------------
-
-
-@dataclass
-class Supervised:
-    """A component as a process: killed on purpose, or restarted when it exits on its own."""
-
-    name: str
-    argv: list[str]
-    env: dict[str, str]
-    logs: Path
-    #: a one-shot run (the replay): exit 0 means done, not a crash
-    one_shot: bool = False
-    process: subprocess.Popen[bytes] | None = None
-    starts: int = 0
-    kills: int = 0
-    leaves: int = 0
-    done: bool = False
-    unexpected: list[str] = field(default_factory=list)
-
-    @property
-    def log_file(self) -> Path:
-        return self.logs / f"{self.name}-{self.starts}.log"
-
-    def start(self) -> None:
-        self.starts += 1
-        with open(self.log_file, "wb") as out:
-            self.process = subprocess.Popen(
-                self.argv, env=self.env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT
-            )
-
-    def running(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-    def kill(self) -> bool:
-        if not self.running():
-            return False
-        assert self.process is not None
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait(30)
-        self.kills += 1
-        log(f"SIGKILL {self.name} (start {self.starts})")
-        self.start()
-        return True
-
-    def leave(self) -> bool:
-        """SIGTERM (it leaves its groups: a rebalance), then start it again (another)."""
-        if not self.running():
-            return False
-        assert self.process is not None
-        self.process.terminate()
-        self.process.wait(60)
-        self.leaves += 1
-        log(f"SIGTERM {self.name} (start {self.starts}): it left its groups")
-        self.start()
-        return True
-
-    def supervise(self) -> None:
-        """Restart after an exit nobody asked for; a one-shot run that ended well is done."""
-        if self.done or self.process is None or self.process.poll() is None:
-            return
-        code = self.process.returncode
-        if self.one_shot and code == 0:
-            self.done = True
-            log(f"{self.name} finished")
-            return
-        self.unexpected.append(f"{self.name} exited {code}:\n{tail(self.log_file)}")
-        log(f"UNEXPECTED: {self.name} exited {code}; restarting it")
-        self.start()
-
-    def stop(self) -> None:
-        self.done = True  # no restart from here on
-        if self.running():
-            assert self.process is not None
-            self.process.terminate()
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
-
-
-# -- the load -----------------------------------------------------------------------------
-
-
-class Load(threading.Thread):
-    """The store's load generator at a steady pace; it reconnects when PostgreSQL restarts."""
-
-    def __init__(self, dsn: str, seed: int, steps_per_s: float) -> None:
-        super().__init__(daemon=True)
-        self.dsn = dsn
-        self.seed = seed
-        self.pause = 1.0 / steps_per_s
-        self.stopping = threading.Event()
-        self.steps = 0
-        self.failed_steps = 0
-        self.error: BaseException | None = None
-
-    def _connect(self) -> Any:
-        import psycopg2
-
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                return psycopg2.connect(self.dsn, connect_timeout=5)
-            except psycopg2.OperationalError:
-                if time.monotonic() > deadline or self.stopping.is_set():
-                    raise
-                time.sleep(0.3)
-
-    def run(self) -> None:
-        import psycopg2
-        from bizevents_store.load import StoreLoad
-
-        try:
-            load = StoreLoad(self._connect(), seed=self.seed)
-            while not self.stopping.is_set():
-                try:
-                    load.step()
-                    self.steps += 1
-                except (psycopg2.OperationalError, psycopg2.InterfaceError):
-                    # the database restarted: whether the last COMMIT made it is unknown,
-                    # which the check does not care about (it reads the database's history)
-                    self.failed_steps += 1
-                    with contextlib.suppress(psycopg2.Error):
-                        load.conn.close()
-                    load.conn = self._connect()
-                time.sleep(self.pause)
-            load.conn.close()
-        except BaseException as exc:  # reported by the main thread
-            self.error = exc
-
-
-# -- reading topics back ------------------------------------------------------------------
-
-
-@dataclass
-class Rec:
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    headers: dict[str, bytes]
-
-
-def read_topics(bootstrap: str, topics: Iterable[str], timeout: float = 120) -> list[Rec]:
-    """Every record of ``topics`` to the end of each partition (assign mode, no group)."""
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
-
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "faults-reader",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "fetch.wait.max.ms": 10,
-        }
-    )
-    try:
-        found = consumer.list_topics(timeout=30).topics  # all: by name would create it
-        assignment = [
-            TopicPartition(t, p, 0) for t in topics if t in found for p in found[t].partitions
-        ]
-        if not assignment:
-            return []
-        consumer.assign(assignment)
-        pending = {(tp.topic, tp.partition) for tp in assignment}
-        out: list[Rec] = []
-        deadline = time.monotonic() + timeout
-        while pending:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"no end of {sorted(pending)} within {timeout:.0f} s")
-            for m in consumer.consume(5000, timeout=1):
-                err = m.error()
-                where = (str(m.topic()), int(m.partition() or 0))
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        pending.discard(where)
-                        continue
-                    raise RuntimeError(str(err))
-                pending.add(where)
-                headers = {}
-                for name, raw in m.headers() or []:
-                    headers[name] = raw if isinstance(raw, bytes) else (raw or "").encode()
-                out.append(
-                    Rec(where[0], where[1], int(m.offset() or 0), m.key(), m.value(), headers)
-                )
-        return out
-    finally:
-        consumer.close()
-
-
-def end_offsets(records: Iterable[Rec]) -> dict[tuple[str, int], int]:
-    ends: dict[tuple[str, int], int] = {}
-    for r in records:
-        ends[(r.topic, r.partition)] = max(ends.get((r.topic, r.partition), 0), r.offset + 1)
-    return ends
-
-
-def committed(bootstrap: str, group: str, ends: dict[tuple[str, int], int]) -> dict[Any, int]:
-    """The group's committed offsets of the partitions in ``ends`` (no join: a fetch)."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False}
-    )
-    try:
-        got = consumer.committed([TopicPartition(t, p) for t, p in ends], timeout=20)
-        return {(tp.topic, tp.partition): tp.offset for tp in got}
-    finally:
-        consumer.close()
-
-
-# -- the truth ----------------------------------------------------------------------------
-
-
-def history(conn: Any, witness: str, publication: str) -> list[tuple[int, str, str]]:
-    """Every committed row change since the witness slot: ``(lsn, schema.table, op)``,
-    in commit order (logical decoding hands out whole transactions as they commit)."""
-    from bizevents.capture.pgoutput import Delete, Insert, PgOutputDecoder, Update, parse_lsn
-
-    decoder = PgOutputDecoder()
-    out: list[tuple[int, str, str]] = []
-    with conn.cursor() as cur:
-        cur.execute(
-            "SELECT lsn::text, data FROM pg_logical_slot_peek_binary_changes(%s, NULL, NULL, "
-            "'proto_version', '1', 'publication_names', %s)",
-            (witness, publication),
-        )
-        for lsn, data in cur:
-            m = decoder.decode(bytes(data))
-            if isinstance(m, Insert | Update | Delete):
-                op = {Insert: "c", Update: "u", Delete: "d"}[type(m)]
-                table = f"{m.relation.namespace}.{m.relation.name}"
-                out.append((parse_lsn(lsn), table, op))
-    return out
-
-
-def order_breaks(sequences: dict[Any, list[tuple[int, Any]]]) -> list[str]:
-    """Per key, ``(commit index, identity)`` in arrival order: a record older than one
-    already seen is fine only as a copy of a record already seen (a re-sent suffix)."""
-    breaks: list[str] = []
-    for key, seq in sequences.items():
-        latest = -1
-        seen: set[Any] = set()
-        for index, identity in seq:
-            if index < latest and identity not in seen:
-                breaks.append(f"{key}: commit #{index} after #{latest}")
-            seen.add(identity)
-            latest = max(latest, index)
-    return breaks
-
-
-@dataclass
-class Report:
-    tech_missing: int = 0
-    tech_duplicates: int = 0
-    tech_unknown: int = 0
-    events_expected: int = 0
-    events_missing: int = 0
-    #: orders@3's events, from the transaction workers
-    tx_expected: int = 0
-    tx_missing: int = 0
-    events_unexpected: int = 0
-    replay_expected: int = 0
-    replay_missing: int = 0
-    duplicated_ids: int = 0
-    identical_duplicates: int = 0  # byte for byte
-    same_content_duplicates: int = 0  # the lineage (source offset) differs: a re-sent change
-    differing_duplicates: int = 0
-    reordered: int = 0
-    dead_letters: int = 0
-    unexpected_exits: int = 0
-    details: list[str] = field(default_factory=list)
-
-    @property
-    def lost(self) -> int:
-        return self.tech_missing + self.events_missing + self.replay_missing + self.tx_missing
-
-    def ok(self) -> bool:
-        return not (
-            self.lost
-            or self.reordered
-            or self.differing_duplicates
-            or self.events_unexpected
-            or self.unexpected_exits
-        )
-
-    def line(self) -> str:
-        return (
-            f"lost={self.lost} duplicated_ids={self.duplicated_ids} reordered={self.reordered} "
-            f"differing_duplicates={self.differing_duplicates} "
-            f"unexpected_exits={self.unexpected_exits}"
-        )
-
-
-def content_of(value: bytes | None, schema_text: Callable[[int], str]) -> Any:
-    """A business event's content without its lineage (which names the source offset)."""
-    import io
-
-    import fastavro
-
-    if value is None or len(value) < 5:
-        return value
-    schema = fastavro.parse_schema(json.loads(schema_text(int.from_bytes(value[1:5], "big"))))
-    data = fastavro.schemaless_reader(io.BytesIO(value[5:]), schema, None)
-    if isinstance(data, dict):
-        data.pop("lineage", None)
-    return data
-
-
-def check_events(
-    name: str,
-    expected: set[str],
-    observed: list[Rec],
-    tech_index: dict[tuple[str, int, int], int],
-    schema_text: Callable[[int], str],
-    report: Report,
-) -> int:
-    """Missing, doubled and out-of-order business events; returns how many are missing."""
-    from bizevents.contracts.business import (
-        HEADER_EVENT_ID,
-        HEADER_SOURCE_OFFSET,
-        HEADER_SOURCE_PARTITION,
-        HEADER_SOURCE_TOPIC,
-    )
-
-    by_id: dict[str, list[Rec]] = defaultdict(list)
-    sequences: dict[Any, list[tuple[int, Any]]] = defaultdict(list)
-    for r in sorted(observed, key=lambda r: (r.topic, r.partition, r.offset)):
-        event_id = r.headers.get(HEADER_EVENT_ID, b"").decode()
-        by_id[event_id].append(r)
-        source = (
-            r.headers.get(HEADER_SOURCE_TOPIC, b"").decode(),
-            int(r.headers.get(HEADER_SOURCE_PARTITION, b"-1")),
-            int(r.headers.get(HEADER_SOURCE_OFFSET, b"-1")),
-        )
-        index = tech_index.get(source)
-        if index is not None:
-            sequences[(r.topic, r.key)].append((index, event_id))
-    missing = expected - set(by_id)
-    unexpected = set(by_id) - expected
-    for event_id, copies in by_id.items():
-        if len(copies) < 2:
-            continue
-        report.duplicated_ids += 1
-        if all(c.value == copies[0].value for c in copies):
-            report.identical_duplicates += 1
-            continue
-        first = content_of(copies[0].value, schema_text)
-        if any(content_of(c.value, schema_text) != first for c in copies[1:]):
-            report.differing_duplicates += 1
-            report.details.append(f"{name}: event {event_id} doubled with other content")
-        else:
-            report.same_content_duplicates += 1
-    breaks = order_breaks(sequences)
-    report.reordered += len(breaks)
-    report.events_unexpected += len(unexpected)
-    report.details += [f"{name} reordered: {b}" for b in breaks[:5]]
-    report.details += [f"{name} missing: {e}" for e in sorted(missing)[:5]]
-    report.details += [f"{name} unexpected: {e}" for e in sorted(unexpected)[:5]]
-    report.details.append(
-        f"{name}: {len(expected)} expected, {len(missing)} missing, "
-        f"{sum(len(c) for c in by_id.values())} records, {len(unexpected)} unexpected"
-    )
-    return len(missing)
+SHORT = Mode(
+    "short",
+    45.0,
+    1,
+    1,
+    1,
+    5.0,
+    40.0,
+    tx_kills=1,
+    tx_leaves=1,
+    binlog_kills=1,
+    consumer_kills=2,
+    long_txs=2,
+    long_tx_items=2_000,
+)
+LONG = Mode(
+    "long",
+    200.0,
+    9,
+    8,
+    3,
+    30.0,
+    40.0,
+    tx_kills=6,
+    tx_leaves=2,
+    binlog_kills=3,
+    consumer_kills=6,
+    long_txs=4,
+    long_tx_items=5_000,
+)
+#: The source databases the suite captures from (``--source``).
+SOURCES = ("postgres", "mysql")
 
 
 # -- the run ------------------------------------------------------------------------------
 
 
 class Faults:
-    def __init__(self, mode: Mode, seed: int, work: Path) -> None:
+    def __init__(self, mode: Mode, seed: int, work: Path, source: str = "postgres") -> None:
         self.mode = mode
+        self.source = source
         self.rng = random.Random(seed)
         self.seed = seed
         self.work = work
@@ -496,9 +196,15 @@ class Faults:
         self.run_id = f"faults-{tag}"
         self.dead_letter = f"faults.dead-letter.{tag}"
         self.tx_group = f"faults-tx-{tag}"
+        self.consumer_group = f"faults-consumer-{tag}"
+        self.consumer_schema = f"faults_consumer_{tag}"
         self.report = Report()
         self.broker_pauses = 0
-        self.pg_restarts = 0
+        self.db_restarts = 0
+        self.binlog_kills = 0
+        self.tx_joins = 0
+        #: the long transactions' orders: order id -> (items, total)
+        self.long_orders: dict[int, tuple[int, Any]] = {}
         self.load: Load | None = None
 
     # the stack ---------------------------------------------------------------------------
@@ -508,12 +214,19 @@ class Faults:
         from bizevents.devstack.services import postgres_bin_dir
         from bizevents.settings import DevSettings
 
-        dev = DevSettings(broker_port=0, registry_port=0, postgres_port=0)
+        mysql = self.source == "mysql"
+        dev = DevSettings(
+            broker_port=0, registry_port=0, postgres_port=0, mysql=mysql, mysql_port=0
+        )
         self.stack = DevStack(self.work / "stack", dev)
         self.stack.up()
         self.endpoints = self.stack.endpoints()
         records = json.loads(self.stack.state_file.read_text())["services"]
         self.broker_pid = int(records["broker"]["pid"])
+        if mysql:
+            self.mysql_pid = int(records["mysql"]["pid"])
+            self.mysql_port = int(records["mysql"]["port"])
+            self.mysql_dsn = str(records["mysql"]["extra"]["dsn"])
         self.pg_data = Path(records["postgres"]["extra"]["data_dir"])
         self.pg_ctl = str(postgres_bin_dir(dev) / "pg_ctl")
         self.pg_user = "postgres" if os.geteuid() == 0 else None
@@ -553,21 +266,31 @@ class Faults:
         from bizevents.capture.config import CaptureConfig
         from tests.capture.capture_helpers import write_config
 
-        config = CaptureConfig(
-            server=self.server,
-            tables=TABLES,
-            slot=self.slot,
-            publication=self.slot,
-            partitions=3,
-            snapshot="never",
-            heartbeat_interval_s=1.0,
-            state_dir=self.work / "capture-state",
-        )
-        config_file = write_config(self.work / "capture.toml", config)
+        if self.source == "mysql":
+            config = CaptureConfig(
+                server=self.server, tables=TABLES, partitions=3, snapshot="never"
+            )
+            config_file = write_config(self.work / "capture.toml", config)
+            # written apart: the settings model masks a DSN (it holds the password)
+            with open(config_file, "a") as out:
+                out.write(f"dsn = {json.dumps(self.mysql_dsn)}\n")
+        else:
+            config = CaptureConfig(
+                server=self.server,
+                tables=TABLES,
+                slot=self.slot,
+                publication=self.slot,
+                partitions=3,
+                snapshot="never",
+                heartbeat_interval_s=1.0,
+                state_dir=self.work / "capture-state",
+            )
+            config_file = write_config(self.work / "capture.toml", config)
+        self.capture_config = config
         cli = [sys.executable, "-m", "bizevents"]
         self.capture = Supervised(
             "capture",
-            [*cli, "capture", "postgres", "--config", str(config_file)],
+            [*cli, "capture", self.source, "--config", str(config_file)],
             self.env(),
             self.logs,
         )
@@ -607,8 +330,30 @@ class Faults:
             one_shot=True,
         )
 
+        self.consumer = Supervised(
+            "consumer",
+            [
+                sys.executable,
+                str(ROOT / "bench" / "faultsuite" / "consumer.py"),
+                "--dsn",
+                self.endpoints.postgres_dsn,
+                "--schema",
+                self.consumer_schema,
+                "--group",
+                self.consumer_group,
+                "--bootstrap",
+                self.endpoints.bootstrap_servers,
+                "--registry",
+                self.endpoints.registry_url,
+                "--topics",
+                ",".join(order_topics()),
+            ],
+            self.env(),
+            self.logs,
+        )
+
     def supervised(self) -> list[Supervised]:
-        return [self.capture, self.worker, self.replay, *self.tx_workers]
+        return [self.capture, self.worker, self.replay, *self.tx_workers, self.consumer]
 
     def supervise(self) -> None:
         for component in self.supervised():
@@ -661,8 +406,12 @@ class Faults:
         plan += [(self.rng.uniform(*span), "kill worker") for _ in range(m.worker_kills)]
         plan += [(self.rng.uniform(*span), "kill txworker") for _ in range(m.tx_kills)]
         plan += [(self.rng.uniform(*span), "txworker leaves") for _ in range(m.tx_leaves)]
+        plan += [(self.rng.uniform(*span), "kill consumer") for _ in range(m.consumer_kills)]
+        plan += [(self.rng.uniform(10.0, span[1]), "long transaction") for _ in range(m.long_txs)]
         plan.append((self.rng.uniform(*span), "pause broker"))
-        plan.append((self.rng.uniform(*span), "restart postgres"))
+        plan.append((self.rng.uniform(*span), "restart database"))
+        if self.source == "mysql":
+            plan += [(self.rng.uniform(*span), "kill binlog") for _ in range(m.binlog_kills)]
         # the replay starts early, and each kill lands within a run: one takes about a
         # minute on two busy cores, so a kill planned later would find it finished
         at = self.rng.uniform(3.0, 8.0)
@@ -679,6 +428,10 @@ class Faults:
             self.worker.kill()
         elif action == "kill txworker":
             self.rng.choice(self.tx_workers).kill()
+        elif action == "long transaction":
+            self.long_transaction()
+        elif action == "kill consumer":
+            self.consumer.kill()
         elif action == "txworker leaves":
             self.rng.choice(self.tx_workers).leave()
         elif action == "start replay":
@@ -696,15 +449,128 @@ class Faults:
                 os.kill(self.broker_pid, signal.SIGCONT)
             self.broker_pauses += 1
             log("SIGCONT broker")
-        elif action == "restart postgres":
+        elif action == "restart database" and self.source == "mysql":
+            self.restart_mariadb()
+        elif action == "kill binlog":
+            self.kill_binlog_connection()
+        elif action == "restart database":
             log("pg_ctl restart -m fast")
             # the server's user writes the log: next to the cluster, not in our folder
             server_log = self.pg_data.parent / "restart.log"
             done = self.pg_ctl_run("restart", "-m", "fast", "-l", str(server_log))
             if done.returncode != 0:
                 raise RuntimeError(f"pg_ctl restart failed: {done.stdout}{done.stderr}")
-            self.pg_restarts += 1
+            self.db_restarts += 1
             log("PostgreSQL restarted")
+
+    def long_transaction(self) -> None:
+        """One order of ``long_tx_items`` items in one transaction, then at once a
+        rebalance of the transaction workers' groups while they read it (capture writes
+        its changes after the commit): a third member joins the first time, a member
+        leaves and joins again after that."""
+        from bizevents.capture import mysql as my
+
+        items = self.mode.long_tx_items
+        if self.source == "mysql":
+            conn = my.connect(self.mysql_dsn, autocommit=False)
+        else:
+            import psycopg2
+
+            conn = psycopg2.connect(self.endpoints.postgres_dsn)
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT id FROM store.customers ORDER BY id LIMIT 1")
+                customer = cur.fetchone()[0]
+                cur.execute("SELECT id, price FROM store.products ORDER BY id LIMIT 1")
+                product, price = cur.fetchone()
+                cur.execute(
+                    "INSERT INTO store.orders (customer_id, total) VALUES (%s, 0) RETURNING id",
+                    (customer,),
+                )
+                order = int(cur.fetchone()[0])
+                cur.executemany(
+                    "INSERT INTO store.order_items (order_id, line_no, product_id, quantity, "
+                    "unit_price) VALUES (%s, %s, %s, 1, %s)",
+                    [(order, n, product, price) for n in range(1, items + 1)],
+                )
+                cur.execute(
+                    "UPDATE store.orders SET total = %s WHERE id = %s", (price * items, order)
+                )
+            conn.commit()
+        finally:
+            conn.close()
+        self.long_orders[order] = (items, price * items)
+        if len(self.tx_workers) == 2:
+            member = self.tx_workers[0]
+            joining = Supervised("txworker3", member.argv, member.env, self.logs)
+            self.tx_workers.append(joining)
+            joining.start()
+            self.tx_joins += 1
+            log(f"order {order} with {items} items committed; txworker3 joins the group")
+        else:
+            log(f"order {order} with {items} items committed; a member leaves")
+            self.rng.choice(self.tx_workers).leave()
+
+    def mysql_sql(self, statement: str, params: Any = None) -> list[tuple[Any, ...]]:
+        """One statement on the MariaDB source, retried while it restarts."""
+        import pymysql
+
+        from bizevents.capture import mysql as my
+
+        for attempt in range(120):
+            try:
+                conn = my.connect(self.mysql_dsn)
+                break
+            except pymysql.err.OperationalError:
+                if attempt == 119:
+                    raise
+                self.sleep(1)
+        try:
+            with conn.cursor() as cur:
+                cur.execute(statement, params)
+                return list(cur.fetchall()) if cur.description else []
+        finally:
+            conn.close()
+
+    def restart_mariadb(self) -> None:
+        """SIGTERM (mariadbd's clean shutdown), then the devstack starts it again on the
+        same port and data folder: capture and the load see their sessions end."""
+        from bizevents.devstack import DevStack
+        from bizevents.devstack.services import OPTIONAL_SERVICES
+        from bizevents.settings import DevSettings
+
+        log("MariaDB restart: SIGTERM")
+        os.kill(self.mysql_pid, signal.SIGTERM)
+        deadline = time.monotonic() + 120
+        while alive(self.mysql_pid):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"MariaDB (pid {self.mysql_pid}) did not stop in 120 s")
+            self.sleep(0.2)
+        dev = DevSettings(mysql=True, mysql_port=self.mysql_port)
+        stack = DevStack(self.work / "stack", dev, services=(), optional=OPTIONAL_SERVICES)
+        stack.up()
+        records = json.loads(stack.state_file.read_text())["services"]
+        self.mysql_pid = int(records["mysql"]["pid"])
+        self.db_restarts += 1
+        log("MariaDB restarted")
+
+    def kill_binlog_connection(self) -> None:
+        """``KILL`` of capture's replication session, found by its ``Binlog Dump`` command."""
+        deadline = time.monotonic() + 30  # capture may be reconnecting after a fault
+        while not (
+            ids := self.mysql_sql(
+                "SELECT id FROM information_schema.processlist WHERE command = 'Binlog Dump'"
+            )
+        ):
+            if time.monotonic() > deadline:
+                log("no binlog connection to kill in 30 s")
+                return
+            self.sleep(0.5)
+        for (session,) in ids:
+            with contextlib.suppress(Exception):  # it may have ended meanwhile
+                self.mysql_sql(f"KILL {int(session)}")
+            self.binlog_kills += 1
+            log(f"KILL {session}: capture's binlog connection")
 
     def replay_progress(self) -> str:
         from bizevents.replay.exceptions import RunStateError
@@ -721,13 +587,46 @@ class Faults:
     # the run -----------------------------------------------------------------------------
 
     def run(self) -> Report:
+        self.components()
+        if self.source == "mysql":
+            self.load = self.start_mysql()
+        else:
+            self.load = self.start_postgres()
+        # the worker refuses technical topics that do not exist yet: wait for capture's
+        topics = [f"{self.server}.{t}" for t in TABLES if t != "store.order_items"]
+        tx_topics = [f"{self.server}.{t}" for t in TX_TABLES] + [f"{self.server}.transaction"]
+        self.wait(lambda: self._topics_exist([*topics, *tx_topics]), "the technical topics", 180)
+        self.worker.start()
+        for tx_worker in self.tx_workers:
+            tx_worker.start()
+        self.start_consumer()
+        started = time.monotonic()
+        for at, action in self.schedule():
+            self.sleep(started + at - time.monotonic())
+            self.act(action)
+        self.sleep(started + self.mode.load_seconds - time.monotonic())
+        self.load.stopping.set()
+        self.load.join(60)
+        log(f"load stopped: {self.load.steps} steps, {self.load.failed_steps} failed")
+        return self.verify(topics)
+
+    def start_consumer(self) -> None:
+        """The consumer's tables in PostgreSQL (its state), then the consumer."""
+        import psycopg2
+
+        conn = psycopg2.connect(self.endpoints.postgres_dsn)
+        create_tables(conn, self.consumer_schema)
+        conn.close()
+        self.consumer.start()
+
+    def start_postgres(self) -> Load:
+        """The store's schema, capture's slot, the witness slot after it, then the load."""
         import psycopg2
         from bizevents_store.load import create_schema
 
         conn = psycopg2.connect(self.endpoints.postgres_dsn)
         create_schema(conn)
         conn.close()
-        self.components()
         self.capture.start()
         # the witness slot must start after capture's, and the load after both
         created = self.wait(
@@ -745,24 +644,44 @@ class Faults:
         if not created:
             raise RuntimeError(f"capture created no slot: {tail(self.capture.log_file)}")
         self.sql("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (self.witness,))
-        self.load = Load(self.endpoints.postgres_dsn, self.seed, self.mode.steps_per_s)
-        self.load.start()
-        # the worker refuses technical topics that do not exist yet: wait for capture's
-        topics = [f"{self.server}.{t}" for t in TABLES if t != "store.order_items"]
-        tx_topics = [f"{self.server}.{t}" for t in TX_TABLES] + [f"{self.server}.transaction"]
-        self.wait(lambda: self._topics_exist([*topics, *tx_topics]), "the technical topics", 180)
-        self.worker.start()
-        for tx_worker in self.tx_workers:
-            tx_worker.start()
-        started = time.monotonic()
-        for at, action in self.schedule():
-            self.sleep(started + at - time.monotonic())
-            self.act(action)
-        self.sleep(started + self.mode.load_seconds - time.monotonic())
-        self.load.stopping.set()
-        self.load.join(60)
-        log(f"load stopped: {self.load.steps} steps, {self.load.failed_steps} failed")
-        return self.verify(topics)
+        dsn = self.endpoints.postgres_dsn
+        load = Load(
+            lambda: psycopg2.connect(dsn, connect_timeout=5),
+            (psycopg2.OperationalError, psycopg2.InterfaceError),
+            self.seed,
+            self.mode.steps_per_s,
+        )
+        load.start()
+        return load
+
+    def start_mysql(self) -> Load:
+        """The store's schema on MariaDB, capture streaming, then the load. The binlog is
+        the witness: it holds every committed change from its first file on."""
+        import pymysql
+        from bizevents_store.load import create_schema
+
+        from bizevents.capture import mysql as my
+
+        conn = my.connect(self.mysql_dsn, autocommit=False)
+        create_schema(conn, "mysql")
+        conn.close()
+        self.capture.start()
+        streaming = self.wait(
+            lambda: '"streaming"' in tail(self.capture.log_file, 100_000),
+            "capture's binlog stream",
+            180,
+        )
+        if not streaming:
+            raise RuntimeError(f"capture did not stream: {tail(self.capture.log_file)}")
+        dsn = self.mysql_dsn
+        load = Load(
+            lambda: my.connect(dsn, autocommit=False),
+            (pymysql.err.OperationalError, pymysql.err.InterfaceError),
+            self.seed,
+            self.mode.steps_per_s,
+        )
+        load.start()
+        return load
 
     def _topics_exist(self, topics: list[str]) -> bool:
         from confluent_kafka.admin import AdminClient
@@ -772,19 +691,25 @@ class Faults:
         )
         return all(t in found.topics for t in topics)
 
-    def verify(self, worker_topics: list[str]) -> Report:
+    def confirmed_check(self) -> Callable[[], bool]:
+        """Whether capture confirmed (PostgreSQL) or stored (MariaDB) the source's end."""
         from bizevents.capture.pgoutput import parse_lsn
-        from bizevents.contracts.business import HEADER_TRANSLATOR
-        from bizevents.contracts.envelope import ChangeEvent, PgPosition
-        from bizevents.contracts.exceptions import Coordinates
-        from bizevents.contracts.technical import AutoDecoder
-        from bizevents.replay.diff import ContentSerializer
-        from bizevents.replay.state import RunState
-        from bizevents.translators.pipeline import Pipeline, SourceRecord
-        from bizevents.translators.registry import discover
 
-        report = self.report
-        bootstrap = self.endpoints.bootstrap_servers
+        if self.source == "mysql":
+            from bizevents.capture.state import StateStore
+
+            final_gtid = gtid_seq(self.mysql_sql("SELECT @@gtid_binlog_pos")[0][0])
+            store = StateStore(
+                {"bootstrap.servers": self.endpoints.bootstrap_servers},
+                self.capture_config.offsets_topic_name,
+                self.capture_config.server,
+            )
+
+            def stored() -> bool:
+                position = store.read(store.position_key()) or {}
+                return gtid_seq(position.get("gtid")) >= final_gtid
+
+            return stored
         final = parse_lsn(self.sql("SELECT pg_current_wal_insert_lsn()::text")[0][0])
 
         def confirmed() -> bool:
@@ -794,8 +719,34 @@ class Faults:
             )
             return bool(rows and rows[0][0] and parse_lsn(rows[0][0]) >= final)
 
+        return confirmed
+
+    def truth(self) -> list[tuple[Any, str, str]]:
+        """Every committed change of the store since the witness began, in commit order."""
+        if self.source == "mysql":
+            return binlog_history(self.mysql_dsn, "store")
+        return history(self._conn(), self.witness, self.slot)
+
+    def verify(self, worker_topics: list[str]) -> Report:
+        from bizevents.contracts.business import HEADER_DLQ_REASON, HEADER_TRANSLATOR
+        from bizevents.contracts.envelope import ChangeEvent
+        from bizevents.contracts.exceptions import Coordinates
+        from bizevents.contracts.technical import AutoDecoder
+        from bizevents.replay.diff import ContentSerializer
+        from bizevents.replay.state import RunState
+        from bizevents.translators.pipeline import Pipeline, SourceRecord
+        from bizevents.translators.registry import discover
+
+        report = self.report
+        bootstrap = self.endpoints.bootstrap_servers
         log("waiting for capture to confirm the last change")
-        self.wait(confirmed, "capture's confirmation", 300)
+        if not self.wait(self.confirmed_check(), "capture's confirmation", 180):
+            # nothing may be missing, but a restart would re-send all since: a defect
+            report.unconfirmed = 1
+            report.details.append(
+                "capture did not confirm (PostgreSQL) or store (MariaDB) the source's last "
+                "position in 180 s"
+            )
         tech_topics = [f"{self.server}.{t}" for t in TABLES]
         tech = read_topics(bootstrap, tech_topics)
         worker_ends = {k: v for k, v in end_offsets(tech).items() if k[0] in worker_topics}
@@ -819,9 +770,9 @@ class Faults:
             report.details.append("the replay did not finish")
 
         # the technical topics against the database's history
-        truth = history(self._conn(), self.witness, self.slot)
+        truth = self.truth()
         index = {(table, lsn): n for n, (lsn, table, _op) in enumerate(truth)}
-        schema_text = _schema_lookup(self.endpoints.registry_url)
+        schema_text = schema_lookup(self.endpoints.registry_url)
         decoder = AutoDecoder(schema_text)
         seen: Counter[tuple[str, int]] = Counter()
         tech_index: dict[tuple[str, int, int], int] = {}
@@ -832,11 +783,12 @@ class Faults:
             decoded = decoder.decode(
                 r.key, r.value, Coordinates(r.topic, r.partition, r.offset), []
             )
-            if not isinstance(decoded, ChangeEvent) or not isinstance(
-                decoded.source.position, PgPosition
-            ):
+            if not isinstance(decoded, ChangeEvent):
                 continue
-            ident = (decoded.source.qualified_table, decoded.source.position.lsn)
+            position = change_identity(decoded.source)
+            if position is None:
+                continue
+            ident = (decoded.source.qualified_table, position)
             n = index.get(ident)
             if n is None:
                 report.tech_unknown += 1
@@ -850,7 +802,7 @@ class Faults:
         breaks = order_breaks(sequences)
         report.reordered += len(breaks)
         report.details += [f"technical reordered: {b}" for b in breaks[:5]]
-        report.details += [f"technical missing: {t} at {lsn:X}" for t, lsn in missing[:5]]
+        report.details += [f"technical missing: {t} at {at}" for t, at in missing[:5]]
         report.details.append(
             f"technical: {len(truth)} committed changes, {len(missing)} missing, "
             f"{report.tech_duplicates} re-sent copies, {report.tech_unknown} from before the "
@@ -887,7 +839,17 @@ class Faults:
             schema_text,
             report,
         )
-        report.dead_letters = len(read_topics(bootstrap, [self.dead_letter]))
+        self.check_long_orders(
+            [r for r in published if r.headers.get(HEADER_TRANSLATOR) == tx_ref], schema_text
+        )
+        dead = read_topics(bootstrap, [self.dead_letter, f"{self.dead_letter}.tx"])
+        report.dead_letters = len(dead)
+        reasons = Counter(
+            (r.topic, r.headers.get(HEADER_DLQ_REASON, b"?").decode(errors="replace")[:300])
+            for r in dead
+        )
+        report.details += [f"dead letter x{n} on {t}: {why}" for (t, why), n in reasons.items()]
+        self.check_consumer(published, tech_index)
 
         # the replay: the records of the ranges it planned, through orders@2
         state = RunState.load(self.work / "state", self.run_id)
@@ -920,6 +882,58 @@ class Faults:
             report.replay_missing = 1
         self._conn().close()
         return report
+
+    def check_long_orders(self, tx_events: list[Rec], schema_text: Callable[[int], str]) -> None:
+        """Each long transaction's order placed by orders@3 with every item and its total."""
+        from decimal import Decimal
+
+        report = self.report
+        found: dict[int, list[Any]] = defaultdict(list)
+        for r in tx_events:
+            data = content_of(r.value, schema_text)
+            # an OrderPlaced (it has items), not a status change of the order
+            if isinstance(data, dict) and "items" in data and data["order_id"] in self.long_orders:
+                found[int(data["order_id"])].append(data)
+        for order, (items, total) in self.long_orders.items():
+            placed = found.get(order, [])
+            right = [d for d in placed if len(d["items"]) == items and Decimal(d["total"]) == total]
+            if not placed or len(right) != len(placed):
+                report.tx_wrong += 1
+                got = [(len(d["items"]), d["total"]) for d in placed]
+                report.details.append(
+                    f"transactions: order {order} ({items} items, total {total}) placed as {got}"
+                )
+        report.details.append(
+            f"transactions: {len(self.long_orders)} long transactions ("
+            f"{self.mode.long_tx_items} items each), {report.tx_wrong} placed wrong or not at all"
+        )
+
+    def check_consumer(self, published: list[Rec], tech_index: dict[Any, int]) -> None:
+        """Once its group committed the order topics' ends: what the consumer applied."""
+        from bizevents.contracts.business import HEADER_EVENT_ID
+
+        report = self.report
+        topics = set(order_topics())
+        on_topics = [r for r in published if r.topic in topics]
+        ends = end_offsets(on_topics)
+
+        def caught_up() -> bool:
+            try:
+                got = committed(self.endpoints.bootstrap_servers, self.consumer_group, ends)
+            except Exception as exc:  # librdkafka raises KafkaException for a failed fetch
+                log(f"committed offsets of the consumer: {exc}")
+                return False
+            return all(got.get(k, -1) >= end for k, end in ends.items())
+
+        log("waiting for the consumer to commit the order topics' ends")
+        if not self.wait(caught_up, "the consumer's commits", 300):
+            report.details.append("the consumer did not commit every order event in 300 s")
+        ids = {r.headers.get(HEADER_EVENT_ID, b"").decode(): r for r in on_topics}
+        found = check_applied(self._conn(), self.consumer_schema, ids, tech_index, order_breaks)
+        report.consumer = found
+        report.reordered += found.reordered
+        report.differing_duplicates += found.differing_repeats
+        report.details += found.details
 
     def wait_transactions(self, tech: list[Rec]) -> bool:
         """Until each stage of the transaction workers committed its input's end."""
@@ -959,7 +973,7 @@ class Faults:
         from bizevents.contracts.exceptions import Coordinates, DecodeError
         from bizevents.contracts.technical.transaction import TransactionDecoder
         from bizevents.replay.diff import ContentSerializer
-        from bizevents.translators.assembly import Assembler, Part, Ready
+        from bizevents.translators.assembly import Assembler, AssemblyLimits, Part, Ready
         from bizevents.translators.pipeline import SourceRecord
         from bizevents.translators.registry import discover
         from bizevents.translators.transaction_api import TransactionTranslator
@@ -968,7 +982,15 @@ class Faults:
         translator = discover().resolve("{}@{}".format(*TX_TRANSLATOR))
         assert isinstance(translator, TransactionTranslator)
         core = TransactionCore([translator], ContentSerializer())
-        assembler = Assembler(core.reads)
+        # Every change is fed before any END (the worker gets them interleaved, as they
+        # come), so every transaction is open at once here: the live limits do not apply
+        # (with MariaDB's GTIDs, which carry no commit position, max_wait gave up on all
+        # but the first 1,000 transactions).
+        unbounded = 10**9
+        assembler = Assembler(
+            core.reads,
+            AssemblyLimits(max_open=unbounded, max_wait=unbounded, remembered=unbounded),
+        )
         outcomes: list[Any] = []
         offset = 0
         read = {f"{self.server}.{t}" for t in TX_TABLES}
@@ -1006,7 +1028,7 @@ class Faults:
             self.load.stopping.set()
             self.load.join(60)
             self.load.error = None  # a failure of its own was reported already
-        named = [getattr(self, n, None) for n in ("replay", "worker", "capture")]
+        named = [getattr(self, n, None) for n in ("consumer", "replay", "worker", "capture")]
         for component in [*getattr(self, "tx_workers", []), *named]:
             if component is not None:
                 component.stop()
@@ -1020,32 +1042,34 @@ class Faults:
             log(f"dropping the slots: {exc}")
 
 
-def _schema_lookup(url: str) -> Callable[[int], str]:
-    from confluent_kafka.schema_registry import SchemaRegistryClient
-
-    client = SchemaRegistryClient({"url": url})
-    cache: dict[int, str] = {}
-
-    def lookup(schema_id: int) -> str:
-        if schema_id not in cache:
-            cache[schema_id] = client.get_schema(schema_id).schema_str
-        return cache[schema_id]
-
-    return lookup
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     length = parser.add_mutually_exclusive_group()
     length.add_argument("--short", action="store_true", help="a few faults (default)")
     length.add_argument("--long", action="store_true", help="20 kills, a 30 s broker pause")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--source",
+        choices=SOURCES,
+        default="postgres",
+        help="the database captured: PostgreSQL (default) or MariaDB (binlog)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the work folder (logs)")
+    parser.add_argument(
+        "--seconds",
+        type=float,
+        help="how long the load runs (the mode's faults in it; at least 25): the test "
+        "suite's shorter run",
+    )
     args = parser.parse_args(argv)
     mode = LONG if args.long else SHORT
+    if args.seconds is not None:
+        if args.seconds < 25:
+            parser.error(f"--seconds must be at least 25 (room for the faults), not {args.seconds}")
+        mode = replace(mode, load_seconds=args.seconds)
     work = Path(tempfile.mkdtemp(prefix="bizevents-faults-"))
-    log(f"{mode.name} mode, seed {args.seed}, work folder {work}")
-    faults = Faults(mode, args.seed, work)
+    log(f"{mode.name} mode, {args.source}, seed {args.seed}, work folder {work}")
+    faults = Faults(mode, args.seed, work, args.source)
     started = time.monotonic()
     try:
         faults.start_stack()
@@ -1063,13 +1087,22 @@ def main(argv: list[str] | None = None) -> int:
     report.unexpected_exits = len(exits)
     tx_kills = sum(w.kills for w in faults.tx_workers)
     tx_leaves = sum(w.leaves for w in faults.tx_workers)
-    kills = faults.capture.kills + faults.worker.kills + faults.replay.kills + tx_kills
+    kills = (
+        faults.capture.kills
+        + faults.worker.kills
+        + faults.replay.kills
+        + tx_kills
+        + faults.consumer.kills
+    )
     print(report.line(), flush=True)
     print(
         f"  kills={kills} (capture {faults.capture.kills}, worker {faults.worker.kills}, "
-        f"replay {faults.replay.kills}, transaction workers {tx_kills}) "
-        f"transaction_worker_leaves={tx_leaves} broker_pauses={faults.broker_pauses} "
-        f"({mode.pause_s:.0f} s) pg_restarts={faults.pg_restarts} load_steps={load.steps} "
+        f"replay {faults.replay.kills}, transaction workers {tx_kills}, "
+        f"consumer {faults.consumer.kills}) "
+        f"transaction_worker_leaves={tx_leaves} transaction_worker_joins={faults.tx_joins} "
+        f"long_transactions={len(faults.long_orders)} broker_pauses={faults.broker_pauses} "
+        f"({mode.pause_s:.0f} s) {args.source}_restarts={faults.db_restarts} "
+        f"binlog_kills={faults.binlog_kills} load_steps={load.steps} "
         f"failed_steps={load.failed_steps} seconds={time.monotonic() - started:.0f}"
     )
     print(

@@ -491,6 +491,11 @@ class _BinlogReader:
     def open_tx(self, tx_id: str | None, event: Any) -> Tx:
         """A transaction starts at ``event``: its acknowledgement tracking, and its
         metadata under ``tx_id`` (the GTID; else the position of ``event``, its start)."""
+        if self.tx is not None:
+            # The binlog connection was lost inside a transaction and the library, having
+            # reconnected, reads again from its session's start: the open transaction
+            # never commits here, and left open it would hold back every later position.
+            self.tracker.abandon_open()
         tx = self.tx = self.tracker.begin(None)
         self.ack = tx.ack
         if tx_id is None:

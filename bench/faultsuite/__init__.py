@@ -1,0 +1,1 @@
+"""The fault suite's parts; ``bench/faults.py`` runs it (docs/reliability.md)."""
