@@ -11,6 +11,7 @@ from bizevents.clikit import fails_cleanly, settings_of
 from bizevents.contractscli import contracts
 from bizevents.democli import demo
 from bizevents.devcli import dev
+from bizevents.dlqcli import dlq
 from bizevents.readcli import read
 from bizevents.replaycli import replay
 from bizevents.statuscli import status
@@ -70,3 +71,4 @@ main.add_command(status)
 main.add_command(topics)
 main.add_command(read)
 main.add_command(verify)
+main.add_command(dlq)

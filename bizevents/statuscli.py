@@ -35,8 +35,9 @@ def _n(value: float | None, unit: str = "") -> str:
 @fails_cleanly
 def status(ctx: click.Context, urls: tuple[str, ...], interval: float, as_json: bool) -> None:
     """What the Grafana dashboard shows, on the terminal: per translator@version the
-    changes consumed, events emitted, dropped and dead-lettered (totals and per
-    second), consumer lag and latency; capture's changes per second and slot lag.
+    changes consumed, events emitted, dropped, dead-lettered and parked (totals and
+    per second), the keys parked now, consumer lag and latency; capture's changes per
+    second and slot lag.
 
     Capture refreshes its per-table counts and slot lag at each heartbeat
     (heartbeat_interval_s, 10 s by default; the demo's capture 1 s): give an --interval
@@ -49,7 +50,7 @@ def status(ctx: click.Context, urls: tuple[str, ...], interval: float, as_json: 
     if as_json:
         click.echo(json.dumps(figures, indent=2))
         return
-    keys = ("consumed", "emitted", "dropped", "dead_lettered")
+    keys = ("consumed", "emitted", "dropped", "dead_lettered", "parked", "parked_keys")
     console.print(
         table(
             "translators",

@@ -161,6 +161,16 @@ class ParkedKeys:
     watched: dict[str, int] = field(default_factory=dict)
     #: translator name -> keys parked now (the gauge)
     per_translator: dict[str, int] = field(default_factory=dict)
+    #: how each unparked key was unparked (a re-drive names its request)
+    unparked_by: dict[Ref, str] = field(default_factory=dict)
+
+    def reset(self) -> None:
+        """Forget everything (before a restore), keeping this object (the pipeline's)."""
+        self.parked.clear()
+        self.through.clear()
+        self.watched.clear()
+        self.per_translator.clear()
+        self.unparked_by.clear()
 
     def park(self, ref: Ref, offset: int, stage: str, reason: str) -> bytes:
         """Park the change at ``offset`` of ``ref``'s key (the first or one behind it);
@@ -190,6 +200,7 @@ class ParkedKeys:
         if ref not in self.through:
             self.watched[ref[1]] = self.watched.get(ref[1], 0) + 1
         self.through[ref] = max(through, self.through.get(ref, -1))
+        self.unparked_by[ref] = how
         return Unparked(through, how).record(ref)
 
     def failed_again(self, ref: Ref, first: int, reason: str) -> bytes | None:
@@ -227,6 +238,7 @@ class ParkedKeys:
             if ref not in self.through:
                 self.watched[ref[1]] = self.watched.get(ref[1], 0) + 1
             self.through[ref] = max(state.through, self.through.get(ref, -1))
+            self.unparked_by[ref] = state.how
 
     def _count(self, ref: Ref, delta: int) -> None:
         name, topic = ref[0], ref[1]

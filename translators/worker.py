@@ -15,7 +15,8 @@ naming the plugin or the setting:
    ``auto_register`` is on (the registry refuses an incompatible one), looked up
    otherwise; a registry that does not answer yet (one starting beside the worker)
    is waited for, up to ``translate.registry_wait_s``;
-4. the business and dead-letter topics, created when missing;
+4. the business and dead-letter topics, created when missing, and the parked topic
+   when a translator parks (``translate.on_error``, docs/parking.md);
 5. for ``processing_guarantee = "exactly_once"``, a transactional producer is
    initialised once, and refused with a sentence when the broker cannot do it.
 
@@ -56,6 +57,8 @@ from bizevents.translators.blocks import (
     PipelineProcessor,
 )
 from bizevents.translators.metrics import WorkerStats
+from bizevents.translators.parking import ParkedKeys
+from bizevents.translators.parkingio import Redriver
 from bizevents.translators.pipeline import (
     Pipeline,
 )
@@ -106,8 +109,10 @@ def build_app(
     processor: BlockProcessor,
     stats: WorkerStats,
     datadir: Path | None = None,
+    pipeline: Pipeline | None = None,
 ) -> Any:
-    """The Faust app: one agent over ``topics`` that runs ``processor`` per block."""
+    """The Faust app: one agent over ``topics`` that runs ``processor`` per block; with
+    a ``pipeline`` that parks, the parked keys' restore and re-drives around it."""
     import faust
 
     t = settings.translate
@@ -163,7 +168,42 @@ def build_app(
         )
 
     app.on_partitions_assigned.connect(assigned)
+    if pipeline is not None and pipeline.parking is not None:
+        _with_parking(app, settings, pipeline, runner, stats)
     return app
+
+
+def _with_parking(
+    app: Any, settings: RuntimeSettings, pipeline: Pipeline, runner: BlockRunner, stats: WorkerStats
+) -> None:
+    """The parked keys restored on every assignment (before its records flow: Faust
+    pauses the partitions while the signal runs), the re-drives cancelled on a revoke
+    (the next owner carries them out), and the parked topic followed for requests."""
+    from bizevents.translators.registry import discover
+
+    assert pipeline.parking is not None
+    stats.parking = pipeline.parking
+    redriver = Redriver(
+        parking=pipeline.parking,
+        pipeline=pipeline,
+        conf=settings.kafka.librdkafka(),
+        parked_topic=settings.translate.parked_topic,
+        produce=runner.produce,
+        owned=lambda: {(tp.topic, tp.partition) for tp in app.consumer.assignment()},
+        partitions_of=runner.partition_count,
+        load=lambda name, version: discover(names=[name]).get(name, version),
+        on_counts=lambda topic, counts: stats.add(topic, counts),
+    )
+
+    async def restore(sender: Any, assigned: set[Any], **kwargs: Any) -> None:
+        await redriver.restore()
+
+    async def revoked(sender: Any, revoked: set[Any], **kwargs: Any) -> None:
+        await redriver.stop()
+
+    app.on_partitions_assigned.connect(restore)
+    app.on_partitions_revoked.connect(revoked)
+    app.task(redriver.follow)
 
 
 @dataclass
@@ -213,11 +253,18 @@ def prepare(settings: RuntimeSettings, pinned: Sequence[Translator] | None = Non
         {c.contract_topic() for item in translators for c in item.emits} | {t.dead_letter_topic}
     )
     ensure_topics(admin, outputs, t.output_partitions)
+    parks = any(t.on_error.get(item.name, "park") == "park" for item in translators)
+    if parks:
+        # one partition: every worker reads it whole, and its order is the fold's order
+        ensure_topics(admin, [t.parked_topic], 1, config={"cleanup.policy": "compact"})
     pipeline = Pipeline(
         translators,
         AutoDecoder(schema_lookup(client)),
         serializer,
         dead_letter_topic=t.dead_letter_topic,
+        parking=ParkedKeys(t.max_parked_keys) if parks else None,
+        parked_topic=t.parked_topic,
+        on_error=t.on_error,
     )
     return Plan(translators, topics, outputs, pipeline, ids)
 
@@ -295,7 +342,8 @@ def run(
     )
     datadir = settings.state_dir / "translate"
     datadir.mkdir(parents=True, exist_ok=True)
-    app = build_app(settings, plan.topics, PipelineProcessor(plan.pipeline), stats, datadir)
+    processor = PipelineProcessor(plan.pipeline)
+    app = build_app(settings, plan.topics, processor, stats, datadir, plan.pipeline)
     if tx_plan is not None:
         log.info(
             "translating transactions",
