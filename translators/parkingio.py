@@ -283,6 +283,14 @@ class Redriver:
 
     async def _run(self, request: Request) -> tuple[str, str]:
         ref = request.ref
+        log.info(
+            "carrying out a request",
+            request=request.id,
+            kind=request.kind,
+            translator=f"{request.translator}@{request.version}",
+            topic=request.topic,
+            partition=request.partition,
+        )
         state = self.parking.parked.get(ref)
         if state is None:
             how = self.parking.unparked_by.get(ref, "")

@@ -176,9 +176,9 @@ def build_app(
 def _with_parking(
     app: Any, settings: RuntimeSettings, pipeline: Pipeline, runner: BlockRunner, stats: WorkerStats
 ) -> None:
-    """The parked keys restored on every assignment (before its records flow: Faust
-    pauses the partitions while the signal runs), the re-drives cancelled on a revoke
-    (the next owner carries them out), and the parked topic followed for requests."""
+    """The parked keys restored on every assignment, before its partitions resume
+    (:class:`TablelessManager`), the re-drives cancelled on a revoke (the next owner
+    carries them out), and the parked topic followed for requests."""
     from bizevents.translators.registry import discover
 
     assert pipeline.parking is not None
@@ -195,13 +195,10 @@ def _with_parking(
         on_counts=lambda topic, counts: stats.add(topic, counts),
     )
 
-    async def restore(sender: Any, assigned: set[Any], **kwargs: Any) -> None:
-        await redriver.restore()
-
     async def revoked(sender: Any, revoked: set[Any], **kwargs: Any) -> None:
         await redriver.stop()
 
-    app.on_partitions_assigned.connect(restore)
+    app.tables.before_assignment = redriver.restore
     app.on_partitions_revoked.connect(revoked)
     app.task(redriver.follow)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -166,6 +167,17 @@ def dlq(env: dict[str, str], *args: str, timeout: float = 180) -> subprocess.Com
     )
 
 
+def dlq_in_background(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "bizevents", "dlq", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+
+
 def test_parked_keys_wait_and_are_re_driven_in_order_with_the_clean_runs_ids(
     setup: Setup,
 ) -> None:
@@ -254,4 +266,155 @@ def test_a_version_that_is_not_installed_is_one_sentence(setup: Setup) -> None:
     result = dlq(env, "redrive", "--translator", "parkorders@9", "--all", timeout=60)
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert "cannot re-drive through parkorders@9" in result.stderr
-    assert "parkorders has versions [1, 2]" in result.stderr
+    assert "parkorders has versions [1, 2, 3, 4]" in result.stderr
+
+
+def final_check(setup: Setup, story: Story, env: dict[str, str], workers: Sequence[Any]) -> None:
+    """Nothing parked, and every key's events in source order with the clean run's ids."""
+    bootstrap = setup.endpoints.bootstrap_servers
+    expected = story.expected()
+    found: dict[tuple[str, bytes], list[str]] = {}
+
+    def same() -> bool:
+        found.clear()
+        found.update(actual(events_from(bootstrap, ORDER_TOPICS, setup.topic)))
+        return found == expected
+
+    try:
+        wait_for(same, 120, "every key's events, in source order, with the clean run's ids", [])
+    except AssertionError:
+        differ = [k for k in expected if found.get(k) != expected[k]]
+        # each differing key's events as positions in the clean run's order
+        where = [[_index(expected[k], i) for i in found.get(k, [])] for k in differ[:3]]
+        raise AssertionError(
+            f"{len(differ)} (topic, key) differ, e.g. {differ[:1]}: {where}"
+            + "".join(w.tail() for w in workers)
+        ) from None
+    listed = dlq(env, "list", "--json")
+    assert listed.returncode == 0 and json.loads(listed.stdout) == [], listed.stdout
+
+
+def _index(ids: list[str], eid: str) -> int:
+    return ids.index(eid) if eid in ids else -1
+
+
+def test_a_kill_9_mid_re_drive_and_a_rebalance_keep_order_and_ids(setup: Setup) -> None:
+    """Two workers; the one carrying out a (slow) re-drive is killed with SIGKILL; the
+    other takes its partitions over (a rebalance), and so does a third started then;
+    the re-drive is carried out again by the partition's next owner."""
+    bootstrap = setup.endpoints.bootstrap_servers
+    extra = plugin_env(setup)
+    env = setup.env(**extra)
+    story = Story(setup)
+    first = story.placed_then_paid() + story.later(LATER)
+    produce(bootstrap, setup.topic, story.encode(first))
+    workers = [setup.worker("a", **extra), setup.worker("b", **extra)]
+    try:
+        wait_for(
+            lambda: all(len(w.assigned() or []) == 2 for w in workers),
+            90,
+            "two workers sharing the partitions",
+            workers,
+        )
+        wait_for(
+            lambda: (
+                sum(w.metric("bizevents_translate_acknowledged_total") for w in workers)
+                >= len(first)
+            ),
+            120,
+            "every change acknowledged",
+            workers,
+        )
+        redrive = dlq_in_background(
+            env, "redrive", "--translator", "parkorders@3", "--all", "--timeout", "240"
+        )
+        busy = wait_for(
+            lambda: [
+                w
+                for w in workers
+                if any(x.get("event") == "carrying out a request" for x in w.lines())
+            ],
+            60,
+            "a re-drive under way",
+            workers,
+        )[0]
+        busy.stop(signal.SIGKILL)
+        workers.remove(busy)
+        workers.append(setup.worker("c", **extra))
+        during = story.later(1_000)
+        produce(bootstrap, setup.topic, story.encode(during))
+        out, err = redrive.communicate(timeout=300)
+        assert redrive.returncode == 0, out + err + "".join(w.tail() for w in workers)
+        assert out.count("done:") == len(PARKED)
+        final_check(setup, story, env, workers)
+    finally:
+        # stopped together: a worker stopped while a rebalance is under way (the other
+        # one's leaving) exits with Faust's crash on the cancelled fetcher
+        for w in workers:
+            if w.process.poll() is None:
+                w.process.send_signal(signal.SIGTERM)
+        for w in workers:
+            assert w.stop() == 0, w.tail()
+
+
+def test_a_failing_re_drive_a_concurrent_one_show_and_discard(setup: Setup) -> None:
+    """A re-drive that fails again leaves the key parked with the new reason; a second
+    re-drive of a key being re-driven is refused; `show` lists the parked changes;
+    `discard` unparks the key and its later changes flow."""
+    bootstrap = setup.endpoints.bootstrap_servers
+    extra = plugin_env(setup)
+    env = setup.env(**extra)
+    story = Story(setup)
+    first = story.placed_then_paid() + story.later(ORDERS * 20)
+    produce(bootstrap, setup.topic, story.encode(first))
+    worker = setup.worker(**extra)
+    try:
+        worker.wait_assigned()
+        wait_for(
+            lambda: worker.metric("bizevents_translate_acknowledged_total") >= len(first),
+            120,
+            "every change acknowledged",
+            [worker],
+        )
+        key = story.key(PARKED[0]).hex()
+        failed = dlq(env, "redrive", "--translator", "parkorders@4", "--key", key)
+        assert failed.returncode == 1 and "Traceback" not in failed.stderr
+        assert "failed again" in failed.stdout and "still broken" in failed.stdout
+        rows = {r["key"]: r for r in json.loads(dlq(env, "list", "--json").stdout)}
+        assert "still broken" in rows[key]["latest_reason"]
+        assert "poisoned" in rows[key]["reason"]
+
+        shown = dlq(env, "show", key, "--json")
+        assert shown.returncode == 0, shown.stderr
+        offsets = [r["offset"] for r in json.loads(shown.stdout)]
+        assert len(offsets) == 21 and offsets == sorted(offsets)
+
+        # two re-drives of one key at once: one is carried out, the other refused
+        both = [
+            dlq_in_background(env, "redrive", "--translator", "parkorders@3", "--key", key)
+            for _ in range(2)
+        ]
+        results = [(p.wait(180), *p.communicate()) for p in both]
+        assert sorted(code for code, _, _ in results) == [0, 1], results
+        refused = next(out + err for code, out, err in results if code == 1)
+        assert "already being re-driven" in refused
+
+        other = story.key(PARKED[1]).hex()
+        gone = dlq(env, "discard", other, "--translator", "parkorders", "--reason", "test")
+        assert gone.returncode == 0, gone.stdout + gone.stderr
+        assert other not in {r["key"] for r in json.loads(dlq(env, "list", "--json").stdout)}
+        # the discarded key's later changes flow again
+        row = story.rows[PARKED[1]]
+        after = dict(row, status="shipped", tracking_number="TRK", shipped_at=row["placed_at"])
+        produce(bootstrap, setup.topic, story.encode([story.change("u", row, after)]))
+        wait_for(
+            lambda: any(
+                m.key == bytes.fromhex(other)
+                for m in events_from(bootstrap, ["store.order-shipped"], setup.topic)
+            ),
+            60,
+            "the discarded key's next event",
+            [worker],
+        )
+    finally:
+        assert worker.stop() == 0, worker.tail()
