@@ -20,6 +20,7 @@ transaction path's core (orders@3 over whole transactions, bench/translate_tx.py
     .venv/bin/python bench/translate.py --records 200000 --stack-json endpoints.json
     .venv/bin/python bench/translate.py --workers 2
     .venv/bin/python bench/translate.py --transactions   # orders@3 through Kafka, 1 and 2 workers
+    .venv/bin/python bench/translate.py --parking-overhead 3  # parking on/off, alternately
     .venv/bin/python bench/translate.py --shadow         # orders@2 in the shadow of orders@1
 
 ``--shadow`` runs the worker with ``orders@1`` live, with ``orders@2`` (the story's fix)
@@ -291,8 +292,8 @@ def shadow_bench(translate: Callable[..., tuple[float, tuple[int, int]]]) -> Non
     without: list[float] = []
     beside: list[float] = []
     for run in range(3):
-        without.append(translate(1, live, f"-plain{run}")[0])
-        beside.append(translate(1, shadow, f"-shadow{run}")[0])
+        without.append(translate(1, extra=live)[0])
+        beside.append(translate(1, extra=shadow)[0])
         print(f"run {run + 1}: without {without[-1]:,.0f}/s, with a shadow {beside[-1]:,.0f}/s")
     plain, shadowed = statistics.median(without), statistics.median(beside)
     print(
@@ -328,6 +329,13 @@ def main() -> None:
         "--shadow",
         action="store_true",
         help="the worker with orders@2 in the shadow of orders@1, against without (3 runs each)",
+    )
+    parser.add_argument(
+        "--parking-overhead",
+        type=int,
+        metavar="N",
+        help="only the worker, N times with parking off and on alternately "
+        "(docs/parking.md: nothing parked, at most 3 %% slower than off)",
     )
     parser.add_argument("--role", choices=["bench", "passthrough"], default="bench")
     args = parser.parse_args()
@@ -385,6 +393,58 @@ def main() -> None:
         def group_done(group: str) -> Callable[[], bool]:
             return lambda: committed(bootstrap, group, source, 4) >= len(records)
 
+        runs = iter(range(1_000_000))
+
+        def translate(
+            workers: int, parking: bool = True, extra: dict[str, str] | None = None
+        ) -> tuple[float, tuple[int, int]]:
+            group = f"bench-translate-{workers}-{next(runs)}-{tag}"
+            env = {
+                **base_env,
+                "BIZEVENTS_TRANSLATORS": json.dumps({"orders": 2}),
+                "BIZEVENTS_TRANSLATE__TOPIC_PREFIX": server,
+                "BIZEVENTS_TRANSLATE__GROUP_ID": group,
+                "BIZEVENTS_TRANSLATE__DEAD_LETTER_TOPIC": f"bench.dead-letter.{tag}",
+                "BIZEVENTS_TRANSLATE__PARKED_TOPIC": f"bench.parked.{tag}",
+                "BIZEVENTS_TRANSLATE__METRICS_PORT": "0",
+                **(extra or {}),
+            }
+            if not parking:  # today's behaviour: no parked keys looked up, no parked topic
+                env["BIZEVENTS_TRANSLATE__ON_ERROR"] = json.dumps({"orders": "dead-letter"})
+            command = [sys.executable, "-m", "bizevents", "translate"]
+            return measure(
+                f"translate {workers}",
+                [
+                    (command, {**env, "BIZEVENTS_STATE_DIR": str(tmp / f"state-{group}-{i}")})
+                    for i in range(workers)
+                ],
+                len(records),
+                group_done(group),
+                tmp,
+                args.timeout,
+            )
+
+        if args.shadow:
+            shadow_bench(translate)
+            return
+        if args.parking_overhead:
+            rates: dict[bool, list[float]] = {False: [], True: []}
+            for _ in range(args.parking_overhead):
+                for parking in (False, True):  # alternate: drift hits both alike
+                    rate, _ = translate(1, parking)
+                    rates[parking].append(rate)
+                    print(f"parking {'on ' if parking else 'off'}: {rate:,.0f} records/s")
+            off, on = (sorted(rates[k]) for k in (False, True))
+            mid = len(off) // 2
+            slower = 1 - on[mid] / off[mid]
+            print(
+                f"median of {len(off)}: off {off[mid]:,.0f}/s ({off[0]:,.0f}-{off[-1]:,.0f}), "
+                f"on {on[mid]:,.0f}/s ({on[0]:,.0f}-{on[-1]:,.0f}); on is {slower:+.1%} slower "
+                f"(target ≤ 3 %: {'met' if slower <= 0.03 else 'MISSED'}; a shared, noisy "
+                "machine moves single runs by more than that)"
+            )
+            return
+
         passthrough_group = f"bench-pass-{tag}"
         rate_a, _ = measure(
             "passthrough",
@@ -406,35 +466,6 @@ def main() -> None:
         )
         print(f"(a) passthrough (lean Faust path, bytes copied): {rate_a:,.0f} records/s")
 
-        def translate(
-            workers: int, extra: dict[str, str] | None = None, run: str = ""
-        ) -> tuple[float, tuple[int, int]]:
-            group = f"bench-translate-{workers}-{tag}{run}"
-            env = {
-                **base_env,
-                "BIZEVENTS_TRANSLATORS": json.dumps({"orders": 2}),
-                "BIZEVENTS_TRANSLATE__TOPIC_PREFIX": server,
-                "BIZEVENTS_TRANSLATE__GROUP_ID": group,
-                "BIZEVENTS_TRANSLATE__DEAD_LETTER_TOPIC": f"bench.dead-letter.{tag}",
-                "BIZEVENTS_TRANSLATE__METRICS_PORT": "0",
-                **(extra or {}),
-            }
-            command = [sys.executable, "-m", "bizevents", "translate"]
-            return measure(
-                f"translate {workers}",
-                [
-                    (command, {**env, "BIZEVENTS_STATE_DIR": str(tmp / f"state-{workers}-{i}")})
-                    for i in range(workers)
-                ],
-                len(records),
-                group_done(group),
-                tmp,
-                args.timeout,
-            )
-
-        if args.shadow:
-            shadow_bench(translate)
-            return
         rate_b, (rss, peak) = translate(1)
         print(
             f"(b) bizevents translate (orders@2, Avro in → Avro out): {rate_b:,.0f} records/s, "

@@ -11,6 +11,7 @@ from bizevents.clikit import fails_cleanly, settings_of
 from bizevents.contractscli import contracts
 from bizevents.democli import demo
 from bizevents.devcli import dev
+from bizevents.dlqcli import dlq
 from bizevents.readcli import read
 from bizevents.replaycli import replay
 from bizevents.shadowcli import promote, shadow
@@ -73,3 +74,4 @@ main.add_command(read)
 main.add_command(verify)
 main.add_command(shadow)
 main.add_command(promote)
+main.add_command(dlq)

@@ -59,7 +59,7 @@ def _quantile(samples: Samples, name: str, q: float) -> float | None:
 def figures(before: Samples, after: Samples, seconds: float) -> dict[str, Any]:
     """Per translator@version and per captured table, what the dashboard plots."""
     translators: dict[str, dict[str, float]] = {}
-    for metric in ("consumed", "emitted", "dropped", "dead_lettered"):
+    for metric in ("consumed", "emitted", "dropped", "dead_lettered", "parked"):
         name = f"bizevents_translator_{metric}_total"
         now, then = _by(after, name, "translator"), _by(before, name, "translator")
         for ref, value in now.items():
@@ -69,6 +69,11 @@ def figures(before: Samples, after: Samples, seconds: float) -> dict[str, Any]:
     for ref, behind in _by(after, "bizevents_translator_consumer_lag", "translator").items():
         if ref in translators:
             translators[ref]["lag"] = behind
+    # parked keys are per translator name (a re-drive runs another version of it)
+    for name, keys in _by(after, "bizevents_parked_keys", "translator").items():
+        for ref, row in translators.items():
+            if ref.partition("@")[0] == name:
+                row["parked_keys"] = keys
     events_now = _by(after, "bizevents_capture_events_total", "table")
     events_then = _by(before, "bizevents_capture_events_total", "table")
     tables = {

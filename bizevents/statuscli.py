@@ -35,9 +35,10 @@ def _n(value: float | None, unit: str = "") -> str:
 @fails_cleanly
 def status(ctx: click.Context, urls: tuple[str, ...], interval: float, as_json: bool) -> None:
     """What the Grafana dashboard shows, on the terminal: per translator@version the
-    changes consumed, events emitted, dropped and dead-lettered (totals and per
-    second), consumer lag and latency; capture's changes per second and slot lag; the
-    shadows' comparisons and the last promotion of each translator.
+    changes consumed, events emitted, dropped, dead-lettered and parked (totals and
+    per second), the keys parked now, consumer lag and latency; capture's changes per
+    second and slot lag; the shadows' comparisons and the last promotion of each
+    translator.
 
     Capture refreshes its per-table counts and slot lag at each heartbeat
     (heartbeat_interval_s, 10 s by default; the demo's capture 1 s): give an --interval
@@ -59,7 +60,7 @@ def status(ctx: click.Context, urls: tuple[str, ...], interval: float, as_json: 
     if as_json:
         click.echo(json.dumps(figures, indent=2))
         return
-    keys = ("consumed", "emitted", "dropped", "dead_lettered")
+    keys = ("consumed", "emitted", "dropped", "dead_lettered", "parked", "parked_keys")
     console.print(
         table(
             "translators",

@@ -18,6 +18,7 @@ from bizevents.capture.metrics import CaptureStats
 from bizevents.capture.metrics import serve_metrics as serve_capture
 from bizevents.translators.metrics import WorkerStats
 from bizevents.translators.metrics import serve_metrics as serve_worker
+from bizevents.translators.parking import ParkedKeys
 
 DASHBOARD = Path(__file__).resolve().parents[1] / "docs" / "grafana" / "bizevents.json"
 
@@ -31,6 +32,8 @@ def _exported() -> dict[str, set[str]]:
     worker.lag[("demo.store.orders", 0)] = 2
     worker.readers["demo.store.orders"] = ("orders@2",)
     worker.undecodable["demo.store.orders"] = 1
+    worker.parking = ParkedKeys()
+    worker.parking.park(("orders", "demo.store.orders", 0, b"k"), 3, "translate", "boom")
     names: dict[str, set[str]] = {}
     for server, port in (
         serve_capture(capture, "127.0.0.1", 0),

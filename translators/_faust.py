@@ -33,7 +33,7 @@ the integration tests run the path against the real broker.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
 
 from aiokafka.consumer.fetcher import PartitionRecords
@@ -182,12 +182,31 @@ class TablelessManager(TableManager):
 
     Faust's own waits 1 s first, for tables to register, and the consumer subscribes
     (and so joins the group) only after that: a second of every worker's start-up.
+
+    ``before_assignment``, when set, runs at each assignment before the recovery that
+    resumes the paused partitions: what must be known before any record of the new
+    assignment is processed (the parked keys, docs/parking.md) is restored there. The
+    ``on_partitions_assigned`` signal comes too late for that: the recovery may have
+    resumed the partitions by then.
     """
+
+    before_assignment: Callable[[], Awaitable[None]] | None = None
 
     async def on_start(self) -> None:
         if not self.should_stop:
             await self._update_channels()
             await self.recovery.start()
+
+    async def on_rebalance(
+        self,
+        assigned: set[TP],
+        revoked: set[TP],
+        newly_assigned: set[TP],
+        generation_id: int = 0,
+    ) -> None:
+        if self.before_assignment is not None:
+            await self.before_assignment()
+        await super().on_rebalance(assigned, revoked, newly_assigned, generation_id)
 
 
 def aiokafka_producer(app: Any) -> Any:

@@ -23,6 +23,7 @@ from bizevents.plumbing.kafka import partition_for
 from bizevents.plumbing.process import settle_collector
 from bizevents.translators._faust import BlockAcker, RecordBlock, aiokafka_producer
 from bizevents.translators.metrics import WorkerStats
+from bizevents.translators.parking import PARKED_HEADER
 from bizevents.translators.pipeline import (
     OutRecord,
     Pipeline,
@@ -108,9 +109,9 @@ class BlockRunner:
             if result.shadows:
                 self.stats.compared(tp.topic, tp.partition, result.shadows)
             for out in result.records:
-                if out.dead_letter:
+                if out.dead_letter and out.headers:  # not a parked-topic state record
                     self._log_dead_letter(out, bound)
-            futures += await self._produce(result.records)
+            futures += await self.produce(result.records)
             await asyncio.sleep(0)
         highwater = self.app.consumer.highwater(tp)
         if highwater is not None:
@@ -148,7 +149,7 @@ class BlockRunner:
     def _log_dead_letter(out: OutRecord, bound: Any) -> None:
         headers = dict(out.headers)
         bound.warning(
-            "dead-lettered",
+            "parked" if PARKED_HEADER in headers else "dead-lettered",
             offset=int(headers.get(HEADER_SOURCE_OFFSET) or b"-1"),
             translator=out.translator or None,
             stage=(headers.get(HEADER_DLQ_STAGE) or b"").decode(),
@@ -169,14 +170,15 @@ class BlockRunner:
                 )
                 await asyncio.sleep(delay)
 
-    async def _partition_count(self, topic: str) -> int:
+    async def partition_count(self, topic: str) -> int:
         count = self._partitions.get(topic)
         if count is None:
             producer = aiokafka_producer(self.app)
             count = self._partitions[topic] = len(await producer.partitions_for(topic))
         return count
 
-    async def _produce(self, records: Sequence[OutRecord]) -> list[asyncio.Future[Any]]:
+    async def produce(self, records: Sequence[OutRecord]) -> list[asyncio.Future[Any]]:
+        """Send ``records`` (each to its key's partition); their acknowledgements."""
         if not records:
             return []
         if self.app.in_transaction:
@@ -185,7 +187,7 @@ class BlockRunner:
         builders: dict[tuple[str, int], Any] = {}
         futures: list[asyncio.Future[Any]] = []
         for out in records:
-            count = self._partitions.get(out.topic) or await self._partition_count(out.topic)
+            count = self._partitions.get(out.topic) or await self.partition_count(out.topic)
             partition = partition_for(out.key, count)
             slot = (out.topic, partition)
             batch = builders.get(slot)
@@ -214,7 +216,7 @@ class BlockRunner:
         transactions = self.app.consumer.transactions
         futures = []
         for out in records:
-            count = self._partitions.get(out.topic) or await self._partition_count(out.topic)
+            count = self._partitions.get(out.topic) or await self.partition_count(out.topic)
             partition = partition_for(out.key, count)
             futures.append(
                 await transactions.send(out.topic, out.key, out.value, partition, None, out.headers)

@@ -20,6 +20,10 @@ A custom collector turns the numbers into metric families when the text endpoint
   contract,verdict}``, ``bizevents_shadow_field_differs_total{shadow,contract,field}``,
   ``bizevents_shadow_failures_total{shadow,version}``: a shadow version's comparison
   with the live one over the partitions this worker holds (docs/shadow.md).
+- ``bizevents_translator_parked_total``: changes parked (docs/parking.md): a failing
+  one that parked its key and each change parked behind it;
+- ``bizevents_parked_keys{group,translator}``: keys parked now, as this worker knows
+  them (its restore of the parked topic, and what it parked and unparked since).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from bizevents.plumbing.metrics import serve_metrics as serve
+from bizevents.translators.parking import ParkedKeys
 from bizevents.translators.pipeline import Counts
 from bizevents.translators.shadow import VERDICTS, ShadowBook, ShadowComparison
 
@@ -71,6 +76,8 @@ class WorkerStats:
     last_ack_at: float = 0.0
     #: The shadow versions' comparisons, per partition held (docs/shadow.md).
     shadows: ShadowBook = field(default_factory=ShadowBook)
+    #: the parked keys of the worker's pipeline (None: nothing parks)
+    parking: ParkedKeys | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add(
@@ -88,6 +95,7 @@ class WorkerStats:
                 total.emitted += c.emitted
                 total.dropped += c.dropped
                 total.dead_lettered += c.dead_lettered
+                total.parked += c.parked
                 total.seconds += c.seconds
             if undecodable:
                 self.undecodable[topic] += undecodable
@@ -150,6 +158,7 @@ class _Collector(Collector):
             ("emitted", "Business events a translator emitted", "emitted"),
             ("dropped", "Changes a translator found irrelevant (no event)", "dropped"),
             ("dead_lettered", "Changes that went to the dead-letter topic", "dead_lettered"),
+            ("parked", "Changes parked behind their key (on the dead-letter topic)", "parked"),
             ("processing_seconds", "Time spent translating and serializing", "seconds"),
         ):
             family = CounterMetricFamily(
@@ -158,6 +167,15 @@ class _Collector(Collector):
             for ref, c in sorted(counts.items()):
                 family.add_metric([s.group, ref], getattr(c, attr))
             yield family
+        if s.parking is not None:
+            parked = GaugeMetricFamily(
+                "bizevents_parked_keys",
+                "Source keys parked now, per translator name",
+                labels=["group", "translator"],
+            )
+            for name, n in sorted(dict(s.parking.per_translator).items()):
+                parked.add_metric([s.group, name], n)
+            yield parked
         gauge = GaugeMetricFamily(
             "bizevents_translator_consumer_lag",
             "Records behind the end of each assigned partition (Fetch high watermark)",

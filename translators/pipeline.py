@@ -15,12 +15,16 @@ has a fixed partition count.
 Bad input never stops the stream: an envelope that does not decode, a translator
 that raises, and an event that fails its contract each become a dead-letter record
 with the original key, value and headers, and headers naming the stage, the reason,
-the translator and the original coordinates.
+the translator and the original coordinates. With parking (:mod:`bizevents.translators.parking`,
+the live worker's, ``on_error = "park"``) the record is marked parked, the source key is
+parked for that translator and its later changes are parked behind it, untranslated,
+with a parked-topic record of the key's state among the outputs; ``"fail"`` raises
+:class:`TranslatorFailedError` instead.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from time import perf_counter
 from typing import Final, Literal, Protocol
@@ -40,9 +44,18 @@ from bizevents.contracts.change import Change
 from bizevents.contracts.envelope import OP_UPDATE, ChangeEvent, Source, Tombstone
 from bizevents.contracts.exceptions import ContractError, Coordinates, DecodeError
 from bizevents.contracts.technical.events import Gate, SourceTable
+from bizevents.plumbing.errors import TerminalError
 from bizevents.translators.api import Translator
 from bizevents.translators.exceptions import TranslationError
 from bizevents.translators.lineage import Origin, Stamper, contract_name, origin_of
+from bizevents.translators.parking import (
+    PARKED_HEADER,
+    STAGE_PARKED,
+    OnError,
+    ParkedKeys,
+    Ref,
+    ref_key,
+)
 from bizevents.translators.shadow import Seen, ShadowComparison
 
 DEAD_LETTER_TOPIC: Final = "bizevents.dead-letter"
@@ -142,6 +155,8 @@ class Counts:
     emitted: int = 0
     dropped: int = 0
     dead_lettered: int = 0
+    #: Changes parked: a failing one that parked its key, and those parked behind it.
+    parked: int = 0
     #: Time spent translating, stamping and serializing (the translator's share of a batch).
     seconds: float = 0.0
 
@@ -169,6 +184,10 @@ _make_out: Final = constructor(OutRecord)
 _make_placed: Final = constructor(SourceRecord)
 
 
+class TranslatorFailedError(TerminalError):
+    """A change failed in a translator whose ``on_error`` is ``"fail"``."""
+
+
 class Pipeline:
     """Technical records in, business-event and dead-letter records out."""
 
@@ -182,8 +201,17 @@ class Pipeline:
         dead_letter_topic: str = DEAD_LETTER_TOPIC,
         shadows: Sequence[Translator] = (),
         shadow_output: bool = True,
+        parking: ParkedKeys | None = None,
+        parked_topic: str = "",
+        on_error: Mapping[str, OnError] | None = None,
     ) -> None:
         self.translators = tuple(translators)
+        #: The parked keys (None: nothing parks, failures are dead-lettered) and the
+        #: compacted topic their state goes to; ``on_error`` by translator name, "park"
+        #: when unnamed (with ``parking``), "dead-letter" otherwise.
+        self.parking = parking
+        self.parked_topic = parked_topic
+        self.on_error = dict(on_error or {})
         self.decoder = decoder
         self.serializer = serializer
         self.replay = replay
@@ -318,9 +346,23 @@ class Pipeline:
             decoded, table = self._decode(record, topic, where, known)
         except DecodeError as exc:
             result.undecodable += 1
-            result.records.append(
-                self._dead_letter(record, topic, partition, "decode", exc.reason, exc, "")
-            )
+            # with the topic's table known, each translator reading it parks the key
+            parks = [] if known is None or not known[0] else self.route(known[0])
+            parks = [t for t in parks if self._on_error(t) != "dead-letter"]
+            for translator in parks:
+                counts = result.counts.get(translator.ref)
+                if counts is None:
+                    counts = result.counts[translator.ref] = Counts()
+                counts.consumed += 1
+                counts.dead_lettered += 1
+                dead = self._dead_letter(
+                    record, topic, partition, "decode", exc.reason, exc, translator.ref
+                )
+                self._failed(translator, dead, record, topic, partition, counts, result)
+            if not parks:
+                result.records.append(
+                    self._dead_letter(record, topic, partition, "decode", exc.reason, exc, "")
+                )
             return
         if isinstance(decoded, Tombstone):
             result.tombstones += 1  # compaction's marker after a delete, not a change
@@ -331,11 +373,17 @@ class Pipeline:
             return
         origin: list[Origin] = []  # the change's, made by the first translator with events
         op = decoded.op
+        parking = self.parking
+        watched = parking is not None and topic in parking.watched
         for translator in translators:
             counts = result.counts.get(translator.ref)
             if counts is None:
                 counts = result.counts[translator.ref] = Counts()
             counts.consumed += 1
+            if watched and self._parked_behind(
+                translator, record, topic, partition, counts, result
+            ):
+                continue  # parked: neither the live version nor its shadow sees it now
             shadow = self._shadow_of.get(translator.ref) if self._shadow_of else None
             seen: list[Seen] | None = None if shadow is None else []
             if op not in translator.emitting:
@@ -350,13 +398,14 @@ class Pipeline:
                 counts.seconds += perf_counter() - started
                 if failed:
                     counts.dead_lettered += 1
-                elif not produced:
-                    counts.dropped += 1
-                else:
-                    counts.emitted += len(produced)
-                result.records.extend(produced)
-                if failed:
+                    self._failed(translator, produced[0], record, topic, partition, counts, result)
                     seen = None
+                else:
+                    if produced:
+                        counts.emitted += len(produced)
+                    else:
+                        counts.dropped += 1
+                    result.records.extend(produced)
             if shadow is not None:
                 self._shadow(
                     shadow,
@@ -423,6 +472,91 @@ class Pipeline:
             comparison.failed(live=True)
             return
         comparison.add_change(live_seen, seen)
+
+    def _on_error(self, translator: Translator) -> OnError:
+        default: OnError = "park" if self.parking is not None else "dead-letter"
+        return self.on_error.get(translator.name, default)
+
+    def _parked_behind(
+        self,
+        translator: Translator,
+        record: Record,
+        topic: str,
+        partition: int,
+        counts: Counts,
+        result: Result,
+    ) -> bool:
+        """Whether ``record`` is not for ``translator`` to translate now: its key is
+        parked (the record is parked behind it) or it was re-driven already (skipped)."""
+        assert self.parking is not None
+        ref: Ref = (translator.name, topic, partition, record.key or b"")
+        state = self.parking.parked.get(ref)
+        if state is None:
+            if self.parking.skipped(ref, record.offset):
+                counts.dropped += 1  # re-driven already, read again after a crash
+                return True
+            return False
+        reason = f"key parked since offset {state.first}"
+        placed = _make_placed(
+            topic, partition, record.offset, record.key, record.value, record.headers
+        )
+        counts.parked += 1
+        result.records.append(
+            dead_letter(
+                placed,
+                self.dead_letter_topic,
+                STAGE_PARKED,
+                reason,
+                "Parked",
+                translator.ref,
+                ((PARKED_HEADER, b"1"),),
+            )
+        )
+        self._park_state(ref, record.offset, STAGE_PARKED, reason, result)
+        return True
+
+    def _failed(
+        self,
+        translator: Translator,
+        dead: OutRecord,
+        record: Record,
+        topic: str,
+        partition: int,
+        counts: Counts,
+        result: Result,
+    ) -> None:
+        """A change failed in ``translator``: dead-letter it, park its key, or stop."""
+        on_error = self._on_error(translator)
+        headers = dict(dead.headers)
+        stage = (headers.get(HEADER_DLQ_STAGE) or b"").decode()
+        reason = (headers.get(HEADER_DLQ_REASON) or b"").decode(errors="replace")
+        if on_error == "fail":
+            raise TranslatorFailedError(
+                f"translator {translator.ref} failed ({stage}) on {topic}[{partition}] at "
+                f"offset {record.offset}: {reason}; it stops the worker "
+                f'(translate.on_error.{translator.name} = "fail")'
+            )
+        if on_error == "dead-letter" or self.parking is None:
+            result.records.append(dead)
+            return
+        counts.parked += 1
+        result.records.append(
+            _make_out(
+                dead.topic,
+                dead.key,
+                dead.value,
+                [*dead.headers, (PARKED_HEADER, b"1")],
+                dead.translator,
+                "",
+            )
+        )
+        ref: Ref = (translator.name, topic, partition, record.key or b"")
+        self._park_state(ref, record.offset, stage, reason, result)
+
+    def _park_state(self, ref: Ref, offset: int, stage: str, reason: str, result: Result) -> None:
+        assert self.parking is not None
+        state = self.parking.park(ref, offset, stage, reason)
+        result.records.append(_make_out(self.parked_topic, ref_key(ref), state, [], ref[0], ""))
 
     def _translate(
         self,

@@ -28,6 +28,14 @@ class TranslateSettings(SettingsGroup):
     #: Explicit technical topics, instead of deriving them from the translators' sources.
     topics: tuple[str, ...] = ()
     dead_letter_topic: str = "bizevents.dead-letter"
+    #: What a failing change does, by translator name (docs/parking.md): "park" (the
+    #: default: its source key waits, with its later changes, for a re-drive),
+    #: "dead-letter" (the change alone is set aside) or "fail" (the worker stops).
+    on_error: dict[str, Literal["park", "dead-letter", "fail"]] = Field(default_factory=dict)
+    #: The compacted topic of the parked keys and of re-drive requests.
+    parked_topic: str = "bizevents.parked"
+    #: Keys parked at once; one more stops the worker with a sentence.
+    max_parked_keys: int = Field(default=10_000, ge=1)
     subject_strategy: Literal["topic", "record", "topic-record"] = "topic"
     auto_register: bool = True
     #: Partitions of business and dead-letter topics the worker creates when missing.

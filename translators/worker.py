@@ -15,7 +15,8 @@ naming the plugin or the setting:
    ``auto_register`` is on (the registry refuses an incompatible one), looked up
    otherwise; a registry that does not answer yet (one starting beside the worker)
    is waited for, up to ``translate.registry_wait_s``;
-4. the business and dead-letter topics, created when missing;
+4. the business and dead-letter topics, created when missing, and the parked topic
+   when a translator parks (``translate.on_error``, docs/parking.md);
 5. for ``processing_guarantee = "exactly_once"``, a transactional producer is
    initialised once, and refused with a sentence when the broker cannot do it.
 
@@ -56,6 +57,8 @@ from bizevents.translators.blocks import (
 )
 from bizevents.translators.exceptions import PluginError
 from bizevents.translators.metrics import WorkerStats
+from bizevents.translators.parking import ParkedKeys
+from bizevents.translators.parkingio import Redriver
 from bizevents.translators.pipeline import (
     SHADOW_SUFFIX,
     Pipeline,
@@ -115,7 +118,8 @@ def build_app(
 ) -> Any:
     """The Faust app: one agent over ``topics`` that runs ``processor`` per block; with
     ``plan``, it follows the promotions topic and hands partitions over before their
-    blocks (:mod:`bizevents.translators.promoting`)."""
+    blocks (:mod:`bizevents.translators.promoting`), and, when its pipelines park, the
+    parked keys' restore and re-drives run around it."""
     import faust
 
     t = settings.translate
@@ -210,7 +214,39 @@ def build_app(
         )
 
     app.on_partitions_assigned.connect(assigned)
+    if plan is not None and plan.pipeline.parking is not None:
+        _with_parking(app, settings, plan.pipeline, runner, stats)
     return app
+
+
+def _with_parking(
+    app: Any, settings: RuntimeSettings, pipeline: Pipeline, runner: BlockRunner, stats: WorkerStats
+) -> None:
+    """The parked keys restored on every assignment, before its partitions resume
+    (:class:`TablelessManager`), the re-drives cancelled on a revoke (the next owner
+    carries them out), and the parked topic followed for requests."""
+    from bizevents.translators.registry import discover
+
+    assert pipeline.parking is not None
+    stats.parking = pipeline.parking
+    redriver = Redriver(
+        parking=pipeline.parking,
+        pipeline=pipeline,
+        conf=settings.kafka.librdkafka(),
+        parked_topic=settings.translate.parked_topic,
+        produce=runner.produce,
+        owned=lambda: {(tp.topic, tp.partition) for tp in app.consumer.assignment()},
+        partitions_of=runner.partition_count,
+        load=lambda name, version: discover(names=[name]).get(name, version),
+        on_counts=lambda topic, counts: stats.add(topic, counts),
+    )
+
+    async def revoked(sender: Any, revoked: set[Any], **kwargs: Any) -> None:
+        await redriver.stop()
+
+    app.tables.before_assignment = redriver.restore
+    app.on_partitions_revoked.connect(revoked)
+    app.task(redriver.follow)
 
 
 @dataclass
@@ -298,6 +334,12 @@ def prepare(settings: RuntimeSettings, pinned: Sequence[Translator] | None = Non
     ensure_topics(admin, outputs, t.output_partitions)
     if shadows:
         ensure_topics(admin, [t.shadows()], 1, config={"cleanup.policy": "compact"})
+    parks = any(t.on_error.get(item.name, "park") == "park" for item in translators)
+    if parks:
+        # one partition: every worker reads it whole, and its order is the fold's order
+        ensure_topics(admin, [t.parked_topic], 1, config={"cleanup.policy": "compact"})
+    # one set of parked keys for every version's pipeline: a key parks by name
+    parking = ParkedKeys(t.max_parked_keys) if parks else None
     decoder = AutoDecoder(schema_lookup(client))
 
     def make(chosen: Sequence[Translator]) -> Pipeline:
@@ -307,6 +349,9 @@ def prepare(settings: RuntimeSettings, pinned: Sequence[Translator] | None = Non
             decoder,
             serializer,
             dead_letter_topic=t.dead_letter_topic,
+            parking=parking,
+            parked_topic=t.parked_topic,
+            on_error=t.on_error,
             shadows=[s for s in shadows if s.name in live and live[s.name] != s.version],
             shadow_output=t.shadow_output == "topic",
         )

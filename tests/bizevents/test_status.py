@@ -17,6 +17,7 @@ from bizevents.capture.metrics import serve_metrics as serve_capture
 from bizevents.status import figures, parse
 from bizevents.translators.metrics import WorkerStats
 from bizevents.translators.metrics import serve_metrics as serve_worker
+from bizevents.translators.parking import ParkedKeys
 from bizevents.translators.pipeline import Counts
 from bizevents.translators.shadow import ShadowComparison
 
@@ -97,3 +98,22 @@ def test_status_without_endpoints_says_what_to_give(tmp_path: Path) -> None:
     assert "no metrics endpoint to read: give --url" in result.stderr
     down = _run("--url", "http://127.0.0.1:9/metrics", state=tmp_path)
     assert down.returncode == 1 and "does not answer" in down.stderr
+
+
+def test_status_shows_parked_changes_and_keys(tmp_path: Path) -> None:
+    worker = WorkerStats("bizevents-translate")
+    worker.add("demo.store.orders", {"orders@2": Counts(consumed=10, emitted=6, parked=3)})
+    worker.parking = ParkedKeys()
+    for key in (b"1", b"2"):
+        worker.parking.park(("orders", "demo.store.orders", 0, key), 4, "translate", "boom")
+    server, port = serve_worker(worker, "127.0.0.1", 0)
+    try:
+        url = f"http://127.0.0.1:{port}/metrics"
+        result = _run("--url", url, "--json", "--interval", "0.1", state=tmp_path)
+        text = _run("--url", url, "--interval", "0.1", state=tmp_path)
+    finally:
+        server.shutdown()
+    assert result.returncode == 0, result.stderr
+    orders = json.loads(result.stdout)["translators"]["orders@2"]
+    assert (orders["parked"], orders["parked_keys"]) == (3, 2)
+    assert text.returncode == 0 and "parked" in text.stdout

@@ -1,0 +1,353 @@
+"""The parked topic's I/O, and re-drives carried out by the live row worker.
+
+:mod:`bizevents.translators.parking` holds the parked keys as pure state; this module
+is its edge: it reads the parked topic (restore at start and on every assignment),
+follows it for the requests ``bizevents dlq`` writes, and carries each re-drive or
+discard out in the worker that owns the key's partition, in the agent's event loop,
+so that the key is unparked only when every change parked so far has been re-driven
+and acknowledged, with no block translated between that check and the unpark
+(docs/parking.md, "Re-drive").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import structlog
+
+from bizevents.contracts.business import (
+    HEADER_DLQ_REASON,
+    HEADER_DLQ_STAGE,
+    HEADER_SOURCE_OFFSET,
+    HEADER_SOURCE_PARTITION,
+    HEADER_SOURCE_TOPIC,
+    HEADER_TRANSLATOR,
+)
+from bizevents.plumbing.errors import TransientError
+from bizevents.plumbing.kafka import partition_for
+from bizevents.translators.parking import (
+    PARKED_EXTRA_HEADERS,
+    PARKED_HEADER,
+    ParkedKeys,
+    Ref,
+    Request,
+    ref_key,
+)
+from bizevents.translators.pipeline import OutRecord, Pipeline, SourceRecord
+
+__all__ = ["ParkedRecord", "Redriver", "parked_records", "read_requests", "read_to_end"]
+
+log = structlog.get_logger("parking")
+
+REQUEST_PREFIX = b"request|"
+
+
+def read_to_end(
+    conf: dict[str, Any],
+    topic: str,
+    partitions: Sequence[int] | None = None,
+    start: dict[int, int] | None = None,
+    timeout_s: float = 30.0,
+) -> list[Any]:
+    """The records of ``topic`` (confluent-kafka messages) from ``start`` (else the
+    beginning) to the end of each partition, as the Fetch high watermark tells it (the
+    embedded broker's ListOffsets is wrong, docs/broker.md)."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+
+    consumer = Consumer(
+        {
+            **conf,
+            "group.id": "bizevents-parked-reader",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    try:
+        meta = consumer.list_topics(topic, timeout=10).topics.get(topic)
+        if meta is None or meta.error is not None:
+            return []
+        wanted = sorted(meta.partitions) if partitions is None else list(partitions)
+        begin = start or {}
+        consumer.assign([TopicPartition(topic, p, begin.get(p, OFFSET_BEGINNING)) for p in wanted])
+        unfinished = set(wanted)
+        found: list[Any] = []
+        deadline = time.monotonic() + timeout_s
+        while unfinished:
+            msg = consumer.poll(0.2)
+            if msg is None:
+                if time.monotonic() > deadline:
+                    raise TransientError(f"{topic} did not answer within {timeout_s:.0f} s")
+                continue
+            err = msg.error()
+            if err is None:
+                found.append(msg)
+            elif err.code() == KafkaError._PARTITION_EOF:
+                unfinished.discard(msg.partition())
+            elif not err.retriable():
+                raise TransientError(f"cannot read {topic}: {err}")
+        return found
+    finally:
+        consumer.close()
+
+
+def read_requests(messages: Sequence[Any], requests: dict[str, Request]) -> None:
+    """Fold the request records among ``messages`` into ``requests`` (id → the latest)."""
+    for msg in messages:
+        key = msg.key()
+        value = msg.value()
+        if key is None or not key.startswith(REQUEST_PREFIX) or value is None:
+            continue
+        try:
+            request = Request.decode(value)
+        except (ValueError, TypeError):
+            continue
+        requests[request.id] = request
+
+
+@dataclass(frozen=True, slots=True)
+class ParkedRecord:
+    """A parked change as the dead-letter topic holds it, its original headers apart."""
+
+    source: SourceRecord
+    translator: str
+    stage: str
+    reason: str
+    dead_letter_offset: int
+
+
+def parked_of(msg: Any) -> ParkedRecord | None:
+    """The parked change a dead-letter message holds (None: not a parked record)."""
+    headers = msg.headers() or []
+    found = dict(headers)
+    if found.get(PARKED_HEADER) != b"1" or len(headers) < PARKED_EXTRA_HEADERS:
+        return None
+    try:
+        source = SourceRecord(
+            (found.get(HEADER_SOURCE_TOPIC) or b"").decode(),
+            int(found.get(HEADER_SOURCE_PARTITION) or b"-1"),
+            int(found.get(HEADER_SOURCE_OFFSET) or b"-1"),
+            msg.key(),
+            msg.value(),
+            list(headers[:-PARKED_EXTRA_HEADERS]),
+        )
+    except ValueError:
+        return None
+    return ParkedRecord(
+        source,
+        (found.get(HEADER_TRANSLATOR) or b"").decode(),
+        (found.get(HEADER_DLQ_STAGE) or b"").decode(),
+        (found.get(HEADER_DLQ_REASON) or b"").decode(errors="replace"),
+        msg.offset(),
+    )
+
+
+def parked_records(messages: Sequence[Any], ref: Ref, after: int) -> list[ParkedRecord]:
+    """``ref``'s parked changes among dead-letter ``messages`` with a source offset past
+    ``after``, in source order, each once (a crash may have parked one twice)."""
+    name, topic, partition, key = ref
+    found: dict[int, ParkedRecord] = {}
+    for msg in messages:
+        parked = parked_of(msg)
+        if parked is None:
+            continue
+        source = parked.source
+        if (
+            parked.translator.partition("@")[0] == name
+            and source.topic == topic
+            and source.partition == partition
+            and (source.key or b"") == key
+            and source.offset > after
+        ):
+            found.setdefault(source.offset, parked)
+    return [found[offset] for offset in sorted(found)]
+
+
+Produce = Callable[[Sequence[OutRecord]], Awaitable[list[asyncio.Future[Any]]]]
+
+
+@dataclass
+class Redriver:
+    """Restores the parked keys, follows the requests, and carries out those of keys in
+    partitions this worker owns (see the module's doc)."""
+
+    parking: ParkedKeys
+    pipeline: Pipeline
+    conf: dict[str, Any]
+    parked_topic: str
+    produce: Produce
+    owned: Callable[[], set[tuple[str, int]]]
+    partitions_of: Callable[[str], Awaitable[int]]
+    load: Callable[[str, int], Any]
+    on_counts: Callable[[str, Any], None] = lambda topic, counts: None
+    poll_s: float = 0.5
+    requests: dict[str, Request] = field(default_factory=dict)
+    running: dict[Ref, tuple[str, asyncio.Task[None]]] = field(default_factory=dict)
+    position: int = 0
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    async def restore(self) -> None:
+        """Read the parked topic whole: the parked keys and the pending requests."""
+        async with self._lock:
+            messages = await asyncio.to_thread(read_to_end, self.conf, self.parked_topic, [0])
+            self.parking.reset()
+            self.requests.clear()
+            for msg in messages:
+                key = msg.key()
+                if key is not None and not key.startswith(REQUEST_PREFIX):
+                    self.parking.apply(key, msg.value())
+            read_requests(messages, self.requests)
+            if messages:
+                self.position = messages[-1].offset() + 1
+            log.info(
+                "parked keys restored",
+                keys=len(self.parking.parked),
+                pending=sum(r.status == "pending" for r in self.requests.values()),
+            )
+        self.start_owned()
+
+    async def stop(self) -> None:
+        """Cancel the running re-drives (a revoke, a stop): their requests stay pending,
+        and the partition's next owner carries them out again."""
+        tasks = [task for _, task in self.running.values()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self.running.clear()
+
+    async def follow(self) -> None:
+        """Follow the parked topic for requests, for as long as the worker runs."""
+        while True:
+            await asyncio.sleep(self.poll_s)
+            async with self._lock:
+                try:
+                    messages = await asyncio.to_thread(
+                        read_to_end, self.conf, self.parked_topic, [0], {0: self.position}
+                    )
+                except TransientError as exc:
+                    log.warning("cannot read the parked topic yet", error=str(exc))
+                    continue
+                read_requests(messages, self.requests)
+                if messages:
+                    self.position = messages[-1].offset() + 1
+            self.start_owned()
+
+    def start_owned(self) -> None:
+        owned = self.owned()
+        for request in list(self.requests.values()):
+            if request.status != "pending" or (request.topic, request.partition) not in owned:
+                continue
+            current = self.running.get(request.ref)
+            if current is not None and current[0] == request.id:
+                continue
+            task = asyncio.ensure_future(self._carry_out(request, current))
+            if current is None:
+                self.running[request.ref] = (request.id, task)
+
+    async def _carry_out(
+        self, request: Request, current: tuple[str, asyncio.Task[None]] | None
+    ) -> None:
+        if current is not None:
+            await self._answer(
+                request,
+                "refused",
+                f"the key is already being re-driven (request {current[0]}); wait for it",
+            )
+            return
+        try:
+            status, message = await self._run(request)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the request fails, the worker goes on
+            status, message = "failed", f"{type(exc).__name__}: {exc}"
+        finally:
+            if self.running.get(request.ref, ("",))[0] == request.id:
+                self.running.pop(request.ref, None)
+        await self._answer(request, status, message)
+
+    async def _answer(self, request: Request, status: Any, message: str) -> None:
+        answer = replace(request, status=status, message=message)
+        self.requests[request.id] = answer
+        log.info("request answered", request=request.id, status=status, message=message)
+        key = request.record_key()
+        await self._write([OutRecord(self.parked_topic, key, answer.record(), [], "")])
+
+    async def _write(self, records: Sequence[OutRecord]) -> None:
+        futures = await self.produce(records)
+        if futures:
+            await asyncio.gather(*futures)
+
+    async def _run(self, request: Request) -> tuple[str, str]:
+        ref = request.ref
+        log.info(
+            "carrying out a request",
+            request=request.id,
+            kind=request.kind,
+            translator=f"{request.translator}@{request.version}",
+            topic=request.topic,
+            partition=request.partition,
+        )
+        state = self.parking.parked.get(ref)
+        if state is None:
+            how = self.parking.unparked_by.get(ref, "")
+            if request.id in how:  # done before a crash, the answer was not written
+                return "done", how
+            return "refused", "the key is not parked"
+        if request.kind == "discard":
+            record = self.parking.unpark(ref, state.last, f"discarded: {request.reason}")
+            await self._write([OutRecord(self.parked_topic, ref_key(ref), record, [], ref[0])])
+            return "done", f"discarded {state.count} parked changes up to offset {state.last}"
+        translator = self.load(request.translator, request.version or 0)
+        fixed = Pipeline(
+            [translator],
+            self.pipeline.decoder,
+            self.pipeline.serializer,
+            dead_letter_topic=self.pipeline.dead_letter_topic,
+        )
+        dead_letters = self.pipeline.dead_letter_topic
+        count = await self.partitions_of(dead_letters)
+        dlq_partition = partition_for(ref[3] or None, count)
+        done = state.first - 1  # the last source offset handled
+        redriven = 0
+        position = 0  # in the dead-letter partition
+        while True:
+            messages = await asyncio.to_thread(
+                read_to_end, self.conf, dead_letters, [dlq_partition], {dlq_partition: position}
+            )
+            if messages:
+                position = messages[-1].offset() + 1
+            for parked in parked_records(messages, ref, done):
+                source = parked.source
+                result = fixed.process_partition(source.topic, source.partition, [source])
+                self.on_counts(source.topic, result.counts)
+                failed = [out for out in result.records if not out.event_id]
+                if failed:
+                    reason = dict(failed[0].headers).get(HEADER_DLQ_REASON) or b""
+                    text = reason.decode(errors="replace")
+                    again = self.parking.failed_again(ref, source.offset, text)
+                    if again is not None:
+                        await self._write(
+                            [OutRecord(self.parked_topic, ref_key(ref), again, [], ref[0])]
+                        )
+                    return "failed", (
+                        f"{translator.ref} failed again at offset {source.offset} ({text}); "
+                        f"{redriven} changes re-driven, the key stays parked from there"
+                    )
+                await self._write(result.records)
+                done = source.offset
+                redriven += 1
+            state = self.parking.parked.get(ref)
+            if state is None:
+                return "refused", "the key was unparked meanwhile"
+            if done >= state.last:
+                # no await between this check and the unpark: no live change of the key
+                # is translated before every parked one is (docs/parking.md)
+                how = f"redriven through {translator.ref} (request {request.id})"
+                record = self.parking.unpark(ref, done, how)
+                await self._write([OutRecord(self.parked_topic, ref_key(ref), record, [], ref[0])])
+                return "done", f"{redriven} changes re-driven through {translator.ref}"
+            await asyncio.sleep(0.05)  # a change parked meanwhile is not on the topic yet
