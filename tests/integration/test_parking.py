@@ -167,6 +167,50 @@ def dlq(env: dict[str, str], *args: str, timeout: float = 180) -> subprocess.Com
     )
 
 
+def consumer_state(setup: Setup, events: int) -> dict[int, str]:
+    """Each order's status, as a consumer-kit consumer that keeps state per key (deduplicating
+    by event id) sees it once it has handled ``events`` events of the test's source."""
+    import asyncio
+
+    from bizevents_store.contracts import OrderShipped, OrderStatusChanged
+
+    from bizevents.consumers import BusinessConsumer, Delivery
+    from bizevents.plumbing.settings import KafkaSettings, RegistrySettings
+
+    state: dict[int, str] = {}
+    handled = 0
+
+    def handle(delivery: Delivery[Any]) -> None:
+        nonlocal handled
+        if delivery.lineage.source_topic != setup.topic:
+            return
+        handled += 1
+        event = delivery.event
+        # one key's status changes are in one partition of one topic, in order (there is
+        # no order across topics: an OrderPlaced may be read after its status changes)
+        if isinstance(event, OrderStatusChanged):
+            assert state.get(event.order_id, "PENDING") == event.old_status.value, event
+            state[event.order_id] = event.new_status.value
+        if handled >= events:
+            consumer.stop()
+
+    consumer = BusinessConsumer(
+        ORDER_TOPICS,
+        handle,
+        contracts=[OrderPlaced, OrderStatusChanged, OrderShipped],
+        group_id=f"{setup.group}-consumer",
+        kafka=KafkaSettings(bootstrap_servers=setup.endpoints.bootstrap_servers),
+        registry=RegistrySettings(url=setup.endpoints.registry_url),
+    )
+
+    async def run() -> None:
+        await asyncio.wait_for(consumer.run(), 120)
+
+    asyncio.run(run())
+    assert consumer.stats.dead_lettered == 0
+    return state
+
+
 def dlq_in_background(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "bizevents", "dlq", *args],
@@ -253,6 +297,10 @@ def test_parked_keys_wait_and_are_re_driven_in_order_with_the_clean_runs_ids(
             [worker],
         )
         assert sum(map(len, final.values())) == sum(map(len, expected.values()))
+        # the walkthrough's last step: a consumer's state per order is the table's
+        assert consumer_state(setup, sum(map(len, expected.values()))) == {
+            n: row["status"].upper() for n, row in story.rows.items()
+        }
         again = dlq(env, "redrive", "--translator", "parkorders@2", "--all")
         assert (
             again.returncode == 1 and "no key" in again.stderr and "Traceback" not in again.stderr
