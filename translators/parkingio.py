@@ -244,10 +244,10 @@ class Redriver:
                 fetch = asyncio.ensure_future(asyncio.to_thread(consumer.consume, 500, self.poll_s))
                 batch = await asyncio.shield(fetch)
                 messages = [m for m in batch if m.error() is None]
-                if not messages:
-                    continue
-                async with self._lock:
-                    read_requests(messages, self.requests)
+                if messages:
+                    async with self._lock:
+                        read_requests(messages, self.requests)
+                # also without news: a partition assigned since may hold pending requests
                 self.start_owned()
         finally:
             if fetch is not None:  # the thread may still be in consume: close after it
