@@ -466,3 +466,24 @@ def test_a_failing_re_drive_a_concurrent_one_show_and_discard(setup: Setup) -> N
         )
     finally:
         assert worker.stop() == 0, worker.tail()
+
+
+def test_on_error_fail_stops_the_worker_with_a_sentence(setup: Setup) -> None:
+    bootstrap = setup.endpoints.bootstrap_servers
+    extra = plugin_env(setup)
+    story = Story(setup)
+    produce(bootstrap, setup.topic, story.encode(story.placed_then_paid()))
+    worker = setup.worker(**extra, BIZEVENTS_TRANSLATE__ON_ERROR=json.dumps({"parkorders": "fail"}))
+    try:
+        code = worker.process.wait(120)
+    finally:
+        worker.stop()
+    out = worker.log.read_text()
+    assert code == 1, out[-3000:]
+    assert "parkorders@1 failed (translate)" in out and "on_error.parkorders" in out
+    assert "poisoned tracking number" in out
+    # the command ends with one sentence; the only traces are inside Faust's own JSON
+    # log records of its crash (their "exception" field), as for any crash of the app
+    plain = [line for line in out.splitlines() if not line.startswith("{")]
+    assert plain[-1].startswith("error: the translator worker stopped: TranslatorFailedError")
+    assert not any("Traceback" in line for line in plain), out[-3000:]
