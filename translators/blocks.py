@@ -18,7 +18,7 @@ from bizevents.contracts.business import (
     HEADER_DLQ_STAGE,
     HEADER_SOURCE_OFFSET,
 )
-from bizevents.plumbing.errors import ConfigError, TransientError
+from bizevents.plumbing.errors import ConfigError, TerminalError, TransientError
 from bizevents.plumbing.kafka import partition_for
 from bizevents.plumbing.process import settle_collector
 from bizevents.translators._faust import BlockAcker, RecordBlock, aiokafka_producer
@@ -162,6 +162,12 @@ class BlockRunner:
         while True:
             try:
                 return self.processor(tp.topic, tp.partition, records)
+            except TerminalError as exc:
+                # on_error = "fail", or the parking bound: the worker stops (an agent's
+                # crash alone would leave the worker running without its agent)
+                bound.error("stopping the worker", error=str(exc))
+                await self.app.crash(exc)
+                raise
             except TransientError as exc:
                 delay = RETRY_BACKOFF_S[min(attempt, len(RETRY_BACKOFF_S) - 1)]
                 attempt += 1

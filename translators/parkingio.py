@@ -96,7 +96,8 @@ def read_to_end(
 
 
 def read_requests(messages: Sequence[Any], requests: dict[str, Request]) -> None:
-    """Fold the request records among ``messages`` into ``requests`` (id → the latest)."""
+    """Fold the request records among ``messages`` into ``requests`` (id → the latest;
+    an answered request stays answered, even when its request is read again)."""
     for msg in messages:
         key = msg.key()
         value = msg.value()
@@ -106,7 +107,9 @@ def read_requests(messages: Sequence[Any], requests: dict[str, Request]) -> None
             request = Request.decode(value)
         except (ValueError, TypeError):
             continue
-        requests[request.id] = request
+        known = requests.get(request.id)
+        if known is None or known.status == "pending":
+            requests[request.id] = request
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,21 +223,36 @@ class Redriver:
         self.running.clear()
 
     async def follow(self) -> None:
-        """Follow the parked topic for requests, for as long as the worker runs."""
-        while True:
-            await asyncio.sleep(self.poll_s)
-            async with self._lock:
-                try:
-                    messages = await asyncio.to_thread(
-                        read_to_end, self.conf, self.parked_topic, [0], {0: self.position}
-                    )
-                except TransientError as exc:
-                    log.warning("cannot read the parked topic yet", error=str(exc))
-                    continue
-                read_requests(messages, self.requests)
+        """Follow the parked topic for requests, for as long as the worker runs: one
+        consumer, kept, whose fetch waits on the broker (not on the worker's CPU)."""
+        from confluent_kafka import Consumer, TopicPartition
+
+        await asyncio.sleep(self.poll_s)  # the first assignment's restore goes first
+        consumer = Consumer(
+            {
+                **self.conf,
+                "group.id": "bizevents-parked-follower",
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "fetch.wait.max.ms": int(self.poll_s * 1000),
+            }
+        )
+        fetch: asyncio.Future[list[Any]] | None = None
+        try:
+            consumer.assign([TopicPartition(self.parked_topic, 0, self.position)])
+            while True:
+                fetch = asyncio.ensure_future(asyncio.to_thread(consumer.consume, 500, self.poll_s))
+                batch = await asyncio.shield(fetch)
+                messages = [m for m in batch if m.error() is None]
                 if messages:
-                    self.position = messages[-1].offset() + 1
-            self.start_owned()
+                    async with self._lock:
+                        read_requests(messages, self.requests)
+                # also without news: a partition assigned since may hold pending requests
+                self.start_owned()
+        finally:
+            if fetch is not None:  # the thread may still be in consume: close after it
+                await asyncio.wait([fetch])
+            consumer.close()
 
     def start_owned(self) -> None:
         owned = self.owned()

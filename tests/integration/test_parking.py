@@ -167,6 +167,50 @@ def dlq(env: dict[str, str], *args: str, timeout: float = 180) -> subprocess.Com
     )
 
 
+def consumer_state(setup: Setup, events: int) -> dict[int, str]:
+    """Each order's status, as a consumer-kit consumer that keeps state per key (deduplicating
+    by event id) sees it once it has handled ``events`` events of the test's source."""
+    import asyncio
+
+    from bizevents_store.contracts import OrderShipped, OrderStatusChanged
+
+    from bizevents.consumers import BusinessConsumer, Delivery
+    from bizevents.plumbing.settings import KafkaSettings, RegistrySettings
+
+    state: dict[int, str] = {}
+    handled = 0
+
+    def handle(delivery: Delivery[Any]) -> None:
+        nonlocal handled
+        if delivery.lineage.source_topic != setup.topic:
+            return
+        handled += 1
+        event = delivery.event
+        # one key's status changes are in one partition of one topic, in order (there is
+        # no order across topics: an OrderPlaced may be read after its status changes)
+        if isinstance(event, OrderStatusChanged):
+            assert state.get(event.order_id, "PENDING") == event.old_status.value, event
+            state[event.order_id] = event.new_status.value
+        if handled >= events:
+            consumer.stop()
+
+    consumer = BusinessConsumer(
+        ORDER_TOPICS,
+        handle,
+        contracts=[OrderPlaced, OrderStatusChanged, OrderShipped],
+        group_id=f"{setup.group}-consumer",
+        kafka=KafkaSettings(bootstrap_servers=setup.endpoints.bootstrap_servers),
+        registry=RegistrySettings(url=setup.endpoints.registry_url),
+    )
+
+    async def run() -> None:
+        await asyncio.wait_for(consumer.run(), 120)
+
+    asyncio.run(run())
+    assert consumer.stats.dead_lettered == 0
+    return state
+
+
 def dlq_in_background(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "bizevents", "dlq", *args],
@@ -253,6 +297,10 @@ def test_parked_keys_wait_and_are_re_driven_in_order_with_the_clean_runs_ids(
             [worker],
         )
         assert sum(map(len, final.values())) == sum(map(len, expected.values()))
+        # the walkthrough's last step: a consumer's state per order is the table's
+        assert consumer_state(setup, sum(map(len, expected.values()))) == {
+            n: row["status"].upper() for n, row in story.rows.items()
+        }
         again = dlq(env, "redrive", "--translator", "parkorders@2", "--all")
         assert (
             again.returncode == 1 and "no key" in again.stderr and "Traceback" not in again.stderr
@@ -418,3 +466,24 @@ def test_a_failing_re_drive_a_concurrent_one_show_and_discard(setup: Setup) -> N
         )
     finally:
         assert worker.stop() == 0, worker.tail()
+
+
+def test_on_error_fail_stops_the_worker_with_a_sentence(setup: Setup) -> None:
+    bootstrap = setup.endpoints.bootstrap_servers
+    extra = plugin_env(setup)
+    story = Story(setup)
+    produce(bootstrap, setup.topic, story.encode(story.placed_then_paid()))
+    worker = setup.worker(**extra, BIZEVENTS_TRANSLATE__ON_ERROR=json.dumps({"parkorders": "fail"}))
+    try:
+        code = worker.process.wait(120)
+    finally:
+        worker.stop()
+    out = worker.log.read_text()
+    assert code == 1, out[-3000:]
+    assert "parkorders@1 failed (translate)" in out and "on_error.parkorders" in out
+    assert "poisoned tracking number" in out
+    # the command ends with one sentence; the only traces are inside Faust's own JSON
+    # log records of its crash (their "exception" field), as for any crash of the app
+    plain = [line for line in out.splitlines() if not line.startswith("{")]
+    assert plain[-1].startswith("error: the translator worker stopped: TranslatorFailedError")
+    assert not any("Traceback" in line for line in plain), out[-3000:]

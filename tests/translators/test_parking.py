@@ -164,3 +164,62 @@ def test_state_records_round_trip() -> None:
     assert decode_state(Unparked(4, "redriven by n@2").record(ref)) == Unparked(
         4, "redriven by n@2"
     )
+
+
+class FakeMessage:
+    """What the parked-topic and dead-letter readers read of a confluent-kafka message."""
+
+    def __init__(
+        self, key: bytes | None, value: bytes | None, headers: Any = None, offset: int = 0
+    ) -> None:
+        self._key, self._value, self._headers, self._offset = key, value, headers, offset
+
+    def key(self) -> bytes | None:
+        return self._key
+
+    def value(self) -> bytes | None:
+        return self._value
+
+    def headers(self) -> Any:
+        return self._headers
+
+    def offset(self) -> int:
+        return self._offset
+
+
+def test_a_keys_parked_records_come_once_each_in_source_order_from_its_park_on() -> None:
+    from bizevents.translators.parkingio import parked_records
+
+    p = parking_pipeline()
+    first = p.process([rec(0, 1, "bad"), rec(1, 2, "ok"), rec(2, 1, "y", "u")])
+    again = p.process([rec(2, 1, "y", "u"), rec(3, 1, "z", "u")])  # read again after a crash
+    dead = [r for r in first.records + again.records if r.topic == "bizevents.dead-letter"]
+    messages = [FakeMessage(r.key, r.value, r.headers, i) for i, r in enumerate(reversed(dead))]
+    ref = ("things", TOPIC, 0, b'{"id": 1}')
+    found = parked_records(messages, ref, -1)
+    assert [r.source.offset for r in found] == [0, 2, 3]
+    assert [r.stage for r in found] == ["translate", "parked", "parked"]
+    assert all(r.source.headers == [("t", b"1")] for r in found)  # the original headers
+    assert found[1].source.value == rec(2, 1, "y", "u").value
+    assert [r.source.offset for r in parked_records(messages, ref, 2)] == [3]
+    assert parked_records(messages, ("other", TOPIC, 0, b'{"id": 1}'), -1) == []
+
+
+def test_an_answered_request_stays_answered_when_its_request_is_read_again() -> None:
+    from dataclasses import replace
+
+    from bizevents.translators.parking import Request
+    from bizevents.translators.parkingio import read_requests
+
+    asked = Request("r1", "redrive", "things", TOPIC, 0, b"k".hex(), 2)
+    done = replace(asked, status="done", message="ok")
+    requests: dict[str, Request] = {}
+    read_requests([FakeMessage(asked.record_key(), asked.record())], requests)
+    assert requests["r1"].status == "pending"
+    read_requests([FakeMessage(done.record_key(), done.record())], requests)
+    read_requests([FakeMessage(asked.record_key(), asked.record())], requests)
+    assert requests["r1"] == done
+    read_requests(
+        [FakeMessage(b"park|x", b"{}"), FakeMessage(b"request|bad", b"not json")], requests
+    )
+    assert list(requests) == ["r1"]
