@@ -109,7 +109,7 @@ def verify(
             # once capture passed it; later changes are what the rechecks are for.
             captured = caught_up()
             if session is not None:
-                from bizevents.replay.verify import SparkVerify, verify_table
+                from bizevents.verifyspark import SparkVerify, verify_table
 
                 job = SparkVerify(
                     kafka, settings.registry.client_config(), dsn, config, qualified, topic

@@ -1,6 +1,9 @@
 """``bizevents verify --spark``: the proof that a technical topic holds its table, as a
 Spark job, for tables larger than one machine's memory (PostgreSQL tables).
 
+It stands in the shell: it joins capture's comparison to the replay's planning and
+range reader, two floors that do not know each other.
+
 The same comparison as :mod:`bizevents.capture.verify` (its canonical row encoding,
 its report), with the work spread over the replay's executors:
 
