@@ -84,10 +84,13 @@ def digest_of(row: Any) -> bytes:
 
 @dataclass(frozen=True, slots=True)
 class TopicRow:
-    """A key's latest state in the topic: its row's digest and where it was written."""
+    """A key's latest state in the topic: its row's digest and where it was written
+    (and the record's key bytes and partition: where a repair's tombstone goes)."""
 
     digest: bytes
     position: str
+    record_key: bytes = b""
+    partition: int = -1
 
 
 @dataclass(slots=True)
@@ -117,6 +120,8 @@ class Difference:
     topic_position: str | None
     #: The database's position when the key's side of the table was read.
     database_position: str = ""
+    #: An extra key's record key and partition (``None`` when not known).
+    tombstone: tuple[int, bytes] | None = None
 
 
 @dataclass(slots=True)
@@ -226,7 +231,7 @@ def topic_state(kafka: dict[str, Any], topic: str, decoder: AvroDecoder) -> Topi
                     keys.clear()
                 elif kind == "row":
                     assert k is not None and digest is not None
-                    state[k] = TopicRow(digest, where)
+                    state[k] = TopicRow(digest, where, msg.key() or b"", p)
                     gone.pop(k, None)
                     keys.add(k)
                 elif k is not None:  # removed: a delete, or a tombstone
@@ -276,7 +281,10 @@ def compare(report: Report, found: TopicState, chunks: Iterator[TableChunk]) -> 
     for k, t in topic.items():
         if k not in seen:
             # Its key range was read by some chunk; the last one's position bounds them all.
-            report.differences.append(Difference(k, "extra", t.position, report.database_position))
+            known = (t.partition, t.record_key) if t.record_key else None
+            report.differences.append(
+                Difference(k, "extra", t.position, report.database_position, known)
+            )
 
 
 def wait_until(passed: Callable[[], bool], timeout_s: float) -> bool:
@@ -349,21 +357,24 @@ class PgTable:
 
     def rows_for(self, keys: list[Key]) -> TableChunk:
         """The rows of these keys as the table has them now."""
-        names = list(self.info.key_names)
-        values = [[dict(k)[n] for n in names] for k in keys]
         out: list[tuple[Key, list[Any], bytes]] = []
-        for start in range(0, len(values), 500):
-            batch = values[start : start + 500]
-            cond = sql.SQL("({}) IN ({})").format(
-                sql.SQL(", ").join(sql.Identifier(n) for n in names),
-                sql.SQL(", ").join(
-                    sql.SQL("({})").format(sql.SQL(", ").join(sql.Literal(v) for v in row))
-                    for row in batch
-                ),
-            )
-            got = self._read(None, cond.as_string(self.conn), len(batch))
+        for start in range(0, len(keys), 500):
+            batch = keys[start : start + 500]
+            got = self._read(None, self.keys_condition(batch), len(batch))
             out.extend(self.row(v) for v in got)
         return TableChunk(out, self._wal_position())
+
+    def keys_condition(self, keys: list[Key]) -> str:
+        """The SQL condition of exactly these keys."""
+        names = list(self.info.key_names)
+        cond = sql.SQL("({}) IN ({})").format(
+            sql.SQL(", ").join(sql.Identifier(n) for n in names),
+            sql.SQL(", ").join(
+                sql.SQL("({})").format(sql.SQL(", ").join(sql.Literal(dict(k)[n]) for n in names))
+                for k in keys
+            ),
+        )
+        return str(cond.as_string(self.conn))
 
     def boundaries(self, every: int) -> list[tuple[Key, list[Any]]]:
         """Where the table's chunks of ``every`` rows start: each first row's key."""
@@ -440,21 +451,25 @@ class MyTable:
     def rows_for(self, keys: list[Key]) -> TableChunk:
         from bizevents.capture import mysql as my
 
-        names = list(self.codec.key_names)
-        cols = ", ".join(f"`{n}`" for n in names)
         out: list[tuple[Key, list[Any], bytes]] = []
         position = my.master_position(self.conn)
         for start in range(0, len(keys), 500):
             batch = keys[start : start + 500]
-            tuples = ", ".join(
-                "(" + ", ".join(self._literal(dict(k)[n]) for n in names) + ")" for k in batch
-            )
             position, got = my.read_chunk(
                 self.conn, self.database, self.name, self.codec.key_names, None,
-                f"({cols}) IN ({tuples})", len(batch),
+                self.keys_condition(batch), len(batch),
             )  # fmt: skip
             out.extend(self.row(v) for v in got)
         return TableChunk(out, binlog_position(position))
+
+    def keys_condition(self, keys: list[Key]) -> str:
+        """The SQL condition of exactly these keys."""
+        names = list(self.codec.key_names)
+        cols = ", ".join(f"`{n}`" for n in names)
+        tuples = ", ".join(
+            "(" + ", ".join(self._literal(dict(k)[n]) for n in names) + ")" for k in keys
+        )
+        return f"({cols}) IN ({tuples})"
 
     def range_condition(self, low: list[Any], high: list[Any]) -> str:
         cols = ", ".join(f"`{n}`" for n in self.codec.key_names)
