@@ -3,7 +3,8 @@
 Fills a table of ``--rows`` rows, captures it (initial snapshot, then a round of updates
 streamed), then times ``--runs`` verifications of it (topic read and reduced to its
 latest state per key, table read in chunks, both through the canonical encoding) and
-prints rows verified/s per run and their median (min-max).
+prints rows verified/s per run and their median (min-max). ``--spark local[2]`` times
+``verify --spark`` instead (bizevents/verifyspark.py, on that master).
 
     .venv/bin/python bench/verify.py                      # a private stack on free ports
     .venv/bin/python bench/verify.py --rows 200000 --stack-json endpoints.json
@@ -31,6 +32,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--chunk-rows", type=int, default=5_000)
     parser.add_argument("--stack-json", type=Path, help="endpoints of a running stack")
+    parser.add_argument("--spark", metavar="MASTER", help="time verify --spark on MASTER")
     args = parser.parse_args()
 
     from confluent_kafka.schema_registry import SchemaRegistryClient
@@ -97,7 +99,34 @@ def main() -> None:
         side = pg.connect(dsn)
         (info,) = pg.describe_tables(side, [table])
         rates = []
+        session = None
+        if args.spark:
+            from bizevents.replay.job import spark_session
+
+            session = spark_session(args.spark, "bench-verify")
         for n in range(args.runs):
+            if session is not None:
+                from bizevents.verifyspark import SparkVerify, verify_table
+
+                job = SparkVerify(
+                    kafka,
+                    {"url": endpoints.registry_url},
+                    dsn,
+                    config,
+                    table,
+                    f"{config.prefix}.{table}",
+                )
+                t0 = time.perf_counter()
+                report = verify_table(session, job, args.chunk_rows, 200_000)
+                took = time.perf_counter() - t0
+                if not report.ok:
+                    sys.exit(f"verify --spark found {len(report.differences)} differences")
+                rates.append(report.rows / took)
+                print(
+                    f"run {n + 1}: {report.rows:,} rows ({report.records_read:,} records) "
+                    f"verified with Spark ({args.spark}) in {took:.1f}s: {rates[-1]:,.0f} rows/s"
+                )
+                continue
             conn = pg.connect(dsn, autocommit=False)
             codec = TableCodec(
                 server=config.server,

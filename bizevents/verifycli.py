@@ -102,14 +102,14 @@ def verify(
     opened = (_mysql_tables if mysql else _pg_tables)(config, dsn, list(tables), kafka, lookup)
     readers, caught_up, close = opened
     reports: list[Report] = []
-    repairs: list[tuple[str, str]] = []
+    repairs: list[tuple[str, str, str, list[tuple[int, bytes]]]] = []
     try:
         for qualified, topic, table in readers:
             # The topic holds at least everything up to the database's position now
             # once capture passed it; later changes are what the rechecks are for.
             captured = caught_up()
             if session is not None:
-                from bizevents.replay.verify import SparkVerify, verify_table
+                from bizevents.verifyspark import SparkVerify, verify_table
 
                 job = SparkVerify(
                     kafka, settings.registry.client_config(), dsn, config, qualified, topic
@@ -136,11 +136,16 @@ def verify(
                 if not report.differences:
                     report.differing_chunks = []
             reports.append(report)
-            if repair and report.differing_chunks:
-                condition = " OR ".join(
-                    table.range_condition(low, high) for low, high in report.differing_chunks
-                )
-                repairs.append((qualified, condition))
+            if repair:
+                parts = [table.range_condition(lo, hi) for lo, hi in report.differing_chunks]
+                extras = [d for d in report.differences if d.kind == "extra" and d.tombstone]
+                if extras:
+                    # Snapshotted again after their tombstones: a key inserted again
+                    # meanwhile gets its row back after the tombstone.
+                    parts.append(table.keys_condition([d.key for d in extras]))
+                tombstones = [d.tombstone for d in extras if d.tombstone is not None]
+                if parts:
+                    repairs.append((qualified, topic, " OR ".join(parts), tombstones))
     finally:
         close()
     sent = []
@@ -148,12 +153,21 @@ def verify(
         producer = Producer(kafka)
         signals = SignalTopic(kafka, config.signal_topic_name, config.server)
         ensure_topics(AdminClient(kafka), [signals.topic], 1, timeout_s=15)
-        for qualified, condition in repairs:
+        for qualified, topic, condition, tombstones in repairs:
+            _write_tombstones(producer, topic, tombstones)
             signal = Signal(
                 uuid.uuid4().hex, "execute-snapshot", (qualified,), ((qualified, condition),)
             )
             signals.send(producer, signal)
-            sent.append({"table": qualified, "signal": signal.id, "condition": condition})
+            sent.append(
+                {
+                    "table": qualified,
+                    "signal": signal.id,
+                    "condition": condition,
+                    "tombstones": len(tombstones),
+                    "topic": topic,
+                }
+            )
         producer.flush(30)
     _print(reports, sent, as_json)
     if any(not r.ok for r in reports):
@@ -162,6 +176,29 @@ def verify(
 
 #: Offsets of a topic's partition per Spark task of ``verify --spark``.
 _SPARK_SLICE = 200_000
+
+
+def _write_tombstones(producer: Any, topic: str, tombstones: list[tuple[int, bytes]]) -> None:
+    """The extra keys' tombstones, each to its key's partition, acknowledged before the
+    snapshot that follows them is asked for."""
+    from bizevents.plumbing.errors import TransientError
+    from bizevents.plumbing.kafka import produce
+
+    failed: list[Any] = []
+
+    def delivered(err: Any, _msg: Any) -> None:
+        if err is not None:
+            failed.append(err)
+
+    for partition, key in tombstones:
+        produce(producer, topic, None, key, partition=partition, on_delivery=delivered)
+    if producer.flush(30) or failed:
+        reason = failed[0] if failed else "no acknowledgement within 30 s"
+        raise TransientError(
+            f"the repair's tombstones for {topic} were not all written ({reason}); "
+            "no snapshot was asked for: run verify --repair again"
+        )
+
 
 Opened = tuple[list[tuple[str, str, Any]], Callable[[], bool], Callable[[], None]]
 
@@ -319,10 +356,17 @@ def _print(reports: list[Any], repairs: list[dict[str, Any]], as_json: bool) -> 
             )
         if any(d.kind == "extra" for d in r.differences):
             console.print(
-                "  (extra keys are deletes the topic lacks: a snapshot cannot write them)",
+                "  (extra keys are deletes the topic lacks: --repair writes their tombstones, "
+                "then snapshots those keys again, for any that came back meanwhile)",
                 highlight=False,
             )
     for fix in repairs:
+        if fix["tombstones"]:
+            console.print(
+                f"repair: {fix['tombstones']} tombstones written to {fix['topic']} for the "
+                "extra keys",
+                highlight=False,
+            )
         console.print(
             f"repair: signal {fix['signal']} asks capture to snapshot {fix['table']} where "
             f"{fix['condition']}",

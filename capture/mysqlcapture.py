@@ -58,7 +58,7 @@ from pymysqlreplication.row_event import (
 )
 
 from bizevents.capture import mysql as my
-from bizevents.capture.core import CaptureCore, Stop
+from bizevents.capture.core import CaptureCore, Stop, StreamReader
 from bizevents.capture.encoding import encoded_ts
 from bizevents.capture.exceptions import CaptureError
 from bizevents.capture.incremental import INCREMENTAL, Window
@@ -394,7 +394,7 @@ def _values(row: dict[str, Any], times: tuple[str, ...], prefix: str = "") -> di
     return values
 
 
-class _BinlogReader:
+class _BinlogReader(StreamReader):
     """One stream's loop: binlog events to envelopes, offsets stored between them."""
 
     def __init__(self, capture: MysqlCapture, stream: BinLogStreamReader, blocks: NoBlocks) -> None:
@@ -435,14 +435,6 @@ class _BinlogReader:
         return BinlogPosition(
             str(self.stream.log_file), int(self.stream.log_pos), self.gtid_state()
         )
-
-    def run(self) -> None:
-        try:
-            self.loop()
-        finally:
-            if self.chunks is not None:
-                with suppress(Exception):
-                    self.chunks.close()
 
     def loop(self) -> None:
         capture = self.capture

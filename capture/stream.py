@@ -15,6 +15,7 @@ import psycopg2
 import psycopg2.extras
 
 from bizevents.capture import postgres as pg
+from bizevents.capture.core import StreamReader
 from bizevents.capture.encoding import TableCodec, encoded_ts
 from bizevents.capture.exceptions import CaptureError
 from bizevents.capture.incremental import INCREMENTAL, Window, snapshot_sees
@@ -235,7 +236,7 @@ class Streaming(PgCore):
         )
 
 
-class _SlotReader:
+class _SlotReader(StreamReader):
     """One stream's loop: each pgoutput message to its handler, the producer polled and
     the slot confirmed between them. Holds the open transaction's state."""
 
@@ -305,14 +306,6 @@ class _SlotReader:
         )
         if self.inc is not None:
             self.inc.supersede(topic, key)
-
-    def run(self) -> None:
-        try:
-            self.loop()
-        finally:
-            if self.chunks is not None:
-                with suppress(Exception):
-                    self.chunks.close()
 
     def loop(self) -> None:
         capture = self.capture

@@ -84,10 +84,13 @@ def digest_of(row: Any) -> bytes:
 
 @dataclass(frozen=True, slots=True)
 class TopicRow:
-    """A key's latest state in the topic: its row's digest and where it was written."""
+    """A key's latest state in the topic: its row's digest and where it was written
+    (and the record's key bytes and partition: where a repair's tombstone goes)."""
 
     digest: bytes
     position: str
+    record_key: bytes = b""
+    partition: int = -1
 
 
 @dataclass(slots=True)
@@ -117,6 +120,8 @@ class Difference:
     topic_position: str | None
     #: The database's position when the key's side of the table was read.
     database_position: str = ""
+    #: An extra key's record key and partition (``None`` when not known).
+    tombstone: tuple[int, bytes] | None = None
 
 
 @dataclass(slots=True)
@@ -226,7 +231,7 @@ def topic_state(kafka: dict[str, Any], topic: str, decoder: AvroDecoder) -> Topi
                     keys.clear()
                 elif kind == "row":
                     assert k is not None and digest is not None
-                    state[k] = TopicRow(digest, where)
+                    state[k] = TopicRow(digest, where, msg.key() or b"", p)
                     gone.pop(k, None)
                     keys.add(k)
                 elif k is not None:  # removed: a delete, or a tombstone
@@ -276,7 +281,10 @@ def compare(report: Report, found: TopicState, chunks: Iterator[TableChunk]) -> 
     for k, t in topic.items():
         if k not in seen:
             # Its key range was read by some chunk; the last one's position bounds them all.
-            report.differences.append(Difference(k, "extra", t.position, report.database_position))
+            known = (t.partition, t.record_key) if t.record_key else None
+            report.differences.append(
+                Difference(k, "extra", t.position, report.database_position, known)
+            )
 
 
 def wait_until(passed: Callable[[], bool], timeout_s: float) -> bool:
@@ -289,9 +297,69 @@ def wait_until(passed: Callable[[], bool], timeout_s: float) -> bool:
     return True
 
 
-class PgTable:
-    """A PostgreSQL table read for verify: chunks by key, rows by key, each row put
-    through capture's codec and the topic's decoder (the canonical encoding)."""
+class TableReader:
+    """What both sources' readers of a table share: each row put through capture's
+    codec and the topic's decoder (the canonical encoding), the table in chunks by key,
+    and the rows of given keys. A source reads rows (:meth:`_read_rows`), says where
+    its log is (:meth:`_position_now`) and writes key conditions."""
+
+    def __init__(self, conn: Any, codec: Any, lookup: Callable[[int], str], source: bytes) -> None:
+        self.conn = conn
+        self.codec = codec
+        codec.set_schema_ids(LOCAL_KEY_ID, LOCAL_VALUE_ID)
+        local = {LOCAL_KEY_ID: codec.key_schema_json(), LOCAL_VALUE_ID: codec.value_schema_json()}
+        self.decoder = AvroDecoder(lambda i: local[i] if i in local else lookup(i))
+        self._source = source
+
+    def _read_rows(
+        self, after: list[Any] | None, where: str | None, limit: int
+    ) -> tuple[list[Any], str]:
+        """Rows by key after ``after`` meeting ``where`` (at most ``limit``), in a
+        consistent read of their own, and the database's position of that read."""
+        raise NotImplementedError
+
+    def _position_now(self) -> str:
+        raise NotImplementedError
+
+    def _key_text(self, values: Any) -> list[Any]:
+        """A row's key values as the source gave them (for SQL conditions)."""
+        raise NotImplementedError
+
+    def keys_condition(self, keys: list[Key]) -> str:
+        """The SQL condition of exactly these keys."""
+        raise NotImplementedError
+
+    def row(self, values: Any) -> tuple[Key, list[Any], bytes]:
+        codec = self.codec
+        value = codec.envelope("r", None, codec.row(values), self._source, encoded_ts(0))
+        decoded = self.decoder.decode(codec.key(values), value)
+        assert isinstance(decoded, ChangeEvent) and decoded.after is not None
+        return key_of(decoded.key), self._key_text(values), digest_of(decoded.after)
+
+    def chunks(self, rows: int) -> Iterator[TableChunk]:
+        """The table in chunks of ``rows`` keys, in key order."""
+        after: list[Any] | None = None
+        while True:
+            got, position = self._read_rows(after, None, rows)
+            chunk = TableChunk([self.row(v) for v in got], position)
+            yield chunk
+            if len(got) < rows:
+                return
+            after = chunk.rows[-1][1]
+
+    def rows_for(self, keys: list[Key]) -> TableChunk:
+        """The rows of these keys as the table has them now."""
+        out: list[tuple[Key, list[Any], bytes]] = []
+        position = self._position_now() if not keys else ""
+        for start in range(0, len(keys), 500):
+            batch = keys[start : start + 500]
+            got, position = self._read_rows(None, self.keys_condition(batch), len(batch))
+            out.extend(self.row(v) for v in got)
+        return TableChunk(out, position)
+
+
+class PgTable(TableReader):
+    """A PostgreSQL table read for verify."""
 
     def __init__(
         self,
@@ -300,18 +368,12 @@ class PgTable:
         codec: Any,
         lookup: Callable[[int], str],
     ) -> None:
-        self.conn = conn
+        super().__init__(conn, codec, lookup, codec.source(0, 0, "true", None).with_long(0))
         self.info = info
-        self.codec = codec
-        codec.set_schema_ids(LOCAL_KEY_ID, LOCAL_VALUE_ID)
-        local = {LOCAL_KEY_ID: codec.key_schema_json(), LOCAL_VALUE_ID: codec.value_schema_json()}
-        self.decoder = AvroDecoder(lambda i: local[i] if i in local else lookup(i))
-        self._source = codec.source(0, 0, "true", None).with_long(0)
         names = [c.name for c in info.relation.columns]
         self._key_at = [names.index(k) for k in info.key_names]
 
     def _read(self, after: list[Any] | None, where: str | None, limit: int) -> list[Any]:
-        """Rows by key, in a consistent read of their own."""
         info = self.info
         _snapshot, cur = pg.open_chunk(
             self.conn, info.relation, info.key_names, after, where, limit
@@ -321,49 +383,33 @@ class PgTable:
         finally:
             pg.end_chunk(self.conn, cur)
 
-    def _wal_position(self) -> str:
-        """The WAL's insert position now: the chunk just read is at or before it."""
+    def _read_rows(
+        self, after: list[Any] | None, where: str | None, limit: int
+    ) -> tuple[list[Any], str]:
+        return self._read(after, where, limit), self._position_now()
+
+    def _position_now(self) -> str:
+        """The WAL's insert position now: a chunk just read is at or before it."""
         with self.conn.cursor() as cur:
             cur.execute("SELECT pg_current_wal_insert_lsn()::text")
             row = cur.fetchone()
         self.conn.commit()
         return f"LSN {row[0]}"
 
-    def row(self, values: tuple[str | None, ...]) -> tuple[Key, list[Any], bytes]:
-        codec = self.codec
-        value = codec.envelope("r", None, codec.row(values), self._source, 0)
-        decoded = self.decoder.decode(codec.key(values), value)
-        assert isinstance(decoded, ChangeEvent) and decoded.after is not None
-        return key_of(decoded.key), [values[i] for i in self._key_at], digest_of(decoded.after)
+    def _key_text(self, values: Any) -> list[Any]:
+        return [values[i] for i in self._key_at]
 
-    def chunks(self, rows: int) -> Iterator[TableChunk]:
-        """The table in chunks of ``rows`` keys, in key order."""
-        after: list[Any] | None = None
-        while True:
-            got = self._read(after, None, rows)
-            chunk = TableChunk([self.row(v) for v in got], self._wal_position())
-            yield chunk
-            if len(got) < rows:
-                return
-            after = chunk.rows[-1][1]
-
-    def rows_for(self, keys: list[Key]) -> TableChunk:
-        """The rows of these keys as the table has them now."""
+    def keys_condition(self, keys: list[Key]) -> str:
+        """The SQL condition of exactly these keys."""
         names = list(self.info.key_names)
-        values = [[dict(k)[n] for n in names] for k in keys]
-        out: list[tuple[Key, list[Any], bytes]] = []
-        for start in range(0, len(values), 500):
-            batch = values[start : start + 500]
-            cond = sql.SQL("({}) IN ({})").format(
-                sql.SQL(", ").join(sql.Identifier(n) for n in names),
-                sql.SQL(", ").join(
-                    sql.SQL("({})").format(sql.SQL(", ").join(sql.Literal(v) for v in row))
-                    for row in batch
-                ),
-            )
-            got = self._read(None, cond.as_string(self.conn), len(batch))
-            out.extend(self.row(v) for v in got)
-        return TableChunk(out, self._wal_position())
+        cond = sql.SQL("({}) IN ({})").format(
+            sql.SQL(", ").join(sql.Identifier(n) for n in names),
+            sql.SQL(", ").join(
+                sql.SQL("({})").format(sql.SQL(", ").join(sql.Literal(dict(k)[n]) for n in names))
+                for k in keys
+            ),
+        )
+        return str(cond.as_string(self.conn))
 
     def boundaries(self, every: int) -> list[tuple[Key, list[Any]]]:
         """Where the table's chunks of ``every`` rows start: each first row's key."""
@@ -381,7 +427,7 @@ class PgTable:
                 parts.append(sql.SQL("({}) " + op + " ({})").format(keys, values))
         where = sql.SQL(" AND ").join(parts).as_string(self.conn) if parts else None
         rows = self._read(None, where, 2**62)
-        return TableChunk([self.row(v) for v in rows], self._wal_position())
+        return TableChunk([self.row(v) for v in rows], self._position_now())
 
     def range_condition(self, low: list[Any], high: list[Any]) -> str:
         """The SQL condition of the keys from ``low`` to ``high`` (inclusive)."""
@@ -396,65 +442,46 @@ class PgTable:
         return str(cond.as_string(self.conn))
 
 
-class MyTable:
-    """A MySQL/MariaDB table read for verify, as :class:`PgTable` reads PostgreSQL's."""
+class MyTable(TableReader):
+    """A MySQL/MariaDB table read for verify."""
 
     def __init__(
         self, conn: Any, database: str, name: str, codec: Any, lookup: Callable[[int], str]
     ) -> None:
-        self.conn = conn
+        source = codec.source(ts_ms=0, snapshot="true", server_id=0, file="", pos=0, gtid=None)
+        super().__init__(conn, codec, lookup, source(0))
         self.database = database
         self.name = name
-        self.codec = codec
-        codec.set_schema_ids(LOCAL_KEY_ID, LOCAL_VALUE_ID)
-        local = {LOCAL_KEY_ID: codec.key_schema_json(), LOCAL_VALUE_ID: codec.value_schema_json()}
-        self.decoder = AvroDecoder(lambda i: local[i] if i in local else lookup(i))
-        self._source = codec.source(
-            ts_ms=0, snapshot="true", server_id=0, file="", pos=0, gtid=None
-        )(0)
 
-    def row(self, values: dict[str, Any]) -> tuple[Key, list[Any], bytes]:
-        codec = self.codec
-        value = codec.envelope("r", None, codec.row(values), self._source, encoded_ts(0))
-        decoded = self.decoder.decode(codec.key(values), value)
-        assert isinstance(decoded, ChangeEvent) and decoded.after is not None
-        return key_of(decoded.key), [values[k] for k in codec.key_names], digest_of(decoded.after)
-
-    def chunks(self, rows: int) -> Iterator[TableChunk]:
+    def _read_rows(
+        self, after: list[Any] | None, where: str | None, limit: int
+    ) -> tuple[list[Any], str]:
         from bizevents.capture import mysql as my
 
-        after: list[Any] | None = None
-        while True:
-            position, got = my.read_chunk(
-                self.conn, self.database, self.name, self.codec.key_names, after, None, rows
-            )
-            chunk = TableChunk([self.row(v) for v in got], binlog_position(position))
-            yield chunk
-            if len(got) < rows:
-                return
-            after = chunk.rows[-1][1]
+        position, got = my.read_chunk(
+            self.conn, self.database, self.name, self.codec.key_names, after, where, limit
+        )
+        return got, binlog_position(position)
+
+    def _position_now(self) -> str:
+        from bizevents.capture import mysql as my
+
+        return binlog_position(my.master_position(self.conn))
+
+    def _key_text(self, values: Any) -> list[Any]:
+        return [values[k] for k in self.codec.key_names]
 
     def _literal(self, value: Any) -> str:
         return str(self.conn.escape(value))
 
-    def rows_for(self, keys: list[Key]) -> TableChunk:
-        from bizevents.capture import mysql as my
-
+    def keys_condition(self, keys: list[Key]) -> str:
+        """The SQL condition of exactly these keys."""
         names = list(self.codec.key_names)
         cols = ", ".join(f"`{n}`" for n in names)
-        out: list[tuple[Key, list[Any], bytes]] = []
-        position = my.master_position(self.conn)
-        for start in range(0, len(keys), 500):
-            batch = keys[start : start + 500]
-            tuples = ", ".join(
-                "(" + ", ".join(self._literal(dict(k)[n]) for n in names) + ")" for k in batch
-            )
-            position, got = my.read_chunk(
-                self.conn, self.database, self.name, self.codec.key_names, None,
-                f"({cols}) IN ({tuples})", len(batch),
-            )  # fmt: skip
-            out.extend(self.row(v) for v in got)
-        return TableChunk(out, binlog_position(position))
+        tuples = ", ".join(
+            "(" + ", ".join(self._literal(dict(k)[n]) for n in names) + ")" for k in keys
+        )
+        return f"({cols}) IN ({tuples})"
 
     def range_condition(self, low: list[Any], high: list[Any]) -> str:
         cols = ", ".join(f"`{n}`" for n in self.codec.key_names)

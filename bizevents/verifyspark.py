@@ -1,6 +1,9 @@
 """``bizevents verify --spark``: the proof that a technical topic holds its table, as a
 Spark job, for tables larger than one machine's memory (PostgreSQL tables).
 
+It stands in the shell: it joins capture's comparison to the replay's planning and
+range reader, two floors that do not know each other.
+
 The same comparison as :mod:`bizevents.capture.verify` (its canonical row encoding,
 its report), with the work spread over the replay's executors:
 
@@ -114,7 +117,8 @@ def _read_ranges(job: SparkVerify, ranges: Iterator[Range]) -> Iterator[tuple[An
                         yield ("t", rng.partition, record.offset)
                     elif key is not None:
                         order = job.key_order(key)
-                        yield ("k", key, (rng.partition, record.offset, digest, where, order))
+                        raw = record.key or b""
+                        yield ("k", key, (rng.partition, record.offset, digest, where, order, raw))
     finally:
         consumer.close()
 
@@ -198,11 +202,11 @@ def verify_table(spark: Any, job: SparkVerify, chunk_rows: int, slice_size: int)
     finally:
         records.unpersist()
     state = TopicState()
-    for key, (_p, _o, digest, where, _order) in found:
+    for key, (partition, _o, digest, where, _order, raw) in found:
         if digest is None:
             state.gone[key] = where
         else:
-            state.rows[key] = TopicRow(digest, where)
+            state.rows[key] = TopicRow(digest, where, raw, partition)
     report = Report(job.table, job.topic, records_read=read)
     reader, close = _reader(job)
     try:
