@@ -1,10 +1,11 @@
 """Assembling whole transactions from their parts: the pure core of the transaction worker.
 
-Parts arrive in one log (the repartition topic, :mod:`bizevents.translators.txworker`): the
-changes of the tables the transaction translators read, each with Debezium's
-``transaction`` block, and the END records of the transaction topic (BEGIN records
-carry nothing needed and are skipped). Across the source topics and partitions the
-parts of one transaction arrive in any order, and, after a worker restart, some twice.
+Parts arrive from the technical topics and the transaction topic
+(:mod:`bizevents.translators.txworker`): the changes of the tables the transaction
+translators read, each with Debezium's ``transaction`` block, and the END records of
+the transaction topic (BEGIN records carry nothing needed and are skipped). Across the
+source topics and partitions the parts of one transaction arrive in any order, and,
+after a worker restart, some twice.
 
 A transaction is **complete** when its END arrived and, for every table read, the
 changes that arrived equal the END's ``data_collections`` count. Complete transactions
