@@ -398,18 +398,19 @@ def test_worker_killed_mid_transaction(db: Db, tmp_path: Path) -> None:
 
 
 def test_rebalance_mid_transaction(db: Db, tmp_path: Path) -> None:
-    """Two workers share the groups; one leaves while a big transaction is half
-    assembled: every order still has one event id, the big one's complete."""
+    """Two workers share the group; the one that publishes a big order's business key
+    leaves while that transaction is half read: every order still has one event id, the
+    big one's complete."""
     group = f"tx-{uuid.uuid4().hex[:8]}"
-    first = Worker(db, group, f"{group}.dlq", tmp_path / "first.log")
-    second = Worker(db, group, f"{group}.dlq", tmp_path / "second.log")
+    workers = [Worker(db, group, f"{group}.dlq", tmp_path / f"w{i}.log") for i in (1, 2)]
     reader = Reader(db)
     with capturing(db, tmp_path) as run:
-        first.start()
-        second.start()
+        for worker in workers:
+            worker.start()
         try:
-            time.sleep(1)  # both members in both groups
-            big, small = _mid_transaction(db, reader, first, group, lines=1500)
+            first, second, target = _owner_of_next_big(db, workers, group)
+            big, small = _mid_transaction(db, reader, second, group, lines=1500)
+            assert _assembly_partition(big) == target
             first.signal(signal.SIGTERM)  # leaves mid-transaction: the group rebalances
             assert big not in {e.order_id for e in reader.poll()}, "not mid-transaction"
             assert first.process is not None and first.process.returncode == 0, first.tail()
@@ -417,7 +418,7 @@ def test_rebalance_mid_transaction(db: Db, tmp_path: Path) -> None:
             events = reader.wait({big, *small}, second)
         finally:
             reader.close()
-            for worker in (first, second):
+            for worker in workers:
                 if worker.alive():
                     worker.signal(signal.SIGTERM)
     _check(events, truth(db, [big, *small]))
@@ -561,6 +562,23 @@ def _assembly_partition(order: int) -> int:
     return owner(orders_v3, Part(0, SourceRecord("t", 0, 0, b"", b""), change=change), 4)
 
 
+def _owner_of_next_big(db: Db, workers: list[Worker], group: str) -> tuple[Worker, Worker, int]:
+    """Once both workers own virtual partitions: (the one that will publish the order
+    :func:`_mid_transaction` places big, the other, that order's partition)."""
+    deadline = time.monotonic() + 60
+    while not all(_assembling(worker, group) for worker in workers):
+        assert time.monotonic() < deadline, [w.tail() for w in workers]
+        time.sleep(0.2)
+    with db.conn.cursor() as cur:
+        cur.execute("SELECT last_value, is_called FROM store.orders_id_seq")
+        last, called = cur.fetchone()
+    db.conn.commit()
+    following = int(last) + 1 if called else int(last)
+    target = _assembly_partition(following + 3)  # after _mid_transaction's three
+    owner = next(w for w in workers if target in _assembling(w, group))
+    return owner, next(w for w in workers if w is not owner), target
+
+
 def test_two_workers_share_the_assembly(db: Db, tmp_path: Path) -> None:
     """Two workers of one group: both assemble (the assembly log's partitions are split
     between them), and every order's OrderPlaced comes once, with its items and true
@@ -606,21 +624,9 @@ def test_one_of_two_workers_killed_mid_transaction(db: Db, tmp_path: Path) -> No
         for worker in workers:
             worker.start()
         try:
-            deadline = time.monotonic() + 60
-            while not all(_assembling(worker, group) for worker in workers):
-                assert time.monotonic() < deadline, [w.tail() for w in workers]
-                time.sleep(0.2)
-            # the big order's id is the next one: kill whoever assembles its partition
-            with db.conn.cursor() as cur:
-                cur.execute("SELECT last_value, is_called FROM store.orders_id_seq")
-                last, called = cur.fetchone()
-            db.conn.commit()
-            following = int(last) + 1 if called else int(last)
-            target = _assembly_partition(following + 3)  # after _mid_transaction's three
-            victim = next(w for w in workers if target in _assembling(w, group))
-            survivor = next(w for w in workers if w is not victim)
+            victim, survivor, target = _owner_of_next_big(db, workers, group)
             big, small = _mid_transaction(db, reader, survivor, group, lines=1500)
-            assert _assembly_partition(big) == target, (big, last)
+            assert _assembly_partition(big) == target, big
             victim.signal(signal.SIGKILL)
             assert big not in {e.order_id for e in reader.poll()}, "not killed mid-transaction"
             run.wait_acked(db.wal_lsn())
