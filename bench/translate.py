@@ -286,6 +286,9 @@ def main() -> None:
         action="store_true",
         help="the transaction path instead (orders@3 through Kafka, one and two workers)",
     )
+    parser.add_argument(
+        "--profile", type=Path, help="with --transactions: cProfile each worker into this folder"
+    )
     parser.add_argument("--role", choices=["bench", "passthrough"], default="bench")
     args = parser.parse_args()
     if args.role == "passthrough":
@@ -316,7 +319,13 @@ def main() -> None:
 
             workers = max(args.workers, 2)
             for line in through_kafka(
-                bootstrap, endpoints.registry_url, args.records, workers, args.timeout, tmp
+                bootstrap,
+                endpoints.registry_url,
+                args.records,
+                workers,
+                args.timeout,
+                tmp,
+                args.profile,
             ):
                 print(line, flush=True)
             return

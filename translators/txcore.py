@@ -82,10 +82,15 @@ class TransactionCore:
         self.replay = replay
         self.dead_letter_topic = dead_letter_topic
         self.counts = TxCounts()
+        self._reads: dict[str, bool] = {}
 
     def reads(self, table: str) -> bool:
-        """Whether any of the translators reads ``schema.table``."""
-        return any(t.reads(table) for t in self.translators)
+        """Whether any of the translators reads ``schema.table`` (remembered per table:
+        the assembler asks for every table of every END)."""
+        known = self._reads.get(table)
+        if known is None:
+            known = self._reads[table] = any(t.reads(table) for t in self.translators)
+        return known
 
     def process(self, outcomes: Sequence[Ready | Abandoned], owns: Owns | None = None) -> Result:
         """The records of ``outcomes``; with ``owns``, only the events and dead letters

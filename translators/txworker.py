@@ -101,6 +101,13 @@ class TxPlan:
     limits: AssemblyLimits
 
     @property
+    def key_columns(self) -> frozenset[str]:
+        """Every business-key column the translators declare: what a member decodes of
+        the changes it assembles but may not translate (the rest of a row's bytes are
+        skipped)."""
+        return frozenset(c for t in self.translators for _, columns in t.keys for c in columns)
+
+    @property
     def read(self) -> list[_TP]:
         """Every partition a member reads: the sources', then the transaction topic."""
         return [*self.source_partitions, (self.transaction_topic, 0)]
@@ -187,6 +194,7 @@ class _Point:
 
     offsets: dict[_TP, int] = field(default_factory=dict)
     released: Checkpoint = field(default_factory=Checkpoint)
+    ids: frozenset[str] = frozenset()
 
     def encode(self) -> bytes:
         others = [i for i in self.released.released if commit_position(i) is None]
@@ -203,16 +211,17 @@ class _Point:
     def decode(value: bytes) -> _Point:
         data = json.loads(value)
         offsets = {(str(t), int(p)): int(o) for t, p, o in data.get("offsets", ())}
-        return _Point(offsets, Checkpoint(data.get("position"), tuple(data.get("released", ()))))
+        ids = tuple(str(i) for i in data.get("released", ()))
+        return _Point(offsets, Checkpoint(data.get("position"), ids), frozenset(ids))
 
     def has(self, tx_id: str | None) -> bool:
         """Whether the transaction ``tx_id`` was released before this checkpoint."""
         if tx_id is None:
             return False
-        if tx_id in self.released.released:
-            return True
         position, done = commit_position(tx_id), self.released.position
-        return position is not None and done is not None and position <= done
+        if position is not None:
+            return done is not None and position <= done
+        return tx_id in self.ids
 
 
 class TxWorker:
@@ -247,6 +256,13 @@ class TxWorker:
         self._seen: dict[_TP, deque[tuple[int, int]]] = {}
         self._next: dict[_TP, int] = {}
         self._checkpointed = 0.0
+        #: Batches whose outputs the broker has not acknowledged yet: (their
+        #: acknowledgement, records read, the newest record's timestamp if it published).
+        self._inflight: deque[tuple[asyncio.Future[Any], int, int]] = deque()
+        #: The columns decoded while assembling: the business keys' when this member owns
+        #: a share of the virtual partitions (the transactions it translates are decoded
+        #: whole again), every column (``None``) when it owns them all.
+        self._projection: frozenset[str] | None = None
 
     def stop(self) -> None:
         self._stop.set()
@@ -295,7 +311,7 @@ class TxWorker:
                 await self._handle(producer, batches)
         async with self._lock:
             if self.owned and self.assembler is not None:
-                await self._send(producer, self._checkpoints())
+                await self._checkpoint(producer)
 
     # -- membership ----------------------------------------------------------------
 
@@ -310,7 +326,7 @@ class TxWorker:
             async def on_partitions_revoked(self, revoked: Any) -> None:
                 async with worker._lock:
                     if worker.owned and worker.assembler is not None and not worker._changed:
-                        await worker._send(producer, worker._checkpoints())
+                        await worker._checkpoint(producer)
                     worker.owned = frozenset()
                     worker._changed = True
 
@@ -358,6 +374,8 @@ class TxWorker:
         from aiokafka.structs import TopicPartition
 
         self._changed = False
+        while self._inflight:  # what was sent before belongs to the old ownership
+            await self._settle_oldest()
         plan = self.plan
         owned = sorted(self.owned)
         points = await self._read_checkpoints()
@@ -378,6 +396,7 @@ class TxWorker:
             plan.core.reads, plan.limits, Checkpoint(floor, shared), sources=plan.source_partitions
         )
         self._points = mine
+        self._projection = None if len(owned) >= plan.assembly_partitions else plan.key_columns
         self._seen = {tp: deque() for tp in plan.read}
         self._next = dict(offsets)
         self._checkpointed = time.monotonic()
@@ -468,13 +487,29 @@ class TxWorker:
         if not stats.first_block_at:
             stats.first_block_at = time.time()
         stats.add(plan.transaction_topic, result.counts, len(bad))
-        await self._send(producer, self._outputs([*result.records, *bad]))
-        now = time.time()
-        stats.acked(count, now)
-        if published and newest > 0:
-            stats.observe_latency(max(now - newest / 1000.0, 0.0))
+        # the next batch is read while this one's acknowledgements are outstanding; a
+        # checkpoint waits for all of them
+        sent = await self._enqueue(producer, self._outputs([*result.records, *bad]))
+        self._inflight.append((sent, count, newest if published else 0))
+        while len(self._inflight) > self.settings.translate.max_inflight_blocks:
+            await self._settle_oldest()
         if time.monotonic() - self._checkpointed >= self.settings.translate.commit_interval_s:
-            await self._send(producer, self._checkpoints())
+            await self._checkpoint(producer)
+
+    async def _settle_oldest(self) -> None:
+        """Wait for the oldest outstanding batch's acknowledgements."""
+        sent, count, newest = self._inflight.popleft()
+        await sent
+        now = time.time()
+        self.stats.acked(count, now)
+        if newest > 0:
+            self.stats.observe_latency(max(now - newest / 1000.0, 0.0))
+
+    async def _checkpoint(self, producer: Any) -> None:
+        """Once every outstanding output is acknowledged, record the checkpoints."""
+        while self._inflight:
+            await self._settle_oldest()
+        await self._send(producer, self._checkpoints())
 
     def _translate(self, outcomes: Sequence[Outcome]) -> tuple[Any, bool]:
         """The records this member publishes of ``outcomes``: the events of the business
@@ -492,7 +527,13 @@ class TxWorker:
                 )
                 if wanted:
                     live[outcome.tx_id] = wanted
-                    mine.append(outcome)
+                    whole = self._whole(outcome)
+                    if isinstance(whole, Ready):
+                        mine.append(whole)
+                    else:
+                        parts = tuple(p for p in whole.parts if self._home(p) in self.owned)
+                        if parts:
+                            mine.append(Abandoned(whole.tx_id, parts, whole.reason))
             else:
                 parts = tuple(p for p in outcome.parts if self._home(p) in self.owned)
                 if parts:
@@ -502,6 +543,24 @@ class TxWorker:
             return owner(translator, part, n) in live.get(part.tx_id, self.owned)
 
         return plan.core.process(mine, owns), bool(live)
+
+    def _whole(self, ready: Ready) -> Ready | Abandoned:
+        """``ready`` with every column of its changes (decoded again when assembling
+        decoded only the business keys)."""
+        if self._projection is None:
+            return ready
+        parts = []
+        for p in ready.parts:
+            o = p.origin
+            try:
+                decoded = self.plan.decoder.decode(
+                    o.key, o.value, Coordinates(o.topic, o.partition, o.offset), o.headers
+                )
+            except DecodeError as exc:
+                return Abandoned(ready.tx_id, ready.parts, exc.reason)
+            assert isinstance(decoded, ChangeEvent)
+            parts.append(Part(p.offset, o, change=decoded))
+        return Ready(ready.tx_id, tuple(parts), ready.end)
 
     def _home(self, part: Part) -> int:
         """The virtual partition that dead-letters ``part``: its business key's (for the
@@ -531,17 +590,22 @@ class TxWorker:
             while seen and seen[0][0] < first:
                 seen.popleft()
             offsets[tp] = seen[0][1] if seen else self._next[tp]
+        # (self._points keeps the predecessors' checkpoints: what this member released
+        # since, its assembler remembers)
         point = _Point(offsets, assembler.checkpoint())
         self._checkpointed = time.monotonic()
         sends: list[_Send] = []
         for v in sorted(self.owned):
-            self._points[v] = point
             sends.append((self.plan.state_topic, 0, _POINT + str(v).encode(), point.encode(), []))
         return sends
 
     async def _send(self, producer: Any, items: Sequence[_Send]) -> None:
-        """Append ``items`` to one batch per topic and partition, in order, and wait
-        until the broker acknowledged them all."""
+        """Send ``items`` and wait until the broker acknowledged them all."""
+        await (await self._enqueue(producer, items))
+
+    async def _enqueue(self, producer: Any, items: Sequence[_Send]) -> asyncio.Future[Any]:
+        """Append ``items`` to one batch per topic and partition, in order; the future of
+        the broker's acknowledgement of them all."""
         builders: dict[tuple[str, int], Any] = {}
         futures = []
         for topic, partition, key, value, headers in items:
@@ -556,8 +620,7 @@ class TxWorker:
                     raise ConfigError(f"a record for {topic} is larger than a producer batch")
         for (topic, partition), batch in builders.items():
             futures.append(await producer.send_batch(batch, topic, partition=partition))
-        if futures:
-            await asyncio.gather(*futures)
+        return asyncio.gather(*futures)
 
     def _outputs(self, records: Sequence[OutRecord]) -> list[_Send]:
         """Events and dead letters to their topics' partitions (``crc32(key) % n``)."""
@@ -585,7 +648,9 @@ class TxWorker:
         try:
             if r.topic == self.plan.transaction_topic:
                 return Part(seq, origin, record=self.plan.tx_decoder.decode(r.value, where))
-            decoded = self.plan.decoder.decode(r.key, r.value, where, origin.headers)
+            decoded = self.plan.decoder.decode(
+                r.key, r.value, where, origin.headers, self._projection
+            )
         except DecodeError as exc:
             dead = Part(seq, origin)
             (record,) = self.plan.core.dead_letters([dead], "decode", exc.reason, exc, "")
