@@ -404,17 +404,35 @@ def test_rebalance_mid_transaction(db: Db, tmp_path: Path) -> None:
     group = f"tx-{uuid.uuid4().hex[:8]}"
     workers = [Worker(db, group, f"{group}.dlq", tmp_path / f"w{i}.log") for i in (1, 2)]
     reader = Reader(db)
+    customer, products = _ids(db)
     with capturing(db, tmp_path) as run:
         for worker in workers:
             worker.start()
         try:
             first, second, target = _owner_of_next_big(db, workers, group)
-            big, small = _mid_transaction(db, reader, second, group, lines=1500)
-            assert _assembly_partition(big) == target
-            first.signal(signal.SIGTERM)  # leaves mid-transaction: the group rebalances
-            assert big not in {e.order_id for e in reader.poll()}, "not mid-transaction"
-            assert first.process is not None and first.process.returncode == 0, first.tail()
+            small = []
+            with db.conn.cursor() as cur:
+                for n in range(3):
+                    cur.execute("BEGIN")
+                    small.append(place(cur, customer, [(products[n], n + 1)]))
+                    cur.execute("COMMIT")
+            reader.wait(set(small), second)
+            # the owner is stopped while the big order is written whole into Kafka; it
+            # is told to leave as it resumes: it reads a batch or two (40 records each)
+            # of the 1,501 changes, then leaves the group mid-transaction
+            assert first.process is not None
+            first.process.send_signal(signal.SIGSTOP)
+            with db.conn.cursor() as cur:
+                cur.execute("BEGIN")
+                big = place(cur, customer, [(products[n % 3], 1 + n % 5) for n in range(1500)])
+                cur.execute("COMMIT")
             run.wait_acked(db.wal_lsn())
+            assert _assembly_partition(big) == target
+            assert big not in {e.order_id for e in reader.poll()}, "placed by a non-owner"
+            first.process.send_signal(signal.SIGTERM)
+            first.process.send_signal(signal.SIGCONT)
+            first.process.wait(60)
+            assert first.process.returncode == 0, first.tail()
             events = reader.wait({big, *small}, second)
         finally:
             reader.close()
