@@ -212,7 +212,7 @@ if __name__ == "__main__":
 
 # -- through Kafka ---------------------------------------------------------------------
 
-#: Targets of the transaction path through Kafka (issue 28, /work/shared/DESIGN.md).
+#: Targets of the transaction path through Kafka (issue 28, the design's performance targets).
 TX_TARGET = 30_000
 TX_FLAG = "--transactions"
 SCALE_TARGET = 1.6
