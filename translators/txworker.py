@@ -516,31 +516,36 @@ class TxWorker:
         keys it owns (not released there before it took them), and its dead letters."""
         plan = self.plan
         n = plan.assembly_partitions
-        live: dict[str | None, frozenset[int]] = {}
+        #: per part (by identity) of a transaction translated here, the virtual
+        #: partitions whose events this member publishes; None: all of its partitions
+        live: dict[int, frozenset[int] | None] = {}
         mine: list[Outcome] = []
         for outcome in outcomes:
             if isinstance(outcome, Ready):
+                belongs = partitions_of(outcome, plan.translators, n)
                 wanted = frozenset(
-                    v
-                    for v in partitions_of(outcome, plan.translators, n)
-                    if v in self.owned and not self._points[v].has(outcome.tx_id)
+                    v for v in belongs if v in self.owned and not self._points[v].has(outcome.tx_id)
                 )
-                if wanted:
-                    live[outcome.tx_id] = wanted
-                    whole = self._whole(outcome)
-                    if isinstance(whole, Ready):
-                        mine.append(whole)
-                    else:
-                        parts = tuple(p for p in whole.parts if self._home(p) in self.owned)
-                        if parts:
-                            mine.append(Abandoned(whole.tx_id, parts, whole.reason))
+                if not wanted:
+                    continue
+                whole = self._whole(outcome)
+                if isinstance(whole, Ready):
+                    every = None if len(wanted) == len(belongs) else wanted
+                    live.update((id(p), every) for p in whole.parts)
+                    mine.append(whole)
+                else:
+                    parts = tuple(p for p in whole.parts if self._home(p) in self.owned)
+                    if parts:
+                        mine.append(Abandoned(whole.tx_id, parts, whole.reason))
             else:
                 parts = tuple(p for p in outcome.parts if self._home(p) in self.owned)
                 if parts:
                     mine.append(Abandoned(outcome.tx_id, parts, outcome.reason))
 
         def owns(translator: TransactionTranslator, part: Part) -> bool:
-            return owner(translator, part, n) in live.get(part.tx_id, self.owned)
+            wanted = live.get(id(part), self.owned)
+            # every key of the transaction is this member's: no need to hash each part
+            return wanted is None or owner(translator, part, n) in wanted
 
         return plan.core.process(mine, owns), bool(live)
 
