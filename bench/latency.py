@@ -17,6 +17,12 @@ p99's ratio to the target (p99 ≤ 250 ms at 5,000 changes/s).
 
     .venv/bin/python bench/latency.py                       # private stack on free ports
     .venv/bin/python bench/latency.py --rate 5000 --seconds 30 --stack-json endpoints.json
+    .venv/bin/python bench/latency.py --transactions    # orders@3: commit → OrderPlaced
+
+``--transactions`` measures the transaction path instead: capture on ``store.orders``
+and ``store.order_items`` with transaction metadata, one ``bizevents translate
+--transactions`` worker (``orders@3``), and each transaction also inserts one item per
+new order (the rate counts those changes too); the latency is commit → OrderPlaced.
 """
 
 from __future__ import annotations
@@ -137,9 +143,14 @@ class Events(threading.Thread):
             consumer.close()
 
 
-def drive(conn: Any, customer: int, rate: int, seconds: float) -> dict[tuple[str, int], float]:
-    """Commit ``rate`` changes/s for ``seconds``; returns change → time before its COMMIT."""
-    per_tick = max(rate * TICK_S, 2)
+def drive(
+    conn: Any, customer: int, rate: int, seconds: float, product: int | None = None
+) -> tuple[dict[tuple[str, int], float], int]:
+    """Commit ``rate`` changes/s for ``seconds``; returns (change → time before its
+    COMMIT, the changes committed). With ``product``, every new order gets one line of
+    it in the same transaction (the transaction path: orders@3 reads both tables)."""
+    per_tick = max(rate * TICK_S, 3 if product else 2)
+    changes = 0
     committed: dict[tuple[str, int], float] = {}
     placed: deque[int] = deque()
     debt = 0.0
@@ -150,14 +161,22 @@ def drive(conn: Any, customer: int, rate: int, seconds: float) -> dict[tuple[str
             debt += per_tick
             n = int(debt)
             debt -= n
-            updates = min(n // 2, len(placed))
+            updates = min(n // (3 if product else 2), len(placed))
             moved = [placed.popleft() for _ in range(updates)]
+            new = (n - updates) // 2 if product else n - updates
             cur.execute(
                 "INSERT INTO store.orders (customer_id, total) "
                 "SELECT %s, 10.00 + g FROM generate_series(1, %s) g RETURNING id",
-                (customer, n - updates),
+                (customer, new),
             )
             inserted = [int(row[0]) for row in cur.fetchall()]
+            if product is not None and inserted:
+                cur.execute(
+                    "INSERT INTO store.order_items "
+                    "SELECT o, 1, %s, 1, 10.00 FROM unnest(%s::bigint[]) o",
+                    (product, inserted),
+                )
+            changes += len(inserted) * (2 if product else 1) + len(moved)
             if moved:
                 cur.execute(
                     "UPDATE store.orders SET status = 'paid', updated_at = now() "
@@ -173,7 +192,19 @@ def drive(conn: Any, customer: int, rate: int, seconds: float) -> dict[tuple[str
             pause = started + tick * TICK_S - time.monotonic()
             if pause > 0:
                 time.sleep(pause)
-    return committed
+    return committed, changes
+
+
+def wait_topics(bootstrap: str, topics: list[str]) -> None:
+    """Until capture created ``topics`` (the transaction worker refuses to start without)."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    deadline = time.monotonic() + 60
+    while not set(topics) <= set(admin.list_topics(timeout=10).topics):
+        if time.monotonic() > deadline:
+            sys.exit(f"capture did not create {topics} within 60 s")
+        time.sleep(0.2)
 
 
 def percentile(sorted_values: list[float], q: float) -> float:
@@ -229,6 +260,11 @@ def main() -> None:
     parser.add_argument("--capture-linger-ms", type=int, help="capture's linger_ms")
     parser.add_argument("--fetch-wait-ms", type=int, help="translate.fetch_max_wait_ms")
     parser.add_argument("--worker-linger-ms", type=float, help="translate.linger_ms")
+    parser.add_argument(
+        "--transactions",
+        action="store_true",
+        help="the transaction path: orders@3 (translate --transactions) over orders with items",
+    )
     args = parser.parse_args()
 
     from bizevents.devstack import DevStack, Endpoints
@@ -306,10 +342,20 @@ def one_run(endpoints: Any, args: argparse.Namespace, tmp: Path) -> Figures:
                 (f"latency-{tag}@example.org",),
             )
             (customer,) = cur.fetchone()
+            product = None
+            if args.transactions:
+                cur.execute(
+                    "INSERT INTO store.products (sku, name, price) "
+                    "VALUES (%s, 'bench', 10.00) RETURNING id",
+                    (f"latency-{tag}",),
+                )
+                (product,) = cur.fetchone()
         conn.commit()
         config = CaptureConfig(
             server=server,
-            tables=("store.orders",),
+            tables=("store.orders", "store.order_items")
+            if args.transactions
+            else ("store.orders",),
             slot=slot,
             publication=f"bench_latency_{tag}",
             partitions=4,
@@ -326,17 +372,33 @@ def one_run(endpoints: Any, args: argparse.Namespace, tmp: Path) -> Figures:
             start_cli(write_config(tmp / "capture.toml", config), endpoints, capture_log)
         )
         worker_log = tmp / "translate.log"
+        if args.transactions:  # the transaction worker, on both tables and the metadata
+            wait_topics(
+                endpoints.bootstrap_servers,
+                [f"{server}.store.orders", f"{server}.store.order_items", f"{server}.transaction"],
+            )
+            mode = ["--transactions"]
+            pins = {
+                "BIZEVENTS_TRANSLATORS": json.dumps({"orders": 3}),
+                "BIZEVENTS_TRANSLATE__TOPIC_PREFIX": server,
+            }
+        else:
+            mode = []
+            pins = {
+                "BIZEVENTS_TRANSLATORS": json.dumps({"orders": 2}),
+                "BIZEVENTS_TRANSLATE__TOPICS": json.dumps([f"{server}.store.orders"]),
+            }
         with open(worker_log, "wb") as out:
             processes.append(
                 subprocess.Popen(
-                    [sys.executable, "-m", "bizevents", "translate"],
+                    [sys.executable, "-m", "bizevents", "translate", *mode],
                     env={
                         **os.environ,
                         "BIZEVENTS_KAFKA__BOOTSTRAP_SERVERS": endpoints.bootstrap_servers,
                         "BIZEVENTS_REGISTRY__URL": endpoints.registry_url,
-                        "BIZEVENTS_TRANSLATORS": json.dumps({"orders": 2}),
-                        "BIZEVENTS_TRANSLATE__TOPICS": json.dumps([f"{server}.store.orders"]),
+                        **pins,
                         "BIZEVENTS_TRANSLATE__GROUP_ID": f"bench-latency-{tag}",
+                        "BIZEVENTS_TRANSACTIONS__GROUP_ID": f"bench-latency-tx-{tag}",
                         "BIZEVENTS_STATE_DIR": str(tmp / "state"),
                         "BIZEVENTS_LOG_FORMAT": "json",
                         **{k: str(v) for k, v in knobs.items() if v is not None},
@@ -363,7 +425,7 @@ def one_run(endpoints: Any, args: argparse.Namespace, tmp: Path) -> Figures:
         # are never captured, so keep committing small batches until one arrives whole
         deadline = time.monotonic() + 120
         while True:
-            warm = drive(conn, customer, 200, 0.05)
+            warm, _ = drive(conn, customer, 200, 0.05, product)
             waited = time.monotonic() + 2
             while not all(k in events.arrived for k in warm) and time.monotonic() < waited:
                 check()
@@ -375,23 +437,26 @@ def one_run(endpoints: Any, args: argparse.Namespace, tmp: Path) -> Figures:
         print(f"stack ready; driving {args.rate:,} changes/s for {args.seconds:.0f}s")
 
         started = time.monotonic()
-        committed = drive(conn, customer, args.rate, args.seconds)
+        committed, changes = drive(conn, customer, args.rate, args.seconds, product)
         elapsed = time.monotonic() - started
         deadline = time.monotonic() + 60
         while not all(k in events.arrived for k in committed) and time.monotonic() < deadline:
             check()
             time.sleep(0.2)
+        if args.transactions:  # the target is commit → OrderPlaced
+            committed = {k: at for k, at in committed.items() if k[0] == "placed"}
         latencies = sorted(
             events.arrived[k] - at for k, at in committed.items() if k in events.arrived
         )
         missing = len(committed) - len(latencies)
-        rate = len(committed) / elapsed
-        print(f"committed {len(committed):,} changes in {elapsed:.1f}s = {rate:,.0f} changes/s")
+        rate = changes / elapsed
+        print(f"committed {changes:,} changes in {elapsed:.1f}s = {rate:,.0f} changes/s")
         if not latencies:
             sys.exit("no event arrived")
         p50, p95, p99 = (percentile(latencies, q) for q in (0.50, 0.95, 0.99))
         print(
-            f"commit → business event: p50 {p50 * 1e3:.0f} ms, p95 {p95 * 1e3:.0f} ms, "
+            f"commit → {'OrderPlaced' if args.transactions else 'business event'}: "
+            f"p50 {p50 * 1e3:.0f} ms, p95 {p95 * 1e3:.0f} ms, "
             f"p99 {p99 * 1e3:.0f} ms, max {latencies[-1] * 1e3:.0f} ms; "
             f"{len(latencies):,} events, {missing:,} missing after 60 s"
         )

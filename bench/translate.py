@@ -348,6 +348,9 @@ def main() -> None:
         help="only the worker, N times with parking off and on alternately "
         "(docs/parking.md: nothing parked, at most 3 %% slower than off)",
     )
+    parser.add_argument(
+        "--profile", type=Path, help="with --transactions: cProfile each worker into this folder"
+    )
     parser.add_argument("--role", choices=["bench", "passthrough"], default="bench")
     args = parser.parse_args()
     if args.role == "passthrough":
@@ -378,7 +381,13 @@ def main() -> None:
 
             workers = max(args.workers, 2)
             for line in through_kafka(
-                bootstrap, endpoints.registry_url, args.records, workers, args.timeout, tmp
+                bootstrap,
+                endpoints.registry_url,
+                args.records,
+                workers,
+                args.timeout,
+                tmp,
+                args.profile,
             ):
                 print(line, flush=True)
             return

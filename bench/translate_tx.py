@@ -212,8 +212,9 @@ if __name__ == "__main__":
 
 # -- through Kafka ---------------------------------------------------------------------
 
-#: Targets of the transaction path through Kafka (issue 28, /work/shared/DESIGN.md).
+#: Targets of the transaction path through Kafka (issue 28, the design's performance targets).
 TX_TARGET = 30_000
+TX_FLAG = "--transactions"
 SCALE_TARGET = 1.6
 
 
@@ -299,7 +300,7 @@ class PlacedReader:
         while len(seen) < expected:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{len(seen)} of {expected} OrderPlaced arrived in time")
-            alive()
+            alive(len(seen))
             if not assigned:
                 meta = self.consumer.list_topics(self.topic, timeout=10).topics.get(self.topic)
                 if meta is None or not meta.partitions:
@@ -326,6 +327,12 @@ class PlacedReader:
         self.consumer.close()
 
 
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def run_workers(
     env: dict[str, str],
     workers: int,
@@ -333,10 +340,18 @@ def run_workers(
     reader: PlacedReader,
     transactions: int,
     timeout: float,
-) -> tuple[float, int]:
+    profile: Path | None = None,
+) -> tuple[float, int, float]:
     """``workers`` transaction workers of one group until every OrderPlaced arrived;
-    returns (transactions per second between the first and the last event, duplicates)."""
+    returns (transactions per second between the first and the last event, duplicates,
+    the workers' CPU seconds together from the first event to the last).
+    With ``profile``, each worker runs under cProfile and writes its statistics there."""
     import subprocess
+
+    def prefix(name: str) -> list[str]:
+        if profile is None:
+            return [sys.executable]
+        return [sys.executable, "-m", "cProfile", "-o", str(profile / f"{name}.prof")]
 
     processes = []
     logs = []
@@ -346,7 +361,7 @@ def run_workers(
         with open(log, "wb") as out:
             processes.append(
                 subprocess.Popen(
-                    [sys.executable, "-m", "bizevents", "translate", "--transactions"],
+                    [*prefix(f"tx-{workers}-{i}"), "-m", "bizevents", "translate", TX_FLAG],
                     env={**env, "BIZEVENTS_STATE_DIR": str(log_dir / f"state-{workers}-{i}")},
                     stdout=out,
                     stderr=subprocess.STDOUT,
@@ -354,13 +369,19 @@ def run_workers(
                 )
             )
 
-    def alive() -> None:
+    #: the workers' CPU seconds when the first event arrived (start-up excluded)
+    first_cpu: list[float] = []
+
+    def alive(seen: int) -> None:
         for process, log in zip(processes, logs, strict=True):
             if process.poll() is not None:
                 sys.exit(f"a worker exited {process.returncode}: {log.read_text()[-3000:]}")
+        if seen and not first_cpu:
+            first_cpu.append(sum(cpu_seconds(p.pid) for p in processes))
 
     try:
         stamps, ids = reader.read(transactions, time.monotonic() + timeout, alive)
+        spent = sum(cpu_seconds(p.pid) for p in processes) - first_cpu[0]
     finally:
         for process in processes:
             process.terminate()
@@ -370,11 +391,17 @@ def run_workers(
             except subprocess.TimeoutExpired:
                 process.kill()
     window = (max(stamps) - min(stamps)) / 1000.0
-    return (transactions - 1) / window, len(ids) - len(set(ids))
+    return (transactions - 1) / window, len(ids) - len(set(ids)), spent
 
 
 def through_kafka(
-    bootstrap: str, registry_url: str, changes: int, workers: int, timeout: float, tmp: Path
+    bootstrap: str,
+    registry_url: str,
+    changes: int,
+    workers: int,
+    timeout: float,
+    tmp: Path,
+    profile: Path | None = None,
 ) -> list[str]:
     """Lines: changes/s in and events/s out through Kafka, one worker and ``workers``."""
     import uuid
@@ -411,13 +438,19 @@ def through_kafka(
                 "BIZEVENTS_TRANSACTIONS__GROUP_ID": f"bench-tx-{n}-{tag}",
                 "BIZEVENTS_TRANSLATE__GROUP_ID": f"bench-tx-{n}-{tag}",
             }
-            rate, duplicates = run_workers(group_env, n, tmp, reader, transactions, timeout)
+            rate, duplicates, spent = run_workers(
+                group_env, n, tmp, reader, transactions, timeout, profile
+            )
             rates[n] = rate
+            # CPU per change says what the load of others' processes hides: the rate
+            # one worker would reach with a core of its own
+            per_cpu = transactions * per_tx / spent if spent > 0 else float("nan")
             lines.append(
                 f"({'d' if n == 1 else 'e'}) {n} transaction worker{'s' if n > 1 else ''} "
                 f"(orders@3, through Kafka): {rate * per_tx:,.0f} changes/s in, "
                 f"{rate:,.0f} events/s out ({duplicates} duplicates); "
-                f"per worker / {TX_TARGET:,}/s target: {rate * per_tx / n / TX_TARGET:.2f}"
+                f"per worker / {TX_TARGET:,}/s target: {rate * per_tx / n / TX_TARGET:.2f}; "
+                f"{per_cpu:,.0f} changes per worker CPU-second ({spent:.1f} CPU-s in all)"
             )
     finally:
         reader.close()

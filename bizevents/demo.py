@@ -610,10 +610,10 @@ def replayed(result: dict[str, Any]) -> int:
 def _hand_over_orders(conn: Any, bootstrap: str, group: str) -> None:
     """Where the transaction worker takes over the orders from the row worker, with the
     store paused (the caller holds the load's lock): once capture has confirmed every
-    change the database wrote, the transaction worker's merge group is set at the ends of
-    the topics it reads, so it starts with the next transaction, none cut in two. The
-    orders changes the row worker had not translated when it stopped are the replay's
-    (step 3)."""
+    change the database wrote, the transaction worker's start group (where a group that
+    never checkpointed begins) is set at the ends of the topics it reads, so it starts
+    with the next transaction, none cut in two. The orders changes the row worker had
+    not translated when it stopped are the replay's (step 3)."""
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
     from bizevents.replay.plan import Planner
@@ -642,7 +642,7 @@ def _hand_over_orders(conn: Any, bootstrap: str, group: str) -> None:
     counts = planner.topics(",".join(topics))
     marks = planner.watermarks([(t, p) for t, n in sorted(counts.items()) for p in range(n)])
     consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": f"{group}.merge", "log_level": 0}
+        {"bootstrap.servers": bootstrap, "group.id": f"{group}.start", "log_level": 0}
     )
     try:
         consumer.commit(

@@ -1,10 +1,11 @@
 """Assembling whole transactions from their parts: the pure core of the transaction worker.
 
-Parts arrive in one log (the repartition topic, :mod:`bizevents.translators.txworker`): the
-changes of the tables the transaction translators read, each with Debezium's
-``transaction`` block, and the END records of the transaction topic (BEGIN records
-carry nothing needed and are skipped). Across the source topics and partitions the
-parts of one transaction arrive in any order, and, after a worker restart, some twice.
+Parts arrive from the technical topics and the transaction topic
+(:mod:`bizevents.translators.txworker`): the changes of the tables the transaction
+translators read, each with Debezium's ``transaction`` block, and the END records of
+the transaction topic (BEGIN records carry nothing needed and are skipped). Across the
+source topics and partitions the parts of one transaction arrive in any order, and,
+after a worker restart, some twice.
 
 A transaction is **complete** when its END arrived and, for every table read, the
 changes that arrived equal the END's ``data_collections`` count. Complete transactions
@@ -139,6 +140,11 @@ class _Open:
     ends_before: int
     changes: dict[int, Part] = field(default_factory=dict)
     end: Part | None = None
+    #: Changes arrived per table, kept as they come: a transaction whose END came first
+    #: is looked at on every change, and counting them each time was quadratic.
+    arrived: dict[str, int] = field(default_factory=dict)
+    #: The END's counts of the tables read (set with ``end``).
+    expected: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -268,8 +274,8 @@ class Assembler:
             self._give_up(
                 tx_id,
                 f"the END of transaction {tx_id} counts "
-                f"{_counts(self._expected(pending.end.record))} of the tables read, but only "
-                f"{_counts(self._arrived(pending))} arrived in the ranges read",
+                f"{_counts(pending.expected)} of the tables read, but only "
+                f"{_counts(pending.arrived)} arrived in the ranges read",
                 out,
             )
         return out, left_out
@@ -319,6 +325,9 @@ class Assembler:
             self.stats.duplicates += 1
             return
         pending.changes[part.order] = part
+        assert part.change is not None
+        table = part.change.source.qualified_table
+        pending.arrived[table] = pending.arrived.get(table, 0) + 1
         if len(pending.changes) > self.limits.max_changes:
             self._give_up(
                 tx_id,
@@ -335,6 +344,8 @@ class Assembler:
             self.stats.duplicates += 1
             return
         pending.end = part
+        assert part.record is not None
+        pending.expected = self._expected(part.record)
         self._queue.append(tx_id)
         self._ends += 1
         self._end_position = max(self._end_position, commit_position(tx_id) or -1)
@@ -368,22 +379,11 @@ class Assembler:
     def _expected(self, end: TransactionRecord) -> dict[str, int]:
         return {t: n for t, n in end.counts().items() if self._reads(t) and n}
 
-    @staticmethod
-    def _arrived(pending: _Open) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for p in pending.changes.values():
-            assert p.change is not None
-            table = p.change.source.qualified_table
-            counts[table] = counts.get(table, 0) + 1
-        return counts
-
     def _release(self, out: list[Outcome]) -> None:
         while self._queue:
             tx_id = self._queue[0]
             pending = self._open[tx_id]
-            assert pending.end is not None and pending.end.record is not None
-            expected = self._expected(pending.end.record)
-            arrived = self._arrived(pending)
+            expected, arrived = pending.expected, pending.arrived
             over = {t: n for t, n in arrived.items() if n > expected.get(t, 0)}
             if over:
                 self._give_up(

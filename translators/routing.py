@@ -1,13 +1,12 @@
-"""Which member of the transaction worker's group assembles a transaction: by business key.
+"""Which member of the transaction worker's group translates a transaction: by business key.
 
-Pure. The route stage (:mod:`bizevents.translators.txworker`) releases whole transactions
-in commit order from the one-partition merge log and copies each to the partitions of
-the assembly log that its business keys hash to; each partition is assembled and
-translated by one member of the group. Every transaction of one business key lands in
-the same partition, in commit order, so that key's events keep commit order; a
-transaction of several keys goes to each of their partitions, whose members all
-assemble it whole and each publishes only the events of its own keys
-(:func:`owner`), so every event is published once.
+Pure. Every member of the transaction worker's group (:mod:`bizevents.translators.txworker`)
+assembles every transaction; a released transaction belongs to the virtual partitions
+its business keys hash to (:func:`partitions_of`), and only the members owning one
+translate it: each publishes only the events of its own keys (:func:`owner`), so every
+event is published once. Every transaction of one business key belongs to the same
+virtual partition, owned by one member at a time, so that key's events keep commit
+order.
 
 A change's business key is the one its translator declares for the change's table
 (``keys=`` of :func:`~bizevents.translators.transaction_api.transaction_translator`,
@@ -51,15 +50,15 @@ def _values(change: ChangeEvent, columns: Sequence[str]) -> list[object] | None:
 
 
 def owner(translator: TransactionTranslator, part: Part, partitions: int) -> int:
-    """The assembly partition that publishes the events stemming from ``part``."""
+    """The virtual partition whose owner publishes the events stemming from ``part``."""
     return zlib.crc32(business_key(translator, part)) % partitions
 
 
 def partitions_of(
     ready: Ready, translators: Sequence[TransactionTranslator], partitions: int
 ) -> list[int]:
-    """The assembly partitions that ``ready`` goes to: those of every business key of
-    its changes, for every translator reading them (sorted; at least one)."""
+    """The virtual partitions ``ready`` belongs to: those of every business key of its
+    changes, for every translator reading them (sorted; at least one)."""
     found = {
         owner(t, part, partitions)
         for part in ready.parts

@@ -112,24 +112,22 @@ class RuntimeSettings:
 class TransactionSettings(SettingsGroup):
     """The transaction worker (``bizevents translate --transactions``, docs/transactions.md).
 
-    Three consumer groups: ``<group_id>.merge`` copies the technical topics the pinned
-    transaction translators read, and the transaction topic, into one log (the
-    one-partition ``repartition_topic``); ``<group_id>.route`` releases whole
-    transactions from it in commit order and copies each to the partitions of the
-    ``assembly_topic`` its business keys hash to; ``<group_id>.assemble`` assembles
-    and translates each partition of that log on one member. The logs' offsets are
-    committed only up to the oldest transaction still open.
+    Every member reads every partition of the technical topics the pinned transaction
+    translators read, and the transaction topic, and assembles every transaction; the
+    consumer group ``<group_id>.assemble`` over the ``assembly_topic`` (its partitions
+    are the virtual partitions business keys hash to) says which member translates and
+    publishes which keys' events. Checkpoints go to the ``state_topic``; a virtual
+    partition never checkpointed starts at the offsets committed for the group
+    ``<group_id>.start``, else at each partition's start.
     """
 
     group_id: str = "bizevents-transactions"
     #: Debezium's transaction topic (default ``<translate.topic_prefix>.transaction``).
     transaction_topic: str | None = None
-    #: The one log of every part (default ``<group_id>.repartition``).
-    repartition_topic: str | None = None
-    #: Where the assemblers record what they released (default ``<group_id>.state``).
+    #: Where the members record their checkpoints (default ``<group_id>.state``).
     state_topic: str | None = None
-    #: The log of whole transactions, partitioned by business key (default
-    #: ``<group_id>.assembly``): up to this many members assemble at once.
+    #: The topic whose partitions are the virtual partitions (default
+    #: ``<group_id>.assembly``; it holds no records): up to this many members publish.
     assembly_topic: str | None = None
     assembly_partitions: int = Field(default=4, ge=1)
     #: Transactions open at once; beyond it the oldest goes to the dead-letter topic.
@@ -140,13 +138,15 @@ class TransactionSettings(SettingsGroup):
     max_wait: int = Field(default=1_000, ge=1)
     #: Released transaction ids remembered besides the commit position (non-PostgreSQL ids).
     remembered: int = Field(default=10_000, ge=1)
+    #: Records read per batch (all partitions together).
     max_records: int = Field(default=2_000, ge=1)
-
-    def repartition(self) -> str:
-        return self.repartition_topic or f"{self.group_id}.repartition"
 
     def state(self) -> str:
         return self.state_topic or f"{self.group_id}.state"
 
     def assembly(self) -> str:
         return self.assembly_topic or f"{self.group_id}.assembly"
+
+    def start_group(self) -> str:
+        """The group whose committed offsets say where a new group begins."""
+        return f"{self.group_id}.start"

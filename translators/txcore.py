@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from time import perf_counter
 from typing import TypeAlias
 
+from bizevents.contracts.business import BusinessEvent
 from bizevents.contracts.change import Change
 from bizevents.contracts.exceptions import ContractError
 from bizevents.translators.api import SKIP
@@ -82,10 +83,17 @@ class TransactionCore:
         self.replay = replay
         self.dead_letter_topic = dead_letter_topic
         self.counts = TxCounts()
+        self._reads: dict[str, bool] = {}
+        #: Each contract's topic (building it from the class's Meta is slow per event).
+        self._topics: dict[type, str] = {}
 
     def reads(self, table: str) -> bool:
-        """Whether any of the translators reads ``schema.table``."""
-        return any(t.reads(table) for t in self.translators)
+        """Whether any of the translators reads ``schema.table`` (remembered per table:
+        the assembler asks for every table of every END)."""
+        known = self._reads.get(table)
+        if known is None:
+            known = self._reads[table] = any(t.reads(table) for t in self.translators)
+        return known
 
     def process(self, outcomes: Sequence[Ready | Abandoned], owns: Owns | None = None) -> Result:
         """The records of ``outcomes``; with ``owns``, only the events and dead letters
@@ -187,7 +195,7 @@ class TransactionCore:
             eid, lineage, headers = stamper.wire(shared, contract, ordinal)
             out.append(
                 OutRecord(
-                    topic=type(event).contract_topic(),
+                    topic=self._topic(type(event)),
                     key=key,
                     value=self.serializer(event, None, lineage),
                     headers=headers,
@@ -196,6 +204,12 @@ class TransactionCore:
                 )
             )
         return out
+
+    def _topic(self, contract: type[BusinessEvent]) -> str:
+        topic = self._topics.get(contract)
+        if topic is None:
+            topic = self._topics[contract] = contract.contract_topic()
+        return topic
 
     def dead_letters(
         self,

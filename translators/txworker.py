@@ -1,34 +1,38 @@
 """The transaction worker: whole committed transactions through transaction translators.
 
-``bizevents translate --transactions`` runs three stages, each its own aiokafka consumer
-group (start several processes to share or take over the work):
+``bizevents translate --transactions`` (and ``bizevents translate``, beside the row
+translators) runs it. Each change crosses Kafka once on its way in and its events once
+on the way out; there is no intermediate log:
 
-1. **merge** (group ``<group_id>.merge``): copies every record of the technical topics
-   the pinned transaction translators read, and of the transaction topic, into one log,
-   the one-partition repartition topic, with headers naming where each came from. Its
-   offsets are committed once the copies are acknowledged; a restart copies the
-   uncommitted ones again (the assemblers drop the duplicates).
-2. **route** (group ``<group_id>.route``; one member holds the merge log, the others
-   stand by): decodes each part and assembles transactions
-   (:mod:`bizevents.translators.assembly`), releases the complete ones in commit order
-   and copies each, parts and END as they were, to the partitions of the **assembly
-   log** that its business keys hash to (:mod:`bizevents.translators.routing`);
-   dead-letters what cannot be assembled. It commits the merge log **up to the first
-   part of the oldest transaction still open**, and records the released position in
-   the state topic.
-3. **assemble** (group ``<group_id>.assemble``; the assembly log's partitions are spread
-   over the members): per partition, assembles the transactions again (they arrive
-   whole, in commit order), translates them (:mod:`bizevents.translators.txcore`) and
-   produces the events of the business keys the partition owns, with the same commit
-   rule and a checkpoint per partition.
+* **every member reads everything itself.** A reader in assign mode (no consumer
+  group) reads every partition of the technical topics the pinned transaction
+  translators read, and the transaction topic; each record is decoded once and every
+  transaction is assembled (:mod:`bizevents.translators.assembly`), so each member
+  sees every transaction whole and in commit order.
+* **ownership is a consumer group.** The members join the group ``<group_id>.assemble``
+  over the assembly topic (``transactions.assembly_partitions`` partitions, no records):
+  the partitions a member is assigned are the *virtual partitions* it owns. A complete
+  transaction is translated (:mod:`bizevents.translators.txcore`) only by the members
+  owning a virtual partition of one of its business keys
+  (:mod:`bizevents.translators.routing`), and each publishes only the events of its
+  keys; the others drop it after assembling it, without translating or serializing.
+* **checkpoints in the state topic.** After the events of a batch are acknowledged, a
+  member records, per virtual partition it owns, where to read again (per technical
+  partition, the first part of the oldest transaction still open) and what it released
+  (the commit position; ids without one, such as MySQL GTIDs, remembered). When the
+  ownership changes every member rebuilds from the checkpoints of the partitions it now
+  owns; a new owner republishes nothing its predecessor recorded. A virtual partition
+  never checkpointed starts at the committed offsets of the group ``<group_id>.start``
+  (nobody joins it: an operator, or the demo, sets where a new group begins), else at
+  the start of each partition.
 
 A worker killed or a partition moved mid-transaction: the next owner reads that
-transaction's parts again from its log and releases it once, with the same event ids
-(at least once: a crash between the produce and the state record repeats the same
-events, same ids). The pending state is the logs themselves from their committed
-offsets on. Every transaction of one business key goes to one assembly partition, in
-commit order, so that key's events keep commit order; transactions of different keys
-are assembled in parallel, and their relative order is given up (docs/transactions.md).
+transaction's parts again from the technical topics and releases it once, with the same
+event ids (at least once: a crash between the produce and the checkpoint repeats the
+same events, same ids). Every transaction of one business key is published by one
+member, in commit order, so that key's events keep commit order; transactions of
+different keys are published by different members in parallel, and their relative
+order is given up (docs/transactions.md).
 """
 
 from __future__ import annotations
@@ -37,9 +41,11 @@ import asyncio
 import json
 import signal
 import time
+import zlib
+from collections import deque
 from collections.abc import Sequence
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import structlog
@@ -51,6 +57,7 @@ from bizevents.plumbing.errors import ConfigError
 from bizevents.plumbing.kafka import ensure_topics, partition_for
 from bizevents.translators.api import Translator
 from bizevents.translators.assembly import (
+    Abandoned,
     Assembler,
     AssemblyLimits,
     Checkpoint,
@@ -70,10 +77,8 @@ __all__ = ["TxPlan", "TxWorker", "prepare_transactions", "run_transactions"]
 
 log = structlog.get_logger("transactions")
 
-HEADER_ORIGIN_TOPIC: Final = "bizevents.origin.topic"
-HEADER_ORIGIN_PARTITION: Final = "bizevents.origin.partition"
-HEADER_ORIGIN_OFFSET: Final = "bizevents.origin.offset"
-_ORIGIN: Final = (HEADER_ORIGIN_TOPIC, HEADER_ORIGIN_PARTITION, HEADER_ORIGIN_OFFSET)
+#: A technical partition, as the checkpoints name it.
+_TP = tuple[str, int]
 
 
 @dataclass
@@ -85,7 +90,6 @@ class TxPlan:
     #: Every partition of the sources (the assembler waits for all of them).
     source_partitions: list[tuple[str, int]]
     transaction_topic: str
-    repartition_topic: str
     state_topic: str
     assembly_topic: str
     assembly_partitions: int
@@ -95,6 +99,18 @@ class TxPlan:
     decoder: Any
     tx_decoder: TransactionDecoder
     limits: AssemblyLimits
+
+    @property
+    def key_columns(self) -> frozenset[str]:
+        """Every business-key column the translators declare: what a member decodes of
+        the changes it assembles but may not translate (the rest of a row's bytes are
+        skipped)."""
+        return frozenset(c for t in self.translators for _, columns in t.keys for c in columns)
+
+    @property
+    def read(self) -> list[_TP]:
+        """Every partition a member reads: the sources', then the transaction topic."""
+        return [*self.source_partitions, (self.transaction_topic, 0)]
 
 
 def prepare_transactions(
@@ -147,7 +163,7 @@ def prepare_transactions(
     check_contracts(list(translators), client, serializer.subject, t.auto_register)
     outputs = sorted({c.contract_topic() for item in translators for c in item.emits})
     ensure_topics(admin, [*outputs, t.dead_letter_topic], t.output_partitions)
-    ensure_topics(admin, [tx.repartition(), tx.state()], 1)
+    ensure_topics(admin, [tx.state()], 1)
     ensure_topics(admin, [tx.assembly()], tx.assembly_partitions)
     written = list_topics(admin, settings.kafka.bootstrap_servers, t.broker_wait_s)
     partitions = {name: len(written[name].partitions) for name in [*outputs, t.dead_letter_topic]}
@@ -158,7 +174,6 @@ def prepare_transactions(
         sources,
         [(t, p) for t in sources for p in sorted(metadata[t].partitions)],
         tx_topic,
-        tx.repartition(),
         tx.state(),
         tx.assembly(),
         assembly,
@@ -173,8 +188,44 @@ def prepare_transactions(
 _Send = tuple[str, int, bytes | None, bytes | None, Sequence[tuple[str, bytes | None]]]
 
 
+@dataclass(frozen=True, slots=True)
+class _Point:
+    """A virtual partition's checkpoint: where to read again, and what was released."""
+
+    offsets: dict[_TP, int] = field(default_factory=dict)
+    released: Checkpoint = field(default_factory=Checkpoint)
+    ids: frozenset[str] = frozenset()
+
+    def encode(self) -> bytes:
+        others = [i for i in self.released.released if commit_position(i) is None]
+        return json.dumps(
+            {
+                "offsets": [[t, p, o] for (t, p), o in sorted(self.offsets.items())],
+                "position": self.released.position,
+                # PostgreSQL ids are covered by the position; only other ids are listed
+                "released": others,
+            }
+        ).encode()
+
+    @staticmethod
+    def decode(value: bytes) -> _Point:
+        data = json.loads(value)
+        offsets = {(str(t), int(p)): int(o) for t, p, o in data.get("offsets", ())}
+        ids = tuple(str(i) for i in data.get("released", ()))
+        return _Point(offsets, Checkpoint(data.get("position"), ids), frozenset(ids))
+
+    def has(self, tx_id: str | None) -> bool:
+        """Whether the transaction ``tx_id`` was released before this checkpoint."""
+        if tx_id is None:
+            return False
+        position, done = commit_position(tx_id), self.released.position
+        if position is not None:
+            return done is not None and position <= done
+        return tx_id in self.ids
+
+
 class TxWorker:
-    """The three stages of one worker process (see the module doc)."""
+    """One member of the transaction worker's group (see the module doc)."""
 
     def __init__(
         self,
@@ -189,119 +240,189 @@ class TxWorker:
         #: The worker's metrics, shared with the row translators of the same process.
         self.stats = stats or WorkerStats(tx.group_id)
         self._stop = asyncio.Event()
-        #: The route stage's assembler (``None`` while it does not hold the merge log).
+        #: The virtual partitions this member owns (the group's assignment).
+        self.owned: frozenset[int] = frozenset()
+        #: The ownership changed: rebuild from the checkpoints before the next batch.
+        self._changed = False
+        #: Held while a batch is handled, so that a rebalance waits for its checkpoint.
+        self._lock = asyncio.Lock()
         self.assembler: Assembler | None = None
-        #: The assemble stage's, per assembly-log partition it holds.
-        self.assemblers: dict[int, Assembler] = {}
+        #: Per owned virtual partition, what was released before this member took it.
+        self._points: dict[int, _Point] = {}
+        #: Arrival sequence numbers (the assembler's offsets), and per technical
+        #: partition the (sequence, offset) of the records read since the oldest open
+        #: transaction's first part: where to read again after a restart.
+        self._seq = 0
+        self._seen: dict[_TP, deque[tuple[int, int]]] = {}
+        self._next: dict[_TP, int] = {}
+        self._checkpointed = 0.0
+        #: Batches whose outputs the broker has not acknowledged yet: (their
+        #: acknowledgement, records read, the newest record's timestamp if it published).
+        self._inflight: deque[tuple[asyncio.Future[Any], int, int]] = deque()
+        #: The columns decoded while assembling: the business keys' when this member owns
+        #: a share of the virtual partitions (the transactions it translates are decoded
+        #: whole again), every column (``None``) when it owns them all.
+        self._projection: frozenset[str] | None = None
 
     def stop(self) -> None:
         self._stop.set()
 
     async def run(self) -> None:
-        """The stages until :meth:`stop`; the first stage that fails stops the others."""
+        """Read, assemble, translate and publish until :meth:`stop`."""
         from aiokafka import AIOKafkaProducer
 
         producer = AIOKafkaProducer(**self.settings.kafka.aiokafka(), acks="all")
         await producer.start()
+        group = self._ownership(producer)
+        reader = self._reader()
+        await group.start()
+        await reader.start()
+        keeper = asyncio.ensure_future(self._keep_membership(group))
         try:
-            tasks = [
-                asyncio.ensure_future(self._merge(producer)),
-                asyncio.ensure_future(self._route(producer)),
-                asyncio.ensure_future(self._assemble(producer)),
-            ]
-            try:
-                done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-            except asyncio.CancelledError:  # the Faust worker stops (the one runtime)
-                self._stop.set()
-                await asyncio.gather(*tasks, return_exceptions=True)
-                raise
+            await self._loop(producer, reader)
+        except asyncio.CancelledError:  # the Faust worker stops (the one runtime)
             self._stop.set()
-            for task in pending:
-                await task
-            for task in done:
-                task.result()
+            raise
         finally:
-            with suppress(Exception):
-                await producer.stop()
+            keeper.cancel()
+            with suppress(BaseException):
+                await keeper
+            for client in (group, reader, producer):
+                with suppress(Exception):
+                    await client.stop()
 
-    def _consumer(self, topics: Sequence[str], group: str, listener: Any = None) -> Any:
-        from aiokafka import AIOKafkaConsumer
+    async def _loop(self, producer: Any, reader: Any) -> None:
+        from aiokafka.structs import TopicPartition
+
+        reader.assign([TopicPartition(t, p) for t, p in self.plan.read])
+        while not self._stop.is_set():
+            if self._changed:
+                async with self._lock:
+                    await self._rebuild(reader)
+            if not self.owned:
+                await asyncio.sleep(0.1)  # nothing of ours to publish until the group assigns
+                continue
+            batches = await reader.getmany(timeout_ms=200, max_records=self.tx.max_records)
+            if not batches:
+                continue
+            async with self._lock:
+                if self._changed:
+                    continue  # read again after the rebuild, from the checkpoints
+                await self._handle(producer, batches)
+        async with self._lock:
+            if self.owned and self.assembler is not None:
+                await self._checkpoint(producer)
+
+    # -- membership ----------------------------------------------------------------
+
+    def _ownership(self, producer: Any) -> Any:
+        """The consumer whose assignment in ``<group_id>.assemble`` is what this member
+        owns; a revocation waits for the batch in hand and records its checkpoint."""
+        from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
+
+        worker = self
+
+        class Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+            async def on_partitions_revoked(self, revoked: Any) -> None:
+                async with worker._lock:
+                    if worker.owned and worker.assembler is not None and not worker._changed:
+                        await worker._checkpoint(producer)
+                    worker.owned = frozenset()
+                    worker._changed = True
+
+            async def on_partitions_assigned(self, assigned: Any) -> None:
+                async with worker._lock:
+                    worker.owned = frozenset(tp.partition for tp in assigned)
+                    worker._changed = True
 
         t = self.settings.translate
         consumer = AIOKafkaConsumer(
             **self.settings.kafka.aiokafka(),
-            group_id=group,
+            group_id=f"{self.tx.group_id}.assemble",
             enable_auto_commit=False,
             auto_offset_reset="earliest",  # never latest: ListOffsets is wrong on Tansu
             session_timeout_ms=int(t.session_timeout_s * 1000),
             heartbeat_interval_ms=int(t.heartbeat_interval_s * 1000),
             rebalance_timeout_ms=int(t.rebalance_timeout_s * 1000),
+            fetch_max_wait_ms=t.fetch_max_wait_ms,
+        )
+        consumer.subscribe([self.plan.assembly_topic], listener=Listener())
+        return consumer
+
+    async def _keep_membership(self, group: Any) -> None:
+        """Poll the ownership consumer (its topic holds no records): a member that does
+        not poll leaves the group after ``max_poll_interval``."""
+        while not self._stop.is_set():
+            await group.getmany(timeout_ms=500)
+
+    def _reader(self) -> Any:
+        from aiokafka import AIOKafkaConsumer
+
+        t = self.settings.translate
+        return AIOKafkaConsumer(
+            **self.settings.kafka.aiokafka(),
+            group_id=None,
+            enable_auto_commit=False,
             # an empty fetch held long delays what arrives meanwhile on the embedded
-            # broker (docs/broker.md); every stage but the merge reads a log being written
+            # broker (docs/broker.md)
             fetch_max_wait_ms=t.fetch_max_wait_ms,
             max_partition_fetch_bytes=t.max_fetch_bytes,
         )
-        consumer.subscribe(list(topics), listener=listener)
-        return consumer
 
-    async def _send(self, producer: Any, items: Sequence[_Send]) -> None:
-        """Append ``items`` to one batch per topic and partition, in order, and wait
-        until the broker acknowledged them all."""
-        builders: dict[tuple[str, int], Any] = {}
-        futures = []
-        for topic, partition, key, value, headers in items:
-            slot = (topic, partition)
-            batch = builders.get(slot)
-            if batch is None:
-                batch = builders[slot] = producer.create_batch()
-            if batch.append(key=key, value=value, timestamp=None, headers=headers) is None:
-                futures.append(await producer.send_batch(batch, topic, partition=partition))
-                batch = builders[slot] = producer.create_batch()
-                if batch.append(key=key, value=value, timestamp=None, headers=headers) is None:
-                    raise ConfigError(f"a record for {topic} is larger than a producer batch")
-        for (topic, partition), batch in builders.items():
-            futures.append(await producer.send_batch(batch, topic, partition=partition))
-        if futures:
-            await asyncio.gather(*futures)
+    async def _rebuild(self, reader: Any) -> None:
+        """Start again from the checkpoints of the virtual partitions now owned."""
+        from aiokafka.structs import TopicPartition
 
-    # -- stage 1: merge ----------------------------------------------------------------
-
-    async def _merge(self, producer: Any) -> None:
-        from aiokafka.errors import CommitFailedError
-
+        self._changed = False
+        while self._inflight:  # what was sent before belongs to the old ownership
+            await self._settle_oldest()
         plan = self.plan
-        consumer = self._consumer(
-            [*plan.sources, plan.transaction_topic], f"{self.tx.group_id}.merge"
+        owned = sorted(self.owned)
+        points = await self._read_checkpoints()
+        start = await asyncio.to_thread(self._start_offsets)
+        mine = {v: points.get(v, _Point()) for v in owned}
+        offsets = {
+            tp: min((p.offsets.get(tp, start[tp]) for p in mine.values()), default=start[tp])
+            for tp in plan.read
+        }
+        for (topic, partition), offset in offsets.items():
+            reader.seek(TopicPartition(topic, partition), offset)
+        # the assembler drops what every owned partition released; _translate the rest
+        positions = [p.released.position for p in mine.values()]
+        floor = min(positions) if positions and None not in positions else None  # type: ignore[type-var]
+        known = [set(p.released.released) for p in mine.values()]
+        shared = tuple(sorted(set.intersection(*known))) if known else ()
+        self.assembler = Assembler(
+            plan.core.reads, plan.limits, Checkpoint(floor, shared), sources=plan.source_partitions
         )
-        await consumer.start()
+        self._points = mine
+        self._projection = None if len(owned) >= plan.assembly_partitions else plan.key_columns
+        self._seen = {tp: deque() for tp in plan.read}
+        self._next = dict(offsets)
+        self._checkpointed = time.monotonic()
+        log.info("assembling", log=plan.assembly_topic, partitions=owned)
+
+    def _start_offsets(self) -> dict[_TP, int]:
+        """Where a virtual partition never checkpointed starts: the committed offsets of
+        the group ``<group_id>.start`` (nobody joins it), else each partition's start."""
+        from confluent_kafka import Consumer, TopicPartition
+
+        consumer = Consumer(
+            {
+                **self.settings.kafka.librdkafka(),
+                "group.id": self.tx.start_group(),
+                "enable.auto.commit": False,
+                "log_level": 0,
+            }
+        )
         try:
-            while not self._stop.is_set():
-                batches = await consumer.getmany(timeout_ms=200, max_records=self.tx.max_records)
-                if not batches:
-                    continue
-                copies: list[_Send] = []
-                offsets = {}
-                for tp, records in batches.items():
-                    for r in records:
-                        if r.value is None:
-                            continue  # a tombstone: compaction's marker, not a change
-                        headers = [(k, v) for k, v in (r.headers or ()) if k not in _ORIGIN]
-                        headers += _origin_headers(r.topic, r.partition, r.offset)
-                        copies.append((plan.repartition_topic, 0, r.key, r.value, headers))
-                    offsets[tp] = records[-1].offset + 1
-                await self._send(producer, copies)
-                try:
-                    await consumer.commit(offsets)
-                except CommitFailedError as exc:
-                    log.warning("merge: commit refused after a rebalance", error=str(exc))
+            found = consumer.committed([TopicPartition(t, p) for t, p in self.plan.read], 30)
         finally:
-            with suppress(Exception):
-                await consumer.stop()
+            consumer.close()
+        return {(tp.topic, tp.partition): max(tp.offset, 0) for tp in found}
 
-    # -- the logs' checkpoints ---------------------------------------------------------
-
-    async def _read_checkpoints(self) -> dict[bytes, Checkpoint]:
-        """The last record of each key of the state topic (read to the end of a Fetch)."""
+    async def _read_checkpoints(self) -> dict[int, _Point]:
+        """The last checkpoint of each virtual partition in the state topic."""
         from aiokafka import AIOKafkaConsumer
         from aiokafka.structs import TopicPartition
 
@@ -327,184 +448,184 @@ class TxWorker:
                 await consumer.stop()
         out = {}
         for key, value in last.items():
-            data = json.loads(value)
-            out[key] = Checkpoint(data.get("position"), tuple(data.get("released", ())))
+            if key.startswith(_POINT):
+                with suppress(ValueError):
+                    out[int(key[len(_POINT) :])] = _Point.decode(value)
         return out
 
-    def _checkpoint(self, key: bytes, assembler: Assembler) -> _Send:
-        point = assembler.checkpoint()
-        # PostgreSQL ids are covered by the position; only other ids need remembering
-        others = [i for i in point.released if commit_position(i) is None]
-        body = json.dumps({"position": point.position, "released": others}).encode()
-        return (self.plan.state_topic, 0, key, body, [])
+    # -- a batch -------------------------------------------------------------------
 
-    def _parts(self, records: Sequence[Any], log_topic: str) -> tuple[list[Part], list[OutRecord]]:
-        """The log's records as parts, and the dead letters of those that do not decode."""
-        parts: list[Part] = []
-        bad: list[OutRecord] = []
-        for r in records:
-            part = self._part(r, log_topic)
-            if isinstance(part, OutRecord):
-                bad.append(part)
-            elif part is not None:
-                parts.append(part)
-        return parts, bad
-
-    async def _log_stage(
-        self,
-        producer: Any,
-        topic: str,
-        group: str,
-        handle: Any,
-        on_assigned: Any,
-    ) -> None:
-        """Consume a log of parts in group ``group``: after each (re)assignment every
-        held partition restarts from its committed offset with ``on_assigned(tps)``;
-        ``handle(tp, records)`` returns what to send and the offset to commit."""
-        from aiokafka import ConsumerRebalanceListener
-        from aiokafka.errors import CommitFailedError, IllegalStateError
-        from aiokafka.structs import OffsetAndMetadata
-
-        rebalanced = [False]
-
-        class Listener(ConsumerRebalanceListener):  # type: ignore[misc]
-            async def on_partitions_revoked(self, revoked: Any) -> None:
-                rebalanced[0] = True
-
-            async def on_partitions_assigned(self, assigned: Any) -> None:
-                rebalanced[0] = True
-
-        consumer = self._consumer([topic], group, Listener())
-        await consumer.start()
-        try:
-            while not self._stop.is_set():
-                batches = await consumer.getmany(timeout_ms=200, max_records=self.tx.max_records)
-                if rebalanced[0]:
-                    # (re)gained partitions: every one rebuilds from its committed offset
-                    # and the state; the batch just read is dropped and read again (a
-                    # partition the group never committed restarts at the log's start)
-                    rebalanced[0] = False
-                    held = sorted(consumer.assignment(), key=lambda tp: tp.partition)
-                    try:
-                        await on_assigned(held)
-                        for tp in held:
-                            committed = await consumer.committed(tp)
-                            consumer.seek(tp, committed if committed is not None else 0)
-                    except IllegalStateError:  # the assignment changed again meanwhile
-                        rebalanced[0] = True
-                        continue
-                    log.info("assembling", log=topic, partitions=[tp.partition for tp in held])
-                    continue
-                for tp, records in batches.items():
-                    if rebalanced[0]:
-                        break  # what is left is read again, by whoever holds it now
-                    if not records or tp not in consumer.assignment():
-                        continue
-                    sends, commit = handle(tp, records)
-                    await self._send(producer, sends)
-                    if rebalanced[0]:
-                        break  # the partition may have moved: its new owner reads it again
-                    try:
-                        await consumer.commit({tp: OffsetAndMetadata(commit, "")})
-                    except (CommitFailedError, IllegalStateError) as exc:
-                        log.warning(f"{group}: commit refused after a rebalance", error=str(exc))
-                        rebalanced[0] = True
-                        continue
-                    if topic == self.plan.assembly_topic:
-                        self.stats.acked(len(records), time.time())
-                        stamp = records[-1].timestamp
-                        if stamp and stamp > 0:
-                            self.stats.observe_latency(max(time.time() - stamp / 1000.0, 0.0))
-        finally:
-            with suppress(Exception):
-                await consumer.stop()
-
-    # -- stage 2: route ----------------------------------------------------------------
-
-    async def _route(self, producer: Any) -> None:
+    async def _handle(self, producer: Any, batches: dict[Any, Sequence[Any]]) -> None:
+        """Decode and assemble the batch; translate what this member owns; publish; then
+        (at most every ``commit_interval_s``) record the checkpoints."""
+        assembler = self.assembler
+        assert assembler is not None
         plan = self.plan
+        outcomes: list[Outcome] = []
+        bad: list[OutRecord] = []
+        count = 0
+        newest = 0
+        for tp, records in batches.items():
+            if not records:
+                continue
+            where: _TP = (tp.topic, tp.partition)
+            seen = self._seen[where]
+            for r in records:
+                self._seq += 1
+                seen.append((self._seq, r.offset))
+                part = self._part(r, self._seq)
+                if isinstance(part, OutRecord):
+                    if self._home_of_record(r) in self.owned:
+                        bad.append(part)
+                elif part is not None:
+                    outcomes += assembler.feed(part)
+            self._next[where] = records[-1].offset + 1
+            count += len(records)
+            newest = max(newest, records[-1].timestamp or 0)
+        result, published = self._translate(outcomes)
+        stats = self.stats
+        if not stats.first_block_at:
+            stats.first_block_at = time.time()
+        stats.add(plan.transaction_topic, result.counts, len(bad))
+        # the next batch is read while this one's acknowledgements are outstanding; a
+        # checkpoint waits for all of them
+        sent = await self._enqueue(producer, self._outputs([*result.records, *bad]))
+        self._inflight.append((sent, count, newest if published else 0))
+        while len(self._inflight) > self.settings.translate.max_inflight_blocks:
+            await self._settle_oldest()
+        if time.monotonic() - self._checkpointed >= self.settings.translate.commit_interval_s:
+            await self._checkpoint(producer)
 
-        async def assigned(held: Sequence[Any]) -> None:
-            self.assembler = None
-            if held:
-                checkpoint = (await self._read_checkpoints()).get(_ROUTE_KEY, Checkpoint())
-                self.assembler = Assembler(
-                    plan.core.reads, plan.limits, checkpoint, sources=plan.source_partitions
+    async def _settle_oldest(self) -> None:
+        """Wait for the oldest outstanding batch's acknowledgements."""
+        sent, count, newest = self._inflight.popleft()
+        await sent
+        now = time.time()
+        self.stats.acked(count, now)
+        if newest > 0:
+            self.stats.observe_latency(max(now - newest / 1000.0, 0.0))
+
+    async def _checkpoint(self, producer: Any) -> None:
+        """Once every outstanding output is acknowledged, record the checkpoints."""
+        while self._inflight:
+            await self._settle_oldest()
+        await self._send(producer, self._checkpoints())
+
+    def _translate(self, outcomes: Sequence[Outcome]) -> tuple[Any, bool]:
+        """The records this member publishes of ``outcomes``: the events of the business
+        keys it owns (not released there before it took them), and its dead letters."""
+        plan = self.plan
+        n = plan.assembly_partitions
+        #: per part (by identity) of a transaction translated here, the virtual
+        #: partitions whose events this member publishes; None: all of its partitions
+        live: dict[int, frozenset[int] | None] = {}
+        mine: list[Outcome] = []
+        for outcome in outcomes:
+            if isinstance(outcome, Ready):
+                belongs = partitions_of(outcome, plan.translators, n)
+                wanted = frozenset(
+                    v for v in belongs if v in self.owned and not self._points[v].has(outcome.tx_id)
                 )
-
-        def handle(tp: Any, records: Sequence[Any]) -> tuple[list[_Send], int]:
-            assembler = self.assembler
-            assert assembler is not None
-            parts, bad = self._parts(records, plan.repartition_topic)
-            outcomes: list[Outcome] = []
-            for part in parts:
-                outcomes += assembler.feed(part)
-            sends: list[_Send] = []
-            dead = list(bad)
-            for outcome in outcomes:
-                if isinstance(outcome, Ready):
-                    sends += self._routed(outcome)
+                if not wanted:
+                    continue
+                whole = self._whole(outcome)
+                if isinstance(whole, Ready):
+                    every = None if len(wanted) == len(belongs) else wanted
+                    live.update((id(p), every) for p in whole.parts)
+                    mine.append(whole)
                 else:
-                    dead += plan.core.process([outcome]).records
-            sends += self._outputs(dead)
-            if outcomes:
-                sends.append(self._checkpoint(_ROUTE_KEY, assembler))
-            return sends, assembler.commit_offset(records[-1].offset + 1)
+                    parts = tuple(p for p in whole.parts if self._home(p) in self.owned)
+                    if parts:
+                        mine.append(Abandoned(whole.tx_id, parts, whole.reason))
+            else:
+                parts = tuple(p for p in outcome.parts if self._home(p) in self.owned)
+                if parts:
+                    mine.append(Abandoned(outcome.tx_id, parts, outcome.reason))
 
-        await self._log_stage(
-            producer, plan.repartition_topic, f"{self.tx.group_id}.route", handle, assigned
+        def owns(translator: TransactionTranslator, part: Part) -> bool:
+            wanted = live.get(id(part), self.owned)
+            # every key of the transaction is this member's: no need to hash each part
+            return wanted is None or owner(translator, part, n) in wanted
+
+        return plan.core.process(mine, owns), bool(live)
+
+    def _whole(self, ready: Ready) -> Ready | Abandoned:
+        """``ready`` with every column of its changes (decoded again when assembling
+        decoded only the business keys)."""
+        if self._projection is None:
+            return ready
+        parts = []
+        for p in ready.parts:
+            o = p.origin
+            try:
+                decoded = self.plan.decoder.decode(
+                    o.key, o.value, Coordinates(o.topic, o.partition, o.offset), o.headers
+                )
+            except DecodeError as exc:
+                return Abandoned(ready.tx_id, ready.parts, exc.reason)
+            assert isinstance(decoded, ChangeEvent)
+            parts.append(Part(p.offset, o, change=decoded))
+        return Ready(ready.tx_id, tuple(parts), ready.end)
+
+    def _home(self, part: Part) -> int:
+        """The virtual partition that dead-letters ``part``: its business key's (for the
+        first translator reading it), else its transaction's."""
+        n = self.plan.assembly_partitions
+        if part.change is not None:
+            table = part.change.source.qualified_table
+            for translator in self.plan.translators:
+                if translator.reads(table):
+                    return owner(translator, part, n)
+        return zlib.crc32((part.tx_id or "").encode()) % n
+
+    def _home_of_record(self, r: Any) -> int:
+        """The virtual partition that dead-letters a record that does not decode."""
+        return zlib.crc32(f"{r.topic}:{r.partition}:{r.offset}".encode()) % (
+            self.plan.assembly_partitions
         )
 
-    def _routed(self, ready: Ready) -> list[_Send]:
-        """``ready``'s parts and END, as they were in the merge log, to each assembly
-        partition of its business keys (:mod:`bizevents.translators.routing`)."""
-        plan = self.plan
-        parts = [*ready.parts, *([ready.end] if ready.end is not None else [])]
+    def _checkpoints(self) -> list[_Send]:
+        """Each owned virtual partition's checkpoint: per technical partition the first
+        record read since the oldest open transaction began (else the next to read)."""
+        assembler = self.assembler
+        assert assembler is not None
+        first = assembler.commit_offset(self._seq + 1)
+        offsets: dict[_TP, int] = {}
+        for tp, seen in self._seen.items():
+            while seen and seen[0][0] < first:
+                seen.popleft()
+            offsets[tp] = seen[0][1] if seen else self._next[tp]
+        # (self._points keeps the predecessors' checkpoints: what this member released
+        # since, its assembler remembers)
+        point = _Point(offsets, assembler.checkpoint())
+        self._checkpointed = time.monotonic()
         sends: list[_Send] = []
-        for partition in partitions_of(ready, plan.translators, plan.assembly_partitions):
-            for part in parts:
-                o = part.origin
-                headers = [*o.headers, *_origin_headers(o.topic, o.partition, o.offset)]
-                sends.append((plan.assembly_topic, partition, o.key, o.value, headers))
+        for v in sorted(self.owned):
+            sends.append((self.plan.state_topic, 0, _POINT + str(v).encode(), point.encode(), []))
         return sends
 
-    # -- stage 3: assemble -------------------------------------------------------------
+    async def _send(self, producer: Any, items: Sequence[_Send]) -> None:
+        """Send ``items`` and wait until the broker acknowledged them all."""
+        await (await self._enqueue(producer, items))
 
-    async def _assemble(self, producer: Any) -> None:
-        plan = self.plan
-
-        async def assigned(held: Sequence[Any]) -> None:
-            self.assemblers = {}
-            if held:
-                checkpoints = await self._read_checkpoints()
-                for tp in held:
-                    point = checkpoints.get(_assembly_key(tp.partition), Checkpoint())
-                    self.assemblers[tp.partition] = Assembler(plan.core.reads, plan.limits, point)
-
-        def handle(tp: Any, records: Sequence[Any]) -> tuple[list[_Send], int]:
-            assembler = self.assemblers[tp.partition]
-            parts, bad = self._parts(records, plan.assembly_topic)
-            outcomes: list[Outcome] = []
-            for part in parts:
-                outcomes += assembler.feed(part)
-            count, mine = plan.assembly_partitions, int(tp.partition)
-
-            def owns(translator: TransactionTranslator, part: Part) -> bool:
-                return owner(translator, part, count) == mine
-
-            result = plan.core.process(outcomes, owns)
-            stats = self.stats
-            if not stats.first_block_at:
-                stats.first_block_at = time.time()
-            stats.add(plan.assembly_topic, result.counts, len(bad))
-            sends = self._outputs([*result.records, *bad])
-            if outcomes:
-                sends.append(self._checkpoint(_assembly_key(tp.partition), assembler))
-            return sends, assembler.commit_offset(records[-1].offset + 1)
-
-        await self._log_stage(
-            producer, plan.assembly_topic, f"{self.tx.group_id}.assemble", handle, assigned
-        )
+    async def _enqueue(self, producer: Any, items: Sequence[_Send]) -> asyncio.Future[Any]:
+        """Append ``items`` to one batch per topic and partition, in order; the future of
+        the broker's acknowledgement of them all."""
+        builders: dict[tuple[str, int], Any] = {}
+        futures = []
+        for topic, partition, key, value, headers in items:
+            slot = (topic, partition)
+            batch = builders.get(slot)
+            if batch is None:
+                batch = builders[slot] = producer.create_batch()
+            if batch.append(key=key, value=value, timestamp=None, headers=headers) is None:
+                futures.append(await producer.send_batch(batch, topic, partition=partition))
+                batch = builders[slot] = producer.create_batch()
+                if batch.append(key=key, value=value, timestamp=None, headers=headers) is None:
+                    raise ConfigError(f"a record for {topic} is larger than a producer batch")
+        for (topic, partition), batch in builders.items():
+            futures.append(await producer.send_batch(batch, topic, partition=partition))
+        return asyncio.gather(*futures)
 
     def _outputs(self, records: Sequence[OutRecord]) -> list[_Send]:
         """Events and dead letters to their topics' partitions (``crc32(key) % n``)."""
@@ -523,52 +644,30 @@ class TxWorker:
             )
         return sends
 
-    def _part(self, r: Any, log_topic: str) -> Part | OutRecord | None:
-        """The log record as a part (``None`` for a tombstone), or its dead letter."""
-        headers = list(r.headers or ())
-        found = {k: v for k, v in headers if k in _ORIGIN}
+    def _part(self, r: Any, seq: int) -> Part | OutRecord | None:
+        """The record as a part (``None`` for a tombstone), or its dead letter."""
+        if r.value is None:
+            return None  # a tombstone: compaction's marker, not a change
+        origin = SourceRecord(r.topic, r.partition, r.offset, r.key, r.value, list(r.headers or ()))
+        where = Coordinates(r.topic, r.partition, r.offset)
         try:
-            topic = (found[HEADER_ORIGIN_TOPIC] or b"").decode()
-            partition = int(found[HEADER_ORIGIN_PARTITION] or b"-1")
-            offset = int(found[HEADER_ORIGIN_OFFSET] or b"-1")
-        except (KeyError, ValueError):
-            topic, partition, offset = log_topic, r.partition, r.offset
-        origin = SourceRecord(
-            topic,
-            partition,
-            offset,
-            r.key,
-            r.value,
-            [(k, v) for k, v in headers if k not in _ORIGIN],
-        )
-        where = Coordinates(topic, partition, offset)
-        try:
-            if topic == self.plan.transaction_topic:
-                return Part(r.offset, origin, record=self.plan.tx_decoder.decode(r.value, where))
-            decoded = self.plan.decoder.decode(r.key, r.value, where, origin.headers)
+            if r.topic == self.plan.transaction_topic:
+                return Part(seq, origin, record=self.plan.tx_decoder.decode(r.value, where))
+            decoded = self.plan.decoder.decode(
+                r.key, r.value, where, origin.headers, self._projection
+            )
         except DecodeError as exc:
-            dead = Part(r.offset, origin)
+            dead = Part(seq, origin)
             (record,) = self.plan.core.dead_letters([dead], "decode", exc.reason, exc, "")
             return record
         if isinstance(decoded, Tombstone):
             return None
         assert isinstance(decoded, ChangeEvent)
-        return Part(r.offset, origin, change=decoded)
+        return Part(seq, origin, change=decoded)
 
 
-_ROUTE_KEY: Final = b"checkpoint"
-
-
-def _assembly_key(partition: int) -> bytes:
-    return f"assembly:{partition}".encode()
-
-
-def _origin_headers(topic: str, partition: int, offset: int) -> list[tuple[str, bytes | None]]:
-    return [
-        (HEADER_ORIGIN_TOPIC, topic.encode()),
-        (HEADER_ORIGIN_PARTITION, str(partition).encode()),
-        (HEADER_ORIGIN_OFFSET, str(offset).encode()),
-    ]
+#: The state topic's key of a virtual partition's checkpoint: ``assembly:<n>``.
+_POINT: Final = b"assembly:"
 
 
 def run_transactions(
@@ -577,7 +676,7 @@ def run_transactions(
     plan: TxPlan | None = None,
     stats: WorkerStats | None = None,
 ) -> None:
-    """Start-up checks (unless ``plan`` is given), then the three stages until
+    """Start-up checks (unless ``plan`` is given), then the worker until
     SIGTERM/SIGINT; used by the one runtime when no row translator is pinned."""
     plan = plan or prepare_transactions(settings, tx)
     log.info(

@@ -295,12 +295,18 @@ def test_orders_placed_with_items_and_totals_interleaved(db: Db, tmp_path: Path)
 
 
 def _log_end(db: Db, topic: str) -> int:
-    """A lower bound of the log's end (ListOffsets understates on Tansu, never overstates)."""
+    """A lower bound of the records in ``topic``, all partitions (ListOffsets understates
+    on Tansu, never overstates)."""
     consumer = Consumer({"bootstrap.servers": db.endpoints.bootstrap_servers, "group.id": "unused"})
     try:
-        return int(consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1])
+        meta = consumer.list_topics(topic, timeout=10).topics.get(topic)
+        partitions = sorted(meta.partitions) if meta is not None else []
+        return sum(
+            int(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1])
+            for p in partitions
+        )
     except KafkaException:
-        return 0  # the worker has not created it yet
+        return 0  # capture has not created it yet
     finally:
         consumer.close()
 
@@ -309,7 +315,8 @@ def _mid_transaction(
     db: Db, reader: Reader, worker: Worker, group: str, lines: int
 ) -> tuple[int, list[int]]:
     """Orders placed and translated, then one big order whose transaction the worker is
-    in the middle of when this returns (some parts copied into its log, no event yet)."""
+    in the middle of when this returns (some of its items captured, which the workers
+    read as they come; no event yet: the callers check)."""
     customer, products = _ids(db)
     small = []
     with db.conn.cursor() as cur:
@@ -318,16 +325,16 @@ def _mid_transaction(
             small.append(place(cur, customer, [(products[n], n + 1)]))
             cur.execute("COMMIT")
     reader.wait(set(small), worker)
-    log_topic = f"{group}.repartition"
-    before = _log_end(db, log_topic)
+    items_topic = f"{db.server}.store.order_items"
+    before = _log_end(db, items_topic)
     with db.conn.cursor() as cur:
         cur.execute("BEGIN")
         big = place(cur, customer, [(products[n % 3], 1 + n % 5) for n in range(lines)])
         cur.execute("COMMIT")
     deadline = time.monotonic() + 60
-    while _log_end(db, log_topic) <= before:
+    while _log_end(db, items_topic) <= before:
         assert worker.alive(), worker.tail()
-        assert time.monotonic() < deadline, "the worker copied nothing of the big transaction"
+        assert time.monotonic() < deadline, "capture wrote nothing of the big transaction"
         time.sleep(0.01)
     return big, small
 
@@ -391,26 +398,45 @@ def test_worker_killed_mid_transaction(db: Db, tmp_path: Path) -> None:
 
 
 def test_rebalance_mid_transaction(db: Db, tmp_path: Path) -> None:
-    """Two workers share the groups; one leaves while a big transaction is half
-    assembled: every order still has one event id, the big one's complete."""
+    """Two workers share the group; the one that publishes a big order's business key
+    leaves while that transaction is half read: every order still has one event id, the
+    big one's complete."""
     group = f"tx-{uuid.uuid4().hex[:8]}"
-    first = Worker(db, group, f"{group}.dlq", tmp_path / "first.log")
-    second = Worker(db, group, f"{group}.dlq", tmp_path / "second.log")
+    workers = [Worker(db, group, f"{group}.dlq", tmp_path / f"w{i}.log") for i in (1, 2)]
     reader = Reader(db)
+    customer, products = _ids(db)
     with capturing(db, tmp_path) as run:
-        first.start()
-        second.start()
+        for worker in workers:
+            worker.start()
         try:
-            time.sleep(1)  # both members in both groups
-            big, small = _mid_transaction(db, reader, first, group, lines=1500)
-            first.signal(signal.SIGTERM)  # leaves mid-transaction: the group rebalances
-            assert big not in {e.order_id for e in reader.poll()}, "not mid-transaction"
-            assert first.process is not None and first.process.returncode == 0, first.tail()
+            first, second, target = _owner_of_next_big(db, workers, group)
+            small = []
+            with db.conn.cursor() as cur:
+                for n in range(3):
+                    cur.execute("BEGIN")
+                    small.append(place(cur, customer, [(products[n], n + 1)]))
+                    cur.execute("COMMIT")
+            reader.wait(set(small), second)
+            # the owner is stopped while the big order is written whole into Kafka; it
+            # is told to leave as it resumes: it reads a batch or two (40 records each)
+            # of the 1,501 changes, then leaves the group mid-transaction
+            assert first.process is not None
+            first.process.send_signal(signal.SIGSTOP)
+            with db.conn.cursor() as cur:
+                cur.execute("BEGIN")
+                big = place(cur, customer, [(products[n % 3], 1 + n % 5) for n in range(1500)])
+                cur.execute("COMMIT")
             run.wait_acked(db.wal_lsn())
+            assert _assembly_partition(big) == target
+            assert big not in {e.order_id for e in reader.poll()}, "placed by a non-owner"
+            first.process.send_signal(signal.SIGTERM)
+            first.process.send_signal(signal.SIGCONT)
+            first.process.wait(60)
+            assert first.process.returncode == 0, first.tail()
             events = reader.wait({big, *small}, second)
         finally:
             reader.close()
-            for worker in (first, second):
+            for worker in workers:
                 if worker.alive():
                     worker.signal(signal.SIGTERM)
     _check(events, truth(db, [big, *small]))
@@ -460,7 +486,8 @@ def test_bad_input_is_dead_lettered_with_its_reason(db: Db, tmp_path: Path) -> N
             send(900_002, Transaction("gtid-never", 1, 1))
             send(900_003, Transaction("gtid-short", 1, 1))
             assert producer.flush(30) == 0
-            _wait_copied(db, f"{group}.repartition", b'"id":90000', 3, worker)  # before END
+            # before the END: the worker has read the changes (the first is dead-lettered)
+            _wait_copied(db, dlq, b'"id":900001', 1, worker)
             end = TransactionRecord("END", "gtid-short", 0, 2, (("store.orders", 2),))
             producer.produce(f"{db.server}.transaction", transaction_connect_json(end, False))
             assert producer.flush(30) == 0
@@ -486,7 +513,8 @@ def test_bad_input_is_dead_lettered_with_its_reason(db: Db, tmp_path: Path) -> N
 
 
 def _wait_copied(db: Db, topic: str, marker: bytes, n: int, worker: Worker) -> None:
-    """Until the worker's log holds ``n`` records whose value has ``marker``."""
+    """Until ``topic`` (one of the worker's outputs) holds ``n`` records whose value has
+    ``marker``."""
     consumer = Consumer({"bootstrap.servers": db.endpoints.bootstrap_servers, "group.id": "x"})
     seen = 0
     deadline = time.monotonic() + 60
@@ -494,10 +522,11 @@ def _wait_copied(db: Db, topic: str, marker: bytes, n: int, worker: Worker) -> N
         while seen < n:
             assert worker.alive() and time.monotonic() < deadline, worker.tail()
             if not consumer.assignment():
-                if topic not in consumer.list_topics(timeout=10).topics:
+                meta = consumer.list_topics(timeout=10).topics.get(topic)
+                if meta is None or not meta.partitions:
                     time.sleep(0.2)
                     continue
-                consumer.assign([TopicPartition(topic, 0, 0)])
+                consumer.assign([TopicPartition(topic, p, 0) for p in meta.partitions])
             seen += sum(
                 1
                 for m in consumer.consume(100, 0.2)
@@ -551,6 +580,23 @@ def _assembly_partition(order: int) -> int:
     return owner(orders_v3, Part(0, SourceRecord("t", 0, 0, b"", b""), change=change), 4)
 
 
+def _owner_of_next_big(db: Db, workers: list[Worker], group: str) -> tuple[Worker, Worker, int]:
+    """Once both workers own virtual partitions: (the one that will publish the order
+    :func:`_mid_transaction` places big, the other, that order's partition)."""
+    deadline = time.monotonic() + 60
+    while not all(_assembling(worker, group) for worker in workers):
+        assert time.monotonic() < deadline, [w.tail() for w in workers]
+        time.sleep(0.2)
+    with db.conn.cursor() as cur:
+        cur.execute("SELECT last_value, is_called FROM store.orders_id_seq")
+        last, called = cur.fetchone()
+    db.conn.commit()
+    following = int(last) + 1 if called else int(last)
+    target = _assembly_partition(following + 3)  # after _mid_transaction's three
+    owner = next(w for w in workers if target in _assembling(w, group))
+    return owner, next(w for w in workers if w is not owner), target
+
+
 def test_two_workers_share_the_assembly(db: Db, tmp_path: Path) -> None:
     """Two workers of one group: both assemble (the assembly log's partitions are split
     between them), and every order's OrderPlaced comes once, with its items and true
@@ -596,21 +642,9 @@ def test_one_of_two_workers_killed_mid_transaction(db: Db, tmp_path: Path) -> No
         for worker in workers:
             worker.start()
         try:
-            deadline = time.monotonic() + 60
-            while not all(_assembling(worker, group) for worker in workers):
-                assert time.monotonic() < deadline, [w.tail() for w in workers]
-                time.sleep(0.2)
-            # the big order's id is the next one: kill whoever assembles its partition
-            with db.conn.cursor() as cur:
-                cur.execute("SELECT last_value, is_called FROM store.orders_id_seq")
-                last, called = cur.fetchone()
-            db.conn.commit()
-            following = int(last) + 1 if called else int(last)
-            target = _assembly_partition(following + 3)  # after _mid_transaction's three
-            victim = next(w for w in workers if target in _assembling(w, group))
-            survivor = next(w for w in workers if w is not victim)
+            victim, survivor, target = _owner_of_next_big(db, workers, group)
             big, small = _mid_transaction(db, reader, survivor, group, lines=1500)
-            assert _assembly_partition(big) == target, (big, last)
+            assert _assembly_partition(big) == target, big
             victim.signal(signal.SIGKILL)
             assert big not in {e.order_id for e in reader.poll()}, "not killed mid-transaction"
             run.wait_acked(db.wal_lsn())
