@@ -1,7 +1,7 @@
 """The translator worker: a Faust app whose agent runs the pinned translators live.
 
 ``bizevents translate`` calls :func:`run`, the one start-up of every pinned translator:
-the row translators run in the Faust agent below, the transaction translators' stages
+the row translators run in the Faust agent below, the transaction translators' worker
 (:mod:`bizevents.translators.txworker`) in the same process and loop, as a task of the
 app, counting into the same metrics. Start-up (:func:`prepare`) resolves
 everything that can be wrong before the group is joined, and fails with a sentence
@@ -288,7 +288,7 @@ def prepare(settings: RuntimeSettings, pinned: Sequence[Translator] | None = Non
     registry = discover(names=settings.translators)
     if pinned is None:
         pinned = registry.pinned(settings.translators)
-    # transaction translators run in the transaction stages (bizevents.translators.txworker)
+    # transaction translators run in the transaction worker (bizevents.translators.txworker)
     translators = [item for item in pinned if not is_transactional(item)]
     if not translators:
         raise ConfigError("no row translator is pinned")
@@ -404,11 +404,11 @@ def run(
     """The one start-up of ``bizevents translate``: every pinned translator, row and
     transaction alike, until SIGTERM/SIGINT.
 
-    The row translators run in the Faust agent; the transaction translators' stages
-    (:mod:`bizevents.translators.txworker`) run in the same process and event loop, as a
+    The row translators run in the Faust agent; the transaction translators' worker
+    (:mod:`bizevents.translators.txworker`) runs in the same process and event loop, as a
     task of the Faust app, sharing its metrics (``stats``). With only transaction
     translators pinned (or ``only_transactions``, ``translate --transactions``) there
-    is no Faust agent, and the stages run alone.
+    is no Faust agent, and the transaction worker runs alone.
     """
     from bizevents.translators.registry import discover
     from bizevents.translators.txworker import TxWorker, prepare_transactions, run_transactions
@@ -457,15 +457,15 @@ def run(
         )
         worker = TxWorker(settings, tx, tx_plan, stats)
 
-        async def transaction_stages() -> None:
+        async def transaction_worker() -> None:
             try:
                 await worker.run()
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # a stage failed: the whole worker stops, as a block would
+            except Exception as exc:  # it failed: the whole worker stops, as a block would
                 await app.crash(exc)
 
-        app.task(transaction_stages)
+        app.task(transaction_worker)
     run_worker(app)
 
 
