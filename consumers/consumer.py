@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import signal
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
@@ -113,7 +114,8 @@ class BusinessConsumer:
     ``contracts`` are the models the topics may carry. ``dedup_window`` ids are
     remembered (0: no deduplication). A handler that raises is called again up to
     ``attempts`` times in all, ``retry_backoff_s`` apart, then its record is
-    dead-lettered to ``dead_letter_topic`` (default ``<group_id>.dead-letter``).
+    dead-lettered to ``dead_letter_topic`` (default ``<group_id>.dead-letter``). At
+    start an unreachable cluster is waited for up to ``broker_wait_s``.
     """
 
     def __init__(
@@ -130,6 +132,7 @@ class BusinessConsumer:
         attempts: int = 3,
         retry_backoff_s: float = 0.5,
         max_records: int = 500,
+        broker_wait_s: float = 60.0,
     ) -> None:
         if not topics:
             raise ValueError("name at least one business topic to consume")
@@ -148,6 +151,7 @@ class BusinessConsumer:
         self.attempts = attempts
         self.retry_backoff_s = retry_backoff_s
         self.max_records = max_records
+        self.broker_wait_s = broker_wait_s
         self.stats = ConsumerStats()
         self._stop = asyncio.Event()
         self._is_async = inspect.iscoroutinefunction(handler)
@@ -161,7 +165,7 @@ class BusinessConsumer:
         from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
         from aiokafka.errors import CommitFailedError, KafkaError
 
-        self._ensure_dead_letter_topic()
+        await self._wait_for_broker()
         conf = self.kafka.aiokafka()
         consumer = AIOKafkaConsumer(
             *self.topics,
@@ -204,6 +208,21 @@ class BusinessConsumer:
                     bound.warning("commit refused after a rebalance", error=str(exc))
         finally:
             await _stop_quietly(consumer, producer)
+
+    async def _wait_for_broker(self) -> None:
+        """The dead-letter topic, waiting up to ``broker_wait_s`` for an unreachable
+        cluster: a consumer (re)started while Kafka is briefly away starts once it is
+        back, as the worker does, instead of exiting."""
+        deadline = time.monotonic() + self.broker_wait_s
+        while True:
+            try:
+                await asyncio.to_thread(self._ensure_dead_letter_topic)
+                return
+            except TransientError as exc:
+                if time.monotonic() > deadline or self._stop.is_set():
+                    raise
+                log.warning("waiting for the broker", group=self.group_id, error=str(exc))
+                await asyncio.sleep(1)
 
     def _ensure_dead_letter_topic(self) -> None:
         """The dead-letter topic, created (one partition) when missing."""

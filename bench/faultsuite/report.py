@@ -14,6 +14,8 @@ from bench.faultsuite.truth import order_breaks
 
 @dataclass
 class Report:
+    """The counts of one run; :meth:`ok` is its verdict, :meth:`line` its first line."""
+
     tech_missing: int = 0
     tech_duplicates: int = 0
     tech_unknown: int = 0
