@@ -256,6 +256,8 @@ class TxWorker:
         self._seen: dict[_TP, deque[tuple[int, int]]] = {}
         self._next: dict[_TP, int] = {}
         self._checkpointed = 0.0
+        #: A batch was handled since the last checkpoint (an idle member records it).
+        self._unrecorded = False
         #: Batches whose outputs the broker has not acknowledged yet: (their
         #: acknowledgement, records read, the newest record's timestamp if it published).
         self._inflight: deque[tuple[asyncio.Future[Any], int, int]] = deque()
@@ -304,6 +306,10 @@ class TxWorker:
                 continue
             batches = await reader.getmany(timeout_ms=200, max_records=self.tx.max_records)
             if not batches:
+                if self._unrecorded:  # idle: record what the last batches released
+                    async with self._lock:
+                        if not self._changed:
+                            await self._checkpoint(producer)
                 continue
             async with self._lock:
                 if self._changed:
@@ -493,6 +499,7 @@ class TxWorker:
         self._inflight.append((sent, count, newest if published else 0))
         while len(self._inflight) > self.settings.translate.max_inflight_blocks:
             await self._settle_oldest()
+        self._unrecorded = True
         if time.monotonic() - self._checkpointed >= self.settings.translate.commit_interval_s:
             await self._checkpoint(producer)
 
@@ -599,6 +606,7 @@ class TxWorker:
         # since, its assembler remembers)
         point = _Point(offsets, assembler.checkpoint())
         self._checkpointed = time.monotonic()
+        self._unrecorded = False
         sends: list[_Send] = []
         for v in sorted(self.owned):
             sends.append((self.plan.state_topic, 0, _POINT + str(v).encode(), point.encode(), []))
