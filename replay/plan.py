@@ -116,11 +116,16 @@ def slices(spans: Sequence[Span], slice_size: int) -> list[Range]:
 
 
 def bounded(low: int, high: int, start: Bound | None, until: Bound | None) -> tuple[int, int]:
-    """The offsets to read of ``[low, high)``; timestamp bounds filter records later."""
+    """The offsets to read of ``[low, high)``; timestamp bounds filter records later.
+
+    Always within ``[low, high]``: a bound past the end gives the empty range at the
+    end, never a position a reader could wait at forever (a broker answers a Fetch past
+    its end with nothing, and no end-of-partition event follows).
+    """
     first = low
     last = high
     if start is not None and start.offset is not None:
-        first = max(low, start.offset)
+        first = min(high, max(low, start.offset))
     if until is not None and until.offset is not None:
         last = min(high, until.offset)
     return first, max(first, last)

@@ -57,7 +57,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from time import perf_counter
+from time import monotonic, perf_counter
 from typing import Any, Final
 
 import structlog
@@ -604,27 +604,47 @@ def _lookup(config: TxReplayConfig) -> Any:
 def _messages(
     config: TxReplayConfig, topic: str, partition: int, low: int, high: int
 ) -> Iterator[Any]:
-    """The records of ``[low, high)`` of one partition, in offset order."""
+    """The records of ``[low, high)`` of one partition, in offset order; fewer when the
+    partition ends first. Raises TransientError when the partition stops answering."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    from bizevents.plumbing.errors import TransientError
+    from bizevents.replay.task import READ_STALL_S
 
     if high <= low:
         return
     consumer = Consumer({**config.kafka, **READER_SETTINGS})
+    where = TopicPartition(topic, partition)
     try:
         consumer.assign([TopicPartition(topic, partition, low)])
+        position, last_progress = low, monotonic()
         while True:
-            for m in consumer.consume(1000, 1.0):
+            messages = consumer.consume(1000, 1.0)
+            for m in messages:
                 err = m.error()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
                         return
-                    raise RuntimeError(f"cannot read {topic}[{partition}]: {err}")
+                    raise TransientError(f"cannot read {topic}[{partition}]: {err}")
                 offset = int(m.offset() or 0)
                 if offset >= high:
                     return
                 yield m
-                if offset + 1 >= high:
+                position = offset + 1
+                if position >= high:
                     return
+            if messages:
+                last_progress = monotonic()
+                continue
+            # A Fetch past the end answers nothing, and no end-of-partition event follows
+            _, end = consumer.get_watermark_offsets(where, cached=True)
+            if 0 <= end <= position:
+                return
+            if monotonic() - last_progress > READ_STALL_S:
+                raise TransientError(
+                    f"reading {topic}[{partition}] made no progress for {READ_STALL_S:.0f} s "
+                    f"at offset {position} (was the topic truncated or the broker restarted?)"
+                )
     finally:
         consumer.close()
 

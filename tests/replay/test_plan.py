@@ -102,7 +102,8 @@ def test_slices_cover_each_span_exactly() -> None:
 def test_offset_bounds_narrow_the_watermarks() -> None:
     assert bounded(5, 100, Bound(offset=10), Bound(offset=50)) == (10, 50)
     assert bounded(5, 100, Bound(offset=0), Bound(offset=500)) == (5, 100)
-    assert bounded(5, 100, Bound(offset=200), None) == (200, 200)
+    assert bounded(5, 100, Bound(offset=200), None) == (100, 100)  # empty, at the end
+    assert bounded(5, 100, Bound(offset=200), Bound(offset=300)) == (100, 100)
     assert bounded(5, 100, Bound(timestamp_ms=1), None) == (5, 100)  # filtered in tasks
 
 

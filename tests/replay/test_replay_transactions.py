@@ -229,6 +229,37 @@ def test_a_range_that_cuts_a_transaction_replays_it_whole(
     assert len(replayed) < len(orders)
 
 
+@pytest.mark.timeout(120)  # the bug this guards against was a read that never returned
+def test_a_read_past_a_partition_end_returns_nothing(placed: Any) -> None:
+    """A range past the end of the transaction topic (an offset bound taken from a longer
+    topic) reads nothing and returns: a Fetch past the end answers no records and no
+    end-of-partition event, so this read used to wait forever."""
+    from bizevents.replay.transactions import TxReplayConfig, _messages
+
+    db, _ = placed
+    topic = f"{db.server}.transaction"
+    config = TxReplayConfig(
+        kafka={"bootstrap.servers": db.endpoints.bootstrap_servers},
+        registry={},
+        translator="orders@3",
+        transaction_topic=topic,
+        dead_letter_topic="unused",
+        subject_strategy="topic",
+        auto_register=False,
+        partitions={},
+        output_kind="replay",
+        output_target="unused",
+    )
+    every = [int(m.offset() or 0) for m in _messages(config, topic, 0, 0, 1 << 30)]
+    assert every == list(range(len(every))) and every
+    end = len(every)
+    assert [m.offset() for m in _messages(config, topic, 0, end + 1000, end + 2000)] == []
+    assert [m.offset() for m in _messages(config, topic, 0, end - 2, end + 5)] == [
+        end - 2,
+        end - 1,
+    ]
+
+
 def _ended_at(db: Db, offset: int) -> set[int]:
     """The orders of the transaction whose BEGIN or END is at ``offset`` of the
     transaction topic (by its id, matched against the changes' blocks)."""
