@@ -90,13 +90,7 @@ class WorkerStats:
     ) -> None:
         with self._lock:
             for ref, c in counts.items():
-                total = self.counts[ref]
-                total.consumed += c.consumed
-                total.emitted += c.emitted
-                total.dropped += c.dropped
-                total.dead_lettered += c.dead_lettered
-                total.parked += c.parked
-                total.seconds += c.seconds
+                self.counts[ref].add(c)
             if undecodable:
                 self.undecodable[topic] += undecodable
             if tombstones:

@@ -160,6 +160,15 @@ class Counts:
     #: Time spent translating, stamping and serializing (the translator's share of a batch).
     seconds: float = 0.0
 
+    def add(self, other: Counts) -> None:
+        """Add ``other``'s counts to these."""
+        self.consumed += other.consumed
+        self.emitted += other.emitted
+        self.dropped += other.dropped
+        self.dead_lettered += other.dead_lettered
+        self.parked += other.parked
+        self.seconds += other.seconds
+
 
 @dataclass(slots=True)
 class Result:

@@ -38,14 +38,7 @@ def merge_results(into: Result, other: Result) -> None:
     """Add ``other``'s records and counts to ``into`` (records in order)."""
     into.records.extend(other.records)
     for ref, c in other.counts.items():
-        mine = into.counts.get(ref)
-        if mine is None:
-            mine = into.counts[ref] = Counts()
-        mine.consumed += c.consumed
-        mine.emitted += c.emitted
-        mine.dropped += c.dropped
-        mine.dead_lettered += c.dead_lettered
-        mine.seconds += c.seconds
+        into.counts.setdefault(ref, Counts()).add(c)
     into.undecodable += other.undecodable
     into.tombstones += other.tombstones
     into.unrouted += other.unrouted

@@ -115,3 +115,19 @@ def test_no_offset_is_translated_by_two_versions_or_none(
     for offset in range(n):
         if along[offset] != (along[offset - 1] if offset else 3):
             assert (offset, along[offset]) in handovers
+
+
+def test_merged_results_keep_every_count() -> None:
+    """The results of two versions' pipelines add up, parked changes included."""
+    from dataclasses import fields
+
+    from bizevents.translators.pipeline import Counts, Result
+    from bizevents.translators.promoting import merge_results
+
+    one = Counts(**{f.name: 1 for f in fields(Counts)})
+    into = Result(counts={"orders@1": Counts(parked=2)})
+    merge_results(into, Result(counts={"orders@1": one, "orders@2": one}))
+    assert into.counts["orders@1"] == Counts(
+        consumed=1, emitted=1, dropped=1, dead_lettered=1, parked=3, seconds=1
+    )
+    assert into.counts["orders@2"] == one
