@@ -943,6 +943,7 @@ class Faults:
         tx_log = read_topics(bootstrap, [f"{self.server}.transaction"])
         ends.update(end_offsets(tx_log))
 
+        from bizevents.plumbing.kafka import read_latest
         from bizevents.translators.settings import TransactionSettings
 
         settings = TransactionSettings(group_id=self.tx_group)
@@ -952,15 +953,15 @@ class Faults:
             """Every virtual partition's last checkpoint reads on past every input's end
             (a checkpoint is written only after its outputs were acknowledged)."""
             try:
-                records = read_topics(bootstrap, [state], timeout=30)
-            except Exception as exc:  # the state topic may not exist yet
+                latest = read_latest({"bootstrap.servers": bootstrap}, state, "faults-reader")
+            except Exception as exc:  # the broker may be paused by a fault
                 log(f"checkpoints in {state}: {exc}")
                 return False
             last: dict[bytes, dict[tuple[str, int], int]] = {}
-            for rec in records:
-                if rec.key and rec.key.startswith(b"assembly:") and rec.value:
-                    data = json.loads(rec.value)
-                    last[rec.key] = {(str(t), int(p)): int(o) for t, p, o in data["offsets"]}
+            for key, value in latest.items():
+                if key.startswith(b"assembly:") and value:
+                    data = json.loads(value)
+                    last[key] = {(str(t), int(p)): int(o) for t, p, o in data["offsets"]}
             wanted = [f"assembly:{v}".encode() for v in range(settings.assembly_partitions)]
             return all(
                 key in last and all(last[key].get(tp, -1) >= end for tp, end in ends.items())
