@@ -19,12 +19,26 @@ from pydantic import SecretStr
 
 _SECRET_KEY = re.compile(r"pass(word)?|secret|token|credential|user\.info|dsn", re.IGNORECASE)
 _URL_PASSWORD = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://[^:/@\s]+:)[^@\s]+@", re.IGNORECASE)
+#: A quoted SQL literal (doubled quotes and backslash escapes inside), or what is left
+#: of one that a log line's length cut.
+_SQL_STRING = r"'(?:[^'\\]|\\.|'')*(?:'|\\?$)"
+#: A credential in SQL (``IDENTIFIED BY 'pw'``, ``IDENTIFIED VIA ... USING 'pw'``,
+#: ``PASSWORD 'pw'``, ``PASSWORD('pw')``, ``SET PASSWORD FOR 'u'@'h' = 'pw'``: DDL that
+#: capture reads from the log) or in a libpq keyword string (``password=pw``).
+_SQL_SECRET = re.compile(
+    r"(?P<lead>\b(?:IDENTIFIED\b[^']*?|SET\s+PASSWORD\b[^=]*=\s*(?:PASSWORD\s*\(\s*)?"
+    rf"|PASSWORD(?:\s*\(\s*|\s*=\s*|\s+))){_SQL_STRING}"
+    rf"|(?P<kw>\bpassword\s*=\s*)(?:{_SQL_STRING}|[^\s']+)",
+    re.IGNORECASE,
+)
 MASK = "**********"
 
 
 def redact_text(text: str) -> str:
-    """Mask the password part of any ``scheme://user:password@host`` in ``text``."""
-    return _URL_PASSWORD.sub(lambda m: f"{m.group('scheme')}{MASK}@", text)
+    """Mask the password part of any ``scheme://user:password@host`` in ``text``, and
+    the credentials of SQL statements and libpq keyword strings."""
+    text = _URL_PASSWORD.sub(lambda m: f"{m.group('scheme')}{MASK}@", text)
+    return _SQL_SECRET.sub(lambda m: f"{m.group('lead') or m.group('kw')}'{MASK}'", text)
 
 
 def _redact(value: Any, key: str = "") -> Any:
