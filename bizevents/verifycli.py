@@ -7,12 +7,15 @@ import uuid
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from bizevents.clikit import console, fails_cleanly, settings_of
 from bizevents.plumbing.errors import ConfigError
+
+if TYPE_CHECKING:
+    from bizevents.capture.verify import TopicState
 
 
 @click.command()
@@ -66,7 +69,7 @@ def verify(
 
     from bizevents.capture.config import load_capture_config
     from bizevents.capture.signals import Signal, SignalTopic
-    from bizevents.capture.verify import Report, TopicState, compare, open_readers, topic_state
+    from bizevents.capture.verify import Report, compare, open_readers, topic_state
     from bizevents.plumbing.kafka import ensure_topics
 
     settings = settings_of(ctx)
@@ -170,7 +173,7 @@ def verify(
         ctx.exit(1)
 
 
-def _keys_state(kafka: dict[str, Any], topic: str, decoder: Any, keys: list[Any]) -> Any:
+def _keys_state(kafka: dict[str, Any], topic: str, decoder: Any, keys: list[Any]) -> TopicState:
     """The topic's latest state of these keys (the rechecks' topic side), read here."""
     from bizevents.capture.verify import TopicState, topic_state
 
@@ -208,8 +211,9 @@ def _write_tombstones(producer: Any, topic: str, tombstones: list[tuple[int, byt
 
 
 def _caught_up(config: Any, dsn: str, side: Any, kafka: dict[str, Any]) -> Callable[[], bool]:
-    """ "Has capture passed the database's position of now": PostgreSQL's slot's
-    confirmed position, MySQL/MariaDB's position in capture's state topic."""
+    """Whether capture passed the database's position of the call (waiting up to 30 s):
+    PostgreSQL's slot's confirmed position, MySQL/MariaDB's position in capture's state
+    topic."""
     from bizevents.capture.verify import is_mysql, wait_until
 
     if not is_mysql(dsn):
