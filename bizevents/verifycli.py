@@ -5,13 +5,17 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from bizevents.clikit import console, fails_cleanly, settings_of
 from bizevents.plumbing.errors import ConfigError
+
+if TYPE_CHECKING:
+    from bizevents.capture.verify import TopicState
 
 
 @click.command()
@@ -37,7 +41,7 @@ from bizevents.plumbing.errors import ConfigError
 @click.option(
     "--spark",
     is_flag=True,
-    help="Compare as a Spark job on the replay's executors (PostgreSQL tables; no rechecks).",
+    help="Compare as a Spark job on the replay's executors (for tables larger than memory).",
 )
 @click.option("--master", default=None, help="With --spark: the Spark master (local[2], ...).")
 @click.pass_context
@@ -65,7 +69,7 @@ def verify(
 
     from bizevents.capture.config import load_capture_config
     from bizevents.capture.signals import Signal, SignalTopic
-    from bizevents.capture.verify import Report, TopicState, compare, topic_state
+    from bizevents.capture.verify import Report, compare, open_readers, topic_state
     from bizevents.plumbing.kafka import ensure_topics
 
     settings = settings_of(ctx)
@@ -88,48 +92,43 @@ def verify(
             schemas[schema_id] = str(registry.get_schema(schema_id).schema_str)
         return schemas[schema_id]
 
-    mysql = dsn.startswith(("mysql:", "mariadb:"))
-    if spark and mysql:
-        raise ConfigError(
-            "verify --spark compares PostgreSQL tables only (not yet MySQL/MariaDB): "
-            "run it without --spark"
-        )
     session = None
     if spark:
         from bizevents.replay.job import spark_session
 
         session = spark_session(master, "bizevents-verify")
-    opened = (_mysql_tables if mysql else _pg_tables)(config, dsn, list(tables), kafka, lookup)
-    readers, caught_up, close = opened
+    readers, side, close = open_readers(config, dsn, list(tables), lookup)
     reports: list[Report] = []
     repairs: list[tuple[str, str, str, list[tuple[int, bytes]]]] = []
     try:
+        caught_up = _caught_up(config, dsn, side, kafka)
         for qualified, topic, table in readers:
             # The topic holds at least everything up to the database's position now
             # once capture passed it; later changes are what the rechecks are for.
             captured = caught_up()
+            state_of: Callable[[list[Any]], TopicState]
             if session is not None:
-                from bizevents.verifyspark import SparkVerify, verify_table
+                from bizevents.verifyspark import SparkVerify, keys_state, verify_table
 
                 job = SparkVerify(
                     kafka, settings.registry.client_config(), dsn, config, qualified, topic
                 )
                 report = verify_table(session, job, chunk_rows, _SPARK_SLICE)
+                state_of = partial(keys_state, session, job, slice_size=_SPARK_SLICE)
             else:
                 state = topic_state(kafka, topic, table.decoder)
                 report = Report(qualified, topic, records_read=state.read)
                 compare(report, state, table.chunks(chunk_rows))
-            # The rechecks read the topic here: not in a Spark run (for larger topics).
-            for _ in range(rechecks if captured and session is None else 0):
+                state_of = partial(_keys_state, kafka, topic, table.decoder)
+
+            # The differing keys again, table and topic (with --spark the topic's
+            # records of those keys, read by the executors).
+            for _ in range(rechecks if captured else 0):
                 if report.ok or not caught_up():
                     break
-                state = topic_state(kafka, topic, table.decoder)
                 keys = [d.key for d in report.differences]
+                known = state_of(keys)
                 again = Report(qualified, topic)
-                known = TopicState(
-                    {k: state.rows[k] for k in keys if k in state.rows},
-                    {k: state.gone[k] for k in keys if k in state.gone},
-                )
                 compare(again, known, iter([table.rows_for(keys)]))
                 report.differences = again.differences
                 report.database_position = again.database_position
@@ -174,6 +173,17 @@ def verify(
         ctx.exit(1)
 
 
+def _keys_state(kafka: dict[str, Any], topic: str, decoder: Any, keys: list[Any]) -> TopicState:
+    """The topic's latest state of these keys (the rechecks' topic side), read here."""
+    from bizevents.capture.verify import TopicState, topic_state
+
+    state = topic_state(kafka, topic, decoder)
+    return TopicState(
+        {k: state.rows[k] for k in keys if k in state.rows},
+        {k: state.gone[k] for k in keys if k in state.gone},
+    )
+
+
 #: Offsets of a topic's partition per Spark task of ``verify --spark``.
 _SPARK_SLICE = 200_000
 
@@ -200,79 +210,34 @@ def _write_tombstones(producer: Any, topic: str, tombstones: list[tuple[int, byt
         )
 
 
-Opened = tuple[list[tuple[str, str, Any]], Callable[[], bool], Callable[[], None]]
+def _caught_up(config: Any, dsn: str, side: Any, kafka: dict[str, Any]) -> Callable[[], bool]:
+    """Whether capture passed the database's position of the call (waiting up to 30 s):
+    PostgreSQL's slot's confirmed position, MySQL/MariaDB's position in capture's state
+    topic."""
+    from bizevents.capture.verify import is_mysql, wait_until
 
+    if not is_mysql(dsn):
 
-def _pg_tables(
-    config: Any, dsn: str, names: list[str], _kafka: dict[str, Any], lookup: Callable[[int], str]
-) -> Opened:
-    """PostgreSQL: the readers of the tables, "has capture passed the database's position
-    of now" (the slot's confirmed position), and how to close."""
-    from bizevents.capture import postgres as pg
-    from bizevents.capture.verify import pg_tables, wait_until
+        def slot_passed() -> bool:
+            lsn = _wal_lsn(side)
+            return wait_until(lambda: _confirmed(side, config.slot_name) >= lsn, 30)
 
-    side = pg.connect(dsn, application="bizevents-verify")
-    chunks = pg.connect(dsn, autocommit=False, application="bizevents-verify")
+        return slot_passed
 
-    def close() -> None:
-        side.close()
-        chunks.close()
-
-    def caught_up() -> bool:
-        lsn = _wal_lsn(side)
-        return wait_until(lambda: _confirmed(side, config.slot_name) >= lsn, 30)
-
-    try:
-        readers = pg_tables(side, chunks, config, names, lookup)
-    except BaseException:
-        close()
-        raise
-    return readers, caught_up, close
-
-
-def _mysql_tables(
-    config: Any, dsn: str, names: list[str], kafka: dict[str, Any], lookup: Callable[[int], str]
-) -> Opened:
-    """MySQL/MariaDB: as :func:`_pg_tables`, capture's position from its state topic."""
     from bizevents.capture import mysql as my
-    from bizevents.capture.mysqlcodec import MyTableCodec, key_columns
     from bizevents.capture.state import StateStore
-    from bizevents.capture.verify import MyTable, wait_until
 
-    side = my.connect(dsn)
-    chunks = my.connect(dsn, autocommit=False)
     store = StateStore(kafka, config.offsets_topic_name, config.server)
-
-    def close() -> None:
-        side.close()
-        chunks.close()
 
     def stored() -> tuple[str, int]:
         at = store.read(store.position_key()) or {}
         return str(at.get("file", "")), int(at.get("pos", 0))
 
-    def caught_up() -> bool:
+    def binlog_passed() -> bool:
         now = my.master_position(side)
         return wait_until(lambda: stored() >= (now.file, now.pos), 30)
 
-    try:
-        readers = []
-        for qualified in names or list(config.tables):
-            database, _, name = qualified.partition(".")
-            layout = my.catalog_table(side, database, name)
-            topic = f"{config.prefix}.{qualified}"
-            codec = MyTableCodec(
-                server=config.server,
-                topic=topic,
-                table=layout,
-                key_names=key_columns(layout, config.keys.get(qualified)),
-                keep=config.column_filter(qualified).keeps,
-            )
-            readers.append((qualified, topic, MyTable(chunks, database, name, codec, lookup)))
-    except BaseException:
-        close()
-        raise
-    return readers, caught_up, close
+    return binlog_passed
 
 
 def _wal_lsn(conn: Any) -> int:

@@ -1,11 +1,11 @@
 """``bizevents verify --spark``: the proof that a technical topic holds its table, as a
-Spark job, for tables larger than one machine's memory (PostgreSQL tables).
+Spark job, for tables larger than one machine's memory (PostgreSQL and MariaDB tables).
 
 It stands in the shell: it joins capture's comparison to the replay's planning and
 range reader, two floors that do not know each other.
 
-The same comparison as :mod:`bizevents.capture.verify` (its canonical row encoding,
-its report), with the work spread over the replay's executors:
+The same comparison as :mod:`bizevents.capture.verify` (its table readers, its
+canonical row encoding, its report), with the work spread over the replay's executors:
 
 1. the driver reads where the table's chunks start (every ``chunk_rows``-th key, one
    scan on the server) and plans the topic's offset ranges as the replay does
@@ -19,16 +19,22 @@ its report), with the work spread over the replay's executors:
    digests xor-ed; each chunk of the table is read on an executor, through capture's
    codec, and counted and xor-ed the same way;
 4. the chunks whose counts or checksums differ (few, when the topic holds the table)
-   are compared key by key on the driver, as the local verify does.
+   are compared key by key, by exact key, on the driver, as the local verify does.
+
+A key is placed among the boundaries in the database's order
+(:meth:`~bizevents.capture.verify.TableReader.order_of`): on MariaDB a string key by
+its collation's weights (asked of the server by the executors, a query per 500 keys),
+an ENUM by its index; otherwise by Python's order of its decoded values, which is the
+database's for numbers, dates and times, and PostgreSQL's for text under the ``C``
+collation. A key placed in a neighbouring chunk (PostgreSQL text under another
+collation) makes both chunks differ and be compared key by key: slower, not wrong.
+
+The differing keys are checked again, as by the local verify, once capture passed the
+database (:func:`keys_state`: the topic read again on the executors, only those keys'
+records kept).
 
 Memory: the driver holds the chunk boundaries, the per-chunk sums and the differing
 chunks; an executor one range's or one chunk's keys (Spark spills the rest).
-
-Keys are placed among the boundaries by Python's order of their values, which is
-PostgreSQL's for numbers, dates and times, and for text under the ``C`` collation; a
-text key under another collation may be placed in a neighbouring chunk, which then
-shows as missing in one chunk and extra in the other (not yet handled). Not yet: MySQL
-and MariaDB tables, and the rechecks of keys changed during the comparison.
 """
 
 from __future__ import annotations
@@ -40,15 +46,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from bizevents.capture.verify import (
+    Key,
     Report,
+    TableReader,
     TopicRow,
     TopicState,
     compare,
     entry_of,
+    open_readers,
 )
 from bizevents.replay.plan import Planner, Range, slices
 
-__all__ = ["SparkVerify", "verify_table"]
+__all__ = ["SparkVerify", "keys_state", "verify_table"]
 
 #: Records a task reads per block.
 _BATCH = 5_000
@@ -66,38 +75,31 @@ class SparkVerify:
     topic: str
     #: The key's columns in the key's order (set by :func:`verify_table`).
     key_names: tuple[str, ...] = ()
+    #: Whether keys are placed in the database's order asked of the database (MariaDB's
+    #: string and ENUM keys; set by :func:`verify_table`).
+    database_order: bool = False
 
-    def key_order(self, key: Any) -> tuple[Any, ...]:
-        """A key's values in the key's column order (to place it among boundaries)."""
+    def key_values(self, key: Any) -> tuple[Any, ...]:
+        """A key's values in the key's column order."""
         values = dict(key)
         return tuple(values[n] for n in self.key_names)
 
 
-def _reader(job: SparkVerify) -> tuple[Any, Callable[[], None]]:
+def _reader(job: SparkVerify) -> tuple[TableReader, Callable[[], None]]:
     """The table's reader (capture's codec, the registry's schemas) on new connections."""
-    from bizevents.capture import postgres as pg
-    from bizevents.capture.verify import pg_tables
     from bizevents.plumbing.registry import registry_client, schema_lookup
 
-    side = pg.connect(job.dsn, application="bizevents-verify")
-    chunks = pg.connect(job.dsn, autocommit=False, application="bizevents-verify")
-
-    def close() -> None:
-        side.close()
-        chunks.close()
-
-    try:
-        lookup = schema_lookup(registry_client(job.registry))
-        ((_table, _topic, reader),) = pg_tables(side, chunks, job.capture, [job.table], lookup)
-    except BaseException:
-        close()
-        raise
+    lookup = schema_lookup(registry_client(job.registry))
+    ((_table, _topic, reader),), _side, close = open_readers(
+        job.capture, job.dsn, [job.table], lookup
+    )
     return reader, close
 
 
 def _read_ranges(job: SparkVerify, ranges: Iterator[Range]) -> Iterator[tuple[Any, ...]]:
     """On an executor: each record of the ranges as ``("k", key, (partition, offset,
-    digest, where, key in column order))``, a truncate as ``("t", partition, offset)``."""
+    digest, where, the key's place in the database's order, record key))``, a truncate
+    as ``("t", partition, offset)``."""
     from confluent_kafka import Consumer
 
     from bizevents.contracts.technical import AvroDecoder
@@ -107,20 +109,25 @@ def _read_ranges(job: SparkVerify, ranges: Iterator[Range]) -> Iterator[tuple[An
 
     decoder = AvroDecoder(schema_lookup(registry_client(job.registry)))
     consumer = Consumer({**job.kafka, **READER_SETTINGS})
+    reader, close = _reader(job) if job.database_order else (None, lambda: None)
     try:
         for rng in ranges:
             for _read, block in read_range(consumer, rng, _BATCH):
+                keyed = []
                 for record in block:
                     decoded = decoder.decode(record.key, record.value)
                     kind, key, digest, where = entry_of(decoded, rng.partition, record.offset)
                     if kind == "truncate":
                         yield ("t", rng.partition, record.offset)
                     elif key is not None:
-                        order = job.key_order(key)
-                        raw = record.key or b""
-                        yield ("k", key, (rng.partition, record.offset, digest, where, order, raw))
+                        keyed.append((key, record.offset, digest, where, record.key or b""))
+                values = [job.key_values(k) for k, *_rest in keyed]
+                orders = reader.order_of(values) if reader is not None else values
+                for (key, offset, digest, where, raw), order in zip(keyed, orders, strict=True):
+                    yield ("k", key, (rng.partition, offset, digest, where, order, raw))
     finally:
         consumer.close()
+        close()
 
 
 def _chunk_sums(
@@ -144,24 +151,10 @@ def _newest(a: tuple[Any, ...], b: tuple[Any, ...]) -> tuple[Any, ...]:
     return a if a[1] > b[1] else b
 
 
-def verify_table(spark: Any, job: SparkVerify, chunk_rows: int, slice_size: int) -> Report:
-    """Compare one table with its topic as a Spark job; the report of
-    :func:`bizevents.capture.verify.compare`, the differences found key by key."""
+def _latest(spark: Any, job: SparkVerify, slice_size: int) -> tuple[Any, Any]:
+    """The topic's records read on the executors (persisted: the caller unpersists)
+    and, from them, the newest record of each key not dropped by a later truncate."""
     sc = spark.sparkContext
-    reader, close = _reader(job)
-    try:
-        starts = reader.boundaries(chunk_rows)
-        job = dataclasses.replace(job, key_names=tuple(reader.info.key_names))
-    finally:
-        close()
-    # Chunk i holds the keys from starts[i] (the first: from the start) to starts[i+1].
-    orders = [job.key_order(k) for k, _text in starts]
-    bounds: list[list[Any] | None] = [None] + [text for _k, text in starts[1:]] + [None]
-    count = max(1, len(starts))
-
-    def chunk_of(order: tuple[Any, ...]) -> int:
-        return max(0, bisect.bisect_right(orders, order) - 1)
-
     spans = Planner(job.kafka).spans(job.topic, None, None)
     ranges = slices(spans, slice_size)
     records = (
@@ -169,20 +162,52 @@ def verify_table(spark: Any, job: SparkVerify, chunk_rows: int, slice_size: int)
         .mapPartitions(lambda part: _read_ranges(job, part))
         .persist()
     )
+    truncated = dict(
+        records.filter(lambda r: r[0] == "t").map(lambda r: (r[1], r[2])).reduceByKey(max).collect()
+    )
+    latest = (
+        records.filter(lambda r: r[0] == "k")
+        .map(lambda r: (r[1], r[2]))
+        .reduceByKey(_newest)
+        .filter(lambda kv: kv[1][1] > truncated.get(kv[1][0], -1))
+    )
+    return records, latest
+
+
+def _state(found: list[tuple[Key, tuple[Any, ...]]]) -> TopicState:
+    """The topic's latest state of the keys found (as the local verify's)."""
+    state = TopicState()
+    for key, (partition, _o, digest, where, _order, raw) in found:
+        if digest is None:
+            state.gone[key] = where
+        else:
+            state.rows[key] = TopicRow(digest, where, raw, partition)
+    return state
+
+
+def verify_table(spark: Any, job: SparkVerify, chunk_rows: int, slice_size: int) -> Report:
+    """Compare one table with its topic as a Spark job; the report of
+    :func:`bizevents.capture.verify.compare`, the differences found key by key."""
+    sc = spark.sparkContext
+    reader, close = _reader(job)
+    try:
+        starts = reader.boundaries(chunk_rows)
+        job = dataclasses.replace(
+            job, key_names=reader.key_names, database_order=reader.database_order
+        )
+        # Chunk i holds the keys from starts[i] (the first: from the start) to starts[i+1].
+        orders = reader.order_of([job.key_values(k) for k, _text in starts])
+    finally:
+        close()
+    bounds: list[list[Any] | None] = [None] + [text for _k, text in starts[1:]] + [None]
+    count = max(1, len(starts))
+
+    def chunk_of(order: tuple[Any, ...]) -> int:
+        return max(0, bisect.bisect_right(orders, order) - 1)
+
+    records, latest = _latest(spark, job, slice_size)
     try:
         read = records.count()
-        truncated = dict(
-            records.filter(lambda r: r[0] == "t")
-            .map(lambda r: (r[1], r[2]))
-            .reduceByKey(max)
-            .collect()
-        )
-        latest = (
-            records.filter(lambda r: r[0] == "k")
-            .map(lambda r: (r[1], r[2]))
-            .reduceByKey(_newest)
-            .filter(lambda kv: kv[1][1] > truncated.get(kv[1][0], -1))
-        )
         live = latest.filter(lambda kv: kv[1][2] is not None)
         topic_sums = dict(
             live.map(lambda kv: (chunk_of(kv[1][4]), (1, int.from_bytes(kv[1][2], "big"))))
@@ -201,16 +226,11 @@ def verify_table(spark: Any, job: SparkVerify, chunk_rows: int, slice_size: int)
         found = latest.filter(lambda kv: chunk_of(kv[1][4]) in wanted).collect()
     finally:
         records.unpersist()
-    state = TopicState()
-    for key, (partition, _o, digest, where, _order, raw) in found:
-        if digest is None:
-            state.gone[key] = where
-        else:
-            state.rows[key] = TopicRow(digest, where, raw, partition)
     report = Report(job.table, job.topic, records_read=read)
     reader, close = _reader(job)
     try:
-        compare(report, state, (reader.between(bounds[i], bounds[i + 1]) for i in differing))
+        chunks = (reader.between(bounds[i], bounds[i + 1]) for i in differing)
+        compare(report, _state(found), chunks)
     finally:
         close()
     # The totals are the whole table's and topic's, not only the differing chunks'.
@@ -220,3 +240,19 @@ def verify_table(spark: Any, job: SparkVerify, chunk_rows: int, slice_size: int)
     if not differing:
         report.database_position = table_sums[count - 1][2]
     return report
+
+
+def keys_state(spark: Any, job: SparkVerify, keys: list[Key], slice_size: int) -> TopicState:
+    """The topic's latest state of these keys (the rechecks' topic side): the topic
+    read again on the executors, only these keys' newest records brought back."""
+    wanted = set(keys)
+    reader, close = _reader(job)
+    close()
+    # Kept or dropped by their exact key here: no need of the database's order.
+    job = dataclasses.replace(job, key_names=reader.key_names, database_order=False)
+    records, latest = _latest(spark, job, slice_size)
+    try:
+        found = latest.filter(lambda kv: kv[0] in wanted).collect()
+    finally:
+        records.unpersist()
+    return _state(found)

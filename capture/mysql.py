@@ -8,6 +8,7 @@ Everything here talks to the server through PyMySQL; the binlog itself is read b
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import unquote, urlparse
@@ -29,6 +30,7 @@ __all__ = [
     "connect",
     "connection_settings",
     "json_columns",
+    "key_bound",
     "snapshot_position",
     "table_from_map",
 ]
@@ -386,6 +388,18 @@ def _quoted(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
+def key_bound(table: MyTable, key_names: Sequence[str], values: Sequence[Any]) -> list[Any]:
+    """A key's values (in ``key_names``' order) as a bound of a key range in SQL: an
+    ENUM's label as its index. The server orders an ENUM key by index, but compares it
+    with a label as a string (``(kind, id) > ('zeta', 1)`` would skip every ``'alpha'``
+    row after ``'zeta'`` in ``ENUM('zeta', 'alpha')``), and with a number by index."""
+    labels = {c.name: c.labels for c in table.columns if c.type == t.ENUM}
+    return [
+        labels[name].index(v) + 1 if name in labels and v in labels[name] else v
+        for name, v in zip(key_names, values, strict=True)
+    ]
+
+
 def read_chunk(
     conn: pymysql.connections.Connection[Any],
     database: str,
@@ -397,7 +411,27 @@ def read_chunk(
 ) -> tuple[BinlogPosition, list[dict[str, Any]]]:
     """The next rows by key after ``after`` (those meeting ``where``), at most
     ``limit``, in a consistent snapshot of their own: ``(the binlog position the
-    snapshot matches, the rows)``.
+    snapshot matches, the rows)``."""
+    position, cur = open_chunk(conn, database, table, key_names, after, where, limit)
+    try:
+        rows = list(cur.fetchall())
+    finally:
+        end_chunk(conn, cur)
+    return position, rows
+
+
+def open_chunk(
+    conn: pymysql.connections.Connection[Any],
+    database: str,
+    table: str,
+    key_names: tuple[str, ...],
+    after: list[Any] | None,
+    where: str | None,
+    limit: int,
+) -> tuple[BinlogPosition, Any]:
+    """Run the query of :func:`read_chunk` in its consistent snapshot, left open:
+    ``(the binlog position the snapshot matches, an unbuffered cursor of the rows)``;
+    the caller fetches them (a slice at a time) and calls :func:`end_chunk`.
 
     Lock-free on MariaDB, which says which binlog position an InnoDB consistent snapshot
     matches; MySQL does not, and is refused with a sentence.
@@ -430,12 +464,23 @@ def read_chunk(
             position = BinlogPosition(
                 status["binlog_snapshot_file"], int(status["binlog_snapshot_position"])
             )
-            with conn.cursor(pymysql.cursors.DictCursor) as rows_cur:
-                rows_cur.execute(query, params or None)
-                rows = list(rows_cur.fetchall())
-        finally:
+            rows = conn.cursor(pymysql.cursors.SSDictCursor)
+            try:
+                rows.execute(query, params or None)
+            except BaseException:
+                rows.close()
+                raise
+        except BaseException:
             cur.execute("COMMIT")
+            raise
     return position, rows
+
+
+def end_chunk(conn: pymysql.connections.Connection[Any], rows: Any) -> None:
+    """The chunk's rows were fetched (or are given up): its transaction ends."""
+    rows.close()  # reads what is left of the result: the connection is free again
+    with conn.cursor() as cur:
+        cur.execute("COMMIT")  # read only: nothing to commit
 
 
 def check_condition(

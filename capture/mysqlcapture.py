@@ -61,7 +61,7 @@ from bizevents.capture import mysql as my
 from bizevents.capture.core import CaptureCore, Stop, StreamReader
 from bizevents.capture.encoding import encoded_ts
 from bizevents.capture.exceptions import CaptureError
-from bizevents.capture.incremental import INCREMENTAL, Window
+from bizevents.capture.incremental import INCREMENTAL, Drain, Window
 from bizevents.capture.mysql import BinlogPosition
 from bizevents.capture.mysqlcodec import MyTable, MyTableCodec, key_columns
 from bizevents.capture.mysqltypes import TIME2, binlog_time2
@@ -81,6 +81,9 @@ __all__ = ["MysqlCapture"]
 _TRUNCATE = re.compile(r"TRUNCATE\s+(?:TABLE\s+)?(?:`?(\w+)`?\.)?`?(\w+)`?", re.IGNORECASE)
 _STORE_EVERY_S = 0.5
 _POLL_EVERY = 256
+#: Rows of an incremental snapshot's chunk fetched or written per turn of the loop: a
+#: stream change waits for one slice at most, not for a whole chunk.
+_SLICE = 128
 _NULL, _SOME = NULL_BRANCH, VALUE_BRANCH
 _C, _U, _D = AVRO_OPS["c"], AVRO_OPS["u"], AVRO_OPS["d"]
 
@@ -421,6 +424,11 @@ class _BinlogReader(StreamReader):
         self.fractional_times: dict[int, tuple[str, ...]] = {}
         self.inc = capture.incremental
         self.chunks: pymysql.connections.Connection[Any] | None = None
+        #: The open window's chunk being fetched: its window, its unbuffered cursor,
+        #: and the rows fetched so far.
+        self.reading: tuple[Window, Any, int] | None = None
+        #: The closed window's rows being written, a slice per turn.
+        self.drain: Drain | None = None
         self.signal_table_id: int | None = None
 
     def send(self, topic: str, key: bytes | None, value: bytes | None) -> None:
@@ -467,8 +475,9 @@ class _BinlogReader(StreamReader):
                 if inc is not None:
                     inc.store_acknowledged(self.producer)
                     capture.poll_signals()
-            if inc is not None and self.tx is None and inc.ledger.queue:
-                self.snapshot_step()
+            if inc is not None and self.tx is None and inc.busy:
+                # A heartbeat: nothing else is waiting, a chunk's work at once.
+                self.snapshot_step(idle=cls is HeartbeatLogEvent)
             if capture.stopping and self.tx is None:
                 break
 
@@ -565,6 +574,13 @@ class _BinlogReader(StreamReader):
             finally:
                 conn.close()
         codec = capture.table_codec(layout)
+        inc = self.inc
+        if inc is not None:
+            window = inc.window
+            if window is not None and window.topic == codec.topic:
+                inc.retry_later()  # its rows may be of before the truncate: read again
+            if self.drain is not None and self.drain.window.topic == codec.topic:
+                self.drain.window.rows.clear()  # of before the truncate: not to follow it
         if self.tx is None:
             self.open_tx(None, event)  # no GTID event opened it
         self.metadata(self.blocks.begin_record())
@@ -640,9 +656,10 @@ class _BinlogReader(StreamReader):
         ack = self.ack
         cls = event.__class__
         n = 0
-        window = self.inc.window if self.inc is not None else None
-        if window is not None and window.topic != topic:
-            window = None
+        inc = self.inc
+        watched = inc is not None and any(
+            w is not None and w.topic == topic for w in (inc.window, inc.draining)
+        )
         for i, row in enumerate(rows):
             src = head + (LENGTHS[i] if i < 16_384 else zigzag(i)) + tail
             # ``stamp`` gives each change envelope its ``ts_ms`` and ``transaction``
@@ -694,8 +711,8 @@ class _BinlogReader(StreamReader):
                     put(topic, record_value, record_key, on_delivery=ack)
                 except BufferError:
                     produce(producer, topic, record_value, record_key, on_delivery=ack)
-                if window is not None:
-                    window.supersede(record_key)
+                if watched:
+                    inc.supersede(topic, record_key)  # type: ignore[union-attr]
             n += len(records)
         tx.produced(n)
         codec.events += n
@@ -719,54 +736,97 @@ class _BinlogReader(StreamReader):
             position.pos,
         )
 
-    def snapshot_step(self) -> None:
-        """At a transaction boundary: close the open window once the stream reached its
-        snapshot's position; with none open, read the next chunk."""
+    def snapshot_step(self, idle: bool = False) -> None:
+        """At a transaction boundary, a slice of the incremental snapshot's work, so
+        that a stream change waits for a slice (:data:`_SLICE` rows), not for a chunk;
+        when ``idle``, every slice ready until a chunk is written (the pace of a chunk
+        per idle turn)."""
+        while self.snapshot_slice() and idle:
+            pass
+
+    def snapshot_slice(self) -> bool:
+        """One slice: write a slice of the closed window's rows, or fetch a slice of the
+        open one's chunk, or close the window once its rows are all fetched and the
+        stream reached its position, or start the next chunk's query. Whether more work
+        is ready without the stream (``False`` once a chunk's rows are all written)."""
         inc = self.inc
         assert inc is not None
+        if self.drain is not None:
+            return self.drain_slice()
+        if self.reading is not None:
+            if self.reading[0] is not inc.window:  # stopped, or dropped to be read again
+                self.end_read()
+            else:
+                self.read_slice()
+                if self.reading is not None:
+                    return True
         window = inc.window
         if window is not None:
-            if self.at_or_after(window.mark):
-                self.close_window()
-            else:
-                return
+            if not self.at_or_after(window.mark):
+                return False  # the stream reads up to the chunk's position first
+            self.close_window()
+            return True
         capture = self.capture
         if capture.stopping or self.tracker.in_flight >= capture.config.max_in_flight // 2:
-            return
+            return False
         pending = inc.next()
         if pending is None:
-            return
+            return False
         database, _, name = pending.table.partition(".")
         if self.chunks is None:
             self.chunks = my.connect(capture.endpoints.dsn, autocommit=False)
         table = my.catalog_table(self.chunks, database, name)
         codec = capture.table_codec(table)
-        keys = codec.key_names
-        position, rows = my.read_chunk(
-            self.chunks, database, name, keys, pending.after, pending.where, inc.chunk_rows
+        after = my.key_bound(table, codec.key_names, pending.after) if pending.after else None
+        position, cursor = my.open_chunk(
+            self.chunks, database, name, codec.key_names, after, pending.where, inc.chunk_rows
         )
         if (str(self.stream.log_file), int(self.stream.log_pos or 0)) > (
             position.file,
             position.pos,
         ):
             # The stream already wrote changes this chunk does not include.
+            my.end_chunk(self.chunks, cursor)
             inc.retry_later()
-            return
-        window = Window(pending, codec.topic, position, codec=codec)
+            return False
+        # Open from now on: every later stream record of the table supersedes its row,
+        # fetched or not yet.
+        window = Window(pending, codec.topic, position, codec=codec, reading=True)
+        inc.open(window)
+        self.reading = (window, cursor, 0)
+        return True
+
+    def read_slice(self) -> None:
+        """Fetch and key a slice of the open chunk's rows; after the last, end its
+        transaction."""
+        assert self.reading is not None and self.inc is not None
+        window, cursor, fetched = self.reading
+        codec: MyTableCodec = window.codec
+        rows = cursor.fetchmany(_SLICE)
         for row in rows:
             try:
-                window.rows[codec.key(row)] = row
+                window.fetched(codec.key(row), row)
             except CaptureError:
                 window.unkeyed.append(row)
         if rows:
-            window.last = [_key_text(rows[-1][k]) for k in keys]
-        window.full = len(rows) >= inc.chunk_rows
-        inc.open(window)
-        if self.at_or_after(position):
-            self.close_window()
+            window.last = [_key_text(rows[-1][k]) for k in codec.key_names]
+        fetched += len(rows)
+        self.reading = (window, cursor, fetched)
+        if len(rows) == _SLICE:
+            return
+        window.full = fetched >= self.inc.chunk_rows
+        self.end_read()
+        window.reading = False
+        window.gone.clear()
+
+    def end_read(self) -> None:
+        assert self.reading is not None and self.chunks is not None
+        my.end_chunk(self.chunks, self.reading[1])
+        self.reading = None
 
     def close_window(self) -> None:
-        """The stream reached the chunk's position: its rows not superseded go out."""
+        """The stream reached the chunk's position: its rows not superseded go out, a
+        slice at a time (:meth:`drain_slice`); the stream supersedes them until then."""
         inc = self.inc
         assert inc is not None
         window = inc.close()
@@ -774,30 +834,49 @@ class _BinlogReader(StreamReader):
         capture = self.capture
         position: BinlogPosition = window.mark
         tx = self.tracker.begin(None)
-        producer = self.producer
-        table = window.pending.table
+        # Committed at once, at the stream's position: its transactions that follow
+        # store theirs without waiting for the rows; the ledger waits for them.
+        capture.commit(tx, self.position())
+        now = int(time.time() * 1000)
         source = codec.source(
-            ts_ms=int(time.time() * 1000),
+            ts_ms=now,
             snapshot=INCREMENTAL,
             server_id=capture.server_id,
             file=position.file,
             pos=position.pos,
             gtid=self.gtid_state(),
         )
-        now = encoded_ts(int(time.time() * 1000))
-        for key, row in window.rows.items():
-            capture.snapshot_row(codec, table, key, row, source(0), now, tx)
+        self.drain = Drain(window, list(window.rows), tx, source(0), encoded_ts(now))
+
+    def drain_slice(self) -> bool:
+        """Write a slice of the closed window's rows; after the last, its dead letters,
+        and the ledger's progress once Kafka acknowledged them all. Whether rows are
+        left."""
+        drain, inc = self.drain, self.inc
+        assert drain is not None and inc is not None
+        window, tx = drain.window, drain.tx
+        codec: MyTableCodec = window.codec
+        capture = self.capture
+        table = window.pending.table
+        if drain.step(
+            _SLICE,
+            lambda key, row: capture.snapshot_row(
+                codec, table, key, row, drain.source, drain.ts, tx
+            ),
+        ):
+            return True
+        self.drain = None
         for row in window.unkeyed:  # their key does not convert: dead letters
-            capture.snapshot_row(codec, table, None, row, source(0), now, tx)
-        codec.events += len(window.rows)
-        capture.stats.events[table] = capture.stats.events.get(table, 0) + len(window.rows)
-        capture.commit(tx, self.position())
+            capture.snapshot_row(codec, table, None, row, drain.source, drain.ts, tx)
+        codec.events += drain.written
+        capture.stats.events[table] = capture.stats.events.get(table, 0) + drain.written
         inc.written(tx)
-        producer.poll(0)
-        inc.store_acknowledged(producer)  # the chunks before, now acknowledged
+        self.producer.poll(0)
+        inc.store_acknowledged(self.producer)  # the chunks before, now acknowledged
         if not window.full:
             done = window.pending
             capture.log.info("incremental snapshot done", table=table, rows=done.rows, id=done.id)
+        return False
 
 
 def _key_text(value: Any) -> Any:

@@ -29,6 +29,7 @@ topic deleted; one chunk of the table.
 from __future__ import annotations
 
 import hashlib
+import re
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -329,6 +330,34 @@ class TableReader:
         """The SQL condition of exactly these keys."""
         raise NotImplementedError
 
+    def range_condition(self, low: list[Any], high: list[Any]) -> str:
+        """The SQL condition of the keys from ``low`` to ``high`` (inclusive)."""
+        raise NotImplementedError
+
+    @property
+    def key_names(self) -> tuple[str, ...]:
+        """The key's columns, in the key's order."""
+        raise NotImplementedError
+
+    def boundaries(self, every: int) -> list[tuple[Key, list[Any]]]:
+        """Where the table's chunks of ``every`` rows start: each first row's key (and
+        its values as the source gave them), in the database's order."""
+        raise NotImplementedError
+
+    def between(self, low: list[Any] | None, high: list[Any] | None) -> TableChunk:
+        """The rows whose key is at or after ``low`` and before ``high`` (``None``: no
+        bound), in a consistent read of their own."""
+        raise NotImplementedError
+
+    #: Whether :meth:`order_of` asks the database (else it is the identity).
+    database_order = False
+
+    def order_of(self, keys: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        """Each key's decoded values (in the key's order) as values that Python orders
+        as the database orders the keys. Here: as they are (numbers, dates, times and
+        text under a binary collation order alike)."""
+        return keys
+
     def row(self, values: Any) -> tuple[Key, list[Any], bytes]:
         codec = self.codec
         value = codec.envelope("r", None, codec.row(values), self._source, encoded_ts(0))
@@ -396,6 +425,10 @@ class PgTable(TableReader):
         self.conn.commit()
         return f"LSN {row[0]}"
 
+    @property
+    def key_names(self) -> tuple[str, ...]:
+        return tuple(self.info.key_names)
+
     def _key_text(self, values: Any) -> list[Any]:
         return [values[i] for i in self._key_at]
 
@@ -412,13 +445,10 @@ class PgTable(TableReader):
         return str(cond.as_string(self.conn))
 
     def boundaries(self, every: int) -> list[tuple[Key, list[Any]]]:
-        """Where the table's chunks of ``every`` rows start: each first row's key."""
         rows = pg.every_nth_row(self.conn, self.info.relation, self.info.key_names, every)
         return [(k, text) for k, text, _digest in (self.row(v) for v in rows)]
 
     def between(self, low: list[Any] | None, high: list[Any] | None) -> TableChunk:
-        """The rows whose key is at or after ``low`` and before ``high`` (``None``: no
-        bound), in a consistent read of their own."""
         keys = sql.SQL(", ").join(sql.Identifier(n) for n in self.info.key_names)
         parts = []
         for op, bound in ((">=", low), ("<", high)):
@@ -443,7 +473,13 @@ class PgTable(TableReader):
 
 
 class MyTable(TableReader):
-    """A MySQL/MariaDB table read for verify."""
+    """A MySQL/MariaDB table read for verify.
+
+    Its keys are ordered as the server orders them: a string key column by its
+    collation (``utf8mb4_general_ci`` puts ``a`` before ``B``, and pads with spaces:
+    ``a\t`` before ``a``), an ENUM by its index. :meth:`order_of` turns keys into values
+    that Python orders the same way, so that ``verify --spark`` places a topic's key in
+    the chunk the server reads it in."""
 
     def __init__(
         self, conn: Any, database: str, name: str, codec: Any, lookup: Callable[[int], str]
@@ -452,12 +488,114 @@ class MyTable(TableReader):
         super().__init__(conn, codec, lookup, source(0))
         self.database = database
         self.name = name
+        self._orders = self._key_orders()
+        self.database_order = any(o is not None for o in self._orders)
+
+    @property
+    def key_names(self) -> tuple[str, ...]:
+        return tuple(self.codec.key_names)
+
+    @property
+    def _table(self) -> str:
+        return f"{_quoted(self.database)}.{_quoted(self.name)}"
+
+    def _key_orders(self) -> list[dict[str, int] | tuple[str, str, int] | None]:
+        """Per key column how the server orders it, where Python's order of its decoded
+        values differs: an ENUM's labels' indexes, a string's ``(character set,
+        collation, length)`` for its weights; ``None``: as decoded."""
+        labels = {c.name: c.labels for c in self.codec.table.columns}
+        with self.conn.cursor() as cur:
+            cur.execute(
+                "SELECT COLUMN_NAME, DATA_TYPE, CHARACTER_SET_NAME, COLLATION_NAME, "
+                "CHARACTER_MAXIMUM_LENGTH FROM information_schema.COLUMNS "
+                "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+                (self.database, self.name),
+            )
+            columns = {str(r[0]): r[1:] for r in cur.fetchall()}
+        self.conn.commit()
+        orders: list[dict[str, int] | tuple[str, str, int] | None] = []
+        for name in self.key_names:
+            data_type, charset, collation, length = columns[name]
+            if str(data_type).lower() == "enum":
+                # ENUM orders by index (1 for the first label; 0 for the empty error value).
+                orders.append({label: i + 1 for i, label in enumerate(labels[name])})
+            elif (
+                str(data_type).lower() in _STRING_TYPES
+                and charset is not None
+                and _NAME.fullmatch(str(charset))
+                and _NAME.fullmatch(str(collation))
+            ):
+                # Longer strings are placed by their first _WEIGHT_CHARS characters: a
+                # key placed in a neighbouring chunk costs a key-by-key look, not a gap.
+                orders.append((str(charset), str(collation), min(int(length), _WEIGHT_CHARS)))
+            else:
+                orders.append(None)
+        return orders
+
+    def order_of(self, keys: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        """Strings as their collation's weights (``WEIGHT_STRING``, padded to the
+        column's length as a ``PAD SPACE`` collation compares them; asked of the server,
+        a query per 500 keys), ENUM labels as their indexes."""
+        out = [list(k) for k in keys]
+        for i, how in enumerate(self._orders):
+            if isinstance(how, dict):
+                for k in out:
+                    k[i] = how.get(k[i], 0)
+            elif how is not None:
+                weights = self._weights(how, [str(k[i]) for k in out])
+                for k, w in zip(out, weights, strict=True):
+                    k[i] = w
+        return [tuple(k) for k in out]
+
+    def _weights(self, how: tuple[str, str, int], values: list[str]) -> list[bytes]:
+        charset, collation, length = how
+        weight = f"WEIGHT_STRING(CONVERT(%s USING {charset}) COLLATE {collation} AS CHAR({length}))"
+        out: list[bytes] = []
+        with self.conn.cursor() as cur:
+            for start in range(0, len(values), 500):
+                batch = values[start : start + 500]
+                cur.execute("SELECT " + ", ".join([weight] * len(batch)), batch)
+                out.extend(bytes(w) for w in cur.fetchone())
+        self.conn.commit()
+        return out
+
+    def boundaries(self, every: int) -> list[tuple[Key, list[Any]]]:
+        import pymysql.cursors
+
+        keys = ", ".join(_quoted(k) for k in self.key_names)
+        query = (
+            f"SELECT * FROM (SELECT t.*, ROW_NUMBER() OVER (ORDER BY {keys}) AS {_ROW_NUMBER} "
+            f"FROM {self._table} t) numbered WHERE {_ROW_NUMBER} % {int(every)} = 1 "
+            f"ORDER BY {_ROW_NUMBER}"
+        )
+        with self.conn.cursor(pymysql.cursors.DictCursor) as cur:
+            cur.execute(query)
+            rows = list(cur.fetchall())
+        self.conn.commit()
+        out = []
+        for values in rows:
+            values.pop(_ROW_NUMBER.strip("`"))
+            key, text, _digest = self.row(values)
+            out.append((key, text))
+        return out
+
+    def between(self, low: list[Any] | None, high: list[Any] | None) -> TableChunk:
+        cols = ", ".join(_quoted(k) for k in self.key_names)
+        parts = [
+            f"({cols}) {op} ({', '.join(self._literal(v) for v in self._bound(bound))})"
+            for op, bound in ((">=", low), ("<", high))
+            if bound is not None
+        ]
+        got, position = self._read_rows(None, " AND ".join(parts) or None, 2**62)
+        return TableChunk([self.row(v) for v in got], position)
 
     def _read_rows(
         self, after: list[Any] | None, where: str | None, limit: int
     ) -> tuple[list[Any], str]:
         from bizevents.capture import mysql as my
 
+        if after is not None:
+            after = self._bound(after)
         position, got = my.read_chunk(
             self.conn, self.database, self.name, self.codec.key_names, after, where, limit
         )
@@ -474,6 +612,11 @@ class MyTable(TableReader):
     def _literal(self, value: Any) -> str:
         return str(self.conn.escape(value))
 
+    def _bound(self, values: list[Any]) -> list[Any]:
+        from bizevents.capture import mysql as my
+
+        return my.key_bound(self.codec.table, self.key_names, values)
+
     def keys_condition(self, keys: list[Key]) -> str:
         """The SQL condition of exactly these keys."""
         names = list(self.codec.key_names)
@@ -485,9 +628,22 @@ class MyTable(TableReader):
 
     def range_condition(self, low: list[Any], high: list[Any]) -> str:
         cols = ", ".join(f"`{n}`" for n in self.codec.key_names)
-        a = ", ".join(self._literal(v) for v in low)
-        b = ", ".join(self._literal(v) for v in high)
+        a = ", ".join(self._literal(v) for v in self._bound(low))
+        b = ", ".join(self._literal(v) for v in self._bound(high))
         return f"(({cols}) >= ({a}) AND ({cols}) <= ({b}))"
+
+
+#: MariaDB's string types (ordered by a collation).
+_STRING_TYPES = frozenset(("char", "varchar", "tinytext", "text", "mediumtext", "longtext"))
+#: A character set's or collation's name (put into SQL as it is).
+_NAME = re.compile(r"[A-Za-z0-9_]+")
+#: The characters of a string key whose weights place it among the chunks.
+_WEIGHT_CHARS = 512
+_ROW_NUMBER = "`bizevents_row_number`"
+
+
+def _quoted(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
 
 
 def binlog_position(position: Any) -> str:
@@ -530,3 +686,59 @@ def pg_tables(
         )
         readers.append((info.qualified, topic, PgTable(chunks, info, codec, lookup)))
     return readers
+
+
+def my_tables(
+    side: Any, chunks: Any, config: Any, names: list[str], lookup: Callable[[int], str]
+) -> list[tuple[str, str, MyTable]]:
+    """As :func:`pg_tables`, for MySQL/MariaDB tables (``names``, else the capture's)."""
+    from bizevents.capture import mysql as my
+    from bizevents.capture.mysqlcodec import MyTableCodec, key_columns
+
+    readers = []
+    for qualified in names or list(config.tables):
+        database, _, name = qualified.partition(".")
+        layout = my.catalog_table(side, database, name)
+        topic = f"{config.prefix}.{qualified}"
+        codec = MyTableCodec(
+            server=config.server,
+            topic=topic,
+            table=layout,
+            key_names=key_columns(layout, config.keys.get(qualified)),
+            keep=config.column_filter(qualified).keeps,
+        )
+        readers.append((qualified, topic, MyTable(chunks, database, name, codec, lookup)))
+    return readers
+
+
+def is_mysql(dsn: str) -> bool:
+    """Whether the DSN names a MySQL/MariaDB server (else PostgreSQL)."""
+    return dsn.startswith(("mysql:", "mariadb:"))
+
+
+def open_readers(
+    config: Any, dsn: str, names: list[str], lookup: Callable[[int], str]
+) -> tuple[list[tuple[str, str, TableReader]], Any, Callable[[], None]]:
+    """``(table, topic, reader)`` of each table to verify, on two new connections (one
+    for the catalog, one for the rows); also the catalog's connection (for the server's
+    position) and how to close both."""
+    if is_mysql(dsn):
+        from bizevents.capture import mysql as my
+
+        side = my.connect(dsn)
+        chunks = my.connect(dsn, autocommit=False)
+        tables: Callable[..., list[Any]] = my_tables
+    else:
+        side = pg.connect(dsn, application="bizevents-verify")
+        chunks = pg.connect(dsn, autocommit=False, application="bizevents-verify")
+        tables = pg_tables
+
+    def close() -> None:
+        side.close()
+        chunks.close()
+
+    try:
+        return tables(side, chunks, config, names, lookup), side, close
+    except BaseException:
+        close()
+        raise
