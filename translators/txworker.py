@@ -697,7 +697,7 @@ class TxWorker:
                     return owner(route[t.name], p, n) in chosen
 
                 part = Result()
-                self._core(versions).translate(outcome, part, owns)
+                part.records += self._core(versions).translate(outcome, part, owns)
                 if part.shadows:
                     self.stats.compared(plan.assembly_topic, min(chosen), part.shadows)
                     part.shadows = {}
