@@ -226,14 +226,21 @@ def until_handed_over(db: Db, w: Worker, version: int) -> list[int]:
 
 
 def lanes(
-    found: dict[bytes, list[tuple[bytes, bytes]]], order_of: dict[bytes, int]
+    found: dict[bytes, list[tuple[bytes, bytes]]],
+    order_of: dict[bytes, int],
+    *,
+    repeated: bool = False,
 ) -> dict[int, list[bytes]]:
-    """Every event made once, by one version (no double); per virtual partition, the
-    versions in commit order (a switch is a change of version along it)."""
+    """Every event made once (``repeated``: maybe again after a kill, by the same
+    version), by one version (no double); per virtual partition, the versions in commit
+    order (a switch is a change of version along it)."""
     along: dict[int, list[tuple[int, bytes]]] = defaultdict(list)
     for event_id, copies in found.items():
-        assert len(copies) == 1, f"event {event_id!r} published {len(copies)} times: {copies}"
-        ((version, tx_id),) = copies
+        if repeated:
+            assert len(set(copies)) == 1, f"event {event_id!r} by {sorted(set(copies))}"
+        else:
+            assert len(copies) == 1, f"event {event_id!r} published {len(copies)} times"
+        version, tx_id = copies[0]
         lsn = int(tx_id.decode().split(":")[1])
         along[_assembly_partition(order_of[event_id])].append((lsn, version))
     out: dict[int, list[bytes]] = {}
@@ -339,6 +346,50 @@ def _orders_of(db: Db, found: dict[bytes, list[tuple[bytes, bytes]]]) -> dict[by
             if m.headers[HEADER_EVENT_ID] in found:
                 out[m.headers[HEADER_EVENT_ID]] = decode(m.value or b"", topic).order_id
     return out
+
+
+def test_a_kill_during_the_hand_over_leaves_one_version_per_transaction(
+    db: Db, plugins: Path, tmp_path: Path
+) -> None:
+    """kill -9 of the worker right after the promotion, while it hands over: its
+    successor translates every transaction by the version its virtual partition and END
+    give it, so each event comes from exactly one version (repeated, if at all, by it)."""
+    group = f"txsh-{uuid.uuid4().hex[:8]}"
+    first_worker = worker(db, plugins, group, 1, "txshadowtest@2", tmp_path / "first.log")
+    expect = ["--expect-field", "old_status", "--expect-field", "new_status"]
+    with capturing(db, tmp_path) as run:
+        first_worker.start()
+        successor = worker(db, plugins, group, 1, "txshadowtest@2", tmp_path / "second.log")
+        try:
+            placed = orders(db, 6)
+            run.wait_acked(db.wal_lsn())
+            wait_for(
+                lambda: (r := report(first_worker, "txshadowtest@2")) and r["changes"] >= 24,
+                90,
+                "the shadow's comparison of 6 orders placed and paid",
+            )
+            done = cli(first_worker, "promote", "txshadowtest@2", "--min-changes", "24", *expect)
+            assert done.returncode == 0, done.stderr
+            placed += orders(db, 4)
+            first_worker.signal(signal.SIGKILL)  # somewhere in the hand-over (or before it)
+            placed += orders(db, 4)
+            run.wait_acked(db.wal_lsn())
+            successor.start()
+            all_events(db, successor, 2 * len(placed))
+            last = orders(db, 4)  # after the successor's hand-over, if it had to make one
+            run.wait_acked(db.wal_lsn())
+            placed += last
+            found = all_events(db, successor, 2 * len(placed))
+        finally:
+            for w in (first_worker, successor):
+                if w.alive():
+                    w.signal(signal.SIGTERM)
+    order_of = _orders_of(db, found)
+    along = {v: b" ".join(seen) for v, seen in lanes(found, order_of, repeated=True).items()}
+    assert all(seen in b"txshadowtest@1 txshadowtest@2" for seen in along.values()), along
+    assert {c[0][0] for e, c in found.items() if order_of[e] in last} == {b"txshadowtest@2"}
+    handed = handed_over(first_worker, 2) | handed_over(successor, 2)
+    assert handed == {0, 1, 2, 3}
 
 
 def test_a_shadow_differing_on_the_total_is_refused_with_the_figures(
