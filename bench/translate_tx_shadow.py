@@ -1,0 +1,123 @@
+"""What a transaction translator's shadow costs the transaction core (docs/shadow.md).
+
+The store's transactions of bench/translate_tx.py (an order with total 0, three items,
+the total set: 5 changes and an END each) decoded, assembled and translated by
+orders@3, without a shadow and with a copy of orders@3 in its shadow (identical events:
+the comparison's usual case), alternately, in this process with an embedded schema
+registry and no Kafka. It prints each run's changes/s and the median ratio with/without.
+The transaction worker also reads, assembles and routes every record, which a shadow
+does not repeat: through Kafka the ratio is nearer 1 than here.
+
+    .venv/bin/python bench/translate_tx_shadow.py [--transactions 4000] [--runs 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+#: The design's target for a shadow: the rate with one at least this share of without.
+TARGET = 0.6
+
+
+def measure(client: Any, transactions: int, shadowed: bool) -> float:
+    """Changes/s in through decode, assembly and orders@3 (with its shadow or not)."""
+    from bizevents_store.translators import ORDER_EVENTS, orders_v3
+    from translate_tx import workload  # bench/translate_tx.py
+
+    from bizevents.contracts.serde import BusinessSerializer
+    from bizevents.contracts.technical import AutoDecoder
+    from bizevents.transactions import transaction_translator
+    from bizevents.translators.assembly import Assembler, Part
+    from bizevents.translators.txcore import TransactionCore
+
+    assert orders_v3.tx_func is not None
+    copy = transaction_translator(
+        name="orders",
+        version=103,
+        sources=list(orders_v3.sources),
+        emits=ORDER_EVENTS,
+        keys={table: list(columns) for table, columns in orders_v3.keys},
+    )(orders_v3.tx_func)
+    server = f"benchtxsh{int(time.time() * 1000) % 1_000_000}"
+    records, ends = workload(server, client, transactions)
+    schemas: dict[int, str] = {}
+
+    def lookup(schema_id: int) -> str:
+        if schema_id not in schemas:
+            schemas[schema_id] = str(client.get_schema(schema_id).schema_str)
+        return schemas[schema_id]
+
+    decoder = AutoDecoder(lookup)
+    core = TransactionCore(
+        [orders_v3], BusinessSerializer(client), shadows=[copy] if shadowed else []
+    )
+
+    def run(batch: list[Any], batch_ends: list[Any]) -> None:
+        assembler = Assembler(core.reads)
+        offset = 0
+        for i, end in enumerate(batch_ends):
+            outcomes = []
+            for r in batch[i * 5 : (i + 1) * 5]:
+                change = decoder.decode(r.key, r.value)
+                outcomes += assembler.feed(Part(offset, r, change=change))
+                offset += 1
+            outcomes += assembler.feed(Part(offset, r, record=end))
+            offset += 1
+            result = core.process(outcomes)
+            if shadowed:
+                compared = result.shadows["orders@103"]
+                assert compared.unexpected(frozenset()) == 0, compared.as_dict()
+
+    run(records[:100], ends[:20])  # warm: schemas fetched, writers compiled
+    started = time.perf_counter()
+    run(records, ends)
+    return len(records) / (time.perf_counter() - started)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--transactions", type=int, default=4_000)
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    from bizevents.devstack.registry import run_in_thread
+
+    with run_in_thread(Path(tempfile.mkdtemp(prefix="bench-txsh-registry-"))) as registry:
+        client = SchemaRegistryClient({"url": registry.url})
+        without, with_shadow = [], []
+        for n in range(args.runs):  # alternate, so the machine's load hits both alike
+            without.append(measure(client, args.transactions, False))
+            with_shadow.append(measure(client, args.transactions, True))
+            print(
+                f"run {n + 1}: without {without[-1]:,.0f} changes/s, "
+                f"with a shadow {with_shadow[-1]:,.0f} changes/s"
+            )
+
+    def line(values: list[float]) -> str:
+        return (
+            f"{statistics.median(values):,.0f}/s (min {min(values):,.0f}, max {max(values):,.0f})"
+        )
+
+    ratios = [w / o for w, o in zip(with_shadow, without, strict=True)]
+    print(f"orders@3 alone:               {line(without)}")
+    print(f"orders@3 with a shadow:       {line(with_shadow)}")
+    print(
+        f"with / without: {statistics.median(ratios):.2f} "
+        f"(runs: {', '.join(f'{r:.2f}' for r in ratios)}); core alone, target >= {TARGET} "
+        "for the worker"
+    )
+
+
+if __name__ == "__main__":
+    main()
