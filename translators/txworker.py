@@ -353,6 +353,8 @@ class TxWorker:
         #: The reader (its fetches' high watermarks place a hand-over).
         self._read_with: Any = None
         self._refused: set[tuple[str, int]] = set()
+        #: Why the promotions' follower stopped (the worker stops with it).
+        self._failed: Exception | None = None
 
     def stop(self) -> None:
         self._stop.set()
@@ -372,6 +374,8 @@ class TxWorker:
         follower = self._follow_promotions()
         try:
             await self._loop(producer, reader)
+            if self._failed is not None:
+                raise self._failed
         except asyncio.CancelledError:  # the Faust worker stops (the one runtime)
             self._stop.set()
             raise
@@ -789,7 +793,17 @@ class TxWorker:
             {plan.assembly_topic: tuple(t.name for t in plan.translators)},
             lambda name, version: plan.versions.get((name, version)),
         )
-        return asyncio.ensure_future(follower.follow())
+
+        async def follow() -> None:
+            try:
+                await follower.follow()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # no promotion would be followed: stop, as the row path
+                self._failed = exc
+                self._stop.set()
+
+        return asyncio.ensure_future(follow())
 
     async def _read_promotions(self) -> None:
         """Before translating for newly owned partitions: the promotions topic read to its
