@@ -967,6 +967,7 @@ def run_transactions(
     log.info(
         "translating transactions",
         translators=[t.ref for t in plan.translators],
+        shadows=[t.ref for t in plan.shadows.values()],
         topics=plan.sources,
         transaction_topic=plan.transaction_topic,
         group=tx.group_id,
