@@ -32,6 +32,7 @@ from tests.integration.test_transaction_worker import (
     Worker,
     _assembly_partition,
     _ids,
+    _scrape,
     capturing,
     place,
     store_db,
@@ -261,6 +262,7 @@ def test_a_shadow_differing_only_on_status_is_promoted_without_gap_or_double(
     flow, every event made once by exactly one version; the rollback the same way."""
     group = f"txsh-{uuid.uuid4().hex[:8]}"
     live = worker(db, plugins, group, 1, "txshadowtest@2", tmp_path / "worker.log")
+    live.env["BIZEVENTS_TRANSLATE__METRICS_PORT"] = "0"
     with capturing(db, tmp_path) as run:
         live.start()
         try:
@@ -283,6 +285,18 @@ def test_a_shadow_differing_only_on_status_is_promoted_without_gap_or_double(
                 "old_status",
                 "new_status",
             }
+            url = next(
+                json.loads(line)["url"]
+                for line in live.log.read_text().splitlines()
+                if '"metrics endpoint"' in line
+            )
+            metrics = _scrape(url)
+            changes = [
+                v
+                for k, v in metrics.items()
+                if k.startswith("bizevents_shadow_changes_total") and "txshadowtest@2" in k
+            ]
+            assert changes == [32.0], metrics
             refused = cli(live, "promote", "txshadowtest@2", "--min-changes", "32")
             assert refused.returncode == 1 and "Traceback" not in refused.stderr
             assert "OrderStatusChanged.new_status (8)" in refused.stderr, refused.stderr
