@@ -188,5 +188,6 @@ def promote(
         )
     console.print(
         f"{ref} promoted in place of {target.name}@{live} ({json.dumps(figures, sort_keys=True)});"
-        " each worker hands each partition over at its next block"
+        " each worker hands each partition over at its next block (a transaction translator: each"
+        " virtual partition, at its next batch)"
     )

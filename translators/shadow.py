@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Final, Literal
@@ -149,9 +149,10 @@ class ShadowComparison:
     live_failures: int = 0
     shadow_failures: int = 0
 
-    def add_change(self, live: Sequence[Seen], shadow: Sequence[Seen]) -> None:
-        """The events both versions made of one change (none is a change too)."""
-        self.changes += 1
+    def add_change(self, live: Sequence[Seen], shadow: Sequence[Seen], changes: int = 1) -> None:
+        """The events both versions made of one change (none is a change too); of a
+        transaction, ``changes`` is how many of its changes they read."""
+        self.changes += changes
         if len(live) == 1 and len(shadow) == 1:
             # the usual case, one event each: no pairing table
             (event_id, contract, content), (other_id, other_contract, other) = live[0], shadow[0]
@@ -441,13 +442,22 @@ class ShadowBook:
             return
 
     def restore(
-        self, records: Mapping[bytes, bytes | None], held: Iterable[tuple[str, int]]
+        self,
+        records: Mapping[bytes, bytes | None],
+        held: Iterable[tuple[str, int]],
+        topics: Collection[str] | None = None,
     ) -> None:
         """After an assignment: forget the partitions no longer ``held``, and take the
         figures of newly held ones from the shadows topic's latest ``records`` (those
-        this worker kept hold of stay as counted here, which is newer)."""
+        this worker kept hold of stay as counted here, which is newer). With ``topics``,
+        only those topics' partitions are concerned: the row worker's technical
+        partitions and the transaction worker's virtual partitions share one book."""
         keep = set(held)
-        for slot in [slot for slot in self.parts if (slot[1], slot[2]) not in keep]:
+        for slot in [
+            slot
+            for slot in self.parts
+            if (slot[1], slot[2]) not in keep and (topics is None or slot[1] in topics)
+        ]:
             del self.parts[slot]
             self._dirty.discard(slot)
         incoming = ShadowBook()
@@ -484,8 +494,9 @@ class ShadowBook:
 
 def check_shadows(shadows: Sequence[Translator], live: Sequence[Translator]) -> None:
     """Refuse, with a sentence, a shadow the worker cannot run beside the live versions:
-    one of no pinned name, of the live version itself, of other sources, or a
-    transaction translator (not built yet: docs/shadow.md)."""
+    one of no pinned name, of the live version itself, of other sources, of another kind
+    (a transaction translator beside a row translator, or the reverse), or a transaction
+    translator declaring other business keys than the live one."""
     seen: set[str] = set()
     for shadow in shadows:
         pinned = [t for t in live if t.name == shadow.name]
@@ -500,14 +511,23 @@ def check_shadows(shadows: Sequence[Translator], live: Sequence[Translator]) -> 
         if shadow.name in seen:
             raise ConfigError(f"one shadow of {shadow.name} at a time, not two")
         seen.add(shadow.name)
-        if is_transactional(shadow) or is_transactional(current):
+        if is_transactional(shadow) != is_transactional(current):
+            kinds = {True: "a transaction translator", False: "a row translator"}
             raise ConfigError(
-                f"{shadow.ref} is a transaction translator, or shadows one: shadows of "
-                "transaction translators are not built yet (docs/shadow.md)"
+                f"{shadow.ref} is {kinds[is_transactional(shadow)]} and the live {current.ref} "
+                f"is {kinds[is_transactional(current)]}: a shadow must translate what the live "
+                "version translates (each change, or whole transactions)"
             )
         if tuple(shadow.sources) != tuple(current.sources):
             raise ConfigError(
                 f"{shadow.ref} reads {', '.join(shadow.sources)}, the live {current.ref} reads "
                 f"{', '.join(current.sources)}: a shadow must read the same sources, so that "
                 "both versions see the same changes"
+            )
+        keys = getattr(shadow, "keys", ()), getattr(current, "keys", ())
+        if keys[0] != keys[1]:
+            raise ConfigError(
+                f"{shadow.ref} declares other business keys than the live {current.ref}: a "
+                "shadow must declare the same keys, so that one worker translates each key's "
+                "transactions with both versions"
             )

@@ -40,12 +40,14 @@ from bizevents.translators.exceptions import TranslationError
 from bizevents.translators.lineage import Stamper, change_identity, contract_name, origin
 from bizevents.translators.pipeline import (
     DEAD_LETTER_TOPIC,
+    SHADOW_SUFFIX,
     Counts,
     OutRecord,
     Result,
     Serializer,
     dead_letter,
 )
+from bizevents.translators.shadow import Seen, ShadowComparison
 from bizevents.translators.transaction_api import TransactionChanges, TransactionTranslator
 
 __all__ = ["HEADER_TX", "Owns", "TransactionCore"]
@@ -77,8 +79,20 @@ class TransactionCore:
         *,
         replay: bool = False,
         dead_letter_topic: str = DEAD_LETTER_TOPIC,
+        shadows: Sequence[TransactionTranslator] = (),
+        shadow_output: bool = False,
     ) -> None:
         self.translators = tuple(translators)
+        #: Per live translator (``ref``): the version in its shadow (docs/shadow.md), run
+        #: on the same transaction, its events compared with the live one's and written
+        #: to ``<contract topic>.shadow`` (``shadow_output``) or only counted.
+        self._shadow_of: dict[str, TransactionTranslator] = {}
+        for shadow in shadows:
+            live = [t for t in self.translators if t.name == shadow.name]
+            if len(live) != 1 or live[0].version == shadow.version:
+                raise ValueError(f"{shadow.ref} shadows no live version of {shadow.name}")
+            self._shadow_of[live[0].ref] = shadow
+        self.shadow_output = shadow_output
         self.serializer = serializer
         self.replay = replay
         self.dead_letter_topic = dead_letter_topic
@@ -131,22 +145,77 @@ class TransactionCore:
             counts = Counts(consumed=len(mine))
             if result is not None:
                 counts = result.counts.setdefault(translator.ref, counts)
+            shadow = self._shadow_of.get(translator.ref) if self._shadow_of else None
+            seen: list[Seen] | None = None if shadow is None else []
             try:
-                records = self._events(translator, ready.tx_id, parts, owns)
+                records = self._events(translator, ready.tx_id, parts, owns, seen)
             except TranslationError as exc:
                 records = self.dead_letters(mine, "translate", exc.reason, exc, translator.ref)
                 counts.dead_lettered += len(mine)
+                seen = None
             except ContractError as exc:
                 records = self.dead_letters(mine, "contract", str(exc), exc, translator.ref)
                 counts.dead_lettered += len(mine)
+                seen = None
             else:
                 counts.emitted += len(records)
                 if not records:
                     counts.dropped += 1
             out += records
+            if shadow is not None and mine:
+                found = self._shadow(shadow, translator, ready.tx_id, parts, owns, len(mine), seen)
+                out += found[0]
+                if result is not None:
+                    known = result.shadows.get(shadow.ref)
+                    if known is None:
+                        result.shadows[shadow.ref] = found[1]
+                    else:
+                        known.merge(found[1])
         self.counts.events += sum(1 for r in out if not r.dead_letter)
         self.counts.seconds += perf_counter() - started
         return out
+
+    def _shadow(
+        self,
+        shadow: TransactionTranslator,
+        live: TransactionTranslator,
+        tx_id: str | None,
+        parts: list[Part],
+        owns: Owns | None,
+        changes: int,
+        live_seen: list[Seen] | None,
+    ) -> tuple[list[OutRecord], ShadowComparison]:
+        """The shadow version on the transaction the live one read (the events of the
+        parts this member owns by the live version's keys), compared with the live one's
+        (``live_seen``; None when the live version failed). Its failures reach no
+        dead-letter topic and its events no live topic: a shadow changes nothing a
+        consumer reads."""
+        comparison = ShadowComparison(live.ref, shadow.ref)
+        mine: Owns | None = None
+        if owns is not None:
+            routed = owns
+
+            def mine(_translator: TransactionTranslator, part: Part) -> bool:
+                return routed(live, part)  # the shadow's events go where the live ones go
+
+        seen: list[Seen] = []
+        try:
+            records = self._events(shadow, tx_id, parts, mine, seen)
+        except (TranslationError, ContractError):
+            comparison.changes += changes
+            comparison.failed(live=False)
+            return [], comparison
+        if live_seen is None:
+            comparison.changes += changes
+            comparison.failed(live=True)
+        else:
+            comparison.add_change(live_seen, seen, changes)
+        if not self.shadow_output:
+            return [], comparison
+        return [
+            OutRecord(r.topic + SHADOW_SUFFIX, r.key, r.value, r.headers, r.translator, r.event_id)
+            for r in records
+        ], comparison
 
     def _events(
         self,
@@ -154,6 +223,7 @@ class TransactionCore:
         tx_id: str | None,
         parts: list[Part],
         owns: Owns | None = None,
+        seen: list[Seen] | None = None,
     ) -> list[OutRecord]:
         of_event = {id(p.change): p for p in parts if p.change is not None}
         changes = tuple(Change(p.change) for p in parts if p.change is not None)
@@ -193,6 +263,8 @@ class TransactionCore:
                 identity, where.offset, "" if position is None else str(position), tx_id
             )
             eid, lineage, headers = stamper.wire(shared, contract, ordinal)
+            if seen is not None:
+                seen.append((eid, contract, event.__dict__))
             out.append(
                 OutRecord(
                     topic=self._topic(type(event)),

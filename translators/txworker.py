@@ -46,6 +46,7 @@ from collections import deque
 from collections.abc import Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Final
 
 import structlog
@@ -66,8 +67,11 @@ from bizevents.translators.assembly import (
     Ready,
     commit_position,
 )
+from bizevents.translators.exceptions import PluginError
 from bizevents.translators.metrics import WorkerStats
-from bizevents.translators.pipeline import OutRecord, SourceRecord
+from bizevents.translators.pipeline import SHADOW_SUFFIX, OutRecord, Result, SourceRecord
+from bizevents.translators.promoting import PromotionFollower, Versions, merge_results
+from bizevents.translators.promotion import Handover, Pins, encode
 from bizevents.translators.routing import owner, partitions_of
 from bizevents.translators.settings import RuntimeSettings, TransactionSettings
 from bizevents.translators.transaction_api import TransactionTranslator
@@ -99,6 +103,34 @@ class TxPlan:
     decoder: Any
     tx_decoder: TransactionDecoder
     limits: AssemblyLimits
+    #: Versions in the shadow of the live ones (docs/shadow.md), by name.
+    shadows: dict[str, TransactionTranslator] = field(default_factory=dict)
+    #: The versions per virtual partition and END offset (configured, promoted since;
+    #: docs/shadow.md): None when nothing was read (a plan made by hand).
+    pins: Pins | None = None
+    #: Every version this worker may translate with: ``(name, version) -> translator``.
+    versions: dict[tuple[str, int], TransactionTranslator] = field(default_factory=dict)
+
+    def versioned(self) -> bool:
+        """Whether a transaction may be translated by other versions than ``core``'s,
+        or beside a shadow: each is then translated per virtual partition's versions."""
+        return bool(self.shadows) or (
+            self.pins is not None
+            and any(self.pins.referenced(t.name) - {t.version} for t in self.translators)
+        )
+
+    def make_core(self, versions: Versions) -> TransactionCore:
+        """The core of a set of live versions, with the shadows of the others."""
+        chosen = [self.versions[v] for v in versions]
+        live = dict(versions)
+        core = self.core
+        return TransactionCore(
+            chosen,
+            core.serializer,
+            dead_letter_topic=core.dead_letter_topic,
+            shadows=[s for name, s in self.shadows.items() if live.get(name) != s.version],
+            shadow_output=core.shadow_output,
+        )
 
     @property
     def key_columns(self) -> frozenset[str]:
@@ -125,16 +157,19 @@ def prepare_transactions(
     from bizevents.contracts.technical import AutoDecoder
     from bizevents.plumbing.registry import schema_lookup
     from bizevents.translators.registry import discover
+    from bizevents.translators.shadow import check_shadows
     from bizevents.translators.topology import (
         business_serializer,
         check_contracts,
         list_topics,
         technical_topics,
     )
+    from bizevents.translators.worker import read_pins
 
     t = settings.translate
+    registry = discover(names=settings.translators)
     if pinned is None:
-        pinned = discover(names=settings.translators).pinned(settings.translators)
+        pinned = registry.pinned(settings.translators)
     translators = [item for item in pinned if isinstance(item, TransactionTranslator)]
     if not translators:
         raise ConfigError(
@@ -159,12 +194,47 @@ def prepare_transactions(
             f"{settings.kafka.bootstrap_servers}: start the capture first (with "
             "transaction_metadata on) or check translate.topic_prefix"
         )
+    # the shadows of transaction translators run here (the row worker runs the others')
+    shadows = [
+        item
+        for item in (registry.resolve(ref) for ref in t.shadow)
+        if isinstance(item, TransactionTranslator)
+    ]
+    check_shadows(shadows, translators)
+    ensure_topics(admin, [t.promotions()], 1, config={"cleanup.policy": "compact"})
+    pins = read_pins(settings, {item.name: item.version for item in translators})
+    versions: dict[tuple[str, int], TransactionTranslator] = {
+        (item.name, item.version): item for item in [*translators, *shadows]
+    }
+    for item in translators:
+        for version in sorted(pins.referenced(item.name) - {item.version}):
+            if (item.name, version) not in versions:
+                try:
+                    found = registry.get(item.name, version)
+                except PluginError as exc:
+                    raise ConfigError(
+                        f"{item.name}@{version} is live on some virtual partitions by "
+                        f"promotion ({t.promotions()}), but this worker cannot load it: {exc}"
+                    ) from exc
+                if not isinstance(found, TransactionTranslator):
+                    raise ConfigError(
+                        f"{found.ref} is live on some virtual partitions by promotion "
+                        f"({t.promotions()}) but is not a transaction translator"
+                    )
+                versions[(item.name, version)] = found
+    prepared = list(versions.values())
     client, serializer = business_serializer(settings.registry, t)
-    check_contracts(list(translators), client, serializer.subject, t.auto_register)
-    outputs = sorted({c.contract_topic() for item in translators for c in item.emits})
+    check_contracts(list(prepared), client, serializer.subject, t.auto_register)
+    outputs = sorted({c.contract_topic() for item in prepared for c in item.emits})
+    if shadows and t.shadow_output == "topic":
+        outputs += sorted(
+            {c.contract_topic() + SHADOW_SUFFIX for item in shadows for c in item.emits}
+        )
     ensure_topics(admin, [*outputs, t.dead_letter_topic], t.output_partitions)
     ensure_topics(admin, [tx.state()], 1)
     ensure_topics(admin, [tx.assembly()], tx.assembly_partitions)
+    if shadows:
+        ensure_topics(admin, [t.shadows()], 1, config={"cleanup.policy": "compact"})
     written = list_topics(admin, settings.kafka.bootstrap_servers, t.broker_wait_s)
     partitions = {name: len(written[name].partitions) for name in [*outputs, t.dead_letter_topic]}
     assembly = len(written[tx.assembly()].partitions)
@@ -178,10 +248,19 @@ def prepare_transactions(
         tx.assembly(),
         assembly,
         partitions,
-        TransactionCore(translators, serializer, dead_letter_topic=t.dead_letter_topic),
+        TransactionCore(
+            translators,
+            serializer,
+            dead_letter_topic=t.dead_letter_topic,
+            shadows=shadows,
+            shadow_output=t.shadow_output == "topic",
+        ),
         AutoDecoder(lookup),
         TransactionDecoder(lookup),
         AssemblyLimits(tx.max_open, tx.max_changes, tx.max_wait, tx.remembered),
+        {item.name: item for item in shadows},
+        pins,
+        versions,
     )
 
 
@@ -265,6 +344,17 @@ class TxWorker:
         #: a share of the virtual partitions (the transactions it translates are decoded
         #: whole again), every column (``None``) when it owns them all.
         self._projection: frozenset[str] | None = None
+        #: The core of each set of versions (promotions, shadows: docs/shadow.md), the
+        #: translator each name is routed by (the configured one: every version of a
+        #: name routes by the same keys), and the end of the transaction topic read.
+        self._cores: dict[Versions, TransactionCore] = {}
+        self._route = {t.name: t for t in plan.translators}
+        self._tx_end = 0
+        #: The reader (its fetches' high watermarks place a hand-over).
+        self._read_with: Any = None
+        self._refused: set[tuple[str, int]] = set()
+        #: Why the promotions' follower stopped (the worker stops with it).
+        self._failed: Exception | None = None
 
     def stop(self) -> None:
         self._stop.set()
@@ -279,16 +369,23 @@ class TxWorker:
         reader = self._reader()
         await group.start()
         await reader.start()
+        self._read_with = reader
         keeper = asyncio.ensure_future(self._keep_membership(group))
+        follower = self._follow_promotions()
         try:
             await self._loop(producer, reader)
+            if self._failed is not None:
+                raise self._failed
         except asyncio.CancelledError:  # the Faust worker stops (the one runtime)
             self._stop.set()
             raise
         finally:
-            keeper.cancel()
-            with suppress(BaseException):
-                await keeper
+            for task in (keeper, follower):
+                if task is None:
+                    continue
+                task.cancel()
+                with suppress(BaseException):
+                    await task
             for client in (group, reader, producer):
                 with suppress(Exception):
                     await client.stop()
@@ -385,6 +482,7 @@ class TxWorker:
         plan = self.plan
         owned = sorted(self.owned)
         points = await self._read_checkpoints()
+        await self._read_promotions()
         start = await asyncio.to_thread(self._start_offsets)
         mine = {v: points.get(v, _Point()) for v in owned}
         offsets = {
@@ -467,6 +565,8 @@ class TxWorker:
         assembler = self.assembler
         assert assembler is not None
         plan = self.plan
+        if plan.pins is not None and plan.pins.promotions:
+            await self._hand_over(producer)
         outcomes: list[Outcome] = []
         bad: list[OutRecord] = []
         count = 0
@@ -475,6 +575,8 @@ class TxWorker:
             if not records:
                 continue
             where: _TP = (tp.topic, tp.partition)
+            if tp.topic == plan.transaction_topic:
+                self._tx_end = max(self._tx_end, records[-1].offset + 1)
             seen = self._seen[where]
             for r in records:
                 self._seq += 1
@@ -517,6 +619,13 @@ class TxWorker:
         while self._inflight:
             await self._settle_oldest()
         await self._send(producer, self._checkpoints())
+        if self.plan.shadows:
+            # the shadows' figures of the virtual partitions, for `bizevents shadow report`
+            # and for the next owner of a partition (docs/shadow.md)
+            with self.stats._lock:
+                records = self.stats.shadows.dirty()
+            topic = self.settings.translate.shadows()
+            await self._send(producer, [(topic, 0, key, value, []) for key, value in records])
 
     def _translate(self, outcomes: Sequence[Outcome]) -> tuple[Any, bool]:
         """The records this member publishes of ``outcomes``: the events of the business
@@ -527,6 +636,9 @@ class TxWorker:
         #: partitions whose events this member publishes; None: all of its partitions
         live: dict[int, frozenset[int] | None] = {}
         mine: list[Outcome] = []
+        #: per transaction translated here (by identity): the virtual partitions it is
+        #: translated for (each may be on other versions: promotions, docs/shadow.md)
+        shares: dict[int, frozenset[int]] = {}
         for outcome in outcomes:
             if isinstance(outcome, Ready):
                 belongs = partitions_of(outcome, plan.translators, n)
@@ -539,6 +651,7 @@ class TxWorker:
                 if isinstance(whole, Ready):
                     every = None if len(wanted) == len(belongs) else wanted
                     live.update((id(p), every) for p in whole.parts)
+                    shares[id(whole)] = wanted
                     mine.append(whole)
                 else:
                     parts = tuple(p for p in whole.parts if self._home(p) in self.owned)
@@ -554,7 +667,169 @@ class TxWorker:
             # every key of the transaction is this member's: no need to hash each part
             return wanted is None or owner(translator, part, n) in wanted
 
+        if plan.versioned():
+            return self._translate_versioned(mine, shares), bool(live)
         return plan.core.process(mine, owns), bool(live)
+
+    # -- versions: shadows and promotions (docs/shadow.md) --------------------------------
+
+    def _translate_versioned(
+        self, mine: Sequence[Outcome], shares: dict[int, frozenset[int]]
+    ) -> Result:
+        """:meth:`_translate`'s records when versions vary: each transaction is translated,
+        for each set of its virtual partitions on the same versions, by those versions
+        (with their shadows), publishing the events of those partitions' keys; the
+        shadows' comparison of it is counted to the first of them."""
+        plan = self.plan
+        n = plan.assembly_partitions
+        route = self._route
+        result = Result()
+        for outcome in mine:
+            if not isinstance(outcome, Ready):
+                merge_results(result, plan.core.process([outcome]))
+                continue
+            end = outcome.end.origin.offset if outcome.end is not None else None
+            groups: dict[Versions, set[int]] = {}
+            for v in shares[id(outcome)]:
+                groups.setdefault(self._versions_at(v, end), set()).add(v)
+            for versions, share in groups.items():
+                chosen = frozenset(share)
+
+                def owns(
+                    t: TransactionTranslator, p: Part, chosen: frozenset[int] = chosen
+                ) -> bool:
+                    return owner(route[t.name], p, n) in chosen
+
+                part = Result()
+                part.records += self._core(versions).translate(outcome, part, owns)
+                if part.shadows:
+                    self.stats.compared(plan.assembly_topic, min(chosen), part.shadows)
+                    part.shadows = {}
+                merge_results(result, part)
+        return result
+
+    def _versions_at(self, v: int, end: int | None) -> Versions:
+        """The versions that translate, for virtual partition ``v``, the transaction
+        whose END is at ``end`` in the transaction topic (a snapshot read, which has no
+        END: the partition's current versions)."""
+        pins = self.plan.pins
+        topic = self.plan.assembly_topic
+        at = _LAST if end is None else end
+        return tuple(
+            sorted(
+                (t.name, t.version if pins is None else pins.version(t.name, topic, v, at))
+                for t in self.plan.translators
+            )
+        )
+
+    def _core(self, versions: Versions) -> TransactionCore:
+        found = self._cores.get(versions)
+        if found is None:
+            configured = tuple(sorted((t.name, t.version) for t in self.plan.translators))
+            found = self._cores[versions] = (
+                self.plan.core if versions == configured else self.plan.make_core(versions)
+            )
+        return found
+
+    async def _hand_over(self, producer: Any) -> None:
+        """Hand each owned virtual partition whose translator was promoted over to the
+        new version, before this batch is translated (docs/shadow.md, "The hand-over of
+        a virtual partition"): every transaction whose END lies before the transaction
+        topic's end as this member knows it (read, or the fetches' high watermark) is
+        the old version's, every later one the new version's, recorded in the
+        promotions topic and acknowledged before any of them is translated."""
+        plan = self.plan
+        pins = plan.pins
+        assert pins is not None
+        topic = plan.assembly_topic
+        due = []
+        for v in sorted(self.owned):
+            for t in plan.translators:
+                to = pins.pending(t.name, topic, v)
+                if to is None:
+                    continue
+                if (t.name, to) not in plan.versions:
+                    if (t.name, to) not in self._refused:
+                        self._refused.add((t.name, to))
+                        log.error(
+                            "promotion not applied: the version is not installed on this worker",
+                            translator=f"{t.name}@{to}",
+                        )
+                    continue
+                due.append((t.name, to, v))
+        if not due:
+            return
+        from aiokafka.structs import TopicPartition
+
+        high = self._read_with.highwater(TopicPartition(plan.transaction_topic, 0))
+        offset = max(self._tx_end, high or 0)
+        at = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        promotions = self.settings.translate.promotions()
+        for name, to, v in due:
+            previous = pins.version(name, topic, v, offset)
+            handover = Handover(name, to, previous, topic, v, offset, at)
+            key, value = encode(handover)
+            await self._send(producer, [(promotions, 0, key, value, [])])
+            pins.apply(handover)
+            log.info(
+                "virtual partition handed over",
+                translator=f"{name}@{to}",
+                previous=f"{name}@{previous}",
+                topic=topic,
+                partition=v,
+                offset=offset,
+            )
+
+    def _follow_promotions(self) -> asyncio.Future[None] | None:
+        """Follow the promotions topic into the plan's pins, for ever (a task)."""
+        plan = self.plan
+        if plan.pins is None:
+            return None
+        follower = PromotionFollower(
+            None,
+            self.settings.kafka.aiokafka(),
+            self.settings.translate.promotions(),
+            plan.pins,
+            {plan.assembly_topic: tuple(t.name for t in plan.translators)},
+            lambda name, version: plan.versions.get((name, version)),
+        )
+
+        async def follow() -> None:
+            try:
+                await follower.follow()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # no promotion would be followed: stop, as the row path
+                self._failed = exc
+                self._stop.set()
+
+        return asyncio.ensure_future(follow())
+
+    async def _read_promotions(self) -> None:
+        """Before translating for newly owned partitions: the promotions topic read to its
+        end (a previous owner's hand-overs, which the follower may not have read yet),
+        and the shadows' figures of those partitions."""
+        from bizevents.plumbing.kafka import read_latest
+        from bizevents.translators.promotion import decode
+
+        plan = self.plan
+        t = self.settings.translate
+        conf = self.settings.kafka.librdkafka()
+        if plan.pins is not None:
+            found = await asyncio.to_thread(
+                read_latest, conf, t.promotions(), f"{self.tx.group_id}-promotions"
+            )
+            for key, value in found.items():
+                if value is not None:
+                    with suppress(ConfigError):  # not ours: the follower logs it
+                        plan.pins.apply(decode(value, f"{t.promotions()} key {key!r}"))
+        if plan.shadows:
+            records = await asyncio.to_thread(
+                read_latest, conf, t.shadows(), f"{self.tx.group_id}-shadows"
+            )
+            held = [(plan.assembly_topic, v) for v in self.owned]
+            with self.stats._lock:
+                self.stats.shadows.restore(records, held, {plan.assembly_topic})
 
     def _whole(self, ready: Ready) -> Ready | Abandoned:
         """``ready`` with every column of its changes (decoded again when assembling
@@ -676,6 +951,8 @@ class TxWorker:
 
 #: The state topic's key of a virtual partition's checkpoint: ``assembly:<n>``.
 _POINT: Final = b"assembly:"
+#: An offset past every END: a partition's current versions.
+_LAST: Final = 1 << 62
 
 
 def run_transactions(
@@ -690,6 +967,7 @@ def run_transactions(
     log.info(
         "translating transactions",
         translators=[t.ref for t in plan.translators],
+        shadows=[t.ref for t in plan.shadows.values()],
         topics=plan.sources,
         transaction_topic=plan.transaction_topic,
         group=tx.group_id,

@@ -206,8 +206,8 @@ def build_app(
             records = await asyncio.to_thread(
                 read_latest, kafka.librdkafka(), shadows, f"{t.group_id}-shadows"
             )
-            with stats._lock:
-                stats.shadows.restore(records, held)
+            with stats._lock:  # (the transaction worker's virtual partitions are its own)
+                stats.shadows.restore(records, held, frozenset(topics))
         log.info(
             "partitions assigned",
             partitions=sorted(f"{tp.topic}[{tp.partition}]" for tp in assigned),
@@ -292,7 +292,8 @@ def prepare(settings: RuntimeSettings, pinned: Sequence[Translator] | None = Non
     translators = [item for item in pinned if not is_transactional(item)]
     if not translators:
         raise ConfigError("no row translator is pinned")
-    shadows = [registry.resolve(ref) for ref in t.shadow]
+    # a transaction translator's shadow runs in the transaction worker (txworker)
+    shadows = [s for s in map(registry.resolve, t.shadow) if not is_transactional(s)]
     check_shadows(shadows, pinned)
     admin = AdminClient({**settings.kafka.librdkafka(), "log.connection.close": False})
     existing = set(list_topics(admin, settings.kafka.bootstrap_servers, t.broker_wait_s))
@@ -424,6 +425,8 @@ def run(
             "no transaction translator is pinned ([translators] names only row translators); "
             "run `bizevents translate` for those"
         )
+    # each kind's shadows are checked by its worker; a shadow of the other kind here
+    check_shadows([discover(names=[ref]).resolve(ref) for ref in settings.translate.shadow], pinned)
     stats = stats or WorkerStats(settings.translate.group_id)
     tx_plan = prepare_transactions(settings, tx, whole) if whole else None
     if not rows:
