@@ -198,6 +198,46 @@ def redrive(
         )
 
 
+@capture.command()
+@click.option(
+    "--config",
+    "capture_config",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    required=True,
+    help="The TOML file of the capture whose parked keys to list.",
+)
+@click.option("--json", "as_json", is_flag=True, help="One JSON array for scripts.")
+@click.pass_context
+@fails_cleanly
+def parked(ctx: click.Context, capture_config: Path, as_json: bool) -> None:
+    """The keys this capture parked (on_conversion_error = "park"): topic, key in hex,
+    first parked position and the latest reason. Changes nothing."""
+    from bizevents.capture.config import load_capture_config
+    from bizevents.capture.pgoutput import format_lsn
+    from bizevents.capture.quarantine import parked_keys
+    from bizevents.clikit import print_json
+
+    settings = settings_of(ctx)
+    config = load_capture_config(capture_config)
+    keys, _ = parked_keys(settings.kafka.librdkafka(), config.parked_topic_name)
+    rows = [
+        {
+            "topic": topic,
+            "key": key.hex(),
+            "since": format_lsn(state.first),
+            "reason": state.latest_reason,
+        }
+        for (_, topic, _, key), state in sorted(keys.parked.items())
+    ]
+    if as_json:
+        print_json(rows)
+        return
+    if not rows:
+        click.echo(f"no key is parked in {config.parked_topic_name}")
+    for row in rows:
+        click.echo(f"{row['topic']} key {row['key']} since {row['since']}: {row['reason']}")
+
+
 def _run(ctx: click.Context, runner_class: Any, config: Any, endpoints: Any, stream: str) -> None:
     """What both sources do around their runner: metrics, progress, signals, the exit."""
     from bizevents.capture.metrics import CaptureStats, serve_metrics

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 from bizevents.capture.exceptions import CaptureError
 from bizevents.capture.parkstate import CAPTURE, PARKED_HEADER, ParkedKeys
@@ -22,9 +23,16 @@ from bizevents.capture.quarantine import (
     parked_keys,
     read_topic,
 )
+from bizevents.cli import main
 from bizevents.contracts.envelope import ChangeEvent, PgPosition
 from bizevents.devstack import Endpoints
-from tests.capture.capture_helpers import Db, capture_endpoints, database, in_process
+from tests.capture.capture_helpers import (
+    Db,
+    capture_endpoints,
+    database,
+    in_process,
+    write_config,
+)
 from tests.capture.capture_helpers import read_topic as read_changes
 
 pytestmark = pytest.mark.integration
@@ -60,6 +68,15 @@ def _events(db: Db, table: str) -> dict[int, list[ChangeEvent]]:
         if isinstance(r.decoded, ChangeEvent) and r.decoded.after is not None:
             out.setdefault(r.decoded.after["id"], []).append(r.decoded)
     return out
+
+
+def _cli(db: Db, *args: str) -> Any:
+    """``bizevents capture ARGS`` in this process (the capture runs in a thread of it)."""
+    env = {
+        "BIZEVENTS_KAFKA__BOOTSTRAP_SERVERS": db.endpoints.bootstrap_servers,
+        "BIZEVENTS_REGISTRY__URL": db.endpoints.registry_url,
+    }
+    return CliRunner().invoke(main, ["capture", *args], env=env)
 
 
 def _kafka(db: Db) -> dict[str, Any]:
@@ -109,9 +126,15 @@ def test_unconvertible_change_parks_its_key_and_redrive_writes_it_in_order(
         run.wait_acked(db.wal_lsn())
         assert [e.after["note"] for e in _events(db, "t")[1]] == ["a"]
 
-        # Re-driven before the fix: it fails again, the key stays parked with the reason.
-        (answer,) = ask_redrive(kafka, config.parked_topic_name, ref[3].hex(), 60)
-        assert answer.status == "failed" and "still does not convert" in answer.message
+        # The command lists it; re-driven before the fix, it fails again: exit 1, one
+        # sentence, the key stays parked with the new reason.
+        config_file = write_config(tmp_path / "capture.toml", config)
+        listed = _cli(db, "parked", "--config", str(config_file), "--json")
+        assert listed.exit_code == 0, listed.output
+        assert [r["key"] for r in json.loads(listed.output)] == [ref[3].hex()]
+        failed = _cli(db, "redrive", "--config", str(config_file), "--key", ref[3].hex())
+        assert failed.exit_code == 1
+        assert "still does not convert" in failed.output and "Traceback" not in failed.output
         keys, _ = parked_keys(kafka, config.parked_topic_name)
         assert ref in keys.parked and "NaN" in keys.parked[ref].latest_reason
 
