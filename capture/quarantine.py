@@ -77,6 +77,7 @@ __all__ = [
     "parked_keys",
     "read_topic",
     "relation_of",
+    "relation_record",
 ]
 
 #: The dead-letter header with what a parked change needs to be re-decoded (JSON).
@@ -96,21 +97,25 @@ class TxInfo:
 
 def context_record(codec: TableCodec, lsn: int, tx: TxInfo) -> dict[str, Any]:
     """What re-decoding a change of ``codec``'s table at ``lsn`` needs later."""
-    relation = codec.relation
     return {
-        "relation": {
-            "oid": relation.oid,
-            "namespace": relation.namespace,
-            "name": relation.name,
-            "replica_identity": relation.replica_identity,
-            "columns": [[c.flags, c.name, c.type_oid, c.type_modifier] for c in relation.columns],
-        },
+        "relation": relation_record(codec.relation),
         "key": list(codec.key_names),
         "key_nullable": codec.key_nullable,
         "lsn": lsn,
         "xid": tx.xid,
         "commit_ms": tx.commit_ms,
         "commit_us": tx.commit_us,
+    }
+
+
+def relation_record(relation: Relation) -> dict[str, Any]:
+    """``relation`` as JSON-ready data (:func:`relation_of` reads it back)."""
+    return {
+        "oid": relation.oid,
+        "namespace": relation.namespace,
+        "name": relation.name,
+        "replica_identity": relation.replica_identity,
+        "columns": [[c.flags, c.name, c.type_oid, c.type_modifier] for c in relation.columns],
     }
 
 

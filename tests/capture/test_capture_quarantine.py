@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from bizevents.capture.exceptions import CaptureError
-from bizevents.capture.parkstate import CAPTURE, PARKED_HEADER, ParkedKeys
+from bizevents.capture.parkstate import CAPTURE, PARKED_HEADER
 from bizevents.capture.pgtypes import register_converter
 from bizevents.capture.quarantine import (
     HEADER_CAPTURE_CONTEXT,
@@ -200,21 +200,3 @@ class _running:
     def __exit__(self, *_exc: object) -> None:
         self.stop.set()
         self.thread.join(30)
-
-
-def test_parked_keys_fold_as_compaction_would() -> None:
-    """Pure: the parked topic's records, folded, give the last state per key."""
-    keys = ParkedKeys(bound=2)
-    ref = (CAPTURE, "srv.s.t", -1, b"\x01")
-    parked = keys.park(ref, 10, "capture", "bad")
-    behind = keys.park(ref, 20, "parked", "key parked since 0/A")
-    assert keys.parked[ref].first == 10 and keys.parked[ref].last == 20
-    unparked = keys.unpark(ref, 20, "redriven")
-    restored = ParkedKeys()
-    from bizevents.capture.parkstate import ref_key
-
-    for value in (parked, behind):
-        restored.apply(ref_key(ref), value)
-    assert restored.parked[ref].count == 2 and restored.watched == {"srv.s.t": 1}
-    restored.apply(ref_key(ref), unparked)
-    assert not restored.parked and restored.skipped(ref, 20) and not restored.skipped(ref, 21)
