@@ -124,3 +124,16 @@ def test_a_registered_converter_replaces_the_builtin_until_unregistered() -> Non
     assert PgTypeMapper().converter(1700)("NaN").is_nan()
     with pytest.raises(ValueError, match="not a built-in scalar type"):
         register_converter("no such type", lenient)
+
+
+@pytest.mark.parametrize("args", [[], ["--key", "01", "--all"]])
+def test_redrive_wants_one_key_or_all(tmp_path: Any, args: list[str]) -> None:
+    from click.testing import CliRunner
+
+    from bizevents.cli import main
+
+    config = tmp_path / "capture.toml"
+    config.write_text('server = "shop"\ntables = ["public.t"]\n')
+    result = CliRunner().invoke(main, ["capture", "redrive", "--config", str(config), *args])
+    assert result.exit_code == 1
+    assert "--key HEX" in result.output and "Traceback" not in result.output
