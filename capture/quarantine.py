@@ -279,6 +279,10 @@ class Quarantine(PgCore):
             self._request_reader.close()
             self._request_reader = None
 
+    def closing(self) -> None:
+        self.close_requests()
+        super().closing()
+
     # -- parking ---------------------------------------------------------------------------
 
     def park_failed(
@@ -465,7 +469,7 @@ class Quarantine(PgCore):
         for change in changes:
             try:
                 records += self._redecode(change, codecs, now_ms)
-            except (CaptureError, ValueError) as exc:
+            except (CaptureError, ValueError, KeyError, TypeError) as exc:
                 reason = f"at {format_lsn(change.lsn)}: {exc}"
                 again = parking.failed_again(ref, reason)
                 if again is not None:
