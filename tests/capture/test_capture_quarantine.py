@@ -185,6 +185,12 @@ def test_past_the_bound_capture_stops_with_one_sentence(db: Db, tmp_path: Path) 
     assert isinstance(run.error, CaptureError)
     message = str(run.error)
     assert "max_parked_keys" in message and "\n" not in message
+    # No capture runs now: a re-drive asked for says so in one sentence.
+    kafka = _kafka(db)
+    with pytest.raises(CaptureError, match="no capture answered within 1 s"):
+        ask_redrive(kafka, config.parked_topic_name, None, 1)
+    with pytest.raises(CaptureError, match="key ff is not parked"):
+        ask_redrive(kafka, config.parked_topic_name, "ff", 1)
 
 
 class _running:
