@@ -156,6 +156,88 @@ def snapshot(
     console.print(f"signal {signal.id} ({kind} {what}) sent to {topic.topic}")
 
 
+@capture.command()
+@click.option(
+    "--config",
+    "capture_config",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    required=True,
+    help="The TOML file of the running capture whose parked keys to re-drive.",
+)
+@click.option("--key", "key", default=None, help="The parked key, in hex (as its topic names it).")
+@click.option("--all", "every", is_flag=True, help="Every key parked by this capture.")
+@click.option("--timeout", type=float, default=120.0, show_default=True)
+@click.pass_context
+@fails_cleanly
+def redrive(
+    ctx: click.Context, capture_config: Path, key: str | None, every: bool, timeout: float
+) -> None:
+    """Re-decode a parked key's changes with the code the capture runs now (after the
+    fix), write them in order to the technical topic, then unpark the key.
+
+    The running capture (``on_conversion_error = "park"``) carries the request out
+    between two transactions of its stream, so no live change of the key overtakes the
+    re-driven ones. A change that still does not convert leaves the key parked, with
+    the new reason. Exit 0 when every key was re-driven, else 1 with a sentence.
+    """
+    from bizevents.capture.config import load_capture_config
+    from bizevents.capture.exceptions import CaptureError
+    from bizevents.capture.quarantine import ask_redrive
+
+    if (key is None) == (not every):
+        raise ConfigError("name one parked key (--key HEX) or ask for --all, not both or neither")
+    settings = settings_of(ctx)
+    config = load_capture_config(capture_config)
+    answers = ask_redrive(settings.kafka.librdkafka(), config.parked_topic_name, key, timeout)
+    for a in answers:
+        click.echo(f"{a.status}: {a.topic} key {a.key}: {a.message}")
+    bad = [a for a in answers if a.status != "done"]
+    if bad:
+        raise CaptureError(
+            f"{len(bad)} of {len(answers)} keys were not re-driven: {bad[0].message}"
+        )
+
+
+@capture.command()
+@click.option(
+    "--config",
+    "capture_config",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    required=True,
+    help="The TOML file of the capture whose parked keys to list.",
+)
+@click.option("--json", "as_json", is_flag=True, help="One JSON array for scripts.")
+@click.pass_context
+@fails_cleanly
+def parked(ctx: click.Context, capture_config: Path, as_json: bool) -> None:
+    """The keys this capture parked (on_conversion_error = "park"): topic, key in hex,
+    first parked position and the latest reason. Changes nothing."""
+    from bizevents.capture.config import load_capture_config
+    from bizevents.capture.pgoutput import format_lsn
+    from bizevents.capture.quarantine import parked_keys
+    from bizevents.clikit import print_json
+
+    settings = settings_of(ctx)
+    config = load_capture_config(capture_config)
+    keys, _ = parked_keys(settings.kafka.librdkafka(), config.parked_topic_name)
+    rows = [
+        {
+            "topic": topic,
+            "key": key.hex(),
+            "since": format_lsn(state.first),
+            "reason": state.latest_reason,
+        }
+        for (_, topic, _, key), state in sorted(keys.parked.items())
+    ]
+    if as_json:
+        print_json(rows)
+        return
+    if not rows:
+        click.echo(f"no key is parked in {config.parked_topic_name}")
+    for row in rows:
+        click.echo(f"{row['topic']} key {row['key']} since {row['since']}: {row['reason']}")
+
+
 def _run(ctx: click.Context, runner_class: Any, config: Any, endpoints: Any, stream: str) -> None:
     """What both sources do around their runner: metrics, progress, signals, the exit."""
     from bizevents.capture.metrics import CaptureStats, serve_metrics

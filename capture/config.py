@@ -103,8 +103,14 @@ class CaptureConfig(BaseModel):
     progress: Literal["auto", "always", "never"] = "auto"
     #: A value that cannot be converted (a numeric of more than 4,300 digits, NaN in a
     #: decimal column): ``dead-letter`` writes the raw change to :attr:`dlq_topic` and
-    #: goes on, ``skip`` logs and counts it, ``fail`` stops capture.
-    on_conversion_error: Literal["dead-letter", "fail", "skip"] = "dead-letter"
+    #: goes on, ``skip`` logs and counts it, ``fail`` stops capture. ``park`` (PostgreSQL
+    #: streaming) also parks the change's key: its later changes go to :attr:`dlq_topic`
+    #: marked parked until ``bizevents capture redrive`` (docs/parking.md).
+    on_conversion_error: Literal["dead-letter", "fail", "skip", "park"] = "dead-letter"
+    #: The compacted topic of the parked keys (default ``<server>.capture.parked``).
+    parked_topic: str | None = None
+    #: Parked keys at most; parking one more stops capture with a sentence.
+    max_parked_keys: int = Field(default=10_000, ge=1)
     #: The capture dead-letter topic (default ``<server>.capture.dlq``).
     dead_letter_topic: str | None = None
     #: Debezium's transaction metadata: each streamed envelope's ``transaction`` block
@@ -162,6 +168,11 @@ class CaptureConfig(BaseModel):
     def dlq_topic(self) -> str:
         """The capture dead-letter topic."""
         return self.dead_letter_topic or f"{self.server}.capture.dlq"
+
+    @property
+    def parked_topic_name(self) -> str:
+        """The compacted topic of the parked keys and the re-drive requests."""
+        return self.parked_topic or f"{self.server}.capture.parked"
 
     @property
     def offsets_topic_name(self) -> str:

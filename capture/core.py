@@ -304,9 +304,11 @@ class CaptureCore:
         self, table: str, raw: bytes, where: str, fmt: str, exc: CaptureError, send: Send
     ) -> int:
         """A change whose value does not convert: dead letter, skip or stop, as
-        ``on_conversion_error`` says. Returns the records sent (0 or 1)."""
+        ``on_conversion_error`` says. Returns the records sent (0 or 1). A change that
+        cannot park (a snapshot row, a key that does not convert, a MySQL row) is
+        dead-lettered under ``park``."""
         cfg = self.config
-        mode = cfg.on_conversion_error
+        mode = "dead-letter" if cfg.on_conversion_error == "park" else cfg.on_conversion_error
         if mode == "fail":
             raise exc
         counted = (table, mode)

@@ -299,6 +299,7 @@ class TableCodec(RegisteredCodec):
         kept = [c for c in relation.columns if keep(c.name) or c.name in key_names]
         self.columns: tuple[Column, ...] = tuple(kept)
         self.key_names = tuple(key_names)
+        self.key_nullable = key_nullable
         index = {c.name: i for i, c in enumerate(relation.columns)}
         key_set = set(key_names)
 

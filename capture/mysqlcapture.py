@@ -126,6 +126,11 @@ class MysqlCapture(CaptureCore):
             self._mariadb = "mariadb" in conn.get_server_info().lower()
             admin = self.session.admin
             topics = [f"{cfg.prefix}.{name}" for name in cfg.tables]
+            if cfg.on_conversion_error == "park":
+                raise CaptureError(
+                    'on_conversion_error = "park" is built for PostgreSQL capture only; '
+                    'use "dead-letter", "skip" or "fail" for MySQL/MariaDB'
+                )
             if cfg.on_conversion_error == "dead-letter":
                 topics.append(cfg.dlq_topic)
             create_topics(admin, topics, cfg)

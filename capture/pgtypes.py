@@ -44,6 +44,7 @@ __all__ = [
     "PgTypeMapper",
     "RowConverter",
     "avro_field_for",
+    "converters_generation",
     "enum_types_from_rows",
     "from_text",
     "numeric_precision_scale",
@@ -51,6 +52,7 @@ __all__ = [
     "parse_bytea",
     "parse_interval",
     "parse_money",
+    "register_converter",
 ]
 
 Converter = Callable[[str], Any]
@@ -395,6 +397,40 @@ _ARRAYS: Final[dict[int, int]] = {
 #: Every built-in type oid (scalars and their arrays) with a mapping here.
 BUILTIN_TYPE_OIDS: Final = frozenset(_SCALARS) | frozenset(_ARRAYS)
 
+#: Converters registered in place of a built-in scalar's (:func:`register_converter`).
+_OVERRIDES: Final[dict[int, Converter]] = {}
+#: How many times :data:`_OVERRIDES` changed (a codec built before is out of date).
+_GENERATION: Final = [0]
+
+
+def converters_generation() -> int:
+    """A number that changes whenever :func:`register_converter` is called."""
+    return _GENERATION[0]
+
+
+def register_converter(type_name: str, converter: Converter | None) -> None:
+    """Convert the text of the built-in scalar type ``type_name`` (``numeric``,
+    ``timestamp with time zone``, ... as :meth:`PgTypeMapper.type_name` names them)
+    with ``converter`` from now on; ``None`` restores the built-in one.
+
+    The seam for a conversion fix (docs/capture-postgres.md, "Parked keys"): a value
+    that capture cannot convert parks its key, and once a converter that takes it is
+    registered (by code loaded into the capture process), ``bizevents capture
+    redrive`` re-decodes the parked changes with it. Codecs built earlier keep the
+    converters they were built with until a value fails to convert (then capture
+    builds the table's codec again); a re-drive builds its codec anew. ``converter``
+    returns the Python value of the type (a ``Decimal`` for ``numeric``, ...).
+    """
+    oid = next((o for o, s in _SCALARS.items() if s.name == type_name), None)
+    if oid is None:
+        known = ", ".join(sorted(s.name for s in _SCALARS.values()))
+        raise ValueError(f"{type_name!r} is not a built-in scalar type capture maps ({known})")
+    if converter is None:
+        _OVERRIDES.pop(oid, None)
+    else:
+        _OVERRIDES[oid] = converter
+    _GENERATION[0] += 1
+
 
 def numeric_precision_scale(typmod: int) -> tuple[int, int] | None:
     """``(precision, scale)`` of ``numeric(p, s)`` from its type modifier; ``None`` if unset.
@@ -549,6 +585,9 @@ class PgTypeMapper:
         self, type_oid: int, typmod: int = -1, *, table: str = "?", column: str = "?"
     ) -> Converter:
         """The function from a (non-NULL) text value of this type to its Python value."""
+        override = _OVERRIDES.get(type_oid)
+        if override is not None:
+            return override
         scalar = _SCALARS.get(type_oid)
         if scalar is not None:
             return scalar.parse or _identity
@@ -564,6 +603,9 @@ class PgTypeMapper:
 
     def _direct(self, type_oid: int, typmod: int, table: str, column: str) -> Converter | None:
         # None where the text already is the value, so the row loop skips the call.
+        override = _OVERRIDES.get(type_oid)
+        if override is not None:
+            return override
         scalar = _SCALARS.get(type_oid)
         if scalar is not None:
             return scalar.parse

@@ -158,6 +158,8 @@ class PostgresCapture(Snapshotting, Streaming):
             # Fails now, naming table and column, when a type has no mapping.
             self.types.fields(info.relation)
         topics = [self.topic(i.relation) for i in infos]
-        if cfg.on_conversion_error == "dead-letter":
+        if cfg.on_conversion_error in ("dead-letter", "park"):
             topics.append(cfg.dlq_topic)
         create_topics(self.session.admin, topics, cfg)
+        if cfg.on_conversion_error == "park":
+            self.restore_parked()

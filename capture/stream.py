@@ -20,7 +20,6 @@ from bizevents.capture.encoding import TableCodec, encoded_ts
 from bizevents.capture.exceptions import CaptureError
 from bizevents.capture.incremental import INCREMENTAL, Window, snapshot_sees
 from bizevents.capture.offsets import Tx
-from bizevents.capture.pgcore import PgCore
 from bizevents.capture.pgoutput import (
     UNCHANGED_TOAST,
     Begin,
@@ -34,7 +33,12 @@ from bizevents.capture.pgoutput import (
     Update,
     format_lsn,
 )
-from bizevents.capture.pgtypes import PgTypeMapper, enum_types_from_rows
+from bizevents.capture.pgtypes import (
+    PgTypeMapper,
+    converters_generation,
+    enum_types_from_rows,
+)
+from bizevents.capture.quarantine import Quarantine, TxInfo
 from bizevents.capture.signals import Signal, SignalError, parse_signal
 from bizevents.capture.sink import create_topics
 from bizevents.capture.transactions import NoBlocks
@@ -66,7 +70,7 @@ _POLL_EVERY = 512  # messages between producer polls on a busy stream
 _SLICE = 128
 
 
-class Streaming(PgCore):
+class Streaming(Quarantine):
     """Reads the slot and writes each change, acknowledging by transaction."""
 
     def heartbeat(self, side: pg.Connection) -> None:
@@ -184,10 +188,11 @@ class Streaming(PgCore):
         src: bytes,
         blocks: NoBlocks,
         send: Callable[..., None],
+        tx: TxInfo,
     ) -> int:
         """A change that did not convert: with fresh types if they changed, else handled
-        as ``on_conversion_error`` says. Returns the records sent (all acknowledged
-        before the slot passes the change)."""
+        as ``on_conversion_error`` says (``park``: its key parked). Returns the records
+        sent (all acknowledged before the slot passes the change)."""
         relation = m.relation
         if self.refresh_types(relation.oid, side):
             codec = self.session.codecs[relation.oid]
@@ -197,16 +202,23 @@ class Streaming(PgCore):
             except CaptureError as again:
                 blocks.rollback(codec.table, mark)
                 exc = again
+        parked = self.park_failed(m, self.session.codecs[relation.oid], raw, lsn, exc, tx, send)
+        if parked is not None:
+            return parked
         return self.conversion_failed(
             relation.qualified_name, raw, format_lsn(lsn), "pgoutput", exc, send
         )
 
     def refresh_types(self, oid: int, side: pg.Connection) -> bool:
-        """Reload the enum labels; when they changed, a new codec (and value schema) for
-        the table. pgoutput sends no Relation message for ``ALTER TYPE ... ADD VALUE``."""
+        """Reload the enum labels; when they changed, or a converter was registered
+        since the table's codec was built (a fix, :func:`register_converter`), a new
+        codec (and value schema) for the table. pgoutput sends no Relation message for
+        ``ALTER TYPE ... ADD VALUE``."""
         labels, arrays = enum_types_from_rows(pg.load_enum_rows(side))
-        if labels == self.types._enums:
+        generation = converters_generation()
+        if labels == self.types._enums and generation == self.codecs_generation.get(oid, 0):
             return False
+        self.codecs_generation[oid] = generation
         self.types = PgTypeMapper(
             enum_labels=labels, array_elements=arrays, unknown_as_text=self.config.unknown_as_text
         )
@@ -215,7 +227,7 @@ class Streaming(PgCore):
         self.session.codecs[oid].events = old.events
         self.stats.schema_refreshes += 1
         self.log.info(
-            "enum labels changed: value schema registered again",
+            "enum labels or converters changed: table codec built again",
             table=old.relation.qualified_name,
             value_schema_id=self.session.codecs[oid].value_schema_id,
         )
@@ -351,6 +363,8 @@ class _SlotReader(StreamReader):
         self.producer.poll(0)
         self.capture.check_delivery()
         self.capture.feedback(self.cursor, force=False)
+        if self.tx is None:
+            self.capture.carry_out_requests()  # between transactions: nothing overtakes
         if self.inc is not None:
             self.inc.store_acknowledged(self.producer)
             self.capture.poll_signals()
@@ -383,15 +397,34 @@ class _SlotReader(StreamReader):
         if begin is not None:
             self.send(self.tx_topic, begin[0], begin[1], 0)
             self.sent_metadata()
+        capture = self.capture
+        if capture.parking is not None and codec.topic in capture.parking.watched:
+            parked = capture.parked_behind(
+                m, codec, msg.payload, msg.data_start, self.tx_info(), self.send
+            )
+            if parked is not None:
+                self.sent(codec, parked)
+                return
         mark = blocks.mark(codec.table)
         try:
-            n = self.capture.row_change(m, codec, src, blocks.stamp, self.send)
+            n = capture.row_change(m, codec, src, blocks.stamp, self.send)
         except CaptureError as exc:
             blocks.rollback(codec.table, mark)
-            n = self.capture.unconvertible(
-                m, msg.payload, msg.data_start, exc, self.side, src, blocks, self.send
+            n = capture.unconvertible(
+                m,
+                msg.payload,
+                msg.data_start,
+                exc,
+                self.side,
+                src,
+                blocks,
+                self.send,
+                self.tx_info(),
             )
         self.sent(codec, n)
+
+    def tx_info(self) -> TxInfo:
+        return TxInfo(self.xid, self.commit_ms, self.commit_us)
 
     def sent_metadata(self) -> None:
         assert self.tx is not None
@@ -421,6 +454,8 @@ class _SlotReader(StreamReader):
         if self.closing_at is not None:
             self.close_window(self.closing_at)
             self.closing_at = None
+        if self.capture.parking is not None:
+            self.capture.carry_out_requests()  # between transactions: nothing overtakes
         if self.tracker.in_flight >= self.capture.config.max_in_flight:
             self.capture.backpressure(self.keepalive)
 

@@ -1,0 +1,208 @@
+"""Issue 29, capture quarantine: a change capture cannot convert parks its key until a
+re-drive with the fixed code (real PostgreSQL, broker and registry)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from bizevents.capture.exceptions import CaptureError
+from bizevents.capture.parkstate import CAPTURE, PARKED_HEADER
+from bizevents.capture.pgtypes import register_converter
+from bizevents.capture.quarantine import (
+    HEADER_CAPTURE_CONTEXT,
+    ask_redrive,
+    parked_keys,
+    read_topic,
+)
+from bizevents.cli import main
+from bizevents.contracts.envelope import ChangeEvent, PgPosition
+from bizevents.devstack import Endpoints
+from tests.capture.capture_helpers import (
+    Db,
+    capture_endpoints,
+    database,
+    in_process,
+    write_config,
+)
+from tests.capture.capture_helpers import read_topic as read_changes
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def db(bizevents_stack: Endpoints) -> Iterator[Db]:
+    with database(bizevents_stack) as made:
+        yield made
+
+
+@pytest.fixture
+def numeric_fix() -> Iterator[Any]:
+    """The 'code fix': a numeric converter that takes NaN (as 0), switched on by the test."""
+
+    def fixed(text: str) -> Decimal:
+        return Decimal(0) if text == "NaN" else Decimal(text)
+
+    def switch_on() -> None:
+        register_converter("numeric", fixed)
+
+    try:
+        yield switch_on
+    finally:
+        register_converter("numeric", None)
+
+
+def _events(db: Db, table: str) -> dict[int, list[ChangeEvent]]:
+    """The technical topic's change events per id, in topic order."""
+    out: dict[int, list[ChangeEvent]] = {}
+    records = sorted(read_changes(db.endpoints, db.topic(table)), key=lambda r: r.offset)
+    for r in records:
+        if isinstance(r.decoded, ChangeEvent) and r.decoded.after is not None:
+            out.setdefault(r.decoded.after["id"], []).append(r.decoded)
+    return out
+
+
+def _cli(db: Db, *args: str) -> Any:
+    """``bizevents capture ARGS`` in this process (the capture runs in a thread of it)."""
+    env = {
+        "BIZEVENTS_KAFKA__BOOTSTRAP_SERVERS": db.endpoints.bootstrap_servers,
+        "BIZEVENTS_REGISTRY__URL": db.endpoints.registry_url,
+    }
+    return CliRunner().invoke(main, ["capture", *args], env=env)
+
+
+def _kafka(db: Db) -> dict[str, Any]:
+    return {"bootstrap.servers": db.endpoints.bootstrap_servers}
+
+
+def test_unconvertible_change_parks_its_key_and_redrive_writes_it_in_order(
+    db: Db, tmp_path: Path, numeric_fix: Any
+) -> None:
+    s = db.schema
+    db.sql(f"CREATE TABLE {s}.t (id int PRIMARY KEY, n numeric(10, 2), note text)")
+    db.sql(f"INSERT INTO {s}.t VALUES (1, 1.00, 'a'), (2, 2.00, 'a')")
+    config = db.config(["t"], on_conversion_error="park", partitions=2)
+    endpoints = capture_endpoints(db.endpoints, tmp_path)
+    kafka = _kafka(db)
+
+    with in_process(config, endpoints) as run:
+        run.wait_snapshot()
+        db.sql(f"UPDATE {s}.t SET n = 'NaN', note = 'p0' WHERE id = 1")  # does not convert
+        for i in range(1, 4):  # convertible, but behind the parked one
+            db.sql(f"UPDATE {s}.t SET note = 'p{i}' WHERE id = 1")
+            db.sql(f"UPDATE {s}.t SET note = 'q{i}' WHERE id = 2")  # another key flows on
+        run.wait_acked(db.wal_lsn())  # parked records included
+        run.stop()
+
+    events = _events(db, "t")
+    assert [e.after["note"] for e in events[1]] == ["a"]  # nothing after the park
+    assert [e.after["note"] for e in events[2]] == ["a", "q1", "q2", "q3"]
+    dead = read_topic(kafka, config.dlq_topic)
+    assert len(dead) == 4
+    first = dict(dead[0].headers())
+    assert first[PARKED_HEADER] == b"1"
+    assert first["bizevents.dlq.stage"] == b"capture"
+    assert f"{s}.t.n".encode() in first["bizevents.dlq.reason"]
+    context = json.loads(first[HEADER_CAPTURE_CONTEXT])
+    assert context["relation"]["name"] == "t" and context["xid"] and context["lsn"] > 0
+    assert [dict(m.headers())["bizevents.dlq.stage"] for m in dead[1:]] == [b"parked"] * 3
+    assert len({m.key() for m in dead}) == 1 and dead[0].value()[:1] == b"U"
+    keys, _ = parked_keys(kafka, config.parked_topic_name)
+    ((ref, state),) = keys.parked.items()
+    assert ref[0] == CAPTURE and ref[1] == db.topic("t") and state.first == context["lsn"]
+
+    # A second run restores the parked key from Kafka: the key's changes still park.
+    with in_process(config, endpoints) as run:
+        run.wait_snapshot()
+        db.sql(f"UPDATE {s}.t SET note = 'p4' WHERE id = 1")
+        run.wait_acked(db.wal_lsn())
+        assert [e.after["note"] for e in _events(db, "t")[1]] == ["a"]
+
+        # The command lists it; re-driven before the fix, it fails again: exit 1, one
+        # sentence, the key stays parked with the new reason.
+        config_file = write_config(tmp_path / "capture.toml", config)
+        listed = _cli(db, "parked", "--config", str(config_file), "--json")
+        assert listed.exit_code == 0, listed.output
+        assert [r["key"] for r in json.loads(listed.output)] == [ref[3].hex()]
+        failed = _cli(db, "redrive", "--config", str(config_file), "--key", ref[3].hex())
+        assert failed.exit_code == 1
+        assert "still does not convert" in failed.output and "Traceback" not in failed.output
+        keys, _ = parked_keys(kafka, config.parked_topic_name)
+        assert ref in keys.parked and "NaN" in keys.parked[ref].latest_reason
+
+        # The fix, then the re-drive while the key's live changes keep coming.
+        numeric_fix()
+        stop = threading.Event()
+
+        def writer() -> None:
+            i = 5
+            while not stop.is_set() and i < 600:
+                db.sql(f"UPDATE {s}.t SET note = 'p{i}' WHERE id = 1")
+                i += 1
+                time.sleep(0.005)
+
+        with _running(writer, stop):
+            time.sleep(0.3)
+            (answer,) = ask_redrive(kafka, config.parked_topic_name, ref[3].hex(), 60)
+            at_answer = db.sql(f"SELECT note FROM {s}.t WHERE id = 1")[0][0]
+            time.sleep(0.5)  # live changes of the key after its unpark too
+        assert answer.status == "done", answer.message
+        run.wait_acked(db.wal_lsn())
+        run.stop()
+
+    written = [e.after["note"] for e in _events(db, "t")[1]]
+    last = int(db.sql(f"SELECT note FROM {s}.t WHERE id = 1")[0][0][1:])
+    # Every change of the key, once, in source order: the parked ones re-driven first,
+    # no live one before them.
+    assert written == ["a"] + [f"p{i}" for i in range(last + 1)]
+    assert last > int(at_answer[1:])  # the writer went on after the re-drive
+    redriven = _events(db, "t")[1][1]
+    assert redriven.after["n"] == Decimal(0)  # decoded with the fix
+    position = redriven.source.position
+    assert isinstance(position, PgPosition)
+    assert position.lsn == context["lsn"] and position.tx_id == context["xid"]
+    keys, _ = parked_keys(kafka, config.parked_topic_name)
+    assert not keys.parked
+
+
+def test_past_the_bound_capture_stops_with_one_sentence(db: Db, tmp_path: Path) -> None:
+    s = db.schema
+    db.sql(f"CREATE TABLE {s}.t (id int PRIMARY KEY, n numeric(10, 2))")
+    config = db.config(["t"], on_conversion_error="park", max_parked_keys=1)
+    with in_process(config, capture_endpoints(db.endpoints, tmp_path)) as run:
+        run.wait_snapshot()
+        db.sql(f"INSERT INTO {s}.t VALUES (1, 'NaN')")
+        db.sql(f"INSERT INTO {s}.t VALUES (2, 'NaN')")
+        run.thread.join(30)
+    assert isinstance(run.error, CaptureError)
+    message = str(run.error)
+    assert "max_parked_keys" in message and "\n" not in message
+    # No capture runs now: a re-drive asked for says so in one sentence.
+    kafka = _kafka(db)
+    with pytest.raises(CaptureError, match="no capture answered within 1 s"):
+        ask_redrive(kafka, config.parked_topic_name, None, 1)
+    with pytest.raises(CaptureError, match="key ff is not parked"):
+        ask_redrive(kafka, config.parked_topic_name, "ff", 1)
+
+
+class _running:
+    """Runs ``target`` in a thread for the ``with`` block, then stops and joins it."""
+
+    def __init__(self, target: Any, stop: threading.Event) -> None:
+        self.thread = threading.Thread(target=target, daemon=True)
+        self.stop = stop
+
+    def __enter__(self) -> None:
+        self.thread.start()
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop.set()
+        self.thread.join(30)
