@@ -84,6 +84,10 @@ _POLL_EVERY = 256
 #: Rows of an incremental snapshot's chunk fetched or written per turn of the loop: a
 #: stream change waits for one slice at most, not for a whole chunk.
 _SLICE = 128
+#: What a turn may give the snapshot beyond its first slice: at most this, and never
+#: more than the stream had since the last turn (the stream keeps half the time). One
+#: slice a turn capped the snapshot at 128 rows per transaction of the stream.
+_TURN_BUDGET_S = 0.02
 _NULL, _SOME = NULL_BRANCH, VALUE_BRANCH
 _C, _U, _D = AVRO_OPS["c"], AVRO_OPS["u"], AVRO_OPS["d"]
 
@@ -434,6 +438,8 @@ class _BinlogReader(StreamReader):
         self.reading: tuple[Window, Any, int] | None = None
         #: The closed window's rows being written, a slice per turn.
         self.drain: Drain | None = None
+        #: When the snapshot's last turn ended (:data:`_TURN_BUDGET_S`).
+        self.turn_ended = time.monotonic()
         self.signal_table_id: int | None = None
 
     def send(self, topic: str, key: bytes | None, value: bytes | None) -> None:
@@ -482,7 +488,12 @@ class _BinlogReader(StreamReader):
                     capture.poll_signals()
             if inc is not None and self.tx is None and inc.busy:
                 # A heartbeat: nothing else is waiting, a chunk's work at once.
-                self.snapshot_step(idle=cls is HeartbeatLogEvent)
+                now = time.monotonic()
+                self.snapshot_step(
+                    idle=cls is HeartbeatLogEvent,
+                    budget_s=min(_TURN_BUDGET_S, now - self.turn_ended),
+                )
+                self.turn_ended = time.monotonic()
             if capture.stopping and self.tx is None:
                 break
 
@@ -741,12 +752,13 @@ class _BinlogReader(StreamReader):
             position.pos,
         )
 
-    def snapshot_step(self, idle: bool = False) -> None:
-        """At a transaction boundary, a slice of the incremental snapshot's work, so
-        that a stream change waits for a slice (:data:`_SLICE` rows), not for a chunk;
-        when ``idle``, every slice ready until a chunk is written (the pace of a chunk
-        per idle turn)."""
-        while self.snapshot_slice() and idle:
+    def snapshot_step(self, idle: bool = False, budget_s: float = 0.0) -> None:
+        """At a transaction boundary, a slice of the incremental snapshot's work, and
+        more while ``budget_s`` lasts, so that a stream change waits for about that,
+        not for a chunk; when ``idle``, every slice ready until a chunk is written (the
+        pace of a chunk per idle turn)."""
+        until = time.monotonic() + budget_s
+        while self.snapshot_slice() and (idle or time.monotonic() < until):
             pass
 
     def snapshot_slice(self) -> bool:

@@ -152,3 +152,11 @@ def test_an_idle_turn_does_a_chunks_work_at_once(reader: Any) -> None:
     reader.snapshot_step(idle=True)
     assert len(reader.capture.written) == 300 and reader.drain is None
     assert reader.inc.window is None and reader.inc.ledger.queue == []
+
+
+def test_a_turn_with_time_to_spare_goes_on_slicing(reader: Any) -> None:
+    """A busy turn's budget (the stream had time since the last turn) lets it do more
+    than one slice; with none it does one (the tests above)."""
+    reader.stream.log_pos = 500
+    reader.snapshot_step(budget_s=60.0)
+    assert len(reader.capture.written) == 300 and reader.drain is None
