@@ -34,8 +34,8 @@ def _readable(key: bytes) -> str:
 
 def _states(settings: Settings) -> tuple[dict[Any, Any], int]:
     """Every key's latest state (parked or unparked) and the parked topic's end."""
-    from bizevents.translators.parking import decode_state, ref_of
-    from bizevents.translators.parkingio import read_to_end
+    from bizevents.plumbing.parking import decode_state, ref_of
+    from bizevents.plumbing.parkingio import read_to_end
 
     t = settings.translate
     messages = read_to_end(settings.kafka.librdkafka(), t.parked_topic, [0])
@@ -53,7 +53,7 @@ def _states(settings: Settings) -> tuple[dict[Any, Any], int]:
 
 
 def _parked(settings: Settings, translator: str | None) -> list[tuple[Any, Any]]:
-    from bizevents.translators.parking import Parked
+    from bizevents.plumbing.parking import Parked
 
     states, _ = _states(settings)
     name = translator.partition("@")[0] if translator else None
@@ -124,7 +124,8 @@ def list_(ctx: click.Context, translator: str | None, as_json: bool) -> None:
 @fails_cleanly
 def show(ctx: click.Context, key: str, translator: str | None, as_json: bool) -> None:
     """One key's parked changes, in source order (KEY as `dlq list` prints it, in hex)."""
-    from bizevents.translators.parkingio import parked_records, read_to_end
+    from bizevents.plumbing.parkingio import read_to_end
+    from bizevents.translators.parkingio import parked_records
 
     settings = settings_of(ctx)
     found = [(ref, state) for ref, state in _parked(settings, translator) if ref[3].hex() == key]
@@ -169,7 +170,7 @@ def _ask(settings: Settings, requests: list[Any], timeout: float) -> list[Any]:
     """Write ``requests`` to the parked topic and wait for their answers."""
     from confluent_kafka import Producer
 
-    from bizevents.translators.parkingio import read_requests, read_to_end
+    from bizevents.plumbing.parkingio import read_requests, read_to_end
 
     conf = settings.kafka.librdkafka()
     topic = settings.translate.parked_topic
@@ -225,8 +226,8 @@ def redrive(
     """Re-run a key's parked changes, in order, through the given (fixed) version, with
     the same event ids; the key is unparked when its queue is empty. A change that fails
     again leaves the key parked with the new reason."""
+    from bizevents.plumbing.parking import Request
     from bizevents.translators.exceptions import PluginError
-    from bizevents.translators.parking import Request
     from bizevents.translators.registry import discover
 
     name, _, version_text = ref.partition("@")
@@ -262,7 +263,7 @@ def discard(
 ) -> None:
     """Drop a key's parked changes (they stay on the dead-letter topic, for the record)
     and unpark it, recording the reason."""
-    from bizevents.translators.parking import Request
+    from bizevents.plumbing.parking import Request
 
     settings = settings_of(ctx)
     name = translator.partition("@")[0]

@@ -4,8 +4,9 @@ A change that fails parks its source key for the translator that failed: the key
 later changes are parked behind it (written to the dead-letter topic, marked parked,
 untranslated) until a re-drive through a fixed version unparks the key. This module
 holds the state and its records; it does no I/O. The row worker (the pipeline) asks
-it per record, the I/O around it (:mod:`bizevents.translators.parkingio`) restores it
-from the parked topic and carries out re-drive requests. It knows nothing of rows,
+it per record, the I/O around it (:mod:`bizevents.plumbing.parkingio`, and the
+worker's :mod:`bizevents.translators.parkingio`) restores it from the parked topic and
+carries out re-drive requests. It knows nothing of rows,
 Faust or Kafka clients, so that the transaction worker can adopt it as it is.
 
 A key is :data:`Ref` ``(translator name, technical topic, partition, record key)``:
