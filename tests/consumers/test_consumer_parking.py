@@ -29,6 +29,7 @@ import pytest
 
 from bizevents.consumers import Delivery
 from bizevents.devstack import Endpoints
+from bizevents.plumbing.parking import ParkingBoundError
 from tests.consumers.parking_consumer import POISON
 from tests.consumers.test_consumer import Kit, PriceSet
 
@@ -82,15 +83,19 @@ def cli_env(endpoints: Endpoints) -> dict[str, str]:
     }
 
 
-def dlq(endpoints: Endpoints, *args: str, timeout: float = 120) -> Any:
-    done = subprocess.run(
+def dlq_run(endpoints: Endpoints, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
         [sys.executable, "-m", "bizevents", "dlq", *args],
         env=cli_env(endpoints),
         capture_output=True,
         text=True,
-        timeout=timeout,
+        timeout=120,
         cwd=REPO,
     )
+
+
+def dlq(endpoints: Endpoints, *args: str) -> Any:
+    done = dlq_run(endpoints, *args)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
@@ -142,7 +147,8 @@ def test_parked_keys_wait_and_are_re_driven_in_order(
     thread.start()
     try:
         stats = consumer.stats
-        wait_for(lambda: stats.delivered + stats.parked >= total or failed, 90, "all read")
+        read = lambda: stats.delivered + stats.parked + stats.dead_lettered  # noqa: E731
+        wait_for(lambda: read() >= total or failed, 90, "all read")
         assert not failed, failed
         assert stats.parked == len(PARKED) * (1 + LATER)
         assert {sku for sku, _, _ in handled} == set(KEYS) - PARKED  # not one parked call
@@ -155,6 +161,14 @@ def test_parked_keys_wait_and_are_re_driven_in_order(
         shown = dlq(bizevents_stack, "show", one["key"], "--consumer", group, "--json")
         assert len(shown) == 1 + LATER
         assert [r["stage"] for r in shown[:2]] == ["consume-handler", "parked"]
+
+        # a re-drive before the fix fails again: the key stays parked, with the new reason
+        again = dlq_run(bizevents_stack, "redrive", "--consumer", group, "--key", one["key"])
+        assert again.returncode == 1, again.stdout + again.stderr
+        assert "failed again at offset" in again.stdout and "Traceback" not in again.stderr
+        check_parked_list(
+            dlq(bizevents_stack, "list", "--consumer", group, "--json"), group, kit.topic
+        )
 
         fixed.set()  # the fix deployed: the handler no longer raises
         redrive = dlq_in_background(bizevents_stack, "redrive", "--consumer", group, "--all")
@@ -322,3 +336,24 @@ def test_parking_survives_a_rebalance_and_a_kill_9_mid_re_drive(
     finally:
         for m in members:
             m.stop()
+
+
+def test_past_the_bound_the_consumer_stops_with_a_sentence(
+    bizevents_stack: Endpoints, unique_topic: Callable[[str], str]
+) -> None:
+    """Parking never grows without limit: one key more than ``max_parked_keys`` stops
+    the consumer with one sentence (and commits nothing of that batch)."""
+    kit = Kit(bizevents_stack, unique_topic("prices"), partitions=1)
+    for sku in ("a", "b"):
+        kit.send(kit.event(sku, 1, f"{sku}/1", price=POISON), sku)
+    kit.flush()
+
+    def handler(d: Delivery[PriceSet]) -> None:
+        raise ValueError("poisoned")
+
+    group = unique_topic("group")
+    consumer = kit.consumer(handler, group, max_parked_keys=1)
+    with pytest.raises(ParkingBoundError, match=r"consumer group .* cannot park one more key"):
+        asyncio.run(asyncio.wait_for(consumer.run(), 60))
+    assert consumer.stats.parked == 1
+    assert kit.committed(group) == 0
