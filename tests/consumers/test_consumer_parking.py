@@ -357,3 +357,40 @@ def test_past_the_bound_the_consumer_stops_with_a_sentence(
         asyncio.run(asyncio.wait_for(consumer.run(), 60))
     assert consumer.stats.parked == 1
     assert kit.committed(group) == 0
+
+
+def test_discard_unparks_a_key_and_its_later_events_are_handled(
+    bizevents_stack: Endpoints, unique_topic: Callable[[str], str]
+) -> None:
+    """``dlq discard --consumer``: the parked events stay on the dead-letter topic, never
+    reach the handler; the key's next events do."""
+    kit = Kit(bizevents_stack, unique_topic("prices"), partitions=1)
+    kit.send(kit.event("a", 1, "a/1", price=POISON), "a")
+    kit.send(kit.event("a", 2, "a/2"), "a")
+    kit.flush()
+    handled: list[int] = []
+
+    def handler(d: Delivery[PriceSet]) -> None:
+        if d.event.price == POISON:
+            raise ValueError("poisoned")
+        handled.append(d.event.seq)
+
+    group = unique_topic("group")
+    consumer = kit.consumer(handler, group)
+    thread = threading.Thread(target=lambda: asyncio.run(consumer.run()), daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: consumer.stats.parked >= 2, 60, "a parked")
+        key = b"a".hex()
+        gone = dlq_run(bizevents_stack, "discard", key, "--consumer", group, "--reason", "test")
+        assert gone.returncode == 0, gone.stderr
+        assert gone.stdout.startswith("done:") and "discarded 2 parked events" in gone.stdout
+        kit.send(kit.event("a", 3, "a/3"), "a")
+        kit.flush()
+        wait_for(lambda: handled, 60, "a's next event handled")
+        time.sleep(0.5)
+        assert handled == [3]
+        assert dlq(bizevents_stack, "list", "--consumer", group, "--json") == []
+    finally:
+        consumer.stop()
+        thread.join(30)
