@@ -344,8 +344,8 @@ class BusinessConsumer:
     async def _one(self, record: Any, producer: Any, bound: Any) -> list[asyncio.Future[Any]]:
         """Handle one live record; the futures of what it wrote."""
         where = bound.bind(topic=record.topic, partition=record.partition, offset=record.offset)
-        ref: Ref = (self.group_id, record.topic, record.partition, record.key or b"")
         if record.topic in self.parking.watched:  # else nothing is parked there: no lookup
+            ref: Ref = (self.group_id, record.topic, record.partition, record.key or b"")
             state = self.parking.parked.get(ref)
             if state is not None:
                 reason = f"key parked since offset {state.first}"
@@ -363,6 +363,7 @@ class BusinessConsumer:
             )
         if self.on_error == "park":
             where.warning("parked", stage=stage, reason=reason, topic=self.dead_letter_topic)
+            ref = (self.group_id, record.topic, record.partition, record.key or b"")
             return await self._park(record, producer, ref, failure)
         where.warning("dead-lettered", stage=stage, reason=reason, topic=self.dead_letter_topic)
         self.stats.dead_lettered += 1
