@@ -6,11 +6,11 @@ untranslated) until a re-drive through a fixed version unparks the key. This mod
 holds the state and its records; it does no I/O. The row worker (the pipeline) asks
 it per record, the I/O around it (:mod:`bizevents.plumbing.parkingio`, and the
 worker's :mod:`bizevents.translators.parkingio`) restores it from the parked topic and
-carries out re-drive requests. It knows nothing of rows,
-Faust or Kafka clients, so that the transaction worker can adopt it as it is; the
-consumer kit (:mod:`bizevents.consumers`) parks business events with it, the consumer
-group standing where a translator's name stands (``Ref`` ``(group, business topic,
-partition, key)``, its own parked topic, the same records).
+carries out re-drive requests. It knows nothing of rows, Faust or Kafka clients, so
+that the transaction worker can adopt it as it is. It stands on the ground floor
+because the consumer kit (:mod:`bizevents.consumers`) parks business events with it
+too: the consumer group stands where a translator's name stands (``Ref`` ``(group,
+business topic, partition, key)``), with its own parked topic and the same records.
 
 A key is :data:`Ref` ``(translator name, technical topic, partition, record key)``:
 the name, not the version, since the fix is another version of the same translator
