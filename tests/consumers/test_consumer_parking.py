@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from bizevents.consumers import Delivery
+from bizevents.consumers import ConsumerFailedError, Delivery
 from bizevents.devstack import Endpoints
 from bizevents.plumbing.parking import ParkingBoundError
 from tests.consumers.parking_consumer import POISON
@@ -394,3 +394,25 @@ def test_discard_unparks_a_key_and_its_later_events_are_handled(
     finally:
         consumer.stop()
         thread.join(30)
+
+
+def test_on_error_fail_stops_the_consumer_with_a_sentence(
+    bizevents_stack: Endpoints, unique_topic: Callable[[str], str]
+) -> None:
+    kit = Kit(bizevents_stack, unique_topic("prices"), partitions=1)
+    kit.send(kit.event("a", 1, "a/1"), "a")
+    kit.send(kit.event("a", 2, "a/2", price=POISON), "a")
+    kit.flush()
+    handled: list[int] = []
+
+    def handler(d: Delivery[PriceSet]) -> None:
+        if d.event.price == POISON:
+            raise ValueError("poisoned")
+        handled.append(d.event.seq)
+
+    group = unique_topic("group")
+    consumer = kit.consumer(handler, group, on_error="fail")
+    with pytest.raises(ConsumerFailedError, match=r"stops at .* offset 1 \(consume-handler\)"):
+        asyncio.run(asyncio.wait_for(consumer.run(), 60))
+    assert handled == [1]
+    assert kit.committed(group) == 0  # nothing of the batch: a restart reads it again
