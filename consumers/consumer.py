@@ -247,9 +247,10 @@ class BusinessConsumer:
             raise TransientError(
                 f"cannot reach Kafka at {self.kafka.bootstrap_servers}: {exc}"
             ) from exc
-        requests = _RequestReader(self.kafka.librdkafka(), self.parked_topic)
         bound = log.bind(group=self.group_id)
+        requests: _RequestReader | None = None
         try:
+            requests = _RequestReader(self.kafka.librdkafka(), self.parked_topic)
             while not self._stop.is_set():
                 batches = await consumer.getmany(timeout_ms=200, max_records=self.max_records)
                 async with self._turn:
@@ -278,7 +279,8 @@ class BusinessConsumer:
                         }:
                             await self._carry_out(request, producer, bound)
         finally:
-            requests.close()
+            if requests is not None:
+                requests.close()
             await _stop_quietly(consumer, producer)
 
     async def _batch(self, batches: dict[Any, list[Any]], producer: Any, bound: Any) -> Any:
