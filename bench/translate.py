@@ -268,7 +268,7 @@ def core_only(
             schemas[schema_id] = str(client.get_schema(schema_id).schema_str)
         return schemas[schema_id]
 
-    from bizevents.translators.parking import ParkedKeys
+    from bizevents.plumbing.parking import ParkedKeys
 
     pipeline = Pipeline(
         [orders_v2],

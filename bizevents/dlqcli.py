@@ -3,7 +3,9 @@
 ``list`` and ``show`` only read (the parked topic, the dead-letter topic). ``redrive``
 and ``discard`` write a request to the parked topic and wait for its answer: the live
 worker that owns the key's partition carries it out, in order with the key's live
-changes.
+changes. ``--consumer GROUP`` does the same for a consumer-kit group's parked keys (its
+own parked and dead-letter topics); the member of the group that owns the key's
+partition hands the parked events to its handler, the fixed one once it is deployed.
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import click
 
@@ -32,13 +36,64 @@ def _readable(key: bytes) -> str:
     return text if text.isprintable() else "-"
 
 
-def _states(settings: Settings) -> tuple[dict[Any, Any], int]:
-    """Every key's latest state (parked or unparked) and the parked topic's end."""
-    from bizevents.translators.parking import decode_state, ref_of
-    from bizevents.translators.parkingio import read_to_end
+@dataclass(frozen=True)
+class Target:
+    """Whose parked keys: the translators' (the worker's topics), or a consumer group's."""
 
-    t = settings.translate
-    messages = read_to_end(settings.kafka.librdkafka(), t.parked_topic, [0])
+    parked_topic: str
+    dead_letter_topic: str
+    consumer: str | None = None
+
+    @property
+    def who(self) -> str:
+        return (
+            "a `bizevents translate` worker running that reads the key's topic"
+            if self.consumer is None
+            else f"a consumer of group {self.consumer} running"
+        )
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _consumer_options(func: F) -> F:
+    """``--consumer GROUP`` and its topics (the consumer kit's defaults)."""
+    for option in reversed(
+        [
+            click.option(
+                "--consumer", help="A consumer-kit group's parked keys, not a translator's."
+            ),
+            click.option("--parked-topic", help="With --consumer: default <GROUP>.parked."),
+            click.option(
+                "--dead-letter-topic", help="With --consumer: default <GROUP>.dead-letter."
+            ),
+        ]
+    ):
+        func = option(func)
+    return func
+
+
+def _target(
+    settings: Settings, consumer: str | None, parked_topic: str | None, dead_letters: str | None
+) -> Target:
+    if consumer is None:
+        if parked_topic or dead_letters:
+            raise ConfigError("--parked-topic and --dead-letter-topic go with --consumer GROUP")
+        t = settings.translate
+        return Target(t.parked_topic, t.dead_letter_topic)
+    return Target(
+        parked_topic or f"{consumer}.parked",
+        dead_letters or f"{consumer}.dead-letter",
+        consumer,
+    )
+
+
+def _states(settings: Settings, target: Target) -> tuple[dict[Any, Any], int]:
+    """Every key's latest state (parked or unparked) and the parked topic's end."""
+    from bizevents.plumbing.parking import decode_state, ref_of
+    from bizevents.plumbing.parkingio import read_to_end
+
+    messages = read_to_end(settings.kafka.librdkafka(), target.parked_topic, [0])
     states: dict[Any, Any] = {}
     for msg in messages:
         ref = ref_of(msg.key() or b"")
@@ -52,11 +107,11 @@ def _states(settings: Settings) -> tuple[dict[Any, Any], int]:
     return states, end
 
 
-def _parked(settings: Settings, translator: str | None) -> list[tuple[Any, Any]]:
-    from bizevents.translators.parking import Parked
+def _parked(settings: Settings, translator: str | None, target: Target) -> list[tuple[Any, Any]]:
+    from bizevents.plumbing.parking import Parked
 
-    states, _ = _states(settings)
-    name = translator.partition("@")[0] if translator else None
+    states, _ = _states(settings, target)
+    name = translator.partition("@")[0] if translator else target.consumer
     return [
         (ref, state)
         for ref, state in sorted(states.items())
@@ -73,11 +128,20 @@ def dlq() -> None:
 @dlq.command(name="list")
 @click.option("--translator", help="Only this translator's keys (name or name@version).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@_consumer_options
 @click.pass_context
 @fails_cleanly
-def list_(ctx: click.Context, translator: str | None, as_json: bool) -> None:
+def list_(
+    ctx: click.Context,
+    translator: str | None,
+    as_json: bool,
+    consumer: str | None,
+    parked_topic: str | None,
+    dead_letter_topic: str | None,
+) -> None:
     """The parked keys, how many changes wait behind each, and the first reason."""
     settings = settings_of(ctx)
+    target = _target(settings, consumer, parked_topic, dead_letter_topic)
     rows = [
         {
             "translator": ref[0],
@@ -92,7 +156,7 @@ def list_(ctx: click.Context, translator: str | None, as_json: bool) -> None:
             "reason": state.reason,
             "latest_reason": state.latest_reason,
         }
-        for ref, state in _parked(settings, translator)
+        for ref, state in _parked(settings, translator, target)
     ]
     if as_json:
         print_json(rows)
@@ -100,7 +164,14 @@ def list_(ctx: click.Context, translator: str | None, as_json: bool) -> None:
     console.print(
         table(
             f"{len(rows)} parked keys",
-            ["translator", "topic[partition]", "key", "parked", "since offset", "reason"],
+            [
+                "translator" if consumer is None else "consumer",
+                "topic[partition]",
+                "key",
+                "parked",
+                "since offset",
+                "reason",
+            ],
             [
                 [
                     r["translator"],
@@ -120,30 +191,30 @@ def list_(ctx: click.Context, translator: str | None, as_json: bool) -> None:
 @click.argument("key")
 @click.option("--translator", help="Only this translator's parked changes.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@_consumer_options
 @click.pass_context
 @fails_cleanly
-def show(ctx: click.Context, key: str, translator: str | None, as_json: bool) -> None:
+def show(
+    ctx: click.Context,
+    key: str,
+    translator: str | None,
+    as_json: bool,
+    consumer: str | None,
+    parked_topic: str | None,
+    dead_letter_topic: str | None,
+) -> None:
     """One key's parked changes, in source order (KEY as `dlq list` prints it, in hex)."""
-    from bizevents.translators.parkingio import parked_records, read_to_end
+    from bizevents.plumbing.parkingio import read_to_end
 
     settings = settings_of(ctx)
-    found = [(ref, state) for ref, state in _parked(settings, translator) if ref[3].hex() == key]
+    target = _target(settings, consumer, parked_topic, dead_letter_topic)
+    found = [
+        (ref, state) for ref, state in _parked(settings, translator, target) if ref[3].hex() == key
+    ]
     if not found:
         raise DlqError(f"no key {key} is parked (bizevents dlq list shows the parked keys)")
-    messages = read_to_end(settings.kafka.librdkafka(), settings.translate.dead_letter_topic)
-    rows = [
-        {
-            "translator": parked.translator,
-            "topic": parked.source.topic,
-            "partition": parked.source.partition,
-            "offset": parked.source.offset,
-            "stage": parked.stage,
-            "reason": parked.reason,
-            "bytes": len(parked.source.value or b""),
-        }
-        for ref, state in found
-        for parked in parked_records(messages, ref, state.first - 1)
-    ]
+    messages = read_to_end(settings.kafka.librdkafka(), target.dead_letter_topic)
+    rows = _show_rows(messages, found, target)
     if as_json:
         print_json(rows)
         return
@@ -165,15 +236,49 @@ def show(ctx: click.Context, key: str, translator: str | None, as_json: bool) ->
     )
 
 
-def _ask(settings: Settings, requests: list[Any], timeout: float) -> list[Any]:
+def _show_rows(messages: list[Any], found: list[Any], target: Target) -> list[dict[str, Any]]:
+    """The rows `show` prints: a translator's parked changes or a group's parked events."""
+    from bizevents.consumers.parking import parked_events
+    from bizevents.translators.parkingio import parked_records
+
+    if target.consumer is not None:
+        return [
+            {
+                "translator": target.consumer,
+                "topic": parked.topic,
+                "partition": parked.partition,
+                "offset": parked.offset,
+                "stage": parked.stage,
+                "reason": parked.reason,
+                "bytes": len(parked.value or b""),
+            }
+            for ref, state in found
+            for parked in parked_events(messages, ref, state.first - 1)
+        ]
+    return [
+        {
+            "translator": parked.translator,
+            "topic": parked.source.topic,
+            "partition": parked.source.partition,
+            "offset": parked.source.offset,
+            "stage": parked.stage,
+            "reason": parked.reason,
+            "bytes": len(parked.source.value or b""),
+        }
+        for ref, state in found
+        for parked in parked_records(messages, ref, state.first - 1)
+    ]
+
+
+def _ask(settings: Settings, target: Target, requests: list[Any], timeout: float) -> list[Any]:
     """Write ``requests`` to the parked topic and wait for their answers."""
     from confluent_kafka import Producer
 
-    from bizevents.translators.parkingio import read_requests, read_to_end
+    from bizevents.plumbing.parkingio import read_requests, read_to_end
 
     conf = settings.kafka.librdkafka()
-    topic = settings.translate.parked_topic
-    _, position = _states(settings)
+    topic = target.parked_topic
+    _, position = _states(settings, target)
     producer = Producer(conf)
     for request in requests:
         producer.produce(topic, key=request.record_key(), value=request.record(), partition=0)
@@ -192,9 +297,8 @@ def _ask(settings: Settings, requests: list[Any], timeout: float) -> list[Any]:
             return done
         if time.monotonic() > deadline:
             raise DlqError(
-                f"no worker answered within {timeout:.0f} s: is a `bizevents translate` "
-                f"worker running that reads the key's topic? The request stays in {topic} "
-                "and the worker that owns the key's partition carries it out when it runs"
+                f"no answer within {timeout:.0f} s: is {target.who}? The request stays in "
+                f"{topic}, and the one that owns the key's partition carries it out when it runs"
             )
         time.sleep(0.3)
 
@@ -212,65 +316,96 @@ def _report(answers: list[Any], as_json: bool) -> None:
 
 
 @dlq.command()
-@click.option("--translator", "ref", required=True, help="The fixed version: name@version.")
+@click.option("--translator", "ref", help="The fixed version: name@version.")
 @click.option("--key", help="The key to re-drive (hex, as `dlq list` prints it).")
 @click.option("--all", "every", is_flag=True, help="Every key parked for that translator.")
 @click.option("--timeout", type=float, default=120.0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the answers as JSON.")
+@_consumer_options
 @click.pass_context
 @fails_cleanly
 def redrive(
-    ctx: click.Context, ref: str, key: str | None, every: bool, timeout: float, as_json: bool
+    ctx: click.Context,
+    ref: str | None,
+    key: str | None,
+    every: bool,
+    timeout: float,
+    as_json: bool,
+    consumer: str | None,
+    parked_topic: str | None,
+    dead_letter_topic: str | None,
 ) -> None:
     """Re-run a key's parked changes, in order, through the given (fixed) version, with
     the same event ids; the key is unparked when its queue is empty. A change that fails
-    again leaves the key parked with the new reason."""
+    again leaves the key parked with the new reason. With --consumer GROUP instead of
+    --translator: the group's member that owns the key hands its parked events, in order,
+    to its handler (deploy the fixed handler first)."""
+    from bizevents.plumbing.parking import Request
     from bizevents.translators.exceptions import PluginError
-    from bizevents.translators.parking import Request
     from bizevents.translators.registry import discover
 
-    name, _, version_text = ref.partition("@")
-    if not version_text.isdigit():
-        raise ConfigError(f"--translator {ref}: give name@version, e.g. orders@4")
-    try:
-        discover(names=[name]).get(name, int(version_text))
-    except PluginError as exc:
-        raise DlqError(f"cannot re-drive through {ref}: {exc}") from None
+    if (ref is None) == (consumer is None):
+        raise ConfigError("give either --translator NAME@VERSION or --consumer GROUP")
     if (key is None) == (not every):
         raise ConfigError("give either --key KEY or --all")
+    version: int | None = None
+    if ref is not None:
+        name, _, version_text = ref.partition("@")
+        if not version_text.isdigit():
+            raise ConfigError(f"--translator {ref}: give name@version, e.g. orders@4")
+        try:
+            discover(names=[name]).get(name, int(version_text))
+        except PluginError as exc:
+            raise DlqError(f"cannot re-drive through {ref}: {exc}") from None
+        version = int(version_text)
     settings = settings_of(ctx)
-    targets = [(r, s) for r, s in _parked(settings, name) if every or r[3].hex() == key]
+    target = _target(settings, consumer, parked_topic, dead_letter_topic)
+    owner = name if ref is not None else str(consumer)
+    targets = [(r, s) for r, s in _parked(settings, owner, target) if every or r[3].hex() == key]
     if not targets:
-        raise DlqError(f"no key {key or ''} is parked for translator {name}".replace("  ", " "))
+        what = f"translator {owner}" if ref is not None else f"consumer group {owner}"
+        raise DlqError(f"no key {key or ''} is parked for {what}".replace("  ", " "))
     requests = [
-        Request(uuid.uuid4().hex, "redrive", name, r[1], r[2], r[3].hex(), int(version_text))
+        Request(uuid.uuid4().hex, "redrive", owner, r[1], r[2], r[3].hex(), version)
         for r, _ in targets
     ]
-    _report(_ask(settings, requests, timeout), as_json)
+    _report(_ask(settings, target, requests, timeout), as_json)
 
 
 @dlq.command()
 @click.argument("key")
-@click.option("--translator", required=True, help="The translator the key is parked for.")
+@click.option("--translator", help="The translator the key is parked for.")
 @click.option("--reason", required=True, help="Why its parked changes are dropped.")
 @click.option("--timeout", type=float, default=60.0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON.")
+@_consumer_options
 @click.pass_context
 @fails_cleanly
 def discard(
-    ctx: click.Context, key: str, translator: str, reason: str, timeout: float, as_json: bool
+    ctx: click.Context,
+    key: str,
+    translator: str | None,
+    reason: str,
+    timeout: float,
+    as_json: bool,
+    consumer: str | None,
+    parked_topic: str | None,
+    dead_letter_topic: str | None,
 ) -> None:
     """Drop a key's parked changes (they stay on the dead-letter topic, for the record)
     and unpark it, recording the reason."""
-    from bizevents.translators.parking import Request
+    from bizevents.plumbing.parking import Request
 
+    if (translator is None) == (consumer is None):
+        raise ConfigError("give either --translator NAME or --consumer GROUP")
     settings = settings_of(ctx)
-    name = translator.partition("@")[0]
-    targets = [r for r, _ in _parked(settings, name) if r[3].hex() == key]
+    target = _target(settings, consumer, parked_topic, dead_letter_topic)
+    name = translator.partition("@")[0] if translator is not None else str(consumer)
+    targets = [r for r, _ in _parked(settings, name, target) if r[3].hex() == key]
     if not targets:
-        raise DlqError(f"no key {key} is parked for translator {name}")
+        raise DlqError(f"no key {key} is parked for {name}")
     requests = [
         Request(uuid.uuid4().hex, "discard", name, r[1], r[2], r[3].hex(), reason=reason)
         for r in targets
     ]
-    _report(_ask(settings, requests, timeout), as_json)
+    _report(_ask(settings, target, requests, timeout), as_json)

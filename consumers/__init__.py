@@ -13,20 +13,25 @@
 Values are decoded into the contract's pydantic models, the handler is called in
 per-key order, offsets are committed after it returns, duplicates are skipped by
 ``event_id`` within a window, a replayed correction is marked as superseding, and
-poison records go to a dead-letter topic. docs/consuming.md has the rest (and how to
-read the topics from Java and Node). The public API is exactly ``__all__``.
+poison records park their key (or go to a dead-letter topic), to be re-driven in
+order through the fixed handler with ``bizevents dlq redrive --consumer GROUP``.
+docs/consuming.md has the rest (and how to read the topics from Java and Node). The
+public API is exactly ``__all__``.
 """
 
 from bizevents.consumers.consumer import (
-    HEADER_CONSUMER_GROUP,
-    HEADER_CONSUMER_OFFSET,
-    HEADER_CONSUMER_PARTITION,
-    HEADER_CONSUMER_TOPIC,
     BusinessConsumer,
+    ConsumerFailedError,
     ConsumerStats,
     Delivery,
     Handler,
     consume,
+)
+from bizevents.consumers.parking import (
+    HEADER_CONSUMER_GROUP,
+    HEADER_CONSUMER_OFFSET,
+    HEADER_CONSUMER_PARTITION,
+    HEADER_CONSUMER_TOPIC,
 )
 from bizevents.consumers.window import EventWindow, Verdict
 
@@ -36,6 +41,7 @@ __all__ = [
     "HEADER_CONSUMER_PARTITION",
     "HEADER_CONSUMER_TOPIC",
     "BusinessConsumer",
+    "ConsumerFailedError",
     "ConsumerStats",
     "Delivery",
     "EventWindow",

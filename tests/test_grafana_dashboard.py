@@ -16,9 +16,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bizevents.capture.metrics import CaptureStats
 from bizevents.capture.metrics import serve_metrics as serve_capture
+from bizevents.plumbing.parking import ParkedKeys
 from bizevents.translators.metrics import WorkerStats
 from bizevents.translators.metrics import serve_metrics as serve_worker
-from bizevents.translators.parking import ParkedKeys
 
 DASHBOARD = Path(__file__).resolve().parents[1] / "docs" / "grafana" / "bizevents.json"
 

@@ -20,10 +20,10 @@ from bizevents.contracts.business import (
 )
 from bizevents.plumbing.errors import ConfigError, TerminalError, TransientError
 from bizevents.plumbing.kafka import partition_for
+from bizevents.plumbing.parking import PARKED_HEADER
 from bizevents.plumbing.process import settle_collector
 from bizevents.translators._faust import BlockAcker, RecordBlock, aiokafka_producer
 from bizevents.translators.metrics import WorkerStats
-from bizevents.translators.parking import PARKED_HEADER
 from bizevents.translators.pipeline import (
     OutRecord,
     Pipeline,

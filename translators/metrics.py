@@ -44,7 +44,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from bizevents.plumbing.metrics import serve_metrics as serve
-from bizevents.translators.parking import ParkedKeys
+from bizevents.plumbing.parking import ParkedKeys
 from bizevents.translators.pipeline import Counts
 from bizevents.translators.shadow import VERDICTS, ShadowBook, ShadowComparison
 

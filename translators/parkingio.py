@@ -1,6 +1,6 @@
 """The parked topic's I/O, and re-drives carried out by the live row worker.
 
-:mod:`bizevents.translators.parking` holds the parked keys as pure state; this module
+:mod:`bizevents.plumbing.parking` holds the parked keys as pure state; this module
 is its edge: it reads the parked topic (restore at start and on every assignment),
 follows it for the requests ``bizevents dlq`` writes, and carries each re-drive or
 discard out in the worker that owns the key's partition, in the agent's event loop,
@@ -12,7 +12,6 @@ and acknowledged, with no block translated between that check and the unpark
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -27,9 +26,8 @@ from bizevents.contracts.business import (
     HEADER_SOURCE_TOPIC,
     HEADER_TRANSLATOR,
 )
-from bizevents.plumbing.errors import TransientError
 from bizevents.plumbing.kafka import partition_for
-from bizevents.translators.parking import (
+from bizevents.plumbing.parking import (
     PARKED_EXTRA_HEADERS,
     PARKED_HEADER,
     ParkedKeys,
@@ -37,79 +35,12 @@ from bizevents.translators.parking import (
     Request,
     ref_key,
 )
+from bizevents.plumbing.parkingio import REQUEST_PREFIX, read_requests, read_to_end
 from bizevents.translators.pipeline import OutRecord, Pipeline, SourceRecord
 
-__all__ = ["ParkedRecord", "Redriver", "parked_records", "read_requests", "read_to_end"]
+__all__ = ["ParkedRecord", "Redriver", "parked_records"]
 
 log = structlog.get_logger("parking")
-
-REQUEST_PREFIX = b"request|"
-
-
-def read_to_end(
-    conf: dict[str, Any],
-    topic: str,
-    partitions: Sequence[int] | None = None,
-    start: dict[int, int] | None = None,
-    timeout_s: float = 30.0,
-) -> list[Any]:
-    """The records of ``topic`` (confluent-kafka messages) from ``start`` (else the
-    beginning) to the end of each partition, as the Fetch high watermark tells it (the
-    embedded broker's ListOffsets is wrong, docs/broker.md)."""
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
-
-    consumer = Consumer(
-        {
-            **conf,
-            "group.id": "bizevents-parked-reader",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "auto.offset.reset": "earliest",
-        }
-    )
-    try:
-        meta = consumer.list_topics(topic, timeout=10).topics.get(topic)
-        if meta is None or meta.error is not None:
-            return []
-        wanted = sorted(meta.partitions) if partitions is None else list(partitions)
-        begin = start or {}
-        consumer.assign([TopicPartition(topic, p, begin.get(p, OFFSET_BEGINNING)) for p in wanted])
-        unfinished = set(wanted)
-        found: list[Any] = []
-        deadline = time.monotonic() + timeout_s
-        while unfinished:
-            msg = consumer.poll(0.2)
-            if msg is None:
-                if time.monotonic() > deadline:
-                    raise TransientError(f"{topic} did not answer within {timeout_s:.0f} s")
-                continue
-            err = msg.error()
-            if err is None:
-                found.append(msg)
-            elif err.code() == KafkaError._PARTITION_EOF:
-                unfinished.discard(msg.partition())
-            elif not err.retriable():
-                raise TransientError(f"cannot read {topic}: {err}")
-        return found
-    finally:
-        consumer.close()
-
-
-def read_requests(messages: Sequence[Any], requests: dict[str, Request]) -> None:
-    """Fold the request records among ``messages`` into ``requests`` (id → the latest;
-    an answered request stays answered, even when its request is read again)."""
-    for msg in messages:
-        key = msg.key()
-        value = msg.value()
-        if key is None or not key.startswith(REQUEST_PREFIX) or value is None:
-            continue
-        try:
-            request = Request.decode(value)
-        except (ValueError, TypeError):
-            continue
-        known = requests.get(request.id)
-        if known is None or known.status == "pending":
-            requests[request.id] = request
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ has a fixed partition count.
 Bad input never stops the stream: an envelope that does not decode, a translator
 that raises, and an event that fails its contract each become a dead-letter record
 with the original key, value and headers, and headers naming the stage, the reason,
-the translator and the original coordinates. With parking (:mod:`bizevents.translators.parking`,
+the translator and the original coordinates. With parking (:mod:`bizevents.plumbing.parking`,
 the live worker's, ``on_error = "park"``) the record is marked parked, the source key is
 parked for that translator and its later changes are parked behind it, untranslated,
 with a parked-topic record of the key's state among the outputs; ``"fail"`` raises
@@ -45,10 +45,7 @@ from bizevents.contracts.envelope import OP_UPDATE, ChangeEvent, Source, Tombsto
 from bizevents.contracts.exceptions import ContractError, Coordinates, DecodeError
 from bizevents.contracts.technical.events import Gate, SourceTable
 from bizevents.plumbing.errors import TerminalError
-from bizevents.translators.api import Translator
-from bizevents.translators.exceptions import TranslationError
-from bizevents.translators.lineage import Origin, Stamper, contract_name, origin_of
-from bizevents.translators.parking import (
+from bizevents.plumbing.parking import (
     PARKED_HEADER,
     STAGE_PARKED,
     OnError,
@@ -56,6 +53,9 @@ from bizevents.translators.parking import (
     Ref,
     ref_key,
 )
+from bizevents.translators.api import Translator
+from bizevents.translators.exceptions import TranslationError
+from bizevents.translators.lineage import Origin, Stamper, contract_name, origin_of
 from bizevents.translators.shadow import Seen, ShadowComparison
 
 DEAD_LETTER_TOPIC: Final = "bizevents.dead-letter"

@@ -47,6 +47,7 @@ import structlog
 
 from bizevents.plumbing.errors import ConfigError, TransientError
 from bizevents.plumbing.kafka import ensure_topics, read_latest
+from bizevents.plumbing.parking import ParkedKeys
 from bizevents.plumbing.settings import KafkaSettings
 from bizevents.translators._faust import TablelessManager, bulk_consumer
 from bizevents.translators.api import Translator
@@ -57,7 +58,6 @@ from bizevents.translators.blocks import (
 )
 from bizevents.translators.exceptions import PluginError
 from bizevents.translators.metrics import WorkerStats
-from bizevents.translators.parking import ParkedKeys
 from bizevents.translators.parkingio import Redriver
 from bizevents.translators.pipeline import (
     SHADOW_SUFFIX,

@@ -14,10 +14,10 @@ import pytest
 
 from bizevents.capture.metrics import CaptureStats
 from bizevents.capture.metrics import serve_metrics as serve_capture
+from bizevents.plumbing.parking import ParkedKeys
 from bizevents.status import figures, parse
 from bizevents.translators.metrics import WorkerStats
 from bizevents.translators.metrics import serve_metrics as serve_worker
-from bizevents.translators.parking import ParkedKeys
 from bizevents.translators.pipeline import Counts
 from bizevents.translators.shadow import ShadowComparison
 

@@ -58,7 +58,13 @@ class Kit:
         self.producer = Producer(self.kafka.librdkafka())
 
     def event(
-        self, sku: str, seq: int, event_id: str, translator: str = "prices@1", replay: bool = False
+        self,
+        sku: str,
+        seq: int,
+        event_id: str,
+        translator: str = "prices@1",
+        replay: bool = False,
+        price: Decimal = Decimal("1.50"),
     ) -> PriceSet:
         lineage = Lineage(
             event_id=event_id,
@@ -69,7 +75,7 @@ class Kit:
             source_position=f"0/{seq:X}",
             replay=replay,
         )
-        return with_lineage(PriceSet(sku=sku, seq=seq, price=Decimal("1.50")), lineage)
+        return with_lineage(PriceSet(sku=sku, seq=seq, price=price), lineage)
 
     def send(self, event: PriceSet | None, key: str, raw: bytes | None = None) -> None:
         value = raw if event is None else self.serialize(event, self.topic)
@@ -150,7 +156,7 @@ def test_order_duplicates_corrections_poison(
         seen[d.event.sku].append((d.event.seq, d.supersedes))
 
     group = unique_topic("group")
-    consumer = kit.consumer(handler, group)
+    consumer = kit.consumer(handler, group, on_error="dead-letter")  # parking: its own test
     asyncio.run(_run_until(consumer, lambda: consumer.stats.dead_lettered >= 2, 60))
 
     for sku in skus:

@@ -13,7 +13,7 @@ from bizevents import translator
 from bizevents.contracts.business import HEADER_DLQ_REASON, HEADER_DLQ_STAGE, BusinessEvent
 from bizevents.contracts.change import Change
 from bizevents.contracts.technical import AutoDecoder
-from bizevents.translators.parking import (
+from bizevents.plumbing.parking import (
     PARKED_EXTRA_HEADERS,
     PARKED_HEADER,
     Parked,
@@ -208,8 +208,8 @@ def test_a_keys_parked_records_come_once_each_in_source_order_from_its_park_on()
 def test_an_answered_request_stays_answered_when_its_request_is_read_again() -> None:
     from dataclasses import replace
 
-    from bizevents.translators.parking import Request
-    from bizevents.translators.parkingio import read_requests
+    from bizevents.plumbing.parking import Request
+    from bizevents.plumbing.parkingio import read_requests
 
     asked = Request("r1", "redrive", "things", TOPIC, 0, b"k".hex(), 2)
     done = replace(asked, status="done", message="ok")

@@ -1,12 +1,16 @@
-"""Per-key parking: which source keys are parked for which translator, as pure state.
+"""Per-key parking: which keys are parked for which translator or consumer, as pure state.
 
 A change that fails parks its source key for the translator that failed: the key's
 later changes are parked behind it (written to the dead-letter topic, marked parked,
 untranslated) until a re-drive through a fixed version unparks the key. This module
 holds the state and its records; it does no I/O. The row worker (the pipeline) asks
-it per record, the I/O around it (:mod:`bizevents.translators.parkingio`) restores it
-from the parked topic and carries out re-drive requests. It knows nothing of rows,
-Faust or Kafka clients, so that the transaction worker can adopt it as it is.
+it per record, the I/O around it (:mod:`bizevents.plumbing.parkingio`, and the
+worker's :mod:`bizevents.translators.parkingio`) restores it from the parked topic and
+carries out re-drive requests. It knows nothing of rows, Faust or Kafka clients, so
+that the transaction worker can adopt it as it is. It stands on the ground floor
+because the consumer kit (:mod:`bizevents.consumers`) parks business events with it
+too: the consumer group stands where a translator's name stands (``Ref`` ``(group,
+business topic, partition, key)``), with its own parked topic and the same records.
 
 A key is :data:`Ref` ``(translator name, technical topic, partition, record key)``:
 the name, not the version, since the fix is another version of the same translator
@@ -154,6 +158,9 @@ class ParkedKeys:
     """The parked keys a worker knows of, and the offsets it must skip once re-driven."""
 
     bound: int = 10_000
+    #: what parks, and the setting of the bound, for the sentence past the bound
+    owner: str = "translator"
+    bound_setting: str = "translate.max_parked_keys"
     parked: dict[Ref, Parked] = field(default_factory=dict)
     through: dict[Ref, int] = field(default_factory=dict)
     #: technical topic -> keys parked or unparked on it: the pipeline looks a record's
@@ -185,8 +192,8 @@ class ParkedKeys:
         if len(self.parked) >= self.bound:
             name, topic, partition, _ = ref
             raise ParkingBoundError(
-                f"translator {name} cannot park one more key of {topic}[{partition}]: "
-                f"{len(self.parked)} keys are parked, the bound translate.max_parked_keys; "
+                f"{self.owner} {name} cannot park one more key of {topic}[{partition}]: "
+                f"{len(self.parked)} keys are parked, the bound {self.bound_setting}; "
                 "re-drive or discard parked keys (bizevents dlq), or raise the bound"
             )
         state = self.parked[ref] = Parked(offset, offset, 1, stage, reason, reason)

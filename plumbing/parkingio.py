@@ -1,0 +1,86 @@
+"""The parked topic's reading, shared by every part that parks keys (docs/parking.md).
+
+:mod:`bizevents.plumbing.parking` holds the parked keys as pure state; the parts that
+park (the row worker, the consumer kit) and ``bizevents dlq`` read the parked topic and
+the dead-letter topic to their ends with :func:`read_to_end`, and fold the re-drive and
+discard requests among the parked topic's records with :func:`read_requests`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from bizevents.plumbing.errors import TransientError
+from bizevents.plumbing.parking import Request
+
+__all__ = ["REQUEST_PREFIX", "read_requests", "read_to_end"]
+
+REQUEST_PREFIX = b"request|"
+
+
+def read_to_end(
+    conf: dict[str, Any],
+    topic: str,
+    partitions: Sequence[int] | None = None,
+    start: dict[int, int] | None = None,
+    timeout_s: float = 30.0,
+) -> list[Any]:
+    """The records of ``topic`` (confluent-kafka messages) from ``start`` (else the
+    beginning) to the end of each partition, as the Fetch high watermark tells it (the
+    embedded broker's ListOffsets is wrong, docs/broker.md)."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+
+    consumer = Consumer(
+        {
+            **conf,
+            "group.id": "bizevents-parked-reader",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    try:
+        meta = consumer.list_topics(topic, timeout=10).topics.get(topic)
+        if meta is None or meta.error is not None:
+            return []
+        wanted = sorted(meta.partitions) if partitions is None else list(partitions)
+        begin = start or {}
+        consumer.assign([TopicPartition(topic, p, begin.get(p, OFFSET_BEGINNING)) for p in wanted])
+        unfinished = set(wanted)
+        found: list[Any] = []
+        deadline = time.monotonic() + timeout_s
+        while unfinished:
+            msg = consumer.poll(0.2)
+            if msg is None:
+                if time.monotonic() > deadline:
+                    raise TransientError(f"{topic} did not answer within {timeout_s:.0f} s")
+                continue
+            err = msg.error()
+            if err is None:
+                found.append(msg)
+            elif err.code() == KafkaError._PARTITION_EOF:
+                unfinished.discard(msg.partition())
+            elif not err.retriable():
+                raise TransientError(f"cannot read {topic}: {err}")
+        return found
+    finally:
+        consumer.close()
+
+
+def read_requests(messages: Sequence[Any], requests: dict[str, Request]) -> None:
+    """Fold the request records among ``messages`` into ``requests`` (id → the latest;
+    an answered request stays answered, even when its request is read again)."""
+    for msg in messages:
+        key = msg.key()
+        value = msg.value()
+        if key is None or not key.startswith(REQUEST_PREFIX) or value is None:
+            continue
+        try:
+            request = Request.decode(value)
+        except (ValueError, TypeError):
+            continue
+        known = requests.get(request.id)
+        if known is None or known.status == "pending":
+            requests[request.id] = request
