@@ -55,6 +55,7 @@ from bizevents.contracts.exceptions import Coordinates, DecodeError
 from bizevents.contracts.technical.transaction import TransactionDecoder, transaction_topic
 from bizevents.plumbing.errors import ConfigError
 from bizevents.plumbing.kafka import ensure_topics, partition_for
+from bizevents.plumbing.process import settle_collector
 from bizevents.translators.api import Translator
 from bizevents.translators.assembly import (
     Abandoned,
@@ -492,6 +493,10 @@ class TxWorker:
         stats = self.stats
         if not stats.first_block_at:
             stats.first_block_at = time.time()
+            # as the row worker's first block does: without it every full collection
+            # walked all of start-up's objects (about 90 ms each, a dozen in
+            # bench/latency.py's 20 s: the p99) and a young one ran every 700 allocations
+            settle_collector()
         stats.add(plan.transaction_topic, result.counts, len(bad))
         # the next batch is read while this one's acknowledgements are outstanding; a
         # checkpoint waits for all of them
