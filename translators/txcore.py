@@ -100,6 +100,7 @@ class TransactionCore:
         self._reads: dict[str, bool] = {}
         #: Each contract's topic (building it from the class's Meta is slow per event).
         self._topics: dict[type, str] = {}
+        self._stampers: dict[tuple[str, str, int], Stamper] = {}
 
     def reads(self, table: str) -> bool:
         """Whether any of the translators reads ``schema.table`` (remembered per table:
@@ -256,9 +257,7 @@ class TransactionCore:
             if owns is not None and not owns(translator, owned):
                 continue  # another member publishes it (after counting its ordinal)
             where = part.origin
-            stamper = Stamper(
-                translator.name, translator.version, where.topic, where.partition, self.replay
-            )
+            stamper = self._stamper(translator, where.topic, where.partition)
             shared = origin(
                 identity, where.offset, "" if position is None else str(position), tx_id
             )
@@ -276,6 +275,17 @@ class TransactionCore:
                 )
             )
         return out
+
+    def _stamper(self, translator: TransactionTranslator, topic: str, partition: int) -> Stamper:
+        """The translator's stamper for a source partition (built once: building one per
+        event was 6 % of the translation's time, cProfile)."""
+        slot = (translator.ref, topic, partition)
+        stamper = self._stampers.get(slot)
+        if stamper is None:
+            stamper = self._stampers[slot] = Stamper(
+                translator.name, translator.version, topic, partition, self.replay
+            )
+        return stamper
 
     def _topic(self, contract: type[BusinessEvent]) -> str:
         topic = self._topics.get(contract)

@@ -56,6 +56,7 @@ from bizevents.contracts.exceptions import Coordinates, DecodeError
 from bizevents.contracts.technical.transaction import TransactionDecoder, transaction_topic
 from bizevents.plumbing.errors import ConfigError
 from bizevents.plumbing.kafka import ensure_topics, partition_for
+from bizevents.plumbing.process import settle_collector
 from bizevents.translators.api import Translator
 from bizevents.translators.assembly import (
     Abandoned,
@@ -338,8 +339,10 @@ class TxWorker:
         #: A batch was handled since the last checkpoint (an idle member records it).
         self._unrecorded = False
         #: Batches whose outputs the broker has not acknowledged yet: (their
-        #: acknowledgement, records read, the newest record's timestamp if it published).
-        self._inflight: deque[tuple[asyncio.Future[Any], int, int]] = deque()
+        #: acknowledgement, records read, the newest record's timestamp if it published,
+        #: the checkpoint records to send once they are acknowledged).
+        self._inflight: deque[tuple[asyncio.Future[Any], int, int, list[_Send]]] = deque()
+        self._producer: Any = None
         #: The columns decoded while assembling: the business keys' when this member owns
         #: a share of the virtual partitions (the transactions it translates are decoded
         #: whole again), every column (``None``) when it owns them all.
@@ -363,7 +366,7 @@ class TxWorker:
         """Read, assemble, translate and publish until :meth:`stop`."""
         from aiokafka import AIOKafkaProducer
 
-        producer = AIOKafkaProducer(**self.settings.kafka.aiokafka(), acks="all")
+        producer = self._producer = AIOKafkaProducer(**self.settings.kafka.aiokafka(), acks="all")
         await producer.start()
         group = self._ownership(producer)
         reader = self._reader()
@@ -403,7 +406,7 @@ class TxWorker:
                 continue
             batches = await reader.getmany(timeout_ms=200, max_records=self.tx.max_records)
             if not batches:
-                if self._unrecorded:  # idle: record what the last batches released
+                if self._unrecorded or self._inflight:  # idle: record what was released
                     async with self._lock:
                         if not self._changed:
                             await self._checkpoint(producer)
@@ -594,25 +597,36 @@ class TxWorker:
         stats = self.stats
         if not stats.first_block_at:
             stats.first_block_at = time.time()
+            # as the row worker's first block does: without it every full collection
+            # walked all of start-up's objects (about 90 ms each, a dozen in
+            # bench/latency.py's 20 s: the p99) and a young one ran every 700 allocations
+            settle_collector()
         stats.add(plan.transaction_topic, result.counts, len(bad))
-        # the next batch is read while this one's acknowledgements are outstanding; a
-        # checkpoint waits for all of them
+        # the next batch is read while this one's acknowledgements are outstanding
         sent = await self._enqueue(producer, self._outputs([*result.records, *bad]))
-        self._inflight.append((sent, count, newest if published else 0))
+        self._unrecorded = True
+        # the checkpoint of the state after this batch goes out once this batch's
+        # outputs (and so every earlier one's) are acknowledged, without stopping the
+        # loop meanwhile: waiting here for every acknowledgement and then the state
+        # topic's held the next batch 13 ms (median; 39 at most) each second
+        due = time.monotonic() - self._checkpointed >= self.settings.translate.commit_interval_s
+        self._inflight.append(
+            (sent, count, newest if published else 0, self._checkpoints() if due else [])
+        )
         while len(self._inflight) > self.settings.translate.max_inflight_blocks:
             await self._settle_oldest()
-        self._unrecorded = True
-        if time.monotonic() - self._checkpointed >= self.settings.translate.commit_interval_s:
-            await self._checkpoint(producer)
 
     async def _settle_oldest(self) -> None:
-        """Wait for the oldest outstanding batch's acknowledgements."""
-        sent, count, newest = self._inflight.popleft()
+        """Wait for the oldest outstanding batch's acknowledgements; then send the
+        checkpoint it carries (its acknowledgement is awaited as a batch's)."""
+        sent, count, newest, points = self._inflight.popleft()
         await sent
         now = time.time()
         self.stats.acked(count, now)
         if newest > 0:
             self.stats.observe_latency(max(now - newest / 1000.0, 0.0))
+        if points:
+            self._inflight.append((await self._enqueue(self._producer, points), 0, 0, []))
 
     async def _checkpoint(self, producer: Any) -> None:
         """Once every outstanding output is acknowledged, record the checkpoints."""
@@ -639,12 +653,21 @@ class TxWorker:
         #: per transaction translated here (by identity): the virtual partitions it is
         #: translated for (each may be on other versions: promotions, docs/shadow.md)
         shares: dict[int, frozenset[int]] = {}
+        # versions that vary by virtual partition need each transaction's own partitions
+        every_partition = len(self.owned) >= n and not plan.versioned()
         for outcome in outcomes:
             if isinstance(outcome, Ready):
-                belongs = partitions_of(outcome, plan.translators, n)
-                wanted = frozenset(
-                    v for v in belongs if v in self.owned and not self._points[v].has(outcome.tx_id)
-                )
+                if every_partition and not any(p.has(outcome.tx_id) for p in self._points.values()):
+                    # all of it is this member's (one worker, or one owning every
+                    # virtual partition): no key to hash (a twentieth of its time)
+                    belongs = wanted = self.owned
+                else:
+                    belongs = frozenset(partitions_of(outcome, plan.translators, n))
+                    wanted = frozenset(
+                        v
+                        for v in belongs
+                        if v in self.owned and not self._points[v].has(outcome.tx_id)
+                    )
                 if not wanted:
                     continue
                 whole = self._whole(outcome)
