@@ -17,9 +17,9 @@ from click.testing import CliRunner
 from bizevents.capture.exceptions import CaptureError
 from bizevents.capture.parkstate import CAPTURE, PARKED_HEADER
 from bizevents.capture.pgtypes import register_converter
-from bizevents.capture.quarantine import (
+from bizevents.capture.quarantinecore import (
     HEADER_CAPTURE_CONTEXT,
-    ask_redrive,
+    ask_capture,
     parked_keys,
     read_topic,
 )
@@ -151,7 +151,7 @@ def test_unconvertible_change_parks_its_key_and_redrive_writes_it_in_order(
 
         with _running(writer, stop):
             time.sleep(0.3)
-            (answer,) = ask_redrive(kafka, config.parked_topic_name, ref[3].hex(), 60)
+            (answer,) = ask_capture(kafka, config.parked_topic_name, "redrive", ref[3].hex(), 60)
             at_answer = db.sql(f"SELECT note FROM {s}.t WHERE id = 1")[0][0]
             time.sleep(0.5)  # live changes of the key after its unpark too
         assert answer.status == "done", answer.message
@@ -188,9 +188,9 @@ def test_past_the_bound_capture_stops_with_one_sentence(db: Db, tmp_path: Path) 
     # No capture runs now: a re-drive asked for says so in one sentence.
     kafka = _kafka(db)
     with pytest.raises(CaptureError, match="no capture answered within 1 s"):
-        ask_redrive(kafka, config.parked_topic_name, None, 1)
+        ask_capture(kafka, config.parked_topic_name, "redrive", None, 1)
     with pytest.raises(CaptureError, match="key ff is not parked"):
-        ask_redrive(kafka, config.parked_topic_name, "ff", 1)
+        ask_capture(kafka, config.parked_topic_name, "redrive", "ff", 1)
 
 
 class _running:
