@@ -206,3 +206,46 @@ class _running:
     def __exit__(self, *_exc: object) -> None:
         self.stop.set()
         self.thread.join(30)
+
+
+def test_discard_drops_a_keys_parked_changes_with_the_reason(db: Db, tmp_path: Path) -> None:
+    s = db.schema
+    db.sql(f"CREATE TABLE {s}.t (id int PRIMARY KEY, n numeric(10, 2), note text)")
+    db.sql(f"INSERT INTO {s}.t VALUES (1, 1.00, 'a')")
+    config = db.config(["t"], on_conversion_error="park")
+    kafka = _kafka(db)
+    config_file = write_config(tmp_path / "capture.toml", config)
+    with in_process(config, capture_endpoints(db.endpoints, tmp_path)) as run:
+        run.wait_snapshot()
+        db.sql(f"UPDATE {s}.t SET n = 'NaN', note = 'bad' WHERE id = 1")  # parks the key
+        db.sql(f"UPDATE {s}.t SET note = 'behind' WHERE id = 1")  # parked behind it
+        run.wait_acked(db.wal_lsn())
+        keys, _ = parked_keys(kafka, config.parked_topic_name)
+        ((ref, _state),) = keys.parked.items()
+
+        unknown = _cli(db, "discard", "--config", str(config_file), "--key", "ff", "--reason", "x")
+        assert unknown.exit_code == 1 and "key ff is not parked" in unknown.output
+        assert "Traceback" not in unknown.output
+        done = _cli(
+            db, "discard", "--config", str(config_file), "--key", ref[3].hex(),
+            "--reason", "NaN total: repaired by hand in the ledger",
+        )  # fmt: skip
+        assert done.exit_code == 0, done.output
+        assert "2 parked changes" in done.output
+
+        db.sql(f"UPDATE {s}.t SET n = 3.00, note = 'after' WHERE id = 1")  # flows again
+        run.wait_acked(db.wal_lsn())
+        run.stop()
+
+    # The parked changes never reach the topic; the key's later ones do.
+    assert [e.after["note"] for e in _events(db, "t")[1]] == ["a", "after"]
+    keys, _ = parked_keys(kafka, config.parked_topic_name)
+    assert not keys.parked
+    (state,) = [
+        json.loads(m.value())
+        for m in read_topic(kafka, config.parked_topic_name)
+        if m.key() == b"park|capture|" + ref[1].encode() + b"|-1|" + ref[3].hex().encode()
+    ][-1:]
+    assert state["state"] == "unparked"
+    assert "NaN total: repaired by hand in the ledger" in state["how"]
+    assert len(read_topic(kafka, config.dlq_topic)) == 2  # kept, for the record
