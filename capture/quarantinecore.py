@@ -406,6 +406,18 @@ class QuarantineCore(CaptureCore):
         tracker.commit(tx, 0)
         self.wait_acknowledged()
 
+    def _not_parked(self, ref: Ref) -> tuple[str, str]:
+        """The answer to a request for a key that is not parked (any more)."""
+        assert self.parking is not None
+        through = self.parking.through.get(ref)
+        if through is None:
+            return "refused", "the key is not parked"
+        # Unparked by this request before a crash left it unanswered, or by another.
+        return "done", (
+            f"the key is no longer parked: its changes up to {self.describe(through)} were "
+            "re-driven or discarded before"
+        )
+
     def redrive(self, request: Request) -> tuple[str, str]:
         """Re-decode the key's parked changes, write them in order, unpark the key."""
         parking = self.parking
@@ -413,7 +425,7 @@ class QuarantineCore(CaptureCore):
         ref = request.ref
         state = parking.parked.get(ref)
         if state is None:
-            return "refused", "the key is not parked"
+            return self._not_parked(ref)
         self.wait_acknowledged()  # every parked change is on the dead-letter topic now
         changes = parked_changes(
             read_topic(self.endpoints.kafka, self.config.dlq_topic), ref, state.first
@@ -454,7 +466,7 @@ class QuarantineCore(CaptureCore):
         ref = request.ref
         state = parking.parked.get(ref)
         if state is None:
-            return "refused", "the key is not parked"
+            return self._not_parked(ref)
         self.wait_acknowledged()  # every parked change is counted in ``state`` now
         count, through = state.count, state.last
         how = f"discarded (request {request.id}): {request.reason}"
