@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
+from bizevents.capture.config import CaptureConfig
 from bizevents.capture.mysqltypes import register_converter
 from bizevents.capture.parkstate import CAPTURE, PARKED_HEADER
 from bizevents.capture.quarantinecore import (
@@ -20,6 +22,7 @@ from bizevents.capture.quarantinecore import (
     parked_keys,
     read_topic,
 )
+from bizevents.cli import main
 from bizevents.contracts.envelope import ChangeEvent, MySqlPosition
 from bizevents.devstack import Endpoints
 from tests.capture.capture_helpers import read_topic as read_changes
@@ -46,6 +49,23 @@ def enum_fix() -> Iterator[Any]:
         yield switch_on
     finally:
         register_converter("enum", None)
+
+
+def _cli(db: MyDb, tmp_path: Path, config: CaptureConfig, *args: str) -> Any:
+    """``bizevents capture ARGS --config FILE`` in this process, ``config`` written to FILE."""
+    path = tmp_path / "capture.toml"
+    lines = [
+        f'server = "{config.server}"',
+        f'dsn = "{db.dsn}"',
+        f"tables = {json.dumps(list(config.tables))}",
+        f'on_conversion_error = "{config.on_conversion_error}"',
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    env = {
+        "BIZEVENTS_KAFKA__BOOTSTRAP_SERVERS": db.endpoints.bootstrap_servers,
+        "BIZEVENTS_REGISTRY__URL": db.endpoints.registry_url,
+    }
+    return CliRunner().invoke(main, ["capture", *args, "--config", str(path)], env=env)
 
 
 def _events(db: MyDb, table: str) -> dict[int, list[ChangeEvent]]:
@@ -92,6 +112,18 @@ def test_unconvertible_row_parks_its_key_and_redrive_writes_it_in_order(
         ((ref, state),) = keys.parked.items()
         assert ref[0] == CAPTURE and ref[1] == db.topic("t")
         assert "not one of the enum's labels" in state.reason
+        run.stop()
+
+    # A second run restores the parked key from Kafka: the key's rows still park.
+    with in_process(config, db.capture_endpoints(tmp_path)) as run:
+        run.wait_snapshot()
+        db.sql("UPDATE t SET note = 'p4' WHERE id = 1")
+        run.wait_position(db.binlog_end())
+        assert [e.after["note"] for e in _events(db, "t")[1]] == ["a"]
+        listed = _cli(db, tmp_path, config, "parked", "--json")
+        assert listed.exit_code == 0, listed.output
+        (row,) = json.loads(listed.output)
+        assert row["key"] == ref[3].hex() and row["since"].startswith("binlog file .0")
 
         # Re-driven before the fix, it fails again: the key stays parked, with the reason.
         (failed,) = ask_capture(kafka, config.parked_topic_name, "redrive", ref[3].hex(), 60)
@@ -102,7 +134,7 @@ def test_unconvertible_row_parks_its_key_and_redrive_writes_it_in_order(
         stop = threading.Event()
 
         def writer() -> None:
-            i = 4
+            i = 5
             while not stop.is_set() and i < 300:
                 db.sql(f"UPDATE t SET note = 'p{i}' WHERE id = 1")
                 i += 1
