@@ -688,9 +688,8 @@ class _BinlogReader(StreamReader):
                         records = ((key, value), (key, None))
             except CaptureError as exc:
                 blocks.rollback(tn, at)
-                tx.produced(
-                    capture.row_failed(codec, kind_of(cls), row, self.row_at(event, i), exc, ack)
-                )
+                at_row, where = self.row_at(event, i), str(self.position())
+                tx.produced(capture.row_failed(codec, kind_of(cls), row, at_row, where, exc, ack))
                 continue
             for record_key, record_value in records:
                 try:

@@ -202,11 +202,13 @@ class MysqlQuarantine(QuarantineCore):
         kind: str,
         row: dict[str, Any],
         at: RowAt,
+        where: str,
         exc: CaptureError,
         ack: Any,
     ) -> int:
         """A row that did not convert: its key parked (``park``), else dead letter,
-        skip or stop as ``on_conversion_error`` says. The records sent."""
+        skip or stop as ``on_conversion_error`` says (``where``: the stream's position,
+        the dead letter's). The records sent."""
         send = self._sender(ack)
         table = codec.table.qualified
         if self.parking is not None:
@@ -216,7 +218,6 @@ class MysqlQuarantine(QuarantineCore):
                 context = _context(codec, kind, at)
                 return self.park_key(table, codec.topic, key, raw, number, context, exc, send)
         raw = json.dumps(row, default=str).encode()
-        where = f"{at.file}:{at.pos}"
         return self.conversion_failed(table, raw, where, "mysql-row-json", exc, send)
 
     def row_parked_behind(

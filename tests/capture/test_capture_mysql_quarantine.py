@@ -167,3 +167,25 @@ def test_unconvertible_row_parks_its_key_and_redrive_writes_it_in_order(
     assert where == (context["file"], context["pos"], context["row"], context["gtid"])
     keys, _ = parked_keys(kafka, config.parked_topic_name)
     assert not keys.parked
+
+
+def test_dead_letter_mode_is_as_before(db: MyDb, tmp_path: Path) -> None:
+    """Without ``park`` the failure path is as before: the row as JSON on the dead-letter
+    topic with the stream's position, unkeyed, and the stream goes on."""
+    db.sql("CREATE TABLE t (id INT PRIMARY KEY, e ENUM('a','b'), note VARCHAR(10))")
+    db.sql("INSERT INTO t VALUES (1, 'a', 'a'), (2, 'a', 'a')")
+    config = db.config(["t"])  # on_conversion_error = "dead-letter"
+    with in_process(config, db.capture_endpoints(tmp_path)) as run:
+        run.wait_snapshot()
+        db.sql("SET SESSION sql_mode = ''")
+        db.sql("UPDATE t SET e = 'zzz', note = 'bad' WHERE id = 1")
+        db.sql("UPDATE t SET note = 'later' WHERE id = 2")
+        run.wait_position(db.binlog_end())
+        run.stop()
+    assert [e.after["note"] for e in _events(db, "t")[2]] == ["a", "later"]
+    (dead,) = read_topic({"bootstrap.servers": db.endpoints.bootstrap_servers}, config.dlq_topic)
+    headers = dict(dead.headers())
+    assert dead.key() is None and PARKED_HEADER not in headers
+    assert headers["bizevents.capture.format"] == b"mysql-row-json"
+    assert b"mariadb-bin" in headers["bizevents.source.position"]
+    assert json.loads(dead.value())["after_values"]["note"] == "bad"
