@@ -229,7 +229,7 @@ class MysqlQuarantine(QuarantineCore):
             codec.table.qualified,
             codec.topic,
             _keys(codec, kind, row),
-            dump_row(row),
+            lambda: dump_row(row),
             at.number,
             lambda: _context(codec, kind, at),
             self._sender(ack),

@@ -146,7 +146,7 @@ class Quarantine(QuarantineCore, PgCore):
             codec.relation.qualified_name,
             codec.topic,
             keys,
-            raw,
+            lambda: raw,
             lsn,
             lambda: context_record(codec, lsn, tx),
             send,

@@ -274,14 +274,16 @@ class QuarantineCore(CaptureCore):
         table: str,
         topic: str,
         keys: Iterable[bytes | None],
-        raw: bytes,
+        raw: Callable[[], bytes],
         position: int,
         context: Callable[[], dict[str, Any]],
         send: Send,
     ) -> int | None:
         """A change of a topic with parked (or re-driven) keys, whose record keys are
         ``keys`` (None: one that does not convert): parked behind its key (the records
-        sent), skipped as already re-driven (0), or None: not parked."""
+        sent), skipped as already re-driven (0), or None: not parked. ``raw`` and
+        ``context`` are called only for a change that parks (every change of a table
+        with a parked key comes here)."""
         parking = self.parking
         assert parking is not None
         for key in keys:
@@ -292,7 +294,7 @@ class QuarantineCore(CaptureCore):
             if state is not None:
                 reason = f"key parked since {self.describe(state.first)}"
                 return self._park(
-                    table, topic, key, raw, position, context(), STAGE_PARKED, reason, "", send
+                    table, topic, key, raw(), position, context(), STAGE_PARKED, reason, "", send
                 )
             if parking.skipped(ref, position):
                 return 0
