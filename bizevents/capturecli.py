@@ -182,13 +182,14 @@ def redrive(
     """
     from bizevents.capture.config import load_capture_config
     from bizevents.capture.exceptions import CaptureError
-    from bizevents.capture.quarantine import ask_redrive
+    from bizevents.capture.quarantinecore import ask_capture
 
     if (key is None) == (not every):
         raise ConfigError("name one parked key (--key HEX) or ask for --all, not both or neither")
     settings = settings_of(ctx)
     config = load_capture_config(capture_config)
-    answers = ask_redrive(settings.kafka.librdkafka(), config.parked_topic_name, key, timeout)
+    kafka = settings.kafka.librdkafka()
+    answers = ask_capture(kafka, config.parked_topic_name, "redrive", key, timeout)
     for a in answers:
         click.echo(f"{a.status}: {a.topic} key {a.key}: {a.message}")
     bad = [a for a in answers if a.status != "done"]
@@ -196,6 +197,47 @@ def redrive(
         raise CaptureError(
             f"{len(bad)} of {len(answers)} keys were not re-driven: {bad[0].message}"
         )
+
+
+@capture.command()
+@click.option(
+    "--config",
+    "capture_config",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    required=True,
+    help="The TOML file of the running capture whose parked key to discard.",
+)
+@click.option("--key", "key", required=True, help="The parked key, in hex (as its topic names it).")
+@click.option("--reason", required=True, help="Why its parked changes are dropped (recorded).")
+@click.option("--timeout", type=float, default=120.0, show_default=True)
+@click.pass_context
+@fails_cleanly
+def discard(
+    ctx: click.Context, capture_config: Path, key: str, reason: str, timeout: float
+) -> None:
+    """Drop a parked key's changes and unpark it, recording the reason: its parked
+    changes never reach the technical topic (they stay on the dead-letter topic, for
+    the record), its later changes flow again.
+
+    The running capture (``on_conversion_error = "park"``) carries the request out
+    between two transactions of its stream. Exit 0 when the key was discarded, else 1
+    with a sentence.
+    """
+    from bizevents.capture.config import load_capture_config
+    from bizevents.capture.exceptions import CaptureError
+    from bizevents.capture.quarantinecore import ask_capture
+
+    if not reason.strip():
+        raise ConfigError("say why the key's parked changes are dropped: --reason TEXT")
+    settings = settings_of(ctx)
+    config = load_capture_config(capture_config)
+    kafka = settings.kafka.librdkafka()
+    answers = ask_capture(kafka, config.parked_topic_name, "discard", key, timeout, reason)
+    for a in answers:
+        click.echo(f"{a.status}: {a.topic} key {a.key}: {a.message}")
+    bad = [a for a in answers if a.status != "done"]
+    if bad:
+        raise CaptureError(f"key {key} was not discarded: {bad[0].message}")
 
 
 @capture.command()
@@ -213,18 +255,21 @@ def parked(ctx: click.Context, capture_config: Path, as_json: bool) -> None:
     """The keys this capture parked (on_conversion_error = "park"): topic, key in hex,
     first parked position and the latest reason. Changes nothing."""
     from bizevents.capture.config import load_capture_config
+    from bizevents.capture.mysqlquarantine import describe_position
     from bizevents.capture.pgoutput import format_lsn
-    from bizevents.capture.quarantine import parked_keys
+    from bizevents.capture.quarantinecore import parked_keys
     from bizevents.clikit import print_json
 
     settings = settings_of(ctx)
     config = load_capture_config(capture_config)
     keys, _ = parked_keys(settings.kafka.librdkafka(), config.parked_topic_name)
+    dsn = config.dsn.get_secret_value() if config.dsn is not None else ""
+    describe = describe_position if dsn.startswith(("mysql", "mariadb")) else format_lsn
     rows = [
         {
             "topic": topic,
             "key": key.hex(),
-            "since": format_lsn(state.first),
+            "since": describe(state.first),
             "reason": state.latest_reason,
         }
         for (_, topic, _, key), state in sorted(keys.parked.items())

@@ -41,7 +41,6 @@ import pymysql
 import pymysql.cursors
 import structlog
 from pymysqlreplication import BinLogStreamReader
-from pymysqlreplication.constants import NONE_SOURCE
 from pymysqlreplication.event import GtidEvent as MysqlGtidEvent
 from pymysqlreplication.event import (
     HeartbeatLogEvent,
@@ -58,13 +57,20 @@ from pymysqlreplication.row_event import (
 )
 
 from bizevents.capture import mysql as my
-from bizevents.capture.core import CaptureCore, Stop, StreamReader
+from bizevents.capture.core import Stop, StreamReader
 from bizevents.capture.encoding import encoded_ts
 from bizevents.capture.exceptions import CaptureError
 from bizevents.capture.incremental import INCREMENTAL, Drain, Window
 from bizevents.capture.mysql import BinlogPosition
-from bizevents.capture.mysqlcodec import MyTable, MyTableCodec, key_columns
-from bizevents.capture.mysqltypes import TIME2, binlog_time2
+from bizevents.capture.mysqlcodec import (
+    MyTable,
+    MyTableCodec,
+    binlog_values,
+    fractional_times,
+    key_columns,
+)
+from bizevents.capture.mysqlquarantine import MysqlQuarantine, RowAt, kind_of
+from bizevents.capture.mysqltypes import converters_generation
 from bizevents.capture.offsets import AckTracker, Tx
 from bizevents.capture.signals import Signal, SignalError, parse_signal
 from bizevents.capture.sink import create_topics
@@ -92,7 +98,7 @@ _NULL, _SOME = NULL_BRANCH, VALUE_BRANCH
 _C, _U, _D = AVRO_OPS["c"], AVRO_OPS["u"], AVRO_OPS["d"]
 
 
-class MysqlCapture(CaptureCore):
+class MysqlCapture(MysqlQuarantine):
     """Captures the configured tables of a MySQL/MariaDB server into technical topics."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -130,14 +136,10 @@ class MysqlCapture(CaptureCore):
             self._mariadb = "mariadb" in conn.get_server_info().lower()
             admin = self.session.admin
             topics = [f"{cfg.prefix}.{name}" for name in cfg.tables]
-            if cfg.on_conversion_error == "park":
-                raise CaptureError(
-                    'on_conversion_error = "park" is built for PostgreSQL capture only; '
-                    'use "dead-letter", "skip" or "fail" for MySQL/MariaDB'
-                )
-            if cfg.on_conversion_error == "dead-letter":
+            if cfg.on_conversion_error in ("dead-letter", "park"):
                 topics.append(cfg.dlq_topic)
             create_topics(admin, topics, cfg)
+            self.restore_parked()  # nothing unless on_conversion_error = "park"
             self.session.store.ensure(admin, cfg.replication_factor)
             for name in cfg.tables:
                 database, _, table = name.partition(".")
@@ -175,7 +177,7 @@ class MysqlCapture(CaptureCore):
         """The codec of a table layout, its schemas registered (once per layout)."""
         codecs = self.session.codecs
         known: MyTableCodec | None = codecs.get(table)
-        if known is not None:
+        if known is not None and known.generation == converters_generation():
             return known
         cfg = self.config
         keys = key_columns(table, cfg.keys.get(table.qualified))
@@ -321,17 +323,6 @@ class MysqlCapture(CaptureCore):
     def snapshot_raw(self, row: Any) -> tuple[bytes, str]:
         return json.dumps(row, default=str).encode(), "mysql-row-json"
 
-    def failed(self, table: str, raw: bytes, where: str, exc: CaptureError, ack: Any) -> int:
-        """A row that did not convert: dead letter, skip or stop (``on_conversion_error``)."""
-        producer = self.session.producer
-
-        def send(
-            topic: str, key: bytes | None, value: bytes, headers: list[tuple[str, Any]]
-        ) -> None:
-            produce(producer, topic, value, key, headers=headers, on_delivery=ack)
-
-        return self.conversion_failed(table, raw, where, "mysql-row-json", exc, send)
-
     # -- stream --------------------------------------------------------------------------------
 
     def _replica_id(self) -> int:
@@ -389,23 +380,6 @@ class MysqlCapture(CaptureCore):
         self.session.tracker = AckTracker()
 
 
-def _values(row: dict[str, Any], times: tuple[str, ...], prefix: str = "") -> dict[str, Any]:
-    """A decoded row's values put right where the library gets them wrong: an empty SET
-    is ``''``, not ``None`` (a zero date stays ``None``, as Debezium writes it); a
-    negative fractional TIME (``times``) see :func:`binlog_time2`."""
-    values: dict[str, Any] = row[f"{prefix}values"]
-    sources: dict[str, str] = row.get(f"{prefix}none_sources") or {}
-    empty = [name for name, why in sources.items() if why == NONE_SOURCE.EMPTY_SET]
-    if not empty and not times:
-        return values
-    values = {**values, **dict.fromkeys(empty, "")}
-    for name in times:
-        v = values.get(name)
-        if v is not None:
-            values[name] = binlog_time2(v)
-    return values
-
-
 class _BinlogReader(StreamReader):
     """One stream's loop: binlog events to envelopes, offsets stored between them."""
 
@@ -450,6 +424,17 @@ class _BinlogReader(StreamReader):
             return None
         return ",".join(self.gtid_domain_state[d] for d in sorted(self.gtid_domain_state))
 
+    def row_at(self, event: Any, row: int) -> RowAt:
+        """Where row ``row`` of the rows ``event`` is (a parked row's context)."""
+        return RowAt(
+            str(self.stream.log_file),
+            int(event.packet.log_pos) - int(event.event_size),
+            row,
+            self.gtid,
+            int(event.packet.server_id),
+            int(event.timestamp) * 1000,
+        )
+
     def position(self) -> BinlogPosition:
         return BinlogPosition(
             str(self.stream.log_file), int(self.stream.log_pos), self.gtid_state()
@@ -486,6 +471,8 @@ class _BinlogReader(StreamReader):
                 if inc is not None:
                     inc.store_acknowledged(self.producer)
                     capture.poll_signals()
+                if capture.parking is not None and self.tx is None:
+                    capture.carry_out_requests()  # between transactions: nothing overtakes
             if inc is not None and self.tx is None and inc.busy:
                 # A heartbeat: nothing else is waiting, a chunk's work at once.
                 now = time.monotonic()
@@ -539,6 +526,8 @@ class _BinlogReader(StreamReader):
         self.metadata(blocks.end_record())
         self.capture.commit(self.tx, self.position())
         self.tx = None
+        if self.capture.parking is not None:
+            self.capture.carry_out_requests()  # between transactions: nothing overtakes
 
     def on_query(self, event: Any) -> None:
         query = str(event.query).strip()
@@ -628,9 +617,7 @@ class _BinlogReader(StreamReader):
         # registers a new layout's schema before its rows
         self.codecs[event.table_id] = self.capture.table_codec(layout)
         self.last_layout[name] = layout
-        self.fractional_times[event.table_id] = tuple(
-            c.name for c in layout.columns if c.type == TIME2 and c.fsp > 0
-        )
+        self.fractional_times[event.table_id] = fractional_times(layout)
 
     def on_rows(self, event: Any) -> None:
         table_id = event.table_id
@@ -673,11 +660,20 @@ class _BinlogReader(StreamReader):
         cls = event.__class__
         n = 0
         inc = self.inc
-        watched = inc is not None and any(
+        superseding = inc is not None and any(
             w is not None and w.topic == topic for w in (inc.window, inc.draining)
         )
+        parking = capture.parking
+        watched = parking is not None and topic in parking.watched
         for i, row in enumerate(rows):
             src = head + (LENGTHS[i] if i < 16_384 else zigzag(i)) + tail
+            if watched:  # a key of this table is parked: its rows wait behind it
+                parked = capture.row_parked_behind(
+                    codec, kind_of(cls), row, self.row_at(event, i), ack
+                )
+                if parked is not None:
+                    tx.produced(parked)
+                    continue
             # ``stamp`` gives each change envelope its ``ts_ms`` and ``transaction``
             # bytes (orders count on); a row that does not convert rolls them back.
             at = mark(tn)
@@ -686,7 +682,10 @@ class _BinlogReader(StreamReader):
                     old = row["before_values"]
                     new = row["after_values"]
                     if times or row["before_none_sources"] or row["after_none_sources"]:
-                        old, new = _values(row, times, "before_"), _values(row, times, "after_")
+                        old, new = (
+                            binlog_values(row, times, "before_"),
+                            binlog_values(row, times, "after_"),
+                        )
                     old_key, new_key = key_of(old), key_of(new)
                     before, after = row_of(old), row_of(new)
                     if old_key != new_key:
@@ -707,7 +706,7 @@ class _BinlogReader(StreamReader):
                 else:
                     values = row["values"]
                     if times or row["none_sources"]:
-                        values = _values(row, times)
+                        values = binlog_values(row, times)
                     key = key_of(values)
                     if cls is WriteRowsEvent:
                         value = b"".join((frame, _NULL, _SOME, row_of(values), src, _C, stamp(tn)))
@@ -717,17 +716,15 @@ class _BinlogReader(StreamReader):
                         records = ((key, value), (key, None))
             except CaptureError as exc:
                 blocks.rollback(tn, at)
-                raw = json.dumps(row, default=str).encode()
-                tx.produced(
-                    capture.failed(codec.table.qualified, raw, str(self.position()), exc, ack)
-                )
+                at_row, where = self.row_at(event, i), str(self.position())
+                tx.produced(capture.row_failed(codec, kind_of(cls), row, at_row, where, exc, ack))
                 continue
             for record_key, record_value in records:
                 try:
                     put(topic, record_value, record_key, on_delivery=ack)
                 except BufferError:
                     produce(producer, topic, record_value, record_key, on_delivery=ack)
-                if watched:
+                if superseding:
                     inc.supersede(topic, record_key)  # type: ignore[union-attr]
             n += len(records)
         tx.produced(n)

@@ -14,10 +14,21 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any, Final
 
+from pymysqlreplication.constants import NONE_SOURCE
+
 from bizevents.capture.codec import RegisteredCodec
 from bizevents.capture.encoding import SOURCE_VERSION, encoded_ts
 from bizevents.capture.exceptions import CaptureError, ValueConversionError
-from bizevents.capture.mysqltypes import MyColumn, field_of, inline_form, value_writer
+from bizevents.capture.mysqltypes import (
+    TIME2,
+    MyColumn,
+    binlog_time2,
+    converters_generation,
+    converters_of,
+    field_of,
+    inline_form,
+    value_writer,
+)
 from bizevents.contracts.binary import (
     LENGTHS,
     NULL_BRANCH,
@@ -29,7 +40,15 @@ from bizevents.contracts.binary import (
 from bizevents.contracts.technical import AvroEncoder, EnvelopeSchemas, TableSchema
 from bizevents.contracts.technical.source import AvroSourceWriter
 
-__all__ = ["MyTable", "MyTableCodec", "Row", "encoded_ts", "key_columns"]
+__all__ = [
+    "MyTable",
+    "MyTableCodec",
+    "Row",
+    "binlog_values",
+    "encoded_ts",
+    "fractional_times",
+    "key_columns",
+]
 
 Row = Mapping[str, Any]
 
@@ -66,6 +85,28 @@ def key_columns(table: MyTable, configured: Sequence[str] | None) -> tuple[str, 
             f'columns in the capture configuration ([keys] "{table.qualified}" = ["col", ...])'
         )
     return table.primary_key
+
+
+def fractional_times(table: MyTable) -> tuple[str, ...]:
+    """The ``TIME(n)`` columns (n > 0) whose negative values :func:`binlog_values` puts right."""
+    return tuple(c.name for c in table.columns if c.type == TIME2 and c.fsp > 0)
+
+
+def binlog_values(row: dict[str, Any], times: tuple[str, ...], prefix: str = "") -> dict[str, Any]:
+    """A decoded row's values put right where the library gets them wrong: an empty SET
+    is ``''``, not ``None`` (a zero date stays ``None``, as Debezium writes it); a
+    negative fractional TIME (``times``) see :func:`binlog_time2`."""
+    values: dict[str, Any] = row[f"{prefix}values"]
+    sources: dict[str, str] = row.get(f"{prefix}none_sources") or {}
+    empty = [name for name, why in sources.items() if why == NONE_SOURCE.EMPTY_SET]
+    if not empty and not times:
+        return values
+    values = {**values, **dict.fromkeys(empty, "")}
+    for name in times:
+        v = values.get(name)
+        if v is not None:
+            values[name] = binlog_time2(v)
+    return values
 
 
 Slot = tuple[str, Callable[[Any], bytes], bool, tuple[str, int]]
@@ -182,6 +223,9 @@ class MyTableCodec(RegisteredCodec):
         ]
         self._fast_value = _compile(self._value)
         self._fast_key = _compile(self._key)
+        #: The converters registered for its columns' types, and when (a fix).
+        self.generation = converters_generation()
+        self._converters = converters_of(table.columns)
         self._source = AvroSourceWriter(
             "mysql",
             {
@@ -224,8 +268,24 @@ class MyTableCodec(RegisteredCodec):
             append(body)
         return b"".join(parts)
 
+    def _converted(self, row: Row) -> Row:
+        out = dict(row)
+        for name, convert in self._converters:
+            v = out.get(name)
+            if v is None:
+                continue
+            try:
+                out[name] = convert(v)
+            except Exception as exc:  # a converter's failure is the value's
+                raise ValueConversionError(
+                    self.table.qualified, name, "converter", repr(v)[:80], str(exc)
+                ) from exc
+        return out
+
     def row(self, row: Row) -> bytes:
         """The Avro ``Value`` record of one row."""
+        if self._converters:
+            row = self._converted(row)
         try:
             return self._fast_value(row)
         except Exception:  # the checked path names the column and the reason
@@ -233,6 +293,8 @@ class MyTableCodec(RegisteredCodec):
 
     def key(self, row: Row) -> bytes:
         """The framed Kafka key of one row."""
+        if self._converters:
+            row = self._converted(row)
         try:
             return self._key_frame + self._fast_key(row)
         except Exception:

@@ -31,8 +31,12 @@ __all__ = [
     "MyTypeError",
     "binlog_time2",
     "column_type",
+    "converters_generation",
+    "converters_of",
     "field_of",
     "inline_form",
+    "register_converter",
+    "type_name",
     "value_writer",
 ]
 
@@ -127,6 +131,92 @@ def column_type(c: MyColumn, table: str) -> ColumnType:
         "(geometry and other spatial types are not supported); exclude the column "
         f'([columns."{table}"] exclude = ["{c.name}"])'
     )
+
+
+# -- the converter seam ------------------------------------------------------------------
+
+_NAMES: Final = {
+    TINY: "tinyint",
+    SHORT: "smallint",
+    INT24: "mediumint",
+    LONG: "int",
+    LONGLONG: "bigint",
+    FLOAT: "float",
+    DOUBLE: "double",
+    DECIMAL: "decimal",
+    NEWDECIMAL: "decimal",
+    DATE: "date",
+    NEWDATE: "date",
+    DATETIME: "datetime",
+    DATETIME2: "datetime",
+    TIMESTAMP: "timestamp",
+    TIMESTAMP2: "timestamp",
+    TIME: "time",
+    TIME2: "time",
+    YEAR: "year",
+    BIT: "bit",
+    ENUM: "enum",
+    SET: "set",
+    JSON: "json",
+    VARCHAR: "varchar",
+    VAR_STRING: "varchar",
+    STRING: "char",
+    BLOB: "text",
+    TINY_BLOB: "text",
+    MEDIUM_BLOB: "text",
+    LONG_BLOB: "text",
+}
+#: The binary twins of the text types' names.
+_BINARY: Final = {"varchar": "varbinary", "char": "binary", "text": "blob"}
+#: The names :func:`register_converter` takes.
+TYPE_NAMES: Final = frozenset(_NAMES.values()) | frozenset(_BINARY.values())
+
+#: Converters registered for a type name (:func:`register_converter`).
+_OVERRIDES: Final[dict[str, Callable[[Any], Any]]] = {}
+#: How many times :data:`_OVERRIDES` changed (a codec built before is out of date).
+_GENERATION: Final = [0]
+
+
+def type_name(c: MyColumn) -> str:
+    """The SQL name of ``c``'s type, as :func:`register_converter` takes it."""
+    if c.json:
+        return "json"
+    name = _NAMES.get(c.type, f"type {c.type}")
+    return _BINARY.get(name, name) if c.binary else name
+
+
+def converters_generation() -> int:
+    """A number that changes whenever :func:`register_converter` is called."""
+    return _GENERATION[0]
+
+
+def register_converter(name: str, converter: Callable[[Any], Any] | None) -> None:
+    """Convert every non-NULL value of the MySQL/MariaDB type ``name`` (``enum``,
+    ``decimal``, ``datetime``, ``varchar``, ... as :func:`type_name` names them) with
+    ``converter`` before it is written; ``None`` removes it.
+
+    The seam for a conversion fix (docs/capture-mysql.md, "Parked keys"): a value that
+    capture cannot convert parks its key, and once a converter that takes it is
+    registered (by code loaded into the capture process), ``bizevents capture redrive``
+    re-decodes the parked rows with it. ``converter`` takes the value as the binlog
+    library decoded it and returns the value capture writes (``None`` writes NULL in a
+    nullable column); a codec built earlier is built again at the table's next table map.
+    """
+    if name not in TYPE_NAMES:
+        raise ValueError(f"{name!r} is not a type capture maps ({', '.join(sorted(TYPE_NAMES))})")
+    if converter is None:
+        _OVERRIDES.pop(name, None)
+    else:
+        _OVERRIDES[name] = converter
+    _GENERATION[0] += 1
+
+
+def converters_of(columns: Sequence[MyColumn]) -> tuple[tuple[str, Callable[[Any], Any]], ...]:
+    """The registered converters of ``columns``: ``(column name, converter)``."""
+    if not _OVERRIDES:
+        return ()
+    found = ((c.name, _OVERRIDES.get(type_name(c))) for c in columns)
+    return tuple((name, f) for name, f in found if f is not None)
 
 
 def field_of(c: MyColumn, table: str, optional: bool | None = None) -> Field:

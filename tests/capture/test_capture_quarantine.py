@@ -4,6 +4,9 @@ re-drive with the fixed code (real PostgreSQL, broker and registry)."""
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -17,9 +20,9 @@ from click.testing import CliRunner
 from bizevents.capture.exceptions import CaptureError
 from bizevents.capture.parkstate import CAPTURE, PARKED_HEADER
 from bizevents.capture.pgtypes import register_converter
-from bizevents.capture.quarantine import (
+from bizevents.capture.quarantinecore import (
     HEADER_CAPTURE_CONTEXT,
-    ask_redrive,
+    ask_capture,
     parked_keys,
     read_topic,
 )
@@ -27,10 +30,14 @@ from bizevents.cli import main
 from bizevents.contracts.envelope import ChangeEvent, PgPosition
 from bizevents.devstack import Endpoints
 from tests.capture.capture_helpers import (
+    REPO,
     Db,
     capture_endpoints,
+    cli_env,
     database,
     in_process,
+    terminate,
+    wait_confirmed,
     write_config,
 )
 from tests.capture.capture_helpers import read_topic as read_changes
@@ -151,7 +158,7 @@ def test_unconvertible_change_parks_its_key_and_redrive_writes_it_in_order(
 
         with _running(writer, stop):
             time.sleep(0.3)
-            (answer,) = ask_redrive(kafka, config.parked_topic_name, ref[3].hex(), 60)
+            (answer,) = ask_capture(kafka, config.parked_topic_name, "redrive", ref[3].hex(), 60)
             at_answer = db.sql(f"SELECT note FROM {s}.t WHERE id = 1")[0][0]
             time.sleep(0.5)  # live changes of the key after its unpark too
         assert answer.status == "done", answer.message
@@ -188,9 +195,9 @@ def test_past_the_bound_capture_stops_with_one_sentence(db: Db, tmp_path: Path) 
     # No capture runs now: a re-drive asked for says so in one sentence.
     kafka = _kafka(db)
     with pytest.raises(CaptureError, match="no capture answered within 1 s"):
-        ask_redrive(kafka, config.parked_topic_name, None, 1)
+        ask_capture(kafka, config.parked_topic_name, "redrive", None, 1)
     with pytest.raises(CaptureError, match="key ff is not parked"):
-        ask_redrive(kafka, config.parked_topic_name, "ff", 1)
+        ask_capture(kafka, config.parked_topic_name, "redrive", "ff", 1)
 
 
 class _running:
@@ -206,3 +213,130 @@ class _running:
     def __exit__(self, *_exc: object) -> None:
         self.stop.set()
         self.thread.join(30)
+
+
+def test_discard_drops_a_keys_parked_changes_with_the_reason(db: Db, tmp_path: Path) -> None:
+    s = db.schema
+    db.sql(f"CREATE TABLE {s}.t (id int PRIMARY KEY, n numeric(10, 2), note text)")
+    db.sql(f"INSERT INTO {s}.t VALUES (1, 1.00, 'a')")
+    config = db.config(["t"], on_conversion_error="park")
+    kafka = _kafka(db)
+    config_file = write_config(tmp_path / "capture.toml", config)
+    with in_process(config, capture_endpoints(db.endpoints, tmp_path)) as run:
+        run.wait_snapshot()
+        db.sql(f"UPDATE {s}.t SET n = 'NaN', note = 'bad' WHERE id = 1")  # parks the key
+        db.sql(f"UPDATE {s}.t SET note = 'behind' WHERE id = 1")  # parked behind it
+        run.wait_acked(db.wal_lsn())
+        keys, _ = parked_keys(kafka, config.parked_topic_name)
+        ((ref, _state),) = keys.parked.items()
+
+        unknown = _cli(db, "discard", "--config", str(config_file), "--key", "ff", "--reason", "x")
+        assert unknown.exit_code == 1 and "key ff is not parked" in unknown.output
+        assert "Traceback" not in unknown.output
+        done = _cli(
+            db, "discard", "--config", str(config_file), "--key", ref[3].hex(),
+            "--reason", "NaN total: repaired by hand in the ledger",
+        )  # fmt: skip
+        assert done.exit_code == 0, done.output
+        assert "2 parked changes" in done.output
+
+        db.sql(f"UPDATE {s}.t SET n = 3.00, note = 'after' WHERE id = 1")  # flows again
+        run.wait_acked(db.wal_lsn())
+        run.stop()
+
+    # The parked changes never reach the topic; the key's later ones do.
+    assert [e.after["note"] for e in _events(db, "t")[1]] == ["a", "after"]
+    keys, _ = parked_keys(kafka, config.parked_topic_name)
+    assert not keys.parked
+    (state,) = [
+        json.loads(m.value())
+        for m in read_topic(kafka, config.parked_topic_name)
+        if m.key() == b"park|capture|" + ref[1].encode() + b"|-1|" + ref[3].hex().encode()
+    ][-1:]
+    assert state["state"] == "unparked"
+    assert "NaN total: repaired by hand in the ledger" in state["how"]
+    assert len(read_topic(kafka, config.dlq_topic)) == 2  # kept, for the record
+
+
+def test_kill_9_mid_redrive_ends_with_every_change_once_in_order(db: Db, tmp_path: Path) -> None:
+    """Capture is killed -9 once Kafka acknowledged half of a key's re-driven changes
+    (the fault planted by tests/capture/redrive_crash.py), before the rest and the
+    unpark; the restarted capture carries the pending request out again: every change of
+    the key once in source order (the repeated half byte for byte identical), unparked."""
+    s = db.schema
+    db.sql(f"CREATE TABLE {s}.t (id int PRIMARY KEY, n numeric(10, 2), note text)")
+    db.sql(f"INSERT INTO {s}.t VALUES (1, 1.00, 'a')")
+    config = db.config(["t"], on_conversion_error="park")
+    kafka = _kafka(db)
+    with in_process(config, capture_endpoints(db.endpoints, tmp_path)) as run:
+        run.wait_snapshot()
+        db.sql(f"UPDATE {s}.t SET n = 'NaN', note = 'p0' WHERE id = 1")  # parks the key
+        db.sql(  # 400 changes parked behind it, one transaction
+            f"DO $$ BEGIN FOR i IN 1..400 LOOP "
+            f"UPDATE {s}.t SET note = 'p' || i WHERE id = 1; END LOOP; END $$"
+        )
+        run.wait_acked(db.wal_lsn())
+        run.stop()
+    (ref,) = parked_keys(kafka, config.parked_topic_name)[0].parked
+
+    config_file = write_config(tmp_path / "capture.toml", config)
+    log = tmp_path / "capture.log"
+    argv = [sys.executable, "-m", "tests.capture.redrive_crash", "capture", "postgres"]
+
+    def start(kill: bool) -> subprocess.Popen[bytes]:
+        env = {**cli_env(db.endpoints), "BIZEVENTS_TEST_KILL_MID_REDRIVE": "1" if kill else ""}
+        with open(log, "ab") as out:
+            return subprocess.Popen(
+                [*argv, "--config", str(config_file)],
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=REPO,
+            )
+
+    answers: list[Any] = []
+    asking = threading.Thread(
+        target=lambda: answers.extend(
+            ask_capture(kafka, config.parked_topic_name, "redrive", ref[3].hex(), 120)
+        ),
+        daemon=True,
+    )
+    first = start(kill=True)
+    second: subprocess.Popen[bytes] | None = None
+    try:
+        asking.start()
+        assert first.wait(90) == -signal.SIGKILL, log.read_text()[-2000:]
+        at_kill = [e.after["note"] for e in _events(db, "t")[1]]
+        assert 1 < len(at_kill) < 402, "the kill did not land mid-re-drive"
+        assert ref in parked_keys(kafka, config.parked_topic_name)[0].parked
+
+        second = start(kill=False)
+        asking.join(120)
+        assert [a.status for a in answers] == ["done"], [a.message for a in answers]
+        db.sql(f"UPDATE {s}.t SET note = 'after' WHERE id = 1")  # a live change after it
+        wait_confirmed(db, db.wal_lsn(), process=second, log=log)
+        assert terminate(second) == 0
+    finally:
+        for process in (first, second):
+            if process is not None and process.poll() is None:
+                process.kill()
+
+    records = [
+        r
+        for r in sorted(read_changes(db.endpoints, db.topic("t")), key=lambda r: r.offset)
+        if isinstance(r.decoded, ChangeEvent)
+    ]
+    notes = [r.decoded.after["note"] for r in records]
+    expected = ["a"] + [f"p{i}" for i in range(401)] + ["after"]
+    # The first run's half, then the whole re-drive again, then the live change.
+    half = len(at_kill) - 1
+    assert notes == ["a", *expected[1 : 1 + half], *expected[1:]]
+    raw = sorted(
+        (m for m in read_topic(kafka, db.topic("t")) if m.key() == ref[3]),
+        key=lambda m: m.offset(),
+    )
+    assert len(raw) == len(notes)
+    # duplicates only identical, byte for byte
+    values = [m.value() for m in raw]
+    assert values[1 : 1 + half] == values[1 + half : 1 + 2 * half]
+    assert not parked_keys(kafka, config.parked_topic_name)[0].parked

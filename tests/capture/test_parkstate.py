@@ -14,12 +14,8 @@ from hypothesis import strategies as st
 from bizevents.capture.parkstate import CAPTURE, PARKED_HEADER, ParkedKeys, ref_key
 from bizevents.capture.pgoutput import Column, Relation
 from bizevents.capture.pgtypes import PgTypeMapper, register_converter
-from bizevents.capture.quarantine import (
-    HEADER_CAPTURE_CONTEXT,
-    parked_changes,
-    relation_of,
-    relation_record,
-)
+from bizevents.capture.quarantine import relation_of, relation_record
+from bizevents.capture.quarantinecore import HEADER_CAPTURE_CONTEXT, parked_changes
 from bizevents.contracts.business import HEADER_SOURCE_TOPIC
 
 REF = (CAPTURE, "srv.s.t", -1, b"\x01")
@@ -79,7 +75,7 @@ def test_a_context_that_is_not_one_says_so(bad: dict[str, Any]) -> None:
 
 class _Msg:
     def __init__(self, key: bytes, lsn: int, parked: bool = True, topic: str = "srv.s.t") -> None:
-        context = json.dumps({"lsn": lsn}).encode()
+        context = json.dumps({"position": lsn}).encode()
         self._headers = [(HEADER_SOURCE_TOPIC, topic.encode()), (HEADER_CAPTURE_CONTEXT, context)]
         if parked:
             self._headers.append((PARKED_HEADER, b"1"))
@@ -108,7 +104,7 @@ def test_parked_changes_are_the_keys_from_the_park_on_each_once_in_order() -> No
         _Msg(b"\x01", 20),
     ]
     found = parked_changes(messages, REF, 10)
-    assert [c.lsn for c in found] == [10, 14, 20]
+    assert [c.position for c in found] == [10, 14, 20]
     assert found[0].raw == b"raw 10"
 
 
@@ -137,3 +133,31 @@ def test_redrive_wants_one_key_or_all(tmp_path: Any, args: list[str]) -> None:
     result = CliRunner().invoke(main, ["capture", "redrive", "--config", str(config), *args])
     assert result.exit_code == 1
     assert "--key HEX" in result.output and "Traceback" not in result.output
+
+
+def test_discard_wants_a_reason(tmp_path: Any) -> None:
+    from click.testing import CliRunner
+
+    from bizevents.cli import main
+
+    config = tmp_path / "capture.toml"
+    config.write_text('server = "shop"\ntables = ["public.t"]\n')
+    args = ["capture", "discard", "--config", str(config), "--key", "01", "--reason", " "]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 1
+    assert "--reason TEXT" in result.output and "Traceback" not in result.output
+
+
+def test_a_request_for_a_key_unparked_before_its_answer_is_done() -> None:
+    """A capture killed after a re-drive's unpark but before its answer carries the
+    request out again after the restart: done, not refused."""
+    from bizevents.capture.quarantinecore import QuarantineCore
+
+    core = object.__new__(QuarantineCore)  # the request logic only: no Kafka, no source
+    core.parking = ParkedKeys()
+    core.describe = str  # type: ignore[method-assign]
+    assert core._not_parked(REF) == ("refused", "the key is not parked")
+    core.parking.park(REF, 10, "capture", "bad")
+    core.parking.unpark(REF, 12, "redriven")
+    status, message = core._not_parked(REF)
+    assert status == "done" and "up to 12" in message
