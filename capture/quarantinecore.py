@@ -22,7 +22,7 @@ a re-driven one (docs/parking.md, "Capture quarantine").
 Each source says what is its own (:class:`QuarantineCore`'s abstract methods): how a
 position reads (an LSN, a binlog file, position and row) and how a parked change is
 decoded again. Every position is an integer that grows with the log
-(``context["position"]``), so the parked-key state (:mod:`bizevents.capture.parkstate`)
+(``context["position"]``), so the parked-key state (:mod:`bizevents.plumbing.parking`)
 is the same for both.
 """
 
@@ -39,16 +39,6 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from bizevents.capture.core import CaptureCore
 from bizevents.capture.exceptions import CaptureError
-from bizevents.capture.parkstate import (
-    ANY_PARTITION,
-    CAPTURE,
-    PARKED_HEADER,
-    STAGE_PARKED,
-    ParkedKeys,
-    Ref,
-    Request,
-    ref_key,
-)
 from bizevents.contracts.business import (
     HEADER_DLQ_ERROR,
     HEADER_DLQ_REASON,
@@ -58,8 +48,19 @@ from bizevents.contracts.business import (
 )
 from bizevents.plumbing.errors import TransientError
 from bizevents.plumbing.kafka import ensure_topics, produce
+from bizevents.plumbing.parking import (
+    PARKED_HEADER,
+    STAGE_PARKED,
+    ParkedKeys,
+    Ref,
+    Request,
+    ref_key,
+)
+from bizevents.plumbing.parkingio import REQUEST_PREFIX
 
 __all__ = [
+    "ANY_PARTITION",
+    "CAPTURE",
     "HEADER_CAPTURE_CONTEXT",
     "ParkedChange",
     "QuarantineCore",
@@ -72,7 +73,10 @@ __all__ = [
 
 #: The dead-letter header with what a parked change needs to be re-decoded (JSON).
 HEADER_CAPTURE_CONTEXT: Final = "bizevents.capture.context"
-_REQUEST_PREFIX: Final = b"request|"
+#: The name in capture's refs of the parked-key state (the worker's are translator names).
+CAPTURE: Final = "capture"
+#: Capture parks a technical key whatever partition it is produced to.
+ANY_PARTITION: Final = -1
 _POLL_EVERY_S: Final = 0.5
 
 #: A technical record: (topic, key, value); a None value is a tombstone.
@@ -209,7 +213,7 @@ class QuarantineCore(CaptureCore):
             key = msg.key()
             if key is None:
                 continue
-            if key.startswith(_REQUEST_PREFIX):
+            if key.startswith(REQUEST_PREFIX):
                 self._fold_request(msg.value())
             else:
                 parking.apply(key, msg.value())
@@ -371,7 +375,7 @@ class QuarantineCore(CaptureCore):
             reader.assign([TopicPartition(self.config.parked_topic_name, 0, self._requests_at)])
         for msg in reader.consume(500, timeout=0):
             key = msg.key()
-            if msg.error() is None and key is not None and key.startswith(_REQUEST_PREFIX):
+            if msg.error() is None and key is not None and key.startswith(REQUEST_PREFIX):
                 self._fold_request(msg.value())
         for request in [r for r in self.requests.values() if r.status == "pending"]:
             if request.kind == "discard":
@@ -444,7 +448,7 @@ class QuarantineCore(CaptureCore):
                 records += self.redecode(change, cache)
             except (CaptureError, ValueError, KeyError, TypeError) as exc:
                 reason = f"at {self.describe(change.position)}: {exc}"
-                again = parking.failed_again(ref, reason)
+                again = parking.failed_again(ref, state.first, reason)
                 if again is not None:
                     self._write_acknowledged([(self.config.parked_topic_name, ref_key(ref), again)])
                 return "failed", (
@@ -489,7 +493,7 @@ def parked_keys(kafka: dict[str, Any], parked_topic: str) -> tuple[ParkedKeys, i
     keys = ParkedKeys()
     for msg in messages:
         key = msg.key()
-        if key is not None and not key.startswith(_REQUEST_PREFIX):
+        if key is not None and not key.startswith(REQUEST_PREFIX):
             keys.apply(key, msg.value())
     return keys, (messages[-1].offset() + 1 if messages else 0)
 
@@ -531,7 +535,7 @@ def ask_capture(
             value = msg.value()
             if msg.offset() < position or key is None or value is None:
                 continue
-            if not key.startswith(_REQUEST_PREFIX):
+            if not key.startswith(REQUEST_PREFIX):
                 continue
             try:
                 answer = Request.decode(value)

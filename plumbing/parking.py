@@ -179,6 +179,11 @@ class ParkedKeys:
         self.per_translator.clear()
         self.unparked_by.clear()
 
+    def would_pass_bound(self, ref: Ref) -> bool:
+        """Whether parking ``ref`` would park one key more than the bound (a caller
+        that stops with a sentence of its own asks first, as capture does)."""
+        return ref not in self.parked and len(self.parked) >= self.bound
+
     def park(self, ref: Ref, offset: int, stage: str, reason: str) -> bytes:
         """Park the change at ``offset`` of ``ref``'s key (the first or one behind it);
         the key's parked-topic record. Past the bound: :class:`ParkingBoundError`."""
@@ -189,7 +194,7 @@ class ParkedKeys:
             if stage != STAGE_PARKED:
                 state.latest_reason = reason
             return state.record(ref)
-        if len(self.parked) >= self.bound:
+        if self.would_pass_bound(ref):
             name, topic, partition, _ = ref
             raise ParkingBoundError(
                 f"{self.owner} {name} cannot park one more key of {topic}[{partition}]: "

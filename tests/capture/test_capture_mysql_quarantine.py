@@ -15,8 +15,8 @@ from click.testing import CliRunner
 
 from bizevents.capture.config import CaptureConfig
 from bizevents.capture.mysqltypes import register_converter
-from bizevents.capture.parkstate import CAPTURE, PARKED_HEADER
 from bizevents.capture.quarantinecore import (
+    CAPTURE,
     HEADER_CAPTURE_CONTEXT,
     ask_capture,
     parked_keys,
@@ -25,6 +25,7 @@ from bizevents.capture.quarantinecore import (
 from bizevents.cli import main
 from bizevents.contracts.envelope import ChangeEvent, MySqlPosition
 from bizevents.devstack import Endpoints
+from bizevents.plumbing.parking import PARKED_HEADER
 from tests.capture.capture_helpers import read_topic as read_changes
 from tests.capture.mysql_helpers import MyDb, in_process, mysql_database
 

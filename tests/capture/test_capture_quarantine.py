@@ -18,9 +18,9 @@ import pytest
 from click.testing import CliRunner
 
 from bizevents.capture.exceptions import CaptureError
-from bizevents.capture.parkstate import CAPTURE, PARKED_HEADER
 from bizevents.capture.pgtypes import register_converter
 from bizevents.capture.quarantinecore import (
+    CAPTURE,
     HEADER_CAPTURE_CONTEXT,
     ask_capture,
     parked_keys,
@@ -29,6 +29,7 @@ from bizevents.capture.quarantinecore import (
 from bizevents.cli import main
 from bizevents.contracts.envelope import ChangeEvent, PgPosition
 from bizevents.devstack import Endpoints
+from bizevents.plumbing.parking import PARKED_HEADER
 from tests.capture.capture_helpers import (
     REPO,
     Db,

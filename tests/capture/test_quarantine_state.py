@@ -11,12 +11,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bizevents.capture.parkstate import CAPTURE, PARKED_HEADER, ParkedKeys, ref_key
 from bizevents.capture.pgoutput import Column, Relation
 from bizevents.capture.pgtypes import PgTypeMapper, register_converter
 from bizevents.capture.quarantine import relation_of, relation_record
-from bizevents.capture.quarantinecore import HEADER_CAPTURE_CONTEXT, parked_changes
+from bizevents.capture.quarantinecore import CAPTURE, HEADER_CAPTURE_CONTEXT, parked_changes
 from bizevents.contracts.business import HEADER_SOURCE_TOPIC
+from bizevents.plumbing.parking import PARKED_HEADER, ParkedKeys, ref_key
 
 REF = (CAPTURE, "srv.s.t", -1, b"\x01")
 
