@@ -22,7 +22,7 @@ import psycopg2
 import pytest
 from bizevents_store.contracts import OrderPlaced
 from bizevents_store.load import create_schema
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from bizevents.capture.config import CaptureConfig
@@ -294,21 +294,25 @@ def test_orders_placed_with_items_and_totals_interleaved(db: Db, tmp_path: Path)
                 worker.signal(signal.SIGTERM)
 
 
-def _log_end(db: Db, topic: str) -> int:
-    """A lower bound of the records in ``topic``, all partitions (ListOffsets understates
-    on Tansu, never overstates)."""
-    consumer = Consumer({"bootstrap.servers": db.endpoints.bootstrap_servers, "group.id": "unused"})
-    try:
-        meta = consumer.list_topics(topic, timeout=10).topics.get(topic)
-        partitions = sorted(meta.partitions) if meta is not None else []
-        return sum(
-            int(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1])
-            for p in partitions
-        )
-    except KafkaException:
-        return 0  # capture has not created it yet
-    finally:
-        consumer.close()
+def _at_end(db: Db, topic: str) -> Any:
+    """A consumer of every partition of ``topic``, read to its end (the test's own small
+    topic): its next record is the first one written after this returns."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": db.endpoints.bootstrap_servers,
+            "group.id": "unused",
+            "enable.partition.eof": True,
+            "fetch.wait.max.ms": 5,
+        }
+    )
+    meta = consumer.list_topics(topic, timeout=10).topics[topic]
+    consumer.assign([TopicPartition(topic, p, 0) for p in meta.partitions])
+    at_end: set[int] = set()
+    while len(at_end) < len(meta.partitions):
+        for m in consumer.consume(500, 1.0):
+            if m.error() is not None:
+                at_end.add(m.partition() or 0)
+    return consumer
 
 
 def _mid_transaction(
@@ -325,17 +329,21 @@ def _mid_transaction(
             small.append(place(cur, customer, [(products[n], n + 1)]))
             cur.execute("COMMIT")
     reader.wait(set(small), worker)
-    items_topic = f"{db.server}.store.order_items"
-    before = _log_end(db, items_topic)
-    with db.conn.cursor() as cur:
-        cur.execute("BEGIN")
-        big = place(cur, customer, [(products[n % 3], 1 + n % 5) for n in range(lines)])
-        cur.execute("COMMIT")
-    deadline = time.monotonic() + 60
-    while _log_end(db, items_topic) <= before:
-        assert worker.alive(), worker.tail()
-        assert time.monotonic() < deadline, "capture wrote nothing of the big transaction"
-        time.sleep(0.01)
+    # Seen as soon as capture writes the big transaction's first item (a watching
+    # consumer, not a watermark query per loop: that took long enough for the worker to
+    # read the whole transaction first).
+    watch = _at_end(db, f"{db.server}.store.order_items")
+    try:
+        with db.conn.cursor() as cur:
+            cur.execute("BEGIN")
+            big = place(cur, customer, [(products[n % 3], 1 + n % 5) for n in range(lines)])
+            cur.execute("COMMIT")
+        deadline = time.monotonic() + 60
+        while not any(m.error() is None for m in watch.consume(1, 0.005)):
+            assert worker.alive(), worker.tail()
+            assert time.monotonic() < deadline, "capture wrote nothing of the big transaction"
+    finally:
+        watch.close()
     return big, small
 
 
@@ -378,7 +386,7 @@ def test_worker_killed_mid_transaction(db: Db, tmp_path: Path) -> None:
     with capturing(db, tmp_path) as run:
         first.start()
         try:
-            big, small = _mid_transaction(db, reader, first, group, lines=1500)
+            big, small = _mid_transaction(db, reader, first, group, lines=3000)
             first.signal(signal.SIGKILL)
             assert big not in {e.order_id for e in reader.poll()}, "not killed mid-transaction"
             run.wait_acked(db.wal_lsn())
@@ -643,7 +651,7 @@ def test_one_of_two_workers_killed_mid_transaction(db: Db, tmp_path: Path) -> No
             worker.start()
         try:
             victim, survivor, target = _owner_of_next_big(db, workers, group)
-            big, small = _mid_transaction(db, reader, survivor, group, lines=1500)
+            big, small = _mid_transaction(db, reader, survivor, group, lines=3000)
             assert _assembly_partition(big) == target, big
             victim.signal(signal.SIGKILL)
             assert big not in {e.order_id for e in reader.poll()}, "not killed mid-transaction"
@@ -663,7 +671,7 @@ def test_one_of_two_workers_killed_mid_transaction(db: Db, tmp_path: Path) -> No
                     worker.signal(signal.SIGTERM)
     _check(events, truth(db, [big, *small, *more]))
     assert [e.order_id for e in events].count(big) == 1
-    assert len(next(e for e in events if e.order_id == big).items) == 1500
+    assert len(next(e for e in events if e.order_id == big).items) == 3000
     for e in events:
         assert e.lineage.event_id == _expected_id(db, e)
 
