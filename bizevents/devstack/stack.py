@@ -111,7 +111,13 @@ class DevStack:
         except (OSError, ValueError) as exc:
             raise StackError(f"the state file {self.state_file} is unreadable: {exc}") from exc
         records = {name: from_dict(entry) for name, entry in raw.get("services", {}).items()}
-        current = {s.name: s.current(records[s.name]) for s in self._every if s.name in records}
+        # A stack of some services only (one restarting MariaDB) keeps the others' records:
+        # dropping them left the broker and the registry running after `down`.
+        known = {s.name: s for s in self._every}
+        current = {
+            name: known[name].current(started) if name in known else started
+            for name, started in records.items()
+        }
         if current != records:
             self._save(current)
         return current

@@ -84,3 +84,23 @@ def test_no_stack_changes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     settings = load_settings()
     assert with_running_stack(settings) == settings
     assert settings.kafka.bootstrap_servers == "127.0.0.1:19092"
+
+
+def test_a_stack_of_some_services_keeps_the_others_records(tmp_path: Path) -> None:
+    """A DevStack that manages only MariaDB (bench/faults.py restarts it so) reads and
+    rewrites the state file without dropping the broker's and the registry's records,
+    so that a later `down` of the whole stack still stops them."""
+    from bizevents.devstack.services import OPTIONAL_SERVICES
+    from bizevents.devstack.stack import STATE_FILE, DevStack
+    from bizevents.settings import DevSettings
+
+    records = {
+        "broker": _record(os.getpid(), "127.0.0.1:9092"),
+        "registry": _record(os.getpid(), "http://127.0.0.1:8081"),
+        "mysql": _record(_dead_pid(), "127.0.0.1:3306"),
+    }
+    (tmp_path / STATE_FILE).write_text(json.dumps({"services": records}))
+    some = DevStack(tmp_path, DevSettings(mysql=True), services=(), optional=OPTIONAL_SERVICES)
+    some.status()  # reads the records (and writes back any a service brought up to date)
+    kept = json.loads((tmp_path / STATE_FILE).read_text())["services"]
+    assert {"broker", "registry"} <= set(kept)
