@@ -46,7 +46,6 @@ from bizevents.contracts.business import (
     HEADER_SOURCE_POSITION,
     HEADER_SOURCE_TOPIC,
 )
-from bizevents.plumbing.errors import TransientError
 from bizevents.plumbing.kafka import ensure_topics, produce
 from bizevents.plumbing.parking import (
     PARKED_HEADER,
@@ -56,7 +55,7 @@ from bizevents.plumbing.parking import (
     Request,
     ref_key,
 )
-from bizevents.plumbing.parkingio import REQUEST_PREFIX
+from bizevents.plumbing.parkingio import REQUEST_PREFIX, read_to_end
 
 __all__ = [
     "ANY_PARTITION",
@@ -68,7 +67,6 @@ __all__ = [
     "ask_capture",
     "parked_changes",
     "parked_keys",
-    "read_topic",
 ]
 
 #: The dead-letter header with what a parked change needs to be re-decoded (JSON).
@@ -120,45 +118,6 @@ def parked_changes(messages: Sequence[Any], ref: Ref, first: int) -> list[Parked
     return found
 
 
-def read_topic(conf: dict[str, Any], topic: str, timeout_s: float = 30.0) -> list[Any]:
-    """Every record of ``topic`` (confluent-kafka messages), each partition read to the
-    end the fetch reports (the embedded broker's ListOffsets is wrong, docs/broker.md)."""
-    from confluent_kafka import OFFSET_BEGINNING, KafkaError
-
-    consumer = Consumer(
-        {
-            **conf,
-            "group.id": "bizevents-capture-parked-reader",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-        }
-    )
-    try:
-        meta = consumer.list_topics(topic, timeout=10).topics.get(topic)
-        if meta is None or meta.error is not None:
-            return []
-        unfinished = set(meta.partitions)
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in unfinished])
-        found: list[Any] = []
-        deadline = time.monotonic() + timeout_s
-        while unfinished:
-            msg = consumer.poll(0.2)
-            if msg is None:
-                if time.monotonic() > deadline:
-                    raise TransientError(f"{topic} did not answer within {timeout_s:.0f} s")
-                continue
-            err = msg.error()
-            if err is None:
-                found.append(msg)
-            elif err.code() == KafkaError._PARTITION_EOF:
-                unfinished.discard(msg.partition())
-            elif not err.retriable():
-                raise TransientError(f"cannot read {topic}: {err}")
-        return found
-    finally:
-        consumer.close()
-
-
 class QuarantineCore(CaptureCore):
     """A capture's parking, whatever its source: parks keys, restores them, carries
     out re-drive and discard requests."""
@@ -206,7 +165,7 @@ class QuarantineCore(CaptureCore):
             config={"cleanup.policy": "compact"},
             timeout_s=15,
         )
-        messages = read_topic(self.endpoints.kafka, cfg.parked_topic_name)
+        messages = read_to_end(self.endpoints.kafka, cfg.parked_topic_name)
         parking.reset()
         self.requests.clear()
         for msg in messages:
@@ -434,7 +393,7 @@ class QuarantineCore(CaptureCore):
             return self._not_parked(ref)
         self.wait_acknowledged()  # every parked change is on the dead-letter topic now
         changes = parked_changes(
-            read_topic(self.endpoints.kafka, self.config.dlq_topic), ref, state.first
+            read_to_end(self.endpoints.kafka, self.config.dlq_topic), ref, state.first
         )
         if not changes or changes[-1].position < state.last:
             return "failed", (
@@ -489,7 +448,7 @@ class QuarantineCore(CaptureCore):
 
 def parked_keys(kafka: dict[str, Any], parked_topic: str) -> tuple[ParkedKeys, int]:
     """The parked keys the parked topic holds now, and the offset after its last record."""
-    messages = read_topic(kafka, parked_topic)
+    messages = read_to_end(kafka, parked_topic)
     keys = ParkedKeys()
     for msg in messages:
         key = msg.key()
@@ -530,7 +489,7 @@ def ask_capture(
     deadline = time.monotonic() + timeout_s
     while True:
         answers: dict[str, Request] = {}
-        for msg in read_topic(kafka, parked_topic):
+        for msg in read_to_end(kafka, parked_topic):
             key = msg.key()
             value = msg.value()
             if msg.offset() < position or key is None or value is None:

@@ -20,12 +20,12 @@ from bizevents.capture.quarantinecore import (
     HEADER_CAPTURE_CONTEXT,
     ask_capture,
     parked_keys,
-    read_topic,
 )
 from bizevents.cli import main
 from bizevents.contracts.envelope import ChangeEvent, MySqlPosition
 from bizevents.devstack import Endpoints
 from bizevents.plumbing.parking import PARKED_HEADER
+from bizevents.plumbing.parkingio import read_to_end
 from tests.capture.capture_helpers import read_topic as read_changes
 from tests.capture.mysql_helpers import MyDb, in_process, mysql_database
 
@@ -98,7 +98,7 @@ def test_unconvertible_row_parks_its_key_and_redrive_writes_it_in_order(
         events = _events(db, "t")
         assert [e.after["note"] for e in events[1]] == ["a"]  # nothing after the park
         assert [e.after["note"] for e in events[2]] == ["a", "q1", "q2", "q3"]
-        dead = read_topic(kafka, config.dlq_topic)
+        dead = read_to_end(kafka, config.dlq_topic)
         assert len(dead) == 4 and len({m.key() for m in dead}) == 1
         first = dict(dead[0].headers())
         assert first[PARKED_HEADER] == b"1" and first["bizevents.dlq.stage"] == b"capture"
@@ -184,7 +184,7 @@ def test_dead_letter_mode_is_as_before(db: MyDb, tmp_path: Path) -> None:
         run.wait_position(db.binlog_end())
         run.stop()
     assert [e.after["note"] for e in _events(db, "t")[2]] == ["a", "later"]
-    (dead,) = read_topic({"bootstrap.servers": db.endpoints.bootstrap_servers}, config.dlq_topic)
+    (dead,) = read_to_end({"bootstrap.servers": db.endpoints.bootstrap_servers}, config.dlq_topic)
     headers = dict(dead.headers())
     assert dead.key() is None and PARKED_HEADER not in headers
     assert headers["bizevents.capture.format"] == b"mysql-row-json"

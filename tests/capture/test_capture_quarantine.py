@@ -24,12 +24,12 @@ from bizevents.capture.quarantinecore import (
     HEADER_CAPTURE_CONTEXT,
     ask_capture,
     parked_keys,
-    read_topic,
 )
 from bizevents.cli import main
 from bizevents.contracts.envelope import ChangeEvent, PgPosition
 from bizevents.devstack import Endpoints
 from bizevents.plumbing.parking import PARKED_HEADER
+from bizevents.plumbing.parkingio import read_to_end
 from tests.capture.capture_helpers import (
     REPO,
     Db,
@@ -113,7 +113,7 @@ def test_unconvertible_change_parks_its_key_and_redrive_writes_it_in_order(
     events = _events(db, "t")
     assert [e.after["note"] for e in events[1]] == ["a"]  # nothing after the park
     assert [e.after["note"] for e in events[2]] == ["a", "q1", "q2", "q3"]
-    dead = read_topic(kafka, config.dlq_topic)
+    dead = read_to_end(kafka, config.dlq_topic)
     assert len(dead) == 4
     first = dict(dead[0].headers())
     assert first[PARKED_HEADER] == b"1"
@@ -251,12 +251,12 @@ def test_discard_drops_a_keys_parked_changes_with_the_reason(db: Db, tmp_path: P
     assert not keys.parked
     (state,) = [
         json.loads(m.value())
-        for m in read_topic(kafka, config.parked_topic_name)
+        for m in read_to_end(kafka, config.parked_topic_name)
         if m.key() == b"park|capture|" + ref[1].encode() + b"|-1|" + ref[3].hex().encode()
     ][-1:]
     assert state["state"] == "unparked"
     assert "NaN total: repaired by hand in the ledger" in state["how"]
-    assert len(read_topic(kafka, config.dlq_topic)) == 2  # kept, for the record
+    assert len(read_to_end(kafka, config.dlq_topic)) == 2  # kept, for the record
 
 
 def test_kill_9_mid_redrive_ends_with_every_change_once_in_order(db: Db, tmp_path: Path) -> None:
@@ -333,7 +333,7 @@ def test_kill_9_mid_redrive_ends_with_every_change_once_in_order(db: Db, tmp_pat
     half = len(at_kill) - 1
     assert notes == ["a", *expected[1 : 1 + half], *expected[1:]]
     raw = sorted(
-        (m for m in read_topic(kafka, db.topic("t")) if m.key() == ref[3]),
+        (m for m in read_to_end(kafka, db.topic("t")) if m.key() == ref[3]),
         key=lambda m: m.offset(),
     )
     assert len(raw) == len(notes)
