@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import click
 import structlog
@@ -156,6 +156,27 @@ def snapshot(
     console.print(f"signal {signal.id} ({kind} {what}) sent to {topic.topic}")
 
 
+def _ask_capture(
+    ctx: click.Context,
+    capture_config: Path,
+    kind: Literal["redrive", "discard"],
+    key: str | None,
+    timeout: float,
+    reason: str = "",
+) -> tuple[list[Any], list[Any]]:
+    """Ask the running capture to carry out ``kind`` for ``key`` (None: every parked
+    key), print each answer; ``(answers, those not done)``."""
+    from bizevents.capture.config import load_capture_config
+    from bizevents.capture.quarantinecore import ask_capture
+
+    config = load_capture_config(capture_config)
+    kafka = settings_of(ctx).kafka.librdkafka()
+    answers = ask_capture(kafka, config.parked_topic_name, kind, key, timeout, reason)
+    for a in answers:
+        click.echo(f"{a.status}: {a.topic} key {a.key}: {a.message}")
+    return answers, [a for a in answers if a.status != "done"]
+
+
 @capture.command()
 @click.option(
     "--config",
@@ -180,19 +201,11 @@ def redrive(
     re-driven ones. A change that still does not convert leaves the key parked, with
     the new reason. Exit 0 when every key was re-driven, else 1 with a sentence.
     """
-    from bizevents.capture.config import load_capture_config
     from bizevents.capture.exceptions import CaptureError
-    from bizevents.capture.quarantinecore import ask_capture
 
     if (key is None) == (not every):
         raise ConfigError("name one parked key (--key HEX) or ask for --all, not both or neither")
-    settings = settings_of(ctx)
-    config = load_capture_config(capture_config)
-    kafka = settings.kafka.librdkafka()
-    answers = ask_capture(kafka, config.parked_topic_name, "redrive", key, timeout)
-    for a in answers:
-        click.echo(f"{a.status}: {a.topic} key {a.key}: {a.message}")
-    bad = [a for a in answers if a.status != "done"]
+    answers, bad = _ask_capture(ctx, capture_config, "redrive", key, timeout)
     if bad:
         raise CaptureError(
             f"{len(bad)} of {len(answers)} keys were not re-driven: {bad[0].message}"
@@ -223,19 +236,11 @@ def discard(
     between two transactions of its stream. Exit 0 when the key was discarded, else 1
     with a sentence.
     """
-    from bizevents.capture.config import load_capture_config
     from bizevents.capture.exceptions import CaptureError
-    from bizevents.capture.quarantinecore import ask_capture
 
     if not reason.strip():
         raise ConfigError("say why the key's parked changes are dropped: --reason TEXT")
-    settings = settings_of(ctx)
-    config = load_capture_config(capture_config)
-    kafka = settings.kafka.librdkafka()
-    answers = ask_capture(kafka, config.parked_topic_name, "discard", key, timeout, reason)
-    for a in answers:
-        click.echo(f"{a.status}: {a.topic} key {a.key}: {a.message}")
-    bad = [a for a in answers if a.status != "done"]
+    _, bad = _ask_capture(ctx, capture_config, "discard", key, timeout, reason)
     if bad:
         raise CaptureError(f"key {key} was not discarded: {bad[0].message}")
 
