@@ -380,6 +380,8 @@ def main() -> None:
             from translate_tx import through_kafka  # bench/translate_tx.py
 
             workers = max(args.workers, 2)
+            # the broker's and the registry's pids, for the whole pipeline's CPU
+            pids = [] if stack is None else [h.started.pid for h in stack.status() if h.started]
             for line in through_kafka(
                 bootstrap,
                 endpoints.registry_url,
@@ -388,6 +390,7 @@ def main() -> None:
                 args.timeout,
                 tmp,
                 args.profile,
+                pids,
             ):
                 print(line, flush=True)
             return

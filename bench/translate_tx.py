@@ -18,13 +18,15 @@ END record; one OrderPlaced out).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
 import sys
 import tempfile
 import time
-from dataclasses import replace
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -333,6 +335,26 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def cpu_of(pids: Sequence[int]) -> float:
+    """CPU seconds of the processes (and their threads) that still run."""
+    total = 0.0
+    for pid in pids:
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+            total += cpu_seconds(pid)
+    return total
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """What the processes spent between the first OrderPlaced the reader saw and the
+    last: CPU seconds, wall seconds, and the transactions published meanwhile."""
+
+    workers_cpu: float
+    others_cpu: float
+    seconds: float
+    transactions: int
+
+
 def run_workers(
     env: dict[str, str],
     workers: int,
@@ -341,10 +363,13 @@ def run_workers(
     transactions: int,
     timeout: float,
     profile: Path | None = None,
-) -> tuple[float, int, float]:
+    others: Sequence[int] = (),
+) -> tuple[float, int, Span]:
     """``workers`` transaction workers of one group until every OrderPlaced arrived;
     returns (transactions per second between the first and the last event, duplicates,
-    the workers' CPU seconds together from the first event to the last).
+    and the :class:`Span`: the workers' CPU and that of ``others`` (the broker, the
+    registry, this process: the rest of the pipeline) from the first event the reader
+    saw to the last, start-up excluded).
     With ``profile``, each worker runs under cProfile and writes its statistics there."""
     import subprocess
 
@@ -369,19 +394,23 @@ def run_workers(
                 )
             )
 
-    #: the workers' CPU seconds when the first event arrived (start-up excluded)
-    first_cpu: list[float] = []
+    def sample(seen: int) -> tuple[float, float, float, int]:
+        workers_cpu = sum(cpu_seconds(p.pid) for p in processes)
+        return workers_cpu, cpu_of(others), time.monotonic(), seen
+
+    #: the first sample, once the reader saw an event
+    first: list[tuple[float, float, float, int]] = []
 
     def alive(seen: int) -> None:
         for process, log in zip(processes, logs, strict=True):
             if process.poll() is not None:
                 sys.exit(f"a worker exited {process.returncode}: {log.read_text()[-3000:]}")
-        if seen and not first_cpu:
-            first_cpu.append(sum(cpu_seconds(p.pid) for p in processes))
+        if seen and not first:
+            first.append(sample(seen))
 
     try:
         stamps, ids = reader.read(transactions, time.monotonic() + timeout, alive)
-        spent = sum(cpu_seconds(p.pid) for p in processes) - first_cpu[0]
+        last = sample(len(set(ids)))
     finally:
         for process in processes:
             process.terminate()
@@ -391,7 +420,9 @@ def run_workers(
             except subprocess.TimeoutExpired:
                 process.kill()
     window = (max(stamps) - min(stamps)) / 1000.0
-    return (transactions - 1) / window, len(ids) - len(set(ids)), spent
+    begin = first[0]
+    span = Span(last[0] - begin[0], last[1] - begin[1], last[2] - begin[2], last[3] - begin[3])
+    return (transactions - 1) / window, len(ids) - len(set(ids)), span
 
 
 def through_kafka(
@@ -402,8 +433,14 @@ def through_kafka(
     timeout: float,
     tmp: Path,
     profile: Path | None = None,
+    stack_pids: Sequence[int] = (),
 ) -> list[str]:
-    """Lines: changes/s in and events/s out through Kafka, one worker and ``workers``."""
+    """Lines: changes/s in and events/s out through Kafka, one worker and ``workers``.
+
+    With ``stack_pids`` (the broker's and the registry's), also what the whole pipeline
+    spends per change (workers, broker, registry and this process's reader) and so the
+    cores a rate needs: one worker's rate times the target ratio needs that many cores at
+    the least, however the work were shared."""
     import uuid
 
     tag = uuid.uuid4().hex[:8]
@@ -430,6 +467,7 @@ def through_kafka(
         "BIZEVENTS_TRANSACTIONS__MAX_OPEN": str(transactions + 1),
     }
     reader = PlacedReader(bootstrap, server)
+    others = [*stack_pids, os.getpid()]
     rates: dict[int, float] = {}
     try:
         for n in sorted({1, workers}):
@@ -438,20 +476,36 @@ def through_kafka(
                 "BIZEVENTS_TRANSACTIONS__GROUP_ID": f"bench-tx-{n}-{tag}",
                 "BIZEVENTS_TRANSLATE__GROUP_ID": f"bench-tx-{n}-{tag}",
             }
-            rate, duplicates, spent = run_workers(
-                group_env, n, tmp, reader, transactions, timeout, profile
+            rate, duplicates, span = run_workers(
+                group_env, n, tmp, reader, transactions, timeout, profile, others
             )
             rates[n] = rate
             # CPU per change says what the load of others' processes hides: the rate
             # one worker would reach with a core of its own
-            per_cpu = transactions * per_tx / spent if spent > 0 else float("nan")
+            changes_in = span.transactions * per_tx
+            per_cpu = changes_in / span.workers_cpu if span.workers_cpu > 0 else float("nan")
             lines.append(
                 f"({'d' if n == 1 else 'e'}) {n} transaction worker{'s' if n > 1 else ''} "
                 f"(orders@3, through Kafka): {rate * per_tx:,.0f} changes/s in, "
                 f"{rate:,.0f} events/s out ({duplicates} duplicates); "
                 f"per worker / {TX_TARGET:,}/s target: {rate * per_tx / n / TX_TARGET:.2f}; "
-                f"{per_cpu:,.0f} changes per worker CPU-second ({spent:.1f} CPU-s in all)"
+                f"{per_cpu:,.0f} changes per worker CPU-second "
+                f"({span.workers_cpu:.1f} CPU-s for {changes_in:,.0f} changes)"
             )
+            if stack_pids and changes_in and span.seconds > 0:
+                pipeline = (span.workers_cpu + span.others_cpu) / changes_in
+                lines.append(
+                    f"    the whole pipeline over {span.seconds:.1f}s: {span.workers_cpu:.1f} "
+                    f"CPU-s in the worker{'s' if n > 1 else ''}, {span.others_cpu:.1f} in the "
+                    f"broker, registry and reader; {pipeline * 1e6:,.1f} CPU-µs per change; "
+                    f"{(span.workers_cpu + span.others_cpu) / span.seconds:.2f} cores busy"
+                )
+                if n == 1:
+                    needs = pipeline * rate * per_tx * SCALE_TARGET
+                    lines.append(
+                        f"    {SCALE_TARGET} times this rate needs at least {needs:.2f} cores "
+                        f"at this CPU per change (the machine has {os.cpu_count()})"
+                    )
     finally:
         reader.close()
     if workers > 1:
