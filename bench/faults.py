@@ -205,6 +205,8 @@ class Faults:
         self.tx_joins = 0
         #: the long transactions' orders: order id -> (items, total)
         self.long_orders: dict[int, tuple[int, Any]] = {}
+        #: the replay's (ranges done, planned) at its last kill
+        self.replay_done_at_kill = (0, 0)
         self.load: Load | None = None
 
     # the stack ---------------------------------------------------------------------------
@@ -320,7 +322,7 @@ class Faults:
                 "--run-id",
                 self.run_id,
                 "--slice-size",
-                "100",
+                "10",
                 "--master",
                 "local[1]",
                 "--no-progress",
@@ -412,12 +414,13 @@ class Faults:
         plan.append((self.rng.uniform(*span), "restart database"))
         if self.source == "mysql":
             plan += [(self.rng.uniform(*span), "kill binlog") for _ in range(m.binlog_kills)]
-        # the replay starts early, and each kill lands within a run: one takes about a
-        # minute on two busy cores, so a kill planned later would find it finished
+        # the replay starts early, and each kill waits until the replay made progress
+        # since its last start (see "kill replay"): a run takes seconds, so a kill at a
+        # planned time alone would find it finished
         at = self.rng.uniform(3.0, 8.0)
         plan.append((at, "start replay"))
         for _ in range(m.replay_kills):
-            at += self.rng.uniform(8.0, 25.0)
+            at += self.rng.uniform(0.5, 2.0)
             plan.append((at, "kill replay"))
         return sorted(plan)
 
@@ -437,8 +440,13 @@ class Faults:
         elif action == "start replay":
             self.replay.start()
         elif action == "kill replay":
+            # a kill lands while the replay writes: once it has finished a range since it
+            # (re)started and still has ranges left
+            self.wait_replay_mid_run()
             log(f"replay before its kill: {self.replay_progress()}")
-            if not self.replay.kill():
+            if self.replay.kill():
+                self.replay_done_at_kill = self.replay_ranges_done()
+            else:
                 log("the replay had already finished: kill skipped")
         elif action == "pause broker":
             log(f"SIGSTOP broker for {self.mode.pause_s:.0f} s")
@@ -571,6 +579,30 @@ class Faults:
                 self.mysql_sql(f"KILL {int(session)}")
             self.binlog_kills += 1
             log(f"KILL {session}: capture's binlog connection")
+
+    def replay_ranges_done(self) -> tuple[int, int]:
+        """The replay's ranges done and planned (0, 0 before its plan)."""
+        from bizevents.replay.exceptions import RunStateError
+        from bizevents.replay.state import RunState
+
+        try:
+            state = RunState.load(self.work / "state", self.run_id)
+        except RunStateError:
+            return 0, 0
+        return (0, 0) if state is None else (len(state.done), len(state.ranges))
+
+    def wait_replay_mid_run(self, timeout: float = 90.0) -> None:
+        """Until the replay finished a range since its last kill (or start) and has ranges
+        left, or finished; looked at every 50 ms (its ranges take a fraction of a second)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and not self.replay.done:
+            done, planned = self.replay_ranges_done()
+            if self.replay_done_at_kill[0] < done < planned:
+                return
+            self.supervise()
+            time.sleep(0.05)
+        if not self.replay.done:
+            log(f"gave up waiting for the replay to be mid-run after {timeout:.0f} s")
 
     def replay_progress(self) -> str:
         from bizevents.replay.exceptions import RunStateError
