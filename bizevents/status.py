@@ -56,6 +56,15 @@ def _quantile(samples: Samples, name: str, q: float) -> float | None:
     return next(le for le in sorted(buckets) if buckets[le] >= q * total)
 
 
+#: capture's parking figures per table: (figure, metric)
+_CAPTURE_PARKING = (
+    ("parked", "bizevents_capture_parked_total"),
+    ("parked_keys", "bizevents_capture_parked_keys"),
+    ("redriven", "bizevents_capture_redriven_total"),
+    ("discarded_keys", "bizevents_capture_discarded_keys_total"),
+)
+
+
 def figures(before: Samples, after: Samples, seconds: float) -> dict[str, Any]:
     """Per translator@version and per captured table, what the dashboard plots."""
     translators: dict[str, dict[str, float]] = {}
@@ -80,6 +89,10 @@ def figures(before: Samples, after: Samples, seconds: float) -> dict[str, Any]:
         table: {"changes": n, "changes_per_s": (n - events_then.get(table, 0.0)) / seconds}
         for table, n in events_now.items()
     }
+    # capture quarantine (docs/parking.md): only captures that park serve these
+    for figure, metric in _CAPTURE_PARKING:
+        for table, n in _by(after, metric, "table").items():
+            tables.setdefault(table, {"changes": 0.0, "changes_per_s": 0.0})[figure] = n
     slot_lag = _by(after, "bizevents_capture_lag_bytes", "slot")
     shadows: dict[str, dict[str, float]] = {}
     for shadow, n in _by(after, "bizevents_shadow_changes_total", "shadow").items():

@@ -8,6 +8,8 @@ import click
 
 from bizevents.clikit import console, err_console, fails_cleanly, settings_of, table
 
+_CAPTURE_PARKING = ("parked", "parked_keys", "redriven", "discarded_keys")
+
 
 def _n(value: float | None, unit: str = "") -> str:
     if value is None:
@@ -37,8 +39,9 @@ def status(ctx: click.Context, urls: tuple[str, ...], interval: float, as_json: 
     """What the Grafana dashboard shows, on the terminal: per translator@version the
     changes consumed, events emitted, dropped, dead-lettered and parked (totals and
     per second), the keys parked now, consumer lag and latency; capture's changes per
-    second and slot lag; the shadows' comparisons and the last promotion of each
-    translator.
+    second and slot lag, and per table its parked changes, keys parked now, re-driven
+    changes and discarded keys; the shadows' comparisons and the last promotion of
+    each translator.
 
     Capture refreshes its per-table counts and slot lag at each heartbeat
     (heartbeat_interval_s, 10 s by default; the demo's capture 1 s): give an --interval
@@ -82,13 +85,21 @@ def status(ctx: click.Context, urls: tuple[str, ...], interval: float, as_json: 
         highlight=False,
     )
     capture = figures["capture"]
+    rows = sorted(capture["tables"].items())
+    # the parking columns only when a capture parks (on_conversion_error = "park")
+    parking = [k for k in _CAPTURE_PARKING if any(k in row for _, row in rows)]
     console.print(
         table(
             "capture",
-            ["table", "changes", "changes/s"],
+            ["table", "changes", "changes/s", *(k.replace("_", "-") for k in parking)],
             [
-                [name, _n(row["changes"]), _n(row["changes_per_s"])]
-                for name, row in sorted(capture["tables"].items())
+                [
+                    name,
+                    _n(row["changes"]),
+                    _n(row["changes_per_s"]),
+                    *(_n(row.get(k)) for k in parking),
+                ]
+                for name, row in rows
             ],
         )
     )

@@ -27,6 +27,10 @@ def _exported() -> dict[str, set[str]]:
     """Every sample name the services serve → its label names."""
     capture = CaptureStats(server="demo", slot="s", events={"store.orders": 3}, lag_bytes=10)
     capture.conversion_errors[("store.orders", "dead-letter")] = 1
+    capture.conversion_errors[("store.orders", "park")] = 1
+    capture.parked_keys["store.orders"] = 1
+    capture.redriven["store.orders"] = 1
+    capture.discarded_keys["store.orders"] = 1
     worker = WorkerStats("g")
     worker.counts["orders@2"].consumed = 5
     worker.lag[("demo.store.orders", 0)] = 2
@@ -80,7 +84,7 @@ def test_every_panel_query_names_an_exported_metric_and_its_labels() -> None:
 
 def test_the_dashboard_covers_what_operators_need() -> None:
     """Per translator@version consumed/emitted/dropped/dead-lettered, lag and latency;
-    capture's changes and slot lag."""
+    capture's changes, slot lag and parking."""
     text = " ".join(expr for _, expr in _queries())
     for metric in (
         "bizevents_translator_consumed_total",
@@ -91,5 +95,8 @@ def test_the_dashboard_covers_what_operators_need() -> None:
         "bizevents_translate_latency_seconds_bucket",
         "bizevents_capture_events_total",
         "bizevents_capture_lag_bytes",
+        "bizevents_capture_parked_keys",
+        "bizevents_capture_parked_total",
+        "bizevents_capture_redriven_total",
     ):
         assert metric in text, metric

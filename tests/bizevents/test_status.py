@@ -28,6 +28,11 @@ REPO = Path(__file__).resolve().parents[2]
 def services() -> Iterator[tuple[CaptureStats, WorkerStats, list[str]]]:
     capture = CaptureStats(server="demo", slot="bizevents_demo", lag_bytes=4096)
     capture.events["store.orders"] = 100
+    capture.conversion_errors[("store.orders", "park")] = 1
+    capture.conversion_errors[("store.orders", "parked")] = 5
+    capture.conversion_errors[("store.orders", "dead-letter")] = 9  # not parked
+    capture.parked_keys["store.orders"] = 1
+    capture.redriven["store.orders"] = 2
     worker = WorkerStats("bizevents-translate")
     worker.add("demo.store.orders", {"orders@2": Counts(consumed=10, emitted=8, dropped=2)})
     worker.readers["demo.store.orders"] = ("orders@2",)
@@ -69,6 +74,37 @@ def test_figures_are_totals_and_rates_between_two_scrapes() -> None:
     assert result["latency_p50_s"] == 0.1 and result["latency_p99_s"] == 1.0
 
 
+def test_capture_parking_figures_are_per_table() -> None:
+    """Capture quarantine's metrics (docs/parking.md) join the table's row; a table
+    whose keys were all re-driven shows 0 keys parked, not nothing."""
+    labels = 'server="shop",slot="s",table'
+    before = parse(f'bizevents_capture_events_total{{{labels}="store.orders"}} 10\n')
+    after = parse(
+        f'bizevents_capture_events_total{{{labels}="store.orders"}} 30\n'
+        f'bizevents_capture_parked_keys{{{labels}="store.orders"}} 2\n'
+        f'bizevents_capture_parked_total{{{labels}="store.orders"}} 7\n'
+        f'bizevents_capture_redriven_total{{{labels}="store.orders"}} 4\n'
+        f'bizevents_capture_discarded_keys_total{{{labels}="store.orders"}} 1\n'
+        f'bizevents_capture_parked_keys{{{labels}="store.items"}} 0\n'
+        f'bizevents_capture_redriven_total{{{labels}="store.items"}} 3\n'
+    )
+    tables = figures(before, after, 2.0)["capture"]["tables"]
+    assert tables["store.orders"] == {
+        "changes": 30,
+        "changes_per_s": 10.0,
+        "parked_keys": 2,
+        "parked": 7,
+        "redriven": 4,
+        "discarded_keys": 1,
+    }
+    assert tables["store.items"] == {
+        "changes": 0,
+        "changes_per_s": 0.0,
+        "parked_keys": 0,
+        "redriven": 3,
+    }
+
+
 def test_status_json_reads_the_running_services(
     services: tuple[CaptureStats, WorkerStats, list[str]], tmp_path: Path
 ) -> None:
@@ -80,7 +116,10 @@ def test_status_json_reads_the_running_services(
     orders = data["translators"]["orders@2"]
     assert (orders["consumed"], orders["emitted"], orders["dropped"]) == (10, 8, 2)
     assert orders["dead_lettered"] == 0 and orders["lag"] == 7
-    assert data["capture"]["tables"]["store.orders"]["changes"] == 100
+    orders_table = data["capture"]["tables"]["store.orders"]
+    assert orders_table["changes"] == 100
+    assert (orders_table["parked"], orders_table["parked_keys"]) == (6, 1)
+    assert (orders_table["redriven"], orders_table["discarded_keys"]) == (2, 0)
     assert data["capture"]["slot_lag_bytes"] == {"bizevents_demo": 4096}
     assert data["latency_p99_s"] == 0.05
     assert data["shadows"] == {
@@ -90,6 +129,7 @@ def test_status_json_reads_the_running_services(
     assert "promotions not read" in result.stderr
     text = _run(*args, "--interval", "0.2", state=tmp_path)
     assert text.returncode == 0 and "orders@2" in text.stdout and "4,096 bytes" in text.stdout
+    assert "parked-keys" in text.stdout and "redriven" in text.stdout
 
 
 def test_status_without_endpoints_says_what_to_give(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from bizevents.capture.exceptions import CaptureError
+from bizevents.capture.metrics import serve_metrics
 from bizevents.capture.pgtypes import register_converter
 from bizevents.capture.quarantinecore import (
     CAPTURE,
@@ -30,9 +31,11 @@ from bizevents.contracts.envelope import ChangeEvent, PgPosition
 from bizevents.devstack import Endpoints
 from bizevents.plumbing.parking import PARKED_HEADER
 from bizevents.plumbing.parkingio import read_to_end
+from bizevents.status import figures, scrape
 from tests.capture.capture_helpers import (
     REPO,
     Db,
+    InProcess,
     capture_endpoints,
     cli_env,
     database,
@@ -91,6 +94,18 @@ def _kafka(db: Db) -> dict[str, Any]:
     return {"bootstrap.servers": db.endpoints.bootstrap_servers}
 
 
+def _scraped(run: InProcess, table: str) -> dict[str, Any]:
+    """The table's figures as ``bizevents status`` reads them from the running
+    capture's metrics endpoint."""
+    server, port = serve_metrics(run.stats, "127.0.0.1", 0)
+    try:
+        samples = scrape([f"http://127.0.0.1:{port}/metrics"])
+    finally:
+        server.shutdown()
+    tables: dict[str, Any] = figures(samples, samples, 1.0)["capture"]["tables"]
+    return tables[table]
+
+
 def test_unconvertible_change_parks_its_key_and_redrive_writes_it_in_order(
     db: Db, tmp_path: Path, numeric_fix: Any
 ) -> None:
@@ -130,9 +145,12 @@ def test_unconvertible_change_parks_its_key_and_redrive_writes_it_in_order(
     # A second run restores the parked key from Kafka: the key's changes still park.
     with in_process(config, endpoints) as run:
         run.wait_snapshot()
+        # its metrics endpoint counts the restored key (parked by the first run)
+        assert _scraped(run, f"{s}.t")["parked_keys"] == 1
         db.sql(f"UPDATE {s}.t SET note = 'p4' WHERE id = 1")
         run.wait_acked(db.wal_lsn())
         assert [e.after["note"] for e in _events(db, "t")[1]] == ["a"]
+        assert _scraped(run, f"{s}.t")["parked"] == 1  # this run's: p4
 
         # The command lists it; re-driven before the fix, it fails again: exit 1, one
         # sentence, the key stays parked with the new reason.
@@ -164,7 +182,11 @@ def test_unconvertible_change_parks_its_key_and_redrive_writes_it_in_order(
             time.sleep(0.5)  # live changes of the key after its unpark too
         assert answer.status == "done", answer.message
         run.wait_acked(db.wal_lsn())
+        after = _scraped(run, f"{s}.t")
         run.stop()
+    redriven = int(answer.message.split()[0])  # "N parked changes of ..."
+    assert redriven >= 5  # p0 .. p4, and the writer's parked before the request ran
+    assert (after["parked_keys"], after["redriven"]) == (0, redriven)
 
     written = [e.after["note"] for e in _events(db, "t")[1]]
     last = int(db.sql(f"SELECT note FROM {s}.t WHERE id = 1")[0][0][1:])
@@ -172,9 +194,9 @@ def test_unconvertible_change_parks_its_key_and_redrive_writes_it_in_order(
     # no live one before them.
     assert written == ["a"] + [f"p{i}" for i in range(last + 1)]
     assert last > int(at_answer[1:])  # the writer went on after the re-drive
-    redriven = _events(db, "t")[1][1]
-    assert redriven.after["n"] == Decimal(0)  # decoded with the fix
-    position = redriven.source.position
+    first_redriven = _events(db, "t")[1][1]
+    assert first_redriven.after["n"] == Decimal(0)  # decoded with the fix
+    position = first_redriven.source.position
     assert isinstance(position, PgPosition)
     assert position.lsn == context["lsn"] and position.tx_id == context["xid"]
     keys, _ = parked_keys(kafka, config.parked_topic_name)
