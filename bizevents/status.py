@@ -66,7 +66,8 @@ _CAPTURE_PARKING = (
 
 
 def figures(before: Samples, after: Samples, seconds: float) -> dict[str, Any]:
-    """Per translator@version and per captured table, what the dashboard plots."""
+    """Per translator@version, per captured table and per consumer-kit group, what the
+    dashboard plots."""
     translators: dict[str, dict[str, float]] = {}
     for metric in ("consumed", "emitted", "dropped", "dead_lettered", "parked"):
         name = f"bizevents_translator_{metric}_total"
@@ -100,8 +101,20 @@ def figures(before: Samples, after: Samples, seconds: float) -> dict[str, Any]:
     for labels, value in after.get("bizevents_shadow_events_total", []):
         row = shadows.setdefault(labels.get("shadow", ""), {"changes": 0.0})
         row[labels.get("verdict", "")] = row.get(labels.get("verdict", ""), 0.0) + value
+    consumers: dict[str, dict[str, float]] = {}
+    for metric in ("delivered", "dead_lettered", "parked", "redriven"):
+        name = f"bizevents_consumer_{metric}_total"
+        now, then = _by(after, name, "group"), _by(before, name, "group")
+        for group, value in now.items():
+            row = consumers.setdefault(group, {})
+            row[metric] = value
+            row[f"{metric}_per_s"] = (value - then.get(group, 0.0)) / seconds
+    # each member counts the keys of the partitions it owns: their sum is the group's
+    for group, keys in _by(after, "bizevents_consumer_parked_keys", "group").items():
+        consumers.setdefault(group, {})["parked_keys"] = keys
     return {
         "translators": translators,
+        "consumers": consumers,
         "shadows": shadows,
         "latency_p50_s": _quantile(after, "bizevents_translate_latency_seconds_bucket", 0.5),
         "latency_p99_s": _quantile(after, "bizevents_translate_latency_seconds_bucket", 0.99),

@@ -40,8 +40,10 @@ def status(ctx: click.Context, urls: tuple[str, ...], interval: float, as_json: 
     changes consumed, events emitted, dropped, dead-lettered and parked (totals and
     per second), the keys parked now, consumer lag and latency; capture's changes per
     second and slot lag, and per table its parked changes, keys parked now, re-driven
-    changes and discarded keys; the shadows' comparisons and the last promotion of
-    each translator.
+    changes and discarded keys; per consumer-kit group (given its members' endpoints,
+    BusinessConsumer's metrics_port) the events delivered, dead-lettered, parked and
+    re-driven and the keys parked now; the shadows' comparisons and the last promotion
+    of each translator.
 
     Capture refreshes its per-table counts and slot lag at each heartbeat
     (heartbeat_interval_s, 10 s by default; the demo's capture 1 s): give an --interval
@@ -105,6 +107,18 @@ def status(ctx: click.Context, urls: tuple[str, ...], interval: float, as_json: 
     )
     for slot, lag in sorted(capture["slot_lag_bytes"].items()):
         console.print(f"slot {slot}: {_n(lag)} bytes behind the WAL", highlight=False)
+    if figures["consumers"]:
+        counts = ("delivered", "dead_lettered", "parked", "parked_keys", "redriven")
+        console.print(
+            table(
+                "consumer groups",
+                ["group", *(k.replace("_", "-") for k in counts), "events/s"],
+                [
+                    [group, *(_n(row.get(k)) for k in counts), _n(row.get("delivered_per_s"))]
+                    for group, row in sorted(figures["consumers"].items())
+                ],
+            )
+        )
     if figures["shadows"]:
         verdicts = ("identical", "differing", "only_live", "only_shadow")
         console.print(

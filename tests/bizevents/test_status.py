@@ -9,11 +9,14 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from bizevents.capture.metrics import CaptureStats
 from bizevents.capture.metrics import serve_metrics as serve_capture
+from bizevents.consumers import ConsumerStats
+from bizevents.consumers.metrics import serve_metrics as serve_consumer
 from bizevents.plumbing.parking import ParkedKeys
 from bizevents.status import figures, parse
 from bizevents.translators.metrics import WorkerStats
@@ -41,7 +44,20 @@ def services() -> Iterator[tuple[CaptureStats, WorkerStats, list[str]]]:
     comparison = ShadowComparison("orders@2", "orders@1")
     comparison.add_change([("e1", "Placed", {"total": 1})], [("e1", "Placed", {"total": 2})])
     worker.compared("demo.store.orders", 0, {"orders@1": comparison})
-    servers = [serve_capture(capture, "127.0.0.1", 0), serve_worker(worker, "127.0.0.1", 0)]
+    parking = ParkedKeys()  # a key parked on the member's partition, one on another's
+    parking.park(("billing", "store.order-placed", 0, b"7"), 3, "consume-handler", "boom")
+    parking.park(("billing", "store.order-placed", 1, b"8"), 4, "consume-handler", "boom")
+    member = SimpleNamespace(
+        group_id="billing",
+        stats=ConsumerStats(delivered=40, parked=5, redriven=2),
+        parking=parking,
+        owned=frozenset({("store.order-placed", 0)}),
+    )
+    servers = [
+        serve_capture(capture, "127.0.0.1", 0),
+        serve_worker(worker, "127.0.0.1", 0),
+        serve_consumer(member, "127.0.0.1", 0),
+    ]
     yield capture, worker, [f"http://127.0.0.1:{port}/metrics" for _, port in servers]
     for server, _ in servers:
         server.shutdown()
@@ -105,6 +121,25 @@ def test_capture_parking_figures_are_per_table() -> None:
     }
 
 
+def test_consumer_groups_figures_add_up_their_members() -> None:
+    """Each member serves the parked keys of the partitions it owns: the group's figure
+    is their sum, as are its counts."""
+    after = parse(
+        'bizevents_consumer_delivered_total{group="billing"} 90\n'
+        'bizevents_consumer_delivered_total{group="billing"} 10\n'
+        'bizevents_consumer_parked_total{group="billing"} 7\n'
+        'bizevents_consumer_redriven_total{group="billing"} 0\n'
+        'bizevents_consumer_dead_lettered_total{group="billing"} 1\n'
+        'bizevents_consumer_parked_keys{group="billing"} 2\n'
+        'bizevents_consumer_parked_keys{group="billing"} 1\n'
+    )
+    before = parse('bizevents_consumer_delivered_total{group="billing"} 40\n')
+    billing = figures(before, after, 2.0)["consumers"]["billing"]
+    assert (billing["delivered"], billing["delivered_per_s"]) == (100, 30.0)
+    assert (billing["parked"], billing["parked_keys"], billing["redriven"]) == (7, 3, 0)
+    assert billing["dead_lettered"] == 1
+
+
 def test_status_json_reads_the_running_services(
     services: tuple[CaptureStats, WorkerStats, list[str]], tmp_path: Path
 ) -> None:
@@ -122,6 +157,9 @@ def test_status_json_reads_the_running_services(
     assert (orders_table["redriven"], orders_table["discarded_keys"]) == (2, 0)
     assert data["capture"]["slot_lag_bytes"] == {"bizevents_demo": 4096}
     assert data["latency_p99_s"] == 0.05
+    billing = data["consumers"]["billing"]
+    assert (billing["delivered"], billing["parked"], billing["redriven"]) == (40, 5, 2)
+    assert (billing["parked_keys"], billing["dead_lettered"]) == (1, 0)  # its partition's
     assert data["shadows"] == {
         "orders@1": {"changes": 1, "identical": 0, "differing": 1, "only_live": 0, "only_shadow": 0}
     }
@@ -130,6 +168,7 @@ def test_status_json_reads_the_running_services(
     text = _run(*args, "--interval", "0.2", state=tmp_path)
     assert text.returncode == 0 and "orders@2" in text.stdout and "4,096 bytes" in text.stdout
     assert "parked-keys" in text.stdout and "redriven" in text.stdout
+    assert "consumer groups" in text.stdout and "billing" in text.stdout
 
 
 def test_status_without_endpoints_says_what_to_give(tmp_path: Path) -> None:
