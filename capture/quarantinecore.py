@@ -90,6 +90,8 @@ class ParkedChange:
     context: dict[str, Any]
     position: int
     reason: str
+    #: ``capture`` for the change that parked its key, ``parked`` for one behind it
+    stage: str = ""
 
 
 def parked_changes(messages: Sequence[Any], ref: Ref, first: int) -> list[ParkedChange]:
@@ -114,7 +116,8 @@ def parked_changes(messages: Sequence[Any], ref: Ref, first: int) -> list[Parked
             continue
         seen.add(position)
         reason = (headers.get(HEADER_DLQ_REASON) or b"").decode(errors="replace")
-        found.append(ParkedChange(msg.value() or b"", context, position, reason))
+        stage = (headers.get(HEADER_DLQ_STAGE) or b"").decode(errors="replace")
+        found.append(ParkedChange(msg.value() or b"", context, position, reason, stage))
     return found
 
 

@@ -19,6 +19,7 @@ from click.testing import CliRunner
 
 from bizevents.capture.exceptions import CaptureError
 from bizevents.capture.metrics import serve_metrics
+from bizevents.capture.pgoutput import format_lsn, parse_lsn
 from bizevents.capture.pgtypes import register_converter
 from bizevents.capture.quarantinecore import (
     CAPTURE,
@@ -158,6 +159,21 @@ def test_unconvertible_change_parks_its_key_and_redrive_writes_it_in_order(
         listed = _cli(db, "parked", "--config", str(config_file), "--json")
         assert listed.exit_code == 0, listed.output
         assert [r["key"] for r in json.loads(listed.output)] == [ref[3].hex()]
+        # ... and shows its parked changes, in order, from the dead-letter topic
+        shown = _cli(db, "parked", "--config", str(config_file), "--key", ref[3].hex(), "--json")
+        assert shown.exit_code == 0, shown.output
+        rows = json.loads(shown.output)
+        assert [r["stage"] for r in rows] == ["capture"] + ["parked"] * 4  # p0, p1 .. p4
+        assert rows[0]["position"] == format_lsn(context["lsn"])
+        assert f"{s}.t.n" in rows[0]["reason"] and rows[1]["reason"].startswith("key parked")
+        assert {r["topic"] for r in rows} == {db.topic("t")}
+        lsns = [parse_lsn(r["position"]) for r in rows]
+        assert lsns == sorted(lsns) and len(set(lsns)) == 5
+        text = _cli(db, "parked", "--config", str(config_file), "--key", ref[3].hex())
+        assert text.exit_code == 0 and "5 parked changes" in text.output
+        unknown = _cli(db, "parked", "--config", str(config_file), "--key", "ff")
+        assert unknown.exit_code == 1 and "key ff is not parked" in unknown.output
+        assert "Traceback" not in unknown.output
         failed = _cli(db, "redrive", "--config", str(config_file), "--key", ref[3].hex())
         assert failed.exit_code == 1
         assert "still does not convert" in failed.output and "Traceback" not in failed.output
