@@ -4,9 +4,7 @@ re-drive with the fixed code (real PostgreSQL, broker and registry)."""
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -34,18 +32,20 @@ from bizevents.plumbing.parking import PARKED_HEADER
 from bizevents.plumbing.parkingio import read_to_end
 from bizevents.status import figures, scrape
 from tests.capture.capture_helpers import (
-    REPO,
     Db,
     InProcess,
     capture_endpoints,
-    cli_env,
     database,
     in_process,
-    terminate,
     wait_confirmed,
     write_config,
 )
-from tests.capture.capture_helpers import read_topic as read_changes
+from tests.capture.quarantine_helpers import (
+    Source,
+    events_by_id,
+    kill_9_mid_redrive,
+    numeric_fixed,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -60,11 +60,8 @@ def db(bizevents_stack: Endpoints) -> Iterator[Db]:
 def numeric_fix() -> Iterator[Any]:
     """The 'code fix': a numeric converter that takes NaN (as 0), switched on by the test."""
 
-    def fixed(text: str) -> Decimal:
-        return Decimal(0) if text == "NaN" else Decimal(text)
-
     def switch_on() -> None:
-        register_converter("numeric", fixed)
+        register_converter("numeric", numeric_fixed)
 
     try:
         yield switch_on
@@ -73,13 +70,7 @@ def numeric_fix() -> Iterator[Any]:
 
 
 def _events(db: Db, table: str) -> dict[int, list[ChangeEvent]]:
-    """The technical topic's change events per id, in topic order."""
-    out: dict[int, list[ChangeEvent]] = {}
-    records = sorted(read_changes(db.endpoints, db.topic(table)), key=lambda r: r.offset)
-    for r in records:
-        if isinstance(r.decoded, ChangeEvent) and r.decoded.after is not None:
-            out.setdefault(r.decoded.after["id"], []).append(r.decoded)
-    return out
+    return events_by_id(db.endpoints, db.topic(table))
 
 
 def _cli(db: Db, *args: str) -> Any:
@@ -301,12 +292,12 @@ def test_kill_9_mid_redrive_ends_with_every_change_once_in_order(db: Db, tmp_pat
     """Capture is killed -9 once Kafka acknowledged half of a key's re-driven changes
     (the fault planted by tests/capture/redrive_crash.py), before the rest and the
     unpark; the restarted capture carries the pending request out again: every change of
-    the key once in source order (the repeated half byte for byte identical), unparked."""
+    the key once in source order (the repeated half byte for byte identical), unparked
+    (tests/capture/quarantine_helpers.py, shared with MariaDB's twin)."""
     s = db.schema
     db.sql(f"CREATE TABLE {s}.t (id int PRIMARY KEY, n numeric(10, 2), note text)")
     db.sql(f"INSERT INTO {s}.t VALUES (1, 1.00, 'a')")
     config = db.config(["t"], on_conversion_error="park")
-    kafka = _kafka(db)
     with in_process(config, capture_endpoints(db.endpoints, tmp_path)) as run:
         run.wait_snapshot()
         db.sql(f"UPDATE {s}.t SET n = 'NaN', note = 'p0' WHERE id = 1")  # parks the key
@@ -316,66 +307,21 @@ def test_kill_9_mid_redrive_ends_with_every_change_once_in_order(db: Db, tmp_pat
         )
         run.wait_acked(db.wal_lsn())
         run.stop()
-    (ref,) = parked_keys(kafka, config.parked_topic_name)[0].parked
-
     config_file = write_config(tmp_path / "capture.toml", config)
-    log = tmp_path / "capture.log"
-    argv = [sys.executable, "-m", "tests.capture.redrive_crash", "capture", "postgres"]
 
-    def start(kill: bool) -> subprocess.Popen[bytes]:
-        env = {**cli_env(db.endpoints), "BIZEVENTS_TEST_KILL_MID_REDRIVE": "1" if kill else ""}
-        with open(log, "ab") as out:
-            return subprocess.Popen(
-                [*argv, "--config", str(config_file)],
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                cwd=REPO,
-            )
+    def live_change() -> None:
+        db.sql(f"UPDATE {s}.t SET note = 'after' WHERE id = 1")
 
-    answers: list[Any] = []
-    asking = threading.Thread(
-        target=lambda: answers.extend(
-            ask_capture(kafka, config.parked_topic_name, "redrive", ref[3].hex(), 120)
-        ),
-        daemon=True,
+    def caught_up(process: subprocess.Popen[bytes], log: Path) -> None:
+        wait_confirmed(db, db.wal_lsn(), process=process, log=log)
+
+    source = Source("postgres", live_change, caught_up)
+    kill_9_mid_redrive(
+        db.endpoints,
+        config.parked_topic_name,
+        db.topic("t"),
+        config_file,
+        source,
+        tmp_path / "capture.log",
+        behind=400,
     )
-    first = start(kill=True)
-    second: subprocess.Popen[bytes] | None = None
-    try:
-        asking.start()
-        assert first.wait(90) == -signal.SIGKILL, log.read_text()[-2000:]
-        at_kill = [e.after["note"] for e in _events(db, "t")[1]]
-        assert 1 < len(at_kill) < 402, "the kill did not land mid-re-drive"
-        assert ref in parked_keys(kafka, config.parked_topic_name)[0].parked
-
-        second = start(kill=False)
-        asking.join(120)
-        assert [a.status for a in answers] == ["done"], [a.message for a in answers]
-        db.sql(f"UPDATE {s}.t SET note = 'after' WHERE id = 1")  # a live change after it
-        wait_confirmed(db, db.wal_lsn(), process=second, log=log)
-        assert terminate(second) == 0
-    finally:
-        for process in (first, second):
-            if process is not None and process.poll() is None:
-                process.kill()
-
-    records = [
-        r
-        for r in sorted(read_changes(db.endpoints, db.topic("t")), key=lambda r: r.offset)
-        if isinstance(r.decoded, ChangeEvent)
-    ]
-    notes = [r.decoded.after["note"] for r in records]
-    expected = ["a"] + [f"p{i}" for i in range(401)] + ["after"]
-    # The first run's half, then the whole re-drive again, then the live change.
-    half = len(at_kill) - 1
-    assert notes == ["a", *expected[1 : 1 + half], *expected[1:]]
-    raw = sorted(
-        (m for m in read_to_end(kafka, db.topic("t")) if m.key() == ref[3]),
-        key=lambda m: m.offset(),
-    )
-    assert len(raw) == len(notes)
-    # duplicates only identical, byte for byte
-    values = [m.value() for m in raw]
-    assert values[1 : 1 + half] == values[1 + half : 1 + 2 * half]
-    assert not parked_keys(kafka, config.parked_topic_name)[0].parked
