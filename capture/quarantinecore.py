@@ -182,7 +182,7 @@ class QuarantineCore(CaptureCore):
         self._requests_at = messages[-1].offset() + 1 if messages else 0
         counts = dict.fromkeys(self.stats.parked_keys, 0)
         for _, topic, _, _ in parking.parked:
-            counts[self._table_of(topic)] = counts.get(self._table_of(topic), 0) + 1
+            self._count(counts, topic, 1)
         self.stats.parked_keys = counts
         self.close_requests()
         self.log.info(

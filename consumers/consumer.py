@@ -245,9 +245,9 @@ class BusinessConsumer:
         try:
             await self._consume()
         finally:
-            server.shutdown()
-            server.server_close()
             self.metrics_url = None
+            await asyncio.to_thread(server.shutdown)  # waits for its loop's next turn
+            server.server_close()
 
     async def _consume(self) -> None:
         from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
