@@ -11,6 +11,11 @@ from bizevents.clikit import console, err_console, fails_cleanly, settings_of, t
 _CAPTURE_PARKING = ("parked", "parked_keys", "redriven", "discarded_keys")
 
 
+def _count(value: float | None) -> str:
+    """A count (keys, changes) as a whole number."""
+    return "-" if value is None else f"{value:,.0f}"
+
+
 def _n(value: float | None, unit: str = "") -> str:
     if value is None:
         return "-"
@@ -99,7 +104,7 @@ def status(ctx: click.Context, urls: tuple[str, ...], interval: float, as_json: 
                     name,
                     _n(row["changes"]),
                     _n(row["changes_per_s"]),
-                    *(_n(row.get(k)) for k in parking),
+                    *(_count(row.get(k)) for k in parking),
                 ]
                 for name, row in rows
             ],
@@ -114,7 +119,7 @@ def status(ctx: click.Context, urls: tuple[str, ...], interval: float, as_json: 
                 "consumer groups",
                 ["group", *(k.replace("_", "-") for k in counts), "events/s"],
                 [
-                    [group, *(_n(row.get(k)) for k in counts), _n(row.get("delivered_per_s"))]
+                    [group, *(_count(row.get(k)) for k in counts), _n(row.get("delivered_per_s"))]
                     for group, row in sorted(figures["consumers"].items())
                 ],
             )
