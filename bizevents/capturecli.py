@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import click
 import structlog
 
 from bizevents.clikit import console, err_console, fails_cleanly, settings_of
 from bizevents.plumbing.errors import ConfigError
+
+if TYPE_CHECKING:
+    from bizevents.capture.config import CaptureConfig
+    from bizevents.plumbing.parking import ParkedKeys
 
 
 @click.group()
@@ -253,31 +258,40 @@ def discard(
     required=True,
     help="The TOML file of the capture whose parked keys to list.",
 )
+@click.option(
+    "--key",
+    "key",
+    default=None,
+    help="One parked key, in hex (as the list names it): its parked changes.",
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON array for scripts.")
 @click.pass_context
 @fails_cleanly
-def parked(ctx: click.Context, capture_config: Path, as_json: bool) -> None:
+def parked(ctx: click.Context, capture_config: Path, key: str | None, as_json: bool) -> None:
     """The keys this capture parked (on_conversion_error = "park"): topic, key in hex,
-    first parked position and the latest reason. Changes nothing."""
+    first parked position and the latest reason; with --key, that key's parked changes
+    in order (position, stage, reason), read from the capture's dead-letter topic.
+    Changes nothing."""
     from bizevents.capture.config import load_capture_config
-    from bizevents.capture.mysqlquarantine import describe_position
-    from bizevents.capture.pgoutput import format_lsn
     from bizevents.capture.quarantinecore import parked_keys
     from bizevents.clikit import print_json
 
     settings = settings_of(ctx)
     config = load_capture_config(capture_config)
-    keys, _ = parked_keys(settings.kafka.librdkafka(), config.parked_topic_name)
-    dsn = config.dsn.get_secret_value() if config.dsn is not None else ""
-    describe = describe_position if dsn.startswith(("mysql", "mariadb")) else format_lsn
+    kafka = settings.kafka.librdkafka()
+    keys, _ = parked_keys(kafka, config.parked_topic_name)
+    if key is not None:
+        _show_parked(kafka, config, keys, key.lower(), as_json)
+        return
+    describe = _describer(config)
     rows = [
         {
             "topic": topic,
-            "key": key.hex(),
+            "key": k.hex(),
             "since": describe(state.first),
             "reason": state.latest_reason,
         }
-        for (_, topic, _, key), state in sorted(keys.parked.items())
+        for (_, topic, _, k), state in sorted(keys.parked.items())
     ]
     if as_json:
         print_json(rows)
@@ -286,6 +300,57 @@ def parked(ctx: click.Context, capture_config: Path, as_json: bool) -> None:
         click.echo(f"no key is parked in {config.parked_topic_name}")
     for row in rows:
         click.echo(f"{row['topic']} key {row['key']} since {row['since']}: {row['reason']}")
+
+
+def _describer(config: CaptureConfig) -> Callable[[int], str]:
+    """How the capture's source writes a position: a binlog place, or an LSN."""
+    from bizevents.capture.mysqlquarantine import describe_position
+    from bizevents.capture.pgoutput import format_lsn
+
+    dsn = config.dsn.get_secret_value() if config.dsn is not None else ""
+    return describe_position if dsn.startswith(("mysql", "mariadb")) else format_lsn
+
+
+def _show_parked(
+    kafka: dict[str, Any], config: CaptureConfig, keys: ParkedKeys, key: str, as_json: bool
+) -> None:
+    """``capture parked --key``: one key's parked changes, as a re-drive would take them
+    (from the park's first position on, each once, in order)."""
+    from bizevents.capture.exceptions import CaptureError
+    from bizevents.capture.quarantinecore import parked_changes
+    from bizevents.clikit import print_json, table
+    from bizevents.plumbing.parkingio import read_to_end
+
+    found = [(ref, state) for ref, state in sorted(keys.parked.items()) if ref[3].hex() == key]
+    if not found:
+        raise CaptureError(
+            f"key {key} is not parked in {config.parked_topic_name} "
+            "(bizevents capture parked --config FILE lists the parked keys)"
+        )
+    describe = _describer(config)
+    messages = read_to_end(kafka, config.dlq_topic)
+    rows = [
+        {
+            "topic": ref[1],
+            "key": key,
+            "position": describe(change.position),
+            "stage": change.stage,
+            "reason": change.reason,
+            "bytes": len(change.raw),
+        }
+        for ref, state in found
+        for change in parked_changes(messages, ref, state.first)
+    ]
+    if as_json:
+        print_json(rows)
+        return
+    console.print(
+        table(
+            f"key {key}: {len(rows)} parked changes (on {config.dlq_topic})",
+            ["topic", "position", "stage", "reason"],
+            [[str(r[c]) for c in ("topic", "position", "stage", "reason")] for r in rows],
+        )
+    )
 
 
 def _run(ctx: click.Context, runner_class: Any, config: Any, endpoints: Any, stream: str) -> None:

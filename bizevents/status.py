@@ -56,8 +56,18 @@ def _quantile(samples: Samples, name: str, q: float) -> float | None:
     return next(le for le in sorted(buckets) if buckets[le] >= q * total)
 
 
+#: capture's parking figures per table: (figure, metric)
+_CAPTURE_PARKING = (
+    ("parked", "bizevents_capture_parked_total"),
+    ("parked_keys", "bizevents_capture_parked_keys"),
+    ("redriven", "bizevents_capture_redriven_total"),
+    ("discarded_keys", "bizevents_capture_discarded_keys_total"),
+)
+
+
 def figures(before: Samples, after: Samples, seconds: float) -> dict[str, Any]:
-    """Per translator@version and per captured table, what the dashboard plots."""
+    """Per translator@version, per captured table and per consumer-kit group, what the
+    dashboard plots."""
     translators: dict[str, dict[str, float]] = {}
     for metric in ("consumed", "emitted", "dropped", "dead_lettered", "parked"):
         name = f"bizevents_translator_{metric}_total"
@@ -80,6 +90,10 @@ def figures(before: Samples, after: Samples, seconds: float) -> dict[str, Any]:
         table: {"changes": n, "changes_per_s": (n - events_then.get(table, 0.0)) / seconds}
         for table, n in events_now.items()
     }
+    # capture quarantine (docs/parking.md): only captures that park serve these
+    for figure, metric in _CAPTURE_PARKING:
+        for table, n in _by(after, metric, "table").items():
+            tables.setdefault(table, {"changes": 0.0, "changes_per_s": 0.0})[figure] = n
     slot_lag = _by(after, "bizevents_capture_lag_bytes", "slot")
     shadows: dict[str, dict[str, float]] = {}
     for shadow, n in _by(after, "bizevents_shadow_changes_total", "shadow").items():
@@ -87,8 +101,20 @@ def figures(before: Samples, after: Samples, seconds: float) -> dict[str, Any]:
     for labels, value in after.get("bizevents_shadow_events_total", []):
         row = shadows.setdefault(labels.get("shadow", ""), {"changes": 0.0})
         row[labels.get("verdict", "")] = row.get(labels.get("verdict", ""), 0.0) + value
+    consumers: dict[str, dict[str, float]] = {}
+    for metric in ("delivered", "dead_lettered", "parked", "redriven"):
+        name = f"bizevents_consumer_{metric}_total"
+        now, then = _by(after, name, "group"), _by(before, name, "group")
+        for group, value in now.items():
+            row = consumers.setdefault(group, {})
+            row[metric] = value
+            row[f"{metric}_per_s"] = (value - then.get(group, 0.0)) / seconds
+    # each member counts the keys of the partitions it owns: their sum is the group's
+    for group, keys in _by(after, "bizevents_consumer_parked_keys", "group").items():
+        consumers.setdefault(group, {})["parked_keys"] = keys
     return {
         "translators": translators,
+        "consumers": consumers,
         "shadows": shadows,
         "latency_p50_s": _quantile(after, "bizevents_translate_latency_seconds_bucket", 0.5),
         "latency_p99_s": _quantile(after, "bizevents_translate_latency_seconds_bucket", 0.99),

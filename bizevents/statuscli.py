@@ -8,6 +8,13 @@ import click
 
 from bizevents.clikit import console, err_console, fails_cleanly, settings_of, table
 
+_CAPTURE_PARKING = ("parked", "parked_keys", "redriven", "discarded_keys")
+
+
+def _count(value: float | None) -> str:
+    """A count (keys, changes) as a whole number."""
+    return "-" if value is None else f"{value:,.0f}"
+
 
 def _n(value: float | None, unit: str = "") -> str:
     if value is None:
@@ -37,8 +44,11 @@ def status(ctx: click.Context, urls: tuple[str, ...], interval: float, as_json: 
     """What the Grafana dashboard shows, on the terminal: per translator@version the
     changes consumed, events emitted, dropped, dead-lettered and parked (totals and
     per second), the keys parked now, consumer lag and latency; capture's changes per
-    second and slot lag; the shadows' comparisons and the last promotion of each
-    translator.
+    second and slot lag, and per table its parked changes, keys parked now, re-driven
+    changes and discarded keys; per consumer-kit group (given its members' endpoints,
+    BusinessConsumer's metrics_port) the events delivered, dead-lettered, parked and
+    re-driven and the keys parked now; the shadows' comparisons and the last promotion
+    of each translator.
 
     Capture refreshes its per-table counts and slot lag at each heartbeat
     (heartbeat_interval_s, 10 s by default; the demo's capture 1 s): give an --interval
@@ -82,18 +92,38 @@ def status(ctx: click.Context, urls: tuple[str, ...], interval: float, as_json: 
         highlight=False,
     )
     capture = figures["capture"]
+    rows = sorted(capture["tables"].items())
+    # the parking columns only when a capture parks (on_conversion_error = "park")
+    parking = [k for k in _CAPTURE_PARKING if any(k in row for _, row in rows)]
     console.print(
         table(
             "capture",
-            ["table", "changes", "changes/s"],
+            ["table", "changes", "changes/s", *(k.replace("_", "-") for k in parking)],
             [
-                [name, _n(row["changes"]), _n(row["changes_per_s"])]
-                for name, row in sorted(capture["tables"].items())
+                [
+                    name,
+                    _n(row["changes"]),
+                    _n(row["changes_per_s"]),
+                    *(_count(row.get(k)) for k in parking),
+                ]
+                for name, row in rows
             ],
         )
     )
     for slot, lag in sorted(capture["slot_lag_bytes"].items()):
         console.print(f"slot {slot}: {_n(lag)} bytes behind the WAL", highlight=False)
+    if figures["consumers"]:
+        counts = ("delivered", "dead_lettered", "parked", "parked_keys", "redriven")
+        console.print(
+            table(
+                "consumer groups",
+                ["group", *(k.replace("_", "-") for k in counts), "events/s"],
+                [
+                    [group, *(_count(row.get(k)) for k in counts), _n(row.get("delivered_per_s"))]
+                    for group, row in sorted(figures["consumers"].items())
+                ],
+            )
+        )
     if figures["shadows"]:
         verdicts = ("identical", "differing", "only_live", "only_shadow")
         console.print(

@@ -46,6 +46,21 @@ class CaptureStats:
     incremental_rows: dict[str, int] = field(default_factory=dict)
     #: Incremental snapshots queued or running.
     incremental_snapshots: int = 0
+    #: Capture quarantine (docs/parking.md), per table: keys parked now (restored at
+    #: start, then as keys park and unpark), changes re-driven to the technical topic,
+    #: keys discarded. The changes parked are ``conversion_errors`` ``park`` and
+    #: ``parked``.
+    parked_keys: dict[str, int] = field(default_factory=dict)
+    redriven: dict[str, int] = field(default_factory=dict)
+    discarded_keys: dict[str, int] = field(default_factory=dict)
+
+    def parked(self) -> dict[str, int]:
+        """Changes parked per table: those that parked their key and those behind them."""
+        out: dict[str, int] = {}
+        for (table, handling), count in list(self.conversion_errors.items()):
+            if handling in ("park", "parked"):
+                out[table] = out.get(table, 0) + count
+        return out
 
 
 class _Collector(Collector):
@@ -96,6 +111,7 @@ class _Collector(Collector):
         for (table, handling), count in sorted(s.conversion_errors.items()):
             failed.add_metric([*base, table, handling], count)
         yield failed
+        yield from _parking(s, labels, base)
         refreshes = CounterMetricFamily(
             "bizevents_capture_schema_refreshes",
             "Value schemas re-registered for a type change (a new enum label)",
@@ -145,6 +161,42 @@ class _Collector(Collector):
             )
             lag.add_metric(base, s.lag_bytes)
             yield lag
+
+
+def _parking(s: CaptureStats, labels: list[str], base: list[str]) -> Iterator[Metric]:
+    """Capture quarantine's families: a table that had a parked key has a series in
+    each (0 until it counts something; keys parked 0 once all are re-driven)."""
+    keys = GaugeMetricFamily(
+        "bizevents_capture_parked_keys",
+        "Technical keys parked now (on_conversion_error = park), per table",
+        labels=[*labels, "table"],
+    )
+    parked = s.parked()
+    tables = sorted({*s.parked_keys, *parked, *s.redriven, *s.discarded_keys})
+    for table in tables:
+        keys.add_metric([*base, table], s.parked_keys.get(table, 0))
+    yield keys
+    for name, doc, counts in (
+        (
+            "bizevents_capture_parked",
+            "Changes parked: each that parked its key and those parked behind it",
+            parked,
+        ),
+        (
+            "bizevents_capture_redriven",
+            "Parked changes re-decoded and written to the technical topic by a re-drive",
+            s.redriven,
+        ),
+        (
+            "bizevents_capture_discarded_keys",
+            "Parked keys whose changes were discarded (bizevents capture discard)",
+            s.discarded_keys,
+        ),
+    ):
+        family = CounterMetricFamily(name, doc, labels=[*labels, "table"])
+        for table in tables:
+            family.add_metric([*base, table], counts.get(table, 0))
+        yield family
 
 
 def serve_metrics(stats: CaptureStats, host: str, port: int) -> tuple[Any, int]:

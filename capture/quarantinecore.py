@@ -90,6 +90,8 @@ class ParkedChange:
     context: dict[str, Any]
     position: int
     reason: str
+    #: ``capture`` for the change that parked its key, ``parked`` for one behind it
+    stage: str = ""
 
 
 def parked_changes(messages: Sequence[Any], ref: Ref, first: int) -> list[ParkedChange]:
@@ -114,7 +116,8 @@ def parked_changes(messages: Sequence[Any], ref: Ref, first: int) -> list[Parked
             continue
         seen.add(position)
         reason = (headers.get(HEADER_DLQ_REASON) or b"").decode(errors="replace")
-        found.append(ParkedChange(msg.value() or b"", context, position, reason))
+        stage = (headers.get(HEADER_DLQ_STAGE) or b"").decode(errors="replace")
+        found.append(ParkedChange(msg.value() or b"", context, position, reason, stage))
     return found
 
 
@@ -177,6 +180,10 @@ class QuarantineCore(CaptureCore):
             else:
                 parking.apply(key, msg.value())
         self._requests_at = messages[-1].offset() + 1 if messages else 0
+        counts = dict.fromkeys(self.stats.parked_keys, 0)
+        for _, topic, _, _ in parking.parked:
+            self._count(counts, topic, 1)
+        self.stats.parked_keys = counts
         self.close_requests()
         self.log.info(
             "parked keys restored",
@@ -196,6 +203,14 @@ class QuarantineCore(CaptureCore):
         known = self.requests.get(request.id)
         if known is None or known.status == "pending":
             self.requests[request.id] = request
+
+    def _table_of(self, topic: str) -> str:
+        """The table label of capture's metrics for a technical topic (``schema.table``)."""
+        return topic.removeprefix(f"{self.config.prefix}.")
+
+    def _count(self, counts: dict[str, int], topic: str, delta: int) -> None:
+        table = self._table_of(topic)
+        counts[table] = counts.get(table, 0) + delta
 
     def close_requests(self) -> None:
         if self._request_reader is not None:
@@ -309,6 +324,7 @@ class QuarantineCore(CaptureCore):
             # requests that follow on the same topic down).
             return 1
         send(cfg.parked_topic_name, ref_key(ref), record)
+        self._count(self.stats.parked_keys, topic, 1)
         return 2
 
     # -- requests --------------------------------------------------------------------------
@@ -418,6 +434,8 @@ class QuarantineCore(CaptureCore):
         how = f"redriven by capture (request {request.id})"
         record = parking.unpark(ref, changes[-1].position, how)
         self._write_acknowledged([(self.config.parked_topic_name, ref_key(ref), record)])
+        self._count(self.stats.parked_keys, ref[1], -1)
+        self._count(self.stats.redriven, ref[1], len(changes))
         return "done", (
             f"{len(changes)} parked changes of {ref[1]} key {ref[3].hex()} re-decoded and "
             f"written up to {self.describe(changes[-1].position)}"
@@ -437,6 +455,8 @@ class QuarantineCore(CaptureCore):
         how = f"discarded (request {request.id}): {request.reason}"
         record = parking.unpark(ref, through, how)
         self._write_acknowledged([(self.config.parked_topic_name, ref_key(ref), record)])
+        self._count(self.stats.parked_keys, ref[1], -1)
+        self._count(self.stats.discarded_keys, ref[1], 1)
         return "done", (
             f"{count} parked changes of {ref[1]} key {ref[3].hex()} up to "
             f"{self.describe(through)} discarded: {request.reason}"

@@ -51,7 +51,7 @@ from bizevents.contracts.business import (
 )
 from bizevents.contracts.exceptions import DecodeError
 from bizevents.contracts.serde import BusinessDeserializer
-from bizevents.plumbing.errors import TerminalError, TransientError
+from bizevents.plumbing.errors import ConfigError, TerminalError, TransientError
 from bizevents.plumbing.kafka import ensure_topics
 from bizevents.plumbing.parking import (
     PARKED_HEADER,
@@ -147,7 +147,10 @@ class BusinessConsumer:
     ``max_parked_keys`` keys), ``"dead-letter"`` (the record goes to
     ``dead_letter_topic``, default ``<group_id>.dead-letter``, and the key's later events
     are handled) or ``"fail"`` (:class:`ConsumerFailedError`). At start an unreachable
-    cluster is waited for up to ``broker_wait_s``.
+    cluster is waited for up to ``broker_wait_s``. With ``metrics_port`` (0: a free
+    port), :meth:`run` serves the member's counts and parked keys in the Prometheus text
+    format on ``metrics_host`` (:mod:`bizevents.consumers.metrics`; ``metrics_url``
+    says where).
     """
 
     def __init__(
@@ -168,6 +171,8 @@ class BusinessConsumer:
         on_error: OnError = "park",
         parked_topic: str | None = None,
         max_parked_keys: int = 10_000,
+        metrics_port: int | None = None,
+        metrics_host: str = "127.0.0.1",
     ) -> None:
         if not topics:
             raise ValueError("name at least one business topic to consume")
@@ -196,6 +201,13 @@ class BusinessConsumer:
         #: re-drive and discard requests (id -> the latest record of it)
         self.requests: dict[str, Request] = {}
         self.stats = ConsumerStats()
+        #: the (topic, partition)s the group assigned to this member (the metrics count
+        #: the parked keys of these)
+        self.owned: frozenset[tuple[str, int]] = frozenset()
+        self.metrics_port = metrics_port
+        self.metrics_host = metrics_host
+        #: where :meth:`run` serves the metrics (None: not serving)
+        self.metrics_url: str | None = None
         self._stop = asyncio.Event()
         self._is_async = inspect.iscoroutinefunction(handler)
         # Batches, re-drives and restores take turns: a revoke waits for the one in hand,
@@ -213,7 +225,31 @@ class BusinessConsumer:
         self._stop.set()
 
     async def run(self) -> None:
-        """Consume until :meth:`stop` (SIGTERM and SIGINT call it under :func:`consume`)."""
+        """Consume until :meth:`stop` (SIGTERM and SIGINT call it under :func:`consume`),
+        serving the metrics meanwhile when asked to."""
+        if self.metrics_port is None:
+            await self._consume()
+            return
+        from bizevents.consumers.metrics import serve_metrics
+
+        host = self.metrics_host
+        try:
+            server, port = serve_metrics(self, host, self.metrics_port)
+        except OSError as exc:
+            raise ConfigError(
+                f"consumer group {self.group_id} cannot serve its metrics on "
+                f"{host}:{self.metrics_port}: {exc.strerror or exc}"
+            ) from None
+        self.metrics_url = f"http://{host}:{port}/metrics"
+        log.info("metrics endpoint", group=self.group_id, url=self.metrics_url)
+        try:
+            await self._consume()
+        finally:
+            self.metrics_url = None
+            await asyncio.to_thread(server.shutdown)  # waits for its loop's next turn
+            server.server_close()
+
+    async def _consume(self) -> None:
         from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
         from aiokafka.abc import ConsumerRebalanceListener
         from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
@@ -232,9 +268,11 @@ class BusinessConsumer:
             async def on_partitions_revoked(self, revoked: Any) -> None:
                 async with outer._turn:  # after the batch or re-drive in hand
                     outer._stale = True
+                    outer.owned = frozenset()
 
             async def on_partitions_assigned(self, assigned: Any) -> None:
                 await outer._restore()
+                outer.owned = frozenset((tp.topic, tp.partition) for tp in assigned)
 
         consumer.subscribe(list(self.topics), listener=Rebalance())
         # not idempotent: aiokafka's InitProducerId fails on Tansu (docs/broker.md)

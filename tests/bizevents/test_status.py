@@ -9,11 +9,14 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from bizevents.capture.metrics import CaptureStats
 from bizevents.capture.metrics import serve_metrics as serve_capture
+from bizevents.consumers import ConsumerStats
+from bizevents.consumers.metrics import serve_metrics as serve_consumer
 from bizevents.plumbing.parking import ParkedKeys
 from bizevents.status import figures, parse
 from bizevents.translators.metrics import WorkerStats
@@ -28,6 +31,11 @@ REPO = Path(__file__).resolve().parents[2]
 def services() -> Iterator[tuple[CaptureStats, WorkerStats, list[str]]]:
     capture = CaptureStats(server="demo", slot="bizevents_demo", lag_bytes=4096)
     capture.events["store.orders"] = 100
+    capture.conversion_errors[("store.orders", "park")] = 1
+    capture.conversion_errors[("store.orders", "parked")] = 5
+    capture.conversion_errors[("store.orders", "dead-letter")] = 9  # not parked
+    capture.parked_keys["store.orders"] = 1
+    capture.redriven["store.orders"] = 2
     worker = WorkerStats("bizevents-translate")
     worker.add("demo.store.orders", {"orders@2": Counts(consumed=10, emitted=8, dropped=2)})
     worker.readers["demo.store.orders"] = ("orders@2",)
@@ -36,7 +44,20 @@ def services() -> Iterator[tuple[CaptureStats, WorkerStats, list[str]]]:
     comparison = ShadowComparison("orders@2", "orders@1")
     comparison.add_change([("e1", "Placed", {"total": 1})], [("e1", "Placed", {"total": 2})])
     worker.compared("demo.store.orders", 0, {"orders@1": comparison})
-    servers = [serve_capture(capture, "127.0.0.1", 0), serve_worker(worker, "127.0.0.1", 0)]
+    parking = ParkedKeys()  # a key parked on the member's partition, one on another's
+    parking.park(("billing", "store.order-placed", 0, b"7"), 3, "consume-handler", "boom")
+    parking.park(("billing", "store.order-placed", 1, b"8"), 4, "consume-handler", "boom")
+    member = SimpleNamespace(
+        group_id="billing",
+        stats=ConsumerStats(delivered=40, parked=5, redriven=2),
+        parking=parking,
+        owned=frozenset({("store.order-placed", 0)}),
+    )
+    servers = [
+        serve_capture(capture, "127.0.0.1", 0),
+        serve_worker(worker, "127.0.0.1", 0),
+        serve_consumer(member, "127.0.0.1", 0),
+    ]
     yield capture, worker, [f"http://127.0.0.1:{port}/metrics" for _, port in servers]
     for server, _ in servers:
         server.shutdown()
@@ -69,6 +90,56 @@ def test_figures_are_totals_and_rates_between_two_scrapes() -> None:
     assert result["latency_p50_s"] == 0.1 and result["latency_p99_s"] == 1.0
 
 
+def test_capture_parking_figures_are_per_table() -> None:
+    """Capture quarantine's metrics (docs/parking.md) join the table's row; a table
+    whose keys were all re-driven shows 0 keys parked, not nothing."""
+    labels = 'server="shop",slot="s",table'
+    before = parse(f'bizevents_capture_events_total{{{labels}="store.orders"}} 10\n')
+    after = parse(
+        f'bizevents_capture_events_total{{{labels}="store.orders"}} 30\n'
+        f'bizevents_capture_parked_keys{{{labels}="store.orders"}} 2\n'
+        f'bizevents_capture_parked_total{{{labels}="store.orders"}} 7\n'
+        f'bizevents_capture_redriven_total{{{labels}="store.orders"}} 4\n'
+        f'bizevents_capture_discarded_keys_total{{{labels}="store.orders"}} 1\n'
+        f'bizevents_capture_parked_keys{{{labels}="store.items"}} 0\n'
+        f'bizevents_capture_redriven_total{{{labels}="store.items"}} 3\n'
+    )
+    tables = figures(before, after, 2.0)["capture"]["tables"]
+    assert tables["store.orders"] == {
+        "changes": 30,
+        "changes_per_s": 10.0,
+        "parked_keys": 2,
+        "parked": 7,
+        "redriven": 4,
+        "discarded_keys": 1,
+    }
+    assert tables["store.items"] == {
+        "changes": 0,
+        "changes_per_s": 0.0,
+        "parked_keys": 0,
+        "redriven": 3,
+    }
+
+
+def test_consumer_groups_figures_add_up_their_members() -> None:
+    """Each member serves the parked keys of the partitions it owns: the group's figure
+    is their sum, as are its counts."""
+    after = parse(
+        'bizevents_consumer_delivered_total{group="billing"} 90\n'
+        'bizevents_consumer_delivered_total{group="billing"} 10\n'
+        'bizevents_consumer_parked_total{group="billing"} 7\n'
+        'bizevents_consumer_redriven_total{group="billing"} 0\n'
+        'bizevents_consumer_dead_lettered_total{group="billing"} 1\n'
+        'bizevents_consumer_parked_keys{group="billing"} 2\n'
+        'bizevents_consumer_parked_keys{group="billing"} 1\n'
+    )
+    before = parse('bizevents_consumer_delivered_total{group="billing"} 40\n')
+    billing = figures(before, after, 2.0)["consumers"]["billing"]
+    assert (billing["delivered"], billing["delivered_per_s"]) == (100, 30.0)
+    assert (billing["parked"], billing["parked_keys"], billing["redriven"]) == (7, 3, 0)
+    assert billing["dead_lettered"] == 1
+
+
 def test_status_json_reads_the_running_services(
     services: tuple[CaptureStats, WorkerStats, list[str]], tmp_path: Path
 ) -> None:
@@ -80,9 +151,15 @@ def test_status_json_reads_the_running_services(
     orders = data["translators"]["orders@2"]
     assert (orders["consumed"], orders["emitted"], orders["dropped"]) == (10, 8, 2)
     assert orders["dead_lettered"] == 0 and orders["lag"] == 7
-    assert data["capture"]["tables"]["store.orders"]["changes"] == 100
+    orders_table = data["capture"]["tables"]["store.orders"]
+    assert orders_table["changes"] == 100
+    assert (orders_table["parked"], orders_table["parked_keys"]) == (6, 1)
+    assert (orders_table["redriven"], orders_table["discarded_keys"]) == (2, 0)
     assert data["capture"]["slot_lag_bytes"] == {"bizevents_demo": 4096}
     assert data["latency_p99_s"] == 0.05
+    billing = data["consumers"]["billing"]
+    assert (billing["delivered"], billing["parked"], billing["redriven"]) == (40, 5, 2)
+    assert (billing["parked_keys"], billing["dead_lettered"]) == (1, 0)  # its partition's
     assert data["shadows"] == {
         "orders@1": {"changes": 1, "identical": 0, "differing": 1, "only_live": 0, "only_shadow": 0}
     }
@@ -90,6 +167,8 @@ def test_status_json_reads_the_running_services(
     assert "promotions not read" in result.stderr
     text = _run(*args, "--interval", "0.2", state=tmp_path)
     assert text.returncode == 0 and "orders@2" in text.stdout and "4,096 bytes" in text.stdout
+    assert "parked-keys" in text.stdout and "redriven" in text.stdout
+    assert "consumer groups" in text.stdout and "billing" in text.stdout
 
 
 def test_status_without_endpoints_says_what_to_give(tmp_path: Path) -> None:

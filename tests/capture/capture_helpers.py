@@ -178,6 +178,8 @@ def cli_env(endpoints: Endpoints) -> dict[str, str]:
 def write_config(path: Path, config: CaptureConfig) -> Path:
     data = config.model_dump(mode="json", exclude_none=True)
     data.pop("columns", None)
+    if config.dsn is not None:  # a secret: the dump masks it
+        data["dsn"] = config.dsn.get_secret_value()
     lines = []
     for key, value in data.items():
         lines.append(f"{key} = {json.dumps(value)}")

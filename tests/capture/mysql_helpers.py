@@ -139,6 +139,20 @@ def in_process(config: CaptureConfig, endpoints: CaptureEndpoints) -> Iterator[I
             run.thread.join(60)
 
 
+def wait_stored(
+    db: MyDb, config: CaptureConfig, end: my.BinlogPosition, process: Any, timeout: float = 120
+) -> None:
+    """Until the capture ``process`` stored a binlog position at or past ``end``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        stored = db.stored_offset(config)
+        if stored is not None and (stored["file"], stored["pos"]) >= (end.file, end.pos):
+            return
+        assert process.poll() is None, f"capture exited {process.returncode}"
+        assert time.monotonic() < deadline, f"stored {stored}, not {end}"
+        time.sleep(0.2)
+
+
 def connect_as(dsn: str, user: str, password: str) -> pymysql.connections.Connection[Any]:
     settings = my.connection_settings(dsn)
     return pymysql.connect(

@@ -1,6 +1,7 @@
 """``python -m tests.capture.redrive_crash ARGS``: ``bizevents ARGS`` with the quarantine
-test's numeric fix registered (NaN converts, as 0), and, with
-``BIZEVENTS_TEST_KILL_MID_REDRIVE=1``, a kill -9 of the process in the middle of a
+tests' fixes registered (PostgreSQL: a numeric NaN converts, as 0; MySQL/MariaDB: an
+ENUM's empty error value is written as NULL; tests/capture/quarantine_helpers.py), and,
+with ``BIZEVENTS_TEST_KILL_MID_REDRIVE=1``, a kill -9 of the process in the middle of a
 re-drive: once Kafka acknowledged the first half of the re-driven records, before the
 rest and before the key's unpark. The fault is planted where no timing can place it."""
 
@@ -9,15 +10,11 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import Sequence
-from decimal import Decimal
 
-from bizevents.capture.pgtypes import register_converter
+from bizevents.capture import mysqltypes, pgtypes
 from bizevents.capture.quarantinecore import QuarantineCore, Record
 from bizevents.cli import main
-
-
-def _fixed(text: str) -> Decimal:
-    return Decimal(0) if text == "NaN" else Decimal(text)
+from tests.capture.quarantine_helpers import enum_fixed, numeric_fixed
 
 
 def _plant_kill() -> None:
@@ -34,7 +31,8 @@ def _plant_kill() -> None:
 
 
 if __name__ == "__main__":
-    register_converter("numeric", _fixed)
+    pgtypes.register_converter("numeric", numeric_fixed)
+    mysqltypes.register_converter("enum", enum_fixed)
     if os.environ.get("BIZEVENTS_TEST_KILL_MID_REDRIVE") == "1":
         _plant_kill()
     main(prog_name="bizevents")

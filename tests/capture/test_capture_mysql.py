@@ -25,7 +25,7 @@ from bizevents.contracts.envelope import ChangeEvent, Tombstone
 from bizevents.contracts.logical import JsonDocument
 from bizevents.devstack import Endpoints
 from tests.capture.capture_helpers import cli_env, final_state, read_topic
-from tests.capture.mysql_helpers import MyDb, Proxy, in_process, mysql_database
+from tests.capture.mysql_helpers import MyDb, Proxy, in_process, mysql_database, wait_stored
 
 pytestmark = [pytest.mark.integration, pytest.mark.mysql]
 
@@ -463,17 +463,6 @@ def test_restart_resumes_and_a_purged_position_is_a_clear_error(db: MyDb, tmp_pa
     assert "Take a new snapshot" in result.stderr
 
 
-def _wait_stored(db: MyDb, config: Any, end: Any, process: Any, timeout: float = 120) -> None:
-    deadline = clock.monotonic() + timeout
-    while True:
-        stored = db.stored_offset(config)
-        if stored is not None and (stored["file"], stored["pos"]) >= (end.file, end.pos):
-            return
-        assert process.poll() is None, f"capture exited {process.returncode}"
-        assert clock.monotonic() < deadline, f"stored {stored}, not {end}"
-        clock.sleep(0.2)
-
-
 def _high_watermark(db: MyDb, topic: str) -> int:
     consumer = Consumer({"bootstrap.servers": db.endpoints.bootstrap_servers, "group.id": "hw"})
     try:
@@ -496,7 +485,7 @@ def test_kill_9_in_the_middle_of_50000_changes_loses_none(db: MyDb, tmp_path: Pa
 
     first = start()
     try:
-        _wait_stored(db, config, db.binlog_end(), first, timeout=60)
+        wait_stored(db, config, db.binlog_end(), first, timeout=60)
 
         def write() -> None:
             conn = my.connect(db.dsn)
@@ -527,7 +516,7 @@ def test_kill_9_in_the_middle_of_50000_changes_loses_none(db: MyDb, tmp_path: Pa
         writer.join(120)
         second = start()
         try:
-            _wait_stored(db, config, db.binlog_end(), second)
+            wait_stored(db, config, db.binlog_end(), second)
             second.send_signal(signal.SIGTERM)
             assert second.wait(60) == 0
         finally:

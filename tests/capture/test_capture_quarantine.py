@@ -4,9 +4,7 @@ re-drive with the fixed code (real PostgreSQL, broker and registry)."""
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -18,6 +16,8 @@ import pytest
 from click.testing import CliRunner
 
 from bizevents.capture.exceptions import CaptureError
+from bizevents.capture.metrics import serve_metrics
+from bizevents.capture.pgoutput import format_lsn, parse_lsn
 from bizevents.capture.pgtypes import register_converter
 from bizevents.capture.quarantinecore import (
     CAPTURE,
@@ -30,18 +30,22 @@ from bizevents.contracts.envelope import ChangeEvent, PgPosition
 from bizevents.devstack import Endpoints
 from bizevents.plumbing.parking import PARKED_HEADER
 from bizevents.plumbing.parkingio import read_to_end
+from bizevents.status import figures, scrape
 from tests.capture.capture_helpers import (
-    REPO,
     Db,
+    InProcess,
     capture_endpoints,
-    cli_env,
     database,
     in_process,
-    terminate,
     wait_confirmed,
     write_config,
 )
-from tests.capture.capture_helpers import read_topic as read_changes
+from tests.capture.quarantine_helpers import (
+    Source,
+    events_by_id,
+    kill_9_mid_redrive,
+    numeric_fixed,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -56,11 +60,8 @@ def db(bizevents_stack: Endpoints) -> Iterator[Db]:
 def numeric_fix() -> Iterator[Any]:
     """The 'code fix': a numeric converter that takes NaN (as 0), switched on by the test."""
 
-    def fixed(text: str) -> Decimal:
-        return Decimal(0) if text == "NaN" else Decimal(text)
-
     def switch_on() -> None:
-        register_converter("numeric", fixed)
+        register_converter("numeric", numeric_fixed)
 
     try:
         yield switch_on
@@ -69,13 +70,7 @@ def numeric_fix() -> Iterator[Any]:
 
 
 def _events(db: Db, table: str) -> dict[int, list[ChangeEvent]]:
-    """The technical topic's change events per id, in topic order."""
-    out: dict[int, list[ChangeEvent]] = {}
-    records = sorted(read_changes(db.endpoints, db.topic(table)), key=lambda r: r.offset)
-    for r in records:
-        if isinstance(r.decoded, ChangeEvent) and r.decoded.after is not None:
-            out.setdefault(r.decoded.after["id"], []).append(r.decoded)
-    return out
+    return events_by_id(db.endpoints, db.topic(table))
 
 
 def _cli(db: Db, *args: str) -> Any:
@@ -89,6 +84,18 @@ def _cli(db: Db, *args: str) -> Any:
 
 def _kafka(db: Db) -> dict[str, Any]:
     return {"bootstrap.servers": db.endpoints.bootstrap_servers}
+
+
+def _scraped(run: InProcess, table: str) -> dict[str, Any]:
+    """The table's figures as ``bizevents status`` reads them from the running
+    capture's metrics endpoint."""
+    server, port = serve_metrics(run.stats, "127.0.0.1", 0)
+    try:
+        samples = scrape([f"http://127.0.0.1:{port}/metrics"])
+    finally:
+        server.shutdown()
+    tables: dict[str, Any] = figures(samples, samples, 1.0)["capture"]["tables"]
+    return tables[table]
 
 
 def test_unconvertible_change_parks_its_key_and_redrive_writes_it_in_order(
@@ -130,9 +137,12 @@ def test_unconvertible_change_parks_its_key_and_redrive_writes_it_in_order(
     # A second run restores the parked key from Kafka: the key's changes still park.
     with in_process(config, endpoints) as run:
         run.wait_snapshot()
+        # its metrics endpoint counts the restored key (parked by the first run)
+        assert _scraped(run, f"{s}.t")["parked_keys"] == 1
         db.sql(f"UPDATE {s}.t SET note = 'p4' WHERE id = 1")
         run.wait_acked(db.wal_lsn())
         assert [e.after["note"] for e in _events(db, "t")[1]] == ["a"]
+        assert _scraped(run, f"{s}.t")["parked"] == 1  # this run's: p4
 
         # The command lists it; re-driven before the fix, it fails again: exit 1, one
         # sentence, the key stays parked with the new reason.
@@ -140,6 +150,21 @@ def test_unconvertible_change_parks_its_key_and_redrive_writes_it_in_order(
         listed = _cli(db, "parked", "--config", str(config_file), "--json")
         assert listed.exit_code == 0, listed.output
         assert [r["key"] for r in json.loads(listed.output)] == [ref[3].hex()]
+        # ... and shows its parked changes, in order, from the dead-letter topic
+        shown = _cli(db, "parked", "--config", str(config_file), "--key", ref[3].hex(), "--json")
+        assert shown.exit_code == 0, shown.output
+        rows = json.loads(shown.output)
+        assert [r["stage"] for r in rows] == ["capture"] + ["parked"] * 4  # p0, p1 .. p4
+        assert rows[0]["position"] == format_lsn(context["lsn"])
+        assert f"{s}.t.n" in rows[0]["reason"] and rows[1]["reason"].startswith("key parked")
+        assert {r["topic"] for r in rows} == {db.topic("t")}
+        lsns = [parse_lsn(r["position"]) for r in rows]
+        assert lsns == sorted(lsns) and len(set(lsns)) == 5
+        text = _cli(db, "parked", "--config", str(config_file), "--key", ref[3].hex())
+        assert text.exit_code == 0 and "5 parked changes" in text.output
+        unknown = _cli(db, "parked", "--config", str(config_file), "--key", "ff")
+        assert unknown.exit_code == 1 and "key ff is not parked" in unknown.output
+        assert "Traceback" not in unknown.output
         failed = _cli(db, "redrive", "--config", str(config_file), "--key", ref[3].hex())
         assert failed.exit_code == 1
         assert "still does not convert" in failed.output and "Traceback" not in failed.output
@@ -164,7 +189,11 @@ def test_unconvertible_change_parks_its_key_and_redrive_writes_it_in_order(
             time.sleep(0.5)  # live changes of the key after its unpark too
         assert answer.status == "done", answer.message
         run.wait_acked(db.wal_lsn())
+        after = _scraped(run, f"{s}.t")
         run.stop()
+    redriven = int(answer.message.split()[0])  # "N parked changes of ..."
+    assert redriven >= 5  # p0 .. p4, and the writer's parked before the request ran
+    assert (after["parked_keys"], after["redriven"]) == (0, redriven)
 
     written = [e.after["note"] for e in _events(db, "t")[1]]
     last = int(db.sql(f"SELECT note FROM {s}.t WHERE id = 1")[0][0][1:])
@@ -172,9 +201,9 @@ def test_unconvertible_change_parks_its_key_and_redrive_writes_it_in_order(
     # no live one before them.
     assert written == ["a"] + [f"p{i}" for i in range(last + 1)]
     assert last > int(at_answer[1:])  # the writer went on after the re-drive
-    redriven = _events(db, "t")[1][1]
-    assert redriven.after["n"] == Decimal(0)  # decoded with the fix
-    position = redriven.source.position
+    first_redriven = _events(db, "t")[1][1]
+    assert first_redriven.after["n"] == Decimal(0)  # decoded with the fix
+    position = first_redriven.source.position
     assert isinstance(position, PgPosition)
     assert position.lsn == context["lsn"] and position.tx_id == context["xid"]
     keys, _ = parked_keys(kafka, config.parked_topic_name)
@@ -263,12 +292,12 @@ def test_kill_9_mid_redrive_ends_with_every_change_once_in_order(db: Db, tmp_pat
     """Capture is killed -9 once Kafka acknowledged half of a key's re-driven changes
     (the fault planted by tests/capture/redrive_crash.py), before the rest and the
     unpark; the restarted capture carries the pending request out again: every change of
-    the key once in source order (the repeated half byte for byte identical), unparked."""
+    the key once in source order (the repeated half byte for byte identical), unparked
+    (tests/capture/quarantine_helpers.py, shared with MariaDB's twin)."""
     s = db.schema
     db.sql(f"CREATE TABLE {s}.t (id int PRIMARY KEY, n numeric(10, 2), note text)")
     db.sql(f"INSERT INTO {s}.t VALUES (1, 1.00, 'a')")
     config = db.config(["t"], on_conversion_error="park")
-    kafka = _kafka(db)
     with in_process(config, capture_endpoints(db.endpoints, tmp_path)) as run:
         run.wait_snapshot()
         db.sql(f"UPDATE {s}.t SET n = 'NaN', note = 'p0' WHERE id = 1")  # parks the key
@@ -278,66 +307,21 @@ def test_kill_9_mid_redrive_ends_with_every_change_once_in_order(db: Db, tmp_pat
         )
         run.wait_acked(db.wal_lsn())
         run.stop()
-    (ref,) = parked_keys(kafka, config.parked_topic_name)[0].parked
-
     config_file = write_config(tmp_path / "capture.toml", config)
-    log = tmp_path / "capture.log"
-    argv = [sys.executable, "-m", "tests.capture.redrive_crash", "capture", "postgres"]
 
-    def start(kill: bool) -> subprocess.Popen[bytes]:
-        env = {**cli_env(db.endpoints), "BIZEVENTS_TEST_KILL_MID_REDRIVE": "1" if kill else ""}
-        with open(log, "ab") as out:
-            return subprocess.Popen(
-                [*argv, "--config", str(config_file)],
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                cwd=REPO,
-            )
+    def live_change() -> None:
+        db.sql(f"UPDATE {s}.t SET note = 'after' WHERE id = 1")
 
-    answers: list[Any] = []
-    asking = threading.Thread(
-        target=lambda: answers.extend(
-            ask_capture(kafka, config.parked_topic_name, "redrive", ref[3].hex(), 120)
-        ),
-        daemon=True,
+    def caught_up(process: subprocess.Popen[bytes], log: Path) -> None:
+        wait_confirmed(db, db.wal_lsn(), process=process, log=log)
+
+    source = Source("postgres", live_change, caught_up)
+    kill_9_mid_redrive(
+        db.endpoints,
+        config.parked_topic_name,
+        db.topic("t"),
+        config_file,
+        source,
+        tmp_path / "capture.log",
+        behind=400,
     )
-    first = start(kill=True)
-    second: subprocess.Popen[bytes] | None = None
-    try:
-        asking.start()
-        assert first.wait(90) == -signal.SIGKILL, log.read_text()[-2000:]
-        at_kill = [e.after["note"] for e in _events(db, "t")[1]]
-        assert 1 < len(at_kill) < 402, "the kill did not land mid-re-drive"
-        assert ref in parked_keys(kafka, config.parked_topic_name)[0].parked
-
-        second = start(kill=False)
-        asking.join(120)
-        assert [a.status for a in answers] == ["done"], [a.message for a in answers]
-        db.sql(f"UPDATE {s}.t SET note = 'after' WHERE id = 1")  # a live change after it
-        wait_confirmed(db, db.wal_lsn(), process=second, log=log)
-        assert terminate(second) == 0
-    finally:
-        for process in (first, second):
-            if process is not None and process.poll() is None:
-                process.kill()
-
-    records = [
-        r
-        for r in sorted(read_changes(db.endpoints, db.topic("t")), key=lambda r: r.offset)
-        if isinstance(r.decoded, ChangeEvent)
-    ]
-    notes = [r.decoded.after["note"] for r in records]
-    expected = ["a"] + [f"p{i}" for i in range(401)] + ["after"]
-    # The first run's half, then the whole re-drive again, then the live change.
-    half = len(at_kill) - 1
-    assert notes == ["a", *expected[1 : 1 + half], *expected[1:]]
-    raw = sorted(
-        (m for m in read_to_end(kafka, db.topic("t")) if m.key() == ref[3]),
-        key=lambda m: m.offset(),
-    )
-    assert len(raw) == len(notes)
-    # duplicates only identical, byte for byte
-    values = [m.value() for m in raw]
-    assert values[1 : 1 + half] == values[1 + half : 1 + 2 * half]
-    assert not parked_keys(kafka, config.parked_topic_name)[0].parked

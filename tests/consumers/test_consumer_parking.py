@@ -30,6 +30,7 @@ import pytest
 from bizevents.consumers import ConsumerFailedError, Delivery
 from bizevents.devstack import Endpoints
 from bizevents.plumbing.parking import ParkingBoundError
+from bizevents.status import figures, scrape
 from tests.consumers.parking_consumer import POISON
 from tests.consumers.test_consumer import Kit, PriceSet
 
@@ -134,7 +135,7 @@ def test_parked_keys_wait_and_are_re_driven_in_order(
             raise ValueError(f"{d.event.sku} has a poisoned price")
         handled.append((d.event.sku, d.event.seq, d.event_id))
 
-    consumer = kit.consumer(handler, group)
+    consumer = kit.consumer(handler, group, metrics_port=0)
     failed: list[BaseException] = []
 
     def run() -> None:
@@ -156,6 +157,17 @@ def test_parked_keys_wait_and_are_re_driven_in_order(
             assert seqs == ([] if sku in PARKED else list(range(1, 2 + LATER))), sku
         listed = dlq(bizevents_stack, "list", "--consumer", group, "--json")
         check_parked_list(listed, group, kit.topic)
+        # its metrics endpoint, as `bizevents status --url` reads it
+        assert consumer.metrics_url is not None
+        scraped = scrape([consumer.metrics_url])
+        assert figures(scraped, scraped, 1.0)["consumers"][group] == {
+            **{f"{k}_per_s": 0.0 for k in ("delivered", "dead_lettered", "parked", "redriven")},
+            "delivered": stats.delivered,
+            "dead_lettered": 0,
+            "parked": len(PARKED) * (1 + LATER),
+            "parked_keys": len(PARKED),
+            "redriven": 0,
+        }
         one = listed[0]
         shown = dlq(bizevents_stack, "show", one["key"], "--consumer", group, "--json")
         assert len(shown) == 1 + LATER
@@ -187,6 +199,9 @@ def test_parked_keys_wait_and_are_re_driven_in_order(
         # re-drive's unpark were parked too)
         assert stats.redriven == stats.parked >= len(PARKED) * (1 + LATER)
         assert consumer.parking.parked == {}
+        scraped = scrape([consumer.metrics_url])
+        after = figures(scraped, scraped, 1.0)["consumers"][group]
+        assert (after["parked_keys"], after["redriven"]) == (0, stats.redriven)
     finally:
         consumer.stop()
         thread.join(30)

@@ -6,12 +6,14 @@ wait around it is the code under test."""
 from __future__ import annotations
 
 import asyncio
+import socket
+import urllib.request
 
 import pytest
 from bizevents_store.contracts import OrderPlaced
 
 from bizevents.consumers import BusinessConsumer
-from bizevents.plumbing.errors import TransientError
+from bizevents.plumbing.errors import ConfigError, TransientError
 from bizevents.plumbing.settings import KafkaSettings
 
 
@@ -50,3 +52,35 @@ def test_start_gives_up_past_the_wait(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(consumer, "_ensure_dead_letter_topic", away)
     with pytest.raises(TransientError, match="cannot reach the Kafka cluster"):
         asyncio.run(consumer._wait_for_broker())
+
+
+def test_metrics_are_served_while_it_runs_and_a_taken_port_is_one_sentence(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``metrics_port``: the endpoint answers from the start of ``run()`` (here: while
+    it waits for the cluster) and is closed when ``run()`` returns."""
+    consumer = _consumer(wait_s=0)
+    consumer.metrics_port = 0
+    scraped: list[str] = []
+
+    def away() -> None:
+        assert consumer.metrics_url is not None
+        with urllib.request.urlopen(consumer.metrics_url, timeout=5) as response:
+            scraped.append(response.read().decode())
+        raise TransientError("cannot reach the Kafka cluster to prepare topics")
+
+    monkeypatch.setattr(consumer, "_ensure_dead_letter_topic", away)
+    with pytest.raises(TransientError):
+        asyncio.run(consumer.run())
+    assert 'bizevents_consumer_parked_keys{group="start-test"} 0.0' in scraped[0]
+    assert 'bizevents_consumer_delivered_total{group="start-test"} 0.0' in scraped[0]
+    assert consumer.metrics_url is None
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = _consumer(wait_s=0)
+        busy.metrics_port = taken.getsockname()[1]
+        with pytest.raises(ConfigError, match=r"cannot serve its metrics on 127\.0\.0\.1:") as err:
+            asyncio.run(busy.run())
+    assert "\n" not in str(err.value)
