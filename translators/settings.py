@@ -140,6 +140,10 @@ class TransactionSettings(SettingsGroup):
     remembered: int = Field(default=10_000, ge=1)
     #: Records read per batch (all partitions together).
     max_records: int = Field(default=2_000, ge=1)
+    #: How long the broker may take to acknowledge a send (an output or a checkpoint):
+    #: past it the member drops what it holds and reads again from its checkpoints, as
+    #: after a rebalance (what was sent meanwhile may come again, with the same ids).
+    request_timeout_s: float = Field(default=40.0, gt=0)
 
     def state(self) -> str:
         return self.state_topic or f"{self.group_id}.state"

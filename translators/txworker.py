@@ -366,7 +366,11 @@ class TxWorker:
         """Read, assemble, translate and publish until :meth:`stop`."""
         from aiokafka import AIOKafkaProducer
 
-        producer = self._producer = AIOKafkaProducer(**self.settings.kafka.aiokafka(), acks="all")
+        producer = self._producer = AIOKafkaProducer(
+            **self.settings.kafka.aiokafka(),
+            acks="all",
+            request_timeout_ms=int(self.tx.request_timeout_s * 1000),
+        )
         await producer.start()
         group = self._ownership(producer)
         reader = self._reader()
@@ -394,30 +398,59 @@ class TxWorker:
                     await client.stop()
 
     async def _loop(self, producer: Any, reader: Any) -> None:
+        from aiokafka.errors import KafkaError
         from aiokafka.structs import TopicPartition
+        from confluent_kafka import KafkaException
 
         reader.assign([TopicPartition(t, p) for t, p in self.plan.read])
         while not self._stop.is_set():
-            if self._changed:
-                async with self._lock:
-                    await self._rebuild(reader)
-            if not self.owned:
-                await asyncio.sleep(0.1)  # nothing of ours to publish until the group assigns
-                continue
-            batches = await reader.getmany(timeout_ms=200, max_records=self.tx.max_records)
-            if not batches:
-                if self._unrecorded or self._inflight:  # idle: record what was released
-                    async with self._lock:
-                        if not self._changed:
-                            await self._checkpoint(producer)
-                continue
-            async with self._lock:
-                if self._changed:
-                    continue  # read again after the rebuild, from the checkpoints
-                await self._handle(producer, batches)
+            try:
+                await self._turn(producer, reader)
+            except (KafkaError, KafkaException) as exc:
+                # a send not acknowledged in time (a broker paused or overloaded): what
+                # it held may or may not be written, and nothing after it was recorded;
+                # start again from the checkpoints, as after a rebalance (what comes
+                # again has the same ids), instead of exiting
+                self._give_up_inflight()
+                self._changed = True
+                log.warning(
+                    "the broker did not answer in time; reading again from the checkpoints",
+                    reason=f"{type(exc).__name__}: {exc}",
+                )
+                await asyncio.sleep(1.0)
         async with self._lock:
             if self.owned and self.assembler is not None:
-                await self._checkpoint(producer)
+                try:
+                    await self._checkpoint(producer)
+                except KafkaError as exc:  # the next owner starts from the one before
+                    log.warning("last checkpoint not recorded", reason=str(exc))
+
+    async def _turn(self, producer: Any, reader: Any) -> None:
+        """One turn of the loop: a rebuild when ownership changed, else one batch."""
+        if self._changed:
+            async with self._lock:
+                await self._rebuild(reader)
+        if not self.owned:
+            await asyncio.sleep(0.1)  # nothing of ours to publish until the group assigns
+            return
+        batches = await reader.getmany(timeout_ms=200, max_records=self.tx.max_records)
+        if not batches:
+            if self._unrecorded or self._inflight:  # idle: record what was released
+                async with self._lock:
+                    if not self._changed:
+                        await self._checkpoint(producer)
+            return
+        async with self._lock:
+            if self._changed:
+                return  # read again after the rebuild, from the checkpoints
+            await self._handle(producer, batches)
+
+    def _give_up_inflight(self) -> None:
+        """Forget the outstanding batches: their outputs are read and sent again after
+        the rebuild (their futures' outcomes are retrieved, so none is left unlooked at)."""
+        while self._inflight:
+            sent = self._inflight.popleft()[0]
+            sent.add_done_callback(lambda f: f.cancelled() or f.exception())
 
     # -- membership ----------------------------------------------------------------
 

@@ -1,0 +1,102 @@
+"""The transaction worker against a broker that stops answering longer than it waits for
+an acknowledgement: it reads again from its checkpoints instead of exiting.
+
+The broker is this test's own (a ``SIGSTOP`` pause of the session broker would stop the
+other tests); PostgreSQL and the schema registry are the session's.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+import uuid
+from dataclasses import replace
+from pathlib import Path
+
+import psycopg2
+import pytest
+
+from bizevents.devstack import Endpoints
+from tests.capture.test_capture_outage import DedicatedBroker
+from tests.integration.test_transaction_worker import (
+    Reader,
+    Worker,
+    _check,
+    _ids,
+    capturing,
+    place,
+    store_db,
+    truth,
+)
+
+pytestmark = pytest.mark.integration
+
+#: The worker's request timeout in this test, and the pause: several timeouts long.
+TIMEOUT_S = 2.0
+PAUSE_S = 8.0
+
+
+def test_a_broker_pause_past_the_request_timeout_is_survived(
+    bizevents_stack: Endpoints, tmp_path: Path
+) -> None:
+    """Orders placed while the broker is paused for four request timeouts: the worker
+    stays up, logs that it reads again from its checkpoints, and every order is placed
+    once (one id) with its items and true total."""
+    broker = DedicatedBroker(tmp_path / "broker")
+    try:
+        endpoints = replace(bizevents_stack, bootstrap_servers=broker.start())
+        with store_db(endpoints) as db:
+            customer, products = _ids(db)
+            group = f"tx-outage-{uuid.uuid4().hex[:8]}"
+            worker = Worker(db, group, f"{group}.dlq", tmp_path / "worker.log")
+            worker.env["BIZEVENTS_TRANSACTIONS__REQUEST_TIMEOUT_S"] = str(TIMEOUT_S)
+            reader = Reader(db)
+            orders: list[int] = []
+            writing = threading.Event()
+            writing.set()
+
+            def write() -> None:  # orders all along: the worker has sends out at the pause
+                conn = psycopg2.connect(db.endpoints.postgres_dsn)  # one transaction each
+                try:
+                    with conn.cursor() as cur:
+                        n = 0
+                        while writing.is_set():
+                            orders.append(place(cur, customer, [(products[n % 3], n % 5 + 1)]))
+                            conn.commit()
+                            n += 1
+                            time.sleep(0.02)
+                finally:
+                    conn.close()
+
+            with capturing(db, tmp_path) as run:
+                worker.start()
+                try:
+                    with db.conn.cursor() as cur:
+                        cur.execute("BEGIN")
+                        first = place(cur, customer, [(products[0], 1)])
+                        cur.execute("COMMIT")
+                    reader.wait({first}, worker)  # the worker runs and publishes
+                    writer = threading.Thread(target=write)
+                    writer.start()
+                    try:
+                        time.sleep(1.0)
+                        broker.pause()
+                        time.sleep(PAUSE_S)
+                        broker.resume()
+                        time.sleep(3.0)
+                    finally:
+                        writing.clear()
+                        writer.join(30)
+                    run.wait_acked(db.wal_lsn())
+                    placed = {first, *orders}
+                    events = reader.wait(placed, worker, timeout=120)
+                    assert worker.alive(), worker.tail()
+                    _check(events, truth(db, sorted(placed)))
+                    assert "reading again from the checkpoints" in worker.log.read_text()
+                finally:
+                    reader.close()
+                    if worker.alive():
+                        worker.signal(signal.SIGTERM)
+    finally:
+        broker.close()
