@@ -21,8 +21,9 @@ Outcomes, each tested (tests/translators/test_assembly.py):
   (op ``r``), which is released alone (a snapshot row is a committed state);
 * a transaction that **never ends**: its parts are dead-lettered with that reason, and
   any later part of it too, once the END of a transaction committed after it arrived
-  (ENDs come in commit order; PostgreSQL ids carry the commit position), or, for ids
-  without a position, once ``max_wait`` later transactions ended;
+  (ENDs come in commit order; PostgreSQL ids and MariaDB GTIDs of domain 0 carry the
+  commit position, :func:`commit_position`), or, for ids without a position, once
+  ``max_wait`` later transactions ended;
 * an END whose **counts do not match**: more changes than it counts are dead-lettered
   at once; fewer, once every technical partition read has shown a later transaction
   (their changes come in commit order), or, for ids without a position, once
@@ -61,12 +62,24 @@ __all__ = [
 ]
 
 _PG_ID: Final = re.compile(r"^\d+:(\d+)$")
+#: A MariaDB GTID of domain 0: ``0-<server id>-<sequence number>``.
+_MARIADB_ID: Final = re.compile(r"^0-\d+-(\d+)$")
 
 
 @functools.lru_cache(maxsize=65_536)
 def commit_position(tx_id: str) -> int | None:
-    """The commit LSN in a PostgreSQL transaction id (``<xid>:<lsn>``), else ``None``."""
-    m = _PG_ID.match(tx_id)
+    """Where a transaction id says the transaction committed, as a number that grows
+    with commit order, else ``None``.
+
+    - PostgreSQL (``<xid>:<lsn>``): the commit LSN.
+    - MariaDB GTID of domain 0 (``0-<server>-<seq>``): the sequence number, which the
+      server gives in binlog order, that is commit order, within a domain (and keeps
+      across restarts and a change of primary under ``gtid_strict_mode``). Only domain
+      0, the server's default: sequence numbers of two domains (multi-source
+      replication) are not comparable, so other domains' ids have no position and
+      fall under the ``max_wait`` window, as MySQL's ``<uuid>:<n>`` GTIDs do.
+    """
+    m = _PG_ID.match(tx_id) or _MARIADB_ID.match(tx_id)
     return int(m.group(1)) if m else None
 
 
