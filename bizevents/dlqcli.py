@@ -240,6 +240,7 @@ def _show_rows(messages: list[Any], found: list[Any], target: Target) -> list[di
     """The rows `show` prints: a translator's parked changes or a group's parked events."""
     from bizevents.consumers.parking import parked_events
     from bizevents.translators.parkingio import parked_records
+    from bizevents.translators.txparking import parked_transactions
 
     if target.consumer is not None:
         return [
@@ -267,6 +268,20 @@ def _show_rows(messages: list[Any], found: list[Any], target: Target) -> list[di
         }
         for ref, state in found
         for parked in parked_records(messages, ref, state.first - 1)
+    ] + [
+        {
+            "translator": part.translator,
+            "topic": part.source.topic,
+            "partition": part.source.partition,
+            "offset": part.source.offset,
+            "stage": part.stage,
+            "reason": part.reason,
+            "bytes": len(part.source.value or b""),
+            "transaction": tx_id,
+        }
+        for ref, state in found
+        for _, tx_id, parts in parked_transactions(messages, ref, state.first - 1)
+        for part in parts
     ]
 
 
