@@ -1,0 +1,301 @@
+"""Parking in the transaction worker, against the real broker, registry and PostgreSQL
+capture (docs/parking.md, "The transaction worker").
+
+The plugin ``parktx`` (tests/integration/parking_tx_plugin.py, installed for the workers
+by an entry point in a folder on their path) is the store's orders@3 with a planted
+bug in @1 (a transaction holding an item of quantity 13 raises) and its fix in @2.
+Orders are placed (3 of them poisoned), then paid two orders per transaction (a
+poisoned order's partner flows on), then, after the re-drive, shipped. A clean run's
+event ids come from the same transactions assembled and translated through parktx@2
+by the pure core (:class:`~bizevents.translators.txcore.TransactionCore`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from bizevents_store.contracts import OrderPlaced, OrderShipped, OrderStatusChanged
+from confluent_kafka.schema_registry import SchemaRegistryClient
+
+from bizevents.contracts.business import HEADER_EVENT_ID, HEADER_TRANSLATOR
+from bizevents.contracts.envelope import ChangeEvent
+from bizevents.contracts.exceptions import Coordinates
+from bizevents.contracts.technical import AutoDecoder
+from bizevents.contracts.technical.transaction import TransactionDecoder
+from bizevents.plumbing.registry import schema_lookup
+from bizevents.translators.assembly import Assembler, Part, Ready
+from bizevents.translators.pipeline import SourceRecord
+from bizevents.translators.txcore import TransactionCore
+from tests.capture.capture_helpers import Db
+from tests.integration.parking_tx_plugin import POISON, parktx_v2
+from tests.integration.test_transaction_worker import (
+    REPO,
+    Worker,
+    _ids,
+    capturing,
+    place,
+    store_db,
+)
+from tests.integration.test_translate_worker import Message, events_from, read_all, wait_for
+
+pytestmark = pytest.mark.integration
+
+TOPICS = [c.contract_topic() for c in (OrderPlaced, OrderStatusChanged, OrderShipped)]
+ORDERS = 30
+POISONED = (4, 11, 23)  # indexes among the orders placed
+
+
+@pytest.fixture
+def db(bizevents_stack: Any) -> Iterator[Db]:
+    with store_db(bizevents_stack) as made:
+        yield made
+
+
+def parking_worker(db: Db, tmp_path: Path, name: str) -> Worker:
+    """A transaction worker with parktx@1 pinned, the plugin on its path."""
+    site = tmp_path / "site"
+    info = site / "bizevents_parktx_test-0.dist-info"
+    info.mkdir(parents=True, exist_ok=True)
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: bizevents-parktx-test\nVersion: 0\n"
+    )
+    (info / "entry_points.txt").write_text(
+        "[bizevents.translators]\nparktx = tests.integration.parking_tx_plugin:PARKTX\n"
+    )
+    group = f"txpark-{db.server}"
+    made = Worker(db, group, f"{group}.dlq", tmp_path / f"{name}.log")
+    made.env.update(
+        {
+            "PYTHONPATH": os.pathsep.join(
+                [str(site), str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]
+            ),
+            "BIZEVENTS_TRANSLATORS": json.dumps({"parktx": 1}),
+            "BIZEVENTS_TRANSLATE__PARKED_TOPIC": f"{group}.parked",
+        }
+    )
+    return made
+
+
+def cli(w: Worker, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bizevents", *args],
+        env=w.env,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=180,
+    )
+
+
+def published(db: Db) -> list[Message]:
+    """This test's parktx events, in each topic's partition order."""
+    return [
+        m
+        for m in events_from(db.endpoints.bootstrap_servers, TOPICS, f"{db.server}.store.orders")
+        if m.headers.get(HEADER_TRANSLATOR, b"").startswith(b"parktx@")
+    ]
+
+
+def clean_run(db: Db) -> tuple[dict[bytes, list[tuple[str, str]]], dict[int, bytes]]:
+    """What a clean run through parktx@2 publishes, from the same transactions: per
+    order's Kafka key, the (topic, event id) of its events in commit order; and each
+    order's Kafka key by order id."""
+    lookup = schema_lookup(SchemaRegistryClient({"url": db.endpoints.registry_url}))
+    decoder, tx_decoder = AutoDecoder(lookup), TransactionDecoder(lookup)
+    core = TransactionCore([parktx_v2], lambda event, topic=None, lineage=None: b"")
+    assembler = Assembler(core.reads)
+    keys: dict[int, bytes] = {}
+    ready: list[Ready] = []
+    seq = 0
+    bootstrap = db.endpoints.bootstrap_servers
+    for topic in (f"{db.server}.store.orders", f"{db.server}.store.order_items"):
+        for m in read_all(bootstrap, topic):
+            if m.value is None:
+                continue
+            seq += 1
+            where = Coordinates(m.topic, m.partition, m.offset)
+            origin = SourceRecord(m.topic, m.partition, m.offset, m.key, m.value, [])
+            change = decoder.decode(m.key, m.value, where, [])
+            assert isinstance(change, ChangeEvent)
+            if topic.endswith(".orders") and change.after is not None:
+                keys[int(change.after["id"])] = m.key or b""
+            part = Part(seq, origin, change=change)
+            ready += [o for o in assembler.feed(part) if isinstance(o, Ready)]
+    for m in read_all(bootstrap, f"{db.server}.transaction"):
+        seq += 1
+        where = Coordinates(m.topic, m.partition, m.offset)
+        origin = SourceRecord(m.topic, m.partition, m.offset, m.key, m.value, [])
+        part = Part(seq, origin, record=tx_decoder.decode(m.value or b"", where))
+        ready += [o for o in assembler.feed(part) if isinstance(o, Ready)]
+    lanes: dict[bytes, list[tuple[str, str]]] = defaultdict(list)
+    for record in core.process(ready).records:
+        assert record.event_id, record.headers
+        lanes[record.key or b""].append((record.topic, record.event_id))
+    return lanes, keys
+
+
+def placed_orders(db: Db) -> list[int]:
+    """``ORDERS`` orders, each its own transaction; those at ``POISONED`` poisoned."""
+    customer, products = _ids(db)
+    placed = []
+    with db.conn.cursor() as cur:
+        for i in range(ORDERS):
+            quantity = POISON if i in POISONED else i % 3 + 1
+            cur.execute("BEGIN")
+            placed.append(place(cur, customer, [(products[i % 3], quantity)]))
+            cur.execute("COMMIT")
+    return placed
+
+
+def set_status(db: Db, orders: list[int], status: str) -> None:
+    """Two orders per transaction (a poisoned order with a clean one), in order."""
+    with db.conn.cursor() as cur:
+        for n in range(0, len(orders), 2):
+            cur.execute("BEGIN")
+            cur.execute(
+                "UPDATE store.orders SET status = %s WHERE id = ANY(%s)",
+                (status, orders[n : n + 2]),
+            )
+            cur.execute("COMMIT")
+
+
+def by_key(messages: list[Message]) -> dict[bytes, list[tuple[str, str]]]:
+    """Per order key, its events' (topic, id) in each topic's order, each id once; a
+    repeated id must be a copy (same bytes)."""
+    seen: dict[str, bytes] = {}
+    lanes: dict[bytes, list[tuple[str, str]]] = defaultdict(list)
+    for m in messages:
+        event_id = m.headers[HEADER_EVENT_ID].decode()
+        if event_id in seen:
+            assert seen[event_id] == m.value, f"event {event_id} published twice, differently"
+            continue
+        seen[event_id] = m.value or b""
+        lanes[m.key or b""].append((m.topic, event_id))
+    return lanes
+
+
+def per_topic(lane: list[tuple[str, str]]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = defaultdict(list)
+    for topic, event_id in lane:
+        out[topic].append(event_id)
+    return dict(out)
+
+
+def test_parked_orders_wait_and_are_re_driven_in_commit_order_with_the_clean_ids(
+    db: Db, tmp_path: Path
+) -> None:
+    worker = parking_worker(db, tmp_path, "worker")
+    with capturing(db, tmp_path) as run:
+        worker.start()
+        try:
+            orders = placed_orders(db)
+            poisoned = {orders[i] for i in POISONED}
+            set_status(db, orders, "paid")
+            run.wait_acked(db.wal_lsn())
+            expected, keys = clean_run(db)
+            parked_keys = {keys[o] for o in poisoned}
+            flowing = {k: lane for k, lane in expected.items() if k not in parked_keys}
+            assert len(flowing) == ORDERS - len(POISONED)
+            assert all(len(lane) == 2 for lane in expected.values())  # placed, paid
+
+            def flowed() -> bool:
+                found = by_key(published(db))
+                return all(
+                    per_topic(found.get(k, [])) == per_topic(lane) for k, lane in flowing.items()
+                )
+
+            wait_for(flowed, 90, "the clean orders' events")
+            assert worker.alive(), worker.tail()
+            found = by_key(published(db))
+            # no event of a parked order, not even of its later (paid) transaction
+            assert not parked_keys & set(found), worker.tail()
+
+            listed = cli(worker, "dlq", "list", "--translator", "parktx", "--json")
+            assert listed.returncode == 0, listed.stderr
+            rows = json.loads(listed.stdout)
+            assert sorted(bytes.fromhex(r["key"]) for r in rows) == sorted(
+                str(o).encode() for o in poisoned
+            )
+            assert {r["stage"] for r in rows} == {"translate"}
+            assert all("poisoned item" in r["reason"] for r in rows)
+            assert all(r["parked"] == 2 for r in rows)  # placed (failed), paid (behind)
+            shown = cli(worker, "dlq", "show", rows[0]["key"], "--json")
+            assert shown.returncode == 0, shown.stderr
+            stages = [r["stage"] for r in json.loads(shown.stdout)]
+            # placed: the order, its item, its total; paid: the whole transaction (two orders)
+            assert stages == ["translate"] * 3 + ["parked"] * 2, stages
+
+            done = cli(worker, "dlq", "redrive", "--translator", "parktx@2", "--all")
+            assert done.returncode == 0, done.stdout + done.stderr + worker.tail()
+            assert done.stdout.count("done:") == 3, done.stdout
+
+            set_status(db, orders, "shipped")  # after the re-drive: live again
+            run.wait_acked(db.wal_lsn())
+            expected, _ = clean_run(db)
+            assert all(len(lane) == 4 for lane in expected.values())  # and shipped (two)
+
+            def all_flowed() -> bool:
+                found = by_key(published(db))
+                return all(
+                    per_topic(found.get(k, [])) == per_topic(lane) for k, lane in expected.items()
+                )
+
+            wait_for(all_flowed, 90, "every order's events")
+            assert worker.alive(), worker.tail()
+            found = by_key(published(db))
+            assert set(found) == set(expected)
+            for key, lane in expected.items():  # in commit order, the clean run's ids
+                assert per_topic(found[key]) == per_topic(lane), key
+            after = cli(worker, "dlq", "list", "--translator", "parktx", "--json")
+            assert json.loads(after.stdout) == []
+        finally:
+            if worker.alive():
+                worker.signal(signal.SIGTERM)
+
+
+def test_a_re_drive_that_fails_again_keeps_the_key_parked(db: Db, tmp_path: Path) -> None:
+    """Re-driven through the buggy version itself: failed, the key stays parked with the
+    reason; a discard then unparks it and its next transaction flows."""
+    worker = parking_worker(db, tmp_path, "worker")
+    with capturing(db, tmp_path) as run:
+        worker.start()
+        try:
+            customer, products = _ids(db)
+            with db.conn.cursor() as cur:
+                cur.execute("BEGIN")
+                order = place(cur, customer, [(products[0], POISON)])
+                cur.execute("COMMIT")
+            run.wait_acked(db.wal_lsn())
+            key = str(order).encode().hex()
+
+            def parked() -> Any:
+                listed = cli(worker, "dlq", "list", "--translator", "parktx", "--json")
+                return [r for r in json.loads(listed.stdout or "[]") if r["key"] == key]
+
+            wait_for(parked, 90, "the poisoned order parked")
+            again = cli(worker, "dlq", "redrive", "--translator", "parktx@1", "--key", key)
+            assert again.returncode == 1, again.stdout + again.stderr
+            assert "failed again" in again.stdout and "poisoned item" in again.stdout
+            assert parked()[0]["latest_reason"].endswith("has a poisoned item")
+            gone = cli(worker, "dlq", "discard", key, "--translator", "parktx", "--reason", "test")
+            assert gone.returncode == 0, gone.stdout + gone.stderr
+            assert not parked()
+            set_status(db, [order], "paid")
+            run.wait_acked(db.wal_lsn())
+
+            def paid() -> bool:
+                return any(m.topic == OrderStatusChanged.contract_topic() for m in published(db))
+
+            wait_for(paid, 90, "the discarded order's next transaction")
+        finally:
+            if worker.alive():
+                worker.signal(signal.SIGTERM)
