@@ -34,7 +34,7 @@ from typing import TypeAlias
 from bizevents.contracts.business import BusinessEvent
 from bizevents.contracts.change import Change
 from bizevents.contracts.exceptions import ContractError
-from bizevents.plumbing.parking import Ref
+from bizevents.plumbing.parking import STAGE_PARKED, Ref
 from bizevents.translators.api import SKIP
 from bizevents.translators.assembly import Abandoned, Part, Ready
 from bizevents.translators.exceptions import TranslationError
@@ -152,13 +152,22 @@ class TransactionCore:
                 counts = result.counts.setdefault(translator.ref, counts)
             publish = owns
             guard = self.parking
-            # a snapshot read has no END to order it by: it never parks (docs/parking.md)
             position = ready.end.origin.offset if ready.end is not None else None
-            if guard is not None and position is not None and mine and guard.watching():
+            if guard is not None and mine and guard.watching(position):
                 parked, held = guard.held(translator, mine, position)
                 if held:
-                    out += guard.behind(translator, ready, parts, parked, position)
-                    counts.parked += len(parts) * len(parked)
+                    if position is None:
+                        # a snapshot read has no END to order it among the parked
+                        # transactions: dead-lettered, not re-driven (docs/parking.md)
+                        late = [p for p in mine if guard.ref(translator, p) in held]
+                        reason = "a snapshot read of a parked key (not re-driven)"
+                        out += self.dead_letters(
+                            late, STAGE_PARKED, reason, "Parked", translator.ref
+                        )
+                        counts.dead_lettered += len(late)
+                    else:
+                        out += guard.behind(translator, ready, parts, parked, position)
+                        counts.parked += len(parts) * len(parked)
                     mine = [p for p in mine if guard.ref(translator, p) not in held]
                     if not mine:
                         continue

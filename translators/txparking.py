@@ -85,10 +85,21 @@ class TxParking:
     def mode(self, translator: TransactionTranslator) -> OnError:
         return self.on_error.get(translator.name, "park")
 
-    def watching(self) -> bool:
-        """Whether any key of the transaction path is parked or was re-driven (one dict
-        lookup: nothing parked costs nothing more per transaction)."""
-        return self.topic in self.parking.watched
+    #: the highest ``through`` of the re-driven keys (:meth:`settle`)
+    through_max: int = -1
+
+    def settle(self) -> None:
+        """After the parked keys changed other than by parking (a restore, a re-drive,
+        a discard): remember the highest ``through``, which :meth:`watching` asks."""
+        self.through_max = max(self.parking.through.values(), default=-1)
+
+    def watching(self, position: int | None) -> bool:
+        """Whether a key of the transaction at ``position`` may be parked or re-driven
+        already: some key is parked, or the transaction is not past every ``through``
+        (nothing parked: one dict lookup per transaction and translator)."""
+        if self.topic not in self.parking.watched:
+            return False
+        return bool(self.parking.parked) or (position is not None and position <= self.through_max)
 
     def ref(self, translator: TransactionTranslator, part: Part) -> Ref:
         return (
@@ -103,18 +114,19 @@ class TxParking:
         return list(dict.fromkeys(self.ref(translator, p) for p in parts))
 
     def held(
-        self, translator: TransactionTranslator, mine: Sequence[Part], position: int
+        self, translator: TransactionTranslator, mine: Sequence[Part], position: int | None
     ) -> tuple[list[Ref], set[Ref]]:
         """Of the keys of ``mine`` (the parts this member owns): those parked now (the
         transaction is parked behind them), and every key not to publish now (those,
-        and those re-driven through ``position`` already)."""
+        and those re-driven through ``position`` already; a snapshot read, None, has
+        no position)."""
         parked: list[Ref] = []
         held: set[Ref] = set()
         for ref in self.refs(translator, mine):
             if ref in self.parking.parked:
                 parked.append(ref)
                 held.add(ref)
-            elif self.parking.skipped(ref, position):
+            elif position is not None and self.parking.skipped(ref, position):
                 held.add(ref)
         return parked, held
 

@@ -55,6 +55,10 @@ class TxRedriver(ParkedTopic):
     def start_owned(self) -> None:
         self.due = True
 
+    async def restore(self) -> None:
+        await super().restore()
+        self.guard.settle()
+
     def pending(self, owned: frozenset[int]) -> list[Request]:
         """The pending requests of keys in ``owned`` virtual partitions, oldest first."""
         self.due = False
@@ -83,6 +87,23 @@ class TxRedriver(ParkedTopic):
     ) -> tuple[str, str]:
         """Carry ``request`` out (every output of the worker acknowledged before): its
         status and message. ``send`` waits for the acknowledgement."""
+        try:
+            return await self._carry_out(
+                request, send, decode, load, core_of, dead_letter_partitions, on_counts
+            )
+        finally:
+            self.guard.settle()
+
+    async def _carry_out(
+        self,
+        request: Request,
+        send: Callable[[Sequence[OutRecord]], Awaitable[None]],
+        decode: Callable[[SourceRecord], Part],
+        load: Callable[[str, int], Any],
+        core_of: Callable[[TransactionTranslator], TransactionCore],
+        dead_letter_partitions: int,
+        on_counts: Callable[[Result], None],
+    ) -> tuple[str, str]:
         parking = self.guard.parking
         ref = request.ref
         state = parking.parked.get(ref)

@@ -726,7 +726,7 @@ class TxWorker:
                     plan.partitions[self.settings.translate.dead_letter_topic],
                     lambda result: self.stats.add(plan.transaction_topic, result.counts),
                 )
-            except (PluginError, ConfigError) as exc:  # the request fails, the worker goes on
+            except Exception as exc:  # the request fails (not installed, ...); the worker goes on
                 status, message = "failed", f"{type(exc).__name__}: {exc}"
             await self._send(producer, self._outputs([parked.answer(request, status, message)]))
 
