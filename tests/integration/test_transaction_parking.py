@@ -17,6 +17,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,7 +37,7 @@ from bizevents.translators.assembly import Assembler, Part, Ready
 from bizevents.translators.pipeline import SourceRecord
 from bizevents.translators.txcore import TransactionCore
 from tests.capture.capture_helpers import Db
-from tests.integration.parking_tx_plugin import POISON, parktx_v2
+from tests.integration.parking_tx_plugin import POISON, SLOW_S, parktx_v2
 from tests.integration.test_transaction_worker import (
     REPO,
     Worker,
@@ -299,3 +300,93 @@ def test_a_re_drive_that_fails_again_keeps_the_key_parked(db: Db, tmp_path: Path
         finally:
             if worker.alive():
                 worker.signal(signal.SIGTERM)
+
+
+REDRIVE = [sys.executable, "-m", "bizevents", "dlq", "redrive", "--translator"]
+
+
+def _story(workers: list[Worker]) -> str:
+    """What the workers said of parking (for a failure's message)."""
+    lines = []
+    for w in workers:
+        for line in w.log.read_text().splitlines() if w.log.exists() else []:
+            if "dead-lettered" not in line and ("request" in line or "error" in line.lower()):
+                lines.append(f"{w.log.name}: {line[:500]}")
+    return "\n".join(lines[-40:])
+
+
+def _carrying_out(w: Worker) -> bool:
+    return '"carrying out a request"' in (w.log.read_text() if w.log.exists() else "")
+
+
+def test_a_kill_9_mid_re_drive_hands_it_to_the_other_worker_in_order(
+    db: Db, tmp_path: Path
+) -> None:
+    """Two workers; a poisoned order and 30 later transactions of it parked; the re-drive
+    through the slow fix (parktx@3) killed -9 half-way: the other worker takes the key's
+    virtual partition over and re-drives it again, so the key's events are the clean
+    run's, in commit order (the repeated ones identical copies), before its next one."""
+    workers = [parking_worker(db, tmp_path, f"w{i}") for i in (1, 2)]
+    with capturing(db, tmp_path) as run:
+        for w in workers:
+            w.start()
+        redrive: subprocess.Popen[str] | None = None
+        try:
+            customer, products = _ids(db)
+            with db.conn.cursor() as cur:
+                cur.execute("BEGIN")
+                order = place(cur, customer, [(products[0], POISON)])
+                cur.execute("COMMIT")
+                for _ in range(30):  # paid, pending, paid, ...: an event each
+                    cur.execute("BEGIN")
+                    cur.execute(
+                        "UPDATE store.orders SET status = CASE status WHEN 'paid' "
+                        "THEN 'pending'::store.order_status ELSE 'paid' END WHERE id = %s",
+                        (order,),
+                    )
+                    cur.execute("COMMIT")
+            run.wait_acked(db.wal_lsn())
+            _, keys = clean_run(db)
+            key = keys[order]  # its events' Kafka key; the parked key is its id
+
+            def parked() -> bool:
+                listed = cli(workers[0], "dlq", "list", "--translator", "parktx", "--json")
+                return any(r["parked"] >= 31 for r in json.loads(listed.stdout or "[]"))
+
+            wait_for(parked, 90, "the order and its 30 later transactions parked")
+            redrive = subprocess.Popen(
+                [*REDRIVE, "parktx@3", "--key", str(order).encode().hex(), "--timeout", "150"],
+                env=workers[0].env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                cwd=REPO,
+            )
+            victim = wait_for(
+                lambda: next((w for w in workers if _carrying_out(w)), None), 60, "a re-drive"
+            )
+            survivor = next(w for w in workers if w is not victim)
+
+            time.sleep(3 * SLOW_S)  # a few transactions re-driven (of 31, SLOW_S each)
+            victim.signal(signal.SIGKILL)
+            assert '"request answered"' not in victim.log.read_text(), "not killed mid-re-drive"
+            out, _ = redrive.communicate(timeout=170)
+            assert redrive.returncode == 0, out + survivor.tail()
+            assert _carrying_out(survivor), survivor.tail()
+            set_status(db, [order], "shipped")
+            run.wait_acked(db.wal_lsn())
+            expected, _ = clean_run(db)
+            assert len(expected[key]) == 1 + 30 + 2
+
+            def all_flowed() -> bool:
+                return per_topic(by_key(published(db)).get(key, [])) == per_topic(expected[key])
+
+            wait_for(all_flowed, 90, "the order's events")
+            copies = [m for m in published(db) if m.key == key]
+            assert len(copies) > len(expected[key]), "the victim re-drove some: repeated"
+        finally:
+            if redrive is not None and redrive.poll() is None:
+                redrive.kill()
+            for w in workers:
+                if w.alive():
+                    w.signal(signal.SIGTERM)
