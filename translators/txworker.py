@@ -26,6 +26,12 @@ on the way out; there is no intermediate log:
   (nobody joins it: an operator, or the demo, sets where a new group begins), else at
   the start of each partition.
 
+* **parked business keys.** A transaction that fails parks the business keys of it
+  this member owns (:mod:`bizevents.translators.txparking`, pure; docs/parking.md):
+  their later transactions go to the dead-letter topic, untranslated for them, until a
+  re-drive, which the loop carries out between two batches
+  (:mod:`bizevents.translators.txredrive`). The parked keys are restored at each rebuild.
+
 A worker killed or a partition moved mid-transaction: the next owner reads that
 transaction's parts again from the technical topics and releases it once, with the same
 event ids (at least once: a crash between the produce and the checkpoint repeats the
