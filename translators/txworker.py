@@ -756,8 +756,7 @@ class TxWorker:
         decoded = self.plan.decoder.decode(source.key, source.value, where, source.headers)
         if not isinstance(decoded, ChangeEvent):
             raise DecodeError(f"{source.topic}[{source.partition}]@{source.offset} is not a change")
-        self._seq += 1
-        return Part(self._seq, source, change=decoded)
+        return Part(0, source, change=decoded)  # not assembled: no arrival sequence
 
     def _translate(self, outcomes: Sequence[Outcome]) -> tuple[Any, bool]:
         """The records this member publishes of ``outcomes``: the events of the business

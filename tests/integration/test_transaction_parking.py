@@ -390,3 +390,29 @@ def test_a_kill_9_mid_re_drive_hands_it_to_the_other_worker_in_order(
             for w in workers:
                 if w.alive():
                     w.signal(signal.SIGTERM)
+
+
+def test_on_error_fail_stops_the_worker_with_a_sentence(db: Db, tmp_path: Path) -> None:
+    worker = parking_worker(db, tmp_path, "worker")
+    worker.env["BIZEVENTS_TRANSLATE__ON_ERROR"] = json.dumps({"parktx": "fail"})
+    with capturing(db, tmp_path) as run:
+        worker.start()
+        try:
+            customer, products = _ids(db)
+            with db.conn.cursor() as cur:
+                cur.execute("BEGIN")
+                place(cur, customer, [(products[0], POISON)])
+                cur.execute("COMMIT")
+            run.wait_acked(db.wal_lsn())
+            assert worker.process is not None
+            code = worker.process.wait(90)
+        finally:
+            if worker.alive():
+                worker.signal(signal.SIGTERM)
+    out = worker.log.read_text()
+    assert code == 1, out[-3000:]
+    plain = [line for line in out.splitlines() if not line.startswith("{")]
+    assert "parktx@1 failed (translate) on transaction" in plain[-1], out[-3000:]
+    assert "poisoned item" in plain[-1] and "on_error.parktx" in plain[-1]
+    assert not any("Traceback" in line for line in plain), out[-3000:]
+    assert not published(db)  # nothing of it
