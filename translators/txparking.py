@@ -22,6 +22,7 @@ Nothing here does I/O: :mod:`bizevents.translators.txcore` asks it,
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -44,7 +45,7 @@ from bizevents.plumbing.parking import (
 )
 from bizevents.translators.assembly import Part, Ready
 from bizevents.translators.pipeline import OutRecord, SourceRecord, dead_letter
-from bizevents.translators.routing import business_key, owner
+from bizevents.translators.routing import business_key
 from bizevents.translators.transaction_api import TransactionTranslator
 
 __all__ = [
@@ -102,12 +103,10 @@ class TxParking:
         return bool(self.parking.parked) or (position is not None and position <= self.through_max)
 
     def ref(self, translator: TransactionTranslator, part: Part) -> Ref:
-        return (
-            translator.name,
-            self.topic,
-            owner(translator, part, self.partitions),
-            business_key(translator, part),
-        )
+        """``part``'s business key for ``translator`` (routing's :func:`owner`, the key
+        read once)."""
+        key = business_key(translator, part)
+        return translator.name, self.topic, zlib.crc32(key) % self.partitions, key
 
     def refs(self, translator: TransactionTranslator, parts: Iterable[Part]) -> list[Ref]:
         """The distinct keys of ``parts``, in the order they first appear."""
