@@ -25,9 +25,10 @@ from typing import Any
 
 import pytest
 from bizevents_store.contracts import OrderPlaced, OrderShipped, OrderStatusChanged
+from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
-from bizevents.contracts.business import HEADER_EVENT_ID, HEADER_TRANSLATOR
+from bizevents.contracts.business import HEADER_EVENT_ID, HEADER_SOURCE_TOPIC, HEADER_TRANSLATOR
 from bizevents.contracts.envelope import ChangeEvent
 from bizevents.contracts.exceptions import Coordinates
 from bizevents.contracts.technical import AutoDecoder
@@ -46,7 +47,7 @@ from tests.integration.test_transaction_worker import (
     place,
     store_db,
 )
-from tests.integration.test_translate_worker import Message, events_from, read_all, wait_for
+from tests.integration.test_translate_worker import Message, read_all, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -97,13 +98,52 @@ def cli(w: Worker, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def published(db: Db) -> list[Message]:
-    """This test's parktx events, in each topic's partition order."""
-    return [
-        m
-        for m in events_from(db.endpoints.bootstrap_servers, TOPICS, f"{db.server}.store.orders")
-        if m.headers.get(HEADER_TRANSLATOR, b"").startswith(b"parktx@")
-    ]
+class Published:
+    """This test's parktx events, in each partition's order, read as they come: one
+    consumer, kept (the business topics are shared with the run's other tests)."""
+
+    def __init__(self, db: Db) -> None:
+        self.source = f"{db.server}.store.orders".encode()
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": db.endpoints.bootstrap_servers,
+                "group.id": "unused",
+                "enable.auto.commit": False,
+            }
+        )
+        self.assigned = False
+        self.found: list[Message] = []
+
+    def __call__(self) -> list[Message]:
+        """Every event read so far, after reading what is there now."""
+        if not self.assigned:
+            topics = self.consumer.list_topics(timeout=10).topics
+            if any(t not in topics for t in TOPICS):
+                return self.found  # the worker creates them at its start
+            self.consumer.assign(
+                [TopicPartition(t, p, 0) for t in TOPICS for p in topics[t].partitions]
+            )
+            self.assigned = True
+        while batch := [m for m in self.consumer.consume(1000, 0.3) if m.error() is None]:
+            for m in batch:
+                headers = dict(m.headers() or [])
+                if headers.get(HEADER_SOURCE_TOPIC) == self.source and (
+                    headers.get(HEADER_TRANSLATOR) or b""
+                ).startswith(b"parktx@"):
+                    self.found.append(
+                        Message(
+                            m.topic() or "",
+                            m.partition() or 0,
+                            m.offset() or 0,
+                            m.key(),
+                            m.value(),
+                            {k: v or b"" for k, v in headers.items()},
+                        )
+                    )
+        return self.found
+
+    def close(self) -> None:
+        self.consumer.close()
 
 
 def clean_run(db: Db) -> tuple[dict[bytes, list[tuple[str, str]]], dict[int, bytes]]:
@@ -195,6 +235,7 @@ def test_parked_orders_wait_and_are_re_driven_in_commit_order_with_the_clean_ids
     db: Db, tmp_path: Path
 ) -> None:
     worker = parking_worker(db, tmp_path, "worker")
+    published = Published(db)
     with capturing(db, tmp_path) as run:
         worker.start()
         try:
@@ -209,14 +250,14 @@ def test_parked_orders_wait_and_are_re_driven_in_commit_order_with_the_clean_ids
             assert all(len(lane) == 2 for lane in expected.values())  # placed, paid
 
             def flowed() -> bool:
-                found = by_key(published(db))
+                found = by_key(published())
                 return all(
                     per_topic(found.get(k, [])) == per_topic(lane) for k, lane in flowing.items()
                 )
 
             wait_for(flowed, 90, "the clean orders' events")
             assert worker.alive(), worker.tail()
-            found = by_key(published(db))
+            found = by_key(published())
             # no event of a parked order, not even of its later (paid) transaction
             assert not parked_keys & set(found), worker.tail()
 
@@ -245,20 +286,21 @@ def test_parked_orders_wait_and_are_re_driven_in_commit_order_with_the_clean_ids
             assert all(len(lane) == 4 for lane in expected.values())  # and shipped (two)
 
             def all_flowed() -> bool:
-                found = by_key(published(db))
+                found = by_key(published())
                 return all(
                     per_topic(found.get(k, [])) == per_topic(lane) for k, lane in expected.items()
                 )
 
             wait_for(all_flowed, 90, "every order's events")
             assert worker.alive(), worker.tail()
-            found = by_key(published(db))
+            found = by_key(published())
             assert set(found) == set(expected)
             for key, lane in expected.items():  # in commit order, the clean run's ids
                 assert per_topic(found[key]) == per_topic(lane), key
             after = cli(worker, "dlq", "list", "--translator", "parktx", "--json")
             assert json.loads(after.stdout) == []
         finally:
+            published.close()
             if worker.alive():
                 worker.signal(signal.SIGTERM)
 
@@ -267,6 +309,7 @@ def test_a_re_drive_that_fails_again_keeps_the_key_parked(db: Db, tmp_path: Path
     """Re-driven through the buggy version itself: failed, the key stays parked with the
     reason; a discard then unparks it and its next transaction flows."""
     worker = parking_worker(db, tmp_path, "worker")
+    published = Published(db)
     with capturing(db, tmp_path) as run:
         worker.start()
         try:
@@ -294,10 +337,11 @@ def test_a_re_drive_that_fails_again_keeps_the_key_parked(db: Db, tmp_path: Path
             run.wait_acked(db.wal_lsn())
 
             def paid() -> bool:
-                return any(m.topic == OrderStatusChanged.contract_topic() for m in published(db))
+                return any(m.topic == OrderStatusChanged.contract_topic() for m in published())
 
             wait_for(paid, 90, "the discarded order's next transaction")
         finally:
+            published.close()
             if worker.alive():
                 worker.signal(signal.SIGTERM)
 
@@ -327,6 +371,7 @@ def test_a_kill_9_mid_re_drive_hands_it_to_the_other_worker_in_order(
     virtual partition over and re-drives it again, so the key's events are the clean
     run's, in commit order (the repeated ones identical copies), before its next one."""
     workers = [parking_worker(db, tmp_path, f"w{i}") for i in (1, 2)]
+    published = Published(db)
     with capturing(db, tmp_path) as run:
         for w in workers:
             w.start()
@@ -379,12 +424,13 @@ def test_a_kill_9_mid_re_drive_hands_it_to_the_other_worker_in_order(
             assert len(expected[key]) == 1 + 30 + 2
 
             def all_flowed() -> bool:
-                return per_topic(by_key(published(db)).get(key, [])) == per_topic(expected[key])
+                return per_topic(by_key(published()).get(key, [])) == per_topic(expected[key])
 
             wait_for(all_flowed, 90, "the order's events")
-            copies = [m for m in published(db) if m.key == key]
+            copies = [m for m in published() if m.key == key]
             assert len(copies) > len(expected[key]), "the victim re-drove some: repeated"
         finally:
+            published.close()
             if redrive is not None and redrive.poll() is None:
                 redrive.kill()
             for w in workers:
@@ -394,6 +440,7 @@ def test_a_kill_9_mid_re_drive_hands_it_to_the_other_worker_in_order(
 
 def test_on_error_fail_stops_the_worker_with_a_sentence(db: Db, tmp_path: Path) -> None:
     worker = parking_worker(db, tmp_path, "worker")
+    published = Published(db)
     worker.env["BIZEVENTS_TRANSLATE__ON_ERROR"] = json.dumps({"parktx": "fail"})
     with capturing(db, tmp_path) as run:
         worker.start()
@@ -406,7 +453,9 @@ def test_on_error_fail_stops_the_worker_with_a_sentence(db: Db, tmp_path: Path) 
             run.wait_acked(db.wal_lsn())
             assert worker.process is not None
             code = worker.process.wait(90)
+            found = published()
         finally:
+            published.close()
             if worker.alive():
                 worker.signal(signal.SIGTERM)
     out = worker.log.read_text()
@@ -415,4 +464,4 @@ def test_on_error_fail_stops_the_worker_with_a_sentence(db: Db, tmp_path: Path) 
     assert "parktx@1 failed (translate) on transaction" in plain[-1], out[-3000:]
     assert "poisoned item" in plain[-1] and "on_error.parktx" in plain[-1]
     assert not any("Traceback" in line for line in plain), out[-3000:]
-    assert not published(db)  # nothing of it
+    assert not found  # nothing of it
