@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -43,6 +44,7 @@ from tests.integration.test_transaction_worker import (
     REPO,
     Worker,
     _ids,
+    _scrape,
     capturing,
     place,
     store_db,
@@ -231,10 +233,24 @@ def per_topic(lane: list[tuple[str, str]]) -> dict[str, list[str]]:
     return dict(out)
 
 
+def _metrics(worker: Worker) -> dict[str, float]:
+    """The worker's metrics, by name and translator label (the group label dropped)."""
+    url = next(
+        json.loads(line)["url"]
+        for line in worker.log.read_text().splitlines()
+        if '"metrics endpoint"' in line
+    )
+    out: dict[str, float] = {}
+    for name, value in _scrape(url).items():
+        out[re.sub(r'group="[^"]*",?', "", name)] = value
+    return out
+
+
 def test_parked_orders_wait_and_are_re_driven_in_commit_order_with_the_clean_ids(
     db: Db, tmp_path: Path
 ) -> None:
     worker = parking_worker(db, tmp_path, "worker")
+    worker.env["BIZEVENTS_TRANSLATE__METRICS_PORT"] = "0"
     published = Published(db)
     with capturing(db, tmp_path) as run:
         worker.start()
@@ -260,6 +276,11 @@ def test_parked_orders_wait_and_are_re_driven_in_commit_order_with_the_clean_ids
             found = by_key(published())
             # no event of a parked order, not even of its later (paid) transaction
             assert not parked_keys & set(found), worker.tail()
+
+            metrics = _metrics(worker)
+            # placing: 3 parts failed, 3 orders; paid: the 2 parts parked behind, 3 orders
+            assert metrics['bizevents_translator_parked_total{translator="parktx@1"}'] == 15
+            assert metrics['bizevents_parked_keys{translator="parktx"}'] == 3
 
             listed = cli(worker, "dlq", "list", "--translator", "parktx", "--json")
             assert listed.returncode == 0, listed.stderr
