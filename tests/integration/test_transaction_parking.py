@@ -387,15 +387,32 @@ def _carrying_out(w: Worker) -> bool:
 def test_a_kill_9_mid_re_drive_hands_it_to_the_other_worker_in_order(
     db: Db, tmp_path: Path
 ) -> None:
-    """Two workers; a poisoned order and 30 later transactions of it parked; the re-drive
-    through the slow fix (parktx@3) killed -9 half-way: the other worker takes the key's
-    virtual partition over and re-drives it again, so the key's events are the clean
-    run's, in commit order (the repeated ones identical copies), before its next one."""
+    """A poisoned order and 30 later transactions of it parked by one worker; a second
+    joins (a rebalance: both restore the parked keys) and 4 more transactions of the
+    order are parked too; the re-drive through the slow fix (parktx@3) killed -9
+    half-way: the other worker takes the key's virtual partition over and re-drives it
+    again, so the key's events are the clean run's, in commit order (the repeated ones
+    identical copies), before its next one."""
     workers = [parking_worker(db, tmp_path, f"w{i}") for i in (1, 2)]
     published = Published(db)
+
+    def toggle(order: int, times: int) -> None:
+        with db.conn.cursor() as cur:
+            for _ in range(times):  # paid, pending, paid, ...: an event each
+                cur.execute("BEGIN")
+                cur.execute(
+                    "UPDATE store.orders SET status = CASE status WHEN 'paid' "
+                    "THEN 'pending'::store.order_status ELSE 'paid' END WHERE id = %s",
+                    (order,),
+                )
+                cur.execute("COMMIT")
+
+    def parked(count: int) -> bool:
+        listed = cli(workers[0], "dlq", "list", "--translator", "parktx", "--json")
+        return any(r["parked"] >= count for r in json.loads(listed.stdout or "[]"))
+
     with capturing(db, tmp_path) as run:
-        for w in workers:
-            w.start()
+        workers[0].start()
         redrive: subprocess.Popen[str] | None = None
         try:
             customer, products = _ids(db)
@@ -403,23 +420,24 @@ def test_a_kill_9_mid_re_drive_hands_it_to_the_other_worker_in_order(
                 cur.execute("BEGIN")
                 order = place(cur, customer, [(products[0], POISON)])
                 cur.execute("COMMIT")
-                for _ in range(30):  # paid, pending, paid, ...: an event each
-                    cur.execute("BEGIN")
-                    cur.execute(
-                        "UPDATE store.orders SET status = CASE status WHEN 'paid' "
-                        "THEN 'pending'::store.order_status ELSE 'paid' END WHERE id = %s",
-                        (order,),
-                    )
-                    cur.execute("COMMIT")
+            toggle(order, 30)
             run.wait_acked(db.wal_lsn())
             _, keys = clean_run(db)
             key = keys[order]  # its events' Kafka key; the parked key is its id
-
-            def parked() -> bool:
-                listed = cli(workers[0], "dlq", "list", "--translator", "parktx", "--json")
-                return any(r["parked"] >= 31 for r in json.loads(listed.stdout or "[]"))
-
-            wait_for(parked, 90, "the order and its 30 later transactions parked")
+            wait_for(lambda: parked(31), 90, "the order and its 30 later transactions parked")
+            workers[1].start()
+            wait_for(
+                lambda: (
+                    all(w.log.read_text().count('"assembling"') >= 1 for w in workers)
+                    and workers[0].log.read_text().count('"assembling"') >= 2
+                ),
+                60,
+                "the rebalance",
+            )
+            toggle(order, 4)
+            run.wait_acked(db.wal_lsn())
+            wait_for(lambda: parked(35), 90, "4 more transactions parked after the rebalance")
+            assert not [m for m in published() if m.key == key]
             redrive = subprocess.Popen(
                 [*REDRIVE, "parktx@3", "--key", str(order).encode().hex(), "--timeout", "150"],
                 env=workers[0].env,
@@ -433,7 +451,7 @@ def test_a_kill_9_mid_re_drive_hands_it_to_the_other_worker_in_order(
             )
             survivor = next(w for w in workers if w is not victim)
 
-            time.sleep(3 * SLOW_S)  # a few transactions re-driven (of 31, SLOW_S each)
+            time.sleep(3 * SLOW_S)  # a few transactions re-driven (of 35, SLOW_S each)
             victim.signal(signal.SIGKILL)
             assert '"request answered"' not in victim.log.read_text(), "not killed mid-re-drive"
             out, _ = redrive.communicate(timeout=170)
@@ -442,7 +460,7 @@ def test_a_kill_9_mid_re_drive_hands_it_to_the_other_worker_in_order(
             set_status(db, [order], "shipped")
             run.wait_acked(db.wal_lsn())
             expected, _ = clean_run(db)
-            assert len(expected[key]) == 1 + 30 + 2
+            assert len(expected[key]) == 1 + 34 + 2
 
             def all_flowed() -> bool:
                 return per_topic(by_key(published()).get(key, [])) == per_topic(expected[key])
