@@ -2,8 +2,10 @@
 
 :mod:`bizevents.plumbing.parking` holds the parked keys as pure state; this module
 is its edge: it reads the parked topic (restore at start and on every assignment),
-follows it for the requests ``bizevents dlq`` writes, and carries each re-drive or
-discard out in the worker that owns the key's partition, in the agent's event loop,
+follows it for the requests ``bizevents dlq`` writes (:class:`ParkedTopic`, which
+the transaction worker's :mod:`bizevents.translators.txredrive` stands on too), and
+carries each re-drive or discard out in the worker that owns the key's partition, in
+the agent's event loop,
 so that the key is unparked only when every change parked so far has been re-driven
 and acknowledged, with no block translated between that check and the unpark
 (docs/parking.md, "Re-drive").
