@@ -84,12 +84,16 @@ class TxRedriver(ParkedTopic):
         core_of: Callable[[TransactionTranslator], TransactionCore],
         dead_letter_partitions: int,
         on_counts: Callable[[Result], None],
-    ) -> tuple[str, str]:
+        revoked: Callable[[], bool] = lambda: False,
+    ) -> tuple[str, str] | None:
         """Carry ``request`` out (every output of the worker acknowledged before): its
-        status and message. ``send`` waits for the acknowledgement."""
+        status and message; None when it gave up because ``revoked()`` (the group takes
+        the key's partition: its next owner carries the request out again, from the
+        start, and no copy of a re-driven event follows the key's live ones for long).
+        ``send`` waits for the acknowledgement."""
         try:
             return await self._carry_out(
-                request, send, decode, load, core_of, dead_letter_partitions, on_counts
+                request, send, decode, load, core_of, dead_letter_partitions, on_counts, revoked
             )
         finally:
             self.guard.settle()
@@ -103,7 +107,8 @@ class TxRedriver(ParkedTopic):
         core_of: Callable[[TransactionTranslator], TransactionCore],
         dead_letter_partitions: int,
         on_counts: Callable[[Result], None],
-    ) -> tuple[str, str]:
+        revoked: Callable[[], bool],
+    ) -> tuple[str, str] | None:
         parking = self.guard.parking
         ref = request.ref
         state = parking.parked.get(ref)
@@ -133,6 +138,8 @@ class TxRedriver(ParkedTopic):
             if messages:
                 position = messages[-1].offset() + 1
             for end, tx_id, parked in parked_transactions(messages, ref, done):
+                if revoked():
+                    return None
                 try:
                     parts = sorted((decode(p.source) for p in parked), key=lambda p: p.order)
                 except DecodeError as exc:

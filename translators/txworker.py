@@ -386,6 +386,8 @@ class TxWorker:
         self._refused: set[tuple[str, int]] = set()
         #: Why the promotions' follower stopped (the worker stops with it).
         self._failed: Exception | None = None
+        #: The group takes this member's partitions: a re-drive gives up (stays pending).
+        self._revoking = False
         #: The parked business keys: restored at each rebuild, followed for requests,
         #: which the loop carries out between two batches (docs/parking.md).
         guard = plan.core.parking
@@ -475,6 +477,7 @@ class TxWorker:
 
         class Listener(ConsumerRebalanceListener):  # type: ignore[misc]
             async def on_partitions_revoked(self, revoked: Any) -> None:
+                worker._revoking = True  # a re-drive in hand stops at its next transaction
                 async with worker._lock:
                     if worker.owned and worker.assembler is not None and not worker._changed:
                         await worker._checkpoint(producer)
@@ -482,6 +485,7 @@ class TxWorker:
                     worker._changed = True
 
             async def on_partitions_assigned(self, assigned: Any) -> None:
+                worker._revoking = False
                 async with worker._lock:
                     worker.owned = frozenset(tp.partition for tp in assigned)
                     worker._changed = True
@@ -723,7 +727,7 @@ class TxWorker:
                 await self._send(producer, self._outputs(records))
 
             try:
-                status, message = await parked.carry_out(
+                answer = await parked.carry_out(
                     request,
                     send,
                     self._redriven_part,
@@ -731,10 +735,14 @@ class TxWorker:
                     self._redrive_core,
                     plan.partitions[self.settings.translate.dead_letter_topic],
                     lambda result: self.stats.add(plan.transaction_topic, result.counts),
+                    lambda: self._revoking,
                 )
             except Exception as exc:  # the request fails (not installed, ...); the worker goes on
-                status, message = "failed", f"{type(exc).__name__}: {exc}"
-            await self._send(producer, self._outputs([parked.answer(request, status, message)]))
+                answer = "failed", f"{type(exc).__name__}: {exc}"
+            if answer is None:  # the partitions go: their next owner carries it out
+                log.info("request left to the next owner", request=request.id)
+                return
+            await self._send(producer, self._outputs([parked.answer(request, *answer)]))
 
     def _load(self, name: str, version: int) -> Any:
         from bizevents.translators.registry import discover

@@ -39,7 +39,7 @@ from bizevents.translators.assembly import Assembler, Part, Ready
 from bizevents.translators.pipeline import SourceRecord
 from bizevents.translators.txcore import TransactionCore
 from tests.capture.capture_helpers import Db
-from tests.integration.parking_tx_plugin import POISON, SLOW_S, parktx_v2
+from tests.integration.parking_tx_plugin import POISON, parktx_v2
 from tests.integration.test_transaction_worker import (
     REPO,
     Worker,
@@ -126,7 +126,11 @@ class Published:
                 [TopicPartition(t, p, 0) for t in TOPICS for p in topics[t].partitions]
             )
             self.assigned = True
-        while batch := [m for m in self.consumer.consume(1000, 0.3) if m.error() is None]:
+        until = time.monotonic() + 2.0  # events that keep coming: the caller polls again
+        while time.monotonic() < until:
+            batch = [m for m in self.consumer.consume(1000, 0.3) if m.error() is None]
+            if not batch:
+                break
             for m in batch:
                 headers = dict(m.headers() or [])
                 if headers.get(HEADER_SOURCE_TOPIC) == self.source and (
@@ -451,7 +455,11 @@ def test_a_kill_9_mid_re_drive_hands_it_to_the_other_worker_in_order(
             )
             survivor = next(w for w in workers if w is not victim)
 
-            time.sleep(3 * SLOW_S)  # a few transactions re-driven (of 35, SLOW_S each)
+            wait_for(
+                lambda: len([m for m in published() if m.key == key]) >= 3,
+                60,
+                "a few of the key's 35 transactions re-driven (SLOW_S each)",
+            )
             victim.signal(signal.SIGKILL)
             assert '"request answered"' not in victim.log.read_text(), "not killed mid-re-drive"
             out, _ = redrive.communicate(timeout=170)
