@@ -332,7 +332,8 @@ def test_parked_orders_wait_and_are_re_driven_in_commit_order_with_the_clean_ids
 
 def test_a_re_drive_that_fails_again_keeps_the_key_parked(db: Db, tmp_path: Path) -> None:
     """Re-driven through the buggy version itself: failed, the key stays parked with the
-    reason; a discard then unparks it and its next transaction flows."""
+    reason; a discard then unparks it and its next transaction flows. Two re-drives of
+    another key at once: one is done, the other refused."""
     worker = parking_worker(db, tmp_path, "worker")
     published = Published(db)
     with capturing(db, tmp_path) as run:
@@ -343,14 +344,33 @@ def test_a_re_drive_that_fails_again_keeps_the_key_parked(db: Db, tmp_path: Path
                 cur.execute("BEGIN")
                 order = place(cur, customer, [(products[0], POISON)])
                 cur.execute("COMMIT")
+                cur.execute("BEGIN")
+                other = place(cur, customer, [(products[1], POISON)])
+                cur.execute("COMMIT")
             run.wait_acked(db.wal_lsn())
             key = str(order).encode().hex()
 
-            def parked() -> Any:
+            def parked(key: str = key) -> Any:
                 listed = cli(worker, "dlq", "list", "--translator", "parktx", "--json")
                 return [r for r in json.loads(listed.stdout or "[]") if r["key"] == key]
 
-            wait_for(parked, 90, "the poisoned order parked")
+            wait_for(lambda: parked() and parked(str(other).encode().hex()), 90, "both parked")
+            both = [
+                subprocess.Popen(
+                    [*REDRIVE, "parktx@2", "--key", str(other).encode().hex()],
+                    env=worker.env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                    cwd=REPO,
+                )
+                for _ in range(2)
+            ]
+            said = sorted(p.communicate(timeout=150)[0] for p in both)
+            codes = sorted(p.returncode for p in both)
+            assert codes == [0, 1], said
+            assert said[0].startswith("done:") or said[1].startswith("done:"), said
+            assert any("refused:" in text for text in said), said
             again = cli(worker, "dlq", "redrive", "--translator", "parktx@1", "--key", key)
             assert again.returncode == 1, again.stdout + again.stderr
             assert "failed again" in again.stdout and "poisoned item" in again.stdout
