@@ -87,10 +87,10 @@ class TxRedriver(ParkedTopic):
         revoked: Callable[[], bool] = lambda: False,
     ) -> tuple[str, str] | None:
         """Carry ``request`` out (every output of the worker acknowledged before): its
-        status and message; None when it gave up because ``revoked()`` (the group takes
-        the key's partition: its next owner carries the request out again, from the
-        start, and no copy of a re-driven event follows the key's live ones for long).
-        ``send`` waits for the acknowledgement."""
+        status and message, or None when it gave up because ``revoked()`` (the group
+        takes the key's partition: its next owner carries the request out again, from
+        the start, rather than both re-driving for long). ``send`` waits for the
+        acknowledgement."""
         try:
             return await self._carry_out(
                 request, send, decode, load, core_of, dead_letter_partitions, on_counts, revoked
