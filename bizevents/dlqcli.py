@@ -240,6 +240,7 @@ def _show_rows(messages: list[Any], found: list[Any], target: Target) -> list[di
     """The rows `show` prints: a translator's parked changes or a group's parked events."""
     from bizevents.consumers.parking import parked_events
     from bizevents.translators.parkingio import parked_records
+    from bizevents.translators.txparking import parked_transactions
 
     if target.consumer is not None:
         return [
@@ -267,6 +268,20 @@ def _show_rows(messages: list[Any], found: list[Any], target: Target) -> list[di
         }
         for ref, state in found
         for parked in parked_records(messages, ref, state.first - 1)
+    ] + [
+        {
+            "translator": part.translator,
+            "topic": part.source.topic,
+            "partition": part.source.partition,
+            "offset": part.source.offset,
+            "stage": part.stage,
+            "reason": part.reason,
+            "bytes": len(part.source.value or b""),
+            "transaction": tx_id,
+        }
+        for ref, state in found
+        for _, tx_id, parts in parked_transactions(messages, ref, state.first - 1)
+        for part in parts
     ]
 
 
@@ -343,25 +358,36 @@ def redrive(
     from bizevents.plumbing.parking import Request
     from bizevents.translators.exceptions import PluginError
     from bizevents.translators.registry import discover
+    from bizevents.translators.transaction_api import TransactionTranslator
 
     if (ref is None) == (consumer is None):
         raise ConfigError("give either --translator NAME@VERSION or --consumer GROUP")
     if (key is None) == (not every):
         raise ConfigError("give either --key KEY or --all")
     version: int | None = None
+    whole: bool | None = None  # a transaction translator's (None: a consumer group's)
     if ref is not None:
         name, _, version_text = ref.partition("@")
         if not version_text.isdigit():
             raise ConfigError(f"--translator {ref}: give name@version, e.g. orders@4")
         try:
-            discover(names=[name]).get(name, int(version_text))
+            found = discover(names=[name]).get(name, int(version_text))
         except PluginError as exc:
             raise DlqError(f"cannot re-drive through {ref}: {exc}") from None
         version = int(version_text)
+        whole = isinstance(found, TransactionTranslator)
     settings = settings_of(ctx)
     target = _target(settings, consumer, parked_topic, dead_letter_topic)
     owner = name if ref is not None else str(consumer)
-    targets = [(r, s) for r, s in _parked(settings, owner, target) if every or r[3].hex() == key]
+    # a name may have row and transaction versions (orders@2, orders@3): a row version
+    # re-drives the keys the row worker parked, a transaction version the business keys
+    # the transaction worker parked (on its assembly topic)
+    assembly = settings.transactions.assembly()
+    targets = [
+        (r, s)
+        for r, s in _parked(settings, owner, target)
+        if (every or r[3].hex() == key) and (whole is None or (r[1] == assembly) == whole)
+    ]
     if not targets:
         what = f"translator {owner}" if ref is not None else f"consumer group {owner}"
         raise DlqError(f"no key {key or ''} is parked for {what}".replace("  ", " "))

@@ -78,6 +78,8 @@ class WorkerStats:
     shadows: ShadowBook = field(default_factory=ShadowBook)
     #: the parked keys of the worker's pipeline (None: nothing parks)
     parking: ParkedKeys | None = None
+    #: the transaction worker's parked business keys (None: it does not park here)
+    tx_parking: ParkedKeys | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add(
@@ -161,13 +163,18 @@ class _Collector(Collector):
             for ref, c in sorted(counts.items()):
                 family.add_metric([s.group, ref], getattr(c, attr))
             yield family
-        if s.parking is not None:
+        books = [p for p in (s.parking, s.tx_parking) if p is not None]
+        if books:
             parked = GaugeMetricFamily(
                 "bizevents_parked_keys",
                 "Source keys parked now, per translator name",
                 labels=["group", "translator"],
             )
-            for name, n in sorted(dict(s.parking.per_translator).items()):
+            per: dict[str, int] = {}
+            for book in books:  # row and transaction translators have their own keys
+                for name, n in dict(book.per_translator).items():
+                    per[name] = per.get(name, 0) + n
+            for name, n in sorted(per.items()):
                 parked.add_metric([s.group, name], n)
             yield parked
         gauge = GaugeMetricFamily(

@@ -2,8 +2,10 @@
 
 :mod:`bizevents.plumbing.parking` holds the parked keys as pure state; this module
 is its edge: it reads the parked topic (restore at start and on every assignment),
-follows it for the requests ``bizevents dlq`` writes, and carries each re-drive or
-discard out in the worker that owns the key's partition, in the agent's event loop,
+follows it for the requests ``bizevents dlq`` writes (:class:`ParkedTopic`, which
+the transaction worker's :mod:`bizevents.translators.txredrive` stands on too), and
+carries each re-drive or discard out in the worker that owns the key's partition, in
+the agent's event loop,
 so that the key is unparked only when every change parked so far has been re-driven
 and acknowledged, with no block translated between that check and the unpark
 (docs/parking.md, "Re-drive").
@@ -37,8 +39,9 @@ from bizevents.plumbing.parking import (
 )
 from bizevents.plumbing.parkingio import REQUEST_PREFIX, read_requests, read_to_end
 from bizevents.translators.pipeline import OutRecord, Pipeline, SourceRecord
+from bizevents.translators.txparking import HEADER_PARKED_KEY
 
-__all__ = ["ParkedRecord", "Redriver", "parked_records"]
+__all__ = ["ParkedRecord", "ParkedTopic", "Redriver", "parked_records"]
 
 log = structlog.get_logger("parking")
 
@@ -60,6 +63,8 @@ def parked_of(msg: Any) -> ParkedRecord | None:
     found = dict(headers)
     if found.get(PARKED_HEADER) != b"1" or len(headers) < PARKED_EXTRA_HEADERS:
         return None
+    if HEADER_PARKED_KEY in found:
+        return None  # the transaction worker's (bizevents.translators.txparking)
     try:
         source = SourceRecord(
             (found.get(HEADER_SOURCE_TOPIC) or b"").decode(),
@@ -104,23 +109,17 @@ def parked_records(messages: Sequence[Any], ref: Ref, after: int) -> list[Parked
 Produce = Callable[[Sequence[OutRecord]], Awaitable[list[asyncio.Future[Any]]]]
 
 
-@dataclass
-class Redriver:
-    """Restores the parked keys, follows the requests, and carries out those of keys in
-    partitions this worker owns (see the module's doc)."""
+@dataclass(kw_only=True)
+class ParkedTopic:
+    """The parked topic as a worker knows it: the parked keys restored, and the requests
+    followed; :meth:`start_owned` is called whenever they may have news (a subclass
+    carries out those of the keys it owns)."""
 
     parking: ParkedKeys
-    pipeline: Pipeline
     conf: dict[str, Any]
     parked_topic: str
-    produce: Produce
-    owned: Callable[[], set[tuple[str, int]]]
-    partitions_of: Callable[[str], Awaitable[int]]
-    load: Callable[[str, int], Any]
-    on_counts: Callable[[str, Any], None] = lambda topic, counts: None
     poll_s: float = 0.5
     requests: dict[str, Request] = field(default_factory=dict)
-    running: dict[Ref, tuple[str, asyncio.Task[None]]] = field(default_factory=dict)
     position: int = 0
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
@@ -143,15 +142,6 @@ class Redriver:
                 pending=sum(r.status == "pending" for r in self.requests.values()),
             )
         self.start_owned()
-
-    async def stop(self) -> None:
-        """Cancel the running re-drives (a revoke, a stop): their requests stay pending,
-        and the partition's next owner carries them out again."""
-        tasks = [task for _, task in self.running.values()]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        self.running.clear()
 
     async def follow(self) -> None:
         """Follow the parked topic for requests, for as long as the worker runs: one
@@ -184,6 +174,32 @@ class Redriver:
             if fetch is not None:  # the thread may still be in consume: close after it
                 await asyncio.wait([fetch])
             consumer.close()
+
+    def start_owned(self) -> None:
+        """The requests may have news (nothing to do here)."""
+
+
+@dataclass(kw_only=True)
+class Redriver(ParkedTopic):
+    """Restores the parked keys, follows the requests, and carries out those of keys in
+    partitions this worker owns (see the module's doc)."""
+
+    pipeline: Pipeline
+    produce: Produce
+    owned: Callable[[], set[tuple[str, int]]]
+    partitions_of: Callable[[str], Awaitable[int]]
+    load: Callable[[str, int], Any]
+    on_counts: Callable[[str, Any], None] = lambda topic, counts: None
+    running: dict[Ref, tuple[str, asyncio.Task[None]]] = field(default_factory=dict)
+
+    async def stop(self) -> None:
+        """Cancel the running re-drives (a revoke, a stop): their requests stay pending,
+        and the partition's next owner carries them out again."""
+        tasks = [task for _, task in self.running.values()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self.running.clear()
 
     def start_owned(self) -> None:
         owned = self.owned()

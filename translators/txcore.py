@@ -34,6 +34,7 @@ from typing import TypeAlias
 from bizevents.contracts.business import BusinessEvent
 from bizevents.contracts.change import Change
 from bizevents.contracts.exceptions import ContractError
+from bizevents.plumbing.parking import STAGE_PARKED, Ref
 from bizevents.translators.api import SKIP
 from bizevents.translators.assembly import Abandoned, Part, Ready
 from bizevents.translators.exceptions import TranslationError
@@ -45,18 +46,17 @@ from bizevents.translators.pipeline import (
     OutRecord,
     Result,
     Serializer,
+    TranslatorFailedError,
     dead_letter,
 )
 from bizevents.translators.shadow import Seen, ShadowComparison
 from bizevents.translators.transaction_api import TransactionChanges, TransactionTranslator
+from bizevents.translators.txparking import HEADER_TX, TxParking
 
 __all__ = ["HEADER_TX", "Owns", "TransactionCore"]
 
 #: Whether this member publishes the events stemming from a part (for a translator).
 Owns: TypeAlias = Callable[[TransactionTranslator, Part], bool]
-
-#: On a dead letter of the transaction worker: the transaction id.
-HEADER_TX = "bizevents.transaction.id"
 
 
 @dataclass(slots=True)
@@ -81,8 +81,12 @@ class TransactionCore:
         dead_letter_topic: str = DEAD_LETTER_TOPIC,
         shadows: Sequence[TransactionTranslator] = (),
         shadow_output: bool = False,
+        parking: TxParking | None = None,
     ) -> None:
         self.translators = tuple(translators)
+        #: The parked business keys and ``on_error`` (the live worker's; None: a failing
+        #: transaction is dead-lettered, as in a replay): docs/parking.md.
+        self.parking = parking
         #: Per live translator (``ref``): the version in its shadow (docs/shadow.md), run
         #: on the same transaction, its events compared with the live one's and written
         #: to ``<contract topic>.shadow`` (``shadow_output``) or only counted.
@@ -146,17 +150,41 @@ class TransactionCore:
             counts = Counts(consumed=len(mine))
             if result is not None:
                 counts = result.counts.setdefault(translator.ref, counts)
+            publish = owns
+            guard = self.parking
+            position = ready.end.origin.offset if ready.end is not None else None
+            if guard is not None and mine and guard.watching(position):
+                parked, held = guard.held(translator, mine, position)
+                if held:
+                    if position is None:
+                        # a snapshot read has no END to order it among the parked
+                        # transactions: dead-lettered, not re-driven (docs/parking.md)
+                        late = [p for p in mine if guard.ref(translator, p) in held]
+                        reason = "a snapshot read of a parked key (not re-driven)"
+                        out += self.dead_letters(
+                            late, STAGE_PARKED, reason, "Parked", translator.ref
+                        )
+                        counts.dead_lettered += len(late)
+                    else:
+                        out += guard.behind(translator, ready, parts, parked, position)
+                        counts.parked += len(parts) * len(parked)
+                    mine = [p for p in mine if guard.ref(translator, p) not in held]
+                    if not mine:
+                        continue
+                    publish = _without(owns, guard, held)
             shadow = self._shadow_of.get(translator.ref) if self._shadow_of else None
             seen: list[Seen] | None = None if shadow is None else []
             try:
-                records = self._events(translator, ready.tx_id, parts, owns, seen)
+                records = self._events(translator, ready.tx_id, parts, publish, seen)
             except TranslationError as exc:
-                records = self.dead_letters(mine, "translate", exc.reason, exc, translator.ref)
-                counts.dead_lettered += len(mine)
+                records = self._failed(
+                    translator, ready, parts, mine, "translate", exc.reason, exc, counts
+                )
                 seen = None
             except ContractError as exc:
-                records = self.dead_letters(mine, "contract", str(exc), exc, translator.ref)
-                counts.dead_lettered += len(mine)
+                records = self._failed(
+                    translator, ready, parts, mine, "contract", str(exc), exc, counts
+                )
                 seen = None
             else:
                 counts.emitted += len(records)
@@ -164,7 +192,9 @@ class TransactionCore:
                     counts.dropped += 1
             out += records
             if shadow is not None and mine:
-                found = self._shadow(shadow, translator, ready.tx_id, parts, owns, len(mine), seen)
+                found = self._shadow(
+                    shadow, translator, ready.tx_id, parts, publish, len(mine), seen
+                )
                 out += found[0]
                 if result is not None:
                     known = result.shadows.get(shadow.ref)
@@ -174,6 +204,39 @@ class TransactionCore:
                         known.merge(found[1])
         self.counts.events += sum(1 for r in out if not r.dead_letter)
         self.counts.seconds += perf_counter() - started
+        return out
+
+    def _failed(
+        self,
+        translator: TransactionTranslator,
+        ready: Ready,
+        parts: list[Part],
+        mine: list[Part],
+        stage: str,
+        reason: str,
+        exc: Exception,
+        counts: Counts,
+    ) -> list[OutRecord]:
+        """``ready`` failed in ``translator``: its parts this member owns dead-lettered,
+        or each of their keys parked (the transaction with it), or the worker stopped
+        (``translate.on_error``)."""
+        guard = self.parking
+        mode = "dead-letter" if guard is None else guard.mode(translator)
+        if mode == "fail" and mine:
+            raise TranslatorFailedError(
+                f"transaction translator {translator.ref} failed ({stage}) on transaction "
+                f"{ready.tx_id}: {reason}; it stops the worker "
+                f'(translate.on_error.{translator.name} = "fail")'
+            )
+        if guard is None or mode == "dead-letter" or ready.end is None:
+            counts.dead_lettered += len(mine)
+            return self.dead_letters(mine, stage, reason, exc, translator.ref)
+        position = ready.end.origin.offset
+        out: list[OutRecord] = []
+        error = type(exc).__name__
+        for ref in guard.refs(translator, mine):
+            out += guard.park(translator, ready, parts, ref, position, stage, reason, error)
+            counts.parked += len(parts)
         return out
 
     def _shadow(
@@ -315,6 +378,17 @@ class TransactionCore:
             )
             for part in parts
         ]
+
+
+def _without(owns: Owns | None, guard: TxParking, held: set[Ref]) -> Owns:
+    """``owns`` without the parts of the keys ``held`` (parked, or re-driven already)."""
+
+    def publish(translator: TransactionTranslator, part: Part) -> bool:
+        if owns is not None and not owns(translator, part):
+            return False
+        return guard.ref(translator, part) not in held
+
+    return publish
 
 
 def _first_table(translator: TransactionTranslator, parts: Sequence[Part]) -> str:

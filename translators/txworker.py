@@ -26,6 +26,12 @@ on the way out; there is no intermediate log:
   (nobody joins it: an operator, or the demo, sets where a new group begins), else at
   the start of each partition.
 
+* **parked business keys.** A transaction that fails parks the business keys of it
+  this member owns (:mod:`bizevents.translators.txparking`, pure; docs/parking.md):
+  their later transactions go to the dead-letter topic, untranslated for them, until a
+  re-drive, which the loop carries out between two batches
+  (:mod:`bizevents.translators.txredrive`). The parked keys are restored at each rebuild.
+
 A worker killed or a partition moved mid-transaction: the next owner reads that
 transaction's parts again from the technical topics and releases it once, with the same
 event ids (at least once: a crash between the produce and the checkpoint repeats the
@@ -56,6 +62,7 @@ from bizevents.contracts.exceptions import Coordinates, DecodeError
 from bizevents.contracts.technical.transaction import TransactionDecoder, transaction_topic
 from bizevents.plumbing.errors import ConfigError
 from bizevents.plumbing.kafka import ensure_topics, partition_for
+from bizevents.plumbing.parking import ParkedKeys
 from bizevents.plumbing.process import settle_collector
 from bizevents.translators.api import Translator
 from bizevents.translators.assembly import (
@@ -77,6 +84,8 @@ from bizevents.translators.routing import owner, partitions_of
 from bizevents.translators.settings import RuntimeSettings, TransactionSettings
 from bizevents.translators.transaction_api import TransactionTranslator
 from bizevents.translators.txcore import TransactionCore
+from bizevents.translators.txparking import HEADER_PARKED_KEY, TxParking
+from bizevents.translators.txredrive import TxRedriver
 
 __all__ = ["TxPlan", "TxWorker", "prepare_transactions", "run_transactions"]
 
@@ -111,6 +120,9 @@ class TxPlan:
     pins: Pins | None = None
     #: Every version this worker may translate with: ``(name, version) -> translator``.
     versions: dict[tuple[str, int], TransactionTranslator] = field(default_factory=dict)
+    #: Whether a failing transaction may park its keys (docs/parking.md): the parked
+    #: topic is then restored at each rebuild and followed for re-drive requests.
+    parks: bool = False
 
     def versioned(self) -> bool:
         """Whether a transaction may be translated by other versions than ``core``'s,
@@ -131,6 +143,7 @@ class TxPlan:
             dead_letter_topic=core.dead_letter_topic,
             shadows=[s for name, s in self.shadows.items() if live.get(name) != s.version],
             shadow_output=core.shadow_output,
+            parking=core.parking,
         )
 
     @property
@@ -233,12 +246,25 @@ def prepare_transactions(
         )
     ensure_topics(admin, [*outputs, t.dead_letter_topic], t.output_partitions)
     ensure_topics(admin, [tx.state()], 1)
+    # a failing transaction parks its business keys unless every translator says otherwise
+    parks = any(t.on_error.get(item.name, "park") == "park" for item in translators)
+    if parks:
+        ensure_topics(admin, [t.parked_topic], 1, config={"cleanup.policy": "compact"})
     ensure_topics(admin, [tx.assembly()], tx.assembly_partitions)
     if shadows:
         ensure_topics(admin, [t.shadows()], 1, config={"cleanup.policy": "compact"})
     written = list_topics(admin, settings.kafka.bootstrap_servers, t.broker_wait_s)
     partitions = {name: len(written[name].partitions) for name in [*outputs, t.dead_letter_topic]}
+    partitions[t.parked_topic] = 1
     assembly = len(written[tx.assembly()].partitions)
+    guard = TxParking(
+        ParkedKeys(t.max_parked_keys),
+        tx.assembly(),
+        assembly,
+        t.parked_topic,
+        t.dead_letter_topic,
+        dict(t.on_error),
+    )
     lookup = schema_lookup(client)
     return TxPlan(
         translators,
@@ -255,6 +281,7 @@ def prepare_transactions(
             dead_letter_topic=t.dead_letter_topic,
             shadows=shadows,
             shadow_output=t.shadow_output == "topic",
+            parking=guard,
         ),
         AutoDecoder(lookup),
         TransactionDecoder(lookup),
@@ -262,6 +289,7 @@ def prepare_transactions(
         {item.name: item for item in shadows},
         pins,
         versions,
+        parks,
     )
 
 
@@ -358,6 +386,20 @@ class TxWorker:
         self._refused: set[tuple[str, int]] = set()
         #: Why the promotions' follower stopped (the worker stops with it).
         self._failed: Exception | None = None
+        #: The group takes this member's partitions: a re-drive gives up (stays pending).
+        self._revoking = False
+        #: The parked business keys: restored at each rebuild, followed for requests,
+        #: which the loop carries out between two batches (docs/parking.md).
+        guard = plan.core.parking
+        self._parked: TxRedriver | None = None
+        if plan.parks and guard is not None:
+            self._parked = TxRedriver(
+                parking=guard.parking,
+                conf=settings.kafka.librdkafka(),
+                parked_topic=settings.translate.parked_topic,
+                guard=guard,
+            )
+            self.stats.tx_parking = guard.parking
 
     def stop(self) -> None:
         self._stop.set()
@@ -379,6 +421,7 @@ class TxWorker:
         self._read_with = reader
         keeper = asyncio.ensure_future(self._keep_membership(group))
         follower = self._follow_promotions()
+        requests = None if self._parked is None else asyncio.ensure_future(self._parked.follow())
         try:
             await self._loop(producer, reader)
             if self._failed is not None:
@@ -387,7 +430,7 @@ class TxWorker:
             self._stop.set()
             raise
         finally:
-            for task in (keeper, follower):
+            for task in (keeper, follower, requests):
                 if task is None:
                     continue
                 task.cancel()
@@ -433,6 +476,10 @@ class TxWorker:
         if not self.owned:
             await asyncio.sleep(0.1)  # nothing of ours to publish until the group assigns
             return
+        if self._parked is not None and self._parked.due:
+            async with self._lock:
+                if not self._changed:
+                    await self._requests(producer)
         batches = await reader.getmany(timeout_ms=200, max_records=self.tx.max_records)
         if not batches:
             if self._unrecorded or self._inflight:  # idle: record what was released
@@ -463,6 +510,7 @@ class TxWorker:
 
         class Listener(ConsumerRebalanceListener):  # type: ignore[misc]
             async def on_partitions_revoked(self, revoked: Any) -> None:
+                worker._revoking = True  # a re-drive in hand stops at its next transaction
                 async with worker._lock:
                     if worker.owned and worker.assembler is not None and not worker._changed:
                         await worker._checkpoint(producer)
@@ -470,6 +518,7 @@ class TxWorker:
                     worker._changed = True
 
             async def on_partitions_assigned(self, assigned: Any) -> None:
+                worker._revoking = False
                 async with worker._lock:
                     worker.owned = frozenset(tp.partition for tp in assigned)
                     worker._changed = True
@@ -519,6 +568,10 @@ class TxWorker:
         owned = sorted(self.owned)
         points = await self._read_checkpoints()
         await self._read_promotions()
+        if self._parked is not None:
+            # every park of these partitions is acknowledged (their previous owners
+            # settled before they let go): read them before translating anything
+            await self._parked.restore()
         start = await asyncio.to_thread(self._start_offsets)
         mine = {v: points.get(v, _Point()) for v in owned}
         offsets = {
@@ -673,6 +726,78 @@ class TxWorker:
                 records = self.stats.shadows.dirty()
             topic = self.settings.translate.shadows()
             await self._send(producer, [(topic, 0, key, value, []) for key, value in records])
+
+    async def _requests(self, producer: Any) -> None:
+        """Carry out the pending re-drive and discard requests of the keys this member
+        owns, holding the reading (a turn between two batches): every output in flight
+        acknowledged first, so every parked transaction is on the dead-letter topic."""
+        parked = self._parked
+        assert parked is not None
+        pending = parked.pending(self.owned)
+        if not pending:
+            return
+        while self._inflight:
+            await self._settle_oldest()
+        plan = self.plan
+        started: dict[Any, str] = {}
+        for request in pending:
+            if request.ref in started:  # two at once: the second is refused
+                message = f"the key is already being re-driven (request {started[request.ref]})"
+                await self._send(
+                    producer, self._outputs([parked.answer(request, "refused", message)])
+                )
+                continue
+            started[request.ref] = request.id
+            log.info(
+                "carrying out a request",
+                request=request.id,
+                kind=request.kind,
+                translator=f"{request.translator}@{request.version}",
+                partition=request.partition,
+            )
+
+            async def send(records: Sequence[OutRecord]) -> None:
+                await self._send(producer, self._outputs(records))
+
+            try:
+                answer = await parked.carry_out(
+                    request,
+                    send,
+                    self._redriven_part,
+                    self._load,
+                    self._redrive_core,
+                    plan.partitions[self.settings.translate.dead_letter_topic],
+                    lambda result: self.stats.add(plan.transaction_topic, result.counts),
+                    lambda: self._revoking,
+                )
+            except Exception as exc:  # the request fails (not installed, ...); the worker goes on
+                answer = "failed", f"{type(exc).__name__}: {exc}"
+            if answer is None:  # the partitions go: their next owner carries it out
+                log.info("request left to the next owner", request=request.id)
+                return
+            await self._send(producer, self._outputs([parked.answer(request, *answer)]))
+
+    def _load(self, name: str, version: int) -> Any:
+        from bizevents.translators.registry import discover
+
+        found = self.plan.versions.get((name, version))
+        return found if found is not None else discover(names=[name]).get(name, version)
+
+    def _redrive_core(self, translator: TransactionTranslator) -> TransactionCore:
+        """The core a re-drive translates with: the requested version alone, nothing
+        parked (a failure is the re-drive's, which keeps the key parked)."""
+        core = self.plan.core
+        return TransactionCore(
+            [translator], core.serializer, dead_letter_topic=core.dead_letter_topic
+        )
+
+    def _redriven_part(self, source: SourceRecord) -> Part:
+        """A parked part decoded again, whole (DecodeError when it does not decode)."""
+        where = Coordinates(source.topic, source.partition, source.offset)
+        decoded = self.plan.decoder.decode(source.key, source.value, where, source.headers)
+        if not isinstance(decoded, ChangeEvent):
+            raise DecodeError(f"{source.topic}[{source.partition}]@{source.offset} is not a change")
+        return Part(0, source, change=decoded)  # not assembled: no arrival sequence
 
     def _translate(self, outcomes: Sequence[Outcome]) -> tuple[Any, bool]:
         """The records this member publishes of ``outcomes``: the events of the business
@@ -969,18 +1094,20 @@ class TxWorker:
     def _outputs(self, records: Sequence[OutRecord]) -> list[_Send]:
         """Events and dead letters to their topics' partitions (``crc32(key) % n``)."""
         sends: list[_Send] = []
+        dead_letters = self.plan.core.dead_letter_topic
         for out in records:
-            if out.dead_letter:
+            place = out.key
+            if out.topic == dead_letters:
                 headers = dict(out.headers)
                 log.warning(
                     "dead-lettered",
                     reason=(headers.get("bizevents.dlq.reason") or b"").decode(),
                     topic=out.topic,
                 )
+                # a parked part goes to its key's dead-letter partition: one queue per key
+                place = headers.get(HEADER_PARKED_KEY, out.key)
             count = self.plan.partitions[out.topic]
-            sends.append(
-                (out.topic, partition_for(out.key, count), out.key, out.value, out.headers)
-            )
+            sends.append((out.topic, partition_for(place, count), out.key, out.value, out.headers))
         return sends
 
     def _part(self, r: Any, seq: int) -> Part | OutRecord | None:

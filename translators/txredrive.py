@@ -1,0 +1,196 @@
+"""Re-drives and discards of parked business keys, carried out by the transaction worker.
+
+``bizevents dlq redrive`` and ``discard`` write a request to the parked topic
+(:mod:`bizevents.plumbing.parking`); every member of the transaction worker follows that
+topic (:class:`~bizevents.translators.parkingio.ParkedTopic`), and the member that owns
+the key's virtual partition carries the request out **between two batches, holding the
+reading** (docs/parking.md, "The transaction worker"): once every output in flight is
+acknowledged, it reads the key's dead-letter partition to its end, takes the key's
+parked transactions from the park's first one on (:func:`parked_transactions`),
+translates each whole through the requested version, publishes only the events of that
+key, waits for the acknowledgements and unparks the key with ``through`` = the last
+re-driven transaction's END offset. Nothing of the key is read meanwhile, so nothing
+of it can overtake the re-driven events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import structlog
+
+from bizevents.contracts.business import HEADER_DLQ_REASON
+from bizevents.contracts.exceptions import DecodeError
+from bizevents.plumbing.kafka import partition_for
+from bizevents.plumbing.parking import Ref, Request, ref_key
+from bizevents.plumbing.parkingio import read_to_end
+from bizevents.translators.assembly import Part, Ready
+from bizevents.translators.parkingio import ParkedTopic
+from bizevents.translators.pipeline import OutRecord, Result, SourceRecord
+from bizevents.translators.transaction_api import TransactionTranslator
+from bizevents.translators.txcore import TransactionCore
+from bizevents.translators.txparking import TxParking, parked_transactions
+
+__all__ = ["TxRedriver"]
+
+log = structlog.get_logger("parking")
+
+#: How long a re-drive waits for parked records it knows of to be readable.
+_READABLE_S = 30.0
+
+
+@dataclass(kw_only=True)
+class TxRedriver(ParkedTopic):
+    """The transaction worker's parked topic: restored at each rebuild, followed for
+    requests, which the worker's loop carries out (:meth:`carry_out`)."""
+
+    guard: TxParking
+    #: the requests may have news (set by the follower, cleared by :meth:`pending`)
+    due: bool = False
+
+    def start_owned(self) -> None:
+        self.due = True
+
+    async def restore(self) -> None:
+        await super().restore()
+        self.guard.settle()
+
+    def pending(self, owned: frozenset[int]) -> list[Request]:
+        """The pending requests of keys in ``owned`` virtual partitions, oldest first."""
+        self.due = False
+        return [
+            r
+            for r in self.requests.values()
+            if r.status == "pending" and r.topic == self.guard.topic and r.partition in owned
+        ]
+
+    def answer(self, request: Request, status: Any, message: str) -> OutRecord:
+        """The request's answer (remembered here), to write to the parked topic."""
+        answer = replace(request, status=status, message=message)
+        self.requests[request.id] = answer
+        log.info("request answered", request=request.id, status=status, message=message)
+        return OutRecord(self.parked_topic, request.record_key(), answer.record(), [], "")
+
+    async def carry_out(
+        self,
+        request: Request,
+        send: Callable[[Sequence[OutRecord]], Awaitable[None]],
+        decode: Callable[[SourceRecord], Part],
+        load: Callable[[str, int], Any],
+        core_of: Callable[[TransactionTranslator], TransactionCore],
+        dead_letter_partitions: int,
+        on_counts: Callable[[Result], None],
+        revoked: Callable[[], bool] = lambda: False,
+    ) -> tuple[str, str] | None:
+        """Carry ``request`` out (every output of the worker acknowledged before): its
+        status and message, or None when it gave up because ``revoked()`` (the group
+        takes the key's partition: its next owner carries the request out again, from
+        the start, rather than both re-driving for long). ``send`` waits for the
+        acknowledgement."""
+        try:
+            return await self._carry_out(
+                request, send, decode, load, core_of, dead_letter_partitions, on_counts, revoked
+            )
+        finally:
+            self.guard.settle()
+
+    async def _carry_out(
+        self,
+        request: Request,
+        send: Callable[[Sequence[OutRecord]], Awaitable[None]],
+        decode: Callable[[SourceRecord], Part],
+        load: Callable[[str, int], Any],
+        core_of: Callable[[TransactionTranslator], TransactionCore],
+        dead_letter_partitions: int,
+        on_counts: Callable[[Result], None],
+        revoked: Callable[[], bool],
+    ) -> tuple[str, str] | None:
+        parking = self.guard.parking
+        ref = request.ref
+        state = parking.parked.get(ref)
+        if state is None:
+            how = parking.unparked_by.get(ref, "")
+            if request.id in how:  # done before a crash, the answer was not written
+                return "done", how
+            return "refused", "the key is not parked"
+        if request.kind == "discard":
+            how = f"discarded (request {request.id}): {request.reason}"
+            await send([self._state(ref, parking.unpark(ref, state.last, how))])
+            return "done", f"discarded the transactions parked up to END offset {state.last}"
+        translator = load(request.translator, request.version or 0)
+        if not isinstance(translator, TransactionTranslator):
+            return "failed", f"{translator.ref} is not a transaction translator"
+        core = core_of(translator)
+        dead_letters = self.guard.dead_letter_topic
+        partition = partition_for(ref_key(ref), dead_letter_partitions)
+        done = state.first - 1  # the END offset of the last transaction handled
+        redriven = 0
+        position = 0
+        deadline = time.monotonic() + _READABLE_S
+        while True:
+            messages = await asyncio.to_thread(
+                read_to_end, self.conf, dead_letters, [partition], {partition: position}
+            )
+            if messages:
+                position = messages[-1].offset() + 1
+            for end, tx_id, parked in parked_transactions(messages, ref, done):
+                if revoked():
+                    return None
+                try:
+                    parts = sorted((decode(p.source) for p in parked), key=lambda p: p.order)
+                except DecodeError as exc:
+                    return await self._failed(send, ref, end, exc.reason, translator.ref, redriven)
+                result = Result()
+
+                def mine(t: TransactionTranslator, p: Part) -> bool:
+                    return self.guard.ref(t, p) == ref
+
+                records = core.translate(Ready(tx_id, tuple(parts)), result, mine)
+                on_counts(result)
+                failed = [r for r in records if r.dead_letter]
+                if failed:
+                    reason = dict(failed[0].headers).get(HEADER_DLQ_REASON) or b""
+                    text = reason.decode(errors="replace")
+                    return await self._failed(send, ref, end, text, translator.ref, redriven)
+                await send(records)
+                done = end
+                redriven += 1
+            state = parking.parked.get(ref)
+            if state is None:
+                return "refused", "the key was unparked meanwhile"
+            if done >= state.last:
+                how = f"redriven through {translator.ref} (request {request.id})"
+                await send([self._state(ref, parking.unpark(ref, done, how))])
+                return "done", f"{redriven} transactions re-driven through {translator.ref}"
+            if time.monotonic() > deadline:
+                return "failed", (
+                    f"the transactions parked up to END offset {state.last} are not on "
+                    f"{dead_letters} within {_READABLE_S:.0f} s; {redriven} re-driven, "
+                    "the key stays parked"
+                )
+            await asyncio.sleep(0.2)  # acknowledged, not yet readable: read again
+
+    async def _failed(
+        self,
+        send: Callable[[Sequence[OutRecord]], Awaitable[None]],
+        ref: Ref,
+        end: int,
+        reason: str,
+        version: str,
+        redriven: int,
+    ) -> tuple[str, str]:
+        """The key stays parked from the transaction that failed again, with its reason."""
+        again = self.guard.parking.failed_again(ref, end, reason)
+        if again is not None:
+            await send([self._state(ref, again)])
+        return "failed", (
+            f"{version} failed again on the transaction ending at offset {end} ({reason}); "
+            f"{redriven} transactions re-driven, the key stays parked from there"
+        )
+
+    def _state(self, ref: Ref, record: bytes) -> OutRecord:
+        return OutRecord(self.parked_topic, ref_key(ref), record, [], ref[0])
