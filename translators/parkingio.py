@@ -23,9 +23,6 @@ import structlog
 from bizevents.contracts.business import (
     HEADER_DLQ_REASON,
     HEADER_DLQ_STAGE,
-    HEADER_SOURCE_OFFSET,
-    HEADER_SOURCE_PARTITION,
-    HEADER_SOURCE_TOPIC,
     HEADER_TRANSLATOR,
 )
 from bizevents.plumbing.kafka import partition_for
@@ -38,7 +35,7 @@ from bizevents.plumbing.parking import (
     ref_key,
 )
 from bizevents.plumbing.parkingio import REQUEST_PREFIX, read_requests, read_to_end
-from bizevents.translators.pipeline import OutRecord, Pipeline, SourceRecord
+from bizevents.translators.pipeline import OutRecord, Pipeline, SourceRecord, dead_letter_source
 from bizevents.translators.txparking import HEADER_PARKED_KEY
 
 __all__ = ["ParkedRecord", "ParkedTopic", "Redriver", "parked_records"]
@@ -66,14 +63,7 @@ def parked_of(msg: Any) -> ParkedRecord | None:
     if HEADER_PARKED_KEY in found:
         return None  # the transaction worker's (bizevents.translators.txparking)
     try:
-        source = SourceRecord(
-            (found.get(HEADER_SOURCE_TOPIC) or b"").decode(),
-            int(found.get(HEADER_SOURCE_PARTITION) or b"-1"),
-            int(found.get(HEADER_SOURCE_OFFSET) or b"-1"),
-            msg.key(),
-            msg.value(),
-            list(headers[:-PARKED_EXTRA_HEADERS]),
-        )
+        source = dead_letter_source(msg, PARKED_EXTRA_HEADERS)
     except ValueError:
         return None
     return ParkedRecord(

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from time import perf_counter
-from typing import Final, Literal, Protocol
+from typing import Any, Final, Literal, Protocol
 
 from bizevents.contracts.avro_codegen.native import constructor
 from bizevents.contracts.business import (
@@ -675,3 +675,19 @@ def dead_letter(
         *extra,
     ]
     return OutRecord(topic, record.key, record.value, headers, translator)
+
+
+def dead_letter_source(msg: Any, extra: int) -> SourceRecord:
+    """The source record a dead-letter message (as :func:`dead_letter` made it, with
+    ``extra`` headers appended after its own) holds: its coordinates, key, value and
+    original headers. ``ValueError`` when its coordinates are not numbers."""
+    headers = msg.headers() or []
+    found = dict(headers)
+    return SourceRecord(
+        (found.get(HEADER_SOURCE_TOPIC) or b"").decode(),
+        int(found.get(HEADER_SOURCE_PARTITION) or b"-1"),
+        int(found.get(HEADER_SOURCE_OFFSET) or b"-1"),
+        msg.key(),
+        msg.value(),
+        list(headers[:-extra]),
+    )

@@ -30,9 +30,6 @@ from typing import Any, Final
 from bizevents.contracts.business import (
     HEADER_DLQ_REASON,
     HEADER_DLQ_STAGE,
-    HEADER_SOURCE_OFFSET,
-    HEADER_SOURCE_PARTITION,
-    HEADER_SOURCE_TOPIC,
     HEADER_TRANSLATOR,
 )
 from bizevents.plumbing.parking import (
@@ -44,7 +41,7 @@ from bizevents.plumbing.parking import (
     ref_key,
 )
 from bizevents.translators.assembly import Part, Ready
-from bizevents.translators.pipeline import OutRecord, SourceRecord, dead_letter
+from bizevents.translators.pipeline import OutRecord, SourceRecord, dead_letter, dead_letter_source
 from bizevents.translators.routing import business_key
 from bizevents.translators.transaction_api import TransactionTranslator
 
@@ -203,14 +200,7 @@ def parked_part(msg: Any) -> ParkedPart | None:
     if len(headers) < TX_PARKED_EXTRA_HEADERS:
         return None
     try:
-        source = SourceRecord(
-            (found.get(HEADER_SOURCE_TOPIC) or b"").decode(),
-            int(found.get(HEADER_SOURCE_PARTITION) or b"-1"),
-            int(found.get(HEADER_SOURCE_OFFSET) or b"-1"),
-            msg.key(),
-            msg.value(),
-            list(headers[:-TX_PARKED_EXTRA_HEADERS]),
-        )
+        source = dead_letter_source(msg, TX_PARKED_EXTRA_HEADERS)
         end = int(found.get(HEADER_TX_END) or b"")
     except ValueError:
         return None
