@@ -36,7 +36,7 @@ from bizevents.contracts.binary import (
 )
 from bizevents.plumbing.errors import TransientError
 from bizevents.plumbing.kafka import partition_for, produce
-from bizevents.plumbing.process import settle_collector
+from bizevents.plumbing.process import collected_between_blocks, settle_collector
 from bizevents.replay.compaction import KeyIndex, compact_in_memory
 from bizevents.replay.diff import ContentSerializer, DiffReport, compare
 from bizevents.replay.plan import READER_SETTINGS, Range
@@ -615,10 +615,13 @@ def run_range(config: TaskConfig, rng: Range, survivors: Sequence[int] | None) -
     else:
         sink = _TopicSink(rt.producer(), config.output, config.partitions)
     try:
-        for block in range_blocks(rt, rng, survivors, report):
-            result = rt.pipeline.process(block)
-            report.count(result)
-            sink.write(result.records, report)
+        with collected_between_blocks() as collect:
+            for block in range_blocks(rt, rng, survivors, report):
+                result = rt.pipeline.process(block)
+                report.count(result)
+                sink.write(result.records, report)
+                del result
+                collect()
         sink.close(rng)
     except BaseException:
         sink.abort()
