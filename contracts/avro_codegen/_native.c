@@ -74,7 +74,10 @@ typedef struct {
 #define SPARE_ITEMS 65536
 
 /* Attribute names read from C, interned once (at the module's start). */
-static PyObject *ATTR_tzinfo, *ATTR_read, *ATTR_dict, *ATTR_value;
+static PyObject *ATTR_tzinfo, *ATTR_read, *ATTR_dict, *ATTR_value, *ATTR_value_;
+/* enum.Enum's value property: a member whose type has it gives its _value_ (read directly:
+ * the property is Python code, two calls per enum field written). */
+static PyObject *ENUM_VALUE;
 
 static const char *KINDS[] = {
     "null", "boolean", "int", "long", "float", "double", "string", "bytes", "fixed",
@@ -1361,8 +1364,13 @@ static int write_node(PyObject *node, PyObject *value, Text *out, PyObject *line
             return fail("not bytes of the fixed size");
         return text_add(out, PyBytes_AS_STRING(value), PyBytes_GET_SIZE(value));
     case W_ENUM: {
-        PyObject *symbol = PyUnicode_CheckExact(value) ? Py_NewRef(value)
-                                                       : PyObject_GetAttr(value, ATTR_value);
+        PyObject *symbol;
+        if (PyUnicode_CheckExact(value))
+            symbol = Py_NewRef(value);
+        else if (_PyType_Lookup(Py_TYPE(value), ATTR_value) == ENUM_VALUE)
+            symbol = PyObject_GetAttr(value, ATTR_value_);  /* what the property returns */
+        else
+            symbol = PyObject_GetAttr(value, ATTR_value);
         if (symbol == NULL) return -1;
         PyObject *index = PyObject_GetItem(PyTuple_GET_ITEM(node, 1), symbol);
         Py_DECREF(symbol);
@@ -1588,9 +1596,26 @@ PyMODINIT_FUNC PyInit__native(void) {
         {&ATTR_read, "read"},
         {&ATTR_dict, "__dict__"},
         {&ATTR_value, "value"},
+        {&ATTR_value_, "_value_"},
     };
     for (size_t i = 0; i < sizeof attrs / sizeof attrs[0]; i++) {
         if ((*attrs[i].slot = PyUnicode_InternFromString(attrs[i].name)) == NULL) return NULL;
+    }
+    PyObject *enum_module = PyImport_ImportModule("enum");
+    if (enum_module == NULL) return NULL;
+    PyObject *enum_type = PyObject_GetAttrString(enum_module, "Enum");
+    Py_DECREF(enum_module);
+    if (enum_type == NULL) return NULL;
+    if (!PyType_Check(enum_type)) {
+        Py_DECREF(enum_type);
+        PyErr_SetString(PyExc_TypeError, "enum.Enum is not a type");
+        return NULL;
+    }
+    ENUM_VALUE = Py_XNewRef(PyDict_GetItemWithError(((PyTypeObject *)enum_type)->tp_dict, ATTR_value));
+    Py_DECREF(enum_type);
+    if (ENUM_VALUE == NULL) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_AttributeError, "enum.Enum has no value");
+        return NULL;
     }
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;

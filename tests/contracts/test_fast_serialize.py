@@ -346,3 +346,39 @@ def test_decimals_and_timestamps_written_in_c_are_fastavros_bytes_and_errors(
     except Exception as exc:
         written = type(exc)
     assert written == expected
+
+
+class _Plain(Enum):
+    A = "a"
+    B = "b"
+
+
+class _OwnValue(Enum):
+    """An enum whose ``value`` is its own: the writer asks it, not ``_value_``."""
+
+    A = "a"
+    B = "b"
+
+    @property  # type: ignore[override]
+    def value(self) -> str:
+        return "b" if self._value_ == "a" else "a"
+
+
+@pytest.mark.parametrize(
+    ("member", "index"),
+    [(_Plain.A, 0), (_Plain.B, 1), (_OwnValue.A, 1), (_OwnValue.B, 0), ("b", 1)],
+)
+def test_the_compiled_writer_writes_an_enum_members_value(member: Any, index: int) -> None:
+    """A member's symbol is its ``value`` (read from ``_value_`` where ``value`` is
+    Enum's own property, asked of the member where its type has another)."""
+    from bizevents.contracts.avro_codegen.native import compile_native_plan
+
+    write = compile_native_plan(
+        {
+            "type": "record",
+            "name": "R",
+            "fields": [{"name": "e", "type": {"type": "enum", "name": "E", "symbols": ["a", "b"]}}],
+        }
+    )
+    assert write is not None
+    assert write((member,)) == bytes([index * 2])  # the symbol's index, a zigzag varint
