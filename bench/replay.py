@@ -10,6 +10,7 @@ records/s and events/s of each, the ratio to the target and local[2]/local[1].
     .venv/bin/python bench/replay.py                        # 300,000 envelopes, 6 partitions
     .venv/bin/python bench/replay.py --records 600000 --to replay
     .venv/bin/python bench/replay.py --profile              # + where one range's time goes
+                                                            #   and its CPU per 100,000 events
     .venv/bin/python bench/replay.py --cluster 2            # + a loopback standalone cluster
 """
 
@@ -155,6 +156,7 @@ def profile_one_range(topic: str, settings: Any, out: str, records: int) -> None
     t0 = time.perf_counter()
     plain = run_range(config, rng, None)
     elapsed = time.perf_counter() - t0
+    cpu_per_event(config, rng)
     stages(config, rng, plain.read)
     print(
         f"\none range in-process, no profiler: {plain.read:,} records, {plain.emitted:,} events "
@@ -175,6 +177,26 @@ def profile_one_range(topic: str, settings: Any, out: str, records: int) -> None
     release(config.token)  # its consumer, before the stack goes down
     stats = pstats.Stats(profiler)
     stats.sort_stats("cumulative").print_stats(25)
+
+
+def cpu_per_event(config: Any, rng: Any, runs: int = 3) -> None:
+    """The range's CPU time (this process's, the Kafka client's threads included) per
+    100,000 events: what the replay's work costs, much less sensitive to other load on
+    the machine than a rate."""
+    import statistics
+
+    from bizevents.replay.task import run_range
+
+    figures = []
+    for _ in range(runs):
+        t0 = time.process_time()
+        report = run_range(config, rng, None)
+        figures.append(1e5 * (time.process_time() - t0) / report.emitted)
+    print(
+        f"CPU per 100,000 events of one range ({report.read:,} records, {report.emitted:,} "
+        f"events), {runs} runs: median {statistics.median(figures):.3f} s "
+        f"({min(figures):.3f}-{max(figures):.3f})"
+    )
 
 
 def stages(config: Any, rng: Any, n: int) -> None:

@@ -175,6 +175,12 @@ class Planner:
                 "fetch.max.bytes": 1 << 20,
                 "max.partition.fetch.bytes": 64 << 10,
                 "queued.max.messages.kbytes": 1024,
+                # A fetch answer holds whole batches, however small the sizes asked: a
+                # large batch fills the queue above, and librdkafka then postponed the
+                # fetch of the partitions yet to answer by a second (its default), once
+                # per such answer (a second in about one preparation of ten for
+                # bench/replay.py's topic, five seconds for a topic of 2 MB batches).
+                "fetch.queue.backoff.ms": 10,
             }
         )
         try:

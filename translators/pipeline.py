@@ -376,7 +376,9 @@ class Pipeline:
         if isinstance(decoded, Tombstone):
             result.tombstones += 1  # compaction's marker after a delete, not a change
             return
-        translators = self.route(table)
+        translators = self._routes.get(table)
+        if translators is None:
+            translators = self.route(table)
         if not translators:
             result.unrouted += 1
             return
@@ -602,11 +604,12 @@ class Pipeline:
                 )
             ordinals: dict[str, int] = {}
             produced = []
+            contracts = self._contracts
             for event in events:
                 cls = event.__class__
-                known = self._contracts.get(cls)
+                known = contracts.get(cls)
                 if known is None:
-                    known = self._contracts[cls] = (contract_name(cls), cls.contract_topic())
+                    known = contracts[cls] = (contract_name(cls), cls.contract_topic())
                 contract, out_topic = known
                 ordinal = ordinals.get(contract, 0)
                 ordinals[contract] = ordinal + 1

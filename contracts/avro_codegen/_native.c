@@ -16,6 +16,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <datetime.h>
 #include <structmember.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -73,7 +74,10 @@ typedef struct {
 #define SPARE_ITEMS 65536
 
 /* Attribute names read from C, interned once (at the module's start). */
-static PyObject *ATTR_tzinfo, *ATTR_read, *ATTR_dict, *ATTR_value;
+static PyObject *ATTR_tzinfo, *ATTR_read, *ATTR_dict, *ATTR_value, *ATTR_value_;
+/* enum.Enum's value property: a member whose type has it gives its _value_ (read directly:
+ * the property is Python code, two calls per enum field written). */
+static PyObject *ENUM_VALUE;
 
 static const char *KINDS[] = {
     "null", "boolean", "int", "long", "float", "double", "string", "bytes", "fixed",
@@ -1115,10 +1119,17 @@ static PyObject *unchanged(PyObject *Py_UNUSED(module), PyObject *const *args, P
  *       a model's fields by name, or a tuple's items in order (a record as its values)
  *   (W_ARRAY, items) (W_MAP, values) (W_UNION, null branch's bytes or None, the other's, node)
  *   (W_CALL, prepare, schema, node): the value prepare(value, schema) gives, written by node
+ *   (W_DECIMAL, prepare, schema, node, Decimal, precision, scale): a W_CALL of fastavro's
+ *       prepare_bytes_decimal whose usual values (a Decimal of at most 18 digits at the
+ *       schema's scale) are written here, as prepare gives them
+ *   (W_MICROS, prepare, schema, node, epoch): a W_CALL of fastavro's
+ *       prepare_timestamp_micros whose aware datetimes are written here, as prepare gives them
+ * (fastavro's conversions cost more than the rest of a small event: a Decimal's as_tuple()
+ * alone is a named tuple made in Python.)
  */
 
 enum { W_NULL, W_BOOLEAN, W_LONG, W_FLOAT, W_DOUBLE, W_STRING, W_BYTES, W_FIXED, W_ENUM,
-       W_RECORD, W_ARRAY, W_MAP, W_UNION, W_CALL };
+       W_RECORD, W_ARRAY, W_MAP, W_UNION, W_CALL, W_DECIMAL, W_MICROS };
 
 static int fail(const char *message) {
     PyErr_SetString(PyExc_TypeError, message);
@@ -1209,6 +1220,107 @@ static int write_map(PyObject *node, PyObject *value, Text *out) {
     return done < 0 ? -1 : text_add(out, "\0", 1);
 }
 
+/* A W_CALL (or W_DECIMAL, W_MICROS) node's value the Python way: prepare(value, schema),
+ * written by the node's node. */
+static int write_prepared(PyObject *node, PyObject *value, Text *out) {
+    PyObject *const call_args[2] = {value, PyTuple_GET_ITEM(node, 2)};
+    PyObject *prepared = PyObject_Vectorcall(PyTuple_GET_ITEM(node, 1), call_args, 2, NULL);
+    if (prepared == NULL) return -1;
+    int done = write_node(PyTuple_GET_ITEM(node, 3), prepared, out, Py_None);
+    Py_DECREF(prepared);
+    return done;
+}
+
+/* The coefficient, its digits (as Decimal.as_tuple() counts them) and the exponent of a
+ * Decimal's text (str(), the scientific string: "-12.30", "1.2E+7", "0E-8"); 0 for a
+ * text that is no finite number or has more than 18 digits. */
+static int decimal_parts(const char *s, Py_ssize_t size, int *negative,
+                         unsigned long long *coefficient, int *digits, long long *exponent) {
+    Py_ssize_t i = 0;
+    int point = 0, seen = 0, fraction = 0;
+    *negative = size > 0 && s[0] == '-';
+    i = *negative;
+    *coefficient = 0;
+    *digits = 0;
+    for (; i < size; i++) {
+        char c = s[i];
+        if (c == '.' && !point) { point = 1; continue; }
+        if (c < '0' || c > '9') break;
+        seen = 1;
+        fraction += point;
+        if (*digits == 0 && c == '0') continue;  /* a leading zero is no digit of it */
+        if (++*digits > 18) return 0;
+        *coefficient = *coefficient * 10 + (unsigned long long)(c - '0');
+    }
+    if (!seen) return 0;  /* NaN, Infinity */
+    if (*digits == 0) *digits = 1;  /* zero: the one digit 0 */
+    long long e = 0;
+    if (i < size) {
+        if (s[i] != 'E' || ++i >= size) return 0;
+        int minus = s[i] == '-';
+        if (s[i] == '-' || s[i] == '+') i++;
+        if (i >= size) return 0;
+        for (; i < size; i++) {
+            if (s[i] < '0' || s[i] > '9' || e > 100000000) return 0;
+            e = e * 10 + (s[i] - '0');
+        }
+        if (minus) e = -e;
+    }
+    *exponent = e - fraction;
+    return 1;
+}
+
+/* W_DECIMAL: a Decimal written as fastavro's prepare_bytes_decimal gives it (its
+ * unscaled value at the schema's scale, big-endian two's complement in
+ * (bit_length + 8) // 8 bytes); 1 when written, 0 when the value is not of the usual kind
+ * (then prepare writes it or raises), -1 on error. */
+static int write_decimal(PyObject *node, PyObject *value, Text *out) {
+    if ((PyObject *)Py_TYPE(value) != PyTuple_GET_ITEM(node, 4)) return 0;
+    long long precision = PyLong_AsLongLong(PyTuple_GET_ITEM(node, 5));
+    long long scale = PyLong_AsLongLong(PyTuple_GET_ITEM(node, 6));
+    PyObject *str = PyObject_Str(value);
+    if (str == NULL) return -1;
+    Py_ssize_t size;
+    const char *s = PyUnicode_AsUTF8AndSize(str, &size);
+    if (s == NULL) { Py_DECREF(str); return -1; }
+    int negative, digits;
+    unsigned long long coefficient;
+    long long exponent;
+    int parsed = decimal_parts(s, size, &negative, &coefficient, &digits, &exponent);
+    Py_DECREF(str);
+    long long delta = exponent + scale;
+    /* what prepare refuses (too many digits, a finer scale) it refuses itself */
+    if (!parsed || digits > precision || delta < 0 || digits + delta > 18) return 0;
+    for (long long k = 0; k < delta; k++) coefficient *= 10;
+    int bits = 0;
+    for (unsigned long long v = coefficient; v != 0; v >>= 1) bits++;
+    int width = (bits + 8) / 8;
+    unsigned long long n = negative ? 0ULL - coefficient : coefficient;
+    char bytes[8];
+    for (int k = width - 1; k >= 0; k--) {
+        bytes[k] = (char)(n & 0xFF);
+        n >>= 8;
+    }
+    return put_blob_of(out, bytes, width) < 0 ? -1 : 1;
+}
+
+/* W_MICROS: an aware datetime written as fastavro's prepare_timestamp_micros gives it
+ * (the microseconds of value - epoch); 1 when written, 0 for another value (then prepare
+ * writes it or raises), -1 on error. */
+static int write_micros(PyObject *node, PyObject *value, Text *out) {
+    if (!PyDateTime_CheckExact(value) || PyDateTime_DATE_GET_TZINFO(value) == Py_None) return 0;
+    PyObject *delta = PyNumber_Subtract(value, PyTuple_GET_ITEM(node, 4));
+    if (delta == NULL) return -1;  /* what prepare's own value - epoch raises */
+    if (!PyDelta_CheckExact(delta)) { Py_DECREF(delta); return 0; }
+    long long days = PyDateTime_DELTA_GET_DAYS(delta);
+    long long seconds = PyDateTime_DELTA_GET_SECONDS(delta);
+    long long micros = PyDateTime_DELTA_GET_MICROSECONDS(delta);
+    Py_DECREF(delta);
+    /* an aware datetime is within 3,700,000 days of 1970: no overflow below */
+    if (days > 100000000 || days < -100000000) return 0;
+    return put_varint(out, (days * 86400 + seconds) * 1000000 + micros) < 0 ? -1 : 1;
+}
+
 static int write_node(PyObject *node, PyObject *value, Text *out, PyObject *lineage) {
     switch (PyLong_AsLong(PyTuple_GET_ITEM(node, 0))) {
     case W_NULL:
@@ -1252,8 +1364,13 @@ static int write_node(PyObject *node, PyObject *value, Text *out, PyObject *line
             return fail("not bytes of the fixed size");
         return text_add(out, PyBytes_AS_STRING(value), PyBytes_GET_SIZE(value));
     case W_ENUM: {
-        PyObject *symbol = PyUnicode_CheckExact(value) ? Py_NewRef(value)
-                                                       : PyObject_GetAttr(value, ATTR_value);
+        PyObject *symbol;
+        if (PyUnicode_CheckExact(value))
+            symbol = Py_NewRef(value);
+        else if (_PyType_Lookup(Py_TYPE(value), ATTR_value) == ENUM_VALUE)
+            symbol = PyObject_GetAttr(value, ATTR_value_);  /* what the property returns */
+        else
+            symbol = PyObject_GetAttr(value, ATTR_value);
         if (symbol == NULL) return -1;
         PyObject *index = PyObject_GetItem(PyTuple_GET_ITEM(node, 1), symbol);
         Py_DECREF(symbol);
@@ -1280,13 +1397,15 @@ static int write_node(PyObject *node, PyObject *value, Text *out, PyObject *line
         if (text_add(out, PyBytes_AS_STRING(branch), PyBytes_GET_SIZE(branch)) < 0) return -1;
         return write_node(PyTuple_GET_ITEM(node, 3), value, out, Py_None);
     }
-    case W_CALL: {
-        PyObject *const call_args[2] = {value, PyTuple_GET_ITEM(node, 2)};
-        PyObject *prepared = PyObject_Vectorcall(PyTuple_GET_ITEM(node, 1), call_args, 2, NULL);
-        if (prepared == NULL) return -1;
-        int done = write_node(PyTuple_GET_ITEM(node, 3), prepared, out, Py_None);
-        Py_DECREF(prepared);
-        return done;
+    case W_CALL:
+        return write_prepared(node, value, out);
+    case W_DECIMAL: {
+        int done = write_decimal(node, value, out);
+        return done == 0 ? write_prepared(node, value, out) : (done < 0 ? -1 : 0);
+    }
+    case W_MICROS: {
+        int done = write_micros(node, value, out);
+        return done == 0 ? write_prepared(node, value, out) : (done < 0 ? -1 : 0);
     }
     default:
         PyErr_SetString(PyExc_ValueError, "write_model: a node of an unknown kind");
@@ -1348,6 +1467,26 @@ static int check_write(PyObject *node, int depth) {
         break;
     case W_CALL:
         ok = size == 4 && PyCallable_Check(item[1]);
+        if (ok && check_write(item[3], depth + 1) < 0) return -1;
+        break;
+    case W_DECIMAL:
+        /* its node writes bytes, as the fast path does */
+        ok = size == 7 && PyCallable_Check(item[1]) && PyType_Check(item[4]) &&
+             PyLong_CheckExact(item[5]) && PyLong_CheckExact(item[6]) &&
+             PyLong_AsLongLong(item[5]) >= 0 && PyLong_AsLongLong(item[6]) >= 0 &&
+             PyLong_AsLongLong(item[6]) <= 1000000 && PyTuple_CheckExact(item[3]) &&
+             PyTuple_GET_SIZE(item[3]) == 1 && PyLong_CheckExact(PyTuple_GET_ITEM(item[3], 0)) &&
+             PyLong_AsLong(PyTuple_GET_ITEM(item[3], 0)) == W_BYTES;
+        if (ok && check_write(item[3], depth + 1) < 0) return -1;
+        break;
+    case W_MICROS:
+        /* its node writes a long, as the fast path does */
+        ok = size == 5 && PyCallable_Check(item[1]) && PyDateTime_CheckExact(item[4]) &&
+             PyTuple_CheckExact(item[3]) && PyTuple_GET_SIZE(item[3]) == 2 &&
+             PyLong_CheckExact(PyTuple_GET_ITEM(item[3], 0)) &&
+             PyLong_AsLong(PyTuple_GET_ITEM(item[3], 0)) == W_LONG &&
+             PyLong_CheckExact(PyTuple_GET_ITEM(item[3], 1)) &&
+             PyLong_AsLong(PyTuple_GET_ITEM(item[3], 1)) == 64;
         if (ok && check_write(item[3], depth + 1) < 0) return -1;
         break;
     default:
@@ -1442,6 +1581,8 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__native(void) {
+    PyDateTime_IMPORT;
+    if (PyDateTimeAPI == NULL) return NULL;
     if (PyType_Ready(&ProgramType) < 0 || PyType_Ready(&SlotsType) < 0 ||
         PyType_Ready(&WritePlanType) < 0)
         return NULL;
@@ -1455,9 +1596,26 @@ PyMODINIT_FUNC PyInit__native(void) {
         {&ATTR_read, "read"},
         {&ATTR_dict, "__dict__"},
         {&ATTR_value, "value"},
+        {&ATTR_value_, "_value_"},
     };
     for (size_t i = 0; i < sizeof attrs / sizeof attrs[0]; i++) {
         if ((*attrs[i].slot = PyUnicode_InternFromString(attrs[i].name)) == NULL) return NULL;
+    }
+    PyObject *enum_module = PyImport_ImportModule("enum");
+    if (enum_module == NULL) return NULL;
+    PyObject *enum_type = PyObject_GetAttrString(enum_module, "Enum");
+    Py_DECREF(enum_module);
+    if (enum_type == NULL) return NULL;
+    if (!PyType_Check(enum_type)) {
+        Py_DECREF(enum_type);
+        PyErr_SetString(PyExc_TypeError, "enum.Enum is not a type");
+        return NULL;
+    }
+    ENUM_VALUE = Py_XNewRef(PyDict_GetItemWithError(((PyTypeObject *)enum_type)->tp_dict, ATTR_value));
+    Py_DECREF(enum_type);
+    if (ENUM_VALUE == NULL) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_AttributeError, "enum.Enum has no value");
+        return NULL;
     }
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;

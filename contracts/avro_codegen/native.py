@@ -25,6 +25,7 @@ still fastavro's prepare functions; the same bytes and the same refusals
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import decimal
 from collections.abc import Callable, Mapping, Set
 from typing import Any, Final, TypeVar
@@ -381,7 +382,9 @@ def _encoded(schema: Any, value: Any, named: Mapping[str, Any]) -> bytes:
 
 #: The write plan's node kinds (_native.c, write_node).
 (W_NULL, W_BOOLEAN, W_LONG, W_FLOAT, W_DOUBLE, W_STRING, W_BYTES, W_FIXED, W_ENUM) = range(9)
-(W_RECORD, W_ARRAY, W_MAP, W_UNION, W_CALL) = range(9, 14)
+(W_RECORD, W_ARRAY, W_MAP, W_UNION, W_CALL, W_DECIMAL, W_MICROS) = range(9, 16)
+#: What fastavro's prepare_timestamp_micros subtracts from an aware datetime.
+_EPOCH: Final = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
 _WRITE_PRIMITIVES: Final = {
     "null": (W_NULL,),
@@ -418,7 +421,7 @@ class _WritePlanner(_Named):
             key = f"{t}-{schema['logicalType']}"
             prepare = _logical_writers().get(key)
             if prepare is not None:
-                return (W_CALL, prepare, schema, plain)
+                return _prepared(key, prepare, schema, plain)
         return plain
 
     def plain(self, schema: Any, t: Any, prewritten: str | None) -> Plan:
@@ -446,6 +449,19 @@ class _WritePlanner(_Named):
         if t == "map":
             return (W_MAP, self.node(schema.get("values")))
         raise Unsupported(f"Avro type {t!r}")
+
+
+def _prepared(key: str, prepare: Any, schema: dict[str, Any], plain: Plan) -> Plan:
+    """A logical type's node: ``prepare(value, schema)`` (fastavro's conversion) written by
+    ``plain``; decimals and timestamp-micros with the extension's own conversion of their
+    usual values (the same bytes: tests/contracts/test_fast_serialize.py)."""
+    if key == "bytes-decimal" and plain == (W_BYTES,):
+        precision, scale = schema.get("precision"), schema.get("scale", 0)
+        if type(precision) is int and type(scale) is int and precision >= 0 and 0 <= scale <= 10**6:
+            return (W_DECIMAL, prepare, schema, plain, decimal.Decimal, precision, scale)
+    if key == "long-timestamp-micros" and plain == (W_LONG, 64):
+        return (W_MICROS, prepare, schema, plain, _EPOCH)
+    return (W_CALL, prepare, schema, plain)
 
 
 def compile_native_writer(model: type, parsed: Any) -> ModelWriter:

@@ -19,3 +19,25 @@ def test_the_collector_settles_once_with_its_thresholds() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_between_blocks_collection_frees_a_blocks_cycles_and_restores_the_collector() -> None:
+    import gc
+    import weakref
+
+    from bizevents.plumbing.process import collected_between_blocks
+
+    class Node:
+        other: object = None
+
+    assert gc.isenabled()
+    with collected_between_blocks() as collect:
+        assert not gc.isenabled()  # no automatic pass inside a block
+        a, b = Node(), Node()
+        a.other, b.other = b, a  # a cycle, which reference counting cannot free
+        alive = weakref.ref(a)
+        del a, b
+        assert alive() is not None
+        collect()  # the block's end
+        assert alive() is None
+    assert gc.isenabled()

@@ -3,6 +3,7 @@ exactly as fastavro writes and reads them."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from io import BytesIO
 from pathlib import Path
 
@@ -13,7 +14,14 @@ from hypothesis import strategies as st
 
 from bizevents.replay.plan import Range
 from bizevents.replay.spec import Output
-from bizevents.replay.task import _FILE_PLAN, FILE_SCHEMA, FileRecordEncoder, TaskReport, _FileSink
+from bizevents.replay.task import (
+    _FILE_PLAN,
+    FILE_SCHEMA,
+    AvroFile,
+    FileRecordEncoder,
+    TaskReport,
+    _FileSink,
+)
 from bizevents.translators.pipeline import OutRecord
 
 PARSED = fastavro.parse_schema(FILE_SCHEMA)
@@ -101,3 +109,51 @@ def test_blocks_end_at_the_record_limit(tmp_path: Path) -> None:
     with path.open("rb") as handle:
         counts = [block.num_records for block in fastavro.block_reader(handle)]
     assert counts == [4000, 4000, 1001]
+
+
+def test_blocks_end_at_the_byte_limit_as_one_add_at_a_time(tmp_path: Path) -> None:
+    """``extend`` (the sink's, a block of records at once) cuts the file's blocks where
+    ``add`` (a record at a time) cuts them: at 1 MiB here."""
+    bodies = [bytes([n % 251]) * (1000 + 37 * n) for n in range(1500)]
+
+    def blocks(name: str, fill: Callable[[AvroFile], None]) -> list[int]:
+        file = AvroFile(tmp_path / f".{name}.partial", tmp_path / f"{name}.avro")
+        fill(file)
+        file.close()
+        with file.final.open("rb") as handle:
+            return [block.num_records for block in fastavro.block_reader(handle)]
+
+    def one_at_a_time(file: AvroFile) -> None:
+        for body in bodies:
+            file.add(body)
+
+    def in_two_blocks(file: AvroFile) -> None:
+        file.extend(bodies[:700])
+        file.extend(bodies[700:])
+
+    expected = blocks("one", one_at_a_time)
+    assert len(expected) > 2
+    assert blocks("two", in_two_blocks) == expected
+
+
+@given(st.lists(out_records(optional_bytes), max_size=60))
+def test_a_block_counts_its_events_and_dead_letters(some: list[OutRecord]) -> None:
+    """The report counts each event under its output topic and each dead letter once."""
+    root = Path("/nonexistent-replay-output")  # nothing written: the files are never made
+    rng = Range("shop.store.orders", 0, 0, 100)
+    sink = _FileSink(root, Output.parse("replay"), rng)
+    sink._file = lambda topic: _NullFile()  # type: ignore[method-assign]
+    report = TaskReport(rng.id)
+    sink.write(some, report)
+    events: dict[str, int] = {}
+    for record in some:
+        if record.event_id:
+            topic = record.topic + ".replay"
+            events[topic] = events.get(topic, 0) + 1
+    assert report.events == events
+    assert report.dead_letters == sum(1 for record in some if not record.event_id)
+
+
+class _NullFile:
+    def extend(self, encoded: object) -> None:
+        pass

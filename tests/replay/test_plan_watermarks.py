@@ -37,3 +37,31 @@ def test_watermarks_read_one_answer_per_partition(bizevents_stack: Endpoints) ->
     # a fetch answer per partition holds up to 64 KB (some 300 of these records): the
     # planner stops each partition after its first, not after the others have answered
     assert planner.records_read <= PARTITIONS * 400, planner.records_read
+
+
+def test_watermarks_of_large_batches_take_no_fetch_backoff(bizevents_stack: Endpoints) -> None:
+    """A fetch answer holds whole batches: a 2 MB batch overfills the planner's 1 MB queue,
+    and librdkafka postponed the next partitions' fetch by its default second each time
+    (5 s for this topic); the planner now asks it to wait 10 ms."""
+    import time
+
+    kafka = {"bootstrap.servers": bizevents_stack.bootstrap_servers}
+    topic = f"plan-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient(kafka)
+    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
+    # each partition's records in one batch of about 2.5 MB
+    producer = Producer(
+        {**kafka, "linger.ms": 200, "batch.size": 4_000_000, "message.max.bytes": 8_000_000}
+    )
+    for partition in range(PARTITIONS):
+        for i in range(8_000):
+            producer.produce(topic, b"x" * 300, str(i).encode(), partition=partition)
+            if i % 1000 == 0:
+                producer.poll(0)
+    assert producer.flush(60) == 0
+
+    started = time.monotonic()
+    marks = Planner(kafka).watermarks([(topic, p) for p in range(PARTITIONS)])
+    took = time.monotonic() - started
+    assert marks == {(topic, p): (0, 8_000) for p in range(PARTITIONS)}
+    assert took < 2.5, f"the watermarks took {took:.1f} s"
