@@ -144,6 +144,10 @@ class TransactionSettings(SettingsGroup):
     #: past it the member drops what it holds and reads again from its checkpoints, as
     #: after a rebalance (what was sent meanwhile may come again, with the same ids).
     request_timeout_s: float = Field(default=40.0, gt=0)
+    #: How long a stopping member (SIGTERM) may take to end its turn, record its last
+    #: checkpoint and close its clients; past it, it exits anyway (the next owner reads
+    #: again from the last checkpoint recorded).
+    stop_timeout_s: float = Field(default=20.0, gt=0)
 
     def state(self) -> str:
         return self.state_topic or f"{self.group_id}.state"

@@ -49,7 +49,7 @@ import signal
 import time
 import zlib
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -423,7 +423,7 @@ class TxWorker:
         follower = self._follow_promotions()
         requests = None if self._parked is None else asyncio.ensure_future(self._parked.follow())
         try:
-            await self._loop(producer, reader)
+            await self._until_stopped(self._loop(producer, reader))
             if self._failed is not None:
                 raise self._failed
         except asyncio.CancelledError:  # the Faust worker stops (the one runtime)
@@ -436,9 +436,46 @@ class TxWorker:
                 task.cancel()
                 with suppress(BaseException):
                     await task
-            for client in (group, reader, producer):
-                with suppress(Exception):
-                    await client.stop()
+            # leaving the group and closing the clients is bounded too: a member that
+            # does not say goodbye is evicted after the session timeout, as a killed one
+            deadline = time.monotonic() + self.tx.stop_timeout_s
+            for name, client in (("ownership", group), ("reader", reader), ("producer", producer)):
+                try:
+                    await asyncio.wait_for(client.stop(), max(deadline - time.monotonic(), 0.1))
+                except TimeoutError:
+                    log.warning("a client did not close in time; exiting without it", client=name)
+                except Exception:  # closing: nothing left to do with it
+                    pass
+
+    async def _until_stopped(self, work: Awaitable[None]) -> None:
+        """Run ``work`` (the loop) until it ends. Once :meth:`stop` was called it has
+        ``transactions.stop_timeout_s`` to end its turn and record its last checkpoint;
+        past that it is cancelled (the fault suite found members that did not stop
+        within 60 s of SIGTERM): what it held is read again by the partitions' next
+        owner from the last checkpoint, with the same ids."""
+        task = asyncio.ensure_future(work)
+        stopped = asyncio.ensure_future(self._stop.wait())
+        try:
+            await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            if not task.done():
+                await asyncio.wait({task}, timeout=self.tx.stop_timeout_s)
+            if not task.done():
+                log.warning(
+                    "stopping: the turn in hand did not end in time; cancelled (the next "
+                    "owner reads again from the last checkpoint)",
+                    timeout_s=self.tx.stop_timeout_s,
+                )
+                task.cancel()
+                with suppress(asyncio.CancelledError):
+                    await task
+                return
+            task.result()  # the loop's own failure, if it failed
+        finally:
+            stopped.cancel()
+            if not task.done():  # cancelled from outside (the Faust worker stops)
+                task.cancel()
+                with suppress(BaseException):
+                    await task
 
     async def _loop(self, producer: Any, reader: Any) -> None:
         from aiokafka.errors import KafkaError
@@ -768,7 +805,9 @@ class TxWorker:
                     self._redrive_core,
                     plan.partitions[self.settings.translate.dead_letter_topic],
                     lambda result: self.stats.add(plan.transaction_topic, result.counts),
-                    lambda: self._revoking,
+                    # partitions going, or the member stopping: the request stays
+                    # pending for the next owner, which carries it out from the start
+                    lambda: self._revoking or self._stop.is_set(),
                 )
             except Exception as exc:  # the request fails (not installed, ...); the worker goes on
                 answer = "failed", f"{type(exc).__name__}: {exc}"

@@ -8,6 +8,7 @@ other tests); PostgreSQL and the schema registry are the session's.
 from __future__ import annotations
 
 import signal
+import subprocess
 import threading
 import time
 import uuid
@@ -35,14 +36,19 @@ pytestmark = pytest.mark.integration
 #: The worker's request timeout in this test, and the pause: several timeouts long.
 TIMEOUT_S = 2.0
 PAUSE_S = 8.0
+#: The worker's stop timeout in this test, and how soon it must have exited: its turn
+#: and then its clients have the stop timeout each.
+STOP_TIMEOUT_S = 3.0
+STOPPED_WITHIN_S = 15.0
 
 
-def test_a_broker_pause_past_the_request_timeout_is_survived(
+def test_a_broker_pause_past_the_request_timeout_is_survived_and_a_stop_is_bounded(
     bizevents_stack: Endpoints, tmp_path: Path
 ) -> None:
     """Orders placed while the broker is paused for four request timeouts: the worker
     stays up, logs that it reads again from its checkpoints, and every order is placed
-    once (one id) with its items and true total."""
+    once (one id) with its items and true total. Then, the broker paused again, a
+    SIGTERM stops it within its stop timeout, exit 0."""
     broker = DedicatedBroker(tmp_path / "broker")
     try:
         endpoints = replace(bizevents_stack, bootstrap_servers=broker.start())
@@ -51,6 +57,7 @@ def test_a_broker_pause_past_the_request_timeout_is_survived(
             group = f"tx-outage-{uuid.uuid4().hex[:8]}"
             worker = Worker(db, group, f"{group}.dlq", tmp_path / "worker.log")
             worker.env["BIZEVENTS_TRANSACTIONS__REQUEST_TIMEOUT_S"] = str(TIMEOUT_S)
+            worker.env["BIZEVENTS_TRANSACTIONS__STOP_TIMEOUT_S"] = str(STOP_TIMEOUT_S)
             reader = Reader(db)
             orders: list[int] = []
             writing = threading.Event()
@@ -94,6 +101,19 @@ def test_a_broker_pause_past_the_request_timeout_is_survived(
                     assert worker.alive(), worker.tail()
                     _check(events, truth(db, sorted(placed)))
                     assert "reading again from the checkpoints" in worker.log.read_text()
+                    # stopped while the broker does not answer: it exits within its
+                    # stop timeout (each of its clients would wait for the broker)
+                    broker.pause()
+                    assert worker.process is not None
+                    worker.process.send_signal(signal.SIGTERM)
+                    try:
+                        code = worker.process.wait(STOPPED_WITHIN_S)
+                    except subprocess.TimeoutExpired:
+                        pytest.fail(f"not stopped {STOPPED_WITHIN_S} s after SIGTERM")
+                    finally:
+                        broker.resume()
+                    assert code == 0, worker.tail()
+                    assert "Traceback" not in worker.log.read_text()
                 finally:
                     reader.close()
                     if worker.alive():
