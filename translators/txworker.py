@@ -60,7 +60,7 @@ import structlog
 from bizevents.contracts.envelope import ChangeEvent, Tombstone
 from bizevents.contracts.exceptions import Coordinates, DecodeError
 from bizevents.contracts.technical.transaction import TransactionDecoder, transaction_topic
-from bizevents.plumbing.errors import ConfigError
+from bizevents.plumbing.errors import ConfigError, TransientError
 from bizevents.plumbing.kafka import ensure_topics, partition_for
 from bizevents.plumbing.parking import ParkedKeys
 from bizevents.plumbing.process import settle_collector
@@ -486,11 +486,12 @@ class TxWorker:
         while not self._stop.is_set():
             try:
                 await self._turn(producer, reader)
-            except (KafkaError, KafkaException) as exc:
-                # a send not acknowledged in time (a broker paused or overloaded): what
-                # it held may or may not be written, and nothing after it was recorded;
-                # start again from the checkpoints, as after a rebalance (what comes
-                # again has the same ids), instead of exiting
+            except (KafkaError, KafkaException, TransientError) as exc:
+                # a send not acknowledged in time, or a topic not read to its end in
+                # time at a rebuild (a broker paused or overloaded): what the turn held
+                # may or may not be written, and nothing after it was recorded; start
+                # again from the checkpoints, as after a rebalance (what comes again
+                # has the same ids), instead of exiting
                 self._give_up_inflight()
                 self._changed = True
                 log.warning(
