@@ -388,6 +388,10 @@ class TxWorker:
         self._failed: Exception | None = None
         #: The group takes this member's partitions: a re-drive gives up (stays pending).
         self._revoking = False
+        #: A rebuild is under way (holding the lock): a rebalance does not wait for it.
+        self._rebuilding = False
+        #: The clients started and the group gave this member its first share.
+        self._started = False
         #: The parked business keys: restored at each rebuild, followed for requests,
         #: which the loop carries out between two batches (docs/parking.md).
         guard = plan.core.parking
@@ -413,26 +417,18 @@ class TxWorker:
             acks="all",
             request_timeout_ms=int(self.tx.request_timeout_s * 1000),
         )
-        await producer.start()
         group = self._ownership(producer)
         reader = self._reader()
-        await group.start()
-        await reader.start()
-        self._read_with = reader
-        keeper = asyncio.ensure_future(self._keep_membership(group))
-        follower = self._follow_promotions()
-        requests = None if self._parked is None else asyncio.ensure_future(self._parked.follow())
+        tasks: list[asyncio.Future[None]] = []
         try:
-            await self._until_stopped(self._loop(producer, reader))
+            await self._until_stopped(self._start_then_loop(producer, group, reader, tasks))
             if self._failed is not None:
                 raise self._failed
         except asyncio.CancelledError:  # the Faust worker stops (the one runtime)
             self._stop.set()
             raise
         finally:
-            for task in (keeper, follower, requests):
-                if task is None:
-                    continue
+            for task in tasks:
                 task.cancel()
                 with suppress(BaseException):
                     await task
@@ -447,24 +443,47 @@ class TxWorker:
                 except Exception:  # closing: nothing left to do with it
                     pass
 
+    async def _start_then_loop(
+        self, producer: Any, group: Any, reader: Any, tasks: list[asyncio.Future[None]]
+    ) -> None:
+        """Start the clients, then the loop. Joining waits until the group gives this
+        member its share, which a rebalance that does not end can hold for ever: a stop
+        meanwhile ends it at once (the fault suite found a member that did not stop
+        within 60 s of SIGTERM, its last words "translating transactions")."""
+        await producer.start()
+        await group.start()
+        await reader.start()
+        self._read_with = reader
+        tasks.append(asyncio.ensure_future(self._keep_membership(group)))
+        follower = self._follow_promotions()
+        if follower is not None:
+            tasks.append(follower)
+        if self._parked is not None:
+            tasks.append(asyncio.ensure_future(self._parked.follow()))
+        self._started = True
+        await self._loop(producer, reader)
+
     async def _until_stopped(self, work: Awaitable[None]) -> None:
-        """Run ``work`` (the loop) until it ends. Once :meth:`stop` was called it has
-        ``transactions.stop_timeout_s`` to end its turn and record its last checkpoint;
-        past that it is cancelled (the fault suite found members that did not stop
-        within 60 s of SIGTERM): what it held is read again by the partitions' next
+        """Run ``work`` (start-up, then the loop) until it ends. Once :meth:`stop` was
+        called, a start-up in hand is cancelled at once; a loop has
+        ``transactions.stop_timeout_s`` to end its turn and record its last checkpoint,
+        past that it is cancelled: what it held is read again by the partitions' next
         owner from the last checkpoint, with the same ids."""
         task = asyncio.ensure_future(work)
         stopped = asyncio.ensure_future(self._stop.wait())
         try:
             await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
-            if not task.done():
+            if not task.done() and self._started:
                 await asyncio.wait({task}, timeout=self.tx.stop_timeout_s)
             if not task.done():
-                log.warning(
-                    "stopping: the turn in hand did not end in time; cancelled (the next "
-                    "owner reads again from the last checkpoint)",
-                    timeout_s=self.tx.stop_timeout_s,
-                )
+                if self._started:
+                    log.warning(
+                        "stopping: the turn in hand did not end in time; cancelled (the "
+                        "next owner reads again from the last checkpoint)",
+                        timeout_s=self.tx.stop_timeout_s,
+                    )
+                else:
+                    log.info("stopping before the group gave this member its share")
                 task.cancel()
                 with suppress(asyncio.CancelledError):
                     await task
@@ -547,19 +566,28 @@ class TxWorker:
         worker = self
 
         class Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+            # A rebuild in hand published nothing yet: the group need not wait for it
+            # (it gives up at its next step). Waiting for one that reads the state, the
+            # promotions and the parked keys made revocations outlast the rebalance
+            # timeout, and every late member's join began the next rebalance.
             async def on_partitions_revoked(self, revoked: Any) -> None:
                 worker._revoking = True  # a re-drive in hand stops at its next transaction
+                if worker._rebuilding:
+                    worker._owning(frozenset())
+                    return
                 async with worker._lock:
                     if worker.owned and worker.assembler is not None and not worker._changed:
                         await worker._checkpoint(producer)
-                    worker.owned = frozenset()
-                    worker._changed = True
+                    worker._owning(frozenset())
 
             async def on_partitions_assigned(self, assigned: Any) -> None:
                 worker._revoking = False
+                owned = frozenset(tp.partition for tp in assigned)
+                if worker._rebuilding:
+                    worker._owning(owned)
+                    return
                 async with worker._lock:
-                    worker.owned = frozenset(tp.partition for tp in assigned)
-                    worker._changed = True
+                    worker._owning(owned)
 
         t = self.settings.translate
         consumer = AIOKafkaConsumer(
@@ -574,6 +602,12 @@ class TxWorker:
         )
         consumer.subscribe([self.plan.assembly_topic], listener=Listener())
         return consumer
+
+    def _owning(self, owned: frozenset[int]) -> None:
+        """The group's new assignment: rebuild from the checkpoints before the next batch
+        (the lock held, or a rebuild in hand, which gives up at its next step)."""
+        self.owned = owned
+        self._changed = True
 
     async def _keep_membership(self, group: Any) -> None:
         """Poll the ownership consumer (its topic holds no records): a member that does
@@ -596,22 +630,44 @@ class TxWorker:
         )
 
     async def _rebuild(self, reader: Any) -> None:
-        """Start again from the checkpoints of the virtual partitions now owned."""
-        from aiokafka.structs import TopicPartition
-
+        """Start again from the checkpoints of the virtual partitions now owned; given
+        up at the next step if the ownership changes meanwhile (the next turn rebuilds)."""
+        began = time.monotonic()
         self._changed = False
+        self.assembler = None  # nothing is translated until this rebuild completes
         while self._inflight:  # what was sent before belongs to the old ownership
             await self._settle_oldest()
+        self._rebuilding = True
+        try:
+            plan = self.plan
+            owned = sorted(self.owned)
+            if owned:
+                points = await self._read_checkpoints()
+                if self._changed:
+                    return
+                await self._read_promotions()
+                if self._parked is not None:
+                    # every park of these partitions is acknowledged (their previous
+                    # owners settled before they let go): read them before translating
+                    await self._parked.restore()
+                start = await asyncio.to_thread(self._start_offsets)
+                if self._changed:
+                    return
+                self._assemble_from(reader, {v: points.get(v, _Point()) for v in owned}, start)
+            log.info(
+                "assembling",
+                log=plan.assembly_topic,
+                partitions=owned,
+                took_s=round(time.monotonic() - began, 3),
+            )
+        finally:
+            self._rebuilding = False
+
+    def _assemble_from(self, reader: Any, mine: dict[int, _Point], start: dict[_TP, int]) -> None:
+        """A new assembler, and the reader placed at the oldest of ``mine``'s checkpoints."""
+        from aiokafka.structs import TopicPartition
+
         plan = self.plan
-        owned = sorted(self.owned)
-        points = await self._read_checkpoints()
-        await self._read_promotions()
-        if self._parked is not None:
-            # every park of these partitions is acknowledged (their previous owners
-            # settled before they let go): read them before translating anything
-            await self._parked.restore()
-        start = await asyncio.to_thread(self._start_offsets)
-        mine = {v: points.get(v, _Point()) for v in owned}
         offsets = {
             tp: min((p.offsets.get(tp, start[tp]) for p in mine.values()), default=start[tp])
             for tp in plan.read
@@ -627,11 +683,10 @@ class TxWorker:
             plan.core.reads, plan.limits, Checkpoint(floor, shared), sources=plan.source_partitions
         )
         self._points = mine
-        self._projection = None if len(owned) >= plan.assembly_partitions else plan.key_columns
+        self._projection = None if len(mine) >= plan.assembly_partitions else plan.key_columns
         self._seen = {tp: deque() for tp in plan.read}
         self._next = dict(offsets)
         self._checkpointed = time.monotonic()
-        log.info("assembling", log=plan.assembly_topic, partitions=owned)
 
     def _start_offsets(self) -> dict[_TP, int]:
         """Where a virtual partition never checkpointed starts: the committed offsets of
@@ -666,14 +721,24 @@ class TxWorker:
             tp = TopicPartition(self.plan.state_topic, 0)
             consumer.assign([tp])
             await consumer.seek_to_beginning(tp)
+            moved = time.monotonic()
             while True:
                 batch = await consumer.getmany(tp, timeout_ms=500, max_records=10_000)
                 for record in batch.get(tp, []):
+                    moved = time.monotonic()
                     if record.value:
                         last[record.key or b""] = record.value
                 high = consumer.highwater(tp)
-                if high is not None and await consumer.position(tp) >= high:
+                position = await consumer.position(tp)
+                if high is not None and position >= high:
                     break
+                if time.monotonic() - moved > self.tx.request_timeout_s:
+                    # a rebuild that waits for ever holds the member's partitions for ever
+                    raise TransientError(
+                        f"the state topic {tp.topic} was not read to its end: nothing "
+                        f"came for {self.tx.request_timeout_s:g} s at offset {position} "
+                        f"(end {high})"
+                    )
         finally:
             with suppress(Exception):
                 await consumer.stop()

@@ -120,3 +120,67 @@ def test_a_broker_pause_past_the_request_timeout_is_survived_and_a_stop_is_bound
                         worker.signal(signal.SIGTERM)
     finally:
         broker.close()
+
+
+def test_a_stop_while_the_group_holds_the_join_ends_at_once(
+    bizevents_stack: Endpoints, tmp_path: Path
+) -> None:
+    """Joining the group waits until the group gives the member its share, which a
+    rebalance holds while another member has not rejoined: here a member that stopped
+    polling (its rebalance timeout minutes long). A SIGTERM meanwhile stops the worker
+    within seconds, exit 0: it does not wait for a share it would give back at once."""
+    from confluent_kafka import Consumer
+    from confluent_kafka.admin import AdminClient
+
+    from bizevents.plumbing.kafka import ensure_topics
+
+    with store_db(bizevents_stack) as db, capturing(db, tmp_path):
+        group = f"tx-join-{uuid.uuid4().hex[:8]}"
+        bootstrap = db.endpoints.bootstrap_servers
+        ensure_topics(AdminClient({"bootstrap.servers": bootstrap}), [f"{group}.assembly"], 4)
+        holder = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"{group}.assemble",
+                "session.timeout.ms": 30_000,
+                "max.poll.interval.ms": 300_000,  # its rebalance timeout
+                "partition.assignment.strategy": "roundrobin",
+            }
+        )
+        given: list[int] = []
+        holder.subscribe(
+            [f"{group}.assembly"], on_assign=lambda c, tps: given.extend(tp.partition for tp in tps)
+        )
+        try:
+            deadline = time.monotonic() + 60
+            while not given and time.monotonic() < deadline:
+                holder.poll(0.2)
+            assert given, "the holding member was never given the partitions"
+            # from here on it does not poll: a rebalance waits for it
+            worker = Worker(db, group, f"{group}.dlq", tmp_path / "worker.log")
+            worker.env["BIZEVENTS_TRANSACTIONS__STOP_TIMEOUT_S"] = str(STOP_TIMEOUT_S)
+            worker.start()
+            try:
+                deadline = time.monotonic() + 60
+                while "translating transactions" not in worker.log.read_text():
+                    assert worker.alive() and time.monotonic() < deadline, worker.tail()
+                    time.sleep(0.2)
+                time.sleep(5.0)  # asking to join, held by the rebalance
+                assert '"assembling"' not in worker.log.read_text(), (
+                    "the group gave the worker its share: the join was not held",
+                    worker.tail(),
+                )
+                assert worker.process is not None
+                worker.process.send_signal(signal.SIGTERM)
+                try:
+                    code = worker.process.wait(STOPPED_WITHIN_S)
+                except subprocess.TimeoutExpired:
+                    pytest.fail(f"not stopped {STOPPED_WITHIN_S} s after SIGTERM: {worker.tail()}")
+                assert code == 0, worker.tail()
+                assert "Traceback" not in worker.log.read_text()
+            finally:
+                if worker.alive():
+                    assert worker.process is not None
+                    worker.process.kill()
+        finally:
+            holder.close()
