@@ -35,12 +35,30 @@ from bizevents.translators.transaction_api import TransactionTranslator
 from bizevents.translators.txcore import TransactionCore
 from bizevents.translators.txparking import TxParking, parked_transactions
 
-__all__ = ["TxRedriver"]
+__all__ = ["RedriveTools", "TxRedriver"]
 
 log = structlog.get_logger("parking")
 
 #: How long a re-drive waits for parked records it knows of to be readable.
 _READABLE_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class RedriveTools:
+    """What the worker lends a re-drive."""
+
+    #: publishes the records and waits for their acknowledgement
+    send: Callable[[Sequence[OutRecord]], Awaitable[None]]
+    #: a parked record's source as a part, decoded whole
+    decode: Callable[[SourceRecord], Part]
+    #: the translator of a name and version
+    load: Callable[[str, int], Any]
+    #: the transaction core of a translator
+    core_of: Callable[[TransactionTranslator], TransactionCore]
+    dead_letter_partitions: int
+    on_counts: Callable[[Result], None]
+    #: the key's partition goes, or the worker stops: give up (the request stays pending)
+    revoked: Callable[[], bool] = lambda: False
 
 
 @dataclass(kw_only=True)
@@ -75,40 +93,18 @@ class TxRedriver(ParkedTopic):
         log.info("request answered", request=request.id, status=status, message=message)
         return OutRecord(self.parked_topic, request.record_key(), answer.record(), [], "")
 
-    async def carry_out(
-        self,
-        request: Request,
-        send: Callable[[Sequence[OutRecord]], Awaitable[None]],
-        decode: Callable[[SourceRecord], Part],
-        load: Callable[[str, int], Any],
-        core_of: Callable[[TransactionTranslator], TransactionCore],
-        dead_letter_partitions: int,
-        on_counts: Callable[[Result], None],
-        revoked: Callable[[], bool] = lambda: False,
-    ) -> tuple[str, str] | None:
+    async def carry_out(self, request: Request, tools: RedriveTools) -> tuple[str, str] | None:
         """Carry ``request`` out (every output of the worker acknowledged before): its
-        status and message, or None when it gave up because ``revoked()`` (the group
-        takes the key's partition: its next owner carries the request out again, from
-        the start, rather than both re-driving for long). ``send`` waits for the
-        acknowledgement."""
+        status and message, or None when it gave up because ``tools.revoked()`` (the
+        group takes the key's partition: its next owner carries the request out again,
+        from the start, rather than both re-driving for long)."""
         try:
-            return await self._carry_out(
-                request, send, decode, load, core_of, dead_letter_partitions, on_counts, revoked
-            )
+            return await self._carry_out(request, tools)
         finally:
             self.guard.settle()
 
-    async def _carry_out(
-        self,
-        request: Request,
-        send: Callable[[Sequence[OutRecord]], Awaitable[None]],
-        decode: Callable[[SourceRecord], Part],
-        load: Callable[[str, int], Any],
-        core_of: Callable[[TransactionTranslator], TransactionCore],
-        dead_letter_partitions: int,
-        on_counts: Callable[[Result], None],
-        revoked: Callable[[], bool],
-    ) -> tuple[str, str] | None:
+    async def _carry_out(self, request: Request, tools: RedriveTools) -> tuple[str, str] | None:
+        send = tools.send
         parking = self.guard.parking
         ref = request.ref
         state = parking.parked.get(ref)
@@ -121,12 +117,12 @@ class TxRedriver(ParkedTopic):
             how = f"discarded (request {request.id}): {request.reason}"
             await send([self._state(ref, parking.unpark(ref, state.last, how))])
             return "done", f"discarded the transactions parked up to END offset {state.last}"
-        translator = load(request.translator, request.version or 0)
+        translator = tools.load(request.translator, request.version or 0)
         if not isinstance(translator, TransactionTranslator):
             return "failed", f"{translator.ref} is not a transaction translator"
-        core = core_of(translator)
+        core = tools.core_of(translator)
         dead_letters = self.guard.dead_letter_topic
-        partition = partition_for(ref_key(ref), dead_letter_partitions)
+        partition = partition_for(ref_key(ref), tools.dead_letter_partitions)
         done = state.first - 1  # the END offset of the last transaction handled
         redriven = 0
         position = 0
@@ -138,10 +134,10 @@ class TxRedriver(ParkedTopic):
             if messages:
                 position = messages[-1].offset() + 1
             for end, tx_id, parked in parked_transactions(messages, ref, done):
-                if revoked():
+                if tools.revoked():
                     return None
                 try:
-                    parts = sorted((decode(p.source) for p in parked), key=lambda p: p.order)
+                    parts = sorted((tools.decode(p.source) for p in parked), key=lambda p: p.order)
                 except DecodeError as exc:
                     return await self._failed(send, ref, end, exc.reason, translator.ref, redriven)
                 result = Result()
@@ -150,7 +146,7 @@ class TxRedriver(ParkedTopic):
                     return self.guard.ref(t, p) == ref
 
                 records = core.translate(Ready(tx_id, tuple(parts)), result, mine)
-                on_counts(result)
+                tools.on_counts(result)
                 failed = [r for r in records if r.dead_letter]
                 if failed:
                     reason = dict(failed[0].headers).get(HEADER_DLQ_REASON) or b""

@@ -85,7 +85,7 @@ from bizevents.translators.settings import RuntimeSettings, TransactionSettings
 from bizevents.translators.transaction_api import TransactionTranslator
 from bizevents.translators.txcore import TransactionCore
 from bizevents.translators.txparking import HEADER_PARKED_KEY, TxParking
-from bizevents.translators.txredrive import TxRedriver
+from bizevents.translators.txredrive import RedriveTools, TxRedriver
 
 __all__ = ["TxPlan", "TxWorker", "prepare_transactions", "run_transactions"]
 
@@ -842,6 +842,21 @@ class TxWorker:
         while self._inflight:
             await self._settle_oldest()
         plan = self.plan
+
+        async def send(records: Sequence[OutRecord]) -> None:
+            await self._send(producer, self._outputs(records))
+
+        tools = RedriveTools(
+            send=send,
+            decode=self._redriven_part,
+            load=self._load,
+            core_of=self._redrive_core,
+            dead_letter_partitions=plan.partitions[self.settings.translate.dead_letter_topic],
+            on_counts=lambda result: self.stats.add(plan.transaction_topic, result.counts),
+            # partitions going, or the member stopping: the request stays pending for
+            # the next owner, which carries it out from the start
+            revoked=lambda: self._revoking or self._stop.is_set(),
+        )
         started: dict[Any, str] = {}
         for request in pending:
             if request.ref in started:  # two at once: the second is refused
@@ -859,22 +874,8 @@ class TxWorker:
                 partition=request.partition,
             )
 
-            async def send(records: Sequence[OutRecord]) -> None:
-                await self._send(producer, self._outputs(records))
-
             try:
-                answer = await parked.carry_out(
-                    request,
-                    send,
-                    self._redriven_part,
-                    self._load,
-                    self._redrive_core,
-                    plan.partitions[self.settings.translate.dead_letter_topic],
-                    lambda result: self.stats.add(plan.transaction_topic, result.counts),
-                    # partitions going, or the member stopping: the request stays
-                    # pending for the next owner, which carries it out from the start
-                    lambda: self._revoking or self._stop.is_set(),
-                )
+                answer = await parked.carry_out(request, tools)
             except Exception as exc:  # the request fails (not installed, ...); the worker goes on
                 answer = "failed", f"{type(exc).__name__}: {exc}"
             if answer is None:  # the partitions go: their next owner carries it out

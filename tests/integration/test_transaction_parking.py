@@ -89,17 +89,6 @@ def parking_worker(db: Db, tmp_path: Path, name: str) -> Worker:
     return made
 
 
-def cli(w: Worker, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bizevents", *args],
-        env=w.env,
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=180,
-    )
-
-
 class Published:
     """This test's parktx events, in each partition's order, read as they come: one
     consumer, kept (the business topics are shared with the run's other tests)."""
@@ -286,7 +275,7 @@ def test_parked_orders_wait_and_are_re_driven_in_commit_order_with_the_clean_ids
             assert metrics['bizevents_translator_parked_total{translator="parktx@1"}'] == 15
             assert metrics['bizevents_parked_keys{translator="parktx"}'] == 3
 
-            listed = cli(worker, "dlq", "list", "--translator", "parktx", "--json")
+            listed = worker.cli("dlq", "list", "--translator", "parktx", "--json")
             assert listed.returncode == 0, listed.stderr
             rows = json.loads(listed.stdout)
             assert sorted(bytes.fromhex(r["key"]) for r in rows) == sorted(
@@ -295,13 +284,13 @@ def test_parked_orders_wait_and_are_re_driven_in_commit_order_with_the_clean_ids
             assert {r["stage"] for r in rows} == {"translate"}
             assert all("poisoned item" in r["reason"] for r in rows)
             assert all(r["parked"] == 2 for r in rows)  # placed (failed), paid (behind)
-            shown = cli(worker, "dlq", "show", rows[0]["key"], "--json")
+            shown = worker.cli("dlq", "show", rows[0]["key"], "--json")
             assert shown.returncode == 0, shown.stderr
             stages = [r["stage"] for r in json.loads(shown.stdout)]
             # placed: the order, its item, its total; paid: the whole transaction (two orders)
             assert stages == ["translate"] * 3 + ["parked"] * 2, stages
 
-            done = cli(worker, "dlq", "redrive", "--translator", "parktx@2", "--all")
+            done = worker.cli("dlq", "redrive", "--translator", "parktx@2", "--all")
             assert done.returncode == 0, done.stdout + done.stderr + worker.tail()
             assert done.stdout.count("done:") == 3, done.stdout
 
@@ -322,7 +311,7 @@ def test_parked_orders_wait_and_are_re_driven_in_commit_order_with_the_clean_ids
             assert set(found) == set(expected)
             for key, lane in expected.items():  # in commit order, the clean run's ids
                 assert per_topic(found[key]) == per_topic(lane), key
-            after = cli(worker, "dlq", "list", "--translator", "parktx", "--json")
+            after = worker.cli("dlq", "list", "--translator", "parktx", "--json")
             assert json.loads(after.stdout) == []
         finally:
             published.close()
@@ -351,7 +340,7 @@ def test_a_re_drive_that_fails_again_keeps_the_key_parked(db: Db, tmp_path: Path
             key = str(order).encode().hex()
 
             def parked(key: str = key) -> Any:
-                listed = cli(worker, "dlq", "list", "--translator", "parktx", "--json")
+                listed = worker.cli("dlq", "list", "--translator", "parktx", "--json")
                 return [r for r in json.loads(listed.stdout or "[]") if r["key"] == key]
 
             wait_for(lambda: parked() and parked(str(other).encode().hex()), 90, "both parked")
@@ -371,11 +360,11 @@ def test_a_re_drive_that_fails_again_keeps_the_key_parked(db: Db, tmp_path: Path
             assert codes == [0, 1], said
             assert said[0].startswith("done:") or said[1].startswith("done:"), said
             assert any("refused:" in text for text in said), said
-            again = cli(worker, "dlq", "redrive", "--translator", "parktx@1", "--key", key)
+            again = worker.cli("dlq", "redrive", "--translator", "parktx@1", "--key", key)
             assert again.returncode == 1, again.stdout + again.stderr
             assert "failed again" in again.stdout and "poisoned item" in again.stdout
             assert parked()[0]["latest_reason"].endswith("has a poisoned item")
-            gone = cli(worker, "dlq", "discard", key, "--translator", "parktx", "--reason", "test")
+            gone = worker.cli("dlq", "discard", key, "--translator", "parktx", "--reason", "test")
             assert gone.returncode == 0, gone.stdout + gone.stderr
             assert not parked()
             set_status(db, [order], "paid")
@@ -432,7 +421,7 @@ def test_a_kill_9_mid_re_drive_hands_it_to_the_other_worker_in_order(
                 cur.execute("COMMIT")
 
     def parked(count: int) -> bool:
-        listed = cli(workers[0], "dlq", "list", "--translator", "parktx", "--json")
+        listed = workers[0].cli("dlq", "list", "--translator", "parktx", "--json")
         return any(r["parked"] >= count for r in json.loads(listed.stdout or "[]"))
 
     with capturing(db, tmp_path) as run:

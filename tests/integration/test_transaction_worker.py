@@ -163,6 +163,17 @@ class Worker:
     def tail(self) -> str:
         return self.log.read_text()[-4000:] if self.log.exists() else ""
 
+    def cli(self, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+        """``bizevents *args`` with this worker's settings (dlq, shadow, promote, ...)."""
+        return subprocess.run(
+            [sys.executable, "-m", "bizevents", *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=timeout,
+        )
+
 
 class Reader:
     """OrderPlaced events of orders@3 from this test's capture, read in assign mode."""

@@ -13,8 +13,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import textwrap
 import uuid
 from collections import defaultdict
@@ -28,7 +26,6 @@ from bizevents_store.contracts import OrderPlaced, OrderStatusChanged
 from bizevents.contracts.business import HEADER_EVENT_ID, HEADER_TRANSLATOR, HEADER_TX_ID
 from tests.capture.capture_helpers import Db
 from tests.integration.test_transaction_worker import (
-    REPO,
     Worker,
     _assembly_partition,
     _ids,
@@ -131,19 +128,8 @@ def worker(db: Db, plugins: Path, group: str, live: int, shadow: str, log: Path)
     return made
 
 
-def cli(w: Worker, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bizevents", *args],
-        env=w.env,
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=120,
-    )
-
-
 def report(w: Worker, ref: str) -> dict[str, Any] | None:
-    done = cli(w, "shadow", "report", ref, "--json")
+    done = w.cli("shadow", "report", ref, "--json")
     if done.returncode != 0:
         assert "is not shadowed" in done.stderr, done.stderr  # not yet: nothing published
         return None
@@ -297,11 +283,11 @@ def test_a_shadow_differing_only_on_status_is_promoted_without_gap_or_double(
                 if k.startswith("bizevents_shadow_changes_total") and "txshadowtest@2" in k
             ]
             assert changes == [32.0], metrics
-            refused = cli(live, "promote", "txshadowtest@2", "--min-changes", "32")
+            refused = live.cli("promote", "txshadowtest@2", "--min-changes", "32")
             assert refused.returncode == 1 and "Traceback" not in refused.stderr
             assert "OrderStatusChanged.new_status (8)" in refused.stderr, refused.stderr
             expect = ["--expect-field", "old_status", "--expect-field", "new_status"]
-            done = cli(live, "promote", "txshadowtest@2", "--min-changes", "32", *expect)
+            done = live.cli("promote", "txshadowtest@2", "--min-changes", "32", *expect)
             assert done.returncode == 0, done.stderr
             second = orders(db, 4) + until_handed_over(db, live, 2)  # across the hand-over
             third = orders(db, 8)  # after it
@@ -323,7 +309,7 @@ def test_a_shadow_differing_only_on_status_is_promoted_without_gap_or_double(
             assert {latest[o] for o in first} == {b"txshadowtest@1"}
             assert {latest[o] for o in third} == {b"txshadowtest@2"}
 
-            back = cli(live, "promote", "txshadowtest@1")  # the rollback: no gate
+            back = live.cli("promote", "txshadowtest@1")  # the rollback: no gate
             assert back.returncode == 0, back.stderr
             placed += until_handed_over(db, live, 1)
             fourth = orders(db, 4)
@@ -382,7 +368,7 @@ def test_a_kill_during_the_hand_over_leaves_one_version_per_transaction(
                 90,
                 "the shadow's comparison of 6 orders placed and paid",
             )
-            done = cli(first_worker, "promote", "txshadowtest@2", "--min-changes", "24", *expect)
+            done = first_worker.cli("promote", "txshadowtest@2", "--min-changes", "24", *expect)
             assert done.returncode == 0, done.stderr
             placed += orders(db, 4)
             first_worker.signal(signal.SIGKILL)  # somewhere in the hand-over (or before it)
@@ -421,8 +407,8 @@ def test_a_shadow_differing_on_the_total_is_refused_with_the_figures(
                 90,
                 "the shadow's comparison of 5 orders placed and paid",
             )
-            refused = cli(
-                live, "promote", "txshadowtest@3", "--min-changes", "20", "--expect-field", "status"
+            refused = live.cli(
+                "promote", "txshadowtest@3", "--min-changes", "20", "--expect-field", "status"
             )
             assert refused.returncode == 1 and "Traceback" not in refused.stderr
             assert "5 of 10 events (50.00%) differ where not expected" in refused.stderr, (
