@@ -147,13 +147,6 @@ class TxPlan:
         )
 
     @property
-    def key_columns(self) -> frozenset[str]:
-        """Every business-key column the translators declare: what a member decodes of
-        the changes it assembles but may not translate (the rest of a row's bytes are
-        skipped)."""
-        return frozenset(c for t in self.translators for _, columns in t.keys for c in columns)
-
-    @property
     def read(self) -> list[_TP]:
         """Every partition a member reads: the sources', then the transaction topic."""
         return [*self.source_partitions, (self.transaction_topic, 0)]
@@ -371,10 +364,6 @@ class TxWorker:
         #: the checkpoint records to send once they are acknowledged).
         self._inflight: deque[tuple[asyncio.Future[Any], int, int, list[_Send]]] = deque()
         self._producer: Any = None
-        #: The columns decoded while assembling: the business keys' when this member owns
-        #: a share of the virtual partitions (the transactions it translates are decoded
-        #: whole again), every column (``None``) when it owns them all.
-        self._projection: frozenset[str] | None = None
         #: The core of each set of versions (promotions, shadows: docs/shadow.md), the
         #: translator each name is routed by (the configured one: every version of a
         #: name routes by the same keys), and the end of the transaction topic read.
@@ -683,7 +672,6 @@ class TxWorker:
             plan.core.reads, plan.limits, Checkpoint(floor, shared), sources=plan.source_partitions
         )
         self._points = mine
-        self._projection = None if len(mine) >= plan.assembly_partitions else plan.key_columns
         self._seen = {tp: deque() for tp in plan.read}
         self._next = dict(offsets)
         self._checkpointed = time.monotonic()
@@ -934,16 +922,10 @@ class TxWorker:
                     )
                 if not wanted:
                     continue
-                whole = self._whole(outcome)
-                if isinstance(whole, Ready):
-                    every = None if len(wanted) == len(belongs) else wanted
-                    live.update((id(p), every) for p in whole.parts)
-                    shares[id(whole)] = wanted
-                    mine.append(whole)
-                else:
-                    parts = tuple(p for p in whole.parts if self._home(p) in self.owned)
-                    if parts:
-                        mine.append(Abandoned(whole.tx_id, parts, whole.reason))
+                every = None if len(wanted) == len(belongs) else wanted
+                live.update((id(p), every) for p in outcome.parts)
+                shares[id(outcome)] = wanted
+                mine.append(outcome)
             else:
                 parts = tuple(p for p in outcome.parts if self._home(p) in self.owned)
                 if parts:
@@ -1118,24 +1100,6 @@ class TxWorker:
             with self.stats._lock:
                 self.stats.shadows.restore(records, held, {plan.assembly_topic})
 
-    def _whole(self, ready: Ready) -> Ready | Abandoned:
-        """``ready`` with every column of its changes (decoded again when assembling
-        decoded only the business keys)."""
-        if self._projection is None:
-            return ready
-        parts = []
-        for p in ready.parts:
-            o = p.origin
-            try:
-                decoded = self.plan.decoder.decode(
-                    o.key, o.value, Coordinates(o.topic, o.partition, o.offset), o.headers
-                )
-            except DecodeError as exc:
-                return Abandoned(ready.tx_id, ready.parts, exc.reason)
-            assert isinstance(decoded, ChangeEvent)
-            parts.append(Part(p.offset, o, change=decoded))
-        return Ready(ready.tx_id, tuple(parts), ready.end)
-
     def _home(self, part: Part) -> int:
         """The virtual partition that dead-letters ``part``: its business key's (for the
         first translator reading it), else its transaction's."""
@@ -1225,9 +1189,7 @@ class TxWorker:
         try:
             if r.topic == self.plan.transaction_topic:
                 return Part(seq, origin, record=self.plan.tx_decoder.decode(r.value, where))
-            decoded = self.plan.decoder.decode(
-                r.key, r.value, where, origin.headers, self._projection
-            )
+            decoded = self.plan.decoder.decode(r.key, r.value, where, origin.headers)
         except DecodeError as exc:
             dead = Part(seq, origin)
             (record,) = self.plan.core.dead_letters([dead], "decode", exc.reason, exc, "")
