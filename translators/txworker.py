@@ -556,9 +556,9 @@ class TxWorker:
 
         class Listener(ConsumerRebalanceListener):  # type: ignore[misc]
             # A rebuild in hand published nothing yet: the group need not wait for it
-            # (it gives up at its next step). Waiting for one that reads the state, the
-            # promotions and the parked keys made revocations outlast the rebalance
-            # timeout, and every late member's join began the next rebalance.
+            # (it gives up at its next step). A rebalance waits for every member's
+            # revocation, and the embedded broker with no deadline (docs/broker.md):
+            # one waiting behind a rebuild that did not end held the whole group.
             async def on_partitions_revoked(self, revoked: Any) -> None:
                 worker._revoking = True  # a re-drive in hand stops at its next transaction
                 if worker._rebuilding:
