@@ -42,6 +42,16 @@ STOP_TIMEOUT_S = 3.0
 STOPPED_WITHIN_S = 15.0
 
 
+def _stopped(worker: Worker) -> int:
+    """SIGTERM, and the worker's exit code within ``STOPPED_WITHIN_S``."""
+    assert worker.process is not None
+    worker.process.send_signal(signal.SIGTERM)
+    try:
+        return worker.process.wait(STOPPED_WITHIN_S)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"not stopped {STOPPED_WITHIN_S} s after SIGTERM: {worker.tail()}")
+
+
 def test_a_broker_pause_past_the_request_timeout_is_survived_and_a_stop_is_bounded(
     bizevents_stack: Endpoints, tmp_path: Path
 ) -> None:
@@ -104,12 +114,8 @@ def test_a_broker_pause_past_the_request_timeout_is_survived_and_a_stop_is_bound
                     # stopped while the broker does not answer: it exits within its
                     # stop timeout (each of its clients would wait for the broker)
                     broker.pause()
-                    assert worker.process is not None
-                    worker.process.send_signal(signal.SIGTERM)
                     try:
-                        code = worker.process.wait(STOPPED_WITHIN_S)
-                    except subprocess.TimeoutExpired:
-                        pytest.fail(f"not stopped {STOPPED_WITHIN_S} s after SIGTERM")
+                        code = _stopped(worker)
                     finally:
                         broker.resume()
                     assert code == 0, worker.tail()
@@ -170,12 +176,7 @@ def test_a_stop_while_the_group_holds_the_join_ends_at_once(
                     "the group gave the worker its share: the join was not held",
                     worker.tail(),
                 )
-                assert worker.process is not None
-                worker.process.send_signal(signal.SIGTERM)
-                try:
-                    code = worker.process.wait(STOPPED_WITHIN_S)
-                except subprocess.TimeoutExpired:
-                    pytest.fail(f"not stopped {STOPPED_WITHIN_S} s after SIGTERM: {worker.tail()}")
+                code = _stopped(worker)
                 assert code == 0, worker.tail()
                 assert "Traceback" not in worker.log.read_text()
             finally:
