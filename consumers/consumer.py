@@ -62,7 +62,7 @@ from bizevents.plumbing.parking import (
     Request,
     ref_key,
 )
-from bizevents.plumbing.parkingio import REQUEST_PREFIX, read_requests, read_to_end
+from bizevents.plumbing.parkingio import REQUEST_PREFIX, read_parked, read_requests, read_to_end
 from bizevents.plumbing.registry import registry_client
 from bizevents.plumbing.settings import KafkaSettings, RegistrySettings
 
@@ -341,7 +341,7 @@ class BusinessConsumer:
         async with self._turn:
             try:
                 conf = self.kafka.librdkafka()
-                messages = await asyncio.to_thread(read_to_end, conf, self.parked_topic, [0])
+                messages = await read_parked(conf, self.parked_topic)
             except Exception as exc:
                 self._failed = exc
                 return

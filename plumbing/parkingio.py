@@ -8,16 +8,35 @@ discard requests among the parked topic's records with :func:`read_requests`.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Sequence
 from typing import Any
 
+import structlog
+
 from bizevents.plumbing.errors import TransientError
 from bizevents.plumbing.parking import Request
 
-__all__ = ["REQUEST_PREFIX", "read_requests", "read_to_end"]
+__all__ = ["REQUEST_PREFIX", "read_parked", "read_requests", "read_to_end"]
+
+log = structlog.get_logger("parking")
 
 REQUEST_PREFIX = b"request|"
+
+
+async def read_parked(conf: dict[str, Any], topic: str, pause_s: float = 1.0) -> list[Any]:
+    """The parked topic ``topic`` read to its end (:func:`read_to_end`) for a restore at
+    an assignment, tried again every ``pause_s`` while the broker does not answer
+    (paused, restarting): the assignment's records wait for it, as they must (nothing of
+    a parked key is handled before the parked keys are known). Giving up ended the
+    worker or the consumer (the fault suite's 30 s broker pause)."""
+    while True:
+        try:
+            return await asyncio.to_thread(read_to_end, conf, topic, [0])
+        except TransientError as exc:
+            log.warning("the parked keys could not be read; trying again", reason=str(exc))
+            await asyncio.sleep(pause_s)
 
 
 def read_to_end(

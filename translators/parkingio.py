@@ -34,7 +34,7 @@ from bizevents.plumbing.parking import (
     Request,
     ref_key,
 )
-from bizevents.plumbing.parkingio import REQUEST_PREFIX, read_requests, read_to_end
+from bizevents.plumbing.parkingio import REQUEST_PREFIX, read_parked, read_requests, read_to_end
 from bizevents.translators.pipeline import OutRecord, Pipeline, SourceRecord, dead_letter_source
 from bizevents.translators.txparking import HEADER_PARKED_KEY
 
@@ -116,7 +116,7 @@ class ParkedTopic:
     async def restore(self) -> None:
         """Read the parked topic whole: the parked keys and the pending requests."""
         async with self._lock:
-            messages = await asyncio.to_thread(read_to_end, self.conf, self.parked_topic, [0])
+            messages = await read_parked(self.conf, self.parked_topic)
             self.parking.reset()
             self.requests.clear()
             for msg in messages:

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -219,26 +219,6 @@ def build_app(
     return app
 
 
-def until_restored(
-    restore: Callable[[], Awaitable[None]], pause_s: float = 1.0
-) -> Callable[[], Awaitable[None]]:
-    """``restore``, tried again while the broker does not answer (paused, restarting):
-    the assignment's partitions stay paused meanwhile, so nothing of a parked key is
-    processed before the parked keys are known. The fault suite found a row worker that
-    exited 1 when a 30 s broker pause outlasted the restore's wait."""
-
-    async def restored() -> None:
-        while True:
-            try:
-                await restore()
-                return
-            except TransientError as exc:
-                log.warning("the parked keys could not be read; trying again", reason=str(exc))
-                await asyncio.sleep(pause_s)
-
-    return restored
-
-
 def _with_parking(
     app: Any, settings: RuntimeSettings, pipeline: Pipeline, runner: BlockRunner, stats: WorkerStats
 ) -> None:
@@ -264,7 +244,7 @@ def _with_parking(
     async def revoked(sender: Any, revoked: set[Any], **kwargs: Any) -> None:
         await redriver.stop()
 
-    app.tables.before_assignment = until_restored(redriver.restore)
+    app.tables.before_assignment = redriver.restore
     app.on_partitions_revoked.connect(revoked)
     app.task(redriver.follow)
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
+from bizevents.plumbing import parkingio
+from bizevents.plumbing.errors import TransientError
 from bizevents.plumbing.kafka import partition_for, produce
 from bizevents.plumbing.registry import RegistryUnavailableError, schema_lookup
 
@@ -90,3 +93,35 @@ def test_an_unknown_id_is_a_bad_record_not_an_outage() -> None:
 def test_other_failures_are_the_registry_unavailable(failure: Exception) -> None:
     with pytest.raises(RegistryUnavailableError, match="schema id 9"):
         schema_lookup(_Registry(failure))(9)
+
+
+def test_a_restore_of_the_parked_keys_waits_for_a_broker_that_does_not_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The parked topic read at an assignment is tried again while the broker does not
+    answer (a pause longer than the read waits), not raised: raised, it ended the row
+    worker and the consumer kit (the fault suite's 30 s broker pause)."""
+    calls: list[str] = []
+
+    def read_to_end(conf: dict[str, Any], topic: str, partitions: list[int]) -> list[Any]:
+        calls.append(topic)
+        if len(calls) < 3:
+            raise TransientError(f"{topic} did not answer within 30 s")
+        return ["record"]
+
+    monkeypatch.setattr(parkingio, "read_to_end", read_to_end)
+    assert asyncio.run(parkingio.read_parked({}, "app.parked", pause_s=0)) == ["record"]
+    assert calls == ["app.parked"] * 3
+
+
+def test_a_restore_that_fails_otherwise_is_not_tried_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Only a broker that does not answer is waited for; another failure is raised."""
+
+    def read_to_end(conf: dict[str, Any], topic: str, partitions: list[int]) -> list[Any]:
+        raise ValueError("a parked record that does not decode")
+
+    monkeypatch.setattr(parkingio, "read_to_end", read_to_end)
+    with pytest.raises(ValueError):
+        asyncio.run(parkingio.read_parked({}, "app.parked", pause_s=0))

@@ -6,7 +6,6 @@ here pin them, and tests/integration/test_translate_worker.py runs the path for 
 
 from __future__ import annotations
 
-import asyncio
 import os
 import subprocess
 import sys
@@ -25,7 +24,7 @@ from faust.types import TP
 from intervaltree import IntervalTree
 
 from bizevents import translator
-from bizevents.plumbing.errors import ConfigError, TransientError
+from bizevents.plumbing.errors import ConfigError
 from bizevents.plumbing.kafka import partition_for
 from bizevents.translators._faust import (
     PRIVATE_CONSUMER_ATTRIBUTES,
@@ -37,7 +36,6 @@ from bizevents.translators._faust import (
 from bizevents.translators.exceptions import PluginError
 from bizevents.translators.settings import TranslateSettings
 from bizevents.translators.topology import check_contracts, readers, technical_topics
-from bizevents.translators.worker import until_restored
 from tests.translators.sample import ThingCreated, things_v1, things_v2
 
 REPO = Path(__file__).resolve().parents[2]
@@ -377,27 +375,3 @@ def test_start_up_waits_for_a_broker_then_says_which() -> None:
     with pytest.raises(TransientError, match=f"cannot list the topics of {bootstrap}"):
         list_topics(admin, bootstrap, 3.0)
     assert clock.monotonic() - started >= 3.0
-
-
-def test_the_parked_keys_restore_is_tried_again_while_the_broker_does_not_answer() -> None:
-    """A restore at an assignment that times out (a broker paused longer than it waits)
-    is tried again, not raised: raised, it ended the row worker (the fault suite)."""
-    calls: list[int] = []
-
-    async def restore() -> None:
-        calls.append(1)
-        if len(calls) < 3:
-            raise TransientError("bizevents.parked did not answer within 30 s")
-
-    asyncio.run(until_restored(restore, pause_s=0)())
-    assert len(calls) == 3
-
-
-def test_a_restore_that_fails_otherwise_is_not_tried_again() -> None:
-    """Only a broker that does not answer is waited for; another failure is raised."""
-
-    async def restore() -> None:
-        raise ValueError("a parked record that does not decode")
-
-    with pytest.raises(ValueError):
-        asyncio.run(until_restored(restore, pause_s=0)())
