@@ -73,6 +73,7 @@ import contextlib
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -246,6 +247,10 @@ class Faults:
     def stop_stack(self) -> None:
         # after a restart the postmaster is pg_ctl's, not the one the stack recorded
         self.pg_ctl_run("stop", "-m", "fast")
+        # the services' logs (the broker's among them) stay with the run's (--keep)
+        logs = self.work / "stack" / "logs"
+        if logs.is_dir():
+            shutil.copytree(logs, self.work / "logs" / "stack", dirs_exist_ok=True)
         self.stack.down(purge=True)
 
     # the components ----------------------------------------------------------------------
@@ -1155,8 +1160,6 @@ def main(argv: list[str] | None = None) -> int:
     for exit_ in exits:
         print("  unexpected exit: " + exit_.replace("\n", "\n    "))
     if not args.keep:
-        import shutil
-
         shutil.rmtree(work, ignore_errors=True)
     return 0 if report.ok() else 1
 
