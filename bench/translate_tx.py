@@ -12,6 +12,7 @@ writes: the order inserted with total 0, three items, the total set (5 changes, 
 END record; one OrderPlaced out).
 
     .venv/bin/python bench/translate_tx.py [--transactions 4000] [--runs 3]
+    .venv/bin/python bench/translate_tx.py --decode --transactions 20000 --runs 5
     .venv/bin/python bench/translate.py --transactions [--records 100000]
 """
 
@@ -196,15 +197,51 @@ def report(registry_url: str, transactions: int, runs: int) -> list[str]:
     ]
 
 
+def decode_cost(registry_url: str, transactions: int, runs: int) -> list[str]:
+    """CPU-µs per change of the compiled reader, whole and projected to the business
+    keys (what a member would spend on a change it only routes): median of ``runs``
+    passes over the workload's changes, with the spread."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    from bizevents.contracts.exceptions import Coordinates
+    from bizevents.contracts.technical import AutoDecoder
+    from bizevents.plumbing.registry import schema_lookup
+
+    client = SchemaRegistryClient({"url": registry_url})
+    records, _ = workload(f"benchdec{int(time.time() * 1000) % 1_000_000}", client, transactions)
+    decoder = AutoDecoder(schema_lookup(client))
+    lines = []
+    for name, columns in (("whole", None), ("business keys only", frozenset({"id", "order_id"}))):
+        for r in records[:100]:  # warm: schemas fetched, readers compiled
+            decoder.decode(r.key, r.value, Coordinates(r.topic, r.partition, r.offset), [], columns)
+        passes = []
+        for _ in range(runs):
+            started = time.process_time()
+            for r in records:
+                where = Coordinates(r.topic, r.partition, r.offset)
+                decoder.decode(r.key, r.value, where, [], columns)
+            passes.append((time.process_time() - started) / len(records) * 1e6)
+        lines.append(
+            f"    decode, {name}: {statistics.median(passes):.1f} CPU-µs per change "
+            f"(min {min(passes):.1f}, max {max(passes):.1f}, {runs} passes over "
+            f"{len(records):,} changes)"
+        )
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--transactions", type=int, default=4_000)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--decode", action="store_true", help="the decode's CPU per change, whole and projected"
+    )
     args = parser.parse_args()
     from bizevents.devstack.registry import run_in_thread
 
     with run_in_thread(Path(tempfile.mkdtemp(prefix="bench-tx-registry-"))) as registry:
-        for text in report(registry.url, args.transactions, args.runs):
+        measure_ = decode_cost if args.decode else report
+        for text in measure_(registry.url, args.transactions, args.runs):
             print(text)
 
 
