@@ -42,6 +42,8 @@ from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
 from faust.transport.drivers.aiokafka import Consumer as AIOKafkaConsumer
 from faust.types import TP
 
+from bizevents.plumbing.kafka import stay_in_group
+
 __all__ = [
     "PRIVATE_CONSUMER_ATTRIBUTES",
     "BlockAcker",
@@ -123,6 +125,13 @@ class _BulkConsumerThread(AIOKafkaConsumerThread):
         consumer._fetch_max_wait_ms = self.consumer.fetch_max_wait_ms  # type: ignore[attr-defined]
         _take_bulk_records(self.consumer.bulk_topics)  # type: ignore[attr-defined]
         return consumer
+
+    async def on_thread_stop(self) -> None:
+        """Stop without leaving the group, as the transaction worker does
+        (:func:`~bizevents.plumbing.kafka.stay_in_group`)."""
+        if self._consumer is not None:
+            stay_in_group(self._consumer)
+        await super().on_thread_stop()
 
 
 class _BulkConsumer(AIOKafkaConsumer):

@@ -61,7 +61,7 @@ from bizevents.contracts.envelope import ChangeEvent, Tombstone
 from bizevents.contracts.exceptions import Coordinates, DecodeError
 from bizevents.contracts.technical.transaction import TransactionDecoder, transaction_topic
 from bizevents.plumbing.errors import ConfigError, TransientError
-from bizevents.plumbing.kafka import ensure_topics, partition_for
+from bizevents.plumbing.kafka import ensure_topics, partition_for, stay_in_group
 from bizevents.plumbing.parking import ParkedKeys
 from bizevents.plumbing.process import settle_collector
 from bizevents.translators.api import Translator
@@ -421,9 +421,10 @@ class TxWorker:
                 task.cancel()
                 with suppress(BaseException):
                     await task
-            # leaving the group and closing the clients is bounded too: a member that
-            # does not say goodbye is evicted after the session timeout, as a killed one
+            # closing the clients is bounded too; the member does not leave the group
+            # (stay_in_group): the broker evicts it after the session timeout
             deadline = time.monotonic() + self.tx.stop_timeout_s
+            stay_in_group(group)
             for name, client in (("ownership", group), ("reader", reader), ("producer", producer)):
                 try:
                     await asyncio.wait_for(client.stop(), max(deadline - time.monotonic(), 0.1))

@@ -394,6 +394,72 @@ def test_aiokafka_group_rebalance_with_commits_loses_nothing(
     assert {0, 1, 2, 3} not in history["a2"] and len(history["a2"]) >= 1, history
 
 
+def test_stay_in_group_closes_an_aiokafka_member_without_leaving(
+    bizevents_stack: Endpoints, unique_topic: Callable[[str], str], caplog: Any
+) -> None:
+    """``stay_in_group``: a member closes without a LeaveGroup (the broker drops it after
+    its session timeout), where a member not told to stay leaves. What it avoids: the
+    broker keeps a member that leaves while its group rebalances as the group's leader
+    for ever, and gives no member a share again (the support table; research, and
+    ``test_transaction_worker_outage.py::test_a_stop_while_the_group_rebalances_leaves_it
+    _able_to_form`` for a worker). A client leaves only a group it holds a generation
+    past 0 of, which the broker's first is not: both members go through a rebalance."""
+    import logging
+
+    from aiokafka import AIOKafkaConsumer
+
+    from bizevents.plumbing.kafka import stay_in_group
+
+    bootstrap = bizevents_stack.bootstrap_servers
+    topic = unique_topic("aio-stay")
+    create_topic(bootstrap, topic, 4)
+    caplog.set_level(logging.INFO, logger="aiokafka.consumer.group_coordinator")
+
+    def leaves() -> int:
+        return sum("LeaveGroup request" in r.getMessage() for r in caplog.records)
+
+    async def run() -> tuple[int, int, list[int]]:
+        def member() -> AIOKafkaConsumer:
+            return AIOKafkaConsumer(
+                bootstrap_servers=bootstrap,
+                group_id=f"{topic}.g",
+                enable_auto_commit=False,
+                **AIOKAFKA_FAST_GROUP,
+            )
+
+        async def until(done: Callable[[], bool], *members: AIOKafkaConsumer) -> None:
+            async with asyncio.timeout(25):
+                while not done():
+                    await asyncio.gather(*(m.getmany(timeout_ms=200) for m in members))
+
+        staying, leaving = member(), member()
+        try:
+            await staying.start()
+            staying.subscribe([topic])
+            await until(lambda: len(staying.assignment()) == 4, staying)
+            await leaving.start()
+            leaving.subscribe([topic])
+            await until(
+                lambda: len(staying.assignment()) == len(leaving.assignment()) == 2,
+                staying,
+                leaving,
+            )
+            generations = [m._coordinator.generation for m in (staying, leaving)]
+            stay_in_group(staying)
+            await staying.stop()
+            stayed = leaves()
+            await leaving.stop()
+            return stayed, leaves(), generations
+        finally:
+            await staying.stop()
+            await leaving.stop()
+
+    stayed, left, generations = asyncio.run(run())
+    assert min(generations) > 0, generations
+    assert stayed == 0
+    assert left == 1
+
+
 def test_aiokafka_idempotent_producer_fails_known_limit(bizevents_stack: Endpoints) -> None:
     """aiokafka sends InitProducerId v0; Tansu answers UNKNOWN_SERVER_ERROR.
 

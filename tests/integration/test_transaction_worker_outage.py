@@ -185,3 +185,106 @@ def test_a_stop_while_the_group_holds_the_join_ends_at_once(
                     worker.process.kill()
         finally:
             holder.close()
+
+
+def _assembling(worker: Worker, times: int, within_s: float = 60.0) -> None:
+    """Wait until ``worker`` was given a share ``times`` times (its "assembling" lines)."""
+    deadline = time.monotonic() + within_s
+    while worker.log.read_text().count('"assembling"') < times:
+        assert worker.alive(), worker.tail()
+        assert time.monotonic() < deadline, (
+            f"not given a share {times} times within {within_s:.0f} s",
+            worker.tail(),
+        )
+        time.sleep(0.2)
+
+
+#: The group's session timeout and heartbeat interval in the leave test: a heartbeat
+#: seldom enough that the leader stops before it learns of the rebalance.
+SESSION_S = 9.0
+HEARTBEAT_S = 3.0
+
+
+def test_a_stop_while_the_group_rebalances_leaves_it_able_to_form(
+    bizevents_stack: Endpoints, tmp_path: Path
+) -> None:
+    """The embedded broker keeps a member that leaves a rebalancing group as the group's
+    leader for ever, and gives no later member a share (docs/broker.md; the fault suite
+    lost a transaction group so, finding 8 of docs/reliability.md). The group's leader,
+    a worker, is stopped just after a third member asked to join, before its next
+    heartbeat would tell it of the rebalance; once the other members are gone, a new
+    worker gets its share: the stopped one did not leave (``stay_in_group``), and the
+    broker dropped it, with its leadership, after the session timeout. Against a worker that leaves on
+    stop, the new one waited without a share (in most runs: the leave must come before
+    the leader's next heartbeat)."""
+    from confluent_kafka import Consumer
+    from confluent_kafka.admin import AdminClient
+
+    from bizevents.plumbing.kafka import ensure_topics
+
+    with store_db(bizevents_stack) as db, capturing(db, tmp_path):
+        group = f"tx-lead-{uuid.uuid4().hex[:8]}"
+        bootstrap = db.endpoints.bootstrap_servers
+        ensure_topics(AdminClient({"bootstrap.servers": bootstrap}), [f"{group}.assembly"], 4)
+        timing = {
+            "BIZEVENTS_TRANSLATE__SESSION_TIMEOUT_S": str(SESSION_S),
+            "BIZEVENTS_TRANSLATE__HEARTBEAT_INTERVAL_S": str(HEARTBEAT_S),
+            "BIZEVENTS_TRANSACTIONS__STOP_TIMEOUT_S": str(STOP_TIMEOUT_S),
+        }
+
+        def member() -> tuple[Consumer, list[int]]:
+            consumer = Consumer(
+                {
+                    "bootstrap.servers": bootstrap,
+                    "group.id": f"{group}.assemble",
+                    "session.timeout.ms": int(SESSION_S * 1000),  # the group takes the last
+                    "heartbeat.interval.ms": int(HEARTBEAT_S * 1000),
+                    "partition.assignment.strategy": "roundrobin",
+                }
+            )
+            given: list[int] = []
+            consumer.subscribe(
+                [f"{group}.assembly"],
+                on_assign=lambda c, tps: given.extend(tp.partition for tp in tps),
+            )
+            return consumer, given
+
+        leader = Worker(db, group, f"{group}.dlq", tmp_path / "leader.log")
+        leader.env.update(timing)
+        leader.env["BIZEVENTS_LOG_LEVEL"] = "DEBUG"  # its heartbeats, to stop it between two
+        leader.start()
+        second = joiner = None
+        try:
+            _assembling(leader, 1)  # alone: the group's first member, its leader
+            second, given = member()  # a rebalance: the leader's generation is past 0
+            deadline = time.monotonic() + 60
+            while not given and time.monotonic() < deadline:
+                second.poll(0.2)
+            assert given, "the second member was never given partitions"
+            beat = f'"Heartbeat: {group}.assemble['
+            beats = leader.log.read_text().count(beat)
+            deadline = time.monotonic() + 30
+            while leader.log.read_text().count(beat) == beats:
+                assert time.monotonic() < deadline, leader.tail()
+                time.sleep(0.02)
+            # just after a heartbeat: a third member asks to join, and the leader stops
+            joiner, _ = member()
+            until = time.monotonic() + 0.3
+            while time.monotonic() < until:
+                joiner.poll(0.05)
+            assert _stopped(leader) == 0, leader.tail()
+        finally:
+            if leader.alive():
+                assert leader.process is not None
+                leader.process.kill()
+            for consumer in (second, joiner):
+                if consumer is not None:
+                    consumer.close()
+        fresh = Worker(db, group, f"{group}.dlq", tmp_path / "fresh.log")
+        fresh.env.update(timing)
+        fresh.start()
+        try:
+            _assembling(fresh, 1)
+        finally:
+            if fresh.alive():
+                fresh.signal(signal.SIGTERM)
