@@ -522,6 +522,36 @@ def test_two_workers_share_partitions_and_one_survives_kill_9(setup: Setup) -> N
     print(f"{len(expected)} events, {duplicates} duplicates after kill -9")
 
 
+def test_a_stopped_worker_does_not_leave_its_group(setup: Setup) -> None:
+    """A worker's stop sends no LeaveGroup (``plumbing.kafka.stay_in_group``, as the
+    transaction worker's): the embedded broker keeps a member that leaves while its
+    group rebalances as the group's leader for ever (docs/broker.md). Its own client's
+    log says so, and the other worker takes every partition over once the broker
+    dropped the stopped one after the session timeout."""
+    a = setup.worker("a", BIZEVENTS_LOG_LEVEL="DEBUG")  # the client's log: its LeaveGroup
+    b = None
+    try:
+        wait_for(lambda: len(a.assigned() or []) == 4, 60, "a holding all 4 partitions", [a])
+        # a second member: a rebalance, after which a client leaves a group (the broker's
+        # first generation is 0, which no client leaves)
+        b = setup.worker("b")
+        wait_for(
+            lambda: len(a.assigned() or []) == 2 and len(b.assigned() or []) == 2,
+            60,
+            "a 2 + 2 split of the partitions",
+            [a, b],
+        )
+        assert a.stop() == 0, a.tail()
+        log = (setup.tmp / "a.log").read_text()
+        assert "Stopping heartbeat task" in log, "the client's debug log is not there"
+        assert "LeaveGroup request" not in log
+        wait_for(lambda: len(b.assigned() or []) == 4, 60, "b holding all 4 partitions", [b])
+    finally:
+        a.stop()
+        if b is not None:
+            b.stop()
+
+
 def test_exactly_once_is_refused_with_a_sentence_on_the_embedded_broker(setup: Setup) -> None:
     """aiokafka's InitProducerId v0 fails on Tansu: the worker says so and exits 1."""
     done = subprocess.run(
