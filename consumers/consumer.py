@@ -52,7 +52,7 @@ from bizevents.contracts.business import (
 from bizevents.contracts.exceptions import DecodeError
 from bizevents.contracts.serde import BusinessDeserializer
 from bizevents.plumbing.errors import ConfigError, TerminalError, TransientError
-from bizevents.plumbing.kafka import ensure_topics
+from bizevents.plumbing.kafka import ensure_topics, stay_in_group
 from bizevents.plumbing.parking import (
     PARKED_HEADER,
     STAGE_PARKED,
@@ -319,6 +319,7 @@ class BusinessConsumer:
         finally:
             if requests is not None:
                 requests.close()
+            stay_in_group(consumer)  # the broker drops it after its session timeout
             await _stop_quietly(consumer, producer)
 
     async def _batch(self, batches: dict[Any, list[Any]], producer: Any, bound: Any) -> Any:

@@ -234,3 +234,42 @@ def _read_all(kit: Kit, topic: str, n: int) -> dict[bytes, list[tuple[str, bytes
     finally:
         c.close()
     return out
+
+
+def test_a_stopped_consumer_does_not_leave_its_group(
+    bizevents_stack: Endpoints, unique_topic: Callable[[str], str], caplog: Any
+) -> None:
+    """A consumer's stop sends no LeaveGroup (``plumbing.kafka.stay_in_group``, as the
+    workers'): the embedded broker keeps a member that leaves while its group
+    rebalances as the group's leader for ever (docs/broker.md). Two consumers go through
+    a rebalance (a client leaves only a group it holds a generation past 0 of), then
+    both stop: their client's log has no LeaveGroup."""
+    import logging
+
+    caplog.set_level(logging.INFO, logger="aiokafka.consumer.group_coordinator")
+    kit = Kit(bizevents_stack, unique_topic("prices"), partitions=2)
+    group = unique_topic("group")
+    first = kit.consumer(lambda d: None, group)
+    second = kit.consumer(lambda d: None, group)
+
+    async def run() -> None:
+        async def until(done: Callable[[], bool], *tasks: asyncio.Future[None]) -> None:
+            deadline = asyncio.get_running_loop().time() + 60
+            while not done():
+                assert not any(t.done() for t in tasks), [t.exception() for t in tasks]
+                assert asyncio.get_running_loop().time() < deadline, "no assignment"
+                await asyncio.sleep(0.05)
+
+        one = asyncio.ensure_future(first.run())
+        await until(lambda: len(first.owned) == 2, one)
+        two = asyncio.ensure_future(second.run())
+        await until(lambda: len(first.owned) == len(second.owned) == 1, one, two)
+        first.stop()
+        await asyncio.wait_for(one, 30)
+        second.stop()
+        await asyncio.wait_for(two, 30)
+
+    asyncio.run(run())
+    said = [r.getMessage() for r in caplog.records]
+    assert any("(generation 1)" in m for m in said), "no rebalance: nothing to leave"
+    assert not [m for m in said if "LeaveGroup request" in m]
