@@ -13,8 +13,9 @@ process, reconnecting when the database goes away). Then, on a seeded random sch
 - SIGKILL of capture, of the worker, of one of the transaction workers, of the
   consumer and of a ``bizevents replay`` run (orders@2 to the ``.replay`` topics;
   rerun with the same ``--run-id``), each restarted at once;
-- SIGTERM of one of the transaction workers, started again at once: it leaves its
-  groups and joins them again, two rebalances while transactions are in flight;
+- SIGTERM of one of the transaction workers, started again at once: it stops without
+  leaving its groups and joins them again as a new member, a rebalance (once the broker
+  dropped the stopped member) while transactions are in flight;
 - long transactions (one order of thousands of items), each followed at once by a
   rebalance of the transaction workers while they read it: a third member joins the
   first time, a member leaves and joins again after that;
@@ -127,8 +128,8 @@ class Mode:
     replay_kills: int
     pause_s: float
     steps_per_s: float
-    #: SIGKILLs of one of the two transaction workers, and graceful leaves (SIGTERM, then
-    #: a start again: two rebalances of their groups) while transactions are in flight
+    #: SIGKILLs of one of the two transaction workers, and graceful stops (SIGTERM, then
+    #: a start again: a rebalance of their groups) while transactions are in flight
     tx_kills: int = 0
     tx_leaves: int = 0
     #: MariaDB source only: ``KILL`` of capture's binlog connection (its ``Binlog Dump``
