@@ -7,6 +7,7 @@ from __future__ import annotations
 import signal
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, cast
@@ -24,15 +25,49 @@ from tests.integration.test_transaction_worker import Reader, Worker, _check
 pytestmark = [pytest.mark.integration, pytest.mark.mysql]
 
 
-@pytest.fixture
-def db(bizevents_mysql: str, bizevents_stack: Endpoints) -> Iterator[MyDb]:
-    with mysql_database(bizevents_mysql, bizevents_stack) as made:
-        conn = my.connect(bizevents_mysql, autocommit=False)
+@contextmanager
+def store_mysql_db(dsn: str, endpoints: Endpoints) -> Iterator[MyDb]:
+    """A test's database on the session's MariaDB, with the store's own database."""
+    with mysql_database(dsn, endpoints) as made:
+        conn = my.connect(dsn, autocommit=False)
         try:
             create_schema(conn, "mysql")  # the store's own database, `store`
         finally:
             conn.close()
         yield made
+
+
+@pytest.fixture
+def db(bizevents_mysql: str, bizevents_stack: Endpoints) -> Iterator[MyDb]:
+    with store_mysql_db(bizevents_mysql, bizevents_stack) as made:
+        yield made
+
+
+def orders_capture(db: MyDb) -> CaptureConfig:
+    """Capture of the store's orders and their items, from the binlog's end on."""
+    return CaptureConfig(
+        server=db.server,
+        dsn=SecretStr(db.dsn),
+        tables=("store.orders", "store.order_items"),
+        partitions=3,
+        snapshot="never",
+    )
+
+
+def customer_and_products(db: MyDb) -> tuple[int, list[int]]:
+    """A new customer and three products (2.50, 4.59, 1622.10) in the store."""
+    tag = uuid.uuid4().hex[:6]
+    email = f"tx-{tag}@example.com"
+    db.sql("INSERT IGNORE INTO store.customers (email, full_name) VALUES (%s, 'T')", (email,))
+    customer = int(db.sql("SELECT id FROM store.customers WHERE email = %s", (email,))[0][0])
+    products = []
+    for sku, price in (("A", "2.50"), ("B", "4.59"), ("C", "1622.10")):
+        db.sql(
+            "INSERT INTO store.products (sku, name, price) VALUES (%s, %s, %s)",
+            (f"{sku}-{tag}", sku, price),
+        )
+        products.append(int(db.sql("SELECT LAST_INSERT_ID()")[0][0]))
+    return customer, products
 
 
 def _place(db: MyDb, customer: int, lines: list[tuple[int, int]]) -> int:
@@ -72,29 +107,9 @@ def _truth(db: MyDb, orders: list[int]) -> dict[int, Any]:
 def test_orders_placed_from_mariadb_transactions(db: MyDb, tmp_path: Path) -> None:
     """Five orders placed in MariaDB: one OrderPlaced each, with its items and the
     total its transaction set (never the 0.00 of its first INSERT)."""
-    tag = uuid.uuid4().hex[:6]
-    db.sql(
-        "INSERT IGNORE INTO store.customers (email, full_name) VALUES (%s, 'T')",
-        (f"tx-{tag}@example.com",),
-    )
-    customer = int(
-        db.sql("SELECT id FROM store.customers WHERE email = %s", (f"tx-{tag}@example.com",))[0][0]
-    )
-    products = []
-    for sku, price in (("A", "2.50"), ("B", "4.59"), ("C", "1622.10")):
-        db.sql(
-            "INSERT INTO store.products (sku, name, price) VALUES (%s, %s, %s)",
-            (f"{sku}-{tag}", sku, price),
-        )
-        products.append(int(db.sql("SELECT LAST_INSERT_ID()")[0][0]))
-    config = CaptureConfig(
-        server=db.server,
-        dsn=SecretStr(db.dsn),
-        tables=("store.orders", "store.order_items"),
-        partitions=3,
-        snapshot="never",
-    )
-    group = f"tx-{tag}"
+    customer, products = customer_and_products(db)
+    config = orders_capture(db)
+    group = f"tx-{uuid.uuid4().hex[:6]}"
     # The worker and the reader need the broker, the registry and the topic prefix only.
     worker = Worker(cast(Any, db), group, f"{group}.dlq", tmp_path / "worker.log")
     reader = Reader(cast(Any, db))

@@ -191,17 +191,15 @@ def _check_whole(db: Db, events: list[Any]) -> set[int]:
     return set(ids)
 
 
-def test_a_range_that_cuts_a_transaction_replays_it_whole(
-    placed: Any, tmp_path: Path, spark: Any
-) -> None:
-    """--from/--until around one item in the middle of a four-item order: that order's
-    OrderPlaced has all four items and its true total; only the transactions with a
-    record in the bounds are replayed, every one of them whole."""
-    db, orders = placed
-    items = _changes(db, f"{db.server}.store.order_items")
-    # an order of four items: its third item's offset cuts it in the middle
+def cutting(
+    db: Any, items: list[tuple[int, int, Any]], orders: list[int], which: int
+) -> tuple[int, int, str, ReplaySpec]:
+    """A replay of orders@3 to a new topic, ``--from``/``--until`` one offset wide at the
+    third item of the ``which``-th order of four items (it cuts that transaction in the
+    middle): ``(that order, the offset, the topic, the spec)``."""
+    items = [c for c in items if c[2].after is not None]
     four = [o for o in orders if len([c for c in items if c[2].after["order_id"] == o]) == 4]
-    cut = four[-1]
+    cut = four[which]
     _, offset, _ = sorted(
         (c for c in items if c[2].after["order_id"] == cut), key=lambda c: c[2].after["line_no"]
     )[2]
@@ -213,6 +211,18 @@ def test_a_range_that_cuts_a_transaction_replays_it_whole(
         start=Bound(offset=offset),
         until=Bound(offset=offset + 1),
     )
+    return cut, offset, target, spec
+
+
+def test_a_range_that_cuts_a_transaction_replays_it_whole(
+    placed: Any, tmp_path: Path, spark: Any
+) -> None:
+    """--from/--until around one item in the middle of a four-item order: that order's
+    OrderPlaced has all four items and its true total; only the transactions with a
+    record in the bounds are replayed, every one of them whole."""
+    db, orders = placed
+    items = _changes(db, f"{db.server}.store.order_items")
+    cut, offset, target, spec = cutting(db, items, orders, -1)
     summary = TransactionReplay(spec, _settings(db, tmp_path / "state"), spark=spark).run()
     assert summary.dead_lettered == 0 and summary.left_out == 0
     replayed = _check_whole(db, _read(db, target))

@@ -4,53 +4,38 @@ cuts is replayed whole."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
 
 import pytest
 from bizevents_store.contracts import OrderPlaced
-from bizevents_store.load import create_schema
-from pydantic import SecretStr
 
-from bizevents.capture import mysql as my
-from bizevents.capture.config import CaptureConfig
 from bizevents.devstack import Endpoints
-from bizevents.replay.spec import Bound, Output, ReplaySpec
 from bizevents.replay.transactions import TransactionReplay
-from tests.capture.mysql_helpers import MyDb, in_process, mysql_database
-from tests.integration.test_transaction_worker_mysql import _place, _truth
-from tests.replay.test_replay_transactions import _changes, _ended_at, _read, _settings
+from tests.capture.mysql_helpers import MyDb, in_process
+from tests.integration.test_transaction_worker_mysql import (
+    _place,
+    _truth,
+    customer_and_products,
+    orders_capture,
+    store_mysql_db,
+)
+from tests.replay.test_replay_transactions import (
+    _changes,
+    _ended_at,
+    _read,
+    _settings,
+    cutting,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.mysql]
 
 
 @pytest.fixture
 def db(bizevents_mysql: str, bizevents_stack: Endpoints) -> Iterator[MyDb]:
-    with mysql_database(bizevents_mysql, bizevents_stack) as made:
-        conn = my.connect(bizevents_mysql, autocommit=False)
-        try:
-            create_schema(conn, "mysql")  # the store's own database, `store`
-        finally:
-            conn.close()
+    with store_mysql_db(bizevents_mysql, bizevents_stack) as made:
         yield made
-
-
-def _customer_and_products(db: MyDb) -> tuple[int, list[int]]:
-    tag = uuid.uuid4().hex[:6]
-    email = f"replay-{tag}@example.com"
-    db.sql("INSERT INTO store.customers (email, full_name) VALUES (%s, 'R')", (email,))
-    customer = int(db.sql("SELECT id FROM store.customers WHERE email = %s", (email,))[0][0])
-    products = []
-    for sku, price in (("A", "2.50"), ("B", "4.59"), ("C", "1622.10")):
-        db.sql(
-            "INSERT INTO store.products (sku, name, price) VALUES (%s, %s, %s)",
-            (f"{sku}-{tag}", sku, price),
-        )
-        products.append(int(db.sql("SELECT LAST_INSERT_ID()")[0][0]))
-    db.sql("COMMIT")
-    return customer, products
 
 
 def test_a_range_that_cuts_a_mariadb_transaction_replays_it_whole(
@@ -61,15 +46,8 @@ def test_a_range_that_cuts_a_mariadb_transaction_replays_it_whole(
     has its four items and true total, only the transactions with a record at the bound
     are replayed, and the ranges are widened by the GTIDs' sequence numbers, not to whole
     partitions."""
-    customer, products = _customer_and_products(db)
-    config = CaptureConfig(
-        server=db.server,
-        dsn=SecretStr(db.dsn),
-        tables=("store.orders", "store.order_items"),
-        partitions=3,
-        snapshot="never",
-    )
-    with in_process(config, db.capture_endpoints(tmp_path / "capture")) as run:
+    customer, products = customer_and_products(db)
+    with in_process(orders_capture(db), db.capture_endpoints(tmp_path / "capture")) as run:
         run.wait_snapshot()
         orders = [
             _place(db, customer, [(products[(n + i) % 3], i + 1) for i in range(n % 4 + 1)])
@@ -81,21 +59,8 @@ def test_a_range_that_cuts_a_mariadb_transaction_replays_it_whole(
         table: _changes(pg_like, f"{db.server}.store.{table}")
         for table in ("orders", "order_items")
     }
-    items = [c for c in captured["order_items"] if c[2].after is not None]
     mine = set(orders)
-    four = [o for o in orders if len([c for c in items if c[2].after["order_id"] == o]) == 4]
-    cut = four[1]  # in the middle of the captured orders
-    _, offset, _ = sorted(
-        (c for c in items if c[2].after["order_id"] == cut), key=lambda c: c[2].after["line_no"]
-    )[2]
-    target = f"replay-my-{uuid.uuid4().hex[:8]}"
-    spec = ReplaySpec(
-        topics=f"{db.server}.store.*",
-        translator="orders@3",
-        output=Output.parse(f"topic:{target}"),
-        start=Bound(offset=offset),
-        until=Bound(offset=offset + 1),
-    )
+    cut, offset, target, spec = cutting(db, captured["order_items"], orders, 1)  # a middle one
     summary = TransactionReplay(spec, _settings(pg_like, tmp_path / "state"), spark=spark).run()
     assert summary.dead_lettered == 0 and summary.left_out == 0
     # widened by commit position: a GTID without one would make it read every partition whole
