@@ -18,7 +18,7 @@ process, reconnecting when the database goes away). Then, on a seeded random sch
   dropped the stopped member) while transactions are in flight;
 - long transactions (one order of thousands of items), each followed at once by a
   rebalance of the transaction workers while they read it: a third member joins the
-  first time, a member leaves and joins again after that;
+  first time, a member stopped (SIGTERM) and started again after that;
 - SIGSTOP of the broker for 30 s (``--short``: 5 s), then SIGCONT (it keeps its data
   only in memory, so it is never restarted);
 - a restart of the source database: ``pg_ctl restart -m fast`` of PostgreSQL as the
@@ -522,7 +522,7 @@ class Faults:
             self.tx_joins += 1
             log(f"order {order} with {items} items committed; txworker3 joins the group")
         else:
-            log(f"order {order} with {items} items committed; a member leaves")
+            log(f"order {order} with {items} items committed; a member stops and starts again")
             self.rng.choice(self.tx_workers).leave()
 
     def mysql_sql(self, statement: str, params: Any = None) -> list[tuple[Any, ...]]:

@@ -84,7 +84,7 @@ class Supervised:
         return True
 
     def leave(self) -> bool:
-        """SIGTERM (it leaves its groups: a rebalance), then start it again (another)."""
+        """SIGTERM (it stops without leaving its groups), then start it again: a rebalance."""
         if not self.running():
             return False
         assert self.process is not None
@@ -101,7 +101,7 @@ class Supervised:
             )
             log(f"UNEXPECTED: {self.name} did not stop within {STOP_WAIT_S:.0f} s of SIGTERM")
         self.leaves += 1
-        log(f"SIGTERM {self.name} (start {self.starts}): it left its groups")
+        log(f"SIGTERM {self.name} (start {self.starts}): it stopped (without leaving its groups)")
         self.start()
         return True
 
