@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import threading
+import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ from tests.integration.test_translate_worker import (
     order_row,
     orders_encoder,
     produce,
+    read_all,
     wait_for,
 )
 
@@ -207,7 +209,18 @@ def consumer_state(setup: Setup, events: int) -> dict[int, str]:
         await asyncio.wait_for(consumer.run(), 120)
 
     asyncio.run(run())
-    assert consumer.stats.dead_lettered == consumer.stats.parked == 0
+    # it reads the shared business topics, where other tests' records sit too, and one of
+    # them that does not read as these contracts is parked: none of this test's may be
+    if consumer.stats.dead_lettered or consumer.stats.parked:
+        from bizevents.contracts.business import HEADER_SOURCE_TOPIC
+
+        bootstrap = setup.endpoints.bootstrap_servers
+        letters = read_all(bootstrap, consumer.dead_letter_topic)
+        assert letters, consumer.stats
+        ours = [m for m in letters if m.headers.get(HEADER_SOURCE_TOPIC) == setup.topic.encode()]
+        assert not ours, [m.headers for m in ours]
+        # whose they were, for whoever finds a business topic holding such records
+        warnings.warn(f"other tests' records parked: {[m.headers for m in letters]}", stacklevel=1)
     return state
 
 

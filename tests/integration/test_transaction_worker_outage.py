@@ -214,9 +214,9 @@ def test_a_stop_while_the_group_rebalances_leaves_it_able_to_form(
     a worker, is stopped just after a third member asked to join, before its next
     heartbeat would tell it of the rebalance; once the other members are gone, a new
     worker gets its share: the stopped one did not leave (``stay_in_group``), and the
-    broker dropped it, with its leadership, after the session timeout. Against a worker that leaves on
-    stop, the new one waited without a share (in most runs: the leave must come before
-    the leader's next heartbeat)."""
+    broker dropped it, with its leadership, after the session timeout. Against a worker
+    that leaves on stop, the new one waited without a share (in most runs: the leave must
+    come before the leader's next heartbeat)."""
     from confluent_kafka import Consumer
     from confluent_kafka.admin import AdminClient
 
