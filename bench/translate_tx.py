@@ -7,13 +7,15 @@ registry. :func:`through_kafka` (``bench/translate.py --transactions``): the sam
 transactions written to the technical topics (``store.orders`` and
 ``store.order_items``, 3 partitions each, with the transaction topic's BEGIN and END
 records, all Confluent Avro) and run through ``bizevents translate --transactions``
-processes, one and then two in one group. Each transaction is what the store's load
-writes: the order inserted with total 0, three items, the total set (5 changes, one
-END record; one OrderPlaced out).
+processes, one and then two in one group; with ``--ceiling``, then two workers each
+alone on its own copy of the transactions (no member reads what another translates: the
+most a design of members that read only their share could reach on the machine). Each
+transaction is what the store's load writes: the order inserted with total 0, three
+items, the total set (5 changes, one END record; one OrderPlaced out).
 
     .venv/bin/python bench/translate_tx.py [--transactions 4000] [--runs 3]
     .venv/bin/python bench/translate_tx.py --decode --transactions 20000 --runs 5
-    .venv/bin/python bench/translate.py --transactions [--records 100000]
+    .venv/bin/python bench/translate.py --transactions [--records 100000] [--ceiling]
 """
 
 from __future__ import annotations
@@ -313,13 +315,13 @@ def fill_technical(bootstrap: str, registry_url: str, server: str, transactions:
 
 
 class PlacedReader:
-    """The OrderPlaced events of one server's orders, read in assign mode: their
+    """The OrderPlaced events of some servers' orders, read in assign mode: their
     ids and their Kafka timestamps (the worker's append time)."""
 
-    def __init__(self, bootstrap: str, server: str) -> None:
+    def __init__(self, bootstrap: str, *servers: str) -> None:
         from confluent_kafka import Consumer
 
-        self.server = server.encode()
+        self.servers = tuple(f"{server}.".encode() for server in servers)
         self.consumer = Consumer(
             {"bootstrap.servers": bootstrap, "group.id": "unused", "enable.auto.commit": False}
         )
@@ -327,7 +329,8 @@ class PlacedReader:
         self.positions: dict[int, int] = {}
 
     def read(self, expected: int, deadline: float, alive: Any) -> tuple[list[int], list[bytes]]:
-        """Until ``expected`` distinct ids of this server arrived: (timestamps, ids)."""
+        """Until ``expected`` distinct events of these servers arrived: (timestamps,
+        ids, each prefixed by its server)."""
         from confluent_kafka import KafkaError, TopicPartition
 
         from bizevents.contracts.business import HEADER_EVENT_ID, HEADER_SOURCE_TOPIC
@@ -349,14 +352,19 @@ class PlacedReader:
                 self.consumer.assign([TopicPartition(self.topic, p, o) for p, o in starts])
                 assigned = True
             for m in self.consumer.consume(2000, 0.5):
-                if m.error() is not None:
-                    assert m.error().code() == KafkaError._PARTITION_EOF, str(m.error())
+                error, partition, offset = m.error(), m.partition(), m.offset()
+                if error is not None:
+                    assert error.code() == KafkaError._PARTITION_EOF, str(error)
                     continue
-                self.positions[m.partition()] = m.offset() + 1
+                assert partition is not None and offset is not None
+                self.positions[partition] = offset + 1
                 headers = dict(m.headers() or [])
-                if not (headers.get(HEADER_SOURCE_TOPIC) or b"").startswith(self.server):
+                source = headers.get(HEADER_SOURCE_TOPIC) or b""
+                if not isinstance(source, bytes) or not source.startswith(self.servers):
                     continue
-                event_id = headers.get(HEADER_EVENT_ID) or b""
+                event = headers.get(HEADER_EVENT_ID) or b""
+                assert isinstance(event, bytes)
+                event_id = source.split(b".", 1)[0] + b"/" + event
                 stamps.append(m.timestamp()[1])
                 ids.append(event_id)
                 seen.add(event_id)
@@ -393,7 +401,7 @@ class Span:
 
 
 def run_workers(
-    env: dict[str, str],
+    env: dict[str, str] | Sequence[dict[str, str]],
     workers: int,
     log_dir: Path,
     reader: PlacedReader,
@@ -401,8 +409,10 @@ def run_workers(
     timeout: float,
     profile: Path | None = None,
     others: Sequence[int] = (),
+    label: str = "",
 ) -> tuple[float, int, Span]:
-    """``workers`` transaction workers of one group until every OrderPlaced arrived;
+    """``workers`` transaction workers of one group (or each with its own of ``env``'s
+    environments) until ``transactions`` OrderPlaced arrived;
     returns (transactions per second between the first and the last event, duplicates,
     and the :class:`Span`: the workers' CPU and that of ``others`` (the broker, the
     registry, this process: the rest of the pipeline) from the first event the reader
@@ -415,16 +425,18 @@ def run_workers(
             return [sys.executable]
         return [sys.executable, "-m", "cProfile", "-o", str(profile / f"{name}.prof")]
 
+    envs = [env] * workers if isinstance(env, dict) else list(env)
     processes = []
     logs = []
-    for i in range(workers):
-        log = log_dir / f"tx-{workers}-{i}.log"
+    label = label or str(workers)
+    for i, worker_env in enumerate(envs):
+        log = log_dir / f"tx-{label}-{i}.log"
         logs.append(log)
         with open(log, "wb") as out:
             processes.append(
                 subprocess.Popen(
-                    [*prefix(f"tx-{workers}-{i}"), "-m", "bizevents", "translate", TX_FLAG],
-                    env={**env, "BIZEVENTS_STATE_DIR": str(log_dir / f"state-{workers}-{i}")},
+                    [*prefix(f"tx-{label}-{i}"), "-m", "bizevents", "translate", TX_FLAG],
+                    env={**worker_env, "BIZEVENTS_STATE_DIR": str(log_dir / f"state-{label}-{i}")},
                     stdout=out,
                     stderr=subprocess.STDOUT,
                     cwd=REPO,
@@ -462,6 +474,33 @@ def run_workers(
     return (transactions - 1) / window, len(ids) - len(set(ids)), span
 
 
+_SPIN = """
+import time
+end, n = time.perf_counter() + {seconds}, 0
+while time.perf_counter() < end:
+    for _ in range(10_000):
+        pass
+    n += 1
+print(n)
+"""
+
+
+def cores_divide(seconds: float = 3.0) -> float:
+    """Loops of pure Python done by two processes at once over those done by one in the
+    same time: how far the machine's cores divide CPU work without Kafka."""
+    import subprocess
+
+    def spin(copies: int) -> int:
+        code = _SPIN.format(seconds=seconds)
+        runs = [
+            subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+            for _ in range(copies)
+        ]
+        return sum(int(run.communicate()[0]) for run in runs)
+
+    return spin(2) / spin(1)
+
+
 def through_kafka(
     bootstrap: str,
     registry_url: str,
@@ -471,17 +510,24 @@ def through_kafka(
     tmp: Path,
     profile: Path | None = None,
     stack_pids: Sequence[int] = (),
+    ceiling: bool = False,
 ) -> list[str]:
     """Lines: changes/s in and events/s out through Kafka, one worker and ``workers``.
 
     With ``stack_pids`` (the broker's and the registry's), also what the whole pipeline
     spends per change (workers, broker, registry and this process's reader) and so the
     cores a rate needs: one worker's rate times the target ratio needs that many cores at
-    the least, however the work were shared."""
+    the least, however the work were shared.
+
+    With ``ceiling``, also ``workers`` workers each alone on a copy of the transactions
+    under its own server name (its own topics, its own group): no member reads what
+    another translates, which is the most any design of members that read only their
+    share of the changes could reach on this machine."""
     import uuid
 
     tag = uuid.uuid4().hex[:8]
     server = f"benchtx{tag}"
+    copies = [f"{server}c{i}" for i in range(1, workers)] if ceiling else []
     transactions = max(changes // 5, 2)
     started = time.perf_counter()
     written = fill_technical(bootstrap, registry_url, server, transactions)
@@ -490,6 +536,9 @@ def through_kafka(
         f"technical topics {server}.store.orders/order_items: {written:,} changes in "
         f"{transactions:,} transactions (written in {time.perf_counter() - started:.1f}s)"
     ]
+    for copy in copies:
+        fill_technical(bootstrap, registry_url, copy, transactions)
+        lines.append(f"the same under {copy}, for the ceiling")
     env = {
         **os.environ,
         "BIZEVENTS_KAFKA__BOOTSTRAP_SERVERS": bootstrap,
@@ -505,54 +554,86 @@ def through_kafka(
     }
     reader = PlacedReader(bootstrap, server)
     others = [*stack_pids, os.getpid()]
-    rates: dict[int, float] = {}
-    try:
-        for n in sorted({1, workers}):
-            group_env = {
-                **env,
-                "BIZEVENTS_TRANSACTIONS__GROUP_ID": f"bench-tx-{n}-{tag}",
-                "BIZEVENTS_TRANSLATE__GROUP_ID": f"bench-tx-{n}-{tag}",
-            }
-            rate, duplicates, span = run_workers(
-                group_env, n, tmp, reader, transactions, timeout, profile, others
-            )
-            rates[n] = rate
-            # CPU per change says what the load of others' processes hides: the rate
-            # one worker would reach with a core of its own
-            changes_in = span.transactions * per_tx
-            per_cpu = changes_in / span.workers_cpu if span.workers_cpu > 0 else float("nan")
+    rates: dict[str, float] = {}
+
+    def group(name: str, prefix: str = server) -> dict[str, str]:
+        return {
+            **env,
+            "BIZEVENTS_TRANSLATE__TOPIC_PREFIX": prefix,
+            "BIZEVENTS_TRANSACTIONS__GROUP_ID": f"bench-tx-{name}-{tag}",
+            "BIZEVENTS_TRANSLATE__GROUP_ID": f"bench-tx-{name}-{tag}",
+        }
+
+    def measured(label: str, title: str, envs: list[dict[str, str]], reading: PlacedReader) -> None:
+        n = len(envs)
+        expected = transactions * len(reading.servers)
+        rate, duplicates, span = run_workers(
+            envs, n, tmp, reading, expected, timeout, profile, others, label
+        )
+        rates[label] = rate
+        # CPU per change says what the load of others' processes hides: the rate
+        # one worker would reach with a core of its own
+        changes_in = span.transactions * per_tx
+        per_cpu = changes_in / span.workers_cpu if span.workers_cpu > 0 else float("nan")
+        lines.append(
+            f"{title}: {rate * per_tx:,.0f} changes/s in, "
+            f"{rate:,.0f} events/s out ({duplicates} duplicates); "
+            f"per worker / {TX_TARGET:,}/s target: {rate * per_tx / n / TX_TARGET:.2f}; "
+            f"{per_cpu:,.0f} changes per worker CPU-second "
+            f"({span.workers_cpu:.1f} CPU-s for {changes_in:,.0f} changes)"
+        )
+        if stack_pids and changes_in and span.seconds > 0:
+            pipeline = (span.workers_cpu + span.others_cpu) / changes_in
             lines.append(
-                f"({'d' if n == 1 else 'e'}) {n} transaction worker{'s' if n > 1 else ''} "
-                f"(orders@3, through Kafka): {rate * per_tx:,.0f} changes/s in, "
-                f"{rate:,.0f} events/s out ({duplicates} duplicates); "
-                f"per worker / {TX_TARGET:,}/s target: {rate * per_tx / n / TX_TARGET:.2f}; "
-                f"{per_cpu:,.0f} changes per worker CPU-second "
-                f"({span.workers_cpu:.1f} CPU-s for {changes_in:,.0f} changes)"
+                f"    the whole pipeline over {span.seconds:.1f}s: {span.workers_cpu:.1f} "
+                f"CPU-s in the worker{'s' if n > 1 else ''}, {span.others_cpu:.1f} in the "
+                f"broker, registry and reader; {pipeline * 1e6:,.1f} CPU-µs per change; "
+                f"{(span.workers_cpu + span.others_cpu) / span.seconds:.2f} cores busy"
             )
-            if stack_pids and changes_in and span.seconds > 0:
-                pipeline = (span.workers_cpu + span.others_cpu) / changes_in
+            if label == "1":
+                needs = pipeline * rate * per_tx * SCALE_TARGET
                 lines.append(
-                    f"    the whole pipeline over {span.seconds:.1f}s: {span.workers_cpu:.1f} "
-                    f"CPU-s in the worker{'s' if n > 1 else ''}, {span.others_cpu:.1f} in the "
-                    f"broker, registry and reader; {pipeline * 1e6:,.1f} CPU-µs per change; "
-                    f"{(span.workers_cpu + span.others_cpu) / span.seconds:.2f} cores busy"
+                    f"    {SCALE_TARGET} times this rate needs at least {needs:.2f} cores "
+                    f"at this CPU per change (the machine has {os.cpu_count()})"
                 )
-                if n == 1:
-                    needs = pipeline * rate * per_tx * SCALE_TARGET
-                    lines.append(
-                        f"    {SCALE_TARGET} times this rate needs at least {needs:.2f} cores "
-                        f"at this CPU per change (the machine has {os.cpu_count()})"
-                    )
+
+    try:
+        measured("1", "(d) 1 transaction worker (orders@3, through Kafka)", [group("1")], reader)
+        if workers > 1:
+            title = f"(e) {workers} transaction workers (orders@3, through Kafka)"
+            measured(str(workers), title, [group(str(workers))] * workers, reader)
+        if copies:
+            alone = PlacedReader(bootstrap, server, *copies)
+            alone.positions = dict(reader.positions)  # after the runs above
+            try:
+                title = (
+                    f"(f) ceiling: {workers} workers, each alone on its own copy of the "
+                    "transactions (own topics, own group)"
+                )
+                envs = [group(f"alone-{i}", prefix) for i, prefix in enumerate([server, *copies])]
+                measured("ceiling", title, envs, alone)
+            finally:
+                alone.close()
     finally:
         reader.close()
     if workers > 1:
-        scale = rates[workers] / rates[1]
+        scale = rates[str(workers)] / rates["1"]
         lines.append(
             f"{workers} workers / one: {scale:.2f} (target ≥ {SCALE_TARGET}: "
             f"{'met' if scale >= SCALE_TARGET else 'MISSED'}; {os.cpu_count()} cores, "
             "shared with the broker)"
         )
-    one = rates[1] * per_tx
+    if copies:
+        lines.append(
+            f"ceiling / one: {rates['ceiling'] / rates['1']:.2f} ({workers} members that never "
+            "read what another translates, the most a design of members reading only their "
+            f"share could reach here; target {SCALE_TARGET})"
+        )
+        lines.append(
+            f"pure Python in two processes / one, without Kafka: {cores_divide():.2f} "
+            f"(how far this machine's {os.cpu_count()} cores divide CPU work)"
+        )
+    one = rates["1"] * per_tx
     lines.append(
         f"one worker / {TX_TARGET:,} changes/s target: {one / TX_TARGET:.2f} "
         f"({'met' if one >= TX_TARGET else 'MISSED'})"

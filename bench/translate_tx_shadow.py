@@ -176,7 +176,10 @@ def through_kafka(transactions: int, runs: int) -> None:
                         compared = shadow_figures(bootstrap, f"{group}.shadows")
                         assert compared == changes, f"{compared} of {changes} changes compared"
                     rates[shadowed].append(rate * changes / transactions)
-                    per_cpu[shadowed].append(changes / spent)
+                    # the changes read between the first event and the last, per CPU-s
+                    per_cpu[shadowed].append(
+                        spent.transactions * changes / transactions / spent.workers_cpu
+                    )
                     print(
                         f"run {n + 1} {'with' if shadowed else 'without'} a shadow: "
                         f"{rates[shadowed][-1]:,.0f} changes/s, "
