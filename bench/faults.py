@@ -1062,10 +1062,12 @@ class Faults:
     def _conn(self) -> Any:
         import psycopg2
 
-        if getattr(self, "_verify_conn", None) is None or self._verify_conn.closed:
-            self._verify_conn = psycopg2.connect(self.endpoints.postgres_dsn)
-            self._verify_conn.autocommit = True
-        return self._verify_conn
+        conn: Any = getattr(self, "_verify_conn", None)
+        if conn is None or conn.closed:
+            conn = psycopg2.connect(self.endpoints.postgres_dsn)
+            conn.autocommit = True
+            self._verify_conn = conn
+        return conn
 
     def shutdown(self) -> None:
         if self.load is not None:

@@ -124,7 +124,7 @@ class Events(threading.Thread):
                         # order's first change is its insert, the second the update to
                         # paid: no need to decode the envelope (that would load this
                         # process and delay the business events it measures)
-                        order = read_long(message.key(), 5)[0]
+                        order = read_long(message.key() or b"", 5)[0]
                         kind = "paid" if order in placed_seen else "placed"
                         placed_seen.add(order)
                         self.captured.setdefault((kind, order), stamped)
@@ -134,7 +134,7 @@ class Events(threading.Thread):
                         continue  # another run's events on a shared stack
                     # the event's key is its row's key, the order id; every status change
                     # here is one to paid (no decoding: this process must stay light)
-                    order = read_long(message.key(), 5)[0]
+                    order = read_long(message.key() or b"", 5)[0]
                     kind = "placed" if message.topic() == placed_topic else "paid"
                     change_key = (kind, order)
                     self.arrived.setdefault(change_key, now)

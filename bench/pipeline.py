@@ -24,7 +24,8 @@ import statistics
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -172,6 +173,10 @@ def main() -> None:
     wide(n, max(args.repeat, 3), client)
 
 
+def _read_all(reader: Callable[[bytes], object], values: Sequence[bytes]) -> list[object]:
+    return [reader(v) for v in values]
+
+
 def runs(repeat: int, run: Callable[[], object]) -> list[float]:
     """CPU seconds of each of ``repeat`` runs."""
     times = []
@@ -255,7 +260,7 @@ def codecs(values: list[bytes], lookup: Callable[[int], str], repeat: int) -> No
         readers["cavro, raw"] = lambda v: raw.binary_decode(v[5:])
     print(f"reading the value bytes alone, {len(values):,} envelopes, median of {repeat} runs:")
     for name, reader in readers.items():
-        per = [t / len(values) * 1e6 for t in runs(repeat, lambda r=reader: [r(v) for v in values])]
+        per = [t / len(values) * 1e6 for t in runs(repeat, partial(_read_all, reader, values))]
         print(
             f"  {name:<34} {statistics.median(per):6.2f} µs/record "
             f"(spread {min(per):.2f}-{max(per):.2f})"

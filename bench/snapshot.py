@@ -95,9 +95,11 @@ def probe_latencies(endpoints: Any, topic: str) -> list[tuple[int, float]]:
     ends, out = 0, []
     while ends < len(meta.partitions):
         for m in consumer.consume(1000, timeout=5):
-            if m.error() is not None:
-                if m.error().code() == KafkaError._PARTITION_EOF:
-                    ends += 1
+            err = m.error()
+            if err is not None:
+                if err.code() != KafkaError._PARTITION_EOF:
+                    raise RuntimeError(f"reading {topic}: {err}")
+                ends += 1
                 continue
             d = decoder.decode(m.key(), m.value())
             if isinstance(d, ChangeEvent) and d.op == "u" and d.source.ts_ms:

@@ -97,9 +97,11 @@ def probe_latencies(endpoints: Any, topic: str) -> list[tuple[int, float]]:
     ends, out = 0, []
     while ends < len(meta.partitions):
         for m in consumer.consume(1000, timeout=5):
-            if m.error() is not None:
-                if m.error().code() == KafkaError._PARTITION_EOF:
-                    ends += 1
+            err = m.error()
+            if err is not None:
+                if err.code() != KafkaError._PARTITION_EOF:
+                    raise RuntimeError(f"reading {topic}: {err}")
+                ends += 1
                 continue
             d = decoder.decode(m.key(), m.value())
             if isinstance(d, ChangeEvent) and d.op == "u" and d.after is not None:
@@ -236,9 +238,9 @@ def main() -> None:
     # the probe's end-to-end latency.
     step = mysqlcapture._BinlogReader.snapshot_step
 
-    def timed_step(self: Any, idle: bool = False) -> None:
+    def timed_step(self: Any, idle: bool = False, budget_s: float = 0.0) -> None:
         started = time.perf_counter()
-        step(self, idle)
+        step(self, idle, budget_s)
         if not idle:
             TURNS.append(time.perf_counter() - started)
 

@@ -468,12 +468,12 @@ def main() -> None:
                     rate, _ = translate(1, parking)
                     rates[parking].append(rate)
                     print(f"parking {'on ' if parking else 'off'}: {rate:,.0f} records/s")
-            core: dict[bool, list[float]] = {False: [], True: []}
+            cores: dict[bool, list[float]] = {False: [], True: []}
             for _ in range(args.parking_overhead):
                 for parking in (False, True):
                     rate = core_only(server, endpoints.registry_url, records, parking)
-                    core[parking].append(rate)
-            for what, found in (("worker", rates), ("translation core alone", core)):
+                    cores[parking].append(rate)
+            for what, found in (("worker", rates), ("translation core alone", cores)):
                 off, on = (sorted(found[k]) for k in (False, True))
                 mid = len(off) // 2
                 slower = 1 - on[mid] / off[mid]

@@ -56,7 +56,8 @@ def read_topics(bootstrap: str, topics: Iterable[str], timeout: float = 120) -> 
                     raise RuntimeError(str(err))
                 pending.add(where)
                 headers = {}
-                for name, raw in m.headers() or []:
+                for header in m.headers() or []:
+                    name, raw = header[0], header[1]
                     headers[name] = raw if isinstance(raw, bytes) else (raw or "").encode()
                 out.append(
                     Rec(where[0], where[1], int(m.offset() or 0), m.key(), m.value(), headers)
@@ -95,7 +96,10 @@ def schema_lookup(url: str) -> Callable[[int], str]:
 
     def lookup(schema_id: int) -> str:
         if schema_id not in cache:
-            cache[schema_id] = client.get_schema(schema_id).schema_str
+            text = client.get_schema(schema_id).schema_str
+            if text is None:
+                raise RuntimeError(f"schema {schema_id} has no text in the registry")
+            cache[schema_id] = text
         return cache[schema_id]
 
     return lookup
