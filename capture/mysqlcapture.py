@@ -320,8 +320,9 @@ class MysqlCapture(MysqlQuarantine):
         self.log.info("snapshot in Kafka", position=str(position))
         return position
 
-    def snapshot_raw(self, row: Any) -> tuple[bytes, str]:
-        return json.dumps(row, default=str).encode(), "mysql-row-json"
+    def snapshot_raw(self, codec: Any, row: Any) -> tuple[bytes, str]:
+        kept = {name: v for name, v in row.items() if name not in codec.dropped}
+        return json.dumps(kept, default=str).encode(), "mysql-row-json"
 
     # -- stream --------------------------------------------------------------------------------
 

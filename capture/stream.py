@@ -31,6 +31,7 @@ from bizevents.capture.pgoutput import (
     Relation,
     Truncate,
     Update,
+    blank_values,
     format_lsn,
 )
 from bizevents.capture.pgtypes import (
@@ -194,6 +195,7 @@ class Streaming(Quarantine):
         as ``on_conversion_error`` says (``park``: its key parked). Returns the records
         sent (all acknowledged before the slot passes the change)."""
         relation = m.relation
+        raw = blank_values(raw, m, self.session.codecs[relation.oid].dropped)
         if self.refresh_types(relation.oid, side):
             codec = self.session.codecs[relation.oid]
             mark = blocks.mark(codec.table)
