@@ -479,9 +479,13 @@ class CaptureCore:
                 self.ledger.signal_offset = after
             self.on_signal(sig)
 
-    def on_signal(self, sig: Signal | SignalError) -> None:
+    def on_signal(self, sig: Signal | SignalError, row: str | None = None) -> None:
         """Carry out one signal; one that cannot be is refused with one sentence and
-        capture goes on."""
+        capture goes on. ``row``: the id of the signal table's row it came from, carried
+        out once however often the log is read."""
+        if row is not None and self.ledger.signal_row_done(row):
+            self.log.info("signal already carried out: not again", id=row)
+            return
         try:
             if isinstance(sig, SignalError):
                 raise sig

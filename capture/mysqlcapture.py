@@ -252,7 +252,7 @@ class MysqlCapture(MysqlQuarantine):
                 self.ledger = ledger
             return position
         position = my.master_position(conn) if cfg.snapshot == "never" else self.initial_snapshot()
-        self.ledger = Ledger(True, list(cfg.tables), [], str(position))
+        self.ledger = Ledger(True, list(cfg.tables), [], str(position)).signals_from(ledger)
         self.store_ledger()
         return position
 
@@ -741,7 +741,8 @@ class _BinlogReader(StreamReader):
             sig = parse_signal(values.get("id"), values.get("type"), values.get("data"))
         except SignalError as exc:
             sig = exc
-        self.capture.on_signal(sig)  # a snapshot it asks for starts after the commit
+        # A snapshot it asks for starts after the commit.
+        self.capture.on_signal(sig, row=str(values.get("id")))
 
     def at_or_after(self, position: BinlogPosition) -> bool:
         """Whether the stream has read every event before ``position``."""

@@ -565,7 +565,8 @@ class _SlotReader(StreamReader):
             )
         except SignalError as exc:
             sig = exc
-        self.capture.on_signal(sig)  # a snapshot it asks for starts once the stream is idle
+        # A snapshot it asks for starts once the stream is idle.
+        self.capture.on_signal(sig, row=str(row.get("id")))
 
     def on_message(self, m: LogicalMessage, _msg: Any) -> None:
         inc = self.inc
