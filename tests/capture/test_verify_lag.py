@@ -10,16 +10,65 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from bizevents.capture.config import CaptureConfig
+from bizevents.capture.verify import Difference, Report, TableChunk, TopicState, check_table
 from bizevents.devstack import Endpoints
 from bizevents.plumbing.parkingio import read_to_end
 from tests.capture import capture_helpers as pgh
 from tests.capture import mysql_helpers as myh
 
-pytestmark = pytest.mark.integration
+
+class _Reader:
+    def rows_for(self, keys: list[Any]) -> TableChunk:
+        return TableChunk([], "LSN 0/2")
+
+
+def _differing() -> Report:
+    report = Report("s.t", "topic", chunks=1)
+    report.differences = [Difference((("id", 1),), "missing", None, "LSN 0/1")]
+    return report
+
+
+def test_a_recheck_capture_cannot_pass_is_said_not_skipped() -> None:
+    """Capture behind before the comparison: nothing compared; behind at a recheck:
+    the differences stay, unconfirmed, with the sentence, and are not repairable."""
+    lags: list[str | None] = ["capture is stopped"]
+    compared: list[Report] = []
+
+    def first() -> Report:
+        compared.append(_differing())
+        return compared[-1]
+
+    def state_of(keys: list[Any]) -> TopicState:
+        return TopicState()
+
+    reader: Any = _Reader()  # the table side of a recheck: no rows
+
+    def check(rechecks: int) -> Report:
+        return check_table(
+            "s.t",
+            "topic",
+            lambda: lags.pop(0),
+            first,
+            state_of,
+            reader,
+            rechecks,
+        )
+
+    early = check(2)
+    assert not early.compared and early.behind == "capture is stopped" and not compared
+    assert not early.ok and not early.repairable
+    lags[:] = [None, "capture is running but behind"]
+    late = check(2)
+    assert late.compared and late.behind == "capture is running but behind"
+    assert len(late.differences) == 1 and not late.repairable and not late.ok
+    lags[:] = [None, None]
+    caught_up = check(2)  # the recheck finds the key on neither side: no difference
+    assert caught_up.behind is None and caught_up.ok and not caught_up.repairable
 
 
 def _verify(
@@ -60,6 +109,7 @@ def pg(bizevents_stack: Endpoints) -> Iterator[pgh.Db]:
         yield made
 
 
+@pytest.mark.integration
 def test_postgres_verify_tells_a_stopped_capture_from_a_gap(pg: pgh.Db, tmp_path: Path) -> None:
     s = pg.schema
     pg.sql(f"CREATE TABLE {s}.t (id int PRIMARY KEY, v int)")
@@ -94,6 +144,7 @@ def my(bizevents_mysql: str, bizevents_stack: Endpoints) -> Iterator[myh.MyDb]:
         yield database
 
 
+@pytest.mark.integration
 @pytest.mark.mysql
 def test_mariadb_verify_tells_a_stopped_capture_from_a_gap(my: myh.MyDb, tmp_path: Path) -> None:
     my.sql("CREATE TABLE t (id INT PRIMARY KEY, v INT)")
