@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from bizevents.capture.config import ColumnFilter
+from bizevents.capture.config import CaptureConfig, ColumnFilter
+from bizevents.capture.mysqltypes import register_converter as register_my_converter
 from bizevents.capture.pgoutput import (
     UNCHANGED_TOAST,
     Insert,
@@ -21,11 +22,14 @@ from bizevents.capture.pgoutput import (
     Update,
     blank_values,
 )
+from bizevents.capture.pgtypes import register_converter as register_pg_converter
+from bizevents.capture.quarantinecore import ask_capture, parked_keys
 from bizevents.devstack import Endpoints
 from bizevents.plumbing.parking import PARKED_HEADER
 from bizevents.plumbing.parkingio import read_to_end
 from tests.capture import capture_helpers as pgh
 from tests.capture import mysql_helpers as myh
+from tests.capture.quarantine_helpers import enum_fixed, events_by_id, numeric_fixed
 
 #: What the excluded column holds: it must appear in no record capture writes.
 SECRET = "pbkdf2_sha256$600000$NEVER-LEAVES$c2VjcmV0"
@@ -77,6 +81,20 @@ def _tuple(values: tuple[Any, ...]) -> bytes:
     return out
 
 
+def _redrive(kafka: dict[str, Any], config: CaptureConfig) -> None:
+    """Re-drive the one parked key (capture runs, with the fix)."""
+    ((ref, _state),) = parked_keys(kafka, config.parked_topic_name)[0].parked.items()
+    (answer,) = ask_capture(kafka, config.parked_topic_name, "redrive", ref[3].hex(), 60)
+    assert answer.status == "done", answer.message
+
+
+def _redriven(endpoints: Endpoints, topic: str) -> None:
+    """Row 3's parked changes reached its topic, without the excluded column."""
+    events = events_by_id(endpoints, topic)[3]
+    assert [e.after["note"] for e in events] == ["streamed", "behind"]
+    assert all("v" not in e.after for e in events)
+
+
 @pytest.fixture
 def pg(bizevents_stack: Endpoints) -> Iterator[pgh.Db]:
     with pgh.database(bizevents_stack) as made:
@@ -98,7 +116,8 @@ def test_postgres_dead_letters_and_parked_records_hold_no_excluded_column(
     config = pg.config(
         ["t"], on_conversion_error=mode, columns={f"{s}.t": ColumnFilter(exclude=("v",))}
     )
-    with pgh.in_process(config, pgh.capture_endpoints(pg.endpoints, tmp_path)) as run:
+    endpoints = pgh.capture_endpoints(pg.endpoints, tmp_path)
+    with pgh.in_process(config, endpoints) as run:
         run.wait_snapshot()
         pg.sql(f"INSERT INTO {s}.t VALUES (3, %s, 'NaN', 'streamed')", (SECRET,))
         pg.sql(f"UPDATE {s}.t SET note = 'behind', v = %s WHERE id = 3", (SECRET + "2",))
@@ -121,6 +140,18 @@ def test_postgres_dead_letters_and_parked_records_hold_no_excluded_column(
         assert all(PARKED_HEADER in dict(m.headers()) for m in dead if m.key() is not None)
     assert _leaks(kafka, config.dlq_topic) == []
     assert _leaks(kafka, pg.topic("t")) == []
+    if mode == "park":
+        # The parked changes, blanked, still decode: re-driven with the fix.
+        register_pg_converter("numeric", numeric_fixed)
+        try:
+            with pgh.in_process(config, endpoints) as run:
+                run.wait_snapshot()
+                _redrive(kafka, config)
+                run.wait_acked(pg.wal_lsn())
+                run.stop()
+        finally:
+            register_pg_converter("numeric", None)
+        _redriven(pg.endpoints, pg.topic("t"))
 
 
 @pytest.fixture
@@ -143,7 +174,8 @@ def test_mariadb_dead_letters_and_parked_records_hold_no_excluded_column(
     config = my.config(
         ["t"], on_conversion_error=mode, columns={f"{my.name}.t": ColumnFilter(exclude=("v",))}
     )
-    with myh.in_process(config, my.capture_endpoints(tmp_path)) as run:
+    endpoints = my.capture_endpoints(tmp_path)
+    with myh.in_process(config, endpoints) as run:
         run.wait_snapshot()
         my.sql("INSERT INTO t VALUES (3, %s, 'zzz', 'streamed')", (SECRET,))
         my.sql("UPDATE t SET note = 'behind', v = %s WHERE id = 3", (SECRET + "2",))
@@ -156,3 +188,14 @@ def test_mariadb_dead_letters_and_parked_records_hold_no_excluded_column(
     assert any(b"snap" in m.value() for m in dead) and any(b"streamed" in m.value() for m in dead)
     assert _leaks(kafka, config.dlq_topic) == []
     assert _leaks(kafka, my.topic("t")) == []
+    if mode == "park":
+        register_my_converter("enum", enum_fixed)
+        try:
+            with myh.in_process(config, endpoints) as run:
+                run.wait_snapshot()
+                _redrive(kafka, config)
+                run.wait_position(my.binlog_end())
+                run.stop()
+        finally:
+            register_my_converter("enum", None)
+        _redriven(my.endpoints, my.topic("t"))
