@@ -107,7 +107,11 @@ def test_postgres_signals_are_carried_out_once(pg: pgh.Db, tmp_path: Path) -> No
             pg.sql("SELECT pg_drop_replication_slot(%s)", (pg.slot,))
         endpoints = pgh.capture_endpoints(pg.endpoints, tmp_path / f"empty{n}")
         with pgh.in_process(cfg, endpoints) as again:
-            _nothing_again(again, lambda run=again: run.wait_acked(pg.wal_lsn()), how)
+
+            def caught_up(run: pgh.InProcess = again) -> None:
+                run.wait_acked(pg.wal_lsn())
+
+            _nothing_again(again, caught_up, how)
     assert {t: _incremental(pg.endpoints, pg.topic(t)) for t in ("a", "b")} == counts
 
 
