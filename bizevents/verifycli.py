@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     default=30.0,
     show_default=True,
     type=click.FloatRange(min=0),
-    help="Seconds to wait for capture to pass the database's position before saying it is behind.",
+    help="Seconds to wait for capture to pass the database before saying it is behind.",
 )
 @click.option(
     "--repair", is_flag=True, help="Ask capture to snapshot again exactly the differing chunks."
