@@ -35,6 +35,14 @@ if TYPE_CHECKING:
     help="Times a differing key is checked again once capture passed the database.",
 )
 @click.option(
+    "--wait",
+    "wait_s",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="Seconds to wait for capture to pass the database before saying it is behind.",
+)
+@click.option(
     "--repair", is_flag=True, help="Ask capture to snapshot again exactly the differing chunks."
 )
 @click.option("--json", "as_json", is_flag=True, help="The report as JSON.")
@@ -52,6 +60,7 @@ def verify(
     tables: tuple[str, ...],
     chunk_rows: int,
     rechecks: int,
+    wait_s: float,
     repair: bool,
     as_json: bool,
     spark: bool,
@@ -59,7 +68,9 @@ def verify(
 ) -> None:
     """Compare each captured table with the latest state per key of its technical
     topic, chunk by chunk of primary keys (counts and a checksum of a canonical row
-    encoding); print the missing, extra and differing keys. Exit 1 on any gap.
+    encoding); print the missing, extra and differing keys. Exit 1 on any gap; exit 3
+    when capture has not passed the database's position, so that a difference cannot be
+    told from lag (nothing is repaired then).
 
     PostgreSQL and MySQL/MariaDB tables (the DSN says which).
     """
@@ -69,7 +80,7 @@ def verify(
 
     from bizevents.capture.config import load_capture_config
     from bizevents.capture.signals import Signal, SignalTopic
-    from bizevents.capture.verify import Report, compare, open_readers, topic_state
+    from bizevents.capture.verify import Report, capture_progress, check_table, open_readers
     from bizevents.plumbing.kafka import ensure_topics
 
     settings = settings_of(ctx)
@@ -101,11 +112,9 @@ def verify(
     reports: list[Report] = []
     repairs: list[tuple[str, str, str, list[tuple[int, bytes]]]] = []
     try:
-        caught_up = _caught_up(config, dsn, side, kafka)
+        behind = capture_progress(config, dsn, side, kafka, wait_s)
         for qualified, topic, table in readers:
-            # The topic holds at least everything up to the database's position now
-            # once capture passed it; later changes are what the rechecks are for.
-            captured = caught_up()
+            first: Callable[[], Report]
             state_of: Callable[[list[Any]], TopicState]
             if session is not None:
                 from bizevents.verifyspark import SparkVerify, keys_state, verify_table
@@ -113,29 +122,14 @@ def verify(
                 job = SparkVerify(
                     kafka, settings.registry.client_config(), dsn, config, qualified, topic
                 )
-                report = verify_table(session, job, chunk_rows, _SPARK_SLICE)
+                first = partial(verify_table, session, job, chunk_rows, _SPARK_SLICE)
                 state_of = partial(keys_state, session, job, slice_size=_SPARK_SLICE)
             else:
-                state = topic_state(kafka, topic, table.decoder)
-                report = Report(qualified, topic, records_read=state.read)
-                compare(report, state, table.chunks(chunk_rows))
+                first = partial(_compare, kafka, qualified, topic, table, chunk_rows)
                 state_of = partial(_keys_state, kafka, topic, table.decoder)
-
-            # The differing keys again, table and topic (with --spark the topic's
-            # records of those keys, read by the executors).
-            for _ in range(rechecks if captured else 0):
-                if report.ok or not caught_up():
-                    break
-                keys = [d.key for d in report.differences]
-                known = state_of(keys)
-                again = Report(qualified, topic)
-                compare(again, known, iter([table.rows_for(keys)]))
-                report.differences = again.differences
-                report.database_position = again.database_position
-                if not report.differences:
-                    report.differing_chunks = []
+            report = check_table(qualified, topic, behind, first, state_of, table, rechecks)
             reports.append(report)
-            if repair:
+            if repair and report.repairable:
                 parts = [table.range_condition(lo, hi) for lo, hi in report.differing_chunks]
                 extras = [d for d in report.differences if d.kind == "extra" and d.tombstone]
                 if extras:
@@ -168,9 +162,21 @@ def verify(
                 }
             )
         producer.flush(30)
-    _print(reports, sent, as_json)
-    if any(not r.ok for r in reports):
+    _print(reports, sent, as_json, repair)
+    if any(r.differences and r.behind is None for r in reports):
         ctx.exit(1)
+    if any(not r.ok for r in reports):
+        ctx.exit(3)
+
+
+def _compare(kafka: dict[str, Any], name: str, topic: str, table: Any, chunk_rows: int) -> Any:
+    """The table compared with its topic, read here."""
+    from bizevents.capture.verify import Report, compare, topic_state
+
+    state = topic_state(kafka, topic, table.decoder)
+    report = Report(name, topic, records_read=state.read)
+    compare(report, state, table.chunks(chunk_rows))
+    return report
 
 
 def _keys_state(kafka: dict[str, Any], topic: str, decoder: Any, keys: list[Any]) -> TopicState:
@@ -210,61 +216,11 @@ def _write_tombstones(producer: Any, topic: str, tombstones: list[tuple[int, byt
         )
 
 
-def _caught_up(config: Any, dsn: str, side: Any, kafka: dict[str, Any]) -> Callable[[], bool]:
-    """Whether capture passed the database's position of the call (waiting up to 30 s):
-    PostgreSQL's slot's confirmed position, MySQL/MariaDB's position in capture's state
-    topic."""
-    from bizevents.capture.verify import is_mysql, wait_until
-
-    if not is_mysql(dsn):
-
-        def slot_passed() -> bool:
-            lsn = _wal_lsn(side)
-            return wait_until(lambda: _confirmed(side, config.slot_name) >= lsn, 30)
-
-        return slot_passed
-
-    from bizevents.capture import mysql as my
-    from bizevents.capture.state import StateStore
-
-    store = StateStore(kafka, config.offsets_topic_name, config.server)
-
-    def stored() -> tuple[str, int]:
-        at = store.read(store.position_key()) or {}
-        return str(at.get("file", "")), int(at.get("pos", 0))
-
-    def binlog_passed() -> bool:
-        now = my.master_position(side)
-        return wait_until(lambda: stored() >= (now.file, now.pos), 30)
-
-    return binlog_passed
-
-
-def _wal_lsn(conn: Any) -> int:
-    from bizevents.capture.pgoutput import parse_lsn
-
-    with conn.cursor() as cur:
-        cur.execute("SELECT pg_current_wal_lsn()::text")
-        return parse_lsn(str(cur.fetchone()[0]))
-
-
-def _confirmed(conn: Any, slot: str) -> int:
-    from bizevents.capture.pgoutput import parse_lsn
-
-    with conn.cursor() as cur:
-        cur.execute(
-            "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
-            (slot,),
-        )
-        row = cur.fetchone()
-    return parse_lsn(str(row[0])) if row and row[0] else 0
-
-
 def _key_text(key: Any) -> str:
     return ", ".join(f"{k}={v!r}" for k, v in key)
 
 
-def _print(reports: list[Any], repairs: list[dict[str, Any]], as_json: bool) -> None:
+def _print(reports: list[Any], repairs: list[dict[str, Any]], as_json: bool, repair: bool) -> None:
     if as_json:
         console.print_json(
             json.dumps(
@@ -277,6 +233,8 @@ def _print(reports: list[Any], repairs: list[dict[str, Any]], as_json: bool) -> 
                             "topic_rows": r.topic_rows,
                             "chunks": r.chunks,
                             "differing_chunks": len(r.differing_chunks),
+                            "compared": r.compared,
+                            "behind": r.behind,
                             "differences": [
                                 {
                                     "kind": d.kind,
@@ -296,33 +254,11 @@ def _print(reports: list[Any], repairs: list[dict[str, Any]], as_json: bool) -> 
         )
         return
     for r in reports:
-        verdict = "the topic holds the table" if r.ok else f"{len(r.differences)} differences"
-        console.print(
-            f"{r.table}: {r.rows} rows in {r.chunks} chunks, {r.topic_rows} keys in {r.topic} "
-            f"({r.records_read} records): {verdict}",
-            highlight=False,
-        )
-        for d in r.differences:
-            what = {
-                "missing": "in the table, not in the topic",
-                "differs": "the table's row differs from the topic's",
-                "extra": "in the topic, not in the table",
-            }[d.kind]
-            since = (
-                f"the topic's last record of it ({d.topic_position})"
-                if d.topic_position is not None
-                else "the start of the topic (it holds no record of this key)"
-            )
+        _print_report(r)
+        if r.behind is not None and repair:
             console.print(
-                f"  {d.kind} {_key_text(d.key)}: {what}; changed between {since} "
-                f"and the database at {d.database_position}",
-                highlight=False,
-                soft_wrap=True,  # a line per key, for grep
-            )
-        if any(d.kind == "extra" for d in r.differences):
-            console.print(
-                "  (extra keys are deletes the topic lacks: --repair writes their tombstones, "
-                "then snapshots those keys again, for any that came back meanwhile)",
+                f"repair: nothing asked for {r.table} while capture is behind; run verify "
+                "again once it caught up",
                 highlight=False,
             )
     for fix in repairs:
@@ -335,5 +271,44 @@ def _print(reports: list[Any], repairs: list[dict[str, Any]], as_json: bool) -> 
         console.print(
             f"repair: signal {fix['signal']} asks capture to snapshot {fix['table']} where "
             f"{fix['condition']}",
+            highlight=False,
+        )
+
+
+def _print_report(r: Any) -> None:
+    if not r.compared:
+        console.print(f"{r.table}: not compared with {r.topic}: {r.behind}", highlight=False)
+        return
+    if r.behind is not None:
+        verdict = f"{len(r.differences)} differences not confirmed: {r.behind}"
+    else:
+        verdict = "the topic holds the table" if r.ok else f"{len(r.differences)} differences"
+    console.print(
+        f"{r.table}: {r.rows} rows in {r.chunks} chunks, {r.topic_rows} keys in {r.topic} "
+        f"({r.records_read} records): {verdict}",
+        highlight=False,
+    )
+    unconfirmed = "unconfirmed " if r.behind is not None else ""
+    for d in r.differences:
+        what = {
+            "missing": "in the table, not in the topic",
+            "differs": "the table's row differs from the topic's",
+            "extra": "in the topic, not in the table",
+        }[d.kind]
+        since = (
+            f"the topic's last record of it ({d.topic_position})"
+            if d.topic_position is not None
+            else "the start of the topic (it holds no record of this key)"
+        )
+        console.print(
+            f"  {unconfirmed}{d.kind} {_key_text(d.key)}: {what}; changed between {since} "
+            f"and the database at {d.database_position}",
+            highlight=False,
+            soft_wrap=True,  # a line per key, for grep
+        )
+    if r.behind is None and any(d.kind == "extra" for d in r.differences):
+        console.print(
+            "  (extra keys are deletes the topic lacks: --repair writes their tombstones, "
+            "then snapshots those keys again, for any that came back meanwhile)",
             highlight=False,
         )

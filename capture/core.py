@@ -347,8 +347,9 @@ class CaptureCore:
             value_schema_id=codec.value_schema_id,
         )
 
-    def snapshot_raw(self, row: Any) -> tuple[bytes, str]:
-        """A snapshot row as its dead letter keeps it: ``(its bytes, their format)``."""
+    def snapshot_raw(self, codec: Any, row: Any) -> tuple[bytes, str]:
+        """A snapshot row as its dead letter keeps it, without the columns ``codec``
+        does not capture: ``(its bytes, their format)``."""
         raise NotImplementedError
 
     def snapshot_row(
@@ -372,7 +373,7 @@ class CaptureCore:
             if key is None:
                 key = codec.key(row)
         except CaptureError as exc:
-            raw, fmt = self.snapshot_raw(row)
+            raw, fmt = self.snapshot_raw(codec, row)
 
             def dead_letter(
                 topic: str, k: bytes | None, v: bytes, headers: list[tuple[str, Any]]
@@ -478,9 +479,13 @@ class CaptureCore:
                 self.ledger.signal_offset = after
             self.on_signal(sig)
 
-    def on_signal(self, sig: Signal | SignalError) -> None:
+    def on_signal(self, sig: Signal | SignalError, row: str | None = None) -> None:
         """Carry out one signal; one that cannot be is refused with one sentence and
-        capture goes on."""
+        capture goes on. ``row``: the id of the signal table's row it came from, carried
+        out once however often the log is read."""
+        if row is not None and self.ledger.signal_row_done(row):
+            self.log.info("signal already carried out: not again", id=row)
+            return
         try:
             if isinstance(sig, SignalError):
                 raise sig

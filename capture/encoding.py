@@ -298,6 +298,11 @@ class TableCodec(RegisteredCodec):
             raise CaptureError(f"key columns {missing} of {table} are not in the table")
         kept = [c for c in relation.columns if keep(c.name) or c.name in key_names]
         self.columns: tuple[Column, ...] = tuple(kept)
+        #: The positions (in ``relation.columns``) of the columns not captured: their
+        #: values never leave capture, not even in a dead letter.
+        self.dropped = frozenset(
+            i for i, c in enumerate(relation.columns) if not (keep(c.name) or c.name in key_names)
+        )
         self.key_names = tuple(key_names)
         self.key_nullable = key_nullable
         index = {c.name: i for i, c in enumerate(relation.columns)}

@@ -252,7 +252,7 @@ class MysqlCapture(MysqlQuarantine):
                 self.ledger = ledger
             return position
         position = my.master_position(conn) if cfg.snapshot == "never" else self.initial_snapshot()
-        self.ledger = Ledger(True, list(cfg.tables), [], str(position))
+        self.ledger = Ledger(True, list(cfg.tables), [], str(position)).signals_from(ledger)
         self.store_ledger()
         return position
 
@@ -320,8 +320,9 @@ class MysqlCapture(MysqlQuarantine):
         self.log.info("snapshot in Kafka", position=str(position))
         return position
 
-    def snapshot_raw(self, row: Any) -> tuple[bytes, str]:
-        return json.dumps(row, default=str).encode(), "mysql-row-json"
+    def snapshot_raw(self, codec: Any, row: Any) -> tuple[bytes, str]:
+        kept = {name: v for name, v in row.items() if name not in codec.dropped}
+        return json.dumps(kept, default=str).encode(), "mysql-row-json"
 
     # -- stream --------------------------------------------------------------------------------
 
@@ -740,7 +741,8 @@ class _BinlogReader(StreamReader):
             sig = parse_signal(values.get("id"), values.get("type"), values.get("data"))
         except SignalError as exc:
             sig = exc
-        self.capture.on_signal(sig)  # a snapshot it asks for starts after the commit
+        # A snapshot it asks for starts after the commit.
+        self.capture.on_signal(sig, row=str(values.get("id")))
 
     def at_or_after(self, position: BinlogPosition) -> bool:
         """Whether the stream has read every event before ``position``."""

@@ -199,6 +199,11 @@ class MyTableCodec(RegisteredCodec):
         self.topic = topic
         qualified = table.qualified
         kept = [c for c in table.columns if keep(c.name) or c.name in key_names]
+        #: The columns not captured: their values never leave capture, not even in a
+        #: dead letter.
+        self.dropped = frozenset(
+            c.name for c in table.columns if not (keep(c.name) or c.name in key_names)
+        )
         by_name = {c.name: c for c in table.columns}
         key_set = set(key_names)
         # Every non-key column is optional in the value schema, NOT NULL ones too: the

@@ -211,6 +211,7 @@ class MysqlQuarantine(QuarantineCore):
         the dead letter's). The records sent."""
         send = self._sender(ack)
         table = codec.table.qualified
+        row = _captured(codec, row)
         if self.parking is not None:
             key = _keys(codec, kind, row)[-1]  # the row's key after the change
             if key is not None:
@@ -229,7 +230,7 @@ class MysqlQuarantine(QuarantineCore):
             codec.table.qualified,
             codec.topic,
             _keys(codec, kind, row),
-            lambda: dump_row(row),
+            lambda: dump_row(_captured(codec, row)),
             at.number,
             lambda: _context(codec, kind, at),
             self._sender(ack),
@@ -303,6 +304,19 @@ def _keys(codec: MyTableCodec, kind: str, row: dict[str, Any]) -> list[bytes | N
         except CaptureError:
             keys.append(None)
     return keys
+
+
+def _captured(codec: MyTableCodec, row: dict[str, Any]) -> dict[str, Any]:
+    """A binlog row without the columns ``codec`` does not capture (in each of its
+    per-column maps: the values before and after, and where NULLs came from)."""
+    if not codec.dropped:
+        return row
+    return {
+        part: {c: v for c, v in cols.items() if c not in codec.dropped}
+        if isinstance(cols, dict)
+        else cols
+        for part, cols in row.items()
+    }
 
 
 def _context(codec: MyTableCodec, kind: str, at: RowAt) -> dict[str, Any]:

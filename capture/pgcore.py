@@ -38,9 +38,11 @@ class PgCore(CaptureCore):
     def ledger_source(self) -> str:
         return self.config.slot_name
 
-    def snapshot_raw(self, row: Any) -> tuple[bytes, str]:
-        # The values as PostgreSQL gave them: each type's text output.
-        return json.dumps(list(row)).encode(), "snapshot-text-json"
+    def snapshot_raw(self, codec: Any, row: Any) -> tuple[bytes, str]:
+        # The values as PostgreSQL gave them, each type's text output; NULL in place of
+        # a column not captured.
+        values = [None if i in codec.dropped else v for i, v in enumerate(row)]
+        return json.dumps(values).encode(), "snapshot-text-json"
 
     def feedback(self, cursor: psycopg2.extras.ReplicationCursor, force: bool) -> None:
         """Confirm to the slot the newest position Kafka acknowledged (at most every

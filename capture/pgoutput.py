@@ -28,7 +28,7 @@ nothing else, naming the message type and the byte offset.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Final, Literal, TypeAlias
@@ -60,6 +60,7 @@ __all__ = [
     "TupleValue",
     "TypeInfo",
     "Update",
+    "blank_values",
     "format_lsn",
     "parse_lsn",
 ]
@@ -714,3 +715,33 @@ class PgOutputDecoder:
             raise ProtocolError("A", 1, _reason(exc)) from None
         self._done("A", data, 1 + _STREAM_ABORT.size)
         return StreamAbort(xid, subxid)
+
+
+def _tuple_bytes(values: TupleData, blank: Collection[int]) -> bytes:
+    parts = [_I16.pack(len(values))]
+    for i, v in enumerate(values):
+        if v is None or i in blank:
+            parts.append(b"n")
+        elif v is UNCHANGED_TOAST:
+            parts.append(b"u")
+        elif isinstance(v, bytes):
+            parts += [b"b", _I32.pack(len(v)), v]
+        else:
+            text = str(v).encode()
+            parts += [b"t", _I32.pack(len(text)), text]
+    return b"".join(parts)
+
+
+def blank_values(raw: bytes, m: RowChange, blank: Collection[int]) -> bytes:
+    """``raw``, the pgoutput message ``m`` was decoded from, with the values of the
+    columns at the positions ``blank`` written as NULL: what may leave capture of a row
+    some of whose columns are not captured (a dead letter, a parked change)."""
+    if not blank:
+        return raw
+    head = bytes(raw[: 5 if m.xid is None else 9])  # the tag, the streamed xid, the oid
+    if isinstance(m, Insert):
+        return head + b"N" + _tuple_bytes(m.new, blank)
+    if isinstance(m, Update):
+        old = b"" if m.old is None else (m.old_kind or "O").encode() + _tuple_bytes(m.old, blank)
+        return head + old + b"N" + _tuple_bytes(m.new, blank)
+    return head + m.old_kind.encode() + _tuple_bytes(m.old, blank)

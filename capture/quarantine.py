@@ -28,6 +28,7 @@ from bizevents.capture.pgoutput import (
     Relation,
     RelationCache,
     Update,
+    blank_values,
     format_lsn,
 )
 from bizevents.capture.quarantinecore import ParkedChange, QuarantineCore, Record, Send
@@ -146,7 +147,7 @@ class Quarantine(QuarantineCore, PgCore):
             codec.relation.qualified_name,
             codec.topic,
             keys,
-            lambda: raw,
+            lambda: blank_values(raw, m, codec.dropped),
             lsn,
             lambda: context_record(codec, lsn, tx),
             send,

@@ -103,14 +103,14 @@ class PostgresCapture(Snapshotting, Streaming):
                     point, name = pg.create_slot_exporting(cur, cfg.slot_name)
                     self.log.info("slot created", consistent_point=format_lsn(point))
                     self.initial_snapshot(name, point)
-                    self.ledger = Ledger(True, tables, [], format_lsn(point))
+                    self.ledger = Ledger(True, tables, [], format_lsn(point)).signals_from(stored)
                 else:
                     cur.create_replication_slot(cfg.slot_name, output_plugin="pgoutput")
-                    self.ledger = Ledger(True, tables)
+                    self.ledger = Ledger(True, tables).signals_from(stored)
                 self.store_ledger()
             elif stored is None or cfg.snapshot == "never":
                 # Stream only: every table counts as present, none is snapshotted.
-                self.ledger = Ledger(True, tables)
+                self.ledger = Ledger(True, tables).signals_from(stored)
                 self.store_ledger()
             else:
                 self.ledger = stored

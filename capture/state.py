@@ -21,14 +21,17 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from confluent_kafka import Producer
 
 from bizevents.plumbing.errors import TransientError
 from bizevents.plumbing.kafka import ensure_topics, produce, read_latest
 
-__all__ = ["Ledger", "Pending", "StateStore"]
+__all__ = ["SIGNAL_ROWS_KEPT", "Ledger", "Pending", "StateStore"]
+
+#: How many of the signal table's rows the ledger remembers as carried out.
+SIGNAL_ROWS_KEPT: Final = 1000
 
 
 def _key(fields: dict[str, Any]) -> bytes:
@@ -149,6 +152,10 @@ class Ledger:
     consistent_point: str | None = None
     #: The next offset of the signal topic to read (signals before it were carried out).
     signal_offset: int | None = None
+    #: The ids of the signal table's rows carried out (or refused), the latest
+    #: :data:`SIGNAL_ROWS_KEPT`: a row read again (the log re-read after a crash or from
+    #: an older position) is not carried out twice.
+    signal_rows: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -157,6 +164,7 @@ class Ledger:
             "queue": [p.to_json() for p in self.queue],
             "consistent_point": self.consistent_point,
             "signal_offset": self.signal_offset,
+            "signal_rows": self.signal_rows,
             "ts_ms": int(time.time() * 1000),
         }
 
@@ -170,7 +178,26 @@ class Ledger:
             queue=[Pending.from_json(p) for p in data.get("queue") or []],
             consistent_point=data.get("consistent_point"),
             signal_offset=data.get("signal_offset"),
+            signal_rows=[str(r) for r in data.get("signal_rows") or []],
         )
+
+    def signals_from(self, stored: Ledger | None) -> Ledger:
+        """This new ledger, with the signals ``stored`` says were carried out: a new
+        slot, ``snapshot = "never"`` or a new snapshot starts the snapshots' record
+        again, never the signals'."""
+        if stored is not None:
+            self.signal_offset = stored.signal_offset
+            self.signal_rows = list(stored.signal_rows)
+        return self
+
+    def signal_row_done(self, row_id: str) -> bool:
+        """Whether the signal table's row ``row_id`` was carried out already; records
+        it as carried out from now on."""
+        if row_id in self.signal_rows:
+            return True
+        self.signal_rows.append(row_id)
+        del self.signal_rows[:-SIGNAL_ROWS_KEPT]
+        return False
 
     def added_tables(self, configured: list[str]) -> list[str]:
         """Configured tables without their rows in Kafka and no snapshot under way."""

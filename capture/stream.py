@@ -31,6 +31,7 @@ from bizevents.capture.pgoutput import (
     Relation,
     Truncate,
     Update,
+    blank_values,
     format_lsn,
 )
 from bizevents.capture.pgtypes import (
@@ -194,6 +195,7 @@ class Streaming(Quarantine):
         as ``on_conversion_error`` says (``park``: its key parked). Returns the records
         sent (all acknowledged before the slot passes the change)."""
         relation = m.relation
+        raw = blank_values(raw, m, self.session.codecs[relation.oid].dropped)
         if self.refresh_types(relation.oid, side):
             codec = self.session.codecs[relation.oid]
             mark = blocks.mark(codec.table)
@@ -563,7 +565,8 @@ class _SlotReader(StreamReader):
             )
         except SignalError as exc:
             sig = exc
-        self.capture.on_signal(sig)  # a snapshot it asks for starts once the stream is idle
+        # A snapshot it asks for starts once the stream is idle.
+        self.capture.on_signal(sig, row=str(row.get("id")))
 
     def on_message(self, m: LogicalMessage, _msg: Any) -> None:
         inc = self.inc

@@ -20,7 +20,11 @@ after the chunk's read, a bound the chunk's snapshot is at or before).
 
 A row that changed after capture's position when the topic was read is not a gap: the
 differing keys are checked again, table and topic, once capture has passed the
-database's position of that moment (up to ``rechecks`` times).
+database's position of that moment (up to ``rechecks`` times). Capture must have passed
+the database's position before the topic is read and before each recheck
+(:func:`capture_progress`, waiting a while); when it has not, the report says so in one
+sentence (:attr:`Report.behind`) instead of calling its differences gaps, and they are
+not repaired.
 
 Memory: one digest (and the key) per row of the topic, and one position per key the
 topic deleted; one chunk of the table.
@@ -33,6 +37,7 @@ import re
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Literal
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
@@ -52,6 +57,8 @@ __all__ = [
     "TableChunk",
     "TopicRow",
     "TopicState",
+    "capture_progress",
+    "check_table",
     "compare",
     "digest_of",
     "key_of",
@@ -137,10 +144,22 @@ class Report:
     records_read: int = 0
     #: The database's position at the last chunk's read.
     database_position: str = ""
+    #: Why the differences cannot be told from lag (capture had not passed the
+    #: database's position): a sentence; ``None`` when they can.
+    behind: str | None = None
+    #: Whether the table was compared with its topic at all (not when capture was
+    #: behind from the start).
+    compared: bool = True
 
     @property
     def ok(self) -> bool:
-        return not self.differences
+        return not self.differences and self.behind is None
+
+    @property
+    def repairable(self) -> bool:
+        """Whether its differences are gaps a repair should close (not changes that
+        capture has yet to write)."""
+        return self.behind is None and bool(self.differences)
 
 
 def source_position(pos: Position | None) -> str:
@@ -286,6 +305,119 @@ def compare(report: Report, found: TopicState, chunks: Iterator[TableChunk]) -> 
             report.differences.append(
                 Difference(k, "extra", t.position, report.database_position, known)
             )
+
+
+def check_table(
+    table: str,
+    topic: str,
+    behind: Callable[[], str | None],
+    first: Callable[[], Report],
+    state_of: Callable[[list[Key]], TopicState],
+    reader: TableReader,
+    rechecks: int,
+) -> Report:
+    """The table against its topic: ``first`` compares them once capture passed the
+    database's position (``behind``: ``None`` once it has), then the differing keys
+    are checked again, table (``reader``) and topic (``state_of``), up to ``rechecks``
+    times, each once capture passed the database again. Capture behind at any of
+    these points: the report says so and its differences are not called gaps."""
+    lag = behind()
+    if lag is not None:
+        return Report(table, topic, behind=lag, compared=False)
+    report = first()
+    for _ in range(rechecks):
+        if not report.differences:
+            break
+        lag = behind()
+        if lag is not None:
+            report.behind = lag
+            break
+        keys = [d.key for d in report.differences]
+        again = Report(table, topic)
+        compare(again, state_of(keys), iter([reader.rows_for(keys)]))
+        report.differences = again.differences
+        report.database_position = again.database_position
+        if not report.differences:
+            report.differing_chunks = []
+    return report
+
+
+def capture_progress(
+    config: Any, dsn: str, side: Any, kafka: dict[str, Any], wait_s: float
+) -> Callable[[], str | None]:
+    """A check of capture against the database, on the catalog connection ``side``:
+    ``None`` once capture confirmed a position at or past the database's position of
+    the call (PostgreSQL: the slot's confirmed position; MySQL/MariaDB: the binlog
+    position in capture's state topic), waiting up to ``wait_s``; else one sentence
+    saying capture is behind or stopped, and by how much."""
+    if is_mysql(dsn):
+        return partial(_binlog_behind, config, side, kafka, wait_s)
+    return partial(_slot_behind, config.slot_name, side, wait_s)
+
+
+_LAG = "so a difference may be a change capture has not written yet"
+
+
+def _slot_behind(slot_name: str, side: Any, wait_s: float) -> str | None:
+    from bizevents.capture.pgoutput import format_lsn, parse_lsn
+
+    def now() -> int:
+        with side.cursor() as cur:
+            cur.execute("SELECT pg_current_wal_lsn()::text")
+            row = cur.fetchone()
+        return parse_lsn(str(row[0]))
+
+    def confirmed() -> int:
+        slot = pg.slot_info(side, slot_name)
+        return (slot.confirmed_flush_lsn or 0) if slot is not None else 0
+
+    lsn = now()
+    if wait_until(lambda: confirmed() >= lsn, wait_s):
+        return None
+    slot = pg.slot_info(side, slot_name)
+    if slot is None:
+        return (
+            f"capture's slot {slot_name} does not exist (capture has not run, or its slot "
+            f"was dropped), {_LAG}"
+        )
+    at = slot.confirmed_flush_lsn or 0
+    state = "stopped" if slot.active_pid is None else "running but behind"
+    return (
+        f"capture is {state}: its slot {slot_name} confirmed {format_lsn(at)}, "
+        f"{lsn - at} bytes of WAL before the database's {format_lsn(lsn)} after {wait_s:g} s, "
+        f"{_LAG}"
+    )
+
+
+def _binlog_behind(config: Any, side: Any, kafka: dict[str, Any], wait_s: float) -> str | None:
+    from bizevents.capture import mysql as my
+    from bizevents.capture.state import StateStore
+
+    store = StateStore(kafka, config.offsets_topic_name, config.server)
+
+    def stored() -> tuple[str, int]:
+        at = store.read(store.position_key()) or {}
+        return str(at.get("file", "")), int(at.get("pos", 0))
+
+    now = my.master_position(side)
+    if wait_until(lambda: stored() >= (now.file, now.pos), wait_s):
+        return None
+    file, pos = stored()
+    if not file:
+        return (
+            f"capture has stored no binlog position in {config.offsets_topic_name} "
+            f"(it has not run, or its position was lost), {_LAG}"
+        )
+    if file == now.file:
+        gap = f"{now.pos - pos} bytes of binlog"
+    else:
+        files = my.binlog_files(side)
+        later = files.index(now.file) - files.index(file) if file in files else None
+        gap = f"{later} binlog files" if later is not None else "binlogs the server no longer has"
+    return (
+        f"capture is behind or stopped: its stored position {file}:{pos} is {gap} before "
+        f"the server's {now.file}:{now.pos} after {wait_s:g} s, {_LAG}"
+    )
 
 
 def wait_until(passed: Callable[[], bool], timeout_s: float) -> bool:

@@ -11,7 +11,7 @@ import pytest
 from bizevents.capture.incremental import Incremental, Window, snapshot_sees, xid_precedes
 from bizevents.capture.offsets import AckTracker
 from bizevents.capture.signals import SignalError, new_signal, parse_signal
-from bizevents.capture.state import Ledger, Pending
+from bizevents.capture.state import SIGNAL_ROWS_KEPT, Ledger, Pending
 
 
 def test_a_signal_round_trips_as_a_row() -> None:
@@ -137,3 +137,18 @@ def test_snapshot_visibility_follows_pg_current_snapshot() -> None:
     assert xid_precedes(0xFFFFFFF0, 5) and not xid_precedes(5, 0xFFFFFFF0)
     wrapped = snapshot_sees(f"{2**32 + 3}:{2**32 + 10}:")
     assert wrapped(0xFFFFFFF0) and wrapped(4) and not wrapped(11)
+
+
+def test_a_new_ledger_keeps_the_signals_carried_out() -> None:
+    """A new slot or ``snapshot = "never"`` starts a new ledger: it keeps the signal
+    topic's offset and the signal table's rows done (the last 1,000), through JSON."""
+    stored = Ledger(True, ["s.a"], [Pending("s.a", "x")], "0/1", signal_offset=7)
+    for n in range(SIGNAL_ROWS_KEPT + 5):
+        assert not stored.signal_row_done(f"row-{n}")
+    assert stored.signal_row_done(f"row-{SIGNAL_ROWS_KEPT + 4}")
+    assert not stored.signal_row_done("row-0")  # forgotten: past the bound
+    again = Ledger.from_json(stored.to_json())
+    fresh = Ledger(True, ["s.a"]).signals_from(again)
+    assert fresh.signal_offset == 7 and fresh.queue == []
+    assert len(fresh.signal_rows) == SIGNAL_ROWS_KEPT and fresh.signal_row_done("row-0")
+    assert Ledger(True, []).signals_from(None).signal_offset is None
