@@ -37,11 +37,12 @@ def _name(uid: int) -> str:
 
 
 def private_dir(path: Path, user: str | None = None) -> Path:
-    """``path`` as a folder of ``user`` (``None``: ours) with mode 0700.
+    """``path`` as a folder of ``user`` (``None``: ours) that nobody else can write.
 
     A new folder is made 0700 (``mkdtemp``'s mode) and then handed to ``user``. An
     existing one is accepted only when it is a real folder (not a link), owned by
-    ``user`` and writable by nobody else; a readable one is closed to 0700."""
+    ``user`` and writable by nobody else. Its mode is left as it is: closing an older
+    stack's readable state folder would lock the server's user out of the data in it."""
     uid, gid = _owner(user)
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -65,8 +66,6 @@ def private_dir(path: Path, user: str | None = None) -> Path:
             f"{path} can be written by other users (mode {stat.S_IMODE(info.st_mode):o}): "
             "the dev stack does not use it; remove it"
         )
-    if info.st_mode & 0o077:
-        os.chmod(path, 0o700)
     return path
 
 

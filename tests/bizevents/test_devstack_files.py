@@ -73,6 +73,16 @@ def test_a_server_folder_is_made_0700(tmp_path: Path, no_chmod: None) -> None:
     assert _mode(root) == 0o700
 
 
+def test_a_folder_others_can_write_is_refused(tmp_path: Path) -> None:
+    state = private_dir(tmp_path / "state")
+    open_to_all = state / "postgres"
+    open_to_all.mkdir()
+    open_to_all.chmod(0o777)
+    with pytest.raises(StackError, match="can be written by other users"):
+        services._server_root(state, "postgres", None)
+    assert _mode(open_to_all) == 0o777
+
+
 @pytest.mark.skipif(not as_root, reason="needs root to prepare a folder of another user")
 def test_a_folder_another_user_prepared_is_refused(tmp_path: Path) -> None:
     """The predictable fallback folder under $TMPDIR, made first by someone else, is
