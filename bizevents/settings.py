@@ -123,6 +123,7 @@ def check_toml_file(path: Path) -> None:
 def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:
     """Read the settings; a bad value becomes a ``ConfigError`` naming the setting."""
     from pydantic import ValidationError
+    from pydantic_settings import SettingsError
 
     if config_file is None and os.environ.get(CONFIG_ENV):
         config_file = Path(os.environ[CONFIG_ENV])
@@ -137,3 +138,7 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
             for err in exc.errors()
         )
         raise ConfigError(f"invalid settings: {problems}") from None
+    except SettingsError as exc:
+        # pydantic-settings' own words name the field and the source ("error parsing
+        # value for field "translators" from source "EnvSettingsSource""), never the value.
+        raise ConfigError(f"invalid settings: {exc} (a list or a table must be JSON)") from None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections import defaultdict
 from pathlib import Path
@@ -19,6 +20,8 @@ from bizevents.plumbing.errors import ConfigError
 
 #: Where the demo records its services' endpoints (under the state folder).
 ENDPOINTS_FILE = Path("demo") / "metrics.json"
+#: The most of a metrics page read (a service's page is tens of kilobytes).
+MAX_PAGE = 16 * 1024 * 1024
 
 Samples = dict[str, list[tuple[dict[str, str], float]]]
 
@@ -123,10 +126,26 @@ def figures(before: Samples, after: Samples, seconds: float) -> dict[str, Any]:
     }
 
 
+def _checked(url: str) -> str:
+    """``url`` when it is an http(s) address with a host: urllib would open a file:// URL
+    (and quote the file in its error)."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
+    except ValueError:  # a port that is not a number, a bracket left open
+        ok = False
+    if not ok:
+        raise StatusError(
+            f"--url {url[:200]!r} is not an http(s) address; give a service's "
+            "metrics address, such as http://127.0.0.1:9100/metrics"
+        )
+    return url
+
+
 def endpoints_of(state_dir: Path, urls: tuple[str, ...]) -> list[str]:
     """The URLs given, else those the demo recorded in the state folder."""
     if urls:
-        return list(urls)
+        return [_checked(url) for url in urls]
     path = state_dir / ENDPOINTS_FILE
     try:
         recorded: dict[str, str] = json.loads(path.read_text())
@@ -143,7 +162,7 @@ def scrape(urls: list[str]) -> Samples:
     for url in urls:
         try:
             with urllib.request.urlopen(url, timeout=2) as response:
-                text = response.read().decode()
+                text = response.read(MAX_PAGE).decode(errors="replace")
         except (OSError, urllib.error.URLError) as exc:
             raise StatusError(f"the metrics endpoint {url} does not answer: {exc}") from None
         for name, series in parse(text).items():

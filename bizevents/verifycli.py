@@ -27,9 +27,16 @@ if TYPE_CHECKING:
     help="The capture's TOML file (its server, tables, topics).",
 )
 @click.option("--table", "tables", multiple=True, help="Only this table (repeatable).")
-@click.option("--chunk-rows", default=5_000, show_default=True, help="Keys per compared chunk.")
+@click.option(
+    "--chunk-rows",
+    type=click.IntRange(min=1),
+    default=5_000,
+    show_default=True,
+    help="Keys per compared chunk.",
+)
 @click.option(
     "--rechecks",
+    type=click.IntRange(min=0),
     default=2,
     show_default=True,
     help="Times a differing key is checked again once capture passed the database.",

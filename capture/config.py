@@ -192,9 +192,13 @@ class CaptureConfig(BaseModel):
 def load_capture_config(path: Path) -> CaptureConfig:
     """Read and check a capture TOML file; problems become one ConfigError sentence."""
     try:
-        raw = tomllib.loads(path.read_text())
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ConfigError(f"cannot read the capture configuration {path}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"the capture configuration {path} is not UTF-8 text (byte {exc.start})"
+        ) from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path} is not valid TOML: {exc}") from exc
     try:

@@ -90,6 +90,10 @@ class DatabaseAccessError(CaptureError):
     """The DSN is malformed or the database refused the credentials: retrying won't help."""
 
 
+class DatabaseUnreachableError(CaptureError):
+    """A one-shot command (``verify``) found no database answering at the DSN's address."""
+
+
 class KafkaDeliveryError(TransientError):
     """Kafka refused or could not take an event; the run stops without confirming it.
 

@@ -46,7 +46,7 @@ Connection: TypeAlias = Any
 # the DSN (password included), so only our own sentence goes on.
 _BAD_DSN = re.compile(
     r"invalid (dsn|connection option|integer value|percent-encoded token|URI|\w+ value)"
-    r"|missing \"=\"|unterminated quoted string|could not translate host name"
+    r"|missing \"=\"|unterminated quoted string"
     r"|invalid port number",
     re.IGNORECASE,
 )
@@ -67,6 +67,11 @@ def _open(dsn: str, **kwargs: Any) -> Any:
     :class:`DatabaseAccessError` (never retried, its text never quotes the DSN);
     an unreachable server stays an ``OperationalError``, which capture retries.
     """
+    if dsn.startswith(("mysql:", "mariadb:")):
+        raise DatabaseAccessError(
+            "the PostgreSQL DSN is a MySQL/MariaDB one (mysql://...): PostgreSQL needs "
+            "postgresql://... or key=value; for MariaDB run `bizevents capture mysql`"
+        )
     try:
         return psycopg2.connect(dsn, **kwargs)
     except psycopg2.OperationalError as exc:

@@ -45,6 +45,7 @@ from psycopg2 import sql
 
 from bizevents.capture import postgres as pg
 from bizevents.capture.encoding import encoded_ts
+from bizevents.capture.exceptions import DatabaseUnreachableError
 from bizevents.contracts.envelope import ChangeEvent, MySqlPosition, PgPosition, Position, Tombstone
 from bizevents.contracts.technical import AvroDecoder
 
@@ -854,16 +855,28 @@ def open_readers(
     """``(table, topic, reader)`` of each table to verify, on two new connections (one
     for the catalog, one for the rows); also the catalog's connection (for the server's
     position) and how to close both."""
-    if is_mysql(dsn):
-        from bizevents.capture import mysql as my
+    import psycopg2
+    import pymysql
 
-        side = my.connect(dsn)
-        chunks = my.connect(dsn, autocommit=False)
-        tables: Callable[..., list[Any]] = my_tables
-    else:
-        side = pg.connect(dsn, application="bizevents-verify")
-        chunks = pg.connect(dsn, autocommit=False, application="bizevents-verify")
-        tables = pg_tables
+    try:
+        if is_mysql(dsn):
+            from bizevents.capture import mysql as my
+
+            side = my.connect(dsn)
+            chunks = my.connect(dsn, autocommit=False)
+            tables: Callable[..., list[Any]] = my_tables
+        else:
+            side = pg.connect(dsn, application="bizevents-verify")
+            chunks = pg.connect(dsn, autocommit=False, application="bizevents-verify")
+            tables = pg_tables
+    except (psycopg2.OperationalError, pymysql.err.OperationalError) as exc:
+        # Refused credentials and malformed DSNs are DatabaseAccessError already: what
+        # is left is a server not answering, in the driver's words (host and port, never
+        # the password).
+        reason = str(exc.args[-1] if isinstance(exc, pymysql.MySQLError) else exc)
+        raise DatabaseUnreachableError(
+            f"the database is unreachable: {reason.strip().splitlines()[0]}"
+        ) from None
 
     def close() -> None:
         side.close()

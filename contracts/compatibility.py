@@ -15,12 +15,13 @@ that are hard to read. The rules themselves are small, so they live here.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, KeysView, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, TypeAlias
 
 import avro.errors
+import avro.name
 import avro.schema
 
 from bizevents.contracts.exceptions import InvalidSchemaError
@@ -101,6 +102,32 @@ def parse_level(value: str | CompatibilityLevel) -> CompatibilityLevel:
         ) from None
 
 
+class _Brief(dict[str, Any]):
+    """A schema's JSON object that shows itself by type and name only.
+
+    avro wraps an error in a nested type once per level, each time with the text of the
+    whole subtree (and, for an array, every name known so far): a message, and a chain
+    of them, quadratic in the depth, hundreds of megabytes for a body of one. Shown
+    briefly, the message grows by a line a level.
+    """
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{k!r}: {self[k]!r:.80}" for k in ("type", "name") if k in self)
+        return "{" + shown + ", ...}"
+
+
+class _BriefKeys(KeysView[str]):
+    def __repr__(self) -> str:
+        return f"{len(self)} names"
+
+
+class _NameTable(dict[str, Any]):
+    """avro's table of the names a schema defined, listed by their count."""
+
+    def keys(self) -> _BriefKeys:  # type: ignore[override]
+        return _BriefKeys(self)
+
+
 def parse_schema(schema: SchemaInput) -> avro.schema.Schema:
     """Parse and validate an Avro schema given as JSON text, parsed JSON or a schema.
 
@@ -110,16 +137,15 @@ def parse_schema(schema: SchemaInput) -> avro.schema.Schema:
     """
     if isinstance(schema, avro.schema.Schema):
         return schema
-    if isinstance(schema, str):
-        try:
-            json.loads(schema)
-        except ValueError as exc:
-            raise InvalidSchemaError(f"schema is not valid JSON: {exc}") from exc
-        text = schema
-    else:
-        text = json.dumps(schema)
+    text = schema if isinstance(schema, str) else json.dumps(schema)
     try:
-        parsed = avro.schema.parse(text)
+        data = json.loads(text, object_hook=_Brief)
+    except ValueError as exc:
+        raise InvalidSchemaError(f"schema is not valid JSON: {exc}") from exc
+    try:
+        names = avro.name.Names(validate_names=True)
+        names.names = _NameTable()
+        parsed = avro.schema.make_avsc_object(data, names)
     except (avro.errors.AvroException, TypeError, ValueError, KeyError, AttributeError) as exc:
         raise InvalidSchemaError(f"invalid Avro schema: {exc}") from exc
     for record in _records(parsed):

@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import pwd
-import secrets
 import shutil
 import signal
 import socket
@@ -20,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
+from bizevents.devstack.files import private_dir, secret, write_new
 from bizevents.devstack.processes import (
     StackError,
     claim_port,
@@ -269,9 +269,9 @@ class Postgres:
         )
         root = self._data_root(state_dir, run_as)
         data = root / "data"
-        password_file = state_dir / "postgres.password"
+        password = secret(state_dir / "postgres.password")
         if not (data / "PG_VERSION").is_file():
-            self._initdb(bin_dir, root, data, password_file, run_as)
+            self._initdb(bin_dir, root, data, password, run_as)
         log = state_dir / "logs" / "postgres.log"
         settings = {
             "listen_addresses": dev.host,
@@ -291,7 +291,6 @@ class Postgres:
         for key, value in settings.items():
             argv += ["-c", f"{key}={value}"]
         proc = spawn(argv, log, user=run_as, cwd=root)
-        password = password_file.read_text().strip()
         dsn = f"postgresql://{self.user}:{password}@{dev.host}:{port}/{self.database}"
         started = Started(
             proc.pid,
@@ -306,20 +305,11 @@ class Postgres:
         return started
 
     def _initdb(
-        self, bin_dir: Path, root: Path, data: Path, password_file: Path, run_as: str | None
+        self, bin_dir: Path, root: Path, data: Path, password: str, run_as: str | None
     ) -> None:
-        root.mkdir(parents=True, exist_ok=True)
-        if not password_file.exists():
-            password_file.write_text(secrets.token_urlsafe(18) + "\n")
-            password_file.chmod(0o600)
         # initdb reads the password as the server's user: hand it a private copy.
         pwfile = root / ".pwfile"
-        shutil.copyfile(password_file, pwfile)
-        if run_as is not None:
-            entry = pwd.getpwnam(run_as)
-            os.chown(root, entry.pw_uid, entry.pw_gid)
-            os.chown(pwfile, entry.pw_uid, entry.pw_gid)
-        pwfile.chmod(0o600)
+        write_new(pwfile, password + "\n", run_as)
         try:
             result = subprocess.run(
                 [
@@ -418,6 +408,8 @@ class MariaDB:
         port = claim_port(dev.host, dev.mysql_port, "MariaDB server", "BIZEVENTS_DEV__MYSQL_PORT")
         root = _server_root(state_dir, self.name, run_as)
         data = root / "data"
+        root_password_file = state_dir / "mysql-root.password"
+        root_password = secret(root_password_file)
         if not (data / "mysql").is_dir():
             result = subprocess.run(
                 [
@@ -440,12 +432,17 @@ class MariaDB:
                 )
         log = state_dir / "logs" / "mysql.log"
         socket_path = root / "mysqld.sock"
+        # The server runs these statements before it takes its first connection, on
+        # every start: root has its password (and the socket only) from the first moment.
+        init_file = root / "init.sql"
+        write_new(init_file, _mariadb_root_sql(root_password), run_as)
         argv = [
             str(server),
             "--no-defaults",
             f"--datadir={data}",
             f"--socket={socket_path}",
             f"--pid-file={root / 'mysqld.pid'}",
+            f"--init-file={init_file}",
             f"--port={port}",
             f"--bind-address={dev.host}",
             "--skip-name-resolve",
@@ -463,26 +460,27 @@ class MariaDB:
             "--innodb-buffer-pool-size=128M",
             "--max-connections=200",
         ]
-        (root / "binlog").mkdir(exist_ok=True)
-        if run_as is not None:
-            entry = pwd.getpwnam(run_as)
-            os.chown(root / "binlog", entry.pw_uid, entry.pw_gid)
-        proc = spawn(argv, log, user=run_as, cwd=root)
-        password_file = state_dir / "mysql.password"
-        if not password_file.exists():
-            password_file.write_text(secrets.token_urlsafe(18) + "\n")
-            password_file.chmod(0o600)
-        password = password_file.read_text().strip()
-        dsn = f"mysql://{self.user}:{password}@{dev.host}:{port}/{self.database}"
-        started = Started(
-            proc.pid,
-            identify(proc.pid).start_ticks,
-            port,
-            f"{dev.host}:{port}",
-            str(log),
-            {"data_dir": str(data), "socket": str(socket_path), "dsn": dsn},
-        )
-        wait_until(lambda: self.healthy(started), "MariaDB server", proc, log)
+        private_dir(root / "binlog", run_as)
+        password = secret(state_dir / "mysql.password")
+        try:
+            proc = spawn(argv, log, user=run_as, cwd=root)
+            dsn = f"mysql://{self.user}:{password}@{dev.host}:{port}/{self.database}"
+            started = Started(
+                proc.pid,
+                identify(proc.pid).start_ticks,
+                port,
+                f"{dev.host}:{port}",
+                str(log),
+                {
+                    "data_dir": str(data),
+                    "socket": str(socket_path),
+                    "dsn": dsn,
+                    "root_password_file": str(root_password_file),
+                },
+            )
+            wait_until(lambda: self.healthy(started), "MariaDB server", proc, log)
+        finally:
+            init_file.unlink(missing_ok=True)
         self._ensure_user(started, password)
         return started
 
@@ -490,8 +488,14 @@ class MariaDB:
     def _admin(started: Started) -> Any:
         import pymysql
 
+        # A stack recorded before root had a password names no file: root had none.
+        secret_file = started.extra.get("root_password_file")
         return pymysql.connect(
-            unix_socket=started.extra["socket"], user="root", connect_timeout=1, autocommit=True
+            unix_socket=started.extra["socket"],
+            user="root",
+            password=secret(Path(secret_file)) if secret_file else "",
+            connect_timeout=1,
+            autocommit=True,
         )
 
     def healthy(self, started: Started) -> bool:
@@ -522,6 +526,17 @@ class MariaDB:
             conn.close()
 
 
+def _mariadb_root_sql(password: str) -> str:
+    """Root's password, and root over the socket only (``localhost``; with
+    ``--skip-name-resolve`` a TCP client is never ``localhost``)."""
+    return (
+        f"ALTER USER 'root'@'localhost' IDENTIFIED BY '{password}';\n"
+        "DELETE FROM mysql.global_priv WHERE User = 'root' AND Host <> 'localhost';\n"
+        "DELETE FROM mysql.proxies_priv WHERE User = 'root' AND Host <> 'localhost';\n"
+        "FLUSH PRIVILEGES;\n"
+    )
+
+
 def _server_root(state_dir: Path, name: str, run_as: str | None) -> Path:
     """A database server's folder: in the state folder when the server's user can reach it.
 
@@ -529,18 +544,12 @@ def _server_root(state_dir: Path, name: str, run_as: str | None) -> Path:
     system user; the data then lives in a folder of its own under the system's
     temporary directory, keyed by the state folder, and the state file says where.
     """
-    preferred = state_dir / name
-    preferred.mkdir(parents=True, exist_ok=True)
     if run_as is None:
-        return preferred
-    entry = pwd.getpwnam(run_as)
-    os.chown(preferred, entry.pw_uid, entry.pw_gid)
+        return private_dir(state_dir / name)
+    preferred = private_dir(state_dir / name, run_as)
     if _reachable_by(run_as, preferred):
         return preferred
-    outside = _outside_root(state_dir, name)
-    outside.mkdir(parents=True, exist_ok=True)
-    os.chown(outside, entry.pw_uid, entry.pw_gid)
-    return outside
+    return private_dir(_outside_root(state_dir, name), run_as)
 
 
 def _outside_root(state_dir: Path, name: str) -> Path:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import Any
 
 from pydantic import SecretStr
 
+from bizevents.devstack.files import private_dir
 from bizevents.devstack.processes import ProcessId, StackError, stop
 from bizevents.devstack.services import (
     OPTIONAL_SERVICES,
@@ -123,12 +125,12 @@ class DevStack:
         return current
 
     def _save(self, records: dict[str, Started]) -> None:
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        tmp = self.state_file.with_suffix(".tmp")
-        tmp.write_text(
-            json.dumps({"services": {n: as_dict(s) for n, s in records.items()}}, indent=2)
-        )
-        tmp.chmod(0o600)  # it holds the database DSN with its password
+        private_dir(self.state_dir)
+        # mkstemp makes the file 0600 at once (it holds the databases' DSNs with their
+        # passwords), exclusively, under a name nobody else chose.
+        fd, tmp = tempfile.mkstemp(dir=self.state_dir, prefix=".stack.", suffix=".tmp")
+        with os.fdopen(fd, "w") as handle:
+            json.dump({"services": {n: as_dict(s) for n, s in records.items()}}, handle, indent=2)
         os.replace(tmp, self.state_file)
 
     def _health(self, service: Service, started: Started | None) -> Health:
@@ -141,7 +143,7 @@ class DevStack:
     def up(self, on_start: Callable[[str], None] | None = None) -> list[Health]:
         """Start every service that is not running and answering; wait for each.
         ``on_start`` hears each service's name just before it is started."""
-        self.state_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(self.state_dir)
         records = self._load()
         result: list[Health] = []
         for service in self._asked(records):

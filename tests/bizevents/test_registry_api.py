@@ -298,7 +298,9 @@ def test_compatibility_endpoints(http: httpx.Client) -> None:
     every = post(http, "/compatibility/subjects/orders-value/versions", V2, verbose="true")
     assert every.json() == {"is_compatible": True, "messages": []}
     new_subject = post(http, "/compatibility/subjects/new-value/versions/latest", BREAKING)
-    assert new_subject.json() == {"is_compatible": True}
+    assert_error(new_subject, 404, 40401)  # as Confluent: no version to compare with
+    every_of_new = post(http, "/compatibility/subjects/new-value/versions", BREAKING)
+    assert every_of_new.json() == {"is_compatible": True}
     missing = post(http, "/compatibility/subjects/orders-value/versions/5", V2)
     assert_error(missing, 404, 40402)
     invalid = post(http, "/compatibility/subjects/orders-value/versions", "{", verbose="true")

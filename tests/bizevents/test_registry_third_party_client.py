@@ -7,7 +7,6 @@ for paths with a trailing slash (``/config/``), as Confluent's registry allows.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -138,7 +137,7 @@ def test_other_modes_are_refused_in_one_sentence(
     registry: RegistryThread, path: str, body: dict[str, str], said: str
 ) -> None:
     """Refused with Confluent's 422/42204, saying what was asked and what is served."""
-    refused = httpx.put(registry.url + path, content=json.dumps(body), timeout=10)
+    refused = httpx.put(registry.url + path, json=body, timeout=10)
     assert refused.status_code == 422
     assert refused.json()["error_code"] == 42204
     message = refused.json()["message"]

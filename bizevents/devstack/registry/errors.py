@@ -133,6 +133,16 @@ def store_failed(reason: str) -> RegistryError:
     return RegistryError(reason, status=500, error_code=STORE_ERROR)
 
 
+def unsupported_media_type(given: str) -> RegistryError:
+    return RegistryError(
+        f"Content-Type {given[:100]!r} is not accepted for a write: send "
+        "application/vnd.schemaregistry.v1+json, application/vnd.schemaregistry+json "
+        "or application/json",
+        status=415,
+        error_code=415,
+    )
+
+
 def bad_request(reason: str, status: int = 400) -> RegistryError:
     """Malformed HTTP requests: like Confluent, the error code is the HTTP status."""
     return RegistryError(reason, status=status, error_code=status)

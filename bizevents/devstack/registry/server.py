@@ -27,18 +27,27 @@ from aiohttp import web
 from bizevents.contracts.exceptions import RegistryError
 from bizevents.devstack.registry import errors
 from bizevents.devstack.registry.store import (
+    MAX_NESTING,
     SUPPORTED_TYPES,
     RegistryStore,
     StoredSchema,
     SubjectVersion,
     parse_candidate,
     parse_version,
+    too_deep,
 )
 from bizevents.plumbing.errors import ConfigError
 
 log = structlog.get_logger(__name__)
 
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
+#: What a write may send, as Confluent's registry accepts: none of them is a type a web
+#: page's form can send, nor one a browser sends across origins without asking first.
+WRITE_CONTENT_TYPES = frozenset(
+    {CONTENT_TYPE, "application/vnd.schemaregistry+json", "application/json"}
+)
+#: Error messages are cut here: some quote the schema they refuse.
+MAX_MESSAGE = 2000
 LOCK_FILE = "registry.lock"
 
 STORE = web.AppKey("store", RegistryStore)
@@ -75,6 +84,8 @@ def _json(data: Any, status: int = 200) -> web.Response:
 
 
 def _error(status: int, error_code: int, message: str) -> web.Response:
+    if len(message) > MAX_MESSAGE:
+        message = message[:MAX_MESSAGE] + f" ... ({len(message) - MAX_MESSAGE} more characters)"
     return _json({"error_code": error_code, "message": message}, status=status)
 
 
@@ -93,6 +104,24 @@ async def _errors_middleware(request: web.Request, handler: Handler) -> web.Stre
     except Exception:
         log.exception("registry.request_failed", method=request.method, path=request.path)
         return _error(500, 500, "Internal Server Error")
+
+
+@web.middleware
+async def _content_type_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Writes carry one of :data:`WRITE_CONTENT_TYPES`. A DELETE without a body needs
+    none (clients send none, and no web page can send a DELETE unasked)."""
+    bare_delete = (
+        request.method == "DELETE"
+        and "Content-Type" not in request.headers
+        and not request.body_exists
+    )
+    if (
+        request.method in ("POST", "PUT", "DELETE")
+        and not bare_delete
+        and request.content_type not in WRITE_CONTENT_TYPES
+    ):
+        raise errors.unsupported_media_type(request.headers.get("Content-Type", "(none)"))
+    return await handler(request)
 
 
 def _auth_middleware(auth: BasicAuth) -> Any:
@@ -127,6 +156,10 @@ def _page(items: list[Any], request: web.Request) -> list[Any]:
 
 async def _body(request: web.Request) -> Any:
     raw = await request.read()
+    if too_deep(raw.decode("utf-8", "replace")):
+        raise errors.bad_request(
+            f"the request body nests deeper than {MAX_NESTING} JSON objects and arrays"
+        )
     try:
         return json.loads(raw or b"null")
     except ValueError:
@@ -342,6 +375,7 @@ def create_app(store: RegistryStore, *, basic_auth: BasicAuth | None = None) -> 
     middlewares = [_errors_middleware]
     if basic_auth is not None:
         middlewares.append(_auth_middleware(basic_auth))
+    middlewares.append(_content_type_middleware)
     app = web.Application(middlewares=middlewares)
     app[STORE] = store
     app[MUTATION_LOCK] = asyncio.Lock()

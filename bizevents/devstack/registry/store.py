@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -44,6 +45,23 @@ FORMAT_VERSION = 1
 DEFAULT_LEVEL = CompatibilityLevel.BACKWARD
 SUPPORTED_TYPES = ("AVRO",)
 _MAX_VERSION = 2**31 - 1
+#: How deep a request body or a schema may nest JSON objects and arrays: about twenty
+#: records within records. Deeper, the parsers' recursion (and avro's error messages,
+#: which grow with the depth) costs more than any schema needs.
+MAX_NESTING = 64
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_JSON_BRACKET = re.compile(r"[\[\]{}]")
+
+
+def too_deep(text: str) -> bool:
+    """Whether the JSON ``text`` nests deeper than :data:`MAX_NESTING`, read without
+    recursion (brackets inside strings do not count)."""
+    depth = 0
+    for bracket in _JSON_BRACKET.finditer(_JSON_STRING.sub("", text)):
+        depth += 1 if bracket.group() in "[{" else -1
+        if depth > MAX_NESTING:
+            return True
+    return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +111,10 @@ def parse_candidate(body: Any) -> Candidate:
     text = body.get("schema")
     if not isinstance(text, str) or not text.strip():
         raise errors.invalid_schema("Empty schema")
+    if too_deep(text):
+        raise errors.invalid_schema(
+            f"Invalid schema: it nests deeper than {MAX_NESTING} JSON objects and arrays"
+        )
     try:
         parsed = parse_schema(text)
     except InvalidSchemaError as exc:
@@ -372,6 +394,10 @@ class RegistryStore:
         """
         live = [v for v in self._subjects.get(subject, []) if not v.deleted]
         if not all_versions:
+            if not live:
+                # As Confluent: checking against a version of a subject that has none is
+                # an error, so a mistyped subject does not pass a compatibility gate.
+                raise errors.subject_not_found(subject)
             if version is None:
                 live = live[-1:]
             else:
