@@ -46,6 +46,7 @@ __all__ = [
     "all_of",
     "any_of",
     "columns_of",
+    "condition_text",
     "parse_condition",
     "resolve",
     "to_sql",
