@@ -152,9 +152,10 @@ def test_a_stop_sent_while_capture_was_away_ends_a_stored_snapshot_that_fails(
     db: Db, tmp_path: Path
 ) -> None:
     """The ledger holds a snapshot whose stored condition is SQL (as an older capture
-    kept it) and a ``stop-snapshot`` waits on the signal topic: the restart reads the
-    stop before the snapshot resumes. No chunk is read, nothing is dropped, the signal
-    is carried out (not refused) and capture streams."""
+    kept it); a ``stop-snapshot`` and then a snapshot of ``id <= 5`` wait on the signal
+    topic: the restart reads them before the stored snapshot resumes. The stop is
+    carried out (not refused: its snapshot was still under way), nothing is dropped,
+    only the rows ``id <= 5`` are snapshotted, and capture streams."""
     s = db.schema
     db.sql(f"CREATE TABLE {s}.t (id int PRIMARY KEY, v int)")
     db.sql(f"CREATE TABLE {s}.victim (id int)")
@@ -173,9 +174,9 @@ def test_a_stop_sent_while_capture_was_away_ends_a_stored_snapshot_that_fails(
     ledger.queue = [Pending(f"{s}.t", "old", f"true); DROP TABLE {s}.victim; SELECT (1")]
     producer = Producer(kafka)
     store.write_acknowledged(producer, key, ledger.to_json())
-    SignalTopic(kafka, config.signal_topic_name, db.server).send(
-        producer, new_signal("stop-snapshot", (f"{s}.t",))
-    )
+    signals = SignalTopic(kafka, config.signal_topic_name, db.server)
+    signals.send(producer, new_signal("stop-snapshot", (f"{s}.t",)))
+    signals.send(producer, new_signal("execute-snapshot", (f"{s}.t",), "id <= 5"))
     assert producer.flush(10) == 0
     topic = TopicEnd(db.endpoints.bootstrap_servers, db.topic("t"))
     with in_process(config, endpoints) as run:
@@ -184,7 +185,11 @@ def test_a_stop_sent_while_capture_was_away_ends_a_stored_snapshot_that_fails(
         def alive() -> None:
             assert run.error is None and run.thread.is_alive(), run.error
 
-        wait_until(lambda: not run.runner.ledger.queue, alive, "the snapshot was not stopped")
+        wait_until(
+            lambda: f"{s}.t" in run.stats.incremental_rows and not run.runner.ledger.queue,
+            alive,
+            "the snapshot of id <= 5 did not run",
+        )
         before = topic.count()
         db.sql(f"UPDATE {s}.t SET v = 1 WHERE id = 1")
         topic.wait_beyond(before, alive)
@@ -193,11 +198,14 @@ def test_a_stop_sent_while_capture_was_away_ends_a_stored_snapshot_that_fails(
     assert run.stats.signals_refused == 0
     assert victim_exists(db)
     records = read_topic(db.endpoints, db.topic("t"))
-    assert not [
-        r
+    snapshot = [
+        int(r.decoded.after["id"])
         for r in records
-        if isinstance(r.decoded, ChangeEvent) and r.decoded.source.snapshot_raw == "incremental"
+        if isinstance(r.decoded, ChangeEvent)
+        and r.decoded.source.snapshot_raw == "incremental"
+        and r.decoded.after
     ]
+    assert sorted(snapshot) == [1, 2, 3, 4, 5]
 
 
 def test_no_bad_signal_stops_capture_on_either_channel(db: Db, tmp_path: Path) -> None:
