@@ -49,6 +49,7 @@ __all__ = [
     "CaptureEndpoints",
     "Session",
     "Stop",
+    "chunk_condition",
 ]
 
 #: Dead-letter headers of capture's own (the stage, reason, error and source ones are
@@ -108,6 +109,14 @@ class StreamReader:
             if self.chunks is not None:
                 with suppress(Exception):
                     self.chunks.close()
+
+
+def chunk_condition(pending: Pending, columns: list[str]) -> Condition | None:
+    """The stored condition of a snapshot, checked against the table's columns now
+    (:class:`FilterError` when it no longer fits)."""
+    if pending.where is None:
+        return None
+    return resolve(parse_condition(pending.where), columns, pending.table)
 
 
 class Stop(Exception):
@@ -467,14 +476,6 @@ class CaptureCore:
         table names it), once the database took it; :class:`FilterError` with the
         reason otherwise."""
         raise NotImplementedError
-
-    @staticmethod
-    def chunk_condition(pending: Pending, columns: list[str]) -> Condition | None:
-        """The stored condition of a snapshot, checked against the table's columns now
-        (:class:`FilterError` when it no longer fits)."""
-        if pending.where is None:
-            return None
-        return resolve(parse_condition(pending.where), columns, pending.table)
 
     def stop_failed_snapshot(self, pending: Pending, reason: str) -> None:
         """A snapshot whose condition or chunk query failed: stopped with one sentence

@@ -57,7 +57,7 @@ from pymysqlreplication.row_event import (
 )
 
 from bizevents.capture import mysql as my
-from bizevents.capture.core import Stop, StreamReader
+from bizevents.capture.core import Stop, StreamReader, chunk_condition
 from bizevents.capture.encoding import encoded_ts
 from bizevents.capture.exceptions import CaptureError
 from bizevents.capture.filters import FilterError, condition_text, parse_condition, resolve
@@ -797,7 +797,7 @@ class _BinlogReader(StreamReader):
         codec = capture.table_codec(table)
         after = my.key_bound(table, codec.key_names, pending.after) if pending.after else None
         try:
-            where = capture.chunk_condition(pending, [c.name for c in table.columns])
+            where = chunk_condition(pending, [c.name for c in table.columns])
             position, cursor = my.open_chunk(
                 self.chunks,
                 database,

@@ -15,7 +15,7 @@ import psycopg2
 import psycopg2.extras
 
 from bizevents.capture import postgres as pg
-from bizevents.capture.core import StreamReader
+from bizevents.capture.core import StreamReader, chunk_condition
 from bizevents.capture.encoding import TableCodec, encoded_ts
 from bizevents.capture.exceptions import CaptureError
 from bizevents.capture.filters import FilterError
@@ -506,7 +506,7 @@ class _SlotReader(StreamReader):
                 capture.endpoints.dsn, autocommit=False, application="bizevents-snapshot"
             )
         try:
-            where = capture.chunk_condition(pending, [c.name for c in info.relation.columns])
+            where = chunk_condition(pending, [c.name for c in info.relation.columns])
             snapshot, cursor = pg.open_chunk(
                 self.chunks,
                 info.relation,
