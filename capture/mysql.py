@@ -525,12 +525,13 @@ def _timed(timeout_s: float | None) -> str:
 
 
 #: Server errors that mean the connection or the server went away, not the statement.
-_GONE: Final = frozenset((1040, 1053, 1077, 1152, 1153, 1154, 1155, 1156, 1157, 1158, 1159))
-_GONE_TOO: Final = frozenset((1160, 1161, 1184, 1927))
+_GONE: Final = frozenset(
+    (1040, 1053, 1077, 1152, 1153, 1154, 1155, 1156, 1157, 1158, 1159, 1160, 1161, 1184, 1927)
+)
 
 
 def statement_failed(exc: pymysql.err.MySQLError) -> bool:
     """Whether the server refused or interrupted a statement (a bad condition, past
     ``max_statement_time``), rather than the connection or the server going away."""
     code = exc.args[0] if exc.args else None
-    return isinstance(code, int) and 1000 <= code < 2000 and code not in _GONE | _GONE_TOO
+    return isinstance(code, int) and 1000 <= code < 2000 and code not in _GONE

@@ -43,12 +43,17 @@ from bizevents.capture.filters import FilterError, condition_text, parse_conditi
 from bizevents.plumbing.kafka import produce
 
 __all__ = [
+    "MAX_JSON_DEPTH",
+    "MAX_SIGNAL_BYTES",
     "SIGNAL_TYPES",
     "Signal",
     "SignalError",
     "SignalTopic",
+    "bounded_json",
+    "new_signal",
     "parse_signal",
     "read_signal",
+    "shown",
     "signal_table_ddl",
 ]
 
@@ -60,7 +65,7 @@ MAX_SIGNAL_BYTES: Final = 256 * 1024
 MAX_JSON_DEPTH: Final = 16
 #: The longest signal id and table name taken.
 _MAX_ID: Final = 200
-#: Anything between two quotes of a JSON text (its strings), then any bracket.
+#: A JSON string, whose brackets are text, not nesting (one not closed runs to the end).
 _JSON_STRING: Final = re.compile(r'"(?:[^"\\]|\\.)*"?', re.DOTALL)
 
 
