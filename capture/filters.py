@@ -45,7 +45,6 @@ __all__ = [
     "Value",
     "all_of",
     "any_of",
-    "columns_of",
     "condition_text",
     "parse_condition",
     "resolve",
@@ -550,19 +549,6 @@ def to_sql(cond: Condition, dialect: Literal["postgres", "mariadb"]) -> tuple[st
         return "%s"
 
     return _write(cond, name, value), params
-
-
-def columns_of(cond: Condition) -> Iterator[str]:
-    """Every column the condition names, as written."""
-    if isinstance(cond, (Compare, InList)):
-        yield from cond.columns
-    elif isinstance(cond, (Between, Like, IsNull)):
-        yield cond.column
-    elif isinstance(cond, Not):
-        yield from columns_of(cond.inner)
-    else:
-        for part in cond.parts:
-            yield from columns_of(part)
 
 
 def resolve(cond: Condition, columns: Sequence[str], table: str) -> Condition:
