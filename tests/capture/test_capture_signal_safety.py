@@ -298,3 +298,42 @@ def test_chunk_queries_are_read_only_and_timed(db: Db) -> None:
         conn.rollback()
     finally:
         conn.close()
+
+
+def test_a_stored_snapshot_whose_chunk_query_fails_is_stopped_and_capture_goes_on(
+    db: Db, tmp_path: Path
+) -> None:
+    """The ledger holds a snapshot whose condition parses but the server refuses
+    (``id = 'abc'`` on an integer): its chunk query fails, the snapshot is stopped with
+    the server's reason, and capture streams on (it used to stop, at every start)."""
+    s = db.schema
+    db.sql(f"CREATE TABLE {s}.t (id int PRIMARY KEY, v int)")
+    db.sql(f"INSERT INTO {s}.t SELECT g, 0 FROM generate_series(1, 50) g")
+    config = db.config(["t"])
+    endpoints = capture_endpoints(db.endpoints, tmp_path)
+    with in_process(config, endpoints) as run:
+        run.wait_snapshot()
+        run.wait_acked(db.wal_lsn())
+        run.stop()
+    kafka = {"bootstrap.servers": db.endpoints.bootstrap_servers}
+    store = StateStore(kafka, config.offsets_topic_name, db.server)
+    key = store.ledger_key(db.slot)
+    ledger = Ledger.from_json(store.read(key))
+    assert ledger is not None
+    ledger.queue = [Pending(f"{s}.t", "typed", "id = 'abc'")]
+    store.write_acknowledged(Producer(kafka), key, ledger.to_json())
+    topic = TopicEnd(db.endpoints.bootstrap_servers, db.topic("t"))
+    with in_process(config, endpoints) as run:
+        run.wait_snapshot()
+
+        def alive() -> None:
+            assert run.error is None and run.thread.is_alive(), run.error
+
+        wait_until(lambda: not run.runner.ledger.queue, alive, "the snapshot was not stopped")
+        before = topic.count()
+        db.sql(f"UPDATE {s}.t SET v = 1 WHERE id = 1")
+        topic.wait_beyond(before, alive)
+        run.stop()
+    topic.close()
+    stored = Ledger.from_json(store.read(key))
+    assert stored is not None and not stored.queue
