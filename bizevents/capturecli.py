@@ -105,7 +105,12 @@ def mysql(ctx: click.Context, capture_config: Path) -> None:
     required=True,
     help="The TOML file of the running capture to signal.",
 )
-@click.option("--where", default=None, help="Only the rows meeting this SQL condition.")
+@click.option(
+    "--where",
+    default=None,
+    help="Only the rows meeting this condition: columns compared with values, "
+    "AND/OR/NOT, IN, BETWEEN, LIKE, IS NULL (no SQL beyond that).",
+)
 @click.option("--pause", "action", flag_value="pause-snapshot", help="Pause snapshots under way.")
 @click.option("--resume", "action", flag_value="resume-snapshot", help="Resume paused snapshots.")
 @click.option("--stop", "action", flag_value="stop-snapshot", help="Stop snapshots under way.")
@@ -130,7 +135,8 @@ def snapshot(
     from confluent_kafka.admin import AdminClient
 
     from bizevents.capture.config import load_capture_config
-    from bizevents.capture.signals import SignalTopic, new_signal
+    from bizevents.capture.filters import FilterError
+    from bizevents.capture.signals import SignalTopic, new_signal, shown
     from bizevents.plumbing.kafka import ensure_topics
 
     settings = settings_of(ctx)
@@ -142,6 +148,12 @@ def snapshot(
         )
     if where is not None and kind != "execute-snapshot":
         raise ConfigError("--where goes with a snapshot, not with --pause, --resume or --stop")
+    try:
+        signal = new_signal(kind, tables, where)
+    except FilterError as exc:
+        raise ConfigError(
+            f"--where {shown(where)} is not a condition a snapshot takes: {exc}"
+        ) from None
     for table in tables:
         if config.tables and table not in config.tables:
             raise ConfigError(
@@ -151,7 +163,6 @@ def snapshot(
     topic = SignalTopic(kafka, config.signal_topic_name, config.server)
     ensure_topics(AdminClient(kafka), [topic.topic], 1, timeout_s=15)
     producer = Producer(kafka)
-    signal = new_signal(kind, tables, where)
     outcome: list[Any] = []
     topic.send(producer, signal, on_delivery=lambda err, _msg: outcome.append(err))
     producer.flush(30)

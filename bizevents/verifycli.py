@@ -86,6 +86,7 @@ def verify(
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
     from bizevents.capture.config import load_capture_config
+    from bizevents.capture.filters import any_of, condition_text
     from bizevents.capture.signals import Signal, SignalTopic
     from bizevents.capture.verify import Report, capture_progress, check_table, open_readers
     from bizevents.plumbing.kafka import ensure_topics
@@ -145,7 +146,7 @@ def verify(
                     parts.append(table.keys_condition([d.key for d in extras]))
                 tombstones = [d.tombstone for d in extras if d.tombstone is not None]
                 if parts:
-                    repairs.append((qualified, topic, " OR ".join(parts), tombstones))
+                    repairs.append((qualified, topic, condition_text(any_of(parts)), tombstones))
     finally:
         close()
     sent = []

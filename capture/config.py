@@ -75,6 +75,9 @@ class CaptureConfig(BaseModel):
     snapshot_fetch_rows: int = Field(default=5_000, ge=1)
     #: Rows per chunk of an incremental snapshot (the memory it holds).
     incremental_chunk_rows: int = Field(default=1_024, ge=1)
+    #: The longest an incremental snapshot's chunk query (or a condition's check) may
+    #: run: a statement timeout; a snapshot whose chunk goes past it is stopped.
+    snapshot_query_timeout_s: float = Field(default=60.0, gt=0)
     #: Tables added to ``tables`` after the first run get an incremental snapshot.
     snapshot_new_tables: bool = True
     #: The signal table in the source database (``schema.table``, Debezium's

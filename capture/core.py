@@ -22,10 +22,11 @@ from confluent_kafka.admin import AdminClient
 
 from bizevents.capture.config import CaptureConfig
 from bizevents.capture.exceptions import CaptureError, KafkaDeliveryError
+from bizevents.capture.filters import Condition, FilterError, parse_condition, resolve
 from bizevents.capture.incremental import Incremental
 from bizevents.capture.metrics import CaptureStats
 from bizevents.capture.offsets import AckTracker, Tx
-from bizevents.capture.signals import Signal, SignalError, SignalTopic, signal_table_ddl
+from bizevents.capture.signals import Signal, SignalError, SignalTopic, shown, signal_table_ddl
 from bizevents.capture.sink import SchemaRegistrar, producer_config
 from bizevents.capture.state import Ledger, Pending, StateStore
 from bizevents.capture.transactions import NoBlocks, TxBlocks
@@ -48,6 +49,7 @@ __all__ = [
     "CaptureEndpoints",
     "Session",
     "Stop",
+    "chunk_condition",
 ]
 
 #: Dead-letter headers of capture's own (the stage, reason, error and source ones are
@@ -60,6 +62,8 @@ HEADER_CAPTURE_FORMAT: Final = "bizevents.capture.format"
 
 #: The longest wait between two attempts to reach a lost source.
 _MAX_BACKOFF_S: Final = 30.0
+#: How long a start waits for the signals sent while capture was away.
+_SIGNALS_WAIT_S: Final = 5.0
 
 Send = Callable[..., None]
 
@@ -105,6 +109,14 @@ class StreamReader:
             if self.chunks is not None:
                 with suppress(Exception):
                     self.chunks.close()
+
+
+def chunk_condition(pending: Pending, columns: list[str]) -> Condition | None:
+    """The stored condition of a snapshot, checked against the table's columns now
+    (:class:`FilterError` when it no longer fits)."""
+    if pending.where is None:
+        return None
+    return resolve(parse_condition(pending.where), columns, pending.table)
 
 
 class Stop(Exception):
@@ -448,6 +460,10 @@ class CaptureCore:
             cfg.incremental_chunk_rows,
             progress,
         )
+        if ledger.queue:
+            # The signals sent while capture was away go first: a stored snapshot does
+            # not resume before a stop sent for it.
+            self.poll_signals(wait_s=_SIGNALS_WAIT_S)
         return self.incremental
 
     # -- signals (bizevents.capture.signals) ------------------------------------------------
@@ -456,9 +472,25 @@ class CaptureCore:
         """The tables this capture writes (``schema.table``)."""
         return list(self.config.tables)
 
-    def condition_error(self, table: str, where: str) -> str | None:
-        """``None`` when ``where`` is a valid condition on ``table``, else the reason."""
+    def checked_condition(self, table: str, where: str) -> str:
+        """The condition ``where`` as it applies to ``table`` (each column named as the
+        table names it), once the database took it; :class:`FilterError` with the
+        reason otherwise."""
         raise NotImplementedError
+
+    def stop_failed_snapshot(self, pending: Pending, reason: str) -> None:
+        """A snapshot whose condition or chunk query failed: stopped with one sentence
+        (a retry would fail the same way); capture goes on."""
+        inc = self.incremental
+        assert inc is not None
+        inc.ledger.queue = [p for p in inc.ledger.queue if p is not pending]
+        if inc.window is not None and inc.window.pending is pending:
+            inc.window = None
+        inc.changed()
+        self.stats.incremental_snapshots = len(inc.ledger.queue)
+        self.log.warning(
+            f"incremental snapshot stopped: {reason}", table=pending.table, id=pending.id
+        )
 
     def missing_signal_table(self, table: str, mysql: bool) -> CaptureError:
         """The sentence that stops start-up when the configured signal table is missing."""
@@ -467,14 +499,15 @@ class CaptureCore:
             f"exist; create it with: {signal_table_ddl(table, mysql)}"
         )
 
-    def poll_signals(self) -> None:
-        """Carry out the signals that arrived on the signal topic (at most every 0.5 s)."""
+    def poll_signals(self, wait_s: float = 0) -> None:
+        """Carry out the signals that arrived on the signal topic (at most every 0.5 s);
+        ``wait_s``: all those sent so far, waiting up to that long for them."""
         topic = self.signal_topic
         now = time.monotonic()
-        if topic is None or now - self._signals_polled < 0.5:
+        if topic is None or (not wait_s and now - self._signals_polled < 0.5):
             return
         self._signals_polled = now
-        for after, sig in topic.poll(self.ledger.signal_offset):
+        for after, sig in topic.poll(self.ledger.signal_offset, wait_s):
             if after >= 0:
                 self.ledger.signal_offset = after
             self.on_signal(sig)
@@ -491,7 +524,15 @@ class CaptureCore:
                 raise sig
             self._carry_out(sig)
             self.stats.incremental_snapshots = len(self.ledger.queue)
-        except SignalError as exc:
+        except Stop:
+            raise
+        except Exception as exc:  # no signal may stop capture, whatever goes wrong
+            if not isinstance(exc, SignalError):
+                reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+                sid = sig.id if isinstance(sig, Signal) else ""
+                exc = SignalError(
+                    f"signal {shown(sid)} could not be carried out ({type(exc).__name__}: {reason})"
+                )
             self.stats.signals_refused += 1
             self.log.warning(f"signal refused: {exc}")
             if self.incremental is not None:
@@ -505,6 +546,7 @@ class CaptureCore:
         captured = self.captured_tables()
         named = [p for p in ledger.queue if not sig.tables or p.table in sig.tables]
         if sig.type == "execute-snapshot":
+            conditions: dict[str, str] = {}
             for table in sig.tables:
                 if table not in captured:
                     raise SignalError(
@@ -519,13 +561,14 @@ class CaptureCore:
                     )
                 where = sig.condition(table)
                 if where is not None:
-                    reason = self.condition_error(table, where)
-                    if reason is not None:
+                    try:
+                        conditions[table] = self.checked_condition(table, where)
+                    except FilterError as exc:
                         raise SignalError(
-                            f"snapshot signal {sig.id!r}: the condition {where!r} on {table} "
-                            f"does not parse: {reason}"
-                        )
-            ledger.queue.extend(Pending(t, sig.id, sig.condition(t)) for t in sig.tables)
+                            f"snapshot signal {sig.id!r}: the condition {shown(where)} cannot "
+                            f"be used on {table}: {exc}"
+                        ) from None
+            ledger.queue.extend(Pending(t, sig.id, conditions.get(t)) for t in sig.tables)
             self.log.info("incremental snapshot requested", id=sig.id, tables=sig.tables)
         elif sig.type in ("pause-snapshot", "resume-snapshot"):
             if not named:

@@ -18,6 +18,7 @@ import pymysql.cursors
 
 from bizevents.capture import mysqltypes as t
 from bizevents.capture.exceptions import CaptureError, DatabaseAccessError
+from bizevents.capture.filters import Condition, to_sql
 from bizevents.capture.mysqlcodec import MyTable
 from bizevents.capture.mysqltypes import MyColumn
 from bizevents.plumbing.errors import ConfigError
@@ -406,7 +407,7 @@ def read_chunk(
     table: str,
     key_names: tuple[str, ...],
     after: list[Any] | None,
-    where: str | None,
+    where: Condition | None,
     limit: int,
 ) -> tuple[BinlogPosition, list[dict[str, Any]]]:
     """The next rows by key after ``after`` (those meeting ``where``), at most
@@ -426,33 +427,39 @@ def open_chunk(
     table: str,
     key_names: tuple[str, ...],
     after: list[Any] | None,
-    where: str | None,
+    where: Condition | None,
     limit: int,
+    timeout_s: float | None = None,
 ) -> tuple[BinlogPosition, Any]:
-    """Run the query of :func:`read_chunk` in its consistent snapshot, left open:
-    ``(the binlog position the snapshot matches, an unbuffered cursor of the rows)``;
-    the caller fetches them (a slice at a time) and calls :func:`end_chunk`.
+    """Run the query of :func:`read_chunk` in its consistent snapshot, read only, left
+    open: ``(the binlog position the snapshot matches, an unbuffered cursor of the
+    rows)``; the caller fetches them (a slice at a time) and calls :func:`end_chunk`.
+    ``timeout_s``: the query's ``max_statement_time`` (its rows fetched within it).
 
     Lock-free on MariaDB, which says which binlog position an InnoDB consistent snapshot
     matches; MySQL does not, and is refused with a sentence.
     """
-    keys = ", ".join(_quoted(k) for k in key_names)
+    # PyMySQL formats the query with its parameters: a % of a name is doubled.
+    keys = ", ".join(_quoted(k).replace("%", "%%") for k in key_names)
+    name = f"{_quoted(database)}.{_quoted(table)}".replace("%", "%%")
     conditions = []
     params: list[Any] = []
     if after is not None:
         conditions.append(f"({keys}) > ({', '.join(['%s'] * len(after))})")
         params.extend(after)
     if where is not None:
-        # PyMySQL formats the query with %: a literal % of the condition is doubled.
-        conditions.append(f"({where.replace('%', '%%') if params else where})")
+        text, values = to_sql(where, "mariadb")
+        conditions.append(f"({text})")
+        params.extend(values)
     query = (
-        f"SELECT * FROM {_quoted(database)}.{_quoted(table)}"
+        _timed(timeout_s)
+        + f"SELECT * FROM {name}"
         + (" WHERE " + " AND ".join(conditions) if conditions else "")
         + f" ORDER BY {keys} LIMIT {int(limit)}"
     )
     with conn.cursor() as cur:
         cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-        cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+        cur.execute("START TRANSACTION READ ONLY, WITH CONSISTENT SNAPSHOT")
         try:
             cur.execute("SHOW STATUS LIKE 'binlog_snapshot_%'")
             status = {str(k).lower(): str(v) for k, v in cur.fetchall()}
@@ -466,7 +473,7 @@ def open_chunk(
             )
             rows = conn.cursor(pymysql.cursors.SSDictCursor)
             try:
-                rows.execute(query, params or None)
+                rows.execute(query, params)
             except BaseException:
                 rows.close()
                 raise
@@ -484,15 +491,47 @@ def end_chunk(conn: pymysql.connections.Connection[Any], rows: Any) -> None:
 
 
 def check_condition(
-    conn: pymysql.connections.Connection[Any], database: str, table: str, where: str
+    conn: pymysql.connections.Connection[Any],
+    database: str,
+    table: str,
+    where: Condition,
+    timeout_s: float,
 ) -> str | None:
-    """``None`` when ``where`` is a valid condition on the table, else the server's reason."""
+    """``None`` when ``where`` is a valid condition on the table (``EXPLAIN``, in a
+    read-only transaction under ``max_statement_time``), else the server's reason."""
+    text, params = to_sql(where, "mariadb")
+    name = f"{_quoted(database)}.{_quoted(table)}".replace("%", "%%")
+    query = f"EXPLAIN SELECT 1 FROM {name} WHERE {text}"
     try:
         with conn.cursor() as cur:
-            cur.execute(
-                f"EXPLAIN SELECT 1 FROM {_quoted(database)}.{_quoted(table)} WHERE ({where})"
-            )
-            cur.fetchall()
+            cur.execute("START TRANSACTION READ ONLY")
+            try:
+                cur.execute(_timed(timeout_s) + query, params)
+                cur.fetchall()
+            finally:
+                cur.execute("ROLLBACK")
     except pymysql.err.MySQLError as exc:
+        if not statement_failed(exc):
+            raise
         return str(exc.args[1]) if len(exc.args) > 1 else str(exc)
     return None
+
+
+def _timed(timeout_s: float | None) -> str:
+    """The prefix that bounds one statement's time (MariaDB's ``SET STATEMENT``)."""
+    if timeout_s is None:
+        return ""
+    return f"SET STATEMENT max_statement_time = {max(0.001, float(timeout_s)):.3f} FOR "
+
+
+#: Server errors that mean the connection or the server went away, not the statement.
+_GONE: Final = frozenset(
+    (1040, 1053, 1077, 1152, 1153, 1154, 1155, 1156, 1157, 1158, 1159, 1160, 1161, 1184, 1927)
+)
+
+
+def statement_failed(exc: pymysql.err.MySQLError) -> bool:
+    """Whether the server refused or interrupted a statement (a bad condition, past
+    ``max_statement_time``), rather than the connection or the server going away."""
+    code = exc.args[0] if exc.args else None
+    return isinstance(code, int) and 1000 <= code < 2000 and code not in _GONE

@@ -57,9 +57,10 @@ from pymysqlreplication.row_event import (
 )
 
 from bizevents.capture import mysql as my
-from bizevents.capture.core import Stop, StreamReader
+from bizevents.capture.core import Stop, StreamReader, chunk_condition
 from bizevents.capture.encoding import encoded_ts
 from bizevents.capture.exceptions import CaptureError
+from bizevents.capture.filters import FilterError, condition_text, parse_condition, resolve
 from bizevents.capture.incremental import INCREMENTAL, Drain, Window
 from bizevents.capture.mysql import BinlogPosition
 from bizevents.capture.mysqlcodec import (
@@ -72,9 +73,9 @@ from bizevents.capture.mysqlcodec import (
 from bizevents.capture.mysqlquarantine import MysqlQuarantine, RowAt, kind_of
 from bizevents.capture.mysqltypes import converters_generation
 from bizevents.capture.offsets import AckTracker, Tx
-from bizevents.capture.signals import Signal, SignalError, parse_signal
+from bizevents.capture.signals import read_signal, row_key, shown
 from bizevents.capture.sink import create_topics
-from bizevents.capture.state import Ledger
+from bizevents.capture.state import Ledger, Pending
 from bizevents.capture.transactions import NoBlocks, TxBlocks
 from bizevents.contracts.binary import LENGTHS, NULL_BRANCH, VALUE_BRANCH, zigzag
 from bizevents.contracts.technical import AVRO_OPS
@@ -163,13 +164,20 @@ class MysqlCapture(MysqlQuarantine):
         self.stats.snapshot_done = True
         self._stream()
 
-    def condition_error(self, table: str, where: str) -> str | None:
+    def checked_condition(self, table: str, where: str) -> str:
+        database, _, name = table.partition(".")
         conn = my.connect(self.endpoints.dsn)
         try:
-            database, _, name = table.partition(".")
-            return my.check_condition(conn, database, name, where)
+            columns = [c.name for c in my.catalog_table(conn, database, name).columns]
+            cond = resolve(parse_condition(where), columns, table)
+            reason = my.check_condition(
+                conn, database, name, cond, self.config.snapshot_query_timeout_s
+            )
         finally:
             conn.close()
+        if reason is not None:
+            raise FilterError(reason)
+        return condition_text(cond)
 
     # -- codecs -----------------------------------------------------------------------------
 
@@ -736,13 +744,9 @@ class _BinlogReader(StreamReader):
 
     def on_signal_row(self, values: dict[str, Any]) -> None:
         """A row inserted into the signal table: a signal, in its place in the binlog."""
-        sig: Signal | SignalError
-        try:
-            sig = parse_signal(values.get("id"), values.get("type"), values.get("data"))
-        except SignalError as exc:
-            sig = exc
+        sig = read_signal(values.get("id"), values.get("type"), values.get("data"))
         # A snapshot it asks for starts after the commit.
-        self.capture.on_signal(sig, row=str(values.get("id")))
+        self.capture.on_signal(sig, row=row_key(values.get("id")))
 
     def at_or_after(self, position: BinlogPosition) -> bool:
         """Whether the stream has read every event before ``position``."""
@@ -794,9 +798,26 @@ class _BinlogReader(StreamReader):
         table = my.catalog_table(self.chunks, database, name)
         codec = capture.table_codec(table)
         after = my.key_bound(table, codec.key_names, pending.after) if pending.after else None
-        position, cursor = my.open_chunk(
-            self.chunks, database, name, codec.key_names, after, pending.where, inc.chunk_rows
-        )
+        try:
+            where = chunk_condition(pending, [c.name for c in table.columns])
+            position, cursor = my.open_chunk(
+                self.chunks,
+                database,
+                name,
+                codec.key_names,
+                after,
+                where,
+                inc.chunk_rows,
+                capture.config.snapshot_query_timeout_s,
+            )
+        except FilterError as exc:
+            capture.stop_failed_snapshot(pending, f"its condition {shown(pending.where)}: {exc}")
+            return False
+        except pymysql.err.MySQLError as exc:
+            if not my.statement_failed(exc):
+                raise
+            self.chunk_failed(pending, exc)
+            return False
         if (str(self.stream.log_file), int(self.stream.log_pos or 0)) > (
             position.file,
             position.pos,
@@ -818,7 +839,14 @@ class _BinlogReader(StreamReader):
         assert self.reading is not None and self.inc is not None
         window, cursor, fetched = self.reading
         codec: MyTableCodec = window.codec
-        rows = cursor.fetchmany(_SLICE)
+        try:
+            rows = cursor.fetchmany(_SLICE)
+        except pymysql.err.MySQLError as exc:
+            if not my.statement_failed(exc):
+                raise
+            self.reading = None
+            self.chunk_failed(window.pending, exc)
+            return
         for row in rows:
             try:
                 window.fetched(codec.key(row), row)
@@ -839,6 +867,16 @@ class _BinlogReader(StreamReader):
         assert self.reading is not None and self.chunks is not None
         my.end_chunk(self.chunks, self.reading[1])
         self.reading = None
+
+    def chunk_failed(self, pending: Pending, exc: pymysql.err.MySQLError) -> None:
+        """The server refused or interrupted a chunk's query: the snapshot stops with the
+        server's reason; the chunk's connection starts afresh."""
+        if self.chunks is not None:
+            with suppress(Exception):
+                self.chunks.close()
+            self.chunks = None
+        reason = str(exc.args[1]) if len(exc.args) > 1 else str(exc)
+        self.capture.stop_failed_snapshot(pending, f"its chunk query failed: {reason}")
 
     def close_window(self) -> None:
         """The stream reached the chunk's position: its rows not superseded go out, a

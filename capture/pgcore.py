@@ -11,6 +11,7 @@ import structlog
 from bizevents.capture import postgres as pg
 from bizevents.capture.core import CaptureCore
 from bizevents.capture.encoding import TableCodec
+from bizevents.capture.filters import FilterError, condition_text, parse_condition, resolve
 from bizevents.capture.pgoutput import Relation
 from bizevents.capture.pgtypes import PgTypeMapper
 
@@ -65,15 +66,22 @@ class PgCore(CaptureCore):
     def captured_tables(self) -> list[str]:
         return [i.qualified for i in self.infos.values()]
 
-    def condition_error(self, table: str, where: str) -> str | None:
+    def checked_condition(self, table: str, where: str) -> str:
         info = self.info_named(table)
         if info is None:
-            return f"{table} is not captured"
-        conn = pg.connect(self.endpoints.dsn, application="bizevents-signal")
+            raise FilterError(f"{table} is not captured")
+        columns = [c.name for c in info.relation.columns]
+        cond = resolve(parse_condition(where), columns, table)
+        conn = pg.connect(self.endpoints.dsn, autocommit=False, application="bizevents-signal")
         try:
-            return pg.check_condition(conn, info.relation, where)
+            reason = pg.check_condition(
+                conn, info.relation, cond, self.config.snapshot_query_timeout_s
+            )
         finally:
             conn.close()
+        if reason is not None:
+            raise FilterError(reason)
+        return condition_text(cond)
 
     def info_named(self, qualified: str) -> pg.TableInfo | None:
         """The captured table ``schema.table``, if it is one."""

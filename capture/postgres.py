@@ -19,6 +19,7 @@ import psycopg2.extras
 from psycopg2 import sql
 
 from bizevents.capture.exceptions import CaptureError, DatabaseAccessError, TableNotCapturableError
+from bizevents.capture.filters import Condition, to_sql
 from bizevents.capture.pgoutput import Column, Relation, parse_lsn
 from bizevents.capture.pgtypes import BUILTIN_TYPE_OIDS, ENUM_TYPES_SQL, REPLICATION_SESSION_OPTIONS
 
@@ -391,8 +392,9 @@ def open_chunk(
     relation: Relation,
     key_names: Sequence[str],
     after: Sequence[str | None] | None,
-    where: str | None,
+    where: Condition | None,
     limit: int,
+    timeout_s: float | None = None,
 ) -> tuple[str, Any]:
     """The next rows by key after ``after`` (every row meeting ``where``), at most
     ``limit``, queried in a read-only repeatable-read transaction left open: ``(its
@@ -401,6 +403,8 @@ def open_chunk(
 
     ``pg_current_snapshot()`` says which transactions the rows include; each value is
     its type's text output, as the walsender sends it. ``conn`` is not in autocommit.
+    ``timeout_s``: the query's statement timeout (a condition from a signal is bound
+    in time as well as in what it can say).
     """
     oids = {c.type_oid for c in relation.columns} | set(BUILTIN_TYPE_OIDS)
     raw = psycopg2.extensions.new_type(tuple(sorted(oids)), "BIZEVENTS_RAW", _raw)
@@ -413,7 +417,9 @@ def open_chunk(
         )
         params.extend(after)
     if where is not None:
-        conditions.append(sql.SQL("(") + sql.SQL(where) + sql.SQL(")"))
+        text, values = to_sql(where, "postgres")
+        conditions.append(sql.SQL("(") + sql.SQL(text) + sql.SQL(")"))
+        params.extend(values)
     query = sql.SQL("SELECT {} FROM ONLY {}{} ORDER BY {} LIMIT {}").format(
         sql.SQL(", ").join(sql.Identifier(c.name) for c in relation.columns),
         sql.Identifier(relation.namespace, relation.name),
@@ -425,6 +431,8 @@ def open_chunk(
     try:
         psycopg2.extensions.register_type(raw, cur)
         cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        if timeout_s is not None:
+            _statement_timeout(cur, timeout_s)
         cur.execute("SELECT pg_current_snapshot()::text")
         row = cur.fetchone()
         cur.execute(query, params)
@@ -479,17 +487,38 @@ def emit_watermark(conn: Connection, content: str) -> int:
     return parse_lsn(str(row[0])) if row else 0
 
 
-def check_condition(conn: Connection, relation: Relation, where: str) -> str | None:
-    """``None`` when ``where`` is a valid condition on the table, else the server's reason."""
-    query = sql.SQL("EXPLAIN SELECT 1 FROM ONLY {} WHERE (").format(
+def _statement_timeout(cur: Any, timeout_s: float) -> None:
+    """The open transaction's statements end after ``timeout_s`` (at least 1 ms)."""
+    cur.execute("SET LOCAL statement_timeout = %s", (max(1, round(timeout_s * 1000)),))
+
+
+def check_condition(
+    conn: Connection, relation: Relation, where: Condition, timeout_s: float
+) -> str | None:
+    """``None`` when ``where`` is a valid condition on the table (``EXPLAIN``, in a
+    read-only transaction under a statement timeout), else the server's reason.
+    ``conn`` is not in autocommit."""
+    text, params = to_sql(where, "postgres")
+    query = sql.SQL("EXPLAIN SELECT 1 FROM ONLY {} WHERE ").format(
         sql.Identifier(relation.namespace, relation.name)
-    ) + sql.SQL(where + ")")
+    ) + sql.SQL(text)
     try:
         with conn.cursor() as cur:
-            cur.execute(query)
+            cur.execute("SET TRANSACTION READ ONLY")
+            _statement_timeout(cur, timeout_s)
+            cur.execute(query, params)
             cur.fetchall()
     except psycopg2.Error as exc:
-        if not conn.autocommit:
-            conn.rollback()
+        if not statement_failed(exc):
+            raise
         return (exc.diag.message_primary or str(exc)).strip()
+    finally:
+        conn.rollback()
     return None
+
+
+def statement_failed(exc: psycopg2.Error) -> bool:
+    """Whether the server refused or cancelled a statement (a bad condition, a statement
+    timeout), rather than the connection or the server going away."""
+    code = exc.pgcode
+    return code is not None and not code.startswith(("08", "57P"))

@@ -15,9 +15,10 @@ import psycopg2
 import psycopg2.extras
 
 from bizevents.capture import postgres as pg
-from bizevents.capture.core import StreamReader
+from bizevents.capture.core import StreamReader, chunk_condition
 from bizevents.capture.encoding import TableCodec, encoded_ts
 from bizevents.capture.exceptions import CaptureError
+from bizevents.capture.filters import FilterError
 from bizevents.capture.incremental import INCREMENTAL, Window, snapshot_sees
 from bizevents.capture.offsets import Tx
 from bizevents.capture.pgoutput import (
@@ -40,7 +41,7 @@ from bizevents.capture.pgtypes import (
     enum_types_from_rows,
 )
 from bizevents.capture.quarantine import Quarantine, TxInfo
-from bizevents.capture.signals import Signal, SignalError, parse_signal
+from bizevents.capture.signals import read_signal, row_key, shown
 from bizevents.capture.sink import create_topics
 from bizevents.capture.transactions import NoBlocks
 from bizevents.contracts.technical.source import EncodedSource
@@ -506,14 +507,26 @@ class _SlotReader(StreamReader):
             self.chunks = pg.connect(
                 capture.endpoints.dsn, autocommit=False, application="bizevents-snapshot"
             )
-        snapshot, cursor = pg.open_chunk(
-            self.chunks,
-            info.relation,
-            info.key_names,
-            pending.after,
-            pending.where,
-            inc.chunk_rows,
-        )
+        try:
+            where = chunk_condition(pending, [c.name for c in info.relation.columns])
+            snapshot, cursor = pg.open_chunk(
+                self.chunks,
+                info.relation,
+                info.key_names,
+                pending.after,
+                where,
+                inc.chunk_rows,
+                capture.config.snapshot_query_timeout_s,
+            )
+        except FilterError as exc:
+            capture.stop_failed_snapshot(pending, f"its condition {shown(pending.where)}: {exc}")
+            return False
+        except psycopg2.Error as exc:
+            if not pg.statement_failed(exc):
+                raise
+            reason = (exc.diag.message_primary or str(exc)).strip()
+            capture.stop_failed_snapshot(pending, f"its chunk query failed: {reason}")
+            return False
         sees = snapshot_sees(snapshot)
         if not all(sees(x) for x in self.recent):
             # A change the topic already holds is not in the chunk (it committed, but
@@ -558,15 +571,10 @@ class _SlotReader(StreamReader):
     def on_signal_row(self, m: Insert) -> None:
         """A row inserted into the signal table: a signal, in its place in the stream."""
         names = [c.name for c in m.relation.columns]
-        row = dict(zip(names, m.new, strict=True))
-        try:
-            sig: Signal | SignalError = parse_signal(
-                row.get("id"), row.get("type"), row.get("data")
-            )
-        except SignalError as exc:
-            sig = exc
+        row = dict(zip(names, m.new, strict=False))
+        sig = read_signal(row.get("id"), row.get("type"), row.get("data"))
         # A snapshot it asks for starts once the stream is idle.
-        self.capture.on_signal(sig, row=str(row.get("id")))
+        self.capture.on_signal(sig, row=row_key(row.get("id")))
 
     def on_message(self, m: LogicalMessage, _msg: Any) -> None:
         inc = self.inc

@@ -37,15 +37,16 @@ import re
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from decimal import Decimal
 from functools import partial
 from typing import Any, Literal
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
-from psycopg2 import sql
 
 from bizevents.capture import postgres as pg
 from bizevents.capture.encoding import encoded_ts
 from bizevents.capture.exceptions import DatabaseUnreachableError
+from bizevents.capture.filters import Compare, Condition, InList, Value, all_of
 from bizevents.contracts.envelope import ChangeEvent, MySqlPosition, PgPosition, Position, Tombstone
 from bizevents.contracts.technical import AvroDecoder
 
@@ -446,7 +447,7 @@ class TableReader:
         self._source = source
 
     def _read_rows(
-        self, after: list[Any] | None, where: str | None, limit: int
+        self, after: list[Any] | None, where: Condition | None, limit: int
     ) -> tuple[list[Any], str]:
         """Rows by key after ``after`` meeting ``where`` (at most ``limit``), in a
         consistent read of their own, and the database's position of that read."""
@@ -459,13 +460,41 @@ class TableReader:
         """A row's key values as the source gave them (for SQL conditions)."""
         raise NotImplementedError
 
-    def keys_condition(self, keys: list[Key]) -> str:
-        """The SQL condition of exactly these keys."""
-        raise NotImplementedError
+    def _value(self, value: Any) -> Value:
+        """A key value as a condition holds it: a number, text or bytes as it is, any
+        other value (a date, a UUID) as its text, which the database reads back."""
+        if isinstance(value, bool | int | Decimal | str | bytes):
+            return value
+        if isinstance(value, float):
+            return Decimal(repr(value))
+        return str(value)
 
-    def range_condition(self, low: list[Any], high: list[Any]) -> str:
-        """The SQL condition of the keys from ``low`` to ``high`` (inclusive)."""
-        raise NotImplementedError
+    def keys_condition(self, keys: list[Key]) -> Condition:
+        """The condition of exactly these keys."""
+        names = self.key_names
+        rows = tuple(
+            tuple(self._value(v) for v in self._bound([dict(k)[n] for n in names])) for k in keys
+        )
+        return InList(names, rows)
+
+    def range_condition(self, low: list[Any], high: list[Any]) -> Condition:
+        """The condition of the keys from ``low`` to ``high`` (inclusive)."""
+        return all_of([self._compare(">=", low), self._compare("<=", high)])
+
+    def _compare(self, op: str, bound: list[Any]) -> Condition:
+        return Compare(self.key_names, op, tuple(self._value(v) for v in self._bound(bound)))
+
+    def _bound(self, values: list[Any]) -> list[Any]:
+        """A key's values as a bound of a key range (as they are, unless the source
+        compares some otherwise)."""
+        return values
+
+    def between(self, low: list[Any] | None, high: list[Any] | None) -> TableChunk:
+        """The rows whose key is at or after ``low`` and before ``high`` (``None``: no
+        bound), in a consistent read of their own."""
+        parts = [self._compare(op, b) for op, b in ((">=", low), ("<", high)) if b is not None]
+        got, position = self._read_rows(None, all_of(parts) if parts else None, 2**62)
+        return TableChunk([self.row(v) for v in got], position)
 
     @property
     def key_names(self) -> tuple[str, ...]:
@@ -475,11 +504,6 @@ class TableReader:
     def boundaries(self, every: int) -> list[tuple[Key, list[Any]]]:
         """Where the table's chunks of ``every`` rows start: each first row's key (and
         its values as the source gave them), in the database's order."""
-        raise NotImplementedError
-
-    def between(self, low: list[Any] | None, high: list[Any] | None) -> TableChunk:
-        """The rows whose key is at or after ``low`` and before ``high`` (``None``: no
-        bound), in a consistent read of their own."""
         raise NotImplementedError
 
     #: Whether :meth:`order_of` asks the database (else it is the identity).
@@ -535,7 +559,7 @@ class PgTable(TableReader):
         names = [c.name for c in info.relation.columns]
         self._key_at = [names.index(k) for k in info.key_names]
 
-    def _read(self, after: list[Any] | None, where: str | None, limit: int) -> list[Any]:
+    def _read(self, after: list[Any] | None, where: Condition | None, limit: int) -> list[Any]:
         info = self.info
         _snapshot, cur = pg.open_chunk(
             self.conn, info.relation, info.key_names, after, where, limit
@@ -546,7 +570,7 @@ class PgTable(TableReader):
             pg.end_chunk(self.conn, cur)
 
     def _read_rows(
-        self, after: list[Any] | None, where: str | None, limit: int
+        self, after: list[Any] | None, where: Condition | None, limit: int
     ) -> tuple[list[Any], str]:
         return self._read(after, where, limit), self._position_now()
 
@@ -565,44 +589,9 @@ class PgTable(TableReader):
     def _key_text(self, values: Any) -> list[Any]:
         return [values[i] for i in self._key_at]
 
-    def keys_condition(self, keys: list[Key]) -> str:
-        """The SQL condition of exactly these keys."""
-        names = list(self.info.key_names)
-        cond = sql.SQL("({}) IN ({})").format(
-            sql.SQL(", ").join(sql.Identifier(n) for n in names),
-            sql.SQL(", ").join(
-                sql.SQL("({})").format(sql.SQL(", ").join(sql.Literal(dict(k)[n]) for n in names))
-                for k in keys
-            ),
-        )
-        return str(cond.as_string(self.conn))
-
     def boundaries(self, every: int) -> list[tuple[Key, list[Any]]]:
         rows = pg.every_nth_row(self.conn, self.info.relation, self.info.key_names, every)
         return [(k, text) for k, text, _digest in (self.row(v) for v in rows)]
-
-    def between(self, low: list[Any] | None, high: list[Any] | None) -> TableChunk:
-        keys = sql.SQL(", ").join(sql.Identifier(n) for n in self.info.key_names)
-        parts = []
-        for op, bound in ((">=", low), ("<", high)):
-            if bound is not None:
-                values = sql.SQL(", ").join(sql.Literal(v) for v in bound)
-                parts.append(sql.SQL("({}) " + op + " ({})").format(keys, values))
-        where = sql.SQL(" AND ").join(parts).as_string(self.conn) if parts else None
-        rows = self._read(None, where, 2**62)
-        return TableChunk([self.row(v) for v in rows], self._position_now())
-
-    def range_condition(self, low: list[Any], high: list[Any]) -> str:
-        """The SQL condition of the keys from ``low`` to ``high`` (inclusive)."""
-        keys = sql.SQL(", ").join(sql.Identifier(n) for n in self.info.key_names)
-
-        def tup(vals: list[Any]) -> Any:
-            return sql.SQL(", ").join(sql.Literal(v) for v in vals)
-
-        cond = sql.SQL("(({k}) >= ({a}) AND ({k}) <= ({b}))").format(
-            k=keys, a=tup(low), b=tup(high)
-        )
-        return str(cond.as_string(self.conn))
 
 
 class MyTable(TableReader):
@@ -712,18 +701,8 @@ class MyTable(TableReader):
             out.append((key, text))
         return out
 
-    def between(self, low: list[Any] | None, high: list[Any] | None) -> TableChunk:
-        cols = ", ".join(_quoted(k) for k in self.key_names)
-        parts = [
-            f"({cols}) {op} ({', '.join(self._literal(v) for v in self._bound(bound))})"
-            for op, bound in ((">=", low), ("<", high))
-            if bound is not None
-        ]
-        got, position = self._read_rows(None, " AND ".join(parts) or None, 2**62)
-        return TableChunk([self.row(v) for v in got], position)
-
     def _read_rows(
-        self, after: list[Any] | None, where: str | None, limit: int
+        self, after: list[Any] | None, where: Condition | None, limit: int
     ) -> tuple[list[Any], str]:
         from bizevents.capture import mysql as my
 
@@ -742,28 +721,16 @@ class MyTable(TableReader):
     def _key_text(self, values: Any) -> list[Any]:
         return [values[k] for k in self.codec.key_names]
 
-    def _literal(self, value: Any) -> str:
-        return str(self.conn.escape(value))
+    def _value(self, value: Any) -> Value:
+        if isinstance(value, bool | int | Decimal | str | bytes | float):
+            return super()._value(value)
+        # A date or a time: its text as PyMySQL writes it, which the server reads back.
+        return str(self.conn.escape(value)).strip("'")
 
     def _bound(self, values: list[Any]) -> list[Any]:
         from bizevents.capture import mysql as my
 
         return my.key_bound(self.codec.table, self.key_names, values)
-
-    def keys_condition(self, keys: list[Key]) -> str:
-        """The SQL condition of exactly these keys."""
-        names = list(self.codec.key_names)
-        cols = ", ".join(f"`{n}`" for n in names)
-        tuples = ", ".join(
-            "(" + ", ".join(self._literal(dict(k)[n]) for n in names) + ")" for k in keys
-        )
-        return f"({cols}) IN ({tuples})"
-
-    def range_condition(self, low: list[Any], high: list[Any]) -> str:
-        cols = ", ".join(f"`{n}`" for n in self.codec.key_names)
-        a = ", ".join(self._literal(v) for v in self._bound(low))
-        b = ", ".join(self._literal(v) for v in self._bound(high))
-        return f"(({cols}) >= ({a}) AND ({cols}) <= ({b}))"
 
 
 #: MariaDB's string types (ordered by a collation).

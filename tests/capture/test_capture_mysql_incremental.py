@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from bizevents.capture import mysql as my
-from bizevents.capture.signals import new_signal, signal_table_ddl
+from bizevents.capture.signals import Signal, new_signal, signal_table_ddl
 from bizevents.capture.state import Ledger, StateStore
 from bizevents.contracts.envelope import ChangeEvent
 from bizevents.devstack import Endpoints
@@ -154,7 +154,8 @@ def test_signal_table_snapshots_with_a_condition_and_refuses_bad_signals(
         ledger = run.runner.ledger
         for sig in (
             new_signal("execute-snapshot", (f"{db.name}.nope",)),
-            new_signal("execute-snapshot", (f"{db.name}.b",), "id >>> 2"),
+            # Written by hand: new_signal refuses a condition that does not parse.
+            Signal("bad", "execute-snapshot", (f"{db.name}.b",), ((f"{db.name}.b", "id >>> 2"),)),
             new_signal("execute-snapshot", (f"{db.name}.b",), "id > 500"),
         ):
             db.sql("INSERT INTO sig VALUES (%s, %s, %s)", sig.to_row())

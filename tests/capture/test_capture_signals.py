@@ -7,10 +7,21 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bizevents.capture.incremental import Incremental, Window, snapshot_sees, xid_precedes
 from bizevents.capture.offsets import AckTracker
-from bizevents.capture.signals import SignalError, new_signal, parse_signal
+from bizevents.capture.signals import (
+    MAX_SIGNAL_BYTES,
+    Signal,
+    SignalError,
+    SignalTopic,
+    new_signal,
+    parse_signal,
+    read_signal,
+    row_key,
+)
 from bizevents.capture.state import SIGNAL_ROWS_KEPT, Ledger, Pending
 
 
@@ -45,6 +56,88 @@ def test_a_bad_signal_is_one_sentence(kind: str, data: str, fragment: str) -> No
         parse_signal("sig-1", kind, data)
     assert fragment in str(caught.value) and "sig-1" in str(caught.value)
     assert "\n" not in str(caught.value)
+
+
+def test_a_condition_is_kept_as_data_and_sql_in_it_is_refused() -> None:
+    """A signal's filter is parsed (its text is the condition's own); one holding SQL
+    is refused with a sentence naming the signal."""
+    data = (
+        '{"data-collections": ["s.t"], "additional-conditions": '
+        '[{"data-collection": "s.t", "filter": "%s"}]}'
+    )
+    assert parse_signal("a", "execute-snapshot", data % "ID>3 and note!='x'").conditions == (
+        ("s.t", "ID > 3 AND note <> 'x'"),
+    )
+    for where, reason in (
+        ("true); DROP TABLE s.victim; SELECT (1", "a semicolon"),
+        ("id <= 3 AND pg_sleep(5)::text = ''", "a cast (::)"),
+        ("id <= 3 AND SLEEP(5) = 0", "calls a function"),
+    ):
+        with pytest.raises(SignalError) as caught:
+            parse_signal("b", "execute-snapshot", data % where)
+        assert str(caught.value).startswith("signal 'b': the condition") and reason in str(
+            caught.value
+        )
+    with pytest.raises(ValueError, match="a semicolon"):
+        new_signal("execute-snapshot", ("s.t",), "true); DROP TABLE s.victim; SELECT (1")
+
+
+@pytest.mark.parametrize(
+    ("data", "fragment"),
+    [
+        ("[" * 1024 + "]" * 1024, "nests deeper than 16 levels"),
+        ('{"a":' * 5000 + "1" + "}" * 5000, "nests deeper than 16 levels"),
+        ('{"a": "' + "[" * 5000 + '"}', "names no table"),  # brackets in a string: text
+        ("x" * (MAX_SIGNAL_BYTES + 1), "is larger than"),
+        (b"\xff\xfe", "is not UTF-8"),
+        ("1" * 5000, "is not JSON"),
+    ],
+)
+def test_a_signal_is_read_within_bounds(data: str | bytes, fragment: str) -> None:
+    """The issue's 1024-deep array never reaches json.loads' recursion: one sentence."""
+    got = read_signal("deep", "execute-snapshot", data)
+    assert isinstance(got, SignalError) and fragment in str(got), got
+
+
+def test_a_topic_record_is_read_within_bounds() -> None:
+    topic = SignalTopic({}, "t.capture.signals", "t")
+    deep = topic.read(b"k", b"[" * 5000 + b"]" * 5000, 7)
+    assert str(deep) == "the record at offset 7 of t.capture.signals nests deeper than 16 levels"
+    assert isinstance(topic.read(None, None, 8), SignalError)
+    good = topic.read(b"id-1", b'{"type": "stop-snapshot", "data": "{}"}', 9)
+    assert good == Signal("id-1", "stop-snapshot")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.none(), st.binary(max_size=60)), st.binary(max_size=3000))
+def test_any_record_is_a_signal_or_one_sentence(key: bytes | None, value: bytes) -> None:
+    got = SignalTopic({}, "t.capture.signals", "t").read(key, value, 1)
+    assert isinstance(got, Signal | SignalError)
+    assert isinstance(got, Signal) or "\n" not in str(got)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.one_of(st.none(), st.text(max_size=60), st.binary(max_size=60), st.integers()),
+    st.one_of(st.sampled_from(["execute-snapshot", "stop-snapshot"]), st.text(max_size=40)),
+    st.one_of(
+        st.none(),
+        st.text(max_size=500),
+        st.binary(max_size=500),
+        st.integers(),
+        st.recursive(
+            st.none() | st.text(max_size=10) | st.integers(),
+            lambda inner: (
+                st.lists(inner, max_size=3)
+                | st.dictionaries(st.text(max_size=20), inner, max_size=3)
+            ),
+            max_leaves=10,
+        ).map(json.dumps),
+    ),
+)
+def test_any_row_is_a_signal_or_one_sentence(id_: Any, kind: str, data: Any) -> None:
+    got = read_signal(id_, kind, data)
+    assert isinstance(got, Signal | SignalError)
 
 
 class _Store:
@@ -152,3 +245,11 @@ def test_a_new_ledger_keeps_the_signals_carried_out() -> None:
     assert fresh.signal_offset == 7 and fresh.queue == []
     assert len(fresh.signal_rows) == SIGNAL_ROWS_KEPT and fresh.signal_row_done("row-0")
     assert Ledger(True, []).signals_from(None).signal_offset is None
+
+
+def test_a_signal_rows_id_is_kept_bounded_in_the_ledger() -> None:
+    """A short row id is kept as it is; a long one as its digest, so no row swells the ledger."""
+    assert row_key(42) == "42"
+    long_id = "x" * 5000
+    kept = row_key(long_id)
+    assert len(kept) < 100 and kept == row_key(long_id) and kept != row_key("y" * 5000)

@@ -55,7 +55,7 @@ class _Codec:
 class _Capture:
     def __init__(self) -> None:
         self.stopping = False
-        self.config = SimpleNamespace(max_in_flight=10_000)
+        self.config = SimpleNamespace(max_in_flight=10_000, snapshot_query_timeout_s=60.0)
         self.endpoints = SimpleNamespace(dsn="mysql://u@h/d")
         self.server_id = 1
         self.stats = SimpleNamespace(events={})

@@ -1,0 +1,339 @@
+"""Signals that cannot hurt, on the real PostgreSQL and broker (issue 41's
+reproductions): a condition is data, never SQL that runs; no signal stops capture; a
+``--stop`` sent while capture was away ends a stored snapshot before it resumes."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+
+from bizevents.capture import postgres as pg
+from bizevents.capture.filters import parse_condition, resolve
+from bizevents.capture.signals import SignalTopic, new_signal, signal_table_ddl
+from bizevents.capture.state import Ledger, Pending, StateStore
+from bizevents.contracts.envelope import ChangeEvent
+from bizevents.devstack import Endpoints
+from tests.capture.capture_helpers import (
+    Db,
+    capture_endpoints,
+    database,
+    in_process,
+    read_topic,
+    start_cli,
+    terminate,
+    wait_snapshot_done,
+    write_config,
+)
+from tests.capture.signal_fuzz import (
+    TopicEnd,
+    bad_records,
+    bad_rows,
+    send_records,
+    snapshot_with,
+    wait_until,
+)
+from tests.capture.test_capture_incremental import signal_cli
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def db(bizevents_stack: Endpoints) -> Any:
+    with database(bizevents_stack) as made:
+        yield made
+
+
+def victim_exists(db: Db) -> bool:
+    return bool(db.sql("SELECT to_regclass(%s)", (f"{db.schema}.victim",))[0][0])
+
+
+def test_a_where_that_holds_sql_drops_nothing(db: Db, tmp_path: Path) -> None:
+    """``capture snapshot --where "true); DROP TABLE ...victim; SELECT (1"`` exits 1 with
+    one sentence naming --where; so does a ``pg_sleep`` condition. The same condition
+    written straight to the signal topic is refused by capture, which streams on;
+    ``victim`` is still there."""
+    s = db.schema
+    db.sql(f"CREATE TABLE {s}.t (id int PRIMARY KEY, v int)")
+    db.sql(f"CREATE TABLE {s}.victim (id int)")
+    db.sql(f"INSERT INTO {s}.t SELECT g, 0 FROM generate_series(1, 20) g")
+    config = db.config(["t"])
+    config_file = write_config(tmp_path / "capture.toml", config)
+    drop = f"true); DROP TABLE {s}.victim; SELECT (1"
+    topic = TopicEnd(db.endpoints.bootstrap_servers, db.topic("t"))
+    with in_process(config, capture_endpoints(db.endpoints, tmp_path)) as run:
+        run.wait_snapshot()
+
+        def alive() -> None:
+            assert run.error is None and run.thread.is_alive(), run.error
+
+        for where, reason in (
+            (drop, "a semicolon at character 6"),
+            ("id <= 3 AND pg_sleep(5)::text = ''", "a cast (::)"),
+        ):
+            sent = signal_cli(config_file, db.endpoints, "--where", where, f"{s}.t")
+            assert sent.returncode == 1, sent.stdout + sent.stderr
+            said = " ".join(sent.stderr.split())
+            assert "--where" in said and reason in said, said
+            assert "Traceback" not in sent.stderr + sent.stdout
+        # Past the command line: the condition as a record of the signal topic.
+        kafka = {"bootstrap.servers": db.endpoints.bootstrap_servers}
+        producer = Producer(kafka)
+        value = json.dumps({"type": "execute-snapshot", "data": snapshot_with(f"{s}.t", drop)})
+        producer.produce(config.signal_topic_name, value.encode(), b"bypass")
+        assert producer.flush(10) == 0
+        wait_until(lambda: run.stats.signals_refused == 1, alive, "the signal was not refused")
+        before = topic.count()
+        db.sql(f"UPDATE {s}.t SET v = 1 WHERE id = 1")
+        topic.wait_beyond(before, alive)
+        run.stop()
+    topic.close()
+    assert victim_exists(db)
+    assert not run.runner.ledger.queue
+
+
+def test_a_signal_row_whose_filter_holds_sql_changes_no_role(db: Db, tmp_path: Path) -> None:
+    """A row of the signal table whose filter commits and makes a role superuser, and
+    one that calls pg_sleep: both refused in capture's log with one sentence each; the
+    role is as it was; the stream is not held up (a change after them arrives in
+    seconds, not after the sleep)."""
+    s = db.schema
+    role = f"r_{uuid.uuid4().hex[:10]}"
+    db.sql(f"CREATE ROLE {role} NOSUPERUSER")
+    try:
+        db.sql(f"CREATE TABLE {s}.t (id int PRIMARY KEY, v int, note text)")
+        db.sql(f"INSERT INTO {s}.t SELECT g, 0, 'n' FROM generate_series(1, 20) g")
+        db.sql(signal_table_ddl(f"{s}.sig", mysql=False))
+        config = db.config(["t"], signal_table=f"{s}.sig")
+        config_file = write_config(tmp_path / "capture.toml", config)
+        log = tmp_path / "capture.log"
+        process = start_cli(config_file, db.endpoints, log)
+        topic = TopicEnd(db.endpoints.bootstrap_servers, db.topic("t"))
+        try:
+            wait_snapshot_done(db, None, process, log)
+
+            def alive() -> None:
+                assert process.poll() is None, log.read_text()[-3000:]
+
+            filters = [
+                f"true); COMMIT; ALTER ROLE {role} SUPERUSER; "
+                f'SELECT "id","note" FROM ONLY {s}.t WHERE (true',
+                "id <= 3 AND pg_sleep(5)::text = ''",
+            ]
+            for i, where in enumerate(filters):
+                row = (f"sql-{i}", "execute-snapshot", snapshot_with(f"{s}.t", where))
+                db.sql(f"INSERT INTO {s}.sig VALUES (%s, %s, %s)", row)
+            before = topic.count()
+            db.sql(f"UPDATE {s}.t SET v = 1 WHERE id = 1")
+            took = topic.wait_beyond(before, alive)
+            assert took < 4, f"the stream was held up {took:.1f}s"
+            wait_until(lambda: log.read_text().count("signal refused") >= 2, alive, "not refused")
+            assert terminate(process) == 0, log.read_text()[-3000:]
+        finally:
+            topic.close()
+            if process.poll() is None:
+                process.kill()
+                process.wait(10)
+        refused = [line for line in log.read_text().splitlines() if "signal refused" in line]
+        assert len(refused) == 2, refused
+        assert "signal 'sql-0': the condition" in refused[0] and "a semicolon" in refused[0]
+        assert "signal 'sql-1': the condition" in refused[1] and "a cast (::)" in refused[1]
+        assert "Traceback" not in log.read_text()
+        assert db.sql("SELECT rolsuper FROM pg_roles WHERE rolname = %s", (role,)) == [(False,)]
+    finally:
+        db.sql(f"DROP ROLE IF EXISTS {role}")
+
+
+def test_a_stop_sent_while_capture_was_away_ends_a_stored_snapshot_that_fails(
+    db: Db, tmp_path: Path
+) -> None:
+    """The ledger holds a snapshot whose stored condition is SQL (as an older capture
+    kept it); a ``stop-snapshot`` and then a snapshot of ``id <= 5`` wait on the signal
+    topic: the restart reads them before the stored snapshot resumes. The stop is
+    carried out (not refused: its snapshot was still under way), nothing is dropped,
+    only the rows ``id <= 5`` are snapshotted, and capture streams."""
+    s = db.schema
+    db.sql(f"CREATE TABLE {s}.t (id int PRIMARY KEY, v int)")
+    db.sql(f"CREATE TABLE {s}.victim (id int)")
+    db.sql(f"INSERT INTO {s}.t SELECT g, 0 FROM generate_series(1, 500) g")
+    config = db.config(["t"], incremental_chunk_rows=50)
+    endpoints = capture_endpoints(db.endpoints, tmp_path)
+    with in_process(config, endpoints) as run:
+        run.wait_snapshot()
+        run.wait_acked(db.wal_lsn())
+        run.stop()
+    kafka = {"bootstrap.servers": db.endpoints.bootstrap_servers}
+    store = StateStore(kafka, config.offsets_topic_name, db.server)
+    key = store.ledger_key(db.slot)
+    ledger = Ledger.from_json(store.read(key))
+    assert ledger is not None
+    ledger.queue = [Pending(f"{s}.t", "old", f"true); DROP TABLE {s}.victim; SELECT (1")]
+    producer = Producer(kafka)
+    store.write_acknowledged(producer, key, ledger.to_json())
+    signals = SignalTopic(kafka, config.signal_topic_name, db.server)
+    signals.send(producer, new_signal("stop-snapshot", (f"{s}.t",)))
+    signals.send(producer, new_signal("execute-snapshot", (f"{s}.t",), "id <= 5"))
+    assert producer.flush(10) == 0
+    topic = TopicEnd(db.endpoints.bootstrap_servers, db.topic("t"))
+    with in_process(config, endpoints) as run:
+        run.wait_snapshot()
+
+        def alive() -> None:
+            assert run.error is None and run.thread.is_alive(), run.error
+
+        wait_until(
+            lambda: f"{s}.t" in run.stats.incremental_rows and not run.runner.ledger.queue,
+            alive,
+            "the snapshot of id <= 5 did not run",
+        )
+        before = topic.count()
+        db.sql(f"UPDATE {s}.t SET v = 1 WHERE id = 1")
+        topic.wait_beyond(before, alive)
+        run.stop()
+    topic.close()
+    assert run.stats.signals_refused == 0
+    assert victim_exists(db)
+    records = read_topic(db.endpoints, db.topic("t"))
+    snapshot = [
+        int(r.decoded.after["id"])
+        for r in records
+        if isinstance(r.decoded, ChangeEvent)
+        and r.decoded.source.snapshot_raw == "incremental"
+        and r.decoded.after
+    ]
+    assert sorted(snapshot) == [1, 2, 3, 4, 5]
+
+
+def test_no_bad_signal_stops_capture_on_either_channel(db: Db, tmp_path: Path) -> None:
+    """Random text and deep JSON in signal table rows, random bytes and deep JSON as
+    signal topic records, one after another: each is refused; after each, capture is
+    alive and a row changed then arrives on its topic; a good snapshot still runs."""
+    s = db.schema
+    db.sql(f"CREATE TABLE {s}.t (id int PRIMARY KEY, v int)")
+    db.sql(f"INSERT INTO {s}.t SELECT g, 0 FROM generate_series(1, 100) g")
+    db.sql(signal_table_ddl(f"{s}.sig", mysql=False))
+    config = db.config(["t"], signal_table=f"{s}.sig")
+    rows = bad_rows(7, f"{s}.t", ["id > 0; SELECT 1", "id IN (SELECT id FROM pg_roles)"])
+    records = bad_records(7, f"{s}.t")
+    topic = TopicEnd(db.endpoints.bootstrap_servers, db.topic("t"))
+    with in_process(config, capture_endpoints(db.endpoints, tmp_path)) as run:
+        run.wait_snapshot()
+
+        def alive() -> None:
+            assert run.error is None and run.thread.is_alive(), run.error
+
+        refused = 0
+        changes = 0
+        for row in rows:
+            db.sql(f"INSERT INTO {s}.sig VALUES (%s, %s, %s)", row)
+            refused += 1
+            wait_until(lambda n=refused: run.stats.signals_refused >= n, alive, f"{row[0]}")
+            before = topic.count()
+            changes += 1
+            db.sql(f"UPDATE {s}.t SET v = %s WHERE id = 1", (changes,))
+            topic.wait_beyond(before, alive)
+        for record in records:
+            send_records(db.endpoints.bootstrap_servers, config.signal_topic_name, [record])
+            refused += 1
+            wait_until(lambda n=refused: run.stats.signals_refused >= n, alive, f"{record[0]!r}")
+            before = topic.count()
+            changes += 1
+            db.sql(f"UPDATE {s}.t SET v = %s WHERE id = 1", (changes,))
+            topic.wait_beyond(before, alive)
+        assert run.stats.signals_refused == refused
+        good = new_signal("execute-snapshot", (f"{s}.t",), "id <= 10 OR id BETWEEN 90 AND 95")
+        db.sql(f"INSERT INTO {s}.sig VALUES (%s, %s, %s)", good.to_row())
+        wait_until(
+            lambda: f"{s}.t" in run.stats.incremental_rows and not run.runner.ledger.queue,
+            alive,
+            "the good snapshot did not run",
+        )
+        run.wait_acked(db.wal_lsn())
+        run.stop()
+    topic.close()
+    assert run.stats.signals_refused == refused
+    snapshot = sorted(
+        int(r.decoded.after["id"])
+        for r in read_topic(db.endpoints, db.topic("t"))
+        if isinstance(r.decoded, ChangeEvent)
+        and r.decoded.source.snapshot_raw == "incremental"
+        and r.decoded.after
+    )
+    assert set(snapshot) <= {*range(1, 11), *range(90, 96)} and len(snapshot) >= 15
+
+
+def test_chunk_queries_are_read_only_and_timed(db: Db) -> None:
+    """Defence in depth: a chunk's query runs in a read-only transaction under the
+    statement timeout it is given, with the condition's values bound; a condition the
+    server refuses is its reason, in a sentence, and the connection stays usable."""
+    s = db.schema
+    db.sql(f"CREATE TABLE {s}.t (id int PRIMARY KEY, note text)")
+    db.sql(f"INSERT INTO {s}.t VALUES (1, 'a'), (2, 'x''); DROP TABLE t; --'), (3, 'c')")
+    conn = pg.connect(db.endpoints.postgres_dsn, autocommit=False)
+    try:
+        (info,) = pg.describe_tables(conn, [f"{s}.t"])
+        conn.rollback()  # open_chunk starts its own transaction
+        columns = [c.name for c in info.relation.columns]
+        where = resolve(parse_condition("NOTE = 'x''); DROP TABLE t; --'"), columns, f"{s}.t")
+        _snapshot, cur = pg.open_chunk(conn, info.relation, ["id"], None, where, 10, 7.5)
+        try:
+            assert [r[0] for r in cur.fetchall()] == ["2"]
+            cur.execute("SHOW transaction_read_only")
+            assert cur.fetchone() == ("on",)
+            cur.execute("SHOW statement_timeout")
+            assert cur.fetchone() == ("7500ms",)
+        finally:
+            pg.end_chunk(conn, cur)
+        wrong = resolve(parse_condition("id = 'abc'"), columns, f"{s}.t")
+        reason = pg.check_condition(conn, info.relation, wrong, 5)
+        assert reason is not None and "invalid input syntax for type integer" in reason
+        assert pg.check_condition(conn, info.relation, where, 5) is None
+        with conn.cursor() as cur2:
+            cur2.execute("SELECT count(*) FROM " + f"{s}.t")
+            assert cur2.fetchone() == (3,)
+        conn.rollback()
+    finally:
+        conn.close()
+
+
+def test_a_stored_snapshot_whose_chunk_query_fails_is_stopped_and_capture_goes_on(
+    db: Db, tmp_path: Path
+) -> None:
+    """The ledger holds a snapshot whose condition parses but the server refuses
+    (``id = 'abc'`` on an integer): its chunk query fails, the snapshot is stopped with
+    the server's reason, and capture streams on (it used to stop, at every start)."""
+    s = db.schema
+    db.sql(f"CREATE TABLE {s}.t (id int PRIMARY KEY, v int)")
+    db.sql(f"INSERT INTO {s}.t SELECT g, 0 FROM generate_series(1, 50) g")
+    config = db.config(["t"])
+    endpoints = capture_endpoints(db.endpoints, tmp_path)
+    with in_process(config, endpoints) as run:
+        run.wait_snapshot()
+        run.wait_acked(db.wal_lsn())
+        run.stop()
+    kafka = {"bootstrap.servers": db.endpoints.bootstrap_servers}
+    store = StateStore(kafka, config.offsets_topic_name, db.server)
+    key = store.ledger_key(db.slot)
+    ledger = Ledger.from_json(store.read(key))
+    assert ledger is not None
+    ledger.queue = [Pending(f"{s}.t", "typed", "id = 'abc'")]
+    store.write_acknowledged(Producer(kafka), key, ledger.to_json())
+    topic = TopicEnd(db.endpoints.bootstrap_servers, db.topic("t"))
+    with in_process(config, endpoints) as run:
+        run.wait_snapshot()
+
+        def alive() -> None:
+            assert run.error is None and run.thread.is_alive(), run.error
+
+        wait_until(lambda: not run.runner.ledger.queue, alive, "the snapshot was not stopped")
+        before = topic.count()
+        db.sql(f"UPDATE {s}.t SET v = 1 WHERE id = 1")
+        topic.wait_beyond(before, alive)
+        run.stop()
+    topic.close()
+    stored = Ledger.from_json(store.read(key))
+    assert stored is not None and not stored.queue
