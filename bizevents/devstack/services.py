@@ -65,7 +65,11 @@ class Started:
 
 
 class Service(Protocol):
-    name: ClassVar[str]
+    @property
+    def name(self) -> str:
+        """The service's name in the state file (``broker``, ``broker-2``, ``registry``...)."""
+        ...
+
     stop_signal: ClassVar[signal.Signals]
 
     def start(self, state_dir: Path, dev: DevSettings) -> Started: ...
