@@ -131,6 +131,8 @@ class KafkaNode:
     """Node ``node`` of an Apache Kafka cluster of ``nodes`` (KRaft, combined roles)."""
 
     stop_signal: ClassVar[signal.Signals] = signal.SIGTERM
+    #: ``down`` signals every node before it waits for any (see DevStack.down).
+    stops_together: ClassVar[bool] = True
 
     def __init__(self, node: int = 1, nodes: int = 1):
         self.node = node

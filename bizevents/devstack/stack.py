@@ -21,7 +21,7 @@ from typing import Any
 from pydantic import SecretStr
 
 from bizevents.devstack.kafkanode import check_broker, stack_services
-from bizevents.devstack.processes import ProcessId, StackError, stop
+from bizevents.devstack.processes import ProcessId, StackError, signal_once, stop
 from bizevents.devstack.services import (
     OPTIONAL_SERVICES,
     Service,
@@ -216,6 +216,12 @@ class DevStack:
         records = self._load()
         stopped: list[tuple[str, bool]] = []
         every = self._every(records)
+        # The nodes of a Kafka cluster are told to stop at once: a node's shutdown waits
+        # for a quorum of controllers, which nodes stopped one by one take from the last.
+        for service in every:
+            started = records.get(service.name)
+            if started is not None and getattr(service, "stops_together", False):
+                signal_once(ProcessId(started.pid, started.start_ticks), service.stop_signal)
         for service in reversed(every):
             started = records.get(service.name)
             if started is None:
