@@ -95,8 +95,11 @@ def _plan(state_dir: Path, dev: DevSettings, nodes: int, node: int) -> tuple[str
         ports = [NodePorts(int(p["client"]), int(p["controller"])) for p in raw["nodes"]]
     except (OSError, ValueError, KeyError, TypeError):
         ports = []
-    if len(ports) != nodes:
-        ports = []
+    if ports and len(ports) != nodes:
+        raise StackError(
+            f"the state folder {state_dir} holds a Kafka cluster of {len(ports)} node(s), "
+            f"not {nodes}; `bizevents dev down --purge` first to start another"
+        )
     mine = ports[node - 1] if ports else None
     if (
         mine is not None
@@ -263,10 +266,27 @@ def check_broker(dev: DevSettings, broker: Started | None) -> None:
         )
 
 
-def stack_services(dev: DevSettings, broker: Started | None) -> tuple[Service, ...]:
+def remembered_cluster(state_dir: Path) -> int | None:
+    """The node count of the Kafka cluster whose data the state folder keeps, if any."""
+    try:
+        return len(json.loads(_plan_file(state_dir).read_text())["nodes"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def stack_services(
+    dev: DevSettings, broker: Started | None, state_dir: Path
+) -> tuple[Service, ...]:
     """The stack's required services: the broker a running (or recorded) stack has, else
-    the one the settings ask for; then the schema registry and PostgreSQL."""
-    kind, nodes = recorded_broker(broker) or (dev.broker, dev.brokers)
+    the one the settings ask for, else the Kafka cluster whose data the state folder
+    keeps (so ``dev down`` then ``dev up`` brings its topics back); then the schema
+    registry and PostgreSQL."""
+    remembered = remembered_cluster(state_dir)
+    if {"broker", "brokers"} & dev.model_fields_set or remembered is None:
+        asked = (dev.broker, dev.brokers)
+    else:
+        asked = ("kafka", remembered)
+    kind, nodes = recorded_broker(broker) or asked
     if kind == "tansu":
         if nodes != 1:
             raise StackError("Tansu runs as one broker: --brokers needs --broker kafka")

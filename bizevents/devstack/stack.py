@@ -91,7 +91,7 @@ class DevStack:
     def _required(self, records: dict[str, Started]) -> tuple[Service, ...]:
         if self.services is not None:
             return self.services
-        return stack_services(self.dev, records.get("broker"))
+        return stack_services(self.dev, records.get("broker"), self.state_dir)
 
     def _every(self, records: dict[str, Started]) -> tuple[Service, ...]:
         return (*self._required(records), *self.optional)
