@@ -50,7 +50,10 @@ def _broker(config: pytest.Config) -> Broker:
 
 
 def pytest_report_header(config: pytest.Config) -> str:
-    return f"bizevents: the integration tier's stack runs on {_broker(config)}"
+    return (
+        f"bizevents: the integration tier's stack runs on {_broker(config)}; "
+        "tests that name a broker (bizevents_stack_on) run on theirs"
+    )
 
 
 #: The brokers whose stacks this session started, for the closing summary.
