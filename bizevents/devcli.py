@@ -54,12 +54,15 @@ def dev() -> None:
     "--brokers",
     type=click.IntRange(1, 5),
     default=None,
-    help="Apache Kafka's nodes (3: replication factor 3, min.insync.replicas 2).",
+    help="Apache Kafka's nodes (3: replication factor 3, min.insync.replicas 2); implies "
+    "--broker kafka.",
 )
 @click.pass_context
 @fails_cleanly
 def up(ctx: click.Context, mysql: bool, broker: str | None, brokers: int | None) -> None:
     """Start whatever of the stack is not running, wait until each answers."""
+    if brokers is not None and broker is None:
+        broker = "kafka"  # only Kafka runs as a cluster
     stack = _stack(ctx, mysql=mysql, broker=broker, brokers=brokers)
     healths = stack.up()
     console.print(table(f"bizevents dev stack ({stack.state_dir})", _COLUMNS, _rows(healths)))
