@@ -21,7 +21,7 @@ import contextlib
 import os
 import uuid
 from collections.abc import Callable, Iterator
-from typing import Literal, cast
+from typing import Any, Literal, cast
 
 import pytest
 
@@ -58,6 +58,19 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 #: The brokers whose stacks this session started, for the closing summary.
 _RAN_ON: dict[str, str] = {}
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """An xdist worker hands its stacks' brokers to the controller, which prints them."""
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None:
+        output["bizevents_ran_on"] = dict(_RAN_ON)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    for broker, why in getattr(node, "workeroutput", {}).get("bizevents_ran_on", {}).items():
+        _RAN_ON.setdefault(broker, why)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
