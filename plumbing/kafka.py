@@ -116,6 +116,14 @@ def ensure_topics(
                         f"the cluster refused to create {topic}: {exc}"
                     ) from exc
             existing = admin.list_topics(timeout=timeout_s).topics
+        # Kafka answers CreateTopics (ours or another process's) before its metadata
+        # has the new partitions: ask again until they show, for a few seconds at most.
+        deadline = time.monotonic() + min(timeout_s, 10)
+        while time.monotonic() < deadline and not all(
+            t in existing and existing[t].partitions for t in topics
+        ):
+            time.sleep(0.1)
+            existing = admin.list_topics(timeout=timeout_s).topics
     except KafkaException as exc:
         raise TransientError(f"cannot reach the Kafka cluster to prepare topics: {exc}") from exc
     counts = {t: len(existing[t].partitions) for t in topics if t in existing}
