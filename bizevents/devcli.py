@@ -9,9 +9,11 @@ from bizevents.devstack import DevStack, Health
 from bizevents.plumbing.logging import redact_text
 
 
-def _stack(ctx: click.Context, mysql: bool = False) -> DevStack:
+def _stack(ctx: click.Context, **asked: object) -> DevStack:
+    """The stack of the settings' state folder, with what the command line asked for."""
     settings = settings_of(ctx)
-    dev = settings.dev.model_copy(update={"mysql": True}) if mysql else settings.dev
+    update = {name: value for name, value in asked.items() if value}
+    dev = settings.dev.model_copy(update=update) if update else settings.dev
     return DevStack(settings.state_dir, dev)
 
 
@@ -34,19 +36,34 @@ def _rows(healths: list[Health]) -> list[list[str]]:
 
 @click.group()
 def dev() -> None:
-    """The embedded stack: Tansu broker, schema registry, PostgreSQL (MariaDB with --mysql),
-    all on loopback."""
+    """The embedded stack: a broker (Tansu, or Apache Kafka with --broker kafka), schema
+    registry, PostgreSQL (MariaDB with --mysql), all on loopback."""
 
 
 @dev.command()
 @click.option(
     "--mysql", is_flag=True, help="Also start a MariaDB server (binlog capture); dev.mysql too."
 )
+@click.option(
+    "--broker",
+    type=click.Choice(["tansu", "kafka"]),
+    default=None,
+    help="The broker: Tansu (memory, no Java) or Apache Kafka (on disk); dev.broker too.",
+)
+@click.option(
+    "--brokers",
+    type=click.IntRange(1, 5),
+    default=None,
+    help="Apache Kafka's nodes (3: replication factor 3, min.insync.replicas 2); implies "
+    "--broker kafka.",
+)
 @click.pass_context
 @fails_cleanly
-def up(ctx: click.Context, mysql: bool) -> None:
+def up(ctx: click.Context, mysql: bool, broker: str | None, brokers: int | None) -> None:
     """Start whatever of the stack is not running, wait until each answers."""
-    stack = _stack(ctx, mysql)
+    if brokers is not None and broker is None:
+        broker = "kafka"  # only Kafka runs as a cluster
+    stack = _stack(ctx, mysql=mysql, broker=broker, brokers=brokers)
     healths = stack.up()
     console.print(table(f"bizevents dev stack ({stack.state_dir})", _COLUMNS, _rows(healths)))
 

@@ -48,6 +48,11 @@ class DevSettings(SettingsGroup):
     registry_port: int = Field(default=18081, ge=0, le=65535)
     postgres_port: int = Field(default=15432, ge=0, le=65535)
     postgres_bin_dir: Path | None = None
+    #: The broker ``dev up`` starts: the embedded Tansu (memory storage, no Java) or
+    #: Apache Kafka (KRaft, data on disk; its jars fetched with Maven).
+    broker: Literal["tansu", "kafka"] = "tansu"
+    #: Apache Kafka's nodes: 3 is a cluster with replication factor 3, min.insync.replicas 2.
+    brokers: int = Field(default=1, ge=1, le=5)
     #: Also start the MariaDB server (``bizevents dev up --mysql`` sets it).
     mysql: bool = False
     mysql_port: int = Field(default=13306, ge=0, le=65535)

@@ -3,7 +3,8 @@
 Technical topics are told by their registered value schema (Debezium's ``Envelope``),
 the transaction topic by Debezium's ``TransactionMetadataValue``, business topics by
 the pinned translators' contracts (or, failing that, by a registered record schema that
-is not an envelope), dead-letter topics by their names. End offsets are the high
+is not an envelope), dead-letter topics by their names. End offsets are the replay
+planner's: ListOffsets where the broker answers it exactly (Apache Kafka), else the high
 watermarks of Fetch responses: ListOffsets(latest) is wrong on the embedded broker
 (docs/broker.md).
 """
@@ -145,7 +146,8 @@ def _schemas(client: Any, names: Sequence[str]) -> dict[str, dict[str, Any] | No
 def topics(ctx: click.Context, as_json: bool) -> None:
     """Technical and business topics: partitions, end offsets, contract and translator.
 
-    End offsets come from Fetch responses (the embedded broker's ListOffsets is wrong).
+    End offsets come from ListOffsets on Kafka, from Fetch responses on the embedded
+    broker (its ListOffsets is wrong).
     """
     from confluent_kafka.admin import AdminClient
 

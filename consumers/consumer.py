@@ -52,7 +52,7 @@ from bizevents.contracts.business import (
 from bizevents.contracts.exceptions import DecodeError
 from bizevents.contracts.serde import BusinessDeserializer
 from bizevents.plumbing.errors import ConfigError, TerminalError, TransientError
-from bizevents.plumbing.kafka import ensure_topics, stay_in_group
+from bizevents.plumbing.kafka import ensure_topics, stay_in_group_where_needed, traits_of
 from bizevents.plumbing.parking import (
     PARKED_HEADER,
     STAGE_PARKED,
@@ -280,6 +280,7 @@ class BusinessConsumer:
         try:
             await consumer.start()
             await producer.start()
+            traits_of(consumer)  # probed now: its stop may come while the broker is paused
         except KafkaError as exc:
             await _stop_quietly(consumer, producer)
             raise TransientError(
@@ -319,7 +320,9 @@ class BusinessConsumer:
         finally:
             if requests is not None:
                 requests.close()
-            stay_in_group(consumer)  # the broker drops it after its session timeout
+            # on the embedded broker, the member stays: the broker drops it after its
+            # session timeout (a leave can wedge its group); on Kafka it leaves
+            stay_in_group_where_needed(consumer)
             await _stop_quietly(consumer, producer)
 
     async def _batch(self, batches: dict[Any, list[Any]], producer: Any, bound: Any) -> Any:

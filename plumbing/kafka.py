@@ -1,5 +1,5 @@
 """Kafka plumbing every layer shares: the partition rule, produce with back-pressure,
-topic creation, reading a compacted topic's latest values.
+topic creation, reading a compacted topic's latest values, and what the broker can do.
 
 One of each, so that capture, the worker and the replay cannot drift apart: the
 replay's corrected events land in the partition of the live events they supersede
@@ -8,20 +8,30 @@ only because both use :func:`partition_for`.
 
 from __future__ import annotations
 
+import socket
+import struct
+import threading
 import time
 import zlib
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from bizevents.plumbing.errors import TerminalError, TransientError
 
 __all__ = [
+    "EMBEDDED_BROKER",
+    "FULL_KAFKA",
+    "BrokerTraits",
     "TopicCreationError",
+    "broker_traits",
     "ensure_topics",
     "partition_for",
     "produce",
     "read_latest",
     "stay_in_group",
+    "stay_in_group_where_needed",
+    "traits_of",
 ]
 
 
@@ -105,6 +115,14 @@ def ensure_topics(
                     raise TopicCreationError(
                         f"the cluster refused to create {topic}: {exc}"
                     ) from exc
+            existing = admin.list_topics(timeout=timeout_s).topics
+        # Kafka answers CreateTopics (ours or another process's) before its metadata
+        # has the new partitions: ask again until they show, for a few seconds at most.
+        deadline = time.monotonic() + min(timeout_s, 10)
+        while time.monotonic() < deadline and not all(
+            t in existing and existing[t].partitions for t in topics
+        ):
+            time.sleep(0.1)
             existing = admin.list_topics(timeout=timeout_s).topics
     except KafkaException as exc:
         raise TransientError(f"cannot reach the Kafka cluster to prepare topics: {exc}") from exc
@@ -191,3 +209,136 @@ def stay_in_group(consumer: Any) -> None:
         coordinator.reset_generation()  # what aiokafka does after its LeaveGroup
 
     coordinator._maybe_leave_group = forget_membership
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerTraits:
+    """What the cluster can do, where the embedded broker (Tansu) and Apache Kafka differ
+    (docs/broker.md). The code asks these, never a broker's name: each workaround of the
+    embedded broker is kept only where its trait says the broker needs it."""
+
+    #: What the probe found, for logs and the test suite's header.
+    name: str
+    #: A member may send LeaveGroup when it stops (Tansu wedges a rebalancing group
+    #: whose leader leaves): its partitions move at once, not after its session timeout.
+    leaves_groups: bool
+    #: ListOffsets answers a partition's ends exactly (Tansu understates "latest" for
+    #: batches of several records): ends need no Fetch.
+    exact_list_offsets: bool
+    #: A Fetch past a partition's end answers OFFSET_OUT_OF_RANGE (Tansu answers
+    #: nothing, for ever).
+    fetch_past_end_fails: bool
+    #: aiokafka's idempotent and transactional producers start, and read_committed
+    #: readers skip aborted records.
+    transactions: bool
+    #: cleanup.policy=compact is carried out.
+    compacts: bool
+
+
+FULL_KAFKA = BrokerTraits(
+    name="kafka",
+    leaves_groups=True,
+    exact_list_offsets=True,
+    fetch_past_end_fails=True,
+    transactions=True,
+    compacts=True,
+)
+EMBEDDED_BROKER = BrokerTraits(
+    name="embedded (tansu)",
+    leaves_groups=False,
+    exact_list_offsets=False,
+    fetch_past_end_fails=False,
+    transactions=False,
+    compacts=False,
+)
+
+#: ApiVersions keys only a complete Kafka broker lists: the KIP-848 group heartbeat and
+#: CreatePartitions. The embedded broker lists neither (docs/broker.md).
+_FULL_KAFKA_APIS = frozenset({68, 37})
+_traits_lock = threading.Lock()
+_traits: dict[str, BrokerTraits] = {}
+
+
+def broker_traits(
+    bootstrap_servers: str, security_protocol: str = "PLAINTEXT", timeout_s: float = 3.0
+) -> BrokerTraits:
+    """The traits of the cluster at ``bootstrap_servers``, probed once per process.
+
+    The probe is one ApiVersions request (v0, which every broker answers before any
+    authentication) over plain TCP to the first bootstrap server that answers. A
+    cluster behind TLS is not probed: it is taken for Apache Kafka (the embedded broker
+    never speaks TLS). A cluster that answers no probe gets the embedded broker's
+    traits, whose workarounds are safe on any broker, and is probed again next time."""
+    bootstrap_servers = ",".join(part.strip() for part in bootstrap_servers.split(","))
+    with _traits_lock:
+        known = _traits.get(bootstrap_servers)
+    if known is not None:
+        return known
+    if security_protocol not in ("PLAINTEXT", "SASL_PLAINTEXT"):
+        found: BrokerTraits | None = FULL_KAFKA
+    else:
+        found = None
+        for server in bootstrap_servers.split(","):
+            apis = _api_keys(server.strip(), timeout_s)
+            if apis is not None:
+                found = FULL_KAFKA if apis >= _FULL_KAFKA_APIS else EMBEDDED_BROKER
+                break
+    if found is None:
+        return EMBEDDED_BROKER
+    with _traits_lock:
+        _traits[bootstrap_servers] = found
+    return found
+
+
+def _api_keys(server: str, timeout_s: float) -> frozenset[int] | None:
+    """The API keys a broker lists in its ApiVersions v0 answer; None when it does not
+    answer (or answers what this does not read)."""
+    host, _, port = server.rpartition(":")
+    host = host.strip("[]")
+    client_id = b"bizevents-probe"
+    request = struct.pack(">hhih", 18, 0, 1, len(client_id)) + client_id
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s) as sock:
+            sock.sendall(struct.pack(">i", len(request)) + request)
+            head = _recv_exactly(sock, 4)
+            (size,) = struct.unpack(">i", head)
+            if not 10 <= size <= 1 << 16:  # a few hundred bytes; bound what we read
+                return None
+            body = _recv_exactly(sock, size)
+    except (OSError, ValueError):
+        return None
+    correlation, error, count = struct.unpack(">ihi", body[:10])
+    if correlation != 1 or error != 0 or not 0 <= count <= (size - 10) // 6:
+        return None
+    return frozenset(struct.unpack(">h", body[10 + 6 * i : 12 + 6 * i])[0] for i in range(count))
+
+
+def _recv_exactly(sock: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise ValueError("the broker closed the connection")
+        data += chunk
+    return data
+
+
+def traits_of(consumer: Any) -> BrokerTraits:
+    """The traits of a started aiokafka consumer's cluster (:func:`broker_traits`)."""
+    client = getattr(consumer, "_client", None)
+    servers = getattr(client, "_bootstrap_servers", None)
+    if isinstance(servers, list | tuple):
+        servers = ",".join(servers)
+    if not isinstance(servers, str):
+        return EMBEDDED_BROKER
+    return broker_traits(servers, str(getattr(client, "_security_protocol", "PLAINTEXT")))
+
+
+def stay_in_group_where_needed(consumer: Any) -> None:
+    """:func:`stay_in_group` when the consumer's broker cannot take a LeaveGroup
+    (:attr:`BrokerTraits.leaves_groups`); on Apache Kafka a stopped member leaves, so
+    its partitions move to the others at once rather than after its session timeout.
+    A member that calls :func:`traits_of` once started asks nothing of the broker here
+    (a stop while the broker is paused does not wait for the probe)."""
+    if not traits_of(consumer).leaves_groups:
+        stay_in_group(consumer)

@@ -1,11 +1,12 @@
 """Planning on the driver: which topics, which offset range of each partition, which slices.
 
 The plan is a snapshot taken when a run starts: for each partition, the range from
-the low watermark (or ``--from``) to the high watermark (or ``--until``). The high
-watermark comes from a Fetch response (librdkafka's cached watermarks after a
-consume), because ListOffsets(latest) is wrong on the embedded broker (it answers
-the last batch's base offset + 1; see docs/broker.md). A partition larger than the
-slice size is cut into slices; each slice is one Spark task.
+the low watermark (or ``--from``) to the high watermark (or ``--until``). The
+watermarks come from ListOffsets where the broker answers it exactly (Apache Kafka),
+else from a Fetch response (librdkafka's cached watermarks after a consume): the
+embedded broker's ListOffsets(latest) is wrong (it answers the last batch's base
+offset + 1; see docs/broker.md, :class:`~bizevents.plumbing.kafka.BrokerTraits`). A
+partition larger than the slice size is cut into slices; each slice is one Spark task.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Final
 
 from bizevents.plumbing.errors import TransientError
+from bizevents.plumbing.kafka import broker_traits
 from bizevents.replay.exceptions import ReplayConfigError, TopicNotFoundError
 from bizevents.replay.spec import Bound
 
@@ -164,8 +166,27 @@ class Planner:
     def watermarks(
         self, partitions: Sequence[tuple[str, int]]
     ) -> dict[tuple[str, int], tuple[int, int]]:
-        """``(low, high)`` per partition, from Fetch responses (not ListOffsets)."""
-        from confluent_kafka import Consumer, KafkaError, TopicPartition
+        """``(low, high)`` per partition: from ListOffsets where the broker answers it
+        exactly, else from Fetch responses."""
+        from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+        traits = broker_traits(
+            str(self.kafka.get("bootstrap.servers", "")),
+            str(self.kafka.get("security.protocol", "PLAINTEXT")),
+        )
+        if traits.exact_list_offsets:
+            listing = Consumer({**self.kafka, **READER_SETTINGS})
+            try:
+                return {
+                    (t, p): listing.get_watermark_offsets(
+                        TopicPartition(t, p), timeout=self.timeout_s
+                    )
+                    for t, p in partitions
+                }
+            except KafkaException as exc:
+                raise TransientError(f"cannot list the offsets of the topics: {exc}") from exc
+            finally:
+                listing.close()
 
         consumer = Consumer(
             {

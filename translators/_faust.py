@@ -42,7 +42,7 @@ from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
 from faust.transport.drivers.aiokafka import Consumer as AIOKafkaConsumer
 from faust.types import TP
 
-from bizevents.plumbing.kafka import stay_in_group
+from bizevents.plumbing.kafka import stay_in_group_where_needed
 
 __all__ = [
     "PRIVATE_CONSUMER_ATTRIBUTES",
@@ -127,10 +127,10 @@ class _BulkConsumerThread(AIOKafkaConsumerThread):
         return consumer
 
     async def on_thread_stop(self) -> None:
-        """Stop without leaving the group, as the transaction worker does
-        (:func:`~bizevents.plumbing.kafka.stay_in_group`)."""
+        """Stop without leaving the group where the broker needs it, as the transaction
+        worker does (:func:`~bizevents.plumbing.kafka.stay_in_group_where_needed`)."""
         if self._consumer is not None:
-            stay_in_group(self._consumer)
+            stay_in_group_where_needed(self._consumer)
         await super().on_thread_stop()
 
 

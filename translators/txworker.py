@@ -61,7 +61,12 @@ from bizevents.contracts.envelope import ChangeEvent, Tombstone
 from bizevents.contracts.exceptions import Coordinates, DecodeError
 from bizevents.contracts.technical.transaction import TransactionDecoder, transaction_topic
 from bizevents.plumbing.errors import ConfigError, TransientError
-from bizevents.plumbing.kafka import ensure_topics, partition_for, stay_in_group
+from bizevents.plumbing.kafka import (
+    ensure_topics,
+    partition_for,
+    stay_in_group_where_needed,
+    traits_of,
+)
 from bizevents.plumbing.parking import ParkedKeys
 from bizevents.plumbing.process import settle_collector
 from bizevents.translators.api import Translator
@@ -421,10 +426,11 @@ class TxWorker:
                 task.cancel()
                 with suppress(BaseException):
                     await task
-            # closing the clients is bounded too; the member does not leave the group
-            # (stay_in_group): the broker evicts it after the session timeout
+            # closing the clients is bounded too; on the embedded broker the member does
+            # not leave the group (stay_in_group): the broker evicts it after the
+            # session timeout; on Kafka it leaves
             deadline = time.monotonic() + self.tx.stop_timeout_s
-            stay_in_group(group)
+            stay_in_group_where_needed(group)
             for name, client in (("ownership", group), ("reader", reader), ("producer", producer)):
                 try:
                     await asyncio.wait_for(client.stop(), max(deadline - time.monotonic(), 0.1))
@@ -442,6 +448,7 @@ class TxWorker:
         within 60 s of SIGTERM, its last words "translating transactions")."""
         await producer.start()
         await group.start()
+        traits_of(group)  # probed now: its stop may come while the broker is paused
         await reader.start()
         self._read_with = reader
         tasks.append(asyncio.ensure_future(self._keep_membership(group)))

@@ -92,6 +92,12 @@ def reap(pid: int) -> None:
         os.waitpid(pid, os.WNOHANG)
 
 
+def signal_once(proc: ProcessId, sig: signal.Signals) -> None:
+    """Send ``sig`` to ``proc`` if it is still the process ``up`` started; do not wait."""
+    if proc.alive():
+        os.kill(proc.pid, sig)
+
+
 def stop(proc: ProcessId, sig: signal.Signals = signal.SIGTERM, timeout: float = 20.0) -> bool:
     """Signal ``proc`` and wait for it to end, escalating to SIGKILL after ``timeout``.
 

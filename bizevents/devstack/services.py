@@ -1,7 +1,8 @@
-"""The three services of the embedded stack and how each starts and answers.
+"""The services of the embedded stack and how each starts and answers.
 
 Each service knows how to start itself into the stack's state folder, how to tell
-that it answers, and which signal stops it cleanly. ``stack.py`` puts them together.
+that it answers, and which signal stops it cleanly. ``stack.py`` puts them together;
+Apache Kafka's nodes, and the choice of broker, are in ``kafkanode.py``.
 """
 
 from __future__ import annotations
@@ -65,7 +66,11 @@ class Started:
 
 
 class Service(Protocol):
-    name: ClassVar[str]
+    @property
+    def name(self) -> str:
+        """The service's name in the state file (``broker``, ``broker-2``, ``registry``...)."""
+        ...
+
     stop_signal: ClassVar[signal.Signals]
 
     def start(self, state_dir: Path, dev: DevSettings) -> Started: ...
@@ -569,7 +574,6 @@ def _reachable_by(user: str, directory: Path) -> bool:
     return probe.returncode == 0
 
 
-SERVICES: tuple[Service, ...] = (Broker(), Registry(), Postgres())
 #: Started only when asked (``dev up --mysql``); stopped by ``down`` whenever it runs.
 OPTIONAL_SERVICES: tuple[Service, ...] = (MariaDB(),)
 

@@ -22,10 +22,10 @@ from typing import Any
 from pydantic import SecretStr
 
 from bizevents.devstack.files import private_dir
-from bizevents.devstack.processes import ProcessId, StackError, stop
+from bizevents.devstack.kafkanode import check_broker, stack_services
+from bizevents.devstack.processes import ProcessId, StackError, signal_once, stop
 from bizevents.devstack.services import (
     OPTIONAL_SERVICES,
-    SERVICES,
     Service,
     Started,
     as_dict,
@@ -72,6 +72,8 @@ class DevStack:
     """The broker, the schema registry and PostgreSQL (and MariaDB when asked), as
     processes of this machine.
 
+    Without ``services``, the broker is the one the state file records, else the one
+    ``dev.broker`` names (:func:`~bizevents.devstack.kafkanode.stack_services`).
     ``optional`` services start only when the settings ask for them (``dev.mysql``);
     once recorded they are shown by ``status`` and stopped by ``down`` like the others.
     """
@@ -80,7 +82,7 @@ class DevStack:
         self,
         state_dir: Path,
         dev: DevSettings,
-        services: tuple[Service, ...] = SERVICES,
+        services: tuple[Service, ...] | None = None,
         optional: tuple[Service, ...] = OPTIONAL_SERVICES,
     ):
         self.state_dir = state_dir.resolve()
@@ -88,9 +90,13 @@ class DevStack:
         self.services = services
         self.optional = optional
 
-    @property
-    def _every(self) -> tuple[Service, ...]:
-        return (*self.services, *self.optional)
+    def _required(self, records: dict[str, Started]) -> tuple[Service, ...]:
+        if self.services is not None:
+            return self.services
+        return stack_services(self.dev, records.get("broker"), self.state_dir)
+
+    def _every(self, records: dict[str, Started]) -> tuple[Service, ...]:
+        return (*self._required(records), *self.optional)
 
     def _asked(self, records: dict[str, Started]) -> tuple[Service, ...]:
         """The services this stack runs: the required ones, the optional ones asked for
@@ -98,7 +104,7 @@ class DevStack:
         extra = tuple(
             s for s in self.optional if getattr(self.dev, s.name, False) or s.name in records
         )
-        return (*self.services, *extra)
+        return (*self._required(records), *extra)
 
     @property
     def state_file(self) -> Path:
@@ -115,7 +121,7 @@ class DevStack:
         records = {name: from_dict(entry) for name, entry in raw.get("services", {}).items()}
         # A stack of some services only (one restarting MariaDB) keeps the others' records:
         # dropping them left the broker and the registry running after `down`.
-        known = {s.name: s for s in self._every}
+        known = {s.name: s for s in self._every(records)}
         current = {
             name: known[name].current(started) if name in known else started
             for name, started in records.items()
@@ -145,6 +151,8 @@ class DevStack:
         ``on_start`` hears each service's name just before it is started."""
         private_dir(self.state_dir)
         records = self._load()
+        if self.services is None:
+            check_broker(self.dev, records.get("broker"))
         result: list[Health] = []
         for service in self._asked(records):
             health = self._health(service, records.get(service.name))
@@ -173,7 +181,7 @@ class DevStack:
 
     def endpoints(self) -> Endpoints:
         records = self._load()
-        missing = [s.name for s in self.services if s.name not in records]
+        missing = [s.name for s in self._required(records) if s.name not in records]
         if missing:
             raise StackError(
                 f"the stack in {self.state_dir} has no {', '.join(missing)}; run `bizevents dev up`"
@@ -209,7 +217,14 @@ class DevStack:
         """Stop what ``up`` started, in reverse order; ``purge`` also deletes its data."""
         records = self._load()
         stopped: list[tuple[str, bool]] = []
-        for service in reversed(self._every):
+        every = self._every(records)
+        # The nodes of a Kafka cluster are told to stop at once: a node's shutdown waits
+        # for a quorum of controllers, which nodes stopped one by one take from the last.
+        for service in every:
+            started = records.get(service.name)
+            if started is not None and getattr(service, "stops_together", False):
+                signal_once(ProcessId(started.pid, started.start_ticks), service.stop_signal)
+        for service in reversed(every):
             started = records.get(service.name)
             if started is None:
                 continue
@@ -218,7 +233,7 @@ class DevStack:
             del records[service.name]
             self._save(records)
         if purge:
-            for service in self._every:
+            for service in every:
                 service.purge(self.state_dir)
             shutil.rmtree(self.state_dir, ignore_errors=True)
         return stopped
