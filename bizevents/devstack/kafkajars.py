@@ -6,7 +6,8 @@ Maven repository and checks their checksums; the classpath it builds is kept in 
 environment (``<sys.prefix>/share/bizevents/``) under the POM's hash, so a second
 call, and a second ``scripts/setup``, runs no Maven at all while every jar is there.
 
-``python -m bizevents.devstack.kafkajars`` fetches it (``scripts/setup`` does).
+:func:`main` fetches it (``scripts/setup`` calls it; ``python -m`` would import the
+module twice, through the package).
 """
 
 from __future__ import annotations
