@@ -258,3 +258,17 @@ def test_core_translation_error_dead_letters_the_transaction(
     records = core.translate(Ready("9:400", _parts("9:400", broken)))
     assert len(records) == 1 and records[0].dead_letter
     assert dict(records[0].headers)["bizevents.dlq.stage"] in (b"translate", b"contract")
+
+
+def test_a_transaction_translators_own_translation_error_keeps_its_message() -> None:
+    """``raise TranslationError("...")`` in a transaction translator: the message alone
+    is the reason, the runtime names the translator."""
+
+    @transaction_translator(name="fussy", version=1, sources=["store.orders"], emits=[OrderPlaced])
+    def fussy(tx: TransactionChanges) -> None:
+        raise TranslationError(f"transaction {tx.id} has no customer")
+
+    with pytest.raises(TranslationError) as raised:
+        fussy.translate_transaction(TransactionChanges("9:100", tuple(_placing())))
+    assert raised.value.reason == "transaction 9:100 has no customer"
+    assert raised.value.translator == "fussy@1"

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from bizevents import translator
+from bizevents import TranslationError, translator
 from bizevents.contracts.business import (
+    HEADER_DLQ_ERROR,
     HEADER_DLQ_REASON,
     HEADER_DLQ_STAGE,
     HEADER_EVENT_ID,
@@ -115,6 +116,23 @@ def test_translator_exception_is_dead_lettered() -> None:
     assert dict(dead[0].headers)[HEADER_DLQ_REASON] == b"RuntimeError: kaput"
     assert result.counts["boom@3"].dead_lettered == 1
     assert result.counts["things@1"].emitted == 1  # the other translator is unaffected
+
+
+def test_translation_error_with_a_message_alone_reaches_the_dead_letter() -> None:
+    """``raise TranslationError("...")`` as docs/writing-a-translator.md shows: the
+    change is dead-lettered with the author's message as its reason."""
+
+    @translator(name="picky", version=2, sources=["public.things"], emits=[ThingCreated])
+    def picky(change: Change) -> None:
+        raise TranslationError(f"label {change.after['label']!r} is not for us")
+
+    value = envelope("c", None, {"id": 1, "label": "a"}, 105)
+    (dead,) = pipeline(picky).process([record(11, value)]).records
+    headers = dict(dead.headers)
+    assert headers[HEADER_DLQ_STAGE] == b"translate"
+    assert headers[HEADER_DLQ_REASON] == b"label 'a' is not for us"
+    assert headers[HEADER_DLQ_ERROR] == b"TranslationError"
+    assert headers[HEADER_TRANSLATOR] == b"picky@2"
 
 
 def test_event_failing_its_contract_is_dead_lettered() -> None:
