@@ -469,8 +469,7 @@ class Pipeline:
                 shadow, change, origin, record, topic, partition, table, seen
             )
             if failed:
-                comparison.changes += 1
-                comparison.failed(live=False)
+                comparison.add_failure(live=False)
                 return
             if self.shadow_output:
                 result.records.extend(
@@ -485,8 +484,7 @@ class Pipeline:
                     for out in produced
                 )
         if live_seen is None:
-            comparison.changes += 1
-            comparison.failed(live=True)
+            comparison.add_failure(live=True)
             return
         comparison.add_change(live_seen, seen)
 

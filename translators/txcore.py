@@ -266,12 +266,10 @@ class TransactionCore:
         try:
             records = self._events(shadow, tx_id, parts, mine, seen)
         except (TranslationError, ContractError):
-            comparison.changes += changes
-            comparison.failed(live=False)
+            comparison.add_failure(live=False, changes=changes)
             return [], comparison
         if live_seen is None:
-            comparison.changes += changes
-            comparison.failed(live=True)
+            comparison.add_failure(live=True, changes=changes)
         else:
             comparison.add_change(live_seen, seen, changes)
         if not self.shadow_output:
