@@ -234,3 +234,16 @@ def test_key_column_out_of_range_names_the_key() -> None:
     (dead,) = pipeline().process([record(15, value, key=key)]).records
     reason = dict(dead.headers)[HEADER_DLQ_REASON]
     assert reason == b"column 'id' of the key: 1099511627776 does not fit int32"
+
+
+def test_a_replay_gives_a_snapshot_read_the_live_id() -> None:
+    """The replay runs this core: a read replayed (another offset, the replay flag) has
+    the id the live worker gave it, and both carry the snapshot header."""
+    row = {"id": 1, "label": "a"}
+    live = pipeline().process([record(12, envelope("r", None, row, 100))]).records
+    replayed = Pipeline([things_v1], AutoDecoder(), fake_serializer, replay=True).process(
+        [record(40, envelope("r", None, row, 900))]
+    )
+    assert [r.event_id for r in live] == [r.event_id for r in replayed.records]
+    for out in (*live, *replayed.records):
+        assert dict(out.headers)["bizevents.snapshot"] == b"true"
