@@ -67,8 +67,9 @@ def report(ctx: click.Context, ref: str, as_json: bool, html: Path | None) -> No
         print_json(comparison.as_dict())
         return
     console.print(
-        f"{comparison.shadow} in the shadow of {comparison.live}: {comparison.changes:,} "
-        f"changes compared; failures: live {comparison.live_failures:,}, "
+        f"{comparison.shadow} in the shadow of {comparison.live}: {comparison.translated:,} "
+        f"changes compared (translated by either version) of {comparison.changes:,} read; "
+        f"failures: live {comparison.live_failures:,}, "
         f"shadow {comparison.shadow_failures:,}"
     )
     rows = [
@@ -154,6 +155,7 @@ def promote(
             raise ConfigError(f"{ref} is not promoted: {'; '.join(failures)}")
         figures = {
             "changes": comparison.changes,
+            "translated": comparison.translated,
             "events": comparison.events,
             "unexpected": comparison.unexpected(gate.expect_fields),
             "fields": {contract: dict(f.fields) for contract, f in comparison.contracts.items()},

@@ -447,11 +447,11 @@ class CaptureCore:
             )
             self.signal_topic = SignalTopic(self.endpoints.kafka, cfg.signal_topic_name, cfg.server)
 
-        def progress(table: str, rows: int) -> None:
+        def progress(table: str, rows: int, this_run: int) -> None:
             self.stats.incremental_rows[table] = rows
             self.stats.incremental_snapshots = len(ledger.queue)
             if self.progress is not None:
-                self.progress(table, rows, rows)
+                self.progress(table, this_run, this_run)
 
         self.incremental = Incremental(
             ledger,

@@ -120,7 +120,7 @@ class Incremental:
         store: StateStore,
         ledger_key: bytes,
         chunk_rows: int,
-        on_progress: Callable[[str, int], None] | None = None,
+        on_progress: Callable[[str, int, int], None] | None = None,
     ) -> None:
         self.ledger = ledger
         self.store = store
@@ -129,7 +129,12 @@ class Incremental:
         self.window: Window | None = None
         #: The closed window whose rows are being written (a slice at a time).
         self.draining: Window | None = None
+        #: ``on_progress(table, rows, rows_this_run)`` after each chunk: the snapshot's
+        #: rows in all (the ledger's, across restarts) and those this process wrote.
         self.on_progress = on_progress
+        #: Per snapshot (table, id): the rows this process wrote (a resumed snapshot's
+        #: ledger counts those of the runs before too).
+        self.run_rows: dict[tuple[str, str], int] = {}
         #: Chunks written, with the ledger to store once Kafka acknowledged them.
         self._unsaved: deque[tuple[Tx, dict[str, Any]]] = deque()
         self._dirty = False
@@ -163,6 +168,8 @@ class Incremental:
         self.draining = window
         pending = window.pending
         pending.rows += len(window.rows)
+        ref = (pending.table, pending.id)
+        run = self.run_rows[ref] = self.run_rows.get(ref, 0) + len(window.rows)
         if window.last is not None:
             pending.after = window.last
         if not window.full:
@@ -171,7 +178,7 @@ class Incremental:
             if whole and pending.table not in self.ledger.tables:
                 self.ledger.tables.append(pending.table)
         if self.on_progress is not None:
-            self.on_progress(pending.table, pending.rows)
+            self.on_progress(pending.table, pending.rows, run)
         return window
 
     def written(self, tx: Tx) -> None:

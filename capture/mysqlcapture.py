@@ -929,7 +929,13 @@ class _BinlogReader(StreamReader):
         inc.store_acknowledged(self.producer)  # the chunks before, now acknowledged
         if not window.full:
             done = window.pending
-            capture.log.info("incremental snapshot done", table=table, rows=done.rows, id=done.id)
+            capture.log.info(
+                "incremental snapshot done",
+                table=table,
+                rows=inc.run_rows.get((table, done.id), 0),
+                rows_all_runs=done.rows,
+                id=done.id,
+            )
         return False
 
 

@@ -1,16 +1,28 @@
-"""The snapshot's progress bar on a terminal."""
+"""The snapshot's progress: a bar on a terminal, log lines otherwise."""
 
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["on_terminal", "print_progress_factory"]
+import structlog
+
+__all__ = ["log_progress", "on_terminal", "print_progress_factory"]
+
+#: Seconds between two progress lines of one table in the log.
+LOG_EVERY_S = 10.0
 
 
-def print_progress_factory(enabled: bool) -> tuple[Callable[[str, int, int], None] | None, Any]:
-    """A rich progress bar for the snapshot when on a terminal (``(callback, progress)``)."""
+def print_progress_factory(
+    enabled: bool, terminal: bool | None = None
+) -> tuple[Callable[[str, int, int], None] | None, Any]:
+    """The snapshot's progress (``(callback, progress)``): a rich progress bar on a
+    terminal (``progress`` has its ``stop``), log lines when stderr is not one
+    (``progress`` None): a bar drawn into a file shows nothing until it stops."""
     if not enabled:
         return None, None
+    if not (on_terminal() if terminal is None else terminal):
+        return log_progress(structlog.get_logger("bizevents.capture")), None
     from rich.console import Console
     from rich.progress import (
         BarColumn,
@@ -39,6 +51,25 @@ def print_progress_factory(enabled: bool) -> tuple[Callable[[str, int, int], Non
         progress.update(task, completed=done, total=total)
 
     return update, progress
+
+
+def log_progress(
+    log: Any, every_s: float = LOG_EVERY_S, clock: Callable[[], float] = time.monotonic
+) -> Callable[[str, int, int], None]:
+    """``update(table, done, total)`` that logs ``snapshot progress`` for a table at its
+    first update and then at most every ``every_s`` seconds (an incremental snapshot
+    updates after every chunk, and does not know its total: ``done`` then)."""
+    last: dict[str, float] = {}
+
+    def update(table: str, done: int, total: int) -> None:
+        now = clock()
+        then = last.get(table)
+        if then is not None and now - then < every_s:
+            return
+        last[table] = now
+        log.info("snapshot progress", table=table, rows=done, total=total)
+
+    return update
 
 
 def on_terminal() -> bool:

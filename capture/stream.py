@@ -632,11 +632,13 @@ class _SlotReader(StreamReader):
         self.producer.poll(0)
         inc.store_acknowledged(self.producer)  # the chunks before, now acknowledged
         if not window.full:
+            done = window.pending
             capture.log.info(
                 "incremental snapshot done",
                 table=table,
-                rows=window.pending.rows,
-                id=window.pending.id,
+                rows=inc.run_rows.get((table, done.id), 0),
+                rows_all_runs=done.rows,
+                id=done.id,
             )
 
     def on_relation(self, m: Relation, _msg: Any) -> None:

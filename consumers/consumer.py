@@ -46,6 +46,7 @@ from bizevents.contracts.business import (
     HEADER_DLQ_ERROR,
     HEADER_DLQ_REASON,
     HEADER_DLQ_STAGE,
+    HEADER_SNAPSHOT,
     BusinessEvent,
     Lineage,
 )
@@ -98,6 +99,9 @@ class Delivery(Generic[E]):
     #: The same event id was handled before from a lower translator version (or live,
     #: and this comes from a replay): this event replaces that one.
     supersedes: bool = False
+    #: It comes from a snapshot read: the row's state when read, not an occurrence (a
+    #: re-snapshot of an unchanged row repeats its id; docs/consuming.md).
+    snapshot: bool = False
 
     @property
     def lineage(self) -> Lineage:
@@ -130,6 +134,11 @@ class ConsumerStats:
     #: parked records handed to the handler by a re-drive
     redriven: int = 0
     commits: int = 0
+
+
+def _snapshot(headers: Sequence[tuple[str, bytes | None]] | None) -> bool:
+    """Whether a record's headers mark an event of a snapshot read."""
+    return any(name == HEADER_SNAPSHOT and value == b"true" for name, value in headers or ())
 
 
 class ConsumerFailedError(TerminalError):
@@ -423,7 +432,9 @@ class BusinessConsumer:
         except DecodeError as exc:
             return "consume-decode", exc.reason, type(exc).__name__
         lineage = event.lineage
-        verdict = Verdict.NEW if self.window is None else self.window.judge(lineage)
+        snapshot = _snapshot(record.headers)
+        key = (record.topic, record.key)
+        verdict = Verdict.NEW if self.window is None else self.window.judge(lineage, key, snapshot)
         if verdict is Verdict.DUPLICATE:
             self.stats.duplicates += 1
             return None
@@ -440,6 +451,7 @@ class BusinessConsumer:
             record.partition,
             record.offset,
             supersedes=verdict is Verdict.CORRECTION,
+            snapshot=snapshot,
         )
         failure: Exception | None = None
         for attempt in range(1, self.attempts + 1):
@@ -458,7 +470,7 @@ class BusinessConsumer:
                     await asyncio.sleep(self.retry_backoff_s * attempt)
         # a parked event is not remembered: its re-drive must reach the handler
         if self.window is not None and (failure is None or self.on_error == "dead-letter"):
-            self.window.remember(lineage)
+            self.window.remember(lineage, key)
         if failure is not None:
             reason = f"the handler raised {type(failure).__name__}: {failure}"
             return "consume-handler", reason, type(failure).__name__

@@ -44,6 +44,7 @@ from bizevents.contracts.exceptions import ContractError, InvalidSchemaError
 __all__ = [
     "HEADER_EVENT_ID",
     "HEADER_REPLAY",
+    "HEADER_SNAPSHOT",
     "HEADER_SOURCE_OFFSET",
     "HEADER_SOURCE_PARTITION",
     "HEADER_SOURCE_POSITION",
@@ -101,6 +102,9 @@ HEADER_SOURCE_OFFSET = "bizevents.source.offset"
 HEADER_SOURCE_POSITION = "bizevents.source.position"
 HEADER_TX_ID = "bizevents.source.tx_id"
 HEADER_REPLAY = "bizevents.replay"
+#: ``true`` on an event made from a snapshot read (op ``r``): the row's state when it was
+#: read, not something that happened then; absent on every other event.
+HEADER_SNAPSHOT = "bizevents.snapshot"
 #: Dead-letter headers, of capture's and the translators' dead-letter topics alike.
 HEADER_DLQ_STAGE = "bizevents.dlq.stage"
 HEADER_DLQ_REASON = "bizevents.dlq.reason"

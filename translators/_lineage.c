@@ -17,6 +17,8 @@
  *   origin(cls, name, table, op, where, key, offset, position, tx_id, header names)
  *       -> cls(the change's identity, change part, headers): lineage.origin_of's work
  *   origin_of(cls, event, table, header_names, pg_position)
+ *       -> the same for a ChangeEvent, or None (a snapshot read, whose identity is its
+ *       row's: lineage.origin_of's Python makes it)
  *
  * tests/translators/test_lineage_native.py holds each equal to the Python it replaces
  * (hypothesis), and translators/lineage.py falls back to that Python when the extension
@@ -381,8 +383,8 @@ static PyObject *origin(PyObject *Py_UNUSED(module), PyObject *const *args, Py_s
  *   source's name, op, key and coordinates, and a position that is None or of the class
  *   pg_position (its text as PgPosition.__str__ writes it for an LSN of 0 to 2**64 - 1,
  *   its tx_id as Source.tx_id gives it); table None: the source's qualified_table.
- *   None for anything else (another position, a key left to the JSON encoder): the
- *   Python then does it. */
+ *   None for anything else (another position, a key left to the JSON encoder, a snapshot
+ *   read): the Python then does it. */
 static PyObject *origin_of(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 5 || !PyType_Check(args[4])) {
         PyErr_SetString(PyExc_TypeError,
@@ -443,6 +445,10 @@ static PyObject *origin_of(PyObject *Py_UNUSED(module), PyObject *const *args, P
         (op = PyObject_GetAttr(event, ATTR_op)) == NULL ||
         (key = PyObject_GetAttr(event, ATTR_key)) == NULL)
         goto done;
+    if (PyUnicode_Check(op) && PyUnicode_CompareWithASCIIString(op, "r") == 0) {
+        made = Py_NewRef(Py_None);  /* a snapshot read: its identity is its row's (Python) */
+        goto done;
+    }
     PyObject *number = offset;
     PyObject *minus_one = NULL;
     if (offset == Py_None && (number = minus_one = PyLong_FromLong(-1)) == NULL) goto done;

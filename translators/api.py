@@ -100,6 +100,8 @@ class Translator:
             if output is None:
                 return NO_EVENTS
             events = (output,) if isinstance(output, BusinessEvent) else tuple(output)
+        except TranslationError as exc:  # the plugin's own: its message is the reason
+            raise TranslationError(self.ref, exc.reason, change.event.coordinates) from exc
         except Exception as exc:  # a plugin's bug must not stop the stream
             raise TranslationError(
                 self.ref, f"{type(exc).__name__}: {exc}", change.event.coordinates

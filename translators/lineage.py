@@ -7,9 +7,15 @@ through a fixed version) gives the same ids, so a consumer can deduplicate, and 
 corrected event supersedes the one a buggy version emitted.
 
 The identity of a change is where the database logged it (server, table, position
-and key: the key tells apart the rows of one snapshot, which share a position), so
-it survives a re-read of the technical topic; without a position it falls back to
-the Kafka coordinates.
+and key), so it survives a re-read of the technical topic; without a position it falls
+back to the Kafka coordinates.
+
+A snapshot read (op ``r``) is not something that happened: it is the row's state when
+read. Its identity is the row itself (server, table, key and the canonical JSON of its
+whole ``after`` row), not where it was read, so a re-snapshot, a repair or a lost slot
+that reads an unchanged row again gives its events the ids they had; a changed row gives
+new ones. Its events carry the ``bizevents.snapshot`` header (docs/consuming.md says what
+a consumer makes of them).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from typing import Any, Final, NamedTuple
 from bizevents.contracts.business import (
     HEADER_EVENT_ID,
     HEADER_REPLAY,
+    HEADER_SNAPSHOT,
     HEADER_SOURCE_OFFSET,
     HEADER_SOURCE_PARTITION,
     HEADER_SOURCE_POSITION,
@@ -36,7 +43,7 @@ from bizevents.contracts.business import (
     lineage_avro_translator,
     with_lineage,
 )
-from bizevents.contracts.envelope import ChangeEvent, PgPosition
+from bizevents.contracts.envelope import OP_READ, ChangeEvent, PgPosition
 
 try:  # translators/_lineage.c, built with the codec's extension by scripts/setup
     import bizevents.translators._lineage as _extension
@@ -91,10 +98,22 @@ def _where(event: ChangeEvent, position: str | None) -> str:
     return f"{c.topic}/{c.partition}/{c.offset}"
 
 
-def _identity(event: ChangeEvent, position: str | None) -> str:
+def _identity(event: ChangeEvent, position: str | None, table: str | None = None) -> str:
     source = event.source
     key = canonical_key(event.key) if event.key is not None else ""
-    return f"{source.name}.{source.qualified_table}|{event.op}|{_where(event, position)}|{key}"
+    table = source.qualified_table if table is None else table
+    if event.op == OP_READ:
+        return read_identity(source.name, table, key, event.after)
+    return f"{source.name}.{table}|{event.op}|{_where(event, position)}|{key}"
+
+
+def read_identity(server: str, table: str, key: str, after: Mapping[str, Any] | None) -> str:
+    """A snapshot read's identity: the row (``key``: its canonical JSON) and its content,
+    wherever and whenever it was read. ``after`` is the whole row as decoded (the
+    pipeline decodes reads with every column, whatever its translators declare, so the
+    id does not depend on which translators or versions run)."""
+    content = "" if after is None else _CANONICAL(dict(after))
+    return f"{server}.{table}|r|{key}|{content}"
 
 
 def change_identity(event: ChangeEvent) -> str:
@@ -235,15 +254,26 @@ class Origin(NamedTuple):
     headers: tuple[Header, ...]
 
 
-def origin(identity: str, offset: int, position: str, tx_id: str | None) -> Origin:
+#: The header of an event made from a snapshot read, after its change's others.
+_SNAPSHOT_HEADERS: Final[tuple[Header, ...]] = ((HEADER_SNAPSHOT, b"true"),)
+
+
+def origin(
+    identity: str, offset: int, position: str, tx_id: str | None, snapshot: bool = False
+) -> Origin:
     """The :class:`Origin` of events whose ids hash ``identity``, from a source record at
-    ``offset``, ``position`` (text) and transaction ``tx_id``."""
+    ``offset``, ``position`` (text) and transaction ``tx_id``; ``snapshot``: a snapshot
+    read's (its events carry the snapshot header)."""
     if _compiled is not None:
         avro, headers = _compiled.change_part(
             offset, position, tx_id, HEADER_SOURCE_OFFSET, HEADER_SOURCE_POSITION, HEADER_TX_ID
         )
-        return Origin(identity, avro, headers)
-    return _origin(identity, offset, position, tx_id)
+        made = Origin(identity, avro, headers)
+    else:
+        made = _origin(identity, offset, position, tx_id)
+    if snapshot:
+        return Origin(identity, made.avro, made.headers + _SNAPSHOT_HEADERS)
+    return made
 
 
 def _origin(identity: str, offset: int, position: str, tx_id: str | None) -> Origin:
@@ -272,7 +302,8 @@ _CHANGE_HEADERS: Final = (HEADER_SOURCE_OFFSET, HEADER_SOURCE_POSITION, HEADER_T
 
 def origin_of(change: ChangeEvent, table: str | None = None) -> Origin:
     """The :class:`Origin` of a change (the values :func:`stamp` puts in its Lineage);
-    ``table``: its source's ``qualified_table`` where the caller has it already."""
+    ``table``: its source's ``qualified_table`` where the caller has it already. A
+    snapshot read's is the Python's (the compiled helpers answer None for it)."""
     if _compiled is not None:  # the usual change (PostgreSQL's position) in one call
         made: Origin | None = _compiled.origin_of(
             Origin, change, table, _CHANGE_HEADERS, PgPosition
@@ -291,6 +322,9 @@ def _origin_of(change: ChangeEvent, table: str | None = None) -> Origin:
     offset = -1 if where.offset is None else where.offset
     tx_id = source.tx_id
     tx_text = None if tx_id is None else str(tx_id)
+    if change.op == OP_READ:
+        identity = _identity(change, None, table)
+        return origin(identity, offset, position_text, tx_text, snapshot=True)
     if _compiled is not None:
         made: Origin | None = _compiled.origin(
             Origin,
@@ -306,7 +340,7 @@ def _origin_of(change: ChangeEvent, table: str | None = None) -> Origin:
         )
         if made is not None:
             return made
-    identity = _identity(change, None if position is None else position_text)
+    identity = _identity(change, None if position is None else position_text, table)
     return origin(identity, offset, position_text, tx_text)
 
 

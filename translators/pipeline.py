@@ -41,7 +41,7 @@ from bizevents.contracts.business import (
     BusinessEvent,
 )
 from bizevents.contracts.change import Change
-from bizevents.contracts.envelope import OP_UPDATE, ChangeEvent, Source, Tombstone
+from bizevents.contracts.envelope import OP_READ, OP_UPDATE, ChangeEvent, Source, Tombstone
 from bizevents.contracts.exceptions import ContractError, Coordinates, DecodeError
 from bizevents.contracts.technical.events import Gate, SourceTable
 from bizevents.plumbing.errors import TerminalError
@@ -291,7 +291,8 @@ class Pipeline:
     def _decode(
         self, record: Record, topic: str, where: Coordinates, known: _Known | None
     ) -> tuple[ChangeEvent | Tombstone, str]:
-        """The record decoded with only the columns its table's translators read, and
+        """The record decoded with only the columns its table's translators read (a
+        snapshot read with every column: its event ids hash the whole row), and
         its ``schema.table`` ("" for a tombstone).
 
         A topic's table is learnt from its first record; a topic that turns out to hold
@@ -303,6 +304,11 @@ class Pipeline:
         if decoded.__class__ is Tombstone:
             return decoded, ""
         assert isinstance(decoded, ChangeEvent)
+        if columns is not None and decoded.op == OP_READ:
+            # a read's event ids hash its whole row (lineage.read_identity), whichever
+            # columns the translators that run here read
+            decoded = decode(record.key, record.value, where, record.headers, None)
+            assert isinstance(decoded, ChangeEvent)
         source = decoded.source
         table = source.qualified_table
         if known is None:
@@ -463,8 +469,7 @@ class Pipeline:
                 shadow, change, origin, record, topic, partition, table, seen
             )
             if failed:
-                comparison.changes += 1
-                comparison.failed(live=False)
+                comparison.add_failure(live=False)
                 return
             if self.shadow_output:
                 result.records.extend(
@@ -479,8 +484,7 @@ class Pipeline:
                     for out in produced
                 )
         if live_seen is None:
-            comparison.changes += 1
-            comparison.failed(live=True)
+            comparison.add_failure(live=True)
             return
         comparison.add_change(live_seen, seen)
 

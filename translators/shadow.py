@@ -139,7 +139,11 @@ class ShadowComparison:
 
     live: str
     shadow: str
+    #: Changes both versions read; of them, those either version translated (gave
+    #: events or failed on): what the gate counts, since a change neither translates
+    #: (a snapshot both skip, an op neither takes) compares nothing.
     changes: int = 0
+    translated: int = 0
     contracts: dict[str, ContractFigures] = field(default_factory=dict)
     #: Per contract, per verdict: a few ``{"event_id", "live", "shadow", "fields"}``.
     samples: dict[str, dict[str, list[dict[str, Any]]]] = field(default_factory=dict)
@@ -153,6 +157,8 @@ class ShadowComparison:
         """The events both versions made of one change (none is a change too); of a
         transaction, ``changes`` is how many of its changes they read."""
         self.changes += changes
+        if live or shadow:
+            self.translated += changes
         if len(live) == 1 and len(shadow) == 1:
             # the usual case, one event each: no pairing table
             (event_id, contract, content), (other_id, other_contract, other) = live[0], shadow[0]
@@ -191,6 +197,13 @@ class ShadowComparison:
             self.live_failures += 1
         else:
             self.shadow_failures += 1
+
+    def add_failure(self, *, live: bool, changes: int = 1) -> None:
+        """A change (of a transaction, ``changes`` of them) read by both versions, that
+        one of them could not translate."""
+        self.changes += changes
+        self.translated += changes
+        self.failed(live=live)
 
     def _add(
         self,
@@ -240,6 +253,7 @@ class ShadowComparison:
     def merge(self, other: ShadowComparison) -> None:
         """Add another part's figures (another partition, another worker)."""
         self.changes += other.changes
+        self.translated += other.translated
         self.live_failures += other.live_failures
         self.shadow_failures += other.shadow_failures
         for contract, theirs in other.contracts.items():
@@ -261,6 +275,7 @@ class ShadowComparison:
             "live": self.live,
             "shadow": self.shadow,
             "changes": self.changes,
+            "translated": self.translated,
             "contracts": {
                 contract: {**{v: f.count(v) for v in VERDICTS}, "fields": dict(f.fields)}
                 for contract, f in self.contracts.items()
@@ -277,6 +292,8 @@ class ShadowComparison:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ShadowComparison:
         made = cls(str(data["live"]), str(data["shadow"]), int(data["changes"]))
+        # written before the figure was kept: every change counted
+        made.translated = int(data.get("translated", made.changes))
         for contract, figures in data["contracts"].items():
             made.contracts[contract] = ContractFigures(
                 identical=int(figures["identical"]),
@@ -352,7 +369,8 @@ def parse_fraction(text: str) -> float:
 class PromotionGate:
     """What the shadow's comparison must show before it is pinned live.
 
-    - at least ``min_changes`` changes compared;
+    - at least ``min_changes`` changes compared: changes either version translated
+      (gave events or failed on), not every change read;
     - events that differ in a way not expected (made by one version only, or differing
       on a field not in ``expect_fields``) at most ``max_differ`` of all events compared
       (the default 0: every field that differs must be expected, and both versions must
@@ -368,10 +386,11 @@ class PromotionGate:
     def failures(self, comparison: ShadowComparison) -> list[str]:
         """One sentence per condition not met, with its figures (none: the gate passes)."""
         found: list[str] = []
-        if comparison.changes < self.min_changes:
+        if comparison.translated < self.min_changes:
             found.append(
-                f"{comparison.shadow} was compared over {comparison.changes:,} changes, "
-                f"fewer than the {self.min_changes:,} the gate asks"
+                f"{comparison.shadow} was compared over {comparison.translated:,} changes, "
+                f"fewer than the {self.min_changes:,} the gate asks (of {comparison.changes:,} "
+                "read, neither version translated the others)"
             )
         events = comparison.events
         unexpected = comparison.unexpected(self.expect_fields)

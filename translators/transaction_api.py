@@ -134,6 +134,8 @@ class TransactionTranslator(Translator):
             if isinstance(output, BusinessEvent | Attributed):
                 output = (output,)
             items = tuple(i if isinstance(i, Attributed) else Attributed(i) for i in output)
+        except TranslationError as exc:  # the plugin's own: its message is the reason
+            raise TranslationError(self.ref, exc.reason, where) from exc
         except Exception as exc:  # a plugin's bug must not stop the stream
             raise TranslationError(self.ref, f"{type(exc).__name__}: {exc}", where) from exc
         ours = {id(c.event) for c in tx.changes}

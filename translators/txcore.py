@@ -17,7 +17,8 @@ An event that does not say is **the transaction's**: identified by the transacti
 that contract's transaction-wide events; keyed by the Kafka key of the transaction's first
 change to the translator's *first* source table (else its first change), so that the
 events of one order follow the order's partition; its lineage names the transaction's
-first change read. A snapshot read (no transaction) is identified by the change.
+first change read. A snapshot read (no transaction) is identified as the row path
+identifies it (its row's key and content), and its events carry the snapshot header.
 
 Either way the same transaction assembled again (a restart, a rebalance, a replay) gives
 the same ids.
@@ -33,6 +34,7 @@ from typing import TypeAlias
 
 from bizevents.contracts.business import BusinessEvent
 from bizevents.contracts.change import Change
+from bizevents.contracts.envelope import OP_READ
 from bizevents.contracts.exceptions import ContractError
 from bizevents.plumbing.parking import STAGE_PARKED, Ref
 from bizevents.translators.api import SKIP
@@ -266,12 +268,10 @@ class TransactionCore:
         try:
             records = self._events(shadow, tx_id, parts, mine, seen)
         except (TranslationError, ContractError):
-            comparison.changes += changes
-            comparison.failed(live=False)
+            comparison.add_failure(live=False, changes=changes)
             return [], comparison
         if live_seen is None:
-            comparison.changes += changes
-            comparison.failed(live=True)
+            comparison.add_failure(live=True, changes=changes)
         else:
             comparison.add_change(live_seen, seen, changes)
         if not self.shadow_output:
@@ -322,7 +322,11 @@ class TransactionCore:
             where = part.origin
             stamper = self._stamper(translator, where.topic, where.partition)
             shared = origin(
-                identity, where.offset, "" if position is None else str(position), tx_id
+                identity,
+                where.offset,
+                "" if position is None else str(position),
+                tx_id,
+                snapshot=part.change.op == OP_READ,
             )
             eid, lineage, headers = stamper.wire(shared, contract, ordinal)
             if seen is not None:

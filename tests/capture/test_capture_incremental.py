@@ -333,12 +333,14 @@ def test_kill_9_during_an_incremental_snapshot_resumes_from_the_last_acknowledge
     db: Db, tmp_path: Path
 ) -> None:
     """kill -9 mid-snapshot: the restart reads on from the last chunk whose rows Kafka
-    acknowledged (no key up to it is written twice); the table ends complete."""
+    acknowledged (no key up to it is written twice); the table ends complete. With
+    ``progress = "always"`` and the log in a file, the snapshot's progress is in the log
+    of both runs, and the resumed run's done line counts its own rows."""
     s = db.schema
     db.sql(f"CREATE TABLE {s}.t (id int PRIMARY KEY, v bigint)")
     db.sql(f"INSERT INTO {s}.t SELECT g, 0 FROM generate_series(1, 30000) g")
     # Tiny chunks: each one a round trip through the WAL, so the kill lands mid-way.
-    config = db.config(["t"], incremental_chunk_rows=10)
+    config = db.config(["t"], incremental_chunk_rows=10, progress="always")
     config_file = write_config(tmp_path / "capture.toml", config)
     log = tmp_path / "capture.log"
     process = start_cli(config_file, db.endpoints, log)
@@ -361,6 +363,8 @@ def test_kill_9_during_an_incremental_snapshot_resumes_from_the_last_acknowledge
             time.sleep(0.05)
         process.kill()  # SIGKILL
         process.wait(10)
+        first_run = log.read_text()
+        assert "snapshot progress" in first_run, first_run[-3000:]
         at_kill = stored_ledger(db)
         assert at_kill is not None and at_kill.queue
         acked = at_kill.queue[0]
@@ -374,6 +378,17 @@ def test_kill_9_during_an_incremental_snapshot_resumes_from_the_last_acknowledge
             assert process.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
             time.sleep(0.2)
         assert terminate(process) == 0, log.read_text()[-3000:]
+        second_run = log.read_text()[len(first_run) :]
+        assert "snapshot progress" in second_run, second_run[-3000:]
+        (done,) = [
+            json.loads(line)
+            for line in second_run.splitlines()
+            if "incremental snapshot done" in line
+        ]
+        rows = int(done["rows"])
+        # this run's rows: those after the last acknowledged chunk (and the chunks in
+        # flight at the kill, written again), not the ledger's count of both runs
+        assert 30_000 - acked.rows <= rows < 30_000 - acked.rows + 1_000, done
     finally:
         if process.poll() is None:
             process.kill()

@@ -253,3 +253,19 @@ def test_a_signal_rows_id_is_kept_bounded_in_the_ledger() -> None:
     long_id = "x" * 5000
     kept = row_key(long_id)
     assert len(kept) < 100 and kept == row_key(long_id) and kept != row_key("y" * 5000)
+
+
+def test_a_resumed_snapshot_counts_this_runs_rows_apart_from_the_ledgers() -> None:
+    """A snapshot resumed with 500 rows in its ledger: the progress and the done line
+    count this run's rows; the ledger goes on counting them all."""
+    ledger = Ledger(True, [], [Pending("s.t", "auto", after=["500"], rows=500)])
+    seen: list[tuple[str, int, int]] = []
+    inc = Incremental(ledger, _Store(), b"k", 2, lambda *a: seen.append(a))  # type: ignore[arg-type]
+    pending = inc.next()
+    assert pending is not None
+    inc.open(Window(pending, "topic", "m", {b"501": ("501",), b"502": ("502",)}, ["502"], True))
+    inc.close()
+    inc.open(Window(pending, "topic", "m2", {b"503": ("503",)}, ["503"], False))
+    inc.close()
+    assert seen == [("s.t", 502, 2), ("s.t", 503, 3)]
+    assert inc.run_rows[("s.t", "auto")] == 3 and pending.rows == 503

@@ -90,3 +90,43 @@ def test_delivered_ranks_only_rise(events: list[tuple[str, int, bool]]) -> None:
             delivered[event_id] = rank(lin)
             w.remember(lin)
         assert len(w) <= 3
+
+
+def _read(event_id: str, position: str, offset: int) -> Lineage:
+    """A snapshot read's event: its id is its row's, its position the snapshot's."""
+    return Lineage(
+        event_id=event_id,
+        translator="customers@1",
+        source_topic="shop.store.customers",
+        source_partition=0,
+        source_offset=offset,
+        source_position=position,
+    )
+
+
+def test_a_resnapshot_of_an_unchanged_row_is_a_duplicate() -> None:
+    """Read, re-read by another snapshot: a duplicate; the same read delivered again
+    after a change of its key (a redelivery): a duplicate too."""
+    w = EventWindow(10)
+    key = ("store.customer-registered", b'{"id":1}')
+    w.remember(_read("row-a", "0/100", 5), key)
+    assert w.judge(_read("row-a", "0/900", 50), key, snapshot=True) is Verdict.DUPLICATE
+    w.remember(Lineage(event_id="update", source_offset=60, source_position="0/950"), key)
+    assert w.judge(_read("row-a", "0/100", 5), key, snapshot=True) is Verdict.DUPLICATE
+
+
+def test_a_row_read_back_at_an_earlier_content_is_a_new_state() -> None:
+    """Read as A, read as B by a later snapshot, changed back and read as A again (the
+    id A had): new, delivered; two events of one read are both its key's last change."""
+    w = EventWindow(10)
+    key = ("store.customer-state", b'{"id":1}')
+    w.remember(_read("row-a", "0/100", 5), key)
+    w.remember(_read("row-b", "0/900", 50), key)
+    again = _read("row-a", "0/F00", 90)
+    assert w.judge(again, key, snapshot=True) is Verdict.NEW
+    w.remember(again, key)
+    w.remember(_read("row-a-2", "0/F00", 90), key)
+    assert w.judge(_read("row-a", "0/FFF", 99), key, snapshot=True) is Verdict.DUPLICATE
+    assert w.judge(_read("row-a-2", "0/FFF", 99), key, snapshot=True) is Verdict.DUPLICATE
+    # without the snapshot mark, an id seen is a duplicate, as ever
+    assert w.judge(_read("row-b", "0/FFF", 99), key) is Verdict.DUPLICATE

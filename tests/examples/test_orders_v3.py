@@ -258,3 +258,35 @@ def test_core_translation_error_dead_letters_the_transaction(
     records = core.translate(Ready("9:400", _parts("9:400", broken)))
     assert len(records) == 1 and records[0].dead_letter
     assert dict(records[0].headers)["bizevents.dlq.stage"] in (b"translate", b"contract")
+
+
+def test_a_transaction_translators_own_translation_error_keeps_its_message() -> None:
+    """``raise TranslationError("...")`` in a transaction translator: the message alone
+    is the reason, the runtime names the translator."""
+
+    @transaction_translator(name="fussy", version=1, sources=["store.orders"], emits=[OrderPlaced])
+    def fussy(tx: TransactionChanges) -> None:
+        raise TranslationError(f"transaction {tx.id} has no customer")
+
+    with pytest.raises(TranslationError) as raised:
+        fussy.translate_transaction(TransactionChanges("9:100", tuple(_placing())))
+    assert raised.value.reason == "transaction 9:100 has no customer"
+    assert raised.value.translator == "fussy@1"
+
+
+def test_a_snapshot_reads_events_have_its_rows_id_in_the_transaction_core(
+    registry: SchemaRegistryClient,
+) -> None:
+    """A read (no transaction) through the transaction core: the ids of the row path (its
+    row's, the same at another position and offset), and the snapshot header."""
+    from dataclasses import replace
+
+    reading = replace(orders_v3, snapshots="translate")
+    core = TransactionCore([reading], BusinessSerializer(registry))
+    ids = []
+    for position in (1_000, 9_000):
+        read = change("store.orders", "r", after=ORDER, position=position)
+        (record,) = core.translate(Ready(None, _parts("", [read])))
+        assert ("bizevents.snapshot", b"true") in record.headers
+        ids.append(record.event_id)
+    assert ids[0] == ids[1]

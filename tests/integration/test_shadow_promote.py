@@ -38,6 +38,8 @@ from tests.integration.test_translate_worker import (
     Worker,
     create_topic,
     events_from,
+    order_change,
+    order_row,
     order_story,
     orders_encoder,
     produce,
@@ -200,6 +202,8 @@ def test_a_shadow_that_differs_only_where_expected_is_promoted_without_gap_or_do
             [live],
         )
         assert compared["live"] == "shadowtest@1" and compared["changes"] == 120
+        # the touches, which neither version translates, are read but not compared
+        assert compared["translated"] == 90
         contracts = compared["contracts"]
         status = contracts["store.orders.OrderStatusChanged"]
         assert status["differing"] == 60 and status["identical"] == 0
@@ -233,7 +237,7 @@ def test_a_shadow_that_differs_only_where_expected_is_promoted_without_gap_or_do
             assert says in refused.stderr, (args, refused.stderr)
             assert "Traceback" not in refused.stderr
         produce(bootstrap, setup.topic, [encoder.encode(c) for c in orders(setup, 31, 40, 50_000)])
-        done = cli(setup, "promote", "shadowtest@2", "--min-changes", "100", *expect)
+        done = cli(setup, "promote", "shadowtest@2", "--min-changes", "90", *expect)
         assert done.returncode == 0, done.stderr
         produce(bootstrap, setup.topic, [encoder.encode(c) for c in orders(setup, 41, 50, 60_000)])
         live.stop(signal.SIGKILL)  # somewhere in the hand-over (or just before it)
@@ -335,5 +339,41 @@ def test_a_shadow_that_differs_on_an_unexpected_field_is_refused_with_the_figure
             [live],
         )
         assert {v for by in found.values() for v in by} == {b"shadowtest@2"}
+    finally:
+        live.stop()
+
+
+def test_a_snapshot_both_versions_skip_leaves_the_gate_where_it_was(setup: Setup) -> None:
+    """A snapshot of the table (50 reads) both versions skip: read, not compared; the
+    gate still counts the 15 changes they translated, and says how many were read."""
+    bootstrap = setup.endpoints.bootstrap_servers
+    encoder = orders_encoder(setup.endpoints.registry_url, setup.server)
+    produce(bootstrap, setup.topic, [encoder.encode(c) for c in orders(setup, 1, 5, 10_000)])
+    live = Worker(env(setup, 1, "shadowtest@2"), setup.tmp / "live.log")
+    try:
+        wait_for(
+            lambda: (r := report(setup, "shadowtest@2")) and r["changes"] >= 20,
+            90,
+            "the shadow's comparison of 20 changes",
+            [live],
+        )
+        reads = [
+            order_change(setup.server, "r", None, order_row(n, "pending"), 90_000)
+            for n in range(1, 51)
+        ]
+        produce(bootstrap, setup.topic, [encoder.encode(c) for c in reads])
+        compared = wait_for(
+            lambda: (r := report(setup, "shadowtest@2")) and r["changes"] >= 70 and r,
+            90,
+            "the snapshot's 50 reads",
+            [live],
+        )
+        assert (compared["changes"], compared["translated"]) == (70, 15)
+        refused = cli(setup, "promote", "shadowtest@2", "--min-changes", "16")
+        assert refused.returncode == 1
+        assert "compared over 15 changes, fewer than the 16" in refused.stderr, refused.stderr
+        assert "of 70 read" in refused.stderr
+        shown = cli(setup, "shadow", "report", "shadowtest@2")
+        assert "15 changes compared (translated by either version) of 70 read" in shown.stdout
     finally:
         live.stop()

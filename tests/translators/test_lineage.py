@@ -177,3 +177,21 @@ def test_lineage_on_the_wire_is_the_stamped_lineage(
         assert _SERIALIZER(event, None, lineage) == expected
         assert _SERIALIZER(event, None, lineage) == expected
         assert read_lineage(lineage) == reference.lineage
+
+
+def test_reads_of_an_unchanged_row_have_one_id_across_snapshots() -> None:
+    """Two snapshots read the same row at other positions and offsets: the same event
+    ids, each lineage naming where it was read; a changed row or another row reads
+    under new ids, and an insert's ids stay its position's."""
+    row = {"id": 1, "label": "a"}
+    first = event("r", None, row, lsn=100, offset=5)
+    again = event("r", None, dict(row), lsn=9000, offset=77)
+    ids = [e.lineage.event_id for e in stamp(things_v1(Change(first)), first, "things", 1)]
+    (stamped,) = stamp(things_v1(Change(again)), again, "things", 1)
+    assert [stamped.lineage.event_id] == ids
+    assert (stamped.lineage.source_offset, stamped.lineage.source_position) == (77, "0/2328")
+    assert origin_of(first).identity == origin_of(again).identity
+    changed = event("r", None, {"id": 1, "label": "b"}, lsn=9000, offset=77)
+    other = event("r", None, {"id": 2, "label": "a"}, lsn=9000, offset=77)
+    inserts = [event("c", None, row, lsn, 5) for lsn in (100, 9000)]
+    assert len({origin_of(e).identity for e in (first, changed, other, *inserts)}) == 5

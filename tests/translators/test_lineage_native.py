@@ -147,6 +147,7 @@ def test_a_changes_origin_is_the_pythons(
         -1 if offset is None else offset,
         text or "",
         None if tx is None else str(tx),
+        snapshot=op == "r",
     )
     qualified = source.qualified_table if given_table else None
     assert origin_of(change, qualified) == expected
@@ -180,3 +181,43 @@ def test_the_usual_changes_origin_is_made_in_one_call() -> None:
     made = lineage._compiled.origin_of(Origin, change, None, lineage._CHANGE_HEADERS, PgPosition)
     assert made == lineage._origin_of(change)
     assert made.identity == 'shop.public.t|u|100/0|{"id":1}'
+
+
+ROWS = st.dictionaries(TEXT, KEY_VALUES, max_size=5)
+
+
+@SETTINGS
+@given(
+    key=st.dictionaries(TEXT, KEY_VALUES, min_size=1, max_size=3),
+    after=ROWS,
+    positions=st.tuples(LSNS, LSNS).filter(lambda p: p[0] != p[1]),
+    offsets=st.tuples(st.integers(0, 2**63 - 1), st.integers(0, 2**63 - 1)),
+    replay=st.booleans(),
+)
+def test_a_reads_id_is_its_rows_in_the_compiled_and_the_python_lineage(
+    key: dict[str, object],
+    after: dict[str, object],
+    positions: tuple[int, int],
+    offsets: tuple[int, int],
+    replay: bool,
+) -> None:
+    """The same row read by two snapshots (other positions, other offsets): the same
+    identity, ids and snapshot header, compiled and Python alike (the compiled origin_of
+    leaves a read to the Python); each lineage keeps where its record was read."""
+    wired = []
+    for lsn, offset in zip(positions, offsets, strict=True):
+        source = Source("postgresql", "shop", "shop", "public", "t", 1, position=PgPosition(lsn, 3))
+        read = ChangeEvent("r", source, None, after, key, coordinates=Coordinates("t", 0, offset))  # type: ignore[arg-type]
+        assert (
+            lineage._compiled.origin_of(Origin, read, None, lineage._CHANGE_HEADERS, PgPosition)
+            is None
+        )
+        made = origin_of(read)
+        assert made == lineage._origin_of(read)
+        assert ("bizevents.snapshot", b"true") in made.headers
+        stamper = Stamper("things", 1, "t", 0, replay)
+        wire = stamper.wire(made, "shop.Thing", 0)
+        assert wire == stamper._wire(made, "shop.Thing", 0)
+        assert (b"%d" % offset) in dict(wire[2]).values()
+        wired.append((made.identity, wire[0]))
+    assert wired[0] == wired[1]

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from bizevents import translator
+from bizevents import TranslationError, translator
 from bizevents.contracts.business import (
+    HEADER_DLQ_ERROR,
     HEADER_DLQ_REASON,
     HEADER_DLQ_STAGE,
     HEADER_EVENT_ID,
@@ -117,6 +118,23 @@ def test_translator_exception_is_dead_lettered() -> None:
     assert result.counts["things@1"].emitted == 1  # the other translator is unaffected
 
 
+def test_translation_error_with_a_message_alone_reaches_the_dead_letter() -> None:
+    """``raise TranslationError("...")`` as docs/writing-a-translator.md shows: the
+    change is dead-lettered with the author's message as its reason."""
+
+    @translator(name="picky", version=2, sources=["public.things"], emits=[ThingCreated])
+    def picky(change: Change) -> None:
+        raise TranslationError(f"label {change.after['label']!r} is not for us")
+
+    value = envelope("c", None, {"id": 1, "label": "a"}, 105)
+    (dead,) = pipeline(picky).process([record(11, value)]).records
+    headers = dict(dead.headers)
+    assert headers[HEADER_DLQ_STAGE] == b"translate"
+    assert headers[HEADER_DLQ_REASON] == b"label 'a' is not for us"
+    assert headers[HEADER_DLQ_ERROR] == b"TranslationError"
+    assert headers[HEADER_TRANSLATOR] == b"picky@2"
+
+
 def test_event_failing_its_contract_is_dead_lettered() -> None:
     def refuse(event: BusinessEvent, topic: str | None, lineage: bytes | None = None) -> bytes:
         raise ContractError("contract test.things.ThingCreated: field 'label' is too long")
@@ -216,3 +234,16 @@ def test_key_column_out_of_range_names_the_key() -> None:
     (dead,) = pipeline().process([record(15, value, key=key)]).records
     reason = dict(dead.headers)[HEADER_DLQ_REASON]
     assert reason == b"column 'id' of the key: 1099511627776 does not fit int32"
+
+
+def test_a_replay_gives_a_snapshot_read_the_live_id() -> None:
+    """The replay runs this core: a read replayed (another offset, the replay flag) has
+    the id the live worker gave it, and both carry the snapshot header."""
+    row = {"id": 1, "label": "a"}
+    live = pipeline().process([record(12, envelope("r", None, row, 100))]).records
+    replayed = Pipeline([things_v1], AutoDecoder(), fake_serializer, replay=True).process(
+        [record(40, envelope("r", None, row, 900))]
+    )
+    assert [r.event_id for r in live] == [r.event_id for r in replayed.records]
+    for out in (*live, *replayed.records):
+        assert dict(out.headers)["bizevents.snapshot"] == b"true"

@@ -114,3 +114,32 @@ def test_a_shadow_needs_one_live_version_of_its_name() -> None:
         Pipeline([others], AutoDecoder(), fake_serializer, shadows=[things_upper])
     with pytest.raises(ValueError, match="things@1 shadows no live version of things"):
         Pipeline([things_v1], AutoDecoder(), fake_serializer, shadows=[things_v1])
+
+
+@translator(
+    name="things",
+    version=8,
+    sources=["public.things"],
+    emits=[ThingCreated, ThingRenamed],
+    snapshots="skip",
+)
+def things_skipping(change: Change) -> Iterable[BusinessEvent]:
+    return things_v1.func(change) or ()
+
+
+def test_a_snapshot_both_versions_skip_does_not_move_the_gate() -> None:
+    """A snapshot of a table both versions skip: its reads are counted as read, not as
+    compared, and leave ``--min-changes`` where one creation put it."""
+    from bizevents.translators.shadow import PromotionGate
+    from tests.translators.sample import things_v2
+
+    pipeline = Pipeline([things_v2], AutoDecoder(), fake_serializer, shadows=[things_skipping])
+    reads = [
+        record(n, envelope("r", None, {"id": n, "label": "x"}, 500), f'{{"id": {n}}}'.encode())
+        for n in range(1, 41)
+    ]
+    comparison = pipeline.process([created(0, 99, "a"), *reads]).shadows["things@8"]
+    assert (comparison.changes, comparison.translated) == (41, 1)
+    (failure,) = PromotionGate(min_changes=10).failures(comparison)
+    assert "compared over 1 changes, fewer than the 10" in failure
+    assert "of 41 read" in failure

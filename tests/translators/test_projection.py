@@ -10,6 +10,7 @@ import pytest
 from bizevents import translator
 from bizevents.contracts.business import BusinessEvent
 from bizevents.contracts.change import Change
+from bizevents.contracts.envelope import PgPosition
 from bizevents.contracts.technical import AvroDecoder, AvroEncoder, JsonEncoder
 from bizevents.testing import change, run
 from bizevents.translators.pipeline import Pipeline, SourceRecord
@@ -179,3 +180,54 @@ def test_a_malformed_declaration_fails_where_it_is_written(
         translator(name="bad", version=1, sources=["a.b"], emits=[DealClosed], **kwargs)(
             lambda c: None
         )
+
+
+def _closed_from_read(change: Change) -> Any:
+    yield DealClosed(
+        deal_id=change.new("id"),
+        won=change.new("state") == "won",
+        amount=change.new("amount"),
+        owner=change.new("owner"),
+        closed_at=change.new("changed_at"),
+    )
+
+
+def test_reads_of_an_unchanged_row_have_one_id_whatever_the_translators_read() -> None:
+    """A row read by two snapshots (other positions, other offsets) gives its events one
+    id, marked as a snapshot's; the id hashes the whole row (a read is decoded with every
+    column), so a translator that declares its columns and one that does not agree, and
+    a change to a column neither reads gives a new id."""
+    declared = translator(
+        name="states", version=1, sources=["crm.deals"], emits=[DealClosed], columns=READ
+    )(_closed_from_read)
+    undeclared = translator(name="states", version=2, sources=["crm.deals"], emits=[DealClosed])(
+        _closed_from_read
+    )
+    encoder = AvroEncoder(WIDE, 1, 2)
+    (created,) = changes(1)
+    row = dict(created.after or {})
+
+    def read(lsn: int, after: dict[str, Any]) -> tuple[bytes | None, bytes | None]:
+        source = dataclasses.replace(created.source, position=PgPosition(lsn=lsn, tx_id=None))
+        return encoder.encode(dataclasses.replace(created, op="r", source=source, after=after))
+
+    records = [
+        SourceRecord(TOPIC, 0, offset, *read(lsn, after))
+        for offset, lsn, after in (
+            (0, 5_000, row),
+            (1, 9_000, row),
+            (2, 9_000, {**row, "legacy_00": "changed"}),
+        )
+    ]
+    schemas = {1: encoder.schemas.key, 2: encoder.schemas.value}
+    ids = {}
+    for t in (declared, undeclared):
+        decoder = CountingDecoder(schemas)
+        # the first record makes the topic's table known: the others meet the projection
+        result = Pipeline([t], decoder, serialize).process(records)
+        out = [r for r in result.records if not r.dead_letter]
+        assert [dict(r.headers).get("bizevents.snapshot") for r in out] == [b"true"] * 3
+        ids[t.version] = [r.event_id for r in out]
+    assert ids[1] == ids[2]
+    first, again, changed = ids[1]
+    assert first == again != changed
