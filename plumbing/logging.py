@@ -97,8 +97,9 @@ def configure_logging(
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
-    # Client libraries are chatty at INFO; their warnings still come through.
-    for noisy in ("faust", "mode", "kafka"):
+    # Client libraries are chatty at INFO (httpx logs every registry request); their
+    # warnings still come through.
+    for noisy in ("faust", "mode", "kafka", "httpx", "httpcore"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLevelName(level)))
     # The Kafka clients log every failed connection attempt, several a second while a
     # broker is away; our own retry sentences say that once. Their logs show at DEBUG.

@@ -94,3 +94,35 @@ def test_sql_credentials_are_masked(password: str) -> None:
 def test_sql_without_credentials_is_kept() -> None:
     sql = "ALTER TABLE store.orders ADD COLUMN note text DEFAULT 'password'"
     assert redact_text(sql) == sql
+
+
+def test_no_line_per_http_request_at_info(capsys: pytest.CaptureFixture[str]) -> None:
+    """The registry client's httpx logs each request at INFO: one line per schema looked
+    up by `read` and capture. At INFO nothing of it shows; its warnings would."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    import httpx
+
+    class Ok(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Ok)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/subjects"
+    try:
+        structlog.reset_defaults()
+        configure_logging("INFO", "json")
+        httpx.get(url)
+        logging.getLogger("httpx").warning("a warning still shows")
+        err = capsys.readouterr().err
+    finally:
+        server.shutdown()
+        structlog.reset_defaults()
+    assert [json.loads(line)["event"] for line in err.splitlines()] == ["a warning still shows"]
