@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 
-from bizevents.clikit import fails_cleanly, settings_of
+from bizevents.clikit import fails_cleanly, json_text, settings_of
 
 
 def _decoder(schema_for_id: Callable[[int], str]) -> Callable[[bytes | None], Any]:
@@ -122,7 +122,7 @@ def read(ctx: click.Context, topic: str, count: int | None, timeout: float) -> N
                 "value": decode(message.value()),
                 "headers": _headers(message.headers()),
             }
-            click.echo(json.dumps(record, default=str, ensure_ascii=False))
+            click.echo(json.dumps(record, default=json_text, ensure_ascii=False))
             seen += 1
             deadline = time.monotonic() + timeout
     finally:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from bizevents.clikit import console, fails_cleanly, settings_of
+from bizevents.clikit import console, fails_cleanly, json_text, settings_of
 from bizevents.plumbing.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -291,7 +291,7 @@ def _print(reports: list[Any], repairs: list[dict[str, Any]], as_json: bool) -> 
                     ],
                     "repairs": repairs,
                 },
-                default=str,
+                default=json_text,
             )
         )
         return
