@@ -54,6 +54,7 @@ from bizevents.translators.pipeline import (
     Pipeline,
     SourceRecord,
 )
+from bizevents.translators.registry import Registry
 
 __all__ = [
     "GOLDEN_ENV",
@@ -213,9 +214,11 @@ def run(
     """Run ``translators`` on ``changes`` through the live path's core, in-process.
 
     A dead letter (the translator raised, or an event broke its contract) fails with
-    its reason unless ``allow_dead_letters`` is set; then it is in the result.
+    its reason unless ``allow_dead_letters`` is set; then it is in the result. Two
+    translators of one ``name@version`` are refused, as the worker refuses them.
     """
     chosen = [translators] if isinstance(translators, Translator) else list(translators)
+    Registry(chosen)  # the worker's check: a name@version registered twice
     given = [changes] if isinstance(changes, Change) else list(changes)
     numbered = [_numbered(item, index) for index, item in enumerate(given)]
     client = SchemaRegistryClient.new_client({"url": f"mock://{uuid.uuid4().hex}"})
