@@ -20,16 +20,17 @@ if TYPE_CHECKING:
 
 @click.group()
 def capture() -> None:
-    """Capture committed row changes into per-table technical topics."""
+    """Capture committed row changes into per-table technical topics.
+
+    Each command takes the capture's TOML file, CAPTURE_FILE (server, tables, slot, ...);
+    Kafka and the registry come from bizevents' own settings (bizevents --config FILE)."""
 
 
 @capture.command()
-@click.option(
-    "--config",
+@click.argument(
     "capture_config",
+    metavar="CAPTURE_FILE",
     type=click.Path(path_type=Path, dir_okay=False, exists=True),
-    required=True,
-    help="The capture's TOML file (server, tables or publication, slot, partitions, ...).",
 )
 @click.pass_context
 @fails_cleanly
@@ -60,12 +61,10 @@ def postgres(ctx: click.Context, capture_config: Path) -> None:
 
 
 @capture.command()
-@click.option(
-    "--config",
+@click.argument(
     "capture_config",
+    metavar="CAPTURE_FILE",
     type=click.Path(path_type=Path, dir_okay=False, exists=True),
-    required=True,
-    help='The capture\'s TOML file (server, dsn, tables = ["db.table"], partitions, ...).',
 )
 @click.pass_context
 @fails_cleanly
@@ -99,12 +98,10 @@ def mysql(ctx: click.Context, capture_config: Path) -> None:
 
 
 @capture.command()
-@click.option(
-    "--config",
+@click.argument(
     "capture_config",
+    metavar="CAPTURE_FILE",
     type=click.Path(path_type=Path, dir_okay=False, exists=True),
-    required=True,
-    help="The TOML file of the running capture to signal.",
 )
 @click.option("--where", default=None, help="Only the rows meeting this SQL condition.")
 @click.option("--pause", "action", flag_value="pause-snapshot", help="Pause snapshots under way.")
@@ -190,12 +187,10 @@ def _ask_capture(
 
 
 @capture.command()
-@click.option(
-    "--config",
+@click.argument(
     "capture_config",
+    metavar="CAPTURE_FILE",
     type=click.Path(path_type=Path, dir_okay=False, exists=True),
-    required=True,
-    help="The TOML file of the running capture whose parked keys to re-drive.",
 )
 @click.option(
     "--key", "key", default=None, help="""The parked key: its JSON ('{"id": 9}') or its hex."""
@@ -227,12 +222,10 @@ def redrive(
 
 
 @capture.command()
-@click.option(
-    "--config",
+@click.argument(
     "capture_config",
+    metavar="CAPTURE_FILE",
     type=click.Path(path_type=Path, dir_okay=False, exists=True),
-    required=True,
-    help="The TOML file of the running capture whose parked key to discard.",
 )
 @click.option(
     "--key", "key", required=True, help="""The parked key: its JSON ('{"id": 9}') or its hex."""
@@ -262,12 +255,10 @@ def discard(
 
 
 @capture.command()
-@click.option(
-    "--config",
+@click.argument(
     "capture_config",
+    metavar="CAPTURE_FILE",
     type=click.Path(path_type=Path, dir_okay=False, exists=True),
-    required=True,
-    help="The TOML file of the capture whose parked keys to list.",
 )
 @click.option(
     "--key",
@@ -347,7 +338,7 @@ def _show_parked(
     if not found:
         raise CaptureError(
             f"key {key} is not parked in {config.parked_topic_name} "
-            "(bizevents capture parked --config FILE lists the parked keys)"
+            "(bizevents capture parked CAPTURE_FILE lists the parked keys)"
         )
     describe = _describer(config)
     messages = read_to_end(kafka, config.dlq_topic)

@@ -19,12 +19,10 @@ if TYPE_CHECKING:
 
 
 @click.command()
-@click.option(
-    "--config",
+@click.argument(
     "capture_config",
+    metavar="CAPTURE_FILE",
     type=click.Path(path_type=Path, dir_okay=False, exists=True),
-    required=True,
-    help="The capture's TOML file (its server, tables, topics).",
 )
 @click.option("--table", "tables", multiple=True, help="Only this table (repeatable).")
 @click.option("--chunk-rows", default=5_000, show_default=True, help="Keys per compared chunk.")

@@ -65,3 +65,27 @@ def test_read_prints_times_in_rfc_3339_with_z(
     assert value == {"parcel_id": 7, "delivered_at": "2026-11-29T01:23:25.157694Z"}
     assert datetime.fromisoformat(value["delivered_at"]) == at.astimezone(UTC)
     assert read.stderr == ""  # no line per registry request (httpx logs each at INFO)
+
+
+def test_config_means_the_settings_file_in_every_command() -> None:
+    """`--config` is the settings file, given before the command; no command takes a
+    `--config` of its own (capture and verify take their capture file as an argument)."""
+    import click
+
+    from bizevents.cli import main
+
+    def commands(group: click.Group, path: str) -> list[tuple[str, click.Command]]:
+        found: list[tuple[str, click.Command]] = []
+        for name, command in group.commands.items():
+            found.append((f"{path} {name}", command))
+            if isinstance(command, click.Group):
+                found += commands(command, f"{path} {name}")
+        return found
+
+    assert "--config" in {o for p in main.params for o in p.opts}
+    taking = [
+        path
+        for path, command in commands(main, "bizevents")
+        if any("--config" in p.opts for p in command.params)
+    ]
+    assert taking == []
