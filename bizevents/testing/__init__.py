@@ -48,6 +48,7 @@ from bizevents.contracts.logical import UNAVAILABLE, ColumnType, Field, JsonDocu
 from bizevents.contracts.serde import BusinessDeserializer, BusinessSerializer
 from bizevents.contracts.technical import AutoDecoder, AvroEncoder, TableSchema
 from bizevents.translators.api import Translator
+from bizevents.translators.exceptions import TranslationError
 from bizevents.translators.pipeline import (
     Counts,
     OutRecord,
@@ -260,8 +261,22 @@ def run(
         raise AssertionError(
             f"{first.translator} dead-lettered change #{first.change} "
             f"({_describe(numbered[first.change])}) at stage {first.stage}: {first.reason}"
-        )
+        ) from _raised(chosen, first, numbered[first.change])
     return result
+
+
+def _raised(chosen: Sequence[Translator], dead: DeadLetter, item: Change) -> BaseException | None:
+    """The translator's own exception for a ``translate`` dead letter, run once more on
+    its change (a translator is a pure function), so that pytest shows its traceback."""
+    if dead.stage != "translate":
+        return None
+    for translator in chosen:
+        if translator.ref == dead.translator:
+            try:
+                translator.translate(item)
+            except TranslationError as exc:
+                return exc.__cause__ or exc
+    return None
 
 
 def assert_matches_golden(

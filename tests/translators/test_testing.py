@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import traceback
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -129,8 +130,14 @@ def test_a_dead_letter_fails_the_run_with_its_reason() -> None:
     with pytest.raises(
         AssertionError,
         match=rf"boom@1 dead-lettered change #0 .* RuntimeError: kaput {re.escape(at)}",
-    ):
+    ) as failed:
         run(boom, made)
+    # the translator's own exception is the failure's cause: pytest shows its traceback
+    cause = failed.value.__cause__
+    assert isinstance(cause, RuntimeError) and str(cause) == "kaput"
+    assert cause.__traceback__ is not None
+    frames = [f.filename for f in traceback.extract_tb(cause.__traceback__)]
+    assert frames[-1] == __file__
     (dead,) = run(boom, made, allow_dead_letters=True).dead_letters
     assert (dead.stage, dead.reason, dead.translator) == (
         "translate",
