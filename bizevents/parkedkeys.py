@@ -22,6 +22,7 @@ class KeyReader:
         self._registry = registry
         self._decode: Callable[[bytes | None], Any] | None = None
         self._shown: dict[bytes, str] = {}
+        self._registry_away = False  # asked once: the other keys show in hex at once
 
     def _value(self, key: bytes) -> Any:
         """The key's value, or ``None`` when it reads as neither Avro nor text."""
@@ -35,10 +36,15 @@ class KeyReader:
         if self._decode is None:
             client = registry_client({**self._registry.client_config(), "max.retries": 0})
             self._decode = decoder(schema_lookup(client))
+        if self._registry_away and key[:1] == b"\x00":
+            return None
         try:
             value = self._decode(key)
-        except (RegistryUnavailableError, ValueError, EOFError, IndexError):
+        except RegistryUnavailableError:
+            self._registry_away = True
             return None  # the hex stands in
+        except Exception:  # bytes framed like Avro that are not: the reader's many errors
+            return None
         if isinstance(value, dict) and "base64" in value:
             return None  # framed with a schema this registry does not hold, or binary
         if isinstance(value, str) and not value.isprintable():
@@ -63,8 +69,10 @@ class KeyReader:
         shown = self.show(key)
         if shown == key.hex():
             return False
+        value = json.loads(shown)
+        if given == value:  # a text key, typed without its JSON quotes
+            return True
         try:
-            wanted = json.loads(given)
+            return bool(json.loads(given) == value)
         except ValueError:
-            wanted = given  # a text key, typed without its JSON quotes
-        return bool(json.loads(shown) == wanted)
+            return False
