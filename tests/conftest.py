@@ -12,6 +12,7 @@ up) cannot be watched; the check then stays silent for it.
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import tempfile
 import threading
@@ -88,6 +89,8 @@ def _default_addresses_watched() -> Iterator[Path]:
     yield hits
     for server in servers:
         server.close()
+    if "PYTEST_XDIST_TESTRUNUID" not in os.environ:  # xdist's workers share it to the end
+        shutil.rmtree(hits, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)
