@@ -7,7 +7,7 @@ import logging
 
 import pytest
 import structlog
-from hypothesis import example, given
+from hypothesis import assume, example, given
 from hypothesis import strategies as st
 from pydantic import SecretStr
 
@@ -65,6 +65,7 @@ def _sql_quoted(text: str) -> str:
 @example("back\\slash")
 def test_sql_credentials_are_masked(password: str) -> None:
     """DDL read from a log (capture logs it) never shows a password, however quoted."""
+    assume(password != MASK)
     quoted = _sql_quoted(password)
     masked = f"'{MASK}'"
     for sql, expected in (
@@ -82,7 +83,8 @@ def test_sql_credentials_are_masked(password: str) -> None:
         ),
     ):
         out = redact_text(sql)
-        assert quoted not in out
+        # (a password such as '@' or '%' is also part of the statement's own text there)
+        assert out.count(quoted) == sql.count(quoted) - 1
         assert MASK in out
         if expected is not None:
             assert out == expected
