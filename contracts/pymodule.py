@@ -9,6 +9,7 @@ the consumer kit decodes the topic's records into it.
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from collections.abc import Sequence
@@ -52,9 +53,14 @@ def contracts_module(pulled: Sequence[PulledSchema], header: str) -> str:
                 f"subject {item.subject} holds no business event (an Avro record whose first "
                 "field is bizevents' lineage): nothing to pull"
             )
-        source = ModelGenerator().render(
-            schema={**schema, "fields": fields[1:]}, model_type=ModelType.AVRODANTIC.value
-        )
+        try:
+            source = ModelGenerator().render(
+                schema={**schema, "fields": fields[1:]}, model_type=ModelType.AVRODANTIC.value
+            )
+        except Exception as exc:  # the generator's and fastavro's many kinds
+            raise ContractError(
+                f"subject {item.subject}: its schema does not read: {exc}"
+            ) from None
         events[str(schema["name"])] = item
         for match, body in _blocks(source):
             name = match.group(1)
@@ -114,8 +120,72 @@ def _event_block(body: str, item: PulledSchema) -> str:
     )
 
 
+#: What a module written from schemas may call: the field types and pydantic's Field.
+_CALLS = {"condecimal", "types.confixed", "types.condecimal", "pydantic.Field"}
+
+
+def _refuse_code(module: str) -> None:
+    """``module`` holds only imports, classes of annotated fields and constants, and the
+    calls of :data:`_CALLS`: a schema is outside input, and a value the generator writes
+    as it is (a fixed's size) must not become a statement."""
+    refused = ContractError(
+        "the schemas would write code into the module, not only classes of fields: "
+        "nothing was written"
+    )
+    try:
+        tree = ast.parse(module)
+    except SyntaxError:
+        raise refused from None
+
+    def expression(node: ast.AST) -> bool:
+        if isinstance(node, ast.Call):
+            func = ast.unparse(node.func)
+            return func in _CALLS and all(
+                expression(n) for n in [*node.args, *(k.value for k in node.keywords)]
+            )
+        if isinstance(node, ast.Lambda):  # a default_factory
+            return not node.args.args and expression(node.body)
+        allowed = (ast.Constant, ast.Name, ast.Attribute, ast.Subscript, ast.Tuple, ast.List)
+        allowed += (ast.Dict, ast.Set, ast.BinOp, ast.UnaryOp, ast.Load, ast.operator)
+        allowed += (ast.unaryop, ast.keyword)
+        return isinstance(node, allowed) and all(
+            expression(child) for child in ast.iter_child_nodes(node)
+        )
+
+    def statement(node: ast.stmt, top: bool) -> bool:
+        if isinstance(node, ast.Expr):
+            return isinstance(node.value, ast.Constant)  # a docstring
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            return top
+        if isinstance(node, ast.ClassDef):
+            return (
+                not node.decorator_list
+                and not node.keywords
+                and all(expression(b) for b in node.bases)
+                and all(statement(n, False) for n in node.body)
+            )
+        if isinstance(node, ast.AnnAssign):
+            # no text in an annotation: pydantic would evaluate it as a forward reference
+            text = any(
+                isinstance(n, ast.Constant) and isinstance(n.value, str)
+                for n in ast.walk(node.annotation)
+            )
+            return (
+                isinstance(node.target, ast.Name)
+                and not text
+                and all(expression(n) for n in (node.annotation, node.value) if n is not None)
+            )
+        if isinstance(node, ast.Assign):
+            return all(isinstance(t, ast.Name) for t in node.targets) and expression(node.value)
+        return False
+
+    if not all(statement(node, True) for node in tree.body):
+        raise refused
+
+
 def _check(module: str, pulled: Sequence[PulledSchema]) -> None:
     """Each event class of ``module`` gives back its subject's schema."""
+    _refuse_code(module)
     namespace: dict[str, Any] = {"__name__": "bizevents_pulled_contracts"}
     try:
         # dont_inherit: not this file's `from __future__ import annotations`
@@ -124,7 +194,11 @@ def _check(module: str, pulled: Sequence[PulledSchema]) -> None:
         raise ContractError(f"the module written for the contracts does not load: {exc}") from exc
     for item in pulled:
         model = namespace.get(str(item.schema["name"]))
-        assert isinstance(model, type) and issubclass(model, BusinessEvent)
+        if not (isinstance(model, type) and issubclass(model, BusinessEvent)):
+            raise ContractError(
+                f"subject {item.subject}: its record's name {item.schema['name']!r} cannot "
+                "name a Python class"
+            )
         wanted = {k: v for k, v in item.schema.items() if k != TOPIC_PROPERTY}
         problems = _diff(
             json.loads(json.dumps(model.contract_schema())), wanted, model.contract_name()
