@@ -122,6 +122,11 @@ def _event_block(body: str, item: PulledSchema) -> str:
 
 #: What a module written from schemas may call: the field types and pydantic's Field.
 _CALLS = {"condecimal", "types.confixed", "types.condecimal", "pydantic.Field"}
+#: The other expressions it may hold: values, names, types and their operators.
+_VALUES: tuple[type[ast.AST], ...] = (
+    *(ast.Constant, ast.Name, ast.Attribute, ast.Subscript, ast.Tuple, ast.List, ast.Dict),
+    *(ast.Set, ast.BinOp, ast.UnaryOp, ast.Load, ast.operator, ast.unaryop, ast.keyword),
+)
 
 
 def _refuse_code(module: str) -> None:
@@ -145,10 +150,7 @@ def _refuse_code(module: str) -> None:
             )
         if isinstance(node, ast.Lambda):  # a default_factory
             return not node.args.args and expression(node.body)
-        allowed = (ast.Constant, ast.Name, ast.Attribute, ast.Subscript, ast.Tuple, ast.List)
-        allowed += (ast.Dict, ast.Set, ast.BinOp, ast.UnaryOp, ast.Load, ast.operator)
-        allowed += (ast.unaryop, ast.keyword)
-        return isinstance(node, allowed) and all(
+        return isinstance(node, _VALUES) and all(
             expression(child) for child in ast.iter_child_nodes(node)
         )
 
