@@ -298,7 +298,7 @@ class Faults:
         cli = [sys.executable, "-m", "bizevents"]
         self.capture = Supervised(
             "capture",
-            [*cli, "capture", self.source, "--config", str(config_file)],
+            [*cli, "capture", self.source, str(config_file)],
             self.env(),
             self.logs,
         )

@@ -14,21 +14,23 @@ from bizevents.plumbing.errors import ConfigError
 
 if TYPE_CHECKING:
     from bizevents.capture.config import CaptureConfig
+    from bizevents.parkedkeys import KeyReader
     from bizevents.plumbing.parking import ParkedKeys
 
 
 @click.group()
 def capture() -> None:
-    """Capture committed row changes into per-table technical topics."""
+    """Capture committed row changes into per-table technical topics.
+
+    Each command takes the capture's TOML file, CAPTURE_FILE (server, tables, slot, ...);
+    Kafka and the registry come from bizevents' own settings (bizevents --config FILE)."""
 
 
 @capture.command()
-@click.option(
-    "--config",
+@click.argument(
     "capture_config",
+    metavar="CAPTURE_FILE",
     type=click.Path(path_type=Path, dir_okay=False, exists=True),
-    required=True,
-    help="The capture's TOML file (server, tables or publication, slot, partitions, ...).",
 )
 @click.pass_context
 @fails_cleanly
@@ -59,12 +61,10 @@ def postgres(ctx: click.Context, capture_config: Path) -> None:
 
 
 @capture.command()
-@click.option(
-    "--config",
+@click.argument(
     "capture_config",
+    metavar="CAPTURE_FILE",
     type=click.Path(path_type=Path, dir_okay=False, exists=True),
-    required=True,
-    help='The capture\'s TOML file (server, dsn, tables = ["db.table"], partitions, ...).',
 )
 @click.pass_context
 @fails_cleanly
@@ -98,12 +98,10 @@ def mysql(ctx: click.Context, capture_config: Path) -> None:
 
 
 @capture.command()
-@click.option(
-    "--config",
+@click.argument(
     "capture_config",
+    metavar="CAPTURE_FILE",
     type=click.Path(path_type=Path, dir_okay=False, exists=True),
-    required=True,
-    help="The TOML file of the running capture to signal.",
 )
 @click.option(
     "--where",
@@ -183,25 +181,31 @@ def _ask_capture(
     """Ask the running capture to carry out ``kind`` for ``key`` (None: every parked
     key), print each answer; ``(answers, those not done)``."""
     from bizevents.capture.config import load_capture_config
-    from bizevents.capture.quarantinecore import ask_capture
+    from bizevents.capture.quarantinecore import ask_capture, parked_keys
+    from bizevents.parkedkeys import KeyReader
 
     config = load_capture_config(capture_config)
-    kafka = settings_of(ctx).kafka.librdkafka()
+    settings = settings_of(ctx)
+    kafka = settings.kafka.librdkafka()
+    keys = KeyReader(settings.registry)
+    if key is not None:  # its JSON or its hex, to the hex the capture's requests name
+        parked, _ = parked_keys(kafka, config.parked_topic_name)
+        key = next((r[3].hex() for r in parked.parked if keys.matches(r[3], key)), key)
     answers = ask_capture(kafka, config.parked_topic_name, kind, key, timeout, reason)
     for a in answers:
-        click.echo(f"{a.status}: {a.topic} key {a.key}: {a.message}")
+        click.echo(f"{a.status}: {a.topic} key {keys.show(bytes.fromhex(a.key))}: {a.message}")
     return answers, [a for a in answers if a.status != "done"]
 
 
 @capture.command()
-@click.option(
-    "--config",
+@click.argument(
     "capture_config",
+    metavar="CAPTURE_FILE",
     type=click.Path(path_type=Path, dir_okay=False, exists=True),
-    required=True,
-    help="The TOML file of the running capture whose parked keys to re-drive.",
 )
-@click.option("--key", "key", default=None, help="The parked key, in hex (as its topic names it).")
+@click.option(
+    "--key", "key", default=None, help="""The parked key: its JSON ('{"id": 9}') or its hex."""
+)
 @click.option("--all", "every", is_flag=True, help="Every key parked by this capture.")
 @click.option("--timeout", type=float, default=120.0, show_default=True)
 @click.pass_context
@@ -229,14 +233,14 @@ def redrive(
 
 
 @capture.command()
-@click.option(
-    "--config",
+@click.argument(
     "capture_config",
+    metavar="CAPTURE_FILE",
     type=click.Path(path_type=Path, dir_okay=False, exists=True),
-    required=True,
-    help="The TOML file of the running capture whose parked key to discard.",
 )
-@click.option("--key", "key", required=True, help="The parked key, in hex (as its topic names it).")
+@click.option(
+    "--key", "key", required=True, help="""The parked key: its JSON ('{"id": 9}') or its hex."""
+)
 @click.option("--reason", required=True, help="Why its parked changes are dropped (recorded).")
 @click.option("--timeout", type=float, default=120.0, show_default=True)
 @click.pass_context
@@ -262,43 +266,45 @@ def discard(
 
 
 @capture.command()
-@click.option(
-    "--config",
+@click.argument(
     "capture_config",
+    metavar="CAPTURE_FILE",
     type=click.Path(path_type=Path, dir_okay=False, exists=True),
-    required=True,
-    help="The TOML file of the capture whose parked keys to list.",
 )
 @click.option(
     "--key",
     "key",
     default=None,
-    help="One parked key, in hex (as the list names it): its parked changes.",
+    help="""One parked key, as the list shows it (its JSON, '{"id": 9}', or its hex): its
+    parked changes.""",
 )
 @click.option("--json", "as_json", is_flag=True, help="One JSON array for scripts.")
 @click.pass_context
 @fails_cleanly
 def parked(ctx: click.Context, capture_config: Path, key: str | None, as_json: bool) -> None:
-    """The keys this capture parked (on_conversion_error = "park"): topic, key in hex,
+    """The keys this capture parked (on_conversion_error = "park"): topic, key as JSON,
     first parked position and the latest reason; with --key, that key's parked changes
     in order (position, stage, reason), read from the capture's dead-letter topic.
     Changes nothing."""
     from bizevents.capture.config import load_capture_config
     from bizevents.capture.quarantinecore import parked_keys
     from bizevents.clikit import print_json
+    from bizevents.parkedkeys import KeyReader
 
     settings = settings_of(ctx)
     config = load_capture_config(capture_config)
     kafka = settings.kafka.librdkafka()
     keys, _ = parked_keys(kafka, config.parked_topic_name)
+    reader = KeyReader(settings.registry)
     if key is not None:
-        _show_parked(kafka, config, keys, key.lower(), as_json)
+        _show_parked(kafka, config, keys, key, reader, as_json)
         return
     describe = _describer(config)
     rows = [
         {
             "topic": topic,
             "key": k.hex(),
+            "key_json": reader.show(k),
             "since": describe(state.first),
             "reason": state.latest_reason,
         }
@@ -310,7 +316,7 @@ def parked(ctx: click.Context, capture_config: Path, key: str | None, as_json: b
     if not rows:
         click.echo(f"no key is parked in {config.parked_topic_name}")
     for row in rows:
-        click.echo(f"{row['topic']} key {row['key']} since {row['since']}: {row['reason']}")
+        click.echo(f"{row['topic']} key {row['key_json']} since {row['since']}: {row['reason']}")
 
 
 def _describer(config: CaptureConfig) -> Callable[[int], str]:
@@ -323,7 +329,12 @@ def _describer(config: CaptureConfig) -> Callable[[int], str]:
 
 
 def _show_parked(
-    kafka: dict[str, Any], config: CaptureConfig, keys: ParkedKeys, key: str, as_json: bool
+    kafka: dict[str, Any],
+    config: CaptureConfig,
+    keys: ParkedKeys,
+    key: str,
+    reader: KeyReader,
+    as_json: bool,
 ) -> None:
     """``capture parked --key``: one key's parked changes, as a re-drive would take them
     (from the park's first position on, each once, in order)."""
@@ -332,18 +343,21 @@ def _show_parked(
     from bizevents.clikit import print_json, table
     from bizevents.plumbing.parkingio import read_to_end
 
-    found = [(ref, state) for ref, state in sorted(keys.parked.items()) if ref[3].hex() == key]
+    found = [
+        (ref, state) for ref, state in sorted(keys.parked.items()) if reader.matches(ref[3], key)
+    ]
     if not found:
         raise CaptureError(
             f"key {key} is not parked in {config.parked_topic_name} "
-            "(bizevents capture parked --config FILE lists the parked keys)"
+            "(bizevents capture parked CAPTURE_FILE lists the parked keys)"
         )
     describe = _describer(config)
     messages = read_to_end(kafka, config.dlq_topic)
     rows = [
         {
             "topic": ref[1],
-            "key": key,
+            "key": ref[3].hex(),
+            "key_json": reader.show(ref[3]),
             "position": describe(change.position),
             "stage": change.stage,
             "reason": change.reason,

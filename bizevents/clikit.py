@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
+from datetime import UTC, datetime
 from functools import wraps
 from typing import Any, TypeVar
 
@@ -63,4 +64,15 @@ def table(title: str, columns: list[str], rows: list[list[str]]) -> Table:
 
 
 def print_json(payload: Any) -> None:
-    click.echo(json.dumps(payload, indent=2))
+    click.echo(json.dumps(payload, indent=2, default=json_text))
+
+
+def json_text(value: Any) -> Any:
+    """``json.dumps``' ``default`` for what the CLI prints: a moment in RFC 3339, in UTC
+    with ``Z`` (as capture writes a row's ``timestamptz``), whatever its zone; a date, a
+    local time, a decimal or a UUID as its text."""
+    if isinstance(value, datetime) and value.tzinfo is not None:
+        return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return str(value)

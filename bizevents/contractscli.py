@@ -9,7 +9,6 @@ logs stay greppable.
 
 from __future__ import annotations
 
-import logging
 import re
 import sys
 from collections.abc import Sequence
@@ -49,9 +48,8 @@ _STRATEGY = click.option(
 
 @click.group()
 def contracts() -> None:
-    """Business-event contracts: check them against what they replace, register them."""
-    # One log line per registry request would bury the verdicts in CI output.
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    """Business-event contracts: check them against what they replace, register them,
+    pull them into a consumer's Python module."""
 
 
 def _line(verdict: Verdict) -> str:
@@ -229,6 +227,52 @@ def write(names: tuple[str, ...], out: Path) -> None:
     for fullname, model in sorted(emitted.items()):
         click.echo(f"{fullname}  {write_avsc(model, out)}")
     click.echo(f"{len(emitted)} contract(s) written to {out}")
+
+
+@contracts.command()
+@click.argument("subjects", nargs=-1, required=True)
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path, dir_okay=False),
+    required=True,
+    help="The Python module to write, e.g. shipping_events.py.",
+)
+@click.pass_context
+@fails_cleanly
+def pull(ctx: click.Context, subjects: tuple[str, ...], out: Path) -> None:
+    """Write a Python module of the contracts SUBJECTS hold in the schema registry (their
+    latest versions), for a consumer: typed events without the producer's package.
+
+    SUBJECTS as the registry names them, <topic>-value (shipping.parcel-delivered-value).
+    Each class is checked to give back its subject's schema before the file is written."""
+    import json
+
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+    from bizevents.contracts.exceptions import ContractError
+    from bizevents.contracts.pymodule import PulledSchema, contracts_module
+    from bizevents.plumbing.registry import registry_client
+
+    registry = settings_of(ctx).registry
+    client = registry_client({**registry.client_config(), "max.retries": 0})
+    pulled = []
+    for subject in subjects:
+        try:
+            text = client.get_latest_version(subject).schema.schema_str
+        except SchemaRegistryError as exc:
+            if exc.http_status_code == 404:
+                raise ContractError(
+                    f"the registry at {registry.url} has no subject {subject}"
+                ) from None
+            raise ContractError(f"cannot read {subject} from {registry.url}: {exc}") from None
+        except Exception as exc:  # the client's network errors
+            raise ContractError(f"the registry at {registry.url} did not answer: {exc}") from None
+        topic = subject.removesuffix("-value") if subject.endswith("-value") else None
+        pulled.append(PulledSchema(subject, json.loads(text), topic))
+    header = f"Contracts of {', '.join(subjects)}, as the schema registry holds them."
+    out.write_text(contracts_module(pulled, header), encoding="utf-8")
+    for item in pulled:
+        click.echo(f"{item.subject}  {item.schema['name']}  {out}")
 
 
 def _normalized(name: str) -> str:

@@ -765,7 +765,7 @@ def run_demo(
         line("starting capture…")
         capture = cleanup.enter_context(
             _process(
-                [*cli, "capture", source, "--config", str(capture_config)],
+                [*cli, "capture", source, str(capture_config)],
                 env,
                 logs / "demo-capture.log",
                 "capture",

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from bizevents.clikit import console, fails_cleanly, settings_of, table
+from bizevents.clikit import console, fails_cleanly, json_text, settings_of, table
 
 
 @click.command()
@@ -89,7 +89,7 @@ def demo(
     last_view = summary.pop("view")
     if as_json:
         console.line()  # the live view's last frame ends without one
-        click.echo(json.dumps(summary, default=str))
+        click.echo(json.dumps(summary, default=json_text))
         return
     rows = [["store actions", str(summary["store_actions"])]]
     rows += [[topic, str(n)] for topic, n in sorted(summary["events_per_topic"].items())]

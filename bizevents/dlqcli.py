@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import click
 
 from bizevents.clikit import console, fails_cleanly, print_json, settings_of, table
+from bizevents.parkedkeys import KeyReader
 from bizevents.plumbing.errors import ConfigError, TerminalError
 from bizevents.settings import Settings
 
@@ -142,12 +143,14 @@ def list_(
     """The parked keys, how many changes wait behind each, and the first reason."""
     settings = settings_of(ctx)
     target = _target(settings, consumer, parked_topic, dead_letter_topic)
+    keys = KeyReader(settings.registry)
     rows = [
         {
             "translator": ref[0],
             "topic": ref[1],
             "partition": ref[2],
             "key": ref[3].hex(),
+            "key_json": keys.show(ref[3]),
             "key_text": _readable(ref[3]),
             "parked": state.count,
             "first_offset": state.first,
@@ -176,7 +179,7 @@ def list_(
                 [
                     r["translator"],
                     f"{r['topic']}[{r['partition']}]",
-                    r["key"] if r["key_text"] == "-" else f"{r['key']} ({r['key_text']})",
+                    r["key_json"],
                     str(r["parked"]),
                     str(r["first_offset"]),
                     str(r["reason"]),
@@ -203,13 +206,17 @@ def show(
     parked_topic: str | None,
     dead_letter_topic: str | None,
 ) -> None:
-    """One key's parked changes, in source order (KEY as `dlq list` prints it, in hex)."""
+    """One key's parked changes, in source order (KEY as `dlq list` prints it: its JSON,
+    e.g. '{"id": 9}', or its hex)."""
     from bizevents.plumbing.parkingio import read_to_end
 
     settings = settings_of(ctx)
     target = _target(settings, consumer, parked_topic, dead_letter_topic)
+    keys = KeyReader(settings.registry)
     found = [
-        (ref, state) for ref, state in _parked(settings, translator, target) if ref[3].hex() == key
+        (ref, state)
+        for ref, state in _parked(settings, translator, target)
+        if keys.matches(ref[3], key)
     ]
     if not found:
         raise DlqError(f"no key {key} is parked (bizevents dlq list shows the parked keys)")
@@ -318,12 +325,12 @@ def _ask(settings: Settings, target: Target, requests: list[Any], timeout: float
         time.sleep(0.3)
 
 
-def _report(answers: list[Any], as_json: bool) -> None:
+def _report(answers: list[Any], as_json: bool, keys: KeyReader) -> None:
     if as_json:
         print_json([json.loads(a.record()) for a in answers])
     else:
         for a in answers:
-            where = f"{a.translator} {a.topic}[{a.partition}] key {a.key}"
+            where = f"{a.translator} {a.topic}[{a.partition}] key {keys.show(bytes.fromhex(a.key))}"
             click.echo(f"{a.status}: {where}: {a.message}")
     bad = [a for a in answers if a.status != "done"]
     if bad:
@@ -332,7 +339,9 @@ def _report(answers: list[Any], as_json: bool) -> None:
 
 @dlq.command()
 @click.option("--translator", "ref", help="The fixed version: name@version.")
-@click.option("--key", help="The key to re-drive (hex, as `dlq list` prints it).")
+@click.option(
+    "--key", help="""The key to re-drive, as `dlq list` prints it: its JSON ('{"id": 9}') or hex."""
+)
 @click.option("--all", "every", is_flag=True, help="Every key parked for that translator.")
 @click.option("--timeout", type=float, default=120.0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the answers as JSON.")
@@ -379,6 +388,7 @@ def redrive(
     settings = settings_of(ctx)
     target = _target(settings, consumer, parked_topic, dead_letter_topic)
     owner = name if ref is not None else str(consumer)
+    keys = KeyReader(settings.registry)
     # a name may have row and transaction versions (orders@2, orders@3): a row version
     # re-drives the keys the row worker parked, a transaction version the business keys
     # the transaction worker parked (on its assembly topic)
@@ -386,7 +396,8 @@ def redrive(
     targets = [
         (r, s)
         for r, s in _parked(settings, owner, target)
-        if (every or r[3].hex() == key) and (whole is None or (r[1] == assembly) == whole)
+        if (every or keys.matches(r[3], str(key)))
+        and (whole is None or (r[1] == assembly) == whole)
     ]
     if not targets:
         what = f"translator {owner}" if ref is not None else f"consumer group {owner}"
@@ -395,7 +406,7 @@ def redrive(
         Request(uuid.uuid4().hex, "redrive", owner, r[1], r[2], r[3].hex(), version)
         for r, _ in targets
     ]
-    _report(_ask(settings, target, requests, timeout), as_json)
+    _report(_ask(settings, target, requests, timeout), as_json, keys)
 
 
 @dlq.command()
@@ -427,11 +438,12 @@ def discard(
     settings = settings_of(ctx)
     target = _target(settings, consumer, parked_topic, dead_letter_topic)
     name = translator.partition("@")[0] if translator is not None else str(consumer)
-    targets = [r for r, _ in _parked(settings, name, target) if r[3].hex() == key]
+    keys = KeyReader(settings.registry)
+    targets = [r for r, _ in _parked(settings, name, target) if keys.matches(r[3], key)]
     if not targets:
         raise DlqError(f"no key {key} is parked for {name}")
     requests = [
         Request(uuid.uuid4().hex, "discard", name, r[1], r[2], r[3].hex(), reason=reason)
         for r in targets
     ]
-    _report(_ask(settings, target, requests, timeout), as_json)
+    _report(_ask(settings, target, requests, timeout), as_json, keys)

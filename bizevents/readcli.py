@@ -17,10 +17,10 @@ from typing import Any
 
 import click
 
-from bizevents.clikit import fails_cleanly, settings_of
+from bizevents.clikit import fails_cleanly, json_text, settings_of
 
 
-def _decoder(schema_for_id: Callable[[int], str]) -> Callable[[bytes | None], Any]:
+def decoder(schema_for_id: Callable[[int], str]) -> Callable[[bytes | None], Any]:
     """Bytes to a JSON-able value: Avro with its writer schema when framed, else text."""
     import fastavro
 
@@ -105,7 +105,7 @@ def read(ctx: click.Context, topic: str, count: int | None, timeout: float) -> N
     try:
         partitions = _partitions(consumer, topic, timeout, settings.kafka.bootstrap_servers)
         consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
-        decode = _decoder(schema_lookup(registry_client(settings.registry)))
+        decode = decoder(schema_lookup(registry_client(settings.registry)))
         seen = 0
         deadline = time.monotonic() + timeout
         while count is None or seen < count:
@@ -122,7 +122,7 @@ def read(ctx: click.Context, topic: str, count: int | None, timeout: float) -> N
                 "value": decode(message.value()),
                 "headers": _headers(message.headers()),
             }
-            click.echo(json.dumps(record, default=str, ensure_ascii=False))
+            click.echo(json.dumps(record, default=json_text, ensure_ascii=False))
             seen += 1
             deadline = time.monotonic() + timeout
     finally:

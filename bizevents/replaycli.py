@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from bizevents.clikit import console, err_console, fails_cleanly, settings_of, table
+from bizevents.clikit import console, err_console, fails_cleanly, json_text, settings_of, table
 
 
 class _TerminalProgress:
@@ -163,7 +163,7 @@ def replay(
         listener.stop()
     _write_diff_html(summary.diff, diff_html, spec)
     if as_json:
-        click.echo(json.dumps(_summary_dict(summary), indent=2, default=str))
+        click.echo(json.dumps(_summary_dict(summary), indent=2, default=json_text))
         return
     _print_summary(summary)
 
@@ -310,4 +310,5 @@ def _print_diff(diff: Any) -> None:
     for contract, by_kind in sorted(diff.samples.items()):
         for kind, samples in sorted(by_kind.items()):
             for sample in samples:
-                console.print(f"[bold]{contract}[/] {kind}: {json.dumps(sample, default=str)}")
+                text = json.dumps(sample, default=json_text)
+                console.print(f"[bold]{contract}[/] {kind}: {text}")

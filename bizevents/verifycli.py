@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from bizevents.clikit import console, fails_cleanly, settings_of
+from bizevents.clikit import console, fails_cleanly, json_text, settings_of
 from bizevents.plumbing.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -19,12 +19,10 @@ if TYPE_CHECKING:
 
 
 @click.command()
-@click.option(
-    "--config",
+@click.argument(
     "capture_config",
+    metavar="CAPTURE_FILE",
     type=click.Path(path_type=Path, dir_okay=False, exists=True),
-    required=True,
-    help="The capture's TOML file (its server, tables, topics).",
 )
 @click.option("--table", "tables", multiple=True, help="Only this table (repeatable).")
 @click.option(
@@ -257,7 +255,7 @@ def _print(reports: list[Any], repairs: list[dict[str, Any]], as_json: bool, rep
                     ],
                     "repairs": repairs,
                 },
-                default=str,
+                default=json_text,
             )
         )
         return

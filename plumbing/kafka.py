@@ -141,8 +141,8 @@ def read_latest(
     whose last record is a tombstone. A topic that does not exist has no keys.
 
     ``kafka`` is a confluent-kafka configuration; ``group`` names the reader (nothing
-    is committed); a cluster that does not answer within ``timeout_s`` is a
-    :class:`TransientError`.
+    is committed); a cluster that does not answer within ``timeout_s``, or answers the
+    topic with an error other than "unknown topic", is a :class:`TransientError`.
     """
     from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
@@ -151,9 +151,19 @@ def read_latest(
     )
     found: dict[bytes, bytes | None] = {}
     try:
-        meta = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
-        if meta is None or meta.error is not None:
-            return found
+        try:
+            meta = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
+        except KafkaException as exc:
+            raise TransientError(
+                f"the Kafka cluster at {kafka.get('bootstrap.servers')} did not answer "
+                f"within {timeout_s:g} s ({exc})"
+            ) from exc
+        if meta is None or (
+            meta.error is not None and meta.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+        ):
+            return found  # the cluster answered: no such topic
+        if meta.error is not None:
+            raise TransientError(f"the Kafka cluster answered the topic {topic} with {meta.error}")
         for partition in meta.partitions:
             tp = TopicPartition(topic, partition)
             low, high = consumer.get_watermark_offsets(tp, timeout=timeout_s)

@@ -97,8 +97,9 @@ def configure_logging(
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
-    # Client libraries are chatty at INFO; their warnings still come through.
-    for noisy in ("faust", "mode", "kafka"):
+    # Client libraries are chatty at INFO (httpx, and confluent-kafka's registry client's
+    # httpx2, log every request); their warnings still come through.
+    for noisy in ("faust", "mode", "kafka", "httpx", "httpx2", "httpcore", "httpcore2"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLevelName(level)))
     # The Kafka clients log every failed connection attempt, several a second while a
     # broker is away; our own retry sentences say that once. Their logs show at DEBUG.

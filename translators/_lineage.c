@@ -5,7 +5,7 @@
  * (contracts/avro_codegen/_native.c) knows nothing of lineage.
  *
  *   event_id(namespace, name) -> str
- *       str(uuid.uuid5(UUID(bytes=namespace), name)): SHA-1 (OpenSSL's libcrypto) of
+ *       str(uuid.uuid5(UUID(bytes=namespace), name)): SHA-1 (OpenSSL's, linked in) of
  *       the namespace's 16 bytes and the name's UTF-8, version 5, RFC 4122 variant.
  *   wire(stamper, identity, contract, ordinal, change_avro, change_headers)
  *       -> (event id, lineage record's Avro bytes, headers list)
@@ -26,7 +26,12 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-#include <openssl/evp.h>
+/* SHA1_Init and co., deprecated for EVP since OpenSSL 3.0: EVP's fetch brings libcrypto's
+ * providers and threads (glibc 2.34's symbols) into a statically linked extension; the
+ * plain SHA-1 brings its own code and the CPU probe only (glibc 2.14), so the wheel
+ * carries no shared libcrypto and claims manylinux_2_17. */
+#define OPENSSL_SUPPRESS_DEPRECATED
+#include <openssl/sha.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -50,12 +55,11 @@ static int hex_text(unsigned long long value, char *out) {
     return length;
 }
 
-/* -- SHA-1 (libcrypto) ------------------------------------------------------------- */
+/* -- SHA-1 (libcrypto's, linked in) ------------------------------------------------ */
 
-/* SHA-1, fetched once, and one digest context reused for every id: an id is hashed from
- * start to end without any Python running in between, under the GIL. */
-static EVP_MD *SHA1_MD;
-static EVP_MD_CTX *SHA1_CTX;
+/* One context reused for every id: an id is hashed from start to end without any
+ * Python running in between, under the GIL. */
+static SHA_CTX SHA1_CTX;
 
 static int crypto_failed(void) {
     PyErr_SetString(PyExc_RuntimeError, "libcrypto's SHA-1 failed");
@@ -63,7 +67,7 @@ static int crypto_failed(void) {
 }
 
 static int sha1_update(const void *p, size_t n) {
-    return EVP_DigestUpdate(SHA1_CTX, p, n) == 1 ? 0 : crypto_failed();
+    return SHA1_Update(&SHA1_CTX, p, n) == 1 ? 0 : crypto_failed();
 }
 
 /* The hash started with a namespace (a UUID's 16 bytes). */
@@ -72,16 +76,15 @@ static int namespace_of(PyObject *obj) {
         PyErr_SetString(PyExc_TypeError, "the namespace is a UUID's 16 bytes");
         return -1;
     }
-    if (EVP_DigestInit_ex(SHA1_CTX, SHA1_MD, NULL) != 1) return crypto_failed();
+    if (SHA1_Init(&SHA1_CTX) != 1) return crypto_failed();
     return sha1_update(PyBytes_AS_STRING(obj), 16);
 }
 
 /* The UUIDv5 text of the finished hash: 36 characters into out. */
 static int uuid5_text(char out[36]) {
     static const char HEX[] = "0123456789abcdef";
-    unsigned char d[EVP_MAX_MD_SIZE];
-    unsigned int length = 0;
-    if (EVP_DigestFinal_ex(SHA1_CTX, d, &length) != 1 || length != 20) return crypto_failed();
+    unsigned char d[SHA_DIGEST_LENGTH];
+    if (SHA1_Final(d, &SHA1_CTX) != 1) return crypto_failed();
     d[6] = (d[6] & 0x0F) | 0x50;  /* version 5 */
     d[8] = (d[8] & 0x3F) | 0x80;  /* RFC 4122 variant */
     int o = 0;
@@ -496,11 +499,6 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__lineage(void) {
-    if (SHA1_MD == NULL && (SHA1_MD = EVP_MD_fetch(NULL, "SHA1", NULL)) == NULL) {
-        PyErr_SetString(PyExc_ImportError, "libcrypto has no SHA-1");
-        return NULL;
-    }
-    if (SHA1_CTX == NULL && (SHA1_CTX = EVP_MD_CTX_new()) == NULL) return PyErr_NoMemory();
     PyObject *encoder = PyImport_ImportModule("json.encoder");
     if (encoder == NULL) return NULL;
     quote = PyObject_GetAttrString(encoder, "encode_basestring_ascii");

@@ -24,7 +24,7 @@ from typing import Final, Literal, TypeAlias
 from bizevents.contracts.business import BusinessEvent
 from bizevents.contracts.change import Change
 from bizevents.contracts.envelope import OPS
-from bizevents.translators.exceptions import PluginError, TranslationError
+from bizevents.translators.exceptions import PluginError, TranslationError, plugin_failure
 
 Policy: TypeAlias = Literal["translate", "skip"]
 TRANSLATE: Final = "translate"
@@ -104,7 +104,7 @@ class Translator:
             raise TranslationError(self.ref, exc.reason, change.event.coordinates) from exc
         except Exception as exc:  # a plugin's bug must not stop the stream
             raise TranslationError(
-                self.ref, f"{type(exc).__name__}: {exc}", change.event.coordinates
+                self.ref, plugin_failure(self.func, exc), change.event.coordinates
             ) from exc
         for event in events:
             if not isinstance(event, self.emits):

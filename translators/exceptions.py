@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import sys
+import traceback
+from collections.abc import Callable
+from typing import Any
+
 from bizevents.contracts.exceptions import Coordinates
 from bizevents.plumbing.errors import ConfigError, TerminalError
 
@@ -35,3 +41,21 @@ class TranslationError(TerminalError):
             super().__init__(f"translator {translator} failed on {self.where}: {reason}")
         else:
             super().__init__(reason)
+
+
+def plugin_failure(func: Callable[..., Any], exc: BaseException) -> str:
+    """``exc`` as a dead letter's reason, with where the plugin's own code raised it:
+    ``"ValueError: boom (at /.../bizevents_shipping/translate.py:27)"``.
+
+    The place is the innermost line of the traceback in the plugin's package (the
+    folder of its function's top-level package), so a library's line (pydantic
+    refusing an event) points at the plugin's call; else the function's own line.
+    """
+    module = sys.modules.get(getattr(func, "__module__", "").partition(".")[0])
+    file = getattr(module, "__file__", None) or ""
+    root = os.path.dirname(file) + os.sep if hasattr(module, "__path__") else file
+    frames = list(traceback.walk_tb(exc.__traceback__))[1:]  # the runtime's call first
+    own = [(f, line) for f, line in frames if root and f.f_code.co_filename.startswith(root)]
+    place = own or frames[:1]
+    where = f" (at {place[-1][0].f_code.co_filename}:{place[-1][1]})" if place else ""
+    return f"{type(exc).__name__}: {exc}{where}"

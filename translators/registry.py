@@ -151,7 +151,8 @@ def discover(group: str = ENTRY_POINT_GROUP, names: Iterable[str | None] | None 
     """The translators that installed distributions declare under ``group``.
 
     Without ``names``, every entry point is loaded and the ones that fail are kept in
-    ``registry.broken`` (``bizevents translators list`` shows them). With ``names``
+    ``registry.broken`` (``bizevents translators list`` shows them), a ``name@version``
+    that an earlier one registered too among them. With ``names``
     (translator names, or ``name@version`` references; ``None`` is ignored), only the
     entry points of those names are loaded, and one that fails raises
     :class:`PluginError` naming it; other entry points are loaded only while a name is
@@ -161,7 +162,7 @@ def discover(group: str = ENTRY_POINT_GROUP, names: Iterable[str | None] | None 
     found = sorted(entry_points(group=group), key=lambda e: e.name)
     if names is None:
         for entry_point in found:
-            _load_or_record(registry, entry_point)
+            _load_or_record(registry, entry_point, duplicates_too=True)
         return registry
     wanted = {name.partition("@")[0] for name in names if name}
     for entry_point in found:
@@ -176,10 +177,18 @@ def discover(group: str = ENTRY_POINT_GROUP, names: Iterable[str | None] | None 
     return registry
 
 
-def _load_or_record(registry: Registry, entry_point: EntryPoint) -> None:
-    """Register what ``entry_point`` holds; a failure is recorded, not raised."""
+def _load_or_record(
+    registry: Registry, entry_point: EntryPoint, duplicates_too: bool = False
+) -> None:
+    """Register what ``entry_point`` holds; a failure to load is recorded, not raised,
+    and with ``duplicates_too`` a translator registered twice as well (start-up, which
+    looks names up, still refuses it)."""
     try:
         items = _load(entry_point)
+        if duplicates_too:
+            twice = [i for i in items if (i.name, i.version) in registry._by_key]
+            if twice:
+                registry.register(twice[0])  # raises its sentence
     except PluginError as exc:
         _record(registry, entry_point, exc)
         return

@@ -36,7 +36,7 @@ from bizevents.contracts.business import BusinessEvent
 from bizevents.contracts.change import Change
 from bizevents.contracts.exceptions import Coordinates
 from bizevents.translators.api import SKIP, TRANSLATE, Output, Policy, Translator, _problems
-from bizevents.translators.exceptions import PluginError, TranslationError
+from bizevents.translators.exceptions import PluginError, TranslationError, plugin_failure
 
 __all__ = [
     "Attributed",
@@ -137,7 +137,7 @@ class TransactionTranslator(Translator):
         except TranslationError as exc:  # the plugin's own: its message is the reason
             raise TranslationError(self.ref, exc.reason, where) from exc
         except Exception as exc:  # a plugin's bug must not stop the stream
-            raise TranslationError(self.ref, f"{type(exc).__name__}: {exc}", where) from exc
+            raise TranslationError(self.ref, plugin_failure(self.tx_func, exc), where) from exc
         ours = {id(c.event) for c in tx.changes}
         for item in items:
             event = item.event

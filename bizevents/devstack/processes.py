@@ -99,7 +99,9 @@ def signal_once(proc: ProcessId, sig: signal.Signals) -> None:
 
 
 def stop(proc: ProcessId, sig: signal.Signals = signal.SIGTERM, timeout: float = 20.0) -> bool:
-    """Signal ``proc`` and wait for it to end, escalating to SIGKILL after ``timeout``.
+    """Signal ``proc`` and wait for it, and every process of its session (``spawn``
+    made it a session's leader: what it started is there), to end, escalating to
+    SIGKILL after ``timeout``: a port or a data folder is free once this returns.
 
     Returns False when the recorded process was already gone (nothing signalled).
     """
@@ -109,14 +111,30 @@ def stop(proc: ProcessId, sig: signal.Signals = signal.SIGTERM, timeout: float =
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         reap(proc.pid)
-        if not proc.alive():
+        if not proc.alive() and not session_members(proc.pid):
             return True
         time.sleep(0.05)
-    os.kill(proc.pid, signal.SIGKILL)
-    while proc.alive():
+    for pid in [proc.pid, *session_members(proc.pid)]:
+        with contextlib.suppress(ProcessLookupError):
+            if pid != proc.pid or proc.alive():
+                os.kill(pid, signal.SIGKILL)
+    while proc.alive() or session_members(proc.pid):
         reap(proc.pid)
         time.sleep(0.05)
     return True
+
+
+def session_members(session: int) -> list[int]:
+    """The live processes of ``session`` but its leader."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == session:
+            continue
+        fields = _stat_fields(int(entry.name))
+        # fields[3] is the session id; a zombie has ended (its parent has not reaped it)
+        if fields is not None and fields[0] not in ("Z", "X") and int(fields[3]) == session:
+            members.append(int(entry.name))
+    return members
 
 
 def port_is_free(host: str, port: int) -> bool:

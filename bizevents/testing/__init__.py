@@ -48,12 +48,14 @@ from bizevents.contracts.logical import UNAVAILABLE, ColumnType, Field, JsonDocu
 from bizevents.contracts.serde import BusinessDeserializer, BusinessSerializer
 from bizevents.contracts.technical import AutoDecoder, AvroEncoder, TableSchema
 from bizevents.translators.api import Translator
+from bizevents.translators.exceptions import TranslationError
 from bizevents.translators.pipeline import (
     Counts,
     OutRecord,
     Pipeline,
     SourceRecord,
 )
+from bizevents.translators.registry import Registry
 
 __all__ = [
     "GOLDEN_ENV",
@@ -213,9 +215,11 @@ def run(
     """Run ``translators`` on ``changes`` through the live path's core, in-process.
 
     A dead letter (the translator raised, or an event broke its contract) fails with
-    its reason unless ``allow_dead_letters`` is set; then it is in the result.
+    its reason unless ``allow_dead_letters`` is set; then it is in the result. Two
+    translators of one ``name@version`` are refused, as the worker refuses them.
     """
     chosen = [translators] if isinstance(translators, Translator) else list(translators)
+    Registry(chosen)  # the worker's check: a name@version registered twice
     given = [changes] if isinstance(changes, Change) else list(changes)
     numbered = [_numbered(item, index) for index, item in enumerate(given)]
     client = SchemaRegistryClient.new_client({"url": f"mock://{uuid.uuid4().hex}"})
@@ -257,8 +261,22 @@ def run(
         raise AssertionError(
             f"{first.translator} dead-lettered change #{first.change} "
             f"({_describe(numbered[first.change])}) at stage {first.stage}: {first.reason}"
-        )
+        ) from _raised(chosen, first, numbered[first.change])
     return result
+
+
+def _raised(chosen: Sequence[Translator], dead: DeadLetter, item: Change) -> BaseException | None:
+    """The translator's own exception for a ``translate`` dead letter, run once more on
+    its change (a translator is a pure function), so that pytest shows its traceback."""
+    if dead.stage != "translate":
+        return None
+    for translator in chosen:
+        if translator.ref == dead.translator:
+            try:
+                translator.translate(item)
+            except TranslationError as exc:
+                return exc.__cause__ or exc
+    return None
 
 
 def assert_matches_golden(

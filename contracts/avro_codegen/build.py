@@ -36,7 +36,8 @@ class Extension:
 
     #: The C source.
     source: Path
-    #: The libraries it links (``-l``).
+    #: The libraries it links (``-l``; ``:libx.a`` links one statically, its symbols
+    #: kept inside the extension).
     libraries: tuple[str, ...] = ()
     #: The module's import name.
     module: str = ""
@@ -58,7 +59,9 @@ EXTENSIONS = (
     ),
     Extension(
         _TOP / "translators" / "_lineage.c",
-        libraries=("crypto",),
+        # libcrypto linked in: a wheel then needs no libcrypto of the user's, nor one
+        # grafted by auditwheel (whose glibc would set the wheel's tag)
+        libraries=(":libcrypto.a",),
         module="bizevents.translators._lineage",
     ),
 )
@@ -90,6 +93,7 @@ def command(extension: Extension, output: Path, sanitize: bool = False) -> list[
         f"-I{INCLUDE}",
         str(extension.source),
         *(f"-l{lib}" for lib in extension.libraries),
+        *(("-Wl,--exclude-libs,ALL",) if extension.libraries else ()),
         "-o",
         str(output),
     ]

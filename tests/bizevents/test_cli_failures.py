@@ -98,7 +98,7 @@ def test_invalid_capture_toml_is_one_sentence(tmp_path: Path) -> None:
     """The capture's own file: a syntax error is a sentence naming it."""
     bad = tmp_path / "capture.toml"
     bad.write_text('server = "t\n')
-    line = _one_sentence(_run("capture", "postgres", "--config", str(bad)))
+    line = _one_sentence(_run("capture", "postgres", str(bad)))
     assert str(bad) in line
 
 
@@ -121,7 +121,6 @@ def test_malformed_dsn_is_terminal_and_never_shows_the_password(dsn: str, tmp_pa
     result = _run(
         "capture",
         "postgres",
-        "--config",
         str(config),
         env=_env(
             BIZEVENTS_DATABASE__POSTGRES_DSN=dsn,
@@ -144,7 +143,6 @@ def test_wrong_database_password_is_terminal(bizevents_stack: Endpoints, tmp_pat
     result = _run(
         "capture",
         "postgres",
-        "--config",
         str(_capture_config(tmp_path)),
         env=_env(
             BIZEVENTS_DATABASE__POSTGRES_DSN=dsn,
@@ -174,7 +172,6 @@ def test_capture_against_an_unreachable_broker_is_quiet(tmp_path: Path) -> None:
             "bizevents",
             "capture",
             "postgres",
-            "--config",
             str(_capture_config(tmp_path)),
         ],
         env=env,

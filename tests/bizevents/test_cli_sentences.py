@@ -36,14 +36,14 @@ def _no_servers() -> dict[str, str]:
 def test_capture_toml_that_is_not_utf8(tmp_path: Path) -> None:
     config = tmp_path / "capture.toml"
     config.write_bytes(b'server = "t"\ntables = ["public.x"]\nnote = "\xff\xfe"\n')
-    line = _one_sentence(_run("capture", "postgres", "--config", str(config), env=_no_servers()))
+    line = _one_sentence(_run("capture", "postgres", str(config), env=_no_servers()))
     assert str(config) in line and "is not UTF-8 text" in line
 
 
 @pytest.mark.parametrize("rows", ["-1", "0"])
 def test_verify_chunk_rows_below_one(tmp_path: Path, rows: str) -> None:
     config = _capture_config(tmp_path)
-    result = _run("verify", "--config", str(config), "--chunk-rows", rows, env=_no_servers())
+    result = _run("verify", str(config), "--chunk-rows", rows, env=_no_servers())
     out = result.stdout + result.stderr
     assert result.returncode == 2, out
     assert "Traceback" not in out
@@ -59,7 +59,7 @@ def test_translators_setting_that_is_not_json() -> None:
 def test_verify_with_an_unreachable_mysql_dsn(tmp_path: Path) -> None:
     port = _closed_port()
     config = _capture_config(tmp_path, dsn=f"mysql://u:{SECRET}@127.0.0.1:{port}/db")
-    result = _run("verify", "--config", str(config), env=_no_servers())
+    result = _run("verify", str(config), env=_no_servers())
     line = _one_sentence(result)
     assert "the database is unreachable" in line and "Connection refused" in line
     assert SECRET not in result.stdout + result.stderr
@@ -71,7 +71,7 @@ def test_verify_with_a_host_that_does_not_resolve(tmp_path: Path) -> None:
         **_no_servers(),
         "BIZEVENTS_DATABASE__POSTGRES_DSN": f"postgresql://u:{SECRET}@nosuchhost.invalid/db",
     }
-    result = _run("verify", "--config", str(config), env=env)
+    result = _run("verify", str(config), env=env)
     line = _one_sentence(result)
     assert "the database is unreachable" in line and "nosuchhost.invalid" in line
     assert "malformed" not in line
@@ -87,7 +87,7 @@ def test_capture_retries_a_host_that_does_not_resolve(tmp_path: Path) -> None:
         "BIZEVENTS_DATABASE__POSTGRES_DSN": f"postgresql://u:{SECRET}@nosuchhost.invalid/db",
     }
     proc = subprocess.Popen(
-        [sys.executable, "-m", "bizevents", "capture", "postgres", "--config", str(config)],
+        [sys.executable, "-m", "bizevents", "capture", "postgres", str(config)],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -119,7 +119,7 @@ def test_capture_postgres_given_a_mysql_dsn(tmp_path: Path) -> None:
         **_no_servers(),
         "BIZEVENTS_DATABASE__POSTGRES_DSN": f"mysql://u:{SECRET}@127.0.0.1:3306/db",
     }
-    result = _run("capture", "postgres", "--config", str(config), env=env)
+    result = _run("capture", "postgres", str(config), env=env)
     line = _one_sentence(result)
     assert "is a MySQL/MariaDB one" in line and "bizevents capture mysql" in line
     assert SECRET not in result.stdout + result.stderr

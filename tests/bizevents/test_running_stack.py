@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from bizevents.devstack.processes import start_ticks
+from bizevents.devstack.processes import identify, spawn, start_ticks, stop
 from bizevents.devstack.stack import with_running_stack
 from bizevents.settings import load_settings
 
@@ -104,3 +108,29 @@ def test_a_stack_of_some_services_keeps_the_others_records(tmp_path: Path) -> No
     some.status()  # reads the records (and writes back any a service brought up to date)
     kept = json.loads((tmp_path / STATE_FILE).read_text())["services"]
     assert {"broker", "registry"} <= set(kept)
+
+
+def test_stop_returns_once_every_process_of_the_service_ended(tmp_path: Path) -> None:
+    """A service whose first process exits at once on SIGTERM while a process it started
+    does not: `dev down` (stop) returns only when both are gone."""
+    child = (
+        "import os, signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "print('child', os.getpid(), flush=True); time.sleep(600)"
+    )
+    script = (
+        "import subprocess, sys, time; "
+        f"subprocess.Popen([sys.executable, '-c', {child!r}]); time.sleep(600)"
+    )
+    log = tmp_path / "service.log"
+    leader = identify(spawn([sys.executable, "-c", script], log).pid)
+    deadline = time.monotonic() + 30
+    while "child" not in log.read_text():
+        assert time.monotonic() < deadline, f"the service's child did not start: {log.read_text()}"
+        time.sleep(0.05)
+    pid = int(log.read_text().split()[1])
+    try:
+        assert stop(leader, timeout=2) is True
+        assert not leader.alive() and start_ticks(pid) is None  # ended, not left behind
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)

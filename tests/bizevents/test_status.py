@@ -63,11 +63,14 @@ def services() -> Iterator[tuple[CaptureStats, WorkerStats, list[str]]]:
         server.shutdown()
 
 
-def _run(*args: str, state: Path) -> subprocess.CompletedProcess[str]:
+def _run(*args: str, state: Path, kafka: str | None = None) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("BIZEVENTS_")}
+    env["BIZEVENTS_STATE_DIR"] = str(state)
+    if kafka is not None:
+        env["BIZEVENTS_KAFKA__BOOTSTRAP_SERVERS"] = kafka
     return subprocess.run(
         [sys.executable, "-m", "bizevents", "status", *args],
-        env={**env, "BIZEVENTS_STATE_DIR": str(state)},
+        env=env,
         capture_output=True,
         text=True,
         timeout=60,
@@ -141,11 +144,13 @@ def test_consumer_groups_figures_add_up_their_members() -> None:
 
 
 def test_status_json_reads_the_running_services(
-    services: tuple[CaptureStats, WorkerStats, list[str]], tmp_path: Path
+    services: tuple[CaptureStats, WorkerStats, list[str]], tmp_path: Path, closed_address: str
 ) -> None:
+    """The promotions are read from a broker address known to be closed: said on stderr,
+    the figures stand (the default address may have a stack behind it, or not)."""
     _, _, urls = services
     args = [a for url in urls for a in ("--url", url)]
-    result = _run(*args, "--json", "--interval", "0.2", state=tmp_path)
+    result = _run(*args, "--json", "--interval", "0.2", state=tmp_path, kafka=closed_address)
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     orders = data["translators"]["orders@2"]
@@ -163,9 +168,11 @@ def test_status_json_reads_the_running_services(
     assert data["shadows"] == {
         "orders@1": {"changes": 1, "identical": 0, "differing": 1, "only_live": 0, "only_shadow": 0}
     }
-    assert data["promotions"] == []  # no broker here: said on stderr, the figures stand
-    assert "promotions not read" in result.stderr
-    text = _run(*args, "--interval", "0.2", state=tmp_path)
+    assert data["promotions"] == []
+    assert f"promotions not read: the Kafka cluster at {closed_address} did not answer" in (
+        result.stderr
+    )
+    text = _run(*args, "--interval", "0.2", state=tmp_path, kafka=closed_address)
     assert text.returncode == 0 and "orders@2" in text.stdout and "4,096 bytes" in text.stdout
     assert "parked-keys" in text.stdout and "redriven" in text.stdout
     assert "consumer groups" in text.stdout and "billing" in text.stdout
@@ -179,7 +186,7 @@ def test_status_without_endpoints_says_what_to_give(tmp_path: Path) -> None:
     assert down.returncode == 1 and "does not answer" in down.stderr
 
 
-def test_status_shows_parked_changes_and_keys(tmp_path: Path) -> None:
+def test_status_shows_parked_changes_and_keys(tmp_path: Path, closed_address: str) -> None:
     worker = WorkerStats("bizevents-translate")
     worker.add("demo.store.orders", {"orders@2": Counts(consumed=10, emitted=6, parked=3)})
     worker.parking = ParkedKeys()
@@ -188,8 +195,10 @@ def test_status_shows_parked_changes_and_keys(tmp_path: Path) -> None:
     server, port = serve_worker(worker, "127.0.0.1", 0)
     try:
         url = f"http://127.0.0.1:{port}/metrics"
-        result = _run("--url", url, "--json", "--interval", "0.1", state=tmp_path)
-        text = _run("--url", url, "--interval", "0.1", state=tmp_path)
+        result = _run(
+            *("--url", url, "--json", "--interval", "0.1"), state=tmp_path, kafka=closed_address
+        )
+        text = _run("--url", url, "--interval", "0.1", state=tmp_path, kafka=closed_address)
     finally:
         server.shutdown()
     assert result.returncode == 0, result.stderr

@@ -196,7 +196,6 @@ def start_cli(config_file: Path, endpoints: Endpoints, log: Path) -> subprocess.
                 "bizevents",
                 "capture",
                 "postgres",
-                "--config",
                 str(config_file),
             ],
             env=cli_env(endpoints),

@@ -85,7 +85,7 @@ def kill_9_mid_redrive(
         env = {**cli_env(endpoints), "BIZEVENTS_TEST_KILL_MID_REDRIVE": "1" if kill else ""}
         with open(log, "ab") as out:
             return subprocess.Popen(
-                [*argv, "--config", str(config_file)],
+                [*argv, str(config_file)],
                 env=env,
                 stdout=out,
                 stderr=subprocess.STDOUT,

@@ -177,7 +177,6 @@ def signal_cli(
             "bizevents",
             "capture",
             "snapshot",
-            "--config",
             str(config_file),
             *args,
         ],
@@ -317,7 +316,7 @@ def test_a_missing_signal_table_stops_start_up_with_its_ddl(db: Db, tmp_path: Pa
     config = db.config(["t"], signal_table=f"{db.schema}.nosuch")
     config_file = write_config(tmp_path / "capture.toml", config)
     result = subprocess.run(
-        [sys.executable, "-m", "bizevents", "capture", "postgres", "--config", str(config_file)],
+        [sys.executable, "-m", "bizevents", "capture", "postgres", str(config_file)],
         env=cli_env(db.endpoints),
         capture_output=True,
         text=True,

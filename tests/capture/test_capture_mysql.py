@@ -353,7 +353,7 @@ def _cli(db: MyDb, tmp_path: Path, tables: list[str], dsn: str | None = None, **
 def _run_cli(db: MyDb, config: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     try:
         return subprocess.run(
-            [sys.executable, "-m", "bizevents", "capture", "mysql", "--config", str(config)],
+            [sys.executable, "-m", "bizevents", "capture", "mysql", str(config)],
             env=cli_env(db.endpoints),
             capture_output=True,
             text=True,
@@ -478,7 +478,7 @@ def test_kill_9_in_the_middle_of_50000_changes_loses_none(db: MyDb, tmp_path: Pa
     config_file = _cli(db, tmp_path, ["big"])
     config = db.config(["big"])
     log = open(tmp_path / "capture.log", "ab")  # noqa: SIM115
-    argv = [sys.executable, "-m", "bizevents", "capture", "mysql", "--config", str(config_file)]
+    argv = [sys.executable, "-m", "bizevents", "capture", "mysql", str(config_file)]
 
     def start() -> subprocess.Popen[bytes]:
         return subprocess.Popen(argv, env=cli_env(db.endpoints), stdout=log, stderr=log)

@@ -210,7 +210,7 @@ def test_verify_finds_a_planted_gap_in_a_mariadb_table_and_repair_closes_it(
 
     def verify(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "bizevents", "verify", "--config", str(config_file), *args],
+            [sys.executable, "-m", "bizevents", "verify", str(config_file), *args],
             env=cli_env(db.endpoints),
             capture_output=True,
             text=True,
@@ -275,7 +275,7 @@ def test_verify_finds_the_rows_changed_while_capture_was_stopped_and_its_positio
 
     def verify(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "bizevents", "verify", "--config", str(config_file), *args],
+            [sys.executable, "-m", "bizevents", "verify", str(config_file), *args],
             env=cli_env(db.endpoints),
             capture_output=True,
             text=True,

@@ -60,13 +60,13 @@ def enum_fix() -> Iterator[Any]:
 
 
 def _cli(db: MyDb, tmp_path: Path, config: CaptureConfig, *args: str) -> Any:
-    """``bizevents capture ARGS --config FILE`` in this process, ``config`` written to FILE."""
+    """``bizevents capture ARGS FILE`` in this process, ``config`` written to FILE."""
     path = write_config(tmp_path / "capture.toml", config)
     env = {
         "BIZEVENTS_KAFKA__BOOTSTRAP_SERVERS": db.endpoints.bootstrap_servers,
         "BIZEVENTS_REGISTRY__URL": db.endpoints.registry_url,
     }
-    return CliRunner().invoke(main, ["capture", *args, "--config", str(path)], env=env)
+    return CliRunner().invoke(main, ["capture", *args, str(path)], env=env)
 
 
 def _events(db: MyDb, table: str) -> dict[int, list[ChangeEvent]]:

@@ -147,11 +147,13 @@ def test_unconvertible_change_parks_its_key_and_redrive_writes_it_in_order(
         # The command lists it; re-driven before the fix, it fails again: exit 1, one
         # sentence, the key stays parked with the new reason.
         config_file = write_config(tmp_path / "capture.toml", config)
-        listed = _cli(db, "parked", "--config", str(config_file), "--json")
+        listed = _cli(db, "parked", str(config_file), "--json")
         assert listed.exit_code == 0, listed.output
         assert [r["key"] for r in json.loads(listed.output)] == [ref[3].hex()]
-        # ... and shows its parked changes, in order, from the dead-letter topic
-        shown = _cli(db, "parked", "--config", str(config_file), "--key", ref[3].hex(), "--json")
+        assert [r["key_json"] for r in json.loads(listed.output)] == ['{"id": 1}']
+        # ... and shows its parked changes, in order, from the dead-letter topic (the key
+        # as its JSON, as the list shows it; its hex is taken too)
+        shown = _cli(db, "parked", str(config_file), "--key", '{"id": 1}', "--json")
         assert shown.exit_code == 0, shown.output
         rows = json.loads(shown.output)
         assert [r["stage"] for r in rows] == ["capture"] + ["parked"] * 4  # p0, p1 .. p4
@@ -160,13 +162,13 @@ def test_unconvertible_change_parks_its_key_and_redrive_writes_it_in_order(
         assert {r["topic"] for r in rows} == {db.topic("t")}
         lsns = [parse_lsn(r["position"]) for r in rows]
         assert lsns == sorted(lsns) and len(set(lsns)) == 5
-        text = _cli(db, "parked", "--config", str(config_file), "--key", ref[3].hex())
+        text = _cli(db, "parked", str(config_file), "--key", ref[3].hex())
         assert text.exit_code == 0 and "5 parked changes" in text.output
-        unknown = _cli(db, "parked", "--config", str(config_file), "--key", "ff")
+        unknown = _cli(db, "parked", str(config_file), "--key", "ff")
         assert unknown.exit_code == 1 and "key ff is not parked" in unknown.output
         assert "Traceback" not in unknown.output
-        failed = _cli(db, "redrive", "--config", str(config_file), "--key", ref[3].hex())
-        assert failed.exit_code == 1
+        failed = _cli(db, "redrive", str(config_file), "--key", '{"id": 1}')
+        assert failed.exit_code == 1 and 'key {"id": 1}:' in failed.output
         assert "still does not convert" in failed.output and "Traceback" not in failed.output
         keys, _ = parked_keys(kafka, config.parked_topic_name)
         assert ref in keys.parked and "NaN" in keys.parked[ref].latest_reason
@@ -260,11 +262,11 @@ def test_discard_drops_a_keys_parked_changes_with_the_reason(db: Db, tmp_path: P
         keys, _ = parked_keys(kafka, config.parked_topic_name)
         ((ref, _state),) = keys.parked.items()
 
-        unknown = _cli(db, "discard", "--config", str(config_file), "--key", "ff", "--reason", "x")
+        unknown = _cli(db, "discard", str(config_file), "--key", "ff", "--reason", "x")
         assert unknown.exit_code == 1 and "key ff is not parked" in unknown.output
         assert "Traceback" not in unknown.output
         done = _cli(
-            db, "discard", "--config", str(config_file), "--key", ref[3].hex(),
+            db, "discard", str(config_file), "--key", ref[3].hex(),
             "--reason", "NaN total: repaired by hand in the ledger",
         )  # fmt: skip
         assert done.exit_code == 0, done.output

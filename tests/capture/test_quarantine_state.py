@@ -130,7 +130,7 @@ def test_redrive_wants_one_key_or_all(tmp_path: Any, args: list[str]) -> None:
 
     config = tmp_path / "capture.toml"
     config.write_text('server = "shop"\ntables = ["public.t"]\n')
-    result = CliRunner().invoke(main, ["capture", "redrive", "--config", str(config), *args])
+    result = CliRunner().invoke(main, ["capture", "redrive", str(config), *args])
     assert result.exit_code == 1
     assert "--key HEX" in result.output and "Traceback" not in result.output
 
@@ -142,7 +142,7 @@ def test_discard_wants_a_reason(tmp_path: Any) -> None:
 
     config = tmp_path / "capture.toml"
     config.write_text('server = "shop"\ntables = ["public.t"]\n')
-    args = ["capture", "discard", "--config", str(config), "--key", "01", "--reason", " "]
+    args = ["capture", "discard", str(config), "--key", "01", "--reason", " "]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 1
     assert "--reason TEXT" in result.output and "Traceback" not in result.output

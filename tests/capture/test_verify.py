@@ -38,7 +38,7 @@ def db(bizevents_stack: Endpoints) -> Any:
 
 def verify(config_file: Path, db: Db, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "bizevents", "verify", "--config", str(config_file), *args],
+        [sys.executable, "-m", "bizevents", "verify", str(config_file), *args],
         env=cli_env(db.endpoints),
         capture_output=True,
         text=True,

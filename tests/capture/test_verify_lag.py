@@ -75,7 +75,7 @@ def _verify(
     endpoints: Endpoints, config_file: Path, *args: str
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "bizevents", "verify", "--config", str(config_file), *args],
+        [sys.executable, "-m", "bizevents", "verify", str(config_file), *args],
         env=pgh.cli_env(endpoints),
         capture_output=True,
         text=True,

@@ -106,7 +106,7 @@ def test_verify_as_a_spark_job_on_mariadb_finds_the_planted_gap(db: MyDb, tmp_pa
 
     def verify(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "bizevents", "verify", "--config", str(config_file), *args],
+            [sys.executable, "-m", "bizevents", "verify", str(config_file), *args],
             env=cli_env(db.endpoints),
             capture_output=True,
             text=True,

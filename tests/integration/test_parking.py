@@ -423,7 +423,8 @@ def test_a_kill_9_mid_re_drive_and_a_rebalance_keep_order_and_ids(setup: Setup) 
 def test_a_failing_re_drive_a_concurrent_one_show_and_discard(setup: Setup) -> None:
     """A re-drive that fails again leaves the key parked with the new reason; a second
     re-drive of a key being re-driven is refused; `show` lists the parked changes;
-    `discard` unparks the key and its later changes flow."""
+    `discard` unparks the key and its later changes flow. A key is shown and taken as
+    its JSON (`{"id": 7}`), or its hex."""
     bootstrap = setup.endpoints.bootstrap_servers
     extra = plugin_env(setup)
     env = setup.env(**extra)
@@ -440,14 +441,25 @@ def test_a_failing_re_drive_a_concurrent_one_show_and_discard(setup: Setup) -> N
             [worker],
         )
         key = story.key(PARKED[0]).hex()
-        failed = dlq(env, "redrive", "--translator", "parkorders@4", "--key", key)
+        key_json = f'{{"id": {PARKED[0]}}}'
+        failed = dlq(env, "redrive", "--translator", "parkorders@4", "--key", key_json)
         assert failed.returncode == 1 and "Traceback" not in failed.stderr
         assert "failed again" in failed.stdout and "still broken" in failed.stdout
+        assert f"key {key_json}:" in failed.stdout
         rows = {r["key"]: r for r in json.loads(dlq(env, "list", "--json").stdout)}
         assert "still broken" in rows[key]["latest_reason"]
         assert "poisoned" in rows[key]["reason"]
+        # where the plugin raised, in the parked record and in the worker's log
+        assert rows[key]["reason"].endswith("parking_plugin.py:37)"), rows[key]["reason"]
+        lines = worker.log.read_text().splitlines()
+        logged = [json.loads(line) for line in lines if line.startswith("{")]
+        assert any(
+            e["event"] == "parked" and "parking_plugin.py:37)" in e["reason"] for e in logged
+        )
+        assert rows[key]["key_json"] == key_json
+        assert key_json in dlq(env, "list").stdout
 
-        shown = dlq(env, "show", key, "--json")
+        shown = dlq(env, "show", key_json, "--json")
         assert shown.returncode == 0, shown.stderr
         offsets = [r["offset"] for r in json.loads(shown.stdout)]
         assert len(offsets) == 21 and offsets == sorted(offsets)

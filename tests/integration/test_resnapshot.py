@@ -118,7 +118,6 @@ def test_resnapshots_repairs_and_a_new_slot_give_consumers_each_state_once(
                     "bizevents",
                     "capture",
                     "snapshot",
-                    "--config",
                     str(config_file),
                     "--where",
                     f"id >= {mine[0]}",

@@ -363,7 +363,10 @@ def test_a_re_drive_that_fails_again_keeps_the_key_parked(db: Db, tmp_path: Path
             again = worker.cli("dlq", "redrive", "--translator", "parktx@1", "--key", key)
             assert again.returncode == 1, again.stdout + again.stderr
             assert "failed again" in again.stdout and "poisoned item" in again.stdout
-            assert parked()[0]["latest_reason"].endswith("has a poisoned item")
+            # where the transaction translator raised, too
+            reason = parked()[0]["latest_reason"]
+            assert "has a poisoned item (at " in reason, reason
+            assert reason.endswith("parking_tx_plugin.py:39)"), reason
             gone = worker.cli("dlq", "discard", key, "--translator", "parktx", "--reason", "test")
             assert gone.returncode == 0, gone.stdout + gone.stderr
             assert not parked()

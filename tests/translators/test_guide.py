@@ -1,11 +1,14 @@
-"""docs/writing-a-translator.md, lived as a new plugin author lives it.
+"""docs/writing-a-translator.md, lived as a new plugin author lives it, then
+docs/consuming.md's Python part as the consuming team lives it.
 
 The journey test builds the bizevents wheel, installs it into a fresh virtual environment,
 and runs the guide in one shell, in order: its files written where it shows them, its
 commands run (pip, pytest, `translators list`, `dev up`, psql, capture, `contracts write`
 and `register`, `translate`, `read`), the background ones left running and stopped at the
-end, the dev stack on free ports in the test's own folder, always stopped. A fast part reads
-the guide for what the journey would only find late.
+end, the dev stack on free ports in the test's own folder, always stopped. Then, on that
+stack, the consumer's part: `contracts pull`, the billing service on the consumer kit,
+until it prints the delivered parcel. A fast part reads the guide for what the journey
+would only find late.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import os
 import re
 import shlex
 import signal
+import sqlite3
 import subprocess
 import time
 import tomllib
@@ -26,7 +30,13 @@ import pytest
 from tests.packaging.distributions import build, fresh_venv, install
 
 GUIDE = Path(__file__).parents[2] / "docs" / "writing-a-translator.md"
-STEP = re.compile(r"<!-- (file: (\S+)|run|run in the background) -->\n```\w*\n(.*?)```", re.DOTALL)
+CONSUMING = Path(__file__).parents[2] / "docs" / "consuming.md"
+#: A step's marker: a file, a command, or one left running (until it prints a line).
+STEP = re.compile(
+    r"<!-- (file: (\S+)|run|run in the background(?:, until it prints: (.+?))?) -->"
+    r"\n```\w*\n(.*?)```",
+    re.DOTALL,
+)
 #: Names a plugin's own module must not take: bizevents' floors and PyPI packages of that name.
 TAKEN = {"contracts", "translators", "capture", "replay", "consumers", "plumbing", "bizevents"}
 
@@ -36,13 +46,14 @@ class Step:
     kind: str  # "file", "run" or "background"
     path: str
     text: str
+    until: str = ""  # a background step: the line it prints once it did its work
 
 
-def guide_steps() -> list[Step]:
+def guide_steps(doc: Path = GUIDE) -> list[Step]:
     steps = []
-    for marker, path, text in STEP.findall(GUIDE.read_text(encoding="utf-8")):
+    for marker, path, until, text in STEP.findall(doc.read_text(encoding="utf-8")):
         kind = "file" if path else ("run" if marker == "run" else "background")
-        steps.append(Step(kind, path, text))
+        steps.append(Step(kind, path, text, until))
     return steps
 
 
@@ -103,6 +114,12 @@ def _script(steps: list[Step]) -> str:
                 # not holding the script's output open: the test reads it to its end
                 ">/dev/null 2>&1 &"
             )
+            if step.until:  # the doc says what it prints: wait for it, as a reader would
+                wait = (
+                    f"until grep -qF -- {shlex.quote(step.until)} background-{number}.log "
+                    "2>/dev/null; do sleep 0.5; done"
+                )
+                lines.append(f"timeout 120 bash -c {shlex.quote(wait)}")
     return "\n".join(lines) + "\n"
 
 
@@ -144,7 +161,8 @@ def test_the_guide_as_a_new_author_lives_it(tmp_path: Path) -> None:
         "BIZEVENTS_DEV__POSTGRES_PORT": "0",
     }
     env.pop("PYTHONPATH", None)
-    steps = guide_steps()
+    guide = guide_steps()
+    steps = guide + guide_steps(CONSUMING)
     (folder / "guide.sh").write_text(_script(steps))
     try:
         done = subprocess.run(
@@ -172,7 +190,7 @@ def test_the_guide_as_a_new_author_lives_it(tmp_path: Path) -> None:
     outputs = re.split(r"::step \d+::\n", done.stdout)[1:]
     assert done.returncode == 0, f"{done.stdout[-6000:]}\n{done.stderr[-6000:]}{logs}"
     assert len(outputs) == len(steps)
-    assert len(stopped) == 2 and set(stopped.values()) == {"0"}, f"stopped: {stopped}{logs}"
+    assert len(stopped) == 3 and set(stopped.values()) == {"0"}, f"stopped: {stopped}{logs}"
 
     # the installed plugin is listed, its version pinned
     (listed,) = [outputs[i] for i, st in enumerate(steps) if "translators list" in st.text]
@@ -181,9 +199,17 @@ def test_the_guide_as_a_new_author_lives_it(tmp_path: Path) -> None:
     assert "3 passed" in "".join(outputs)
     assert (folder / "tests" / "golden" / "parcels@1.json").is_file()
     assert (folder / "contracts" / "shipping.ParcelDelivered.avsc").is_file()
-    # the last command read the business event back: the parcel delivered, with lineage
-    (line,) = [text for text in outputs[-1].splitlines() if text.startswith("{")]
+    # the guide's last command read the business event back: the parcel delivered, with
+    # lineage, its time in RFC 3339 with Z
+    (line,) = [text for text in outputs[len(guide) - 1].splitlines() if text.startswith("{")]
     record = json.loads(line)
     assert record["value"]["parcel_id"] == 7
     assert record["value"]["weight_kg"] == "1.250"
+    assert record["value"]["delivered_at"].endswith("Z")
     assert record["headers"]["bizevents.translator"] == "parcels@1"
+    # the consumer's side: its typed module pulled from the registry, the event handled
+    # by the kit and saved by its event id
+    assert (folder / "parcel_events.py").is_file()
+    with sqlite3.connect(folder / "billing.db") as db:
+        saved = db.execute("SELECT event_id, parcel_id, weight_kg FROM deliveries").fetchall()
+    assert saved == [(record["headers"]["bizevents.event_id"], 7, "1.250")], saved

@@ -73,7 +73,8 @@ def test_a_failure_parks_its_key_and_the_keys_later_changes_wait_while_others_fl
     ref = ("things", TOPIC, 0, b'{"id": 1}')
     assert [r.key for r in state] == [ref_key(ref)] * 2
     last = decode_state(state[-1].value or b"")
-    assert last == Parked(0, 2, 2, "translate", "ValueError: bad label", "ValueError: bad label")
+    reason = f"ValueError: bad label (at {__file__}:38)"  # the translator's raise
+    assert last == Parked(0, 2, 2, "translate", reason, reason)
     assert result.counts["things@9"].parked == 2
     assert p.parking is not None and p.parking.per_translator == {"things": 1}
 

@@ -113,7 +113,8 @@ def test_translator_exception_is_dead_lettered() -> None:
     dead = [r for r in result.records if r.dead_letter]
     assert len(dead) == 1 and dead[0].value == value
     assert dict(dead[0].headers)[HEADER_DLQ_STAGE] == b"translate"
-    assert dict(dead[0].headers)[HEADER_DLQ_REASON] == b"RuntimeError: kaput"
+    at = f"{__file__}:{boom.func.__code__.co_firstlineno + 2}"  # the raise, under @translator
+    assert dict(dead[0].headers)[HEADER_DLQ_REASON] == f"RuntimeError: kaput (at {at})".encode()
     assert result.counts["boom@3"].dead_lettered == 1
     assert result.counts["things@1"].emitted == 1  # the other translator is unaffected
 

@@ -181,7 +181,24 @@ def test_duplicate_across_plugins_fails_start_up(plugin_path: Path) -> None:
         {"plugin_two": "from tests.translators.sample import things_v1 as T\n"},
     )
     with pytest.raises(PluginError, match="things@1 is registered twice"):
-        discover()
+        discover(names=["one", "two"])
+
+
+def test_translators_list_shows_a_duplicate_as_broken_and_exits_0_if_unpinned(
+    plugin_path: Path, tmp_path: Path
+) -> None:
+    """Nothing pinned: the table, with the second plugin of a name@version listed
+    broken with the worker's sentence; exit 0 (start-up, above, refuses it)."""
+    for name in ("one", "two"):
+        install(
+            plugin_path,
+            f"plugin-{name}",
+            f"{name} = plugin_{name}:T\n",
+            {f"plugin_{name}": "from tests.translators.sample import things_v1 as T\n"},
+        )
+    result = _list({"BIZEVENTS_STATE_DIR": str(tmp_path)})
+    assert result.exit_code == 0, result.output
+    assert "things@1" in result.stdout and "registered twice" in result.stdout
 
 
 def _list(env: dict[str, str], *args: str) -> Any:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import traceback
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -13,6 +15,7 @@ from bizevents import BusinessEvent, Change, translator
 from bizevents.contracts.envelope import PgPosition
 from bizevents.contracts.serde import schema_id_of
 from bizevents.testing import GOLDEN_ENV, assert_matches_golden, change, run
+from bizevents.translators.exceptions import PluginError
 from bizevents.translators.lineage import change_identity, event_id
 from tests.translators.sample import ThingCreated, ThingRenamed, things_v1, things_v2
 
@@ -123,16 +126,52 @@ def test_a_dead_letter_fails_the_run_with_its_reason() -> None:
         raise RuntimeError("kaput")
 
     made = change("public.things", "c", after=ROW)
+    at = f"(at {__file__}:{boom.func.__code__.co_firstlineno + 2})"  # the raise
     with pytest.raises(
-        AssertionError, match=r"boom@1 dead-lettered change #0 .* RuntimeError: kaput"
-    ):
+        AssertionError,
+        match=rf"boom@1 dead-lettered change #0 .* RuntimeError: kaput {re.escape(at)}",
+    ) as failed:
         run(boom, made)
+    # the translator's own exception is the failure's cause: pytest shows its traceback
+    cause = failed.value.__cause__
+    assert isinstance(cause, RuntimeError) and str(cause) == "kaput"
+    assert cause.__traceback__ is not None
+    frames = [f.filename for f in traceback.extract_tb(cause.__traceback__)]
+    assert frames[-1] == __file__
     (dead,) = run(boom, made, allow_dead_letters=True).dead_letters
     assert (dead.stage, dead.reason, dead.translator) == (
         "translate",
-        "RuntimeError: kaput",
+        f"RuntimeError: kaput {at}",
         "boom@1",
     )
+
+
+def test_a_failure_in_a_library_names_the_translators_line() -> None:
+    """pydantic refuses the event deep in its own code: the reason names the line of the
+    translator that built it."""
+
+    @translator(name="wrong", version=1, sources=["public.things"], emits=[ThingCreated])
+    def wrong(item: Change) -> BusinessEvent:
+        return ThingCreated(thing_id="not a number", label="x")
+
+    (dead,) = run(
+        wrong, change("public.things", "c", after=ROW), allow_dead_letters=True
+    ).dead_letters
+    assert dead.reason.startswith("ValidationError: ")
+    assert dead.reason.endswith(f"(at {__file__}:{wrong.func.__code__.co_firstlineno + 2})")
+
+
+def test_a_name_and_version_given_twice_is_refused_with_the_clis_sentence() -> None:
+    @translator(name="twice", version=1, sources=["public.things"], emits=[ThingCreated])
+    def one(item: Change) -> None:
+        return None
+
+    @translator(name="twice", version=1, sources=["public.things"], emits=[ThingCreated])
+    def other(item: Change) -> None:
+        return None
+
+    with pytest.raises(PluginError, match=r"translator twice@1 is registered twice: by .*one"):
+        run([one, other], change("public.things", "c", after=ROW))
 
 
 def test_an_event_that_breaks_its_contract_is_a_contract_dead_letter() -> None:
