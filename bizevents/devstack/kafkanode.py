@@ -80,8 +80,13 @@ def _plan_file(state_dir: Path) -> Path:
 
 
 def _new_cluster_id() -> str:
-    """Kafka's own form of a cluster id: 16 random bytes, URL-safe base64, no padding."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """Kafka's own form of a cluster id: 16 random bytes, URL-safe base64, no padding,
+    and (as Kafka's ``Uuid.randomUuid``) never starting with ``-``, which the storage
+    tool would read as an option (1 start in 64 failed)."""
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cid.startswith("-"):
+            return cid
 
 
 def _plan(state_dir: Path, dev: DevSettings, nodes: int, node: int) -> tuple[str, list[NodePorts]]:
