@@ -20,12 +20,14 @@ negative counts (-2**63 among them) and out-of-range union and enum indexes.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import importlib
 import importlib.util
 import io
 import math
 import random
+import resource
 import sys
 import time
 import uuid
@@ -41,6 +43,23 @@ MODULES = {
     "_native": "bizevents.contracts.avro_codegen._native",
     "_lineage": "bizevents.translators._lineage",
 }
+
+
+@contextlib.contextmanager
+def within_memory(extra: int = 1 << 30) -> Iterator[None]:
+    """Address space bounded to what the process has and ``extra`` more while inside:
+    fastavro, the reference, builds a hostile array of items of no width item by item
+    (a count of 2**31 nulls is many gigabytes), and a reference that runs out of memory
+    is a refusal (MemoryError), not the machine's out-of-memory killer."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    with open("/proc/self/statm") as statm:
+        size = int(statm.read().split()[0]) * resource.getpagesize()
+    bound = size + extra if hard == resource.RLIM_INFINITY else min(size + extra, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (bound, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
 def load_extensions(directory: Path) -> list[str]:
