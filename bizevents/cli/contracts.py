@@ -17,7 +17,7 @@ from pathlib import Path
 
 import click
 
-from bizevents.clikit import fails_cleanly, settings_of
+from bizevents.cli.kit import fails_cleanly, settings_of
 from bizevents.contracts.business import BusinessEvent
 from bizevents.contracts.compatibility import CompatibilityLevel, parse_level
 from bizevents.contracts.gate import (

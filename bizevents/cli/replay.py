@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from bizevents.clikit import console, err_console, fails_cleanly, json_text, settings_of, table
+from bizevents.cli.kit import console, err_console, fails_cleanly, json_text, settings_of, table
 
 
 class _TerminalProgress:

@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING, Any, Literal
 import click
 import structlog
 
-from bizevents.clikit import console, err_console, fails_cleanly, settings_of
+from bizevents.cli.kit import console, err_console, fails_cleanly, settings_of
 from bizevents.plumbing.errors import ConfigError
 
 if TYPE_CHECKING:
     from bizevents.capture.config import CaptureConfig
-    from bizevents.parkedkeys import KeyReader
+    from bizevents.cli.keys import KeyReader
     from bizevents.plumbing.parking import ParkedKeys
 
 
@@ -182,7 +182,7 @@ def _ask_capture(
     key), print each answer; ``(answers, those not done)``."""
     from bizevents.capture.config import load_capture_config
     from bizevents.capture.quarantinecore import ask_capture, parked_keys
-    from bizevents.parkedkeys import KeyReader
+    from bizevents.cli.keys import KeyReader
 
     config = load_capture_config(capture_config)
     settings = settings_of(ctx)
@@ -288,8 +288,8 @@ def parked(ctx: click.Context, capture_config: Path, key: str | None, as_json: b
     Changes nothing."""
     from bizevents.capture.config import load_capture_config
     from bizevents.capture.quarantinecore import parked_keys
-    from bizevents.clikit import print_json
-    from bizevents.parkedkeys import KeyReader
+    from bizevents.cli.keys import KeyReader
+    from bizevents.cli.kit import print_json
 
     settings = settings_of(ctx)
     config = load_capture_config(capture_config)
@@ -340,7 +340,7 @@ def _show_parked(
     (from the park's first position on, each once, in order)."""
     from bizevents.capture.exceptions import CaptureError
     from bizevents.capture.quarantinecore import parked_changes
-    from bizevents.clikit import print_json, table
+    from bizevents.cli.kit import print_json, table
     from bizevents.plumbing.parkingio import read_to_end
 
     found = [

@@ -19,8 +19,8 @@ from typing import Any, TypeVar
 
 import click
 
-from bizevents.clikit import console, fails_cleanly, print_json, settings_of, table
-from bizevents.parkedkeys import KeyReader
+from bizevents.cli.keys import KeyReader
+from bizevents.cli.kit import console, fails_cleanly, print_json, settings_of, table
 from bizevents.plumbing.errors import ConfigError, TerminalError
 from bizevents.settings import Settings
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from bizevents.clikit import console, fails_cleanly, print_json, settings_of, table
+from bizevents.cli.kit import console, fails_cleanly, print_json, settings_of, table
 from bizevents.plumbing.errors import ConfigError
 from bizevents.settings import Settings
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from bizevents.clikit import console, fails_cleanly, json_text, settings_of
+from bizevents.cli.kit import console, fails_cleanly, json_text, settings_of
 from bizevents.plumbing.errors import ConfigError
 
 if TYPE_CHECKING:

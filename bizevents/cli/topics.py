@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import click
 
-from bizevents.clikit import console, fails_cleanly, print_json, settings_of, table
+from bizevents.cli.kit import console, fails_cleanly, print_json, settings_of, table
 
 Kind = Literal["technical", "transaction", "business", "dead-letter", "other"]
 _ENVELOPE = "Envelope"
