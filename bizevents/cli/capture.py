@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -129,13 +128,10 @@ def snapshot(
     between two transactions of its stream, and refuses a bad one with a sentence in
     its log.
     """
-    from confluent_kafka import Producer
-    from confluent_kafka.admin import AdminClient
-
     from bizevents.capture.config import load_capture_config
+    from bizevents.capture.control import send_signals
     from bizevents.capture.filters import FilterError
-    from bizevents.capture.signals import SignalTopic, new_signal, shown
-    from bizevents.plumbing.kafka import ensure_topics
+    from bizevents.capture.signals import new_signal, shown
 
     settings = settings_of(ctx)
     config = load_capture_config(capture_config)
@@ -157,17 +153,9 @@ def snapshot(
             raise ConfigError(
                 f"{table} is not captured by {capture_config} (tables: {', '.join(config.tables)})"
             )
-    kafka = settings.kafka.librdkafka()
-    topic = SignalTopic(kafka, config.signal_topic_name, config.server)
-    ensure_topics(AdminClient(kafka), [topic.topic], 1, timeout_s=15)
-    producer = Producer(kafka)
-    outcome: list[Any] = []
-    topic.send(producer, signal, on_delivery=lambda err, _msg: outcome.append(err))
-    producer.flush(30)
-    if not outcome or outcome[0] is not None:
-        raise ConfigError(f"Kafka did not take the signal on {topic.topic}: {outcome or 'timeout'}")
+    topic = send_signals(settings.kafka.librdkafka(), config, [signal])
     what = " ".join(tables) or "every snapshot under way"
-    console.print(f"signal {signal.id} ({kind} {what}) sent to {topic.topic}")
+    console.print(f"signal {signal.id} ({kind} {what}) sent to {topic}")
 
 
 def _ask_capture(
@@ -287,6 +275,7 @@ def parked(ctx: click.Context, capture_config: Path, key: str | None, as_json: b
     in order (position, stage, reason), read from the capture's dead-letter topic.
     Changes nothing."""
     from bizevents.capture.config import load_capture_config
+    from bizevents.capture.control import position_writer
     from bizevents.capture.quarantinecore import parked_keys
     from bizevents.cli.keys import KeyReader
     from bizevents.cli.kit import print_json
@@ -299,7 +288,7 @@ def parked(ctx: click.Context, capture_config: Path, key: str | None, as_json: b
     if key is not None:
         _show_parked(kafka, config, keys, key, reader, as_json)
         return
-    describe = _describer(config)
+    describe = position_writer(config)
     rows = [
         {
             "topic": topic,
@@ -319,15 +308,6 @@ def parked(ctx: click.Context, capture_config: Path, key: str | None, as_json: b
         click.echo(f"{row['topic']} key {row['key_json']} since {row['since']}: {row['reason']}")
 
 
-def _describer(config: CaptureConfig) -> Callable[[int], str]:
-    """How the capture's source writes a position: a binlog place, or an LSN."""
-    from bizevents.capture.mysqlquarantine import describe_position
-    from bizevents.capture.pgoutput import format_lsn
-
-    dsn = config.dsn.get_secret_value() if config.dsn is not None else ""
-    return describe_position if dsn.startswith(("mysql", "mariadb")) else format_lsn
-
-
 def _show_parked(
     kafka: dict[str, Any],
     config: CaptureConfig,
@@ -338,6 +318,7 @@ def _show_parked(
 ) -> None:
     """``capture parked --key``: one key's parked changes, as a re-drive would take them
     (from the park's first position on, each once, in order)."""
+    from bizevents.capture.control import position_writer
     from bizevents.capture.exceptions import CaptureError
     from bizevents.capture.quarantinecore import parked_changes
     from bizevents.cli.kit import print_json, table
@@ -351,7 +332,7 @@ def _show_parked(
             f"key {key} is not parked in {config.parked_topic_name} "
             "(bizevents capture parked CAPTURE_FILE lists the parked keys)"
         )
-    describe = _describer(config)
+    describe = position_writer(config)
     messages = read_to_end(kafka, config.dlq_topic)
     rows = [
         {

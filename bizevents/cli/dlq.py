@@ -11,7 +11,6 @@ partition hands the parked events to its handler, the fixed one once it is deplo
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -89,34 +88,13 @@ def _target(
     )
 
 
-def _states(settings: Settings, target: Target) -> tuple[dict[Any, Any], int]:
-    """Every key's latest state (parked or unparked) and the parked topic's end."""
-    from bizevents.plumbing.parking import decode_state, ref_of
-    from bizevents.plumbing.parkingio import read_to_end
-
-    messages = read_to_end(settings.kafka.librdkafka(), target.parked_topic, [0])
-    states: dict[Any, Any] = {}
-    for msg in messages:
-        ref = ref_of(msg.key() or b"")
-        if ref is None or msg.value() is None:
-            continue
-        try:
-            states[ref] = decode_state(msg.value())
-        except (ValueError, TypeError):
-            continue
-    end = messages[-1].offset() + 1 if messages else 0
-    return states, end
-
-
 def _parked(settings: Settings, translator: str | None, target: Target) -> list[tuple[Any, Any]]:
-    from bizevents.plumbing.parking import Parked
+    from bizevents.plumbing.parkingio import parked_keys
 
-    states, _ = _states(settings, target)
+    keys, _ = parked_keys(settings.kafka.librdkafka(), target.parked_topic)
     name = translator.partition("@")[0] if translator else target.consumer
     return [
-        (ref, state)
-        for ref, state in sorted(states.items())
-        if isinstance(state, Parked) and (name is None or ref[0] == name)
+        (ref, state) for ref, state in sorted(keys.parked.items()) if name is None or ref[0] == name
     ]
 
 
@@ -294,35 +272,18 @@ def _show_rows(messages: list[Any], found: list[Any], target: Target) -> list[di
 
 def _ask(settings: Settings, target: Target, requests: list[Any], timeout: float) -> list[Any]:
     """Write ``requests`` to the parked topic and wait for their answers."""
-    from confluent_kafka import Producer
-
-    from bizevents.plumbing.parkingio import read_requests, read_to_end
+    from bizevents.plumbing.parkingio import ask, parked_keys
 
     conf = settings.kafka.librdkafka()
-    topic = target.parked_topic
-    _, position = _states(settings, target)
-    producer = Producer(conf)
-    for request in requests:
-        producer.produce(topic, key=request.record_key(), value=request.record(), partition=0)
-    if producer.flush(30):
-        raise DlqError(f"the request could not be written to {topic} within 30 s")
-    answers: dict[str, Any] = {}
-    wanted = {r.id for r in requests}
-    deadline = time.monotonic() + timeout
-    while True:
-        messages = read_to_end(conf, topic, [0], {0: position})
-        if messages:
-            position = messages[-1].offset() + 1
-        read_requests(messages, answers)
-        done = [answers[i] for i in wanted if i in answers and answers[i].status != "pending"]
-        if len(done) == len(wanted):
-            return done
-        if time.monotonic() > deadline:
-            raise DlqError(
-                f"no answer within {timeout:.0f} s: is {target.who}? The request stays in "
-                f"{topic}, and the one that owns the key's partition carries it out when it runs"
-            )
-        time.sleep(0.3)
+    _, position = parked_keys(conf, target.parked_topic)
+    answers = ask(conf, target.parked_topic, requests, position, timeout)
+    if answers is None:
+        raise DlqError(
+            f"no answer within {timeout:.0f} s: is {target.who}? The request stays in "
+            f"{target.parked_topic}, and the one that owns the key's partition carries it out "
+            "when it runs"
+        )
+    return answers
 
 
 def _report(answers: list[Any], as_json: bool, keys: KeyReader) -> None:

@@ -3,19 +3,14 @@
 from __future__ import annotations
 
 import json
-import uuid
-from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
 from bizevents.cli.kit import console, fails_cleanly, json_text, settings_of
 from bizevents.plumbing.errors import ConfigError
-
-if TYPE_CHECKING:
-    from bizevents.capture.verify import TopicState
 
 
 @click.command()
@@ -79,15 +74,10 @@ def verify(
 
     PostgreSQL and MySQL/MariaDB tables (the DSN says which).
     """
-    from confluent_kafka import Producer
-    from confluent_kafka.admin import AdminClient
-    from confluent_kafka.schema_registry import SchemaRegistryClient
-
     from bizevents.capture.config import load_capture_config
-    from bizevents.capture.filters import any_of, condition_text
-    from bizevents.capture.signals import Signal, SignalTopic
-    from bizevents.capture.verify import Report, capture_progress, check_table, open_readers
-    from bizevents.plumbing.kafka import ensure_topics
+    from bizevents.capture.verifyrun import compare_here, verify_tables
+    from bizevents.capture.verifyrun import repair as verify_repair
+    from bizevents.plumbing.registry import registry_client, schema_lookup
 
     settings = settings_of(ctx)
     config = load_capture_config(capture_config)
@@ -101,73 +91,26 @@ def verify(
     if unknown:
         raise ConfigError(f"{', '.join(unknown)} is not captured by {capture_config}")
     kafka = settings.kafka.librdkafka()
-    registry = SchemaRegistryClient(settings.registry.client_config())
-    schemas: dict[int, str] = {}
-
-    def lookup(schema_id: int) -> str:
-        if schema_id not in schemas:
-            schemas[schema_id] = str(registry.get_schema(schema_id).schema_str)
-        return schemas[schema_id]
-
-    session = None
+    registry = settings.registry.client_config()
     if spark:
-        from bizevents.replay.job import spark_session
-
-        session = spark_session(master, "bizevents-verify")
-    readers, side, close = open_readers(config, dsn, list(tables), lookup)
-    reports: list[Report] = []
-    repairs: list[tuple[str, str, str, list[tuple[int, bytes]]]] = []
-    try:
-        behind = capture_progress(config, dsn, side, kafka, wait_s)
-        for qualified, topic, table in readers:
-            first: Callable[[], Report]
-            state_of: Callable[[list[Any]], TopicState]
-            if session is not None:
-                from bizevents.verifyspark import SparkVerify, keys_state, verify_table
-
-                job = SparkVerify(
-                    kafka, settings.registry.client_config(), dsn, config, qualified, topic
-                )
-                first = partial(verify_table, session, job, chunk_rows, _SPARK_SLICE)
-                state_of = partial(keys_state, session, job, slice_size=_SPARK_SLICE)
-            else:
-                first = partial(_compare, kafka, qualified, topic, table, chunk_rows)
-                state_of = partial(_keys_state, kafka, topic, table.decoder)
-            report = check_table(qualified, topic, behind, first, state_of, table, rechecks)
-            reports.append(report)
-            if repair and report.repairable:
-                parts = [table.range_condition(lo, hi) for lo, hi in report.differing_chunks]
-                extras = [d for d in report.differences if d.kind == "extra" and d.tombstone]
-                if extras:
-                    # Snapshotted again after their tombstones: a key inserted again
-                    # meanwhile gets its row back after the tombstone.
-                    parts.append(table.keys_condition([d.key for d in extras]))
-                tombstones = [d.tombstone for d in extras if d.tombstone is not None]
-                if parts:
-                    repairs.append((qualified, topic, condition_text(any_of(parts)), tombstones))
-    finally:
-        close()
+        comparer = _on_spark(master, kafka, registry, dsn, config, chunk_rows)
+    else:
+        comparer = compare_here(kafka, chunk_rows)
+    lookup = schema_lookup(registry_client(registry))
+    reports, repairs = verify_tables(config, dsn, kafka, lookup, tables, comparer, rechecks, wait_s)
     sent = []
-    if repairs:
-        producer = Producer(kafka)
-        signals = SignalTopic(kafka, config.signal_topic_name, config.server)
-        ensure_topics(AdminClient(kafka), [signals.topic], 1, timeout_s=15)
-        for qualified, topic, condition, tombstones in repairs:
-            _write_tombstones(producer, topic, tombstones)
-            signal = Signal(
-                uuid.uuid4().hex, "execute-snapshot", (qualified,), ((qualified, condition),)
-            )
-            signals.send(producer, signal)
-            sent.append(
-                {
-                    "table": qualified,
-                    "signal": signal.id,
-                    "condition": condition,
-                    "tombstones": len(tombstones),
-                    "topic": topic,
-                }
-            )
-        producer.flush(30)
+    if repair and repairs:
+        signals = verify_repair(kafka, config, repairs)
+        sent = [
+            {
+                "table": fix.table,
+                "signal": signal,
+                "condition": fix.condition,
+                "tombstones": len(fix.tombstones),
+                "topic": fix.topic,
+            }
+            for fix, signal in zip(repairs, signals, strict=True)
+        ]
     _print(reports, sent, as_json, repair)
     if any(r.differences and r.behind is None for r in reports):
         ctx.exit(1)
@@ -175,51 +118,34 @@ def verify(
         ctx.exit(3)
 
 
-def _compare(kafka: dict[str, Any], name: str, topic: str, table: Any, chunk_rows: int) -> Any:
-    """The table compared with its topic, read here."""
-    from bizevents.capture.verify import Report, compare, topic_state
+def _on_spark(
+    master: str | None,
+    kafka: dict[str, Any],
+    registry: dict[str, Any],
+    dsn: str,
+    config: Any,
+    chunk_rows: int,
+) -> Any:
+    """Tables compared by the replay's Spark job, capture's comparison shipped to it."""
+    from bizevents.capture.verifyrun import CapturedTable
+    from bizevents.replay.job import spark_session
+    from bizevents.replay.verify import SparkVerify, keys_state, verify_table
 
-    state = topic_state(kafka, topic, table.decoder)
-    report = Report(name, topic, records_read=state.read)
-    compare(report, state, table.chunks(chunk_rows))
-    return report
+    session = spark_session(master, "bizevents-verify")
 
+    def comparer(table: str, topic: str, _reader: Any) -> tuple[Any, Any]:
+        side = CapturedTable(registry, dsn, config, table)
+        job = SparkVerify(kafka, registry, side, table, topic)
+        return (
+            partial(verify_table, session, job, chunk_rows, _SPARK_SLICE),
+            partial(keys_state, session, job, slice_size=_SPARK_SLICE),
+        )
 
-def _keys_state(kafka: dict[str, Any], topic: str, decoder: Any, keys: list[Any]) -> TopicState:
-    """The topic's latest state of these keys (the rechecks' topic side), read here."""
-    from bizevents.capture.verify import TopicState, topic_state
-
-    state = topic_state(kafka, topic, decoder)
-    return TopicState(
-        {k: state.rows[k] for k in keys if k in state.rows},
-        {k: state.gone[k] for k in keys if k in state.gone},
-    )
+    return comparer
 
 
 #: Offsets of a topic's partition per Spark task of ``verify --spark``.
 _SPARK_SLICE = 200_000
-
-
-def _write_tombstones(producer: Any, topic: str, tombstones: list[tuple[int, bytes]]) -> None:
-    """The extra keys' tombstones, each to its key's partition, acknowledged before the
-    snapshot that follows them is asked for."""
-    from bizevents.plumbing.errors import TransientError
-    from bizevents.plumbing.kafka import produce
-
-    failed: list[Any] = []
-
-    def delivered(err: Any, _msg: Any) -> None:
-        if err is not None:
-            failed.append(err)
-
-    for partition, key in tombstones:
-        produce(producer, topic, None, key, partition=partition, on_delivery=delivered)
-    if producer.flush(30) or failed:
-        reason = failed[0] if failed else "no acknowledgement within 30 s"
-        raise TransientError(
-            f"the repair's tombstones for {topic} were not all written ({reason}); "
-            "no snapshot was asked for: run verify --repair again"
-        )
 
 
 def _key_text(key: Any) -> str:
