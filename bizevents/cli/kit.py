@@ -7,6 +7,7 @@ import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
 from functools import wraps
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -20,6 +21,13 @@ from bizevents.plumbing.logging import configure_logging, redact_text
 from bizevents.settings import Settings, load_settings
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+#: The argument of the commands that act on a capture: its TOML file.
+CAPTURE_FILE = click.argument(
+    "capture_config",
+    metavar="CAPTURE_FILE",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+)
 
 # Off a terminal rich assumes 80 columns; tables in logs and pipes read better wider.
 console = Console(width=None if sys.stdout.isatty() else 160)

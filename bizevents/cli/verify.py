@@ -9,16 +9,12 @@ from typing import Any
 
 import click
 
-from bizevents.cli.kit import console, fails_cleanly, json_text, settings_of
+from bizevents.cli.kit import CAPTURE_FILE, console, fails_cleanly, json_text, settings_of
 from bizevents.plumbing.errors import ConfigError
 
 
 @click.command()
-@click.argument(
-    "capture_config",
-    metavar="CAPTURE_FILE",
-    type=click.Path(path_type=Path, dir_okay=False, exists=True),
-)
+@CAPTURE_FILE
 @click.option("--table", "tables", multiple=True, help="Only this table (repeatable).")
 @click.option(
     "--chunk-rows",
