@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import click
 
-from bizevents.cli.kit import CAPTURE_FILE, console, fails_cleanly, json_text, settings_of
+from bizevents.cli.kit import CAPTURE_FILE, fails_cleanly, settings_of
+from bizevents.cli.verify_report import print_reports
 from bizevents.plumbing.errors import ConfigError
 
 
@@ -107,7 +107,7 @@ def verify(
             }
             for fix, signal in zip(repairs, signals, strict=True)
         ]
-    _print(reports, sent, as_json, repair)
+    print_reports(reports, sent, as_json, repair)
     if any(r.differences and r.behind is None for r in reports):
         ctx.exit(1)
     if any(not r.ok for r in reports):
@@ -142,101 +142,3 @@ def _on_spark(
 
 #: Offsets of a topic's partition per Spark task of ``verify --spark``.
 _SPARK_SLICE = 200_000
-
-
-def _key_text(key: Any) -> str:
-    return ", ".join(f"{k}={v!r}" for k, v in key)
-
-
-def _print(reports: list[Any], repairs: list[dict[str, Any]], as_json: bool, repair: bool) -> None:
-    if as_json:
-        console.print_json(
-            json.dumps(
-                {
-                    "tables": [
-                        {
-                            "table": r.table,
-                            "topic": r.topic,
-                            "rows": r.rows,
-                            "topic_rows": r.topic_rows,
-                            "chunks": r.chunks,
-                            "differing_chunks": len(r.differing_chunks),
-                            "compared": r.compared,
-                            "behind": r.behind,
-                            "differences": [
-                                {
-                                    "kind": d.kind,
-                                    "key": dict(d.key),
-                                    "topic_position": d.topic_position,
-                                    "database_position": d.database_position,
-                                }
-                                for d in r.differences
-                            ],
-                        }
-                        for r in reports
-                    ],
-                    "repairs": repairs,
-                },
-                default=json_text,
-            )
-        )
-        return
-    for r in reports:
-        _print_report(r)
-        if r.behind is not None and repair:
-            console.print(
-                f"repair: nothing asked for {r.table} while capture is behind; run verify "
-                "again once it caught up",
-                highlight=False,
-            )
-    for fix in repairs:
-        if fix["tombstones"]:
-            console.print(
-                f"repair: {fix['tombstones']} tombstones written to {fix['topic']} for the "
-                "extra keys",
-                highlight=False,
-            )
-        console.print(
-            f"repair: signal {fix['signal']} asks capture to snapshot {fix['table']} where "
-            f"{fix['condition']}",
-            highlight=False,
-        )
-
-
-def _print_report(r: Any) -> None:
-    if not r.compared:
-        console.print(f"{r.table}: not compared with {r.topic}: {r.behind}", highlight=False)
-        return
-    if r.behind is not None:
-        verdict = f"{len(r.differences)} differences not confirmed: {r.behind}"
-    else:
-        verdict = "the topic holds the table" if r.ok else f"{len(r.differences)} differences"
-    console.print(
-        f"{r.table}: {r.rows} rows in {r.chunks} chunks, {r.topic_rows} keys in {r.topic} "
-        f"({r.records_read} records): {verdict}",
-        highlight=False,
-    )
-    unconfirmed = "unconfirmed " if r.behind is not None else ""
-    for d in r.differences:
-        what = {
-            "missing": "in the table, not in the topic",
-            "differs": "the table's row differs from the topic's",
-            "extra": "in the topic, not in the table",
-        }[d.kind]
-        since = (
-            f"the topic's last record of it ({d.topic_position})"
-            if d.topic_position is not None
-            else "the start of the topic (it holds no record of this key)"
-        )
-        console.print(
-            f"  {unconfirmed}{d.kind} {_key_text(d.key)}: {what}; changed between {since} "
-            f"and the database at {d.database_position}",
-            highlight=False,
-            soft_wrap=True,  # a line per key, for grep
-        )
-    if r.behind is None and any(d.kind == "extra" for d in r.differences):
-        console.print(
-            "  (extra keys are deletes the topic lacks: --repair writes their tombstones, "
-            "then snapshots those keys again, for any that came back meanwhile)",
-            highlight=False,
-        )
