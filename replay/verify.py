@@ -46,7 +46,7 @@ from typing import Any, Protocol
 
 from bizevents.replay.plan import Planner, Range, slices
 
-__all__ = ["SparkVerify", "TableSide", "keys_state", "verify_table"]
+__all__ = ["SparkVerify", "TableSide", "compare_on_spark", "keys_state", "verify_table"]
 
 #: A key: its ``(column, value)`` pairs.
 Key = Any
@@ -69,6 +69,8 @@ class TableSide(Protocol):
         """The report of the table's ``chunks`` compared with the topic's ``state``."""
 
 
+#: Offsets of a topic's partition per Spark task of ``verify --spark``.
+SLICE = 200_000
 #: Records a task reads per block.
 _BATCH = 5_000
 
@@ -249,3 +251,30 @@ def keys_state(spark: Any, job: SparkVerify, keys: list[Key], slice_size: int) -
     finally:
         records.unpersist()
     return job.side.state_of(found)
+
+
+def compare_on_spark(
+    master: str | None,
+    kafka: dict[str, Any],
+    registry: dict[str, Any],
+    side_of: Callable[[str], TableSide],
+    chunk_rows: int,
+) -> Callable[[str, str, Any], tuple[Callable[[], Any], Callable[[list[Key]], Any]]]:
+    """How ``verify`` compares a table on Spark: ``(table, topic, reader) -> (the first
+    comparison, the topic's state of some keys)``, the table's side from ``side_of``."""
+    from functools import partial
+
+    from bizevents.replay.job import spark_session
+
+    session = spark_session(master, "bizevents-verify")
+
+    def comparer(
+        table: str, topic: str, _reader: Any
+    ) -> tuple[Callable[[], Any], Callable[[list[Key]], Any]]:
+        job = SparkVerify(kafka, registry, side_of(table), table, topic)
+        return (
+            partial(verify_table, session, job, chunk_rows, SLICE),
+            partial(keys_state, session, job, slice_size=SLICE),
+        )
+
+    return comparer

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -89,7 +88,11 @@ def verify(
     kafka = settings.kafka.librdkafka()
     registry = settings.registry.client_config()
     if spark:
-        comparer = _on_spark(master, kafka, registry, dsn, config, chunk_rows)
+        from bizevents.capture.verifyrun import CapturedTable
+        from bizevents.replay.verify import compare_on_spark
+
+        side = partial(CapturedTable, registry, dsn, config)
+        comparer = compare_on_spark(master, kafka, registry, side, chunk_rows)
     else:
         comparer = compare_here(kafka, chunk_rows)
     lookup = schema_lookup(registry_client(registry))
@@ -112,33 +115,3 @@ def verify(
         ctx.exit(1)
     if any(not r.ok for r in reports):
         ctx.exit(3)
-
-
-def _on_spark(
-    master: str | None,
-    kafka: dict[str, Any],
-    registry: dict[str, Any],
-    dsn: str,
-    config: Any,
-    chunk_rows: int,
-) -> Any:
-    """Tables compared by the replay's Spark job, capture's comparison shipped to it."""
-    from bizevents.capture.verifyrun import CapturedTable
-    from bizevents.replay.job import spark_session
-    from bizevents.replay.verify import SparkVerify, keys_state, verify_table
-
-    session = spark_session(master, "bizevents-verify")
-
-    def comparer(table: str, topic: str, _reader: Any) -> tuple[Any, Any]:
-        side = CapturedTable(registry, dsn, config, table)
-        job = SparkVerify(kafka, registry, side, table, topic)
-        return (
-            partial(verify_table, session, job, chunk_rows, _SPARK_SLICE),
-            partial(keys_state, session, job, slice_size=_SPARK_SLICE),
-        )
-
-    return comparer
-
-
-#: Offsets of a topic's partition per Spark task of ``verify --spark``.
-_SPARK_SLICE = 200_000
