@@ -9,7 +9,14 @@ import click
 import structlog
 
 from bizevents.cli.capture_parked import discard, parked, redrive
-from bizevents.cli.kit import CAPTURE_FILE, console, err_console, fails_cleanly, settings_of
+from bizevents.cli.kit import (
+    CAPTURE_FILE,
+    capture_of,
+    console,
+    err_console,
+    fails_cleanly,
+    settings_of,
+)
 from bizevents.plumbing.errors import ConfigError
 
 
@@ -31,18 +38,10 @@ def postgres(ctx: click.Context, capture_config: Path) -> None:
     Kafka and the schema registry come from the global settings; SIGTERM or Ctrl-C
     stop it once Kafka has acknowledged everything read and the slot is confirmed.
     """
-    from bizevents.capture.config import load_capture_config
     from bizevents.capture.runner import PostgresCapture
 
-    settings = settings_of(ctx)
-    config = load_capture_config(capture_config)
-    dsn = config.dsn or settings.database.postgres_dsn
-    if dsn is None:
-        raise ConfigError(
-            f"no database to capture: set dsn in {capture_config} or database.postgres_dsn "
-            "in the settings (BIZEVENTS_DATABASE__POSTGRES_DSN)"
-        )
-    _run(ctx, PostgresCapture, config, dsn.get_secret_value(), config.slot_name)
+    config, dsn = capture_of(ctx, capture_config, "capture")
+    _run(ctx, PostgresCapture, config, dsn, config.slot_name)
 
 
 @capture.command()

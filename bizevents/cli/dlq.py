@@ -15,7 +15,7 @@ import click
 from bizevents.cli.dlq_requests import discard, redrive
 from bizevents.cli.dlq_target import DlqError, consumer_options, parked_of, parked_rows, target_of
 from bizevents.cli.keys import KeyReader
-from bizevents.cli.kit import console, fails_cleanly, print_json, settings_of, table
+from bizevents.cli.kit import console, print_json, settings_of, table
 
 
 def _readable(key: bytes) -> str:
@@ -36,8 +36,6 @@ def dlq() -> None:
 @click.option("--translator", help="Only this translator's keys (name or name@version).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @consumer_options
-@click.pass_context
-@fails_cleanly
 def list_(
     ctx: click.Context,
     translator: str | None,
@@ -101,8 +99,6 @@ def list_(
 @click.option("--translator", help="Only this translator's parked changes.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @consumer_options
-@click.pass_context
-@fails_cleanly
 def show(
     ctx: click.Context,
     key: str,

@@ -12,7 +12,7 @@ import click
 
 from bizevents.cli.dlq_target import DlqError, Target, consumer_options, parked_of, target_of
 from bizevents.cli.keys import KeyReader
-from bizevents.cli.kit import fails_cleanly, print_json, settings_of
+from bizevents.cli.kit import print_json, settings_of
 from bizevents.plumbing.errors import ConfigError
 from bizevents.settings import Settings
 
@@ -54,8 +54,6 @@ def _report(answers: list[Any], as_json: bool, keys: KeyReader) -> None:
 @click.option("--timeout", type=float, default=120.0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the answers as JSON.")
 @consumer_options
-@click.pass_context
-@fails_cleanly
 def redrive(
     ctx: click.Context,
     ref: str | None,
@@ -124,8 +122,6 @@ def redrive(
 @click.option("--timeout", type=float, default=60.0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON.")
 @consumer_options
-@click.pass_context
-@fails_cleanly
 def discard(
     ctx: click.Context,
     key: str,

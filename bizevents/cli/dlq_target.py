@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 import click
 
+from bizevents.cli.kit import fails_cleanly
 from bizevents.plumbing.errors import ConfigError, TerminalError
 from bizevents.settings import Settings
 
@@ -38,7 +39,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def consumer_options(func: F) -> F:
-    """``--consumer GROUP`` and its topics (the consumer kit's defaults)."""
+    """What every ``dlq`` command takes last: ``--consumer GROUP`` and its topics (the
+    consumer kit's defaults), the click context; its errors fail cleanly."""
+    func = click.pass_context(fails_cleanly(func))
     for option in reversed(
         [
             click.option(

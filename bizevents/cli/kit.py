@@ -16,7 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from bizevents.devstack.stack import with_running_stack
-from bizevents.plumbing.errors import BizeventsError
+from bizevents.plumbing.errors import BizeventsError, ConfigError
 from bizevents.plumbing.logging import configure_logging, redact_text
 from bizevents.settings import Settings, load_settings
 
@@ -60,6 +60,23 @@ def settings_of(ctx: click.Context) -> Settings:
         obj["settings"] = settings
     result: Settings = obj["settings"]
     return result
+
+
+def capture_of(ctx: click.Context, capture_config: Path, what: str) -> tuple[Any, str]:
+    """The capture's settings from its file, and the DSN of its database (the file's, else
+    the settings' ``database.postgres_dsn``); a sentence naming both when neither has one.
+    ``what``: the command's verb, for that sentence."""
+    from bizevents.capture.config import load_capture_config
+
+    settings = settings_of(ctx)
+    config = load_capture_config(capture_config)
+    dsn = config.dsn or settings.database.postgres_dsn
+    if dsn is None:
+        raise ConfigError(
+            f"no database to {what}: set dsn in {capture_config} or database.postgres_dsn "
+            "in the settings (BIZEVENTS_DATABASE__POSTGRES_DSN)"
+        )
+    return config, dsn.get_secret_value()
 
 
 def table(title: str, columns: list[str], rows: list[list[str]]) -> Table:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from bizevents.cli.kit import CAPTURE_FILE, fails_cleanly, settings_of
+from bizevents.cli.kit import CAPTURE_FILE, capture_of, fails_cleanly, settings_of
 from bizevents.cli.verify_report import print_reports
 from bizevents.plumbing.errors import ConfigError
 
@@ -69,19 +69,12 @@ def verify(
 
     PostgreSQL and MySQL/MariaDB tables (the DSN says which).
     """
-    from bizevents.capture.config import load_capture_config
     from bizevents.capture.verifyrun import compare_here, verify_tables
     from bizevents.capture.verifyrun import repair as verify_repair
     from bizevents.plumbing.registry import registry_client, schema_lookup
 
     settings = settings_of(ctx)
-    config = load_capture_config(capture_config)
-    dsn_secret = config.dsn or settings.database.postgres_dsn
-    if dsn_secret is None:
-        raise ConfigError(
-            f"no database to verify: set dsn in {capture_config} or database.postgres_dsn"
-        )
-    dsn = dsn_secret.get_secret_value()
+    config, dsn = capture_of(ctx, capture_config, "verify")
     unknown = [t for t in tables if config.tables and t not in config.tables]
     if unknown:
         raise ConfigError(f"{', '.join(unknown)} is not captured by {capture_config}")
