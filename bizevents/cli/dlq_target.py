@@ -41,7 +41,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 def consumer_options(func: F) -> F:
     """What every ``dlq`` command takes last: ``--consumer GROUP`` and its topics (the
     consumer kit's defaults), the click context; its errors fail cleanly."""
-    func = click.pass_context(fails_cleanly(func))
+    command: Any = click.pass_context(fails_cleanly(func))
     for option in reversed(
         [
             click.option(
@@ -53,8 +53,9 @@ def consumer_options(func: F) -> F:
             ),
         ]
     ):
-        func = option(func)
-    return func
+        command = option(command)
+    result: F = command
+    return result
 
 
 def target_of(
