@@ -13,7 +13,7 @@ from __future__ import annotations
 import click
 
 from bizevents.cli.dlq_requests import discard, redrive
-from bizevents.cli.dlq_target import DlqError, consumer_options, parked_of, parked_rows, target_of
+from bizevents.cli.dlq_target import DlqError, Who, consumer_options, parked_of, parked_rows
 from bizevents.cli.keys import KeyReader
 from bizevents.cli.kit import console, print_json, settings_of, table
 
@@ -40,13 +40,11 @@ def list_(
     ctx: click.Context,
     translator: str | None,
     as_json: bool,
-    consumer: str | None,
-    parked_topic: str | None,
-    dead_letter_topic: str | None,
+    who: Who,
 ) -> None:
     """The parked keys, how many changes wait behind each, and the first reason."""
     settings = settings_of(ctx)
-    target = target_of(settings, consumer, parked_topic, dead_letter_topic)
+    target = who.target(settings)
     keys = KeyReader(settings.registry)
     rows = [
         {
@@ -72,7 +70,7 @@ def list_(
         table(
             f"{len(rows)} parked keys",
             [
-                "translator" if consumer is None else "consumer",
+                "translator" if who.consumer is None else "consumer",
                 "topic[partition]",
                 "key",
                 "parked",
@@ -104,16 +102,14 @@ def show(
     key: str,
     translator: str | None,
     as_json: bool,
-    consumer: str | None,
-    parked_topic: str | None,
-    dead_letter_topic: str | None,
+    who: Who,
 ) -> None:
     """One key's parked changes, in source order (KEY as `dlq list` prints it: its JSON,
     e.g. '{"id": 9}', or its hex)."""
     from bizevents.plumbing.parkingio import read_to_end
 
     settings = settings_of(ctx)
-    target = target_of(settings, consumer, parked_topic, dead_letter_topic)
+    target = who.target(settings)
     keys = KeyReader(settings.registry)
     found = [
         (ref, state)

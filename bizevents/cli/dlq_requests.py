@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from bizevents.cli.dlq_target import DlqError, Target, consumer_options, parked_of, target_of
+from bizevents.cli.dlq_target import DlqError, Target, Who, consumer_options, parked_of
 from bizevents.cli.keys import KeyReader
 from bizevents.cli.kit import print_json, settings_of
 from bizevents.plumbing.errors import ConfigError
@@ -61,9 +61,7 @@ def redrive(
     every: bool,
     timeout: float,
     as_json: bool,
-    consumer: str | None,
-    parked_topic: str | None,
-    dead_letter_topic: str | None,
+    who: Who,
 ) -> None:
     """Re-run a key's parked changes, in order, through the given (fixed) version, with
     the same event ids; the key is unparked when its queue is empty. A change that fails
@@ -75,7 +73,7 @@ def redrive(
     from bizevents.translators.registry import discover
     from bizevents.translators.transaction_api import TransactionTranslator
 
-    if (ref is None) == (consumer is None):
+    if (ref is None) == (who.consumer is None):
         raise ConfigError("give either --translator NAME@VERSION or --consumer GROUP")
     if (key is None) == (not every):
         raise ConfigError("give either --key KEY or --all")
@@ -92,8 +90,8 @@ def redrive(
         version = int(version_text)
         whole = isinstance(found, TransactionTranslator)
     settings = settings_of(ctx)
-    target = target_of(settings, consumer, parked_topic, dead_letter_topic)
-    owner = name if ref is not None else str(consumer)
+    target = who.target(settings)
+    owner = name if ref is not None else str(who.consumer)
     keys = KeyReader(settings.registry)
     # a name may have row and transaction versions (orders@2, orders@3): a row version
     # re-drives the keys the row worker parked, a transaction version the business keys
@@ -129,19 +127,17 @@ def discard(
     reason: str,
     timeout: float,
     as_json: bool,
-    consumer: str | None,
-    parked_topic: str | None,
-    dead_letter_topic: str | None,
+    who: Who,
 ) -> None:
     """Drop a key's parked changes (they stay on the dead-letter topic, for the record)
     and unpark it, recording the reason."""
     from bizevents.plumbing.parking import Request
 
-    if (translator is None) == (consumer is None):
+    if (translator is None) == (who.consumer is None):
         raise ConfigError("give either --translator NAME or --consumer GROUP")
     settings = settings_of(ctx)
-    target = target_of(settings, consumer, parked_topic, dead_letter_topic)
-    name = translator.partition("@")[0] if translator is not None else str(consumer)
+    target = who.target(settings)
+    name = translator.partition("@")[0] if translator is not None else str(who.consumer)
     keys = KeyReader(settings.registry)
     targets = [r for r, _ in parked_of(settings, name, target) if keys.matches(r[3], key)]
     if not targets:

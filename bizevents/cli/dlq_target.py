@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import wraps
 from typing import Any, TypeVar
 
 import click
@@ -38,10 +39,35 @@ class Target:
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+@dataclass(frozen=True)
+class Who:
+    """Whose parked keys, as the options gave it: ``--consumer GROUP`` and its topics, or
+    nothing of them (the translators')."""
+
+    consumer: str | None
+    parked_topic: str | None
+    dead_letter_topic: str | None
+
+    def target(self, settings: Settings) -> Target:
+        return target_of(settings, self.consumer, self.parked_topic, self.dead_letter_topic)
+
+
 def consumer_options(func: F) -> F:
     """What every ``dlq`` command takes last: ``--consumer GROUP`` and its topics (the
-    consumer kit's defaults), the click context; its errors fail cleanly."""
-    command: Any = click.pass_context(fails_cleanly(func))
+    consumer kit's defaults), given to it as ``who``; the click context; its errors
+    fail cleanly."""
+
+    @wraps(func)
+    def with_who(
+        *args: Any,
+        consumer: str | None,
+        parked_topic: str | None,
+        dead_letter_topic: str | None,
+        **kwargs: Any,
+    ) -> Any:
+        return func(*args, who=Who(consumer, parked_topic, dead_letter_topic), **kwargs)
+
+    command: Any = click.pass_context(fails_cleanly(with_who))
     for option in reversed(
         [
             click.option(
