@@ -4,7 +4,7 @@ Fills a table of ``--rows`` rows, captures it (initial snapshot, then a round of
 streamed), then times ``--runs`` verifications of it (topic read and reduced to its
 latest state per key, table read in chunks, both through the canonical encoding) and
 prints rows verified/s per run and their median (min-max). ``--spark local[2]`` times
-``verify --spark`` instead (bizevents/verifyspark.py, on that master).
+``verify --spark`` instead (bizevents/replay/verify.py, on that master).
 
     .venv/bin/python bench/verify.py                      # a private stack on free ports
     .venv/bin/python bench/verify.py --rows 200000 --stack-json endpoints.json
@@ -106,13 +106,14 @@ def main() -> None:
             session = spark_session(args.spark, "bench-verify")
         for n in range(args.runs):
             if session is not None:
-                from bizevents.verifyspark import SparkVerify, verify_table
+                from bizevents.capture.verifyrun import CapturedTable
+                from bizevents.replay.verify import SparkVerify, verify_table
 
+                registry_conf = {"url": endpoints.registry_url}
                 job = SparkVerify(
                     kafka,
-                    {"url": endpoints.registry_url},
-                    dsn,
-                    config,
+                    registry_conf,
+                    CapturedTable(registry_conf, dsn, config, table),
                     table,
                     f"{config.prefix}.{table}",
                 )

@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final, Literal
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 
 from bizevents.capture.core import CaptureCore
 from bizevents.capture.exceptions import CaptureError
@@ -55,7 +55,7 @@ from bizevents.plumbing.parking import (
     Request,
     ref_key,
 )
-from bizevents.plumbing.parkingio import REQUEST_PREFIX, read_to_end
+from bizevents.plumbing.parkingio import REQUEST_PREFIX, ask, parked_keys, read_to_end
 
 __all__ = [
     "ANY_PARTITION",
@@ -466,17 +466,6 @@ class QuarantineCore(CaptureCore):
 # -- the commands' side (``bizevents capture redrive | discard | parked``) ------------------
 
 
-def parked_keys(kafka: dict[str, Any], parked_topic: str) -> tuple[ParkedKeys, int]:
-    """The parked keys the parked topic holds now, and the offset after its last record."""
-    messages = read_to_end(kafka, parked_topic)
-    keys = ParkedKeys()
-    for msg in messages:
-        key = msg.key()
-        if key is not None and not key.startswith(REQUEST_PREFIX):
-            keys.apply(key, msg.value())
-    return keys, (messages[-1].offset() + 1 if messages else 0)
-
-
 def ask_capture(
     kafka: dict[str, Any],
     parked_topic: str,
@@ -498,36 +487,11 @@ def ask_capture(
         Request(uuid.uuid4().hex, kind, CAPTURE, topic, partition, key.hex(), reason=reason)
         for _, topic, partition, key in refs
     ]
-    producer = Producer(kafka)
-    for request in requests:
-        producer.produce(
-            parked_topic, key=request.record_key(), value=request.record(), partition=0
+    answers = ask(kafka, parked_topic, requests, position, timeout_s)
+    if answers is None:
+        raise CaptureError(
+            f"no capture answered within {timeout_s:.0f} s: is `bizevents capture postgres` "
+            f'(or `mysql`) running with on_conversion_error = "park"? The request stays in '
+            f"{parked_topic} and the capture carries it out when it runs"
         )
-    if producer.flush(30):
-        raise CaptureError(f"the {kind} request could not be written to {parked_topic} in 30 s")
-    wanted = {r.id for r in requests}
-    deadline = time.monotonic() + timeout_s
-    while True:
-        answers: dict[str, Request] = {}
-        for msg in read_to_end(kafka, parked_topic):
-            key = msg.key()
-            value = msg.value()
-            if msg.offset() < position or key is None or value is None:
-                continue
-            if not key.startswith(REQUEST_PREFIX):
-                continue
-            try:
-                answer = Request.decode(value)
-            except (ValueError, TypeError):
-                continue
-            if answer.id in wanted and answer.status != "pending":
-                answers[answer.id] = answer
-        if len(answers) == len(wanted):
-            return [answers[r.id] for r in requests]
-        if time.monotonic() > deadline:
-            raise CaptureError(
-                f"no capture answered within {timeout_s:.0f} s: is `bizevents capture postgres` "
-                f'(or `mysql`) running with on_conversion_error = "park"? The request stays in '
-                f"{parked_topic} and the capture carries it out when it runs"
-            )
-        time.sleep(0.3)
+    return answers

@@ -253,10 +253,15 @@ class SignalTopic:
         self.group = f"bizevents-capture-signals-{server}"
         self._consumer: Consumer | None = None
 
-    def send(self, producer: Producer, signal: Signal, on_delivery: Any = None) -> None:
+    @staticmethod
+    def record(signal: Signal) -> tuple[bytes, bytes]:
+        """The signal's record: ``(key, value)``."""
         sid, kind, data = signal.to_row()
-        value = json.dumps({"type": kind, "data": data}).encode()
-        produce(producer, self.topic, value, sid.encode(), on_delivery=on_delivery)
+        return sid.encode(), json.dumps({"type": kind, "data": data}).encode()
+
+    def send(self, producer: Producer, signal: Signal, on_delivery: Any = None) -> None:
+        key, value = self.record(signal)
+        produce(producer, self.topic, value, key, on_delivery=on_delivery)
 
     def poll(self, start: int | None, wait_s: float = 0) -> list[tuple[int, Signal | SignalError]]:
         """Signals that arrived since the last call, with the offset after each (never

@@ -23,12 +23,14 @@ __all__ = [
     "EMBEDDED_BROKER",
     "FULL_KAFKA",
     "BrokerTraits",
+    "DeliveryError",
     "TopicCreationError",
     "broker_traits",
     "ensure_topics",
     "partition_for",
     "produce",
     "read_latest",
+    "send_confirmed",
     "stay_in_group",
     "stay_in_group_where_needed",
     "traits_of",
@@ -71,6 +73,41 @@ def produce(
             return
         except BufferError:
             producer.poll(wait_s)
+
+
+class DeliveryError(TransientError):
+    """Records the broker did not acknowledge; ``reason`` says why (its first error, or
+    the wait that ran out), for the caller's sentence."""
+
+    def __init__(self, topic: str, reason: str) -> None:
+        super().__init__(f"the broker did not take the records for {topic}: {reason}")
+        self.topic = topic
+        self.reason = reason
+
+
+def send_confirmed(
+    producer: Any,
+    topic: str,
+    records: Sequence[tuple[bytes | None, bytes | None, int]],
+    timeout_s: float = 30.0,
+) -> None:
+    """Write ``(key, value, partition)`` records (partition -1: the key's) and return
+    once the broker acknowledged every one: what a command writes before it tells a
+    person it is done. One that is refused, or not acknowledged within ``timeout_s``:
+    :class:`DeliveryError`."""
+    failed: list[Any] = []
+
+    def delivered(err: Any, _msg: Any) -> None:
+        if err is not None:
+            failed.append(err)
+
+    for key, value, partition in records:
+        produce(producer, topic, value, key, partition=partition, on_delivery=delivered)
+    left = producer.flush(timeout_s)
+    if failed:
+        raise DeliveryError(topic, str(failed[0]))
+    if left:
+        raise DeliveryError(topic, f"no acknowledgement within {timeout_s:g} s")
 
 
 def ensure_topics(

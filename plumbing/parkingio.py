@@ -3,7 +3,9 @@
 :mod:`bizevents.plumbing.parking` holds the parked keys as pure state; the parts that
 park (the row worker, the consumer kit) and ``bizevents dlq`` read the parked topic and
 the dead-letter topic to their ends with :func:`read_to_end`, and fold the re-drive and
-discard requests among the parked topic's records with :func:`read_requests`.
+discard requests among the parked topic's records with :func:`read_requests`. The
+commands (``bizevents dlq``, ``bizevents capture parked | redrive | discard``) read the
+parked keys with :func:`parked_keys` and ask for a re-drive or a discard with :func:`ask`.
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ from typing import Any
 import structlog
 
 from bizevents.plumbing.errors import TransientError
-from bizevents.plumbing.parking import Request
+from bizevents.plumbing.kafka import send_confirmed
+from bizevents.plumbing.parking import ParkedKeys, Request
 
-__all__ = ["REQUEST_PREFIX", "read_parked", "read_requests", "read_to_end"]
+__all__ = ["REQUEST_PREFIX", "ask", "parked_keys", "read_parked", "read_requests", "read_to_end"]
 
 log = structlog.get_logger("parking")
 
@@ -103,3 +106,42 @@ def read_requests(messages: Sequence[Any], requests: dict[str, Request]) -> None
         known = requests.get(request.id)
         if known is None or known.status == "pending":
             requests[request.id] = request
+
+
+def parked_keys(conf: dict[str, Any], topic: str) -> tuple[ParkedKeys, int]:
+    """The parked keys the parked topic ``topic`` holds now (each key's latest state
+    folded), and the offset after its last record, where the answers to a request
+    written now will be."""
+    messages = read_to_end(conf, topic)
+    keys = ParkedKeys()
+    for msg in messages:
+        key = msg.key()
+        if key is not None:
+            keys.apply(key, msg.value())
+    return keys, (messages[-1].offset() + 1 if messages else 0)
+
+
+def ask(
+    conf: dict[str, Any], topic: str, requests: Sequence[Request], position: int, timeout_s: float
+) -> list[Request] | None:
+    """Write ``requests`` to the parked topic and wait for their answers, read from
+    ``position`` on (in the order of ``requests``); ``None`` when not every one was
+    answered within ``timeout_s`` (the requests stay: the part that owns each key
+    carries it out when it runs)."""
+    from confluent_kafka import Producer
+
+    records = [(r.record_key(), r.record(), 0) for r in requests]
+    send_confirmed(Producer(conf), topic, records)
+    answers: dict[str, Request] = {}
+    deadline = time.monotonic() + timeout_s
+    while True:
+        messages = read_to_end(conf, topic, [0], {0: position})
+        if messages:
+            position = messages[-1].offset() + 1
+        read_requests(messages, answers)
+        done = [answers.get(r.id) for r in requests]
+        if all(a is not None and a.status != "pending" for a in done):
+            return [a for a in done if a is not None]
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.3)

@@ -69,6 +69,25 @@ def encode(record: Promotion | Handover) -> tuple[bytes, bytes]:
     return record.key, json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
 
 
+def write(kafka: dict[str, Any], topic: str, record: Promotion | Handover) -> None:
+    """Write ``record`` to the promotions topic (made compacted when missing) and return
+    once the broker acknowledged it; a sentence (nothing changed) when it did not."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient
+
+    from bizevents.plumbing.kafka import DeliveryError, ensure_topics, send_confirmed
+
+    ensure_topics(AdminClient(kafka), [topic], 1, config={"cleanup.policy": "compact"})
+    producer = Producer({**kafka, "acks": "all", "enable.idempotence": True})
+    key, value = encode(record)
+    try:
+        send_confirmed(producer, topic, [(key, value, 0)])
+    except DeliveryError as exc:
+        raise ConfigError(
+            f"the broker did not take the promotion in {topic}: {exc.reason}; nothing changed"
+        ) from None
+
+
 def decode(value: bytes, where: str) -> Promotion | Handover:
     """A record of the promotions topic; a sentence naming ``where`` if it is not one."""
     try:

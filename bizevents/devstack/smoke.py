@@ -7,6 +7,7 @@ import uuid
 
 from bizevents.devstack.processes import StackError
 from bizevents.devstack.stack import Endpoints
+from bizevents.plumbing.kafka import DeliveryError, send_confirmed
 
 SMOKE_SCHEMA = """
 {"type": "record", "name": "Smoke", "namespace": "bizevents.dev",
@@ -24,11 +25,13 @@ def kafka_round_trip(bootstrap: str, messages: int) -> tuple[int, float]:
     admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(timeout=15)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
     started = time.perf_counter()
-    for n in range(messages):
-        producer.produce(topic, key=str(n).encode(), value=f"message {n}".encode())
-        producer.poll(0)
-    if producer.flush(30) != 0:
-        raise StackError(f"the broker at {bootstrap} did not acknowledge every smoke message")
+    records = [(str(n).encode(), f"message {n}".encode(), -1) for n in range(messages)]
+    try:
+        send_confirmed(producer, topic, records)
+    except DeliveryError as exc:
+        raise StackError(
+            f"the broker at {bootstrap} did not acknowledge every smoke message: {exc.reason}"
+        ) from None
     consumer = Consumer(
         {"bootstrap.servers": bootstrap, "group.id": "bizevents-smoke", "enable.auto.commit": False}
     )

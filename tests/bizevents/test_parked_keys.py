@@ -1,9 +1,9 @@
-"""Parked keys as people read and type them (bizevents.parkedkeys); the registry here is
+"""Parked keys as people read and type them (bizevents.cli.keys); the registry here is
 an address known to be closed, so framed keys fall back to their hex."""
 
 from __future__ import annotations
 
-from bizevents.parkedkeys import KeyReader
+from bizevents.cli.keys import KeyReader
 from bizevents.plumbing.settings import RegistrySettings
 
 FRAMED = bytes.fromhex("000000000112")  # schema id 1, Avro {"id": 9}

@@ -83,7 +83,7 @@ def test_an_older_event_arriving_late_does_not_hide_the_latest() -> None:
 
 
 def test_the_sparkline_spans_the_whole_run() -> None:
-    from bizevents.demo import _sparkline
+    from bizevents.demo.view import _sparkline
 
     history = [15.0] * 100 + [60.0] * 100 + [100.0] * 10
     line = _sparkline(history, width=21)

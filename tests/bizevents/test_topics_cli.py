@@ -14,9 +14,9 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
+from bizevents.cli.topics import Pinned, describe
 from bizevents.devstack import Endpoints
 from bizevents.plumbing.kafka import ensure_topics
-from bizevents.topicscli import Pinned, describe
 from tests.capture.capture_helpers import Db, capture_endpoints, database, in_process
 
 REPO = Path(__file__).resolve().parents[2]

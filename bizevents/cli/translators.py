@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from bizevents.clikit import console, fails_cleanly, print_json, settings_of, table
+from bizevents.cli.kit import console, fails_cleanly, print_json, settings_of, table
 
 
 @click.group()

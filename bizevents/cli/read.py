@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 
-from bizevents.clikit import fails_cleanly, json_text, settings_of
+from bizevents.cli.kit import fails_cleanly, json_text, settings_of
 
 
 def decoder(schema_for_id: Callable[[int], str]) -> Callable[[bytes | None], Any]:

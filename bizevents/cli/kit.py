@@ -7,6 +7,7 @@ import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
 from functools import wraps
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -15,11 +16,18 @@ from rich.markup import escape
 from rich.table import Table
 
 from bizevents.devstack.stack import with_running_stack
-from bizevents.plumbing.errors import BizeventsError
+from bizevents.plumbing.errors import BizeventsError, ConfigError
 from bizevents.plumbing.logging import configure_logging, redact_text
 from bizevents.settings import Settings, load_settings
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+#: The argument of the commands that act on a capture: its TOML file.
+CAPTURE_FILE = click.argument(
+    "capture_config",
+    metavar="CAPTURE_FILE",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+)
 
 # Off a terminal rich assumes 80 columns; tables in logs and pipes read better wider.
 console = Console(width=None if sys.stdout.isatty() else 160)
@@ -52,6 +60,23 @@ def settings_of(ctx: click.Context) -> Settings:
         obj["settings"] = settings
     result: Settings = obj["settings"]
     return result
+
+
+def capture_of(ctx: click.Context, capture_config: Path, what: str) -> tuple[Any, str]:
+    """The capture's settings from its file, and the DSN of its database (the file's, else
+    the settings' ``database.postgres_dsn``); a sentence naming both when neither has one.
+    ``what``: the command's verb, for that sentence."""
+    from bizevents.capture.config import load_capture_config
+
+    settings = settings_of(ctx)
+    config = load_capture_config(capture_config)
+    dsn = config.dsn or settings.database.postgres_dsn
+    if dsn is None:
+        raise ConfigError(
+            f"no database to {what}: set dsn in {capture_config} or database.postgres_dsn "
+            "in the settings (BIZEVENTS_DATABASE__POSTGRES_DSN)"
+        )
+    return config, dsn.get_secret_value()
 
 
 def table(title: str, columns: list[str], rows: list[list[str]]) -> Table:

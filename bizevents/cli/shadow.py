@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from bizevents.clikit import console, fails_cleanly, print_json, settings_of, table
+from bizevents.cli.kit import console, fails_cleanly, print_json, settings_of, table
 from bizevents.plumbing.errors import ConfigError
 from bizevents.settings import Settings
 
@@ -117,8 +117,8 @@ def promote(
     """Put a shadowed version live when its comparison passes the gate; each worker hands
     each partition over at one offset. Naming the version that was live before the last
     promotion rolls back, without a gate."""
-    from bizevents.plumbing.kafka import ensure_topics, produce, read_latest
-    from bizevents.translators.promotion import Pins, Promotion, decode, encode
+    from bizevents.plumbing.kafka import read_latest
+    from bizevents.translators.promotion import Pins, Promotion, decode, write
     from bizevents.translators.registry import discover
     from bizevents.translators.shadow import PromotionGate, parse_fraction
 
@@ -167,27 +167,7 @@ def promote(
         }
     at = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
     promotion = Promotion(target.name, target.version, live, at, figures)
-    from confluent_kafka import Producer
-    from confluent_kafka.admin import AdminClient
-
-    conf = settings.kafka.librdkafka()
-    ensure_topics(AdminClient(conf), [t.promotions()], 1, config={"cleanup.policy": "compact"})
-    producer = Producer({**conf, "acks": "all", "enable.idempotence": True})
-    key, value = encode(promotion)
-    errors: list[Any] = []
-    produce(
-        producer,
-        t.promotions(),
-        value,
-        key=key,
-        partition=0,
-        on_delivery=lambda err, _msg: errors.append(err) if err is not None else None,
-    )
-    if producer.flush(30) != 0 or errors:
-        raise ConfigError(
-            f"the broker did not take the promotion in {t.promotions()}: "
-            f"{errors[0] if errors else 'no acknowledgement in 30 s'}; nothing changed"
-        )
+    write(settings.kafka.librdkafka(), t.promotions(), promotion)
     console.print(
         f"{ref} promoted in place of {target.name}@{live} ({json.dumps(figures, sort_keys=True)});"
         " each worker hands each partition over at its next block (a transaction translator: each"

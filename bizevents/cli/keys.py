@@ -11,7 +11,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from bizevents.clikit import json_text
+from bizevents.cli.kit import json_text
 from bizevents.plumbing.settings import RegistrySettings
 
 
@@ -26,12 +26,12 @@ class KeyReader:
 
     def _value(self, key: bytes) -> Any:
         """The key's value, or ``None`` when it reads as neither Avro nor text."""
+        from bizevents.cli.read import decoder
         from bizevents.plumbing.registry import (
             RegistryUnavailableError,
             registry_client,
             schema_lookup,
         )
-        from bizevents.readcli import decoder
 
         if self._decode is None:
             client = registry_client({**self._registry.client_config(), "max.retries": 0})

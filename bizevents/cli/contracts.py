@@ -9,31 +9,31 @@ logs stay greppable.
 
 from __future__ import annotations
 
-import re
 import sys
-from collections.abc import Sequence
-from importlib.metadata import entry_points
 from pathlib import Path
 
 import click
 
-from bizevents.clikit import fails_cleanly, settings_of
+from bizevents.cli.contracts_plugins import (
+    check_pinned,
+    entry_points_named,
+    pull_schemas,
+    report_verdicts,
+)
+from bizevents.cli.kit import fails_cleanly, settings_of
 from bizevents.contracts.business import BusinessEvent
 from bizevents.contracts.compatibility import CompatibilityLevel, parse_level
 from bizevents.contracts.gate import (
     GitHistory,
     RegistryHistory,
     SchemaHistory,
-    Verdict,
     check_contracts,
     load_contracts,
     register_contracts,
 )
 from bizevents.contracts.subjects import STRATEGIES, subject_strategy
-from bizevents.settings import Settings
-from bizevents.translators.columns import ColumnProblem, Layout, column_problems
-from bizevents.translators.exceptions import PluginError
-from bizevents.translators.registry import ENTRY_POINT_GROUP, discover
+from bizevents.translators.columns import ColumnProblem
+from bizevents.translators.registry import discover
 
 _PATHS = click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 _STRATEGY = click.option(
@@ -50,25 +50,6 @@ _STRATEGY = click.option(
 def contracts() -> None:
     """Business-event contracts: check them against what they replace, register them,
     pull them into a consumer's Python module."""
-
-
-def _line(verdict: Verdict) -> str:
-    level = verdict.level.value if verdict.level else "-"
-    status = verdict.status if verdict.ok else verdict.status.upper()
-    against = f" against {', '.join(verdict.compared_with)}" if verdict.compared_with else ""
-    return f"{verdict.subject}  {level}  {status}  ({verdict.contract.path}{against})"
-
-
-def _report(verdicts: list[Verdict]) -> None:
-    for verdict in verdicts:
-        click.echo(_line(verdict))
-        for message in verdict.messages:
-            click.echo(f"    - {message}")
-    failed = sum(not v.ok for v in verdicts)
-    click.echo(
-        f"{len(verdicts)} contract(s) checked, "
-        + (f"{failed} failed" if failed else "all compatible")
-    )
 
 
 @contracts.command()
@@ -123,55 +104,14 @@ def check(
     problems: list[ColumnProblem] = []
     try:
         verdicts = check_contracts(found, history, subject_strategy(strategy))
-        _report(verdicts)
+        report_verdicts(verdicts)
         if registry is not None and translators:
-            problems = _check_pinned(settings_of(ctx), registry)
+            problems = check_pinned(settings_of(ctx), registry)
     finally:
         if registry is not None:
             registry.close()
     if problems or not all(v.ok for v in verdicts):
         sys.exit(1)
-
-
-def _check_pinned(settings: Settings, registry: RegistryHistory) -> list[ColumnProblem]:
-    """The pinned translators' declared columns against the latest layouts of their
-    tables (the technical topics' value schemas in the registry)."""
-    if not settings.translators:
-        return []
-    translate = settings.translate
-    if not translate.topic_prefix and not translate.topics:
-        click.echo(
-            "pinned translators not checked: set translate.topic_prefix (or translate.topics) "
-            "to name their technical topics"
-        )
-        return []
-    problems: list[ColumnProblem] = []
-    for translator in discover(names=settings.translators).pinned(settings.translators):
-        for table in translator.sources:
-            if any(c in table for c in "*?["):
-                click.echo(f"{translator.ref}  {table}  not checked (a pattern)")
-                continue
-            topic = _topic_of(table, translate.topic_prefix, translate.topics)
-            layouts = [Layout(v.label, v.schema) for v in registry.versions(f"{topic}-value")]
-            found = column_problems(translator, table, layouts)
-            if translator.columns is None and translator.changes is None:
-                status = "declares no columns"
-            elif not layouts:
-                status = f"not checked ({topic}-value has no schema yet)"
-            else:
-                status = f"{'BROKEN' if found else 'ok'} against {layouts[-1].label} of {topic}"
-            click.echo(f"{translator.ref}  {table}  {status}")
-            for problem in found:
-                click.echo(f"    - {problem}")
-            problems += found
-    return problems
-
-
-def _topic_of(table: str, prefix: str | None, topics: Sequence[str]) -> str:
-    for topic in topics:
-        if topic.endswith(f".{table}"):
-            return topic
-    return f"{prefix}.{table}"
 
 
 @contracts.command()
@@ -185,7 +125,7 @@ def register(ctx: click.Context, paths: tuple[Path, ...], strategy: str) -> None
     registry = RegistryHistory(settings_of(ctx).registry)
     try:
         verdicts = check_contracts(found, registry, subject_strategy(strategy))
-        _report(verdicts)
+        report_verdicts(verdicts)
         registrations = register_contracts(verdicts, registry)
     finally:
         registry.close()
@@ -218,7 +158,7 @@ def write(names: tuple[str, ...], out: Path) -> None:
     without any, every installed plugin's. Every version of a translator counts."""
     from bizevents.contracts.business import write_avsc
 
-    chosen = _entry_points_named(names)
+    chosen = entry_points_named(names)
     emitted: dict[str, type[BusinessEvent]] = {}
     for translator in discover(names=chosen):
         if translator.name in chosen:
@@ -245,61 +185,10 @@ def pull(ctx: click.Context, subjects: tuple[str, ...], out: Path) -> None:
 
     SUBJECTS as the registry names them, <topic>-value (shipping.parcel-delivered-value).
     Each class is checked to give back its subject's schema before the file is written."""
-    import json
+    from bizevents.contracts.pymodule import contracts_module
 
-    from confluent_kafka.schema_registry.error import SchemaRegistryError
-
-    from bizevents.contracts.exceptions import ContractError
-    from bizevents.contracts.pymodule import PulledSchema, contracts_module
-    from bizevents.plumbing.registry import registry_client
-
-    registry = settings_of(ctx).registry
-    client = registry_client({**registry.client_config(), "max.retries": 0})
-    pulled = []
-    for subject in subjects:
-        try:
-            text = client.get_latest_version(subject).schema.schema_str
-        except SchemaRegistryError as exc:
-            if exc.http_status_code == 404:
-                raise ContractError(
-                    f"the registry at {registry.url} has no subject {subject}"
-                ) from None
-            raise ContractError(f"cannot read {subject} from {registry.url}: {exc}") from None
-        except Exception as exc:  # the client's network errors
-            raise ContractError(f"the registry at {registry.url} did not answer: {exc}") from None
-        topic = subject.removesuffix("-value") if subject.endswith("-value") else None
-        pulled.append(PulledSchema(subject, json.loads(text), topic))
+    pulled = pull_schemas(settings_of(ctx).registry, subjects)
     header = f"Contracts of {', '.join(subjects)}, as the schema registry holds them."
     out.write_text(contracts_module(pulled, header), encoding="utf-8")
     for item in pulled:
         click.echo(f"{item.subject}  {item.schema['name']}  {out}")
-
-
-def _normalized(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def _entry_points_named(names: Sequence[str]) -> set[str]:
-    """The translator entry points that ``names`` pick (all without names); a name that
-    is neither an installed plugin distribution nor a translator is an error."""
-    found = entry_points(group=ENTRY_POINT_GROUP)
-    if not found:
-        raise PluginError(
-            f"no translator plugin is installed (entry-point group {ENTRY_POINT_GROUP})"
-        )
-    if not names:
-        return {e.name for e in found}
-    chosen: set[str] = set()
-    for name in names:
-        picked = {
-            e.name
-            for e in found
-            if e.name == name
-            or (e.dist is not None and _normalized(e.dist.name) == _normalized(name))
-        }
-        if not picked:
-            raise PluginError(
-                f"{name!r} is neither an installed translator plugin nor a translator's name"
-            )
-        chosen |= picked
-    return chosen

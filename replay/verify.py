@@ -1,11 +1,10 @@
 """``bizevents verify --spark``: the proof that a technical topic holds its table, as a
 Spark job, for tables larger than one machine's memory (PostgreSQL and MariaDB tables).
 
-It stands in the shell: it joins capture's comparison to the replay's planning and
-range reader, two floors that do not know each other.
-
-The same comparison as :mod:`bizevents.capture.verify` (its table readers, its
-canonical row encoding, its report), with the work spread over the replay's executors:
+The comparison is capture's (:mod:`bizevents.capture.verify`: its table readers, its
+canonical row encoding, its report), given to the job as a :class:`TableSide` (the
+shell joins the two floors, which do not know each other); the work is spread over the
+replay's executors:
 
 1. the driver reads where the table's chunks start (every ``chunk_rows``-th key, one
    scan on the server) and plans the topic's offset ranges as the replay does
@@ -43,22 +42,35 @@ import bisect
 import dataclasses
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-from bizevents.capture.verify import (
-    Key,
-    Report,
-    TableReader,
-    TopicRow,
-    TopicState,
-    compare,
-    entry_of,
-    open_readers,
-)
 from bizevents.replay.plan import Planner, Range, slices
 
-__all__ = ["SparkVerify", "keys_state", "verify_table"]
+__all__ = ["SparkVerify", "TableSide", "compare_on_spark", "keys_state", "verify_table"]
 
+#: A key: its ``(column, value)`` pairs.
+Key = Any
+
+
+class TableSide(Protocol):
+    """What the job needs of the table's source, shipped with each task (picklable)."""
+
+    def open_reader(self) -> tuple[Any, Callable[[], None]]:
+        """The table's reader on new connections, and its closing."""
+
+    def entry_of(self, decoded: Any, partition: int, offset: int) -> tuple[str, Any, Any, Any]:
+        """What a topic record says of its key: ``(kind, key, digest, where)``."""
+
+    def state_of(self, found: list[tuple[Key, tuple[Any, ...]]]) -> Any:
+        """The topic's state of the keys found, ``(key, (partition, offset, digest,
+        where, order, record key))`` each."""
+
+    def compared(self, table: str, topic: str, read: int, state: Any, chunks: Any) -> Any:
+        """The report of the table's ``chunks`` compared with the topic's ``state``."""
+
+
+#: Offsets of a topic's partition per Spark task of ``verify --spark``.
+SLICE = 200_000
 #: Records a task reads per block.
 _BATCH = 5_000
 
@@ -69,8 +81,7 @@ class SparkVerify:
 
     kafka: dict[str, Any]
     registry: dict[str, Any]
-    dsn: str
-    capture: Any  # the CaptureConfig
+    side: TableSide
     table: str
     topic: str
     #: The key's columns in the key's order (set by :func:`verify_table`).
@@ -85,15 +96,8 @@ class SparkVerify:
         return tuple(values[n] for n in self.key_names)
 
 
-def _reader(job: SparkVerify) -> tuple[TableReader, Callable[[], None]]:
-    """The table's reader (capture's codec, the registry's schemas) on new connections."""
-    from bizevents.plumbing.registry import registry_client, schema_lookup
-
-    lookup = schema_lookup(registry_client(job.registry))
-    ((_table, _topic, reader),), _side, close = open_readers(
-        job.capture, job.dsn, [job.table], lookup
-    )
-    return reader, close
+def _reader(job: SparkVerify) -> tuple[Any, Callable[[], None]]:
+    return job.side.open_reader()
 
 
 def _read_ranges(job: SparkVerify, ranges: Iterator[Range]) -> Iterator[tuple[Any, ...]]:
@@ -116,7 +120,9 @@ def _read_ranges(job: SparkVerify, ranges: Iterator[Range]) -> Iterator[tuple[An
                 keyed = []
                 for record in block:
                     decoded = decoder.decode(record.key, record.value)
-                    kind, key, digest, where = entry_of(decoded, rng.partition, record.offset)
+                    kind, key, digest, where = job.side.entry_of(
+                        decoded, rng.partition, record.offset
+                    )
                     if kind == "truncate":
                         yield ("t", rng.partition, record.offset)
                     elif key is not None:
@@ -174,20 +180,9 @@ def _latest(spark: Any, job: SparkVerify, slice_size: int) -> tuple[Any, Any]:
     return records, latest
 
 
-def _state(found: list[tuple[Key, tuple[Any, ...]]]) -> TopicState:
-    """The topic's latest state of the keys found (as the local verify's)."""
-    state = TopicState()
-    for key, (partition, _o, digest, where, _order, raw) in found:
-        if digest is None:
-            state.gone[key] = where
-        else:
-            state.rows[key] = TopicRow(digest, where, raw, partition)
-    return state
-
-
-def verify_table(spark: Any, job: SparkVerify, chunk_rows: int, slice_size: int) -> Report:
-    """Compare one table with its topic as a Spark job; the report of
-    :func:`bizevents.capture.verify.compare`, the differences found key by key."""
+def verify_table(spark: Any, job: SparkVerify, chunk_rows: int, slice_size: int) -> Any:
+    """Compare one table with its topic as a Spark job; the side's report, the
+    differences found key by key."""
     sc = spark.sparkContext
     reader, close = _reader(job)
     try:
@@ -226,11 +221,11 @@ def verify_table(spark: Any, job: SparkVerify, chunk_rows: int, slice_size: int)
         found = latest.filter(lambda kv: chunk_of(kv[1][4]) in wanted).collect()
     finally:
         records.unpersist()
-    report = Report(job.table, job.topic, records_read=read)
     reader, close = _reader(job)
     try:
         chunks = (reader.between(bounds[i], bounds[i + 1]) for i in differing)
-        compare(report, _state(found), chunks)
+        state = job.side.state_of(found)
+        report = job.side.compared(job.table, job.topic, read, state, chunks)
     finally:
         close()
     # The totals are the whole table's and topic's, not only the differing chunks'.
@@ -242,7 +237,7 @@ def verify_table(spark: Any, job: SparkVerify, chunk_rows: int, slice_size: int)
     return report
 
 
-def keys_state(spark: Any, job: SparkVerify, keys: list[Key], slice_size: int) -> TopicState:
+def keys_state(spark: Any, job: SparkVerify, keys: list[Key], slice_size: int) -> Any:
     """The topic's latest state of these keys (the rechecks' topic side): the topic
     read again on the executors, only these keys' newest records brought back."""
     wanted = set(keys)
@@ -255,4 +250,31 @@ def keys_state(spark: Any, job: SparkVerify, keys: list[Key], slice_size: int) -
         found = latest.filter(lambda kv: kv[0] in wanted).collect()
     finally:
         records.unpersist()
-    return _state(found)
+    return job.side.state_of(found)
+
+
+def compare_on_spark(
+    master: str | None,
+    kafka: dict[str, Any],
+    registry: dict[str, Any],
+    side_of: Callable[[str], TableSide],
+    chunk_rows: int,
+) -> Callable[[str, str, Any], tuple[Callable[[], Any], Callable[[list[Key]], Any]]]:
+    """How ``verify`` compares a table on Spark: ``(table, topic, reader) -> (the first
+    comparison, the topic's state of some keys)``, the table's side from ``side_of``."""
+    from functools import partial
+
+    from bizevents.replay.job import spark_session
+
+    session = spark_session(master, "bizevents-verify")
+
+    def comparer(
+        table: str, topic: str, _reader: Any
+    ) -> tuple[Callable[[], Any], Callable[[list[Key]], Any]]:
+        job = SparkVerify(kafka, registry, side_of(table), table, topic)
+        return (
+            partial(verify_table, session, job, chunk_rows, SLICE),
+            partial(keys_state, session, job, slice_size=SLICE),
+        )
+
+    return comparer

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from bizevents.clikit import console, err_console, fails_cleanly, settings_of, table
+from bizevents.cli.kit import console, err_console, fails_cleanly, settings_of, table
 
 _CAPTURE_PARKING = ("parked", "parked_keys", "redriven", "discarded_keys")
 

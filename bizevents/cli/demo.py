@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from bizevents.clikit import console, fails_cleanly, json_text, settings_of, table
+from bizevents.cli.kit import console, fails_cleanly, json_text, settings_of, table
 
 
 @click.command()

@@ -1,4 +1,4 @@
-"""The ``bizevents`` command line: one group, one module per family of subcommands."""
+"""The root group `bizevents`: the global options, `version`, and every group added."""
 
 from __future__ import annotations
 
@@ -6,20 +6,20 @@ from pathlib import Path
 
 import click
 
-from bizevents.capturecli import capture
-from bizevents.clikit import fails_cleanly, settings_of
-from bizevents.contractscli import contracts
-from bizevents.democli import demo
-from bizevents.devcli import dev
-from bizevents.dlqcli import dlq
-from bizevents.readcli import read
-from bizevents.replaycli import replay
-from bizevents.shadowcli import promote, shadow
-from bizevents.statuscli import status
-from bizevents.topicscli import topics
-from bizevents.translatecli import translate
-from bizevents.translatorscli import translators
-from bizevents.verifycli import verify
+from bizevents.cli.capture import capture
+from bizevents.cli.contracts import contracts
+from bizevents.cli.demo import demo
+from bizevents.cli.dev import dev
+from bizevents.cli.dlq import dlq
+from bizevents.cli.kit import fails_cleanly, settings_of
+from bizevents.cli.read import read
+from bizevents.cli.replay import replay
+from bizevents.cli.shadow import promote, shadow
+from bizevents.cli.status import status
+from bizevents.cli.topics import topics
+from bizevents.cli.translate import translate
+from bizevents.cli.translators import translators
+from bizevents.cli.verify import verify
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import click
 
-from bizevents.clikit import console, fails_cleanly, print_json, settings_of, table
+from bizevents.cli.kit import console, fails_cleanly, print_json, settings_of, table
 
 Kind = Literal["technical", "transaction", "business", "dead-letter", "other"]
 _ENVELOPE = "Envelope"
@@ -114,14 +114,8 @@ def _pinned(pins: Mapping[str, int], prefix: str | None, names: Sequence[str]) -
         writes: dict[str, set[str]] = {}
         for contract in t.emits:
             writes.setdefault(contract.contract_topic(), set()).add(contract.contract_fullname())
-        found.append(
-            Pinned(
-                t.ref,
-                reads,
-                {k: tuple(sorted(v)) for k, v in writes.items()},
-                is_transactional(t),
-            )
-        )
+        contracts = {k: tuple(sorted(v)) for k, v in writes.items()}
+        found.append(Pinned(t.ref, reads, contracts, is_transactional(t)))
     return found
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 import structlog
 
-from bizevents.clikit import fails_cleanly, settings_of
+from bizevents.cli.kit import fails_cleanly, settings_of
 
 
 @click.command()
