@@ -82,27 +82,27 @@ public final class Harness {
                   long now = System.nanoTime();
                   synchronized (LOCK) {
                     try {
-                    for (ChangeEvent<String, String> record : batch) {
-                      String topic = record.destination();
-                      out.write("{\"topic\":\"");
-                      out.write(topic);
-                      out.write("\",\"key\":");
-                      out.write(record.key() == null ? "null" : record.key());
-                      out.write(",\"value\":");
-                      out.write(record.value() == null ? "null" : record.value());
-                      out.write("}\n");
-                      RECORDS.incrementAndGet();
-                      if (!topic.equals(txTopic)) {
-                        if (CHANGES.getAndIncrement() == 0) {
-                          firstNanos = now;
+                      for (ChangeEvent<String, String> record : batch) {
+                        String topic = record.destination();
+                        out.write("{\"topic\":\"");
+                        out.write(topic);
+                        out.write("\",\"key\":");
+                        out.write(record.key() == null ? "null" : record.key());
+                        out.write(",\"value\":");
+                        out.write(record.value() == null ? "null" : record.value());
+                        out.write("}\n");
+                        RECORDS.incrementAndGet();
+                        if (!topic.equals(txTopic)) {
+                          if (CHANGES.getAndIncrement() == 0) {
+                            firstNanos = now;
+                          }
                         }
+                        if (marker != null && markerNanos == 0 && topic.endsWith(marker)) {
+                          markerNanos = now;
+                        }
+                        committer.markProcessed(record);
                       }
-                      if (marker != null && markerNanos == 0 && topic.endsWith(marker)) {
-                        markerNanos = now;
-                      }
-                      committer.markProcessed(record);
-                    }
-                    out.flush();
+                      out.flush();
                     } catch (IOException e) {
                       throw new UncheckedIOException(e);
                     }
