@@ -69,32 +69,6 @@ def postgres_properties(
     return props
 
 
-def mysql_properties(
-    dsn: str, server: str, server_id: int, database: str, tables: list[str], **extra: Any
-) -> dict[str, str]:
-    """Debezium's MySQL connector on MariaDB (the MariaDB connector is not served here)."""
-    u = urlsplit(dsn)
-    props = _common(
-        server,
-        **{
-            "connector.class": "io.debezium.connector.mysql.MySqlConnector",
-            "database.hostname": u.hostname or "127.0.0.1",
-            "database.port": u.port or 3306,
-            "database.user": unquote(u.username or ""),
-            "database.password": unquote(u.password or ""),
-            "database.server.id": server_id,
-            "database.ssl.mode": "disabled",
-            "database.include.list": database,
-            "table.include.list": ",".join(f"{database}.{t}" for t in tables),
-            "schema.history.internal": "io.debezium.relational.history.MemorySchemaHistory",
-            "include.schema.changes": False,
-            "snapshot.mode": "initial",
-        },
-    )
-    props.update({k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in extra.items()})
-    return props
-
-
 def start(
     props: dict[str, str],
     folder: Path,

@@ -125,7 +125,7 @@ public final class Harness {
                 () -> {
                   try {
                     engine.close();
-                  } catch (IOException e) {
+                  } catch (IOException | IllegalStateException e) {
                     // stopping anyway
                   }
                 }));
@@ -145,7 +145,11 @@ public final class Harness {
         break;
       }
     }
-    engine.close();
+    try {
+      engine.close();
+    } catch (IllegalStateException e) {
+      // the engine stopped by itself (it failed): nothing to close
+    }
     executor.shutdown();
     executor.awaitTermination(60, TimeUnit.SECONDS);
     synchronized (LOCK) {
