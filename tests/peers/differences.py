@@ -17,6 +17,7 @@ from bizevents.contracts.envelope import ChangeEvent, Tombstone
 
 REPO = Path(__file__).resolve().parents[2]
 ABSENT = "(absent)"
+PG = "PostgreSQL"
 
 
 @dataclass(frozen=True)
@@ -51,21 +52,21 @@ def _same_tx(ours: Any, theirs: Any) -> bool:
 _DBZ_SNAPSHOT = ("first", "first_in_data_collection", "last_in_data_collection", "true", "last")
 
 ROWS: dict[str, Row] = {
-    "ts_ms": Row("PostgreSQL", lambda o, t, e: type(o) is int and type(t) is int),
-    "source.version": Row("PostgreSQL", lambda o, t, e: o == "bizevents-capture-1" and t[:2] == "3."),
-    "source.ts_ns": Row("PostgreSQL", lambda o, t, e: o == ABSENT and type(t) is int),
-    "source.sequence": Row("PostgreSQL", lambda o, t, e: o is None and t.startswith("[")),
-    "transaction.id": Row("PostgreSQL", lambda o, t, e: _same_tx(o, t)),
-    "source.snapshot": Row("PostgreSQL", lambda o, t, e: o in ("true", "last") and t in _DBZ_SNAPSHOT),
-    "source.lsn": Row("PostgreSQL", lambda o, t, e: _snapshot(e) and _lsn_or_none(t, e)),
-    "source.txId": Row("PostgreSQL", lambda o, t, e: _snapshot(e) and o is None),
-    "source.ts_ms": Row("PostgreSQL", lambda o, t, e: _snapshot(e) and type(t) is int),
-    "source.ts_us": Row("PostgreSQL", lambda o, t, e: _snapshot(e) and type(t) is int),
+    "ts_ms": Row(PG, lambda o, t, e: type(o) is int and type(t) is int),
+    "source.version": Row(PG, lambda o, t, e: o == "bizevents-capture-1" and t[:2] == "3."),
+    "source.ts_ns": Row(PG, lambda o, t, e: o == ABSENT and type(t) is int),
+    "source.sequence": Row(PG, lambda o, t, e: o is None and t.startswith("[")),
+    "transaction.id": Row(PG, lambda o, t, e: _same_tx(o, t)),
+    "source.snapshot": Row(PG, lambda o, t, e: o in ("true", "last") and t in _DBZ_SNAPSHOT),
+    "source.lsn": Row(PG, lambda o, t, e: _snapshot(e) and _lsn_or_none(t, e)),
+    "source.txId": Row(PG, lambda o, t, e: _snapshot(e) and o is None),
+    "source.ts_ms": Row(PG, lambda o, t, e: _snapshot(e) and type(t) is int),
+    "source.ts_us": Row(PG, lambda o, t, e: _snapshot(e) and type(t) is int),
     "after.free": Row(
         "PostgreSQL",
         lambda o, t, e: isinstance(o, Decimal) and o == t and o.as_tuple() != t.as_tuple(),
     ),
-    "after.nm": Row("PostgreSQL", lambda o, t, e: _update(e) and o is not None and t is None),
+    "after.nm": Row(PG, lambda o, t, e: _update(e) and o is not None and t is None),
 }
 
 _ROW = re.compile(r"^\| `([^`]+)` \| (PostgreSQL|MariaDB|both) \|")
