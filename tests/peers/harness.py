@@ -77,15 +77,17 @@ def start(
     idle_ms: int | None = None,
     until_topic: str | None = None,
     heap: str = "1g",
+    out: Path | None = None,
 ) -> Run:
-    """The harness started on ``props``; its records go to ``folder/records.jsonl``."""
+    """The harness started on ``props``; its records go to ``out`` (default
+    ``folder/records.jsonl``)."""
     reason = missing()
     if reason is not None:
         raise RuntimeError(reason)
     folder.mkdir(parents=True, exist_ok=True)
     props_file = folder / "debezium.properties"
     props_file.write_text("".join(f"{k}={_escape(v)}\n" for k, v in props.items()))
-    out = folder / "records.jsonl"
+    out = out or folder / "records.jsonl"
     log = folder / "debezium.log"
     classpath = f"{TOOLS / 'classes'}:{(TOOLS / 'classpath.txt').read_text().strip()}"
     args = [

@@ -11,6 +11,7 @@ import java.io.InputStream;
 import java.io.OutputStreamWriter;
 import java.io.UncheckedIOException;
 import java.io.Writer;
+import java.lang.management.ManagementFactory;
 import java.nio.charset.StandardCharsets;
 import java.util.List;
 import java.util.Properties;
@@ -23,7 +24,8 @@ import java.util.concurrent.atomic.AtomicLong;
  * Debezium's embedded engine as a peer of bizevents capture in tests and benchmarks: it runs
  * the connector the properties file names and writes each record as one JSON line
  * {"topic": ..., "key": ..., "value": ...} (key and value as the JSON converter wrote them,
- * null for a tombstone), then a summary line on stderr.
+ * null for a tombstone), then a summary line on stderr: the records, the wall clock and the
+ * whole process's CPU (every thread: JIT and GC too) at the first change and the last.
  *
  * <p>Usage: Harness PROPERTIES OUT [--max N] [--idle-ms MS] [--until-topic SUFFIX]
  *
@@ -35,7 +37,11 @@ public final class Harness {
   private static final Object LOCK = new Object();
   private static final AtomicLong RECORDS = new AtomicLong();
   private static final AtomicLong CHANGES = new AtomicLong();
+  private static final com.sun.management.OperatingSystemMXBean OS =
+      (com.sun.management.OperatingSystemMXBean) ManagementFactory.getOperatingSystemMXBean();
   private static volatile long firstNanos;
+  private static volatile long firstCpuNanos;
+  private static volatile long lastCpuNanos;
   private static volatile long lastNanos;
   private static volatile long markerNanos;
   private static volatile Throwable failure;
@@ -95,6 +101,7 @@ public final class Harness {
                         if (!topic.equals(txTopic)) {
                           if (CHANGES.getAndIncrement() == 0) {
                             firstNanos = now;
+                            firstCpuNanos = OS.getProcessCpuTime();
                           }
                         }
                         if (marker != null && markerNanos == 0 && topic.endsWith(marker)) {
@@ -107,6 +114,7 @@ public final class Harness {
                       throw new UncheckedIOException(e);
                     }
                     lastNanos = now;
+                    lastCpuNanos = OS.getProcessCpuTime();
                   }
                   committer.markBatchFinished();
                 })
@@ -159,8 +167,14 @@ public final class Harness {
       failure = new IllegalStateException("the engine stopped before any record");
     }
     System.err.printf(
-        "{\"records\": %d, \"changes\": %d, \"first_ns\": %d, \"last_ns\": %d}%n",
-        RECORDS.get(), CHANGES.get(), firstNanos, lastNanos);
+        "{\"records\": %d, \"changes\": %d, \"first_ns\": %d, \"last_ns\": %d, "
+            + "\"first_cpu_ns\": %d, \"last_cpu_ns\": %d}%n",
+        RECORDS.get(),
+        CHANGES.get(),
+        firstNanos,
+        lastNanos,
+        firstCpuNanos,
+        lastCpuNanos);
     if (failure != null) {
       System.err.println("debezium failed: " + failure);
       failure.printStackTrace();
