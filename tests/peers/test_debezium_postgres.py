@@ -54,6 +54,8 @@ def test_postgres_records_equal_debeziums_but_for_the_table(db: Db, tmp_path: Pa
     db.sql(f"CREATE TABLE {s}.everything ({cols})")
     db.sql(f"CREATE TABLE {s}.items (id int PRIMARY KEY, note text, qty int)")
     db.sql(f"ALTER TABLE {s}.items REPLICA IDENTITY FULL")
+    # the mapped types tests/capture/test_pgoutput_live.py's COLUMNS leaves out
+    db.sql(f'CREATE TABLE {s}.more (id int PRIMARY KEY, m8 macaddr8, c "char")')
     db.sql(f"CREATE TABLE {s}.done (id int PRIMARY KEY)")
     db.sql(signal_table_ddl(f"{s}.sig", mysql=False))  # both read their signals from it
     rows = [dict(r) for r in ROWS]
@@ -61,8 +63,9 @@ def test_postgres_records_equal_debeziums_but_for_the_table(db: Db, tmp_path: Pa
     rows[2]["d"] = None  # infinity: Debezium writes a day count no date holds (the table)
     _insert(db, "everything", rows[0])  # the initial snapshot reads it
     _insert(db, "items", {"id": 100, "note": "snapshot", "qty": 1})
+    _insert(db, "more", {"id": 1, "m8": "08:00:2b:01:02:03:04:05", "c": "x"})
 
-    tables = ["everything", "items", "done"]
+    tables = ["everything", "items", "more", "done"]
     config = db.config(tables, partitions=1, signal_table=f"{s}.sig")
     dbz = harness.start(
         harness.postgres_properties(
@@ -85,6 +88,7 @@ def test_postgres_records_equal_debeziums_but_for_the_table(db: Db, tmp_path: Pa
                 _insert(db, "everything", rows[1])
                 _insert(db, "everything", rows[2])
                 _insert(db, "items", {"id": 1, "note": "one", "qty": 1})
+                _insert(db, "more", {"id": 2, "m8": "08:00:2b:ff:fe:01:02:03", "c": "y"})
             db.conn.autocommit = True
             db.sql(f"UPDATE {s}.everything SET i = i - 1 WHERE id = 1")  # TOAST untouched
             db.sql(f"UPDATE {s}.items SET qty = 2 WHERE id = 1")
