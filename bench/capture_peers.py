@@ -10,8 +10,9 @@ every event acknowledged); Debezium 3.6.1's embedded engine drains the other int
 Both write transaction metadata. bizevents' time runs from its start to the last
 acknowledgement, its CPU is this process's (every thread: the capture loop and
 librdkafka's; the broker's is not counted); Debezium's time and CPU run from its first
-change to its last, its CPU the JVM's whole process (every thread, JIT and GC too, as
-/proc/<pid>/stat counts it), its start-up not counted.
+change to its last (with ``--warm-up`` from its middle change: the JIT's warm-up left
+out), its CPU the JVM's whole process (every thread, JIT and GC too, as /proc/<pid>/stat
+counts it), its start-up not counted.
 
 Snapshot: a table of ``--snapshot-rows`` rows; bizevents from its start to the snapshot
 recorded as done in Kafka, Debezium from its first row to its last.
@@ -24,7 +25,7 @@ Run it on a quiet machine (``uptime``): the two share the cores with nothing els
 
     scripts/setup-debezium  # once
     .venv/bin/python bench/capture_peers.py                       # private stack, 3 runs
-    .venv/bin/python bench/capture_peers.py --changes 200000 --runs 5
+    .venv/bin/python bench/capture_peers.py --changes 200000 --runs 5 --warm-up
 """
 
 from __future__ import annotations
@@ -142,9 +143,17 @@ def run_bizevents(
 
 
 def run_debezium(
-    endpoints: Any, tmp: Path, table: str, slot: str, pub: str, count: int, snapshot: bool
-) -> tuple[float, float]:
-    """Wall and CPU seconds of Debezium from its first change to its ``count``-th."""
+    endpoints: Any,
+    tmp: Path,
+    table: str,
+    slot: str,
+    pub: str,
+    count: int,
+    snapshot: bool,
+    warm_up: bool,
+) -> Figure:
+    """Debezium's changes/s and CPU-s per 100,000 from its first change (or, with
+    ``warm_up``, its ``count // 2``-th: the JIT warmed up) to its ``count``-th."""
     server = f"dbz{uuid.uuid4().hex[:8]}"
     props = harness.postgres_properties(
         endpoints.postgres_dsn,
@@ -161,7 +170,10 @@ def run_debezium(
             "max.queue.size": 32768,
         },
     )
-    run = harness.start(props, tmp / server, max_changes=count, out=Path("/dev/null"))
+    warm = count // 2 if warm_up else 1
+    run = harness.start(
+        props, tmp / server, max_changes=count, from_change=warm, out=Path("/dev/null")
+    )
     try:
         summary = run.finish(timeout=1800)
     finally:
@@ -170,7 +182,7 @@ def run_debezium(
         sys.exit(f"Debezium stopped after {summary['changes']} of {count}: {run.tail()}")
     wall = (summary["last_ns"] - summary["first_ns"]) / 1e9
     cpu = (summary["last_cpu_ns"] - summary["first_cpu_ns"]) / 1e9
-    return wall, cpu
+    return Figure((count - warm) / wall, cpu / (count - warm) * 100_000)
 
 
 def one_run(endpoints: Any, tmp: Path, args: argparse.Namespace) -> dict[str, Figure]:
@@ -215,16 +227,16 @@ def one_run(endpoints: Any, tmp: Path, args: argparse.Namespace) -> dict[str, Fi
             endpoints, tmp, table, ours, pub, False, lambda s: s.acknowledged_lsn >= end_lsn
         )
         figures["bizevents stream"] = figure(args.changes, wall, cpu)
-        wall, cpu = run_debezium(endpoints, tmp, table, theirs, pub, args.changes, False)
-        figures["debezium stream"] = figure(args.changes, wall, cpu)
+        figures["debezium stream"] = run_debezium(
+            endpoints, tmp, table, theirs, pub, args.changes, False, args.warm_up
+        )
         wall, cpu = run_bizevents(
             endpoints, tmp, snap_table, snap_ours, f"{pub}_snap", True, lambda s: s.snapshot_done
         )
         figures["bizevents snapshot"] = figure(args.snapshot_rows, wall, cpu)
-        wall, cpu = run_debezium(
-            endpoints, tmp, snap_table, snap_theirs, f"{pub}_snap", args.snapshot_rows, True
+        figures["debezium snapshot"] = run_debezium(
+            endpoints, tmp, snap_table, snap_theirs, f"{pub}_snap", args.snapshot_rows, True, False
         )
-        figures["debezium snapshot"] = figure(args.snapshot_rows, wall, cpu)
         return figures
     finally:
         time.sleep(1)  # the slots' walsenders end
@@ -251,6 +263,11 @@ def main() -> None:
     parser.add_argument("--snapshot-rows", type=int, default=100_000)
     parser.add_argument("--tx-rows", type=int, default=1_000)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--warm-up",
+        action="store_true",
+        help="time Debezium's stream from its middle change on (the JIT warmed up)",
+    )
     parser.add_argument("--stack-json", type=Path, help="endpoints of a running stack")
     args = parser.parse_args()
     reason = harness.missing()

@@ -76,6 +76,7 @@ def start(
     max_changes: int | None = None,
     idle_ms: int | None = None,
     until_topic: str | None = None,
+    from_change: int = 1,
     heap: str = "1g",
     out: Path | None = None,
 ) -> Run:
@@ -106,6 +107,8 @@ def start(
         args += ["--idle-ms", str(idle_ms)]
     if until_topic is not None:
         args += ["--until-topic", until_topic]
+    if from_change != 1:
+        args += ["--from", str(from_change)]
     with open(log, "wb") as sink:
         process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=sink)
     return Run(process, out, log)
