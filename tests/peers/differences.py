@@ -44,7 +44,7 @@ def _same_tx(ours: Any, theirs: Any) -> bool:
     return (
         isinstance(ours, str)
         and isinstance(theirs, str)
-        and ours.split(":")[0] == (theirs.split(":")[0])
+        and ours.split(":")[0] == theirs.split(":")[0]
     )
 
 
@@ -63,7 +63,7 @@ ROWS: dict[str, Row] = {
     "source.ts_ms": Row(PG, lambda o, t, e: _snapshot(e) and type(t) is int),
     "source.ts_us": Row(PG, lambda o, t, e: _snapshot(e) and type(t) is int),
     "after.free": Row(
-        "PostgreSQL",
+        PG,
         lambda o, t, e: isinstance(o, Decimal) and o == t and o.as_tuple() != t.as_tuple(),
     ),
     "after.nm": Row(PG, lambda o, t, e: _update(e) and o is not None and t is None),
