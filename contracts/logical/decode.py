@@ -51,9 +51,15 @@ def _typed(kind_check: type | tuple[type, ...], what: str) -> Converter:
     return check
 
 
+_NON_FINITE: Final = frozenset({"NaN", "Infinity", "-Infinity"})
+
+
 def _json_float(value: Any) -> float:
     # The JSON decoders parse numbers with fractions as Decimal so decimals stay exact;
-    # a float column takes the correctly rounded double of the same text.
+    # a float column takes the correctly rounded double of the same text. Connect's
+    # JsonConverter (Jackson) writes the non-finite ones as these strings.
+    if isinstance(value, str) and value in _NON_FINITE:
+        return float(value)
     if isinstance(value, bool) or not isinstance(value, int | float | Decimal):
         raise TypeError(f"expected a number, got {type(value).__name__}")
     return float(value)

@@ -36,7 +36,9 @@ _BY_LITERAL: Final[dict[str, Kind]] = {
     "int16": Kind.INT16,
     "int32": Kind.INT32,
     "int64": Kind.INT64,
-    "float32": Kind.FLOAT32,
+    "float": Kind.FLOAT32,  # what Connect's JsonConverter writes, and so Debezium
+    "double": Kind.FLOAT64,
+    "float32": Kind.FLOAT32,  # what bizevents wrote before it wrote the above
     "float64": Kind.FLOAT64,
     "string": Kind.STRING,
     "bytes": Kind.BYTES,

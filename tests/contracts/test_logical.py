@@ -150,6 +150,10 @@ JSON_CASES = [
     ("bytes", _s("bytes"), "AQID", b"\x01\x02\x03"),
     ("int64", _s("int64"), 2**62, 2**62),
     ("float64-from-decimal-text", _s("float64"), Decimal("0.1"), 0.1),
+    # the literals and non-finite values Connect's JsonConverter (so Debezium) writes
+    ("connect-float", _s("float"), Decimal("1.5"), 1.5),
+    ("connect-double-minus-infinity", _s("double"), "-Infinity", float("-inf")),
+    ("connect-float-infinity", _s("float"), "Infinity", float("inf")),
     ("boolean", _s("boolean"), True, True),
     (
         "array-of-ints",
@@ -396,6 +400,8 @@ def test_connect_schema_names_parameters() -> None:
         "parameters": {"scale": "2", "connect.decimal.precision": "10"},
         "field": "price",
     }
+    assert ColumnType(Kind.FLOAT32).connect_schema(False)["type"] == "float"  # as Connect
+    assert ColumnType(Kind.FLOAT64).connect_schema(False)["type"] == "double"
     enum = ColumnType(Kind.ENUM, labels=("a", "b")).connect_schema(False)
     assert enum["name"] == DBZ + "data.Enum"
     assert enum["parameters"] == {"allowed": "a,b"}

@@ -1,0 +1,83 @@
+"""The deliberate differences between bizevents capture's records and Debezium's: one
+entry per row of the table in docs/technical-envelope.md ("Beside Debezium"), each with
+the predicate that a differing field must meet. The equivalence tests hold both true:
+every difference found meets its row's predicate, every row is met at least once, and the
+rows here are the rows of the document."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from bizevents.contracts.envelope import ChangeEvent, Tombstone
+
+REPO = Path(__file__).resolve().parents[2]
+ABSENT = "(absent)"
+PG = "PostgreSQL"
+
+
+@dataclass(frozen=True)
+class Row:
+    database: str  # "PostgreSQL", "MariaDB" or "both", as the document's column says
+    holds: Callable[[Any, Any, ChangeEvent | Tombstone], bool]
+
+
+def _snapshot(event: ChangeEvent | Tombstone) -> bool:
+    return isinstance(event, ChangeEvent) and event.source.snapshot
+
+
+def _update(event: ChangeEvent | Tombstone) -> bool:
+    return isinstance(event, ChangeEvent) and event.op == "u"
+
+
+def _lsn_or_none(theirs: Any, event: ChangeEvent | Tombstone) -> bool:
+    # Debezium's incremental snapshot rows have no LSN; an initial snapshot's is its slot's
+    incremental = isinstance(event, ChangeEvent) and event.source.snapshot_raw == "incremental"
+    return theirs is None if incremental else type(theirs) is int
+
+
+def _same_tx(ours: Any, theirs: Any) -> bool:
+    return (
+        isinstance(ours, str)
+        and isinstance(theirs, str)
+        and ours.split(":")[0] == theirs.split(":")[0]
+    )
+
+
+# Debezium 2+ marks a table's first and last snapshot row; bizevents only the very last
+_DBZ_SNAPSHOT = ("first", "first_in_data_collection", "last_in_data_collection", "true", "last")
+
+ROWS: dict[str, Row] = {
+    "ts_ms": Row(PG, lambda o, t, e: type(o) is int and type(t) is int),
+    "source.version": Row(PG, lambda o, t, e: o == "bizevents-capture-1" and t[:2] == "3."),
+    "source.ts_ns": Row(PG, lambda o, t, e: o == ABSENT and type(t) is int),
+    "source.sequence": Row(PG, lambda o, t, e: o is None and t.startswith("[")),
+    "transaction.id": Row(PG, lambda o, t, e: _same_tx(o, t)),
+    "source.snapshot": Row(PG, lambda o, t, e: o in ("true", "last") and t in _DBZ_SNAPSHOT),
+    "source.lsn": Row(PG, lambda o, t, e: _snapshot(e) and _lsn_or_none(t, e)),
+    "source.txId": Row(PG, lambda o, t, e: _snapshot(e) and o is None),
+    "source.ts_ms": Row(PG, lambda o, t, e: _snapshot(e) and type(t) is int),
+    "source.ts_us": Row(PG, lambda o, t, e: _snapshot(e) and type(t) is int),
+    "after.free": Row(
+        PG,
+        lambda o, t, e: isinstance(o, Decimal) and o == t and o.as_tuple() != t.as_tuple(),
+    ),
+    "after.nm": Row(PG, lambda o, t, e: _update(e) and o is not None and t is None),
+}
+
+_ROW = re.compile(r"^\| `([^`]+)` \| (PostgreSQL|MariaDB|both) \|")
+
+
+def documented() -> dict[str, str]:
+    """The rows of docs/technical-envelope.md's table: field path -> database."""
+    text = (REPO / "docs" / "technical-envelope.md").read_text()
+    section = text.split("## Beside Debezium", 1)[1].split("\n## ", 1)[0]
+    return {m[1]: m[2] for line in section.splitlines() if (m := _ROW.match(line))}
+
+
+def rows_for(database: str) -> dict[str, Row]:
+    return {p: r for p, r in ROWS.items() if r.database in (database, "both")}

@@ -1,0 +1,174 @@
+"""Debezium's embedded engine run beside bizevents capture, by the equivalence tests and
+bench/capture_peers.py: its properties, its process and its output read back.
+
+``scripts/setup-debezium`` resolves tests/peers/debezium/pom.xml and compiles the Java
+harness (tests/peers/debezium/src/...): one JSON line per record, ``{"topic", "key",
+"value"}``, key and value as Kafka Connect's JSON converter writes them.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+REPO = Path(__file__).resolve().parents[2]
+TOOLS = REPO / ".tools" / "debezium"
+MEMORY_OFFSETS = "org.apache.kafka.connect.storage.MemoryOffsetBackingStore"
+
+
+def missing() -> str | None:
+    """Why the harness cannot run here (one sentence), or None."""
+    if not (TOOLS / "classpath.txt").exists() or not (TOOLS / "classes").is_dir():
+        return "the Debezium harness is not set up: run scripts/setup-debezium"
+    return None
+
+
+def _common(server: str, **extra: Any) -> dict[str, str]:
+    props = {
+        "name": f"dbz-{server}",
+        "topic.prefix": server,
+        "offset.storage": MEMORY_OFFSETS,
+        "offset.flush.interval.ms": "60000",
+        "provide.transaction.metadata": "true",
+        "converter.schemas.enable": "true",
+        "errors.max.retries": "0",
+    }
+    props.update({k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in extra.items()})
+    return props
+
+
+def postgres_properties(
+    dsn: str, server: str, slot: str, publication: str, tables: list[str], **extra: Any
+) -> dict[str, str]:
+    """The PostgreSQL connector on ``dsn`` (pgoutput, its own slot and publication)."""
+    u = urlsplit(dsn)
+    props = _common(
+        server,
+        **{
+            "connector.class": "io.debezium.connector.postgresql.PostgresConnector",
+            "database.hostname": u.hostname or "127.0.0.1",
+            "database.port": u.port or 5432,
+            "database.user": unquote(u.username or ""),
+            "database.password": unquote(u.password or ""),
+            "database.dbname": u.path.lstrip("/"),
+            "plugin.name": "pgoutput",
+            "slot.name": slot,
+            "slot.drop.on.stop": True,
+            "publication.name": publication,
+            "publication.autocreate.mode": "filtered",
+            "table.include.list": ",".join(tables),
+            "snapshot.mode": "initial",
+        },
+    )
+    props.update({k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in extra.items()})
+    return props
+
+
+def start(
+    props: dict[str, str],
+    folder: Path,
+    *,
+    max_changes: int | None = None,
+    idle_ms: int | None = None,
+    until_topic: str | None = None,
+    from_change: int = 1,
+    heap: str = "1g",
+    out: Path | None = None,
+) -> Run:
+    """The harness started on ``props``; its records go to ``out`` (default
+    ``folder/records.jsonl``)."""
+    reason = missing()
+    if reason is not None:
+        raise RuntimeError(reason)
+    folder.mkdir(parents=True, exist_ok=True)
+    props_file = folder / "debezium.properties"
+    props_file.write_text("".join(f"{k}={_escape(v)}\n" for k, v in props.items()))
+    out = out or folder / "records.jsonl"
+    log = folder / "debezium.log"
+    classpath = f"{TOOLS / 'classes'}:{(TOOLS / 'classpath.txt').read_text().strip()}"
+    args = [
+        "java",
+        f"-Xmx{heap}",
+        "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+        "-cp",
+        classpath,
+        "bizevents.peers.Harness",
+        str(props_file),
+        str(out),
+    ]
+    if max_changes is not None:
+        args += ["--max", str(max_changes)]
+    if idle_ms is not None:
+        args += ["--idle-ms", str(idle_ms)]
+    if until_topic is not None:
+        args += ["--until-topic", until_topic]
+    if from_change != 1:
+        args += ["--from", str(from_change)]
+    with open(log, "wb") as sink:
+        process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=sink)
+    return Run(process, out, log)
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+@dataclass
+class Record:
+    """One record as Debezium's engine handed it over: the JSON documents, parsed."""
+
+    topic: str
+    key: Any
+    value: Any
+
+
+@dataclass
+class Run:
+    process: subprocess.Popen[bytes]
+    out: Path
+    log: Path
+
+    def records(self) -> list[Record]:
+        if not self.out.exists():
+            return []
+        lines = self.out.read_text().splitlines()
+        return [Record(d["topic"], d["key"], d["value"]) for d in map(json.loads, lines)]
+
+    def wait_for(self, predicate: Any, timeout: float = 120) -> list[Record]:
+        """Until ``predicate(records)`` holds; the records then."""
+        deadline = time.monotonic() + timeout
+        while True:
+            records = self.records()
+            if predicate(records):
+                return records
+            if self.process.poll() is not None:
+                raise AssertionError(f"Debezium exited {self.process.returncode}: {self.tail()}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"Debezium: not within {timeout}s: {self.tail()}")
+            time.sleep(0.1)
+
+    def finish(self, timeout: float = 120) -> dict[str, Any]:
+        """Wait for the harness to stop by itself; its summary line."""
+        code = self.process.wait(timeout)
+        assert code == 0, f"Debezium exited {code}: {self.tail()}"
+        for line in reversed(self.log.read_text().splitlines()):
+            if line.startswith('{"records"'):
+                return dict(json.loads(line))
+        raise AssertionError(f"Debezium wrote no summary: {self.tail()}")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def tail(self) -> str:
+        return self.log.read_text()[-3000:] if self.log.exists() else ""
