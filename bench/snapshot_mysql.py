@@ -228,11 +228,11 @@ def main() -> None:
     parser.add_argument("--slice", type=int, default=128, help="rows per turn; 0: a chunk")
     args = parser.parse_args()
 
-    from bizevents.capture import mysqlcapture
+    from bizevents.capture import chunks, mysqlcapture
     from bizevents.devstack import DevStack
     from bizevents.settings import DevSettings
 
-    mysqlcapture._SLICE = args.slice or 2**31  # the bench's one knob
+    chunks.SLICE = args.slice or 2**31  # the bench's one knob
     # How long each turn's snapshot work holds the binlog loop (a change read after it
     # waits that long): the figure slices bound, less blurred by the machine's load than
     # the probe's end-to-end latency.

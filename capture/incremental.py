@@ -81,35 +81,6 @@ class Window:
             self.rows[key] = values
 
 
-@dataclass(slots=True)
-class Drain:
-    """A closed window's rows being written, a slice at a time (MariaDB's; PostgreSQL's
-    stream keeps its own)."""
-
-    window: Window
-    #: The keys of its rows at the closing point, in key order.
-    keys: list[bytes]
-    tx: Tx
-    #: The rows' ``source`` block and timestamp.
-    source: Any
-    ts: bytes
-    next: int = 0
-    written: int = 0
-
-    def step(self, rows: int, write: Callable[[bytes, Any], Any]) -> bool:
-        """Write the next ``rows`` keys' rows the stream did not supersede since the
-        window closed; whether keys are left."""
-        end = min(self.next + rows, len(self.keys))
-        left = self.window.rows
-        for key in self.keys[self.next : end]:
-            row = left.pop(key, None)
-            if row is not None:  # None: superseded by the stream since it closed
-                write(key, row)
-                self.written += 1
-        self.next = end
-        return end < len(self.keys)
-
-
 class Incremental:
     """The incremental snapshots of one capture: the ledger's queue, one chunk at a
     time, and the progress records stored once Kafka acknowledged each chunk."""

@@ -57,11 +57,12 @@ from pymysqlreplication.row_event import (
 )
 
 from bizevents.capture import mysql as my
+from bizevents.capture.chunks import Chunk, ChunkDriver
 from bizevents.capture.core import Stop, StreamReader, chunk_condition
 from bizevents.capture.encoding import encoded_ts
 from bizevents.capture.exceptions import CaptureError
 from bizevents.capture.filters import FilterError, condition_text, parse_condition, resolve
-from bizevents.capture.incremental import INCREMENTAL, Drain, Window
+from bizevents.capture.incremental import INCREMENTAL, Incremental, Window
 from bizevents.capture.mysql import BinlogPosition
 from bizevents.capture.mysqlcodec import (
     MyTable,
@@ -88,9 +89,6 @@ __all__ = ["MysqlCapture"]
 _TRUNCATE = re.compile(r"TRUNCATE\s+(?:TABLE\s+)?(?:`?(\w+)`?\.)?`?(\w+)`?", re.IGNORECASE)
 _STORE_EVERY_S = 0.5
 _POLL_EVERY = 256
-#: Rows of an incremental snapshot's chunk fetched or written per turn of the loop: a
-#: stream change waits for one slice at most, not for a whole chunk.
-_SLICE = 128
 #: What a turn may give the snapshot beyond its first slice: at most this, and never
 #: more than the stream had since the last turn (the stream keeps half the time). One
 #: slice a turn capped the snapshot at 128 rows per transaction of the stream.
@@ -415,12 +413,11 @@ class _BinlogReader(StreamReader):
         self.last_layout: dict[str, MyTable] = {}
         self.fractional_times: dict[int, tuple[str, ...]] = {}
         self.inc = capture.incremental
-        self.chunks: pymysql.connections.Connection[Any] | None = None
-        #: The open window's chunk being fetched: its window, its unbuffered cursor,
-        #: and the rows fetched so far.
-        self.reading: tuple[Window, Any, int] | None = None
-        #: The closed window's rows being written, a slice per turn.
-        self.drain: Drain | None = None
+        #: The incremental snapshots' chunks, turned between transactions.
+        self.snapshots: ChunkDriver | None = None
+        if self.inc is not None:
+            self.chunks = _BinlogChunks(self, self.inc)
+            self.snapshots = ChunkDriver(self.inc, self.chunks, capture, self.tracker)
         #: When the snapshot's last turn ended (:data:`_TURN_BUDGET_S`).
         self.turn_ended = time.monotonic()
         self.signal_table_id: int | None = None
@@ -588,13 +585,8 @@ class _BinlogReader(StreamReader):
             finally:
                 conn.close()
         codec = capture.table_codec(layout)
-        inc = self.inc
-        if inc is not None:
-            window = inc.window
-            if window is not None and window.topic == codec.topic:
-                inc.retry_later()  # its rows may be of before the truncate: read again
-            if self.drain is not None and self.drain.window.topic == codec.topic:
-                self.drain.window.rows.clear()  # of before the truncate: not to follow it
+        if self.snapshots is not None:
+            self.snapshots.truncated(codec.topic)
         if self.tx is None:
             self.open_tx(None, event)  # no GTID event opened it
         self.metadata(self.blocks.begin_record())
@@ -748,189 +740,122 @@ class _BinlogReader(StreamReader):
         # A snapshot it asks for starts after the commit.
         self.capture.on_signal(sig, row=row_key(values.get("id")))
 
+    def snapshot_step(self, idle: bool = False, budget_s: float = 0.0) -> None:
+        """At a transaction boundary, the incremental snapshot's turn
+        (:meth:`ChunkDriver.run`)."""
+        assert self.snapshots is not None
+        self.snapshots.run(idle, budget_s)
+
+
+class _BinlogChunks:
+    """MariaDB's side of the chunk driver (:class:`ChunkSource`): a chunk is read in a
+    consistent snapshot whose binlog position is its mark, on a connection of its own."""
+
+    def __init__(self, reader: _BinlogReader, inc: Incremental) -> None:
+        self.reader = reader
+        self.inc = inc
+        self.capture = reader.capture
+        self.conn: pymysql.connections.Connection[Any] | None = None
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+
     def at_or_after(self, position: BinlogPosition) -> bool:
         """Whether the stream has read every event before ``position``."""
-        return (str(self.stream.log_file), int(self.stream.log_pos or 0)) >= (
-            position.file,
-            position.pos,
-        )
+        stream = self.reader.stream
+        return (str(stream.log_file), int(stream.log_pos or 0)) >= (position.file, position.pos)
 
-    def snapshot_step(self, idle: bool = False, budget_s: float = 0.0) -> None:
-        """At a transaction boundary, a slice of the incremental snapshot's work, and
-        more while ``budget_s`` lasts, so that a stream change waits for about that,
-        not for a chunk; when ``idle``, every slice ready until a chunk is written (the
-        pace of a chunk per idle turn)."""
-        until = time.monotonic() + budget_s
-        while self.snapshot_slice() and (idle or time.monotonic() < until):
-            pass
-
-    def snapshot_slice(self) -> bool:
-        """One slice: write a slice of the closed window's rows, or fetch a slice of the
-        open one's chunk, or close the window once its rows are all fetched and the
-        stream reached its position, or start the next chunk's query. Whether more work
-        is ready without the stream (``False`` once a chunk's rows are all written)."""
-        inc = self.inc
-        assert inc is not None
-        if self.drain is not None:
-            return self.drain_slice()
-        if self.reading is not None:
-            if self.reading[0] is not inc.window:  # stopped, or dropped to be read again
-                self.end_read()
-            else:
-                self.read_slice()
-                if self.reading is not None:
-                    return True
-        window = inc.window
-        if window is not None:
-            if not self.at_or_after(window.mark):
-                return False  # the stream reads up to the chunk's position first
-            self.close_window()
-            return True
+    def open_chunk(self, pending: Pending) -> Chunk | None:
         capture = self.capture
-        if capture.stopping or self.tracker.in_flight >= capture.config.max_in_flight // 2:
-            return False
-        pending = inc.next()
-        if pending is None:
-            return False
         database, _, name = pending.table.partition(".")
-        if self.chunks is None:
-            self.chunks = my.connect(capture.endpoints.dsn, autocommit=False)
-        table = my.catalog_table(self.chunks, database, name)
+        if self.conn is None:
+            self.conn = my.connect(capture.endpoints.dsn, autocommit=False)
+        table = my.catalog_table(self.conn, database, name)
         codec = capture.table_codec(table)
         after = my.key_bound(table, codec.key_names, pending.after) if pending.after else None
         try:
             where = chunk_condition(pending, [c.name for c in table.columns])
             position, cursor = my.open_chunk(
-                self.chunks,
+                self.conn,
                 database,
                 name,
                 codec.key_names,
                 after,
                 where,
-                inc.chunk_rows,
+                self.inc.chunk_rows,
                 capture.config.snapshot_query_timeout_s,
             )
         except FilterError as exc:
             capture.stop_failed_snapshot(pending, f"its condition {shown(pending.where)}: {exc}")
-            return False
+            return None
         except pymysql.err.MySQLError as exc:
             if not my.statement_failed(exc):
                 raise
             self.chunk_failed(pending, exc)
-            return False
-        if (str(self.stream.log_file), int(self.stream.log_pos or 0)) > (
-            position.file,
-            position.pos,
-        ):
+            return None
+        stream = self.reader.stream
+        if (str(stream.log_file), int(stream.log_pos or 0)) > (position.file, position.pos):
             # The stream already wrote changes this chunk does not include.
-            my.end_chunk(self.chunks, cursor)
-            inc.retry_later()
-            return False
-        # Open from now on: every later stream record of the table supersedes its row,
-        # fetched or not yet.
-        window = Window(pending, codec.topic, position, codec=codec, reading=True)
-        inc.open(window)
-        self.reading = (window, cursor, 0)
-        return True
+            my.end_chunk(self.conn, cursor)
+            self.inc.retry_later()
+            return None
+        names = codec.key_names
+        return Chunk(
+            codec.topic, position, codec, cursor, lambda row: [_key_text(row[k]) for k in names]
+        )
 
-    def read_slice(self) -> None:
-        """Fetch and key a slice of the open chunk's rows; after the last, end its
-        transaction."""
-        assert self.reading is not None and self.inc is not None
-        window, cursor, fetched = self.reading
-        codec: MyTableCodec = window.codec
+    def fetch(self, cursor: Any, rows: int) -> list[Any] | None:
         try:
-            rows = cursor.fetchmany(_SLICE)
+            return list(cursor.fetchmany(rows))
         except pymysql.err.MySQLError as exc:
             if not my.statement_failed(exc):
                 raise
-            self.reading = None
-            self.chunk_failed(window.pending, exc)
-            return
-        for row in rows:
-            try:
-                window.fetched(codec.key(row), row)
-            except CaptureError:
-                window.unkeyed.append(row)
-        if rows:
-            window.last = [_key_text(rows[-1][k]) for k in codec.key_names]
-        fetched += len(rows)
-        self.reading = (window, cursor, fetched)
-        if len(rows) == _SLICE:
-            return
-        window.full = fetched >= self.inc.chunk_rows
-        self.end_read()
-        window.reading = False
-        window.gone.clear()
+            assert self.inc.window is not None
+            self.chunk_failed(self.inc.window.pending, exc)
+            return None
 
-    def end_read(self) -> None:
-        assert self.reading is not None and self.chunks is not None
-        my.end_chunk(self.chunks, self.reading[1])
-        self.reading = None
+    def end_chunk(self, cursor: Any) -> None:
+        assert self.conn is not None
+        my.end_chunk(self.conn, cursor)
+
+    def fetched_all(self, window: Window) -> None:
+        pass  # the chunk's position is its mark: nothing to write
+
+    def passed(self, window: Window) -> Any | None:
+        return window.mark if self.at_or_after(window.mark) else None
+
+    def drain_under(self, window: Window, at: Any, now_ms: int) -> tuple[Tx, Any]:
+        # Committed at once, at the stream's position: its transactions that follow
+        # store theirs without waiting for the rows; the ledger waits for them.
+        reader, capture = self.reader, self.capture
+        tx = reader.tracker.begin(None)
+        capture.commit(tx, reader.position())
+        source = window.codec.source(
+            ts_ms=now_ms,
+            snapshot=INCREMENTAL,
+            server_id=capture.server_id,
+            file=at.file,
+            pos=at.pos,
+            gtid=reader.gtid_state(),
+        )
+        return tx, source(0)
+
+    def counted(self, window: Window, rows: int) -> None:
+        window.codec.events += rows
+        table = window.pending.table
+        events = self.capture.stats.events
+        events[table] = events.get(table, 0) + rows
 
     def chunk_failed(self, pending: Pending, exc: pymysql.err.MySQLError) -> None:
         """The server refused or interrupted a chunk's query: the snapshot stops with the
         server's reason; the chunk's connection starts afresh."""
-        if self.chunks is not None:
+        if self.conn is not None:
             with suppress(Exception):
-                self.chunks.close()
-            self.chunks = None
+                self.conn.close()
+            self.conn = None
         reason = str(exc.args[1]) if len(exc.args) > 1 else str(exc)
         self.capture.stop_failed_snapshot(pending, f"its chunk query failed: {reason}")
-
-    def close_window(self) -> None:
-        """The stream reached the chunk's position: its rows not superseded go out, a
-        slice at a time (:meth:`drain_slice`); the stream supersedes them until then."""
-        inc = self.inc
-        assert inc is not None
-        window = inc.close()
-        codec: MyTableCodec = window.codec
-        capture = self.capture
-        position: BinlogPosition = window.mark
-        tx = self.tracker.begin(None)
-        # Committed at once, at the stream's position: its transactions that follow
-        # store theirs without waiting for the rows; the ledger waits for them.
-        capture.commit(tx, self.position())
-        now = int(time.time() * 1000)
-        source = codec.source(
-            ts_ms=now,
-            snapshot=INCREMENTAL,
-            server_id=capture.server_id,
-            file=position.file,
-            pos=position.pos,
-            gtid=self.gtid_state(),
-        )
-        self.drain = Drain(window, list(window.rows), tx, source(0), encoded_ts(now))
-
-    def drain_slice(self) -> bool:
-        """Write a slice of the closed window's rows; after the last, its dead letters,
-        and the ledger's progress once Kafka acknowledged them all. Whether rows are
-        left."""
-        drain, inc = self.drain, self.inc
-        assert drain is not None and inc is not None
-        window, tx = drain.window, drain.tx
-        codec: MyTableCodec = window.codec
-        capture = self.capture
-        table = window.pending.table
-        if drain.step(
-            _SLICE,
-            lambda key, row: capture.snapshot_row(
-                codec, table, key, row, drain.source, drain.ts, tx
-            ),
-        ):
-            return True
-        self.drain = None
-        for row in window.unkeyed:  # their key does not convert: dead letters
-            capture.snapshot_row(codec, table, None, row, drain.source, drain.ts, tx)
-        codec.events += drain.written
-        capture.stats.events[table] = capture.stats.events.get(table, 0) + drain.written
-        inc.written(tx)
-        self.producer.poll(0)
-        inc.store_acknowledged(self.producer)  # the chunks before, now acknowledged
-        if not window.full:
-            done = window.pending
-            capture.log.info("incremental snapshot done", table=table, rows=done.rows, id=done.id)
-        return False
 
 
 def _key_text(value: Any) -> Any:

@@ -8,18 +8,18 @@ import uuid
 from collections import deque
 from collections.abc import Callable
 from contextlib import suppress
-from dataclasses import dataclass
 from typing import Any
 
 import psycopg2
 import psycopg2.extras
 
 from bizevents.capture import postgres as pg
+from bizevents.capture.chunks import Chunk, ChunkDriver
 from bizevents.capture.core import StreamReader, chunk_condition
-from bizevents.capture.encoding import TableCodec, encoded_ts
+from bizevents.capture.encoding import TableCodec
 from bizevents.capture.exceptions import CaptureError
 from bizevents.capture.filters import FilterError
-from bizevents.capture.incremental import INCREMENTAL, Window, snapshot_sees
+from bizevents.capture.incremental import INCREMENTAL, Incremental, Window, snapshot_sees
 from bizevents.capture.offsets import Tx
 from bizevents.capture.pgoutput import (
     UNCHANGED_TOAST,
@@ -43,6 +43,7 @@ from bizevents.capture.pgtypes import (
 from bizevents.capture.quarantine import Quarantine, TxInfo
 from bizevents.capture.signals import read_signal, row_key, shown
 from bizevents.capture.sink import create_topics
+from bizevents.capture.state import Pending
 from bizevents.capture.transactions import NoBlocks
 from bizevents.contracts.technical.source import EncodedSource
 from bizevents.contracts.technical.transaction import transaction_topic
@@ -51,25 +52,7 @@ from bizevents.plumbing.kafka import produce
 __all__ = ["Streaming"]
 
 
-@dataclass(slots=True)
-class _Drain:
-    """A closed window's rows being written, a slice per turn of the loop."""
-
-    window: Window
-    #: The keys of its rows at the closing point, in key order.
-    keys: list[bytes]
-    tx: Tx
-    source: Any
-    ts: bytes
-    next: int = 0
-    #: Rows not superseded: written, or dead-lettered.
-    written: int = 0
-
-
 _POLL_EVERY = 512  # messages between producer polls on a busy stream
-#: Rows of an incremental snapshot's chunk converted or written per turn of the loop:
-#: a stream change waits for one slice at most, not for a whole chunk.
-_SLICE = 128
 
 
 class Streaming(Quarantine):
@@ -288,19 +271,12 @@ class _SlotReader(StreamReader):
             LogicalMessage: self.on_message,
         }
         self.inc = capture.incremental
-        #: xids of the transactions written lately: a chunk whose snapshot does not see
-        #: one of them is older than what the topic holds, and is read again.
-        self.recent: deque[int] = deque(maxlen=4096)
-        self.chunks: pg.Connection | None = None
         self.signal_table = capture.config.signal_table
-        #: The LSN of the watermark read in the open transaction (closes at its commit).
-        self.closing_at: int | None = None
-        #: The open window's chunk being fetched: its window, the query's cursor, and
-        #: where the key's columns are in a row.
-        self.reading: tuple[Window, Any, list[int]] | None = None
-        #: The closed window's rows being written: the window, its keys in order, the
-        #: next one's index, and how they are written (tx, source, timestamp).
-        self.drain: _Drain | None = None
+        #: The incremental snapshots' chunks, turned between transactions.
+        self.snapshots: ChunkDriver | None = None
+        if self.inc is not None:
+            self.chunks = _SlotChunks(capture, side, self.inc)
+            self.snapshots = ChunkDriver(self.inc, self.chunks, capture, self.tracker)
 
     def send(
         self,
@@ -452,121 +428,30 @@ class _SlotReader(StreamReader):
         self.tracker.commit(self.tx, m.end_lsn)
         self.capture.stats.received_lsn = m.end_lsn
         self.tx = None
-        if self.xid is not None:
-            self.recent.append(self.xid)
-        if self.closing_at is not None:
-            self.close_window(self.closing_at)
-            self.closing_at = None
+        chunks = self.chunks
+        if chunks is not None:
+            if self.xid is not None:
+                chunks.recent.append(self.xid)
+            if chunks.watermark is not None:
+                self.snapshots.close_passed()  # type: ignore[union-attr]
         if self.capture.parking is not None:
             self.capture.carry_out_requests()  # between transactions: nothing overtakes
         if self.tracker.in_flight >= self.capture.config.max_in_flight:
             self.capture.backpressure(self.keepalive)
 
-    # -- incremental snapshots (bizevents.capture.incremental) -----------------------------
+    # -- incremental snapshots (bizevents.capture.chunks) -----------------------------------
 
     def snapshot_step(self) -> bool:
-        """One slice of the incremental snapshot's work, between transactions (called
-        when the slot has nothing to read, and now and then on a busy stream): write a
-        slice of the closed window's rows, or fetch a slice of the open one's chunk (its
-        closing watermark once all are fetched), or start the next chunk's query. The
-        stream's changes go first; a chunk fills the gaps. Whether more work is ready
-        (the loop then does not wait for the slot)."""
-        inc = self.inc
-        if inc is None or self.tx is not None or self.capture.stopping:
+        """A slice of the incremental snapshot's work, between transactions (called when
+        the slot has nothing to read, and now and then on a busy stream): the stream's
+        changes go first, a chunk fills the gaps. Whether more work is ready (the loop
+        then does not wait for the slot)."""
+        snapshots = self.snapshots
+        if snapshots is None or self.tx is not None or self.capture.stopping:
             return False
-        if self.drain is not None:
-            self.drain_slice()
-            return True
-        if self.reading is not None:
-            if self.reading[0] is not inc.window:  # stopped, or dropped to be read again
-                self.end_read()
-            else:
-                self.read_slice()
-                return self.reading is not None
-        if self.tracker.in_flight >= self.capture.config.max_in_flight // 2:
-            return False  # Kafka first
-        pending = inc.next()
-        if pending is None:
-            return False
-        capture = self.capture
-        info = capture.info_named(pending.table)
-        if info is None or info.key_nullable:
-            capture.log.warning(
-                "incremental snapshot dropped: the table has no primary key to chunk by"
-                if info is not None
-                else "incremental snapshot dropped: the table is not captured",
-                table=pending.table,
-            )
-            inc.ledger.queue.remove(pending)
-            inc.changed()
-            return False
-        codec = self.codecs.get(info.oid)
-        if codec is None:
-            codec = self.codecs[info.oid] = capture.codec(info.relation, info)
-        if self.chunks is None:
-            self.chunks = pg.connect(
-                capture.endpoints.dsn, autocommit=False, application="bizevents-snapshot"
-            )
-        try:
-            where = chunk_condition(pending, [c.name for c in info.relation.columns])
-            snapshot, cursor = pg.open_chunk(
-                self.chunks,
-                info.relation,
-                info.key_names,
-                pending.after,
-                where,
-                inc.chunk_rows,
-                capture.config.snapshot_query_timeout_s,
-            )
-        except FilterError as exc:
-            capture.stop_failed_snapshot(pending, f"its condition {shown(pending.where)}: {exc}")
-            return False
-        except psycopg2.Error as exc:
-            if not pg.statement_failed(exc):
-                raise
-            reason = (exc.diag.message_primary or str(exc)).strip()
-            capture.stop_failed_snapshot(pending, f"its chunk query failed: {reason}")
-            return False
-        sees = snapshot_sees(snapshot)
-        if not all(sees(x) for x in self.recent):
-            # A change the topic already holds is not in the chunk (it committed, but
-            # was not visible yet): the chunk would be older than the topic.
-            pg.end_chunk(self.chunks, cursor)
-            inc.retry_later()
-            return False
-        # Open from now on: every later stream record of the table supersedes its row.
-        window = Window(pending, codec.topic, uuid.uuid4().hex, codec=codec, reading=True)
-        inc.open(window)
-        names = [c.name for c in info.relation.columns]
-        self.reading = (window, cursor, [names.index(k) for k in info.key_names])
-        return True
-
-    def read_slice(self) -> None:
-        """Convert a slice of the open chunk's rows; after the last, end its transaction
-        and write the closing watermark."""
-        assert self.reading is not None and self.inc is not None
-        window, cursor, at = self.reading
-        codec: TableCodec = window.codec
-        rows = cursor.fetchmany(_SLICE)
-        for values in rows:
-            try:
-                window.fetched(codec.key(values), values)
-            except CaptureError:
-                window.unkeyed.append(values)
-        if rows:
-            window.last = [rows[-1][i] for i in at]
-        if cursor.rownumber < cursor.rowcount:
-            return
-        window.full = cursor.rowcount >= self.inc.chunk_rows
-        self.end_read()
-        window.reading = False
-        window.gone.clear()
-        pg.emit_watermark(self.side, window.mark)
-
-    def end_read(self) -> None:
-        assert self.reading is not None and self.chunks is not None
-        pg.end_chunk(self.chunks, self.reading[1])
-        self.reading = None
+        draining = snapshots.drain is not None
+        # A chunk just written: the next one's query at once, not after the slot's wait.
+        return snapshots.run() or (draining and snapshots.drain is None)
 
     def on_signal_row(self, m: Insert) -> None:
         """A row inserted into the signal table: a signal, in its place in the stream."""
@@ -577,67 +462,13 @@ class _SlotReader(StreamReader):
         self.capture.on_signal(sig, row=row_key(row.get("id")))
 
     def on_message(self, m: LogicalMessage, _msg: Any) -> None:
-        inc = self.inc
-        if inc is None or m.prefix != pg.WATERMARK_PREFIX:
+        chunks = self.chunks
+        if chunks is None or m.prefix != pg.WATERMARK_PREFIX:
             return
-        window = inc.window
-        if window is None or m.content.decode(errors="replace") != window.mark:
-            return
+        chunks.watermark = (m.content.decode(errors="replace"), m.lsn)
         if self.tx is None:
-            self.close_window(m.lsn)
-        else:
-            self.closing_at = m.lsn  # at its transaction's commit
-
-    def close_window(self, lsn: int) -> None:
-        """The chunk's watermark arrived: its rows the stream did not supersede go out,
-        a slice at a time (:meth:`drain_slice`); the stream supersedes them until then."""
-        inc = self.inc
-        assert inc is not None
-        window = inc.close()
-        codec: TableCodec = window.codec
-        tx = self.tracker.begin(None)
-        # Committed at once, at no position: the stream's transactions that follow
-        # confirm theirs without waiting for the rows; the ledger waits for them.
-        self.tracker.commit(tx, 0)
-        now = int(time.time() * 1000)
-        src = codec.source(now, now * 1000, INCREMENTAL, None).with_long(lsn)
-        self.drain = _Drain(window, list(window.rows), tx, src, encoded_ts(now))
-
-    def drain_slice(self) -> None:
-        """Write a slice of the closed window's rows; after the last, its dead letters,
-        and the ledger's progress once Kafka acknowledged them all."""
-        drain, inc = self.drain, self.inc
-        assert drain is not None and inc is not None
-        window, tx = drain.window, drain.tx
-        codec: TableCodec = window.codec
-        capture = self.capture
-        table = window.pending.table
-        keys = drain.keys
-        end = min(drain.next + _SLICE, len(keys))
-        rows = window.rows
-        for key in keys[drain.next : end]:
-            values = rows.pop(key, None)
-            if values is not None:  # None: superseded by the stream since it closed
-                capture.snapshot_row(codec, table, key, values, drain.source, drain.ts, tx)
-                drain.written += 1
-        drain.next = end
-        if end < len(keys):
-            return
-        self.drain = None
-        for values in window.unkeyed:  # their key does not convert: dead letters
-            capture.snapshot_row(codec, table, None, values, drain.source, drain.ts, tx)
-        codec.events += drain.written
-        capture.stats.events[table] = codec.events
-        inc.written(tx)
-        self.producer.poll(0)
-        inc.store_acknowledged(self.producer)  # the chunks before, now acknowledged
-        if not window.full:
-            capture.log.info(
-                "incremental snapshot done",
-                table=table,
-                rows=window.pending.rows,
-                id=window.pending.id,
-            )
+            self.snapshots.close_passed()  # type: ignore[union-attr]
+        # else: at its transaction's commit
 
     def on_relation(self, m: Relation, _msg: Any) -> None:
         before = self.codecs.get(m.oid)
@@ -659,15 +490,12 @@ class _SlotReader(StreamReader):
             and window.topic == codec.topic
         ):
             inc.retry_later()
-            self.closing_at = None
 
     def on_truncate(self, m: Truncate, msg: Any) -> None:
         for relation in m.relations:
-            self.drop_window(relation.oid)
-            drain = self.drain
             codec = self.codecs.get(relation.oid)
-            if drain is not None and codec is not None and drain.window.topic == codec.topic:
-                drain.window.rows.clear()  # rows of before the truncate: not to follow it
+            if self.snapshots is not None and codec is not None:
+                self.snapshots.truncated(codec.topic)
         for relation in m.relations:
             codec = self.codecs[relation.oid]
             if not self.capture.config.truncate_events:
@@ -691,3 +519,108 @@ class _SlotReader(StreamReader):
             self.tx.pending += len(self.partitions)
             self.tracker.in_flight += len(self.partitions)
             codec.events += 1
+
+
+class _SlotChunks:
+    """PostgreSQL's side of the chunk driver (:class:`ChunkSource`): a chunk is read in
+    a repeatable-read transaction on a connection of its own; its mark is a watermark
+    written through the WAL once its rows are fetched, passed when the slot gives it."""
+
+    def __init__(self, capture: Streaming, side: pg.Connection, inc: Incremental) -> None:
+        self.capture = capture
+        self.side = side
+        self.inc = inc
+        self.conn: pg.Connection | None = None
+        #: xids of the transactions written lately: a chunk whose snapshot does not see
+        #: one of them is older than what the topic holds, and is read again.
+        self.recent: deque[int] = deque(maxlen=4096)
+        #: The last watermark the slot gave (its content, its LSN), read by the stream
+        #: at a transaction boundary.
+        self.watermark: tuple[str, int] | None = None
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+
+    def open_chunk(self, pending: Pending) -> Chunk | None:
+        capture, inc = self.capture, self.inc
+        info = capture.info_named(pending.table)
+        if info is None or info.key_nullable:
+            capture.log.warning(
+                "incremental snapshot dropped: the table has no primary key to chunk by"
+                if info is not None
+                else "incremental snapshot dropped: the table is not captured",
+                table=pending.table,
+            )
+            inc.ledger.queue.remove(pending)
+            inc.changed()
+            return None
+        codecs = capture.session.codecs
+        codec = codecs.get(info.oid)
+        if codec is None:
+            codec = codecs[info.oid] = capture.codec(info.relation, info)
+        if self.conn is None:
+            self.conn = pg.connect(
+                capture.endpoints.dsn, autocommit=False, application="bizevents-snapshot"
+            )
+        names = [c.name for c in info.relation.columns]
+        try:
+            where = chunk_condition(pending, names)
+            snapshot, cursor = pg.open_chunk(
+                self.conn,
+                info.relation,
+                info.key_names,
+                pending.after,
+                where,
+                inc.chunk_rows,
+                capture.config.snapshot_query_timeout_s,
+            )
+        except FilterError as exc:
+            capture.stop_failed_snapshot(pending, f"its condition {shown(pending.where)}: {exc}")
+            return None
+        except psycopg2.Error as exc:
+            if not pg.statement_failed(exc):
+                raise
+            reason = (exc.diag.message_primary or str(exc)).strip()
+            capture.stop_failed_snapshot(pending, f"its chunk query failed: {reason}")
+            return None
+        sees = snapshot_sees(snapshot)
+        if not all(sees(x) for x in self.recent):
+            # A change the topic already holds is not in the chunk (it committed, but
+            # was not visible yet): the chunk would be older than the topic.
+            pg.end_chunk(self.conn, cursor)
+            inc.retry_later()
+            return None
+        at = [names.index(k) for k in info.key_names]
+        return Chunk(codec.topic, uuid.uuid4().hex, codec, cursor, lambda row: [row[i] for i in at])
+
+    def fetch(self, cursor: Any, rows: int) -> list[Any] | None:
+        return list(cursor.fetchmany(rows))
+
+    def end_chunk(self, cursor: Any) -> None:
+        assert self.conn is not None
+        pg.end_chunk(self.conn, cursor)
+
+    def fetched_all(self, window: Window) -> None:
+        pg.emit_watermark(self.side, window.mark)
+
+    def passed(self, window: Window) -> Any | None:
+        watermark = self.watermark
+        if watermark is None or watermark[0] != window.mark:
+            return None
+        self.watermark = None
+        return watermark[1]
+
+    def drain_under(self, window: Window, at: Any, now_ms: int) -> tuple[Tx, Any]:
+        tracker = self.capture.session.tracker
+        tx = tracker.begin(None)
+        # Committed at once, at no position: the stream's transactions that follow
+        # confirm theirs without waiting for the rows; the ledger waits for them.
+        tracker.commit(tx, 0)
+        source = window.codec.source(now_ms, now_ms * 1000, INCREMENTAL, None)
+        return tx, source.with_long(at)
+
+    def counted(self, window: Window, rows: int) -> None:
+        codec: TableCodec = window.codec
+        codec.events += rows
+        self.capture.stats.events[window.pending.table] = codec.events

@@ -12,12 +12,11 @@ import pytest
 
 from bizevents.capture import mysql as my
 from bizevents.capture import mysqlcapture
+from bizevents.capture.chunks import SLICE, ChunkDriver
 from bizevents.capture.incremental import Incremental
 from bizevents.capture.mysql import BinlogPosition
 from bizevents.capture.offsets import AckTracker, Tx
 from bizevents.capture.state import Ledger, Pending
-
-SLICE = mysqlcapture._SLICE
 
 
 class _Store:
@@ -63,6 +62,7 @@ class _Capture:
         self.written: list[bytes | None] = []
         self.codec = _Codec()
         self.tracker = AckTracker()
+        self.session = SimpleNamespace(producer=SimpleNamespace(poll=lambda _t: 0))
         self.txs: list[Tx] = []
 
     def table_codec(self, _table: Any) -> _Codec:
@@ -96,9 +96,9 @@ def reader(monkeypatch: pytest.MonkeyPatch) -> Any:
     r.producer = SimpleNamespace(poll=lambda _t: 0)
     r.stream = SimpleNamespace(log_file="bin.000001", log_pos=400)
     r.gtid_domain_state = {}
-    r.chunks = object()
-    r.reading = None
-    r.drain = None
+    r.chunks = mysqlcapture._BinlogChunks(r, r.inc)
+    r.chunks.conn = object()
+    r.snapshots = ChunkDriver(r.inc, r.chunks, r.capture, r.tracker)
     r.cursor, r.store = cursor, store
     return r
 
@@ -123,7 +123,7 @@ def test_a_chunk_is_fetched_and_written_a_slice_per_turn(reader: Any) -> None:
     reader.snapshot_step()  # closes: rows go out from the next turns
     assert inc.draining is not None and capture.written == []
     turns = 0
-    while reader.drain is not None:
+    while reader.snapshots.drain is not None:
         before = len(capture.written)
         reader.snapshot_step()
         assert len(capture.written) - before <= SLICE
@@ -150,7 +150,7 @@ def test_an_idle_turn_does_a_chunks_work_at_once(reader: Any) -> None:
     chunk is written: the pace of a chunk per idle turn, as before slices."""
     reader.stream.log_pos = 500
     reader.snapshot_step(idle=True)
-    assert len(reader.capture.written) == 300 and reader.drain is None
+    assert len(reader.capture.written) == 300 and reader.snapshots.drain is None
     assert reader.inc.window is None and reader.inc.ledger.queue == []
 
 
@@ -159,4 +159,4 @@ def test_a_turn_with_time_to_spare_goes_on_slicing(reader: Any) -> None:
     than one slice; with none it does one (the tests above)."""
     reader.stream.log_pos = 500
     reader.snapshot_step(budget_s=60.0)
-    assert len(reader.capture.written) == 300 and reader.drain is None
+    assert len(reader.capture.written) == 300 and reader.snapshots.drain is None
