@@ -8,7 +8,7 @@ Everything here talks to the server through PyMySQL; the binlog itself is read b
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import unquote, urlparse
@@ -32,6 +32,7 @@ __all__ = [
     "connection_settings",
     "json_columns",
     "key_bound",
+    "read_snapshot_rows",
     "snapshot_position",
     "table_from_map",
 ]
@@ -399,6 +400,17 @@ def key_bound(table: MyTable, key_names: Sequence[str], values: Sequence[Any]) -
         labels[name].index(v) + 1 if name in labels and v in labels[name] else v
         for name, v in zip(key_names, values, strict=True)
     ]
+
+
+def read_snapshot_rows(
+    conn: pymysql.connections.Connection[Any], database: str, table: str, fetch_rows: int
+) -> Iterator[list[dict[str, Any]]]:
+    """The table's rows in the open snapshot, ``fetch_rows`` at a time (an unbuffered
+    cursor keeps memory bounded)."""
+    with conn.cursor(pymysql.cursors.SSDictCursor) as cur:
+        cur.execute(f"SELECT * FROM {_quoted(database)}.{_quoted(table)}")
+        while rows := cur.fetchmany(fetch_rows):
+            yield list(rows)
 
 
 def read_chunk(

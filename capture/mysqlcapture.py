@@ -58,11 +58,11 @@ from pymysqlreplication.row_event import (
 
 from bizevents.capture import mysql as my
 from bizevents.capture.chunks import Chunk, ChunkDriver
-from bizevents.capture.core import Stop, StreamReader, chunk_condition
-from bizevents.capture.encoding import encoded_ts
+from bizevents.capture.core import StreamReader, chunk_condition
 from bizevents.capture.exceptions import CaptureError
 from bizevents.capture.filters import FilterError, condition_text, parse_condition, resolve
 from bizevents.capture.incremental import INCREMENTAL, Incremental, Window
+from bizevents.capture.initial import SnapshotTable, write_tables
 from bizevents.capture.mysql import BinlogPosition
 from bizevents.capture.mysqlcodec import (
     MyTable,
@@ -270,50 +270,28 @@ class MysqlCapture(MysqlQuarantine):
         try:
             position = my.snapshot_position(conn)
             self.log.info("snapshot started", position=str(position), tables=len(cfg.tables))
-            tracker = session.tracker
-            tx = tracker.begin(None)
+            tx = session.tracker.begin(None)
             started_ms = int(time.time() * 1000)
             names = list(cfg.tables)
-            for n, name in enumerate(names):
+
+            def table(name: str) -> SnapshotTable:
                 database, _, table_name = name.partition(".")
-                table = my.catalog_table(conn, database, table_name)
-                codec = self.table_codec(table)
-                last_table = n == len(names) - 1
-                sources = {
-                    flag: codec.source(
+                codec = self.table_codec(my.catalog_table(conn, database, table_name))
+                source, last = (
+                    codec.source(
                         ts_ms=started_ms,
                         snapshot=flag,
                         server_id=self.server_id,
                         file=position.file,
                         pos=position.pos,
                         gtid=position.gtid,
-                    )
+                    )(0)
                     for flag in ("true", "last")
-                }
-                with conn.cursor(pymysql.cursors.SSDictCursor) as cur:
-                    cur.execute(f"SELECT * FROM `{database}`.`{table_name}`")
-                    done = 0
-                    pending: dict[str, Any] | None = cur.fetchone()
-                    while pending is not None:
-                        row = pending
-                        pending = cur.fetchone()
-                        flag = "last" if (last_table and pending is None) else "true"
-                        now = encoded_ts(int(time.time() * 1000))
-                        if not self.snapshot_row(codec, name, None, row, sources[flag](0), now, tx):
-                            continue
-                        done += 1
-                        if done % 1000 == 0:
-                            producer.poll(0)
-                            self.check_delivery()
-                            self.backpressure()
-                            if self.stopping:
-                                raise Stop
-                    codec.events += done
-                    self.stats.snapshot_rows[name] = done
-                    self.stats.events[name] = codec.events
-                    if self.progress is not None:
-                        self.progress(name, done, done)
-                self.log.info("table snapshot read", table=name, rows=done)
+                )
+                rows = my.read_snapshot_rows(conn, database, table_name, cfg.snapshot_fetch_rows)
+                return SnapshotTable(name, codec, rows, source, last, last=name == names[-1])
+
+            write_tables(self, (table(name) for name in names), tx)
             conn.commit()
             self.commit(tx, position)
         finally:
