@@ -39,7 +39,7 @@ def postgres(ctx: click.Context, capture_config: Path) -> None:
     stop it once Kafka has acknowledged everything read and the slot is confirmed.
     """
     from bizevents.capture.config import load_capture_config
-    from bizevents.capture.runner import CaptureEndpoints, PostgresCapture
+    from bizevents.capture.postgres.runner import CaptureEndpoints, PostgresCapture
 
     settings = settings_of(ctx)
     config = load_capture_config(capture_config)
@@ -76,8 +76,8 @@ def mysql(ctx: click.Context, capture_config: Path) -> None:
     Kafka has acknowledged everything read and the position is stored.
     """
     from bizevents.capture.config import load_capture_config
-    from bizevents.capture.mysqlcapture import MysqlCapture
-    from bizevents.capture.runner import CaptureEndpoints
+    from bizevents.capture.mariadb.capture import MysqlCapture
+    from bizevents.capture.postgres.runner import CaptureEndpoints
 
     settings = settings_of(ctx)
     config = load_capture_config(capture_config)
@@ -135,8 +135,8 @@ def snapshot(
     from confluent_kafka.admin import AdminClient
 
     from bizevents.capture.config import load_capture_config
-    from bizevents.capture.filters import FilterError
-    from bizevents.capture.signals import SignalTopic, new_signal, shown
+    from bizevents.capture.core.filters import FilterError
+    from bizevents.capture.core.signals import SignalTopic, new_signal, shown
     from bizevents.plumbing.kafka import ensure_topics
 
     settings = settings_of(ctx)
@@ -183,7 +183,7 @@ def _ask_capture(
     """Ask the running capture to carry out ``kind`` for ``key`` (None: every parked
     key), print each answer; ``(answers, those not done)``."""
     from bizevents.capture.config import load_capture_config
-    from bizevents.capture.quarantinecore import ask_capture
+    from bizevents.capture.core.quarantine import ask_capture
 
     config = load_capture_config(capture_config)
     kafka = settings_of(ctx).kafka.librdkafka()
@@ -284,7 +284,7 @@ def parked(ctx: click.Context, capture_config: Path, key: str | None, as_json: b
     in order (position, stage, reason), read from the capture's dead-letter topic.
     Changes nothing."""
     from bizevents.capture.config import load_capture_config
-    from bizevents.capture.quarantinecore import parked_keys
+    from bizevents.capture.core.quarantine import parked_keys
     from bizevents.clikit import print_json
 
     settings = settings_of(ctx)
@@ -315,8 +315,8 @@ def parked(ctx: click.Context, capture_config: Path, key: str | None, as_json: b
 
 def _describer(config: CaptureConfig) -> Callable[[int], str]:
     """How the capture's source writes a position: a binlog place, or an LSN."""
-    from bizevents.capture.mysqlquarantine import describe_position
-    from bizevents.capture.pgoutput import format_lsn
+    from bizevents.capture.mariadb.quarantine import describe_position
+    from bizevents.capture.postgres.pgoutput import format_lsn
 
     dsn = config.dsn.get_secret_value() if config.dsn is not None else ""
     return describe_position if dsn.startswith(("mysql", "mariadb")) else format_lsn
@@ -327,8 +327,8 @@ def _show_parked(
 ) -> None:
     """``capture parked --key``: one key's parked changes, as a re-drive would take them
     (from the park's first position on, each once, in order)."""
+    from bizevents.capture.core.quarantine import parked_changes
     from bizevents.capture.exceptions import CaptureError
-    from bizevents.capture.quarantinecore import parked_changes
     from bizevents.clikit import print_json, table
     from bizevents.plumbing.parkingio import read_to_end
 

@@ -86,8 +86,8 @@ def verify(
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
     from bizevents.capture.config import load_capture_config
-    from bizevents.capture.filters import any_of, condition_text
-    from bizevents.capture.signals import Signal, SignalTopic
+    from bizevents.capture.core.filters import any_of, condition_text
+    from bizevents.capture.core.signals import Signal, SignalTopic
     from bizevents.capture.verify import Report, capture_progress, check_table, open_readers
     from bizevents.plumbing.kafka import ensure_topics
 
