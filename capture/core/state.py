@@ -67,7 +67,10 @@ class StateStore:
 
     def read_all(self) -> dict[bytes, dict[str, Any] | None]:
         """The last value of every key (reads the topic to its end)."""
-        found = read_latest(self.kafka, self.topic, "bizevents-capture-offsets")
+        # The broker answers an empty fetch at once, not after its 500 ms default: a
+        # start reads the topic to its end before it captures anything.
+        kafka = {**self.kafka, "fetch.wait.max.ms": 10}
+        found = read_latest(kafka, self.topic, "bizevents-capture-offsets")
         return {key: None if value is None else json.loads(value) for key, value in found.items()}
 
     def read(self, key: bytes) -> dict[str, Any] | None:

@@ -248,6 +248,7 @@ class _SlotReader(StreamReader):
         self.side = side
         session = capture.session
         self.producer = session.producer
+        self.put = session.producer.produce
         self.tracker = session.tracker
         self.codecs = session.codecs
         self.partitions = range(capture.config.partitions)
@@ -282,17 +283,21 @@ class _SlotReader(StreamReader):
         partition: int = -1,
         headers: list[tuple[str, str | bytes | None]] | None = None,
     ) -> None:
-        produce(
-            self.producer,
-            topic,
-            value,
-            key,
-            partition=partition,
-            headers=headers,
-            on_delivery=self.ack,
-        )
-        if self.inc is not None:
-            self.inc.supersede(topic, key)
+        try:
+            self.put(topic, value, key, partition=partition, headers=headers, on_delivery=self.ack)
+        except BufferError:  # the queue is full: wait for room
+            produce(
+                self.producer,
+                topic,
+                value,
+                key,
+                partition=partition,
+                headers=headers,
+                on_delivery=self.ack,
+            )
+        inc = self.inc
+        if inc is not None and (inc.window is not None or inc.draining is not None):
+            inc.supersede(topic, key)
 
     def loop(self) -> None:
         capture = self.capture
@@ -311,8 +316,10 @@ class _SlotReader(StreamReader):
                 if now - last_heartbeat >= cfg.heartbeat_interval_s:
                     capture.heartbeat(self.side)
                     last_heartbeat = now
+                # Records in flight: back soon to confirm them once Kafka acknowledged.
+                wait = 0 if more else (0.01 if self.tracker.in_flight else 0.2)
                 with suppress(InterruptedError):
-                    select.select([self.cursor], [], [], 0 if more else 0.2)
+                    select.select([self.cursor], [], [], wait)
                 continue
             m = decode(msg.payload)
             handler = handlers.get(m.__class__)
