@@ -44,7 +44,7 @@ from bizevents.capture.postgres import queries as pg
 from bizevents.capture.postgres.pgoutput import (
     format_lsn,
 )
-from bizevents.capture.postgres.snapshot import Snapshotting
+from bizevents.capture.postgres.snapshot import initial_snapshot
 from bizevents.capture.postgres.stream import Streaming
 from bizevents.capture.postgres.types import PgTypeMapper, enum_types_from_rows
 from bizevents.plumbing.errors import TransientError
@@ -63,7 +63,7 @@ def _connection_lost(exc: psycopg2.DatabaseError) -> bool:
     return type(exc) is psycopg2.DatabaseError or isinstance(exc, psycopg2.OperationalError)
 
 
-class PostgresCapture(Snapshotting, Streaming):
+class PostgresCapture(Streaming):
     """Captures the configured tables of one database into technical topics."""
 
     LOST = (psycopg2.DatabaseError, psycopg2.InterfaceError, TransientError)
@@ -106,7 +106,7 @@ class PostgresCapture(Snapshotting, Streaming):
                 if cfg.snapshot == "initial":
                     point, name = pg.create_slot_exporting(cur, cfg.slot_name)
                     self.log.info("slot created", consistent_point=format_lsn(point))
-                    self.initial_snapshot(name, point)
+                    initial_snapshot(self, name, point)
                     self.ledger = Ledger(True, tables, [], format_lsn(point)).signals_from(stored)
                 else:
                     cur.create_replication_slot(cfg.slot_name, output_plugin="pgoutput")
