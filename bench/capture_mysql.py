@@ -34,7 +34,7 @@ TARGET = 25_000
 
 
 def generate(dsn: str, table: str, changes: int, tx_rows: int) -> None:
-    from bizevents.capture import mysql as my
+    from bizevents.capture.mariadb import queries as my
 
     conn = my.connect(dsn, autocommit=False)
     inserts = changes // 2
@@ -63,7 +63,7 @@ def read_decode(dsn: str, start_gtid: str, rows_wanted: int) -> float:
     from pymysqlreplication import BinLogStreamReader
     from pymysqlreplication.row_event import UpdateRowsEvent, WriteRowsEvent
 
-    from bizevents.capture import mysql as my
+    from bizevents.capture.mariadb import queries as my
 
     stream = BinLogStreamReader(
         connection_settings=my.connection_settings(dsn),
@@ -97,12 +97,12 @@ def one_run(
     from confluent_kafka import Producer
     from pydantic import SecretStr
 
-    from bizevents.capture import mysql as my
     from bizevents.capture.config import CaptureConfig
+    from bizevents.capture.core.state import StateStore
+    from bizevents.capture.mariadb import queries as my
+    from bizevents.capture.mariadb.capture import MysqlCapture
     from bizevents.capture.metrics import CaptureStats
-    from bizevents.capture.mysqlcapture import MysqlCapture
-    from bizevents.capture.runner import CaptureEndpoints
-    from bizevents.capture.state import StateStore
+    from bizevents.capture.postgres.runner import CaptureEndpoints
 
     tag = uuid.uuid4().hex[:8]
     database = f"bench_{tag}"

@@ -98,7 +98,7 @@ def run_bizevents(
     """Wall and CPU seconds of a bizevents capture run until ``done(stats)``."""
     from bizevents.capture.config import CaptureConfig
     from bizevents.capture.metrics import CaptureStats
-    from bizevents.capture.runner import CaptureEndpoints, PostgresCapture
+    from bizevents.capture.postgres.runner import CaptureEndpoints, PostgresCapture
 
     server = f"peer{uuid.uuid4().hex[:8]}"
     config = CaptureConfig(
@@ -186,7 +186,7 @@ def run_debezium(
 
 
 def one_run(endpoints: Any, tmp: Path, args: argparse.Namespace) -> dict[str, Figure]:
-    from bizevents.capture.pgoutput import parse_lsn
+    from bizevents.capture.postgres.pgoutput import parse_lsn
 
     tag = uuid.uuid4().hex[:8]
     table, pub = f"public.peers_{tag}", f"peers_{tag}"

@@ -79,7 +79,7 @@ def main() -> None:
 
     from bizevents.capture.config import CaptureConfig
     from bizevents.capture.metrics import CaptureStats
-    from bizevents.capture.runner import CaptureEndpoints, PostgresCapture
+    from bizevents.capture.postgres.runner import CaptureEndpoints, PostgresCapture
     from bizevents.devstack import DevStack, Endpoints
     from bizevents.settings import DevSettings
 
@@ -114,7 +114,7 @@ def main() -> None:
             cur.execute("SELECT pg_current_wal_insert_lsn()::text")
             end_lsn_text = cur.fetchone()[0]
         print(f"generated {args.changes:,} changes in {time.perf_counter() - t0:.1f}s")
-        from bizevents.capture.pgoutput import parse_lsn
+        from bizevents.capture.postgres.pgoutput import parse_lsn
 
         end_lsn = parse_lsn(end_lsn_text)
 

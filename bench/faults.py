@@ -482,7 +482,7 @@ class Faults:
         rebalance of the transaction workers' groups while they read it (capture writes
         its changes after the commit): a third member joins the first time, a member
         leaves and joins again after that."""
-        from bizevents.capture import mysql as my
+        from bizevents.capture.mariadb import queries as my
 
         items = self.mode.long_tx_items
         if self.source == "mysql":
@@ -529,7 +529,7 @@ class Faults:
         """One statement on the MariaDB source, retried while it restarts."""
         import pymysql
 
-        from bizevents.capture import mysql as my
+        from bizevents.capture.mariadb import queries as my
 
         for attempt in range(120):
             try:
@@ -698,7 +698,7 @@ class Faults:
         import pymysql
         from bizevents_store.load import create_schema
 
-        from bizevents.capture import mysql as my
+        from bizevents.capture.mariadb import queries as my
 
         conn = my.connect(self.mysql_dsn, autocommit=False)
         create_schema(conn, "mysql")
@@ -731,10 +731,10 @@ class Faults:
 
     def confirmed_check(self) -> Callable[[], bool]:
         """Whether capture confirmed (PostgreSQL) or stored (MariaDB) the source's end."""
-        from bizevents.capture.pgoutput import parse_lsn
+        from bizevents.capture.postgres.pgoutput import parse_lsn
 
         if self.source == "mysql":
-            from bizevents.capture.state import StateStore
+            from bizevents.capture.core.state import StateStore
 
             final_gtid = gtid_seq(self.mysql_sql("SELECT @@gtid_binlog_pos")[0][0])
             store = StateStore(

@@ -121,9 +121,9 @@ def one_run(
     from confluent_kafka import Producer
 
     from bizevents.capture.config import CaptureConfig
+    from bizevents.capture.core.signals import SignalTopic, new_signal
     from bizevents.capture.metrics import CaptureStats
-    from bizevents.capture.runner import CaptureEndpoints, PostgresCapture
-    from bizevents.capture.signals import SignalTopic, new_signal
+    from bizevents.capture.postgres.runner import CaptureEndpoints, PostgresCapture
 
     tag = uuid.uuid4().hex[:8]
     big, probe = f"public.snap_{tag}", f"public.probe_{tag}"

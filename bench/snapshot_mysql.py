@@ -49,7 +49,7 @@ class Writer(threading.Thread):
         self.changes = 0
 
     def run(self) -> None:
-        from bizevents.capture import mysql as my
+        from bizevents.capture.mariadb import queries as my
 
         conn = my.connect(self.dsn)
         rnd = random.Random(1)
@@ -121,12 +121,12 @@ def p99(values: list[float]) -> float:
 def one_run(endpoints: Any, rows: int, rate: int, load_s: float, chunk: int) -> dict[str, float]:
     from confluent_kafka import Producer
 
-    from bizevents.capture import mysql as my
     from bizevents.capture.config import CaptureConfig
+    from bizevents.capture.core.signals import SignalTopic, new_signal
+    from bizevents.capture.mariadb import queries as my
+    from bizevents.capture.mariadb.capture import MysqlCapture
     from bizevents.capture.metrics import CaptureStats
-    from bizevents.capture.mysqlcapture import MysqlCapture
-    from bizevents.capture.runner import CaptureEndpoints
-    from bizevents.capture.signals import SignalTopic, new_signal
+    from bizevents.capture.postgres.runner import CaptureEndpoints
 
     tag = uuid.uuid4().hex[:8]
     database = f"snap_{tag}"
@@ -228,11 +228,12 @@ def main() -> None:
     parser.add_argument("--slice", type=int, default=128, help="rows per turn; 0: a chunk")
     args = parser.parse_args()
 
-    from bizevents.capture import mysqlcapture
+    from bizevents.capture.core import chunks
+    from bizevents.capture.mariadb import capture as mysqlcapture
     from bizevents.devstack import DevStack
     from bizevents.settings import DevSettings
 
-    mysqlcapture._SLICE = args.slice or 2**31  # the bench's one knob
+    chunks.SLICE = args.slice or 2**31  # the bench's one knob
     # How long each turn's snapshot work holds the binlog loop (a change read after it
     # waits that long): the figure slices bound, less blurred by the machine's load than
     # the probe's end-to-end latency.

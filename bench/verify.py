@@ -37,12 +37,12 @@ def main() -> None:
 
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
-    from bizevents.capture import postgres as pg
     from bizevents.capture.config import CaptureConfig
-    from bizevents.capture.encoding import TableCodec
     from bizevents.capture.metrics import CaptureStats
-    from bizevents.capture.pgtypes import PgTypeMapper
-    from bizevents.capture.runner import CaptureEndpoints, PostgresCapture
+    from bizevents.capture.postgres import queries as pg
+    from bizevents.capture.postgres.codec import TableCodec
+    from bizevents.capture.postgres.runner import CaptureEndpoints, PostgresCapture
+    from bizevents.capture.postgres.types import PgTypeMapper
     from bizevents.capture.verify import PgTable, Report, compare, topic_state
     from bizevents.devstack import DevStack, Endpoints
     from bizevents.settings import DevSettings
@@ -87,7 +87,7 @@ def main() -> None:
         with admin.cursor() as cur:
             cur.execute(f"UPDATE {table} SET qty = qty + 1 WHERE id % 10 = 0")
             cur.execute("SELECT pg_current_wal_lsn()::text")
-            from bizevents.capture.pgoutput import parse_lsn
+            from bizevents.capture.postgres.pgoutput import parse_lsn
 
             end = parse_lsn(cur.fetchone()[0])
         while stats.acknowledged_lsn < end:

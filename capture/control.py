@@ -7,8 +7,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from bizevents.capture.config import CaptureConfig
+from bizevents.capture.core.signals import Signal, SignalTopic
 from bizevents.capture.exceptions import CaptureError
-from bizevents.capture.signals import Signal, SignalTopic
 from bizevents.plumbing.kafka import DeliveryError, ensure_topics, send_confirmed
 
 __all__ = ["position_writer", "send_signals"]
@@ -33,8 +33,8 @@ def send_signals(kafka: dict[str, Any], config: CaptureConfig, signals: Sequence
 
 def position_writer(config: CaptureConfig) -> Callable[[int], str]:
     """How the capture's source writes a position: a binlog place, or an LSN."""
-    from bizevents.capture.mysqlquarantine import describe_position
-    from bizevents.capture.pgoutput import format_lsn
+    from bizevents.capture.mariadb.quarantine import describe_position
+    from bizevents.capture.postgres.pgoutput import format_lsn
     from bizevents.capture.verify import is_mysql
 
     dsn = config.dsn.get_secret_value() if config.dsn is not None else ""

@@ -43,10 +43,10 @@ from typing import Any, Literal
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from bizevents.capture import postgres as pg
-from bizevents.capture.encoding import encoded_ts
+from bizevents.capture.core.filters import Compare, Condition, InList, Value, all_of
 from bizevents.capture.exceptions import DatabaseUnreachableError
-from bizevents.capture.filters import Compare, Condition, InList, Value, all_of
+from bizevents.capture.postgres import queries as pg
+from bizevents.capture.postgres.codec import encoded_ts
 from bizevents.contracts.envelope import ChangeEvent, MySqlPosition, PgPosition, Position, Tombstone
 from bizevents.contracts.technical import AvroDecoder
 
@@ -361,7 +361,7 @@ _LAG = "so a difference may be a change capture has not written yet"
 
 
 def _slot_behind(slot_name: str, side: Any, wait_s: float) -> str | None:
-    from bizevents.capture.pgoutput import format_lsn, parse_lsn
+    from bizevents.capture.postgres.pgoutput import format_lsn, parse_lsn
 
     def now() -> int:
         with side.cursor() as cur:
@@ -392,8 +392,8 @@ def _slot_behind(slot_name: str, side: Any, wait_s: float) -> str | None:
 
 
 def _binlog_behind(config: Any, side: Any, kafka: dict[str, Any], wait_s: float) -> str | None:
-    from bizevents.capture import mysql as my
-    from bizevents.capture.state import StateStore
+    from bizevents.capture.core.state import StateStore
+    from bizevents.capture.mariadb import queries as my
 
     store = StateStore(kafka, config.offsets_topic_name, config.server)
 
@@ -704,7 +704,7 @@ class MyTable(TableReader):
     def _read_rows(
         self, after: list[Any] | None, where: Condition | None, limit: int
     ) -> tuple[list[Any], str]:
-        from bizevents.capture import mysql as my
+        from bizevents.capture.mariadb import queries as my
 
         if after is not None:
             after = self._bound(after)
@@ -714,7 +714,7 @@ class MyTable(TableReader):
         return got, binlog_position(position)
 
     def _position_now(self) -> str:
-        from bizevents.capture import mysql as my
+        from bizevents.capture.mariadb import queries as my
 
         return binlog_position(my.master_position(self.conn))
 
@@ -728,7 +728,7 @@ class MyTable(TableReader):
         return str(self.conn.escape(value)).strip("'")
 
     def _bound(self, values: list[Any]) -> list[Any]:
-        from bizevents.capture import mysql as my
+        from bizevents.capture.mariadb import queries as my
 
         return my.key_bound(self.codec.table, self.key_names, values)
 
@@ -758,8 +758,8 @@ def pg_tables(
     """``(table, topic, reader)`` of each PostgreSQL table to verify (``names``, else the
     capture's tables, else its publication's): the catalog read on ``side``, the rows on
     ``chunks`` (not in autocommit), each row through the codec capture writes it with."""
-    from bizevents.capture.encoding import TableCodec
-    from bizevents.capture.pgtypes import PgTypeMapper, enum_types_from_rows
+    from bizevents.capture.postgres.codec import TableCodec
+    from bizevents.capture.postgres.types import PgTypeMapper, enum_types_from_rows
 
     with side.cursor() as cur:
         cur.execute("SELECT current_database()")
@@ -792,8 +792,8 @@ def my_tables(
     side: Any, chunks: Any, config: Any, names: list[str], lookup: Callable[[int], str]
 ) -> list[tuple[str, str, MyTable]]:
     """As :func:`pg_tables`, for MySQL/MariaDB tables (``names``, else the capture's)."""
-    from bizevents.capture import mysql as my
-    from bizevents.capture.mysqlcodec import MyTableCodec, key_columns
+    from bizevents.capture.mariadb import queries as my
+    from bizevents.capture.mariadb.codec import MyTableCodec, key_columns
 
     readers = []
     for qualified in names or list(config.tables):
@@ -827,7 +827,7 @@ def open_readers(
 
     try:
         if is_mysql(dsn):
-            from bizevents.capture import mysql as my
+            from bizevents.capture.mariadb import queries as my
 
             side = my.connect(dsn)
             chunks = my.connect(dsn, autocommit=False)

@@ -13,8 +13,8 @@ from typing import Any
 
 from bizevents.capture.config import CaptureConfig
 from bizevents.capture.control import send_signals
-from bizevents.capture.filters import any_of, condition_text
-from bizevents.capture.signals import Signal
+from bizevents.capture.core.filters import any_of, condition_text
+from bizevents.capture.core.signals import Signal
 from bizevents.capture.verify import (
     Key,
     Report,

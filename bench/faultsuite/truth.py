@@ -11,7 +11,13 @@ from typing import Any
 def history(conn: Any, witness: str, publication: str) -> list[tuple[int, str, str]]:
     """Every committed row change since the witness slot: ``(lsn, schema.table, op)``,
     in commit order (logical decoding hands out whole transactions as they commit)."""
-    from bizevents.capture.pgoutput import Delete, Insert, PgOutputDecoder, Update, parse_lsn
+    from bizevents.capture.postgres.pgoutput import (
+        Delete,
+        Insert,
+        PgOutputDecoder,
+        Update,
+        parse_lsn,
+    )
 
     decoder = PgOutputDecoder()
     out: list[tuple[int, str, str]] = []
@@ -40,7 +46,7 @@ def binlog_history(dsn: str, schema: str) -> list[tuple[Any, str, str]]:
     from pymysqlreplication.event import HeartbeatLogEvent, RotateEvent, XidEvent
     from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-    from bizevents.capture import mysql as my
+    from bizevents.capture.mariadb import queries as my
 
     conn = my.connect(dsn)
     try:

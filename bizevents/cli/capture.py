@@ -38,7 +38,7 @@ def postgres(ctx: click.Context, capture_config: Path) -> None:
     Kafka and the schema registry come from the global settings; SIGTERM or Ctrl-C
     stop it once Kafka has acknowledged everything read and the slot is confirmed.
     """
-    from bizevents.capture.runner import PostgresCapture
+    from bizevents.capture.postgres.runner import PostgresCapture
 
     config, dsn = capture_of(ctx, capture_config, "capture")
     _run(ctx, PostgresCapture, config, dsn, config.slot_name)
@@ -56,7 +56,7 @@ def mysql(ctx: click.Context, capture_config: Path) -> None:
     Kafka has acknowledged everything read and the position is stored.
     """
     from bizevents.capture.config import load_capture_config
-    from bizevents.capture.mysqlcapture import MysqlCapture
+    from bizevents.capture.mariadb.capture import MysqlCapture
 
     config = load_capture_config(capture_config)
     if not config.tables:
@@ -99,8 +99,8 @@ def snapshot(
     """
     from bizevents.capture.config import load_capture_config
     from bizevents.capture.control import send_signals
-    from bizevents.capture.filters import FilterError
-    from bizevents.capture.signals import new_signal, shown
+    from bizevents.capture.core.filters import FilterError
+    from bizevents.capture.core.signals import new_signal, shown
 
     settings = settings_of(ctx)
     config = load_capture_config(capture_config)
@@ -130,8 +130,8 @@ def snapshot(
 def _run(ctx: click.Context, runner_class: Any, config: Any, dsn: str, stream: str) -> None:
     """What both sources do around their runner: metrics, progress, signals, the exit."""
     from bizevents.capture.metrics import CaptureStats, serve_metrics
+    from bizevents.capture.postgres.runner import CaptureEndpoints
     from bizevents.capture.progress import on_terminal, print_progress_factory
-    from bizevents.capture.runner import CaptureEndpoints
 
     settings = settings_of(ctx)
     endpoints = CaptureEndpoints(

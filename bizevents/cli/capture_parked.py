@@ -30,7 +30,7 @@ def _ask_capture(
     """Ask the running capture to carry out ``kind`` for ``key`` (None: every parked
     key), print each answer; ``(answers, those not done)``."""
     from bizevents.capture.config import load_capture_config
-    from bizevents.capture.quarantinecore import ask_capture, parked_keys
+    from bizevents.capture.core.quarantine import ask_capture, parked_keys
     from bizevents.cli.keys import KeyReader
 
     config = load_capture_config(capture_config)
@@ -121,7 +121,7 @@ def parked(ctx: click.Context, capture_config: Path, key: str | None, as_json: b
     Changes nothing."""
     from bizevents.capture.config import load_capture_config
     from bizevents.capture.control import position_writer
-    from bizevents.capture.quarantinecore import parked_keys
+    from bizevents.capture.core.quarantine import parked_keys
     from bizevents.cli.keys import KeyReader
 
     settings = settings_of(ctx)
@@ -168,7 +168,7 @@ def _show_parked(
     """``capture parked --key``: the rows of one key's parked changes, as a re-drive would
     take them (from the park's first position on, each once, in order)."""
     from bizevents.capture.control import position_writer
-    from bizevents.capture.quarantinecore import parked_changes
+    from bizevents.capture.core.quarantine import parked_changes
     from bizevents.plumbing.parkingio import read_to_end
 
     found = [

@@ -40,7 +40,7 @@ def store_plugin() -> tuple[list[Translator], ModuleType]:
 def _connect(dsn: str) -> Any:
     """A connection of the store's database (PostgreSQL or, by its DSN, MySQL)."""
     if dsn.startswith(("mysql://", "mariadb://")):
-        from bizevents.capture import mysql as my
+        from bizevents.capture.mariadb import queries as my
 
         return my.connect(dsn, autocommit=False)
     import psycopg2

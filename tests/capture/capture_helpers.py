@@ -22,8 +22,15 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from bizevents.capture.config import CaptureConfig
 from bizevents.capture.metrics import CaptureStats
-from bizevents.capture.pgoutput import Commit, Delete, Insert, PgOutputDecoder, Update, parse_lsn
-from bizevents.capture.runner import CaptureEndpoints, PostgresCapture
+from bizevents.capture.postgres.pgoutput import (
+    Commit,
+    Delete,
+    Insert,
+    PgOutputDecoder,
+    Update,
+    parse_lsn,
+)
+from bizevents.capture.postgres.runner import CaptureEndpoints, PostgresCapture
 from bizevents.contracts.envelope import ChangeEvent, Tombstone
 from bizevents.contracts.technical import AvroDecoder
 from bizevents.devstack import Endpoints
@@ -224,7 +231,7 @@ def wait_confirmed(
 
 def snapshot_recorded(endpoints: Endpoints, server: str, slot: str) -> bool:
     """Whether the capture's snapshot ledger in Kafka says its initial snapshot is in."""
-    from bizevents.capture.state import Ledger, StateStore
+    from bizevents.capture.core.state import Ledger, StateStore
 
     store = StateStore(
         {"bootstrap.servers": endpoints.bootstrap_servers}, f"{server}.capture.offsets", server

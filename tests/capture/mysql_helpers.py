@@ -15,12 +15,12 @@ from typing import Any
 
 import pymysql
 
-from bizevents.capture import mysql as my
 from bizevents.capture.config import CaptureConfig
+from bizevents.capture.core.state import StateStore
+from bizevents.capture.mariadb import queries as my
+from bizevents.capture.mariadb.capture import MysqlCapture
 from bizevents.capture.metrics import CaptureStats
-from bizevents.capture.mysqlcapture import MysqlCapture
-from bizevents.capture.runner import CaptureEndpoints
-from bizevents.capture.state import StateStore
+from bizevents.capture.postgres.runner import CaptureEndpoints
 from bizevents.devstack import Endpoints
 
 

@@ -15,7 +15,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from bizevents.capture.quarantinecore import ask_capture, parked_keys
+from bizevents.capture.core.quarantine import ask_capture, parked_keys
 from bizevents.contracts.envelope import ChangeEvent
 from bizevents.devstack import Endpoints
 from bizevents.plumbing.parking import Ref

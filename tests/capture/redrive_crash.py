@@ -11,8 +11,9 @@ import os
 import signal
 from collections.abc import Sequence
 
-from bizevents.capture import mysqltypes, pgtypes
-from bizevents.capture.quarantinecore import QuarantineCore, Record
+from bizevents.capture.core.quarantine import QuarantineCore, Record
+from bizevents.capture.mariadb import types as mysqltypes
+from bizevents.capture.postgres import types as pgtypes
 from bizevents.cli import main
 from tests.capture.quarantine_helpers import enum_fixed, numeric_fixed
 

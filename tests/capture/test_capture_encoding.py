@@ -9,10 +9,10 @@ from typing import Any
 import fastavro
 import pytest
 
-from bizevents.capture.encoding import TableCodec
 from bizevents.capture.exceptions import ValueConversionError
-from bizevents.capture.pgoutput import UNCHANGED_TOAST, Column, Relation, TupleData
-from bizevents.capture.pgtypes import PgTypeMapper
+from bizevents.capture.postgres.codec import TableCodec
+from bizevents.capture.postgres.pgoutput import UNCHANGED_TOAST, Column, Relation, TupleData
+from bizevents.capture.postgres.types import PgTypeMapper
 from bizevents.contracts.binary import blob, text
 from bizevents.contracts.envelope import ChangeEvent, PgPosition, Source, Tombstone
 from bizevents.contracts.logical import UNAVAILABLE

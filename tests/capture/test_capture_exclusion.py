@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 
 from bizevents.capture.config import CaptureConfig, ColumnFilter
-from bizevents.capture.mysqltypes import register_converter as register_my_converter
-from bizevents.capture.pgoutput import (
+from bizevents.capture.core.quarantine import ask_capture, parked_keys
+from bizevents.capture.mariadb.types import register_converter as register_my_converter
+from bizevents.capture.postgres.pgoutput import (
     UNCHANGED_TOAST,
     Insert,
     PgOutputDecoder,
@@ -22,8 +23,7 @@ from bizevents.capture.pgoutput import (
     Update,
     blank_values,
 )
-from bizevents.capture.pgtypes import register_converter as register_pg_converter
-from bizevents.capture.quarantinecore import ask_capture, parked_keys
+from bizevents.capture.postgres.types import register_converter as register_pg_converter
 from bizevents.devstack import Endpoints
 from bizevents.plumbing.parking import PARKED_HEADER
 from bizevents.plumbing.parkingio import read_to_end

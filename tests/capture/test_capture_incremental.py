@@ -17,8 +17,8 @@ import psycopg2.extras
 import pytest
 from confluent_kafka import Producer
 
-from bizevents.capture.signals import SignalTopic, new_signal, signal_table_ddl
-from bizevents.capture.state import Ledger, StateStore
+from bizevents.capture.core.signals import SignalTopic, new_signal, signal_table_ddl
+from bizevents.capture.core.state import Ledger, StateStore
 from bizevents.contracts.envelope import ChangeEvent
 from bizevents.devstack import Endpoints
 from tests.capture.capture_helpers import (

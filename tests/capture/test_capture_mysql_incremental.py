@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from bizevents.capture import mysql as my
-from bizevents.capture.signals import Signal, new_signal, signal_table_ddl
-from bizevents.capture.state import Ledger, StateStore
+from bizevents.capture.core.signals import Signal, new_signal, signal_table_ddl
+from bizevents.capture.core.state import Ledger, StateStore
+from bizevents.capture.mariadb import queries as my
 from bizevents.contracts.envelope import ChangeEvent
 from bizevents.devstack import Endpoints
 from tests.capture.capture_helpers import final_state, read_topic

@@ -15,13 +15,13 @@ import pytest
 from click.testing import CliRunner
 
 from bizevents.capture.config import CaptureConfig
-from bizevents.capture.mysqltypes import register_converter
-from bizevents.capture.quarantinecore import (
+from bizevents.capture.core.quarantine import (
     CAPTURE,
     HEADER_CAPTURE_CONTEXT,
     ask_capture,
     parked_keys,
 )
+from bizevents.capture.mariadb.types import register_converter
 from bizevents.cli import main
 from bizevents.contracts.envelope import ChangeEvent, MySqlPosition
 from bizevents.devstack import Endpoints

@@ -10,9 +10,9 @@ from typing import Any
 import pymysql
 import pytest
 
-from bizevents.capture import mysql as my
-from bizevents.capture.filters import parse_condition, resolve
-from bizevents.capture.signals import new_signal, signal_table_ddl
+from bizevents.capture.core.filters import parse_condition, resolve
+from bizevents.capture.core.signals import new_signal, signal_table_ddl
+from bizevents.capture.mariadb import queries as my
 from bizevents.contracts.envelope import ChangeEvent
 from bizevents.devstack import Endpoints
 from tests.capture.capture_helpers import read_topic

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from bizevents.capture.config import CaptureConfig, load_capture_config
-from bizevents.capture.offsets import AckTracker
-from bizevents.capture.state import Ledger, Pending
+from bizevents.capture.core.offsets import AckTracker
+from bizevents.capture.core.state import Ledger, Pending
 from bizevents.plumbing.errors import ConfigError
 
 

@@ -15,16 +15,16 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from bizevents.capture.exceptions import CaptureError
-from bizevents.capture.metrics import serve_metrics
-from bizevents.capture.pgoutput import format_lsn, parse_lsn
-from bizevents.capture.pgtypes import register_converter
-from bizevents.capture.quarantinecore import (
+from bizevents.capture.core.quarantine import (
     CAPTURE,
     HEADER_CAPTURE_CONTEXT,
     ask_capture,
     parked_keys,
 )
+from bizevents.capture.exceptions import CaptureError
+from bizevents.capture.metrics import serve_metrics
+from bizevents.capture.postgres.pgoutput import format_lsn, parse_lsn
+from bizevents.capture.postgres.types import register_converter
 from bizevents.cli import main
 from bizevents.contracts.envelope import ChangeEvent, PgPosition
 from bizevents.devstack import Endpoints

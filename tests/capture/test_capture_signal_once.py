@@ -14,8 +14,8 @@ import pytest
 from confluent_kafka import Producer
 
 from bizevents.capture.config import CaptureConfig
-from bizevents.capture.signals import SignalTopic, new_signal, signal_table_ddl
-from bizevents.capture.state import StateStore
+from bizevents.capture.core.signals import SignalTopic, new_signal, signal_table_ddl
+from bizevents.capture.core.state import StateStore
 from bizevents.contracts.envelope import ChangeEvent
 from bizevents.devstack import Endpoints
 from tests.capture import capture_helpers as pgh

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from bizevents.capture import postgres as pg
-from bizevents.capture.filters import parse_condition, resolve
-from bizevents.capture.signals import SignalTopic, new_signal, signal_table_ddl
-from bizevents.capture.state import Ledger, Pending, StateStore
+from bizevents.capture.core.filters import parse_condition, resolve
+from bizevents.capture.core.signals import SignalTopic, new_signal, signal_table_ddl
+from bizevents.capture.core.state import Ledger, Pending, StateStore
+from bizevents.capture.postgres import queries as pg
 from bizevents.contracts.envelope import ChangeEvent
 from bizevents.devstack import Endpoints
 from tests.capture.capture_helpers import (

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bizevents.capture.incremental import Incremental, Window, snapshot_sees, xid_precedes
-from bizevents.capture.offsets import AckTracker
-from bizevents.capture.signals import (
+from bizevents.capture.core.incremental import Incremental, Window, snapshot_sees, xid_precedes
+from bizevents.capture.core.offsets import AckTracker
+from bizevents.capture.core.signals import (
     MAX_SIGNAL_BYTES,
     Signal,
     SignalError,
@@ -22,7 +22,7 @@ from bizevents.capture.signals import (
     read_signal,
     row_key,
 )
-from bizevents.capture.state import SIGNAL_ROWS_KEPT, Ledger, Pending
+from bizevents.capture.core.state import SIGNAL_ROWS_KEPT, Ledger, Pending
 
 
 def test_a_signal_round_trips_as_a_row() -> None:

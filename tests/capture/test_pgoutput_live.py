@@ -22,7 +22,7 @@ import psycopg2
 import psycopg2.extras
 import pytest
 
-from bizevents.capture.pgoutput import (
+from bizevents.capture.postgres.pgoutput import (
     UNCHANGED_TOAST,
     Begin,
     Commit,
@@ -35,7 +35,7 @@ from bizevents.capture.pgoutput import (
     TypeInfo,
     Update,
 )
-from bizevents.capture.pgtypes import (
+from bizevents.capture.postgres.types import (
     BUILTIN_TYPE_OIDS,
     ENUM_TYPES_SQL,
     REPLICATION_SESSION_OPTIONS,

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from bizevents.capture.pgoutput import parse_lsn
+from bizevents.capture.postgres.pgoutput import parse_lsn
 from bizevents.contracts.binary import zigzag
 from bizevents.devstack import Endpoints
 from tests.capture.capture_helpers import (
@@ -132,7 +132,7 @@ def test_verify_finds_every_key_of_a_planted_gap_and_repair_closes_it(
         producer.flush(10)
         repaired = verify(config_file, db, "--chunk-rows", "500", "--repair")
         assert repaired.returncode == 1 and "repair: signal" in repaired.stdout, repaired.stdout
-        # The repair's condition, as a signal carries it (bizevents.capture.filters).
+        # The repair's condition, as a signal carries it (bizevents.capture.core.filters).
         assert "id >= '1' AND id <= '500'" in repaired.stdout
         ledger = run.runner.ledger
         deadline = 60.0

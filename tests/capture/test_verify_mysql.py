@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from bizevents.capture import mysql as my
-from bizevents.capture.mysqlcodec import MyTableCodec
+from bizevents.capture.mariadb import queries as my
+from bizevents.capture.mariadb.codec import MyTableCodec
 from bizevents.capture.verify import MyTable
 from bizevents.contracts.binary import zigzag
 from bizevents.devstack import Endpoints

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from bizevents.capture.config import CaptureConfig
-from bizevents.capture.filters import Condition, parse_condition
+from bizevents.capture.core.filters import Condition, parse_condition
 from bizevents.capture.verify import Difference, Report, TableChunk, TopicRow, digest_of
 from bizevents.capture.verifyrun import CapturedTable, Repair, _repair_of
 

@@ -286,7 +286,7 @@ def test_load_generator_writes_the_store_on_mariadb(bizevents_mysql: str) -> Non
     """The same load runs against the real MariaDB with the MySQL schema."""
     from bizevents_store.load import StoreLoad, create_schema
 
-    from bizevents.capture import mysql as my
+    from bizevents.capture.mariadb import queries as my
 
     conn = my.connect(bizevents_mysql, autocommit=False)
     try:

@@ -168,7 +168,7 @@ def test_up_mysql_adds_mariadb_and_down_stops_it(env: dict[str, str]) -> None:
     dsn = payload["endpoints"]["mysql_dsn"]
     assert dsn.startswith("mysql://bizevents:") and "@127.0.0.1:" in dsn
 
-    from bizevents.capture import mysql as my
+    from bizevents.capture.mariadb import queries as my
 
     conn = my.connect(dsn)
     try:

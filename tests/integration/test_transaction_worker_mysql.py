@@ -16,8 +16,8 @@ import pytest
 from bizevents_store.load import create_schema
 from pydantic import SecretStr
 
-from bizevents.capture import mysql as my
 from bizevents.capture.config import CaptureConfig
+from bizevents.capture.mariadb import queries as my
 from bizevents.devstack import Endpoints
 from tests.capture.mysql_helpers import MyDb, in_process, mysql_database
 from tests.integration.test_transaction_worker import Reader, Worker, _check

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from bizevents.capture.signals import new_signal, signal_table_ddl
+from bizevents.capture.core.signals import new_signal, signal_table_ddl
 from bizevents.contracts.envelope import ChangeEvent, Tombstone
 from bizevents.devstack import Endpoints
 from tests.capture.capture_helpers import Db, capture_endpoints, database, in_process, read_topic

@@ -1,0 +1,2 @@
+"""MySQL/MariaDB capture: the binlog's stream, its snapshot queries, codec, types and
+quarantine."""

@@ -1,0 +1,2 @@
+"""PostgreSQL capture: the slot's stream, its snapshot queries, codec, types and
+quarantine."""

@@ -1,0 +1,56 @@
+"""The initial snapshot: every table read in the slot's exported snapshot, as op ``r``."""
+
+import time
+
+from bizevents.capture.core.initial import SnapshotTable, write_tables
+from bizevents.capture.postgres import queries as pg
+from bizevents.capture.postgres.core import PgCore
+from bizevents.capture.postgres.pgoutput import format_lsn
+
+__all__ = ["initial_snapshot"]
+
+
+def initial_snapshot(capture: PgCore, snapshot_name: str, point: int) -> None:
+    """Read the snapshot exported with the slot (step 2 of
+    :mod:`bizevents.capture.postgres.runner`)."""
+    cfg = capture.config
+    session = capture.session
+    conn = pg.connect(capture.endpoints.dsn, autocommit=False, application="bizevents-snapshot")
+    try:
+        pg.begin_snapshot(conn, snapshot_name)
+        infos = list(capture.infos.values())
+        counts = {i.oid: pg.count_rows(conn, i.relation) for i in infos}
+        for info in infos:
+            capture.stats.snapshot_expected[info.qualified] = counts[info.oid]
+            capture.stats.snapshot_rows[info.qualified] = 0
+        last_oid = next((i.oid for i in reversed(infos) if counts[i.oid]), None)
+        tracker = session.tracker
+        tx = tracker.begin(None)
+        started_ms = int(time.time() * 1000)
+        capture.log.info("snapshot started", tables=len(infos), rows=sum(counts.values()))
+
+        def table(info: pg.TableInfo) -> SnapshotTable:
+            codec = session.codecs[info.oid] = capture.codec(info.relation, info)
+            source = codec.source(started_ms, started_ms * 1000, "true", None)
+            last = codec.source(started_ms, started_ms * 1000, "last", None)
+            return SnapshotTable(
+                info.qualified,
+                codec,
+                pg.read_snapshot_rows(conn, info.relation, cfg.snapshot_fetch_rows),
+                source.with_long(point),
+                last.with_long(point),
+                last=info.oid == last_oid,
+                expected=counts[info.oid],
+            )
+
+        write_tables(capture, (table(info) for info in infos), tx)
+        conn.commit()
+        tracker.commit(tx, point)
+    finally:
+        conn.close()
+    # Done only once every snapshot event is acknowledged.
+    capture.wait_acknowledged()
+    session.tracker.confirmable()
+    if capture.snapshot_finished is not None:
+        capture.snapshot_finished()
+    capture.log.info("snapshot in Kafka", consistent_point=format_lsn(point))

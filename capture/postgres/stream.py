@@ -1,0 +1,524 @@
+"""Streaming: pgoutput messages from the slot to technical topics.
+
+Step 3 of :mod:`bizevents.capture.postgres.runner`."""
+
+import select
+import time
+from collections.abc import Callable
+from contextlib import suppress
+from typing import Any
+
+import psycopg2
+import psycopg2.extras
+
+from bizevents.capture.core.capture import StreamReader
+from bizevents.capture.core.chunks import ChunkDriver
+from bizevents.capture.core.offsets import Tx
+from bizevents.capture.core.signals import read_signal, row_key
+from bizevents.capture.core.sink import create_topics
+from bizevents.capture.core.transactions import NoBlocks
+from bizevents.capture.exceptions import CaptureError
+from bizevents.capture.postgres import queries as pg
+from bizevents.capture.postgres.chunks import SlotChunks
+from bizevents.capture.postgres.codec import TableCodec
+from bizevents.capture.postgres.pgoutput import (
+    UNCHANGED_TOAST,
+    Begin,
+    Commit,
+    Delete,
+    Insert,
+    LogicalMessage,
+    PgOutputDecoder,
+    Relation,
+    Truncate,
+    Update,
+    blank_values,
+    format_lsn,
+)
+from bizevents.capture.postgres.quarantine import Quarantine, TxInfo
+from bizevents.capture.postgres.types import (
+    PgTypeMapper,
+    converters_generation,
+    enum_types_from_rows,
+)
+from bizevents.contracts.technical.source import EncodedSource
+from bizevents.contracts.technical.transaction import transaction_topic
+from bizevents.plumbing.kafka import produce
+
+__all__ = ["Streaming"]
+
+
+_POLL_EVERY = 512  # messages between producer polls on a busy stream
+
+
+class Streaming(Quarantine):
+    """Reads the slot and writes each change, acknowledging by transaction."""
+
+    def heartbeat(self, side: pg.Connection) -> None:
+        cfg = self.config
+        with side.cursor() as cur:
+            if cfg.heartbeat_emit:
+                cur.execute("SELECT pg_logical_emit_message(false, 'bizevents-heartbeat', '')")
+            cur.execute(
+                "SELECT (pg_current_wal_lsn() - confirmed_flush_lsn)::bigint "
+                "FROM pg_replication_slots WHERE slot_name = %s",
+                (cfg.slot_name,),
+            )
+            row = cur.fetchone()
+        self.stats.lag_bytes = int(row[0]) if row and row[0] is not None else None
+        for codec in self.session.codecs.values():
+            self.stats.events[codec.relation.qualified_name] = codec.events
+
+    def on_relation(self, relation: Relation, side: pg.Connection) -> None:
+        if relation.qualified_name == self.config.signal_table:
+            return  # read as signals, never written to a topic
+        current = self.session.codecs.get(relation.oid)
+        shape = [(c.name, c.type_oid, c.type_modifier) for c in relation.columns]
+        if current is not None:
+            old = current.relation
+            same = [(c.name, c.type_oid, c.type_modifier) for c in old.columns] == shape
+            if same and old.replica_identity == relation.replica_identity:
+                return
+        info = self.infos.get(relation.oid)
+        if info is None or current is not None:
+            # A new table of the publication, or a changed one: read the catalog again.
+            (info,) = pg.describe_tables(side, [relation.qualified_name])
+            self.infos[relation.oid] = info
+            create_topics(self.session.admin, [self.topic(relation)], self.config)
+        known = {c.type_oid for c in relation.columns}
+        if any(self.types.type_name(o).startswith("oid ") for o in known):
+            labels, arrays = enum_types_from_rows(pg.load_enum_rows(side))
+            self.types = PgTypeMapper(
+                enum_labels=labels,
+                array_elements=arrays,
+                unknown_as_text=self.config.unknown_as_text,
+            )
+        self.session.codecs[relation.oid] = self.codec(relation, info)
+
+    def stream(self, cursor: psycopg2.extras.ReplicationCursor, side: pg.Connection) -> None:
+        cfg = self.config
+        cursor.start_replication(
+            slot_name=cfg.slot_name,
+            decode=False,
+            # messages: the incremental snapshots' watermarks (pg_logical_emit_message)
+            options={
+                "proto_version": "1",
+                "publication_names": cfg.publication_name,
+                "messages": "true",
+            },
+            status_interval=max(1.0, cfg.heartbeat_interval_s),
+        )
+        self.log.info("streaming", publication=cfg.publication_name)
+        _SlotReader(self, cursor, side, self.transaction_blocks()).run()
+        # Stopping: everything read is acknowledged, then confirmed.
+        self.drain()
+        self.check_delivery()
+        self.feedback(cursor, force=True)
+        self.await_confirmed(side)
+
+    def row_change(
+        self,
+        m: Insert | Update | Delete,
+        codec: TableCodec,
+        src: bytes,
+        stamp: Callable[[str], bytes],
+        send: Callable[..., None],
+    ) -> int:
+        # Every record is made before any is sent: a value that does not convert leaves
+        # nothing half-written. ``stamp`` gives each envelope its ``ts_ms`` and
+        # ``transaction`` bytes (the orders count on).
+        if isinstance(m, Insert):
+            key = codec.key(m.new)
+            value = codec.envelope("c", None, codec.row(m.new), src, stamp(codec.table))
+            send(codec.topic, key, value)
+            return 1
+        if isinstance(m, Delete):
+            key = codec.key(m.old)
+            value = codec.envelope("d", codec.row(m.old), None, src, stamp(codec.table))
+            send(codec.topic, key, value)
+            send(codec.topic, key, None)
+            return 2
+        new = m.new
+        old = m.old
+        if m.old_kind == "O" and old is not None:
+            # REPLICA IDENTITY FULL: the old row has the values an unchanged TOAST hides.
+            new = tuple(o if v is UNCHANGED_TOAST else v for v, o in zip(new, old, strict=True))
+        new_key = codec.key(new)
+        if old is not None:
+            old_key = codec.key(old)
+            if old_key != new_key:
+                # The key changed: a delete (and tombstone) of the old key, a create of the new.
+                deleted = codec.envelope("d", codec.row(old), None, src, stamp(codec.table))
+                created = codec.envelope("c", None, codec.row(new), src, stamp(codec.table))
+                send(codec.topic, old_key, deleted)
+                send(codec.topic, old_key, None)
+                send(codec.topic, new_key, created)
+                return 3
+        before = codec.row(old) if (old is not None and m.old_kind == "O") else None
+        value = codec.envelope("u", before, codec.row(new), src, stamp(codec.table))
+        send(codec.topic, new_key, value)
+        return 1
+
+    def unconvertible(
+        self,
+        m: Insert | Update | Delete,
+        raw: bytes,
+        lsn: int,
+        exc: CaptureError,
+        side: pg.Connection,
+        src: bytes,
+        blocks: NoBlocks,
+        send: Callable[..., None],
+        tx: TxInfo,
+    ) -> int:
+        """A change that did not convert: with fresh types if they changed, else handled
+        as ``on_conversion_error`` says (``park``: its key parked). Returns the records
+        sent (all acknowledged before the slot passes the change)."""
+        relation = m.relation
+        raw = blank_values(raw, m, self.session.codecs[relation.oid].dropped)
+        if self.refresh_types(relation.oid, side):
+            codec = self.session.codecs[relation.oid]
+            mark = blocks.mark(codec.table)
+            try:
+                return self.row_change(m, codec, src, blocks.stamp, send)
+            except CaptureError as again:
+                blocks.rollback(codec.table, mark)
+                exc = again
+        parked = self.park_failed(m, self.session.codecs[relation.oid], raw, lsn, exc, tx, send)
+        if parked is not None:
+            return parked
+        return self.conversion_failed(
+            relation.qualified_name, raw, format_lsn(lsn), "pgoutput", exc, send
+        )
+
+    def refresh_types(self, oid: int, side: pg.Connection) -> bool:
+        """Reload the enum labels; when they changed, or a converter was registered
+        since the table's codec was built (a fix, :func:`register_converter`), a new
+        codec (and value schema) for the table. pgoutput sends no Relation message for
+        ``ALTER TYPE ... ADD VALUE``."""
+        labels, arrays = enum_types_from_rows(pg.load_enum_rows(side))
+        generation = converters_generation()
+        if labels == self.types._enums and generation == self.codecs_generation.get(oid, 0):
+            return False
+        self.codecs_generation[oid] = generation
+        self.types = PgTypeMapper(
+            enum_labels=labels, array_elements=arrays, unknown_as_text=self.config.unknown_as_text
+        )
+        old = self.session.codecs[oid]
+        self.session.codecs[oid] = self.codec(old.relation, self.infos[oid])
+        self.session.codecs[oid].events = old.events
+        self.stats.schema_refreshes += 1
+        self.log.info(
+            "enum labels or converters changed: table codec built again",
+            table=old.relation.qualified_name,
+            value_schema_id=self.session.codecs[oid].value_schema_id,
+        )
+        return True
+
+    def await_confirmed(self, side: pg.Connection) -> None:
+        """Wait (briefly) until the server shows the slot confirmed where we said."""
+        want = self.last_sent_lsn
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            slot = pg.slot_info(side, self.config.slot_name)
+            if slot is None or (slot.confirmed_flush_lsn or 0) >= want:
+                self.log.info("stopped; slot confirmed", lsn=format_lsn(want))
+                return
+            time.sleep(0.1)
+        self.log.warning(
+            "the server did not show the confirmed position in time", lsn=format_lsn(want)
+        )
+
+
+class _SlotReader(StreamReader):
+    """One stream's loop: each pgoutput message to its handler, the producer polled and
+    the slot confirmed between them. Holds the open transaction's state."""
+
+    def __init__(
+        self,
+        capture: Streaming,
+        cursor: psycopg2.extras.ReplicationCursor,
+        side: pg.Connection,
+        blocks: NoBlocks,
+    ) -> None:
+        self.blocks = blocks
+        self.tx_topic = transaction_topic(capture.config.prefix)
+        self.capture = capture
+        self.cursor = cursor
+        self.side = side
+        session = capture.session
+        self.producer = session.producer
+        self.put = session.producer.produce
+        self.tracker = session.tracker
+        self.codecs = session.codecs
+        self.partitions = range(capture.config.partitions)
+        self.tx: Tx | None = None
+        self.ack: Callable[..., None] | None = None
+        self.sources: dict[int, EncodedSource] = {}
+        self.commit_ms = self.commit_us = 0
+        self.xid: int | None = None
+        self.handlers: dict[type, Callable[[Any, Any], None]] = {
+            Insert: self.on_row,
+            Update: self.on_row,
+            Delete: self.on_row,
+            Begin: self.on_begin,
+            Commit: self.on_commit,
+            Relation: self.on_relation,
+            Truncate: self.on_truncate,
+            LogicalMessage: self.on_message,
+        }
+        self.inc = capture.incremental
+        self.signal_table = capture.config.signal_table
+        #: The incremental snapshots' chunks, turned between transactions.
+        self.snapshots: ChunkDriver | None = None
+        if self.inc is not None:
+            self.chunks = SlotChunks(capture, side, self.inc)
+            self.snapshots = ChunkDriver(self.inc, self.chunks, capture, self.tracker)
+
+    def send(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        partition: int = -1,
+        headers: list[tuple[str, str | bytes | None]] | None = None,
+    ) -> None:
+        try:
+            self.put(topic, value, key, partition=partition, headers=headers, on_delivery=self.ack)
+        except BufferError:  # the queue is full: wait for room
+            produce(
+                self.producer,
+                topic,
+                value,
+                key,
+                partition=partition,
+                headers=headers,
+                on_delivery=self.ack,
+            )
+        inc = self.inc
+        if inc is not None and (inc.window is not None or inc.draining is not None):
+            inc.supersede(topic, key)
+
+    def loop(self) -> None:
+        capture = self.capture
+        cfg = capture.config
+        read = self.cursor.read_message
+        decode = PgOutputDecoder(1).decode
+        handlers = self.handlers
+        since_poll = 0
+        last_heartbeat = time.monotonic()
+        while not capture.stopping:
+            msg = read()
+            if msg is None:
+                self.poll()
+                more = self.snapshot_step()
+                now = time.monotonic()
+                if now - last_heartbeat >= cfg.heartbeat_interval_s:
+                    capture.heartbeat(self.side)
+                    last_heartbeat = now
+                # Records in flight: back soon to confirm them once Kafka acknowledged.
+                wait = 0 if more else (0.01 if self.tracker.in_flight else 0.2)
+                with suppress(InterruptedError):
+                    select.select([self.cursor], [], [], wait)
+                continue
+            m = decode(msg.payload)
+            handler = handlers.get(m.__class__)
+            if handler is not None:
+                handler(m, msg)
+            since_poll += 1
+            if since_poll >= _POLL_EVERY:
+                since_poll = 0
+                self.poll()
+                self.snapshot_step()  # a stream that never idles still lets it go on
+                in_flight = self.tracker.in_flight
+                if (in_flight >= cfg.max_in_flight and self.tx is None) or (
+                    # A huge transaction: pause inside it too (its events stay unconfirmed).
+                    in_flight >= cfg.max_in_flight * 2
+                ):
+                    capture.backpressure(self.keepalive)
+
+    def keepalive(self) -> None:
+        """While paused for Kafka: feedback keeps the replication connection alive."""
+        self.capture.feedback(self.cursor, force=False)
+
+    def poll(self) -> None:
+        self.producer.poll(0)
+        self.capture.check_delivery()
+        self.capture.feedback(self.cursor, force=False)
+        if self.tx is None:
+            self.capture.carry_out_requests()  # between transactions: nothing overtakes
+        if self.inc is not None:
+            self.inc.store_acknowledged(self.producer)
+            self.capture.poll_signals()
+
+    def source(self, oid: int, codec: TableCodec) -> EncodedSource:
+        """The open transaction's source bytes for one table (made at its first change)."""
+        src = self.sources.get(oid)
+        if src is None:
+            src = self.sources[oid] = codec.source(
+                self.commit_ms, self.commit_us, "false", self.xid
+            )
+        return src
+
+    def sent(self, codec: TableCodec, n: int) -> None:
+        assert self.tx is not None
+        self.tx.pending += n
+        self.tracker.in_flight += n
+        codec.events += n
+
+    def on_row(self, m: Insert | Update | Delete, msg: Any) -> None:
+        oid = m.relation.oid
+        if oid not in self.codecs and m.relation.qualified_name == self.signal_table:
+            if isinstance(m, Insert):
+                self.on_signal_row(m)
+            return
+        codec = self.codecs[oid]
+        src = self.source(oid, codec).with_long(msg.data_start)
+        blocks = self.blocks
+        begin = blocks.begin_record()
+        if begin is not None:
+            self.send(self.tx_topic, begin[0], begin[1], 0)
+            self.sent_metadata()
+        capture = self.capture
+        if capture.parking is not None and codec.topic in capture.parking.watched:
+            parked = capture.parked_behind(
+                m, codec, msg.payload, msg.data_start, self.tx_info(), self.send
+            )
+            if parked is not None:
+                self.sent(codec, parked)
+                return
+        mark = blocks.mark(codec.table)
+        try:
+            n = capture.row_change(m, codec, src, blocks.stamp, self.send)
+        except CaptureError as exc:
+            blocks.rollback(codec.table, mark)
+            n = capture.unconvertible(
+                m,
+                msg.payload,
+                msg.data_start,
+                exc,
+                self.side,
+                src,
+                blocks,
+                self.send,
+                self.tx_info(),
+            )
+        self.sent(codec, n)
+
+    def tx_info(self) -> TxInfo:
+        return TxInfo(self.xid, self.commit_ms, self.commit_us)
+
+    def sent_metadata(self) -> None:
+        assert self.tx is not None
+        self.tx.pending += 1
+        self.tracker.in_flight += 1
+
+    def on_begin(self, m: Begin, _msg: Any) -> None:
+        self.tx = self.tracker.begin(m.xid)
+        self.ack = self.tx.ack
+        self.sources = {}
+        self.xid = m.xid
+        self.commit_us = m.commit_ts
+        self.commit_ms = m.commit_ts // 1000
+        self.blocks.start(m.xid, m.final_lsn, self.commit_ms, int(time.time() * 1000))
+
+    def on_commit(self, m: Commit, _msg: Any) -> None:
+        assert self.tx is not None
+        end = self.blocks.end_record()
+        if end is not None:
+            self.send(self.tx_topic, end[0], end[1], 0)
+            self.sent_metadata()
+        self.tracker.commit(self.tx, m.end_lsn)
+        self.capture.stats.received_lsn = m.end_lsn
+        self.tx = None
+        chunks = self.chunks
+        if chunks is not None:
+            if self.xid is not None:
+                chunks.recent.append(self.xid)
+            if chunks.watermark is not None:
+                self.snapshots.close_passed()  # type: ignore[union-attr]
+        if self.capture.parking is not None:
+            self.capture.carry_out_requests()  # between transactions: nothing overtakes
+        if self.tracker.in_flight >= self.capture.config.max_in_flight:
+            self.capture.backpressure(self.keepalive)
+
+    # -- incremental snapshots (bizevents.capture.core.chunks) -----------------------------------
+
+    def snapshot_step(self) -> bool:
+        """A slice of the incremental snapshot's work, between transactions (called when
+        the slot has nothing to read, and now and then on a busy stream): the stream's
+        changes go first, a chunk fills the gaps. Whether more work is ready (the loop
+        then does not wait for the slot)."""
+        snapshots = self.snapshots
+        if snapshots is None or self.tx is not None or self.capture.stopping:
+            return False
+        draining = snapshots.drain is not None
+        # A chunk just written: the next one's query at once, not after the slot's wait.
+        return snapshots.run() or (draining and snapshots.drain is None)
+
+    def on_signal_row(self, m: Insert) -> None:
+        """A row inserted into the signal table: a signal, in its place in the stream."""
+        names = [c.name for c in m.relation.columns]
+        row = dict(zip(names, m.new, strict=False))
+        sig = read_signal(row.get("id"), row.get("type"), row.get("data"))
+        # A snapshot it asks for starts once the stream is idle.
+        self.capture.on_signal(sig, row=row_key(row.get("id")))
+
+    def on_message(self, m: LogicalMessage, _msg: Any) -> None:
+        chunks = self.chunks
+        if chunks is None or m.prefix != pg.WATERMARK_PREFIX:
+            return
+        chunks.watermark = (m.content.decode(errors="replace"), m.lsn)
+        if self.tx is None:
+            self.snapshots.close_passed()  # type: ignore[union-attr]
+        # else: at its transaction's commit
+
+    def on_relation(self, m: Relation, _msg: Any) -> None:
+        before = self.codecs.get(m.oid)
+        self.capture.on_relation(m, self.side)
+        self.sources.pop(m.oid, None)
+        if before is not None and self.codecs.get(m.oid) is not before:
+            self.drop_window(m.oid)
+
+    def drop_window(self, oid: int) -> None:
+        """A truncate or a new shape of the open window's table: its rows may be of the
+        old table, or keyed by the old schema; the chunk is read again."""
+        inc = self.inc
+        codec = self.codecs.get(oid)
+        window = inc.window if inc is not None else None
+        if (
+            inc is not None
+            and window is not None
+            and codec is not None
+            and window.topic == codec.topic
+        ):
+            inc.retry_later()
+
+    def on_truncate(self, m: Truncate, msg: Any) -> None:
+        for relation in m.relations:
+            codec = self.codecs.get(relation.oid)
+            if self.snapshots is not None and codec is not None:
+                self.snapshots.truncated(codec.topic)
+        for relation in m.relations:
+            codec = self.codecs[relation.oid]
+            if not self.capture.config.truncate_events:
+                self.capture.log.warning(
+                    "TRUNCATE not written (truncate_events = false)",
+                    table=relation.qualified_name,
+                    lsn=format_lsn(msg.data_start),
+                )
+                continue
+            begin = self.blocks.begin_record()
+            if begin is not None:
+                self.send(self.tx_topic, begin[0], begin[1], 0)
+                self.sent_metadata()
+            src = codec.source(self.commit_ms, self.commit_us, "false", self.xid)
+            at = src.with_long(msg.data_start)
+            for p in self.partitions:
+                # one event per partition, each with its own place in the transaction
+                value = codec.envelope("t", None, None, at, self.blocks.stamp(codec.table))
+                self.send(codec.topic, None, value, p)
+            assert self.tx is not None
+            self.tx.pending += len(self.partitions)
+            self.tracker.in_flight += len(self.partitions)
+            codec.events += 1
