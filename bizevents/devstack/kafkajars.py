@@ -49,8 +49,9 @@ def classpath() -> list[str]:
     mvn = shutil.which("mvn")
     if mvn is None:
         raise StackError(
-            "Apache Kafka is fetched with Maven, and `mvn` is not on the PATH; install "
-            "Debian's maven package (in a source checkout, scripts/setup) or use --broker tansu"
+            "Apache Kafka is fetched with Maven, and `mvn` is not on the PATH; install it "
+            "(`apt-get install maven`; in a source checkout, scripts/setup) or use "
+            "--broker tansu"
         )
     target = _cache_file()
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -62,9 +62,9 @@ def java() -> str:
     found = str(Path(home) / "bin" / "java") if home else shutil.which("java")
     if not found or not Path(found).is_file():
         raise StackError(
-            "Apache Kafka needs a Java 17 runtime and `java` is not on the PATH; install "
-            "Debian's openjdk-17-jre-headless (in a source checkout, scripts/setup) or use "
-            "--broker tansu"
+            "Apache Kafka needs a Java 17 runtime and `java` is not on the PATH; install it "
+            "(`apt-get install openjdk-17-jre-headless`; in a source checkout, scripts/setup) "
+            "or use --broker tansu"
         )
     return found
 
