@@ -1,1 +1,5 @@
 """capture package."""
+
+# A checkout's root is on sys.path, so `import capture` would load a second copy of the floor.
+if __name__ != "bizevents.capture":
+    raise ImportError(f"import bizevents.capture, not {__name__}: the floors have one name")

@@ -19,6 +19,10 @@ docs/consuming.md has the rest (and how to read the topics from Java and Node). 
 public API is exactly ``__all__``.
 """
 
+# A checkout's root is on sys.path, so `import consumers` would load a second copy of the floor.
+if __name__ != "bizevents.consumers":
+    raise ImportError(f"import bizevents.consumers, not {__name__}: the floors have one name")
+
 from bizevents.consumers.consumer import (
     BusinessConsumer,
     ConsumerFailedError,

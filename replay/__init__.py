@@ -6,6 +6,10 @@ with confluent-kafka in assign mode and run :class:`bizevents.translators.pipeli
 the live worker's translation core, with ``replay=True``.
 """
 
+# A checkout's root is on sys.path, so `import replay` would load a second copy of the floor.
+if __name__ != "bizevents.replay":
+    raise ImportError(f"import bizevents.replay, not {__name__}: the floors have one name")
+
 from bizevents.replay.compaction import KeyIndex, compact
 from bizevents.replay.diff import DiffReport
 from bizevents.replay.exceptions import (

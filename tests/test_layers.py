@@ -223,3 +223,25 @@ def test_the_c_rule_catches_a_source_that_points_up(tmp_path: Path) -> None:
     reached = [target for _, target in _c_references(path)]
     assert reached == ["plumbing", "translators"]
     assert "translators" not in ALLOWED["contracts"] and "plumbing" in ALLOWED["contracts"]
+
+
+@pytest.mark.parametrize("floor", sorted(FLOORS))
+def test_a_bare_floor_name_does_not_import_in_the_checkout(floor: str, tmp_path: Path) -> None:
+    """The checkout's root is on ``sys.path`` (the editable install), so without its guard
+    ``import capture`` would load a second copy of every module of the floor; each floor
+    refuses to be imported under any name but its own, with one sentence."""
+    import subprocess
+    import sys
+
+    run = subprocess.run(
+        [sys.executable, "-c", f"import {floor}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert run.returncode != 0
+    last = run.stderr.strip().splitlines()[-1]
+    assert last == f"ImportError: import bizevents.{floor}, not {floor}: the floors have one name"
+    floor_links = (ROOT / "bizevents" / floor).resolve()
+    assert floor_links == ROOT / floor, "bizevents/<floor> is the floor's folder"
