@@ -26,6 +26,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+#: the floors' real folders are bizevents/<floor>; the checkout's <floor> are links to them
+PACKAGE = ROOT / "bizevents"
 
 #: floor → the floors of ours it may import (besides itself).
 ALLOWED: dict[str, frozenset[str]] = {
@@ -71,12 +73,9 @@ def _imports(path: Path) -> list[tuple[int, str]]:
 
 def _modules(floor: str) -> list[Path]:
     if floor != "bizevents":
-        return sorted((ROOT / floor).rglob("*.py"))
-    shell = ROOT / "bizevents"
+        return sorted((PACKAGE / floor).rglob("*.py"))
     return sorted(
-        path
-        for path in shell.rglob("*.py")
-        if not (shell / path.relative_to(shell).parts[0]).is_symlink()
+        path for path in PACKAGE.rglob("*.py") if path.relative_to(PACKAGE).parts[0] not in FLOORS
     )
 
 
@@ -157,12 +156,12 @@ def _c_sources() -> list[Path]:
         path
         for floor in sorted(FLOORS)
         for ext in ("*.c", "*.h")
-        for path in (ROOT / floor).rglob(ext)
+        for path in (PACKAGE / floor).rglob(ext)
     )
 
 
 def _c_floor(path: Path) -> str:
-    return path.relative_to(ROOT).parts[0]
+    return path.relative_to(PACKAGE).parts[0]
 
 
 def _c_references(path: Path) -> list[tuple[int, str]]:
@@ -211,7 +210,7 @@ def test_each_extension_is_built_as_a_module_of_its_own_floor() -> None:
     assert sorted(built) == sorted(sources)
     for source, module in built.items():
         floor = _c_floor(source)
-        inside = source.relative_to(ROOT / floor).with_suffix("").parts
+        inside = source.relative_to(PACKAGE / floor).with_suffix("").parts
         assert module == ".".join(("bizevents", floor, *inside))
         assert f'"{source.stem}"' in source.read_text(), f"{source.name} names its module"
 
@@ -243,5 +242,4 @@ def test_a_bare_floor_name_does_not_import_in_the_checkout(floor: str, tmp_path:
     assert run.returncode != 0
     last = run.stderr.strip().splitlines()[-1]
     assert last == f"ImportError: import bizevents.{floor}, not {floor}: the floors have one name"
-    floor_links = (ROOT / "bizevents" / floor).resolve()
-    assert floor_links == ROOT / floor, "bizevents/<floor> is the floor's folder"
+    assert (ROOT / floor).resolve() == PACKAGE / floor, "<floor> is a link to bizevents/<floor>"
