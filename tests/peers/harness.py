@@ -172,3 +172,87 @@ class Run:
 
     def tail(self) -> str:
         return self.log.read_text()[-3000:] if self.log.exists() else ""
+
+
+# -- Kafka Connect standalone ------------------------------------------------------------
+
+
+def connect_worker_properties(bootstrap: str, folder: Path, **extra: Any) -> dict[str, str]:
+    """A Connect standalone worker writing to ``bootstrap``: JSON with schemas, its
+    offsets in ``folder``, its REST listener on a port the system picks."""
+    props = {
+        "bootstrap.servers": bootstrap,
+        "key.converter": "org.apache.kafka.connect.json.JsonConverter",
+        "value.converter": "org.apache.kafka.connect.json.JsonConverter",
+        "key.converter.schemas.enable": "true",
+        "value.converter.schemas.enable": "true",
+        "offset.storage.file.filename": str(folder / "connect.offsets"),
+        "offset.flush.interval.ms": "1000",
+        "listeners": "http://127.0.0.1:0",
+    }
+    props.update({k: str(v) for k, v in extra.items()})
+    return props
+
+
+def connect_connector_properties(props: dict[str, str]) -> dict[str, str]:
+    """The embedded engine's connector ``props`` as a Connect connector's: Connect keeps
+    the offsets and the converters; topics it creates get one partition."""
+    engine_only = {"offset.storage", "offset.flush.interval.ms", "converter.schemas.enable"}
+    out = {k: v for k, v in props.items() if k not in engine_only}
+    out["tasks.max"] = "1"
+    out["topic.creation.default.partitions"] = "1"
+    out["topic.creation.default.replication.factor"] = "1"
+    return out
+
+
+@dataclass
+class Connect:
+    """Kafka Connect standalone as a process: its log, stopped with :meth:`stop`."""
+
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def check_alive(self) -> None:
+        if self.process.poll() is not None:
+            raise AssertionError(f"Kafka Connect exited {self.process.returncode}: {self.tail()}")
+
+    def tail(self) -> str:
+        return self.log.read_text()[-3000:] if self.log.exists() else ""
+
+
+def start_connect(
+    worker: dict[str, str], connector: dict[str, str], folder: Path, heap: str = "1g"
+) -> Connect:
+    """``ConnectStandalone`` on the harness's classpath, running one connector."""
+    reason = missing()
+    if reason is not None:
+        raise RuntimeError(reason)
+    folder.mkdir(parents=True, exist_ok=True)
+    files = []
+    for name, props in (("worker", worker), ("connector", connector)):
+        path = folder / f"{name}.properties"
+        path.write_text("".join(f"{k}={_escape(v)}\n" for k, v in props.items()))
+        files.append(str(path))
+    log = folder / "connect.log"
+    classpath = f"{TOOLS / 'classes'}:{(TOOLS / 'classpath.txt').read_text().strip()}"
+    args = [
+        "java",
+        f"-Xmx{heap}",
+        "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+        "-cp",
+        classpath,
+        "org.apache.kafka.connect.cli.ConnectStandalone",
+        *files,
+    ]
+    with open(log, "wb") as sink:
+        process = subprocess.Popen(args, stdout=sink, stderr=subprocess.STDOUT)
+    return Connect(process, log)
