@@ -168,6 +168,7 @@ def prepare_transactions(
 
     from bizevents.contracts.technical import AutoDecoder
     from bizevents.plumbing.registry import schema_lookup
+    from bizevents.translators.provenance import lacking_transactions, newest_changes
     from bizevents.translators.registry import discover
     from bizevents.translators.shadow import check_shadows
     from bizevents.translators.topology import (
@@ -264,6 +265,12 @@ def prepare_transactions(
         dict(t.on_error),
     )
     lookup = schema_lookup(client)
+    newest = newest_changes(settings.kafka.librdkafka(), sources, AutoDecoder(lookup))
+    for item in translators:
+        mine = technical_topics([item], t, existing)
+        lacking = lacking_transactions(item.ref, {n: newest[n] for n in mine if n in newest})
+        if lacking is not None:
+            raise ConfigError(lacking)
     return TxPlan(
         translators,
         sources,

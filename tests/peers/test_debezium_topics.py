@@ -47,7 +47,7 @@ from tests.capture.capture_helpers import capture_endpoints, in_process
 from tests.integration.test_translate_worker import Worker, read_all, wait_for
 from tests.peers import harness
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 TABLES = ("store.customers", "store.products", "store.orders", "store.order_items")
 CONTRACTS = (
@@ -247,3 +247,36 @@ def test_translate_reads_debeziums_topics_as_it_reads_its_own(
     assert set(ours) == set(theirs), "event ids differ"
     different = {i: (ours[i], theirs[i]) for i in ours if ours[i] != theirs[i]}
     assert not different, list(different.items())[:3]
+
+
+def test_a_transaction_translator_is_told_at_start_up_what_debeziums_topics_lack(
+    captured: Captured,
+) -> None:
+    """orders@3 assembles whole transactions; Debezium's PostgreSQL topics give each
+    record its own transaction id, so the worker says so before it joins its group and
+    stops; on bizevents' own topics of the same changes it starts."""
+    pinned = {"orders": 3}
+    refused = Worker(
+        _env(captured, captured.theirs, f"dbz-tx-theirs-{captured.server}", pinned),
+        captured.folder / "translate-tx-theirs.log",
+    )
+    started = Worker(
+        _env(captured, captured.ours, f"dbz-tx-ours-{captured.server}", pinned),
+        captured.folder / "translate-tx-ours.log",
+    )
+    try:
+        assert refused.process.wait(120) != 0
+        topics = f"{captured.theirs}.store.order_items, {captured.theirs}.store.orders"
+        said = refused.log.read_text()
+        assert f"orders@3 cannot have whole transactions from {topics}: " in said, said
+        assert "Traceback" not in said
+        assert "assigned" not in said  # at start-up, before any record
+        wait_for(
+            lambda: any(x.get("event") == "assembling" for x in started.lines()),
+            60,
+            "the transaction worker on bizevents' topics joins its group",
+            [started],
+        )
+    finally:
+        refused.stop()
+        assert started.stop() == 0, started.tail()
