@@ -14,10 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from bizevents.contracts.envelope import ChangeEvent, Tombstone
+from bizevents.contracts.logical import JsonDocument
 
 REPO = Path(__file__).resolve().parents[2]
 ABSENT = "(absent)"
 PG = "PostgreSQL"
+MARIA = "MariaDB"
+BOTH = "both"
 
 
 @dataclass(frozen=True)
@@ -28,6 +31,14 @@ class Row:
 
 def _snapshot(event: ChangeEvent | Tombstone) -> bool:
     return isinstance(event, ChangeEvent) and event.source.snapshot
+
+
+def _pg(event: ChangeEvent | Tombstone) -> bool:
+    return isinstance(event, ChangeEvent) and event.source.connector == "postgresql"
+
+
+def _mariadb(event: ChangeEvent | Tombstone) -> bool:
+    return isinstance(event, ChangeEvent) and event.source.connector == "mysql"
 
 
 def _update(event: ChangeEvent | Tombstone) -> bool:
@@ -48,25 +59,38 @@ def _same_tx(ours: Any, theirs: Any) -> bool:
     )
 
 
+def _json_as_text(ours: Any, theirs: Any) -> bool:
+    return isinstance(ours, JsonDocument) and ours.text == theirs
+
+
 # Debezium 2+ marks a table's first and last snapshot row; bizevents only the very last
 _DBZ_SNAPSHOT = ("first", "first_in_data_collection", "last_in_data_collection", "true", "last")
 
 ROWS: dict[str, Row] = {
-    "ts_ms": Row(PG, lambda o, t, e: type(o) is int and type(t) is int),
-    "source.version": Row(PG, lambda o, t, e: o == "bizevents-capture-1" and t[:2] == "3."),
-    "source.ts_ns": Row(PG, lambda o, t, e: o == ABSENT and type(t) is int),
+    "ts_ms": Row(BOTH, lambda o, t, e: type(o) is int and type(t) is int),
+    "source.version": Row(BOTH, lambda o, t, e: o == "bizevents-capture-1" and t[:2] == "3."),
+    "source.ts_ns": Row(BOTH, lambda o, t, e: o == ABSENT and type(t) is int),
     "source.sequence": Row(PG, lambda o, t, e: o is None and t.startswith("[")),
     "transaction.id": Row(PG, lambda o, t, e: _same_tx(o, t)),
-    "source.snapshot": Row(PG, lambda o, t, e: o in ("true", "last") and t in _DBZ_SNAPSHOT),
+    "source.snapshot": Row(BOTH, lambda o, t, e: o in ("true", "last") and t in _DBZ_SNAPSHOT),
     "source.lsn": Row(PG, lambda o, t, e: _snapshot(e) and _lsn_or_none(t, e)),
     "source.txId": Row(PG, lambda o, t, e: _snapshot(e) and o is None),
-    "source.ts_ms": Row(PG, lambda o, t, e: _snapshot(e) and type(t) is int),
-    "source.ts_us": Row(PG, lambda o, t, e: _snapshot(e) and type(t) is int),
+    "source.ts_ms": Row(BOTH, lambda o, t, e: _snapshot(e) and type(t) is int),
+    "source.ts_us": Row(
+        BOTH,
+        lambda o, t, e: type(t) is int and (_snapshot(e) if _pg(e) else o == ABSENT),
+    ),
     "after.free": Row(
         PG,
         lambda o, t, e: isinstance(o, Decimal) and o == t and o.as_tuple() != t.as_tuple(),
     ),
     "after.nm": Row(PG, lambda o, t, e: _update(e) and o is not None and t is None),
+    "source.connector": Row(MARIA, lambda o, t, e: o == "mysql" and t == "mariadb"),
+    "source.pos": Row(MARIA, lambda o, t, e: _mariadb(e) and o - t == 23),
+    "source.gtid": Row(MARIA, lambda o, t, e: _snapshot(e) and t is None),
+    "source.server_id": Row(MARIA, lambda o, t, e: _snapshot(e) and t == 0),
+    "after.j": Row(MARIA, lambda o, t, e: _json_as_text(o, t)),
+    "before.j": Row(MARIA, lambda o, t, e: _update(e) and _json_as_text(o, t)),
 }
 
 _ROW = re.compile(r"^\| `([^`]+)` \| (PostgreSQL|MariaDB|both) \|")

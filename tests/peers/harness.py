@@ -18,12 +18,14 @@ from urllib.parse import unquote, urlsplit
 
 REPO = Path(__file__).resolve().parents[2]
 TOOLS = REPO / ".tools" / "debezium"
+#: Debezium 3.5.0's MariaDB connector, on a classpath of its own (tests/peers/debezium/mariadb/)
+MARIADB_TOOLS = REPO / ".tools" / "debezium-mariadb"
 MEMORY_OFFSETS = "org.apache.kafka.connect.storage.MemoryOffsetBackingStore"
 
 
-def missing() -> str | None:
+def missing(tools: Path = TOOLS) -> str | None:
     """Why the harness cannot run here (one sentence), or None."""
-    if not (TOOLS / "classpath.txt").exists() or not (TOOLS / "classes").is_dir():
+    if not (tools / "classpath.txt").exists() or not (tools / "classes").is_dir():
         return "the Debezium harness is not set up: run scripts/setup-debezium"
     return None
 
@@ -69,6 +71,34 @@ def postgres_properties(
     return props
 
 
+def mariadb_properties(
+    dsn: str, server: str, database: str, tables: list[str], server_id: int, **extra: Any
+) -> dict[str, str]:
+    """The MariaDB connector on ``dsn`` (a replica of ``server_id``), its schema history
+    in memory."""
+    u = urlsplit(dsn)
+    props = _common(
+        server,
+        **{
+            "connector.class": "io.debezium.connector.mariadb.MariaDbConnector",
+            "database.hostname": u.hostname or "127.0.0.1",
+            "database.port": u.port or 3306,
+            "database.user": unquote(u.username or ""),
+            "database.password": unquote(u.password or ""),
+            "database.server.id": server_id,
+            "database.include.list": database,
+            "table.include.list": ",".join(f"{database}.{t}" for t in tables),
+            "schema.history.internal": "io.debezium.relational.history.MemorySchemaHistory",
+            "include.schema.changes": False,
+            # BIGINT UNSIGNED as a decimal, as bizevents writes it (its default wraps)
+            "bigint.unsigned.handling.mode": "precise",
+            "snapshot.mode": "initial",
+        },
+    )
+    props.update({k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in extra.items()})
+    return props
+
+
 def start(
     props: dict[str, str],
     folder: Path,
@@ -79,10 +109,11 @@ def start(
     from_change: int = 1,
     heap: str = "1g",
     out: Path | None = None,
+    tools: Path = TOOLS,
 ) -> Run:
-    """The harness started on ``props``; its records go to ``out`` (default
-    ``folder/records.jsonl``)."""
-    reason = missing()
+    """The harness started on ``props`` (on the classpath of ``tools``); its records go
+    to ``out`` (default ``folder/records.jsonl``)."""
+    reason = missing(tools)
     if reason is not None:
         raise RuntimeError(reason)
     folder.mkdir(parents=True, exist_ok=True)
@@ -90,7 +121,7 @@ def start(
     props_file.write_text("".join(f"{k}={_escape(v)}\n" for k, v in props.items()))
     out = out or folder / "records.jsonl"
     log = folder / "debezium.log"
-    classpath = f"{TOOLS / 'classes'}:{(TOOLS / 'classpath.txt').read_text().strip()}"
+    classpath = f"{tools / 'classes'}:{(tools / 'classpath.txt').read_text().strip()}"
     args = [
         "java",
         f"-Xmx{heap}",
