@@ -17,18 +17,19 @@ counts it), its start-up not counted.
 Snapshot: a table of ``--snapshot-rows`` rows; bizevents from its start to the snapshot
 recorded as done in Kafka, Debezium from its first row to its last.
 
-MariaDB is not measured here yet. Debezium's MariaDB connector runs at 3.5.0 (3.6.1 is
-not served by the package registry this project reaches; tests/peers/ compares its
-records with bizevents'), but a fair drain needs both captures to start from one binlog
-position after the changes were written, and neither takes a start position from
-outside: bizevents' would be seeded into its offsets topic, Debezium's into its offset
-store. bench/capture_mysql.py measures bizevents' MariaDB capture alone.
+MariaDB (``--database mariadb``): the same workload and figures against Debezium's
+MariaDB connector 3.5.0 (3.6.1 is not served by the package registry this project
+reaches). Neither capture takes a start position from outside, so each first runs once
+on the table with one row (its snapshot, which stores where the binlog stood: bizevents
+in its offsets topic, Debezium in an offsets file and a schema history file); the
+changes are written; each then resumes from its own stored position and drains them.
 
 Run it on a quiet machine (``uptime``): the two share the cores with nothing else.
 
     scripts/setup-debezium  # once
     .venv/bin/python bench/capture_peers.py                       # private stack, 3 runs
     .venv/bin/python bench/capture_peers.py --changes 200000 --runs 5 --warm-up
+    .venv/bin/python bench/capture_peers.py --database mariadb
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ import tempfile
 import threading
 import time
 import uuid
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -256,6 +258,174 @@ def one_run(endpoints: Any, tmp: Path, args: argparse.Namespace) -> dict[str, Fi
         admin.close()
 
 
+# -- MariaDB ------------------------------------------------------------------------------
+
+
+def mariadb_generate(conn: Any, table: str, changes: int, tx_rows: int) -> None:
+    inserts = changes // 2
+    with conn.cursor() as cur:
+        for start in range(1, inserts + 1, tx_rows):
+            stop = min(start + tx_rows - 1, inserts)
+            cur.execute(
+                f"INSERT INTO {table} SELECT seq, CONCAT('customer ', seq), seq % 97, "
+                f"seq * 1.25, NOW(6), seq % 2 = 0 FROM seq_{start}_to_{stop}"
+            )
+            conn.commit()
+        for start in range(1, changes - inserts + 1, tx_rows):
+            stop = min(start + tx_rows - 1, changes - inserts)
+            cur.execute(
+                f"UPDATE {table} SET qty = qty + 1, price = price + 0.01 "
+                "WHERE id BETWEEN %s AND %s",
+                (start, stop),
+            )
+            conn.commit()
+
+
+def mariadb_bizevents(
+    endpoints: Any, tmp: Path, server: str, table: str, done: Callable[[Any], bool]
+) -> tuple[float, float]:
+    """Wall and CPU seconds of a bizevents MariaDB capture run (resuming from the
+    position ``server``'s offsets topic holds) until ``done(runner)``."""
+    from bizevents.capture.config import CaptureConfig
+    from bizevents.capture.mariadb.capture import MysqlCapture
+    from bizevents.capture.metrics import CaptureStats
+    from bizevents.capture.postgres.runner import CaptureEndpoints
+
+    config = CaptureConfig(server=server, dsn=endpoints.mysql_dsn, tables=(table,), partitions=3)
+    runner = MysqlCapture(
+        config,
+        CaptureEndpoints(
+            endpoints.mysql_dsn,
+            {"bootstrap.servers": endpoints.bootstrap_servers},
+            {"url": endpoints.registry_url},
+            tmp / server,
+        ),
+        stats=CaptureStats(server, "binlog"),
+    )
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            runner.run()
+        except BaseException as exc:  # reported below
+            failed.append(exc)
+
+    cpu0, t0 = cpu_seconds(), time.perf_counter()
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    while not done(runner) and thread.is_alive():
+        time.sleep(0.01)
+    wall, cpu = time.perf_counter() - t0, cpu_seconds() - cpu0
+    runner.request_stop()
+    thread.join(60)
+    if not done(runner):
+        sys.exit(f"bizevents capture stopped early: {failed[0] if failed else 'no reason'}")
+    return wall, cpu
+
+
+def mariadb_debezium(
+    endpoints: Any, tmp: Path, server: str, database: str, table: str, count: int, warm_up: bool
+) -> Figure:
+    """Debezium's MariaDB connector resuming from its offsets file (or snapshotting
+    when there is none), as :func:`run_debezium` measures it."""
+    state = tmp / f"{server}-state"
+    state.mkdir(exist_ok=True)
+    props = harness.mariadb_properties(
+        endpoints.mysql_dsn,
+        server,
+        database,
+        [table],
+        6400 + zlib.crc32(server.encode()) % 1000,  # a replica id of its own
+        **{
+            "offset.storage": "org.apache.kafka.connect.storage.FileOffsetBackingStore",
+            "offset.storage.file.filename": state / "offsets.dat",
+            "schema.history.internal": "io.debezium.storage.file.history.FileSchemaHistory",
+            "schema.history.internal.file.filename": state / "history.dat",
+            "converter.schemas.enable": False,
+            "max.batch.size": 8192,
+            "max.queue.size": 32768,
+        },
+    )
+    warm = count // 2 if warm_up else 1
+    run = harness.start(
+        props,
+        tmp / f"{server}-{count}",
+        max_changes=count,
+        from_change=warm,
+        out=Path("/dev/null"),
+        tools=harness.MARIADB_TOOLS,
+    )
+    try:
+        summary = run.finish(timeout=1800)
+    finally:
+        run.stop()
+    if summary["changes"] < count:
+        sys.exit(f"Debezium stopped after {summary['changes']} of {count}: {run.tail()}")
+    wall = max((summary["last_ns"] - summary["first_ns"]) / 1e9, 1e-9)
+    cpu = (summary["last_cpu_ns"] - summary["first_cpu_ns"]) / 1e9
+    return Figure((count - warm) / wall, cpu / max(count - warm, 1) * 100_000)
+
+
+def one_run_mariadb(endpoints: Any, tmp: Path, args: argparse.Namespace) -> dict[str, Figure]:
+    from bizevents.capture.mariadb import queries as my
+
+    tag = uuid.uuid4().hex[:8]
+    database = f"peers_{tag}"
+    table, snap_table = f"{database}.t", f"{database}.snap"
+    conn = my.connect(endpoints.mysql_dsn, autocommit=False)
+    columns = (
+        "(id BIGINT PRIMARY KEY, name VARCHAR(64), qty INT, price DECIMAL(12,2), "
+        "at DATETIME(6), flag BOOLEAN)"
+    )
+    ours, theirs = f"peer{tag}", f"dbz{tag}"
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"CREATE DATABASE {database}")
+            cur.execute(f"USE {database}")  # the seq_<a>_to_<b> tables live in every database
+            for t in (table, snap_table):
+                cur.execute(f"CREATE TABLE {t} {columns}")
+            # one row: each first run snapshots it and stores where the binlog stood
+            cur.execute(f"INSERT INTO {table} VALUES (0, 'seed', 0, 0, NOW(6), 0)")
+        conn.commit()
+        mariadb_bizevents(endpoints, tmp, ours, table, lambda r: r.stats.snapshot_done)
+        mariadb_debezium(endpoints, tmp, theirs, database, "t", 1, False)
+        mariadb_generate(conn, table, args.changes, args.tx_rows)
+        with conn.cursor() as cur:
+            cur.execute(
+                f"INSERT INTO {snap_table} SELECT seq, CONCAT('customer ', seq), seq % 97, "
+                f"seq * 1.25, NOW(6), seq % 2 = 0 FROM seq_1_to_{int(args.snapshot_rows)}"
+            )
+        conn.commit()
+        end = my.master_position(conn)
+        figures: dict[str, Figure] = {}
+
+        def figure(count: int, wall: float, cpu: float) -> Figure:
+            return Figure(count / wall, cpu / count * 100_000)
+
+        def drained(runner: Any) -> bool:
+            at = runner.position
+            return at is not None and (at.file, at.pos) >= (end.file, end.pos)
+
+        wall, cpu = mariadb_bizevents(endpoints, tmp, ours, table, drained)
+        figures["bizevents stream"] = figure(args.changes, wall, cpu)
+        figures["debezium stream"] = mariadb_debezium(
+            endpoints, tmp, theirs, database, "t", args.changes, args.warm_up
+        )
+        wall, cpu = mariadb_bizevents(
+            endpoints, tmp, f"{ours}s", snap_table, lambda r: r.stats.snapshot_done
+        )
+        figures["bizevents snapshot"] = figure(args.snapshot_rows, wall, cpu)
+        figures["debezium snapshot"] = mariadb_debezium(
+            endpoints, tmp, f"{theirs}s", database, "snap", args.snapshot_rows, False
+        )
+        return figures
+    finally:
+        with conn.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS {database}")
+        conn.commit()
+        conn.close()
+
+
 def spread(values: list[float]) -> str:
     return f"{statistics.median(values):>10,.1f} ({min(values):,.1f}-{max(values):,.1f})"
 
@@ -271,9 +441,11 @@ def main() -> None:
         action="store_true",
         help="time Debezium's stream from its middle change on (the JIT warmed up)",
     )
+    parser.add_argument("--database", choices=("postgresql", "mariadb"), default="postgresql")
     parser.add_argument("--stack-json", type=Path, help="endpoints of a running stack")
     args = parser.parse_args()
-    reason = harness.missing()
+    mariadb = args.database == "mariadb"
+    reason = harness.missing(harness.MARIADB_TOOLS if mariadb else harness.TOOLS)
     if reason is not None:
         sys.exit(reason)
 
@@ -286,21 +458,25 @@ def main() -> None:
         endpoints = Endpoints(**json.loads(args.stack_json.read_text()))
     else:
         stack = DevStack(
-            tmp / "stack", DevSettings(broker_port=0, registry_port=0, postgres_port=0)
+            tmp / "stack",
+            DevSettings(
+                broker_port=0, registry_port=0, postgres_port=0, mysql=mariadb, mysql_port=0
+            ),
         )
         stack.up()
         endpoints = stack.endpoints()
     try:
         runs: list[dict[str, Figure]] = []
         for i in range(args.runs):
-            runs.append(one_run(endpoints, tmp, args))
+            runs.append((one_run_mariadb if mariadb else one_run)(endpoints, tmp, args))
             line = "  ".join(
                 f"{name}: {f.per_s:,.0f}/s {f.cpu_per_100k:.2f} cpu-s"
                 for name, f in runs[-1].items()
             )
             print(f"run {i + 1}: {line}", flush=True)
         print(
-            f"\nPostgreSQL, {args.changes:,} changes, {args.snapshot_rows:,} snapshot rows, "
+            f"\n{'MariaDB' if mariadb else 'PostgreSQL'}, {args.changes:,} changes, "
+            f"{args.snapshot_rows:,} snapshot rows, "
             f"median of {args.runs} (min-max):"
         )
         for name in runs[0]:
