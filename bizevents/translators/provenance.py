@@ -37,9 +37,17 @@ def newest_changes(
 ) -> dict[str, list[ChangeEvent]]:
     """The change events among the last :data:`NEWEST` records of each partition of
     ``topics``, by topic (records that do not decode are left to the worker)."""
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-    consumer = Consumer({**kafka, "group.id": "bizevents-provenance", "enable.auto.commit": False})
+    consumer = Consumer(
+        {
+            **kafka,
+            "group.id": "bizevents-provenance",
+            "enable.auto.commit": False,
+            # a partition's end is said even when its last offset holds no record
+            "enable.partition.eof": True,
+        }
+    )
     found: dict[str, list[ChangeEvent]] = {topic: [] for topic in topics}
     try:
         wanted: dict[tuple[str, int], int] = {}
@@ -57,9 +65,14 @@ def newest_changes(
         deadline = time.monotonic() + timeout
         while wanted and time.monotonic() < deadline:
             message = consumer.poll(0.2)
-            if message is None or message.error() is not None:
+            if message is None:
                 continue
             where = (str(message.topic()), int(message.partition() or 0))
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    wanted.pop(where, None)
+                continue
             if int(message.offset() or 0) + 1 >= wanted.get(where, 0):
                 wanted.pop(where, None)
             try:

@@ -167,7 +167,8 @@ class Run:
     def records(self) -> list[Record]:
         if not self.out.exists():
             return []
-        lines = self.out.read_text().splitlines()
+        # the last line may be half written (the harness's buffer flushed mid-record)
+        lines = self.out.read_text().split("\n")[:-1]
         return [Record(d["topic"], d["key"], d["value"]) for d in map(json.loads, lines)]
 
     def wait_for(self, predicate: Any, timeout: float = 120) -> list[Record]:
