@@ -101,7 +101,7 @@ def main() -> None:
         rates = []
         session = None
         if args.spark:
-            from bizevents.replay.job import spark_session
+            from bizevents.replay.session import spark_session
 
             session = spark_session(args.spark, "bench-verify")
         for n in range(args.runs):

@@ -16,12 +16,10 @@ cannot start, so those ranges stay one Spark job each, from a pool of driver thr
 from __future__ import annotations
 
 import functools
-import os
 import re
-import sys
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -31,16 +29,19 @@ from typing import Any, Final, Protocol
 import structlog
 
 from bizevents.plumbing.errors import BizeventsError
-from bizevents.plumbing.kafka import ensure_topics
-from bizevents.plumbing.registry import registry_client
+from bizevents.replay.checks import (
+    check_contracts,
+    check_parquet,
+    check_registry,
+    ensure_output_topics,
+)
 from bizevents.replay.compaction import KeyIndex
 from bizevents.replay.diff import DiffReport
 from bizevents.replay.exceptions import (
     RangeFailedError,
-    RegistryUnreachableError,
-    ReplayConfigError,
 )
 from bizevents.replay.plan import Planner, Range, slices
+from bizevents.replay.session import Reports, spark_session, task_error
 from bizevents.replay.spec import ReplaySpec
 from bizevents.replay.state import RunState
 from bizevents.replay.task import TaskConfig, TaskReport, index_range, run_range, selected_offsets
@@ -103,191 +104,6 @@ class Summary:
         return sum(self.events.values()) / self.seconds if self.seconds else 0.0
 
 
-LOOPBACK = "127.0.0.1"
-DRIVER_ADDRESS = ("spark.driver.host", "spark.driver.bindAddress")
-
-
-def is_local(master: str | None) -> bool:
-    """A local master (``None`` means ``local[*]`` here), as opposed to a cluster's."""
-    return master is None or master == "local" or master.startswith("local[")
-
-
-def loopback_conf(
-    master: str | None, env: Mapping[str, str], user_conf: Mapping[str, str]
-) -> dict[str, str]:
-    """Keep a local driver on loopback, like every embedded service.
-
-    Left alone Spark binds the driver to the first non-loopback interface it finds.
-    A cluster's driver must be reachable from its executors, so a ``spark://`` (or
-    any non-local) master is left to the user's settings. So is a driver address the
-    user chose: ``SPARK_LOCAL_IP`` other than loopback, or either key of
-    ``DRIVER_ADDRESS`` in ``user_conf`` (Spark's own settings: spark-defaults.conf,
-    ``--conf`` in ``PYSPARK_SUBMIT_ARGS``).
-    """
-    if not is_local(master) or env.get("SPARK_LOCAL_IP", LOOPBACK) != LOOPBACK:
-        return {}
-    if any(key in user_conf for key in DRIVER_ADDRESS):
-        return {}
-    return dict.fromkeys(DRIVER_ADDRESS, LOOPBACK)
-
-
-#: The JIT of a local driver whose JVM writes nothing itself: C1 only. Such a JVM
-#: schedules Python tasks and passes their reports; C2's compiler threads took about
-#: 0.8 s of CPU in each few-second replay, from the two cores the Python workers had.
-LOCAL_JIT: Final = "-XX:TieredStopAtLevel=1"
-#: Where a user gives the driver's Java options (then they are left alone).
-JAVA_OPTION_KEYS: Final = (
-    "spark.driver.defaultJavaOptions",
-    "spark.driver.extraJavaOptions",
-    "--driver-java-options",
-)
-
-
-def local_jvm_conf(master: str | None, env: Mapping[str, str], defaults: str) -> dict[str, str]:
-    """The launch settings of a local driver's JVM: :data:`LOCAL_JIT`, unless the master
-    is a cluster's or the user gave the driver Java options in ``PYSPARK_SUBMIT_ARGS``
-    or in ``defaults`` (the text of spark-defaults.conf)."""
-    if not is_local(master):
-        return {}
-    given = env.get("PYSPARK_SUBMIT_ARGS", "") + "\n" + defaults
-    if any(key in given for key in JAVA_OPTION_KEYS):
-        return {}
-    return {"spark.driver.defaultJavaOptions": LOCAL_JIT}
-
-
-def _spark_defaults(env: Mapping[str, str]) -> str:
-    """The text of the spark-defaults.conf Spark would read, or ""."""
-    folder = env.get("SPARK_CONF_DIR")
-    if folder is None:
-        import pyspark
-
-        home = env.get("SPARK_HOME") or os.path.dirname(pyspark.__file__)
-        folder = os.path.join(home, "conf")
-    try:
-        return Path(folder, "spark-defaults.conf").read_text(errors="replace")
-    except OSError:
-        return ""
-
-
-def _user_spark_conf(launch: Mapping[str, str]) -> dict[str, str]:
-    """Spark's settings as the user gave them to Spark (spark-defaults.conf, ``--conf``),
-    launching the JVM with ``launch`` if it is not running yet."""
-    from pyspark import SparkConf, SparkContext
-
-    # launches the JVM, which is what loads them
-    SparkContext._ensure_initialized(
-        conf=SparkConf(loadDefaults=False).setAll(list(launch.items())) if launch else None
-    )
-    return dict(SparkConf().getAll())
-
-
-def spark_session(
-    master: str | None, app_name: str = "bizevents-replay", *, jvm_writes: bool = False
-) -> Any:
-    """The running session (tests, spark-submit) or a new one (``--master``, else local[*]).
-
-    ``jvm_writes``: the JVM writes the output itself (Parquet), so a local JVM this
-    launches keeps its full JIT (else :func:`local_jvm_conf`)."""
-    from pyspark.sql import SparkSession
-
-    existing = SparkSession.getActiveSession() or SparkSession._instantiatedSession
-    if existing is not None and master is None:
-        return existing
-    builder = SparkSession.builder.appName(app_name)
-    submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit started this driver
-    if master is not None:
-        builder = builder.master(master)
-    elif not submitted:
-        builder = builder.master("local[*]")
-    if not submitted:
-        # PySpark starts its workers with PYSPARK_PYTHON, else whatever "python3" is on
-        # PATH: not necessarily the environment bizevents and the plugins live in.
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        if is_local(master):
-            # Read by the JVM at its launch, for what the driver settings do not cover
-            # (the web UI binds to it, else to every interface).
-            os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)
-            launch = (
-                {}
-                if jvm_writes
-                else local_jvm_conf(master, os.environ, _spark_defaults(os.environ))
-            )
-            user_conf = _user_spark_conf(launch)
-            for key, value in loopback_conf(master, os.environ, user_conf).items():
-                builder = builder.config(key, value)
-    builder = builder.config("spark.ui.showConsoleProgress", "false")
-    session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
-    return session
-
-
-def _check_registry(conf: dict[str, Any], url: str) -> Any:
-    client = registry_client(conf)
-    try:
-        client.get_subjects()
-    except Exception as exc:
-        raise RegistryUnreachableError(
-            f"the schema registry at {url} cannot be reached ({type(exc).__name__}: {exc}); "
-            "the replay needs it to decode technical records"
-        ) from exc
-    return client
-
-
-def _check_contracts(
-    client: Any, translators: Sequence[Translator], strategy: str, auto_register: bool
-) -> None:
-    """Register (or find) every contract the output needs before a task runs."""
-    from confluent_kafka.schema_registry import Schema
-
-    from bizevents.contracts.subjects import subject_strategy
-
-    name_of = subject_strategy(strategy)
-    for item in translators:
-        for contract in item.emits:
-            subject = name_of(contract.contract_topic(), contract.contract_fullname())
-            schema = Schema(contract.contract_schema_text(), "AVRO")
-            try:
-                if auto_register:
-                    client.register_schema(subject, schema)
-                else:
-                    client.lookup_schema(subject, schema)
-            except Exception as exc:
-                raise ReplayConfigError(
-                    f"contract {contract.contract_fullname()} of {item.ref} cannot be used "
-                    f"under subject {subject}: {exc}"
-                ) from exc
-
-
-def _ensure_topics(kafka: dict[str, Any], topics: Sequence[str], partitions: int) -> dict[str, int]:
-    """Create the missing output topics; ``topic -> partition count`` of each."""
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient({**kafka, "log.connection.close": False})
-    return ensure_topics(admin, topics, partitions)
-
-
-def _check_parquet() -> None:
-    try:
-        import pyspark  # noqa: F401
-    except ImportError:
-        raise ReplayConfigError(
-            "--format parquet is written by Spark: install bizevents[spark]"
-        ) from None
-
-
-_PY_ERROR = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit)): (.+)$", re.MULTILINE)
-
-
-def task_error(exc: BaseException) -> str:
-    """The Python exception that failed a Spark task, out of Spark's long message."""
-    text = str(exc)
-    found = [m for m in _PY_ERROR.finditer(text) if not m.group(1).startswith(("org.", "java."))]
-    if found:
-        last = found[-1]
-        return f"{last.group(1).rsplit('.', 1)[-1]}: {last.group(2).strip()}"
-    return text.strip().splitlines()[0] if text.strip() else type(exc).__name__
-
-
 class ReplayJob:
     """One run of ``bizevents replay``."""
 
@@ -339,7 +155,7 @@ class ReplayJob:
     def prepare(self) -> tuple[RunState, TaskConfig]:
         spec, settings = self.spec, self.settings
         ours, theirs = self._translators()
-        client = _check_registry(settings.registry.client_config(), settings.registry.url)
+        client = check_registry(settings.registry.client_config(), settings.registry.url)
         state = self._state()
         kafka = settings.kafka.librdkafka()
         dead_letters = settings.translate.dead_letter_topic
@@ -347,7 +163,7 @@ class ReplayJob:
         output = spec.output
         if output is not None:
             dead_letters = output.dead_letter_topic(dead_letters)
-            _check_contracts(
+            check_contracts(
                 client,
                 [ours],
                 settings.translate.subject_strategy,
@@ -356,12 +172,14 @@ class ReplayJob:
             if output.kind == "path" and output.file_format == "avro":
                 Path(output.target).mkdir(parents=True, exist_ok=True)
             elif output.kind == "path":  # Spark writes it: any Hadoop file system
-                _check_parquet()
+                check_parquet()
             else:
                 topics = sorted(
                     {output.topic_for(c.contract_topic()) for c in ours.emits} | {dead_letters}
                 )
-                partitions = _ensure_topics(kafka, topics, settings.translate.output_partitions)
+                partitions = ensure_output_topics(
+                    kafka, topics, settings.translate.output_partitions
+                )
         config = TaskConfig(
             token=uuid.uuid4().hex,
             kafka=kafka,
@@ -514,7 +332,7 @@ class ReplayJob:
         """The ranges as the partitions of one job; each finished range recorded as the
         driver learns of it (the accumulator's value grows as tasks succeed)."""
         sc = self.spark.sparkContext
-        finished = sc.accumulator([], _Reports())
+        finished = sc.accumulator([], Reports())
         work = [(rng, survivors.get(rng.id)) for rng in pending]
         rdd = sc.parallelize(work, max(1, len(work))).mapPartitions(
             functools.partial(_run_ranges, config, finished)
@@ -589,19 +407,6 @@ class ReplayJob:
 
 
 _RANGE_ERROR: Final = re.compile(r"range (\S+) failed in its task")
-
-
-class _Reports:
-    """An accumulator of finished ranges' reports (a list, added to as tasks succeed);
-    pyspark's ``AccumulatorParam`` by its two methods, so this module imports without
-    pyspark."""
-
-    def zero(self, value: list[TaskReport]) -> list[TaskReport]:
-        return []
-
-    def addInPlace(self, value1: list[TaskReport], value2: list[TaskReport]) -> list[TaskReport]:
-        value1.extend(value2)
-        return value1
 
 
 def _run_ranges(

@@ -131,7 +131,7 @@ class TransactionReplay:
             )
 
     def _session(self) -> Any:
-        from bizevents.replay.job import spark_session
+        from bizevents.replay.session import spark_session
 
         if self.spark is None:
             self.spark = spark_session(self.master, jvm_writes=self.spec.jvm_writes)
@@ -175,7 +175,7 @@ class TransactionReplay:
         return list(self._collect(rdd))
 
     def _collect(self, rdd: Any) -> list[Any]:
-        from bizevents.replay.job import task_error
+        from bizevents.replay.session import task_error
 
         try:
             return list(rdd.collect())
@@ -188,7 +188,7 @@ class TransactionReplay:
     def prepare(self) -> tuple[TxReplayConfig, RunState]:
         from bizevents.contracts.technical.transaction import transaction_topic
         from bizevents.plumbing.kafka import ensure_topics
-        from bizevents.replay.job import _check_contracts, _check_registry
+        from bizevents.replay.checks import check_contracts, check_registry
         from bizevents.translators.registry import discover
 
         self._refuse()
@@ -213,22 +213,22 @@ class TransactionReplay:
                 f"{tx_topic} does not exist: a transaction translator needs the capture's "
                 "transaction metadata"
             ) from None
-        client = _check_registry(settings.registry.client_config(), settings.registry.url)
+        client = check_registry(settings.registry.client_config(), settings.registry.url)
         t = settings.translate
         output = spec.output
         dead_letters = t.dead_letter_topic + ".replay"
         partitions: dict[str, int] = {}
         if output is not None:
-            _check_contracts(client, [translator], t.subject_strategy, t.auto_register)
+            check_contracts(client, [translator], t.subject_strategy, t.auto_register)
             dead_letters = output.dead_letter_topic(t.dead_letter_topic)
             topics = sorted({output.topic_for(c.contract_topic()) for c in translator.emits})
             if output.kind == "path":
                 if output.file_format == "avro":
                     Path(output.target).mkdir(parents=True, exist_ok=True)
                 else:  # Spark writes it: any Hadoop file system
-                    from bizevents.replay.job import _check_parquet
+                    from bizevents.replay.checks import check_parquet
 
-                    _check_parquet()
+                    check_parquet()
                 partitions = dict.fromkeys([*topics, dead_letters], t.output_partitions)
             else:
                 partitions = ensure_topics(
@@ -323,10 +323,10 @@ class TransactionReplay:
     ) -> None:
         """The write stage as one job; each task's output partitions recorded in the run
         state as the driver learns of them (the accumulator grows as tasks succeed)."""
-        from bizevents.replay.job import _Reports
+        from bizevents.replay.session import Reports
 
         sc = self._session().sparkContext
-        finished = sc.accumulator([], _Reports())
+        finished = sc.accumulator([], Reports())
         rdd = grouped.mapPartitionsWithIndex(
             functools.partial(write_units, config, finished, width)
         )
@@ -360,7 +360,7 @@ class TransactionReplay:
             record()
         record()
         if outcome:
-            from bizevents.replay.job import task_error
+            from bizevents.replay.session import task_error
 
             raise RangeFailedError(
                 f"a task failed: {task_error(outcome[0])}; rerun with --run-id "
@@ -379,12 +379,12 @@ class TransactionReplay:
         """One Parquet dataset for the run, written by Spark's JVM in one job (the rows
         of each output partition in commit order), then renamed into place: the run's
         one unit of resume."""
-        from bizevents.replay.job import _Reports, task_error
         from bizevents.replay.parquet import ARROW_SETTING, RANGE_COLUMN, _rename, spark_schema
+        from bizevents.replay.session import Reports, task_error
 
         spark = self._session()
         spark.conf.set(ARROW_SETTING, "false")  # rows travel pickled; nothing needs pyarrow
-        found = spark.sparkContext.accumulator([], _Reports())
+        found = spark.sparkContext.accumulator([], Reports())
         rows = grouped.mapPartitions(functools.partial(parquet_rows, config, found))
         root = config.output_target.rstrip("/")
         folder = f"{RANGE_COLUMN}=transactions-{self.spec.run_id}"

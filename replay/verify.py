@@ -264,7 +264,7 @@ def compare_on_spark(
     comparison, the topic's state of some keys)``, the table's side from ``side_of``."""
     from functools import partial
 
-    from bizevents.replay.job import spark_session
+    from bizevents.replay.session import spark_session
 
     session = spark_session(master, "bizevents-verify")
 
