@@ -487,7 +487,7 @@ class _FileSink:
     partition (a bucket of the key): ``DIR/<topic>/part-<partition>.avro``."""
 
     def __init__(self, config: TxReplayConfig) -> None:
-        from bizevents.replay.task import AvroFile, FileRecordEncoder
+        from bizevents.replay.files import AvroFile, FileRecordEncoder
 
         self.root = Path(config.output_target)
         self.files: list[Any] = []
