@@ -43,7 +43,8 @@ def main() -> None:
     from bizevents.capture.postgres.codec import TableCodec
     from bizevents.capture.postgres.runner import CaptureEndpoints, PostgresCapture
     from bizevents.capture.postgres.types import PgTypeMapper
-    from bizevents.capture.verify import PgTable, Report, compare, topic_state
+    from bizevents.capture.verify import Report, compare, topic_state
+    from bizevents.capture.verifytables import PgTable
     from bizevents.devstack import DevStack, Endpoints
     from bizevents.settings import DevSettings
 
