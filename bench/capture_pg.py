@@ -121,7 +121,7 @@ def main() -> None:
             cur.execute("SELECT pg_current_wal_insert_lsn()::text")
             end_lsn_text = cur.fetchone()[0]
         print(f"generated {args.changes:,} changes in {time.perf_counter() - t0:.1f}s")
-        from bizevents.capture.postgres.pgoutput import parse_lsn
+        from bizevents.capture.postgres.messages import parse_lsn
 
         end_lsn = parse_lsn(end_lsn_text)
 

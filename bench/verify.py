@@ -88,7 +88,7 @@ def main() -> None:
         with admin.cursor() as cur:
             cur.execute(f"UPDATE {table} SET qty = qty + 1 WHERE id % 10 = 0")
             cur.execute("SELECT pg_current_wal_lsn()::text")
-            from bizevents.capture.postgres.pgoutput import parse_lsn
+            from bizevents.capture.postgres.messages import parse_lsn
 
             end = parse_lsn(cur.fetchone()[0])
         while stats.acknowledged_lsn < end:

@@ -32,7 +32,7 @@ _LAG = "so a difference may be a change capture has not written yet"
 
 
 def _slot_behind(slot_name: str, side: Any, wait_s: float) -> str | None:
-    from bizevents.capture.postgres.pgoutput import format_lsn, parse_lsn
+    from bizevents.capture.postgres.messages import format_lsn, parse_lsn
 
     def now() -> int:
         with side.cursor() as cur:

@@ -22,17 +22,16 @@ from bizevents.capture.core.transactions import NoBlocks
 from bizevents.capture.exceptions import CaptureError
 from bizevents.capture.postgres.codec import TableCodec
 from bizevents.capture.postgres.core import PgCore
-from bizevents.capture.postgres.pgoutput import (
+from bizevents.capture.postgres.messages import (
     Column,
     Delete,
     Insert,
-    PgOutputDecoder,
     Relation,
     RelationCache,
     Update,
-    blank_values,
     format_lsn,
 )
+from bizevents.capture.postgres.pgoutput import PgOutputDecoder, blank_values
 
 __all__ = [
     "Quarantine",

@@ -32,7 +32,7 @@ from decimal import Decimal
 from typing import Any, Final
 
 from bizevents.capture.exceptions import UnsupportedTypeError, ValueConversionError
-from bizevents.capture.postgres.pgoutput import Column, Relation, TupleData
+from bizevents.capture.postgres.messages import Column, Relation, TupleData
 from bizevents.contracts.logical import UNAVAILABLE, ColumnType, Field, JsonDocument, Kind
 
 __all__ = [
@@ -474,7 +474,7 @@ def enum_types_from_rows(
 class RowConverter:
     """Turns one relation's TupleData into ``{column: Python value}``.
 
-    ``None`` (NULL) and :data:`~bizevents.capture.postgres.pgoutput.UNCHANGED_TOAST` pass through.
+    ``None`` (NULL) and :data:`~bizevents.capture.postgres.messages.UNCHANGED_TOAST` pass through.
     """
 
     __slots__ = ("_plan", "relation", "types")

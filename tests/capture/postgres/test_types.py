@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bizevents.capture.exceptions import UnsupportedTypeError, ValueConversionError
-from bizevents.capture.postgres.pgoutput import UNCHANGED_TOAST, Column, Relation
+from bizevents.capture.postgres.messages import UNCHANGED_TOAST, Column, Relation
 from bizevents.capture.postgres.types import (
     PgTypeMapper,
     avro_field_for,
