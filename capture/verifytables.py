@@ -313,9 +313,13 @@ class MyTable(TableReader):
 
         if after is not None:
             after = self._bound(after)
-        position, got = my.read_chunk(
+        position, cur = my.open_chunk(
             self.conn, self.database, self.name, self.codec.key_names, after, where, limit
         )
+        try:
+            got = list(cur.fetchall())
+        finally:
+            my.end_chunk(self.conn, cur)
         return got, binlog_position(position)
 
     def _position_now(self) -> str:

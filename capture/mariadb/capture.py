@@ -32,31 +32,15 @@ from __future__ import annotations
 import json
 import time
 import zlib
-from contextlib import suppress
 from typing import Any
 
 import pymysql
 import pymysql.cursors
 import structlog
-from pymysqlreplication import BinLogStreamReader
-from pymysqlreplication.event import GtidEvent as MysqlGtidEvent
-from pymysqlreplication.event import (
-    HeartbeatLogEvent,
-    MariadbGtidEvent,
-    QueryEvent,
-    RotateEvent,
-    XidEvent,
-)
-from pymysqlreplication.row_event import (
-    DeleteRowsEvent,
-    TableMapEvent,
-    UpdateRowsEvent,
-    WriteRowsEvent,
-)
 
 from bizevents.capture.core.filters import FilterError, condition_text, parse_condition, resolve
 from bizevents.capture.core.initial import SnapshotTable, write_tables
-from bizevents.capture.core.offsets import AckTracker, Tx
+from bizevents.capture.core.offsets import Tx
 from bizevents.capture.core.sink import create_topics
 from bizevents.capture.core.state import Ledger
 from bizevents.capture.exceptions import CaptureError
@@ -68,7 +52,7 @@ from bizevents.capture.mariadb.codec import (
 )
 from bizevents.capture.mariadb.quarantine import MysqlQuarantine
 from bizevents.capture.mariadb.queries import BinlogPosition
-from bizevents.capture.mariadb.stream import BinlogReader
+from bizevents.capture.mariadb.stream import read_binlog
 from bizevents.capture.mariadb.types import converters_generation
 from bizevents.plumbing.errors import TransientError
 
@@ -92,7 +76,7 @@ class MysqlCapture(MysqlQuarantine):
         self._stored_seq = 0
         self._last_store = 0.0
         self.server_id = 0
-        self._mariadb = True
+        self.mariadb = True
         #: The position streaming resumes from (the last one Kafka acknowledged).
         self.position: BinlogPosition | None = None
 
@@ -112,7 +96,7 @@ class MysqlCapture(MysqlQuarantine):
         conn = my.connect(self.endpoints.dsn)
         try:
             self.server_id = my.check_server(conn)
-            self._mariadb = "mariadb" in conn.get_server_info().lower()
+            self.mariadb = "mariadb" in conn.get_server_info().lower()
             admin = self.session.admin
             topics = [f"{cfg.prefix}.{name}" for name in cfg.tables]
             if cfg.on_conversion_error in ("dead-letter", "park"):
@@ -140,7 +124,7 @@ class MysqlCapture(MysqlQuarantine):
             conn.close()
         self.start_incremental(list(cfg.tables))
         self.stats.snapshot_done = True
-        self._stream()
+        read_binlog(self)
 
     def checked_condition(self, table: str, where: str) -> str:
         database, _, name = table.partition(".")
@@ -290,56 +274,6 @@ class MysqlCapture(MysqlQuarantine):
 
     # -- stream --------------------------------------------------------------------------------
 
-    def _replica_id(self) -> int:
+    def replica_id(self) -> int:
         cfg = self.config
         return cfg.replica_server_id or 100_000 + zlib.crc32(cfg.server.encode()) % 1_000_000
-
-    def _stream(self) -> None:
-        assert self.position is not None
-        settings = my.connection_settings(self.endpoints.dsn)
-        start = self.position
-        # MariaDB: from the GTID state (the library reads MariaDB's binlog from its first
-        # file otherwise); MySQL: from file and position.
-        where: dict[str, Any] = (
-            {"auto_position": start.gtid or "", "is_mariadb": True}
-            if self._mariadb
-            else {"log_file": start.file, "log_pos": start.pos, "resume_stream": True}
-        )
-        read = set(self.tables)
-        if self.config.signal_table is not None:
-            read.add(self.config.signal_table)
-        stream = BinLogStreamReader(
-            connection_settings={**settings, "charset": "utf8mb4"},
-            server_id=self._replica_id(),
-            blocking=True,
-            **where,
-            slave_heartbeat=0.5,
-            # The library skips the table maps and rows of other tables before parsing
-            # them (it matches schema and table name each on its own: a superset of ours,
-            # which on_table_map narrows to the configured tables).
-            only_schemas=sorted({name.partition(".")[0] for name in read}),
-            only_tables=sorted({name.partition(".")[2] for name in read}),
-            only_events=[
-                WriteRowsEvent,
-                UpdateRowsEvent,
-                DeleteRowsEvent,
-                TableMapEvent,
-                QueryEvent,
-                XidEvent,
-                RotateEvent,
-                MariadbGtidEvent,
-                MysqlGtidEvent,
-                HeartbeatLogEvent,
-            ],
-        )
-        self.log.info("streaming", position=str(start))
-        try:
-            BinlogReader(self, stream, self.transaction_blocks()).run()
-        finally:
-            with suppress(Exception):
-                stream.close()
-            self.session.tracker.abandon_open()
-        self.drain()
-        self.check_delivery()
-        self.store_position(force=True)
-        self.session.tracker = AckTracker()

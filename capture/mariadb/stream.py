@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from typing import TYPE_CHECKING, Any
 
 from pymysqlreplication import BinLogStreamReader
@@ -15,6 +16,7 @@ from pymysqlreplication.event import (
     HeartbeatLogEvent,
     MariadbGtidEvent,
     QueryEvent,
+    RotateEvent,
     XidEvent,
 )
 from pymysqlreplication.row_event import (
@@ -26,7 +28,7 @@ from pymysqlreplication.row_event import (
 
 from bizevents.capture.core.capture import StreamReader
 from bizevents.capture.core.chunks import ChunkDriver
-from bizevents.capture.core.offsets import Tx
+from bizevents.capture.core.offsets import AckTracker, Tx
 from bizevents.capture.core.signals import read_signal, row_key
 from bizevents.capture.core.transactions import NoBlocks, TxBlocks
 from bizevents.capture.exceptions import CaptureError
@@ -48,7 +50,7 @@ from bizevents.plumbing.kafka import produce
 if TYPE_CHECKING:
     from bizevents.capture.mariadb.capture import MysqlCapture
 
-__all__ = ["BinlogReader"]
+__all__ = ["BinlogReader", "read_binlog"]
 
 
 _TRUNCATE = re.compile(r"TRUNCATE\s+(?:TABLE\s+)?(?:`?(\w+)`?\.)?`?(\w+)`?", re.IGNORECASE)
@@ -61,6 +63,59 @@ _POLL_EVERY = 256
 _TURN_BUDGET_S = 0.02
 _NULL, _SOME = NULL_BRANCH, VALUE_BRANCH
 _C, _U, _D = AVRO_OPS["c"], AVRO_OPS["u"], AVRO_OPS["d"]
+
+
+def read_binlog(capture: MysqlCapture) -> None:
+    """Step 3: the binlog from capture's position on, until stopped; then every
+    record acknowledged and the last position stored."""
+    assert capture.position is not None
+    settings = my.connection_settings(capture.endpoints.dsn)
+    start = capture.position
+    # MariaDB: from the GTID state (the library reads MariaDB's binlog from its first
+    # file otherwise); MySQL: from file and position.
+    where: dict[str, Any] = (
+        {"auto_position": start.gtid or "", "is_mariadb": True}
+        if capture.mariadb
+        else {"log_file": start.file, "log_pos": start.pos, "resume_stream": True}
+    )
+    read = set(capture.tables)
+    if capture.config.signal_table is not None:
+        read.add(capture.config.signal_table)
+    stream = BinLogStreamReader(
+        connection_settings={**settings, "charset": "utf8mb4"},
+        server_id=capture.replica_id(),
+        blocking=True,
+        **where,
+        slave_heartbeat=0.5,
+        # The library skips the table maps and rows of other tables before parsing
+        # them (it matches schema and table name each on its own: a superset of ours,
+        # which on_table_map narrows to the configured tables).
+        only_schemas=sorted({name.partition(".")[0] for name in read}),
+        only_tables=sorted({name.partition(".")[2] for name in read}),
+        only_events=[
+            WriteRowsEvent,
+            UpdateRowsEvent,
+            DeleteRowsEvent,
+            TableMapEvent,
+            QueryEvent,
+            XidEvent,
+            RotateEvent,
+            MariadbGtidEvent,
+            MysqlGtidEvent,
+            HeartbeatLogEvent,
+        ],
+    )
+    capture.log.info("streaming", position=str(start))
+    try:
+        BinlogReader(capture, stream, capture.transaction_blocks()).run()
+    finally:
+        with suppress(Exception):
+            stream.close()
+        capture.session.tracker.abandon_open()
+    capture.drain()
+    capture.check_delivery()
+    capture.store_position(force=True)
+    capture.session.tracker = AckTracker()
 
 
 class BinlogReader(StreamReader):
@@ -266,14 +321,7 @@ class BinlogReader(StreamReader):
         if self.tx is None:
             self.open_tx(None, event)  # no GTID event opened it
         self.metadata(self.blocks.begin_record())
-        source = codec.source(
-            ts_ms=int(event.timestamp) * 1000,
-            snapshot="false",
-            server_id=int(event.packet.server_id),
-            file=str(self.stream.log_file),
-            pos=int(event.packet.log_pos) - int(event.event_size),
-            gtid=self.gtid,
-        )
+        source = codec.source(**self.source_fields(event))
         partitions = capture.config.partitions
         stamp = self.blocks.stamp
         for p in range(partitions):
@@ -283,6 +331,17 @@ class BinlogReader(StreamReader):
         assert self.tx is not None
         self.tx.produced(partitions)
         codec.events += 1
+
+    def source_fields(self, event: Any) -> dict[str, Any]:
+        """The ``source`` fields of a binlog event's rows (all but the row's index)."""
+        return {
+            "ts_ms": int(event.timestamp) * 1000,
+            "snapshot": "false",
+            "server_id": int(event.packet.server_id),
+            "file": str(self.stream.log_file),
+            "pos": int(event.packet.log_pos) - int(event.event_size),
+            "gtid": self.gtid,
+        }
 
     def on_table_map(self, event: Any) -> None:
         name = f"{event.schema}.{event.table}"
@@ -315,14 +374,7 @@ class BinlogReader(StreamReader):
             return
         blocks = self.blocks
         self.metadata(blocks.begin_record())
-        head, tail = codec.source_parts(
-            ts_ms=int(event.timestamp) * 1000,
-            snapshot="false",
-            server_id=int(event.packet.server_id),
-            file=str(self.stream.log_file),
-            pos=int(event.packet.log_pos) - int(event.event_size),
-            gtid=self.gtid,
-        )
+        head, tail = codec.source_parts(**self.source_fields(event))
         # The hot loop: each envelope is one join of prepared parts, each record handed
         # straight to the producer (a full queue falls back to the waiting produce).
         frame = codec.value_frame

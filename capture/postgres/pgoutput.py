@@ -244,7 +244,9 @@ class PgOutputDecoder:
         self._done("O", data, pos)
         return Origin(lsn, name)
 
-    def _relation(self, data: bytes) -> Relation:
+    def _named(self, tag: str, data: bytes) -> tuple[int | None, int, str, str, int]:
+        """A Relation's or a Type's opening: the xid (inside a stream), the oid, the
+        namespace (``pg_catalog`` when empty) and the name; the position after them."""
         pos = 1
         try:
             xid, pos = self._xid(data, pos)
@@ -252,6 +254,13 @@ class PgOutputDecoder:
             pos += 4
             namespace, pos = _cstring(data, pos)
             name, pos = _cstring(data, pos)
+        except _LOW_LEVEL as exc:
+            raise ProtocolError(tag, pos, _reason(exc)) from None
+        return xid, oid, namespace or "pg_catalog", name, pos
+
+    def _relation(self, data: bytes) -> Relation:
+        xid, oid, namespace, name, pos = self._named("R", data)
+        try:
             identity = chr(data[pos])
             if identity not in "dnfi":
                 raise ProtocolError("R", pos, f"unknown replica identity {identity!r}")
@@ -271,33 +280,30 @@ class PgOutputDecoder:
         except _LOW_LEVEL as exc:
             raise ProtocolError("R", pos, _reason(exc)) from None
         self._done("R", data, pos)
-        relation = Relation(oid, namespace or "pg_catalog", name, identity, tuple(columns), xid)
+        relation = Relation(oid, namespace, name, identity, tuple(columns), xid)
         self.relations.put(relation)
         return relation
 
     def _type(self, data: bytes) -> TypeInfo:
-        pos = 1
-        try:
-            xid, pos = self._xid(data, pos)
-            (oid,) = _U32.unpack_from(data, pos)
-            pos += 4
-            namespace, pos = _cstring(data, pos)
-            name, pos = _cstring(data, pos)
-        except _LOW_LEVEL as exc:
-            raise ProtocolError("Y", pos, _reason(exc)) from None
+        xid, oid, namespace, name, pos = self._named("Y", data)
         self._done("Y", data, pos)
-        info = TypeInfo(oid, namespace or "pg_catalog", name, xid)
+        info = TypeInfo(oid, namespace, name, xid)
         self.relations.put_type(info)
         return info
 
-    def _insert(self, data: bytes) -> Insert:
+    def _row_head(self, tag: str, data: bytes) -> tuple[int | None, Relation, bytes, int]:
+        """A row change's opening: the xid (inside a stream), the relation, the marker
+        after the oid; and the oid's position."""
         pos = 1
         try:
             xid, pos = self._xid(data, pos)
             oid, marker = _U32_CHAR.unpack_from(data, pos)
         except _LOW_LEVEL as exc:
-            raise ProtocolError("I", pos, _reason(exc)) from None
-        relation = self._relation_for("I", oid, pos)
+            raise ProtocolError(tag, pos, _reason(exc)) from None
+        return xid, self._relation_for(tag, oid, pos), marker, pos
+
+    def _insert(self, data: bytes) -> Insert:
+        xid, relation, marker, pos = self._row_head("I", data)
         if marker != b"N":
             raise ProtocolError("I", pos + 4, f"expected 'N' before the new tuple, got {marker!r}")
         new, pos = _tuple_data("I", data, pos + 5)
@@ -305,13 +311,7 @@ class PgOutputDecoder:
         return Insert(relation, new, xid)
 
     def _update(self, data: bytes) -> Update:
-        pos = 1
-        try:
-            xid, pos = self._xid(data, pos)
-            oid, marker = _U32_CHAR.unpack_from(data, pos)
-        except _LOW_LEVEL as exc:
-            raise ProtocolError("U", pos, _reason(exc)) from None
-        relation = self._relation_for("U", oid, pos)
+        xid, relation, marker, pos = self._row_head("U", data)
         pos += 4
         old: TupleData | None = None
         old_kind: OldKind | None = None
@@ -328,13 +328,7 @@ class PgOutputDecoder:
         return Update(relation, old, old_kind, new, xid)
 
     def _delete(self, data: bytes) -> Delete:
-        pos = 1
-        try:
-            xid, pos = self._xid(data, pos)
-            oid, marker = _U32_CHAR.unpack_from(data, pos)
-        except _LOW_LEVEL as exc:
-            raise ProtocolError("D", pos, _reason(exc)) from None
-        relation = self._relation_for("D", oid, pos)
+        xid, relation, marker, pos = self._row_head("D", data)
         if marker != b"K" and marker != b"O":
             raise ProtocolError("D", pos + 4, f"expected 'K' or 'O', got {marker!r}")
         old, end = _tuple_data("D", data, pos + 5)

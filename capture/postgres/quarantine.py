@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from bizevents.capture.core.quarantine import ParkedChange, QuarantineCore, Record, Send
+from bizevents.capture.core.quarantine import ParkedChange, QuarantineCore, Record, Send, ToPark
 from bizevents.capture.core.transactions import NoBlocks
 from bizevents.capture.exceptions import CaptureError
 from bizevents.capture.postgres.codec import TableCodec
@@ -124,7 +124,7 @@ class Quarantine(QuarantineCore, PgCore):
             return None
         table = codec.relation.qualified_name
         context = context_record(codec, lsn, tx)
-        return self.park_key(table, codec.topic, key, raw, lsn, context, exc, send)
+        return self.park_key(ToPark(table, codec.topic, key, raw, lsn, context), exc, send)
 
     def parked_behind(
         self,
