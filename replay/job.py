@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import functools
 import re
-import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from time import perf_counter
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 import structlog
 
@@ -41,35 +40,14 @@ from bizevents.replay.exceptions import (
     RangeFailedError,
 )
 from bizevents.replay.plan import Planner, Range, slices
-from bizevents.replay.session import Reports, spark_session, task_error
+from bizevents.replay.run import ReplayRun
+from bizevents.replay.session import Reports, follow, task_error
 from bizevents.replay.spec import ReplaySpec
 from bizevents.replay.state import RunState
 from bizevents.replay.task import TaskConfig, TaskReport, index_range, run_range, selected_offsets
-from bizevents.translators.api import Translator
 from bizevents.translators.settings import RuntimeSettings
 
 log = structlog.get_logger("replay")
-
-
-class Listener(Protocol):
-    """Progress of a run, for a terminal or a test."""
-
-    def planned(self, total: int, skipped: int, offsets: int) -> None: ...
-
-    def phase(self, name: str) -> None: ...
-
-    def finished(self, report: TaskReport) -> None: ...
-
-
-class _Quiet:
-    def planned(self, total: int, skipped: int, offsets: int) -> None:
-        pass
-
-    def phase(self, name: str) -> None:
-        pass
-
-    def finished(self, report: TaskReport) -> None:
-        pass
 
 
 @dataclass
@@ -104,7 +82,7 @@ class Summary:
         return sum(self.events.values()) / self.seconds if self.seconds else 0.0
 
 
-class ReplayJob:
+class ReplayJob(ReplayRun):
     """One run of ``bizevents replay``."""
 
     def __init__(
@@ -112,31 +90,15 @@ class ReplayJob:
         spec: ReplaySpec,
         settings: RuntimeSettings,
         *,
-        spark: Any = None,
-        master: str | None = None,
-        listener: Listener | None = None,
         parallel_jobs: int | None = None,
         producer: dict[str, Any] | None = None,
+        **run: Any,
     ) -> None:
-        self.spec = spec
-        self.settings = settings
-        self.spark = spark
-        self.master = master
-        self.listener = listener or _Quiet()
+        super().__init__(spec, settings, **run)
         self.parallel_jobs = parallel_jobs
         self.producer = producer or {}
 
     # -- preparation (no Spark yet: errors come fast) ---------------------------------
-
-    def _translators(self) -> tuple[Translator, Translator | None]:
-        from bizevents.translators.registry import discover
-
-        registry = discover(names=(self.spec.translator, self.spec.diff_against))
-        ours = registry.resolve(self.spec.translator)
-        theirs = None
-        if self.spec.diff_against is not None:
-            theirs = registry.resolve(self.spec.diff_against)
-        return ours, theirs
 
     def _state(self) -> RunState:
         state_dir = self.settings.state_dir
@@ -154,7 +116,7 @@ class ReplayJob:
 
     def prepare(self) -> tuple[RunState, TaskConfig]:
         spec, settings = self.spec, self.settings
-        ours, theirs = self._translators()
+        ours, theirs = self.translators()
         client = check_registry(settings.registry.client_config(), settings.registry.url)
         state = self._state()
         kafka = settings.kafka.librdkafka()
@@ -209,11 +171,15 @@ class ReplayJob:
         )
         self.listener.planned(len(state.ranges), summary.skipped, sum(r.size for r in state.ranges))
         if pending:
-            if self.spark is None:
-                self.spark = spark_session(self.master, jvm_writes=self.spec.jvm_writes)
+            self.session()
             survivors = self._survivors(state, pending, config) if config.compact else {}
             self.listener.phase("replay")
-            summary.reports = self._run_ranges(state, pending, config, survivors)
+            work = [(rng, survivors.get(rng.id)) for rng in pending]
+            output = config.output
+            parquet = output is not None and output.kind == "path"
+            parquet = parquet and output is not None and output.file_format == "parquet"
+            run = self._run_range_jobs if parquet else self._dataflow
+            summary.reports = run(state, work, config)
         if self.spec.dry_run:
             summary.diff = DiffReport()
             for report in summary.reports:
@@ -227,8 +193,7 @@ class ReplayJob:
     def selection(self) -> dict[str, list[int]]:
         """Per range, the offsets a run would translate (for checks); runs no translator."""
         state, config = self.prepare()
-        if self.spark is None:
-            self.spark = spark_session(self.master, jvm_writes=self.spec.jvm_writes)
+        self.session()
         survivors = self._survivors(state, state.ranges, config) if config.compact else {}
         with self._pool() as pool:
             futures = {
@@ -310,82 +275,44 @@ class ReplayJob:
                 f"rerun with --run-id {self.spec.run_id} to continue"
             ) from exc
 
-    def _run_ranges(
-        self,
-        state: RunState,
-        pending: Sequence[Range],
-        config: TaskConfig,
-        survivors: dict[str, list[int]],
-    ) -> list[TaskReport]:
-        output = config.output
-        if output is not None and output.kind == "path" and output.file_format == "parquet":
-            return self._run_range_jobs(state, pending, config, survivors)
-        return self._dataflow(state, pending, config, survivors)
+    def _recorded(self, state: RunState, report: TaskReport) -> TaskReport:
+        """A finished range in the run state (not in a dry run), and said."""
+        if not self.spec.dry_run:
+            state.mark_done(report.range_id, _report_dict(report))
+        self.listener.finished(report)
+        return report
 
     def _dataflow(
-        self,
-        state: RunState,
-        pending: Sequence[Range],
-        config: TaskConfig,
-        survivors: dict[str, list[int]],
+        self, state: RunState, work: Sequence[Work], config: TaskConfig
     ) -> list[TaskReport]:
         """The ranges as the partitions of one job; each finished range recorded as the
         driver learns of it (the accumulator's value grows as tasks succeed)."""
         sc = self.spark.sparkContext
         finished = sc.accumulator([], Reports())
-        work = [(rng, survivors.get(rng.id)) for rng in pending]
         rdd = sc.parallelize(work, max(1, len(work))).mapPartitions(
             functools.partial(_run_ranges, config, finished)
         )
-        outcome: list[BaseException] = []
-
-        def run() -> None:
-            try:
-                rdd.count()
-            except BaseException as exc:  # handed to the driver's thread, raised there
-                outcome.append(exc)
-
-        thread = threading.Thread(target=run, name="replay-job", daemon=True)
-        thread.start()
         reports: list[TaskReport] = []
-        seen: set[str] = set()
-
-        def record() -> None:
-            for report in list(finished.value):
-                if report.range_id in seen:
-                    continue  # a retried or speculated task's second report
-                seen.add(report.range_id)
-                if not self.spec.dry_run:
-                    state.mark_done(report.range_id, _report_dict(report))
-                reports.append(report)
-                self.listener.finished(report)
-
-        while thread.is_alive():
-            thread.join(0.2)
-            record()
-        record()
-        if outcome:
-            raise self._failed(outcome[0]) from outcome[0]
+        try:
+            follow(rdd.count, finished, lambda r: reports.append(self._recorded(state, r)))
+        except Exception as exc:
+            raise self._failed(exc) from exc
         return reports
 
     def _run_range_jobs(
-        self,
-        state: RunState,
-        pending: Sequence[Range],
-        config: TaskConfig,
-        survivors: dict[str, list[int]],
+        self, state: RunState, work: Sequence[Work], config: TaskConfig
     ) -> list[TaskReport]:
         """One Spark job per range (Parquet: the JVM writes each range's DataFrame)."""
         reports: list[TaskReport] = []
         failure: RangeFailedError | None = None
         with self._pool() as pool:
             running: dict[Future[Any], Range] = {}
-            queue = list(pending)
+            queue = list(work)
             width = pool._max_workers
             while queue or running:
                 while queue and len(running) < width and failure is None:
-                    rng = queue.pop(0)
-                    future = pool.submit(self._range, config, rng, survivors.get(rng.id))
+                    rng, survivors = queue.pop(0)
+                    future = pool.submit(self._range, config, rng, survivors)
                     running[future] = rng
                 if not running:
                     break
@@ -397,21 +324,19 @@ class ReplayJob:
                     except RangeFailedError as exc:
                         failure = failure or exc
                         continue
-                    if not self.spec.dry_run:
-                        state.mark_done(rng.id, _report_dict(report))
-                    reports.append(report)
-                    self.listener.finished(report)
+                    reports.append(self._recorded(state, report))
         if failure is not None:
             raise failure
         return reports
 
 
+#: A range and, under ``--compact``, the offsets of it that survive compaction.
+Work = tuple[Range, list[int] | None]
+
 _RANGE_ERROR: Final = re.compile(r"range (\S+) failed in its task")
 
 
-def _run_ranges(
-    config: TaskConfig, finished: Any, work: Iterable[tuple[Range, list[int] | None]]
-) -> Iterator[str]:
+def _run_ranges(config: TaskConfig, finished: Any, work: Iterable[Work]) -> Iterator[str]:
     """A task: its ranges (one), each reported to ``finished`` once written."""
     for rng, survivors in work:
         try:

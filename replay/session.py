@@ -7,7 +7,8 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -19,6 +20,7 @@ __all__ = [
     "LOCAL_JIT",
     "LOOPBACK",
     "Reports",
+    "follow",
     "is_local",
     "local_jvm_conf",
     "loopback_conf",
@@ -169,3 +171,35 @@ class Reports:
     def addInPlace(self, value1: list[TaskReport], value2: list[TaskReport]) -> list[TaskReport]:
         value1.extend(value2)
         return value1
+
+
+def follow(action: Callable[[], Any], finished: Any, take: Callable[[TaskReport], None]) -> Any:
+    """Run the Spark ``action`` in a thread while this one hands each report the
+    accumulator ``finished`` gains to ``take``, once (a retried or speculated task
+    reports again); the action's result, or its error raised here."""
+    outcome: list[Any] = []
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            outcome.append(action())
+        except BaseException as exc:  # handed to the driver's thread, raised there
+            failed.append(exc)
+
+    thread = threading.Thread(target=run, name="replay-job", daemon=True)
+    thread.start()
+    seen: set[str] = set()
+
+    def record() -> None:
+        for report in list(finished.value):
+            if report.range_id not in seen:
+                seen.add(report.range_id)
+                take(report)
+
+    while thread.is_alive():
+        thread.join(0.2)
+        record()
+    record()
+    if failed:
+        raise failed[0]
+    return outcome[0]

@@ -52,7 +52,6 @@ parts of transactions).
 from __future__ import annotations
 
 import functools
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -64,7 +63,7 @@ import structlog
 from bizevents.replay.diff import DiffReport
 from bizevents.replay.exceptions import RangeFailedError, ReplayConfigError, TopicNotFoundError
 from bizevents.replay.plan import Planner, Range, bounded
-from bizevents.replay.spec import ReplaySpec
+from bizevents.replay.run import ReplayRun
 from bizevents.replay.state import RunState
 from bizevents.replay.task import TaskReport
 from bizevents.replay.txtasks import (
@@ -79,7 +78,6 @@ from bizevents.replay.txtasks import (
     write_units,
 )
 from bizevents.replay.txwiden import Scan, TxReplayConfig, widen
-from bizevents.translators.settings import RuntimeSettings
 
 __all__ = ["TransactionReplay", "TxReplaySummary"]
 
@@ -103,23 +101,8 @@ class TxReplaySummary:
     diff: DiffReport | None = None
 
 
-class TransactionReplay:
+class TransactionReplay(ReplayRun):
     """One replay run through a transaction translator."""
-
-    def __init__(
-        self,
-        spec: ReplaySpec,
-        settings: RuntimeSettings,
-        *,
-        spark: Any = None,
-        master: str | None = None,
-        listener: Any = None,
-    ) -> None:
-        self.spec = spec
-        self.settings = settings
-        self.spark = spark
-        self.master = master
-        self.listener = listener
 
     def _refuse(self) -> None:
         spec = self.spec
@@ -129,13 +112,6 @@ class TransactionReplay:
                 "compaction keeps one change per key, so it would remove parts of "
                 "transactions and leave them incomplete"
             )
-
-    def _session(self) -> Any:
-        from bizevents.replay.session import spark_session
-
-        if self.spark is None:
-            self.spark = spark_session(self.master, jvm_writes=self.spec.jvm_writes)
-        return self.spark
 
     def _fingerprint(self) -> dict[str, Any]:
         return {**self.spec.fingerprint(), "kind": "transactions"}
@@ -170,7 +146,7 @@ class TransactionReplay:
         work = [(t, p, s, e) for (t, p), (s, e) in sorted(spans.items()) if e > s]
         if not work:
             return []
-        sc = self._session().sparkContext
+        sc = self.session().sparkContext
         rdd = sc.parallelize(work, len(work)).mapPartitions(functools.partial(scan_range, config))
         return list(self._collect(rdd))
 
@@ -189,14 +165,10 @@ class TransactionReplay:
         from bizevents.contracts.technical.transaction import transaction_topic
         from bizevents.plumbing.kafka import ensure_topics
         from bizevents.replay.checks import check_contracts, check_registry
-        from bizevents.translators.registry import discover
 
         self._refuse()
         spec, settings = self.spec, self.settings
-        registry = discover(names=(spec.translator, spec.diff_against))
-        translator = registry.resolve(spec.translator)
-        if spec.diff_against is not None:
-            registry.resolve(spec.diff_against)
+        translator, _ = self.translators()
         planner = Planner(settings.kafka.librdkafka())
         counts = planner.topics(spec.topics)
         prefixes = {t.rsplit(".", 2)[0] for t in counts}
@@ -277,14 +249,13 @@ class TransactionReplay:
         units = output_units(config)
         parquet = self.spec.jvm_writes
         names = [PARQUET_UNIT] if parquet else [f"{t}/{p}" for t, p in units]
-        if self.listener is not None:
-            done = sum(1 for name in names if name in config.done)
-            self.listener.planned(len(names), done, summary.read)
+        done = sum(1 for name in names if name in config.done)
+        self.listener.planned(len(names), done, summary.read)
         if config.baseline is None and all(name in config.done for name in names):
             state.finish()  # an earlier attempt wrote everything
             summary.seconds = perf_counter() - started
             return summary
-        sc = self._session().sparkContext
+        sc = self.session().sparkContext
         width = max(1, int(sc.defaultParallelism))
         assembled = (
             sc.parallelize(ranges, max(1, len(ranges)))
@@ -323,49 +294,28 @@ class TransactionReplay:
     ) -> None:
         """The write stage as one job; each task's output partitions recorded in the run
         state as the driver learns of them (the accumulator grows as tasks succeed)."""
-        from bizevents.replay.session import Reports
+        from bizevents.replay.session import Reports, follow, task_error
 
-        sc = self._session().sparkContext
+        sc = self.session().sparkContext
         finished = sc.accumulator([], Reports())
         rdd = grouped.mapPartitionsWithIndex(
             functools.partial(write_units, config, finished, width)
         )
-        outcome: list[BaseException] = []
-        totals: list[dict[str, int]] = []
 
-        def run() -> None:
-            try:
-                totals.extend(rdd.collect())
-            except BaseException as exc:  # handed to the driver's thread, raised there
-                outcome.append(exc)
+        def take(report: TaskReport) -> None:
+            state.mark_done(report.range_id, {"events": report.events})
+            summary.units += 1
+            for topic, n in report.events.items():
+                summary.events[topic] = summary.events.get(topic, 0) + n
+            self.listener.finished(report)
 
-        thread = threading.Thread(target=run, name="replay-tx-job", daemon=True)
-        thread.start()
-        seen: set[str] = set()
-
-        def record() -> None:
-            for report in list(finished.value):
-                if report.range_id in seen:
-                    continue  # a retried or speculated task's second report
-                seen.add(report.range_id)
-                state.mark_done(report.range_id, {"events": report.events})
-                summary.units += 1
-                for topic, n in report.events.items():
-                    summary.events[topic] = summary.events.get(topic, 0) + n
-                if self.listener is not None:
-                    self.listener.finished(report)
-
-        while thread.is_alive():
-            thread.join(0.2)
-            record()
-        record()
-        if outcome:
-            from bizevents.replay.session import task_error
-
+        try:
+            totals: list[dict[str, int]] = follow(rdd.collect, finished, take)
+        except Exception as exc:
             raise RangeFailedError(
-                f"a task failed: {task_error(outcome[0])}; rerun with --run-id "
+                f"a task failed: {task_error(exc)}; rerun with --run-id "
                 f"{self.spec.run_id} to continue"
-            ) from outcome[0]
+            ) from exc
         for item in totals:
             _add_stats(summary, item)
 
@@ -382,7 +332,7 @@ class TransactionReplay:
         from bizevents.replay.parquet import ARROW_SETTING, RANGE_COLUMN, _rename, spark_schema
         from bizevents.replay.session import Reports, task_error
 
-        spark = self._session()
+        spark = self.session()
         spark.conf.set(ARROW_SETTING, "false")  # rows travel pickled; nothing needs pyarrow
         found = spark.sparkContext.accumulator([], Reports())
         rows = grouped.mapPartitions(functools.partial(parquet_rows, config, found))
@@ -407,8 +357,7 @@ class TransactionReplay:
                     summary.events[topic] = summary.events.get(topic, 0) + n
         summary.units = 1
         state.mark_done(PARQUET_UNIT, {"events": summary.events, "folder": folder})
-        if self.listener is not None:
-            self.listener.finished(TaskReport(PARQUET_UNIT, events=summary.events))
+        self.listener.finished(TaskReport(PARQUET_UNIT, events=summary.events))
 
 
 #: The unit of resume of a Parquet output: the run's whole dataset.

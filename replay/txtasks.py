@@ -380,12 +380,7 @@ def write_units(
     reports: list[TaskReport] = []
     mine = output_units(config)[task::width]
     try:
-        for (topic, partition), items in outputs:
-            if topic == "__stats__":
-                for item in items:
-                    for k, v in item[3].items():
-                        totals[k] += v
-                continue
+        for topic, partition, items in _partitions(outputs, totals):
             unit = f"{topic}/{partition}"
             if unit in config.done:
                 continue  # written by an earlier attempt of the run
@@ -414,6 +409,20 @@ def write_units(
     yield totals
 
 
+def _partitions(
+    outputs: Iterable[tuple[Any, Iterable[Any]]], totals: dict[str, int]
+) -> Iterator[tuple[str, int, Iterable[Any]]]:
+    """Each output partition's items; the assembling tasks' counts (the ``__stats__``
+    group) added to ``totals`` on the way."""
+    for (topic, partition), items in outputs:
+        if topic == "__stats__":
+            for item in items:
+                for k, v in item[3].items():
+                    totals[k] += v
+            continue
+        yield topic, partition, items
+
+
 def parquet_rows(
     config: TxReplayConfig, found: Any, outputs: Iterable[tuple[Any, Iterable[Any]]]
 ) -> Iterator[tuple[Any, ...]]:
@@ -424,12 +433,7 @@ def parquet_rows(
     reader = EventReader(_lookup(config)[1])
     totals = {"emitted": 0, "dead_lettered": 0, "transactions": 0, "left_out": 0}
     reports: list[Any] = []
-    for (topic, partition), items in outputs:
-        if topic == "__stats__":
-            for item in items:
-                for k, v in item[3].items():
-                    totals[k] += v
-            continue
+    for topic, partition, items in _partitions(outputs, totals):
         report = TaskReport(f"{topic}/{partition}")
         for item in sorted(items, key=lambda i: i[:3]):
             out = item[3]
