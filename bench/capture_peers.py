@@ -191,7 +191,7 @@ def run_debezium(
 
 
 def one_run(endpoints: Any, tmp: Path, args: argparse.Namespace) -> dict[str, Figure]:
-    from bizevents.capture.postgres.pgoutput import parse_lsn
+    from bizevents.capture.postgres.messages import parse_lsn
 
     tag = uuid.uuid4().hex[:8]
     table, pub = f"public.peers_{tag}", f"peers_{tag}"

@@ -16,6 +16,7 @@ import argparse
 import glob
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -37,6 +38,12 @@ def pg_recvlogical() -> str:
     if not found:
         sys.exit("pg_recvlogical not found (Debian: postgresql-client)")
     return found
+
+
+def cpu_seconds() -> float:
+    """This process's CPU time (all threads: the capture's and its Kafka client's)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def generate(dsn: str, table: str, changes: int, tx_rows: int) -> None:
@@ -114,7 +121,7 @@ def main() -> None:
             cur.execute("SELECT pg_current_wal_insert_lsn()::text")
             end_lsn_text = cur.fetchone()[0]
         print(f"generated {args.changes:,} changes in {time.perf_counter() - t0:.1f}s")
-        from bizevents.capture.postgres.pgoutput import parse_lsn
+        from bizevents.capture.postgres.messages import parse_lsn
 
         end_lsn = parse_lsn(end_lsn_text)
 
@@ -166,12 +173,14 @@ def main() -> None:
             if profiler is not None:
                 profiler.disable()
 
+        cpu0 = cpu_seconds()
         t0 = time.perf_counter()
         thread = threading.Thread(target=run, daemon=True)
         thread.start()
         while stats.acknowledged_lsn < end_lsn and thread.is_alive():
             time.sleep(0.02)
         cap_s = time.perf_counter() - t0
+        cap_cpu = cpu_seconds() - cpu0
         runner.request_stop()
         thread.join(60)
         if profiler is not None:
@@ -183,6 +192,7 @@ def main() -> None:
         ref_rate = args.changes / ref_s
         print(f"pg_recvlogical (pgoutput → /dev/null): {ref_rate:>10,.0f} changes/s ({ref_s:.2f}s)")
         print(f"capture → Kafka, acknowledged:        {cap_rate:>10,.0f} changes/s ({cap_s:.2f}s)")
+        print(f"capture CPU-seconds per 100,000 changes: {cap_cpu * 100_000 / args.changes:>6.2f}")
         metadata = "off" if args.no_transaction_metadata else "on"
         print(f"transaction metadata:                {metadata:>10}")
         print(f"ratio to target ({TARGET:,}/s):      {cap_rate / TARGET:>10.2f}")

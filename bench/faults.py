@@ -731,7 +731,7 @@ class Faults:
 
     def confirmed_check(self) -> Callable[[], bool]:
         """Whether capture confirmed (PostgreSQL) or stored (MariaDB) the source's end."""
-        from bizevents.capture.postgres.pgoutput import parse_lsn
+        from bizevents.capture.postgres.messages import parse_lsn
 
         if self.source == "mysql":
             from bizevents.capture.core.state import StateStore

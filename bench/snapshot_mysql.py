@@ -229,7 +229,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from bizevents.capture.core import chunks
-    from bizevents.capture.mariadb import capture as mysqlcapture
+    from bizevents.capture.mariadb import stream as mysqlstream
     from bizevents.devstack import DevStack
     from bizevents.settings import DevSettings
 
@@ -237,7 +237,7 @@ def main() -> None:
     # How long each turn's snapshot work holds the binlog loop (a change read after it
     # waits that long): the figure slices bound, less blurred by the machine's load than
     # the probe's end-to-end latency.
-    step = mysqlcapture._BinlogReader.snapshot_step
+    step = mysqlstream.BinlogReader.snapshot_step
 
     def timed_step(self: Any, idle: bool = False, budget_s: float = 0.0) -> None:
         started = time.perf_counter()
@@ -245,7 +245,7 @@ def main() -> None:
         if not idle:
             TURNS.append(time.perf_counter() - started)
 
-    mysqlcapture._BinlogReader.snapshot_step = timed_step  # type: ignore[method-assign]
+    mysqlstream.BinlogReader.snapshot_step = timed_step  # type: ignore[method-assign]
     tmp = Path(tempfile.mkdtemp(prefix="bench-snapshot-mysql-"))
     stack = DevStack(
         tmp / "stack",

@@ -43,7 +43,8 @@ def main() -> None:
     from bizevents.capture.postgres.codec import TableCodec
     from bizevents.capture.postgres.runner import CaptureEndpoints, PostgresCapture
     from bizevents.capture.postgres.types import PgTypeMapper
-    from bizevents.capture.verify import PgTable, Report, compare, topic_state
+    from bizevents.capture.verify import Report, compare, topic_state
+    from bizevents.capture.verifytables import PgTable
     from bizevents.devstack import DevStack, Endpoints
     from bizevents.settings import DevSettings
 
@@ -87,7 +88,7 @@ def main() -> None:
         with admin.cursor() as cur:
             cur.execute(f"UPDATE {table} SET qty = qty + 1 WHERE id % 10 = 0")
             cur.execute("SELECT pg_current_wal_lsn()::text")
-            from bizevents.capture.postgres.pgoutput import parse_lsn
+            from bizevents.capture.postgres.messages import parse_lsn
 
             end = parse_lsn(cur.fetchone()[0])
         while stats.acknowledged_lsn < end:
@@ -101,7 +102,7 @@ def main() -> None:
         rates = []
         session = None
         if args.spark:
-            from bizevents.replay.job import spark_session
+            from bizevents.replay.session import spark_session
 
             session = spark_session(args.spark, "bench-verify")
         for n in range(args.runs):

@@ -488,7 +488,7 @@ def logical_round(rng: random.Random, inputs: int) -> int:
 
 
 def file_record_round(rng: random.Random, inputs: int) -> int:
-    from bizevents.replay.task import FileRecordEncoder
+    from bizevents.replay.files import FileRecordEncoder
     from bizevents.translators.pipeline import OutRecord
 
     encoder = FileRecordEncoder()

@@ -11,13 +11,8 @@ from typing import Any
 def history(conn: Any, witness: str, publication: str) -> list[tuple[int, str, str]]:
     """Every committed row change since the witness slot: ``(lsn, schema.table, op)``,
     in commit order (logical decoding hands out whole transactions as they commit)."""
-    from bizevents.capture.postgres.pgoutput import (
-        Delete,
-        Insert,
-        PgOutputDecoder,
-        Update,
-        parse_lsn,
-    )
+    from bizevents.capture.postgres.messages import Delete, Insert, Update, parse_lsn
+    from bizevents.capture.postgres.pgoutput import PgOutputDecoder
 
     decoder = PgOutputDecoder()
     out: list[tuple[int, str, str]] = []

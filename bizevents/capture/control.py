@@ -34,8 +34,8 @@ def send_signals(kafka: dict[str, Any], config: CaptureConfig, signals: Sequence
 def position_writer(config: CaptureConfig) -> Callable[[int], str]:
     """How the capture's source writes a position: a binlog place, or an LSN."""
     from bizevents.capture.mariadb.quarantine import describe_position
-    from bizevents.capture.postgres.pgoutput import format_lsn
-    from bizevents.capture.verify import is_mysql
+    from bizevents.capture.postgres.messages import format_lsn
+    from bizevents.capture.verifytables import is_mysql
 
     dsn = config.dsn.get_secret_value() if config.dsn is not None else ""
     return describe_position if is_mysql(dsn) else format_lsn

@@ -18,16 +18,15 @@ from bizevents.capture.core.signals import Signal
 from bizevents.capture.verify import (
     Key,
     Report,
-    TableReader,
     TopicRow,
     TopicState,
-    capture_progress,
     check_table,
     compare,
     entry_of,
-    open_readers,
     topic_state,
 )
+from bizevents.capture.verifylag import capture_progress
+from bizevents.capture.verifytables import TableReader, open_readers
 from bizevents.plumbing.errors import TransientError
 from bizevents.plumbing.kafka import DeliveryError, send_confirmed
 

@@ -28,7 +28,6 @@ from bizevents.devstack.processes import (
     StackError,
     claim_port,
     free_port,
-    identify,
     port_is_free,
     spawn,
     wait_until,
@@ -203,12 +202,11 @@ class KafkaNode:
         proc = spawn([*jvm, "kafka.Kafka", str(config)], log, cwd=root)
         me = cluster[self.node - 1]
         bootstrap = ",".join(f"{dev.host}:{p.client}" for p in cluster)
-        started = Started(
+        started = Started.spawned(
             proc.pid,
-            identify(proc.pid).start_ticks,
             me.client,
             bootstrap,
-            str(log),
+            log,
             {
                 "kind": "kafka",
                 "nodes": str(self.nodes),

@@ -64,6 +64,13 @@ class Started:
     log: str
     extra: dict[str, str] = field(default_factory=dict)
 
+    @classmethod
+    def spawned(
+        cls, pid: int, port: int, endpoint: str, log: Path, extra: dict[str, str] | None = None
+    ) -> Started:
+        """A server process just spawned, known by its pid and its start time."""
+        return cls(pid, identify(pid).start_ticks, port, endpoint, str(log), extra or {})
+
 
 class Service(Protocol):
     @property
@@ -128,9 +135,7 @@ class Broker:
             ],
             log,
         )
-        started = Started(
-            proc.pid, identify(proc.pid).start_ticks, port, f"{dev.host}:{port}", str(log)
-        )
+        started = Started.spawned(proc.pid, port, f"{dev.host}:{port}", log)
         wait_until(lambda: self.healthy(started), "broker", proc, log)
         return started
 
@@ -183,9 +188,7 @@ class Registry:
             env={**os.environ, "BIZEVENTS_LOG_FORMAT": "json"},
         )
         host = f"[{dev.host}]" if ":" in dev.host else dev.host
-        started = Started(
-            proc.pid, identify(proc.pid).start_ticks, port, f"http://{host}:{port}", str(log)
-        )
+        started = Started.spawned(proc.pid, port, f"http://{host}:{port}", log)
         wait_until(lambda: self.healthy(started), "schema registry", proc, log)
         return started
 
@@ -297,13 +300,8 @@ class Postgres:
             argv += ["-c", f"{key}={value}"]
         proc = spawn(argv, log, user=run_as, cwd=root)
         dsn = f"postgresql://{self.user}:{password}@{dev.host}:{port}/{self.database}"
-        started = Started(
-            proc.pid,
-            identify(proc.pid).start_ticks,
-            port,
-            f"{dev.host}:{port}",
-            str(log),
-            {"data_dir": str(data), "dsn": dsn},
+        started = Started.spawned(
+            proc.pid, port, f"{dev.host}:{port}", log, {"data_dir": str(data), "dsn": dsn}
         )
         wait_until(lambda: self.healthy(started), "PostgreSQL server", proc, log)
         self._ensure_database(started)
@@ -470,12 +468,11 @@ class MariaDB:
         try:
             proc = spawn(argv, log, user=run_as, cwd=root)
             dsn = f"mysql://{self.user}:{password}@{dev.host}:{port}/{self.database}"
-            started = Started(
+            started = Started.spawned(
                 proc.pid,
-                identify(proc.pid).start_ticks,
                 port,
                 f"{dev.host}:{port}",
-                str(log),
+                log,
                 {
                     "data_dir": str(data),
                     "socket": str(socket_path),

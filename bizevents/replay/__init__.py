@@ -19,8 +19,9 @@ from bizevents.replay.exceptions import (
     RunStateError,
     TopicNotFoundError,
 )
-from bizevents.replay.job import ReplayJob, Summary, spark_session
+from bizevents.replay.job import ReplayJob, Summary
 from bizevents.replay.plan import Range, Span, slices
+from bizevents.replay.session import spark_session
 from bizevents.replay.spec import Bound, Output, ReplaySpec
 
 __all__ = [

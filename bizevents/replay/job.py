@@ -16,59 +16,38 @@ cannot start, so those ranges stay one Spark job each, from a pool of driver thr
 from __future__ import annotations
 
 import functools
-import os
 import re
-import sys
-import threading
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from time import perf_counter
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 import structlog
 
 from bizevents.plumbing.errors import BizeventsError
-from bizevents.plumbing.kafka import ensure_topics
-from bizevents.plumbing.registry import registry_client
+from bizevents.replay.checks import (
+    check_contracts,
+    check_parquet,
+    check_registry,
+    ensure_output_topics,
+)
 from bizevents.replay.compaction import KeyIndex
 from bizevents.replay.diff import DiffReport
 from bizevents.replay.exceptions import (
     RangeFailedError,
-    RegistryUnreachableError,
-    ReplayConfigError,
 )
 from bizevents.replay.plan import Planner, Range, slices
+from bizevents.replay.run import ReplayRun
+from bizevents.replay.session import Reports, follow, task_error
 from bizevents.replay.spec import ReplaySpec
 from bizevents.replay.state import RunState
 from bizevents.replay.task import TaskConfig, TaskReport, index_range, run_range, selected_offsets
-from bizevents.translators.api import Translator
 from bizevents.translators.settings import RuntimeSettings
 
 log = structlog.get_logger("replay")
-
-
-class Listener(Protocol):
-    """Progress of a run, for a terminal or a test."""
-
-    def planned(self, total: int, skipped: int, offsets: int) -> None: ...
-
-    def phase(self, name: str) -> None: ...
-
-    def finished(self, report: TaskReport) -> None: ...
-
-
-class _Quiet:
-    def planned(self, total: int, skipped: int, offsets: int) -> None:
-        pass
-
-    def phase(self, name: str) -> None:
-        pass
-
-    def finished(self, report: TaskReport) -> None:
-        pass
 
 
 @dataclass
@@ -103,192 +82,7 @@ class Summary:
         return sum(self.events.values()) / self.seconds if self.seconds else 0.0
 
 
-LOOPBACK = "127.0.0.1"
-DRIVER_ADDRESS = ("spark.driver.host", "spark.driver.bindAddress")
-
-
-def is_local(master: str | None) -> bool:
-    """A local master (``None`` means ``local[*]`` here), as opposed to a cluster's."""
-    return master is None or master == "local" or master.startswith("local[")
-
-
-def loopback_conf(
-    master: str | None, env: Mapping[str, str], user_conf: Mapping[str, str]
-) -> dict[str, str]:
-    """Keep a local driver on loopback, like every embedded service.
-
-    Left alone Spark binds the driver to the first non-loopback interface it finds.
-    A cluster's driver must be reachable from its executors, so a ``spark://`` (or
-    any non-local) master is left to the user's settings. So is a driver address the
-    user chose: ``SPARK_LOCAL_IP`` other than loopback, or either key of
-    ``DRIVER_ADDRESS`` in ``user_conf`` (Spark's own settings: spark-defaults.conf,
-    ``--conf`` in ``PYSPARK_SUBMIT_ARGS``).
-    """
-    if not is_local(master) or env.get("SPARK_LOCAL_IP", LOOPBACK) != LOOPBACK:
-        return {}
-    if any(key in user_conf for key in DRIVER_ADDRESS):
-        return {}
-    return dict.fromkeys(DRIVER_ADDRESS, LOOPBACK)
-
-
-#: The JIT of a local driver whose JVM writes nothing itself: C1 only. Such a JVM
-#: schedules Python tasks and passes their reports; C2's compiler threads took about
-#: 0.8 s of CPU in each few-second replay, from the two cores the Python workers had.
-LOCAL_JIT: Final = "-XX:TieredStopAtLevel=1"
-#: Where a user gives the driver's Java options (then they are left alone).
-JAVA_OPTION_KEYS: Final = (
-    "spark.driver.defaultJavaOptions",
-    "spark.driver.extraJavaOptions",
-    "--driver-java-options",
-)
-
-
-def local_jvm_conf(master: str | None, env: Mapping[str, str], defaults: str) -> dict[str, str]:
-    """The launch settings of a local driver's JVM: :data:`LOCAL_JIT`, unless the master
-    is a cluster's or the user gave the driver Java options in ``PYSPARK_SUBMIT_ARGS``
-    or in ``defaults`` (the text of spark-defaults.conf)."""
-    if not is_local(master):
-        return {}
-    given = env.get("PYSPARK_SUBMIT_ARGS", "") + "\n" + defaults
-    if any(key in given for key in JAVA_OPTION_KEYS):
-        return {}
-    return {"spark.driver.defaultJavaOptions": LOCAL_JIT}
-
-
-def _spark_defaults(env: Mapping[str, str]) -> str:
-    """The text of the spark-defaults.conf Spark would read, or ""."""
-    folder = env.get("SPARK_CONF_DIR")
-    if folder is None:
-        import pyspark
-
-        home = env.get("SPARK_HOME") or os.path.dirname(pyspark.__file__)
-        folder = os.path.join(home, "conf")
-    try:
-        return Path(folder, "spark-defaults.conf").read_text(errors="replace")
-    except OSError:
-        return ""
-
-
-def _user_spark_conf(launch: Mapping[str, str]) -> dict[str, str]:
-    """Spark's settings as the user gave them to Spark (spark-defaults.conf, ``--conf``),
-    launching the JVM with ``launch`` if it is not running yet."""
-    from pyspark import SparkConf, SparkContext
-
-    # launches the JVM, which is what loads them
-    SparkContext._ensure_initialized(
-        conf=SparkConf(loadDefaults=False).setAll(list(launch.items())) if launch else None
-    )
-    return dict(SparkConf().getAll())
-
-
-def spark_session(
-    master: str | None, app_name: str = "bizevents-replay", *, jvm_writes: bool = False
-) -> Any:
-    """The running session (tests, spark-submit) or a new one (``--master``, else local[*]).
-
-    ``jvm_writes``: the JVM writes the output itself (Parquet), so a local JVM this
-    launches keeps its full JIT (else :func:`local_jvm_conf`)."""
-    from pyspark.sql import SparkSession
-
-    existing = SparkSession.getActiveSession() or SparkSession._instantiatedSession
-    if existing is not None and master is None:
-        return existing
-    builder = SparkSession.builder.appName(app_name)
-    submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit started this driver
-    if master is not None:
-        builder = builder.master(master)
-    elif not submitted:
-        builder = builder.master("local[*]")
-    if not submitted:
-        # PySpark starts its workers with PYSPARK_PYTHON, else whatever "python3" is on
-        # PATH: not necessarily the environment bizevents and the plugins live in.
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        if is_local(master):
-            # Read by the JVM at its launch, for what the driver settings do not cover
-            # (the web UI binds to it, else to every interface).
-            os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)
-            launch = (
-                {}
-                if jvm_writes
-                else local_jvm_conf(master, os.environ, _spark_defaults(os.environ))
-            )
-            user_conf = _user_spark_conf(launch)
-            for key, value in loopback_conf(master, os.environ, user_conf).items():
-                builder = builder.config(key, value)
-    builder = builder.config("spark.ui.showConsoleProgress", "false")
-    session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
-    return session
-
-
-def _check_registry(conf: dict[str, Any], url: str) -> Any:
-    client = registry_client(conf)
-    try:
-        client.get_subjects()
-    except Exception as exc:
-        raise RegistryUnreachableError(
-            f"the schema registry at {url} cannot be reached ({type(exc).__name__}: {exc}); "
-            "the replay needs it to decode technical records"
-        ) from exc
-    return client
-
-
-def _check_contracts(
-    client: Any, translators: Sequence[Translator], strategy: str, auto_register: bool
-) -> None:
-    """Register (or find) every contract the output needs before a task runs."""
-    from confluent_kafka.schema_registry import Schema
-
-    from bizevents.contracts.subjects import subject_strategy
-
-    name_of = subject_strategy(strategy)
-    for item in translators:
-        for contract in item.emits:
-            subject = name_of(contract.contract_topic(), contract.contract_fullname())
-            schema = Schema(contract.contract_schema_text(), "AVRO")
-            try:
-                if auto_register:
-                    client.register_schema(subject, schema)
-                else:
-                    client.lookup_schema(subject, schema)
-            except Exception as exc:
-                raise ReplayConfigError(
-                    f"contract {contract.contract_fullname()} of {item.ref} cannot be used "
-                    f"under subject {subject}: {exc}"
-                ) from exc
-
-
-def _ensure_topics(kafka: dict[str, Any], topics: Sequence[str], partitions: int) -> dict[str, int]:
-    """Create the missing output topics; ``topic -> partition count`` of each."""
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient({**kafka, "log.connection.close": False})
-    return ensure_topics(admin, topics, partitions)
-
-
-def _check_parquet() -> None:
-    try:
-        import pyspark  # noqa: F401
-    except ImportError:
-        raise ReplayConfigError(
-            "--format parquet is written by Spark: install bizevents[spark]"
-        ) from None
-
-
-_PY_ERROR = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit)): (.+)$", re.MULTILINE)
-
-
-def task_error(exc: BaseException) -> str:
-    """The Python exception that failed a Spark task, out of Spark's long message."""
-    text = str(exc)
-    found = [m for m in _PY_ERROR.finditer(text) if not m.group(1).startswith(("org.", "java."))]
-    if found:
-        last = found[-1]
-        return f"{last.group(1).rsplit('.', 1)[-1]}: {last.group(2).strip()}"
-    return text.strip().splitlines()[0] if text.strip() else type(exc).__name__
-
-
-class ReplayJob:
+class ReplayJob(ReplayRun):
     """One run of ``bizevents replay``."""
 
     def __init__(
@@ -296,31 +90,15 @@ class ReplayJob:
         spec: ReplaySpec,
         settings: RuntimeSettings,
         *,
-        spark: Any = None,
-        master: str | None = None,
-        listener: Listener | None = None,
         parallel_jobs: int | None = None,
         producer: dict[str, Any] | None = None,
+        **run: Any,
     ) -> None:
-        self.spec = spec
-        self.settings = settings
-        self.spark = spark
-        self.master = master
-        self.listener = listener or _Quiet()
+        super().__init__(spec, settings, **run)
         self.parallel_jobs = parallel_jobs
         self.producer = producer or {}
 
     # -- preparation (no Spark yet: errors come fast) ---------------------------------
-
-    def _translators(self) -> tuple[Translator, Translator | None]:
-        from bizevents.translators.registry import discover
-
-        registry = discover(names=(self.spec.translator, self.spec.diff_against))
-        ours = registry.resolve(self.spec.translator)
-        theirs = None
-        if self.spec.diff_against is not None:
-            theirs = registry.resolve(self.spec.diff_against)
-        return ours, theirs
 
     def _state(self) -> RunState:
         state_dir = self.settings.state_dir
@@ -338,8 +116,8 @@ class ReplayJob:
 
     def prepare(self) -> tuple[RunState, TaskConfig]:
         spec, settings = self.spec, self.settings
-        ours, theirs = self._translators()
-        client = _check_registry(settings.registry.client_config(), settings.registry.url)
+        ours, theirs = self.translators()
+        client = check_registry(settings.registry.client_config(), settings.registry.url)
         state = self._state()
         kafka = settings.kafka.librdkafka()
         dead_letters = settings.translate.dead_letter_topic
@@ -347,7 +125,7 @@ class ReplayJob:
         output = spec.output
         if output is not None:
             dead_letters = output.dead_letter_topic(dead_letters)
-            _check_contracts(
+            check_contracts(
                 client,
                 [ours],
                 settings.translate.subject_strategy,
@@ -356,12 +134,14 @@ class ReplayJob:
             if output.kind == "path" and output.file_format == "avro":
                 Path(output.target).mkdir(parents=True, exist_ok=True)
             elif output.kind == "path":  # Spark writes it: any Hadoop file system
-                _check_parquet()
+                check_parquet()
             else:
                 topics = sorted(
                     {output.topic_for(c.contract_topic()) for c in ours.emits} | {dead_letters}
                 )
-                partitions = _ensure_topics(kafka, topics, settings.translate.output_partitions)
+                partitions = ensure_output_topics(
+                    kafka, topics, settings.translate.output_partitions
+                )
         config = TaskConfig(
             token=uuid.uuid4().hex,
             kafka=kafka,
@@ -391,11 +171,15 @@ class ReplayJob:
         )
         self.listener.planned(len(state.ranges), summary.skipped, sum(r.size for r in state.ranges))
         if pending:
-            if self.spark is None:
-                self.spark = spark_session(self.master, jvm_writes=self.spec.jvm_writes)
+            self.session()
             survivors = self._survivors(state, pending, config) if config.compact else {}
             self.listener.phase("replay")
-            summary.reports = self._run_ranges(state, pending, config, survivors)
+            work = [(rng, survivors.get(rng.id)) for rng in pending]
+            output = config.output
+            parquet = output is not None and output.kind == "path"
+            parquet = parquet and output is not None and output.file_format == "parquet"
+            run = self._run_range_jobs if parquet else self._dataflow
+            summary.reports = run(state, work, config)
         if self.spec.dry_run:
             summary.diff = DiffReport()
             for report in summary.reports:
@@ -409,8 +193,7 @@ class ReplayJob:
     def selection(self) -> dict[str, list[int]]:
         """Per range, the offsets a run would translate (for checks); runs no translator."""
         state, config = self.prepare()
-        if self.spark is None:
-            self.spark = spark_session(self.master, jvm_writes=self.spec.jvm_writes)
+        self.session()
         survivors = self._survivors(state, state.ranges, config) if config.compact else {}
         with self._pool() as pool:
             futures = {
@@ -492,82 +275,44 @@ class ReplayJob:
                 f"rerun with --run-id {self.spec.run_id} to continue"
             ) from exc
 
-    def _run_ranges(
-        self,
-        state: RunState,
-        pending: Sequence[Range],
-        config: TaskConfig,
-        survivors: dict[str, list[int]],
-    ) -> list[TaskReport]:
-        output = config.output
-        if output is not None and output.kind == "path" and output.file_format == "parquet":
-            return self._run_range_jobs(state, pending, config, survivors)
-        return self._dataflow(state, pending, config, survivors)
+    def _recorded(self, state: RunState, report: TaskReport) -> TaskReport:
+        """A finished range in the run state (not in a dry run), and said."""
+        if not self.spec.dry_run:
+            state.mark_done(report.range_id, _report_dict(report))
+        self.listener.finished(report)
+        return report
 
     def _dataflow(
-        self,
-        state: RunState,
-        pending: Sequence[Range],
-        config: TaskConfig,
-        survivors: dict[str, list[int]],
+        self, state: RunState, work: Sequence[Work], config: TaskConfig
     ) -> list[TaskReport]:
         """The ranges as the partitions of one job; each finished range recorded as the
         driver learns of it (the accumulator's value grows as tasks succeed)."""
         sc = self.spark.sparkContext
-        finished = sc.accumulator([], _Reports())
-        work = [(rng, survivors.get(rng.id)) for rng in pending]
+        finished = sc.accumulator([], Reports())
         rdd = sc.parallelize(work, max(1, len(work))).mapPartitions(
             functools.partial(_run_ranges, config, finished)
         )
-        outcome: list[BaseException] = []
-
-        def run() -> None:
-            try:
-                rdd.count()
-            except BaseException as exc:  # handed to the driver's thread, raised there
-                outcome.append(exc)
-
-        thread = threading.Thread(target=run, name="replay-job", daemon=True)
-        thread.start()
         reports: list[TaskReport] = []
-        seen: set[str] = set()
-
-        def record() -> None:
-            for report in list(finished.value):
-                if report.range_id in seen:
-                    continue  # a retried or speculated task's second report
-                seen.add(report.range_id)
-                if not self.spec.dry_run:
-                    state.mark_done(report.range_id, _report_dict(report))
-                reports.append(report)
-                self.listener.finished(report)
-
-        while thread.is_alive():
-            thread.join(0.2)
-            record()
-        record()
-        if outcome:
-            raise self._failed(outcome[0]) from outcome[0]
+        try:
+            follow(rdd.count, finished, lambda r: reports.append(self._recorded(state, r)))
+        except Exception as exc:
+            raise self._failed(exc) from exc
         return reports
 
     def _run_range_jobs(
-        self,
-        state: RunState,
-        pending: Sequence[Range],
-        config: TaskConfig,
-        survivors: dict[str, list[int]],
+        self, state: RunState, work: Sequence[Work], config: TaskConfig
     ) -> list[TaskReport]:
         """One Spark job per range (Parquet: the JVM writes each range's DataFrame)."""
         reports: list[TaskReport] = []
         failure: RangeFailedError | None = None
         with self._pool() as pool:
             running: dict[Future[Any], Range] = {}
-            queue = list(pending)
+            queue = list(work)
             width = pool._max_workers
             while queue or running:
                 while queue and len(running) < width and failure is None:
-                    rng = queue.pop(0)
-                    future = pool.submit(self._range, config, rng, survivors.get(rng.id))
+                    rng, survivors = queue.pop(0)
+                    future = pool.submit(self._range, config, rng, survivors)
                     running[future] = rng
                 if not running:
                     break
@@ -579,34 +324,19 @@ class ReplayJob:
                     except RangeFailedError as exc:
                         failure = failure or exc
                         continue
-                    if not self.spec.dry_run:
-                        state.mark_done(rng.id, _report_dict(report))
-                    reports.append(report)
-                    self.listener.finished(report)
+                    reports.append(self._recorded(state, report))
         if failure is not None:
             raise failure
         return reports
 
 
+#: A range and, under ``--compact``, the offsets of it that survive compaction.
+Work = tuple[Range, list[int] | None]
+
 _RANGE_ERROR: Final = re.compile(r"range (\S+) failed in its task")
 
 
-class _Reports:
-    """An accumulator of finished ranges' reports (a list, added to as tasks succeed);
-    pyspark's ``AccumulatorParam`` by its two methods, so this module imports without
-    pyspark."""
-
-    def zero(self, value: list[TaskReport]) -> list[TaskReport]:
-        return []
-
-    def addInPlace(self, value1: list[TaskReport], value2: list[TaskReport]) -> list[TaskReport]:
-        value1.extend(value2)
-        return value1
-
-
-def _run_ranges(
-    config: TaskConfig, finished: Any, work: Iterable[tuple[Range, list[int] | None]]
-) -> Iterator[str]:
+def _run_ranges(config: TaskConfig, finished: Any, work: Iterable[Work]) -> Iterator[str]:
     """A task: its ranges (one), each reported to ``finished`` once written."""
     for rng, survivors in work:
         try:

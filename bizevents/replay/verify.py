@@ -21,7 +21,7 @@ replay's executors:
    are compared key by key, by exact key, on the driver, as the local verify does.
 
 A key is placed among the boundaries in the database's order
-(:meth:`~bizevents.capture.verify.TableReader.order_of`): on MariaDB a string key by
+(:meth:`~bizevents.capture.verifytables.TableReader.order_of`): on MariaDB a string key by
 its collation's weights (asked of the server by the executors, a query per 500 keys),
 an ENUM by its index; otherwise by Python's order of its decoded values, which is the
 database's for numbers, dates and times, and PostgreSQL's for text under the ``C``
@@ -264,7 +264,7 @@ def compare_on_spark(
     comparison, the topic's state of some keys)``, the table's side from ``side_of``."""
     from functools import partial
 
-    from bizevents.replay.job import spark_session
+    from bizevents.replay.session import spark_session
 
     session = spark_session(master, "bizevents-verify")
 

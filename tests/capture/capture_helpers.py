@@ -22,14 +22,8 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from bizevents.capture.config import CaptureConfig
 from bizevents.capture.metrics import CaptureStats
-from bizevents.capture.postgres.pgoutput import (
-    Commit,
-    Delete,
-    Insert,
-    PgOutputDecoder,
-    Update,
-    parse_lsn,
-)
+from bizevents.capture.postgres.messages import Commit, Delete, Insert, Update, parse_lsn
+from bizevents.capture.postgres.pgoutput import PgOutputDecoder
 from bizevents.capture.postgres.runner import CaptureEndpoints, PostgresCapture
 from bizevents.contracts.envelope import ChangeEvent, Tombstone
 from bizevents.contracts.technical import AvroDecoder

@@ -11,7 +11,7 @@ import pytest
 
 from bizevents.capture.exceptions import ValueConversionError
 from bizevents.capture.postgres.codec import TableCodec
-from bizevents.capture.postgres.pgoutput import UNCHANGED_TOAST, Column, Relation, TupleData
+from bizevents.capture.postgres.messages import UNCHANGED_TOAST, Column, Relation, TupleData
 from bizevents.capture.postgres.types import PgTypeMapper
 from bizevents.contracts.binary import blob, text
 from bizevents.contracts.envelope import ChangeEvent, PgPosition, Source, Tombstone

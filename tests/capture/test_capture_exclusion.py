@@ -14,15 +14,14 @@ import pytest
 from bizevents.capture.config import CaptureConfig, ColumnFilter
 from bizevents.capture.core.quarantine import ask_capture, parked_keys
 from bizevents.capture.mariadb.types import register_converter as register_my_converter
-from bizevents.capture.postgres.pgoutput import (
+from bizevents.capture.postgres.messages import (
     UNCHANGED_TOAST,
     Insert,
-    PgOutputDecoder,
     Relation,
     RelationCache,
     Update,
-    blank_values,
 )
+from bizevents.capture.postgres.pgoutput import PgOutputDecoder, blank_values
 from bizevents.capture.postgres.types import register_converter as register_pg_converter
 from bizevents.devstack import Endpoints
 from bizevents.plumbing.parking import PARKED_HEADER

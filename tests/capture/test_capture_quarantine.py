@@ -23,7 +23,7 @@ from bizevents.capture.core.quarantine import (
 )
 from bizevents.capture.exceptions import CaptureError
 from bizevents.capture.metrics import serve_metrics
-from bizevents.capture.postgres.pgoutput import format_lsn, parse_lsn
+from bizevents.capture.postgres.messages import format_lsn, parse_lsn
 from bizevents.capture.postgres.types import register_converter
 from bizevents.cli import main
 from bizevents.contracts.envelope import ChangeEvent, PgPosition

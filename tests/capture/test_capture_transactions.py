@@ -11,7 +11,8 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
-from bizevents.capture.postgres.pgoutput import Begin, PgOutputDecoder
+from bizevents.capture.postgres.messages import Begin
+from bizevents.capture.postgres.pgoutput import PgOutputDecoder
 from bizevents.contracts.envelope import ChangeEvent, PgPosition, Tombstone
 from bizevents.contracts.technical.transaction import TransactionDecoder, TransactionRecord
 from bizevents.devstack import Endpoints

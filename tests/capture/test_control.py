@@ -5,7 +5,7 @@ from __future__ import annotations
 from bizevents.capture.config import CaptureConfig
 from bizevents.capture.control import position_writer
 from bizevents.capture.mariadb.quarantine import describe_position
-from bizevents.capture.postgres.pgoutput import format_lsn
+from bizevents.capture.postgres.messages import format_lsn
 
 
 def test_a_mariadb_capture_writes_binlog_places_and_a_postgres_one_lsns() -> None:

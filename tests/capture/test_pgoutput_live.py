@@ -22,19 +22,19 @@ import psycopg2
 import psycopg2.extras
 import pytest
 
-from bizevents.capture.postgres.pgoutput import (
+from bizevents.capture.postgres.messages import (
     UNCHANGED_TOAST,
     Begin,
     Commit,
     Delete,
     Insert,
     Message,
-    PgOutputDecoder,
     Relation,
     Truncate,
     TypeInfo,
     Update,
 )
+from bizevents.capture.postgres.pgoutput import PgOutputDecoder
 from bizevents.capture.postgres.types import (
     BUILTIN_TYPE_OIDS,
     ENUM_TYPES_SQL,

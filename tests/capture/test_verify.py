@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from bizevents.capture.postgres.pgoutput import parse_lsn
+from bizevents.capture.postgres.messages import parse_lsn
 from bizevents.contracts.binary import zigzag
 from bizevents.devstack import Endpoints
 from tests.capture.capture_helpers import (

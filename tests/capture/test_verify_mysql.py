@@ -16,7 +16,7 @@ from confluent_kafka import Producer
 
 from bizevents.capture.mariadb import queries as my
 from bizevents.capture.mariadb.codec import MyTableCodec
-from bizevents.capture.verify import MyTable
+from bizevents.capture.verifytables import MyTable
 from bizevents.contracts.binary import zigzag
 from bizevents.devstack import Endpoints
 from tests.capture.capture_helpers import REPO, cli_env

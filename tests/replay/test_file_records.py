@@ -12,16 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bizevents.replay.files import _FILE_PLAN, FILE_SCHEMA, AvroFile, FileRecordEncoder
 from bizevents.replay.plan import Range
 from bizevents.replay.spec import Output
-from bizevents.replay.task import (
-    _FILE_PLAN,
-    FILE_SCHEMA,
-    AvroFile,
-    FileRecordEncoder,
-    TaskReport,
-    _FileSink,
-)
+from bizevents.replay.task import TaskReport, _FileSink
 from bizevents.translators.pipeline import OutRecord
 
 PARSED = fastavro.parse_schema(FILE_SCHEMA)

@@ -16,8 +16,8 @@ from bizevents.replay import (
     Span,
     slices,
 )
-from bizevents.replay.job import task_error
 from bizevents.replay.plan import bounded, matching_topics
+from bizevents.replay.session import task_error
 from bizevents.replay.state import RunState
 
 

@@ -244,7 +244,8 @@ def test_a_read_past_a_partition_end_returns_nothing(placed: Any) -> None:
     """A range past the end of the transaction topic (an offset bound taken from a longer
     topic) reads nothing and returns: a Fetch past the end answers no records and no
     end-of-partition event, so this read used to wait forever."""
-    from bizevents.replay.transactions import TxReplayConfig, _messages
+    from bizevents.replay.txtasks import _messages
+    from bizevents.replay.txwiden import TxReplayConfig
 
     db, _ = placed
     topic = f"{db.server}.transaction"

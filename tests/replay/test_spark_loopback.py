@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from bizevents.replay.job import (
+from bizevents.replay.session import (
     DRIVER_ADDRESS,
     JAVA_OPTION_KEYS,
     LOCAL_JIT,
@@ -81,7 +81,7 @@ def test_java_options_the_user_gave_spark_win(key: str) -> None:
 
 _PROBE = """
 import json, subprocess
-from bizevents.replay.job import spark_session
+from bizevents.replay.session import spark_session
 spark = spark_session("local[1]")
 conf = spark.sparkContext.getConf()
 pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()

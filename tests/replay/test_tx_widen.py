@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bizevents.replay.transactions import Probe, Scan, widen
+from bizevents.replay.txwiden import Probe, Scan, widen
 
 Log = dict[tuple[str, int], list[int | None]]  # partition -> commit position per offset
 

@@ -50,6 +50,7 @@ from bizevents.plumbing.kafka import ensure_topics, produce
 from bizevents.plumbing.parking import (
     PARKED_HEADER,
     STAGE_PARKED,
+    Parked,
     ParkedKeys,
     Ref,
     Request,
@@ -64,6 +65,7 @@ __all__ = [
     "ParkedChange",
     "QuarantineCore",
     "Record",
+    "ToPark",
     "ask_capture",
     "parked_changes",
     "parked_keys",
@@ -92,6 +94,19 @@ class ParkedChange:
     reason: str
     #: ``capture`` for the change that parked its key, ``parked`` for one behind it
     stage: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ToPark:
+    """A change about to be parked: its table and topic, its record key, the bytes the
+    source gave (re-decoded by a re-drive), its position and the context it needs."""
+
+    table: str
+    topic: str
+    key: bytes
+    raw: bytes
+    position: int
+    context: dict[str, Any]
 
 
 def parked_changes(messages: Sequence[Any], ref: Ref, first: int) -> list[ParkedChange]:
@@ -223,29 +238,17 @@ class QuarantineCore(CaptureCore):
 
     # -- parking ---------------------------------------------------------------------------
 
-    def park_key(
-        self,
-        table: str,
-        topic: str,
-        key: bytes,
-        raw: bytes,
-        position: int,
-        context: dict[str, Any],
-        exc: CaptureError,
-        send: Send,
-    ) -> int:
-        """Park ``key`` for a change that did not convert; the records sent."""
+    def park_key(self, change: ToPark, exc: CaptureError, send: Send) -> int:
+        """Park the key of a change that did not convert; the records sent."""
         self.log.warning(
             "change not converted: its key parked",
-            table=table,
+            table=change.table,
             column=getattr(exc, "column", None),
-            position=self.describe(position),
+            position=self.describe(change.position),
             reason=str(exc),
             topic=self.config.dlq_topic,
         )
-        return self._park(
-            table, topic, key, raw, position, context, "capture", str(exc), type(exc).__name__, send
-        )
+        return self._park(change, "capture", str(exc), type(exc).__name__, send)
 
     def park_behind(
         self,
@@ -271,29 +274,17 @@ class QuarantineCore(CaptureCore):
             state = parking.parked.get(ref)
             if state is not None:
                 reason = f"key parked since {self.describe(state.first)}"
-                return self._park(
-                    table, topic, key, raw(), position, context(), STAGE_PARKED, reason, "", send
-                )
+                change = ToPark(table, topic, key, raw(), position, context())
+                return self._park(change, STAGE_PARKED, reason, "", send)
             if parking.skipped(ref, position):
                 return 0
         return None
 
-    def _park(
-        self,
-        table: str,
-        topic: str,
-        key: bytes,
-        raw: bytes,
-        position: int,
-        context: dict[str, Any],
-        stage: str,
-        reason: str,
-        error: str,
-        send: Send,
-    ) -> int:
+    def _park(self, change: ToPark, stage: str, reason: str, error: str, send: Send) -> int:
         parking = self.parking
         assert parking is not None
         cfg = self.config
+        table, topic, key, position = change.table, change.topic, change.key, change.position
         ref: Ref = (CAPTURE, topic, ANY_PARTITION, key)
         if parking.would_pass_bound(ref):
             raise CaptureError(
@@ -303,7 +294,7 @@ class QuarantineCore(CaptureCore):
             )
         counted = (table, "park" if stage != STAGE_PARKED else STAGE_PARKED)
         self.stats.conversion_errors[counted] = self.stats.conversion_errors.get(counted, 0) + 1
-        text = json.dumps({**context, "position": position}, separators=(",", ":"))
+        text = json.dumps({**change.context, "position": position}, separators=(",", ":"))
         headers: list[tuple[str, str | bytes | None]] = [
             (HEADER_DLQ_STAGE, stage.encode()),
             (HEADER_DLQ_REASON, reason.encode()),
@@ -315,7 +306,7 @@ class QuarantineCore(CaptureCore):
             (HEADER_CAPTURE_CONTEXT, text.encode()),
             (PARKED_HEADER, b"1"),
         ]
-        send(cfg.dlq_topic, key, raw, headers=headers)
+        send(cfg.dlq_topic, key, change.raw, headers=headers)
         newly = ref not in parking.parked
         record = parking.park(ref, position, stage, reason)
         if not newly:
@@ -399,15 +390,32 @@ class QuarantineCore(CaptureCore):
             "re-driven or discarded before"
         )
 
-    def redrive(self, request: Request) -> tuple[str, str]:
-        """Re-decode the key's parked changes, write them in order, unpark the key."""
+    def _parked(self, ref: Ref) -> tuple[ParkedKeys, Parked] | None:
+        """The parked keys and ``ref``'s state, every change parked so far acknowledged
+        (on the dead-letter topic, counted in the state); None: the key is not parked."""
         parking = self.parking
         assert parking is not None
-        ref = request.ref
         state = parking.parked.get(ref)
         if state is None:
+            return None
+        self.wait_acknowledged()
+        return parking, state
+
+    def _unpark(self, ref: Ref, through: int, how: str) -> None:
+        """Unpark ``ref`` (its changes up to ``through`` dealt with, ``how``), the state
+        record acknowledged."""
+        assert self.parking is not None
+        record = self.parking.unpark(ref, through, how)
+        self._write_acknowledged([(self.config.parked_topic_name, ref_key(ref), record)])
+        self._count(self.stats.parked_keys, ref[1], -1)
+
+    def redrive(self, request: Request) -> tuple[str, str]:
+        """Re-decode the key's parked changes, write them in order, unpark the key."""
+        ref = request.ref
+        found = self._parked(ref)
+        if found is None:
             return self._not_parked(ref)
-        self.wait_acknowledged()  # every parked change is on the dead-letter topic now
+        parking, state = found
         changes = parked_changes(
             read_to_end(self.endpoints.kafka, self.config.dlq_topic), ref, state.first
         )
@@ -431,10 +439,7 @@ class QuarantineCore(CaptureCore):
                     "the key stays parked with this reason"
                 )
         self._write_acknowledged(records)
-        how = f"redriven by capture (request {request.id})"
-        record = parking.unpark(ref, changes[-1].position, how)
-        self._write_acknowledged([(self.config.parked_topic_name, ref_key(ref), record)])
-        self._count(self.stats.parked_keys, ref[1], -1)
+        self._unpark(ref, changes[-1].position, f"redriven by capture (request {request.id})")
         self._count(self.stats.redriven, ref[1], len(changes))
         return "done", (
             f"{len(changes)} parked changes of {ref[1]} key {ref[3].hex()} re-decoded and "
@@ -444,18 +449,12 @@ class QuarantineCore(CaptureCore):
     def discard(self, request: Request) -> tuple[str, str]:
         """Drop the key's parked changes (they stay on the dead-letter topic, for the
         record) and unpark it, the reason in its state record."""
-        parking = self.parking
-        assert parking is not None
         ref = request.ref
-        state = parking.parked.get(ref)
-        if state is None:
+        found = self._parked(ref)
+        if found is None:
             return self._not_parked(ref)
-        self.wait_acknowledged()  # every parked change is counted in ``state`` now
-        count, through = state.count, state.last
-        how = f"discarded (request {request.id}): {request.reason}"
-        record = parking.unpark(ref, through, how)
-        self._write_acknowledged([(self.config.parked_topic_name, ref_key(ref), record)])
-        self._count(self.stats.parked_keys, ref[1], -1)
+        count, through = found[1].count, found[1].last
+        self._unpark(ref, through, f"discarded (request {request.id}): {request.reason}")
         self._count(self.stats.discarded_keys, ref[1], 1)
         return "done", (
             f"{count} parked changes of {ref[1]} key {ref[3].hex()} up to "

@@ -304,27 +304,10 @@ class MyTableCodec(RegisteredCodec):
         except Exception:
             return self._key_frame + self._record(self._key, row)
 
-    def source(
-        self,
-        *,
-        ts_ms: int,
-        snapshot: str,
-        server_id: int,
-        file: str,
-        pos: int,
-        gtid: str | None,
-        thread: int | None = None,
-    ) -> Callable[[int], bytes]:
-        """The ``source`` bytes of one event group, as a function of the row index."""
-        head, tail = self.source_parts(
-            ts_ms=ts_ms,
-            snapshot=snapshot,
-            server_id=server_id,
-            file=file,
-            pos=pos,
-            gtid=gtid,
-            thread=thread,
-        )
+    def source(self, **fields: Any) -> Callable[[int], bytes]:
+        """The ``source`` bytes of one event group, as a function of the row index
+        (``fields`` as :meth:`source_parts` takes them)."""
+        head, tail = self.source_parts(**fields)
         return lambda row: head + zigzag(row) + tail
 
     def source_parts(

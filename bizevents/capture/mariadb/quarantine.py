@@ -26,7 +26,7 @@ from datetime import time as clock_time
 from decimal import Decimal
 from typing import Any, Final
 
-from bizevents.capture.core.quarantine import ParkedChange, QuarantineCore, Record
+from bizevents.capture.core.quarantine import ParkedChange, QuarantineCore, Record, ToPark
 from bizevents.capture.core.transactions import NoBlocks
 from bizevents.capture.exceptions import CaptureError
 from bizevents.capture.mariadb.codec import MyTable, MyTableCodec, binlog_values, fractional_times
@@ -217,7 +217,8 @@ class MysqlQuarantine(QuarantineCore):
             if key is not None:
                 raw, number = dump_row(row), at.number
                 context = _context(codec, kind, at)
-                return self.park_key(table, codec.topic, key, raw, number, context, exc, send)
+                change = ToPark(table, codec.topic, key, raw, number, context)
+                return self.park_key(change, exc, send)
         raw = json.dumps(row, default=str).encode()
         return self.conversion_failed(table, raw, where, "mysql-row-json", exc, send)
 

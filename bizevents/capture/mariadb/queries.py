@@ -413,26 +413,6 @@ def read_snapshot_rows(
             yield list(rows)
 
 
-def read_chunk(
-    conn: pymysql.connections.Connection[Any],
-    database: str,
-    table: str,
-    key_names: tuple[str, ...],
-    after: list[Any] | None,
-    where: Condition | None,
-    limit: int,
-) -> tuple[BinlogPosition, list[dict[str, Any]]]:
-    """The next rows by key after ``after`` (those meeting ``where``), at most
-    ``limit``, in a consistent snapshot of their own: ``(the binlog position the
-    snapshot matches, the rows)``."""
-    position, cur = open_chunk(conn, database, table, key_names, after, where, limit)
-    try:
-        rows = list(cur.fetchall())
-    finally:
-        end_chunk(conn, cur)
-    return position, rows
-
-
 def open_chunk(
     conn: pymysql.connections.Connection[Any],
     database: str,
@@ -443,9 +423,10 @@ def open_chunk(
     limit: int,
     timeout_s: float | None = None,
 ) -> tuple[BinlogPosition, Any]:
-    """Run the query of :func:`read_chunk` in its consistent snapshot, read only, left
-    open: ``(the binlog position the snapshot matches, an unbuffered cursor of the
-    rows)``; the caller fetches them (a slice at a time) and calls :func:`end_chunk`.
+    """The next rows by key after ``after`` (those meeting ``where``), at most
+    ``limit``, queried in a consistent snapshot of their own, read only, left open:
+    ``(the binlog position the snapshot matches, an unbuffered cursor of the rows)``;
+    the caller fetches them (a slice at a time) and calls :func:`end_chunk`.
     ``timeout_s``: the query's ``max_statement_time`` (its rows fetched within it).
 
     Lock-free on MariaDB, which says which binlog position an InnoDB consistent snapshot

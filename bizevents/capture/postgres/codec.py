@@ -27,8 +27,9 @@ from fastavro import _write as fastavro_write
 
 from bizevents.capture.core.codec import SOURCE_VERSION, RegisteredCodec, encoded_ts
 from bizevents.capture.exceptions import CaptureError, ValueConversionError
-from bizevents.capture.postgres.pgoutput import Column, Relation, TupleData
-from bizevents.capture.postgres.types import PgTypeMapper, RowConverter, parse_bytea
+from bizevents.capture.postgres.messages import Column, Relation, TupleData
+from bizevents.capture.postgres.parsers import parse_bytea
+from bizevents.capture.postgres.types import PgTypeMapper, RowConverter
 from bizevents.contracts.binary import (
     NULL_BRANCH,
     VALUE_BRANCH,

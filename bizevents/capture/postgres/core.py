@@ -12,7 +12,7 @@ from bizevents.capture.core.capture import CaptureCore
 from bizevents.capture.core.filters import FilterError, condition_text, parse_condition, resolve
 from bizevents.capture.postgres import queries as pg
 from bizevents.capture.postgres.codec import TableCodec
-from bizevents.capture.postgres.pgoutput import Relation
+from bizevents.capture.postgres.messages import Relation
 from bizevents.capture.postgres.types import PgTypeMapper
 
 __all__ = ["PgCore"]

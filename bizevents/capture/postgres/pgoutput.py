@@ -28,342 +28,38 @@ nothing else, naming the message type and the byte offset.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Collection, Iterator
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from typing import Final, Literal, TypeAlias
+from collections.abc import Callable, Collection
+from typing import Final
 
 from bizevents.capture.exceptions import ProtocolError, UnknownRelationError
-from bizevents.contracts.logical import UNAVAILABLE, Unavailable
-
-__all__ = [
-    "PG_EPOCH_OFFSET_US",
-    "UNCHANGED_TOAST",
-    "Begin",
-    "Column",
-    "Commit",
-    "Delete",
-    "Insert",
-    "LogicalMessage",
-    "Message",
-    "Origin",
-    "PgOutputDecoder",
-    "Relation",
-    "RelationCache",
-    "RowChange",
-    "StreamAbort",
-    "StreamCommit",
-    "StreamStart",
-    "StreamStop",
-    "Truncate",
-    "TupleData",
-    "TupleValue",
-    "TypeInfo",
-    "Update",
-    "blank_values",
-    "format_lsn",
-    "parse_lsn",
-]
-
-#: An unchanged TOASTed column (TupleData kind ``'u'``): the value exists but the
-#: server did not send it. Distinct from ``None`` (SQL NULL). It is the contracts
-#: layer's ``UNAVAILABLE``, so the technical-event encoders write Debezium's
-#: ``__debezium_unavailable_value`` for it.
-UNCHANGED_TOAST: Final = UNAVAILABLE
-
-TupleValue: TypeAlias = str | bytes | Unavailable | None
-TupleData: TypeAlias = tuple[TupleValue, ...]
-
-#: Microseconds from the Unix epoch to PostgreSQL's (2000-01-01 UTC).
-PG_EPOCH_OFFSET_US: Final = 946_684_800_000_000
-_UNIX_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
-
-ReplicaIdentity = Literal["d", "n", "f", "i"]
-OldKind = Literal["K", "O"]
-
-
-def format_lsn(lsn: int) -> str:
-    """An LSN in PostgreSQL's ``XXX/XXX`` notation."""
-    return f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"
-
-
-def parse_lsn(text: str) -> int:
-    """The inverse of :func:`format_lsn`."""
-    high, sep, low = text.partition("/")
-    if not sep:
-        raise ValueError(f"{text!r} is not an LSN (expected XXX/XXX)")
-    return (int(high, 16) << 32) | int(low, 16)
-
-
-def _ts(micros: int) -> datetime:
-    return _UNIX_EPOCH + timedelta(microseconds=micros)
-
-
-# -- messages ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Column:
-    """One column of a :class:`Relation`; ``flags`` bit 1 marks a replica-identity key."""
-
-    flags: int
-    name: str
-    type_oid: int
-    type_modifier: int
-
-    @property
-    def is_key(self) -> bool:
-        """Whether the column is part of the table's replica identity."""
-        return bool(self.flags & 1)
-
-
-@dataclass(frozen=True, slots=True)
-class Relation:
-    """``R``: a table's shape as the stream will send its rows.
-
-    ``namespace`` is the schema (``"pg_catalog"`` where the protocol sends an empty
-    string); ``replica_identity`` is ``d`` (default: primary key), ``n`` (nothing),
-    ``f`` (full row) or ``i`` (an index).
-    """
-
-    oid: int
-    namespace: str
-    name: str
-    replica_identity: str
-    columns: tuple[Column, ...]
-    xid: int | None = None
-
-    @property
-    def key_columns(self) -> tuple[Column, ...]:
-        """The replica-identity columns, in table order."""
-        return tuple(c for c in self.columns if c.flags & 1)
-
-    @property
-    def qualified_name(self) -> str:
-        """``schema.table``."""
-        return f"{self.namespace}.{self.name}"
-
-
-@dataclass(frozen=True, slots=True)
-class Begin:
-    """``B``: a transaction starts; its commit will be at ``final_lsn``.
-
-    ``commit_ts`` is microseconds since the Unix epoch (the protocol counts from
-    2000-01-01; the offset is applied here).
-    """
-
-    final_lsn: int
-    commit_ts: int
-    xid: int
-
-    @property
-    def commit_time(self) -> datetime:
-        """``commit_ts`` as an aware UTC datetime."""
-        return _ts(self.commit_ts)
-
-
-@dataclass(frozen=True, slots=True)
-class Commit:
-    """``C``: the transaction committed at ``commit_lsn``; ``end_lsn`` is past its record.
-
-    ``end_lsn`` is the position to confirm to the server once every change of the
-    transaction is safely stored.
-    """
-
-    flags: int
-    commit_lsn: int
-    end_lsn: int
-    commit_ts: int
-
-    @property
-    def commit_time(self) -> datetime:
-        """``commit_ts`` as an aware UTC datetime."""
-        return _ts(self.commit_ts)
-
-
-@dataclass(frozen=True, slots=True)
-class Origin:
-    """``O``: the transaction was replicated from another node (replication origin)."""
-
-    commit_lsn: int
-    name: str
-
-
-@dataclass(frozen=True, slots=True)
-class TypeInfo:
-    """``Y``: a non-built-in data type that a following Relation uses."""
-
-    oid: int
-    namespace: str
-    name: str
-    xid: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Insert:
-    """``I``: a new row."""
-
-    relation: Relation
-    new: TupleData
-    xid: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Update:
-    """``U``: a changed row.
-
-    ``old`` is the old key (``old_kind == "K"``, when the key changed) or the whole old
-    row (``"O"``, with ``REPLICA IDENTITY FULL``); both are ``None`` otherwise. In
-    ``new``, :data:`UNCHANGED_TOAST` marks TOASTed values the update did not touch.
-    """
-
-    relation: Relation
-    old: TupleData | None
-    old_kind: OldKind | None
-    new: TupleData
-    xid: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Delete:
-    """``D``: a removed row: its key (``old_kind == "K"``) or its whole row (``"O"``).
-
-    With the key alone, the non-key positions of ``old`` are ``None``.
-    """
-
-    relation: Relation
-    old: TupleData
-    old_kind: OldKind
-    xid: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Truncate:
-    """``T``: ``TRUNCATE`` of one or more tables."""
-
-    relations: tuple[Relation, ...]
-    options: int
-    xid: int | None = None
-
-    @property
-    def cascade(self) -> bool:
-        """``TRUNCATE ... CASCADE``."""
-        return bool(self.options & 1)
-
-    @property
-    def restart_identity(self) -> bool:
-        """``TRUNCATE ... RESTART IDENTITY``."""
-        return bool(self.options & 2)
-
-
-@dataclass(frozen=True, slots=True)
-class LogicalMessage:
-    """``M``: a message written by ``pg_logical_emit_message`` (slot option ``messages``)."""
-
-    transactional: bool
-    lsn: int
-    prefix: str
-    content: bytes
-    xid: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class StreamStart:
-    """``S`` (protocol 2+): a chunk of an in-progress transaction follows."""
-
-    xid: int
-    first_segment: bool
-
-
-@dataclass(frozen=True, slots=True)
-class StreamStop:
-    """``E`` (protocol 2+): the chunk started by the last StreamStart ends."""
-
-
-@dataclass(frozen=True, slots=True)
-class StreamCommit:
-    """``c`` (protocol 2+): a streamed transaction committed."""
-
-    xid: int
-    flags: int
-    commit_lsn: int
-    end_lsn: int
-    commit_ts: int
-
-
-@dataclass(frozen=True, slots=True)
-class StreamAbort:
-    """``A`` (protocol 2+): a streamed (sub)transaction aborted; discard its changes.
-
-    ``abort_lsn``/``abort_ts`` are sent only by protocol 4 with parallel streaming.
-    """
-
-    xid: int
-    subxid: int
-    abort_lsn: int | None = None
-    abort_ts: int | None = None
-
-
-RowChange: TypeAlias = Insert | Update | Delete
-Message: TypeAlias = (
-    Begin
-    | Commit
-    | Origin
-    | Relation
-    | TypeInfo
-    | Insert
-    | Update
-    | Delete
-    | Truncate
-    | LogicalMessage
-    | StreamStart
-    | StreamStop
-    | StreamCommit
-    | StreamAbort
+from bizevents.capture.postgres.messages import (
+    PG_EPOCH_OFFSET_US,
+    UNCHANGED_TOAST,
+    Begin,
+    Column,
+    Commit,
+    Delete,
+    Insert,
+    LogicalMessage,
+    Message,
+    OldKind,
+    Origin,
+    Relation,
+    RelationCache,
+    RowChange,
+    StreamAbort,
+    StreamCommit,
+    StreamStart,
+    StreamStop,
+    Truncate,
+    TupleData,
+    TupleValue,
+    TypeInfo,
+    Update,
 )
+from bizevents.contracts.logical import UNAVAILABLE
 
-
-# -- the relation cache -----------------------------------------------------------
-
-
-class RelationCache:
-    """Relations (oid → :class:`Relation`) and types (oid → :class:`TypeInfo`) seen so far.
-
-    A Relation message replaces the cached one for its oid; changes decoded before it
-    keep the relation they were decoded with.
-    """
-
-    __slots__ = ("_relations", "_types")
-
-    def __init__(self) -> None:
-        self._relations: dict[int, Relation] = {}
-        self._types: dict[int, TypeInfo] = {}
-
-    def put(self, relation: Relation) -> None:
-        """Remember ``relation`` (replacing an older shape of the same oid)."""
-        self._relations[relation.oid] = relation
-
-    def put_type(self, info: TypeInfo) -> None:
-        """Remember a type described by a Type message."""
-        self._types[info.oid] = info
-
-    def get(self, oid: int) -> Relation | None:
-        """The relation of ``oid``, or ``None`` if none was described."""
-        return self._relations.get(oid)
-
-    def type_info(self, oid: int) -> TypeInfo | None:
-        """The type of ``oid`` a Type message described, or ``None``."""
-        return self._types.get(oid)
-
-    def __contains__(self, oid: object) -> bool:
-        return oid in self._relations
-
-    def __iter__(self) -> Iterator[Relation]:
-        return iter(list(self._relations.values()))
-
-    def __len__(self) -> int:
-        return len(self._relations)
-
+__all__ = ["PgOutputDecoder", "blank_values"]
 
 # -- decoding ----------------------------------------------------------------------
 
@@ -548,7 +244,9 @@ class PgOutputDecoder:
         self._done("O", data, pos)
         return Origin(lsn, name)
 
-    def _relation(self, data: bytes) -> Relation:
+    def _named(self, tag: str, data: bytes) -> tuple[int | None, int, str, str, int]:
+        """A Relation's or a Type's opening: the xid (inside a stream), the oid, the
+        namespace (``pg_catalog`` when empty) and the name; the position after them."""
         pos = 1
         try:
             xid, pos = self._xid(data, pos)
@@ -556,6 +254,13 @@ class PgOutputDecoder:
             pos += 4
             namespace, pos = _cstring(data, pos)
             name, pos = _cstring(data, pos)
+        except _LOW_LEVEL as exc:
+            raise ProtocolError(tag, pos, _reason(exc)) from None
+        return xid, oid, namespace or "pg_catalog", name, pos
+
+    def _relation(self, data: bytes) -> Relation:
+        xid, oid, namespace, name, pos = self._named("R", data)
+        try:
             identity = chr(data[pos])
             if identity not in "dnfi":
                 raise ProtocolError("R", pos, f"unknown replica identity {identity!r}")
@@ -575,33 +280,30 @@ class PgOutputDecoder:
         except _LOW_LEVEL as exc:
             raise ProtocolError("R", pos, _reason(exc)) from None
         self._done("R", data, pos)
-        relation = Relation(oid, namespace or "pg_catalog", name, identity, tuple(columns), xid)
+        relation = Relation(oid, namespace, name, identity, tuple(columns), xid)
         self.relations.put(relation)
         return relation
 
     def _type(self, data: bytes) -> TypeInfo:
-        pos = 1
-        try:
-            xid, pos = self._xid(data, pos)
-            (oid,) = _U32.unpack_from(data, pos)
-            pos += 4
-            namespace, pos = _cstring(data, pos)
-            name, pos = _cstring(data, pos)
-        except _LOW_LEVEL as exc:
-            raise ProtocolError("Y", pos, _reason(exc)) from None
+        xid, oid, namespace, name, pos = self._named("Y", data)
         self._done("Y", data, pos)
-        info = TypeInfo(oid, namespace or "pg_catalog", name, xid)
+        info = TypeInfo(oid, namespace, name, xid)
         self.relations.put_type(info)
         return info
 
-    def _insert(self, data: bytes) -> Insert:
+    def _row_head(self, tag: str, data: bytes) -> tuple[int | None, Relation, bytes, int]:
+        """A row change's opening: the xid (inside a stream), the relation, the marker
+        after the oid; and the oid's position."""
         pos = 1
         try:
             xid, pos = self._xid(data, pos)
             oid, marker = _U32_CHAR.unpack_from(data, pos)
         except _LOW_LEVEL as exc:
-            raise ProtocolError("I", pos, _reason(exc)) from None
-        relation = self._relation_for("I", oid, pos)
+            raise ProtocolError(tag, pos, _reason(exc)) from None
+        return xid, self._relation_for(tag, oid, pos), marker, pos
+
+    def _insert(self, data: bytes) -> Insert:
+        xid, relation, marker, pos = self._row_head("I", data)
         if marker != b"N":
             raise ProtocolError("I", pos + 4, f"expected 'N' before the new tuple, got {marker!r}")
         new, pos = _tuple_data("I", data, pos + 5)
@@ -609,13 +311,7 @@ class PgOutputDecoder:
         return Insert(relation, new, xid)
 
     def _update(self, data: bytes) -> Update:
-        pos = 1
-        try:
-            xid, pos = self._xid(data, pos)
-            oid, marker = _U32_CHAR.unpack_from(data, pos)
-        except _LOW_LEVEL as exc:
-            raise ProtocolError("U", pos, _reason(exc)) from None
-        relation = self._relation_for("U", oid, pos)
+        xid, relation, marker, pos = self._row_head("U", data)
         pos += 4
         old: TupleData | None = None
         old_kind: OldKind | None = None
@@ -632,13 +328,7 @@ class PgOutputDecoder:
         return Update(relation, old, old_kind, new, xid)
 
     def _delete(self, data: bytes) -> Delete:
-        pos = 1
-        try:
-            xid, pos = self._xid(data, pos)
-            oid, marker = _U32_CHAR.unpack_from(data, pos)
-        except _LOW_LEVEL as exc:
-            raise ProtocolError("D", pos, _reason(exc)) from None
-        relation = self._relation_for("D", oid, pos)
+        xid, relation, marker, pos = self._row_head("D", data)
         if marker != b"K" and marker != b"O":
             raise ProtocolError("D", pos + 4, f"expected 'K' or 'O', got {marker!r}")
         old, end = _tuple_data("D", data, pos + 5)

@@ -17,22 +17,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from bizevents.capture.core.quarantine import ParkedChange, QuarantineCore, Record, Send
+from bizevents.capture.core.quarantine import ParkedChange, QuarantineCore, Record, Send, ToPark
 from bizevents.capture.core.transactions import NoBlocks
 from bizevents.capture.exceptions import CaptureError
 from bizevents.capture.postgres.codec import TableCodec
 from bizevents.capture.postgres.core import PgCore
-from bizevents.capture.postgres.pgoutput import (
+from bizevents.capture.postgres.messages import (
     Column,
     Delete,
     Insert,
-    PgOutputDecoder,
     Relation,
     RelationCache,
     Update,
-    blank_values,
     format_lsn,
 )
+from bizevents.capture.postgres.pgoutput import PgOutputDecoder, blank_values
 
 __all__ = [
     "Quarantine",
@@ -125,7 +124,7 @@ class Quarantine(QuarantineCore, PgCore):
             return None
         table = codec.relation.qualified_name
         context = context_record(codec, lsn, tx)
-        return self.park_key(table, codec.topic, key, raw, lsn, context, exc, send)
+        return self.park_key(ToPark(table, codec.topic, key, raw, lsn, context), exc, send)
 
     def parked_behind(
         self,

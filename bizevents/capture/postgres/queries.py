@@ -20,7 +20,7 @@ from psycopg2 import sql
 
 from bizevents.capture.core.filters import Condition, to_sql
 from bizevents.capture.exceptions import CaptureError, DatabaseAccessError, TableNotCapturableError
-from bizevents.capture.postgres.pgoutput import Column, Relation, parse_lsn
+from bizevents.capture.postgres.messages import Column, Relation, parse_lsn
 from bizevents.capture.postgres.types import (
     BUILTIN_TYPE_OIDS,
     ENUM_TYPES_SQL,

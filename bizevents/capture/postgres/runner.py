@@ -41,9 +41,7 @@ from bizevents.capture.core.sink import create_topics
 from bizevents.capture.core.state import Ledger
 from bizevents.capture.exceptions import CaptureError
 from bizevents.capture.postgres import queries as pg
-from bizevents.capture.postgres.pgoutput import (
-    format_lsn,
-)
+from bizevents.capture.postgres.messages import format_lsn
 from bizevents.capture.postgres.snapshot import initial_snapshot
 from bizevents.capture.postgres.stream import Streaming
 from bizevents.capture.postgres.types import PgTypeMapper, enum_types_from_rows

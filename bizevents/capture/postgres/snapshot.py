@@ -5,7 +5,7 @@ import time
 from bizevents.capture.core.initial import SnapshotTable, write_tables
 from bizevents.capture.postgres import queries as pg
 from bizevents.capture.postgres.core import PgCore
-from bizevents.capture.postgres.pgoutput import format_lsn
+from bizevents.capture.postgres.messages import format_lsn
 
 __all__ = ["initial_snapshot"]
 

@@ -21,20 +21,19 @@ from bizevents.capture.exceptions import CaptureError
 from bizevents.capture.postgres import queries as pg
 from bizevents.capture.postgres.chunks import SlotChunks
 from bizevents.capture.postgres.codec import TableCodec
-from bizevents.capture.postgres.pgoutput import (
+from bizevents.capture.postgres.messages import (
     UNCHANGED_TOAST,
     Begin,
     Commit,
     Delete,
     Insert,
     LogicalMessage,
-    PgOutputDecoder,
     Relation,
     Truncate,
     Update,
-    blank_values,
     format_lsn,
 )
+from bizevents.capture.postgres.pgoutput import PgOutputDecoder, blank_values
 from bizevents.capture.postgres.quarantine import Quarantine, TxInfo
 from bizevents.capture.postgres.types import (
     PgTypeMapper,

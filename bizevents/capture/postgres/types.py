@@ -14,7 +14,8 @@ turns a column's type oid and type modifier into
 The mapping table, the choices where Debezium offers several, and the limits are in
 ``docs/capture-postgres.md``. The text forms of dates, times and intervals depend on the
 session's ``DateStyle``/``IntervalStyle``/``TimeZone``; a replication connection should
-pass :data:`REPLICATION_SESSION_OPTIONS` so the output is the one parsed here.
+pass :data:`REPLICATION_SESSION_OPTIONS` so the output is the one parsed here (by
+:mod:`bizevents.capture.postgres.parsers`).
 
 Pure: no I/O. A value that does not convert raises
 :class:`~bizevents.capture.exceptions.ValueConversionError`; a type without a mapping raises
@@ -23,16 +24,28 @@ Pure: no I/O. A value that does not convert raises
 
 from __future__ import annotations
 
-import re
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, time, timedelta, timezone
-from decimal import Decimal
 from typing import Any, Final
 
 from bizevents.capture.exceptions import UnsupportedTypeError, ValueConversionError
-from bizevents.capture.postgres.pgoutput import Column, Relation, TupleData
+from bizevents.capture.postgres.messages import Column, Relation, TupleData
+from bizevents.capture.postgres.parsers import (
+    Converter,
+    parse_array,
+    parse_bool,
+    parse_bytea,
+    parse_date,
+    parse_float,
+    parse_interval,
+    parse_money,
+    parse_numeric,
+    parse_time,
+    parse_timestamp,
+    parse_timestamptz,
+    parse_timetz,
+)
 from bizevents.contracts.logical import UNAVAILABLE, ColumnType, Field, JsonDocument, Kind
 
 __all__ = [
@@ -40,7 +53,6 @@ __all__ = [
     "ENUM_TYPES_SQL",
     "MONEY_SCALE",
     "REPLICATION_SESSION_OPTIONS",
-    "Converter",
     "PgTypeMapper",
     "RowConverter",
     "avro_field_for",
@@ -48,14 +60,9 @@ __all__ = [
     "enum_types_from_rows",
     "from_text",
     "numeric_precision_scale",
-    "parse_array",
-    "parse_bytea",
-    "parse_interval",
-    "parse_money",
     "register_converter",
 ]
 
-Converter = Callable[[str], Any]
 
 #: libpq ``options`` for the replication connection: pins the text forms parsed here
 #: (ISO dates, the ``postgres`` interval style, UTC offsets, hex bytea, ``$1,234.56``
@@ -76,247 +83,6 @@ ENUM_TYPES_SQL: Final = (
 #: Fraction digits of ``money`` (Debezium's ``money.fraction.digits`` default).
 MONEY_SCALE: Final = 2
 
-# -- scalar parsers ---------------------------------------------------------------------
-
-
-def _bool(text: str) -> bool:
-    if text == "t":
-        return True
-    if text == "f":
-        return False
-    raise ValueError("a boolean is 't' or 'f'")
-
-
-_OCTAL: Final = re.compile(r"\\([0-7]{3}|\\)")
-
-
-def parse_bytea(text: str) -> bytes:
-    """``bytea`` in the hex format (``\\x0102``) or the older escape format."""
-    if text.startswith("\\x"):
-        return bytes.fromhex(text[2:])
-    out = bytearray()
-    last = 0
-    for m in _OCTAL.finditer(text):
-        out += text[last : m.start()].encode("latin-1")
-        esc = m.group(1)
-        out.append(92 if esc == "\\" else int(esc, 8))
-        last = m.end()
-    rest = text[last:]
-    if "\\" in rest:
-        raise ValueError("a backslash in escape-format bytea starts \\\\ or \\nnn")
-    out += rest.encode("latin-1")
-    return bytes(out)
-
-
-def parse_money(text: str) -> Decimal:
-    """``money`` as ``lc_monetary=C`` writes it (``$1,234.56``, ``-$0.01``) → ``Decimal``.
-
-    Other locales' currency symbols and group separators are dropped too; their
-    decimal separator must be ``.``.
-    """
-    negative = text.startswith("-") or text.startswith("(")
-    digits = re.sub(r"[^0-9.]", "", text)
-    if not digits or digits.count(".") > 1:
-        raise ValueError("not a money amount with '.' as the decimal separator")
-    value = Decimal(digits)
-    return -value if negative else value
-
-
-def _special(text: str) -> int:
-    # 1 for 'infinity', -1 for '-infinity', 0 for a finite value.
-    if text == "infinity":
-        return 1
-    if text == "-infinity":
-        return -1
-    return 0
-
-
-_DATESTYLE_HINT: Final = (
-    "expected ISO output (DateStyle ISO); years before 1 or after 9999 do not fit"
-)
-
-
-def _date(text: str) -> date:
-    inf = _special(text)
-    if inf:
-        return date.max if inf > 0 else date.min
-    try:
-        return date.fromisoformat(text)
-    except ValueError:
-        raise ValueError(_DATESTYLE_HINT) from None
-
-
-def _time(text: str) -> time:
-    if text.startswith("24:00:00"):
-        # PostgreSQL allows 24:00:00; Python's time stops one microsecond earlier.
-        return time.max if len(text) == 8 else time.max.replace(tzinfo=_offset(text[8:]))
-    return time.fromisoformat(text)
-
-
-def _offset(text: str) -> timezone:
-    parsed = time.fromisoformat("00:00:00" + text)
-    assert parsed.tzinfo is not None
-    return timezone(parsed.utcoffset() or timedelta(0))
-
-
-def _timetz(text: str) -> time:
-    value = _time(text)
-    if value.tzinfo is None:
-        raise ValueError("a time with time zone has no offset")
-    return value
-
-
-def _timestamp(text: str) -> datetime:
-    inf = _special(text)
-    if inf:
-        return datetime.max if inf > 0 else datetime.min
-    try:
-        value = datetime.fromisoformat(text)
-    except ValueError:
-        raise ValueError(_DATESTYLE_HINT) from None
-    if value.tzinfo is not None:
-        raise ValueError("a timestamp without time zone has an offset")
-    return value
-
-
-_MAX_UTC: Final = datetime.max.replace(tzinfo=UTC)
-_MIN_UTC: Final = datetime.min.replace(tzinfo=UTC)
-
-
-def _timestamptz(text: str) -> datetime:
-    inf = _special(text)
-    if inf:
-        return _MAX_UTC if inf > 0 else _MIN_UTC
-    try:
-        value = datetime.fromisoformat(text)
-    except ValueError:
-        raise ValueError(_DATESTYLE_HINT) from None
-    if value.tzinfo is None:
-        raise ValueError("a timestamp with time zone has no offset")
-    return value.astimezone(UTC)
-
-
-# Debezium's MicroDuration: a month is 365.25 / 12 = 30.4375 days.
-_MONTH_US: Final = 2_629_800_000_000
-_DAY_US: Final = 86_400_000_000
-
-_PG_INTERVAL: Final = re.compile(
-    r"(?:([+-]?\d+) years? ?)?(?:([+-]?\d+) mons? ?)?(?:([+-]?\d+) days? ?)?"
-    r"(?:([+-])?(\d+):(\d\d):(\d\d)(?:\.(\d{1,6}))?)?"
-)
-_ISO_INTERVAL: Final = re.compile(
-    r"P(?:([+-]?\d+)Y)?(?:([+-]?\d+)M)?(?:([+-]?\d+)D)?"
-    r"(?:T(?:([+-]?\d+)H)?(?:([+-]?\d+)M)?(?:([+-]?)(\d+)(?:\.(\d{1,6}))?S)?)?"
-)
-
-
-def _micros(fraction: str | None) -> int:
-    return int((fraction or "").ljust(6, "0"))
-
-
-def parse_interval(text: str) -> timedelta:
-    """``interval`` (IntervalStyle ``postgres`` or ``iso_8601``) as a ``timedelta``.
-
-    Months and years count as 30.4375 and 365.25 days, as Debezium's ``MicroDuration``
-    does, so ``1 mon`` is not exactly any calendar month.
-    """
-    m = _PG_INTERVAL.fullmatch(text)
-    if m is not None and text:
-        years, months, days, sign, hh, mm, ss, frac = m.groups()
-        clock = 0
-        if hh is not None:
-            clock = ((int(hh) * 60 + int(mm)) * 60 + int(ss)) * 1_000_000 + _micros(frac)
-            if sign == "-":
-                clock = -clock
-        total_months = int(years or 0) * 12 + int(months or 0)
-        micros = total_months * _MONTH_US + int(days or 0) * _DAY_US + clock
-        return timedelta(microseconds=micros)
-    m = _ISO_INTERVAL.fullmatch(text)
-    if m is not None and text != "P":
-        years, months, days, hours, minutes, sign, secs, frac = m.groups()
-        seconds = int(secs or 0) * 1_000_000 + _micros(frac)
-        if sign == "-":
-            seconds = -seconds
-        clock = (int(hours or 0) * 60 + int(minutes or 0)) * 60_000_000 + seconds
-        total_months = int(years or 0) * 12 + int(months or 0)
-        micros = total_months * _MONTH_US + int(days or 0) * _DAY_US + clock
-        return timedelta(microseconds=micros)
-    raise ValueError("not an interval in IntervalStyle postgres or iso_8601")
-
-
-def _numeric(text: str) -> Decimal:
-    return Decimal(text)
-
-
-def _float(text: str) -> float:
-    return float(text)
-
-
-# -- arrays ---------------------------------------------------------------------------
-
-_ARRAY_TOKEN: Final = re.compile(r'"((?:[^"\\]|\\.)*)"|([{},])|([^{},"]+)', re.DOTALL)
-_UNESCAPE: Final = re.compile(r"\\(.)", re.DOTALL)
-
-
-def parse_array(text: str, element: Converter) -> list[Any]:
-    """An array's text form (``{1,2,NULL}``, ``{"a b","c\\"d"}``, ``{{1,2},{3,4}}``).
-
-    Elements go through ``element``; ``NULL`` becomes ``None``. A multi-dimensional
-    array becomes nested lists. Bounds other than 1 (``[0:1]={...}``) are dropped.
-    Assumes the ``,`` delimiter, which every type mapped here uses.
-    """
-    if text.startswith("["):
-        eq = text.find("=")
-        if eq < 0:
-            raise ValueError("array bounds without '='")
-        text = text[eq + 1 :]
-    if not text.startswith("{"):
-        raise ValueError("an array starts with '{'")
-    stack: list[list[Any]] = []
-    result: list[Any] | None = None
-    expect_item = True  # an element or '{' may come next
-    pos = 0
-    for m in _ARRAY_TOKEN.finditer(text):
-        if m.start() != pos or result is not None:
-            raise ValueError(f"unexpected character at {pos} of the array")
-        pos = m.end()
-        quoted, punct, bare = m.groups()
-        if punct == "{":
-            if not expect_item:
-                raise ValueError(f"unexpected '{{' at {m.start()} of the array")
-            new: list[Any] = []
-            if stack:
-                stack[-1].append(new)
-            stack.append(new)
-        elif punct == "}":
-            if not stack or (expect_item and stack[-1]):
-                raise ValueError(f"unexpected '}}' at {m.start()} of the array")
-            done = stack.pop()
-            if not stack:
-                result = done
-            expect_item = False
-        elif punct == ",":
-            if expect_item or not stack:
-                raise ValueError(f"unexpected ',' at {m.start()} of the array")
-            expect_item = True
-            continue
-        else:
-            if not expect_item or not stack:
-                raise ValueError(f"unexpected element at {m.start()} of the array")
-            if quoted is not None:
-                stack[-1].append(element(_UNESCAPE.sub(r"\1", quoted)))
-            else:
-                item = bare.strip()
-                stack[-1].append(None if item == "NULL" else element(item))
-            expect_item = False
-            continue
-        if punct == "{":
-            expect_item = True
-    if result is None or pos != len(text):
-        raise ValueError("the array is not closed")
-    return result
-
-
 # -- type table -----------------------------------------------------------------------
 
 
@@ -330,7 +96,7 @@ class _Scalar:
 _STRING: Final = ColumnType(Kind.STRING)
 
 _SCALARS: Final[dict[int, _Scalar]] = {
-    16: _Scalar("boolean", _bool, ColumnType(Kind.BOOLEAN)),
+    16: _Scalar("boolean", parse_bool, ColumnType(Kind.BOOLEAN)),
     17: _Scalar("bytea", parse_bytea, ColumnType(Kind.BYTES)),
     18: _Scalar('"char"', None, _STRING),
     19: _Scalar("name", None, _STRING),
@@ -342,21 +108,23 @@ _SCALARS: Final[dict[int, _Scalar]] = {
     114: _Scalar("json", JsonDocument, ColumnType(Kind.JSON)),
     142: _Scalar("xml", None, _STRING),
     650: _Scalar("cidr", None, _STRING),
-    700: _Scalar("real", _float, ColumnType(Kind.FLOAT32)),
-    701: _Scalar("double precision", _float, ColumnType(Kind.FLOAT64)),
+    700: _Scalar("real", parse_float, ColumnType(Kind.FLOAT32)),
+    701: _Scalar("double precision", parse_float, ColumnType(Kind.FLOAT64)),
     774: _Scalar("macaddr8", None, _STRING),
     790: _Scalar("money", parse_money, ColumnType(Kind.DECIMAL, scale=MONEY_SCALE)),
     829: _Scalar("macaddr", None, _STRING),
     869: _Scalar("inet", None, _STRING),
     1042: _Scalar("character", None, _STRING),
     1043: _Scalar("character varying", None, _STRING),
-    1082: _Scalar("date", _date, ColumnType(Kind.DATE)),
-    1083: _Scalar("time without time zone", _time, ColumnType(Kind.TIME_MICROS)),
-    1114: _Scalar("timestamp without time zone", _timestamp, ColumnType(Kind.TIMESTAMP_MICROS)),
-    1184: _Scalar("timestamp with time zone", _timestamptz, ColumnType(Kind.ZONED_TIMESTAMP)),
+    1082: _Scalar("date", parse_date, ColumnType(Kind.DATE)),
+    1083: _Scalar("time without time zone", parse_time, ColumnType(Kind.TIME_MICROS)),
+    1114: _Scalar(
+        "timestamp without time zone", parse_timestamp, ColumnType(Kind.TIMESTAMP_MICROS)
+    ),
+    1184: _Scalar("timestamp with time zone", parse_timestamptz, ColumnType(Kind.ZONED_TIMESTAMP)),
     1186: _Scalar("interval", parse_interval, ColumnType(Kind.INTERVAL_MICROS)),
-    1266: _Scalar("time with time zone", _timetz, ColumnType(Kind.ZONED_TIME)),
-    1700: _Scalar("numeric", _numeric, None),
+    1266: _Scalar("time with time zone", parse_timetz, ColumnType(Kind.ZONED_TIME)),
+    1700: _Scalar("numeric", parse_numeric, None),
     2950: _Scalar("uuid", uuid.UUID, ColumnType(Kind.UUID)),
     3802: _Scalar("jsonb", JsonDocument, ColumnType(Kind.JSON)),
 }
@@ -474,7 +242,7 @@ def enum_types_from_rows(
 class RowConverter:
     """Turns one relation's TupleData into ``{column: Python value}``.
 
-    ``None`` (NULL) and :data:`~bizevents.capture.postgres.pgoutput.UNCHANGED_TOAST` pass through.
+    ``None`` (NULL) and :data:`~bizevents.capture.postgres.messages.UNCHANGED_TOAST` pass through.
     """
 
     __slots__ = ("_plan", "relation", "types")

@@ -434,12 +434,4 @@ class AvroDecoder(_BytesDecoder):
     def _key_bytes(self, key: bytes) -> Row:
         return self.decode_key(key)
 
-    def _value_bytes(
-        self,
-        value: bytes,
-        key: Row | None,
-        where: Coordinates,
-        headers: Headers,
-        columns: Columns = None,
-    ) -> ChangeEvent:
-        return self.decode_value(value, key, where, headers, columns)
+    _value_bytes = decode_value

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bizevents.capture.core.quarantine import CAPTURE, HEADER_CAPTURE_CONTEXT, parked_changes
-from bizevents.capture.postgres.pgoutput import Column, Relation
+from bizevents.capture.postgres.messages import Column, Relation
 from bizevents.capture.postgres.quarantine import relation_of, relation_record
 from bizevents.capture.postgres.types import PgTypeMapper, register_converter
 from bizevents.contracts.business import HEADER_SOURCE_TOPIC

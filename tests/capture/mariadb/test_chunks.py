@@ -14,8 +14,8 @@ from bizevents.capture.core.chunks import SLICE, ChunkDriver
 from bizevents.capture.core.incremental import Incremental
 from bizevents.capture.core.offsets import AckTracker, Tx
 from bizevents.capture.core.state import Ledger, Pending
-from bizevents.capture.mariadb import capture as mysqlcapture
 from bizevents.capture.mariadb import queries as my
+from bizevents.capture.mariadb import stream as mysqlstream
 from bizevents.capture.mariadb.chunks import BinlogChunks
 from bizevents.capture.mariadb.queries import BinlogPosition
 
@@ -90,7 +90,7 @@ def reader(monkeypatch: pytest.MonkeyPatch) -> Any:
     monkeypatch.setattr(my, "end_chunk", lambda _conn, c: setattr(c, "closed", True))
     ledger = Ledger(True, [], [Pending("d.t", "auto")])
     store = _Store()
-    r = mysqlcapture._BinlogReader.__new__(mysqlcapture._BinlogReader)
+    r = mysqlstream.BinlogReader.__new__(mysqlstream.BinlogReader)
     r.inc = Incremental(ledger, store, b"k", 1_000)  # type: ignore[arg-type]
     r.capture = _Capture()
     r.tracker = r.capture.tracker

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bizevents.capture.exceptions import ProtocolError, UnknownRelationError
-from bizevents.capture.postgres.pgoutput import (
+from bizevents.capture.postgres.messages import (
     PG_EPOCH_OFFSET_US,
     UNCHANGED_TOAST,
     Begin,
@@ -21,7 +21,6 @@ from bizevents.capture.postgres.pgoutput import (
     Insert,
     LogicalMessage,
     Origin,
-    PgOutputDecoder,
     Relation,
     StreamAbort,
     StreamCommit,
@@ -33,6 +32,7 @@ from bizevents.capture.postgres.pgoutput import (
     format_lsn,
     parse_lsn,
 )
+from bizevents.capture.postgres.pgoutput import PgOutputDecoder
 from bizevents.contracts.logical import UNAVAILABLE
 
 # -- message builders ------------------------------------------------------------------

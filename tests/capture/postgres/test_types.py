@@ -14,15 +14,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bizevents.capture.exceptions import UnsupportedTypeError, ValueConversionError
-from bizevents.capture.postgres.pgoutput import UNCHANGED_TOAST, Column, Relation
+from bizevents.capture.postgres.messages import UNCHANGED_TOAST, Column, Relation
+from bizevents.capture.postgres.parsers import parse_array, parse_interval
 from bizevents.capture.postgres.types import (
     PgTypeMapper,
     avro_field_for,
     enum_types_from_rows,
     from_text,
     numeric_precision_scale,
-    parse_array,
-    parse_interval,
 )
 from bizevents.contracts.logical import (
     ColumnType,
