@@ -84,8 +84,13 @@ def _plan_file(state_dir: Path) -> Path:
 
 
 def _new_cluster_id() -> str:
-    """Kafka's own form of a cluster id: 16 random bytes, URL-safe base64, no padding."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """Kafka's own form of a cluster id: 16 random bytes, URL-safe base64, no padding,
+    never starting with "-" (as Kafka's ``Uuid.randomUuid``: the storage tool's
+    command line would take such an id for an option, 1 start in 64)."""
+    while True:
+        made = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not made.startswith("-"):
+            return made
 
 
 def _plan(state_dir: Path, dev: DevSettings, nodes: int, node: int) -> tuple[str, list[NodePorts]]:
