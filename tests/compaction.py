@@ -116,5 +116,7 @@ def compact(
             return records
         assert time.monotonic() < deadline, (
             f"{topic} not compacted within {timeout} s: {len(records)} records kept, "
+            f"{len({(r.partition, r.key) for r in records})} keys, "
+            f"{sum(r.value is None for r in records)} tombstones, "
             f"{missing_offsets(records)} offsets missing"
         )
