@@ -613,7 +613,9 @@ def _messages(
 
     if high <= low:
         return
-    consumer = Consumer({**config.kafka, **READER_SETTINGS})
+    # Kafka answers a fetch past the end with OFFSET_OUT_OF_RANGE: "error" hands that
+    # answer over (a reset to "earliest" read the partition from its start instead)
+    consumer = Consumer({**config.kafka, **READER_SETTINGS, "auto.offset.reset": "error"})
     where = TopicPartition(topic, partition)
     try:
         consumer.assign([TopicPartition(topic, partition, low)])
@@ -625,6 +627,10 @@ def _messages(
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
                         return
+                    if err.code() == KafkaError._AUTO_OFFSET_RESET:
+                        _, end = consumer.get_watermark_offsets(where, timeout=10)
+                        if 0 <= end <= position:
+                            return  # past the end: nothing to read
                     raise TransientError(f"cannot read {topic}[{partition}]: {err}")
                 offset = int(m.offset() or 0)
                 if offset >= high:
