@@ -34,6 +34,7 @@ class Kept:
     offset: int
     key: bytes | None
     value: bytes | None
+    headers: tuple[tuple[str, bytes], ...] = ()
 
 
 def compact_quickly(bootstrap: str, topic: str) -> None:
@@ -79,7 +80,15 @@ def kept(bootstrap: str, topic: str, timeout: float = 30) -> list[Kept]:
                     continue
                 offset = message.offset() or 0
                 if offset < ends[p][1]:
-                    found.append(Kept(p, offset, message.key(), message.value()))
+                    found.append(
+                        Kept(
+                            p,
+                            offset,
+                            message.key(),
+                            message.value(),
+                            tuple(message.headers() or ()),
+                        )
+                    )
                 if offset + 1 >= ends[p][1]:
                     pending.discard(p)
     finally:

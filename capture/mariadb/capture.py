@@ -62,7 +62,7 @@ from bizevents.capture.core.filters import FilterError, condition_text, parse_co
 from bizevents.capture.core.initial import SnapshotTable, write_tables
 from bizevents.capture.core.offsets import AckTracker, Tx
 from bizevents.capture.core.signals import read_signal, row_key
-from bizevents.capture.core.sink import create_topics
+from bizevents.capture.core.sink import create_dead_letter_topic, create_topics
 from bizevents.capture.core.state import Ledger
 from bizevents.capture.core.transactions import NoBlocks, TxBlocks
 from bizevents.capture.exceptions import CaptureError
@@ -134,10 +134,8 @@ class MysqlCapture(MysqlQuarantine):
             self.server_id = my.check_server(conn)
             self._mariadb = "mariadb" in conn.get_server_info().lower()
             admin = self.session.admin
-            topics = [f"{cfg.prefix}.{name}" for name in cfg.tables]
-            if cfg.on_conversion_error in ("dead-letter", "park"):
-                topics.append(cfg.dlq_topic)
-            create_topics(admin, topics, cfg)
+            create_topics(admin, [f"{cfg.prefix}.{name}" for name in cfg.tables], cfg)
+            create_dead_letter_topic(admin, cfg)  # a refused record goes there too
             self.restore_parked()  # nothing unless on_conversion_error = "park"
             self.session.store.ensure(admin, cfg.replication_factor)
             for name in cfg.tables:
@@ -585,6 +583,9 @@ class _BinlogReader(StreamReader):
         assert self.tx is not None
         self.tx.produced(partitions)
         codec.events += 1
+        # Nothing after them until they are answered: one the broker refuses (a
+        # compacted topic takes no keyless record) is dead-lettered in its place.
+        capture.wait_acknowledged()
 
     def on_table_map(self, event: Any) -> None:
         name = f"{event.schema}.{event.table}"
