@@ -39,6 +39,7 @@ def _events(spark: Any, folder: Path, story_records: int) -> set[tuple[str, str,
     return {(r.event_id, r.topic, r.event) for r in rows if r.source_offset < story_records}
 
 
+@pytest.mark.timeout(900)  # 7 min at a load of 25 on 2 cores: four Spark replays in slices
 def test_a_replay_of_a_compacted_topic_gives_the_state_it_gave_before_compaction(
     bizevents_stack_on: Callable[[Any], Endpoints], tmp_path: Path, spark: Any
 ) -> None:
