@@ -17,6 +17,8 @@ from confluent_kafka.admin import AdminClient, ConfigResource
 from bizevents.contracts.envelope import ChangeEvent
 from bizevents.devstack import Endpoints
 from tests.capture.capture_helpers import Db, capture_endpoints, database, in_process, read_topic
+from tests.capture.mysql_helpers import in_process as in_process_mysql
+from tests.capture.mysql_helpers import mysql_database
 from tests.compaction import kept
 
 pytestmark = pytest.mark.integration
@@ -38,8 +40,8 @@ def _ids(db: Db, table: str) -> list[int]:
     )
 
 
-def _dead_letters(db: Db, topic: str) -> list[dict[str, bytes]]:
-    return [dict(r.headers) for r in kept(db.endpoints.bootstrap_servers, topic)]
+def _dead_letters(bootstrap: str, topic: str) -> list[dict[str, bytes]]:
+    return [dict(r.headers) for r in kept(bootstrap, topic)]
 
 
 def _cleanup_policy(db: Db, topic: str) -> str:
@@ -63,7 +65,7 @@ def test_a_snapshot_dead_letter_without_a_key_is_taken(db: Db, tmp_path: Path) -
         run.stop()
     assert _cleanup_policy(db, config.dlq_topic) == "delete"
     assert _ids(db, "t") == [2, 3]
-    (dead,) = _dead_letters(db, config.dlq_topic)
+    (dead,) = _dead_letters(db.endpoints.bootstrap_servers, config.dlq_topic)
     assert dead["bizevents.source.position"] == b"snapshot"
 
 
@@ -109,7 +111,34 @@ def test_a_record_the_broker_refuses_becomes_a_dead_letter(db: Db, tmp_path: Pat
     refused = [e for e in logs if e["event"].startswith("Kafka refused a record for good")]
     assert len(refused) == 2  # one truncate event per partition
     assert all(e["topic"] == db.topic("t") for e in refused)
-    dead = _dead_letters(db, config.dlq_topic)
+    dead = _dead_letters(db.endpoints.bootstrap_servers, config.dlq_topic)
     assert len(dead) == 2
     assert {d["bizevents.source.topic"] for d in dead} == {db.topic("t").encode()}
     assert all(b"INVALID_RECORD" in d["bizevents.dlq.error"] for d in dead)
+
+
+@pytest.mark.mysql
+def test_a_mariadb_record_the_broker_refuses_becomes_a_dead_letter(
+    bizevents_mysql: str, bizevents_stack_on: Callable[[Any], Endpoints], tmp_path: Path
+) -> None:
+    """The same on MariaDB's binlog: each refused truncate event dead-lettered, the rows
+    around it on the topic."""
+    with mysql_database(bizevents_mysql, bizevents_stack_on("kafka")) as my:
+        my.sql("CREATE TABLE t (id INT PRIMARY KEY)")
+        config = my.config(["t"], partitions=2, truncate_events=True)
+        with in_process_mysql(config, my.capture_endpoints(tmp_path)) as run:
+            run.wait_snapshot()
+            my.sql("INSERT INTO t VALUES (1)")
+            my.sql(f"TRUNCATE TABLE {my.name}.t")
+            my.sql("INSERT INTO t VALUES (2)")
+            run.wait_position(my.binlog_end())
+            run.stop()
+        ids = sorted(
+            r.decoded.after["id"]
+            for r in read_topic(my.endpoints, my.topic("t"))
+            if isinstance(r.decoded, ChangeEvent) and r.decoded.after
+        )
+        assert ids == [1, 2]
+        dead = _dead_letters(my.endpoints.bootstrap_servers, config.dlq_topic)
+        assert len(dead) == 2
+        assert all(b"INVALID_RECORD" in d["bizevents.dlq.error"] for d in dead)
