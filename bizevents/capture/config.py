@@ -87,8 +87,10 @@ class CaptureConfig(BaseModel):
     signal_topic: str | None = None
     #: Capture columns of unmapped types as their text form instead of refusing them.
     unknown_as_text: bool = False
-    #: Produce an op ``t`` event (to every partition, null key) for TRUNCATE.
-    truncate_events: bool = True
+    #: Produce an op ``t`` event (to every partition, null key) for TRUNCATE. Off by
+    #: default, as Debezium's ``skipped.operations=t``: a compacted topic takes no keyless
+    #: record (Kafka refuses it, and capture dead-letters it).
+    truncate_events: bool = False
     #: Events produced but not yet acknowledged by Kafka before reading the slot pauses.
     max_in_flight: int = Field(default=50_000, ge=1)
     heartbeat_interval_s: float = Field(default=10.0, gt=0)

@@ -44,6 +44,10 @@ _BROKER_SETTINGS = {
     # compaction runs soon after a segment rolls (tests roll them with segment.ms)
     "log.cleaner.backoff.ms": "1000",
     "auto.create.topics.enable": "true",
+    # a technical record is a whole row: the dev stack takes records of up to 10 MB, as a
+    # production cluster is set up for its widest table (Kafka's default is 1 MiB)
+    "message.max.bytes": "10485760",
+    "replica.fetch.max.bytes": "10485760",
 }
 
 _LOG4J = """\

@@ -125,7 +125,7 @@ def bizevents_stack(request: pytest.FixtureRequest, _bizevents_stacks: _Stacks) 
 @pytest.fixture(scope="session")
 def bizevents_stack_on(_bizevents_stacks: _Stacks) -> Callable[[Broker], Endpoints]:
     """A stack on the broker named: ``bizevents_stack_on("kafka")`` (the broker contract)."""
-    return lambda broker: _bizevents_stacks.on(broker, "the broker contract")
+    return lambda broker: _bizevents_stacks.on(broker, "tests that name their broker")
 
 
 @pytest.fixture(scope="session")

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka.admin import AdminClient
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from bizevents.capture.postgres.messages import Begin
@@ -16,6 +17,7 @@ from bizevents.capture.postgres.pgoutput import PgOutputDecoder
 from bizevents.contracts.envelope import ChangeEvent, PgPosition, Tombstone
 from bizevents.contracts.technical.transaction import TransactionDecoder, TransactionRecord
 from bizevents.devstack import Endpoints
+from bizevents.plumbing.kafka import ensure_topics
 from tests.capture.capture_helpers import (
     Db,
     capture_endpoints,
@@ -82,7 +84,10 @@ def test_blocks_and_begin_end_records(db: Db, tmp_path: Path) -> None:
     db.sql(f"CREATE TABLE {s}.orders (id int PRIMARY KEY, total numeric(10,2))")
     db.sql(f"CREATE TABLE {s}.items (id int PRIMARY KEY, order_id int, price numeric(10,2))")
     db.sql(f"INSERT INTO {s}.orders VALUES (100, 1)")  # read by the snapshot
-    config = db.config(["orders", "items"], partitions=2)
+    # Its truncate events have no key: a topic not compacted takes them.
+    admin = AdminClient({"bootstrap.servers": db.endpoints.bootstrap_servers})
+    ensure_topics(admin, [db.topic("orders")], 2, config={"cleanup.policy": "delete"})
+    config = db.config(["orders", "items"], partitions=2, truncate_events=True)
     with in_process(config, capture_endpoints(db.endpoints, tmp_path)) as run:
         run.wait_snapshot()
         witness = db.slot + "_w"

@@ -32,7 +32,7 @@ from bizevents.contracts.business import (
 )
 from bizevents.contracts.serde import BusinessSerializer
 from bizevents.devstack import Endpoints
-from bizevents.plumbing.kafka import ensure_topics
+from bizevents.plumbing.kafka import broker_traits, ensure_topics
 from bizevents.plumbing.settings import KafkaSettings
 
 pytestmark = pytest.mark.integration
@@ -236,14 +236,17 @@ def _read_all(kit: Kit, topic: str, n: int) -> dict[bytes, list[tuple[str, bytes
     return out
 
 
-def test_a_stopped_consumer_does_not_leave_its_group(
+def test_a_stopped_consumer_leaves_its_group_where_the_broker_can_take_it(
     bizevents_stack: Endpoints, unique_topic: Callable[[str], str], caplog: Any
 ) -> None:
-    """A consumer's stop sends no LeaveGroup (``plumbing.kafka.stay_in_group``, as the
-    workers'): the embedded broker keeps a member that leaves while its group
-    rebalances as the group's leader for ever (docs/broker.md). Two consumers go through
-    a rebalance (a client leaves only a group it holds a generation past 0 of), then
-    both stop: their client's log has no LeaveGroup."""
+    """A consumer's stop leaves its group only where the broker can take a LeaveGroup
+    (``plumbing.kafka.stay_in_group_where_needed``, as the workers'): Tansu keeps a
+    member that leaves while its group rebalances as the group's leader for ever
+    (docs/broker.md); on Kafka a member that leaves hands its partitions over at once.
+    Two consumers go through a rebalance (a client leaves only a group it holds a
+    generation past 0 of); the first stops and the second takes its partition; then
+    the second stops. Their client's log has a LeaveGroup for each stop on Kafka, none
+    on Tansu."""
     import logging
 
     caplog.set_level(logging.INFO, logger="aiokafka.consumer.group_coordinator")
@@ -266,10 +269,12 @@ def test_a_stopped_consumer_does_not_leave_its_group(
         await until(lambda: len(first.owned) == len(second.owned) == 1, one, two)
         first.stop()
         await asyncio.wait_for(one, 30)
+        await until(lambda: len(second.owned) == 2, two)
         second.stop()
         await asyncio.wait_for(two, 30)
 
     asyncio.run(run())
     said = [r.getMessage() for r in caplog.records]
     assert any("(generation 1)" in m for m in said), "no rebalance: nothing to leave"
-    assert not [m for m in said if "LeaveGroup request" in m]
+    leaves = broker_traits(bizevents_stack.bootstrap_servers).leaves_groups
+    assert len([m for m in said if "LeaveGroup request" in m]) == (2 if leaves else 0)

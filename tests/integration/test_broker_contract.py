@@ -86,6 +86,24 @@ def test_compaction(broker: str, bootstrap: str, unique_topic: Callable[[str], s
     assert kept == on(broker, [(9, b"v9")], list(enumerate(versions)))
 
 
+def test_a_keyless_record_on_a_compacted_topic(
+    broker: str, bootstrap: str, unique_topic: Callable[[str], str]
+) -> None:
+    """Kafka refuses it for good, and the whole batch with it; Tansu takes it. Capture
+    writes none (a TRUNCATE is skipped by default, the dead-letter topic is not
+    compacted) and dead-letters a record refused for good (test_capture_refused.py)."""
+    topic = unique_topic("keyless")
+    create_topic(bootstrap, topic, 1, **{"cleanup.policy": "compact"})
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 100})
+    answers: list[int | None] = []
+    for key in (b"k", None, b"k"):
+        producer.produce(
+            topic, b"v", key, partition=0, on_delivery=lambda e, _m: answers.append(e and e.code())
+        )
+    assert producer.flush(30) == 0
+    assert answers == on(broker, [KafkaError.INVALID_RECORD] * 3, [None] * 3)
+
+
 def test_list_offsets_latest_of_multi_record_batches(
     broker: str, bootstrap: str, unique_topic: Callable[[str], str]
 ) -> None:

@@ -2,7 +2,9 @@
 
 Each test pins one row of docs/broker.md. Tests named ``..._known_limit`` assert the
 broker's current, wrong behaviour: when one of them fails, the broker was fixed, and
-docs/broker.md must be updated with it.
+docs/broker.md must be updated with it. The tests of what Tansu alone does (its limits,
+its join time) ask for a Tansu stack (the ``tansu`` fixture), whichever broker the rest
+of the suite runs on; the others run on the suite's broker, and hold on both.
 
 Group tests use short session timeouts on purpose: Tansu holds every JoinGroup
 request for half of the group's session timeout (docs/broker.md), so a consumer
@@ -41,6 +43,12 @@ API_CONSUMER_GROUP_HEARTBEAT = 68  # KIP-848, the "consumer" group protocol
 
 
 # ----------------------------------------------------------------- helpers
+
+
+@pytest.fixture
+def tansu(bizevents_stack_on: Callable[[Any], Endpoints]) -> Endpoints:
+    """The session's Tansu stack: the tests of Tansu's own behaviour run there."""
+    return bizevents_stack_on("tansu")
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int, **config: str) -> AdminClient:
@@ -170,7 +178,7 @@ def seconds_to_first_record(bootstrap: str, topic: str, **config: Any) -> float:
 
 
 def test_librdkafka_group_joins_with_a_short_session(
-    bizevents_stack: Endpoints, unique_topic: Callable[[str], str]
+    tansu: Endpoints, unique_topic: Callable[[str], str]
 ) -> None:
     """A librdkafka group joins and consumes; the join takes about session.timeout.ms / 2.
 
@@ -178,7 +186,7 @@ def test_librdkafka_group_joins_with_a_short_session(
     2000 ms gives ~1 s and 6000 ms ~3 s (librdkafka's default 45000 ms: ~23 s,
     not waited for here).
     """
-    bootstrap = bizevents_stack.bootstrap_servers
+    bootstrap = tansu.bootstrap_servers
     topic = unique_topic("join")
     create_topic(bootstrap, topic, 2)
     produce(bootstrap, topic, [f"v{i}".encode() for i in range(100)])
@@ -289,13 +297,13 @@ def test_librdkafka_commit_committed_and_resume(
     assert [(m.offset(), m.value()) for m in resumed] == [(5, b"v5")]
 
 
-def test_kip848_consumer_group_protocol_is_not_supported(bizevents_stack: Endpoints) -> None:
+def test_kip848_consumer_group_protocol_is_not_supported(tansu: Endpoints) -> None:
     """group.protocol=consumer needs ConsumerGroupHeartbeat (API 68): not advertised.
 
     A librdkafka consumer so configured never receives a record and poll() reports
     no error. The classic protocol (JoinGroup) is there.
     """
-    versions = api_versions(bizevents_stack.bootstrap_servers)
+    versions = api_versions(tansu.bootstrap_servers)
     assert API_CONSUMER_GROUP_HEARTBEAT not in versions
     assert API_JOIN_GROUP in versions
 
@@ -460,7 +468,7 @@ def test_stay_in_group_closes_an_aiokafka_member_without_leaving(
     assert left == 1
 
 
-def test_aiokafka_idempotent_producer_fails_known_limit(bizevents_stack: Endpoints) -> None:
+def test_aiokafka_idempotent_producer_fails_known_limit(tansu: Endpoints) -> None:
     """aiokafka sends InitProducerId v0; Tansu answers UNKNOWN_SERVER_ERROR.
 
     Only v3+ carries producer_id/producer_epoch, and Tansu's storage accepts only
@@ -470,10 +478,10 @@ def test_aiokafka_idempotent_producer_fails_known_limit(bizevents_stack: Endpoin
     from aiokafka import AIOKafkaProducer
     from aiokafka.errors import UnknownError
 
-    assert api_versions(bizevents_stack.bootstrap_servers)[API_INIT_PRODUCER_ID][1] >= 3
+    assert api_versions(tansu.bootstrap_servers)[API_INIT_PRODUCER_ID][1] >= 3
 
     async def start(**config: Any) -> None:
-        producer = AIOKafkaProducer(bootstrap_servers=bizevents_stack.bootstrap_servers, **config)
+        producer = AIOKafkaProducer(bootstrap_servers=tansu.bootstrap_servers, **config)
         try:
             await asyncio.wait_for(producer.start(), 20)
         finally:
@@ -517,13 +525,13 @@ def test_librdkafka_transaction_commit_is_read_committed(
 
 
 def test_read_committed_delivers_aborted_records_known_limit(
-    bizevents_stack: Endpoints, unique_topic: Callable[[str], str]
+    tansu: Endpoints, unique_topic: Callable[[str], str]
 ) -> None:
     """Fetch never lists aborted transactions, so read_committed consumers get aborted records.
 
     Kafka would deliver only b"committed". When this fails, update docs/broker.md.
     """
-    bootstrap = bizevents_stack.bootstrap_servers
+    bootstrap = tansu.bootstrap_servers
     topic = unique_topic("txn-abort")
     create_topic(bootstrap, topic, 1)
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{topic}.tx"})
@@ -544,14 +552,14 @@ def test_read_committed_delivers_aborted_records_known_limit(
 
 
 def test_open_transaction_never_times_out_known_limit(
-    bizevents_stack: Endpoints, unique_topic: Callable[[str], str]
+    tansu: Endpoints, unique_topic: Callable[[str], str]
 ) -> None:
     """An open transaction blocks read_committed readers past transaction.timeout.ms.
 
     Memory storage never expires transactions; only init_transactions() by the same
     transactional.id (or a broker restart) ends it. Kafka would abort it after 1 s.
     """
-    bootstrap = bizevents_stack.bootstrap_servers
+    bootstrap = tansu.bootstrap_servers
     topic = unique_topic("txn-open")
     create_topic(bootstrap, topic, 1)
     produce(bootstrap, topic, [b"before"], partition=0)
@@ -602,10 +610,10 @@ def test_create_topics_with_configs_and_describe_configs(
 
 
 def test_compaction_is_not_performed_known_limit(
-    bizevents_stack: Endpoints, unique_topic: Callable[[str], str]
+    tansu: Endpoints, unique_topic: Callable[[str], str]
 ) -> None:
     """cleanup.policy=compact is stored, but every version of a key stays readable."""
-    bootstrap = bizevents_stack.bootstrap_servers
+    bootstrap = tansu.bootstrap_servers
     topic = unique_topic("compact")
     create_topic(bootstrap, topic, 1, **{"cleanup.policy": "compact"})
     values: list[bytes | None] = [f"v{i}".encode() for i in range(10)]
@@ -617,10 +625,10 @@ def test_compaction_is_not_performed_known_limit(
 
 
 def test_create_partitions_is_not_supported(
-    bizevents_stack: Endpoints, unique_topic: Callable[[str], str]
+    tansu: Endpoints, unique_topic: Callable[[str], str]
 ) -> None:
     """CreatePartitions (API 37) is not advertised: a topic keeps its partition count."""
-    bootstrap = bizevents_stack.bootstrap_servers
+    bootstrap = tansu.bootstrap_servers
     topic = unique_topic("grow")
     admin = create_topic(bootstrap, topic, 1)
     versions = api_versions(bootstrap)
@@ -691,7 +699,7 @@ def consumer_for(bootstrap: str) -> Iterator[Consumer]:
 
 
 def test_list_offsets_latest_understates_the_end_known_limit(
-    bizevents_stack: Endpoints, unique_topic: Callable[[str], str]
+    tansu: Endpoints, unique_topic: Callable[[str], str]
 ) -> None:
     """ListOffsets(latest) is the last batch's base offset + 1; Fetch's high watermark is right.
 
@@ -701,7 +709,7 @@ def test_list_offsets_latest_understates_the_end_known_limit(
     update docs/broker.md.
     """
     topic = unique_topic("listoffsets")
-    bootstrap = bizevents_stack.bootstrap_servers
+    bootstrap = tansu.bootstrap_servers
     create_topic(bootstrap, topic, 1)
     for _ in range(2):  # two batches of 100 records each
         producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 100})
@@ -722,11 +730,11 @@ def test_list_offsets_latest_understates_the_end_known_limit(
 
 
 def test_offsets_for_times_returns_0_when_nothing_matches_known_limit(
-    bizevents_stack: Endpoints, unique_topic: Callable[[str], str]
+    tansu: Endpoints, unique_topic: Callable[[str], str]
 ) -> None:
     """A timestamp after every record gives offset 0 (Kafka: -1, "no such offset")."""
     topic = unique_topic("times")
-    bootstrap = bizevents_stack.bootstrap_servers
+    bootstrap = tansu.bootstrap_servers
     create_topic(bootstrap, topic, 1)
     produce(bootstrap, topic, [b"a", b"b", b"c"], partition=0)
     future = int(time.time() * 1000) + 3_600_000

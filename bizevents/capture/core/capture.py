@@ -17,13 +17,13 @@ from types import FrameType
 from typing import Any, Final
 
 import structlog
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient
 
 from bizevents.capture.config import CaptureConfig
 from bizevents.capture.core.filters import Condition, FilterError, parse_condition, resolve
 from bizevents.capture.core.incremental import Incremental
-from bizevents.capture.core.offsets import AckTracker, Tx
+from bizevents.capture.core.offsets import REFUSED_FOR_GOOD, AckTracker, Tx
 from bizevents.capture.core.signals import Signal, SignalError, SignalTopic, shown, signal_table_ddl
 from bizevents.capture.core.sink import SchemaRegistrar, producer_config
 from bizevents.capture.core.state import Ledger, Pending, StateStore
@@ -251,18 +251,83 @@ class CaptureCore:
         if self._session is None:
             return
         producer = self._session.producer
+        tracker = self._session.tracker
         logged = False
-        while len(producer) > 0 and not self.aborting:
+        while (len(producer) > 0 or tracker.refused) and not self.aborting:
             producer.poll(0.2)
+            self.dead_letter_refused()
             if not logged and len(producer) > 0:
                 self.log.info("waiting for Kafka to acknowledge", in_flight=len(producer))
                 logged = True
 
     def check_delivery(self) -> None:
-        """A failed delivery report ends the session unconfirmed (a restart re-sends)."""
+        """A failed delivery report ends the session unconfirmed (a restart re-sends);
+        a record refused for good goes to the dead-letter topic instead."""
+        self.dead_letter_refused()
         failure = self.session.tracker.failure
         if failure is not None:
             raise KafkaDeliveryError(f"Kafka did not take an event: {failure}")
+
+    def dead_letter_refused(self) -> None:
+        """Each record the broker refused for good is sent again alone (a broker refuses
+        a whole batch for one record in it); one refused alone is said once and written
+        to the dead-letter topic in its place (sent again, it would be refused forever)."""
+        session = self.session
+        dlq = self.config.dlq_topic
+        while session.tracker.refused:
+            tx, err, msg = session.tracker.refused.popleft()
+            topic = msg.topic() or ""
+            if topic == dlq:
+                raise CaptureError(f"the dead-letter topic {dlq} refused a record: {err.str()}")
+            partition = msg.partition()
+            answer = self.send_alone(
+                topic, msg.key(), msg.value(), -1 if partition is None else partition, msg.headers()
+            )
+            if answer is None or answer.code() not in REFUSED_FOR_GOOD:
+                tx.ack(answer, msg)
+                continue
+            self.log.warning(
+                "Kafka refused a record for good: written to the dead-letter topic",
+                topic=topic,
+                partition=partition,
+                reason=answer.str(),
+                dead_letter_topic=dlq,
+            )
+            headers: list[tuple[str, str | bytes | None]] = [
+                *(msg.headers() or []),
+                (HEADER_DLQ_STAGE, b"capture"),
+                (HEADER_DLQ_REASON, answer.str().encode()),
+                (HEADER_DLQ_ERROR, answer.name().encode()),
+                (HEADER_SOURCE_TOPIC, topic.encode()),
+            ]
+            produce(
+                session.producer, dlq, msg.value(), msg.key(), headers=headers, on_delivery=tx.ack
+            )
+
+    def send_alone(
+        self, topic: str, key: bytes | None, value: bytes | None, partition: int, headers: Any
+    ) -> KafkaError | None:
+        """Send one record with nothing else in flight: the broker's answer to it alone."""
+        producer = self.session.producer
+        answers: list[KafkaError | None] = []
+        while len(producer) > 0:
+            if self.aborting:
+                raise Stop
+            producer.poll(0.1)
+        produce(
+            producer,
+            topic,
+            value,
+            key,
+            partition=partition,
+            headers=headers,
+            on_delivery=lambda err, _msg: answers.append(err),
+        )
+        while not answers:
+            if self.aborting:
+                raise Stop
+            producer.poll(0.1)
+        return answers[0]
 
     def wait_acknowledged(self) -> None:
         """Until Kafka acknowledged every event in flight (a second stop gives up)."""

@@ -3,16 +3,31 @@
 :class:`AckTracker` follows every transaction from its Begin to the last Kafka
 acknowledgement of its events. The slot's flush position only moves to the end LSN of
 a transaction whose events, and those of every earlier transaction, Kafka has
-acknowledged: a crash re-sends, never loses. Pure, no I/O.
+acknowledged: a crash re-sends, never loses. A record the broker refuses for good is
+set aside (:attr:`AckTracker.refused`): its transaction waits for the dead letter that
+takes its place. Pure, no I/O.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from typing import Final
 
 from confluent_kafka import KafkaError, Message
 
-__all__ = ["AckTracker", "Tx"]
+__all__ = ["REFUSED_FOR_GOOD", "AckTracker", "Tx"]
+
+#: The broker's answers to a record it will never take, however often it is sent: the
+#: record itself is at fault (a keyless record on a compacted topic, too large, a bad
+#: timestamp). Any other failure is the connection's or the broker's, and a restart
+#: sends the record again.
+REFUSED_FOR_GOOD: Final = frozenset(
+    {
+        KafkaError.INVALID_RECORD,
+        KafkaError.INVALID_TIMESTAMP,
+        KafkaError.MSG_SIZE_TOO_LARGE,
+    }
+)
 
 
 class Tx:
@@ -31,10 +46,13 @@ class Tx:
         self.pending += count
         self.tracker.in_flight += count
 
-    def ack(self, err: KafkaError | None, _msg: Message | None = None) -> None:
+    def ack(self, err: KafkaError | None, msg: Message | None = None) -> None:
         """Delivery report of one event."""
         if err is not None:
-            self.tracker.failure = err
+            if msg is not None and err.code() in REFUSED_FOR_GOOD:
+                self.tracker.refused.append((self, err, msg))  # still pending
+            else:
+                self.tracker.failure = err
             return
         self.pending -= 1
         self.tracker.in_flight -= 1
@@ -43,7 +61,7 @@ class Tx:
 class AckTracker:
     """Transactions in commit order, and the highest end LSN safe to confirm."""
 
-    __slots__ = ("_done_lsn", "_open", "_txs", "failure", "in_flight")
+    __slots__ = ("_done_lsn", "_open", "_txs", "failure", "in_flight", "refused")
 
     def __init__(self, start_lsn: int = 0) -> None:
         self._txs: deque[Tx] = deque()
@@ -51,6 +69,8 @@ class AckTracker:
         self._done_lsn = start_lsn
         self.in_flight = 0
         self.failure: KafkaError | None = None
+        #: Records refused for good, each with its transaction, for the dead-letter topic.
+        self.refused: deque[tuple[Tx, KafkaError, Message]] = deque()
 
     def begin(self, xid: int | None = None) -> Tx:
         """A transaction starts (its events follow)."""

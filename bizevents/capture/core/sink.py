@@ -1,6 +1,7 @@
 """The Kafka side of capture: technical topics, schema registration, the producer.
 
-Topics are created compacted with the configured partition count. Schemas are
+Technical topics are created compacted with the configured partition count; the
+dead-letter topic is a log of what failed, not compacted. Schemas are
 registered under ``<topic>-key`` and ``<topic>-value`` (Confluent's topic-name
 strategy) before the first event that uses them. The producer waits for every
 in-sync replica (``acks=all``), is idempotent (so a retry cannot reorder or duplicate
@@ -24,7 +25,7 @@ from bizevents.capture.exceptions import CaptureError
 from bizevents.plumbing.errors import TransientError
 from bizevents.plumbing.kafka import ensure_topics
 
-__all__ = ["SchemaRegistrar", "create_topics", "producer_config"]
+__all__ = ["SchemaRegistrar", "create_dead_letter_topic", "create_topics", "producer_config"]
 
 
 def producer_config(kafka: dict[str, Any], config: CaptureConfig) -> dict[str, Any]:
@@ -53,6 +54,21 @@ def create_topics(admin: AdminClient, topics: list[str], config: CaptureConfig) 
         replication_factor=config.replication_factor,
         config={"cleanup.policy": "compact"},
         # an unreachable broker is retried by the run with backoff: give up the wait soon
+        timeout_s=15,
+    )
+
+
+def create_dead_letter_topic(admin: AdminClient, config: CaptureConfig) -> None:
+    """Create the dead-letter topic if it does not exist yet. Not compacted: a snapshot
+    row's dead letter has no key (which a compacted topic refuses), and each of a parked
+    key's changes is kept, in order, not only its last. Kept until deleted: a parked
+    change waits there for its re-drive."""
+    ensure_topics(
+        admin,
+        [config.dlq_topic],
+        config.partitions,
+        replication_factor=config.replication_factor,
+        config={"cleanup.policy": "delete", "retention.ms": "-1"},
         timeout_s=15,
     )
 

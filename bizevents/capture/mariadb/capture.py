@@ -41,7 +41,7 @@ import structlog
 from bizevents.capture.core.filters import FilterError, condition_text, parse_condition, resolve
 from bizevents.capture.core.initial import SnapshotTable, write_tables
 from bizevents.capture.core.offsets import Tx
-from bizevents.capture.core.sink import create_topics
+from bizevents.capture.core.sink import create_dead_letter_topic, create_topics
 from bizevents.capture.core.state import Ledger
 from bizevents.capture.exceptions import CaptureError
 from bizevents.capture.mariadb import queries as my
@@ -98,10 +98,8 @@ class MysqlCapture(MysqlQuarantine):
             self.server_id = my.check_server(conn)
             self.mariadb = "mariadb" in conn.get_server_info().lower()
             admin = self.session.admin
-            topics = [f"{cfg.prefix}.{name}" for name in cfg.tables]
-            if cfg.on_conversion_error in ("dead-letter", "park"):
-                topics.append(cfg.dlq_topic)
-            create_topics(admin, topics, cfg)
+            create_topics(admin, [f"{cfg.prefix}.{name}" for name in cfg.tables], cfg)
+            create_dead_letter_topic(admin, cfg)  # a refused record goes there too
             self.restore_parked()  # nothing unless on_conversion_error = "park"
             self.session.store.ensure(admin, cfg.replication_factor)
             for name in cfg.tables:

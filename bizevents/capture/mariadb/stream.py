@@ -331,6 +331,9 @@ class BinlogReader(StreamReader):
         assert self.tx is not None
         self.tx.produced(partitions)
         codec.events += 1
+        # Nothing after them until they are answered: one the broker refuses (a
+        # compacted topic takes no keyless record) is dead-lettered in its place.
+        capture.wait_acknowledged()
 
     def source_fields(self, event: Any) -> dict[str, Any]:
         """The ``source`` fields of a binlog event's rows (all but the row's index)."""

@@ -37,7 +37,7 @@ from bizevents.capture.core.capture import (
     CaptureEndpoints,
 )
 from bizevents.capture.core.offsets import AckTracker
-from bizevents.capture.core.sink import create_topics
+from bizevents.capture.core.sink import create_dead_letter_topic, create_topics
 from bizevents.capture.core.state import Ledger
 from bizevents.capture.exceptions import CaptureError
 from bizevents.capture.postgres import queries as pg
@@ -159,9 +159,7 @@ class PostgresCapture(Streaming):
         for info in infos:
             # Fails now, naming table and column, when a type has no mapping.
             self.types.fields(info.relation)
-        topics = [self.topic(i.relation) for i in infos]
-        if cfg.on_conversion_error in ("dead-letter", "park"):
-            topics.append(cfg.dlq_topic)
-        create_topics(self.session.admin, topics, cfg)
+        create_topics(self.session.admin, [self.topic(i.relation) for i in infos], cfg)
+        create_dead_letter_topic(self.session.admin, cfg)  # a refused record goes there too
         if cfg.on_conversion_error == "park":
             self.restore_parked()

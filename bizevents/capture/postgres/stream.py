@@ -521,3 +521,6 @@ class _SlotReader(StreamReader):
             self.tx.pending += len(self.partitions)
             self.tracker.in_flight += len(self.partitions)
             codec.events += 1
+            # Nothing after them until they are answered: one the broker refuses (a
+            # compacted topic takes no keyless record) is dead-lettered in its place.
+            self.capture.wait_acknowledged()

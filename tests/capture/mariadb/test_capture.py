@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from pydantic import SecretStr
 
@@ -24,6 +25,7 @@ from bizevents.capture.mariadb import queries as my
 from bizevents.contracts.envelope import ChangeEvent, Tombstone
 from bizevents.contracts.logical import JsonDocument
 from bizevents.devstack import Endpoints
+from bizevents.plumbing.kafka import ensure_topics
 from tests.capture.capture_helpers import cli_env, final_state, read_topic
 from tests.capture.mysql_helpers import MyDb, Proxy, in_process, mysql_database, wait_stored
 
@@ -563,9 +565,13 @@ def test_lost_connection_is_retried_and_nothing_lost(db: MyDb, tmp_path: Path) -
 
 
 def test_truncate_is_an_op_t_event_in_every_partition(db: MyDb, tmp_path: Path) -> None:
-    """TRUNCATE TABLE mid-stream: op t with a null key in each partition, as PostgreSQL's."""
+    """TRUNCATE TABLE mid-stream, ``truncate_events = true``: op t with a null key in each
+    partition, as PostgreSQL's (on a topic not compacted: a compacted one takes no keyless
+    record)."""
     db.sql("CREATE TABLE t (id INT PRIMARY KEY)")
-    config = db.config(["t"], partitions=2)
+    admin = AdminClient({"bootstrap.servers": db.endpoints.bootstrap_servers})
+    ensure_topics(admin, [db.topic("t")], 2, config={"cleanup.policy": "delete"})
+    config = db.config(["t"], partitions=2, truncate_events=True)
     with in_process(config, db.capture_endpoints(tmp_path)) as run:
         run.wait_snapshot()
         db.sql("INSERT INTO t VALUES (1)")
