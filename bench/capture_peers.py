@@ -49,7 +49,7 @@ from tests.peers import harness
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.kit import bench_stack, generate_pg  # noqa: E402
+from bench import kit  # noqa: E402
 
 TARGET_RATIO = 1.5  # bizevents at least 1.5 times Debezium (issue 39)
 
@@ -189,7 +189,7 @@ def one_run(endpoints: Any, tmp: Path, args: argparse.Namespace) -> dict[str, Fi
         with admin.cursor() as cur:
             for s in (ours, theirs):
                 cur.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (s,))
-        generate_pg(dsn, table, args.changes, args.tx_rows)
+        kit.generate_pg(dsn, table, args.changes, args.tx_rows)
         with admin.cursor() as cur:
             cur.execute(
                 f"INSERT INTO {snap_table} SELECT g, 'customer ' || g, g % 97, g * 1.25, "
@@ -253,7 +253,7 @@ def main() -> None:
     if reason is not None:
         sys.exit(reason)
 
-    with bench_stack("bench-peers-", args.stack_json) as (endpoints, tmp, _):
+    with kit.bench_stack("bench-peers-", args.stack_json) as (endpoints, tmp, _):
         runs: list[dict[str, Figure]] = []
         for i in range(args.runs):
             runs.append(one_run(endpoints, tmp, args))

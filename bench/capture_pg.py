@@ -28,7 +28,7 @@ import psycopg2
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.kit import bench_stack, generate_pg  # noqa: E402
+from bench import kit  # noqa: E402
 
 TARGET = 25_000
 
@@ -60,7 +60,7 @@ def main() -> None:
     from bizevents.capture.metrics import CaptureStats
     from bizevents.capture.postgres.runner import CaptureEndpoints, PostgresCapture
 
-    with bench_stack("bench-capture-", args.stack_json) as (endpoints, tmp, _):
+    with kit.bench_stack("bench-capture-", args.stack_json) as (endpoints, tmp, _):
         tag = uuid.uuid4().hex[:8]
         table = f"public.bench_{tag}"
         slot, ref_slot, pub = f"bench_{tag}", f"bench_ref_{tag}", f"bench_{tag}"
@@ -77,7 +77,7 @@ def main() -> None:
                 for s in (slot, ref_slot):
                     cur.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (s,))
             t0 = time.perf_counter()
-            generate_pg(dsn, table, args.changes, args.tx_rows)
+            kit.generate_pg(dsn, table, args.changes, args.tx_rows)
             with admin.cursor() as cur:
                 cur.execute("SELECT pg_current_wal_insert_lsn()::text")
                 end_lsn_text = cur.fetchone()[0]

@@ -8,6 +8,7 @@ project's own modules are imported inside the functions, as in the scripts, so t
 
 from __future__ import annotations
 
+import argparse
 import json
 import random
 import shutil
@@ -205,8 +206,35 @@ def stop_processes(processes: Iterable[subprocess.Popen[Any]]) -> None:
             process.kill()
 
 
-def print_run(number: int, result: dict[str, float]) -> None:
-    print(f"run {number}: " + ", ".join(f"{k} {v:,.1f}" for k, v in result.items()), flush=True)
+def snapshot_parser(doc: str, rows: int, rate: int, load_s: float) -> argparse.ArgumentParser:
+    """The options both snapshot benches take."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=rows)
+    parser.add_argument("--rate", type=int, default=rate, help="stream changes/s under load")
+    parser.add_argument("--load-seconds", type=float, default=load_s)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--chunk-rows", type=int, default=1024, help="incremental chunk size")
+    return parser
+
+
+def each_run(count: int, one_run: Callable[[int], dict[str, float]]) -> list[dict[str, float]]:
+    """``one_run(n)`` for n in range(count), each run's figures printed as it ends."""
+    runs = []
+    for n in range(count):
+        result = one_run(n)
+        runs.append(result)
+        print(f"run {n + 1}: " + ", ".join(f"{k} {v:,.1f}" for k, v in result.items()), flush=True)
+    return runs
+
+
+def stopped_probe(
+    writer: RateWriter, endpoints: Any, topic: str, sent_ms: Callable[[Any], int | None]
+) -> list[tuple[int, float]]:
+    """The writer stopped, then its probe's latencies once the stream has caught up."""
+    writer.stop_event.set()
+    writer.join()
+    time.sleep(3)
+    return probe_latencies(endpoints, topic, sent_ms)
 
 
 def print_runs(runs: list[dict[str, float]], title: str, digits: int = 0) -> None:

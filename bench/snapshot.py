@@ -18,7 +18,6 @@ the targets (incremental >= 60,000 rows/s idle; stream p99 during <= 2x idle p99
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import threading
@@ -32,20 +31,12 @@ import psycopg2
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.kit import (  # noqa: E402
-    RateWriter,
-    bench_stack,
-    incremental_rate,
-    p99,
-    print_run,
-    print_runs,
-    probe_latencies,
-)
+from bench import kit  # noqa: E402
 
 TARGET_IDLE = 60_000
 
 
-def pg_writer(dsn: str, big: str, probe: str, rows: int, rate: int) -> RateWriter:
+def pg_writer(dsn: str, big: str, probe: str, rows: int, rate: int) -> kit.RateWriter:
     """Updates ``rate`` rows/s of the big table and 50/s of the probe table."""
 
     def step(cur: Any, ids: list[int], probe_id: int | None) -> None:
@@ -54,7 +45,7 @@ def pg_writer(dsn: str, big: str, probe: str, rows: int, rate: int) -> RateWrite
             cur.execute(f"UPDATE {probe} SET n = n + 1 WHERE id = %s", (probe_id,))
         cur.connection.commit()
 
-    return RateWriter(lambda: psycopg2.connect(dsn), step, rows, rate)
+    return kit.RateWriter(lambda: psycopg2.connect(dsn), step, rows, rate)
 
 
 def commit_ms(event: Any) -> int | None:
@@ -105,7 +96,7 @@ def one_run(
     out: dict[str, float] = {}
 
     def incremental() -> float:
-        return incremental_rate(kafka, config, runner, thread, big, rows)
+        return kit.incremental_rate(kafka, config, runner, thread, big, rows)
 
     try:
         t0 = time.perf_counter()
@@ -133,14 +124,11 @@ def one_run(
         out["incremental under load rows/s"] = incremental()
         during_to = int(time.time() * 1000)
         out["writer changes/s"] = (writer.changes - changes_start) / (time.perf_counter() - started)
-        writer.stop_event.set()
-        writer.join()
-        time.sleep(3)
-        lat = probe_latencies(endpoints, f"{config.prefix}.{probe}", commit_ms)
+        lat = kit.stopped_probe(writer, endpoints, f"{config.prefix}.{probe}", commit_ms)
         idle = [s for ms, s in lat if idle_from <= ms <= idle_to]
         during = [s for ms, s in lat if during_from <= ms <= during_to]
-        out["stream p99 idle ms"] = p99(idle) * 1000
-        out["stream p99 during ms"] = p99(during) * 1000
+        out["stream p99 idle ms"] = kit.p99(idle) * 1000
+        out["stream p99 during ms"] = kit.p99(during) * 1000
         out["probe changes idle"] = float(len(idle))
         out["probe changes during"] = float(len(during))
     finally:
@@ -159,24 +147,18 @@ def one_run(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=1_000_000)
-    parser.add_argument("--rate", type=int, default=5_000, help="stream changes/s under load")
-    parser.add_argument("--load-seconds", type=float, default=10.0)
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--chunk-rows", type=int, default=1024, help="incremental chunk size")
+    parser = kit.snapshot_parser(__doc__, rows=1_000_000, rate=5_000, load_s=10.0)
     parser.add_argument("--stack-json", type=Path, help="endpoints of a running stack")
     args = parser.parse_args()
 
-    with bench_stack("bench-snapshot-", args.stack_json) as (endpoints, tmp, _):
-        runs = []
-        for n in range(args.runs):
-            result = one_run(
+    with kit.bench_stack("bench-snapshot-", args.stack_json) as (endpoints, tmp, _):
+        runs = kit.each_run(
+            args.runs,
+            lambda n: one_run(
                 endpoints, args.rows, args.rate, args.load_seconds, args.chunk_rows, tmp / f"s{n}"
-            )
-            runs.append(result)
-            print_run(n + 1, result)
-        print_runs(runs, f"{args.rows:,} rows, {args.runs} runs, median (min-max):")
+            ),
+        )
+        kit.print_runs(runs, f"{args.rows:,} rows, {args.runs} runs, median (min-max):")
         idle = statistics.median(r["incremental idle rows/s"] for r in runs)
         print(f"  incremental idle / target {TARGET_IDLE:,}: {idle / TARGET_IDLE:.2f}")
         ratio = statistics.median(r["stream p99 during ms"] / r["stream p99 idle ms"] for r in runs)

@@ -21,7 +21,6 @@ the median of the runs with min-max.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import threading
 import time
@@ -32,21 +31,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.kit import (  # noqa: E402
-    RateWriter,
-    bench_stack,
-    incremental_rate,
-    p99,
-    print_run,
-    print_runs,
-    probe_latencies,
-)
+from bench import kit  # noqa: E402
 
 #: Seconds of snapshot work per busy turn of the binlog loop (idle turns left out).
 TURNS: list[float] = []
 
 
-def mysql_writer(dsn: str, big: str, probe: str, rows: int, rate: int) -> RateWriter:
+def mysql_writer(dsn: str, big: str, probe: str, rows: int, rate: int) -> kit.RateWriter:
     """Updates ``rate`` rows/s of the big table and 50/s of the probe table (each probe
     change carries the client's clock in ms)."""
     from bizevents.capture.mariadb import queries as my
@@ -60,7 +51,7 @@ def mysql_writer(dsn: str, big: str, probe: str, rows: int, rate: int) -> RateWr
                 f"UPDATE {probe} SET t = %s WHERE id = %s", (int(time.time() * 1000), probe_id)
             )
 
-    return RateWriter(lambda: my.connect(dsn), step, rows, rate)
+    return kit.RateWriter(lambda: my.connect(dsn), step, rows, rate)
 
 
 def client_ms(event: Any) -> int | None:
@@ -128,22 +119,19 @@ def one_run(
         idle_to = int(time.time() * 1000)
         changes_start, started = writer.changes, time.perf_counter()
         TURNS.clear()
-        out["incremental under load rows/s"] = incremental_rate(
+        out["incremental under load rows/s"] = kit.incremental_rate(
             kafka, config, runner, thread, big, rows
         )
         turns = [t for t in TURNS if t > 0.0002]  # turns with snapshot work to do
-        out["snapshot turn p99 ms"] = p99(turns) * 1000
+        out["snapshot turn p99 ms"] = kit.p99(turns) * 1000
         out["snapshot turn max ms"] = max(turns, default=float("nan")) * 1000
         during_to = int(time.time() * 1000)
         out["writer changes/s"] = (writer.changes - changes_start) / (time.perf_counter() - started)
-        writer.stop_event.set()
-        writer.join()
-        time.sleep(3)
-        lat = probe_latencies(endpoints, f"{config.prefix}.{probe}", client_ms)
+        lat = kit.stopped_probe(writer, endpoints, f"{config.prefix}.{probe}", client_ms)
         idle = [s for ms, s in lat if idle_from <= ms <= idle_to]
         during = [s for ms, s in lat if idle_to < ms <= during_to]
-        out["stream p99 before ms"] = p99(idle) * 1000
-        out["stream p99 during ms"] = p99(during) * 1000
+        out["stream p99 before ms"] = kit.p99(idle) * 1000
+        out["stream p99 during ms"] = kit.p99(during) * 1000
         out["probe changes before"] = float(len(idle))
         out["probe changes during"] = float(len(during))
     finally:
@@ -156,12 +144,7 @@ def one_run(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=100_000)
-    parser.add_argument("--rate", type=int, default=2_000, help="stream changes/s")
-    parser.add_argument("--load-seconds", type=float, default=8.0)
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--chunk-rows", type=int, default=1024, help="incremental chunk size")
+    parser = kit.snapshot_parser(__doc__, rows=100_000, rate=2_000, load_s=8.0)
     parser.add_argument("--slice", type=int, default=128, help="rows per turn; 0: a chunk")
     args = parser.parse_args()
 
@@ -181,17 +164,16 @@ def main() -> None:
             TURNS.append(time.perf_counter() - started)
 
     mysqlcapture._BinlogReader.snapshot_step = timed_step  # type: ignore[method-assign]
-    with bench_stack("bench-snapshot-mysql-", mysql=True) as (endpoints, tmp, _):
-        runs = []
-        for n in range(args.runs):
-            result = one_run(
+    with kit.bench_stack("bench-snapshot-mysql-", mysql=True) as (endpoints, tmp, _):
+        runs = kit.each_run(
+            args.runs,
+            lambda n: one_run(
                 endpoints, args.rows, args.rate, args.load_seconds, args.chunk_rows, tmp / f"s{n}"
-            )
-            runs.append(result)
-            print_run(n + 1, result)
+            ),
+        )
         per_turn = args.slice or "a chunk"
         title = f"{args.rows:,} rows, slice {per_turn}, {args.runs} runs, median (min-max):"
-        print_runs(runs, title, digits=1)
+        kit.print_runs(runs, title, digits=1)
 
 
 if __name__ == "__main__":

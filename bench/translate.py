@@ -57,7 +57,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.kit import bench_stack  # noqa: E402
+from bench import kit  # noqa: E402
 
 TARGET = 50_000
 RATIO_TARGET = 0.5
@@ -213,13 +213,7 @@ def measure(
                 return records / seconds, max(memory, key=lambda m: m[1])
             time.sleep(0.2)
     finally:
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            try:
-                process.wait(30)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        kit.stop_processes(processes)
 
 
 def passthrough_child() -> None:
@@ -369,7 +363,7 @@ def main() -> None:
         passthrough_child()
         return
 
-    with bench_stack("bench-translate-", args.stack_json) as (endpoints, tmp, stack):
+    with kit.bench_stack("bench-translate-", args.stack_json) as (endpoints, tmp, stack):
         tag = uuid.uuid4().hex[:8]
         server = f"bench{tag}"
         source = f"{server}.store.orders"

@@ -38,6 +38,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench import kit  # noqa: E402
+
 T0 = datetime(2026, 11, 24, 8, 0, tzinfo=UTC)
 
 
@@ -133,6 +135,7 @@ def measure(registry_url: str, transactions: int) -> tuple[float, float, float]:
 
     from bizevents.contracts.serde import BusinessSerializer
     from bizevents.contracts.technical import AutoDecoder
+    from bizevents.plumbing.registry import schema_lookup
     from bizevents.translators.assembly import Assembler, Part
     from bizevents.translators.pipeline import Pipeline, SourceRecord
     from bizevents.translators.txcore import TransactionCore
@@ -140,14 +143,7 @@ def measure(registry_url: str, transactions: int) -> tuple[float, float, float]:
     client = SchemaRegistryClient({"url": registry_url})
     server = f"benchtx{int(time.time() * 1000) % 1_000_000}"
     records, ends = workload(server, client, transactions)
-    schemas: dict[int, str] = {}
-
-    def lookup(schema_id: int) -> str:
-        if schema_id not in schemas:
-            schemas[schema_id] = str(client.get_schema(schema_id).schema_str)
-        return schemas[schema_id]
-
-    decoder = AutoDecoder(lookup)
+    decoder = AutoDecoder(schema_lookup(client))
     serializer = BusinessSerializer(client)
     core = TransactionCore([orders_v3], serializer)
 
@@ -461,13 +457,7 @@ def run_workers(
         stamps, ids = reader.read(transactions, time.monotonic() + timeout, alive)
         last = sample(len(set(ids)))
     finally:
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            try:
-                process.wait(30)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        kit.stop_processes(processes)
     window = (max(stamps) - min(stamps)) / 1000.0
     begin = first[0]
     span = Span(last[0] - begin[0], last[1] - begin[1], last[2] - begin[2], last[3] - begin[3])

@@ -25,7 +25,7 @@ import psycopg2
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.kit import bench_stack  # noqa: E402
+from bench import kit  # noqa: E402
 
 
 def main() -> None:
@@ -47,7 +47,7 @@ def main() -> None:
     from bizevents.capture.postgres.types import PgTypeMapper
     from bizevents.capture.verify import PgTable, Report, compare, topic_state
 
-    with bench_stack("bench-verify-", args.stack_json) as (endpoints, tmp, _):
+    with kit.bench_stack("bench-verify-", args.stack_json) as (endpoints, tmp, _):
         tag = uuid.uuid4().hex[:8]
         table = f"public.verify_{tag}"
         dsn = endpoints.postgres_dsn
