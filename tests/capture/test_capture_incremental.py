@@ -27,7 +27,6 @@ from tests.capture.capture_helpers import (
     Record,
     capture_endpoints,
     cli_env,
-    database,
     final_state,
     in_process,
     key_of,
@@ -40,12 +39,6 @@ from tests.capture.capture_helpers import (
 )
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def db(bizevents_stack: Endpoints) -> Any:
-    with database(bizevents_stack) as made:
-        yield made
 
 
 def table_state(db: Db, table: str) -> dict[tuple[Any, ...], dict[str, Any]]:

@@ -10,7 +10,6 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -18,18 +17,11 @@ from bizevents.capture.core.signals import Signal, new_signal, signal_table_ddl
 from bizevents.capture.core.state import Ledger, StateStore
 from bizevents.capture.mariadb import queries as my
 from bizevents.contracts.envelope import ChangeEvent
-from bizevents.devstack import Endpoints
 from tests.capture.capture_helpers import final_state, read_topic
-from tests.capture.mysql_helpers import MyDb, in_process, mysql_database
+from tests.capture.mysql_helpers import MyDb, in_process
 from tests.capture.test_capture_incremental import assert_no_snapshot_row_older_than_the_stream
 
 pytestmark = [pytest.mark.integration, pytest.mark.mysql]
-
-
-@pytest.fixture
-def db(bizevents_mysql: str, bizevents_stack: Endpoints) -> Any:
-    with mysql_database(bizevents_mysql, bizevents_stack) as database:
-        yield database
 
 
 def stored_ledger(db: MyDb) -> Ledger | None:

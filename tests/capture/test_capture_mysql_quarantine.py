@@ -24,11 +24,10 @@ from bizevents.capture.core.quarantine import (
 from bizevents.capture.mariadb.types import register_converter
 from bizevents.cli import main
 from bizevents.contracts.envelope import ChangeEvent, MySqlPosition
-from bizevents.devstack import Endpoints
 from bizevents.plumbing.parking import PARKED_HEADER
 from bizevents.plumbing.parkingio import read_to_end
 from tests.capture.capture_helpers import write_config
-from tests.capture.mysql_helpers import MyDb, in_process, mysql_database, wait_stored
+from tests.capture.mysql_helpers import MyDb, in_process, wait_stored
 from tests.capture.quarantine_helpers import (
     Source,
     enum_fixed,
@@ -37,12 +36,6 @@ from tests.capture.quarantine_helpers import (
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.mysql]
-
-
-@pytest.fixture
-def db(bizevents_mysql: str, bizevents_stack: Endpoints) -> Iterator[MyDb]:
-    with mysql_database(bizevents_mysql, bizevents_stack) as database:
-        yield database
 
 
 @pytest.fixture

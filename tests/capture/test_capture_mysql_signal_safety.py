@@ -5,7 +5,6 @@ stops capture; chunk queries are read only."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pymysql
 import pytest
@@ -14,18 +13,11 @@ from bizevents.capture.core.filters import parse_condition, resolve
 from bizevents.capture.core.signals import new_signal, signal_table_ddl
 from bizevents.capture.mariadb import queries as my
 from bizevents.contracts.envelope import ChangeEvent
-from bizevents.devstack import Endpoints
 from tests.capture.capture_helpers import read_topic
-from tests.capture.mysql_helpers import MyDb, in_process, mysql_database
+from tests.capture.mysql_helpers import MyDb, in_process
 from tests.capture.signal_fuzz import TopicEnd, bad_records, bad_rows, send_records, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.mysql]
-
-
-@pytest.fixture
-def db(bizevents_mysql: str, bizevents_stack: Endpoints) -> Any:
-    with mysql_database(bizevents_mysql, bizevents_stack) as database:
-        yield database
 
 
 def test_no_bad_signal_stops_a_mariadb_capture_on_either_channel(db: MyDb, tmp_path: Path) -> None:

@@ -6,24 +6,16 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any
 
 import pytest
 from confluent_kafka import Consumer
 
 from bizevents.contracts.envelope import ChangeEvent, Tombstone
-from bizevents.devstack import Endpoints
 from tests.capture.capture_helpers import read_topic
-from tests.capture.mysql_helpers import MyDb, in_process, mysql_database
+from tests.capture.mysql_helpers import MyDb, in_process
 from tests.capture.test_capture_transactions import read_transactions
 
 pytestmark = [pytest.mark.integration, pytest.mark.mysql]
-
-
-@pytest.fixture
-def db(bizevents_mysql: str, bizevents_stack: Endpoints) -> Any:
-    with mysql_database(bizevents_mysql, bizevents_stack) as database:
-        yield database
 
 
 def test_blocks_and_begin_end_records(db: MyDb, tmp_path: Path) -> None:

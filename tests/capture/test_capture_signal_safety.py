@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import uuid
 from pathlib import Path
-from typing import Any
 
 import pytest
 from confluent_kafka import Producer
@@ -17,11 +16,9 @@ from bizevents.capture.core.signals import SignalTopic, new_signal, signal_table
 from bizevents.capture.core.state import Ledger, Pending, StateStore
 from bizevents.capture.postgres import queries as pg
 from bizevents.contracts.envelope import ChangeEvent
-from bizevents.devstack import Endpoints
 from tests.capture.capture_helpers import (
     Db,
     capture_endpoints,
-    database,
     in_process,
     read_topic,
     start_cli,
@@ -40,12 +37,6 @@ from tests.capture.signal_fuzz import (
 from tests.capture.test_capture_incremental import signal_cli
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def db(bizevents_stack: Endpoints) -> Any:
-    with database(bizevents_stack) as made:
-        yield made
 
 
 def victim_exists(db: Db) -> bool:

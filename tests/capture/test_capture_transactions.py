@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
@@ -18,18 +17,11 @@ from bizevents.devstack import Endpoints
 from tests.capture.capture_helpers import (
     Db,
     capture_endpoints,
-    database,
     in_process,
     read_topic,
 )
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def db(bizevents_stack: Endpoints) -> Any:
-    with database(bizevents_stack) as made:
-        yield made
 
 
 def read_transactions(endpoints: Endpoints, topic: str) -> list[TransactionRecord]:

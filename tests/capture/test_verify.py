@@ -16,24 +16,16 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from bizevents.capture.postgres.pgoutput import parse_lsn
 from bizevents.contracts.binary import zigzag
-from bizevents.devstack import Endpoints
 from tests.capture.capture_helpers import (
     REPO,
     Db,
     capture_endpoints,
     cli_env,
-    database,
     in_process,
     write_config,
 )
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def db(bizevents_stack: Endpoints) -> Any:
-    with database(bizevents_stack) as made:
-        yield made
 
 
 def verify(config_file: Path, db: Db, *args: str) -> subprocess.CompletedProcess[str]:

@@ -9,7 +9,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 from confluent_kafka import Producer
@@ -18,9 +17,8 @@ from bizevents.capture.mariadb import queries as my
 from bizevents.capture.mariadb.codec import MyTableCodec
 from bizevents.capture.verify import MyTable
 from bizevents.contracts.binary import zigzag
-from bizevents.devstack import Endpoints
 from tests.capture.capture_helpers import REPO, cli_env
-from tests.capture.mysql_helpers import MyDb, in_process, mysql_database
+from tests.capture.mysql_helpers import MyDb, in_process
 from tests.capture.test_verify import records_by_id
 
 pytestmark = [pytest.mark.integration, pytest.mark.mysql]
@@ -39,12 +37,6 @@ def rows(n: int) -> list[tuple[str, str, int]]:
     """Names whose case alternates, so that Python's order is not the server's."""
     names = [f"{'aBcD'[i % 4]}{i:04d}" for i in range(n)]
     return [("zeta" if i % 3 else "alpha", name, i) for i, name in enumerate(names)]
-
-
-@pytest.fixture
-def db(bizevents_mysql: str, bizevents_stack: Endpoints) -> Any:
-    with mysql_database(bizevents_mysql, bizevents_stack) as database:
-        yield database
 
 
 def test_keys_are_placed_in_the_chunks_the_server_reads_them_in(db: MyDb) -> None:
