@@ -28,13 +28,16 @@ from tests.capture.capture_helpers import (
 pytestmark = pytest.mark.integration
 
 
-def verify(config_file: Path, db: Db, *args: str) -> subprocess.CompletedProcess[str]:
+def verify(
+    config_file: Path, db: Any, *args: str, timeout: float = 180
+) -> subprocess.CompletedProcess[str]:
+    """``bizevents verify`` of ``config_file`` on ``db``'s stack (a Db or a MyDb)."""
     return subprocess.run(
         [sys.executable, "-m", "bizevents", "verify", str(config_file), *args],
         env=cli_env(db.endpoints),
         capture_output=True,
         text=True,
-        timeout=180,
+        timeout=timeout,
         cwd=REPO,
     )
 
