@@ -26,6 +26,7 @@ from tests.capture.capture_helpers import (
     wait_snapshot_done,
     write_config,
 )
+from tests.capture.core.test_incremental import signal_cli
 from tests.capture.signal_fuzz import (
     TopicEnd,
     bad_records,
@@ -34,7 +35,6 @@ from tests.capture.signal_fuzz import (
     snapshot_with,
     wait_until,
 )
-from tests.capture.test_capture_incremental import signal_cli
 
 pytestmark = pytest.mark.integration
 
