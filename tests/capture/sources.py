@@ -28,19 +28,29 @@ class Source:
     db: Db | MyDb
     #: The capture's name of its read position in the snapshot ledger.
     ledger_slot: str
+    #: The test's schema (PostgreSQL) or database (MariaDB).
+    qualifier: str
+    #: A sequence's next value, ``{}`` its name; what an insert does on a key it finds.
+    NEXT_VALUE: str
+    ON_KEY: str
+    #: Whether the source is MariaDB's (signal_table_ddl's dialect).
+    mysql: bool
+    #: Signal conditions that hold SQL of the source's own: each must be refused.
+    SQL_CONDITIONS: tuple[str, ...]
 
     def table(self, name: str) -> str:
-        """``name`` qualified by the test's schema (PostgreSQL) or database (MariaDB)."""
-        raise NotImplementedError
+        return f"{self.qualifier}.{name}"
 
     def next_value(self, sequence: str) -> str:
-        """The SQL expression of ``sequence``'s next value."""
-        raise NotImplementedError
+        return self.NEXT_VALUE.format(self.table(sequence))
 
     def upsert(self, table: str, value: str) -> str:
         """An insert of (id %s, ``value``, 'w') that sets ``value`` and note 'u' on a
         key that exists."""
-        raise NotImplementedError
+        return (
+            f"INSERT INTO {self.table(table)} VALUES (%s, {value}, 'w') "
+            f"{self.ON_KEY} v = {value}, note = 'u'"
+        )
 
     def connect(self) -> Any:
         raise NotImplementedError
@@ -99,21 +109,13 @@ class Source:
 
 class PgSource(Source):
     db: Db
+    NEXT_VALUE = "nextval('{}')"
+    ON_KEY = "ON CONFLICT (id) DO UPDATE SET"
+    mysql = False
+    SQL_CONDITIONS = ("id > 0; SELECT 1", "id IN (SELECT id FROM pg_roles)")
 
     def __init__(self, db: Db) -> None:
-        self.db, self.ledger_slot = db, db.slot
-
-    def table(self, name: str) -> str:
-        return f"{self.db.schema}.{name}"
-
-    def next_value(self, sequence: str) -> str:
-        return f"nextval('{self.table(sequence)}')"
-
-    def upsert(self, table: str, value: str) -> str:
-        return (
-            f"INSERT INTO {self.table(table)} VALUES (%s, {value}, 'w') "
-            f"ON CONFLICT (id) DO UPDATE SET v = {value}, note = 'u'"
-        )
+        self.db, self.ledger_slot, self.qualifier = db, db.slot, db.schema
 
     def connect(self) -> Any:
         return psycopg2.connect(self.db.endpoints.postgres_dsn)
@@ -135,22 +137,13 @@ class PgSource(Source):
 
 class MySource(Source):
     db: MyDb
-    ledger_slot = "binlog"
+    NEXT_VALUE = "NEXTVAL({})"
+    ON_KEY = "ON DUPLICATE KEY UPDATE"
+    mysql = True
+    SQL_CONDITIONS = ("id <= 3 AND SLEEP(5) = 0", "id = 1; SELECT SLEEP(5)")
 
     def __init__(self, db: MyDb) -> None:
-        self.db = db
-
-    def table(self, name: str) -> str:
-        return f"{self.db.name}.{name}"
-
-    def next_value(self, sequence: str) -> str:
-        return f"NEXTVAL({self.table(sequence)})"
-
-    def upsert(self, table: str, value: str) -> str:
-        return (
-            f"INSERT INTO {self.table(table)} VALUES (%s, {value}, 'w') "
-            f"ON DUPLICATE KEY UPDATE v = {value}, note = 'u'"
-        )
+        self.db, self.ledger_slot, self.qualifier = db, "binlog", db.name
 
     def connect(self) -> Any:
         return my.connect(self.db.dsn, autocommit=False)

@@ -36,7 +36,14 @@ from tests.capture.capture_helpers import (
     wait_snapshot_done,
     write_config,
 )
-from tests.capture.test_pgoutput_live import BIG, COLUMNS, ROWS, SELECT_EXPR, _expected, _same
+from tests.capture.postgres.test_pgoutput_live import (
+    BIG,
+    COLUMNS,
+    ROWS,
+    SELECT_EXPR,
+    _expected,
+    _same,
+)
 
 pytestmark = pytest.mark.integration
 
