@@ -70,8 +70,7 @@ class Db:
             tables=tuple(f"{self.schema}.{t}" for t in tables),
             slot=self.slot,
             publication=self.publication,
-            heartbeat_interval_s=1.0,
-            **extra,
+            **{"heartbeat_interval_s": 1.0, **extra},
         )
 
     def topic(self, table: str) -> str:

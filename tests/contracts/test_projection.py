@@ -14,7 +14,7 @@ from bizevents.contracts.envelope import ChangeEvent, Tombstone
 from bizevents.contracts.exceptions import Coordinates, DecodeError
 from bizevents.contracts.technical import AvroDecoder, AvroEncoder, EncodeError, TableSchema
 from tests.contracts.strategies import tables_and_events
-from tests.contracts.test_fast_decode import SHAPES
+from tests.contracts.test_fast_decode import EVERY_TYPE, SHAPES
 
 WHERE = Coordinates("shop.public.things", 0, 1)
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -88,27 +88,7 @@ def test_a_truncated_projected_record_is_still_refused(
 
 def test_skipping_every_shape_lands_where_fastavro_ends() -> None:
     """Each covered type skipped alone: the reader ends where fastavro's read ends."""
-    import datetime
-    import uuid
-    from decimal import Decimal
-
-    datum = {
-        "b": True,
-        "i": -70000,
-        "f": 1.5,
-        "d": -2.25e300,
-        "e": "C",
-        "x": b"abc",
-        "m": {"k": 5, "n": None, "é": -(2**63)},
-        "a": ["x", "", "ü" * 70],
-        "u": "B",
-        "dt": datetime.date(2024, 2, 29),
-        "ts": datetime.datetime(2024, 5, 1, 12, 0, 0, 123000, tzinfo=datetime.UTC),
-        "tm": datetime.time(23, 59, 59, 999999),
-        "id": uuid.UUID("7e57d004-2b97-4e7a-b45f-5087b0cd0f00"),
-        "dec": Decimal("-1234.56"),
-        "bs": bytes(range(200)),
-    }
+    datum = EVERY_TYPE
     wrapper = {"type": "record", "name": "W", "fields": [{"name": "r", "type": SHAPES}]}
     parsed = fastavro.parse_schema(wrapper)
     buffer = io.BytesIO()
