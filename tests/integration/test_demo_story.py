@@ -21,36 +21,18 @@ from typing import Any
 import psycopg2
 import pytest
 
+from tests.integration.dev_cli import dev_env, run
+
 
 @pytest.fixture
 def demo_env(tmp_path: Path) -> Iterator[dict[str, str]]:
     """A stack of the demo's own in a fresh state folder, taken down afterwards."""
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("BIZEVENTS_")},
-        "BIZEVENTS_STATE_DIR": str(tmp_path / "state"),
-        "BIZEVENTS_DEV__BROKER_PORT": "0",
-        "BIZEVENTS_DEV__REGISTRY_PORT": "0",
-        "BIZEVENTS_DEV__POSTGRES_PORT": "0",
-    }
-    yield env
-    subprocess.run(
-        [sys.executable, "-m", "bizevents", "dev", "down", "--purge"],
-        env=env,
-        capture_output=True,
-        timeout=120,
-        check=False,
-    )
+    with dev_env(tmp_path / "state") as env:
+        yield env
 
 
 def _bizevents(env: dict[str, str], *args: str, timeout: float) -> str:
-    result = subprocess.run(
-        [sys.executable, "-m", "bizevents", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    result = run(env, *args, timeout=timeout)
     assert result.returncode == 0, (args, result.stdout[-2000:], result.stderr[-3000:])
     return result.stdout
 
