@@ -35,3 +35,16 @@ def dev_env(state: Path, **more: str) -> Iterator[dict[str, str]]:
         yield env
     finally:
         run(env, "dev", "down", "--purge")
+
+
+def processes_with_env(entry: str) -> list[str]:
+    """The pids of the processes whose environment holds ``entry`` (``NAME=value``)."""
+    found = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            variables = environ.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if entry.encode() in variables:
+            found.append(environ.parent.name)
+    return found

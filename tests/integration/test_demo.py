@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.dev_cli import dev_env, run
+from tests.integration.dev_cli import dev_env, processes_with_env, run
 
 
 @pytest.mark.parametrize("source", ["postgres", pytest.param("mysql", marks=pytest.mark.mysql)])
@@ -42,16 +42,4 @@ def test_demo_runs_the_whole_flow_and_stops_cleanly(tmp_path: Path, source: str)
         assert state["services"] == {}
         # nor is any process the demo started (stack, capture, worker) still running:
         # each inherited the demo's environment, state folder included
-        assert not _processes_with_env(f"BIZEVENTS_STATE_DIR={tmp_path / 'state'}")
-
-
-def _processes_with_env(entry: str) -> list[str]:
-    found = []
-    for environ in Path("/proc").glob("[0-9]*/environ"):
-        try:
-            variables = environ.read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if entry.encode() in variables:
-            found.append(environ.parent.name)
-    return found
+        assert not processes_with_env(f"BIZEVENTS_STATE_DIR={tmp_path / 'state'}")

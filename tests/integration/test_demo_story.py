@@ -21,7 +21,7 @@ from typing import Any
 import psycopg2
 import pytest
 
-from tests.integration.dev_cli import dev_env, run
+from tests.integration.dev_cli import dev_env, processes_with_env, run
 
 
 @pytest.fixture
@@ -220,16 +220,4 @@ def test_ctrl_c_stops_the_story_cleanly_at_a_step(
     assert proc.returncode == 0, (seen + out)[-3000:]
     state = demo_env["BIZEVENTS_STATE_DIR"]
     assert json.loads((Path(state) / "stack.json").read_text())["services"] == {}
-    assert not _processes_with_env(f"BIZEVENTS_STATE_DIR={state}")
-
-
-def _processes_with_env(entry: str) -> list[str]:
-    found = []
-    for environ in Path("/proc").glob("[0-9]*/environ"):
-        try:
-            variables = environ.read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if entry.encode() in variables:
-            found.append(environ.parent.name)
-    return found
+    assert not processes_with_env(f"BIZEVENTS_STATE_DIR={state}")
