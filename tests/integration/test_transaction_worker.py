@@ -416,48 +416,57 @@ def test_worker_killed_mid_transaction(db: Db, tmp_path: Path) -> None:
         assert e.lineage.event_id == _expected_id(db, e)
 
 
-def test_rebalance_mid_transaction(db: Db, tmp_path: Path) -> None:
-    """Two workers share the group; the one that publishes a big order's business key
-    leaves while that transaction is half read: every order still has one event id, the
-    big one's complete."""
+@contextmanager
+def two_workers(db: Db, tmp_path: Path) -> Iterator[tuple[str, list[Worker], Reader, Any]]:
+    """The store's tables captured and two workers of one group started: the group, the
+    workers, a reader of the orders' events and the capture run; on leaving the reader
+    is closed and the workers still alive are told to stop."""
     group = f"tx-{uuid.uuid4().hex[:8]}"
     workers = [Worker(db, group, f"{group}.dlq", tmp_path / f"w{i}.log") for i in (1, 2)]
     reader = Reader(db)
-    customer, products = _ids(db)
     with capturing(db, tmp_path) as run:
         for worker in workers:
             worker.start()
         try:
-            first, second, target = _owner_of_next_big(db, workers, group)
-            small = []
-            with db.conn.cursor() as cur:
-                for n in range(3):
-                    cur.execute("BEGIN")
-                    small.append(place(cur, customer, [(products[n], n + 1)]))
-                    cur.execute("COMMIT")
-            reader.wait(set(small), second)
-            # the owner is stopped while the big order is written whole into Kafka; it
-            # is told to leave as it resumes: it reads a batch or two (40 records each)
-            # of the 1,501 changes, then leaves the group mid-transaction
-            assert first.process is not None
-            first.process.send_signal(signal.SIGSTOP)
-            with db.conn.cursor() as cur:
-                cur.execute("BEGIN")
-                big = place(cur, customer, [(products[n % 3], 1 + n % 5) for n in range(1500)])
-                cur.execute("COMMIT")
-            run.wait_acked(db.wal_lsn())
-            assert _assembly_partition(big) == target
-            assert big not in {e.order_id for e in reader.poll()}, "placed by a non-owner"
-            first.process.send_signal(signal.SIGTERM)
-            first.process.send_signal(signal.SIGCONT)
-            first.process.wait(60)
-            assert first.process.returncode == 0, first.tail()
-            events = reader.wait({big, *small}, second)
+            yield group, workers, reader, run
         finally:
             reader.close()
             for worker in workers:
                 if worker.alive():
                     worker.signal(signal.SIGTERM)
+
+
+def test_rebalance_mid_transaction(db: Db, tmp_path: Path) -> None:
+    """Two workers share the group; the one that publishes a big order's business key
+    leaves while that transaction is half read: every order still has one event id, the
+    big one's complete."""
+    customer, products = _ids(db)
+    with two_workers(db, tmp_path) as (group, workers, reader, run):
+        first, second, target = _owner_of_next_big(db, workers, group)
+        small = []
+        with db.conn.cursor() as cur:
+            for n in range(3):
+                cur.execute("BEGIN")
+                small.append(place(cur, customer, [(products[n], n + 1)]))
+                cur.execute("COMMIT")
+        reader.wait(set(small), second)
+        # the owner is stopped while the big order is written whole into Kafka; it
+        # is told to leave as it resumes: it reads a batch or two (40 records each)
+        # of the 1,501 changes, then leaves the group mid-transaction
+        assert first.process is not None
+        first.process.send_signal(signal.SIGSTOP)
+        with db.conn.cursor() as cur:
+            cur.execute("BEGIN")
+            big = place(cur, customer, [(products[n % 3], 1 + n % 5) for n in range(1500)])
+            cur.execute("COMMIT")
+        run.wait_acked(db.wal_lsn())
+        assert _assembly_partition(big) == target
+        assert big not in {e.order_id for e in reader.poll()}, "placed by a non-owner"
+        first.process.send_signal(signal.SIGTERM)
+        first.process.send_signal(signal.SIGCONT)
+        first.process.wait(60)
+        assert first.process.returncode == 0, first.tail()
+        events = reader.wait({big, *small}, second)
     _check(events, truth(db, [big, *small]))
     ids = {
         e.order_id: {x.lineage.event_id for x in events if x.order_id == e.order_id} for e in events
@@ -621,28 +630,17 @@ def test_two_workers_share_the_assembly(db: Db, tmp_path: Path) -> None:
     between them), and every order's OrderPlaced comes once, with its items and true
     total."""
     customer, products = _ids(db)
-    group = f"tx-{uuid.uuid4().hex[:8]}"
-    workers = [Worker(db, group, f"{group}.dlq", tmp_path / f"w{i}.log") for i in (1, 2)]
-    reader = Reader(db)
-    with capturing(db, tmp_path) as run:
-        for worker in workers:
-            worker.start()
-        try:
-            orders = []
-            with db.conn.cursor() as cur:
-                for n in range(24):
-                    cur.execute("BEGIN")
-                    lines = [(products[n % 3], n % 4 + 1), (products[(n + 1) % 3], 1)]
-                    orders.append(place(cur, customer, lines))
-                    cur.execute("COMMIT")
-            run.wait_acked(db.wal_lsn())
-            events = reader.wait(set(orders), workers[0])
-            held = [_assembling(worker, group) for worker in workers]
-        finally:
-            reader.close()
-            for worker in workers:
-                if worker.alive():
-                    worker.signal(signal.SIGTERM)
+    with two_workers(db, tmp_path) as (group, workers, reader, run):
+        orders = []
+        with db.conn.cursor() as cur:
+            for n in range(24):
+                cur.execute("BEGIN")
+                lines = [(products[n % 3], n % 4 + 1), (products[(n + 1) % 3], 1)]
+                orders.append(place(cur, customer, lines))
+                cur.execute("COMMIT")
+        run.wait_acked(db.wal_lsn())
+        events = reader.wait(set(orders), workers[0])
+        held = [_assembling(worker, group) for worker in workers]
     _check(events, truth(db, orders))
     assert len(events) == len(orders)  # once each, not one more
     assert all(held) and sorted(held[0] + held[1]) == [0, 1, 2, 3], held
@@ -653,33 +651,22 @@ def test_one_of_two_workers_killed_mid_transaction(db: Db, tmp_path: Path) -> No
     """Two workers; kill -9 of the one that assembles a big order while its transaction
     is half copied: the survivor takes its partitions over and every order's OrderPlaced
     has one event id and its true total, the big one exactly once."""
-    group = f"tx-{uuid.uuid4().hex[:8]}"
-    workers = [Worker(db, group, f"{group}.dlq", tmp_path / f"w{i}.log") for i in (1, 2)]
-    reader = Reader(db)
     customer, products = _ids(db)
-    with capturing(db, tmp_path) as run:
-        for worker in workers:
-            worker.start()
-        try:
-            victim, survivor, target = _owner_of_next_big(db, workers, group)
-            big, small = _mid_transaction(db, reader, survivor, group, lines=3000)
-            assert _assembly_partition(big) == target, big
-            victim.signal(signal.SIGKILL)
-            assert big not in {e.order_id for e in reader.poll()}, "not killed mid-transaction"
-            run.wait_acked(db.wal_lsn())
-            more = []
-            with db.conn.cursor() as cur:
-                for n in range(8):
-                    cur.execute("BEGIN")
-                    more.append(place(cur, customer, [(products[n % 3], n + 1)]))
-                    cur.execute("COMMIT")
-            run.wait_acked(db.wal_lsn())
-            events = reader.wait({big, *small, *more}, survivor, timeout=120)
-        finally:
-            reader.close()
-            for worker in workers:
-                if worker.alive():
-                    worker.signal(signal.SIGTERM)
+    with two_workers(db, tmp_path) as (group, workers, reader, run):
+        victim, survivor, target = _owner_of_next_big(db, workers, group)
+        big, small = _mid_transaction(db, reader, survivor, group, lines=3000)
+        assert _assembly_partition(big) == target, big
+        victim.signal(signal.SIGKILL)
+        assert big not in {e.order_id for e in reader.poll()}, "not killed mid-transaction"
+        run.wait_acked(db.wal_lsn())
+        more = []
+        with db.conn.cursor() as cur:
+            for n in range(8):
+                cur.execute("BEGIN")
+                more.append(place(cur, customer, [(products[n % 3], n + 1)]))
+                cur.execute("COMMIT")
+        run.wait_acked(db.wal_lsn())
+        events = reader.wait({big, *small, *more}, survivor, timeout=120)
     _check(events, truth(db, [big, *small, *more]))
     assert [e.order_id for e in events].count(big) == 1
     assert len(next(e for e in events if e.order_id == big).items) == 3000
