@@ -24,6 +24,7 @@ from tests.integration.test_transaction_worker import (
     _ids,
     capturing,
     place,
+    place_orders,
     store_db,
     truth,
 )
@@ -71,14 +72,8 @@ def test_replay_of_whole_transactions(db: Db, tmp_path: Path, spark: Any) -> Non
     OrderPlaced per order with its items and total, the live path's id, replay set."""
     customer, products = _ids(db)
     with capturing(db, tmp_path) as run:
-        orders = []
-        with db.conn.cursor() as cur:
-            for n in range(10):
-                cur.execute("BEGIN")
-                lines = [(products[(n + i) % 3], i + 1) for i in range(n % 4 + 1)]
-                orders.append(place(cur, customer, lines))
-                cur.execute("COMMIT")
-            cur.execute(f"UPDATE store.orders SET status = 'paid' WHERE id = {orders[0]}")
+        orders = place_orders(db, customer, products, 10, 4)
+        db.sql(f"UPDATE store.orders SET status = 'paid' WHERE id = {orders[0]}")
         run.wait_acked(db.wal_lsn())
     target = f"replay-tx-{uuid.uuid4().hex[:8]}"
     settings = stack_settings(
