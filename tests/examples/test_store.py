@@ -59,15 +59,6 @@ CUSTOMER = {
     "created_at": NOW,
     "updated_at": NOW,
 }
-PRODUCT = {
-    "id": 1,
-    "sku": "S1",
-    "name": "x",
-    "price": Decimal("9.99"),
-    "currency": "EUR",
-    "stock": 1,
-    "updated_at": NOW,
-}
 
 
 def test_customer_registered_and_moved() -> None:

@@ -39,9 +39,8 @@ def db(bizevents_stack: Endpoints) -> Iterator[Db]:
         yield made
 
 
-def _read(db: Db, topic: str) -> list[Any]:
-    registry = SchemaRegistryClient({"url": db.endpoints.registry_url})
-    decode = BusinessDeserializer(registry, OrderPlaced, OrderStatusChanged)
+def _messages(db: Db, topic: str) -> list[Any]:
+    """Every message of ``topic``, each partition read to its end."""
     consumer = Consumer(
         {
             "bootstrap.servers": db.endpoints.bootstrap_servers,
@@ -61,10 +60,16 @@ def _read(db: Db, topic: str) -> list[Any]:
                     assert err.code() == KafkaError._PARTITION_EOF
                     at_end.add(m.partition() or 0)
                     continue
-                out.append(decode(m.value() or b"", topic))
+                out.append(m)
         return out
     finally:
         consumer.close()
+
+
+def _read(db: Db, topic: str) -> list[Any]:
+    registry = SchemaRegistryClient({"url": db.endpoints.registry_url})
+    decode = BusinessDeserializer(registry, OrderPlaced, OrderStatusChanged)
+    return [decode(m.value() or b"", topic) for m in _messages(db, topic)]
 
 
 def test_replay_of_whole_transactions(db: Db, tmp_path: Path, spark: Any) -> None:
@@ -145,32 +150,15 @@ def _changes(db: Db, topic: str) -> list[tuple[int, int, Any]]:
     from bizevents.plumbing.registry import schema_lookup
 
     decoder = AutoDecoder(schema_lookup(SchemaRegistryClient({"url": db.endpoints.registry_url})))
-    consumer = Consumer(
-        {
-            "bootstrap.servers": db.endpoints.bootstrap_servers,
-            "group.id": "unused",
-            "enable.partition.eof": True,
-        }
-    )
-    try:
-        parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        consumer.assign([TopicPartition(topic, p, 0) for p in parts])
-        at_end: set[int] = set()
-        out = []
-        while len(at_end) < len(parts):
-            for m in consumer.consume(500, 1.0):
-                if m.error() is not None:
-                    at_end.add(m.partition() or 0)
-                    continue
-                if m.value() is None:
-                    continue
-                where = Coordinates(topic, m.partition() or 0, m.offset() or 0)
-                change = decoder.decode(m.key(), m.value(), where)
-                if isinstance(change, ChangeEvent):
-                    out.append((m.partition() or 0, m.offset() or 0, change))
-        return out
-    finally:
-        consumer.close()
+    out = []
+    for m in _messages(db, topic):
+        if m.value() is None:
+            continue
+        where = Coordinates(topic, m.partition() or 0, m.offset() or 0)
+        change = decoder.decode(m.key(), m.value(), where)
+        if isinstance(change, ChangeEvent):
+            out.append((m.partition() or 0, m.offset() or 0, change))
+    return out
 
 
 def _check_whole(db: Db, events: list[Any]) -> set[int]:
