@@ -44,12 +44,9 @@ T0 = datetime(2026, 11, 24, 8, 0, tzinfo=UTC)
 
 
 def _items_encoder(server: str, registry: Any) -> Any:
-    import json
-
-    from confluent_kafka.schema_registry import Schema
-
     from bizevents.contracts.logical import ColumnType, Field, Kind
-    from bizevents.contracts.technical import AvroEncoder, TableSchema
+    from bizevents.contracts.technical import TableSchema
+    from tests.store_technical import registered_encoder
 
     key = (
         Field("order_id", ColumnType(Kind.INT64), optional=False),
@@ -61,13 +58,7 @@ def _items_encoder(server: str, registry: Any) -> Any:
         Field("quantity", ColumnType(Kind.INT32), optional=False),
         Field("unit_price", ColumnType(Kind.DECIMAL, scale=2, precision=12), optional=False),
     )
-    table = TableSchema(server, "store", "order_items", key, value)
-    schemas = AvroEncoder(table, 0, 0).schemas
-    assert schemas.key is not None
-    topic = table.namespace
-    key_id = registry.register_schema(f"{topic}-key", Schema(json.dumps(schemas.key), "AVRO"))
-    value_id = registry.register_schema(f"{topic}-value", Schema(json.dumps(schemas.value), "AVRO"))
-    return AvroEncoder(table, key_id, value_id)
+    return registered_encoder(TableSchema(server, "store", "order_items", key, value), registry)
 
 
 def workload(server: str, registry: Any, transactions: int) -> tuple[list[Any], list[Any]]:
