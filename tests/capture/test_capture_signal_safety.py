@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
+from bizevents.capture.config import CaptureConfig
 from bizevents.capture.core.signals import SignalTopic, new_signal, signal_table_ddl
 from bizevents.capture.core.state import Ledger, Pending, StateStore
+from bizevents.capture.postgres.runner import CaptureEndpoints
 from bizevents.contracts.envelope import ChangeEvent
 from tests.capture.capture_helpers import (
     Db,
@@ -41,6 +43,21 @@ pytestmark = pytest.mark.integration
 
 def victim_exists(db: Db) -> bool:
     return bool(db.sql("SELECT to_regclass(%s)", (f"{db.schema}.victim",))[0][0])
+
+
+def run_once(
+    db: Db, config: CaptureConfig, endpoints: CaptureEndpoints
+) -> tuple[dict[str, str], StateStore, bytes, Ledger | None]:
+    """A capture run to its snapshot's end and stopped: the Kafka settings, its state
+    store, its ledger's key there and the ledger it stored."""
+    with in_process(config, endpoints) as run:
+        run.wait_snapshot()
+        run.wait_acked(db.wal_lsn())
+        run.stop()
+    kafka = {"bootstrap.servers": db.endpoints.bootstrap_servers}
+    store = StateStore(kafka, config.offsets_topic_name, db.server)
+    key = store.ledger_key(db.slot)
+    return kafka, store, key, Ledger.from_json(store.read(key))
 
 
 def test_a_where_that_holds_sql_drops_nothing(db: Db, tmp_path: Path) -> None:
@@ -153,14 +170,7 @@ def test_a_stop_sent_while_capture_was_away_ends_a_stored_snapshot_that_fails(
     db.sql(f"INSERT INTO {s}.t SELECT g, 0 FROM generate_series(1, 500) g")
     config = db.config(["t"], incremental_chunk_rows=50)
     endpoints = capture_endpoints(db.endpoints, tmp_path)
-    with in_process(config, endpoints) as run:
-        run.wait_snapshot()
-        run.wait_acked(db.wal_lsn())
-        run.stop()
-    kafka = {"bootstrap.servers": db.endpoints.bootstrap_servers}
-    store = StateStore(kafka, config.offsets_topic_name, db.server)
-    key = store.ledger_key(db.slot)
-    ledger = Ledger.from_json(store.read(key))
+    kafka, store, key, ledger = run_once(db, config, endpoints)
     assert ledger is not None
     ledger.queue = [Pending(f"{s}.t", "old", f"true); DROP TABLE {s}.victim; SELECT (1")]
     producer = Producer(kafka)
@@ -272,14 +282,7 @@ def test_a_stored_snapshot_whose_chunk_query_fails_is_stopped_and_capture_goes_o
     db.sql(f"INSERT INTO {s}.t SELECT g, 0 FROM generate_series(1, 50) g")
     config = db.config(["t"])
     endpoints = capture_endpoints(db.endpoints, tmp_path)
-    with in_process(config, endpoints) as run:
-        run.wait_snapshot()
-        run.wait_acked(db.wal_lsn())
-        run.stop()
-    kafka = {"bootstrap.servers": db.endpoints.bootstrap_servers}
-    store = StateStore(kafka, config.offsets_topic_name, db.server)
-    key = store.ledger_key(db.slot)
-    ledger = Ledger.from_json(store.read(key))
+    kafka, store, key, ledger = run_once(db, config, endpoints)
     assert ledger is not None
     ledger.queue = [Pending(f"{s}.t", "typed", "id = 'abc'")]
     store.write_acknowledged(Producer(kafka), key, ledger.to_json())
