@@ -35,12 +35,9 @@ Run it on a quiet machine (``uptime``): the two share the cores with nothing els
 from __future__ import annotations
 
 import argparse
-import json
 import resource
-import shutil
 import statistics
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -54,6 +51,11 @@ import psycopg2
 
 from tests.peers import harness
 
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench import kit  # noqa: E402
+
 TARGET_RATIO = 1.5  # bizevents at least 1.5 times Debezium (issue 39)
 
 
@@ -66,29 +68,6 @@ def cpu_seconds() -> float:
 class Figure:
     per_s: float  # changes (or rows) per wall-clock second
     cpu_per_100k: float  # CPU seconds per 100,000 changes (or rows)
-
-
-def generate(dsn: str, table: str, changes: int, tx_rows: int) -> None:
-    conn = psycopg2.connect(dsn)
-    inserts = changes // 2
-    with conn.cursor() as cur:
-        for start in range(1, inserts + 1, tx_rows):
-            stop = min(start + tx_rows - 1, inserts)
-            cur.execute(
-                f"INSERT INTO {table} SELECT g, 'customer ' || g, g %% 97, g * 1.25, now(), "
-                "g %% 2 = 0 FROM generate_series(%s, %s) g",
-                (start, stop),
-            )
-            conn.commit()
-        for start in range(1, changes - inserts + 1, tx_rows):
-            stop = min(start + tx_rows - 1, changes - inserts)
-            cur.execute(
-                f"UPDATE {table} SET qty = qty + 1, price = price + 0.01 "
-                "WHERE id BETWEEN %s AND %s",
-                (start, stop),
-            )
-            conn.commit()
-    conn.close()
 
 
 def run_bizevents(
@@ -215,7 +194,7 @@ def one_run(endpoints: Any, tmp: Path, args: argparse.Namespace) -> dict[str, Fi
         with admin.cursor() as cur:
             for s in (ours, theirs):
                 cur.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (s,))
-        generate(dsn, table, args.changes, args.tx_rows)
+        kit.generate_pg(dsn, table, args.changes, args.tx_rows)
         with admin.cursor() as cur:
             cur.execute(
                 f"INSERT INTO {snap_table} SELECT g, 'customer ' || g, g % 97, g * 1.25, "
@@ -449,23 +428,7 @@ def main() -> None:
     if reason is not None:
         sys.exit(reason)
 
-    from bizevents.devstack import DevStack, Endpoints
-    from bizevents.settings import DevSettings
-
-    tmp = Path(tempfile.mkdtemp(prefix="bench-peers-"))
-    stack = None
-    if args.stack_json:
-        endpoints = Endpoints(**json.loads(args.stack_json.read_text()))
-    else:
-        stack = DevStack(
-            tmp / "stack",
-            DevSettings(
-                broker_port=0, registry_port=0, postgres_port=0, mysql=mariadb, mysql_port=0
-            ),
-        )
-        stack.up()
-        endpoints = stack.endpoints()
-    try:
+    with kit.bench_stack("bench-peers-", args.stack_json, mysql=mariadb) as (endpoints, tmp, _):
         runs: list[dict[str, Figure]] = []
         for i in range(args.runs):
             runs.append((one_run_mariadb if mariadb else one_run)(endpoints, tmp, args))
@@ -491,10 +454,6 @@ def main() -> None:
         print(f"{'stream changes per cpu-s':<28}{spread(per_cpu)}")
         print(f"{'stream changes/s':<28}{spread(stream)}")
         print(f"{'snapshot rows/s':<28}{spread(snap)}")
-    finally:
-        if stack is not None:
-            stack.down(purge=True)
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -14,19 +14,22 @@ from __future__ import annotations
 
 import argparse
 import glob
-import json
 import os
 import resource
 import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
 from pathlib import Path
 
 import psycopg2
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench import kit  # noqa: E402
 
 TARGET = 25_000
 
@@ -46,30 +49,6 @@ def cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def generate(dsn: str, table: str, changes: int, tx_rows: int) -> None:
-    conn = psycopg2.connect(dsn)
-    conn.autocommit = False
-    inserts = changes // 2
-    with conn.cursor() as cur:
-        for start in range(1, inserts + 1, tx_rows):
-            stop = min(start + tx_rows - 1, inserts)
-            cur.execute(
-                f"INSERT INTO {table} SELECT g, 'customer ' || g, g %% 97, g * 1.25, now(), "
-                "g %% 2 = 0 FROM generate_series(%s, %s) g",
-                (start, stop),
-            )
-            conn.commit()
-        for start in range(1, changes - inserts + 1, tx_rows):
-            stop = min(start + tx_rows - 1, changes - inserts)
-            cur.execute(
-                f"UPDATE {table} SET qty = qty + 1, price = price + 0.01 "
-                "WHERE id BETWEEN %s AND %s",
-                (start, stop),
-            )
-            conn.commit()
-    conn.close()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--changes", type=int, default=200_000)
@@ -87,131 +66,124 @@ def main() -> None:
     from bizevents.capture.config import CaptureConfig
     from bizevents.capture.metrics import CaptureStats
     from bizevents.capture.postgres.runner import CaptureEndpoints, PostgresCapture
-    from bizevents.devstack import DevStack, Endpoints
-    from bizevents.settings import DevSettings
 
-    stack = None
-    tmp = Path(tempfile.mkdtemp(prefix="bench-capture-"))
-    if args.stack_json:
-        endpoints = Endpoints(**json.loads(args.stack_json.read_text()))
-    else:
-        stack = DevStack(
-            tmp / "stack", DevSettings(broker_port=0, registry_port=0, postgres_port=0)
-        )
-        stack.up()
-        endpoints = stack.endpoints()
-    tag = uuid.uuid4().hex[:8]
-    table = f"public.bench_{tag}"
-    slot, ref_slot, pub = f"bench_{tag}", f"bench_ref_{tag}", f"bench_{tag}"
-    dsn = endpoints.postgres_dsn
-    admin = psycopg2.connect(dsn)
-    admin.autocommit = True
-    try:
-        with admin.cursor() as cur:
-            cur.execute(
-                f"CREATE TABLE {table} (id bigint PRIMARY KEY, name text, qty int, "
-                "price numeric(12,2), at timestamptz, flag boolean)"
-            )
-            cur.execute(f"CREATE PUBLICATION {pub} FOR TABLE {table}")
-            for s in (slot, ref_slot):
-                cur.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (s,))
-        t0 = time.perf_counter()
-        generate(dsn, table, args.changes, args.tx_rows)
-        with admin.cursor() as cur:
-            cur.execute("SELECT pg_current_wal_insert_lsn()::text")
-            end_lsn_text = cur.fetchone()[0]
-        print(f"generated {args.changes:,} changes in {time.perf_counter() - t0:.1f}s")
-        from bizevents.capture.postgres.messages import parse_lsn
-
-        end_lsn = parse_lsn(end_lsn_text)
-
-        # Reference: pg_recvlogical drains the same WAL into /dev/null.
-        t0 = time.perf_counter()
-        subprocess.run(
-            [
-                pg_recvlogical(), "-d", dsn, "--slot", ref_slot, "--start", "--no-loop",
-                "-o", "proto_version=1", "-o", f"publication_names={pub}",
-                "-E", end_lsn_text, "-f", "/dev/null",
-            ],
-            check=True,
-            timeout=600,
-        )  # fmt: skip
-        ref_s = time.perf_counter() - t0
-
-        config = CaptureConfig(
-            server=f"bench{tag}",
-            tables=(table,),
-            slot=slot,
-            publication=pub,
-            partitions=args.partitions,
-            snapshot="never",
-            state_dir=tmp / "state",
-            heartbeat_interval_s=1.0,
-            transaction_metadata=not args.no_transaction_metadata,
-        )
-        stats = CaptureStats(config.server, slot)
-        runner = PostgresCapture(
-            config,
-            CaptureEndpoints(
-                dsn,
-                {"bootstrap.servers": endpoints.bootstrap_servers},
-                {"url": endpoints.registry_url},
-                tmp / "state",
-            ),
-            stats=stats,
-        )
-        profiler = None
-        if args.profile:
-            import cProfile
-
-            profiler = cProfile.Profile()
-
-        def run() -> None:
-            if profiler is not None:
-                profiler.enable()
-            runner.run()
-            if profiler is not None:
-                profiler.disable()
-
-        cpu0 = cpu_seconds()
-        t0 = time.perf_counter()
-        thread = threading.Thread(target=run, daemon=True)
-        thread.start()
-        while stats.acknowledged_lsn < end_lsn and thread.is_alive():
-            time.sleep(0.02)
-        cap_s = time.perf_counter() - t0
-        cap_cpu = cpu_seconds() - cpu0
-        runner.request_stop()
-        thread.join(60)
-        if profiler is not None:
-            profiler.dump_stats(str(args.profile))
-        if stats.acknowledged_lsn < end_lsn:
-            sys.exit("capture stopped before acknowledging every change")
-
-        cap_rate = args.changes / cap_s
-        ref_rate = args.changes / ref_s
-        print(f"pg_recvlogical (pgoutput → /dev/null): {ref_rate:>10,.0f} changes/s ({ref_s:.2f}s)")
-        print(f"capture → Kafka, acknowledged:        {cap_rate:>10,.0f} changes/s ({cap_s:.2f}s)")
-        print(f"capture CPU-seconds per 100,000 changes: {cap_cpu * 100_000 / args.changes:>6.2f}")
-        metadata = "off" if args.no_transaction_metadata else "on"
-        print(f"transaction metadata:                {metadata:>10}")
-        print(f"ratio to target ({TARGET:,}/s):      {cap_rate / TARGET:>10.2f}")
-        print(f"ratio to pg_recvlogical:             {cap_rate / ref_rate:>10.2f}")
-    finally:
-        with admin.cursor() as cur:
-            for s in (slot, ref_slot):
+    with kit.bench_stack("bench-capture-", args.stack_json) as (endpoints, tmp, _):
+        tag = uuid.uuid4().hex[:8]
+        table = f"public.bench_{tag}"
+        slot, ref_slot, pub = f"bench_{tag}", f"bench_ref_{tag}", f"bench_{tag}"
+        dsn = endpoints.postgres_dsn
+        admin = psycopg2.connect(dsn)
+        admin.autocommit = True
+        try:
+            with admin.cursor() as cur:
                 cur.execute(
-                    "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-                    "WHERE slot_name = %s AND active_pid IS NULL",
-                    (s,),
+                    f"CREATE TABLE {table} (id bigint PRIMARY KEY, name text, qty int, "
+                    "price numeric(12,2), at timestamptz, flag boolean)"
                 )
-            cur.execute(f"DROP PUBLICATION IF EXISTS {pub}")
-            cur.execute(f"DROP TABLE IF EXISTS {table}")
-        admin.close()
-        if stack is not None:
-            stack.down(purge=True)
-        shutil.rmtree(tmp, ignore_errors=True)
-        os.environ.pop("_", None)
+                cur.execute(f"CREATE PUBLICATION {pub} FOR TABLE {table}")
+                for s in (slot, ref_slot):
+                    cur.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (s,))
+            t0 = time.perf_counter()
+            kit.generate_pg(dsn, table, args.changes, args.tx_rows)
+            with admin.cursor() as cur:
+                cur.execute("SELECT pg_current_wal_insert_lsn()::text")
+                end_lsn_text = cur.fetchone()[0]
+            print(f"generated {args.changes:,} changes in {time.perf_counter() - t0:.1f}s")
+            from bizevents.capture.postgres.messages import parse_lsn
+
+            end_lsn = parse_lsn(end_lsn_text)
+
+            # Reference: pg_recvlogical drains the same WAL into /dev/null.
+            t0 = time.perf_counter()
+            subprocess.run(
+                [
+                    pg_recvlogical(), "-d", dsn, "--slot", ref_slot, "--start", "--no-loop",
+                    "-o", "proto_version=1", "-o", f"publication_names={pub}",
+                    "-E", end_lsn_text, "-f", "/dev/null",
+                ],
+                check=True,
+                timeout=600,
+            )  # fmt: skip
+            ref_s = time.perf_counter() - t0
+
+            config = CaptureConfig(
+                server=f"bench{tag}",
+                tables=(table,),
+                slot=slot,
+                publication=pub,
+                partitions=args.partitions,
+                snapshot="never",
+                state_dir=tmp / "state",
+                heartbeat_interval_s=1.0,
+                transaction_metadata=not args.no_transaction_metadata,
+            )
+            stats = CaptureStats(config.server, slot)
+            runner = PostgresCapture(
+                config,
+                CaptureEndpoints(
+                    dsn,
+                    {"bootstrap.servers": endpoints.bootstrap_servers},
+                    {"url": endpoints.registry_url},
+                    tmp / "state",
+                ),
+                stats=stats,
+            )
+            profiler = None
+            if args.profile:
+                import cProfile
+
+                profiler = cProfile.Profile()
+
+            def run() -> None:
+                if profiler is not None:
+                    profiler.enable()
+                runner.run()
+                if profiler is not None:
+                    profiler.disable()
+
+            cpu0 = cpu_seconds()
+            t0 = time.perf_counter()
+            thread = threading.Thread(target=run, daemon=True)
+            thread.start()
+            while stats.acknowledged_lsn < end_lsn and thread.is_alive():
+                time.sleep(0.02)
+            cap_s = time.perf_counter() - t0
+            cap_cpu = cpu_seconds() - cpu0
+            runner.request_stop()
+            thread.join(60)
+            if profiler is not None:
+                profiler.dump_stats(str(args.profile))
+            if stats.acknowledged_lsn < end_lsn:
+                sys.exit("capture stopped before acknowledging every change")
+
+            cap_rate = args.changes / cap_s
+            ref_rate = args.changes / ref_s
+            print(
+                f"pg_recvlogical (pgoutput → /dev/null): {ref_rate:>10,.0f} changes/s "
+                f"({ref_s:.2f}s)"
+            )
+            print(
+                f"capture → Kafka, acknowledged:        {cap_rate:>10,.0f} changes/s ({cap_s:.2f}s)"
+            )
+            print(
+                f"capture CPU-seconds per 100,000 changes: {cap_cpu * 100_000 / args.changes:>6.2f}"
+            )
+            metadata = "off" if args.no_transaction_metadata else "on"
+            print(f"transaction metadata:                {metadata:>10}")
+            print(f"ratio to target ({TARGET:,}/s):      {cap_rate / TARGET:>10.2f}")
+            print(f"ratio to pg_recvlogical:             {cap_rate / ref_rate:>10.2f}")
+        finally:
+            with admin.cursor() as cur:
+                for s in (slot, ref_slot):
+                    cur.execute(
+                        "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                        "WHERE slot_name = %s AND active_pid IS NULL",
+                        (s,),
+                    )
+                cur.execute(f"DROP PUBLICATION IF EXISTS {pub}")
+                cur.execute(f"DROP TABLE IF EXISTS {table}")
+            admin.close()
+            os.environ.pop("_", None)
 
 
 if __name__ == "__main__":

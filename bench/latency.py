@@ -47,6 +47,8 @@ import psycopg2
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tests.capture.capture_helpers: the capture CLI helpers
 
+from bench import kit  # noqa: E402
+
 TARGET_P99_S = 0.250
 TARGET_RATE = 5_000
 TICK_S = 0.010
@@ -472,13 +474,7 @@ def one_run(endpoints: Any, args: argparse.Namespace, tmp: Path) -> Figures:
         if events is not None:
             events.stopping.set()
             events.join(10)
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            try:
-                process.wait(30)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        kit.stop_processes(processes)
         conn.rollback()
         conn.autocommit = True
         with conn.cursor() as cur:

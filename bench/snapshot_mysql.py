@@ -21,108 +21,48 @@ the median of the runs with min-max.
 
 from __future__ import annotations
 
-import argparse
-import random
-import shutil
-import statistics
 import sys
-import tempfile
 import threading
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
-PER_TX = 50
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench import kit  # noqa: E402
+
 #: Seconds of snapshot work per busy turn of the binlog loop (idle turns left out).
 TURNS: list[float] = []
 
 
-class Writer(threading.Thread):
+def mysql_writer(dsn: str, big: str, probe: str, rows: int, rate: int) -> kit.RateWriter:
     """Updates ``rate`` rows/s of the big table and 50/s of the probe table (each probe
     change carries the client's clock in ms)."""
+    from bizevents.capture.mariadb import queries as my
 
-    def __init__(self, dsn: str, big: str, probe: str, rows: int, rate: int) -> None:
-        super().__init__(daemon=True)
-        self.dsn, self.big, self.probe, self.rows, self.rate = dsn, big, probe, rows, rate
-        self.stop_event = threading.Event()
-        self.changes = 0
+    def step(cur: Any, ids: list[int], probe_id: int | None) -> None:
+        cur.execute("START TRANSACTION")
+        cur.execute(f"UPDATE {big} SET qty = qty + 1 WHERE id IN %s", (ids,))
+        cur.execute("COMMIT")
+        if probe_id is not None:
+            cur.execute(
+                f"UPDATE {probe} SET t = %s WHERE id = %s", (int(time.time() * 1000), probe_id)
+            )
 
-    def run(self) -> None:
-        from bizevents.capture.mariadb import queries as my
-
-        conn = my.connect(self.dsn)
-        rnd = random.Random(1)
-        interval = PER_TX / self.rate
-        next_at = time.perf_counter()
-        n = 0
-        with conn.cursor() as cur:
-            while not self.stop_event.is_set():
-                ids = [rnd.randrange(1, self.rows + 1) for _ in range(PER_TX)]
-                cur.execute("START TRANSACTION")
-                cur.execute(f"UPDATE {self.big} SET qty = qty + 1 WHERE id IN %s", (ids,))
-                cur.execute("COMMIT")
-                n += 1
-                if n % max(1, self.rate // PER_TX // 50) == 0:
-                    cur.execute(
-                        f"UPDATE {self.probe} SET t = %s WHERE id = %s",
-                        (int(time.time() * 1000), rnd.randrange(1, 101)),
-                    )
-                self.changes += PER_TX
-                next_at += interval
-                delay = next_at - time.perf_counter()
-                if delay > 0:
-                    time.sleep(delay)
-                elif delay < -0.1:
-                    next_at = time.perf_counter()  # behind: no burst to catch up
-        conn.close()
+    return kit.RateWriter(lambda: my.connect(dsn), step, rows, rate)
 
 
-def probe_latencies(endpoints: Any, topic: str) -> list[tuple[int, float]]:
-    """(client ms, latency s) of every streamed probe change."""
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
-    from confluent_kafka.schema_registry import SchemaRegistryClient
-
-    from bizevents.contracts.envelope import ChangeEvent
-    from bizevents.contracts.technical import AvroDecoder
-
-    registry = SchemaRegistryClient({"url": endpoints.registry_url})
-    decoder = AvroDecoder(lambda i: registry.get_schema(i).schema_str)
-    consumer = Consumer(
-        {"bootstrap.servers": endpoints.bootstrap_servers, "group.id": "bench"}
-        | {"enable.partition.eof": True}
-    )
-    meta = consumer.list_topics(topic, timeout=10).topics[topic]
-    consumer.assign([TopicPartition(topic, p, 0) for p in meta.partitions])
-    ends, out = 0, []
-    while ends < len(meta.partitions):
-        for m in consumer.consume(1000, timeout=5):
-            err = m.error()
-            if err is not None:
-                if err.code() != KafkaError._PARTITION_EOF:
-                    raise RuntimeError(f"reading {topic}: {err}")
-                ends += 1
-                continue
-            d = decoder.decode(m.key(), m.value())
-            if isinstance(d, ChangeEvent) and d.op == "u" and d.after is not None:
-                sent = int(dict(d.after)["t"])
-                out.append((sent, (m.timestamp()[1] - sent) / 1000))
-    consumer.close()
-    return out
+def client_ms(event: Any) -> int | None:
+    """A probe change's time on the client's clock, written into the row."""
+    return int(dict(event.after)["t"]) if event.after is not None else None
 
 
-def p99(values: list[float]) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
-
-
-def one_run(endpoints: Any, rows: int, rate: int, load_s: float, chunk: int) -> dict[str, float]:
-    from confluent_kafka import Producer
-
+def one_run(
+    endpoints: Any, rows: int, rate: int, load_s: float, chunk: int, tmp: Path
+) -> dict[str, float]:
     from bizevents.capture.config import CaptureConfig
-    from bizevents.capture.core.signals import SignalTopic, new_signal
     from bizevents.capture.mariadb import queries as my
     from bizevents.capture.mariadb.capture import MysqlCapture
     from bizevents.capture.metrics import CaptureStats
@@ -160,32 +100,18 @@ def one_run(endpoints: Any, rows: int, rate: int, load_s: float, chunk: int) -> 
     stats = CaptureStats(config.server, "binlog")
     runner = MysqlCapture(
         config,
-        CaptureEndpoints(dsn, kafka, {"url": endpoints.registry_url}, Path(tempfile.mkdtemp())),
+        CaptureEndpoints(dsn, kafka, {"url": endpoints.registry_url}, tmp),
         stats=stats,
     )
     thread = threading.Thread(target=runner.run, daemon=True)
     out: dict[str, float] = {}
-    signals = SignalTopic(kafka, config.signal_topic_name, config.server)
-    producer = Producer(kafka)
-
-    def incremental() -> float:
-        sent_at = time.perf_counter()
-        signals.send(producer, new_signal("execute-snapshot", (big,)))
-        producer.flush(10)
-        while not runner.ledger.queue:
-            assert thread.is_alive(), "capture stopped"
-            time.sleep(0.005)
-        while runner.ledger.queue:
-            assert thread.is_alive(), "capture stopped"
-            time.sleep(0.01)
-        return rows / (time.perf_counter() - sent_at)
 
     try:
         thread.start()
         while not stats.snapshot_done:
             assert thread.is_alive(), "capture stopped"
             time.sleep(0.01)
-        writer = Writer(dsn, big, probe, rows, rate)
+        writer = mysql_writer(dsn, big, probe, rows, rate)
         writer.start()
         time.sleep(2)
         idle_from = int(time.time() * 1000)
@@ -193,20 +119,19 @@ def one_run(endpoints: Any, rows: int, rate: int, load_s: float, chunk: int) -> 
         idle_to = int(time.time() * 1000)
         changes_start, started = writer.changes, time.perf_counter()
         TURNS.clear()
-        out["incremental under load rows/s"] = incremental()
+        out["incremental under load rows/s"] = kit.incremental_rate(
+            kafka, config, runner, thread, big, rows
+        )
         turns = [t for t in TURNS if t > 0.0002]  # turns with snapshot work to do
-        out["snapshot turn p99 ms"] = p99(turns) * 1000
+        out["snapshot turn p99 ms"] = kit.p99(turns) * 1000
         out["snapshot turn max ms"] = max(turns, default=float("nan")) * 1000
         during_to = int(time.time() * 1000)
         out["writer changes/s"] = (writer.changes - changes_start) / (time.perf_counter() - started)
-        writer.stop_event.set()
-        writer.join()
-        time.sleep(3)
-        lat = probe_latencies(endpoints, f"{config.prefix}.{probe}")
+        lat = kit.stopped_probe(writer, endpoints, f"{config.prefix}.{probe}", client_ms)
         idle = [s for ms, s in lat if idle_from <= ms <= idle_to]
         during = [s for ms, s in lat if idle_to < ms <= during_to]
-        out["stream p99 before ms"] = p99(idle) * 1000
-        out["stream p99 during ms"] = p99(during) * 1000
+        out["stream p99 before ms"] = kit.p99(idle) * 1000
+        out["stream p99 during ms"] = kit.p99(during) * 1000
         out["probe changes before"] = float(len(idle))
         out["probe changes during"] = float(len(during))
     finally:
@@ -219,19 +144,12 @@ def one_run(endpoints: Any, rows: int, rate: int, load_s: float, chunk: int) -> 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=100_000)
-    parser.add_argument("--rate", type=int, default=2_000, help="stream changes/s")
-    parser.add_argument("--load-seconds", type=float, default=8.0)
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--chunk-rows", type=int, default=1024, help="incremental chunk size")
+    parser = kit.snapshot_parser(__doc__, rows=100_000, rate=2_000, load_s=8.0)
     parser.add_argument("--slice", type=int, default=128, help="rows per turn; 0: a chunk")
     args = parser.parse_args()
 
     from bizevents.capture.core import chunks
     from bizevents.capture.mariadb import stream as mysqlstream
-    from bizevents.devstack import DevStack
-    from bizevents.settings import DevSettings
 
     chunks.SLICE = args.slice or 2**31  # the bench's one knob
     # How long each turn's snapshot work holds the binlog loop (a change read after it
@@ -246,33 +164,16 @@ def main() -> None:
             TURNS.append(time.perf_counter() - started)
 
     mysqlstream.BinlogReader.snapshot_step = timed_step  # type: ignore[method-assign]
-    tmp = Path(tempfile.mkdtemp(prefix="bench-snapshot-mysql-"))
-    stack = DevStack(
-        tmp / "stack",
-        DevSettings(broker_port=0, registry_port=0, postgres_port=0, mysql=True, mysql_port=0),
-    )
-    stack.up()
-    try:
-        endpoints = stack.endpoints()
-        runs = []
-        for n in range(args.runs):
-            result = one_run(endpoints, args.rows, args.rate, args.load_seconds, args.chunk_rows)
-            runs.append(result)
-            print(f"run {n + 1}: " + ", ".join(f"{k} {v:,.1f}" for k, v in result.items()))
-            sys.stdout.flush()
+    with kit.bench_stack("bench-snapshot-mysql-", mysql=True) as (endpoints, tmp, _):
+        runs = kit.each_run(
+            args.runs,
+            lambda n: one_run(
+                endpoints, args.rows, args.rate, args.load_seconds, args.chunk_rows, tmp / f"s{n}"
+            ),
+        )
         per_turn = args.slice or "a chunk"
-        print(f"{args.rows:,} rows, slice {per_turn}, {args.runs} runs, median (min-max):")
-        for key in runs[0]:
-            if key.startswith("probe"):
-                continue
-            values = [r[key] for r in runs]
-            print(
-                f"  {key:32} {statistics.median(values):>10,.1f} "
-                f"({min(values):,.1f}-{max(values):,.1f})"
-            )
-    finally:
-        stack.down(purge=True)
-        shutil.rmtree(tmp, ignore_errors=True)
+        title = f"{args.rows:,} rows, slice {per_turn}, {args.runs} runs, median (min-max):"
+        kit.print_runs(runs, title, digits=1)
 
 
 if __name__ == "__main__":

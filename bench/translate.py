@@ -57,6 +57,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench import kit  # noqa: E402
+
 TARGET = 50_000
 RATIO_TARGET = 0.5
 T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
@@ -211,13 +213,7 @@ def measure(
                 return records / seconds, max(memory, key=lambda m: m[1])
             time.sleep(0.2)
     finally:
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            try:
-                process.wait(30)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        kit.stop_processes(processes)
 
 
 def passthrough_child() -> None:
@@ -367,20 +363,7 @@ def main() -> None:
         passthrough_child()
         return
 
-    from bizevents.devstack import DevStack, Endpoints
-    from bizevents.settings import DevSettings
-
-    stack = None
-    tmp = Path(tempfile.mkdtemp(prefix="bench-translate-"))
-    if args.stack_json:
-        endpoints = Endpoints(**json.loads(args.stack_json.read_text()))
-    else:
-        stack = DevStack(
-            tmp / "stack", DevSettings(broker_port=0, registry_port=0, postgres_port=0)
-        )
-        stack.up()
-        endpoints = stack.endpoints()
-    try:
+    with kit.bench_stack("bench-translate-", args.stack_json) as (endpoints, tmp, stack):
         tag = uuid.uuid4().hex[:8]
         server = f"bench{tag}"
         source = f"{server}.store.orders"
@@ -535,9 +518,6 @@ def main() -> None:
             f"{'met' if ratio >= RATIO_TARGET else 'MISSED'})"
         )
         print(f"worker RSS ≤ 300 MB: {'met' if peak <= 300 * 1024 else 'MISSED'}")
-    finally:
-        if stack is not None:
-            stack.down(purge=True)
 
 
 if __name__ == "__main__":

@@ -38,16 +38,15 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench import kit  # noqa: E402
+
 T0 = datetime(2026, 11, 24, 8, 0, tzinfo=UTC)
 
 
 def _items_encoder(server: str, registry: Any) -> Any:
-    import json
-
-    from confluent_kafka.schema_registry import Schema
-
     from bizevents.contracts.logical import ColumnType, Field, Kind
-    from bizevents.contracts.technical import AvroEncoder, TableSchema
+    from bizevents.contracts.technical import TableSchema
+    from tests.store_technical import registered_encoder
 
     key = (
         Field("order_id", ColumnType(Kind.INT64), optional=False),
@@ -59,13 +58,7 @@ def _items_encoder(server: str, registry: Any) -> Any:
         Field("quantity", ColumnType(Kind.INT32), optional=False),
         Field("unit_price", ColumnType(Kind.DECIMAL, scale=2, precision=12), optional=False),
     )
-    table = TableSchema(server, "store", "order_items", key, value)
-    schemas = AvroEncoder(table, 0, 0).schemas
-    assert schemas.key is not None
-    topic = table.namespace
-    key_id = registry.register_schema(f"{topic}-key", Schema(json.dumps(schemas.key), "AVRO"))
-    value_id = registry.register_schema(f"{topic}-value", Schema(json.dumps(schemas.value), "AVRO"))
-    return AvroEncoder(table, key_id, value_id)
+    return registered_encoder(TableSchema(server, "store", "order_items", key, value), registry)
 
 
 def workload(server: str, registry: Any, transactions: int) -> tuple[list[Any], list[Any]]:
@@ -133,6 +126,7 @@ def measure(registry_url: str, transactions: int) -> tuple[float, float, float]:
 
     from bizevents.contracts.serde import BusinessSerializer
     from bizevents.contracts.technical import AutoDecoder
+    from bizevents.plumbing.registry import schema_lookup
     from bizevents.translators.assembly import Assembler, Part
     from bizevents.translators.pipeline import Pipeline, SourceRecord
     from bizevents.translators.txcore import TransactionCore
@@ -140,14 +134,7 @@ def measure(registry_url: str, transactions: int) -> tuple[float, float, float]:
     client = SchemaRegistryClient({"url": registry_url})
     server = f"benchtx{int(time.time() * 1000) % 1_000_000}"
     records, ends = workload(server, client, transactions)
-    schemas: dict[int, str] = {}
-
-    def lookup(schema_id: int) -> str:
-        if schema_id not in schemas:
-            schemas[schema_id] = str(client.get_schema(schema_id).schema_str)
-        return schemas[schema_id]
-
-    decoder = AutoDecoder(lookup)
+    decoder = AutoDecoder(schema_lookup(client))
     serializer = BusinessSerializer(client)
     core = TransactionCore([orders_v3], serializer)
 
@@ -461,13 +448,7 @@ def run_workers(
         stamps, ids = reader.read(transactions, time.monotonic() + timeout, alive)
         last = sample(len(set(ids)))
     finally:
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            try:
-                process.wait(30)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        kit.stop_processes(processes)
     window = (max(stamps) - min(stamps)) / 1000.0
     begin = first[0]
     span = Span(last[0] - begin[0], last[1] - begin[1], last[2] - begin[2], last[3] - begin[3])

@@ -35,6 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
+
 #: The design's target for a shadow: the rate with one at least this share of without.
 TARGET = 0.6
 
@@ -48,6 +49,7 @@ def measure(client: Any, transactions: int, shadowed: bool) -> float:
     from bizevents.contracts.envelope import ChangeEvent
     from bizevents.contracts.serde import BusinessSerializer
     from bizevents.contracts.technical import AutoDecoder
+    from bizevents.plumbing.registry import schema_lookup
     from bizevents.transactions import transaction_translator
     from bizevents.translators.assembly import Assembler, Part
     from bizevents.translators.txcore import TransactionCore
@@ -62,14 +64,7 @@ def measure(client: Any, transactions: int, shadowed: bool) -> float:
     )(orders_v3.tx_func)
     server = f"benchtxsh{int(time.time() * 1000) % 1_000_000}"
     records, ends = workload(server, client, transactions)
-    schemas: dict[int, str] = {}
-
-    def lookup(schema_id: int) -> str:
-        if schema_id not in schemas:
-            schemas[schema_id] = str(client.get_schema(schema_id).schema_str)
-        return schemas[schema_id]
-
-    decoder = AutoDecoder(lookup)
+    decoder = AutoDecoder(schema_lookup(client))
     core = TransactionCore(
         [orders_v3], BusinessSerializer(client), shadows=[copy] if shadowed else []
     )

@@ -44,11 +44,15 @@ def orders_table(server: str) -> TableSchema:
 
 
 def registered_orders_encoder(server: str, registry: Any) -> AvroEncoder:
-    """An encoder for ``<server>.store.orders`` whose key and value schemas are registered
-    under ``<topic>-key`` / ``<topic>-value`` (``registry``: a SchemaRegistryClient)."""
+    """An encoder for ``<server>.store.orders``, its schemas registered (registered_encoder)."""
+    return registered_encoder(orders_table(server), registry)
+
+
+def registered_encoder(table: TableSchema, registry: Any) -> AvroEncoder:
+    """An encoder for ``table`` whose key and value schemas are registered under
+    ``<topic>-key`` / ``<topic>-value`` (``registry``: a SchemaRegistryClient)."""
     from confluent_kafka.schema_registry import Schema
 
-    table = orders_table(server)
     schemas = AvroEncoder(table, 0, 0).schemas
     assert schemas.key is not None
     topic = table.namespace

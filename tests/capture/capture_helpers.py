@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg2
 from confluent_kafka import Consumer, KafkaError, TopicPartition
@@ -64,8 +64,7 @@ class Db:
             tables=tuple(f"{self.schema}.{t}" for t in tables),
             slot=self.slot,
             publication=self.publication,
-            heartbeat_interval_s=1.0,
-            **extra,
+            **{"heartbeat_interval_s": 1.0, **extra},
         )
 
     def topic(self, table: str) -> str:
@@ -103,9 +102,12 @@ def database(endpoints: Endpoints) -> Iterator[Db]:
         conn.close()
 
 
-def capture_endpoints(endpoints: Endpoints, state_dir: Path) -> CaptureEndpoints:
+def capture_endpoints(
+    endpoints: Endpoints, state_dir: Path, dsn: str | None = None
+) -> CaptureEndpoints:
+    """The stack's endpoints for a capture of ``dsn`` (the stack's PostgreSQL if None)."""
     return CaptureEndpoints(
-        endpoints.postgres_dsn,
+        dsn or endpoints.postgres_dsn,
         {"bootstrap.servers": endpoints.bootstrap_servers},
         {"url": endpoints.registry_url},
         state_dir,
@@ -113,11 +115,18 @@ def capture_endpoints(endpoints: Endpoints, state_dir: Path) -> CaptureEndpoints
 
 
 class InProcess:
-    """A capture run in a thread of the test process."""
+    """A capture run in a thread of the test process: PostgreSQL's, or another source's
+    ``runner_class`` whose stats are labelled ``slot``."""
 
-    def __init__(self, config: CaptureConfig, endpoints: CaptureEndpoints) -> None:
-        self.stats = CaptureStats(config.server, config.slot_name)
-        self.runner = PostgresCapture(config, endpoints, stats=self.stats)
+    def __init__(
+        self,
+        config: CaptureConfig,
+        endpoints: CaptureEndpoints,
+        runner_class: Any = PostgresCapture,
+        slot: str | None = None,
+    ) -> None:
+        self.stats = CaptureStats(config.server, slot or config.slot_name)
+        self.runner = runner_class(config, endpoints, stats=self.stats)
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, daemon=True)
 
@@ -154,9 +163,12 @@ class InProcess:
             raise self.error
 
 
+Run = TypeVar("Run", bound=InProcess)
+
+
 @contextmanager
-def in_process(config: CaptureConfig, endpoints: CaptureEndpoints) -> Iterator[InProcess]:
-    run = InProcess(config, endpoints)
+def running(run: Run) -> Iterator[Run]:
+    """``run`` started; stopped on leaving if the test did not stop it."""
     run.thread.start()
     try:
         yield run
@@ -164,6 +176,12 @@ def in_process(config: CaptureConfig, endpoints: CaptureEndpoints) -> Iterator[I
         if run.thread.is_alive():
             run.runner.request_stop()
             run.thread.join(60)
+
+
+@contextmanager
+def in_process(config: CaptureConfig, endpoints: CaptureEndpoints) -> Iterator[InProcess]:
+    with running(InProcess(config, endpoints)) as run:
+        yield run
 
 
 def cli_env(endpoints: Endpoints) -> dict[str, str]:

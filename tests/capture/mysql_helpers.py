@@ -19,9 +19,10 @@ from bizevents.capture.config import CaptureConfig
 from bizevents.capture.core.state import StateStore
 from bizevents.capture.mariadb import queries as my
 from bizevents.capture.mariadb.capture import MysqlCapture
-from bizevents.capture.metrics import CaptureStats
 from bizevents.capture.postgres.runner import CaptureEndpoints
 from bizevents.devstack import Endpoints
+from tests.capture import capture_helpers
+from tests.capture.capture_helpers import capture_endpoints
 
 
 @dataclass
@@ -51,12 +52,7 @@ class MyDb:
         return f"{self.server}.{self.name}.{table}"
 
     def capture_endpoints(self, state_dir: Path) -> CaptureEndpoints:
-        return CaptureEndpoints(
-            self.dsn,
-            {"bootstrap.servers": self.endpoints.bootstrap_servers},
-            {"url": self.endpoints.registry_url},
-            state_dir,
-        )
+        return capture_endpoints(self.endpoints, state_dir, self.dsn)
 
     def stored_offset(self, config: CaptureConfig) -> dict[str, Any] | None:
         store = StateStore(
@@ -84,20 +80,11 @@ def mysql_database(dsn: str, endpoints: Endpoints) -> Iterator[MyDb]:
         conn.close()
 
 
-class InProcess:
-    """A MySQL capture run in a thread of the test process."""
+class InProcess(capture_helpers.InProcess):
+    """A MariaDB capture run in a thread of the test process."""
 
     def __init__(self, config: CaptureConfig, endpoints: CaptureEndpoints) -> None:
-        self.stats = CaptureStats(config.server, "binlog")
-        self.runner = MysqlCapture(config, endpoints, stats=self.stats)
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        try:
-            self.runner.run()
-        except BaseException as exc:  # handed to the test
-            self.error = exc
+        super().__init__(config, endpoints, MysqlCapture, "binlog")
 
     def wait_position(self, end: my.BinlogPosition, timeout: float = 60) -> None:
         """Until the stored position reached ``end`` (every event before it acked)."""
@@ -111,32 +98,11 @@ class InProcess:
             assert time.monotonic() < deadline, f"capture stored {at}, not {end}"
             time.sleep(0.05)
 
-    def wait_snapshot(self, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while not self.stats.snapshot_done:
-            if self.error is not None:
-                raise self.error
-            assert time.monotonic() < deadline, "the snapshot did not finish"
-            time.sleep(0.02)
-
-    def stop(self) -> None:
-        self.runner.request_stop()
-        self.thread.join(60)
-        assert not self.thread.is_alive(), "capture did not stop"
-        if self.error is not None:
-            raise self.error
-
 
 @contextmanager
 def in_process(config: CaptureConfig, endpoints: CaptureEndpoints) -> Iterator[InProcess]:
-    run = InProcess(config, endpoints)
-    run.thread.start()
-    try:
+    with capture_helpers.running(InProcess(config, endpoints)) as run:
         yield run
-    finally:
-        if run.thread.is_alive():
-            run.runner.request_stop()
-            run.thread.join(60)
 
 
 def wait_stored(

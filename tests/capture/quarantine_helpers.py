@@ -1,5 +1,5 @@
 """What the capture quarantine tests of both sources share (PostgreSQL,
-tests/capture/test_capture_quarantine.py; MariaDB, test_capture_mysql_quarantine.py):
+tests/capture/postgres/test_quarantine.py; MariaDB, tests/capture/mariadb/test_quarantine.py):
 the "code fixes" they switch on, a key's change events read back, and the kill -9
 in the middle of a re-drive."""
 

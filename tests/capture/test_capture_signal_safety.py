@@ -1,27 +1,25 @@
-"""Signals that cannot hurt, on the real PostgreSQL and broker (issue 41's
-reproductions): a condition is data, never SQL that runs; no signal stops capture; a
-``--stop`` sent while capture was away ends a stored snapshot before it resumes."""
+"""Signals that cannot hurt, on the real databases and broker (issue 41's
+reproductions): a condition is data, never SQL that runs; no signal stops capture, on
+either source; a ``--stop`` sent while capture was away ends a stored snapshot before it
+resumes."""
 
 from __future__ import annotations
 
 import json
 import uuid
 from pathlib import Path
-from typing import Any
 
 import pytest
 from confluent_kafka import Producer
 
-from bizevents.capture.core.filters import parse_condition, resolve
+from bizevents.capture.config import CaptureConfig
 from bizevents.capture.core.signals import SignalTopic, new_signal, signal_table_ddl
 from bizevents.capture.core.state import Ledger, Pending, StateStore
-from bizevents.capture.postgres import queries as pg
+from bizevents.capture.postgres.runner import CaptureEndpoints
 from bizevents.contracts.envelope import ChangeEvent
-from bizevents.devstack import Endpoints
 from tests.capture.capture_helpers import (
     Db,
     capture_endpoints,
-    database,
     in_process,
     read_topic,
     start_cli,
@@ -29,6 +27,7 @@ from tests.capture.capture_helpers import (
     wait_snapshot_done,
     write_config,
 )
+from tests.capture.core.test_incremental import signal_cli
 from tests.capture.signal_fuzz import (
     TopicEnd,
     bad_records,
@@ -37,19 +36,28 @@ from tests.capture.signal_fuzz import (
     snapshot_with,
     wait_until,
 )
-from tests.capture.test_capture_incremental import signal_cli
+from tests.capture.sources import Source
 
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def db(bizevents_stack: Endpoints) -> Any:
-    with database(bizevents_stack) as made:
-        yield made
-
-
 def victim_exists(db: Db) -> bool:
     return bool(db.sql("SELECT to_regclass(%s)", (f"{db.schema}.victim",))[0][0])
+
+
+def run_once(
+    db: Db, config: CaptureConfig, endpoints: CaptureEndpoints
+) -> tuple[dict[str, str], StateStore, bytes, Ledger | None]:
+    """A capture run to its snapshot's end and stopped: the Kafka settings, its state
+    store, its ledger's key there and the ledger it stored."""
+    with in_process(config, endpoints) as run:
+        run.wait_snapshot()
+        run.wait_acked(db.wal_lsn())
+        run.stop()
+    kafka = {"bootstrap.servers": db.endpoints.bootstrap_servers}
+    store = StateStore(kafka, config.offsets_topic_name, db.server)
+    key = store.ledger_key(db.slot)
+    return kafka, store, key, Ledger.from_json(store.read(key))
 
 
 def test_a_where_that_holds_sql_drops_nothing(db: Db, tmp_path: Path) -> None:
@@ -162,14 +170,7 @@ def test_a_stop_sent_while_capture_was_away_ends_a_stored_snapshot_that_fails(
     db.sql(f"INSERT INTO {s}.t SELECT g, 0 FROM generate_series(1, 500) g")
     config = db.config(["t"], incremental_chunk_rows=50)
     endpoints = capture_endpoints(db.endpoints, tmp_path)
-    with in_process(config, endpoints) as run:
-        run.wait_snapshot()
-        run.wait_acked(db.wal_lsn())
-        run.stop()
-    kafka = {"bootstrap.servers": db.endpoints.bootstrap_servers}
-    store = StateStore(kafka, config.offsets_topic_name, db.server)
-    key = store.ledger_key(db.slot)
-    ledger = Ledger.from_json(store.read(key))
+    kafka, store, key, ledger = run_once(db, config, endpoints)
     assert ledger is not None
     ledger.queue = [Pending(f"{s}.t", "old", f"true); DROP TABLE {s}.victim; SELECT (1")]
     producer = Producer(kafka)
@@ -208,96 +209,66 @@ def test_a_stop_sent_while_capture_was_away_ends_a_stored_snapshot_that_fails(
     assert sorted(snapshot) == [1, 2, 3, 4, 5]
 
 
-def test_no_bad_signal_stops_capture_on_either_channel(db: Db, tmp_path: Path) -> None:
-    """Random text and deep JSON in signal table rows, random bytes and deep JSON as
-    signal topic records, one after another: each is refused; after each, capture is
-    alive and a row changed then arrives on its topic; a good snapshot still runs."""
-    s = db.schema
-    db.sql(f"CREATE TABLE {s}.t (id int PRIMARY KEY, v int)")
-    db.sql(f"INSERT INTO {s}.t SELECT g, 0 FROM generate_series(1, 100) g")
-    db.sql(signal_table_ddl(f"{s}.sig", mysql=False))
-    config = db.config(["t"], signal_table=f"{s}.sig")
-    rows = bad_rows(7, f"{s}.t", ["id > 0; SELECT 1", "id IN (SELECT id FROM pg_roles)"])
-    records = bad_records(7, f"{s}.t")
-    topic = TopicEnd(db.endpoints.bootstrap_servers, db.topic("t"))
-    with in_process(config, capture_endpoints(db.endpoints, tmp_path)) as run:
+def test_no_bad_signal_stops_capture_on_either_channel(source: Source, tmp_path: Path) -> None:
+    """Random text, deep JSON and conditions that hold SQL (a ``SLEEP()`` on MariaDB) as
+    signal table rows, random bytes and deep JSON as signal topic records, one after
+    another: each is refused; after each, capture is alive and a row changed then arrives
+    on its topic within seconds (a SLEEP(5) would hold it up longer); a good snapshot
+    still runs."""
+    table = source.table("t")
+    source.sql(f"CREATE TABLE {table} (id INT PRIMARY KEY, v INT)")
+    source.sql(f"INSERT INTO {table} VALUES " + ", ".join(f"({i}, 0)" for i in range(1, 101)))
+    source.sql(signal_table_ddl(source.table("sig"), mysql=source.mysql))
+    # Heartbeats every half second: MariaDB reads the signal topic between binlog events.
+    config = source.config(["t"], signal_table=source.table("sig"), heartbeat_interval_s=0.5)
+    rows = bad_rows(11, table, list(source.SQL_CONDITIONS))
+    records = bad_records(11, table)
+    endpoints = source.db.endpoints
+    topic = TopicEnd(endpoints.bootstrap_servers, source.topic("t"))
+    with source.in_process(config, tmp_path) as run:
         run.wait_snapshot()
 
         def alive() -> None:
             assert run.error is None and run.thread.is_alive(), run.error
 
-        refused = 0
-        changes = 0
+        refused = changes = 0
         for row in rows:
-            db.sql(f"INSERT INTO {s}.sig VALUES (%s, %s, %s)", row)
+            source.sql(f"INSERT INTO {source.table('sig')} VALUES (%s, %s, %s)", row)
             refused += 1
             wait_until(lambda n=refused: run.stats.signals_refused >= n, alive, f"{row[0]}")
             before = topic.count()
             changes += 1
-            db.sql(f"UPDATE {s}.t SET v = %s WHERE id = 1", (changes,))
-            topic.wait_beyond(before, alive)
+            source.sql(f"UPDATE {table} SET v = %s WHERE id = 1", (changes,))
+            took = topic.wait_beyond(before, alive)
+            assert took < 4, f"after {row[0]}, the stream was held up {took:.1f}s"
         for record in records:
-            send_records(db.endpoints.bootstrap_servers, config.signal_topic_name, [record])
+            send_records(endpoints.bootstrap_servers, config.signal_topic_name, [record])
             refused += 1
             wait_until(lambda n=refused: run.stats.signals_refused >= n, alive, f"{record[0]!r}")
             before = topic.count()
             changes += 1
-            db.sql(f"UPDATE {s}.t SET v = %s WHERE id = 1", (changes,))
+            source.sql(f"UPDATE {table} SET v = %s WHERE id = 1", (changes,))
             topic.wait_beyond(before, alive)
         assert run.stats.signals_refused == refused
-        good = new_signal("execute-snapshot", (f"{s}.t",), "id <= 10 OR id BETWEEN 90 AND 95")
-        db.sql(f"INSERT INTO {s}.sig VALUES (%s, %s, %s)", good.to_row())
+        good = new_signal("execute-snapshot", (table,), "id <= 10 OR id BETWEEN 90 AND 95")
+        source.sql(f"INSERT INTO {source.table('sig')} VALUES (%s, %s, %s)", good.to_row())
         wait_until(
-            lambda: f"{s}.t" in run.stats.incremental_rows and not run.runner.ledger.queue,
+            lambda: table in run.stats.incremental_rows and not run.runner.ledger.queue,
             alive,
             "the good snapshot did not run",
         )
-        run.wait_acked(db.wal_lsn())
+        source.caught_up(run)
         run.stop()
     topic.close()
     assert run.stats.signals_refused == refused
     snapshot = sorted(
         int(r.decoded.after["id"])
-        for r in read_topic(db.endpoints, db.topic("t"))
+        for r in read_topic(endpoints, source.topic("t"))
         if isinstance(r.decoded, ChangeEvent)
         and r.decoded.source.snapshot_raw == "incremental"
         and r.decoded.after
     )
     assert set(snapshot) <= {*range(1, 11), *range(90, 96)} and len(snapshot) >= 15
-
-
-def test_chunk_queries_are_read_only_and_timed(db: Db) -> None:
-    """Defence in depth: a chunk's query runs in a read-only transaction under the
-    statement timeout it is given, with the condition's values bound; a condition the
-    server refuses is its reason, in a sentence, and the connection stays usable."""
-    s = db.schema
-    db.sql(f"CREATE TABLE {s}.t (id int PRIMARY KEY, note text)")
-    db.sql(f"INSERT INTO {s}.t VALUES (1, 'a'), (2, 'x''); DROP TABLE t; --'), (3, 'c')")
-    conn = pg.connect(db.endpoints.postgres_dsn, autocommit=False)
-    try:
-        (info,) = pg.describe_tables(conn, [f"{s}.t"])
-        conn.rollback()  # open_chunk starts its own transaction
-        columns = [c.name for c in info.relation.columns]
-        where = resolve(parse_condition("NOTE = 'x''); DROP TABLE t; --'"), columns, f"{s}.t")
-        _snapshot, cur = pg.open_chunk(conn, info.relation, ["id"], None, where, 10, 7.5)
-        try:
-            assert [r[0] for r in cur.fetchall()] == ["2"]
-            cur.execute("SHOW transaction_read_only")
-            assert cur.fetchone() == ("on",)
-            cur.execute("SHOW statement_timeout")
-            assert cur.fetchone() == ("7500ms",)
-        finally:
-            pg.end_chunk(conn, cur)
-        wrong = resolve(parse_condition("id = 'abc'"), columns, f"{s}.t")
-        reason = pg.check_condition(conn, info.relation, wrong, 5)
-        assert reason is not None and "invalid input syntax for type integer" in reason
-        assert pg.check_condition(conn, info.relation, where, 5) is None
-        with conn.cursor() as cur2:
-            cur2.execute("SELECT count(*) FROM " + f"{s}.t")
-            assert cur2.fetchone() == (3,)
-        conn.rollback()
-    finally:
-        conn.close()
 
 
 def test_a_stored_snapshot_whose_chunk_query_fails_is_stopped_and_capture_goes_on(
@@ -311,14 +282,7 @@ def test_a_stored_snapshot_whose_chunk_query_fails_is_stopped_and_capture_goes_o
     db.sql(f"INSERT INTO {s}.t SELECT g, 0 FROM generate_series(1, 50) g")
     config = db.config(["t"])
     endpoints = capture_endpoints(db.endpoints, tmp_path)
-    with in_process(config, endpoints) as run:
-        run.wait_snapshot()
-        run.wait_acked(db.wal_lsn())
-        run.stop()
-    kafka = {"bootstrap.servers": db.endpoints.bootstrap_servers}
-    store = StateStore(kafka, config.offsets_topic_name, db.server)
-    key = store.ledger_key(db.slot)
-    ledger = Ledger.from_json(store.read(key))
+    kafka, store, key, ledger = run_once(db, config, endpoints)
     assert ledger is not None
     ledger.queue = [Pending(f"{s}.t", "typed", "id = 'abc'")]
     store.write_acknowledged(Producer(kafka), key, ledger.to_json())

@@ -16,13 +16,11 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from bizevents.capture.postgres.messages import parse_lsn
 from bizevents.contracts.binary import zigzag
-from bizevents.devstack import Endpoints
 from tests.capture.capture_helpers import (
     REPO,
     Db,
     capture_endpoints,
     cli_env,
-    database,
     in_process,
     write_config,
 )
@@ -30,19 +28,16 @@ from tests.capture.capture_helpers import (
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def db(bizevents_stack: Endpoints) -> Any:
-    with database(bizevents_stack) as made:
-        yield made
-
-
-def verify(config_file: Path, db: Db, *args: str) -> subprocess.CompletedProcess[str]:
+def verify(
+    config_file: Path, db: Any, *args: str, timeout: float = 180
+) -> subprocess.CompletedProcess[str]:
+    """``bizevents verify`` of ``config_file`` on ``db``'s stack (a Db or a MyDb)."""
     return subprocess.run(
         [sys.executable, "-m", "bizevents", "verify", str(config_file), *args],
         env=cli_env(db.endpoints),
         capture_output=True,
         text=True,
-        timeout=180,
+        timeout=timeout,
         cwd=REPO,
     )
 
@@ -81,6 +76,24 @@ def records_by_id(db: Db, topic: str) -> dict[bytes, tuple[bytes, bytes]]:
     return out
 
 
+def plant_gap(db: Db, topic: str) -> tuple[Producer, bytes]:
+    """A tombstone for live row 42, row 7 overwritten with row 8's values, and a key the
+    table does not have (row 8's values under id 999999): the producer and that key."""
+    by_id = {k[5:]: v for k, v in records_by_id(db, topic).items()}
+    key42, _ = by_id[zigzag(42)]
+    key7, _ = by_id[zigzag(7)]
+    _, value8 = by_id[zigzag(8)]
+    extra_key = key42[:5] + zigzag(999_999)
+    producer = Producer(
+        {"bootstrap.servers": db.endpoints.bootstrap_servers, "partitioner": "murmur2_random"}
+    )
+    producer.produce(topic, None, key42)
+    producer.produce(topic, value8, key7)
+    producer.produce(topic, value8, extra_key)
+    producer.flush(10)
+    return producer, extra_key
+
+
 def test_verify_finds_every_key_of_a_planted_gap_and_repair_closes_it(
     db: Db, tmp_path: Path
 ) -> None:
@@ -100,21 +113,7 @@ def test_verify_finds_every_key_of_a_planted_gap_and_repair_closes_it(
         assert "2999 rows in 6 chunks, 2999 keys" in clean.stdout
         assert "the topic holds the table" in clean.stdout
 
-        # The gap: a tombstone for live row 42, row 7 overwritten with row 8's values,
-        # and a key the table does not have (row 8's values under id 999999).
-        records = records_by_id(db, topic)
-        by_id = {k[5:]: v for k, v in records.items()}
-        key42, _ = by_id[zigzag(42)]
-        key7, _ = by_id[zigzag(7)]
-        _, value8 = by_id[zigzag(8)]
-        extra_key = key42[:5] + zigzag(999_999)
-        producer = Producer(
-            {"bootstrap.servers": db.endpoints.bootstrap_servers, "partitioner": "murmur2_random"}
-        )
-        producer.produce(topic, None, key42)
-        producer.produce(topic, value8, key7)
-        producer.produce(topic, value8, extra_key)
-        producer.flush(10)
+        producer, extra_key = plant_gap(db, topic)
         found = verify(config_file, db, "--chunk-rows", "500", "--rechecks", "1")
         assert found.returncode == 1, found.stdout + found.stderr
         lines = found.stdout.splitlines()
@@ -258,18 +257,7 @@ def test_verify_as_a_spark_job_finds_the_same_gap(db: Db, tmp_path: Path) -> Non
         assert "1199 rows in 3 chunks, 1199 keys" in clean.stdout, clean.stdout
         assert "the topic holds the table" in clean.stdout
 
-        by_id = {k[5:]: v for k, v in records_by_id(db, topic).items()}
-        key42, _ = by_id[zigzag(42)]
-        key7, _ = by_id[zigzag(7)]
-        _, value8 = by_id[zigzag(8)]
-        extra_key = key42[:5] + zigzag(999_999)
-        producer = Producer(
-            {"bootstrap.servers": db.endpoints.bootstrap_servers, "partitioner": "murmur2_random"}
-        )
-        producer.produce(topic, None, key42)
-        producer.produce(topic, value8, key7)
-        producer.produce(topic, value8, extra_key)
-        producer.flush(10)
+        plant_gap(db, topic)
         found = verify(config_file, db, *spark)
         assert found.returncode == 1, found.stdout + found.stderr
         assert "Traceback" not in found.stderr

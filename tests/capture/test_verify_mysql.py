@@ -1,27 +1,26 @@
-"""``bizevents verify --spark`` on MariaDB against the real server and broker: keys are
-placed among the chunks in the server's order (a case-insensitive collation, an ENUM),
-0 differences on a captured table, every key of a planted gap found."""
+"""``bizevents verify`` (plain and ``--spark``) on MariaDB against the real server and
+broker: keys are placed among the chunks in the server's order (a case-insensitive
+collation, an ENUM), 0 differences on a captured table, every key of a planted gap found
+and repaired."""
 
 from __future__ import annotations
 
 import bisect
-import subprocess
-import sys
+import re
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 from confluent_kafka import Producer
 
+from bizevents.capture.core.state import StateStore
 from bizevents.capture.mariadb import queries as my
 from bizevents.capture.mariadb.codec import MyTableCodec
 from bizevents.capture.verifytables import MyTable
 from bizevents.contracts.binary import zigzag
-from bizevents.devstack import Endpoints
-from tests.capture.capture_helpers import REPO, cli_env
-from tests.capture.mysql_helpers import MyDb, in_process, mysql_database
-from tests.capture.test_verify import records_by_id
+from tests.capture.capture_helpers import write_config
+from tests.capture.mysql_helpers import MyDb, in_process
+from tests.capture.test_verify import records_by_id, verify, wait_repaired
 
 pytestmark = [pytest.mark.integration, pytest.mark.mysql]
 
@@ -39,12 +38,6 @@ def rows(n: int) -> list[tuple[str, str, int]]:
     """Names whose case alternates, so that Python's order is not the server's."""
     names = [f"{'aBcD'[i % 4]}{i:04d}" for i in range(n)]
     return [("zeta" if i % 3 else "alpha", name, i) for i, name in enumerate(names)]
-
-
-@pytest.fixture
-def db(bizevents_mysql: str, bizevents_stack: Endpoints) -> Any:
-    with mysql_database(bizevents_mysql, bizevents_stack) as database:
-        yield database
 
 
 def test_keys_are_placed_in_the_chunks_the_server_reads_them_in(db: MyDb) -> None:
@@ -99,20 +92,7 @@ def test_verify_as_a_spark_job_on_mariadb_finds_the_planted_gap(db: MyDb, tmp_pa
     with db.conn.cursor() as cur:
         cur.executemany("INSERT INTO t VALUES (%s, %s, %s)", rows(1200))
     config = db.config(["t"], partitions=2)
-    config_file = tmp_path / "capture.toml"
-    config_file.write_text(
-        f'server = "{db.server}"\ndsn = "{db.dsn}"\ntables = ["{db.name}.t"]\npartitions = 2\n'
-    )
-
-    def verify(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "bizevents", "verify", str(config_file), *args],
-            env=cli_env(db.endpoints),
-            capture_output=True,
-            text=True,
-            timeout=240,
-            cwd=REPO,
-        )
+    config_file = write_config(tmp_path / "capture.toml", config)
 
     spark = ("--spark", "--master", "local[2]", "--chunk-rows", "500")
     with in_process(config, db.capture_endpoints(tmp_path)) as run:
@@ -120,7 +100,7 @@ def test_verify_as_a_spark_job_on_mariadb_finds_the_planted_gap(db: MyDb, tmp_pa
         db.sql("UPDATE t SET v = -1 WHERE v % 100 = 0")
         db.sql("DELETE FROM t WHERE name = 'D1199'")
         run.wait_position(db.binlog_end())
-        clean = verify(*spark)
+        clean = verify(config_file, db, *spark, timeout=240)
         assert clean.returncode == 0, clean.stdout + clean.stderr
         assert "1199 rows in 3 chunks, 1199 keys" in clean.stdout, clean.stdout
         assert "the topic holds the table" in clean.stdout
@@ -143,7 +123,7 @@ def test_verify_as_a_spark_job_on_mariadb_finds_the_planted_gap(db: MyDb, tmp_pa
         producer.produce(topic, value8, overwritten)
         producer.produce(topic, value8, key("alpha", "ZZ-not-in-the-table"))
         producer.flush(10)
-        found = verify(*spark, "--rechecks", "1")
+        found = verify(config_file, db, *spark, "--rechecks", "1", timeout=240)
         assert found.returncode == 1, found.stdout + found.stderr
         assert "Traceback" not in found.stderr
         lines = [line.strip() for line in found.stdout.splitlines()]
@@ -192,3 +172,131 @@ def test_an_incremental_snapshot_of_an_enum_keyed_table_gets_every_row(
     assert sorted(k for k in state) == sorted(
         (("kind", kind), ("name", name)) for kind, name, _v in rows(300)
     )
+
+
+def test_verify_finds_a_planted_gap_in_a_mariadb_table_and_repair_closes_it(
+    db: MyDb, tmp_path: Path
+) -> None:
+    """``bizevents verify`` on a MariaDB table: 0 differences; a hand-written tombstone
+    for a live row is found as missing; ``--repair`` snapshots its chunk again; 0."""
+    db.sql("CREATE TABLE t (id INT PRIMARY KEY, v INT, note VARCHAR(20))")
+    with db.conn.cursor() as cur:
+        cur.executemany(
+            "INSERT INTO t VALUES (%s, %s, %s)", [(i, i * 2, f"row {i}") for i in range(1, 1201)]
+        )
+    config = db.config(["t"], partitions=2)
+    config_file = write_config(tmp_path / "capture.toml", config)
+
+    with in_process(config, db.capture_endpoints(tmp_path)) as run:
+        run.wait_snapshot()
+        db.sql("UPDATE t SET v = -1 WHERE id % 100 = 0")
+        db.sql("DELETE FROM t WHERE id = 1200")
+        run.wait_position(db.binlog_end())
+        clean = verify(config_file, db, "--chunk-rows", "500")
+        assert clean.returncode == 0, clean.stdout + clean.stderr
+        assert "1199 rows in 3 chunks, 1199 keys" in clean.stdout
+        topic = db.topic("t")
+        by_id = {k[5:]: v for k, v in records_by_id(db, topic).items()}
+        key42, _ = by_id[zigzag(42)]
+        producer = Producer(
+            {"bootstrap.servers": db.endpoints.bootstrap_servers, "partitioner": "murmur2_random"}
+        )
+        producer.produce(topic, None, key42)
+        producer.flush(10)
+        found = verify(config_file, db, "--chunk-rows", "500", "--repair")
+        assert found.returncode == 1, found.stdout + found.stderr
+        assert "missing id=42:" in found.stdout and "1 differences" in found.stdout
+        assert "repair: signal" in found.stdout and "Traceback" not in found.stderr
+        ledger = run.runner.ledger
+        deadline = time.monotonic() + 60
+        while not ledger.queue and time.monotonic() < deadline:
+            time.sleep(0.1)
+        while ledger.queue and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not ledger.queue, "the repair's snapshot did not run"
+        run.wait_position(db.binlog_end())
+        after = verify(config_file, db, "--chunk-rows", "500")
+        assert after.returncode == 0, after.stdout + after.stderr
+        run.stop()
+
+
+def test_verify_finds_the_rows_changed_while_capture_was_stopped_and_its_position_lost(
+    db: MyDb, tmp_path: Path
+) -> None:
+    """MariaDB's planted gap: capture runs and stops; its stored binlog position is
+    lost (tombstoned, as after a purged binlog and a new offsets topic); rows are
+    inserted, updated and deleted; capture starts again at the binlog's end without a
+    snapshot. Verify names every one of those keys and exits 1; ``--repair`` tombstones
+    the deletes the topic lacks and brings the inserts and updates back; then 0."""
+    db.sql("CREATE TABLE t (id INT PRIMARY KEY, v INT, note VARCHAR(20))")
+    with db.conn.cursor() as cur:
+        cur.executemany(
+            "INSERT INTO t VALUES (%s, %s, %s)", [(i, i * 2, f"row {i}") for i in range(1, 1201)]
+        )
+    first = db.config(["t"], partitions=2)
+    config_file = write_config(tmp_path / "capture.toml", first)
+
+    with in_process(first, db.capture_endpoints(tmp_path)) as run:
+        run.wait_snapshot()
+        db.sql("UPDATE t SET v = -1 WHERE id % 250 = 0")
+        run.wait_position(db.binlog_end())
+        run.stop()
+    kafka = {"bootstrap.servers": db.endpoints.bootstrap_servers}
+    store = StateStore(kafka, first.offsets_topic_name, first.server)
+    store.write_acknowledged(Producer(kafka), store.position_key(), None)
+    assert db.stored_offset(first) is None
+
+    inserted = list(range(1201, 1206))
+    updated = [5, 600, 1100]
+    deleted = [10, 900]
+    with db.conn.cursor() as cur:
+        cur.executemany("INSERT INTO t VALUES (%s, %s, 'late')", [(i, i) for i in inserted])
+    db.sql("UPDATE t SET note = 'changed' WHERE id IN (5, 600, 1100)")
+    db.sql("DELETE FROM t WHERE id IN (10, 900)")
+
+    again = db.config(["t"], partitions=2, snapshot="never")
+    with in_process(again, db.capture_endpoints(tmp_path)) as run:
+        run.wait_snapshot()
+        db.sql("INSERT INTO t VALUES (3000, 3000, 'after the restart')")
+        run.wait_position(db.binlog_end())
+
+        found = verify(config_file, db, "--chunk-rows", "500", "--rechecks", "1")
+        assert found.returncode == 1, found.stdout + found.stderr
+        assert "Traceback" not in found.stderr
+        lines = [line.strip() for line in found.stdout.splitlines()]
+        expected = (
+            [f"missing id={i}:" for i in inserted]
+            + [f"differs id={i}:" for i in updated]
+            + [f"extra id={i}:" for i in deleted]
+        )
+        for start in expected:
+            assert any(line.startswith(start) for line in lines), (start, found.stdout)
+        assert f"{len(expected)} differences" in found.stdout, found.stdout
+        assert "1204 rows in 3 chunks" in found.stdout, found.stdout
+        # Each key with the positions between which it changed: the topic's last record
+        # (binlog file:pos, GTID) and the binlog position the chunk's snapshot matched.
+        binlog = r"([\w.-]+):(\d+)(?: GTID [\d,-]+)?"
+        for i in updated + deleted:
+            kind = "differs" if i in updated else "extra"
+            line = next(x for x in lines if x.startswith(f"{kind} id={i}:"))
+            got = re.search(
+                rf"last record of it \(partition \d+ offset \d+: r at {binlog}\) "
+                rf"and the database at {binlog}$",
+                line,
+            )
+            assert got is not None, line
+            topic_at = (got.group(1), int(got.group(2)))
+            assert topic_at < (got.group(3), int(got.group(4))), line
+        for i in inserted:
+            line = next(x for x in lines if x.startswith(f"missing id={i}:"))
+            assert re.search(rf"holds no record of this key\) and the database at {binlog}$", line)
+
+        repaired = verify(config_file, db, "--chunk-rows", "500", "--repair")
+        assert repaired.returncode == 1 and "repair: signal" in repaired.stdout, repaired.stdout
+        assert f"repair: {len(deleted)} tombstones written" in repaired.stdout, repaired.stdout
+        wait_repaired(run)
+        run.wait_position(db.binlog_end())
+        after = verify(config_file, db, "--chunk-rows", "500")
+        assert after.returncode == 0, after.stdout + after.stderr
+        assert "1204 rows in 3 chunks, 1204 keys" in after.stdout, after.stdout
+        run.stop()

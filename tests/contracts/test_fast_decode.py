@@ -3,9 +3,12 @@ verdicts. Each test runs with both (``reader``), where the compiled one is built
 
 from __future__ import annotations
 
+import datetime
 import io
+import uuid
 from collections.abc import Callable
 from dataclasses import replace
+from decimal import Decimal
 from typing import Any
 
 import fastavro
@@ -164,6 +167,25 @@ SHAPES = fastavro.parse_schema(
         ],
     }
 )
+#: A datum of SHAPES with every covered type.
+EVERY_TYPE: dict[str, Any] = {
+    "b": True,
+    "i": -70000,
+    "f": 1.5,
+    "d": -2.25e300,
+    "e": "C",
+    "x": b"abc",
+    "m": {"k": 5, "n": None, "é": -(2**63)},
+    "a": ["x", "", "ü" * 70],
+    "u": "B",
+    "dt": datetime.date(2024, 2, 29),
+    "ts": datetime.datetime(2024, 5, 1, 12, 0, 0, 123000, tzinfo=datetime.UTC),
+    "tm": datetime.time(23, 59, 59, 999999),
+    "id": uuid.UUID("7e57d004-2b97-4e7a-b45f-5087b0cd0f00"),
+    "dec": Decimal("-1234.56"),
+    "bs": bytes(range(200)),
+}
+
 COMPILERS = pytest.mark.parametrize(
     "compile", [compile_native_reader, compile_reader], ids=["compiled", "generated"]
 )
@@ -203,27 +225,7 @@ def test_reader_never_accepts_what_fastavro_refuses(
 @COMPILERS
 def test_reader_reads_every_shape_like_fastavro(compile: Callable[[Any], Reader]) -> None:
     """A datum with every covered type reads back as fastavro reads it."""
-    import datetime
-    import uuid
-    from decimal import Decimal
-
-    datum = {
-        "b": True,
-        "i": -70000,
-        "f": 1.5,
-        "d": -2.25e300,
-        "e": "C",
-        "x": b"abc",
-        "m": {"k": 5, "n": None, "é": -(2**63)},
-        "a": ["x", "", "ü" * 70],
-        "u": "B",
-        "dt": datetime.date(2024, 2, 29),
-        "ts": datetime.datetime(2024, 5, 1, 12, 0, 0, 123000, tzinfo=datetime.UTC),
-        "tm": datetime.time(23, 59, 59, 999999),
-        "id": uuid.UUID("7e57d004-2b97-4e7a-b45f-5087b0cd0f00"),
-        "dec": Decimal("-1234.56"),
-        "bs": bytes(range(200)),
-    }
+    datum = EVERY_TYPE
     buffer = io.BytesIO()
     fastavro.schemaless_writer(buffer, SHAPES, datum)
     body = buffer.getvalue()

@@ -21,7 +21,7 @@ from bizevents.contracts.avro_codegen import Reader, Unsupported, compile_reader
 from bizevents.contracts.avro_codegen.gen import Refused
 from bizevents.contracts.avro_codegen.native import AVAILABLE, compile_native_reader
 from bizevents.contracts.exceptions import DecodeError
-from tests.hostile import within_memory
+from tests.hostile import within_memory, zigzag
 
 
 def test_the_compiled_reader_is_here() -> None:
@@ -48,16 +48,6 @@ def deadline(seconds: int = 5) -> Iterator[None]:
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
-
-
-def zigzag(n: int) -> bytes:
-    u = ((n << 1) ^ (n >> 63)) & (2**64 - 1)
-    out = bytearray()
-    while u > 0x7F:
-        out.append((u & 0x7F) | 0x80)
-        u >>= 7
-    out.append(u)
-    return bytes(out)
 
 
 def text(s: bytes) -> bytes:

@@ -14,7 +14,7 @@ from bizevents.contracts.envelope import ChangeEvent, Tombstone
 from bizevents.contracts.exceptions import Coordinates, DecodeError
 from bizevents.contracts.technical import AvroDecoder, AvroEncoder, EncodeError, TableSchema
 from tests.contracts.strategies import tables_and_events
-from tests.contracts.test_fast_decode import SHAPES
+from tests.contracts.test_fast_decode import EVERY_TYPE, SHAPES
 
 WHERE = Coordinates("shop.public.things", 0, 1)
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -25,17 +25,26 @@ def _project(row: Any, columns: frozenset[str]) -> Any:
 
 
 @SETTINGS
-@given(tables_and_events(), st.data())
-def test_a_projected_decode_is_the_full_one_restricted(
-    te: tuple[TableSchema, ChangeEvent | Tombstone], data: st.DataObject
-) -> None:
-    table, record = te
+def _encoded(
+    table: TableSchema, record: ChangeEvent | Tombstone
+) -> tuple[AvroEncoder, bytes | None, bytes | None]:
+    """A change event of the draw, encoded (a tombstone or what does not encode is
+    assumed away)."""
     assume(isinstance(record, ChangeEvent))
     encoder = AvroEncoder(table, 1, 2)
     try:
         key, value = encoder.encode(record)
     except EncodeError:
         assume(False)
+    return encoder, key, value
+
+
+@given(tables_and_events(), st.data())
+def test_a_projected_decode_is_the_full_one_restricted(
+    te: tuple[TableSchema, ChangeEvent | Tombstone], data: st.DataObject
+) -> None:
+    table, record = te
+    encoder, key, value = _encoded(table, record)
     schemas = {1: encoder.schemas.key, 2: encoder.schemas.value}
     names = [f.name for f in table.value_fields]
     columns = frozenset(data.draw(st.lists(st.sampled_from(names), unique=True)) if names else [])
@@ -70,12 +79,7 @@ def test_a_truncated_projected_record_is_still_refused(
 ) -> None:
     """Skipping a column's bytes does not skip checking that they are there."""
     table, record = te
-    assume(isinstance(record, ChangeEvent))
-    encoder = AvroEncoder(table, 1, 2)
-    try:
-        key, value = encoder.encode(record)
-    except EncodeError:
-        assume(False)
+    encoder, key, value = _encoded(table, record)
     assert value is not None
     assume(cut < len(value) - 5)
     schemas = {1: encoder.schemas.key, 2: encoder.schemas.value}
@@ -88,27 +92,7 @@ def test_a_truncated_projected_record_is_still_refused(
 
 def test_skipping_every_shape_lands_where_fastavro_ends() -> None:
     """Each covered type skipped alone: the reader ends where fastavro's read ends."""
-    import datetime
-    import uuid
-    from decimal import Decimal
-
-    datum = {
-        "b": True,
-        "i": -70000,
-        "f": 1.5,
-        "d": -2.25e300,
-        "e": "C",
-        "x": b"abc",
-        "m": {"k": 5, "n": None, "é": -(2**63)},
-        "a": ["x", "", "ü" * 70],
-        "u": "B",
-        "dt": datetime.date(2024, 2, 29),
-        "ts": datetime.datetime(2024, 5, 1, 12, 0, 0, 123000, tzinfo=datetime.UTC),
-        "tm": datetime.time(23, 59, 59, 999999),
-        "id": uuid.UUID("7e57d004-2b97-4e7a-b45f-5087b0cd0f00"),
-        "dec": Decimal("-1234.56"),
-        "bs": bytes(range(200)),
-    }
+    datum = EVERY_TYPE
     wrapper = {"type": "record", "name": "W", "fields": [{"name": "r", "type": SHAPES}]}
     parsed = fastavro.parse_schema(wrapper)
     buffer = io.BytesIO()

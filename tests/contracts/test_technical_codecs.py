@@ -230,6 +230,41 @@ def test_auto_decoder_reads_plain_json_with_floats_as_json_gives_them() -> None:
 
 # -- a documented Debezium message ----------------------------------------------------------
 
+#: The customers table's columns, in the embedded schema's before and after.
+_CUSTOMER_FIELDS: list[dict[str, Any]] = [
+    {"type": "int32", "optional": False, "field": "id"},
+    {"type": "string", "optional": False, "field": "first_name"},
+    {"type": "string", "optional": False, "field": "last_name"},
+    {"type": "string", "optional": False, "field": "email"},
+    {
+        "type": "bytes",
+        "optional": True,
+        "name": "org.apache.kafka.connect.data.Decimal",
+        "version": 1,
+        "parameters": {"scale": "2", "connect.decimal.precision": "10"},
+        "field": "balance",
+    },
+    {
+        "type": "int64",
+        "optional": True,
+        "name": "io.debezium.time.MicroTimestamp",
+        "version": 1,
+        "field": "updated_at",
+    },
+]
+
+
+def _customers(field: str) -> dict[str, Any]:
+    """The embedded schema's ``before`` or ``after`` struct."""
+    return {
+        "type": "struct",
+        "fields": _CUSTOMER_FIELDS,
+        "optional": True,
+        "name": "PostgreSQL_server.inventory.customers.Value",
+        "field": field,
+    }
+
+
 # Shaped after the update-event example of Debezium's PostgreSQL connector
 # documentation (the "customers" table), with the embedded schema, the pre-1.0 boolean
 # snapshot flag and a decimal and a MicroTimestamp column added.
@@ -237,60 +272,8 @@ DEBEZIUM_UPDATE: dict[str, Any] = {
     "schema": {
         "type": "struct",
         "fields": [
-            {
-                "type": "struct",
-                "fields": [
-                    {"type": "int32", "optional": False, "field": "id"},
-                    {"type": "string", "optional": False, "field": "first_name"},
-                    {"type": "string", "optional": False, "field": "last_name"},
-                    {"type": "string", "optional": False, "field": "email"},
-                    {
-                        "type": "bytes",
-                        "optional": True,
-                        "name": "org.apache.kafka.connect.data.Decimal",
-                        "version": 1,
-                        "parameters": {"scale": "2", "connect.decimal.precision": "10"},
-                        "field": "balance",
-                    },
-                    {
-                        "type": "int64",
-                        "optional": True,
-                        "name": "io.debezium.time.MicroTimestamp",
-                        "version": 1,
-                        "field": "updated_at",
-                    },
-                ],
-                "optional": True,
-                "name": "PostgreSQL_server.inventory.customers.Value",
-                "field": "before",
-            },
-            {
-                "type": "struct",
-                "fields": [
-                    {"type": "int32", "optional": False, "field": "id"},
-                    {"type": "string", "optional": False, "field": "first_name"},
-                    {"type": "string", "optional": False, "field": "last_name"},
-                    {"type": "string", "optional": False, "field": "email"},
-                    {
-                        "type": "bytes",
-                        "optional": True,
-                        "name": "org.apache.kafka.connect.data.Decimal",
-                        "version": 1,
-                        "parameters": {"scale": "2", "connect.decimal.precision": "10"},
-                        "field": "balance",
-                    },
-                    {
-                        "type": "int64",
-                        "optional": True,
-                        "name": "io.debezium.time.MicroTimestamp",
-                        "version": 1,
-                        "field": "updated_at",
-                    },
-                ],
-                "optional": True,
-                "name": "PostgreSQL_server.inventory.customers.Value",
-                "field": "after",
-            },
+            _customers("before"),
+            _customers("after"),
             {
                 "type": "struct",
                 "fields": [

@@ -84,15 +84,7 @@ def test_technical_only_changes_are_dropped() -> None:
         run(customers, change("store.customers", "u", before=CUSTOMER, after=touched)).payloads
         == []
     )
-    product = {
-        "id": 1,
-        "sku": "S1",
-        "name": "x",
-        "price": Decimal("9.99"),
-        "currency": "EUR",
-        "stock": 1,
-        "updated_at": NOW,
-    }
+    product = PRODUCT
     assert (
         run(
             products, change("store.products", "u", before=product, after={**product, "stock": 6})
@@ -102,15 +94,7 @@ def test_technical_only_changes_are_dropped() -> None:
 
 
 def test_price_change() -> None:
-    product = {
-        "id": 1,
-        "sku": "S1",
-        "name": "x",
-        "price": Decimal("9.99"),
-        "currency": "EUR",
-        "stock": 1,
-        "updated_at": NOW,
-    }
+    product = PRODUCT
     assert run(
         products,
         change("store.products", "u", before=product, after={**product, "price": Decimal("10.99")}),

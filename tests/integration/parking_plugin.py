@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from typing import Any
 
 from bizevents_store.translators import ORDER_CHANGES, ORDER_COLUMNS, ORDER_EVENTS, orders_v2
 
@@ -21,66 +22,38 @@ POISON = "POISON"
 SLOW_S = 0.05
 
 
-@translator(
-    name="parkorders",
-    version=1,
-    sources=["store.orders"],
-    emits=ORDER_EVENTS,
-    snapshots="skip",
-    deletes="skip",
-    columns=ORDER_COLUMNS,
-    ops=("c", "u"),
-    changes=(*ORDER_CHANGES, "tracking_number"),
-)
+#: The store's orders@2 declaration, with a change of tracking number giving an event too.
+OPTIONS: dict[str, Any] = {
+    "sources": ["store.orders"],
+    "emits": ORDER_EVENTS,
+    "snapshots": "skip",
+    "deletes": "skip",
+    "columns": ORDER_COLUMNS,
+    "ops": ("c", "u"),
+    "changes": (*ORDER_CHANGES, "tracking_number"),
+}
+
+
+@translator(name="parkorders", version=1, **OPTIONS)
 def parkorders_v1(change: Change) -> Iterator[BusinessEvent]:
     if change.is_update and change.new("tracking_number") == POISON:
         raise ValueError(f"order {change.new('id')} has a poisoned tracking number")
     return orders_v2.func(change) or iter(())
 
 
-@translator(
-    name="parkorders",
-    version=2,
-    sources=["store.orders"],
-    emits=ORDER_EVENTS,
-    snapshots="skip",
-    deletes="skip",
-    columns=ORDER_COLUMNS,
-    ops=("c", "u"),
-    changes=(*ORDER_CHANGES, "tracking_number"),
-)
+@translator(name="parkorders", version=2, **OPTIONS)
 def parkorders_v2(change: Change) -> Iterator[BusinessEvent]:
     return orders_v2.func(change) or iter(())
 
 
-@translator(
-    name="parkorders",
-    version=3,
-    sources=["store.orders"],
-    emits=ORDER_EVENTS,
-    snapshots="skip",
-    deletes="skip",
-    columns=ORDER_COLUMNS,
-    ops=("c", "u"),
-    changes=(*ORDER_CHANGES, "tracking_number"),
-)
+@translator(name="parkorders", version=3, **OPTIONS)
 def parkorders_v3(change: Change) -> Iterator[BusinessEvent]:
     """The fix, slow (a test's stand-in for a long re-drive: it can be killed mid-way)."""
     time.sleep(SLOW_S)
     return orders_v2.func(change) or iter(())
 
 
-@translator(
-    name="parkorders",
-    version=4,
-    sources=["store.orders"],
-    emits=ORDER_EVENTS,
-    snapshots="skip",
-    deletes="skip",
-    columns=ORDER_COLUMNS,
-    ops=("c", "u"),
-    changes=(*ORDER_CHANGES, "tracking_number"),
-)
+@translator(name="parkorders", version=4, **OPTIONS)
 def parkorders_v4(change: Change) -> Iterator[BusinessEvent]:
     """A "fix" that fails again, with another reason."""
     if change.is_update and change.new("tracking_number") == POISON:

@@ -3,36 +3,20 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.integration.dev_cli import dev_env, processes_with_env, run
 
 
 @pytest.mark.parametrize("source", ["postgres", pytest.param("mysql", marks=pytest.mark.mysql)])
 def test_demo_runs_the_whole_flow_and_stops_cleanly(tmp_path: Path, source: str) -> None:
     """Store writes become business events of every kind; afterwards nothing is left
     running. On MariaDB too: the same translators on the binlog-captured topics."""
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("BIZEVENTS_")},
-        "BIZEVENTS_STATE_DIR": str(tmp_path / "state"),
-        "BIZEVENTS_DEV__BROKER_PORT": "0",
-        "BIZEVENTS_DEV__REGISTRY_PORT": "0",
-        "BIZEVENTS_DEV__POSTGRES_PORT": "0",
-        "BIZEVENTS_DEV__MYSQL_PORT": "0",
-    }
     argv = ["demo", "--live-only", "--duration", "40", "--rate", "40", "--source", source]
-    try:
-        result = subprocess.run(
-            [sys.executable, "-m", "bizevents", *argv],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=240,
-            check=False,
-        )
+    with dev_env(tmp_path / "state", BIZEVENTS_DEV__MYSQL_PORT="0") as env:
+        result = run(env, *argv, timeout=240)
         assert result.returncode == 0, result.stderr[-3000:]
         summary = result.stdout[result.stdout.index("demo summary") :]
         for topic in (
@@ -58,24 +42,4 @@ def test_demo_runs_the_whole_flow_and_stops_cleanly(tmp_path: Path, source: str)
         assert state["services"] == {}
         # nor is any process the demo started (stack, capture, worker) still running:
         # each inherited the demo's environment, state folder included
-        assert not _processes_with_env(f"BIZEVENTS_STATE_DIR={tmp_path / 'state'}")
-    finally:
-        subprocess.run(
-            [sys.executable, "-m", "bizevents", "dev", "down", "--purge"],
-            env=env,
-            capture_output=True,
-            timeout=120,
-            check=False,
-        )
-
-
-def _processes_with_env(entry: str) -> list[str]:
-    found = []
-    for environ in Path("/proc").glob("[0-9]*/environ"):
-        try:
-            variables = environ.read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if entry.encode() in variables:
-            found.append(environ.parent.name)
-    return found
+        assert not processes_with_env(f"BIZEVENTS_STATE_DIR={tmp_path / 'state'}")

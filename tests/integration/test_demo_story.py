@@ -21,36 +21,18 @@ from typing import Any
 import psycopg2
 import pytest
 
+from tests.integration.dev_cli import dev_env, processes_with_env, run
+
 
 @pytest.fixture
 def demo_env(tmp_path: Path) -> Iterator[dict[str, str]]:
     """A stack of the demo's own in a fresh state folder, taken down afterwards."""
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("BIZEVENTS_")},
-        "BIZEVENTS_STATE_DIR": str(tmp_path / "state"),
-        "BIZEVENTS_DEV__BROKER_PORT": "0",
-        "BIZEVENTS_DEV__REGISTRY_PORT": "0",
-        "BIZEVENTS_DEV__POSTGRES_PORT": "0",
-    }
-    yield env
-    subprocess.run(
-        [sys.executable, "-m", "bizevents", "dev", "down", "--purge"],
-        env=env,
-        capture_output=True,
-        timeout=120,
-        check=False,
-    )
+    with dev_env(tmp_path / "state") as env:
+        yield env
 
 
 def _bizevents(env: dict[str, str], *args: str, timeout: float) -> str:
-    result = subprocess.run(
-        [sys.executable, "-m", "bizevents", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    result = run(env, *args, timeout=timeout)
     assert result.returncode == 0, (args, result.stdout[-2000:], result.stderr[-3000:])
     return result.stdout
 
@@ -238,16 +220,4 @@ def test_ctrl_c_stops_the_story_cleanly_at_a_step(
     assert proc.returncode == 0, (seen + out)[-3000:]
     state = demo_env["BIZEVENTS_STATE_DIR"]
     assert json.loads((Path(state) / "stack.json").read_text())["services"] == {}
-    assert not _processes_with_env(f"BIZEVENTS_STATE_DIR={state}")
-
-
-def _processes_with_env(entry: str) -> list[str]:
-    found = []
-    for environ in Path("/proc").glob("[0-9]*/environ"):
-        try:
-            variables = environ.read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if entry.encode() in variables:
-            found.append(environ.parent.name)
-    return found
+    assert not processes_with_env(f"BIZEVENTS_STATE_DIR={state}")

@@ -6,35 +6,19 @@ import json
 import os
 import socket
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from bizevents.devstack.processes import ProcessId
-
-BIZEVENTS = [sys.executable, "-m", "bizevents"]
-
-
-def run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*BIZEVENTS, *args], env=env, capture_output=True, text=True, timeout=120, check=False
-    )
+from tests.integration.dev_cli import dev_env, run
 
 
 @pytest.fixture
 def env(tmp_path: Path) -> Iterator[dict[str, str]]:
-    environment = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("BIZEVENTS_")},
-        "BIZEVENTS_STATE_DIR": str(tmp_path / "state"),
-        "BIZEVENTS_DEV__BROKER_PORT": "0",
-        "BIZEVENTS_DEV__REGISTRY_PORT": "0",
-        "BIZEVENTS_DEV__POSTGRES_PORT": "0",
-        "BIZEVENTS_LOG_FORMAT": "json",
-    }
-    yield environment
-    run(environment, "dev", "down", "--purge")
+    with dev_env(tmp_path / "state", BIZEVENTS_LOG_FORMAT="json") as environment:
+        yield environment
 
 
 def recorded(env: dict[str, str]) -> dict[str, ProcessId]:

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,34 +12,18 @@ import pytest
 from confluent_kafka import Producer
 
 from bizevents.contracts.business import TOPIC_PROPERTY
+from tests.integration.dev_cli import dev_env, run
 
 pytestmark = pytest.mark.integration
-
-BIZEVENTS = [sys.executable, "-m", "bizevents"]
-
-
-def run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*BIZEVENTS, *args], env=env, capture_output=True, text=True, timeout=120, check=False
-    )
 
 
 @pytest.fixture
 def env(tmp_path: Path) -> Iterator[dict[str, str]]:
     """Only the state folder and the dev stack's free ports: no broker or registry address."""
-    environment = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("BIZEVENTS_")},
-        "BIZEVENTS_STATE_DIR": str(tmp_path / "state"),
-        "BIZEVENTS_DEV__BROKER_PORT": "0",
-        "BIZEVENTS_DEV__REGISTRY_PORT": "0",
-        "BIZEVENTS_DEV__POSTGRES_PORT": "0",
-    }
-    try:
+    with dev_env(tmp_path / "state") as environment:
         up = run(environment, "dev", "up")
         assert up.returncode == 0, up.stderr
         yield environment
-    finally:
-        run(environment, "dev", "down", "--purge")
 
 
 def test_commands_use_the_running_stack(env: dict[str, str], tmp_path: Path) -> None:

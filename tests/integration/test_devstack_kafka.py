@@ -5,14 +5,14 @@ with replication factor 3 and min.insync.replicas 2, and `status`, `smoke`, `dow
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
-from tests.integration.test_devstack_cli import recorded, run
+from tests.integration.dev_cli import dev_env, run
+from tests.integration.test_devstack_cli import recorded
 
 pytestmark = pytest.mark.integration
 
@@ -20,15 +20,8 @@ pytestmark = pytest.mark.integration
 @pytest.fixture
 def env(tmp_path: Path) -> Iterator[dict[str, str]]:
     """A state folder of the test's own, free ports; `dev down --purge` after the test."""
-    environment = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("BIZEVENTS_")},
-        "BIZEVENTS_STATE_DIR": str(tmp_path / "state"),
-        "BIZEVENTS_DEV__BROKER_PORT": "0",
-        "BIZEVENTS_DEV__REGISTRY_PORT": "0",
-        "BIZEVENTS_DEV__POSTGRES_PORT": "0",
-    }
-    yield environment
-    run(environment, "dev", "down", "--purge")
+    with dev_env(tmp_path / "state") as environment:
+        yield environment
 
 
 def bootstrap(env: dict[str, str]) -> str:

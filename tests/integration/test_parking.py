@@ -450,11 +450,11 @@ def test_a_failing_re_drive_a_concurrent_one_show_and_discard(setup: Setup) -> N
         assert "still broken" in rows[key]["latest_reason"]
         assert "poisoned" in rows[key]["reason"]
         # where the plugin raised, in the parked record and in the worker's log
-        assert rows[key]["reason"].endswith("parking_plugin.py:37)"), rows[key]["reason"]
+        assert rows[key]["reason"].endswith("parking_plugin.py:40)"), rows[key]["reason"]
         lines = worker.log.read_text().splitlines()
         logged = [json.loads(line) for line in lines if line.startswith("{")]
         assert any(
-            e["event"] == "parked" and "parking_plugin.py:37)" in e["reason"] for e in logged
+            e["event"] == "parked" and "parking_plugin.py:40)" in e["reason"] for e in logged
         )
         assert rows[key]["key_json"] == key_json
         assert key_json in dlq(env, "list").stdout

@@ -89,6 +89,21 @@ def place(cur: Any, customer: int, lines: list[tuple[int, int]]) -> int:
     return int(order)
 
 
+def place_orders(
+    db: Db, customer: int, products: list[int], count: int, most_lines: int
+) -> list[int]:
+    """``count`` orders, each in a transaction of its own: order n has
+    ``n % most_lines + 1`` lines."""
+    orders = []
+    with db.conn.cursor() as cur:
+        for n in range(count):
+            cur.execute("BEGIN")
+            lines = [(products[(n + i) % 3], i + 1) for i in range(n % most_lines + 1)]
+            orders.append(place(cur, customer, lines))
+            cur.execute("COMMIT")
+    return orders
+
+
 def truth(
     db: Db, orders: list[int]
 ) -> dict[int, tuple[Decimal, list[tuple[int, int, int, Decimal]]]]:
@@ -254,55 +269,46 @@ def test_orders_placed_with_items_and_totals_interleaved(db: Db, tmp_path: Path)
     """Twenty orders, four pairs of them written by two connections interleaved: one
     OrderPlaced each with its own items and the total the transaction set."""
     customer, products = _ids(db)
-    group = f"tx-{uuid.uuid4().hex[:8]}"
-    worker = Worker(db, group, f"{group}.dlq", tmp_path / "worker.log")
-    reader = Reader(db)
-    with capturing(db, tmp_path) as run:
-        worker.start()
+    with running_workers(db, tmp_path, 1) as (_group, (worker,), reader, run):
+        orders = []
+        with db.conn.cursor() as cur:
+            for n in range(12):
+                cur.execute("BEGIN")
+                orders.append(
+                    place(
+                        cur,
+                        customer,
+                        [(products[n % 3], n % 4 + 1), (products[(n + 1) % 3], 1)],
+                    )
+                )
+                cur.execute("COMMIT")
+        other = psycopg2.connect(db.endpoints.postgres_dsn)
         try:
-            orders = []
-            with db.conn.cursor() as cur:
-                for n in range(12):
-                    cur.execute("BEGIN")
-                    orders.append(
-                        place(
-                            cur,
-                            customer,
-                            [(products[n % 3], n % 4 + 1), (products[(n + 1) % 3], 1)],
-                        )
-                    )
-                    cur.execute("COMMIT")
-            other = psycopg2.connect(db.endpoints.postgres_dsn)
-            try:
-                for n in range(4):  # two open transactions at once, committed crosswise
-                    a, b = db.conn.cursor(), other.cursor()
-                    a.execute("BEGIN")
-                    b.execute("BEGIN")
-                    oa = place(a, customer, [(products[0], 1)])
-                    ob = place(b, customer, [(products[1], 2), (products[2], 1), (products[0], 5)])
-                    a.execute(
-                        "INSERT INTO store.order_items SELECT %s, 9, id, 1, price "
-                        "FROM store.products WHERE id = %s",
-                        (oa, products[2]),
-                    )
-                    a.execute(
-                        "UPDATE store.orders SET total = total + "
-                        "(SELECT price FROM store.products WHERE id = %s) WHERE id = %s",
-                        (products[2], oa),
-                    )
-                    (b if n % 2 else a).execute("COMMIT")
-                    (a if n % 2 else b).execute("COMMIT")
-                    orders += [oa, ob]
-            finally:
-                other.close()
-            run.wait_acked(db.wal_lsn())
-            events = reader.wait(set(orders), worker)
-            _check(events, truth(db, orders))
-            assert len(events) == len(orders)  # not one more
+            for n in range(4):  # two open transactions at once, committed crosswise
+                a, b = db.conn.cursor(), other.cursor()
+                a.execute("BEGIN")
+                b.execute("BEGIN")
+                oa = place(a, customer, [(products[0], 1)])
+                ob = place(b, customer, [(products[1], 2), (products[2], 1), (products[0], 5)])
+                a.execute(
+                    "INSERT INTO store.order_items SELECT %s, 9, id, 1, price "
+                    "FROM store.products WHERE id = %s",
+                    (oa, products[2]),
+                )
+                a.execute(
+                    "UPDATE store.orders SET total = total + "
+                    "(SELECT price FROM store.products WHERE id = %s) WHERE id = %s",
+                    (products[2], oa),
+                )
+                (b if n % 2 else a).execute("COMMIT")
+                (a if n % 2 else b).execute("COMMIT")
+                orders += [oa, ob]
         finally:
-            reader.close()
-            if worker.alive():
-                worker.signal(signal.SIGTERM)
+            other.close()
+        run.wait_acked(db.wal_lsn())
+        events = reader.wait(set(orders), worker)
+        _check(events, truth(db, orders))
+        assert len(events) == len(orders)  # not one more
 
 
 def _at_end(db: Db, topic: str) -> Any:
@@ -416,48 +422,61 @@ def test_worker_killed_mid_transaction(db: Db, tmp_path: Path) -> None:
         assert e.lineage.event_id == _expected_id(db, e)
 
 
-def test_rebalance_mid_transaction(db: Db, tmp_path: Path) -> None:
-    """Two workers share the group; the one that publishes a big order's business key
-    leaves while that transaction is half read: every order still has one event id, the
-    big one's complete."""
-    group = f"tx-{uuid.uuid4().hex[:8]}"
-    workers = [Worker(db, group, f"{group}.dlq", tmp_path / f"w{i}.log") for i in (1, 2)]
+@contextmanager
+def running_workers(
+    db: Db, tmp_path: Path, count: int = 2, prefix: str = "tx"
+) -> Iterator[tuple[str, list[Worker], Reader, Any]]:
+    """The store's tables captured and ``count`` workers of one group started: the group,
+    the workers, a reader of the orders' events and the capture run; on leaving the
+    reader is closed and the workers still alive are told to stop."""
+    group = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    workers = [
+        Worker(db, group, f"{group}.dlq", tmp_path / f"w{i}.log") for i in range(1, count + 1)
+    ]
     reader = Reader(db)
-    customer, products = _ids(db)
     with capturing(db, tmp_path) as run:
         for worker in workers:
             worker.start()
         try:
-            first, second, target = _owner_of_next_big(db, workers, group)
-            small = []
-            with db.conn.cursor() as cur:
-                for n in range(3):
-                    cur.execute("BEGIN")
-                    small.append(place(cur, customer, [(products[n], n + 1)]))
-                    cur.execute("COMMIT")
-            reader.wait(set(small), second)
-            # the owner is stopped while the big order is written whole into Kafka; it
-            # is told to leave as it resumes: it reads a batch or two (40 records each)
-            # of the 1,501 changes, then leaves the group mid-transaction
-            assert first.process is not None
-            first.process.send_signal(signal.SIGSTOP)
-            with db.conn.cursor() as cur:
-                cur.execute("BEGIN")
-                big = place(cur, customer, [(products[n % 3], 1 + n % 5) for n in range(1500)])
-                cur.execute("COMMIT")
-            run.wait_acked(db.wal_lsn())
-            assert _assembly_partition(big) == target
-            assert big not in {e.order_id for e in reader.poll()}, "placed by a non-owner"
-            first.process.send_signal(signal.SIGTERM)
-            first.process.send_signal(signal.SIGCONT)
-            first.process.wait(60)
-            assert first.process.returncode == 0, first.tail()
-            events = reader.wait({big, *small}, second)
+            yield group, workers, reader, run
         finally:
             reader.close()
             for worker in workers:
                 if worker.alive():
                     worker.signal(signal.SIGTERM)
+
+
+def test_rebalance_mid_transaction(db: Db, tmp_path: Path) -> None:
+    """Two workers share the group; the one that publishes a big order's business key
+    leaves while that transaction is half read: every order still has one event id, the
+    big one's complete."""
+    customer, products = _ids(db)
+    with running_workers(db, tmp_path) as (group, workers, reader, run):
+        first, second, target = _owner_of_next_big(db, workers, group)
+        small = []
+        with db.conn.cursor() as cur:
+            for n in range(3):
+                cur.execute("BEGIN")
+                small.append(place(cur, customer, [(products[n], n + 1)]))
+                cur.execute("COMMIT")
+        reader.wait(set(small), second)
+        # the owner is stopped while the big order is written whole into Kafka; it
+        # is told to leave as it resumes: it reads a batch or two (40 records each)
+        # of the 1,501 changes, then leaves the group mid-transaction
+        assert first.process is not None
+        first.process.send_signal(signal.SIGSTOP)
+        with db.conn.cursor() as cur:
+            cur.execute("BEGIN")
+            big = place(cur, customer, [(products[n % 3], 1 + n % 5) for n in range(1500)])
+            cur.execute("COMMIT")
+        run.wait_acked(db.wal_lsn())
+        assert _assembly_partition(big) == target
+        assert big not in {e.order_id for e in reader.poll()}, "placed by a non-owner"
+        first.process.send_signal(signal.SIGTERM)
+        first.process.send_signal(signal.SIGCONT)
+        first.process.wait(60)
+        assert first.process.returncode == 0, first.tail()
+        events = reader.wait({big, *small}, second)
     _check(events, truth(db, [big, *small]))
     ids = {
         e.order_id: {x.lineage.event_id for x in events if x.order_id == e.order_id} for e in events
@@ -621,28 +640,17 @@ def test_two_workers_share_the_assembly(db: Db, tmp_path: Path) -> None:
     between them), and every order's OrderPlaced comes once, with its items and true
     total."""
     customer, products = _ids(db)
-    group = f"tx-{uuid.uuid4().hex[:8]}"
-    workers = [Worker(db, group, f"{group}.dlq", tmp_path / f"w{i}.log") for i in (1, 2)]
-    reader = Reader(db)
-    with capturing(db, tmp_path) as run:
-        for worker in workers:
-            worker.start()
-        try:
-            orders = []
-            with db.conn.cursor() as cur:
-                for n in range(24):
-                    cur.execute("BEGIN")
-                    lines = [(products[n % 3], n % 4 + 1), (products[(n + 1) % 3], 1)]
-                    orders.append(place(cur, customer, lines))
-                    cur.execute("COMMIT")
-            run.wait_acked(db.wal_lsn())
-            events = reader.wait(set(orders), workers[0])
-            held = [_assembling(worker, group) for worker in workers]
-        finally:
-            reader.close()
-            for worker in workers:
-                if worker.alive():
-                    worker.signal(signal.SIGTERM)
+    with running_workers(db, tmp_path) as (group, workers, reader, run):
+        orders = []
+        with db.conn.cursor() as cur:
+            for n in range(24):
+                cur.execute("BEGIN")
+                lines = [(products[n % 3], n % 4 + 1), (products[(n + 1) % 3], 1)]
+                orders.append(place(cur, customer, lines))
+                cur.execute("COMMIT")
+        run.wait_acked(db.wal_lsn())
+        events = reader.wait(set(orders), workers[0])
+        held = [_assembling(worker, group) for worker in workers]
     _check(events, truth(db, orders))
     assert len(events) == len(orders)  # once each, not one more
     assert all(held) and sorted(held[0] + held[1]) == [0, 1, 2, 3], held
@@ -653,33 +661,22 @@ def test_one_of_two_workers_killed_mid_transaction(db: Db, tmp_path: Path) -> No
     """Two workers; kill -9 of the one that assembles a big order while its transaction
     is half copied: the survivor takes its partitions over and every order's OrderPlaced
     has one event id and its true total, the big one exactly once."""
-    group = f"tx-{uuid.uuid4().hex[:8]}"
-    workers = [Worker(db, group, f"{group}.dlq", tmp_path / f"w{i}.log") for i in (1, 2)]
-    reader = Reader(db)
     customer, products = _ids(db)
-    with capturing(db, tmp_path) as run:
-        for worker in workers:
-            worker.start()
-        try:
-            victim, survivor, target = _owner_of_next_big(db, workers, group)
-            big, small = _mid_transaction(db, reader, survivor, group, lines=3000)
-            assert _assembly_partition(big) == target, big
-            victim.signal(signal.SIGKILL)
-            assert big not in {e.order_id for e in reader.poll()}, "not killed mid-transaction"
-            run.wait_acked(db.wal_lsn())
-            more = []
-            with db.conn.cursor() as cur:
-                for n in range(8):
-                    cur.execute("BEGIN")
-                    more.append(place(cur, customer, [(products[n % 3], n + 1)]))
-                    cur.execute("COMMIT")
-            run.wait_acked(db.wal_lsn())
-            events = reader.wait({big, *small, *more}, survivor, timeout=120)
-        finally:
-            reader.close()
-            for worker in workers:
-                if worker.alive():
-                    worker.signal(signal.SIGTERM)
+    with running_workers(db, tmp_path) as (group, workers, reader, run):
+        victim, survivor, target = _owner_of_next_big(db, workers, group)
+        big, small = _mid_transaction(db, reader, survivor, group, lines=3000)
+        assert _assembly_partition(big) == target, big
+        victim.signal(signal.SIGKILL)
+        assert big not in {e.order_id for e in reader.poll()}, "not killed mid-transaction"
+        run.wait_acked(db.wal_lsn())
+        more = []
+        with db.conn.cursor() as cur:
+            for n in range(8):
+                cur.execute("BEGIN")
+                more.append(place(cur, customer, [(products[n % 3], n + 1)]))
+                cur.execute("COMMIT")
+        run.wait_acked(db.wal_lsn())
+        events = reader.wait({big, *small, *more}, survivor, timeout=120)
     _check(events, truth(db, [big, *small, *more]))
     assert [e.order_id for e in events].count(big) == 1
     assert len(next(e for e in events if e.order_id == big).items) == 3000

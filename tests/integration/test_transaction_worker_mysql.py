@@ -20,7 +20,7 @@ from bizevents.capture.config import CaptureConfig
 from bizevents.capture.mariadb import queries as my
 from bizevents.devstack import Endpoints
 from tests.capture.mysql_helpers import MyDb, in_process, mysql_database
-from tests.integration.test_transaction_worker import Reader, Worker, _check
+from tests.integration.test_transaction_worker import Reader, Worker, _check, truth
 
 pytestmark = [pytest.mark.integration, pytest.mark.mysql]
 
@@ -91,19 +91,6 @@ def _place(db: MyDb, customer: int, lines: list[tuple[int, int]]) -> int:
     return order
 
 
-def _truth(db: MyDb, orders: list[int]) -> dict[int, Any]:
-    out = {}
-    for order in orders:
-        total = db.sql("SELECT total FROM store.orders WHERE id = %s", (order,))[0][0]
-        items = db.sql(
-            "SELECT line_no, product_id, quantity, unit_price FROM store.order_items "
-            "WHERE order_id = %s ORDER BY line_no",
-            (order,),
-        )
-        out[order] = (total, [tuple(i) for i in items])
-    return out
-
-
 def test_orders_placed_from_mariadb_transactions(db: MyDb, tmp_path: Path) -> None:
     """Five orders placed in MariaDB: one OrderPlaced each, with its items and the
     total its transaction set (never the 0.00 of its first INSERT)."""
@@ -123,7 +110,7 @@ def test_orders_placed_from_mariadb_transactions(db: MyDb, tmp_path: Path) -> No
             ]
             run.wait_position(db.binlog_end())
             events = reader.wait(set(orders), worker)
-            expected = _truth(db, orders)
+            expected = truth(cast(Any, db), orders)
             assert all(total > Decimal(0) for total, _ in expected.values())
             _check(events, expected)
             assert len(events) == len(orders)  # not one more

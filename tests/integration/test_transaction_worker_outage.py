@@ -19,7 +19,7 @@ import psycopg2
 import pytest
 
 from bizevents.devstack import Endpoints
-from tests.capture.test_capture_outage import DedicatedBroker
+from tests.capture.core.test_sink import DedicatedBroker
 from tests.integration.test_transaction_worker import (
     Reader,
     Worker,

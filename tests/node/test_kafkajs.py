@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
-import signal
 import subprocess
-import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -131,36 +129,19 @@ def test_kafkajs_reads_the_live_order_placed_with_true_totals(
     """Orders placed in PostgreSQL, captured, translated by orders@3 under the
     transaction worker, read in Node: each with the total and lines the database holds."""
     from tests.integration.test_transaction_worker import (
-        Reader,
-        Worker,
         _ids,
-        capturing,
-        place,
+        place_orders,
+        running_workers,
         store_db,
         truth,
     )
 
     with store_db(bizevents_stack) as db:
         customer, products = _ids(db)
-        group = f"tx-node-{uuid.uuid4().hex[:8]}"
-        worker = Worker(db, group, f"{group}.dlq", tmp_path / "worker.log")
-        reader = Reader(db)
-        with capturing(db, tmp_path) as run:
-            worker.start()
-            try:
-                orders = []
-                with db.conn.cursor() as cur:
-                    for n in range(5):
-                        cur.execute("BEGIN")
-                        lines = [(products[(n + i) % 3], i + 1) for i in range(n % 3 + 1)]
-                        orders.append(place(cur, customer, lines))
-                        cur.execute("COMMIT")
-                run.wait_acked(db.wal_lsn())
-                reader.wait(set(orders), worker)
-            finally:
-                reader.close()
-                if worker.alive():
-                    worker.signal(signal.SIGTERM)
+        with running_workers(db, tmp_path, 1, "tx-node") as (group, (worker,), reader, run):
+            orders = place_orders(db, customer, products, 5, 3)
+            run.wait_acked(db.wal_lsn())
+            reader.wait(set(orders), worker)
         expected = truth(db, orders)
         result = subprocess.run(
             [

@@ -14,7 +14,7 @@ from bizevents.capture.core.signals import new_signal, signal_table_ddl
 from bizevents.contracts.envelope import ChangeEvent, Tombstone
 from bizevents.devstack import Endpoints
 from tests.capture.capture_helpers import Db, capture_endpoints, database, in_process, read_topic
-from tests.capture.test_pgoutput_live import COLUMNS, ROWS
+from tests.capture.postgres.test_pgoutput_live import COLUMNS, ROWS
 from tests.peers import compare, differences, harness
 
 pytestmark = pytest.mark.integration
@@ -54,7 +54,7 @@ def test_postgres_records_equal_debeziums_but_for_the_table(db: Db, tmp_path: Pa
     db.sql(f"CREATE TABLE {s}.everything ({cols})")
     db.sql(f"CREATE TABLE {s}.items (id int PRIMARY KEY, note text, qty int)")
     db.sql(f"ALTER TABLE {s}.items REPLICA IDENTITY FULL")
-    # the mapped types tests/capture/test_pgoutput_live.py's COLUMNS leaves out
+    # the mapped types tests/capture/postgres/test_pgoutput_live.py's COLUMNS leaves out
     db.sql(f'CREATE TABLE {s}.more (id int PRIMARY KEY, m8 macaddr8, c "char")')
     db.sql(f"CREATE TABLE {s}.done (id int PRIMARY KEY)")
     db.sql(signal_table_ddl(f"{s}.sig", mysql=False))  # both read their signals from it

@@ -24,6 +24,7 @@ from tests.integration.test_transaction_worker import (
     _ids,
     capturing,
     place,
+    place_orders,
     store_db,
     truth,
 )
@@ -38,9 +39,8 @@ def db(bizevents_stack: Endpoints) -> Iterator[Db]:
         yield made
 
 
-def _read(db: Db, topic: str) -> list[Any]:
-    registry = SchemaRegistryClient({"url": db.endpoints.registry_url})
-    decode = BusinessDeserializer(registry, OrderPlaced, OrderStatusChanged)
+def _messages(db: Db, topic: str) -> list[Any]:
+    """Every message of ``topic``, each partition read to its end."""
     consumer = Consumer(
         {
             "bootstrap.servers": db.endpoints.bootstrap_servers,
@@ -60,10 +60,16 @@ def _read(db: Db, topic: str) -> list[Any]:
                     assert err.code() == KafkaError._PARTITION_EOF
                     at_end.add(m.partition() or 0)
                     continue
-                out.append(decode(m.value() or b"", topic))
+                out.append(m)
         return out
     finally:
         consumer.close()
+
+
+def _read(db: Db, topic: str) -> list[Any]:
+    registry = SchemaRegistryClient({"url": db.endpoints.registry_url})
+    decode = BusinessDeserializer(registry, OrderPlaced, OrderStatusChanged)
+    return [decode(m.value() or b"", topic) for m in _messages(db, topic)]
 
 
 def test_replay_of_whole_transactions(db: Db, tmp_path: Path, spark: Any) -> None:
@@ -71,14 +77,8 @@ def test_replay_of_whole_transactions(db: Db, tmp_path: Path, spark: Any) -> Non
     OrderPlaced per order with its items and total, the live path's id, replay set."""
     customer, products = _ids(db)
     with capturing(db, tmp_path) as run:
-        orders = []
-        with db.conn.cursor() as cur:
-            for n in range(10):
-                cur.execute("BEGIN")
-                lines = [(products[(n + i) % 3], i + 1) for i in range(n % 4 + 1)]
-                orders.append(place(cur, customer, lines))
-                cur.execute("COMMIT")
-            cur.execute(f"UPDATE store.orders SET status = 'paid' WHERE id = {orders[0]}")
+        orders = place_orders(db, customer, products, 10, 4)
+        db.sql(f"UPDATE store.orders SET status = 'paid' WHERE id = {orders[0]}")
         run.wait_acked(db.wal_lsn())
     target = f"replay-tx-{uuid.uuid4().hex[:8]}"
     settings = stack_settings(
@@ -150,32 +150,15 @@ def _changes(db: Db, topic: str) -> list[tuple[int, int, Any]]:
     from bizevents.plumbing.registry import schema_lookup
 
     decoder = AutoDecoder(schema_lookup(SchemaRegistryClient({"url": db.endpoints.registry_url})))
-    consumer = Consumer(
-        {
-            "bootstrap.servers": db.endpoints.bootstrap_servers,
-            "group.id": "unused",
-            "enable.partition.eof": True,
-        }
-    )
-    try:
-        parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        consumer.assign([TopicPartition(topic, p, 0) for p in parts])
-        at_end: set[int] = set()
-        out = []
-        while len(at_end) < len(parts):
-            for m in consumer.consume(500, 1.0):
-                if m.error() is not None:
-                    at_end.add(m.partition() or 0)
-                    continue
-                if m.value() is None:
-                    continue
-                where = Coordinates(topic, m.partition() or 0, m.offset() or 0)
-                change = decoder.decode(m.key(), m.value(), where)
-                if isinstance(change, ChangeEvent):
-                    out.append((m.partition() or 0, m.offset() or 0, change))
-        return out
-    finally:
-        consumer.close()
+    out = []
+    for m in _messages(db, topic):
+        if m.value() is None:
+            continue
+        where = Coordinates(topic, m.partition() or 0, m.offset() or 0)
+        change = decoder.decode(m.key(), m.value(), where)
+        if isinstance(change, ChangeEvent):
+            out.append((m.partition() or 0, m.offset() or 0, change))
+    return out
 
 
 def _check_whole(db: Db, events: list[Any]) -> set[int]:

@@ -14,9 +14,9 @@ from bizevents_store.contracts import OrderPlaced
 from bizevents.devstack import Endpoints
 from bizevents.replay.transactions import TransactionReplay
 from tests.capture.mysql_helpers import MyDb, in_process
+from tests.integration.test_transaction_worker import truth
 from tests.integration.test_transaction_worker_mysql import (
     _place,
-    _truth,
     customer_and_products,
     orders_capture,
     store_mysql_db,
@@ -70,7 +70,7 @@ def test_a_range_that_cuts_a_mariadb_transaction_replays_it_whole(
     placed = [e for e in _read(pg_like, target) if isinstance(e, OrderPlaced)]
     ids = [e.order_id for e in placed]
     assert len(ids) == len(set(ids)), "an order placed twice"
-    expected = _truth(db, [i for i in ids if i in mine])
+    expected = truth(cast(Any, db), [i for i in ids if i in mine])
     for e in placed:
         if e.order_id in expected:
             total, lines = expected[e.order_id]

@@ -8,7 +8,7 @@ compiled per table: going through ``ChangeEvent`` → dict → fastavro costs ab
 datum against each branch), which alone would cap capture below its 25,000
 changes/s target. The compiled writer turns each column's text straight into its
 Avro bytes (a few hundred nanoseconds per column) and writes the ``source`` block
-from bytes prepared once per transaction. ``tests/capture/test_capture_encoding.py``
+from bytes prepared once per transaction. ``tests/capture/postgres/test_codec.py``
 holds it byte for byte to ``AvroEncoder`` for every mapped type.
 
 Column types the compiled writer has no shortcut for (arrays) are written by

@@ -11,7 +11,7 @@ usual decimals and the conversions that say what they do (``native_conversion``)
 done in C.
 
 The two readers give equal results for every plan, and both equal
-``fastavro.schemaless_reader`` (tests/contracts/test_native_reader.py, hypothesis).
+``fastavro.schemaless_reader`` (tests/contracts/test_fast_decode.py, hypothesis).
 Where the extension is not built, :data:`AVAILABLE` is False and callers use the
 generated reader.
 

@@ -1,5 +1,5 @@
 """The one chunk driver of incremental snapshots, with a fake source (pure code: the
-real sources run in test_capture_incremental.py and test_capture_mysql_incremental.py)."""
+real sources run in tests/capture/core/test_incremental.py)."""
 
 from __future__ import annotations
 

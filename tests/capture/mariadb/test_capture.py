@@ -24,18 +24,11 @@ from pydantic import SecretStr
 from bizevents.capture.mariadb import queries as my
 from bizevents.contracts.envelope import ChangeEvent, Tombstone
 from bizevents.contracts.logical import JsonDocument
-from bizevents.devstack import Endpoints
 from bizevents.plumbing.kafka import ensure_topics
 from tests.capture.capture_helpers import cli_env, final_state, read_topic
-from tests.capture.mysql_helpers import MyDb, Proxy, in_process, mysql_database, wait_stored
+from tests.capture.mysql_helpers import MyDb, Proxy, in_process, wait_stored
 
 pytestmark = [pytest.mark.integration, pytest.mark.mysql]
-
-
-@pytest.fixture
-def db(bizevents_mysql: str, bizevents_stack: Endpoints) -> Any:
-    with mysql_database(bizevents_mysql, bizevents_stack) as database:
-        yield database
 
 
 TYPES_DDL = """

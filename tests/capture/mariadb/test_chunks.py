@@ -1,6 +1,6 @@
 """MariaDB's incremental snapshot reader, a slice per turn of the binlog loop: its
 fetching and writing of a chunk, with the server's I/O faked (the real path runs in
-test_capture_mysql_incremental.py)."""
+tests/capture/core/test_incremental.py)."""
 
 from __future__ import annotations
 

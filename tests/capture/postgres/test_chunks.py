@@ -1,5 +1,5 @@
 """PostgreSQL's side of the chunk driver, its pure part: the watermark that closes a
-window (the real chunks run in tests/capture/test_capture_incremental.py)."""
+window (the real chunks run in tests/capture/core/test_incremental.py)."""
 
 from __future__ import annotations
 

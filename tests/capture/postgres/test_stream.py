@@ -22,12 +22,10 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from bizevents.capture.exceptions import TableNotCapturableError
 from bizevents.contracts.envelope import ChangeEvent, PgPosition
 from bizevents.contracts.logical import UNAVAILABLE
-from bizevents.devstack import Endpoints
 from tests.capture.capture_helpers import (
     Db,
     capture_endpoints,
     committed_change_lsns,
-    database,
     final_state,
     in_process,
     key_of,
@@ -38,15 +36,16 @@ from tests.capture.capture_helpers import (
     wait_snapshot_done,
     write_config,
 )
-from tests.capture.test_pgoutput_live import BIG, COLUMNS, ROWS, SELECT_EXPR, _expected, _same
+from tests.capture.postgres.test_pgoutput_live import (
+    BIG,
+    COLUMNS,
+    ROWS,
+    SELECT_EXPR,
+    _expected,
+    _same,
+)
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def db(bizevents_stack: Endpoints) -> Any:
-    with database(bizevents_stack) as made:
-        yield made
 
 
 def _table_state(db: Db, table: str, key: str = "id") -> dict[tuple[Any, ...], dict[str, Any]]:

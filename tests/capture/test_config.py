@@ -1,6 +1,8 @@
-"""Issue 41: a column a table's ``exclude`` names never leaves the database, not in a
-dead letter or a parked record either, whether the row that fails to convert was read
-by the snapshot or the stream (real PostgreSQL, MariaDB, broker and registry)."""
+"""The capture file (capture/config.py): a bad one fails at once with a sentence, the
+defaults follow the server name. Issue 41: a column a table's ``exclude`` names never
+leaves the database, not in a dead letter or a parked record either, whether the row
+that fails to convert was read by the snapshot or the stream (real PostgreSQL,
+MariaDB, broker and registry)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from bizevents.capture.config import CaptureConfig, ColumnFilter
+from bizevents.capture.config import CaptureConfig, ColumnFilter, load_capture_config
 from bizevents.capture.core.quarantine import ask_capture, parked_keys
 from bizevents.capture.mariadb.types import register_converter as register_my_converter
 from bizevents.capture.postgres.messages import (
@@ -24,6 +26,7 @@ from bizevents.capture.postgres.messages import (
 from bizevents.capture.postgres.pgoutput import PgOutputDecoder, blank_values
 from bizevents.capture.postgres.types import register_converter as register_pg_converter
 from bizevents.devstack import Endpoints
+from bizevents.plumbing.errors import ConfigError
 from bizevents.plumbing.parking import PARKED_HEADER
 from bizevents.plumbing.parkingio import read_to_end
 from tests.capture import capture_helpers as pgh
@@ -198,3 +201,46 @@ def test_mariadb_dead_letters_and_parked_records_hold_no_excluded_column(
         finally:
             register_my_converter("enum", None)
         _redriven(my.endpoints, my.topic("t"))
+
+
+@pytest.mark.parametrize(
+    ("toml", "fragment"),
+    [
+        ('server = "s"\n', "name the tables"),
+        ('server = "s"\ntables = ["orders"]\n', "schema.table"),
+        (
+            'server = "s"\ntables = ["public.a"]\ncolumns."public.b".exclude = ["x"]\n',
+            "not captured",
+        ),
+        (
+            'server = "s"\ntables = ["public.a"]\n[columns."public.a"]\n'
+            'include = ["x"]\nexclude = ["y"]\n',
+            "not both",
+        ),
+        ('server = "s"\ntables = ["public.a"]\nslot = "Bad-Slot"\n', "slot/publication"),
+        ('server = "s"\ntables = ["public.a"]\nwhat = 1\n', "what"),
+    ],
+    ids=[
+        "no-tables",
+        "unqualified",
+        "filter-unknown-table",
+        "include-and-exclude",
+        "bad-slot",
+        "unknown-key",
+    ],
+)
+def test_config_refuses_impossible_combinations(tmp_path: Path, toml: str, fragment: str) -> None:
+    """A bad capture file fails at once with a sentence naming the problem."""
+    path = tmp_path / "c.toml"
+    path.write_text(toml)
+    with pytest.raises(ConfigError, match=fragment):
+        load_capture_config(path)
+
+
+def test_config_defaults() -> None:
+    """Slot, publication and topic prefix follow the server name."""
+    config = CaptureConfig(server="Shop-EU", tables=("public.orders",))
+    assert config.slot_name == "bizevents_shop_eu"
+    assert config.publication_name == config.slot_name
+    assert config.prefix == "Shop-EU"
+    assert config.column_filter("public.orders").keeps("anything")

@@ -1,24 +1,20 @@
-"""Incremental snapshots against the real PostgreSQL and broker: a table added to a
-capture that already ran gets all its rows, interleaved with the stream (DBLog)."""
+"""Incremental snapshots (capture/core/incremental.py, DBLog) against the real databases
+and broker: a table added to a capture that already ran gets all its rows, interleaved
+with the stream, on either source; signals, pause and resume, a kill mid-snapshot."""
 
 from __future__ import annotations
 
 import json
-import random
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
-import psycopg2
-import psycopg2.extras
 import pytest
 from confluent_kafka import Producer
 
-from bizevents.capture.core.signals import SignalTopic, new_signal, signal_table_ddl
-from bizevents.capture.core.state import Ledger, StateStore
+from bizevents.capture.core.signals import Signal, SignalTopic, new_signal, signal_table_ddl
 from bizevents.contracts.envelope import ChangeEvent
 from bizevents.devstack import Endpoints
 from tests.capture.capture_helpers import (
@@ -27,7 +23,6 @@ from tests.capture.capture_helpers import (
     Record,
     capture_endpoints,
     cli_env,
-    database,
     final_state,
     in_process,
     key_of,
@@ -38,72 +33,10 @@ from tests.capture.capture_helpers import (
     wait_snapshot_done,
     write_config,
 )
+from tests.capture.mysql_helpers import MyDb
+from tests.capture.sources import MySource, PgSource, Source
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def db(bizevents_stack: Endpoints) -> Any:
-    with database(bizevents_stack) as made:
-        yield made
-
-
-def table_state(db: Db, table: str) -> dict[tuple[Any, ...], dict[str, Any]]:
-    with db.conn.cursor(cursor_factory=psycopg2.extras.RealDictCursor) as cur:
-        cur.execute(f"SELECT * FROM {db.schema}.{table}")
-        return {(("id", r["id"]),): dict(r) for r in cur.fetchall()}
-
-
-def stored_ledger(db: Db) -> Ledger | None:
-    store = StateStore(
-        {"bootstrap.servers": db.endpoints.bootstrap_servers},
-        f"{db.server}.capture.offsets",
-        db.server,
-    )
-    return Ledger.from_json(store.read(store.ledger_key(db.slot)))
-
-
-class Writer:
-    """Upserts and deletes on ``table`` until stopped; every write sets ``v`` from one
-    sequence, so a key's successive states carry increasing ``v``."""
-
-    def __init__(self, db: Db, table: str, keys: int, seed: int) -> None:
-        self.db, self.table, self.keys, self.seed = db, table, keys, seed
-        self.stop = threading.Event()
-        self.writes = 0
-        self.thread = threading.Thread(target=self.run, daemon=True)
-
-    def run(self) -> None:
-        conn = psycopg2.connect(self.db.endpoints.postgres_dsn)
-        rnd = random.Random(self.seed)
-        t = f"{self.db.schema}.{self.table}"
-        seq = f"nextval('{self.db.schema}.seq')"
-        try:
-            with conn.cursor() as cur:
-                while not self.stop.is_set():
-                    for _ in range(10):
-                        k = rnd.randrange(1, self.keys)
-                        if rnd.random() < 0.8:
-                            cur.execute(
-                                f"INSERT INTO {t} VALUES (%s, {seq}, 'w') "
-                                f"ON CONFLICT (id) DO UPDATE SET v = {seq}, note = 'u'",
-                                (k,),
-                            )
-                        else:
-                            cur.execute(f"DELETE FROM {t} WHERE id = %s", (k,))
-                        self.writes += 1
-                    conn.commit()
-                    time.sleep(0.002)
-        finally:
-            conn.close()
-
-    def __enter__(self) -> Writer:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self.stop.set()
-        self.thread.join(30)
 
 
 def assert_no_snapshot_row_older_than_the_stream(records: list[Record]) -> None:
@@ -121,29 +54,26 @@ def assert_no_snapshot_row_older_than_the_stream(records: list[Record]) -> None:
 
 
 def test_a_table_added_later_gets_all_its_rows_under_concurrent_writes(
-    db: Db, tmp_path: Path
+    source: Source, tmp_path: Path
 ) -> None:
     """Capture ``a``; stop; create and fill ``b``; add it; start again while a writer
     changes ``b``: ``b``'s rows arrive as op r, ``source.snapshot = incremental``,
     interleaved with its stream; the topic's latest state per key equals the table and
     no snapshot row is older than a stream change before it."""
-    s = db.schema
-    db.sql(f"CREATE TABLE {s}.a (id int PRIMARY KEY, v bigint)")
-    db.sql(f"INSERT INTO {s}.a SELECT g, 0 FROM generate_series(1, 10) g")
-    endpoints = capture_endpoints(db.endpoints, tmp_path)
-    with in_process(db.config(["a"]), endpoints) as run:
+    source.sql(f"CREATE TABLE {source.table('a')} (id INT PRIMARY KEY, v BIGINT)")
+    source.sql(f"INSERT INTO {source.table('a')} VALUES (1, 0), (2, 0)")
+    with source.in_process(source.config(["a"]), tmp_path) as run:
         run.wait_snapshot()
-        run.wait_acked(db.wal_lsn())
+        source.caught_up(run)
         run.stop()
-    db.sql(f"CREATE SEQUENCE {s}.seq")
-    db.sql(f"CREATE TABLE {s}.b (id int PRIMARY KEY, v bigint NOT NULL, note text)")
-    db.sql(
-        f"INSERT INTO {s}.b SELECT g, nextval('{s}.seq'), 'init' FROM generate_series(1, 20000) g"
-    )
-    config = db.config(["a", "b"], partitions=3, incremental_chunk_rows=500)
-    with Writer(db, "b", 22_000, seed=5) as writer, in_process(config, endpoints) as run:
+    source.sequenced_table("b", 20_000)
+    config = source.config(["a", "b"], partitions=3, incremental_chunk_rows=500)
+    with (
+        source.writer("b", 22_000, seed=5) as writer,
+        source.in_process(config, tmp_path) as run,
+    ):
         deadline = time.monotonic() + 180
-        while f"{s}.b" not in run.runner.ledger.tables:
+        while source.table("b") not in run.runner.ledger.tables:
             if run.error is not None:
                 raise run.error
             assert time.monotonic() < deadline, "the incremental snapshot did not finish"
@@ -151,10 +81,10 @@ def test_a_table_added_later_gets_all_its_rows_under_concurrent_writes(
         time.sleep(0.5)
         writer.stop.set()
         writer.thread.join(30)
-        run.wait_acked(db.wal_lsn())
+        source.caught_up(run)
         run.stop()
     assert writer.writes > 100
-    records = read_topic(db.endpoints, db.topic("b"))
+    records = read_topic(source.db.endpoints, source.topic("b"))
     snapshot = [
         r.decoded for r in records if isinstance(r.decoded, ChangeEvent) and r.decoded.op == "r"
     ]
@@ -162,9 +92,9 @@ def test_a_table_added_later_gets_all_its_rows_under_concurrent_writes(
     assert len(snapshot) >= 20_000 - writer.writes
     assert any(isinstance(r.decoded, ChangeEvent) and r.decoded.op == "u" for r in records)
     assert_no_snapshot_row_older_than_the_stream(records)
-    assert final_state(records) == table_state(db, "b")
-    ledger = stored_ledger(db)
-    assert ledger is not None and f"{s}.b" in ledger.tables and not ledger.queue
+    assert final_state(records) == source.table_state("b")
+    ledger = source.stored_ledger()
+    assert ledger is not None and source.table("b") in ledger.tables and not ledger.queue
 
 
 def signal_cli(
@@ -206,18 +136,15 @@ def test_an_on_demand_snapshot_under_updates_can_be_paused_and_resumed(
     --resume``, it ends with the topic's state equal to the table and no snapshot row
     older than a stream change of its key."""
     s = db.schema
-    db.sql(f"CREATE SEQUENCE {s}.seq")
-    db.sql(f"CREATE TABLE {s}.t (id int PRIMARY KEY, v bigint NOT NULL, note text)")
-    db.sql(
-        f"INSERT INTO {s}.t SELECT g, nextval('{s}.seq'), 'init' FROM generate_series(1, 20000) g"
-    )
+    pg = PgSource(db)
+    pg.sequenced_table("t", 20_000)
     db.sql(signal_table_ddl(f"{s}.sig", mysql=False))
     config = db.config(["t"], partitions=3, incremental_chunk_rows=200, signal_table=f"{s}.sig")
     config_file = write_config(tmp_path / "capture.toml", config)
     with in_process(config, capture_endpoints(db.endpoints, tmp_path)) as run:
         run.wait_snapshot()
         ledger = run.runner.ledger
-        with Writer(db, "t", 21_000, seed=9) as writer:
+        with pg.writer("t", 21_000, seed=9) as writer:
             snapshot, pause = (
                 new_signal("execute-snapshot", (f"{s}.t",), "id > 5000"),
                 new_signal("pause-snapshot"),
@@ -246,7 +173,7 @@ def test_an_on_demand_snapshot_under_updates_can_be_paused_and_resumed(
     assert incremental and all(int(e.after["id"]) > 5000 for e in incremental if e.after)
     assert len(incremental) >= 15_000 - writer.writes
     assert_no_snapshot_row_older_than_the_stream(records)
-    assert final_state(records) == table_state(db, "t")
+    assert final_state(records) == PgSource(db).table_state("t")
 
 
 def test_bad_signals_get_one_sentence_and_capture_goes_on(db: Db, tmp_path: Path) -> None:
@@ -307,7 +234,7 @@ def test_bad_signals_get_one_sentence_and_capture_goes_on(db: Db, tmp_path: Path
     # Row 1's update may have superseded its snapshot row (it fell in its window).
     assert set(range(2, 3001)) <= set(snapshot_ids) <= set(range(1, 3001))
     assert len(snapshot_ids) == len(set(snapshot_ids))
-    assert final_state(records) == table_state(db, "t")
+    assert final_state(records) == PgSource(db).table_state("t")
 
 
 def test_a_missing_signal_table_stops_start_up_with_its_ddl(db: Db, tmp_path: Path) -> None:
@@ -355,7 +282,7 @@ def test_kill_9_during_an_incremental_snapshot_resumes_from_the_last_acknowledge
         producer.flush(10)
         deadline = time.monotonic() + 90
         while True:
-            ledger = stored_ledger(db)
+            ledger = PgSource(db).stored_ledger()
             if ledger is not None and ledger.queue and ledger.queue[0].rows >= 2000:
                 break
             assert process.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
@@ -364,14 +291,14 @@ def test_kill_9_during_an_incremental_snapshot_resumes_from_the_last_acknowledge
         process.wait(10)
         first_run = log.read_text()
         assert "snapshot progress" in first_run, first_run[-3000:]
-        at_kill = stored_ledger(db)
+        at_kill = PgSource(db).stored_ledger()
         assert at_kill is not None and at_kill.queue
         acked = at_kill.queue[0]
         assert acked.after is not None and 0 < acked.rows < 30_000
         process = start_cli(config_file, db.endpoints, log)
         deadline = time.monotonic() + 120
         while True:
-            ledger = stored_ledger(db)
+            ledger = PgSource(db).stored_ledger()
             if ledger is not None and not ledger.queue:
                 break
             assert process.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
@@ -405,4 +332,51 @@ def test_kill_9_during_an_incremental_snapshot_resumes_from_the_last_acknowledge
         "a key up to the last acknowledged chunk was read twice"
     )
     assert set(incremental) == set(range(1, 30_001))
-    assert final_state(records) == table_state(db, "t")
+    assert final_state(records) == PgSource(db).table_state("t")
+
+
+@pytest.mark.mysql
+def test_mariadb_signal_table_snapshots_with_a_condition_and_refuses_bad_signals(
+    db: MyDb, tmp_path: Path
+) -> None:
+    """Signals through MariaDB's signal table: a snapshot of the rows ``id > 500``
+    (under writes) ends with the topic equal to the table; a signal for a table not
+    captured and a condition that does not parse are refused; capture goes on."""
+    source = MySource(db)
+    source.sequenced_table("b", 3000)
+    db.sql(signal_table_ddl("sig", mysql=True))
+    config = db.config(["b"], incremental_chunk_rows=200, signal_table=f"{db.name}.sig")
+    with (
+        source.writer("b", 3_200, seed=4) as writer,
+        source.in_process(config, tmp_path) as run,
+    ):
+        run.wait_snapshot()
+        ledger = run.runner.ledger
+        for sig in (
+            new_signal("execute-snapshot", (f"{db.name}.nope",)),
+            # Written by hand: new_signal refuses a condition that does not parse.
+            Signal("bad", "execute-snapshot", (f"{db.name}.b",), ((f"{db.name}.b", "id >>> 2"),)),
+            new_signal("execute-snapshot", (f"{db.name}.b",), "id > 500"),
+        ):
+            db.sql("INSERT INTO sig VALUES (%s, %s, %s)", sig.to_row())
+        deadline = time.monotonic() + 120
+        while ledger.queue or run.stats.signals_refused < 2:
+            if run.error is not None:
+                raise run.error
+            assert time.monotonic() < deadline, "the snapshot did not end"
+            time.sleep(0.1)
+        time.sleep(0.3)
+        writer.stop.set()
+        writer.thread.join(30)
+        run.wait_position(db.binlog_end())
+        run.stop()
+    assert run.stats.signals_refused == 2
+    records = read_topic(db.endpoints, db.topic("b"))
+    incremental = [
+        r.decoded
+        for r in records
+        if isinstance(r.decoded, ChangeEvent) and r.decoded.source.snapshot_raw == "incremental"
+    ]
+    assert incremental and all(int(e.after["id"]) > 500 for e in incremental if e.after)
+    assert_no_snapshot_row_older_than_the_stream(records)
+    assert final_state(records) == source.table_state("b")

@@ -30,12 +30,6 @@ from tests.capture.capture_helpers import (
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def db(bizevents_stack: Endpoints) -> Any:
-    with database(bizevents_stack) as made:
-        yield made
-
-
 def _changes(db: Db, table: str) -> list[ChangeEvent]:
     records = sorted(read_topic(db.endpoints, db.topic(table)), key=lambda r: r.offset)
     return [r.decoded for r in records if isinstance(r.decoded, ChangeEvent)]

@@ -27,7 +27,6 @@ from bizevents.capture.postgres.messages import format_lsn, parse_lsn
 from bizevents.capture.postgres.types import register_converter
 from bizevents.cli import main
 from bizevents.contracts.envelope import ChangeEvent, PgPosition
-from bizevents.devstack import Endpoints
 from bizevents.plumbing.parking import PARKED_HEADER
 from bizevents.plumbing.parkingio import read_to_end
 from bizevents.status import figures, scrape
@@ -35,7 +34,6 @@ from tests.capture.capture_helpers import (
     Db,
     InProcess,
     capture_endpoints,
-    database,
     in_process,
     wait_confirmed,
     write_config,
@@ -48,12 +46,6 @@ from tests.capture.quarantine_helpers import (
 )
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def db(bizevents_stack: Endpoints) -> Iterator[Db]:
-    with database(bizevents_stack) as made:
-        yield made
 
 
 @pytest.fixture

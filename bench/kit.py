@@ -1,0 +1,251 @@
+"""What the benchmarks share: their stack, their PostgreSQL load, a probe's latencies,
+an incremental snapshot timed, worker processes stopped and the medians printed.
+
+A benchmark puts the checkout first on ``sys.path`` and imports ``bench.kit``; the
+project's own modules are imported inside the functions, as in the scripts, so that
+``--help`` answers at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import statistics
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+#: Rows changed per transaction by a RateWriter.
+PER_TX = 50
+
+
+@contextmanager
+def bench_stack(
+    prefix: str, stack_json: Path | None = None, *, mysql: bool = False
+) -> Iterator[tuple[Any, Path, Any]]:
+    """The endpoints of the stack in ``stack_json``, or of a private one on free ports
+    (with MariaDB if ``mysql``), a scratch folder, and the private DevStack (None with
+    ``stack_json``); the private stack and the folder gone on leaving."""
+    from bizevents.devstack import DevStack, Endpoints
+    from bizevents.settings import DevSettings
+
+    tmp = Path(tempfile.mkdtemp(prefix=prefix))
+    stack = None
+    try:
+        if stack_json is not None:
+            endpoints = Endpoints(**json.loads(stack_json.read_text()))
+        else:
+            settings = DevSettings(
+                broker_port=0, registry_port=0, postgres_port=0, mysql=mysql, mysql_port=0
+            )
+            stack = DevStack(tmp / "stack", settings)
+            stack.up()
+            endpoints = stack.endpoints()
+        yield endpoints, tmp, stack
+    finally:
+        if stack is not None:
+            stack.down(purge=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def generate_pg(dsn: str, table: str, changes: int, tx_rows: int) -> None:
+    """Half ``changes`` inserts into ``table``, then updates of the same rows, in
+    transactions of ``tx_rows`` rows."""
+    import psycopg2
+
+    conn = psycopg2.connect(dsn)
+    conn.autocommit = False
+    inserts = changes // 2
+    with conn.cursor() as cur:
+        for start in range(1, inserts + 1, tx_rows):
+            stop = min(start + tx_rows - 1, inserts)
+            cur.execute(
+                f"INSERT INTO {table} SELECT g, 'customer ' || g, g %% 97, g * 1.25, now(), "
+                "g %% 2 = 0 FROM generate_series(%s, %s) g",
+                (start, stop),
+            )
+            conn.commit()
+        for start in range(1, changes - inserts + 1, tx_rows):
+            stop = min(start + tx_rows - 1, changes - inserts)
+            cur.execute(
+                f"UPDATE {table} SET qty = qty + 1, price = price + 0.01 "
+                "WHERE id BETWEEN %s AND %s",
+                (start, stop),
+            )
+            conn.commit()
+    conn.close()
+
+
+class RateWriter(threading.Thread):
+    """Changes ``rate`` rows/s of a big table in transactions of PER_TX rows and a probe
+    row about 50 times a second, through ``step(cursor, ids, probe_id or None)`` on a
+    connection from ``connect()``."""
+
+    def __init__(
+        self,
+        connect: Callable[[], Any],
+        step: Callable[[Any, list[int], int | None], None],
+        rows: int,
+        rate: int,
+    ) -> None:
+        super().__init__(daemon=True)
+        self.connect, self.step, self.rows, self.rate = connect, step, rows, rate
+        self.stop_event = threading.Event()
+        self.changes = 0
+
+    def run(self) -> None:
+        conn = self.connect()
+        rnd = random.Random(1)
+        interval = PER_TX / self.rate
+        next_at = time.perf_counter()
+        n = 0
+        with conn.cursor() as cur:
+            while not self.stop_event.is_set():
+                ids = [rnd.randrange(1, self.rows + 1) for _ in range(PER_TX)]
+                n += 1
+                probe = (
+                    rnd.randrange(1, 101) if n % max(1, self.rate // PER_TX // 50) == 0 else None
+                )
+                self.step(cur, ids, probe)
+                self.changes += PER_TX
+                next_at += interval
+                delay = next_at - time.perf_counter()
+                if delay > 0:
+                    time.sleep(delay)
+                elif delay < -0.1:
+                    next_at = time.perf_counter()  # behind: no burst to catch up
+        conn.close()
+
+
+def probe_latencies(
+    endpoints: Any, topic: str, sent_ms: Callable[[Any], int | None]
+) -> list[tuple[int, float]]:
+    """(sent ms, latency s) of every streamed update on ``topic``; ``sent_ms`` reads when
+    a change was made from its ChangeEvent (None: not a probe change)."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    from bizevents.contracts.envelope import ChangeEvent
+    from bizevents.contracts.technical import AvroDecoder
+
+    registry = SchemaRegistryClient({"url": endpoints.registry_url})
+    decoder = AvroDecoder(lambda i: registry.get_schema(i).schema_str)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": endpoints.bootstrap_servers,
+            "group.id": "bench",
+            "enable.partition.eof": True,
+        }
+    )
+    meta = consumer.list_topics(topic, timeout=10).topics[topic]
+    consumer.assign([TopicPartition(topic, p, 0) for p in meta.partitions])
+    ends, out = 0, []
+    while ends < len(meta.partitions):
+        for m in consumer.consume(1000, timeout=5):
+            err = m.error()
+            if err is not None:
+                if err.code() != KafkaError._PARTITION_EOF:
+                    raise RuntimeError(f"reading {topic}: {err}")
+                ends += 1
+                continue
+            d = decoder.decode(m.key(), m.value())
+            sent = sent_ms(d) if isinstance(d, ChangeEvent) and d.op == "u" else None
+            if sent:
+                out.append((sent, (m.timestamp()[1] - sent) / 1000))
+    consumer.close()
+    return out
+
+
+def p99(values: list[float]) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+
+
+def incremental_rate(
+    kafka: dict[str, Any], config: Any, runner: Any, thread: threading.Thread, table: str, rows: int
+) -> float:
+    """Rows/s of an incremental snapshot of ``table``: from its signal sent to the
+    runner's ledger empty again."""
+    from confluent_kafka import Producer
+
+    from bizevents.capture.core.signals import SignalTopic, new_signal
+
+    producer = Producer(kafka)
+    sent_at = time.perf_counter()
+    SignalTopic(kafka, config.signal_topic_name, config.server).send(
+        producer, new_signal("execute-snapshot", (table,))
+    )
+    producer.flush(10)
+    while not runner.ledger.queue:
+        assert thread.is_alive(), "capture stopped"
+        time.sleep(0.005)
+    while runner.ledger.queue:
+        assert thread.is_alive(), "capture stopped"
+        time.sleep(0.01)
+    return rows / (time.perf_counter() - sent_at)
+
+
+def stop_processes(processes: Iterable[subprocess.Popen[Any]]) -> None:
+    """Terminate every process, then wait for each (killed after 30 s)."""
+    processes = list(processes)
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def snapshot_parser(doc: str, rows: int, rate: int, load_s: float) -> argparse.ArgumentParser:
+    """The options both snapshot benches take."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=rows)
+    parser.add_argument("--rate", type=int, default=rate, help="stream changes/s under load")
+    parser.add_argument("--load-seconds", type=float, default=load_s)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--chunk-rows", type=int, default=1024, help="incremental chunk size")
+    return parser
+
+
+def each_run(count: int, one_run: Callable[[int], dict[str, float]]) -> list[dict[str, float]]:
+    """``one_run(n)`` for n in range(count), each run's figures printed as it ends."""
+    runs = []
+    for n in range(count):
+        result = one_run(n)
+        runs.append(result)
+        print(f"run {n + 1}: " + ", ".join(f"{k} {v:,.1f}" for k, v in result.items()), flush=True)
+    return runs
+
+
+def stopped_probe(
+    writer: RateWriter, endpoints: Any, topic: str, sent_ms: Callable[[Any], int | None]
+) -> list[tuple[int, float]]:
+    """The writer stopped, then its probe's latencies once the stream has caught up."""
+    writer.stop_event.set()
+    writer.join()
+    time.sleep(3)
+    return probe_latencies(endpoints, topic, sent_ms)
+
+
+def print_runs(runs: list[dict[str, float]], title: str, digits: int = 0) -> None:
+    """``title`` and each figure's median of the runs with min-max (the ``probe`` counts
+    left out)."""
+    print(title)
+    for key in runs[0]:
+        if key.startswith("probe"):
+            continue
+        values = [r[key] for r in runs]
+        print(
+            f"  {key:32} {statistics.median(values):>10,.{digits}f} "
+            f"({min(values):,.{digits}f}-{max(values):,.{digits}f})"
+        )
