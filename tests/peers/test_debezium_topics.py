@@ -2,6 +2,7 @@
 standalone writes the store's technical topics (JSON with schemas) into the stack's
 Apache Kafka, bizevents capture writes the same changes beside them, and ``bizevents
 translate`` runs the store's translators over each: the business events are the same.
+So does ``bizevents replay`` (Spark, local[2]) of each row translator over both.
 
 Event ids come from a change's identity: for a streamed change its server, table, op,
 LSN and key; for a snapshot read its server, table and whole row. Debezium's ``source``
