@@ -41,9 +41,11 @@ from bizevents_store.contracts import (
     ProductPriceChanged,
 )
 from bizevents_store.load import StoreLoad, create_schema
+from click.testing import CliRunner
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from bizevents.capture.config import CaptureConfig
+from bizevents.cli import main
 from bizevents.contracts.business import HEADER_EVENT_ID, HEADER_SOURCE_TOPIC
 from bizevents.contracts.serde import BusinessDeserializer
 from bizevents.devstack import Endpoints
@@ -343,3 +345,29 @@ def test_replay_reads_debeziums_topics_as_it_reads_its_own(captured: Captured) -
     assert set(ours) == set(theirs), "event ids differ"
     different = {i: (ours[i], theirs[i]) for i in ours if ours[i] != theirs[i]}
     assert not different, list(different.items())[:3]
+
+
+def test_a_transaction_replay_is_told_before_spark_what_debeziums_topics_lack(
+    captured: Captured,
+) -> None:
+    """The live worker's start-up check, in the replay: orders@3 over Debezium's topics
+    exits 1 with the worker's sentence before Spark starts (it used to run and dead-letter
+    the changes, emitting nothing)."""
+    env = {
+        "BIZEVENTS_KAFKA__BOOTSTRAP_SERVERS": captured.endpoints.bootstrap_servers,
+        "BIZEVENTS_REGISTRY__URL": captured.endpoints.registry_url,
+        "BIZEVENTS_STATE_DIR": str(captured.folder / "replay-tx-state"),
+        "BIZEVENTS_LOG_LEVEL": "WARNING",
+    }
+    out = captured.folder / "replayed-tx"
+    topics = f"{captured.theirs}.store.orders,{captured.theirs}.store.order_items"
+    result = CliRunner().invoke(
+        main,
+        ["replay", "--topics", topics, "--translator", "orders@3", "--to", f"path:{out}"],
+        env=env,
+    )
+    assert result.exit_code == 1, result.output
+    said = f"orders@3 cannot have whole transactions from {captured.theirs}.store.order_items, "
+    assert said in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+    assert not list(out.rglob("*.avro"))
