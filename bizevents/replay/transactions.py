@@ -162,9 +162,12 @@ class TransactionReplay(ReplayRun):
             ) from exc
 
     def prepare(self) -> tuple[TxReplayConfig, RunState]:
+        from bizevents.contracts.technical import AutoDecoder
         from bizevents.contracts.technical.transaction import transaction_topic
         from bizevents.plumbing.kafka import ensure_topics
+        from bizevents.plumbing.registry import schema_lookup
         from bizevents.replay.checks import check_contracts, check_registry
+        from bizevents.translators.provenance import lacking_transactions, newest_changes
 
         self._refuse()
         spec, settings = self.spec, self.settings
@@ -186,6 +189,13 @@ class TransactionReplay(ReplayRun):
                 "transaction metadata"
             ) from None
         client = check_registry(settings.registry.client_config(), settings.registry.url)
+        # the live worker's start-up check: Debezium's PostgreSQL ids name each record
+        newest = newest_changes(
+            settings.kafka.librdkafka(), sorted(counts), AutoDecoder(schema_lookup(client))
+        )
+        lacking = lacking_transactions(spec.translator, newest)
+        if lacking is not None:
+            raise ReplayConfigError(lacking)
         t = settings.translate
         output = spec.output
         dead_letters = t.dead_letter_topic + ".replay"

@@ -2,6 +2,7 @@
 standalone writes the store's technical topics (JSON with schemas) into the stack's
 Apache Kafka, bizevents capture writes the same changes beside them, and ``bizevents
 translate`` runs the store's translators over each: the business events are the same.
+So does ``bizevents replay`` (Spark, local[2]) of each row translator over both.
 
 Event ids come from a change's identity: for a streamed change its server, table, op,
 LSN and key; for a snapshot read its server, table and whole row. Debezium's ``source``
@@ -17,6 +18,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -25,6 +28,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+import fastavro
 import psycopg2
 import pytest
 from bizevents_store.contracts import (
@@ -37,9 +41,11 @@ from bizevents_store.contracts import (
     ProductPriceChanged,
 )
 from bizevents_store.load import StoreLoad, create_schema
+from click.testing import CliRunner
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from bizevents.capture.config import CaptureConfig
+from bizevents.cli import main
 from bizevents.contracts.business import HEADER_EVENT_ID, HEADER_SOURCE_TOPIC
 from bizevents.contracts.serde import BusinessDeserializer
 from bizevents.devstack import Endpoints
@@ -280,3 +286,88 @@ def test_a_transaction_translator_is_told_at_start_up_what_debeziums_topics_lack
     finally:
         refused.stop()
         assert started.stop() == 0, started.tail()
+
+
+def _replayed(c: Captured, out: Path) -> dict[str, dict[str, tuple[str, dict[str, Any]]]]:
+    """The events the replay wrote under ``out``, content by event id, per source prefix."""
+    registry = SchemaRegistryClient({"url": c.endpoints.registry_url})
+    read = BusinessDeserializer(registry, *CONTRACTS)
+    prefixes = {f"{p}.{t}": p for p in (c.ours, c.theirs) for t in TABLES}
+    found: dict[str, dict[str, tuple[str, dict[str, Any]]]] = {c.ours: {}, c.theirs: {}}
+    for path in sorted(out.rglob("*.avro")):
+        with path.open("rb") as handle:
+            records: list[dict[str, Any]] = list(fastavro.reader(handle))  # type: ignore[arg-type]
+        for r in records:
+            assert r["event_id"], f"a dead letter in {path.name}"
+            headers = {h["key"]: h["value"] for h in r["headers"]}
+            prefix = prefixes[headers[HEADER_SOURCE_TOPIC].decode()]
+            event = read(r["value"], r["topic"])
+            content = event.model_dump(mode="json", exclude={"lineage"})
+            found[prefix][r["event_id"]] = (r["topic"], content)
+    return found
+
+
+def test_replay_reads_debeziums_topics_as_it_reads_its_own(captured: Captured) -> None:
+    """``bizevents replay`` (Spark, local[2]) of each row translator over both sets of
+    topics: the events from Debezium's are those from bizevents', ids and content."""
+    env = {
+        **os.environ,
+        "BIZEVENTS_KAFKA__BOOTSTRAP_SERVERS": captured.endpoints.bootstrap_servers,
+        "BIZEVENTS_REGISTRY__URL": captured.endpoints.registry_url,
+        "BIZEVENTS_STATE_DIR": str(captured.folder / "replay-state"),
+        "BIZEVENTS_LOG_LEVEL": "WARNING",
+    }
+    out = captured.folder / "replayed"
+    topics = f"{captured.ours}.store.*,{captured.theirs}.store.*"
+    for name, version in ROW_TRANSLATORS.items():
+        command = ["replay", "--topics", topics, "--translator", f"{name}@{version}"]
+        command += ["--to", f"path:{out / name}", "--master", "local[2]", "--no-progress", "--json"]
+        done = subprocess.run(
+            [sys.executable, "-m", "bizevents", *command],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        summary = json.loads(done.stdout)
+        assert (summary["dead_letters"], summary["undecodable"]) == (0, 0), summary
+    replayed = _replayed(captured, out)
+    ours, theirs = replayed[captured.ours], replayed[captured.theirs]
+    assert len(ours) > 100, len(ours)
+    kinds = {topic for topic, _ in ours.values()}
+    assert {
+        CustomerRegistered.contract_topic(),
+        ProductPriceChanged.contract_topic(),
+        OrderPlaced.contract_topic(),
+        OrderStatusChanged.contract_topic(),
+    } <= kinds, kinds
+    assert set(ours) == set(theirs), "event ids differ"
+    different = {i: (ours[i], theirs[i]) for i in ours if ours[i] != theirs[i]}
+    assert not different, list(different.items())[:3]
+
+
+def test_a_transaction_replay_is_told_before_spark_what_debeziums_topics_lack(
+    captured: Captured,
+) -> None:
+    """The live worker's start-up check, in the replay: orders@3 over Debezium's topics
+    exits 1 with the worker's sentence before Spark starts (it used to run and dead-letter
+    the changes, emitting nothing)."""
+    env = {
+        "BIZEVENTS_KAFKA__BOOTSTRAP_SERVERS": captured.endpoints.bootstrap_servers,
+        "BIZEVENTS_REGISTRY__URL": captured.endpoints.registry_url,
+        "BIZEVENTS_STATE_DIR": str(captured.folder / "replay-tx-state"),
+        "BIZEVENTS_LOG_LEVEL": "WARNING",
+    }
+    out = captured.folder / "replayed-tx"
+    topics = f"{captured.theirs}.store.orders,{captured.theirs}.store.order_items"
+    result = CliRunner().invoke(
+        main,
+        ["replay", "--topics", topics, "--translator", "orders@3", "--to", f"path:{out}"],
+        env=env,
+    )
+    assert result.exit_code == 1, result.output
+    said = f"orders@3 cannot have whole transactions from {captured.theirs}.store.order_items, "
+    assert said in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+    assert not list(out.rglob("*.avro"))
