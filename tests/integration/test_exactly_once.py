@@ -13,6 +13,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from tests.integration.test_translate_worker import (
     ORDER_TOPICS,
     REPO,
     Setup,
+    Worker,
     create_topic,
     expected_ids,
     order_story,
@@ -75,12 +77,23 @@ def event_ids(
                     at_end.add(where)
                     continue
                 at_end.discard(where)
-                headers = {str(h[0]): bytes(h[1] or b"") for h in m.headers() or []}
+                headers = {
+                    str(name): raw.encode() if isinstance(raw, str) else raw or b""
+                    for name, raw in m.headers() or []
+                }
                 if keep(headers):
                     ids.append(headers[HEADER_EVENT_ID].decode())
         return ids
     finally:
         consumer.close()
+
+
+def consumed(worker: Worker) -> float:
+    return worker.metric("bizevents_translator_consumed_total", translator="orders@2")
+
+
+def translated_more(worker: Worker, than: float) -> bool:
+    return consumed(worker) > than
 
 
 @pytest.fixture
@@ -120,18 +133,8 @@ def test_row_worker_killed_again_and_again_gives_each_event_once(
             if kills >= MAX_KILLS or (kills and uncommitted_copies()):
                 continue
             worker.wait_assigned(60)
-            before = worker.metric("bizevents_translator_consumed_total", translator="orders@2")
-            wait_for(
-                lambda b=before: (
-                    worker.metric(  # type: ignore[misc]
-                        "bizevents_translator_consumed_total", translator="orders@2"
-                    )
-                    > b
-                ),
-                60,
-                "the worker translating",
-                [worker],
-            )
+            before = consumed(worker)
+            wait_for(partial(translated_more, worker, before), 60, "translating", [worker])
             worker.process.send_signal(signal.SIGKILL)
             worker.process.wait(10)
             kills += 1
