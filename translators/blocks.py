@@ -130,14 +130,14 @@ class BlockRunner:
             self.app.consumer._unacked_messages.discard(block)
             return
         tp = block.tp
-        outputs: list[OutRecord] = []
-        for start in range(0, len(block.records), CHUNK):
-            chunk = block.records[start : start + CHUNK]
-            outputs += (await self._translate(tp, chunk, bound)).records
-            await asyncio.sleep(0)
         try:
             async with block_transaction(self.app, tp, block.last_offset + 1) as producer:
-                futures = await self._send_batches(producer, outputs)
+                futures: list[asyncio.Future[Any]] = []
+                for start in range(0, len(block.records), CHUNK):
+                    chunk = block.records[start : start + CHUNK]
+                    result = await self._translate(tp, chunk, bound)
+                    futures += await self._send_batches(producer, result.records)
+                    await asyncio.sleep(0)
                 if futures:
                     await asyncio.gather(*futures)
         except Exception as exc:
