@@ -77,10 +77,10 @@ def event_ids(
                     at_end.add(where)
                     continue
                 at_end.discard(where)
-                headers = {
-                    str(name): raw.encode() if isinstance(raw, str) else raw or b""
-                    for name, raw in m.headers() or []
-                }
+                headers: dict[str, bytes] = {}
+                for header in m.headers() or []:
+                    name, raw = header[0], header[1]
+                    headers[name] = raw.encode() if isinstance(raw, str) else raw or b""
                 if keep(headers):
                     ids.append(headers[HEADER_EVENT_ID].decode())
         return ids
