@@ -6,6 +6,7 @@ embedded broker the setting is refused with one sentence (docs/reliability.md)."
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import subprocess
 import sys
@@ -264,3 +265,29 @@ def test_exactly_once_is_refused_with_a_sentence_on_the_embedded_broker(
     assert "embedded (tansu) broker" in done.stderr
     assert 'use "at_least_once" there' in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_the_consumer_kit_skips_aborted_events_on_kafka(
+    kafka: Endpoints, unique_topic: Callable[[str], str]
+) -> None:
+    """The kit reads read_committed where the broker has transactions: an event of an
+    aborted transaction (a killed worker's) is never handed to the handler."""
+    from confluent_kafka import Producer
+
+    from tests.consumers.test_consumer import Kit, _run_until
+
+    kit = Kit(kafka, unique_topic("prices"), partitions=1)
+    kit.producer = Producer({**kit.kafka.librdkafka(), "transactional.id": kit.topic})
+    kit.producer.init_transactions(30)
+    for seq, commit in ((1, True), (2, False), (3, True)):
+        kit.producer.begin_transaction()
+        kit.send(kit.event("k", seq, f"k/{seq}"), "k")
+        assert kit.producer.flush(30) == 0  # on the broker before the end
+        if commit:
+            kit.producer.commit_transaction(30)
+        else:
+            kit.producer.abort_transaction(30)
+    seen: list[int] = []
+    consumer = kit.consumer(lambda d: seen.append(d.event.seq), unique_topic("group"))
+    asyncio.run(_run_until(consumer, lambda: len(seen) >= 2, 60))
+    assert seen == [1, 3]
