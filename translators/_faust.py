@@ -13,9 +13,11 @@ This module touches private attributes of faust-streaming 0.15.3 (pinned):
 ``Consumer._drain_messages``, ``_wait_next_records``, ``_read_offset``,
 ``_unacked_messages``, ``_acked``, ``_acked_index``, ``_committed_offset``,
 ``_n_acked``, ``_to_message``, ``_buffered_partitions`` and ``app.topics._tp_index``;
-and of aiokafka 0.14, ``AIOKafkaConsumer._fetch_max_wait_ms``, which Faust hard-codes
-to 1,500 ms: an empty fetch may be held that long, and on the embedded broker that
-delays records that arrive meanwhile (docs/broker.md), so the worker sets its own; and
+``Producer._transaction_producers`` and ``_trn_locks`` (exactly once, see
+:func:`block_transaction`); and of aiokafka 0.14,
+``AIOKafkaConsumer._fetch_max_wait_ms``, which Faust hard-codes to 1,500 ms: an
+empty fetch may be held that long, and on the embedded broker that delays records
+that arrive meanwhile (docs/broker.md), so the worker sets its own; and
 ``PartitionRecords._consumer_record`` with its ``_key_deserializer`` and
 ``_value_deserializer``: aiokafka copies every record its batch reader made into a
 ``ConsumerRecord`` of eleven fields (0.8 µs a record, on the consumer's thread, under
