@@ -87,11 +87,44 @@ def ensure_topics(
     A topic another process created meanwhile is fine. An unreachable cluster is a
     :class:`TransientError`, a refusal a :class:`TopicCreationError`.
     """
+    if not topics:
+        return {}
+    # a cluster that lost a node (its controller among them) times CreateTopics out
+    # until its metadata names the new controller: ask again, for a while
+    deadline = time.monotonic() + 2 * timeout_s
+    while True:
+        try:
+            existing = _create_missing(
+                admin, topics, partitions, replication_factor, config, timeout_s
+            )
+            break
+        except _CreateAgain:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1.0)
+    counts = {t: len(existing[t].partitions) for t in topics if t in existing}
+    absent = [t for t in topics if not counts.get(t)]
+    if absent:
+        raise TransientError(f"the topics {', '.join(absent)} have no partitions yet")
+    return counts
+
+
+class _CreateAgain(TransientError):
+    """CreateTopics timed out or met a moving controller: worth asking again."""
+
+
+def _create_missing(
+    admin: Any,
+    topics: Sequence[str],
+    partitions: int,
+    replication_factor: int,
+    config: Mapping[str, str] | None,
+    timeout_s: float,
+) -> Any:
+    """:func:`ensure_topics`' one attempt: the cluster's topics once ``topics`` exist."""
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.cimpl import NewTopic
 
-    if not topics:
-        return {}
     try:
         existing = admin.list_topics(timeout=timeout_s).topics
         missing = [t for t in topics if t not in existing]
@@ -105,13 +138,19 @@ def ensure_topics(
                     future.result(timeout_s)
                 except KafkaException as exc:
                     err = exc.args[0] if exc.args else None
-                    if (
-                        isinstance(err, KafkaError)
-                        and err.code() == KafkaError.TOPIC_ALREADY_EXISTS
-                    ):
+                    if not isinstance(err, KafkaError):
+                        raise TopicCreationError(
+                            f"the cluster refused to create {topic}: {exc}"
+                        ) from exc
+                    if err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
                         continue
-                    if isinstance(err, KafkaError) and err.retriable():
-                        raise TransientError(f"cannot create topic {topic} yet: {exc}") from exc
+                    again = (
+                        KafkaError._TIMED_OUT,
+                        KafkaError.REQUEST_TIMED_OUT,
+                        KafkaError.NOT_CONTROLLER,
+                    )
+                    if err.retriable() or err.code() in again:
+                        raise _CreateAgain(f"cannot create topic {topic} yet: {exc}") from exc
                     raise TopicCreationError(
                         f"the cluster refused to create {topic}: {exc}"
                     ) from exc
@@ -126,11 +165,7 @@ def ensure_topics(
             existing = admin.list_topics(timeout=timeout_s).topics
     except KafkaException as exc:
         raise TransientError(f"cannot reach the Kafka cluster to prepare topics: {exc}") from exc
-    counts = {t: len(existing[t].partitions) for t in topics if t in existing}
-    absent = [t for t in topics if not counts.get(t)]
-    if absent:
-        raise TransientError(f"the topics {', '.join(absent)} have no partitions yet")
-    return counts
+    return existing
 
 
 def read_latest(
