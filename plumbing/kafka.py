@@ -210,7 +210,10 @@ def read_latest(
                     raise TransientError(f"the topic {topic} did not answer")
                 err = msg.error()
                 if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF and offset >= high:
+                    # the end's own offset: past a transaction's commit marker, which
+                    # no record carries (a worker's exactly-once checkpoints)
+                    end = max(offset, msg.offset() or 0)
+                    if err.code() == KafkaError._PARTITION_EOF and end >= high:
                         break
                     continue
                 offset = (msg.offset() or 0) + 1
@@ -295,7 +298,10 @@ _traits: dict[str, BrokerTraits] = {}
 
 
 def broker_traits(
-    bootstrap_servers: str, security_protocol: str = "PLAINTEXT", timeout_s: float = 3.0
+    bootstrap_servers: str,
+    security_protocol: str = "PLAINTEXT",
+    timeout_s: float = 3.0,
+    wait_s: float = 0.0,
 ) -> BrokerTraits:
     """The traits of the cluster at ``bootstrap_servers``, probed once per process.
 
@@ -303,7 +309,8 @@ def broker_traits(
     authentication) over plain TCP to the first bootstrap server that answers. A
     cluster behind TLS is not probed: it is taken for Apache Kafka (the embedded broker
     never speaks TLS). A cluster that answers no probe gets the embedded broker's
-    traits, whose workarounds are safe on any broker, and is probed again next time."""
+    traits, whose workarounds are safe on any broker, and is probed again next time;
+    with ``wait_s``, it is probed again for that long first (a cluster restarting)."""
     bootstrap_servers = ",".join(part.strip() for part in bootstrap_servers.split(","))
     with _traits_lock:
         known = _traits.get(bootstrap_servers)
@@ -313,10 +320,16 @@ def broker_traits(
         found: BrokerTraits | None = FULL_KAFKA
     else:
         found = None
-        for server in bootstrap_servers.split(","):
-            apis = _api_keys(server.strip(), timeout_s)
-            if apis is not None:
-                found = FULL_KAFKA if apis >= _FULL_KAFKA_APIS else EMBEDDED_BROKER
+        deadline = time.monotonic() + wait_s
+        while found is None:
+            for server in bootstrap_servers.split(","):
+                apis = _api_keys(server.strip(), timeout_s)
+                if apis is not None:
+                    found = FULL_KAFKA if apis >= _FULL_KAFKA_APIS else EMBEDDED_BROKER
+                    break
+            if found is None and time.monotonic() < deadline:
+                time.sleep(1.0)
+            else:
                 break
     if found is None:
         return EMBEDDED_BROKER

@@ -69,7 +69,11 @@ from bizevents.translators.pipeline import (
 from bizevents.translators.promoting import PromotionFollower, VersionedProcessor
 from bizevents.translators.promotion import Pins
 from bizevents.translators.promotion import decode as decode_promotion
-from bizevents.translators.settings import RuntimeSettings, TransactionSettings
+from bizevents.translators.settings import (
+    RuntimeSettings,
+    TransactionSettings,
+    TranslateSettings,
+)
 from bizevents.translators.shadow import check_shadows
 from bizevents.translators.topology import (
     business_serializer,
@@ -382,12 +386,15 @@ def read_pins(settings: RuntimeSettings, configured: Mapping[str, int]) -> Pins:
     return pins
 
 
-def check_exactly_once(kafka: KafkaSettings, guarantee: str) -> None:
+def check_exactly_once(kafka: KafkaSettings, translate: TranslateSettings) -> None:
     """Refuse ``processing_guarantee = "exactly_once"`` with a sentence where the broker's
-    traits say its transactions do not hold (the embedded broker, docs/broker.md)."""
-    if guarantee != "exactly_once":
+    traits say its transactions do not hold (the embedded broker, docs/broker.md); a
+    cluster that does not answer (restarting) is waited for, ``broker_wait_s`` at most."""
+    if translate.processing_guarantee != "exactly_once":
         return
-    traits = broker_traits(kafka.bootstrap_servers, kafka.security_protocol)
+    traits = broker_traits(
+        kafka.bootstrap_servers, kafka.security_protocol, wait_s=translate.broker_wait_s
+    )
     if not traits.transactions:
         raise ExactlyOnceUnavailableError(
             'translate.processing_guarantee = "exactly_once" needs a broker with '
@@ -419,7 +426,7 @@ def run(
     for chatty in ("httpx", "httpx2"):  # one INFO line per registry request otherwise
         logging.getLogger(chatty).setLevel(max(logging.WARNING, logging.getLogger().level))
     tx = transactions or TransactionSettings()
-    check_exactly_once(settings.kafka, settings.translate.processing_guarantee)
+    check_exactly_once(settings.kafka, settings.translate)
     pinned = discover(names=settings.translators).pinned(settings.translators)
     whole = [item for item in pinned if is_transactional(item)]
     rows = [] if only_transactions else [item for item in pinned if not is_transactional(item)]
