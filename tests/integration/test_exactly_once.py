@@ -292,3 +292,25 @@ def test_the_consumer_kit_skips_aborted_events_on_kafka(
     consumer = kit.consumer(lambda d: seen.append(d.event.seq), unique_topic("group"))
     asyncio.run(_run_until(consumer, lambda: len(seen) >= 2, 60))
     assert seen == [1, 3]
+
+
+def test_read_latest_reads_a_transactional_topic_to_its_end(
+    kafka: Endpoints, unique_topic: Callable[[str], str]
+) -> None:
+    """The transaction worker's checkpoints and hand-overs are written in transactions:
+    read_latest ends past the last commit marker (no record carries its offset)."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient
+
+    from bizevents.plumbing.kafka import ensure_topics, read_latest
+
+    topic = unique_topic("state")
+    conf: dict[str, str | int | float | bool] = {"bootstrap.servers": kafka.bootstrap_servers}
+    ensure_topics(AdminClient(conf), [topic], 1)
+    producer = Producer({**conf, "transactional.id": topic})
+    producer.init_transactions(30)
+    for value in (b"one", b"two"):
+        producer.begin_transaction()
+        producer.produce(topic, value, b"key")
+        producer.commit_transaction(30)
+    assert read_latest(conf, topic, "reader") == {b"key": b"two"}
