@@ -968,6 +968,7 @@ class Faults:
             pairs = Counter(
                 (
                     r.headers.get(HEADER_EVENT_ID, b""),
+                    r.headers.get(HEADER_TRANSLATOR, b""),  # orders@3 shares orders@2's ids
                     r.headers.get(HEADER_SOURCE_TOPIC, b""),
                     r.headers.get(HEADER_SOURCE_PARTITION, b""),
                     r.headers.get(HEADER_SOURCE_OFFSET, b""),

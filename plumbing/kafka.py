@@ -177,8 +177,27 @@ def read_latest(
 
     ``kafka`` is a confluent-kafka configuration; ``group`` names the reader (nothing
     is committed); a cluster that does not answer within ``timeout_s`` is a
-    :class:`TransientError`.
+    :class:`TransientError`. A partition whose leader moves (a node lost or restarting)
+    is read again, for up to three times ``timeout_s``.
     """
+    deadline = time.monotonic() + 3 * timeout_s
+    while True:
+        try:
+            return _read_latest_once(kafka, topic, group, timeout_s)
+        except _ReadAgain:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1.0)
+
+
+class _ReadAgain(TransientError):
+    """A read met a moving leader: worth reading again."""
+
+
+def _read_latest_once(
+    kafka: Mapping[str, Any], topic: str, group: str, timeout_s: float
+) -> dict[bytes, bytes | None]:
+    """:func:`read_latest`'s one attempt."""
     from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
     consumer = Consumer(
@@ -222,6 +241,10 @@ def read_latest(
                     found[key] = msg.value()
         return found
     except KafkaException as exc:
+        err = exc.args[0] if exc.args else None
+        moving = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)
+        if isinstance(err, KafkaError) and (err.retriable() or err.code() in moving):
+            raise _ReadAgain(f"cannot read the topic {topic}: {exc}") from exc
         raise TransientError(f"cannot read the topic {topic}: {exc}") from exc
     finally:
         consumer.close()
