@@ -25,7 +25,10 @@ process, reconnecting when the database goes away). Then, on a seeded random sch
   devstack's server user, or SIGTERM of MariaDB and the devstack starting it again on
   the same port;
 - MariaDB only: ``KILL`` of capture's binlog connection (the session whose command is
-  ``Binlog Dump``) from another session.
+  ``Binlog Dump``) from another session;
+- ``--broker kafka --brokers 3`` (Apache Kafka, three nodes or more): SIGKILL of the node
+  leading most partitions of the orders' technical and business topics, restarted from
+  its disk (``--long``: twice), and one restart of the whole cluster.
 
 A process that exits on its own is restarted too, as a supervisor would, and counted
 as ``unexpected_exits`` with the tail of its log: that is a defect to report.
@@ -65,6 +68,7 @@ on its own.
     .venv/bin/python bench/faults.py --short --seed 1                 # ~1-2 minutes
     .venv/bin/python bench/faults.py --long --seed 7                  # 32 kills, 30 s pause
     .venv/bin/python bench/faults.py --short --source mysql --seed 1  # MariaDB capture
+    .venv/bin/python bench/faults.py --long --broker kafka --brokers 3 --exactly-once
 """
 
 from __future__ import annotations
