@@ -177,8 +177,8 @@ def read_latest(
 
     ``kafka`` is a confluent-kafka configuration; ``group`` names the reader (nothing
     is committed); a cluster that does not answer within ``timeout_s`` is a
-    :class:`TransientError`. A partition whose leader moves (a node lost or restarting)
-    is read again, for up to three times ``timeout_s``.
+    :class:`TransientError`. A partition whose leader moves, or a cluster restarting, is
+    read again, for up to three times ``timeout_s``.
     """
     deadline = time.monotonic() + 3 * timeout_s
     while True:
@@ -242,7 +242,14 @@ def _read_latest_once(
         return found
     except KafkaException as exc:
         err = exc.args[0] if exc.args else None
-        moving = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)
+        moving = (  # a leader moving, or the cluster restarting
+            KafkaError.NOT_LEADER_FOR_PARTITION,
+            KafkaError.LEADER_NOT_AVAILABLE,
+            KafkaError._UNKNOWN_PARTITION,
+            KafkaError._ALL_BROKERS_DOWN,
+            KafkaError._TRANSPORT,
+            KafkaError._TIMED_OUT,
+        )
         if isinstance(err, KafkaError) and (err.retriable() or err.code() in moving):
             raise _ReadAgain(f"cannot read the topic {topic}: {exc}") from exc
         raise TransientError(f"cannot read the topic {topic}: {exc}") from exc
