@@ -248,6 +248,7 @@ def _read_latest_once(
             KafkaError._UNKNOWN_PARTITION,
             KafkaError._ALL_BROKERS_DOWN,
             KafkaError._TRANSPORT,
+            KafkaError._DESTROY_BROKER,
             KafkaError._TIMED_OUT,
         )
         if isinstance(err, KafkaError) and (err.retriable() or err.code() in moving):
