@@ -53,7 +53,12 @@ from bizevents.contracts.business import (
 from bizevents.contracts.exceptions import DecodeError
 from bizevents.contracts.serde import BusinessDeserializer
 from bizevents.plumbing.errors import ConfigError, TerminalError, TransientError
-from bizevents.plumbing.kafka import ensure_topics, stay_in_group_where_needed, traits_of
+from bizevents.plumbing.kafka import (
+    broker_traits,
+    ensure_topics,
+    stay_in_group_where_needed,
+    traits_of,
+)
 from bizevents.plumbing.parking import (
     PARKED_HEADER,
     STAGE_PARKED,
@@ -265,11 +270,15 @@ class BusinessConsumer:
 
         await self._wait_for_broker()
         conf = self.kafka.aiokafka()
+        traits = broker_traits(self.kafka.bootstrap_servers, self.kafka.security_protocol)
         consumer = AIOKafkaConsumer(
             **conf,
             group_id=self.group_id,
             enable_auto_commit=False,
             auto_offset_reset="earliest",  # never latest: ListOffsets is wrong on Tansu
+            # a worker's aborted transactions are skipped where the broker has them
+            # (exactly once, docs/reliability.md); aiokafka's default reads them
+            isolation_level="read_committed" if traits.transactions else "read_uncommitted",
         )
         outer = self
 

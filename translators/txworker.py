@@ -35,7 +35,11 @@ on the way out; there is no intermediate log:
 A worker killed or a partition moved mid-transaction: the next owner reads that
 transaction's parts again from the technical topics and releases it once, with the same
 event ids (at least once: a crash between the produce and the checkpoint repeats the
-same events, same ids). Every transaction of one business key is published by one
+same events, same ids). With ``translate.processing_guarantee = "exactly_once"`` a
+member's outputs since its last checkpoint and that checkpoint go in one Kafka
+transaction, and the checkpoints are read ``read_committed``: what a killed member sent
+after its last checkpoint is aborted, and a ``read_committed`` reader sees each event
+once. Every transaction of one business key is published by one
 member, in commit order, so that key's events keep commit order; transactions of
 different keys are published by different members in parallel, and their relative
 order is given up (docs/transactions.md).
@@ -47,6 +51,7 @@ import asyncio
 import json
 import signal
 import time
+import uuid
 import zlib
 from collections import deque
 from collections.abc import Awaitable, Sequence
@@ -346,6 +351,8 @@ class TxWorker:
         #: The worker's metrics, shared with the row translators of the same process.
         self.stats = stats or WorkerStats(tx.group_id)
         self._stop = asyncio.Event()
+        #: Each turn's outputs and its checkpoint in one Kafka transaction (docs/reliability.md).
+        self._exactly_once = settings.translate.processing_guarantee == "exactly_once"
         #: The virtual partitions this member owns (the group's assignment).
         self.owned: frozenset[int] = frozenset()
         #: The ownership changed: rebuild from the checkpoints before the next batch.
@@ -406,10 +413,19 @@ class TxWorker:
         """Read, assemble, translate and publish until :meth:`stop`."""
         from aiokafka import AIOKafkaProducer
 
+        transactional: dict[str, Any] = {}
+        if self._exactly_once:
+            # a member's own id: a restarted member's is new, so a killed one's open
+            # transaction ends at its timeout (the broker aborts it)
+            transactional = {
+                "transactional_id": f"{self.tx.group_id}.{uuid.uuid4().hex}",
+                "transaction_timeout_ms": int(self.tx.transaction_timeout_s * 1000),
+            }
         producer = self._producer = AIOKafkaProducer(
             **self.settings.kafka.aiokafka(),
             acks="all",
             request_timeout_ms=int(self.tx.request_timeout_s * 1000),
+            **transactional,
         )
         group = self._ownership(producer)
         reader = self._reader()
@@ -447,6 +463,8 @@ class TxWorker:
         meanwhile ends it at once (the fault suite found a member that did not stop
         within 60 s of SIGTERM, its last words "translating transactions")."""
         await producer.start()
+        if self._exactly_once:
+            await producer.begin_transaction()
         await group.start()
         traits_of(group)  # probed now: its stop may come while the broker is paused
         await reader.start()
@@ -509,6 +527,8 @@ class TxWorker:
                 # again from the checkpoints, as after a rebalance (what comes again
                 # has the same ids), instead of exiting
                 self._give_up_inflight()
+                if self._exactly_once:
+                    await self._abort(producer)
                 self._changed = True
                 log.warning(
                     "the broker did not answer in time; reading again from the checkpoints",
@@ -709,7 +729,11 @@ class TxWorker:
         from aiokafka.structs import TopicPartition
 
         consumer = AIOKafkaConsumer(
-            **self.settings.kafka.aiokafka(), enable_auto_commit=False, group_id=None
+            **self.settings.kafka.aiokafka(),
+            enable_auto_commit=False,
+            group_id=None,
+            # exactly once: only checkpoints whose outputs were committed with them
+            isolation_level="read_committed" if self._exactly_once else "read_uncommitted",
         )
         await consumer.start()
         last: dict[bytes, bytes] = {}
@@ -724,7 +748,11 @@ class TxWorker:
                     moved = time.monotonic()
                     if record.value:
                         last[record.key or b""] = record.value
-                high = consumer.highwater(tp)
+                high = (
+                    consumer.last_stable_offset(tp)
+                    if self._exactly_once
+                    else consumer.highwater(tp)
+                )
                 position = await consumer.position(tp)
                 if high is not None and position >= high:
                     break
@@ -795,9 +823,10 @@ class TxWorker:
         # loop meanwhile: waiting here for every acknowledgement and then the state
         # topic's held the next batch 13 ms (median; 39 at most) each second
         due = time.monotonic() - self._checkpointed >= self.settings.translate.commit_interval_s
-        self._inflight.append(
-            (sent, count, newest if published else 0, self._checkpoints() if due else [])
-        )
+        points = self._checkpoints() if due and not self._exactly_once else []
+        self._inflight.append((sent, count, newest if published else 0, points))
+        if due and self._exactly_once:
+            await self._checkpoint(producer)  # the outputs and their checkpoint: one transaction
         while len(self._inflight) > self.settings.translate.max_inflight_blocks:
             await self._settle_oldest()
 
@@ -825,6 +854,16 @@ class TxWorker:
                 records = self.stats.shadows.dirty()
             topic = self.settings.translate.shadows()
             await self._send(producer, [(topic, 0, key, value, []) for key, value in records])
+        if self._exactly_once:
+            await producer.commit_transaction()
+            await producer.begin_transaction()
+
+    async def _abort(self, producer: Any) -> None:
+        """Abort the open transaction (what it held is read again from the checkpoints)
+        and begin the next; a producer that cannot (fenced, or the broker gone past
+        ``request_timeout_s``) stops the member."""
+        await asyncio.wait_for(producer.abort_transaction(), self.tx.request_timeout_s)
+        await producer.begin_transaction()
 
     async def _requests(self, producer: Any) -> None:
         """Carry out the pending re-drive and discard requests of the keys this member

@@ -17,8 +17,8 @@ naming the plugin or the setting:
    is waited for, up to ``translate.registry_wait_s``;
 4. the business and dead-letter topics, created when missing, and the parked topic
    when a translator parks (``translate.on_error``, docs/parking.md);
-5. for ``processing_guarantee = "exactly_once"``, a transactional producer is
-   initialised once, and refused with a sentence when the broker cannot do it.
+5. ``processing_guarantee = "exactly_once"`` is refused with a sentence where the
+   broker's traits say it has no transactions (the embedded broker).
 
 Then the Faust worker joins the consumer group ``translate.group_id`` and its one
 agent receives whole fetched blocks (see :mod:`bizevents.translators._faust`). Per block it
@@ -26,7 +26,10 @@ runs :class:`~bizevents.translators.pipeline.Pipeline`, appends the records to o
 batch per output partition, and acknowledges the block's offsets only when those
 batches are acknowledged, strictly in fetch order; Faust commits acknowledged
 offsets on its commit timer, on rebalance and on stop. So: at least once, and a
-replayed block gives the same event ids.
+replayed block gives the same event ids. With ``processing_guarantee =
+"exactly_once"`` each block's outputs and its next offset go in one Kafka transaction
+of its input partition's producer (:func:`~bizevents.translators._faust.block_transaction`):
+a ``read_committed`` reader sees each event once.
 
 Partitioning: a business event is keyed by the source record's key and goes to
 partition ``crc32(key) % partitions`` of its topic, librdkafka's default
@@ -46,7 +49,7 @@ from typing import Any
 import structlog
 
 from bizevents.plumbing.errors import ConfigError, TransientError
-from bizevents.plumbing.kafka import ensure_topics, read_latest
+from bizevents.plumbing.kafka import broker_traits, ensure_topics, read_latest
 from bizevents.plumbing.parking import ParkedKeys
 from bizevents.plumbing.settings import KafkaSettings
 from bizevents.translators._faust import TablelessManager, bulk_consumer
@@ -66,7 +69,11 @@ from bizevents.translators.pipeline import (
 from bizevents.translators.promoting import PromotionFollower, VersionedProcessor
 from bizevents.translators.promotion import Pins
 from bizevents.translators.promotion import decode as decode_promotion
-from bizevents.translators.settings import RuntimeSettings, TransactionSettings
+from bizevents.translators.settings import (
+    RuntimeSettings,
+    TransactionSettings,
+    TranslateSettings,
+)
 from bizevents.translators.shadow import check_shadows
 from bizevents.translators.topology import (
     business_serializer,
@@ -77,7 +84,15 @@ from bizevents.translators.topology import (
 )
 from bizevents.translators.transaction_api import is_transactional
 
-__all__ = ["ExactlyOnceUnavailableError", "Plan", "build_app", "prepare", "run", "run_worker"]
+__all__ = [
+    "ExactlyOnceUnavailableError",
+    "Plan",
+    "build_app",
+    "check_exactly_once",
+    "prepare",
+    "run",
+    "run_worker",
+]
 
 log = structlog.get_logger("translate")
 
@@ -371,28 +386,22 @@ def read_pins(settings: RuntimeSettings, configured: Mapping[str, int]) -> Pins:
     return pins
 
 
-def probe_exactly_once(settings: RuntimeSettings) -> None:
-    """Initialise one aiokafka transactional producer, as Faust's exactly-once mode will."""
-    from aiokafka import AIOKafkaProducer
-
-    conf = settings.kafka.aiokafka()
-
-    async def init() -> None:
-        producer = AIOKafkaProducer(**conf, transactional_id=f"{settings.translate.group_id}-probe")
-        try:
-            await asyncio.wait_for(producer.start(), 30)
-        finally:
-            await producer.stop()
-
-    try:
-        asyncio.run(init())
-    except Exception as exc:
+def check_exactly_once(kafka: KafkaSettings, translate: TranslateSettings) -> None:
+    """Refuse ``processing_guarantee = "exactly_once"`` with a sentence where the broker's
+    traits say its transactions do not hold (the embedded broker, docs/broker.md); a
+    cluster that does not answer (restarting) is waited for, ``broker_wait_s`` at most."""
+    if translate.processing_guarantee != "exactly_once":
+        return
+    traits = broker_traits(
+        kafka.bootstrap_servers, kafka.security_protocol, wait_s=translate.broker_wait_s
+    )
+    if not traits.transactions:
         raise ExactlyOnceUnavailableError(
-            'translate.processing_guarantee = "exactly_once" needs a broker that initialises '
-            f"aiokafka's transactional producer, and {settings.kafka.bootstrap_servers} refused "
-            f"it ({type(exc).__name__}: {exc}); the embedded Tansu broker cannot "
-            '(docs/broker.md): use "at_least_once" there'
-        ) from exc
+            'translate.processing_guarantee = "exactly_once" needs a broker with '
+            f"transactions, and {kafka.bootstrap_servers} is the {traits.name} broker, which "
+            "cannot start aiokafka's transactional producer nor hide aborted records "
+            '(docs/broker.md): use "at_least_once" there, or Apache Kafka'
+        )
 
 
 def run(
@@ -417,6 +426,7 @@ def run(
     for chatty in ("httpx", "httpx2"):  # one INFO line per registry request otherwise
         logging.getLogger(chatty).setLevel(max(logging.WARNING, logging.getLogger().level))
     tx = transactions or TransactionSettings()
+    check_exactly_once(settings.kafka, settings.translate)
     pinned = discover(names=settings.translators).pinned(settings.translators)
     whole = [item for item in pinned if is_transactional(item)]
     rows = [] if only_transactions else [item for item in pinned if not is_transactional(item)]
@@ -434,8 +444,6 @@ def run(
         run_transactions(settings, tx, tx_plan, stats)
         return
     plan = prepare(settings, rows)
-    if settings.translate.processing_guarantee == "exactly_once":
-        probe_exactly_once(settings)
     stats.readers = readers(plan.translators, plan.topics)
     log.info(
         "translating",
