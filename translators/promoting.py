@@ -10,6 +10,8 @@ its offset belongs to.
   of the worker is acknowledged, commits the block's first offset, writes the
   :class:`~bizevents.translators.promotion.Handover` and waits for the broker's
   acknowledgement; only then is the block translated, by the new version.
+- :func:`fold_promotions` reads the topic to its end once, into pins: at start-up
+  (:func:`read_pins`) and at a transaction worker's rebuild.
 - :class:`VersionedProcessor` translates a block with the pipeline of the versions its
   offsets belong to, splitting a block that spans a hand-over (one read again after a
   kill).
@@ -19,19 +21,48 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import suppress
 from datetime import UTC, datetime
 from typing import Any
 
 import structlog
 
 from bizevents.plumbing.errors import ConfigError, TransientError
+from bizevents.plumbing.kafka import read_latest
 from bizevents.translators.api import Translator
 from bizevents.translators.pipeline import Counts, Pipeline, Result
 from bizevents.translators.promotion import Handover, Pins, Promotion, decode, encode
+from bizevents.translators.settings import RuntimeSettings
 
 log = structlog.get_logger("translate")
 
 Versions = tuple[tuple[str, int], ...]
+
+
+def fold_promotions(
+    pins: Pins, conf: dict[str, Any], topic: str, group: str, *, strict: bool = True
+) -> Pins:
+    """The promotions ``topic`` read to its end (as ``group``) into ``pins``. ``strict``:
+    a record that does not decode is a :class:`ConfigError`; else it is passed over
+    (the follower logs it)."""
+    found = read_latest(conf, topic, group)
+    for key, value in found.items():
+        if value is None:
+            continue
+        if strict:
+            pins.apply(decode(value, f"{topic} key {key!r}"))
+            continue
+        with suppress(ConfigError):
+            pins.apply(decode(value, f"{topic} key {key!r}"))
+    return pins
+
+
+def read_pins(settings: RuntimeSettings, configured: Mapping[str, int]) -> Pins:
+    """The configured pins with the promotions topic folded in."""
+    t = settings.translate
+    return fold_promotions(
+        Pins(configured), settings.kafka.librdkafka(), t.promotions(), f"{t.group_id}-promotions"
+    )
 
 
 def merge_results(into: Result, other: Result) -> None:

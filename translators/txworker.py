@@ -88,7 +88,13 @@ from bizevents.translators.assembly import (
 from bizevents.translators.exceptions import PluginError
 from bizevents.translators.metrics import WorkerStats
 from bizevents.translators.pipeline import SHADOW_SUFFIX, OutRecord, Result, SourceRecord
-from bizevents.translators.promoting import PromotionFollower, Versions, merge_results
+from bizevents.translators.promoting import (
+    PromotionFollower,
+    Versions,
+    fold_promotions,
+    merge_results,
+    read_pins,
+)
 from bizevents.translators.promotion import Handover, Pins, encode
 from bizevents.translators.routing import owner, partitions_of
 from bizevents.translators.settings import RuntimeSettings, TransactionSettings
@@ -181,7 +187,6 @@ def prepare_transactions(
         list_topics,
         technical_topics,
     )
-    from bizevents.translators.worker import read_pins
 
     t = settings.translate
     registry = discover(names=settings.translators)
@@ -1126,19 +1131,19 @@ class TxWorker:
         end (a previous owner's hand-overs, which the follower may not have read yet),
         and the shadows' figures of those partitions."""
         from bizevents.plumbing.kafka import read_latest
-        from bizevents.translators.promotion import decode
 
         plan = self.plan
         t = self.settings.translate
         conf = self.settings.kafka.librdkafka()
         if plan.pins is not None:
-            found = await asyncio.to_thread(
-                read_latest, conf, t.promotions(), f"{self.tx.group_id}-promotions"
+            await asyncio.to_thread(
+                fold_promotions,
+                plan.pins,
+                conf,
+                t.promotions(),
+                f"{self.tx.group_id}-promotions",
+                strict=False,  # not ours: the follower logs it
             )
-            for key, value in found.items():
-                if value is not None:
-                    with suppress(ConfigError):  # not ours: the follower logs it
-                        plan.pins.apply(decode(value, f"{t.promotions()} key {key!r}"))
         if plan.shadows:
             records = await asyncio.to_thread(
                 read_latest, conf, t.shadows(), f"{self.tx.group_id}-shadows"

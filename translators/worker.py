@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,9 +66,8 @@ from bizevents.translators.pipeline import (
     SHADOW_SUFFIX,
     Pipeline,
 )
-from bizevents.translators.promoting import PromotionFollower, VersionedProcessor
+from bizevents.translators.promoting import PromotionFollower, VersionedProcessor, read_pins
 from bizevents.translators.promotion import Pins
-from bizevents.translators.promotion import decode as decode_promotion
 from bizevents.translators.settings import (
     RuntimeSettings,
     TransactionSettings,
@@ -373,17 +372,6 @@ def prepare(settings: RuntimeSettings, pinned: Sequence[Translator] | None = Non
         )
 
     return Plan(translators, topics, outputs, make(translators), ids, shadows, pins, versions, make)
-
-
-def read_pins(settings: RuntimeSettings, configured: Mapping[str, int]) -> Pins:
-    """The configured pins with the promotions topic folded in."""
-    t = settings.translate
-    pins = Pins(configured)
-    found = read_latest(settings.kafka.librdkafka(), t.promotions(), f"{t.group_id}-promotions")
-    for key, value in found.items():
-        if value is not None:
-            pins.apply(decode_promotion(value, f"{t.promotions()} key {key!r}"))
-    return pins
 
 
 def check_exactly_once(kafka: KafkaSettings, translate: TranslateSettings) -> None:
