@@ -35,6 +35,7 @@ the integration tests run the path against the real broker.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager, suppress
 from typing import Any, Final
@@ -45,6 +46,7 @@ from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
 from faust.transport.drivers.aiokafka import Consumer as AIOKafkaConsumer
 from faust.types import TP
 
+from bizevents.plumbing.errors import TransientError
 from bizevents.plumbing.kafka import stay_in_group_where_needed
 
 __all__ = [
@@ -52,8 +54,10 @@ __all__ = [
     "BlockAcker",
     "RecordBlock",
     "TablelessManager",
+    "aiokafka_producer",
     "block_transaction",
     "bulk_consumer",
+    "commit_through",
 ]
 
 PRIVATE_CONSUMER_ATTRIBUTES: Final = (
@@ -220,6 +224,23 @@ class TablelessManager(TableManager):
         if self.before_assignment is not None:
             await self.before_assignment()
         await super().on_rebalance(assigned, revoked, newly_assigned, generation_id)
+
+
+async def commit_through(app: Any, tp: Any, offset: int) -> None:
+    """Commit ``tp`` up to ``offset`` (every earlier block is acknowledged by now).
+    Faust's commit may return having joined a commit already under way, which need
+    not hold the latest acknowledgements: ask again until the committed offset
+    (Faust's private ``_committed_offset``: the next offset to read) reaches it."""
+    consumer = app.consumer
+    for _ in range(200):
+        await consumer.commit({tp})
+        committed = consumer._committed_offset.get(tp)
+        if committed is not None and committed >= offset:
+            return
+        if committed is None and not consumer._acked.get(tp):
+            return  # nothing of this partition was ever read before this block
+        await asyncio.sleep(0.05)
+    raise TransientError(f"{tp.topic}[{tp.partition}] could not be committed up to {offset}")
 
 
 def aiokafka_producer(app: Any) -> Any:

@@ -48,7 +48,6 @@ order is given up (docs/transactions.md).
 from __future__ import annotations
 
 import asyncio
-import json
 import signal
 import time
 import uuid
@@ -56,288 +55,48 @@ import zlib
 from collections import deque
 from collections.abc import Awaitable, Sequence
 from contextlib import suppress
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Any
 
 import structlog
 
 from bizevents.contracts.envelope import ChangeEvent, Tombstone
 from bizevents.contracts.exceptions import Coordinates, DecodeError
-from bizevents.contracts.technical.transaction import TransactionDecoder, transaction_topic
 from bizevents.plumbing.errors import ConfigError, TransientError
 from bizevents.plumbing.kafka import (
-    ensure_topics,
     partition_for,
     stay_in_group_where_needed,
     traits_of,
 )
-from bizevents.plumbing.parking import ParkedKeys
 from bizevents.plumbing.process import settle_collector
-from bizevents.translators.api import Translator
 from bizevents.translators.assembly import (
     Abandoned,
     Assembler,
-    AssemblyLimits,
     Checkpoint,
     Outcome,
     Part,
     Ready,
-    commit_position,
 )
-from bizevents.translators.exceptions import PluginError
 from bizevents.translators.metrics import WorkerStats
-from bizevents.translators.pipeline import SHADOW_SUFFIX, OutRecord, Result, SourceRecord
+from bizevents.translators.pipeline import OutRecord, SourceRecord
 from bizevents.translators.promoting import (
     PromotionFollower,
-    Versions,
-    fold_promotions,
-    merge_results,
-    read_pins,
 )
-from bizevents.translators.promotion import Handover, Pins, encode
 from bizevents.translators.routing import owner, partitions_of
 from bizevents.translators.settings import RuntimeSettings, TransactionSettings
 from bizevents.translators.transaction_api import TransactionTranslator
+from bizevents.translators.txcheckpoint import POINT, TP, Point, read_checkpoints, start_offsets
 from bizevents.translators.txcore import TransactionCore
-from bizevents.translators.txparking import HEADER_PARKED_KEY, TxParking
+from bizevents.translators.txparking import HEADER_PARKED_KEY
+from bizevents.translators.txplan import TxPlan, prepare_transactions
 from bizevents.translators.txredrive import RedriveTools, TxRedriver
+from bizevents.translators.txversions import TxVersions
 
 __all__ = ["TxPlan", "TxWorker", "prepare_transactions", "run_transactions"]
 
 log = structlog.get_logger("transactions")
 
-#: A technical partition, as the checkpoints name it.
-_TP = tuple[str, int]
-
-
-@dataclass
-class TxPlan:
-    """What start-up resolved."""
-
-    translators: list[TransactionTranslator]
-    sources: list[str]
-    #: Every partition of the sources (the assembler waits for all of them).
-    source_partitions: list[tuple[str, int]]
-    transaction_topic: str
-    state_topic: str
-    assembly_topic: str
-    assembly_partitions: int
-    #: Partitions of every topic the worker writes events or dead letters to.
-    partitions: dict[str, int]
-    core: TransactionCore
-    decoder: Any
-    tx_decoder: TransactionDecoder
-    limits: AssemblyLimits
-    #: Versions in the shadow of the live ones (docs/shadow.md), by name.
-    shadows: dict[str, TransactionTranslator] = field(default_factory=dict)
-    #: The versions per virtual partition and END offset (configured, promoted since;
-    #: docs/shadow.md): None when nothing was read (a plan made by hand).
-    pins: Pins | None = None
-    #: Every version this worker may translate with: ``(name, version) -> translator``.
-    versions: dict[tuple[str, int], TransactionTranslator] = field(default_factory=dict)
-    #: Whether a failing transaction may park its keys (docs/parking.md): the parked
-    #: topic is then restored at each rebuild and followed for re-drive requests.
-    parks: bool = False
-
-    def versioned(self) -> bool:
-        """Whether a transaction may be translated by other versions than ``core``'s,
-        or beside a shadow: each is then translated per virtual partition's versions."""
-        return bool(self.shadows) or (
-            self.pins is not None
-            and any(self.pins.referenced(t.name) - {t.version} for t in self.translators)
-        )
-
-    def make_core(self, versions: Versions) -> TransactionCore:
-        """The core of a set of live versions, with the shadows of the others."""
-        chosen = [self.versions[v] for v in versions]
-        live = dict(versions)
-        core = self.core
-        return TransactionCore(
-            chosen,
-            core.serializer,
-            dead_letter_topic=core.dead_letter_topic,
-            shadows=[s for name, s in self.shadows.items() if live.get(name) != s.version],
-            shadow_output=core.shadow_output,
-            parking=core.parking,
-        )
-
-    @property
-    def read(self) -> list[_TP]:
-        """Every partition a member reads: the sources', then the transaction topic."""
-        return [*self.source_partitions, (self.transaction_topic, 0)]
-
-
-def prepare_transactions(
-    settings: RuntimeSettings,
-    tx: TransactionSettings,
-    pinned: Sequence[Translator] | None = None,
-) -> TxPlan:
-    """Resolve the pinned transaction translators (among ``pinned``, else discovered),
-    their topics and contracts."""
-    from confluent_kafka.admin import AdminClient
-
-    from bizevents.contracts.technical import AutoDecoder
-    from bizevents.plumbing.registry import schema_lookup
-    from bizevents.translators.registry import discover
-    from bizevents.translators.shadow import check_shadows
-    from bizevents.translators.topology import (
-        business_serializer,
-        check_contracts,
-        list_topics,
-        technical_topics,
-    )
-
-    t = settings.translate
-    registry = discover(names=settings.translators)
-    if pinned is None:
-        pinned = registry.pinned(settings.translators)
-    translators = [item for item in pinned if isinstance(item, TransactionTranslator)]
-    if not translators:
-        raise ConfigError(
-            "no transaction translator is pinned ([translators] names only row translators); "
-            "run `bizevents translate` for those"
-        )
-    admin = AdminClient({**settings.kafka.librdkafka(), "log.connection.close": False})
-    metadata = list_topics(admin, settings.kafka.bootstrap_servers, t.broker_wait_s)
-    existing = set(metadata)
-    sources = technical_topics(list(translators), t, existing)
-    if tx.transaction_topic:
-        tx_topic = tx.transaction_topic
-    elif t.topic_prefix:
-        tx_topic = transaction_topic(t.topic_prefix)
-    else:
-        raise ConfigError("set transactions.transaction_topic or translate.topic_prefix")
-    missing = [name for name in [*sources, tx_topic] if name not in existing]
-    if missing:
-        raise ConfigError(
-            f"the topic{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
-            f"{'do' if len(missing) > 1 else 'does'} not exist on "
-            f"{settings.kafka.bootstrap_servers}: start the capture first (with "
-            "transaction_metadata on) or check translate.topic_prefix"
-        )
-    # the shadows of transaction translators run here (the row worker runs the others')
-    shadows = [
-        item
-        for item in (registry.resolve(ref) for ref in t.shadow)
-        if isinstance(item, TransactionTranslator)
-    ]
-    check_shadows(shadows, translators)
-    ensure_topics(admin, [t.promotions()], 1, config={"cleanup.policy": "compact"})
-    pins = read_pins(settings, {item.name: item.version for item in translators})
-    versions: dict[tuple[str, int], TransactionTranslator] = {
-        (item.name, item.version): item for item in [*translators, *shadows]
-    }
-    for item in translators:
-        for version in sorted(pins.referenced(item.name) - {item.version}):
-            if (item.name, version) not in versions:
-                try:
-                    found = registry.get(item.name, version)
-                except PluginError as exc:
-                    raise ConfigError(
-                        f"{item.name}@{version} is live on some virtual partitions by "
-                        f"promotion ({t.promotions()}), but this worker cannot load it: {exc}"
-                    ) from exc
-                if not isinstance(found, TransactionTranslator):
-                    raise ConfigError(
-                        f"{found.ref} is live on some virtual partitions by promotion "
-                        f"({t.promotions()}) but is not a transaction translator"
-                    )
-                versions[(item.name, version)] = found
-    prepared = list(versions.values())
-    client, serializer = business_serializer(settings.registry, t)
-    check_contracts(list(prepared), client, serializer.subject, t.auto_register)
-    outputs = sorted({c.contract_topic() for item in prepared for c in item.emits})
-    if shadows and t.shadow_output == "topic":
-        outputs += sorted(
-            {c.contract_topic() + SHADOW_SUFFIX for item in shadows for c in item.emits}
-        )
-    ensure_topics(admin, [*outputs, t.dead_letter_topic], t.output_partitions)
-    ensure_topics(admin, [tx.state()], 1)
-    # a failing transaction parks its business keys unless every translator says otherwise
-    parks = any(t.on_error.get(item.name, "park") == "park" for item in translators)
-    if parks:
-        ensure_topics(admin, [t.parked_topic], 1, config={"cleanup.policy": "compact"})
-    ensure_topics(admin, [tx.assembly()], tx.assembly_partitions)
-    if shadows:
-        ensure_topics(admin, [t.shadows()], 1, config={"cleanup.policy": "compact"})
-    written = list_topics(admin, settings.kafka.bootstrap_servers, t.broker_wait_s)
-    partitions = {name: len(written[name].partitions) for name in [*outputs, t.dead_letter_topic]}
-    partitions[t.parked_topic] = 1
-    assembly = len(written[tx.assembly()].partitions)
-    guard = TxParking(
-        ParkedKeys(t.max_parked_keys),
-        tx.assembly(),
-        assembly,
-        t.parked_topic,
-        t.dead_letter_topic,
-        dict(t.on_error),
-    )
-    lookup = schema_lookup(client)
-    return TxPlan(
-        translators,
-        sources,
-        [(t, p) for t in sources for p in sorted(metadata[t].partitions)],
-        tx_topic,
-        tx.state(),
-        tx.assembly(),
-        assembly,
-        partitions,
-        TransactionCore(
-            translators,
-            serializer,
-            dead_letter_topic=t.dead_letter_topic,
-            shadows=shadows,
-            shadow_output=t.shadow_output == "topic",
-            parking=guard,
-        ),
-        AutoDecoder(lookup),
-        TransactionDecoder(lookup),
-        AssemblyLimits(tx.max_open, tx.max_changes, tx.max_wait, tx.remembered),
-        {item.name: item for item in shadows},
-        pins,
-        versions,
-        parks,
-    )
-
 
 _Send = tuple[str, int, bytes | None, bytes | None, Sequence[tuple[str, bytes | None]]]
-
-
-@dataclass(frozen=True, slots=True)
-class _Point:
-    """A virtual partition's checkpoint: where to read again, and what was released."""
-
-    offsets: dict[_TP, int] = field(default_factory=dict)
-    released: Checkpoint = field(default_factory=Checkpoint)
-    ids: frozenset[str] = frozenset()
-
-    def encode(self) -> bytes:
-        others = [i for i in self.released.released if commit_position(i) is None]
-        return json.dumps(
-            {
-                "offsets": [[t, p, o] for (t, p), o in sorted(self.offsets.items())],
-                "position": self.released.position,
-                # PostgreSQL ids are covered by the position; only other ids are listed
-                "released": others,
-            }
-        ).encode()
-
-    @staticmethod
-    def decode(value: bytes) -> _Point:
-        data = json.loads(value)
-        offsets = {(str(t), int(p)): int(o) for t, p, o in data.get("offsets", ())}
-        ids = tuple(str(i) for i in data.get("released", ()))
-        return _Point(offsets, Checkpoint(data.get("position"), ids), frozenset(ids))
-
-    def has(self, tx_id: str | None) -> bool:
-        """Whether the transaction ``tx_id`` was released before this checkpoint."""
-        if tx_id is None:
-            return False
-        position, done = commit_position(tx_id), self.released.position
-        if position is not None:
-            return done is not None and position <= done
-        return tx_id in self.ids
 
 
 class TxWorker:
@@ -366,13 +125,13 @@ class TxWorker:
         self._lock = asyncio.Lock()
         self.assembler: Assembler | None = None
         #: Per owned virtual partition, what was released before this member took it.
-        self._points: dict[int, _Point] = {}
+        self._points: dict[int, Point] = {}
         #: Arrival sequence numbers (the assembler's offsets), and per technical
         #: partition the (sequence, offset) of the records read since the oldest open
         #: transaction's first part: where to read again after a restart.
         self._seq = 0
-        self._seen: dict[_TP, deque[tuple[int, int]]] = {}
-        self._next: dict[_TP, int] = {}
+        self._seen: dict[TP, deque[tuple[int, int]]] = {}
+        self._next: dict[TP, int] = {}
         self._checkpointed = 0.0
         #: A batch was handled since the last checkpoint (an idle member records it).
         self._unrecorded = False
@@ -384,12 +143,9 @@ class TxWorker:
         #: The core of each set of versions (promotions, shadows: docs/shadow.md), the
         #: translator each name is routed by (the configured one: every version of a
         #: name routes by the same keys), and the end of the transaction topic read.
-        self._cores: dict[Versions, TransactionCore] = {}
-        self._route = {t.name: t for t in plan.translators}
-        self._tx_end = 0
+        self.versions = TxVersions(settings, tx.group_id, plan, self.stats)
         #: The reader (its fetches' high watermarks place a hand-over).
         self._read_with: Any = None
-        self._refused: set[tuple[str, int]] = set()
         #: Why the promotions' follower stopped (the worker stops with it).
         self._failed: Exception | None = None
         #: The group takes this member's partitions: a re-drive gives up (stays pending).
@@ -664,18 +420,28 @@ class TxWorker:
             plan = self.plan
             owned = sorted(self.owned)
             if owned:
-                points = await self._read_checkpoints()
+                points = await read_checkpoints(
+                    self.settings.kafka.aiokafka(),
+                    plan.state_topic,
+                    self._exactly_once,
+                    self.tx.request_timeout_s,
+                )
                 if self._changed:
                     return
-                await self._read_promotions()
+                await self.versions.read(self.owned)
                 if self._parked is not None:
                     # every park of these partitions is acknowledged (their previous
                     # owners settled before they let go): read them before translating
                     await self._parked.restore()
-                start = await asyncio.to_thread(self._start_offsets)
+                start = await asyncio.to_thread(
+                    start_offsets,
+                    self.settings.kafka.librdkafka(),
+                    self.tx.start_group(),
+                    plan.read,
+                )
                 if self._changed:
                     return
-                self._assemble_from(reader, {v: points.get(v, _Point()) for v in owned}, start)
+                self._assemble_from(reader, {v: points.get(v, Point()) for v in owned}, start)
             log.info(
                 "assembling",
                 log=plan.assembly_topic,
@@ -685,7 +451,7 @@ class TxWorker:
         finally:
             self._rebuilding = False
 
-    def _assemble_from(self, reader: Any, mine: dict[int, _Point], start: dict[_TP, int]) -> None:
+    def _assemble_from(self, reader: Any, mine: dict[int, Point], start: dict[TP, int]) -> None:
         """A new assembler, and the reader placed at the oldest of ``mine``'s checkpoints."""
         from aiokafka.structs import TopicPartition
 
@@ -709,75 +475,6 @@ class TxWorker:
         self._next = dict(offsets)
         self._checkpointed = time.monotonic()
 
-    def _start_offsets(self) -> dict[_TP, int]:
-        """Where a virtual partition never checkpointed starts: the committed offsets of
-        the group ``<group_id>.start`` (nobody joins it), else each partition's start."""
-        from confluent_kafka import Consumer, TopicPartition
-
-        consumer = Consumer(
-            {
-                **self.settings.kafka.librdkafka(),
-                "group.id": self.tx.start_group(),
-                "enable.auto.commit": False,
-                "log_level": 0,
-            }
-        )
-        try:
-            found = consumer.committed([TopicPartition(t, p) for t, p in self.plan.read], 30)
-        finally:
-            consumer.close()
-        return {(tp.topic, tp.partition): max(tp.offset, 0) for tp in found}
-
-    async def _read_checkpoints(self) -> dict[int, _Point]:
-        """The last checkpoint of each virtual partition in the state topic."""
-        from aiokafka import AIOKafkaConsumer
-        from aiokafka.structs import TopicPartition
-
-        consumer = AIOKafkaConsumer(
-            **self.settings.kafka.aiokafka(),
-            enable_auto_commit=False,
-            group_id=None,
-            # exactly once: only checkpoints whose outputs were committed with them
-            isolation_level="read_committed" if self._exactly_once else "read_uncommitted",
-        )
-        await consumer.start()
-        last: dict[bytes, bytes] = {}
-        try:
-            tp = TopicPartition(self.plan.state_topic, 0)
-            consumer.assign([tp])
-            await consumer.seek_to_beginning(tp)
-            moved = time.monotonic()
-            while True:
-                batch = await consumer.getmany(tp, timeout_ms=500, max_records=10_000)
-                for record in batch.get(tp, []):
-                    moved = time.monotonic()
-                    if record.value:
-                        last[record.key or b""] = record.value
-                high = (
-                    consumer.last_stable_offset(tp)
-                    if self._exactly_once
-                    else consumer.highwater(tp)
-                )
-                position = await consumer.position(tp)
-                if high is not None and position >= high:
-                    break
-                if time.monotonic() - moved > self.tx.request_timeout_s:
-                    # a rebuild that waits for ever holds the member's partitions for ever
-                    raise TransientError(
-                        f"the state topic {tp.topic} was not read to its end: nothing "
-                        f"came for {self.tx.request_timeout_s:g} s at offset {position} "
-                        f"(end {high})"
-                    )
-        finally:
-            with suppress(Exception):
-                await consumer.stop()
-        out = {}
-        for key, value in last.items():
-            if key.startswith(_POINT):
-                with suppress(ValueError):
-                    out[int(key[len(_POINT) :])] = _Point.decode(value)
-        return out
-
     # -- a batch -------------------------------------------------------------------
 
     async def _handle(self, producer: Any, batches: dict[Any, Sequence[Any]]) -> None:
@@ -795,9 +492,9 @@ class TxWorker:
         for tp, records in batches.items():
             if not records:
                 continue
-            where: _TP = (tp.topic, tp.partition)
+            where: TP = (tp.topic, tp.partition)
             if tp.topic == plan.transaction_topic:
-                self._tx_end = max(self._tx_end, records[-1].offset + 1)
+                self.versions.tx_end = max(self.versions.tx_end, records[-1].offset + 1)
             seen = self._seen[where]
             for r in records:
                 self._seq += 1
@@ -989,117 +686,22 @@ class TxWorker:
             return wanted is None or owner(translator, part, n) in wanted
 
         if plan.versioned():
-            return self._translate_versioned(mine, shares), bool(live)
+            return self.versions.translate(mine, shares), bool(live)
         return plan.core.process(mine, owns), bool(live)
 
     # -- versions: shadows and promotions (docs/shadow.md) --------------------------------
 
-    def _translate_versioned(
-        self, mine: Sequence[Outcome], shares: dict[int, frozenset[int]]
-    ) -> Result:
-        """:meth:`_translate`'s records when versions vary: each transaction is translated,
-        for each set of its virtual partitions on the same versions, by those versions
-        (with their shadows), publishing the events of those partitions' keys; the
-        shadows' comparison of it is counted to the first of them."""
-        plan = self.plan
-        n = plan.assembly_partitions
-        route = self._route
-        result = Result()
-        for outcome in mine:
-            if not isinstance(outcome, Ready):
-                merge_results(result, plan.core.process([outcome]))
-                continue
-            end = outcome.end.origin.offset if outcome.end is not None else None
-            groups: dict[Versions, set[int]] = {}
-            for v in shares[id(outcome)]:
-                groups.setdefault(self._versions_at(v, end), set()).add(v)
-            for versions, share in groups.items():
-                chosen = frozenset(share)
-
-                def owns(
-                    t: TransactionTranslator, p: Part, chosen: frozenset[int] = chosen
-                ) -> bool:
-                    return owner(route[t.name], p, n) in chosen
-
-                part = Result()
-                part.records += self._core(versions).translate(outcome, part, owns)
-                if part.shadows:
-                    self.stats.compared(plan.assembly_topic, min(chosen), part.shadows)
-                    part.shadows = {}
-                merge_results(result, part)
-        return result
-
-    def _versions_at(self, v: int, end: int | None) -> Versions:
-        """The versions that translate, for virtual partition ``v``, the transaction
-        whose END is at ``end`` in the transaction topic (a snapshot read, which has no
-        END: the partition's current versions)."""
-        pins = self.plan.pins
-        topic = self.plan.assembly_topic
-        at = _LAST if end is None else end
-        return tuple(
-            sorted(
-                (t.name, t.version if pins is None else pins.version(t.name, topic, v, at))
-                for t in self.plan.translators
-            )
-        )
-
-    def _core(self, versions: Versions) -> TransactionCore:
-        found = self._cores.get(versions)
-        if found is None:
-            configured = tuple(sorted((t.name, t.version) for t in self.plan.translators))
-            found = self._cores[versions] = (
-                self.plan.core if versions == configured else self.plan.make_core(versions)
-            )
-        return found
-
     async def _hand_over(self, producer: Any) -> None:
-        """Hand each owned virtual partition whose translator was promoted over to the
-        new version, before this batch is translated (docs/shadow.md, "The hand-over of
-        a virtual partition"): every transaction whose END lies before the transaction
-        topic's end as this member knows it (read, or the fetches' high watermark) is
-        the old version's, every later one the new version's, recorded in the
-        promotions topic and acknowledged before any of them is translated."""
-        plan = self.plan
-        pins = plan.pins
-        assert pins is not None
-        topic = plan.assembly_topic
-        due = []
-        for v in sorted(self.owned):
-            for t in plan.translators:
-                to = pins.pending(t.name, topic, v)
-                if to is None:
-                    continue
-                if (t.name, to) not in plan.versions:
-                    if (t.name, to) not in self._refused:
-                        self._refused.add((t.name, to))
-                        log.error(
-                            "promotion not applied: the version is not installed on this worker",
-                            translator=f"{t.name}@{to}",
-                        )
-                    continue
-                due.append((t.name, to, v))
-        if not due:
-            return
+        """Owned virtual partitions handed over to promoted versions (:class:`TxVersions`)."""
         from aiokafka.structs import TopicPartition
 
-        high = self._read_with.highwater(TopicPartition(plan.transaction_topic, 0))
-        offset = max(self._tx_end, high or 0)
-        at = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
         promotions = self.settings.translate.promotions()
-        for name, to, v in due:
-            previous = pins.version(name, topic, v, offset)
-            handover = Handover(name, to, previous, topic, v, offset, at)
-            key, value = encode(handover)
+
+        async def send(key: bytes, value: bytes) -> None:
             await self._send(producer, [(promotions, 0, key, value, [])])
-            pins.apply(handover)
-            log.info(
-                "virtual partition handed over",
-                translator=f"{name}@{to}",
-                previous=f"{name}@{previous}",
-                topic=topic,
-                partition=v,
-                offset=offset,
-            )
+
+        where = TopicPartition(self.plan.transaction_topic, 0)
+        await self.versions.hand_over(send, self.owned, lambda: self._read_with.highwater(where))
 
     def _follow_promotions(self) -> asyncio.Future[None] | None:
         """Follow the promotions topic into the plan's pins, for ever (a task)."""
@@ -1126,32 +728,6 @@ class TxWorker:
 
         return asyncio.ensure_future(follow())
 
-    async def _read_promotions(self) -> None:
-        """Before translating for newly owned partitions: the promotions topic read to its
-        end (a previous owner's hand-overs, which the follower may not have read yet),
-        and the shadows' figures of those partitions."""
-        from bizevents.plumbing.kafka import read_latest
-
-        plan = self.plan
-        t = self.settings.translate
-        conf = self.settings.kafka.librdkafka()
-        if plan.pins is not None:
-            await asyncio.to_thread(
-                fold_promotions,
-                plan.pins,
-                conf,
-                t.promotions(),
-                f"{self.tx.group_id}-promotions",
-                strict=False,  # not ours: the follower logs it
-            )
-        if plan.shadows:
-            records = await asyncio.to_thread(
-                read_latest, conf, t.shadows(), f"{self.tx.group_id}-shadows"
-            )
-            held = [(plan.assembly_topic, v) for v in self.owned]
-            with self.stats._lock:
-                self.stats.shadows.restore(records, held, {plan.assembly_topic})
-
     def _home(self, part: Part) -> int:
         """The virtual partition that dead-letters ``part``: its business key's (for the
         first translator reading it), else its transaction's."""
@@ -1175,19 +751,19 @@ class TxWorker:
         assembler = self.assembler
         assert assembler is not None
         first = assembler.commit_offset(self._seq + 1)
-        offsets: dict[_TP, int] = {}
+        offsets: dict[TP, int] = {}
         for tp, seen in self._seen.items():
             while seen and seen[0][0] < first:
                 seen.popleft()
             offsets[tp] = seen[0][1] if seen else self._next[tp]
         # (self._points keeps the predecessors' checkpoints: what this member released
         # since, its assembler remembers)
-        point = _Point(offsets, assembler.checkpoint())
+        point = Point(offsets, assembler.checkpoint())
         self._checkpointed = time.monotonic()
         self._unrecorded = False
         sends: list[_Send] = []
         for v in sorted(self.owned):
-            sends.append((self.plan.state_topic, 0, _POINT + str(v).encode(), point.encode(), []))
+            sends.append((self.plan.state_topic, 0, POINT + str(v).encode(), point.encode(), []))
         return sends
 
     async def _send(self, producer: Any, items: Sequence[_Send]) -> None:
@@ -1250,12 +826,6 @@ class TxWorker:
             return None
         assert isinstance(decoded, ChangeEvent)
         return Part(seq, origin, change=decoded)
-
-
-#: The state topic's key of a virtual partition's checkpoint: ``assembly:<n>``.
-_POINT: Final = b"assembly:"
-#: An offset past every END: a partition's current versions.
-_LAST: Final = 1 << 62
 
 
 def run_transactions(

@@ -49,7 +49,7 @@ from typing import Any
 import structlog
 
 from bizevents.plumbing.errors import ConfigError, TransientError
-from bizevents.plumbing.kafka import broker_traits, ensure_topics, read_latest
+from bizevents.plumbing.kafka import broker_traits, read_latest
 from bizevents.plumbing.parking import ParkedKeys
 from bizevents.plumbing.settings import KafkaSettings
 from bizevents.translators._faust import TablelessManager, bulk_consumer
@@ -59,14 +59,12 @@ from bizevents.translators.blocks import (
     BlockProcessor,
     BlockRunner,
 )
-from bizevents.translators.exceptions import PluginError
 from bizevents.translators.metrics import WorkerStats
 from bizevents.translators.parkingio import Redriver
 from bizevents.translators.pipeline import (
-    SHADOW_SUFFIX,
     Pipeline,
 )
-from bizevents.translators.promoting import PromotionFollower, VersionedProcessor, read_pins
+from bizevents.translators.promoting import PromotionFollower, VersionedProcessor
 from bizevents.translators.promotion import Pins
 from bizevents.translators.settings import (
     RuntimeSettings,
@@ -74,13 +72,8 @@ from bizevents.translators.settings import (
     TranslateSettings,
 )
 from bizevents.translators.shadow import check_shadows
-from bizevents.translators.topology import (
-    business_serializer,
-    check_contracts,
-    list_topics,
-    readers,
-    technical_topics,
-)
+from bizevents.translators.startup import Kind, resolve
+from bizevents.translators.topology import readers
 from bizevents.translators.transaction_api import is_transactional
 
 __all__ = [
@@ -292,77 +285,36 @@ def prepare(settings: RuntimeSettings, pinned: Sequence[Translator] | None = Non
     """Resolve and check everything before joining the group (see the module doc): the
     row translators among ``pinned`` (else discovered), the versions in their shadow, and
     every version the promotions topic may put live (docs/shadow.md)."""
-    from confluent_kafka.admin import AdminClient
-
     from bizevents.contracts.technical import AutoDecoder
     from bizevents.plumbing.registry import schema_lookup
-    from bizevents.translators.registry import discover
 
     t = settings.translate
-    registry = discover(names=settings.translators)
-    if pinned is None:
-        pinned = registry.pinned(settings.translators)
-    # transaction translators run in the transaction worker (bizevents.translators.txworker)
-    translators = [item for item in pinned if not is_transactional(item)]
-    if not translators:
-        raise ConfigError("no row translator is pinned")
-    # a transaction translator's shadow runs in the transaction worker (txworker)
-    shadows = [s for s in map(registry.resolve, t.shadow) if not is_transactional(s)]
-    check_shadows(shadows, pinned)
-    admin = AdminClient({**settings.kafka.librdkafka(), "log.connection.close": False})
-    existing = set(list_topics(admin, settings.kafka.bootstrap_servers, t.broker_wait_s))
-    topics = technical_topics(translators, t, existing)
-    missing = [topic for topic in topics if topic not in existing]
-    if missing:
-        # Reading them would auto-create them empty on many brokers and wait there
-        # silently: a mistyped prefix must be loud. Capture creates technical topics.
-        raise ConfigError(
-            f"the technical topic{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
-            f"{'do' if len(missing) > 1 else 'does'} not exist on "
-            f"{settings.kafka.bootstrap_servers}: check translate.topic_prefix "
-            f"({t.topic_prefix!r}) or translate.topics against the capture's server name, "
-            "or start the capture first (the worker never creates technical topics)"
-        )
-    ensure_topics(admin, [t.promotions()], 1, config={"cleanup.policy": "compact"})
-    pins = read_pins(settings, {item.name: item.version for item in translators})
-    versions = {(item.name, item.version): item for item in [*translators, *shadows]}
-    for item in translators:
-        for version in sorted(pins.referenced(item.name) - {item.version}):
-            if (item.name, version) not in versions:
-                try:
-                    versions[(item.name, version)] = registry.get(item.name, version)
-                except PluginError as exc:
-                    raise ConfigError(
-                        f"{item.name}@{version} is live on some partitions by promotion "
-                        f"({t.promotions()}), but this worker cannot load it: {exc}"
-                    ) from exc
-    prepared = list(versions.values())
-    client, serializer = business_serializer(settings.registry, t)
-    ids = check_contracts(prepared, client, serializer.subject, t.auto_register)
-    outputs = sorted(
-        {c.contract_topic() for item in prepared for c in item.emits} | {t.dead_letter_topic}
+    kind = Kind(
+        # transaction translators (and their shadows) run in the transaction worker
+        accepts=lambda item: not is_transactional(item),
+        none_pinned="no row translator is pinned",
+        called="a row translator",
+        places="partitions",
+        topic_word="technical topic",
+        missing_advice=(
+            f"check translate.topic_prefix ({t.topic_prefix!r}) or translate.topics against "
+            "the capture's server name, or start the capture first (the worker never "
+            "creates technical topics)"
+        ),
     )
-    if shadows and t.shadow_output == "topic":
-        outputs += sorted(
-            {c.contract_topic() + SHADOW_SUFFIX for item in shadows for c in item.emits}
-        )
-    ensure_topics(admin, outputs, t.output_partitions)
-    if shadows:
-        ensure_topics(admin, [t.shadows()], 1, config={"cleanup.policy": "compact"})
-    parks = any(t.on_error.get(item.name, "park") == "park" for item in translators)
-    if parks:
-        # one partition: every worker reads it whole, and its order is the fold's order
-        ensure_topics(admin, [t.parked_topic], 1, config={"cleanup.policy": "compact"})
+    found = resolve(settings, pinned, kind)
+    translators, shadows = found.translators, found.shadows
+    outputs = [*sorted({*found.outputs, t.dead_letter_topic}), *found.shadow_outputs]
     # one set of parked keys for every version's pipeline: a key parks by name
-    parking = ParkedKeys(t.max_parked_keys) if parks else None
-    decoder = AutoDecoder(schema_lookup(client))
+    parking = ParkedKeys(t.max_parked_keys) if found.parks else None
+    decoder = AutoDecoder(schema_lookup(found.client))
 
     def make(chosen: Sequence[Translator]) -> Pipeline:
         live = {item.name: item.version for item in chosen}
         return Pipeline(
             chosen,
             decoder,
-            serializer,
+            found.serializer,
             dead_letter_topic=t.dead_letter_topic,
             parking=parking,
             parked_topic=t.parked_topic,
@@ -371,7 +323,17 @@ def prepare(settings: RuntimeSettings, pinned: Sequence[Translator] | None = Non
             shadow_output=t.shadow_output == "topic",
         )
 
-    return Plan(translators, topics, outputs, make(translators), ids, shadows, pins, versions, make)
+    return Plan(
+        translators,
+        found.sources,
+        outputs,
+        make(translators),
+        found.schema_ids,
+        shadows,
+        found.pins,
+        found.versions,
+        make,
+    )
 
 
 def check_exactly_once(kafka: KafkaSettings, translate: TranslateSettings) -> None:
