@@ -56,9 +56,9 @@ from bizevents.plumbing.errors import ConfigError, TerminalError, TransientError
 from bizevents.plumbing.kafka import (
     broker_traits,
     ensure_topics,
-    stay_in_group_where_needed,
     traits_of,
 )
+from bizevents.plumbing.member import Partitions, leave_group, rebalance_listener, restore_parked
 from bizevents.plumbing.parking import (
     PARKED_HEADER,
     STAGE_PARKED,
@@ -68,7 +68,7 @@ from bizevents.plumbing.parking import (
     Request,
     ref_key,
 )
-from bizevents.plumbing.parkingio import REQUEST_PREFIX, read_parked, read_requests, read_to_end
+from bizevents.plumbing.parkingio import read_requests, read_to_end
 from bizevents.plumbing.registry import registry_client
 from bizevents.plumbing.settings import KafkaSettings, RegistrySettings
 
@@ -265,7 +265,6 @@ class BusinessConsumer:
 
     async def _consume(self) -> None:
         from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-        from aiokafka.abc import ConsumerRebalanceListener
         from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
         await self._wait_for_broker()
@@ -280,19 +279,9 @@ class BusinessConsumer:
             # (exactly once, docs/reliability.md); aiokafka's default reads them
             isolation_level="read_committed" if traits.transactions else "read_uncommitted",
         )
-        outer = self
-
-        class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
-            async def on_partitions_revoked(self, revoked: Any) -> None:
-                async with outer._turn:  # after the batch or re-drive in hand
-                    outer._stale = True
-                    outer.owned = frozenset()
-
-            async def on_partitions_assigned(self, assigned: Any) -> None:
-                await outer._restore()
-                outer.owned = frozenset((tp.topic, tp.partition) for tp in assigned)
-
-        consumer.subscribe(list(self.topics), listener=Rebalance())
+        consumer.subscribe(
+            list(self.topics), listener=rebalance_listener(self._revoked, self._assigned)
+        )
         # not idempotent: aiokafka's InitProducerId fails on Tansu (docs/broker.md)
         producer = AIOKafkaProducer(**conf, acks="all")
         try:
@@ -338,10 +327,7 @@ class BusinessConsumer:
         finally:
             if requests is not None:
                 requests.close()
-            # on the embedded broker, the member stays: the broker drops it after its
-            # session timeout (a leave can wedge its group); on Kafka it leaves
-            stay_in_group_where_needed(consumer)
-            await _stop_quietly(consumer, producer)
+            await leave_group(consumer, (("consumer", consumer), ("producer", producer)))
 
     async def _batch(self, batches: dict[Any, list[Any]], producer: Any, bound: Any) -> Any:
         """Handle one fetched batch; its offsets to commit, once every record was handled
@@ -356,6 +342,15 @@ class BusinessConsumer:
             await asyncio.gather(*pending)
         return offsets
 
+    async def _revoked(self, taken: Partitions) -> None:
+        async with self._turn:  # after the batch or re-drive in hand
+            self._stale = True
+            self.owned = frozenset()
+
+    async def _assigned(self, given: Partitions) -> None:
+        await self._restore()
+        self.owned = given
+
     async def _restore(self) -> None:
         """After an assignment: the group's parked keys and pending requests, read whole
         from the parked topic (the last record of each key wins, as compaction leaves
@@ -363,18 +358,11 @@ class BusinessConsumer:
         async with self._turn:
             try:
                 conf = self.kafka.librdkafka()
-                messages = await read_parked(conf, self.parked_topic)
+                await restore_parked(conf, self.parked_topic, self.parking, self.requests)
             except Exception as exc:
                 self._failed = exc
                 return
-            self.parking.reset()
-            self.requests.clear()
             self._progress.clear()
-            for msg in messages:
-                key = msg.key()
-                if key is not None and not key.startswith(REQUEST_PREFIX):
-                    self.parking.apply(key, msg.value())
-            read_requests(messages, self.requests)
             self._stale = False
             log.info("parked keys restored", group=self.group_id, keys=len(self.parking.parked))
 

@@ -18,7 +18,7 @@ from bizevents.contracts.business import (
     HEADER_DLQ_STAGE,
     HEADER_SOURCE_OFFSET,
 )
-from bizevents.plumbing.errors import ConfigError, TerminalError, TransientError
+from bizevents.plumbing.errors import TerminalError, TransientError
 from bizevents.plumbing.kafka import partition_for
 from bizevents.plumbing.parking import PARKED_HEADER
 from bizevents.plumbing.process import settle_collector
@@ -34,6 +34,7 @@ from bizevents.translators.pipeline import (
     Pipeline,
     Result,
 )
+from bizevents.translators.produce import Send, send_batches
 
 __all__ = ["BlockProcessor", "BlockRunner", "PipelineProcessor"]
 
@@ -243,31 +244,13 @@ class BlockRunner:
         self, producer: Any, records: Sequence[OutRecord]
     ) -> list[asyncio.Future[Any]]:
         """``records`` appended to one batch per output partition of ``producer``."""
-        builders: dict[tuple[str, int], Any] = {}
-        futures: list[asyncio.Future[Any]] = []
+        sends: list[Send] = []
         for out in records:
             count = self._partitions.get(out.topic) or await self.partition_count(out.topic)
-            partition = partition_for(out.key, count)
-            slot = (out.topic, partition)
-            batch = builders.get(slot)
-            if batch is None:
-                batch = builders[slot] = producer.create_batch()
-            if (
-                batch.append(key=out.key, value=out.value, timestamp=None, headers=out.headers)
-                is None
-            ):
-                futures.append(await producer.send_batch(batch, out.topic, partition=partition))
-                batch = builders[slot] = producer.create_batch()
-                if (
-                    batch.append(key=out.key, value=out.value, timestamp=None, headers=out.headers)
-                    is None
-                ):
-                    raise ConfigError(
-                        f"a record for {out.topic} is larger than translate.max_batch_bytes"
-                    )
-        for (topic, partition), batch in builders.items():
-            futures.append(await producer.send_batch(batch, topic, partition=partition))
-        return futures
+            sends.append(
+                (out.topic, partition_for(out.key, count), out.key, out.value, out.headers)
+            )
+        return await send_batches(producer, sends, "translate.max_batch_bytes")
 
     async def _settle(
         self,

@@ -26,6 +26,7 @@ from bizevents.contracts.business import (
     HEADER_TRANSLATOR,
 )
 from bizevents.plumbing.kafka import partition_for
+from bizevents.plumbing.member import restore_parked
 from bizevents.plumbing.parking import (
     PARKED_EXTRA_HEADERS,
     PARKED_HEADER,
@@ -34,7 +35,7 @@ from bizevents.plumbing.parking import (
     Request,
     ref_key,
 )
-from bizevents.plumbing.parkingio import REQUEST_PREFIX, read_parked, read_requests, read_to_end
+from bizevents.plumbing.parkingio import read_requests, read_to_end
 from bizevents.translators.pipeline import OutRecord, Pipeline, SourceRecord, dead_letter_source
 from bizevents.translators.txparking import HEADER_PARKED_KEY
 
@@ -116,14 +117,9 @@ class ParkedTopic:
     async def restore(self) -> None:
         """Read the parked topic whole: the parked keys and the pending requests."""
         async with self._lock:
-            messages = await read_parked(self.conf, self.parked_topic)
-            self.parking.reset()
-            self.requests.clear()
-            for msg in messages:
-                key = msg.key()
-                if key is not None and not key.startswith(REQUEST_PREFIX):
-                    self.parking.apply(key, msg.value())
-            read_requests(messages, self.requests)
+            messages = await restore_parked(
+                self.conf, self.parked_topic, self.parking, self.requests
+            )
             if messages:
                 self.position = messages[-1].offset() + 1
             log.info(

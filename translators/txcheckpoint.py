@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import deque
 from collections.abc import Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
@@ -14,7 +15,7 @@ from typing import Any, Final
 from bizevents.plumbing.errors import TransientError
 from bizevents.translators.assembly import Checkpoint, commit_position
 
-__all__ = ["POINT", "TP", "Point", "read_checkpoints", "start_offsets"]
+__all__ = ["POINT", "TP", "Point", "Progress", "read_checkpoints", "start_offsets"]
 
 #: A technical partition, as the checkpoints name it.
 TP = tuple[str, int]
@@ -57,6 +58,34 @@ class Point:
         if position is not None:
             return done is not None and position <= done
         return tx_id in self.ids
+
+
+class Progress:
+    """Where a member has read since its last rebuild: arrival sequence numbers (the
+    assembler's offsets), and per technical partition the (sequence, offset) of the
+    records read since the oldest open transaction's first part, and the next offset
+    to read: where to read again after a restart."""
+
+    def __init__(self, offsets: dict[TP, int], seq: int = 0) -> None:
+        self.seq = seq
+        self.seen: dict[TP, deque[tuple[int, int]]] = {tp: deque() for tp in offsets}
+        self.next = dict(offsets)
+
+    def arrived(self, tp: TP, offset: int) -> int:
+        """The record at ``offset`` of ``tp`` was read: its arrival sequence number."""
+        self.seq += 1
+        self.seen[tp].append((self.seq, offset))
+        return self.seq
+
+    def offsets(self, first: int) -> dict[TP, int]:
+        """Per technical partition, the first record read at arrival ``first`` or later
+        (the oldest open transaction's first part), else the next to read."""
+        offsets: dict[TP, int] = {}
+        for tp, seen in self.seen.items():
+            while seen and seen[0][0] < first:
+                seen.popleft()
+            offsets[tp] = seen[0][1] if seen else self.next[tp]
+        return offsets
 
 
 def start_offsets(conf: dict[str, Any], group: str, read: Sequence[TP]) -> dict[TP, int]:

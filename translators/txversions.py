@@ -14,6 +14,7 @@ from bizevents.translators.assembly import Outcome, Part, Ready
 from bizevents.translators.metrics import WorkerStats
 from bizevents.translators.pipeline import Result
 from bizevents.translators.promoting import (
+    PromotionFollower,
     Versions,
     due_versions,
     fold_promotions,
@@ -138,6 +139,20 @@ class TxVersions:
         offset = max(self.tx_end, highwater() or 0)
         for v, versions in due.items():
             await hand_over(send, pins, versions, topic, v, offset, "virtual partition")
+
+    async def follow(self) -> None:
+        """Follow the promotions topic into the plan's pins, for ever."""
+        plan = self.plan
+        assert plan.pins is not None
+        follower = PromotionFollower(
+            None,
+            self.settings.kafka.aiokafka(),
+            self.settings.translate.promotions(),
+            plan.pins,
+            {plan.assembly_topic: tuple(t.name for t in plan.translators)},
+            lambda name, version: plan.versions.get((name, version)),
+        )
+        await follower.follow()
 
     async def read(self, owned: frozenset[int]) -> None:
         """Before translating for newly owned partitions: the promotions topic read to its

@@ -1,36 +1,23 @@
 """The transaction worker: whole committed transactions through transaction translators.
 
 ``bizevents translate --transactions`` (and ``bizevents translate``, beside the row
-translators) runs it. Each change crosses Kafka once on its way in and its events once
-on the way out; there is no intermediate log:
+translators) runs it; docs/transactions.md tells the design. :class:`TxWorker` is one
+member's loop: every member reads every partition of the technical topics and the
+transaction topic itself (assign mode), assembles every transaction
+(:mod:`~bizevents.translators.assembly`), and translates and publishes only what it owns.
+Its rooms:
 
-* **every member reads everything itself.** A reader in assign mode (no consumer
-  group) reads every partition of the technical topics the pinned transaction
-  translators read, and the transaction topic; each record is decoded once and every
-  transaction is assembled (:mod:`bizevents.translators.assembly`), so each member
-  sees every transaction whole and in commit order.
-* **ownership is a consumer group.** The members join the group ``<group_id>.assemble``
-  over the assembly topic (``transactions.assembly_partitions`` partitions, no records):
-  the partitions a member is assigned are the *virtual partitions* it owns. A complete
-  transaction is translated (:mod:`bizevents.translators.txcore`) only by the members
-  owning a virtual partition of one of its business keys
-  (:mod:`bizevents.translators.routing`), and each publishes only the events of its
-  keys; the others drop it after assembling it, without translating or serializing.
-* **checkpoints in the state topic.** After the events of a batch are acknowledged, a
-  member records, per virtual partition it owns, where to read again (per technical
-  partition, the first part of the oldest transaction still open) and what it released
-  (the commit position; ids without one, such as MySQL GTIDs, remembered). When the
-  ownership changes every member rebuilds from the checkpoints of the partitions it now
-  owns; a new owner republishes nothing its predecessor recorded. A virtual partition
-  never checkpointed starts at the committed offsets of the group ``<group_id>.start``
-  (nobody joins it: an operator, or the demo, sets where a new group begins), else at
-  the start of each partition.
-
-* **parked business keys.** A transaction that fails parks the business keys of it
-  this member owns (:mod:`bizevents.translators.txparking`, pure; docs/parking.md):
-  their later transactions go to the dead-letter topic, untranslated for them, until a
-  re-drive, which the loop carries out between two batches
-  (:mod:`bizevents.translators.txredrive`). The parked keys are restored at each rebuild.
+* :mod:`~bizevents.translators.txplan`: what start-up resolves (:func:`prepare_transactions`);
+* ownership: the consumer group ``<group_id>.assemble`` over the assembly topic, whose
+  assigned partitions are the *virtual partitions* a member owns
+  (:mod:`bizevents.plumbing.member`); what it publishes of them:
+  :mod:`~bizevents.translators.txshare`, pure;
+* :mod:`~bizevents.translators.txcheckpoint`: the checkpoints in the state topic (where to
+  read again, what was released), read back at each rebuild after a change of ownership;
+* :mod:`~bizevents.translators.txversions`: promotions and shadows per virtual partition;
+* :mod:`~bizevents.translators.txparking` and :mod:`~bizevents.translators.txredrive`:
+  parked business keys, and the re-drives the loop carries out between two batches;
+* :mod:`~bizevents.translators.produce`: the one producer path of both workers.
 
 A worker killed or a partition moved mid-transaction: the next owner reads that
 transaction's parts again from the technical topics and releases it once, with the same
@@ -39,19 +26,14 @@ same events, same ids). With ``translate.processing_guarantee = "exactly_once"``
 member's outputs since its last checkpoint and that checkpoint go in one Kafka
 transaction, and the checkpoints are read ``read_committed``: what a killed member sent
 after its last checkpoint is aborted, and a ``read_committed`` reader sees each event
-once. Every transaction of one business key is published by one
-member, in commit order, so that key's events keep commit order; transactions of
-different keys are published by different members in parallel, and their relative
-order is given up (docs/transactions.md).
+once. Every transaction of one business key is published by one member, in commit order.
 """
 
 from __future__ import annotations
 
 import asyncio
-import signal
 import time
 import uuid
-import zlib
 from collections import deque
 from collections.abc import Awaitable, Sequence
 from contextlib import suppress
@@ -59,44 +41,34 @@ from typing import Any
 
 import structlog
 
-from bizevents.contracts.envelope import ChangeEvent, Tombstone
-from bizevents.contracts.exceptions import Coordinates, DecodeError
-from bizevents.plumbing.errors import ConfigError, TransientError
-from bizevents.plumbing.kafka import (
-    partition_for,
-    stay_in_group_where_needed,
-    traits_of,
-)
+from bizevents.plumbing.errors import TransientError
+from bizevents.plumbing.kafka import traits_of
+from bizevents.plumbing.member import Partitions, leave_group, rebalance_listener
 from bizevents.plumbing.process import settle_collector
 from bizevents.translators.assembly import (
-    Abandoned,
     Assembler,
-    Checkpoint,
     Outcome,
-    Part,
-    Ready,
 )
 from bizevents.translators.metrics import WorkerStats
-from bizevents.translators.pipeline import OutRecord, SourceRecord
-from bizevents.translators.promoting import (
-    PromotionFollower,
-)
-from bizevents.translators.routing import owner, partitions_of
+from bizevents.translators.pipeline import OutRecord, Result
+from bizevents.translators.produce import Send, send_batches
 from bizevents.translators.settings import RuntimeSettings, TransactionSettings
-from bizevents.translators.transaction_api import TransactionTranslator
-from bizevents.translators.txcheckpoint import POINT, TP, Point, read_checkpoints, start_offsets
-from bizevents.translators.txcore import TransactionCore
-from bizevents.translators.txparking import HEADER_PARKED_KEY
-from bizevents.translators.txplan import TxPlan, prepare_transactions
+from bizevents.translators.txcheckpoint import (
+    POINT,
+    TP,
+    Point,
+    Progress,
+    read_checkpoints,
+    start_offsets,
+)
+from bizevents.translators.txplan import TxPlan
 from bizevents.translators.txredrive import RedriveTools, TxRedriver
+from bizevents.translators.txshare import Share
 from bizevents.translators.txversions import TxVersions
 
-__all__ = ["TxPlan", "TxWorker", "prepare_transactions", "run_transactions"]
+__all__ = ["TxWorker"]
 
 log = structlog.get_logger("transactions")
-
-
-_Send = tuple[str, int, bytes | None, bytes | None, Sequence[tuple[str, bytes | None]]]
 
 
 class TxWorker:
@@ -117,33 +89,27 @@ class TxWorker:
         self._stop = asyncio.Event()
         #: Each turn's outputs and its checkpoint in one Kafka transaction (docs/reliability.md).
         self._exactly_once = settings.translate.processing_guarantee == "exactly_once"
-        #: The virtual partitions this member owns (the group's assignment).
-        self.owned: frozenset[int] = frozenset()
         #: The ownership changed: rebuild from the checkpoints before the next batch.
         self._changed = False
         #: Held while a batch is handled, so that a rebalance waits for its checkpoint.
         self._lock = asyncio.Lock()
         self.assembler: Assembler | None = None
-        #: Per owned virtual partition, what was released before this member took it.
-        self._points: dict[int, Point] = {}
-        #: Arrival sequence numbers (the assembler's offsets), and per technical
-        #: partition the (sequence, offset) of the records read since the oldest open
-        #: transaction's first part: where to read again after a restart.
-        self._seq = 0
-        self._seen: dict[TP, deque[tuple[int, int]]] = {}
-        self._next: dict[TP, int] = {}
+        #: Where this member has read since its last rebuild.
+        self._read = Progress({})
         self._checkpointed = 0.0
         #: A batch was handled since the last checkpoint (an idle member records it).
         self._unrecorded = False
         #: Batches whose outputs the broker has not acknowledged yet: (their
         #: acknowledgement, records read, the newest record's timestamp if it published,
         #: the checkpoint records to send once they are acknowledged).
-        self._inflight: deque[tuple[asyncio.Future[Any], int, int, list[_Send]]] = deque()
+        self._inflight: deque[tuple[asyncio.Future[Any], int, int, list[Send]]] = deque()
         self._producer: Any = None
         #: The core of each set of versions (promotions, shadows: docs/shadow.md), the
         #: translator each name is routed by (the configured one: every version of a
         #: name routes by the same keys), and the end of the transaction topic read.
         self.versions = TxVersions(settings, tx.group_id, plan, self.stats)
+        #: The virtual partitions this member owns and what it publishes of them.
+        self.share = Share(plan, self.versions)
         #: The reader (its fetches' high watermarks place a hand-over).
         self._read_with: Any = None
         #: Why the promotions' follower stopped (the worker stops with it).
@@ -167,6 +133,11 @@ class TxWorker:
             )
             self.stats.tx_parking = guard.parking
 
+    @property
+    def owned(self) -> frozenset[int]:
+        """The virtual partitions this member owns (the group's assignment)."""
+        return self.share.owned
+
     def stop(self) -> None:
         self._stop.set()
 
@@ -188,7 +159,7 @@ class TxWorker:
             request_timeout_ms=int(self.tx.request_timeout_s * 1000),
             **transactional,
         )
-        group = self._ownership(producer)
+        group = self._ownership()
         reader = self._reader()
         tasks: list[asyncio.Future[None]] = []
         try:
@@ -203,18 +174,9 @@ class TxWorker:
                 task.cancel()
                 with suppress(BaseException):
                     await task
-            # closing the clients is bounded too; on the embedded broker the member does
-            # not leave the group (stay_in_group): the broker evicts it after the
-            # session timeout; on Kafka it leaves
-            deadline = time.monotonic() + self.tx.stop_timeout_s
-            stay_in_group_where_needed(group)
-            for name, client in (("ownership", group), ("reader", reader), ("producer", producer)):
-                try:
-                    await asyncio.wait_for(client.stop(), max(deadline - time.monotonic(), 0.1))
-                except TimeoutError:
-                    log.warning("a client did not close in time; exiting without it", client=name)
-                except Exception:  # closing: nothing left to do with it
-                    pass
+            # closing the clients is bounded too
+            clients = (("ownership", group), ("reader", reader), ("producer", producer))
+            await leave_group(group, clients, self.tx.stop_timeout_s)
 
     async def _start_then_loop(
         self, producer: Any, group: Any, reader: Any, tasks: list[asyncio.Future[None]]
@@ -336,36 +298,33 @@ class TxWorker:
 
     # -- membership ----------------------------------------------------------------
 
-    def _ownership(self, producer: Any) -> Any:
+    # A rebuild in hand published nothing yet: the group need not wait for it (it gives
+    # up at its next step). A rebalance waits for every member's revocation, and the
+    # embedded broker with no deadline (docs/broker.md): one waiting behind a rebuild
+    # that did not end held the whole group.
+    async def _revoked(self, taken: Partitions) -> None:
+        self._revoking = True  # a re-drive in hand stops at its next transaction
+        if self._rebuilding:
+            self._owning(frozenset())
+            return
+        async with self._lock:
+            if self.owned and self.assembler is not None and not self._changed:
+                await self._checkpoint(self._producer)
+            self._owning(frozenset())
+
+    async def _assigned(self, given: Partitions) -> None:
+        self._revoking = False
+        owned = frozenset(partition for _, partition in given)
+        if self._rebuilding:
+            self._owning(owned)
+            return
+        async with self._lock:
+            self._owning(owned)
+
+    def _ownership(self) -> Any:
         """The consumer whose assignment in ``<group_id>.assemble`` is what this member
         owns; a revocation waits for the batch in hand and records its checkpoint."""
-        from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
-
-        worker = self
-
-        class Listener(ConsumerRebalanceListener):  # type: ignore[misc]
-            # A rebuild in hand published nothing yet: the group need not wait for it
-            # (it gives up at its next step). A rebalance waits for every member's
-            # revocation, and the embedded broker with no deadline (docs/broker.md):
-            # one waiting behind a rebuild that did not end held the whole group.
-            async def on_partitions_revoked(self, revoked: Any) -> None:
-                worker._revoking = True  # a re-drive in hand stops at its next transaction
-                if worker._rebuilding:
-                    worker._owning(frozenset())
-                    return
-                async with worker._lock:
-                    if worker.owned and worker.assembler is not None and not worker._changed:
-                        await worker._checkpoint(producer)
-                    worker._owning(frozenset())
-
-            async def on_partitions_assigned(self, assigned: Any) -> None:
-                worker._revoking = False
-                owned = frozenset(tp.partition for tp in assigned)
-                if worker._rebuilding:
-                    worker._owning(owned)
-                    return
-                async with worker._lock:
-                    worker._owning(owned)
+        from aiokafka import AIOKafkaConsumer
 
         t = self.settings.translate
         consumer = AIOKafkaConsumer(
@@ -378,13 +337,15 @@ class TxWorker:
             rebalance_timeout_ms=int(t.rebalance_timeout_s * 1000),
             fetch_max_wait_ms=t.fetch_max_wait_ms,
         )
-        consumer.subscribe([self.plan.assembly_topic], listener=Listener())
+        consumer.subscribe(
+            [self.plan.assembly_topic], listener=rebalance_listener(self._revoked, self._assigned)
+        )
         return consumer
 
     def _owning(self, owned: frozenset[int]) -> None:
         """The group's new assignment: rebuild from the checkpoints before the next batch
         (the lock held, or a rebuild in hand, which gives up at its next step)."""
-        self.owned = owned
+        self.share.owned = owned
         self._changed = True
 
     async def _keep_membership(self, group: Any) -> None:
@@ -455,24 +416,10 @@ class TxWorker:
         """A new assembler, and the reader placed at the oldest of ``mine``'s checkpoints."""
         from aiokafka.structs import TopicPartition
 
-        plan = self.plan
-        offsets = {
-            tp: min((p.offsets.get(tp, start[tp]) for p in mine.values()), default=start[tp])
-            for tp in plan.read
-        }
+        self.assembler, offsets = self.share.start(mine, start)
         for (topic, partition), offset in offsets.items():
             reader.seek(TopicPartition(topic, partition), offset)
-        # the assembler drops what every owned partition released; _translate the rest
-        positions = [p.released.position for p in mine.values()]
-        floor = min(positions) if positions and None not in positions else None  # type: ignore[type-var]
-        known = [set(p.released.released) for p in mine.values()]
-        shared = tuple(sorted(set.intersection(*known))) if known else ()
-        self.assembler = Assembler(
-            plan.core.reads, plan.limits, Checkpoint(floor, shared), sources=plan.source_partitions
-        )
-        self._points = mine
-        self._seen = {tp: deque() for tp in plan.read}
-        self._next = dict(offsets)
+        self._read = Progress(offsets, self._read.seq)
         self._checkpointed = time.monotonic()
 
     # -- a batch -------------------------------------------------------------------
@@ -495,20 +442,18 @@ class TxWorker:
             where: TP = (tp.topic, tp.partition)
             if tp.topic == plan.transaction_topic:
                 self.versions.tx_end = max(self.versions.tx_end, records[-1].offset + 1)
-            seen = self._seen[where]
             for r in records:
-                self._seq += 1
-                seen.append((self._seq, r.offset))
-                part = self._part(r, self._seq)
+                seq = self._read.arrived(where, r.offset)
+                part = self.share.part(r, seq)
                 if isinstance(part, OutRecord):
-                    if self._home_of_record(r) in self.owned:
+                    if self.share.home_of_record(r) in self.owned:
                         bad.append(part)
                 elif part is not None:
                     outcomes += assembler.feed(part)
-            self._next[where] = records[-1].offset + 1
+            self._read.next[where] = records[-1].offset + 1
             count += len(records)
             newest = max(newest, records[-1].timestamp or 0)
-        result, published = self._translate(outcomes)
+        result, published = self.share.translate(outcomes)
         stats = self.stats
         if not stats.first_block_at:
             stats.first_block_at = time.time()
@@ -518,7 +463,7 @@ class TxWorker:
             settle_collector()
         stats.add(plan.transaction_topic, result.counts, len(bad))
         # the next batch is read while this one's acknowledgements are outstanding
-        sent = await self._enqueue(producer, self._outputs([*result.records, *bad]))
+        sent = await self._enqueue(producer, self.share.outputs([*result.records, *bad]))
         self._unrecorded = True
         # the checkpoint of the state after this batch goes out once this batch's
         # outputs (and so every earlier one's) are acknowledged, without stopping the
@@ -578,116 +523,19 @@ class TxWorker:
             return
         while self._inflight:
             await self._settle_oldest()
-        plan = self.plan
 
         async def send(records: Sequence[OutRecord]) -> None:
-            await self._send(producer, self._outputs(records))
+            await self._send(producer, self.share.outputs(records))
 
-        tools = RedriveTools(
-            send=send,
-            decode=self._redriven_part,
-            load=self._load,
-            core_of=self._redrive_core,
-            dead_letter_partitions=plan.partitions[self.settings.translate.dead_letter_topic],
-            on_counts=lambda result: self.stats.add(plan.transaction_topic, result.counts),
-            # partitions going, or the member stopping: the request stays pending for
-            # the next owner, which carries it out from the start
-            revoked=lambda: self._revoking or self._stop.is_set(),
+        def counted(result: Result) -> None:
+            self.stats.add(self.plan.transaction_topic, result.counts)
+
+        # partitions going, or the member stopping: the request stays pending for the
+        # next owner, which carries it out from the start
+        tools = RedriveTools.of(
+            self.plan, send, counted, lambda: self._revoking or self._stop.is_set()
         )
-        started: dict[Any, str] = {}
-        for request in pending:
-            if request.ref in started:  # two at once: the second is refused
-                message = f"the key is already being re-driven (request {started[request.ref]})"
-                await self._send(
-                    producer, self._outputs([parked.answer(request, "refused", message)])
-                )
-                continue
-            started[request.ref] = request.id
-            log.info(
-                "carrying out a request",
-                request=request.id,
-                kind=request.kind,
-                translator=f"{request.translator}@{request.version}",
-                partition=request.partition,
-            )
-
-            try:
-                answer = await parked.carry_out(request, tools)
-            except Exception as exc:  # the request fails (not installed, ...); the worker goes on
-                answer = "failed", f"{type(exc).__name__}: {exc}"
-            if answer is None:  # the partitions go: their next owner carries it out
-                log.info("request left to the next owner", request=request.id)
-                return
-            await self._send(producer, self._outputs([parked.answer(request, *answer)]))
-
-    def _load(self, name: str, version: int) -> Any:
-        from bizevents.translators.registry import discover
-
-        found = self.plan.versions.get((name, version))
-        return found if found is not None else discover(names=[name]).get(name, version)
-
-    def _redrive_core(self, translator: TransactionTranslator) -> TransactionCore:
-        """The core a re-drive translates with: the requested version alone, nothing
-        parked (a failure is the re-drive's, which keeps the key parked)."""
-        core = self.plan.core
-        return TransactionCore(
-            [translator], core.serializer, dead_letter_topic=core.dead_letter_topic
-        )
-
-    def _redriven_part(self, source: SourceRecord) -> Part:
-        """A parked part decoded again, whole (DecodeError when it does not decode)."""
-        where = Coordinates(source.topic, source.partition, source.offset)
-        decoded = self.plan.decoder.decode(source.key, source.value, where, source.headers)
-        if not isinstance(decoded, ChangeEvent):
-            raise DecodeError(f"{source.topic}[{source.partition}]@{source.offset} is not a change")
-        return Part(0, source, change=decoded)  # not assembled: no arrival sequence
-
-    def _translate(self, outcomes: Sequence[Outcome]) -> tuple[Any, bool]:
-        """The records this member publishes of ``outcomes``: the events of the business
-        keys it owns (not released there before it took them), and its dead letters."""
-        plan = self.plan
-        n = plan.assembly_partitions
-        #: per part (by identity) of a transaction translated here, the virtual
-        #: partitions whose events this member publishes; None: all of its partitions
-        live: dict[int, frozenset[int] | None] = {}
-        mine: list[Outcome] = []
-        #: per transaction translated here (by identity): the virtual partitions it is
-        #: translated for (each may be on other versions: promotions, docs/shadow.md)
-        shares: dict[int, frozenset[int]] = {}
-        # versions that vary by virtual partition need each transaction's own partitions
-        every_partition = len(self.owned) >= n and not plan.versioned()
-        for outcome in outcomes:
-            if isinstance(outcome, Ready):
-                if every_partition and not any(p.has(outcome.tx_id) for p in self._points.values()):
-                    # all of it is this member's (one worker, or one owning every
-                    # virtual partition): no key to hash (a twentieth of its time)
-                    belongs = wanted = self.owned
-                else:
-                    belongs = frozenset(partitions_of(outcome, plan.translators, n))
-                    wanted = frozenset(
-                        v
-                        for v in belongs
-                        if v in self.owned and not self._points[v].has(outcome.tx_id)
-                    )
-                if not wanted:
-                    continue
-                every = None if len(wanted) == len(belongs) else wanted
-                live.update((id(p), every) for p in outcome.parts)
-                shares[id(outcome)] = wanted
-                mine.append(outcome)
-            else:
-                parts = tuple(p for p in outcome.parts if self._home(p) in self.owned)
-                if parts:
-                    mine.append(Abandoned(outcome.tx_id, parts, outcome.reason))
-
-        def owns(translator: TransactionTranslator, part: Part) -> bool:
-            wanted = live.get(id(part), self.owned)
-            # every key of the transaction is this member's: no need to hash each part
-            return wanted is None or owner(translator, part, n) in wanted
-
-        if plan.versioned():
-            return self.versions.translate(mine, shares), bool(live)
-        return plan.core.process(mine, owns), bool(live)
+        await parked.carry_out_all(pending, tools)
 
     # -- versions: shadows and promotions (docs/shadow.md) --------------------------------
 
@@ -704,153 +552,43 @@ class TxWorker:
         await self.versions.hand_over(send, self.owned, lambda: self._read_with.highwater(where))
 
     def _follow_promotions(self) -> asyncio.Future[None] | None:
-        """Follow the promotions topic into the plan's pins, for ever (a task)."""
-        plan = self.plan
-        if plan.pins is None:
+        """Follow the promotions topic into the plan's pins, for ever (a task); a failure
+        stops the worker, as the row path's does."""
+        if self.plan.pins is None:
             return None
-        follower = PromotionFollower(
-            None,
-            self.settings.kafka.aiokafka(),
-            self.settings.translate.promotions(),
-            plan.pins,
-            {plan.assembly_topic: tuple(t.name for t in plan.translators)},
-            lambda name, version: plan.versions.get((name, version)),
-        )
 
         async def follow() -> None:
             try:
-                await follower.follow()
+                await self.versions.follow()
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # no promotion would be followed: stop, as the row path
+            except Exception as exc:  # no promotion would be followed
                 self._failed = exc
                 self._stop.set()
 
         return asyncio.ensure_future(follow())
 
-    def _home(self, part: Part) -> int:
-        """The virtual partition that dead-letters ``part``: its business key's (for the
-        first translator reading it), else its transaction's."""
-        n = self.plan.assembly_partitions
-        if part.change is not None:
-            table = part.change.source.qualified_table
-            for translator in self.plan.translators:
-                if translator.reads(table):
-                    return owner(translator, part, n)
-        return zlib.crc32((part.tx_id or "").encode()) % n
-
-    def _home_of_record(self, r: Any) -> int:
-        """The virtual partition that dead-letters a record that does not decode."""
-        return zlib.crc32(f"{r.topic}:{r.partition}:{r.offset}".encode()) % (
-            self.plan.assembly_partitions
-        )
-
-    def _checkpoints(self) -> list[_Send]:
+    def _checkpoints(self) -> list[Send]:
         """Each owned virtual partition's checkpoint: per technical partition the first
         record read since the oldest open transaction began (else the next to read)."""
         assembler = self.assembler
         assert assembler is not None
-        first = assembler.commit_offset(self._seq + 1)
-        offsets: dict[TP, int] = {}
-        for tp, seen in self._seen.items():
-            while seen and seen[0][0] < first:
-                seen.popleft()
-            offsets[tp] = seen[0][1] if seen else self._next[tp]
-        # (self._points keeps the predecessors' checkpoints: what this member released
+        offsets = self._read.offsets(assembler.commit_offset(self._read.seq + 1))
+        # (self.share.points keeps the predecessors' checkpoints: what this member released
         # since, its assembler remembers)
         point = Point(offsets, assembler.checkpoint())
         self._checkpointed = time.monotonic()
         self._unrecorded = False
-        sends: list[_Send] = []
+        sends: list[Send] = []
         for v in sorted(self.owned):
             sends.append((self.plan.state_topic, 0, POINT + str(v).encode(), point.encode(), []))
         return sends
 
-    async def _send(self, producer: Any, items: Sequence[_Send]) -> None:
+    async def _send(self, producer: Any, items: Sequence[Send]) -> None:
         """Send ``items`` and wait until the broker acknowledged them all."""
         await (await self._enqueue(producer, items))
 
-    async def _enqueue(self, producer: Any, items: Sequence[_Send]) -> asyncio.Future[Any]:
+    async def _enqueue(self, producer: Any, items: Sequence[Send]) -> asyncio.Future[Any]:
         """Append ``items`` to one batch per topic and partition, in order; the future of
         the broker's acknowledgement of them all."""
-        builders: dict[tuple[str, int], Any] = {}
-        futures = []
-        for topic, partition, key, value, headers in items:
-            slot = (topic, partition)
-            batch = builders.get(slot)
-            if batch is None:
-                batch = builders[slot] = producer.create_batch()
-            if batch.append(key=key, value=value, timestamp=None, headers=headers) is None:
-                futures.append(await producer.send_batch(batch, topic, partition=partition))
-                batch = builders[slot] = producer.create_batch()
-                if batch.append(key=key, value=value, timestamp=None, headers=headers) is None:
-                    raise ConfigError(f"a record for {topic} is larger than a producer batch")
-        for (topic, partition), batch in builders.items():
-            futures.append(await producer.send_batch(batch, topic, partition=partition))
-        return asyncio.gather(*futures)
-
-    def _outputs(self, records: Sequence[OutRecord]) -> list[_Send]:
-        """Events and dead letters to their topics' partitions (``crc32(key) % n``)."""
-        sends: list[_Send] = []
-        dead_letters = self.plan.core.dead_letter_topic
-        for out in records:
-            place = out.key
-            if out.topic == dead_letters:
-                headers = dict(out.headers)
-                log.warning(
-                    "dead-lettered",
-                    reason=(headers.get("bizevents.dlq.reason") or b"").decode(),
-                    topic=out.topic,
-                )
-                # a parked part goes to its key's dead-letter partition: one queue per key
-                place = headers.get(HEADER_PARKED_KEY, out.key)
-            count = self.plan.partitions[out.topic]
-            sends.append((out.topic, partition_for(place, count), out.key, out.value, out.headers))
-        return sends
-
-    def _part(self, r: Any, seq: int) -> Part | OutRecord | None:
-        """The record as a part (``None`` for a tombstone), or its dead letter."""
-        if r.value is None:
-            return None  # a tombstone: compaction's marker, not a change
-        origin = SourceRecord(r.topic, r.partition, r.offset, r.key, r.value, list(r.headers or ()))
-        where = Coordinates(r.topic, r.partition, r.offset)
-        try:
-            if r.topic == self.plan.transaction_topic:
-                return Part(seq, origin, record=self.plan.tx_decoder.decode(r.value, where))
-            decoded = self.plan.decoder.decode(r.key, r.value, where, origin.headers)
-        except DecodeError as exc:
-            dead = Part(seq, origin)
-            (record,) = self.plan.core.dead_letters([dead], "decode", exc.reason, exc, "")
-            return record
-        if isinstance(decoded, Tombstone):
-            return None
-        assert isinstance(decoded, ChangeEvent)
-        return Part(seq, origin, change=decoded)
-
-
-def run_transactions(
-    settings: RuntimeSettings,
-    tx: TransactionSettings,
-    plan: TxPlan | None = None,
-    stats: WorkerStats | None = None,
-) -> None:
-    """Start-up checks (unless ``plan`` is given), then the worker until
-    SIGTERM/SIGINT; used by the one runtime when no row translator is pinned."""
-    plan = plan or prepare_transactions(settings, tx)
-    log.info(
-        "translating transactions",
-        translators=[t.ref for t in plan.translators],
-        shadows=[t.ref for t in plan.shadows.values()],
-        topics=plan.sources,
-        transaction_topic=plan.transaction_topic,
-        group=tx.group_id,
-    )
-    worker = TxWorker(settings, tx, plan, stats)
-
-    async def main() -> None:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, worker.stop)
-        await worker.run()
-
-    asyncio.run(main())
+        return asyncio.gather(*await send_batches(producer, items, "a producer batch"))

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,6 +76,8 @@ from bizevents.translators.shadow import check_shadows
 from bizevents.translators.startup import Kind, resolve
 from bizevents.translators.topology import readers
 from bizevents.translators.transaction_api import is_transactional
+from bizevents.translators.txplan import TxPlan, prepare_transactions
+from bizevents.translators.txworker import TxWorker
 
 __all__ = [
     "ExactlyOnceUnavailableError",
@@ -371,7 +374,6 @@ def run(
     is no Faust agent, and the transaction worker runs alone.
     """
     from bizevents.translators.registry import discover
-    from bizevents.translators.txworker import TxWorker, prepare_transactions, run_transactions
 
     for chatty in ("httpx", "httpx2"):  # one INFO line per registry request otherwise
         logging.getLogger(chatty).setLevel(max(logging.WARNING, logging.getLogger().level))
@@ -391,7 +393,7 @@ def run(
     tx_plan = prepare_transactions(settings, tx, whole) if whole else None
     if not rows:
         assert tx_plan is not None
-        run_transactions(settings, tx, tx_plan, stats)
+        asyncio.run(_alone(_transaction_worker(settings, tx, tx_plan, stats)))
         return
     plan = prepare(settings, rows)
     stats.readers = readers(plan.translators, plan.topics)
@@ -409,14 +411,7 @@ def run(
     )
     app = build_app(settings, plan.topics, processor, stats, datadir, plan)
     if tx_plan is not None:
-        log.info(
-            "translating transactions",
-            translators=[item.ref for item in tx_plan.translators],
-            topics=tx_plan.sources,
-            transaction_topic=tx_plan.transaction_topic,
-            group=tx.group_id,
-        )
-        worker = TxWorker(settings, tx, tx_plan, stats)
+        worker = _transaction_worker(settings, tx, tx_plan, stats)
 
         async def transaction_worker() -> None:
             try:
@@ -428,6 +423,28 @@ def run(
 
         app.task(transaction_worker)
     run_worker(app)
+
+
+def _transaction_worker(
+    settings: RuntimeSettings, tx: TransactionSettings, plan: TxPlan, stats: WorkerStats
+) -> TxWorker:
+    log.info(
+        "translating transactions",
+        translators=[t.ref for t in plan.translators],
+        shadows=[t.ref for t in plan.shadows.values()],
+        topics=plan.sources,
+        transaction_topic=plan.transaction_topic,
+        group=tx.group_id,
+    )
+    return TxWorker(settings, tx, plan, stats)
+
+
+async def _alone(worker: TxWorker) -> None:
+    """The transaction worker without a Faust app, until SIGTERM/SIGINT."""
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, worker.stop)
+    await worker.run()
 
 
 def run_worker(app: Any) -> None:
