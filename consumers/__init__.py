@@ -19,14 +19,8 @@ docs/consuming.md has the rest (and how to read the topics from Java and Node). 
 public API is exactly ``__all__``.
 """
 
-from bizevents.consumers.consumer import (
-    BusinessConsumer,
-    ConsumerFailedError,
-    ConsumerStats,
-    Delivery,
-    Handler,
-    consume,
-)
+from bizevents.consumers.consumer import BusinessConsumer, ConsumerFailedError, consume
+from bizevents.consumers.delivery import ConsumerStats, Delivery, Handler
 from bizevents.consumers.parking import (
     HEADER_CONSUMER_GROUP,
     HEADER_CONSUMER_OFFSET,

@@ -27,13 +27,14 @@ import asyncio
 import inspect
 import signal
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from contextlib import suppress
-from dataclasses import dataclass, replace
-from typing import Any, Generic, TypeVar
+from dataclasses import replace
+from typing import Any, TypeVar
 
 import structlog
 
+from bizevents.consumers.delivery import ConsumerStats, Delivery, Handler, is_snapshot
 from bizevents.consumers.parking import (
     HEADER_CONSUMER_GROUP,
     HEADER_CONSUMER_OFFSET,
@@ -46,9 +47,7 @@ from bizevents.contracts.business import (
     HEADER_DLQ_ERROR,
     HEADER_DLQ_REASON,
     HEADER_DLQ_STAGE,
-    HEADER_SNAPSHOT,
     BusinessEvent,
-    Lineage,
 )
 from bizevents.contracts.exceptions import DecodeError
 from bizevents.contracts.serde import BusinessDeserializer
@@ -72,78 +71,13 @@ from bizevents.plumbing.parkingio import read_requests, read_to_end
 from bizevents.plumbing.registry import registry_client
 from bizevents.plumbing.settings import KafkaSettings, RegistrySettings
 
-__all__ = [
-    "HEADER_CONSUMER_GROUP",
-    "HEADER_CONSUMER_OFFSET",
-    "HEADER_CONSUMER_PARTITION",
-    "HEADER_CONSUMER_TOPIC",
-    "BusinessConsumer",
-    "ConsumerFailedError",
-    "ConsumerStats",
-    "Delivery",
-    "Handler",
-    "consume",
-]
+__all__ = ["BusinessConsumer", "ConsumerFailedError", "consume"]
 
 E = TypeVar("E", bound=BusinessEvent)
 #: (stage, reason, error type) of a record that failed
 Failure = tuple[str, str, str]
 
 log = structlog.get_logger("consumer")
-
-
-@dataclass(frozen=True, slots=True)
-class Delivery(Generic[E]):
-    """One business event for the handler, with where it was read and what it is."""
-
-    event: E
-    key: bytes | None
-    topic: str
-    partition: int
-    offset: int
-    #: The same event id was handled before from a lower translator version (or live,
-    #: and this comes from a replay): this event replaces that one.
-    supersedes: bool = False
-    #: It comes from a snapshot read: the row's state when read, not an occurrence (a
-    #: re-snapshot of an unchanged row repeats its id; docs/consuming.md).
-    snapshot: bool = False
-
-    @property
-    def lineage(self) -> Lineage:
-        return self.event.lineage
-
-    @property
-    def event_id(self) -> str:
-        return self.event.lineage.event_id
-
-    @property
-    def replayed(self) -> bool:
-        """A replay wrote it (a correction of an event possibly older than the window)."""
-        return self.event.lineage.replay
-
-
-Handler = Callable[[Delivery[Any]], Awaitable[None] | None]
-
-
-@dataclass(slots=True)
-class ConsumerStats:
-    """What happened to the records read."""
-
-    delivered: int = 0
-    corrections: int = 0
-    duplicates: int = 0
-    stale: int = 0
-    dead_lettered: int = 0
-    #: records parked: those that failed and parked their key, and those behind them
-    parked: int = 0
-    #: parked records handed to the handler by a re-drive
-    redriven: int = 0
-    commits: int = 0
-
-
-def _snapshot(headers: Sequence[tuple[str, bytes | None]] | None) -> bool:
-    """Whether a record's headers mark an event of a snapshot read."""
-    return any(name == HEADER_SNAPSHOT and value == b"true" for name, value in headers or ())
 
 
 class ConsumerFailedError(TerminalError):
@@ -429,7 +363,7 @@ class BusinessConsumer:
         except DecodeError as exc:
             return "consume-decode", exc.reason, type(exc).__name__
         lineage = event.lineage
-        snapshot = _snapshot(record.headers)
+        snapshot = is_snapshot(record.headers)
         key = (record.topic, record.key)
         verdict = Verdict.NEW if self.window is None else self.window.judge(lineage, key, snapshot)
         if verdict is Verdict.DUPLICATE:

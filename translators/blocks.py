@@ -29,12 +29,9 @@ from bizevents.translators._faust import (
     block_transaction,
 )
 from bizevents.translators.metrics import WorkerStats
-from bizevents.translators.pipeline import (
-    OutRecord,
-    Pipeline,
-    Result,
-)
+from bizevents.translators.pipeline import Pipeline
 from bizevents.translators.produce import Send, send_batches
+from bizevents.translators.records import OutRecord, Result
 
 __all__ = ["BlockProcessor", "BlockRunner", "PipelineProcessor"]
 

@@ -36,7 +36,8 @@ from bizevents.plumbing.parking import (
     ref_key,
 )
 from bizevents.plumbing.parkingio import read_requests, read_to_end
-from bizevents.translators.pipeline import OutRecord, Pipeline, SourceRecord, dead_letter_source
+from bizevents.translators.pipeline import Pipeline
+from bizevents.translators.records import OutRecord, SourceRecord, dead_letter_source
 from bizevents.translators.txparking import HEADER_PARKED_KEY
 
 __all__ = ["ParkedRecord", "ParkedTopic", "Redriver", "parked_records"]
@@ -128,6 +129,17 @@ class ParkedTopic:
                 pending=sum(r.status == "pending" for r in self.requests.values()),
             )
         self.start_owned()
+
+    def started(self, request: Request) -> None:
+        """Say that ``request`` is being carried out."""
+        log.info(
+            "carrying out a request",
+            request=request.id,
+            kind=request.kind,
+            translator=f"{request.translator}@{request.version}",
+            topic=request.topic,
+            partition=request.partition,
+        )
 
     async def follow(self) -> None:
         """Follow the parked topic for requests, for as long as the worker runs: one
@@ -234,14 +246,7 @@ class Redriver(ParkedTopic):
 
     async def _run(self, request: Request) -> tuple[str, str]:
         ref = request.ref
-        log.info(
-            "carrying out a request",
-            request=request.id,
-            kind=request.kind,
-            translator=f"{request.translator}@{request.version}",
-            topic=request.topic,
-            partition=request.partition,
-        )
+        self.started(request)
         state = self.parking.parked.get(ref)
         if state is None:
             how = self.parking.unparked_by.get(ref, "")

@@ -31,8 +31,9 @@ from bizevents.plumbing.errors import ConfigError
 from bizevents.plumbing.kafka import read_latest
 from bizevents.translators._faust import aiokafka_producer, commit_through
 from bizevents.translators.api import Translator
-from bizevents.translators.pipeline import Counts, Pipeline, Result
+from bizevents.translators.pipeline import Pipeline
 from bizevents.translators.promotion import Handover, Pins, Promotion, decode, encode
+from bizevents.translators.records import Counts, Result
 from bizevents.translators.settings import RuntimeSettings
 
 log = structlog.get_logger("translate")

@@ -19,9 +19,9 @@ from bizevents.plumbing.errors import ConfigError
 from bizevents.plumbing.kafka import ensure_topics
 from bizevents.translators.api import Translator
 from bizevents.translators.exceptions import PluginError
-from bizevents.translators.pipeline import SHADOW_SUFFIX
 from bizevents.translators.promoting import read_pins
 from bizevents.translators.promotion import Pins
+from bizevents.translators.records import SHADOW_SUFFIX
 from bizevents.translators.settings import RuntimeSettings
 from bizevents.translators.shadow import check_shadows
 from bizevents.translators.topology import (

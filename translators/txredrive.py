@@ -32,7 +32,7 @@ from bizevents.plumbing.parking import Ref, Request, ref_key
 from bizevents.plumbing.parkingio import read_to_end
 from bizevents.translators.assembly import Part, Ready
 from bizevents.translators.parkingio import ParkedTopic
-from bizevents.translators.pipeline import OutRecord, Result, SourceRecord
+from bizevents.translators.records import OutRecord, Result, SourceRecord
 from bizevents.translators.transaction_api import TransactionTranslator
 from bizevents.translators.txcore import TransactionCore
 from bizevents.translators.txparking import TxParking, parked_transactions
@@ -125,13 +125,7 @@ class TxRedriver(ParkedTopic):
                 await tools.send([self.answer(request, "refused", message)])
                 continue
             started[request.ref] = request.id
-            log.info(
-                "carrying out a request",
-                request=request.id,
-                kind=request.kind,
-                translator=f"{request.translator}@{request.version}",
-                partition=request.partition,
-            )
+            self.started(request)
 
             try:
                 answer = await self.carry_out(request, tools)

@@ -20,8 +20,8 @@ from bizevents.contracts.envelope import ChangeEvent, Tombstone
 from bizevents.contracts.exceptions import Coordinates, DecodeError
 from bizevents.plumbing.kafka import partition_for
 from bizevents.translators.assembly import Abandoned, Assembler, Checkpoint, Outcome, Part, Ready
-from bizevents.translators.pipeline import OutRecord, SourceRecord
 from bizevents.translators.produce import Send
+from bizevents.translators.records import OutRecord, SourceRecord
 from bizevents.translators.routing import owner, partitions_of
 from bizevents.translators.transaction_api import TransactionTranslator
 from bizevents.translators.txcheckpoint import TP, Point

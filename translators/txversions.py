@@ -12,7 +12,6 @@ from typing import Any, Final
 from bizevents.plumbing.kafka import read_latest
 from bizevents.translators.assembly import Outcome, Part, Ready
 from bizevents.translators.metrics import WorkerStats
-from bizevents.translators.pipeline import Result
 from bizevents.translators.promoting import (
     PromotionFollower,
     Versions,
@@ -21,6 +20,7 @@ from bizevents.translators.promoting import (
     hand_over,
     merge_results,
 )
+from bizevents.translators.records import Result
 from bizevents.translators.routing import owner
 from bizevents.translators.settings import RuntimeSettings
 from bizevents.translators.transaction_api import TransactionTranslator

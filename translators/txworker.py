@@ -50,8 +50,8 @@ from bizevents.translators.assembly import (
     Outcome,
 )
 from bizevents.translators.metrics import WorkerStats
-from bizevents.translators.pipeline import OutRecord, Result
 from bizevents.translators.produce import Send, send_batches
+from bizevents.translators.records import OutRecord, Result
 from bizevents.translators.settings import RuntimeSettings, TransactionSettings
 from bizevents.translators.txcheckpoint import (
     POINT,

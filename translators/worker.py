@@ -62,9 +62,7 @@ from bizevents.translators.blocks import (
 )
 from bizevents.translators.metrics import WorkerStats
 from bizevents.translators.parkingio import Redriver
-from bizevents.translators.pipeline import (
-    Pipeline,
-)
+from bizevents.translators.pipeline import Pipeline
 from bizevents.translators.promoting import PromotionFollower, VersionedProcessor
 from bizevents.translators.promotion import Pins
 from bizevents.translators.settings import (

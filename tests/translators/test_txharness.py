@@ -1,0 +1,145 @@
+"""The transaction worker's loop in memory (tests/translators/txharness.py): ownership,
+rebuild, checkpoint and hand-over, with no broker."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from bizevents_store.translators import orders_v3
+from confluent_kafka.schema_registry import SchemaRegistryClient
+
+from bizevents.contracts.serde import BusinessSerializer
+from bizevents.devstack.registry import run_in_thread
+from bizevents.translators.assembly import Ready
+from bizevents.translators.promotion import Handover, Pins, Promotion, decode
+from bizevents.translators.routing import partitions_of
+from tests.translators.test_routing import _placing, _ready
+from tests.translators.test_txshadow import total_off
+from tests.translators.txharness import Member, ended, make_plan
+
+N = 4
+
+
+@pytest.fixture(scope="module")
+def serializer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BusinessSerializer]:
+    with run_in_thread(Path(tmp_path_factory.mktemp("registry"))) as running:
+        yield BusinessSerializer(SchemaRegistryClient({"url": running.url}))
+
+
+def _orders(first: int, count: int, lsn: int) -> list[Ready]:
+    """One transaction per order, committed at LSN ``lsn``, ``lsn + 1``, ..."""
+    return [_ready(f"9:{lsn + i}", _placing(first + i, 2)) for i in range(count)]
+
+
+def test_members_owning_every_partition_between_them_publish_each_event_once(
+    serializer: BusinessSerializer,
+) -> None:
+    plan = make_plan([orders_v3], serializer, N)
+    batch = _orders(1, 12, 100)
+    alone = Member.of(plan)
+    alone.rebuild(frozenset(range(N)), {})
+    whole = sorted(r.event_id for r in alone.handle(batch))
+    members = [Member.of(plan) for _ in range(3)]
+    for member, owned in zip(members, ({0}, {1, 2}, {3}), strict=True):
+        member.rebuild(frozenset(owned), {})
+    ids = [r.event_id for m in members for r in m.handle(batch)]
+    assert sorted(ids) == whole and len(set(ids)) == len(ids) == 12  # one event per order
+    assert all(m.published for m in members)  # twelve orders spread over every member
+
+
+def test_a_new_owner_rebuilt_from_the_checkpoints_republishes_nothing_released(
+    serializer: BusinessSerializer,
+) -> None:
+    """The first owner publishes and checkpoints five transactions, then the group moves
+    its partitions: the next owner, reading again from the checkpoint, publishes only
+    what came after it (and the same ids for a transaction it shares with no one)."""
+    plan = make_plan([orders_v3], serializer, N)
+    state: dict[int, bytes] = {}
+    before, after = _orders(1, 5, 100), _orders(6, 3, 200)
+    first = Member.of(plan)
+    first.rebuild(frozenset(range(N)), state)
+    released = first.handle(before)
+    first.checkpoint(state, before)
+    assert set(state) == set(range(N))
+    nxt = Member.of(plan)
+    nxt.rebuild(frozenset(range(N)), state)
+    again = nxt.handle([*before, *after])  # the reader placed before them: read again
+    assert {r.event_id for r in again}.isdisjoint(r.event_id for r in released)
+    fresh = Member.of(plan)
+    fresh.rebuild(frozenset(range(N)), {})
+    assert sorted(r.event_id for r in again) == sorted(r.event_id for r in fresh.handle(after))
+
+
+def test_a_partition_moved_alone_keeps_its_predecessors_checkpoint_apart(
+    serializer: BusinessSerializer,
+) -> None:
+    """Only virtual partition 0 moves: its new owner, which never checkpointed it,
+    publishes of the released transactions nothing of 0 and everything of its own."""
+    plan = make_plan([orders_v3], serializer, N)
+    state: dict[int, bytes] = {}
+    batch = _orders(1, 8, 100)
+    a = Member.of(plan)
+    a.rebuild(frozenset({0}), state)
+    a.handle(batch)
+    a.checkpoint(state, batch)
+    b = Member.of(plan)
+    b.rebuild(frozenset({0, 1}), state)  # 0 from a's checkpoint, 1 never recorded
+    only_one = Member.of(plan)
+    only_one.rebuild(frozenset({1}), {})
+    assert sorted(r.event_id for r in b.handle(batch)) == sorted(
+        r.event_id for r in only_one.handle(batch)
+    )
+
+
+def test_the_checkpoint_places_the_reader_at_the_oldest_open_transaction(
+    serializer: BusinessSerializer,
+) -> None:
+    plan = make_plan([orders_v3], serializer, N)
+    member = Member.of(plan)
+    member.rebuild(frozenset(range(N)), {})
+    orders, items = plan.read[0], plan.read[1]
+    for offset in range(10, 14):
+        member.progress.arrived(orders, offset)
+    member.progress.arrived(items, 7)
+    member.progress.next.update({orders: 14, items: 8})
+    assert member.progress.offsets(3) == {orders: 12, items: 7, plan.read[2]: 0}
+    assert member.progress.offsets(99) == {orders: 14, items: 8, plan.read[2]: 0}
+
+
+def test_a_promotion_hands_each_owned_partition_over_at_the_topics_end(
+    serializer: BusinessSerializer,
+) -> None:
+    """orders@13 promoted: each owned virtual partition is handed over at the transaction
+    topic's end as the member knows it; transactions ending before it stay orders@3's."""
+    pins = Pins({"orders": 3})
+    pins.apply(Promotion("orders", 13, 3, "2026-11-29T06:00:00Z"))
+    plan = make_plan([orders_v3], serializer, N, pins=pins, versions=[total_off])
+    member = Member.of(plan)
+    member.rebuild(frozenset({1, 2}), {})
+    member.versions.tx_end = 40
+    sent: list[tuple[bytes, bytes]] = []
+
+    async def send(key: bytes, value: bytes) -> None:
+        sent.append((key, value))
+
+    asyncio.run(member.versions.hand_over(send, member.share.owned, lambda: 42))
+    handovers = [decode(value, "test") for _, value in sent]
+    assert all(isinstance(h, Handover) for h in handovers)
+    assert sorted((h.partition, h.offset, h.previous, h.to) for h in handovers) == [  # type: ignore[union-attr]
+        (1, 42, 3, 13),
+        (2, 42, 3, 13),
+    ]
+    assert pins.pending("orders", plan.assembly_topic, 1) is None
+    asyncio.run(member.versions.hand_over(send, member.share.owned, lambda: 50))
+    assert len(sent) == 2  # handed over once
+    order = next(  # an order of an owned partition
+        tx
+        for tx in _orders(1, 20, 100)
+        if set(partitions_of(tx, [orders_v3], N)) <= member.share.owned
+    )
+    old, new = ended(order, 41), ended(order, 42)
+    assert {r.translator for r in member.handle([old])} == {"orders@3"}
+    assert {r.translator for r in member.handle([new])} == {"orders@13"}
