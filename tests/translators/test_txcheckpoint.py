@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bizevents.translators.assembly import Checkpoint
-from bizevents.translators.txcheckpoint import Point
+from bizevents.translators.txcheckpoint import Point, Progress
 
 _topics = st.sampled_from(["s.store.orders", "s.store.order_items", "s.transaction"])
 _offsets = st.dictionaries(st.tuples(_topics, st.integers(0, 7)), st.integers(0, 2**40))
@@ -36,3 +36,15 @@ def test_released_by_the_commit_position_or_the_remembered_ids() -> None:
     assert not point.has(None)  # a snapshot read belongs to no transaction
     never = Point()
     assert not never.has("7:900") and not never.has("gtid-a:5")
+
+
+def test_the_checkpoint_places_the_reader_at_the_oldest_open_transaction() -> None:
+    """Per technical partition: the first record read since the oldest open
+    transaction's first part (arrival 3 on), else the next offset to read."""
+    orders, items, tx = ("s.store.orders", 0), ("s.store.order_items", 0), ("s.transaction", 0)
+    progress = Progress({orders: 10, items: 7, tx: 0})
+    assert [progress.arrived(orders, offset) for offset in range(10, 14)] == [1, 2, 3, 4]
+    progress.arrived(items, 7)
+    progress.next.update({orders: 14, items: 8})
+    assert progress.offsets(3) == {orders: 12, items: 7, tx: 0}
+    assert progress.offsets(99) == {orders: 14, items: 8, tx: 0}
