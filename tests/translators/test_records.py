@@ -3,26 +3,9 @@ record keeps its source whole, and gives it back."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from bizevents.contracts.business import HEADER_DLQ_REASON, HEADER_DLQ_STAGE
 from bizevents.translators.records import Counts, SourceRecord, dead_letter, dead_letter_source
-
-
-class _Message:
-    """A dead-letter message as confluent-kafka hands it over."""
-
-    def __init__(self, key: bytes | None, value: bytes | None, headers: Any) -> None:
-        self._key, self._value, self._headers = key, value, headers
-
-    def key(self) -> bytes | None:
-        return self._key
-
-    def value(self) -> bytes | None:
-        return self._value
-
-    def headers(self) -> Any:
-        return self._headers
+from tests.translators.test_parking import FakeMessage
 
 
 def test_a_dead_letter_gives_its_source_back() -> None:
@@ -33,7 +16,7 @@ def test_a_dead_letter_gives_its_source_back() -> None:
     assert (out.topic, out.key, out.value, out.dead_letter) == ("dlq", b"k", b"v", True)
     assert headers[HEADER_DLQ_STAGE] == b"translate" and headers[HEADER_DLQ_REASON] == b"bad"
     appended = len(out.headers) - len(source.headers)  # its own headers come first
-    back = dead_letter_source(_Message(out.key, out.value, out.headers), appended)
+    back = dead_letter_source(FakeMessage(out.key, out.value, out.headers), appended)
     assert back == SourceRecord("s.store.orders", 2, 40, b"k", b"v", [("h", b"1")])
 
 

@@ -3,24 +3,12 @@ whether versions vary by virtual partition, and the core of a set of versions.""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
 from bizevents_store.translators import orders_v3
-from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from bizevents.contracts.serde import BusinessSerializer
-from bizevents.devstack.registry import run_in_thread
 from bizevents.translators.promotion import Pins, Promotion
 from tests.translators.test_txshadow import total_off
 from tests.translators.txharness import make_plan
-
-
-@pytest.fixture(scope="module")
-def serializer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BusinessSerializer]:
-    with run_in_thread(Path(tmp_path_factory.mktemp("registry"))) as running:
-        yield BusinessSerializer(SchemaRegistryClient({"url": running.url}))
 
 
 def test_versions_vary_once_another_version_is_promoted(serializer: BusinessSerializer) -> None:

@@ -4,25 +4,15 @@ tests/integration/test_transaction_parking.py."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 
-import pytest
 from bizevents_store.translators import orders_v3
-from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from bizevents.contracts.serde import BusinessSerializer
-from bizevents.devstack.registry import run_in_thread
 from bizevents.translators.records import OutRecord, Result
 from bizevents.translators.txredrive import RedriveTools
 from tests.translators.test_txshadow import total_off
 from tests.translators.txharness import make_plan
-
-
-@pytest.fixture(scope="module")
-def serializer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BusinessSerializer]:
-    with run_in_thread(Path(tmp_path_factory.mktemp("registry"))) as running:
-        yield BusinessSerializer(SchemaRegistryClient({"url": running.url}))
 
 
 def test_the_tools_of_a_plan_translate_with_the_requested_version_alone(

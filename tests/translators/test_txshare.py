@@ -4,31 +4,13 @@ tests/translators/txharness.py: ownership, rebuild from the checkpoints, no brok
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
 from bizevents_store.translators import orders_v3
-from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from bizevents.contracts.serde import BusinessSerializer
-from bizevents.devstack.registry import run_in_thread
-from bizevents.translators.assembly import Ready
-from tests.translators.test_routing import _placing, _ready
 from tests.translators.txharness import Member, make_plan
+from tests.translators.txharness import orders as _orders
 
 N = 4
-
-
-@pytest.fixture(scope="module")
-def serializer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BusinessSerializer]:
-    with run_in_thread(Path(tmp_path_factory.mktemp("registry"))) as running:
-        yield BusinessSerializer(SchemaRegistryClient({"url": running.url}))
-
-
-def _orders(first: int, count: int, lsn: int) -> list[Ready]:
-    """One transaction per order, committed at LSN ``lsn``, ``lsn + 1``, ..."""
-    return [_ready(f"9:{lsn + i}", _placing(first + i, 2)) for i in range(count)]
 
 
 def test_members_owning_every_partition_between_them_publish_each_event_once(

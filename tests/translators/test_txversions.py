@@ -5,34 +5,17 @@ tests/translators/txharness.py."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
 from bizevents_store.translators import orders_v3
-from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from bizevents.contracts.serde import BusinessSerializer
-from bizevents.devstack.registry import run_in_thread
-from bizevents.translators.assembly import Ready
 from bizevents.translators.promotion import Handover, Pins, Promotion, decode
 from bizevents.translators.routing import partitions_of
-from tests.translators.test_routing import _placing, _ready
 from tests.translators.test_txshadow import total_off
 from tests.translators.txharness import Member, ended, make_plan
+from tests.translators.txharness import orders as _orders
 
 N = 4
-
-
-@pytest.fixture(scope="module")
-def serializer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BusinessSerializer]:
-    with run_in_thread(Path(tmp_path_factory.mktemp("registry"))) as running:
-        yield BusinessSerializer(SchemaRegistryClient({"url": running.url}))
-
-
-def _orders(first: int, count: int, lsn: int) -> list[Ready]:
-    """One transaction per order, committed at LSN ``lsn``, ``lsn + 1``, ..."""
-    return [_ready(f"9:{lsn + i}", _placing(first + i, 2)) for i in range(count)]
 
 
 def test_a_promotion_hands_each_owned_partition_over_at_the_topics_end(

@@ -27,6 +27,7 @@ from bizevents.translators.txcore import TransactionCore
 from bizevents.translators.txplan import TxPlan
 from bizevents.translators.txshare import Share
 from bizevents.translators.txversions import TxVersions
+from tests.translators.test_routing import _placing, _ready
 
 TX_TOPIC = "shop.transaction"
 SOURCES: list[TP] = [("shop.store.orders", 0), ("shop.store.order_items", 0)]
@@ -60,6 +61,11 @@ def make_plan(
         pins=pins,
         versions={(t.name, t.version): t for t in [*translators, *versions]},
     )
+
+
+def orders(first: int, count: int, lsn: int) -> list[Ready]:
+    """One transaction per order (two lines each), committed at LSN ``lsn``, ``lsn + 1``, ..."""
+    return [_ready(f"9:{lsn + i}", _placing(first + i, 2)) for i in range(count)]
 
 
 def ended(ready: Ready, end_offset: int) -> Ready:
