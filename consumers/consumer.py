@@ -477,10 +477,7 @@ class BusinessConsumer:
         ref = request.ref
         state = self.parking.parked.get(ref)
         if state is None:
-            how = self.parking.unparked_by.get(ref, "")
-            if request.id in how:  # done before a crash, the answer was not written
-                return "done", how
-            return "refused", "the key is not parked"
+            return self.parking.answer_unparked(ref, request.id)
         running = [i for i, r in self.requests.items() if i in self._progress and r.ref == ref]
         if running and running[0] != request.id:
             return "refused", f"the key is already being re-driven (request {running[0]})"

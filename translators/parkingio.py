@@ -249,10 +249,7 @@ class Redriver(ParkedTopic):
         self.started(request)
         state = self.parking.parked.get(ref)
         if state is None:
-            how = self.parking.unparked_by.get(ref, "")
-            if request.id in how:  # done before a crash, the answer was not written
-                return "done", how
-            return "refused", "the key is not parked"
+            return self.parking.answer_unparked(ref, request.id)
         if request.kind == "discard":
             record = self.parking.unpark(ref, state.last, f"discarded: {request.reason}")
             await self._write([OutRecord(self.parked_topic, ref_key(ref), record, [], ref[0])])

@@ -152,10 +152,7 @@ class TxRedriver(ParkedTopic):
         ref = request.ref
         state = parking.parked.get(ref)
         if state is None:
-            how = parking.unparked_by.get(ref, "")
-            if request.id in how:  # done before a crash, the answer was not written
-                return "done", how
-            return "refused", "the key is not parked"
+            return parking.answer_unparked(ref, request.id)
         if request.kind == "discard":
             how = f"discarded (request {request.id}): {request.reason}"
             await send([self._state(ref, parking.unpark(ref, state.last, how))])
