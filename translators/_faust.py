@@ -58,7 +58,6 @@ __all__ = [
     "block_transaction",
     "bulk_consumer",
     "commit_through",
-    "drop_block",
 ]
 
 PRIVATE_CONSUMER_ATTRIBUTES: Final = (
@@ -242,12 +241,6 @@ async def commit_through(app: Any, tp: Any, offset: int) -> None:
             return  # nothing of this partition was ever read before this block
         await asyncio.sleep(0.05)
     raise TransientError(f"{tp.topic}[{tp.partition}] could not be committed up to {offset}")
-
-
-def drop_block(app: Any, block: RecordBlock) -> None:
-    """Forget ``block`` without acknowledging its offsets (Faust's private
-    ``_unacked_messages``): a rebalance does not wait for it, and it is read again."""
-    app.consumer._unacked_messages.discard(block)
 
 
 def aiokafka_producer(app: Any) -> Any:

@@ -27,7 +27,6 @@ from bizevents.translators._faust import (
     RecordBlock,
     aiokafka_producer,
     block_transaction,
-    drop_block,
 )
 from bizevents.translators.metrics import WorkerStats
 from bizevents.translators.pipeline import Pipeline
@@ -126,7 +125,7 @@ class BlockRunner:
         of its input partition's producer, committed before the next block; a block of an
         earlier generation is left to its partition's owner, which reads it again."""
         if block.generation_id != self.app.consumer_generation_id:
-            drop_block(self.app, block)
+            self.app.consumer._unacked_messages.discard(block)
             return
         tp = block.tp
         try:
