@@ -25,7 +25,10 @@ process, reconnecting when the database goes away). Then, on a seeded random sch
   devstack's server user, or SIGTERM of MariaDB and the devstack starting it again on
   the same port;
 - MariaDB only: ``KILL`` of capture's binlog connection (the session whose command is
-  ``Binlog Dump``) from another session.
+  ``Binlog Dump``) from another session;
+- ``--broker kafka --brokers 3`` (Apache Kafka, three nodes or more): SIGKILL of the node
+  leading most partitions of the orders' technical and business topics, restarted from
+  its disk (``--long``: twice), and one restart of the whole cluster.
 
 A process that exits on its own is restarted too, as a supervisor would, and counted
 as ``unexpected_exits`` with the tail of its log: that is a defect to report.
@@ -65,6 +68,7 @@ on its own.
     .venv/bin/python bench/faults.py --short --seed 1                 # ~1-2 minutes
     .venv/bin/python bench/faults.py --long --seed 7                  # 32 kills, 30 s pause
     .venv/bin/python bench/faults.py --short --source mysql --seed 1  # MariaDB capture
+    .venv/bin/python bench/faults.py --long --broker kafka --brokers 3 --exactly-once
 """
 
 from __future__ import annotations
@@ -182,9 +186,27 @@ SOURCES = ("postgres", "mysql")
 
 
 class Faults:
-    def __init__(self, mode: Mode, seed: int, work: Path, source: str = "postgres") -> None:
+    def __init__(
+        self,
+        mode: Mode,
+        seed: int,
+        work: Path,
+        source: str = "postgres",
+        broker: str = "tansu",
+        brokers: int = 1,
+        exactly_once: bool = False,
+    ) -> None:
         self.mode = mode
         self.source = source
+        self.broker = broker
+        self.brokers = brokers
+        self.exactly_once = exactly_once
+        #: Kafka only: the pid of each node (1..brokers), as restarted
+        self.node_pids: dict[int, int] = {}
+        self.broker_kills = 0
+        self.cluster_restarts = 0
+        #: --exactly-once: (event id, source record) pairs a worker published twice
+        self.duplicates = 0
         self.rng = random.Random(seed)
         self.seed = seed
         self.work = work
@@ -220,13 +242,23 @@ class Faults:
 
         mysql = self.source == "mysql"
         dev = DevSettings(
-            broker_port=0, registry_port=0, postgres_port=0, mysql=mysql, mysql_port=0
+            broker_port=0,
+            registry_port=0,
+            postgres_port=0,
+            mysql=mysql,
+            mysql_port=0,
+            broker=self.broker,  # type: ignore[arg-type]
+            brokers=self.brokers,
         )
+        self.dev = dev
         self.stack = DevStack(self.work / "stack", dev)
         self.stack.up()
         self.endpoints = self.stack.endpoints()
         records = json.loads(self.stack.state_file.read_text())["services"]
         self.broker_pid = int(records["broker"]["pid"])
+        if self.broker == "kafka":
+            for n in range(1, self.brokers + 1):
+                self.node_pids[n] = int(records["broker" if n == 1 else f"broker-{n}"]["pid"])
         if mysql:
             self.mysql_pid = int(records["mysql"]["pid"])
             self.mysql_port = int(records["mysql"]["port"])
@@ -246,6 +278,8 @@ class Faults:
         )
 
     def stop_stack(self) -> None:
+        # the nodes the suite restarted are its own children, not the stack's
+        self.stop_nodes(list(self.node_pids))
         # after a restart the postmaster is pg_ctl's, not the one the stack recorded
         self.pg_ctl_run("stop", "-m", "fast")
         # the services' logs (the broker's among them) stay with the run's (--keep)
@@ -268,7 +302,53 @@ class Faults:
             "BIZEVENTS_TRANSLATE__DEAD_LETTER_TOPIC": self.dead_letter,
             "BIZEVENTS_STATE_DIR": str(self.work / "state"),
             "BIZEVENTS_LOG_FORMAT": "json",
+            **(
+                {"BIZEVENTS_TRANSLATE__PROCESSING_GUARANTEE": "exactly_once"}
+                if self.exactly_once
+                else {}
+            ),
         }
+
+    # the broker's nodes (Apache Kafka) ---------------------------------------------------
+
+    def leader(self) -> int:
+        """The node that leads the most partitions of the orders' technical topic and of
+        the order-placed business topic (the one whose loss moves most)."""
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": self.endpoints.bootstrap_servers})
+        wanted = [f"{self.server}.store.orders", "store.order-placed"]
+        found = admin.list_topics(timeout=30).topics
+        leaders = Counter(
+            p.leader
+            for topic in wanted
+            if topic in found
+            for p in found[topic].partitions.values()
+            if p.leader in self.node_pids
+        )
+        return leaders.most_common(1)[0][0] if leaders else 1
+
+    def start_node(self, node: int) -> None:
+        from bizevents.devstack.kafkanode import KafkaNode
+
+        started = KafkaNode(node, self.brokers).start(self.stack.state_dir, self.dev)
+        self.node_pids[node] = started.pid
+        if node == 1:
+            self.broker_pid = started.pid
+
+    def stop_nodes(self, nodes: list[int], sig: int = signal.SIGTERM) -> None:
+        """Signal every node first, then wait for each (a node's clean stop waits for
+        the controllers' quorum)."""
+        for node in nodes:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.node_pids[node], sig)
+        for node in nodes:
+            deadline = time.monotonic() + 60
+            while alive(self.node_pids[node]) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            if alive(self.node_pids[node]):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self.node_pids[node], signal.SIGKILL)
 
     def components(self) -> None:
         from bizevents.capture.config import CaptureConfig
@@ -417,6 +497,10 @@ class Faults:
         plan += [(self.rng.uniform(*span), "kill consumer") for _ in range(m.consumer_kills)]
         plan += [(self.rng.uniform(10.0, span[1]), "long transaction") for _ in range(m.long_txs)]
         plan.append((self.rng.uniform(*span), "pause broker"))
+        if self.broker == "kafka" and self.brokers >= 3:
+            kills = 2 if m.name == "long" else 1
+            plan += [(self.rng.uniform(*span), "kill broker") for _ in range(kills)]
+            plan.append((self.rng.uniform(*span), "restart cluster"))
         plan.append((self.rng.uniform(*span), "restart database"))
         if self.source == "mysql":
             plan += [(self.rng.uniform(*span), "kill binlog") for _ in range(m.binlog_kills)]
@@ -463,6 +547,22 @@ class Faults:
                 os.kill(self.broker_pid, signal.SIGCONT)
             self.broker_pauses += 1
             log("SIGCONT broker")
+        elif action == "kill broker":
+            node = self.leader()
+            log(f"SIGKILL of Kafka node {node} (leads the orders' partitions)")
+            self.stop_nodes([node], signal.SIGKILL)
+            self.broker_kills += 1
+            self.sleep(5.0)
+            self.start_node(node)  # from its disk
+            log(f"Kafka node {node} restarted from its disk")
+        elif action == "restart cluster":
+            log("restart of the whole Kafka cluster (SIGTERM of every node)")
+            nodes = sorted(self.node_pids)
+            self.stop_nodes(nodes)
+            for node in nodes:
+                self.start_node(node)
+            self.cluster_restarts += 1
+            log("Kafka cluster restarted")
         elif action == "restart database" and self.source == "mysql":
             self.restart_mariadb()
         elif action == "kill binlog":
@@ -766,7 +866,14 @@ class Faults:
         return history(self._conn(), self.witness, self.slot)
 
     def verify(self, worker_topics: list[str]) -> Report:
-        from bizevents.contracts.business import HEADER_DLQ_REASON, HEADER_TRANSLATOR
+        from bizevents.contracts.business import (
+            HEADER_DLQ_REASON,
+            HEADER_EVENT_ID,
+            HEADER_SOURCE_OFFSET,
+            HEADER_SOURCE_PARTITION,
+            HEADER_SOURCE_TOPIC,
+            HEADER_TRANSLATOR,
+        )
         from bizevents.contracts.envelope import ChangeEvent
         from bizevents.contracts.exceptions import Coordinates
         from bizevents.contracts.technical import AutoDecoder
@@ -860,7 +967,19 @@ class Faults:
         business = sorted({o.topic for o in result.records if o.event_id})
         report.events_expected = len(expected)
         tx_ref = "{}@{}".format(*TX_TRANSLATOR).encode()
-        published = read_topics(bootstrap, business)
+        published = read_topics(bootstrap, business)  # read_committed
+        if self.exactly_once:
+            pairs = Counter(
+                (
+                    r.headers.get(HEADER_EVENT_ID, b""),
+                    r.headers.get(HEADER_TRANSLATOR, b""),  # orders@3 shares orders@2's ids
+                    r.headers.get(HEADER_SOURCE_TOPIC, b""),
+                    r.headers.get(HEADER_SOURCE_PARTITION, b""),
+                    r.headers.get(HEADER_SOURCE_OFFSET, b""),
+                )
+                for r in published
+            )
+            self.duplicates = sum(1 for n in pairs.values() if n > 1)
         rows = [r for r in published if r.headers.get(HEADER_TRANSLATOR) != tx_ref]
         report.events_missing = check_events(
             "business", expected, rows, tech_index, schema_text, report
@@ -1102,6 +1221,25 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--keep", action="store_true", help="keep the work folder (logs)")
     parser.add_argument(
+        "--broker",
+        choices=("tansu", "kafka"),
+        default="tansu",
+        help="the broker: the embedded Tansu (default) or Apache Kafka",
+    )
+    parser.add_argument(
+        "--brokers",
+        type=int,
+        default=1,
+        help="Kafka's nodes; with 3 or more the suite also kills the leading node and "
+        "restarts the whole cluster",
+    )
+    parser.add_argument(
+        "--exactly-once",
+        action="store_true",
+        help='the workers with processing_guarantee = "exactly_once" (Kafka only); prints '
+        "duplicates= as a read_committed reader counts them",
+    )
+    parser.add_argument(
         "--seconds",
         type=float,
         help="how long the load runs (the mode's faults in it; at least 25): the test "
@@ -1109,13 +1247,22 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     mode = LONG if args.long else SHORT
+    if (args.brokers > 1 or args.exactly_once) and args.broker != "kafka":
+        parser.error("--brokers and --exactly-once need --broker kafka")
+    if not 1 <= args.brokers <= 5:
+        parser.error(f"--brokers must be 1 to 5, not {args.brokers}")
     if args.seconds is not None:
         if args.seconds < 25:
             parser.error(f"--seconds must be at least 25 (room for the faults), not {args.seconds}")
         mode = replace(mode, load_seconds=args.seconds)
     work = Path(tempfile.mkdtemp(prefix="bizevents-faults-"))
-    log(f"{mode.name} mode, {args.source}, seed {args.seed}, work folder {work}")
-    faults = Faults(mode, args.seed, work, args.source)
+    log(
+        f"{mode.name} mode, {args.source}, {args.broker} ({args.brokers}), seed {args.seed}, "
+        f"work folder {work}"
+    )
+    faults = Faults(
+        mode, args.seed, work, args.source, args.broker, args.brokers, args.exactly_once
+    )
     started = time.monotonic()
     try:
         faults.start_stack()
@@ -1140,7 +1287,8 @@ def main(argv: list[str] | None = None) -> int:
         + tx_kills
         + faults.consumer.kills
     )
-    print(report.line(), flush=True)
+    once = f" duplicates={faults.duplicates}" if args.exactly_once else ""
+    print(report.line() + once, flush=True)
     print(
         f"  kills={kills} (capture {faults.capture.kills}, worker {faults.worker.kills}, "
         f"replay {faults.replay.kills}, transaction workers {tx_kills}, "
@@ -1148,7 +1296,9 @@ def main(argv: list[str] | None = None) -> int:
         f"transaction_worker_leaves={tx_leaves} transaction_worker_joins={faults.tx_joins} "
         f"long_transactions={len(faults.long_orders)} broker_pauses={faults.broker_pauses} "
         f"({mode.pause_s:.0f} s) {args.source}_restarts={faults.db_restarts} "
-        f"binlog_kills={faults.binlog_kills} load_steps={load.steps} "
+        f"binlog_kills={faults.binlog_kills} broker={args.broker} ({args.brokers}) "
+        f"broker_kills={faults.broker_kills} cluster_restarts={faults.cluster_restarts} "
+        f"load_steps={load.steps} "
         f"failed_steps={load.failed_steps} seconds={time.monotonic() - started:.0f}"
     )
     print(
@@ -1164,7 +1314,7 @@ def main(argv: list[str] | None = None) -> int:
         print("  unexpected exit: " + exit_.replace("\n", "\n    "))
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
-    return 0 if report.ok() else 1
+    return 0 if report.ok() and not faults.duplicates else 1
 
 
 if __name__ == "__main__":

@@ -243,3 +243,79 @@ def test_a_bare_floor_name_does_not_import_in_the_checkout(floor: str, tmp_path:
     last = run.stderr.strip().splitlines()[-1]
     assert last == f"ImportError: import bizevents.{floor}, not {floor}: the floors have one name"
     assert (ROOT / floor).resolve() == PACKAGE / floor, "<floor> is a link to bizevents/<floor>"
+
+
+# -- cycles inside a floor ----------------------------------------------------------------
+
+
+def _module_name(path: Path, root: Path) -> str:
+    parts = path.relative_to(root).with_suffix("").parts
+    parts = parts[:-1] if parts[-1] == "__init__" else parts
+    return ".".join(("bizevents", *parts))
+
+
+def _graph(paths: list[Path], root: Path = PACKAGE) -> dict[str, set[str]]:
+    """``module -> the modules of paths it imports`` (at any depth of the code)."""
+    known = {_module_name(path, root): path for path in paths}
+    graph: dict[str, set[str]] = {}
+    for name, path in known.items():
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                targets.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                targets.add(node.module)
+                targets.update(f"{node.module}.{alias.name}" for alias in node.names)
+        graph[name] = {t for t in targets if t in known and t != name}
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in sorted(graph[node]):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+@pytest.mark.parametrize("floor", sorted(FLOORS))
+def test_no_import_cycle_inside_a_floor(floor: str) -> None:
+    """No two modules of a floor import each other, however far round (a package's
+    ``__init__``, which re-exports its modules, is left out)."""
+    paths = [path for path in _modules(floor) if path.name != "__init__.py"]
+    cycles = _cycles(_graph(paths))
+    assert not cycles, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def test_the_cycle_rule_catches_a_lazy_cycle(tmp_path: Path) -> None:
+    """An import inside a function closes a cycle as well as one at the top."""
+    (tmp_path / "a.py").write_text("from bizevents.b import x\n")
+    (tmp_path / "b.py").write_text("def f():\n    from bizevents.a import y\n")
+    (tmp_path / "c.py").write_text("import bizevents.a\n")
+    assert _cycles(_graph(sorted(tmp_path.glob("*.py")), tmp_path)) == [
+        ["bizevents.a", "bizevents.b"]
+    ]

@@ -37,15 +37,12 @@ import hashlib
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from bizevents.contracts.envelope import ChangeEvent, MySqlPosition, PgPosition, Position, Tombstone
 from bizevents.contracts.technical import AvroDecoder
-
-if TYPE_CHECKING:
-    from bizevents.capture.verifytables import TableReader
 
 #: A key as a canonical tuple of ``(column, value)``.
 Key = tuple[tuple[str, Any], ...]
@@ -314,12 +311,12 @@ def check_table(
     behind: Callable[[], str | None],
     first: Callable[[], Report],
     state_of: Callable[[list[Key]], TopicState],
-    reader: TableReader,
+    rows_for: Callable[[list[Key]], TableChunk],
     rechecks: int,
 ) -> Report:
     """The table against its topic: ``first`` compares them once capture passed the
     database's position (``behind``: ``None`` once it has), then the differing keys
-    are checked again, table (``reader``) and topic (``state_of``), up to ``rechecks``
+    are checked again, table (``rows_for``) and topic (``state_of``), up to ``rechecks``
     times, each once capture passed the database again. Capture behind at any of
     these points: the report says so and its differences are not called gaps."""
     lag = behind()
@@ -335,7 +332,7 @@ def check_table(
             break
         keys = [d.key for d in report.differences]
         again = Report(table, topic)
-        compare(again, state_of(keys), iter([reader.rows_for(keys)]))
+        compare(again, state_of(keys), iter([rows_for(keys)]))
         report.differences = again.differences
         report.database_position = again.database_position
         if not report.differences:

@@ -139,7 +139,9 @@ def verify_tables(
         behind = capture_progress(config, dsn, side, kafka, wait_s)
         for qualified, topic, table in readers:
             first, state_of = comparer(qualified, topic, table)
-            report = check_table(qualified, topic, behind, first, state_of, table, rechecks)
+            report = check_table(
+                qualified, topic, behind, first, state_of, table.rows_for, rechecks
+            )
             reports.append(report)
             if report.repairable:
                 found = _repair_of(report, table)

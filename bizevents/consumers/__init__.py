@@ -23,14 +23,8 @@ public API is exactly ``__all__``.
 if __name__ != "bizevents.consumers":
     raise ImportError(f"import bizevents.consumers, not {__name__}: the floors have one name")
 
-from bizevents.consumers.consumer import (
-    BusinessConsumer,
-    ConsumerFailedError,
-    ConsumerStats,
-    Delivery,
-    Handler,
-    consume,
-)
+from bizevents.consumers.consumer import BusinessConsumer, ConsumerFailedError, consume
+from bizevents.consumers.delivery import ConsumerStats, Delivery, Handler
 from bizevents.consumers.parking import (
     HEADER_CONSUMER_GROUP,
     HEADER_CONSUMER_OFFSET,

@@ -27,13 +27,14 @@ import asyncio
 import inspect
 import signal
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from contextlib import suppress
-from dataclasses import dataclass, replace
-from typing import Any, Generic, TypeVar
+from dataclasses import replace
+from typing import Any, TypeVar
 
 import structlog
 
+from bizevents.consumers.delivery import ConsumerStats, Delivery, Handler, is_snapshot
 from bizevents.consumers.parking import (
     HEADER_CONSUMER_GROUP,
     HEADER_CONSUMER_OFFSET,
@@ -46,14 +47,17 @@ from bizevents.contracts.business import (
     HEADER_DLQ_ERROR,
     HEADER_DLQ_REASON,
     HEADER_DLQ_STAGE,
-    HEADER_SNAPSHOT,
     BusinessEvent,
-    Lineage,
 )
 from bizevents.contracts.exceptions import DecodeError
 from bizevents.contracts.serde import BusinessDeserializer
 from bizevents.plumbing.errors import ConfigError, TerminalError, TransientError
-from bizevents.plumbing.kafka import ensure_topics, stay_in_group_where_needed, traits_of
+from bizevents.plumbing.kafka import (
+    broker_traits,
+    ensure_topics,
+    traits_of,
+)
+from bizevents.plumbing.member import Partitions, leave_group, rebalance_listener, restore_parked
 from bizevents.plumbing.parking import (
     PARKED_HEADER,
     STAGE_PARKED,
@@ -63,82 +67,17 @@ from bizevents.plumbing.parking import (
     Request,
     ref_key,
 )
-from bizevents.plumbing.parkingio import REQUEST_PREFIX, read_parked, read_requests, read_to_end
+from bizevents.plumbing.parkingio import read_requests, read_to_end
 from bizevents.plumbing.registry import registry_client
 from bizevents.plumbing.settings import KafkaSettings, RegistrySettings
 
-__all__ = [
-    "HEADER_CONSUMER_GROUP",
-    "HEADER_CONSUMER_OFFSET",
-    "HEADER_CONSUMER_PARTITION",
-    "HEADER_CONSUMER_TOPIC",
-    "BusinessConsumer",
-    "ConsumerFailedError",
-    "ConsumerStats",
-    "Delivery",
-    "Handler",
-    "consume",
-]
+__all__ = ["BusinessConsumer", "ConsumerFailedError", "consume"]
 
 E = TypeVar("E", bound=BusinessEvent)
 #: (stage, reason, error type) of a record that failed
 Failure = tuple[str, str, str]
 
 log = structlog.get_logger("consumer")
-
-
-@dataclass(frozen=True, slots=True)
-class Delivery(Generic[E]):
-    """One business event for the handler, with where it was read and what it is."""
-
-    event: E
-    key: bytes | None
-    topic: str
-    partition: int
-    offset: int
-    #: The same event id was handled before from a lower translator version (or live,
-    #: and this comes from a replay): this event replaces that one.
-    supersedes: bool = False
-    #: It comes from a snapshot read: the row's state when read, not an occurrence (a
-    #: re-snapshot of an unchanged row repeats its id; docs/consuming.md).
-    snapshot: bool = False
-
-    @property
-    def lineage(self) -> Lineage:
-        return self.event.lineage
-
-    @property
-    def event_id(self) -> str:
-        return self.event.lineage.event_id
-
-    @property
-    def replayed(self) -> bool:
-        """A replay wrote it (a correction of an event possibly older than the window)."""
-        return self.event.lineage.replay
-
-
-Handler = Callable[[Delivery[Any]], Awaitable[None] | None]
-
-
-@dataclass(slots=True)
-class ConsumerStats:
-    """What happened to the records read."""
-
-    delivered: int = 0
-    corrections: int = 0
-    duplicates: int = 0
-    stale: int = 0
-    dead_lettered: int = 0
-    #: records parked: those that failed and parked their key, and those behind them
-    parked: int = 0
-    #: parked records handed to the handler by a re-drive
-    redriven: int = 0
-    commits: int = 0
-
-
-def _snapshot(headers: Sequence[tuple[str, bytes | None]] | None) -> bool:
-    """Whether a record's headers mark an event of a snapshot read."""
-    return any(name == HEADER_SNAPSHOT and value == b"true" for name, value in headers or ())
 
 
 class ConsumerFailedError(TerminalError):
@@ -260,30 +199,23 @@ class BusinessConsumer:
 
     async def _consume(self) -> None:
         from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-        from aiokafka.abc import ConsumerRebalanceListener
         from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
         await self._wait_for_broker()
         conf = self.kafka.aiokafka()
+        traits = broker_traits(self.kafka.bootstrap_servers, self.kafka.security_protocol)
         consumer = AIOKafkaConsumer(
             **conf,
             group_id=self.group_id,
             enable_auto_commit=False,
             auto_offset_reset="earliest",  # never latest: ListOffsets is wrong on Tansu
+            # a worker's aborted transactions are skipped where the broker has them
+            # (exactly once, docs/reliability.md); aiokafka's default reads them
+            isolation_level="read_committed" if traits.transactions else "read_uncommitted",
         )
-        outer = self
-
-        class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
-            async def on_partitions_revoked(self, revoked: Any) -> None:
-                async with outer._turn:  # after the batch or re-drive in hand
-                    outer._stale = True
-                    outer.owned = frozenset()
-
-            async def on_partitions_assigned(self, assigned: Any) -> None:
-                await outer._restore()
-                outer.owned = frozenset((tp.topic, tp.partition) for tp in assigned)
-
-        consumer.subscribe(list(self.topics), listener=Rebalance())
+        consumer.subscribe(
+            list(self.topics), listener=rebalance_listener(self._revoked, self._assigned)
+        )
         # not idempotent: aiokafka's InitProducerId fails on Tansu (docs/broker.md)
         producer = AIOKafkaProducer(**conf, acks="all")
         try:
@@ -329,10 +261,7 @@ class BusinessConsumer:
         finally:
             if requests is not None:
                 requests.close()
-            # on the embedded broker, the member stays: the broker drops it after its
-            # session timeout (a leave can wedge its group); on Kafka it leaves
-            stay_in_group_where_needed(consumer)
-            await _stop_quietly(consumer, producer)
+            await leave_group(consumer, (("consumer", consumer), ("producer", producer)))
 
     async def _batch(self, batches: dict[Any, list[Any]], producer: Any, bound: Any) -> Any:
         """Handle one fetched batch; its offsets to commit, once every record was handled
@@ -347,6 +276,15 @@ class BusinessConsumer:
             await asyncio.gather(*pending)
         return offsets
 
+    async def _revoked(self, taken: Partitions) -> None:
+        async with self._turn:  # after the batch or re-drive in hand
+            self._stale = True
+            self.owned = frozenset()
+
+    async def _assigned(self, given: Partitions) -> None:
+        await self._restore()
+        self.owned = given
+
     async def _restore(self) -> None:
         """After an assignment: the group's parked keys and pending requests, read whole
         from the parked topic (the last record of each key wins, as compaction leaves
@@ -354,18 +292,11 @@ class BusinessConsumer:
         async with self._turn:
             try:
                 conf = self.kafka.librdkafka()
-                messages = await read_parked(conf, self.parked_topic)
+                await restore_parked(conf, self.parked_topic, self.parking, self.requests)
             except Exception as exc:
                 self._failed = exc
                 return
-            self.parking.reset()
-            self.requests.clear()
             self._progress.clear()
-            for msg in messages:
-                key = msg.key()
-                if key is not None and not key.startswith(REQUEST_PREFIX):
-                    self.parking.apply(key, msg.value())
-            read_requests(messages, self.requests)
             self._stale = False
             log.info("parked keys restored", group=self.group_id, keys=len(self.parking.parked))
 
@@ -432,7 +363,7 @@ class BusinessConsumer:
         except DecodeError as exc:
             return "consume-decode", exc.reason, type(exc).__name__
         lineage = event.lineage
-        snapshot = _snapshot(record.headers)
+        snapshot = is_snapshot(record.headers)
         key = (record.topic, record.key)
         verdict = Verdict.NEW if self.window is None else self.window.judge(lineage, key, snapshot)
         if verdict is Verdict.DUPLICATE:
@@ -546,10 +477,7 @@ class BusinessConsumer:
         ref = request.ref
         state = self.parking.parked.get(ref)
         if state is None:
-            how = self.parking.unparked_by.get(ref, "")
-            if request.id in how:  # done before a crash, the answer was not written
-                return "done", how
-            return "refused", "the key is not parked"
+            return self.parking.answer_unparked(ref, request.id)
         running = [i for i, r in self.requests.items() if i in self._progress and r.ref == ref]
         if running and running[0] != request.id:
             return "refused", f"the key is already being re-driven (request {running[0]})"

@@ -43,6 +43,9 @@ _BROKER_SETTINGS = {
     "num.partitions": "4",
     # compaction runs soon after a segment rolls (tests roll them with segment.ms)
     "log.cleaner.backoff.ms": "1000",
+    # a killed worker's open transaction is aborted soon after its timeout (10 s by
+    # default), so read_committed readers wait for it that long, not 20 s
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
     "auto.create.topics.enable": "true",
     # a technical record is a whole row: the dev stack takes records of up to 10 MB, as a
     # production cluster is set up for its widest table (Kafka's default is 1 MiB)

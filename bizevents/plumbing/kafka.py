@@ -124,11 +124,44 @@ def ensure_topics(
     A topic another process created meanwhile is fine. An unreachable cluster is a
     :class:`TransientError`, a refusal a :class:`TopicCreationError`.
     """
+    if not topics:
+        return {}
+    # a cluster that lost a node (its controller among them) times CreateTopics out
+    # until its metadata names the new controller: ask again, for a while
+    deadline = time.monotonic() + 2 * timeout_s
+    while True:
+        try:
+            existing = _create_missing(
+                admin, topics, partitions, replication_factor, config, timeout_s
+            )
+            break
+        except _CreateAgain:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1.0)
+    counts = {t: len(existing[t].partitions) for t in topics if t in existing}
+    absent = [t for t in topics if not counts.get(t)]
+    if absent:
+        raise TransientError(f"the topics {', '.join(absent)} have no partitions yet")
+    return counts
+
+
+class _CreateAgain(TransientError):
+    """CreateTopics timed out or met a moving controller: worth asking again."""
+
+
+def _create_missing(
+    admin: Any,
+    topics: Sequence[str],
+    partitions: int,
+    replication_factor: int,
+    config: Mapping[str, str] | None,
+    timeout_s: float,
+) -> Any:
+    """:func:`ensure_topics`' one attempt: the cluster's topics once ``topics`` exist."""
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.cimpl import NewTopic
 
-    if not topics:
-        return {}
     try:
         existing = admin.list_topics(timeout=timeout_s).topics
         missing = [t for t in topics if t not in existing]
@@ -142,13 +175,19 @@ def ensure_topics(
                     future.result(timeout_s)
                 except KafkaException as exc:
                     err = exc.args[0] if exc.args else None
-                    if (
-                        isinstance(err, KafkaError)
-                        and err.code() == KafkaError.TOPIC_ALREADY_EXISTS
-                    ):
+                    if not isinstance(err, KafkaError):
+                        raise TopicCreationError(
+                            f"the cluster refused to create {topic}: {exc}"
+                        ) from exc
+                    if err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
                         continue
-                    if isinstance(err, KafkaError) and err.retriable():
-                        raise TransientError(f"cannot create topic {topic} yet: {exc}") from exc
+                    again = (
+                        KafkaError._TIMED_OUT,
+                        KafkaError.REQUEST_TIMED_OUT,
+                        KafkaError.NOT_CONTROLLER,
+                    )
+                    if err.retriable() or err.code() in again:
+                        raise _CreateAgain(f"cannot create topic {topic} yet: {exc}") from exc
                     raise TopicCreationError(
                         f"the cluster refused to create {topic}: {exc}"
                     ) from exc
@@ -163,11 +202,7 @@ def ensure_topics(
             existing = admin.list_topics(timeout=timeout_s).topics
     except KafkaException as exc:
         raise TransientError(f"cannot reach the Kafka cluster to prepare topics: {exc}") from exc
-    counts = {t: len(existing[t].partitions) for t in topics if t in existing}
-    absent = [t for t in topics if not counts.get(t)]
-    if absent:
-        raise TransientError(f"the topics {', '.join(absent)} have no partitions yet")
-    return counts
+    return existing
 
 
 def read_latest(
@@ -179,8 +214,28 @@ def read_latest(
 
     ``kafka`` is a confluent-kafka configuration; ``group`` names the reader (nothing
     is committed); a cluster that does not answer within ``timeout_s``, or answers the
-    topic with an error other than "unknown topic", is a :class:`TransientError`.
+    topic with an error other than "unknown topic", is a :class:`TransientError`. A
+    partition whose leader moves, or a cluster restarting, is read again, for up to
+    three times ``timeout_s``.
     """
+    deadline = time.monotonic() + 3 * timeout_s
+    while True:
+        try:
+            return _read_latest_once(kafka, topic, group, timeout_s)
+        except _ReadAgain:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1.0)
+
+
+class _ReadAgain(TransientError):
+    """A read met a moving leader: worth reading again."""
+
+
+def _read_latest_once(
+    kafka: Mapping[str, Any], topic: str, group: str, timeout_s: float
+) -> dict[bytes, bytes | None]:
+    """:func:`read_latest`'s one attempt."""
     from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
     consumer = Consumer(
@@ -222,7 +277,10 @@ def read_latest(
                     raise TransientError(f"the topic {topic} did not answer")
                 err = msg.error()
                 if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF and offset >= high:
+                    # the end's own offset: past a transaction's commit marker, which
+                    # no record carries (a worker's exactly-once checkpoints)
+                    end = max(offset, msg.offset() or 0)
+                    if err.code() == KafkaError._PARTITION_EOF and end >= high:
                         break
                     continue
                 offset = (msg.offset() or 0) + 1
@@ -231,6 +289,18 @@ def read_latest(
                     found[key] = msg.value()
         return found
     except KafkaException as exc:
+        err = exc.args[0] if exc.args else None
+        moving = (  # a leader moving, or the cluster restarting
+            KafkaError.NOT_LEADER_FOR_PARTITION,
+            KafkaError.LEADER_NOT_AVAILABLE,
+            KafkaError._UNKNOWN_PARTITION,
+            KafkaError._ALL_BROKERS_DOWN,
+            KafkaError._TRANSPORT,
+            KafkaError._DESTROY_BROKER,
+            KafkaError._TIMED_OUT,
+        )
+        if isinstance(err, KafkaError) and (err.retriable() or err.code() in moving):
+            raise _ReadAgain(f"cannot read the topic {topic}: {exc}") from exc
         raise TransientError(f"cannot read the topic {topic}: {exc}") from exc
     finally:
         consumer.close()
@@ -307,7 +377,10 @@ _traits: dict[str, BrokerTraits] = {}
 
 
 def broker_traits(
-    bootstrap_servers: str, security_protocol: str = "PLAINTEXT", timeout_s: float = 3.0
+    bootstrap_servers: str,
+    security_protocol: str = "PLAINTEXT",
+    timeout_s: float = 3.0,
+    wait_s: float = 0.0,
 ) -> BrokerTraits:
     """The traits of the cluster at ``bootstrap_servers``, probed once per process.
 
@@ -315,7 +388,8 @@ def broker_traits(
     authentication) over plain TCP to the first bootstrap server that answers. A
     cluster behind TLS is not probed: it is taken for Apache Kafka (the embedded broker
     never speaks TLS). A cluster that answers no probe gets the embedded broker's
-    traits, whose workarounds are safe on any broker, and is probed again next time."""
+    traits, whose workarounds are safe on any broker, and is probed again next time;
+    with ``wait_s``, it is probed again for that long first (a cluster restarting)."""
     bootstrap_servers = ",".join(part.strip() for part in bootstrap_servers.split(","))
     with _traits_lock:
         known = _traits.get(bootstrap_servers)
@@ -325,10 +399,16 @@ def broker_traits(
         found: BrokerTraits | None = FULL_KAFKA
     else:
         found = None
-        for server in bootstrap_servers.split(","):
-            apis = _api_keys(server.strip(), timeout_s)
-            if apis is not None:
-                found = FULL_KAFKA if apis >= _FULL_KAFKA_APIS else EMBEDDED_BROKER
+        deadline = time.monotonic() + wait_s
+        while found is None:
+            for server in bootstrap_servers.split(","):
+                apis = _api_keys(server.strip(), timeout_s)
+                if apis is not None:
+                    found = FULL_KAFKA if apis >= _FULL_KAFKA_APIS else EMBEDDED_BROKER
+                    break
+            if found is None and time.monotonic() < deadline:
+                time.sleep(1.0)
+            else:
                 break
     if found is None:
         return EMBEDDED_BROKER

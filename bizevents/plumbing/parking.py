@@ -205,6 +205,14 @@ class ParkedKeys:
         self._count(ref, 1)
         return state.record(ref)
 
+    def answer_unparked(self, ref: Ref, request_id: str) -> tuple[str, str]:
+        """The answer to request ``request_id`` of ``ref``, a key not parked: done when
+        the request unparked it itself (before a crash left it unanswered), else refused."""
+        how = self.unparked_by.get(ref, "")
+        if request_id in how:
+            return "done", how
+        return "refused", "the key is not parked"
+
     def unpark(self, ref: Ref, through: int, how: str) -> bytes:
         """Unpark ``ref``'s key: changes up to ``through`` are handled; its record."""
         if self.parked.pop(ref, None) is not None:

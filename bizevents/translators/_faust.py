@@ -13,9 +13,11 @@ This module touches private attributes of faust-streaming 0.15.3 (pinned):
 ``Consumer._drain_messages``, ``_wait_next_records``, ``_read_offset``,
 ``_unacked_messages``, ``_acked``, ``_acked_index``, ``_committed_offset``,
 ``_n_acked``, ``_to_message``, ``_buffered_partitions`` and ``app.topics._tp_index``;
-and of aiokafka 0.14, ``AIOKafkaConsumer._fetch_max_wait_ms``, which Faust hard-codes
-to 1,500 ms: an empty fetch may be held that long, and on the embedded broker that
-delays records that arrive meanwhile (docs/broker.md), so the worker sets its own; and
+``Producer._transaction_producers`` and ``_trn_locks`` (exactly once, see
+:func:`block_transaction`); and of aiokafka 0.14,
+``AIOKafkaConsumer._fetch_max_wait_ms``, which Faust hard-codes to 1,500 ms: an
+empty fetch may be held that long, and on the embedded broker that delays records
+that arrive meanwhile (docs/broker.md), so the worker sets its own; and
 ``PartitionRecords._consumer_record`` with its ``_key_deserializer`` and
 ``_value_deserializer``: aiokafka copies every record its batch reader made into a
 ``ConsumerRecord`` of eleven fields (0.8 µs a record, on the consumer's thread, under
@@ -33,7 +35,9 @@ the integration tests run the path against the real broker.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager, suppress
 from typing import Any, Final
 
 from aiokafka.consumer.fetcher import PartitionRecords
@@ -42,6 +46,7 @@ from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
 from faust.transport.drivers.aiokafka import Consumer as AIOKafkaConsumer
 from faust.types import TP
 
+from bizevents.plumbing.errors import TransientError
 from bizevents.plumbing.kafka import stay_in_group_where_needed
 
 __all__ = [
@@ -49,7 +54,10 @@ __all__ = [
     "BlockAcker",
     "RecordBlock",
     "TablelessManager",
+    "aiokafka_producer",
+    "block_transaction",
     "bulk_consumer",
+    "commit_through",
 ]
 
 PRIVATE_CONSUMER_ATTRIBUTES: Final = (
@@ -218,10 +226,63 @@ class TablelessManager(TableManager):
         await super().on_rebalance(assigned, revoked, newly_assigned, generation_id)
 
 
+async def commit_through(app: Any, tp: Any, offset: int) -> None:
+    """Commit ``tp`` up to ``offset`` (every earlier block is acknowledged by now).
+    Faust's commit may return having joined a commit already under way, which need
+    not hold the latest acknowledgements: ask again until the committed offset
+    (Faust's private ``_committed_offset``: the next offset to read) reaches it."""
+    consumer = app.consumer
+    for _ in range(200):
+        await consumer.commit({tp})
+        committed = consumer._committed_offset.get(tp)
+        if committed is not None and committed >= offset:
+            return
+        if committed is None and not consumer._acked.get(tp):
+            return  # nothing of this partition was ever read before this block
+        await asyncio.sleep(0.05)
+    raise TransientError(f"{tp.topic}[{tp.partition}] could not be committed up to {offset}")
+
+
 def aiokafka_producer(app: Any) -> Any:
     """The aiokafka producer under Faust's producer (``Producer._producer``, private):
     the worker appends whole batches to it, which Faust's own ``send`` cannot."""
     return app.producer._producer
+
+
+@asynccontextmanager
+async def block_transaction(app: Any, tp: TP, next_offset: int) -> AsyncIterator[Any]:
+    """The transactional producer of ``tp``'s input partition, for one block's outputs
+    (``processing_guarantee = "exactly_once"``): on leaving, the block's next offset is
+    sent into the same transaction, which is committed, and the next one begun.
+
+    Faust keeps one transactional producer per assigned input partition (its id
+    ``<app id>-<topic group>-<partition>``: the partition's next owner fences this one)
+    in ``Producer._transaction_producers``, guarded by ``Producer._trn_locks``
+    (private). Its own ``TransactionManager.send`` picks the producer by the *output*
+    partition, which is right only for co-partitioned topics; here the outputs go
+    with their input's offsets, and the lock keeps Faust's commit timer from
+    committing a transaction between a block's first output and its offsets."""
+    producer = app.producer
+    group = app.assignor.group_for_topic(tp.topic)
+    tid = f"{app.conf.id}-{group}-{tp.partition}"
+    lock = producer._trn_locks.get(tid)
+    if lock is None:
+        raise RuntimeError(f"no transactional producer for {tp.topic}[{tp.partition}] ({tid})")
+    async with lock:
+        transactional = producer._transaction_producers.get(tid)
+        if transactional is None:  # fenced: the partition's next owner took it over
+            raise RuntimeError(f"the transactional producer {tid} was fenced")
+        try:
+            yield transactional
+            await transactional.send_offsets_to_transaction({tp: next_offset}, app.conf.id)
+            await transactional.commit_transaction()
+        except BaseException:
+            with suppress(Exception):
+                await transactional.abort_transaction()
+            raise
+        finally:
+            with suppress(Exception):
+                await transactional.begin_transaction()
 
 
 class BlockAcker:

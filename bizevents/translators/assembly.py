@@ -49,7 +49,7 @@ from typing import Final
 
 from bizevents.contracts.envelope import OP_READ, ChangeEvent
 from bizevents.contracts.technical.transaction import STATUS_END, TransactionRecord
-from bizevents.translators.pipeline import SourceRecord
+from bizevents.translators.records import SourceRecord
 
 __all__ = [
     "Abandoned",

@@ -18,17 +18,20 @@ from bizevents.contracts.business import (
     HEADER_DLQ_STAGE,
     HEADER_SOURCE_OFFSET,
 )
-from bizevents.plumbing.errors import ConfigError, TerminalError, TransientError
+from bizevents.plumbing.errors import TerminalError, TransientError
 from bizevents.plumbing.kafka import partition_for
 from bizevents.plumbing.parking import PARKED_HEADER
 from bizevents.plumbing.process import settle_collector
-from bizevents.translators._faust import BlockAcker, RecordBlock, aiokafka_producer
-from bizevents.translators.metrics import WorkerStats
-from bizevents.translators.pipeline import (
-    OutRecord,
-    Pipeline,
-    Result,
+from bizevents.translators._faust import (
+    BlockAcker,
+    RecordBlock,
+    aiokafka_producer,
+    block_transaction,
 )
+from bizevents.translators.metrics import WorkerStats
+from bizevents.translators.pipeline import Pipeline
+from bizevents.translators.produce import Send, send_batches
+from bizevents.translators.records import OutRecord, Result
 
 __all__ = ["BlockProcessor", "BlockRunner", "PipelineProcessor"]
 
@@ -97,25 +100,18 @@ class BlockRunner:
             offset=block.first_offset,
             last=block.last_offset,
         )
+        if self.app.in_transaction:
+            await self._handle_in_transaction(block, bound)
+            return
         futures: list[asyncio.Future[Any]] = []
         records = block.records
         for start in range(0, len(records), CHUNK):
             # a block is processed in chunks, each produced at once, so the producer
             # sends while the next chunk is translated (the work is CPU-bound)
-            result = await self._process(tp, records[start : start + CHUNK], bound)
-            self.stats.add(
-                tp.topic, result.counts, result.undecodable, result.tombstones, result.unrouted
-            )
-            if result.shadows:
-                self.stats.compared(tp.topic, tp.partition, result.shadows)
-            for out in result.records:
-                if out.dead_letter and out.headers:  # not a parked-topic state record
-                    self._log_dead_letter(out, bound)
+            result = await self._translate(tp, records[start : start + CHUNK], bound)
             futures += await self.produce(result.records)
             await asyncio.sleep(0)
-        highwater = self.app.consumer.highwater(tp)
-        if highwater is not None:
-            self.stats.set_lag(tp.topic, tp.partition, int(highwater) - block.last_offset - 1)
+        self._set_lag(block)
         previous = self._chain[-1] if self._chain else None
         stamp = block.records[-1].timestamp
         self._chain.append(asyncio.ensure_future(self._settle(previous, block, futures, stamp)))
@@ -123,6 +119,57 @@ class BlockRunner:
             await self._chain.popleft()
         while self._chain and self._chain[0].done():
             self._chain.popleft().result()
+
+    async def _handle_in_transaction(self, block: RecordBlock, bound: Any) -> None:
+        """Exactly once: the block's outputs and its next offset in one Kafka transaction
+        of its input partition's producer, committed before the next block; a block of an
+        earlier generation is left to its partition's owner, which reads it again."""
+        if block.generation_id != self.app.consumer_generation_id:
+            self.app.consumer._unacked_messages.discard(block)
+            return
+        tp = block.tp
+        try:
+            async with block_transaction(self.app, tp, block.last_offset + 1) as producer:
+                futures: list[asyncio.Future[Any]] = []
+                for start in range(0, len(block.records), CHUNK):
+                    chunk = block.records[start : start + CHUNK]
+                    result = await self._translate(tp, chunk, bound)
+                    futures += await self._send_batches(producer, result.records)
+                    await asyncio.sleep(0)
+                if futures:
+                    await asyncio.gather(*futures)
+        except Exception as exc:
+            log.error(
+                "transaction failed; stopping (its outputs are aborted, its block is read again)",
+                topic=tp.topic,
+                partition=tp.partition,
+                offset=block.first_offset,
+                error=f"{type(exc).__name__}: {exc}",
+            )
+            await self.app.crash(exc)
+            raise
+        self._set_lag(block)
+        self._acknowledge(block, block.records[-1].timestamp)
+
+    async def _translate(self, tp: TP, records: Sequence[Any], bound: Any) -> Result:
+        """One chunk through the processor, counted."""
+        result = await self._process(tp, records, bound)
+        self.stats.add(
+            tp.topic, result.counts, result.undecodable, result.tombstones, result.unrouted
+        )
+        if result.shadows:
+            self.stats.compared(tp.topic, tp.partition, result.shadows)
+        for out in result.records:
+            if out.dead_letter and out.headers:  # not a parked-topic state record
+                self._log_dead_letter(out, bound)
+        return result
+
+    def _set_lag(self, block: RecordBlock) -> None:
+        highwater = self.app.consumer.highwater(block.tp)
+        if highwater is not None:
+            self.stats.set_lag(
+                block.tp.topic, block.tp.partition, int(highwater) - block.last_offset - 1
+            )
 
     async def _settled(self) -> None:
         """Wait until every block handed in so far is acknowledged."""
@@ -184,50 +231,23 @@ class BlockRunner:
         return count
 
     async def produce(self, records: Sequence[OutRecord]) -> list[asyncio.Future[Any]]:
-        """Send ``records`` (each to its key's partition); their acknowledgements."""
+        """Send ``records`` (each to its key's partition) outside any transaction; their
+        acknowledgements."""
         if not records:
             return []
-        if self.app.in_transaction:
-            return await self._produce_transactional(records)
-        producer = aiokafka_producer(self.app)
-        builders: dict[tuple[str, int], Any] = {}
-        futures: list[asyncio.Future[Any]] = []
-        for out in records:
-            count = self._partitions.get(out.topic) or await self.partition_count(out.topic)
-            partition = partition_for(out.key, count)
-            slot = (out.topic, partition)
-            batch = builders.get(slot)
-            if batch is None:
-                batch = builders[slot] = producer.create_batch()
-            if (
-                batch.append(key=out.key, value=out.value, timestamp=None, headers=out.headers)
-                is None
-            ):
-                futures.append(await producer.send_batch(batch, out.topic, partition=partition))
-                batch = builders[slot] = producer.create_batch()
-                if (
-                    batch.append(key=out.key, value=out.value, timestamp=None, headers=out.headers)
-                    is None
-                ):
-                    raise ConfigError(
-                        f"a record for {out.topic} is larger than translate.max_batch_bytes"
-                    )
-        for (topic, partition), batch in builders.items():
-            futures.append(await producer.send_batch(batch, topic, partition=partition))
-        return futures
+        return await self._send_batches(aiokafka_producer(self.app), records)
 
-    async def _produce_transactional(
-        self, records: Sequence[OutRecord]
+    async def _send_batches(
+        self, producer: Any, records: Sequence[OutRecord]
     ) -> list[asyncio.Future[Any]]:
-        transactions = self.app.consumer.transactions
-        futures = []
+        """``records`` appended to one batch per output partition of ``producer``."""
+        sends: list[Send] = []
         for out in records:
             count = self._partitions.get(out.topic) or await self.partition_count(out.topic)
-            partition = partition_for(out.key, count)
-            futures.append(
-                await transactions.send(out.topic, out.key, out.value, partition, None, out.headers)
+            sends.append(
+                (out.topic, partition_for(out.key, count), out.key, out.value, out.headers)
             )
-        return futures
+        return await send_batches(producer, sends, "translate.max_batch_bytes")
 
     async def _settle(
         self,
@@ -251,6 +271,10 @@ class BlockRunner:
             )
             await self.app.crash(exc)
             raise
+        self._acknowledge(block, timestamp_ms)
+
+    def _acknowledge(self, block: RecordBlock, timestamp_ms: int | None) -> None:
+        """The block's offsets into Faust's bookkeeping, counted."""
         if self._acker is None:
             self._acker = BlockAcker(self.app.consumer)
         committable = self._acker.ack(block)

@@ -45,7 +45,7 @@ from prometheus_client.registry import Collector
 
 from bizevents.plumbing.metrics import serve_metrics as serve
 from bizevents.plumbing.parking import ParkedKeys
-from bizevents.translators.pipeline import Counts
+from bizevents.translators.records import Counts
 from bizevents.translators.shadow import VERDICTS, ShadowBook, ShadowComparison
 
 __all__ = ["LATENCY_BUCKETS", "WorkerStats", "serve_metrics"]

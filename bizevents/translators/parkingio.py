@@ -26,6 +26,7 @@ from bizevents.contracts.business import (
     HEADER_TRANSLATOR,
 )
 from bizevents.plumbing.kafka import partition_for
+from bizevents.plumbing.member import restore_parked
 from bizevents.plumbing.parking import (
     PARKED_EXTRA_HEADERS,
     PARKED_HEADER,
@@ -34,8 +35,9 @@ from bizevents.plumbing.parking import (
     Request,
     ref_key,
 )
-from bizevents.plumbing.parkingio import REQUEST_PREFIX, read_parked, read_requests, read_to_end
-from bizevents.translators.pipeline import OutRecord, Pipeline, SourceRecord, dead_letter_source
+from bizevents.plumbing.parkingio import read_requests, read_to_end
+from bizevents.translators.pipeline import Pipeline
+from bizevents.translators.records import OutRecord, SourceRecord, dead_letter_source
 from bizevents.translators.txparking import HEADER_PARKED_KEY
 
 __all__ = ["ParkedRecord", "ParkedTopic", "Redriver", "parked_records"]
@@ -116,14 +118,9 @@ class ParkedTopic:
     async def restore(self) -> None:
         """Read the parked topic whole: the parked keys and the pending requests."""
         async with self._lock:
-            messages = await read_parked(self.conf, self.parked_topic)
-            self.parking.reset()
-            self.requests.clear()
-            for msg in messages:
-                key = msg.key()
-                if key is not None and not key.startswith(REQUEST_PREFIX):
-                    self.parking.apply(key, msg.value())
-            read_requests(messages, self.requests)
+            messages = await restore_parked(
+                self.conf, self.parked_topic, self.parking, self.requests
+            )
             if messages:
                 self.position = messages[-1].offset() + 1
             log.info(
@@ -132,6 +129,17 @@ class ParkedTopic:
                 pending=sum(r.status == "pending" for r in self.requests.values()),
             )
         self.start_owned()
+
+    def started(self, request: Request) -> None:
+        """Say that ``request`` is being carried out."""
+        log.info(
+            "carrying out a request",
+            request=request.id,
+            kind=request.kind,
+            translator=f"{request.translator}@{request.version}",
+            topic=request.topic,
+            partition=request.partition,
+        )
 
     async def follow(self) -> None:
         """Follow the parked topic for requests, for as long as the worker runs: one
@@ -238,20 +246,10 @@ class Redriver(ParkedTopic):
 
     async def _run(self, request: Request) -> tuple[str, str]:
         ref = request.ref
-        log.info(
-            "carrying out a request",
-            request=request.id,
-            kind=request.kind,
-            translator=f"{request.translator}@{request.version}",
-            topic=request.topic,
-            partition=request.partition,
-        )
+        self.started(request)
         state = self.parking.parked.get(ref)
         if state is None:
-            how = self.parking.unparked_by.get(ref, "")
-            if request.id in how:  # done before a crash, the answer was not written
-                return "done", how
-            return "refused", "the key is not parked"
+            return self.parking.answer_unparked(ref, request.id)
         if request.kind == "discard":
             record = self.parking.unpark(ref, state.last, f"discarded: {request.reason}")
             await self._write([OutRecord(self.parked_topic, ref_key(ref), record, [], ref[0])])

@@ -10,6 +10,8 @@ its offset belongs to.
   of the worker is acknowledged, commits the block's first offset, writes the
   :class:`~bizevents.translators.promotion.Handover` and waits for the broker's
   acknowledgement; only then is the block translated, by the new version.
+- :func:`fold_promotions` reads the topic to its end once, into pins: at start-up
+  (:func:`read_pins`) and at a transaction worker's rebuild.
 - :class:`VersionedProcessor` translates a block with the pipeline of the versions its
   offsets belong to, splitting a block that spans a hand-over (one read again after a
   kill).
@@ -18,20 +20,51 @@ its offset belongs to.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from contextlib import suppress
 from datetime import UTC, datetime
 from typing import Any
 
 import structlog
 
-from bizevents.plumbing.errors import ConfigError, TransientError
+from bizevents.plumbing.errors import ConfigError
+from bizevents.plumbing.kafka import read_latest
+from bizevents.translators._faust import aiokafka_producer, commit_through
 from bizevents.translators.api import Translator
-from bizevents.translators.pipeline import Counts, Pipeline, Result
+from bizevents.translators.pipeline import Pipeline
 from bizevents.translators.promotion import Handover, Pins, Promotion, decode, encode
+from bizevents.translators.records import Counts, Result
+from bizevents.translators.settings import RuntimeSettings
 
 log = structlog.get_logger("translate")
 
 Versions = tuple[tuple[str, int], ...]
+
+
+def fold_promotions(
+    pins: Pins, conf: dict[str, Any], topic: str, group: str, *, strict: bool = True
+) -> Pins:
+    """The promotions ``topic`` read to its end (as ``group``) into ``pins``. ``strict``:
+    a record that does not decode is a :class:`ConfigError`; else it is passed over
+    (the follower logs it)."""
+    found = read_latest(conf, topic, group)
+    for key, value in found.items():
+        if value is None:
+            continue
+        if strict:
+            pins.apply(decode(value, f"{topic} key {key!r}"))
+            continue
+        with suppress(ConfigError):
+            pins.apply(decode(value, f"{topic} key {key!r}"))
+    return pins
+
+
+def read_pins(settings: RuntimeSettings, configured: Mapping[str, int]) -> Pins:
+    """The configured pins with the promotions topic folded in."""
+    t = settings.translate
+    return fold_promotions(
+        Pins(configured), settings.kafka.librdkafka(), t.promotions(), f"{t.group_id}-promotions"
+    )
 
 
 def merge_results(into: Result, other: Result) -> None:
@@ -165,60 +198,77 @@ class PromotionFollower:
         finally:
             await consumer.stop()
 
-    async def _commit_through(self, tp: Any, offset: int) -> None:
-        """Commit ``tp`` up to ``offset`` (every earlier block is acknowledged by now).
-        Faust's commit may return having joined a commit already under way, which need
-        not hold the latest acknowledgements: ask again until the committed offset
-        (Faust's private ``_committed_offset``: the next offset to read) reaches it."""
-        consumer = self.app.consumer
-        for _ in range(200):
-            await consumer.commit({tp})
-            committed = consumer._committed_offset.get(tp)
-            if committed is not None and committed >= offset:
-                return
-            if committed is None and not consumer._acked.get(tp):
-                return  # nothing of this partition was ever read before this block
-            await asyncio.sleep(0.05)
-        raise TransientError(f"{tp.topic}[{tp.partition}] could not be committed up to {offset}")
-
     async def before(self, drain: Callable[[], Any], tp: Any, first_offset: int) -> None:
         """Hand ``tp`` over at ``first_offset`` for every translator that must be, before
         its block is translated (``drain`` waits for every earlier block's outputs)."""
         await self.ready.wait()
-        pins = self.pins
-        due = []
-        for name in self.names.get(tp.topic, ()):
-            to = pins.pending(name, tp.topic, tp.partition)
-            if to is None:
-                continue
-            if self.available(name, to) is None:
-                if (name, to) not in self._refused:
-                    self._refused.add((name, to))
-                    log.error(
-                        "promotion not applied: the version is not installed on this worker",
-                        translator=f"{name}@{to}",
-                    )
-                continue
-            due.append((name, to))
+        names = self.names.get(tp.topic, ())
+        due = due_versions(self.pins, names, tp.topic, tp.partition, self.available, self._refused)
         if not due:
             return
         await drain()
         # the offsets before the hand-over are the old version's: commit them first, so
         # that no kill can make a successor read them again under the new version
-        await self._commit_through(tp, first_offset)
-        at = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-        producer = self.app.producer._producer  # aiokafka's (see _faust.aiokafka_producer)
-        for name, to in due:
-            previous = pins.version(name, tp.topic, tp.partition, first_offset)
-            handover = Handover(name, to, previous, tp.topic, tp.partition, first_offset, at)
-            key, value = encode(handover)
+        await commit_through(self.app, tp, first_offset)
+        producer = aiokafka_producer(self.app)
+
+        async def send(key: bytes, value: bytes) -> None:
             await (await producer.send(self.topic, value, key=key, partition=0))
-            pins.apply(handover)
-            log.info(
-                "partition handed over",
-                translator=f"{name}@{to}",
-                previous=f"{name}@{previous}",
-                topic=tp.topic,
-                partition=tp.partition,
-                offset=first_offset,
-            )
+
+        await hand_over(send, self.pins, due, tp.topic, tp.partition, first_offset, "partition")
+
+
+def due_versions(
+    pins: Pins,
+    names: Iterable[str],
+    topic: str,
+    partition: int,
+    available: Callable[[str, int], Any],
+    refused: set[tuple[str, int]],
+) -> list[tuple[str, int]]:
+    """``(name, version)`` of each of ``names`` that ``partition`` of ``topic`` must be
+    handed over to now; a version not installed here is logged once (in ``refused``)
+    and left for a worker that has it."""
+    due = []
+    for name in names:
+        to = pins.pending(name, topic, partition)
+        if to is None:
+            continue
+        if available(name, to) is None:
+            if (name, to) not in refused:
+                refused.add((name, to))
+                log.error(
+                    "promotion not applied: the version is not installed on this worker",
+                    translator=f"{name}@{to}",
+                )
+            continue
+        due.append((name, to))
+    return due
+
+
+async def hand_over(
+    send: Callable[[bytes, bytes], Awaitable[None]],
+    pins: Pins,
+    due: Sequence[tuple[str, int]],
+    topic: str,
+    partition: int,
+    offset: int,
+    what: str,
+) -> None:
+    """Hand ``partition`` of ``topic`` (a ``what``: "partition", "virtual partition")
+    over at ``offset`` to each version ``due``: the :class:`Handover` record sent (``send``
+    returns once the broker acknowledged it), then applied to ``pins``."""
+    at = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    for name, to in due:
+        previous = pins.version(name, topic, partition, offset)
+        handover = Handover(name, to, previous, topic, partition, offset, at)
+        await send(*encode(handover))
+        pins.apply(handover)
+        log.info(
+            f"{what} handed over",
+            translator=f"{name}@{to}",
+            previous=f"{name}@{previous}",
+            topic=topic,
+            partition=partition,
+            offset=offset,
+        )

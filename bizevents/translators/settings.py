@@ -144,6 +144,10 @@ class TransactionSettings(SettingsGroup):
     #: past it the member drops what it holds and reads again from its checkpoints, as
     #: after a rebalance (what was sent meanwhile may come again, with the same ids).
     request_timeout_s: float = Field(default=40.0, gt=0)
+    #: With ``translate.processing_guarantee = "exactly_once"``: how long the broker keeps
+    #: a killed member's open transaction before it aborts it (read_committed readers of
+    #: its outputs wait that long).
+    transaction_timeout_s: float = Field(default=10.0, gt=0, le=900)
     #: How long a stopping member (SIGTERM) may take to end its turn, record its last
     #: checkpoint and close its clients; past it, it exits anyway (the next owner reads
     #: again from the last checkpoint recorded).

@@ -24,7 +24,7 @@ import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeVar
 
 from pydantic import BaseModel
 
@@ -509,6 +509,21 @@ class ShadowBook:
         for part in found:
             whole.merge(part)
         return whole
+
+
+_T = TypeVar("_T", bound=Translator)
+
+
+def shadowed(live: Sequence[_T], shadows: Sequence[_T]) -> dict[str, _T]:
+    """Per live version (``ref``) among ``live``: the version of ``shadows`` in its shadow.
+    ``ValueError`` for a shadow of no live version, or of the live version itself."""
+    found: dict[str, _T] = {}
+    for shadow in shadows:
+        versions = [t for t in live if t.name == shadow.name]
+        if len(versions) != 1 or versions[0].version == shadow.version:
+            raise ValueError(f"{shadow.ref} shadows no live version of {shadow.name}")
+        found[versions[0].ref] = shadow
+    return found
 
 
 def check_shadows(shadows: Sequence[Translator], live: Sequence[Translator]) -> None:

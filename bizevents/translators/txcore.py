@@ -41,17 +41,17 @@ from bizevents.translators.api import SKIP
 from bizevents.translators.assembly import Abandoned, Part, Ready
 from bizevents.translators.exceptions import TranslationError
 from bizevents.translators.lineage import Stamper, change_identity, contract_name, origin
-from bizevents.translators.pipeline import (
+from bizevents.translators.pipeline import TranslatorFailedError
+from bizevents.translators.records import (
     DEAD_LETTER_TOPIC,
     SHADOW_SUFFIX,
     Counts,
     OutRecord,
     Result,
     Serializer,
-    TranslatorFailedError,
     dead_letter,
 )
-from bizevents.translators.shadow import Seen, ShadowComparison
+from bizevents.translators.shadow import Seen, ShadowComparison, shadowed
 from bizevents.translators.transaction_api import TransactionChanges, TransactionTranslator
 from bizevents.translators.txparking import HEADER_TX, TxParking
 
@@ -92,12 +92,7 @@ class TransactionCore:
         #: Per live translator (``ref``): the version in its shadow (docs/shadow.md), run
         #: on the same transaction, its events compared with the live one's and written
         #: to ``<contract topic>.shadow`` (``shadow_output``) or only counted.
-        self._shadow_of: dict[str, TransactionTranslator] = {}
-        for shadow in shadows:
-            live = [t for t in self.translators if t.name == shadow.name]
-            if len(live) != 1 or live[0].version == shadow.version:
-                raise ValueError(f"{shadow.ref} shadows no live version of {shadow.name}")
-            self._shadow_of[live[0].ref] = shadow
+        self._shadow_of = shadowed(self.translators, shadows)
         self.shadow_output = shadow_output
         self.serializer = serializer
         self.replay = replay

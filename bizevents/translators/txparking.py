@@ -41,7 +41,7 @@ from bizevents.plumbing.parking import (
     ref_key,
 )
 from bizevents.translators.assembly import Part, Ready
-from bizevents.translators.pipeline import OutRecord, SourceRecord, dead_letter, dead_letter_source
+from bizevents.translators.records import OutRecord, SourceRecord, dead_letter, dead_letter_source
 from bizevents.translators.routing import business_key
 from bizevents.translators.transaction_api import TransactionTranslator
 

@@ -19,21 +19,24 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 import structlog
 
 from bizevents.contracts.business import HEADER_DLQ_REASON
-from bizevents.contracts.exceptions import DecodeError
+from bizevents.contracts.envelope import ChangeEvent
+from bizevents.contracts.exceptions import Coordinates, DecodeError
 from bizevents.plumbing.kafka import partition_for
 from bizevents.plumbing.parking import Ref, Request, ref_key
 from bizevents.plumbing.parkingio import read_to_end
 from bizevents.translators.assembly import Part, Ready
 from bizevents.translators.parkingio import ParkedTopic
-from bizevents.translators.pipeline import OutRecord, Result, SourceRecord
+from bizevents.translators.records import OutRecord, Result, SourceRecord
 from bizevents.translators.transaction_api import TransactionTranslator
 from bizevents.translators.txcore import TransactionCore
 from bizevents.translators.txparking import TxParking, parked_transactions
+from bizevents.translators.txplan import TxPlan
 
 __all__ = ["RedriveTools", "TxRedriver"]
 
@@ -59,6 +62,25 @@ class RedriveTools:
     on_counts: Callable[[Result], None]
     #: the key's partition goes, or the worker stops: give up (the request stays pending)
     revoked: Callable[[], bool] = lambda: False
+
+    @staticmethod
+    def of(
+        plan: TxPlan,
+        send: Callable[[Sequence[OutRecord]], Awaitable[None]],
+        on_counts: Callable[[Result], None],
+        revoked: Callable[[], bool],
+    ) -> RedriveTools:
+        """The tools of a worker running ``plan``."""
+        dead_letters = plan.core.dead_letter_topic
+        return RedriveTools(
+            send=send,
+            decode=partial(_redriven_part, plan),
+            load=partial(_load, plan),
+            core_of=partial(_redrive_core, plan),
+            dead_letter_partitions=plan.partitions[dead_letters],
+            on_counts=on_counts,
+            revoked=revoked,
+        )
 
 
 @dataclass(kw_only=True)
@@ -93,6 +115,27 @@ class TxRedriver(ParkedTopic):
         log.info("request answered", request=request.id, status=status, message=message)
         return OutRecord(self.parked_topic, request.record_key(), answer.record(), [], "")
 
+    async def carry_out_all(self, pending: Sequence[Request], tools: RedriveTools) -> None:
+        """Carry ``pending`` out in turn, each answered; a second request of a key in
+        hand is refused; it stops at one left to the partitions' next owner."""
+        started: dict[Any, str] = {}
+        for request in pending:
+            if request.ref in started:  # two at once: the second is refused
+                message = f"the key is already being re-driven (request {started[request.ref]})"
+                await tools.send([self.answer(request, "refused", message)])
+                continue
+            started[request.ref] = request.id
+            self.started(request)
+
+            try:
+                answer = await self.carry_out(request, tools)
+            except Exception as exc:  # the request fails (not installed, ...); the worker goes on
+                answer = "failed", f"{type(exc).__name__}: {exc}"
+            if answer is None:  # the partitions go: their next owner carries it out
+                log.info("request left to the next owner", request=request.id)
+                return
+            await tools.send([self.answer(request, *answer)])
+
     async def carry_out(self, request: Request, tools: RedriveTools) -> tuple[str, str] | None:
         """Carry ``request`` out (every output of the worker acknowledged before): its
         status and message, or None when it gave up because ``tools.revoked()`` (the
@@ -109,10 +152,7 @@ class TxRedriver(ParkedTopic):
         ref = request.ref
         state = parking.parked.get(ref)
         if state is None:
-            how = parking.unparked_by.get(ref, "")
-            if request.id in how:  # done before a crash, the answer was not written
-                return "done", how
-            return "refused", "the key is not parked"
+            return parking.answer_unparked(ref, request.id)
         if request.kind == "discard":
             how = f"discarded (request {request.id}): {request.reason}"
             await send([self._state(ref, parking.unpark(ref, state.last, how))])
@@ -190,3 +230,26 @@ class TxRedriver(ParkedTopic):
 
     def _state(self, ref: Ref, record: bytes) -> OutRecord:
         return OutRecord(self.parked_topic, ref_key(ref), record, [], ref[0])
+
+
+def _load(plan: TxPlan, name: str, version: int) -> Any:
+    from bizevents.translators.registry import discover
+
+    found = plan.versions.get((name, version))
+    return found if found is not None else discover(names=[name]).get(name, version)
+
+
+def _redrive_core(plan: TxPlan, translator: TransactionTranslator) -> TransactionCore:
+    """The core a re-drive translates with: the requested version alone, nothing
+    parked (a failure is the re-drive's, which keeps the key parked)."""
+    core = plan.core
+    return TransactionCore([translator], core.serializer, dead_letter_topic=core.dead_letter_topic)
+
+
+def _redriven_part(plan: TxPlan, source: SourceRecord) -> Part:
+    """A parked part decoded again, whole (DecodeError when it does not decode)."""
+    where = Coordinates(source.topic, source.partition, source.offset)
+    decoded = plan.decoder.decode(source.key, source.value, where, source.headers)
+    if not isinstance(decoded, ChangeEvent):
+        raise DecodeError(f"{source.topic}[{source.partition}]@{source.offset} is not a change")
+    return Part(0, source, change=decoded)  # not assembled: no arrival sequence

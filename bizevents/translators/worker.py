@@ -17,8 +17,8 @@ naming the plugin or the setting:
    is waited for, up to ``translate.registry_wait_s``;
 4. the business and dead-letter topics, created when missing, and the parked topic
    when a translator parks (``translate.on_error``, docs/parking.md);
-5. for ``processing_guarantee = "exactly_once"``, a transactional producer is
-   initialised once, and refused with a sentence when the broker cannot do it.
+5. ``processing_guarantee = "exactly_once"`` is refused with a sentence where the
+   broker's traits say it has no transactions (the embedded broker).
 
 Then the Faust worker joins the consumer group ``translate.group_id`` and its one
 agent receives whole fetched blocks (see :mod:`bizevents.translators._faust`). Per block it
@@ -26,7 +26,10 @@ runs :class:`~bizevents.translators.pipeline.Pipeline`, appends the records to o
 batch per output partition, and acknowledges the block's offsets only when those
 batches are acknowledged, strictly in fetch order; Faust commits acknowledged
 offsets on its commit timer, on rebalance and on stop. So: at least once, and a
-replayed block gives the same event ids.
+replayed block gives the same event ids. With ``processing_guarantee =
+"exactly_once"`` each block's outputs and its next offset go in one Kafka transaction
+of its input partition's producer (:func:`~bizevents.translators._faust.block_transaction`):
+a ``read_committed`` reader sees each event once.
 
 Partitioning: a business event is keyed by the source record's key and goes to
 partition ``crc32(key) % partitions`` of its topic, librdkafka's default
@@ -38,7 +41,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping, Sequence
+import signal
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,7 +50,7 @@ from typing import Any
 import structlog
 
 from bizevents.plumbing.errors import ConfigError, TransientError
-from bizevents.plumbing.kafka import ensure_topics, read_latest
+from bizevents.plumbing.kafka import broker_traits, read_latest
 from bizevents.plumbing.parking import ParkedKeys
 from bizevents.plumbing.settings import KafkaSettings
 from bizevents.translators._faust import TablelessManager, bulk_consumer
@@ -56,28 +60,32 @@ from bizevents.translators.blocks import (
     BlockProcessor,
     BlockRunner,
 )
-from bizevents.translators.exceptions import PluginError
 from bizevents.translators.metrics import WorkerStats
 from bizevents.translators.parkingio import Redriver
-from bizevents.translators.pipeline import (
-    SHADOW_SUFFIX,
-    Pipeline,
-)
+from bizevents.translators.pipeline import Pipeline
 from bizevents.translators.promoting import PromotionFollower, VersionedProcessor
 from bizevents.translators.promotion import Pins
-from bizevents.translators.promotion import decode as decode_promotion
-from bizevents.translators.settings import RuntimeSettings, TransactionSettings
-from bizevents.translators.shadow import check_shadows
-from bizevents.translators.topology import (
-    business_serializer,
-    check_contracts,
-    list_topics,
-    readers,
-    technical_topics,
+from bizevents.translators.settings import (
+    RuntimeSettings,
+    TransactionSettings,
+    TranslateSettings,
 )
+from bizevents.translators.shadow import check_shadows
+from bizevents.translators.startup import Kind, resolve
+from bizevents.translators.topology import readers
 from bizevents.translators.transaction_api import is_transactional
+from bizevents.translators.txplan import TxPlan, prepare_transactions
+from bizevents.translators.txworker import TxWorker
 
-__all__ = ["ExactlyOnceUnavailableError", "Plan", "build_app", "prepare", "run", "run_worker"]
+__all__ = [
+    "ExactlyOnceUnavailableError",
+    "Plan",
+    "build_app",
+    "check_exactly_once",
+    "prepare",
+    "run",
+    "run_worker",
+]
 
 log = structlog.get_logger("translate")
 
@@ -278,77 +286,36 @@ def prepare(settings: RuntimeSettings, pinned: Sequence[Translator] | None = Non
     """Resolve and check everything before joining the group (see the module doc): the
     row translators among ``pinned`` (else discovered), the versions in their shadow, and
     every version the promotions topic may put live (docs/shadow.md)."""
-    from confluent_kafka.admin import AdminClient
-
     from bizevents.contracts.technical import AutoDecoder
     from bizevents.plumbing.registry import schema_lookup
-    from bizevents.translators.registry import discover
 
     t = settings.translate
-    registry = discover(names=settings.translators)
-    if pinned is None:
-        pinned = registry.pinned(settings.translators)
-    # transaction translators run in the transaction worker (bizevents.translators.txworker)
-    translators = [item for item in pinned if not is_transactional(item)]
-    if not translators:
-        raise ConfigError("no row translator is pinned")
-    # a transaction translator's shadow runs in the transaction worker (txworker)
-    shadows = [s for s in map(registry.resolve, t.shadow) if not is_transactional(s)]
-    check_shadows(shadows, pinned)
-    admin = AdminClient({**settings.kafka.librdkafka(), "log.connection.close": False})
-    existing = set(list_topics(admin, settings.kafka.bootstrap_servers, t.broker_wait_s))
-    topics = technical_topics(translators, t, existing)
-    missing = [topic for topic in topics if topic not in existing]
-    if missing:
-        # Reading them would auto-create them empty on many brokers and wait there
-        # silently: a mistyped prefix must be loud. Capture creates technical topics.
-        raise ConfigError(
-            f"the technical topic{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
-            f"{'do' if len(missing) > 1 else 'does'} not exist on "
-            f"{settings.kafka.bootstrap_servers}: check translate.topic_prefix "
-            f"({t.topic_prefix!r}) or translate.topics against the capture's server name, "
-            "or start the capture first (the worker never creates technical topics)"
-        )
-    ensure_topics(admin, [t.promotions()], 1, config={"cleanup.policy": "compact"})
-    pins = read_pins(settings, {item.name: item.version for item in translators})
-    versions = {(item.name, item.version): item for item in [*translators, *shadows]}
-    for item in translators:
-        for version in sorted(pins.referenced(item.name) - {item.version}):
-            if (item.name, version) not in versions:
-                try:
-                    versions[(item.name, version)] = registry.get(item.name, version)
-                except PluginError as exc:
-                    raise ConfigError(
-                        f"{item.name}@{version} is live on some partitions by promotion "
-                        f"({t.promotions()}), but this worker cannot load it: {exc}"
-                    ) from exc
-    prepared = list(versions.values())
-    client, serializer = business_serializer(settings.registry, t)
-    ids = check_contracts(prepared, client, serializer.subject, t.auto_register)
-    outputs = sorted(
-        {c.contract_topic() for item in prepared for c in item.emits} | {t.dead_letter_topic}
+    kind = Kind(
+        # transaction translators (and their shadows) run in the transaction worker
+        accepts=lambda item: not is_transactional(item),
+        none_pinned="no row translator is pinned",
+        called="a row translator",
+        places="partitions",
+        topic_word="technical topic",
+        missing_advice=(
+            f"check translate.topic_prefix ({t.topic_prefix!r}) or translate.topics against "
+            "the capture's server name, or start the capture first (the worker never "
+            "creates technical topics)"
+        ),
     )
-    if shadows and t.shadow_output == "topic":
-        outputs += sorted(
-            {c.contract_topic() + SHADOW_SUFFIX for item in shadows for c in item.emits}
-        )
-    ensure_topics(admin, outputs, t.output_partitions)
-    if shadows:
-        ensure_topics(admin, [t.shadows()], 1, config={"cleanup.policy": "compact"})
-    parks = any(t.on_error.get(item.name, "park") == "park" for item in translators)
-    if parks:
-        # one partition: every worker reads it whole, and its order is the fold's order
-        ensure_topics(admin, [t.parked_topic], 1, config={"cleanup.policy": "compact"})
+    found = resolve(settings, pinned, kind)
+    translators, shadows = found.translators, found.shadows
+    outputs = [*sorted({*found.outputs, t.dead_letter_topic}), *found.shadow_outputs]
     # one set of parked keys for every version's pipeline: a key parks by name
-    parking = ParkedKeys(t.max_parked_keys) if parks else None
-    decoder = AutoDecoder(schema_lookup(client))
+    parking = ParkedKeys(t.max_parked_keys) if found.parks else None
+    decoder = AutoDecoder(schema_lookup(found.client))
 
     def make(chosen: Sequence[Translator]) -> Pipeline:
         live = {item.name: item.version for item in chosen}
         return Pipeline(
             chosen,
             decoder,
-            serializer,
+            found.serializer,
             dead_letter_topic=t.dead_letter_topic,
             parking=parking,
             parked_topic=t.parked_topic,
@@ -357,42 +324,35 @@ def prepare(settings: RuntimeSettings, pinned: Sequence[Translator] | None = Non
             shadow_output=t.shadow_output == "topic",
         )
 
-    return Plan(translators, topics, outputs, make(translators), ids, shadows, pins, versions, make)
+    return Plan(
+        translators,
+        found.sources,
+        outputs,
+        make(translators),
+        found.schema_ids,
+        shadows,
+        found.pins,
+        found.versions,
+        make,
+    )
 
 
-def read_pins(settings: RuntimeSettings, configured: Mapping[str, int]) -> Pins:
-    """The configured pins with the promotions topic folded in."""
-    t = settings.translate
-    pins = Pins(configured)
-    found = read_latest(settings.kafka.librdkafka(), t.promotions(), f"{t.group_id}-promotions")
-    for key, value in found.items():
-        if value is not None:
-            pins.apply(decode_promotion(value, f"{t.promotions()} key {key!r}"))
-    return pins
-
-
-def probe_exactly_once(settings: RuntimeSettings) -> None:
-    """Initialise one aiokafka transactional producer, as Faust's exactly-once mode will."""
-    from aiokafka import AIOKafkaProducer
-
-    conf = settings.kafka.aiokafka()
-
-    async def init() -> None:
-        producer = AIOKafkaProducer(**conf, transactional_id=f"{settings.translate.group_id}-probe")
-        try:
-            await asyncio.wait_for(producer.start(), 30)
-        finally:
-            await producer.stop()
-
-    try:
-        asyncio.run(init())
-    except Exception as exc:
+def check_exactly_once(kafka: KafkaSettings, translate: TranslateSettings) -> None:
+    """Refuse ``processing_guarantee = "exactly_once"`` with a sentence where the broker's
+    traits say its transactions do not hold (the embedded broker, docs/broker.md); a
+    cluster that does not answer (restarting) is waited for, ``broker_wait_s`` at most."""
+    if translate.processing_guarantee != "exactly_once":
+        return
+    traits = broker_traits(
+        kafka.bootstrap_servers, kafka.security_protocol, wait_s=translate.broker_wait_s
+    )
+    if not traits.transactions:
         raise ExactlyOnceUnavailableError(
-            'translate.processing_guarantee = "exactly_once" needs a broker that initialises '
-            f"aiokafka's transactional producer, and {settings.kafka.bootstrap_servers} refused "
-            f"it ({type(exc).__name__}: {exc}); the embedded Tansu broker cannot "
-            '(docs/broker.md): use "at_least_once" there'
-        ) from exc
+            'translate.processing_guarantee = "exactly_once" needs a broker with '
+            f"transactions, and {kafka.bootstrap_servers} is the {traits.name} broker, which "
+            "cannot start aiokafka's transactional producer nor hide aborted records "
+            '(docs/broker.md): use "at_least_once" there, or Apache Kafka'
+        )
 
 
 def run(
@@ -412,11 +372,11 @@ def run(
     is no Faust agent, and the transaction worker runs alone.
     """
     from bizevents.translators.registry import discover
-    from bizevents.translators.txworker import TxWorker, prepare_transactions, run_transactions
 
     for chatty in ("httpx", "httpx2"):  # one INFO line per registry request otherwise
         logging.getLogger(chatty).setLevel(max(logging.WARNING, logging.getLogger().level))
     tx = transactions or TransactionSettings()
+    check_exactly_once(settings.kafka, settings.translate)
     pinned = discover(names=settings.translators).pinned(settings.translators)
     whole = [item for item in pinned if is_transactional(item)]
     rows = [] if only_transactions else [item for item in pinned if not is_transactional(item)]
@@ -431,11 +391,9 @@ def run(
     tx_plan = prepare_transactions(settings, tx, whole) if whole else None
     if not rows:
         assert tx_plan is not None
-        run_transactions(settings, tx, tx_plan, stats)
+        asyncio.run(_alone(_transaction_worker(settings, tx, tx_plan, stats)))
         return
     plan = prepare(settings, rows)
-    if settings.translate.processing_guarantee == "exactly_once":
-        probe_exactly_once(settings)
     stats.readers = readers(plan.translators, plan.topics)
     log.info(
         "translating",
@@ -451,14 +409,7 @@ def run(
     )
     app = build_app(settings, plan.topics, processor, stats, datadir, plan)
     if tx_plan is not None:
-        log.info(
-            "translating transactions",
-            translators=[item.ref for item in tx_plan.translators],
-            topics=tx_plan.sources,
-            transaction_topic=tx_plan.transaction_topic,
-            group=tx.group_id,
-        )
-        worker = TxWorker(settings, tx, tx_plan, stats)
+        worker = _transaction_worker(settings, tx, tx_plan, stats)
 
         async def transaction_worker() -> None:
             try:
@@ -470,6 +421,28 @@ def run(
 
         app.task(transaction_worker)
     run_worker(app)
+
+
+def _transaction_worker(
+    settings: RuntimeSettings, tx: TransactionSettings, plan: TxPlan, stats: WorkerStats
+) -> TxWorker:
+    log.info(
+        "translating transactions",
+        translators=[t.ref for t in plan.translators],
+        shadows=[t.ref for t in plan.shadows.values()],
+        topics=plan.sources,
+        transaction_topic=plan.transaction_topic,
+        group=tx.group_id,
+    )
+    return TxWorker(settings, tx, plan, stats)
+
+
+async def _alone(worker: TxWorker) -> None:
+    """The transaction worker without a Faust app, until SIGTERM/SIGINT."""
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, worker.stop)
+    await worker.run()
 
 
 def run_worker(app: Any) -> None:

@@ -55,7 +55,7 @@ def test_a_recheck_capture_cannot_pass_is_said_not_skipped() -> None:
             lambda: lags.pop(0),
             first,
             state_of,
-            reader,
+            reader.rows_for,
             rechecks,
         )
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import socket
 import struct
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -75,3 +76,28 @@ def test_a_huge_announced_answer_is_not_read() -> None:
 def test_a_cluster_behind_tls_is_taken_for_kafka_unprobed() -> None:
     assert broker_traits("127.0.0.1:1", "SSL") == FULL_KAFKA
     kafka._traits.clear()
+
+
+def test_a_cluster_that_answers_late_is_waited_for() -> None:
+    """A worker started while its cluster restarts waits for the probe's answer rather
+    than taking the cluster for the embedded broker (and refusing exactly once)."""
+    spare = socket.create_server(("127.0.0.1", 0))
+    port = spare.getsockname()[1]
+    spare.close()  # nothing listens there for a while
+    answer = api_versions([37, 68])
+
+    def serve_late() -> None:
+        time.sleep(1.5)
+        with socket.create_server(("127.0.0.1", port)) as server:
+            conn, _ = server.accept()
+            with conn:
+                conn.recv(1024)
+                conn.sendall(answer)
+
+    thread = threading.Thread(target=serve_late, daemon=True)
+    thread.start()
+    try:
+        assert broker_traits(f"127.0.0.1:{port}", timeout_s=1, wait_s=20) == FULL_KAFKA
+    finally:
+        thread.join(5)
+        kafka._traits.clear()

@@ -1,14 +1,89 @@
-"""read_latest tells a cluster that did not answer from a topic that does not exist."""
+"""``read_latest`` tells a cluster that did not answer from a topic that does not exist,
+and reads again when a partition's leader moves (a Kafka node lost or restarting)
+instead of failing the start-up that called it."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
+import confluent_kafka
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 
 from bizevents.devstack import Endpoints
 from bizevents.plumbing.errors import TransientError
 from bizevents.plumbing.kafka import read_latest
+
+
+class _Partition:
+    error = None
+
+    def __init__(self) -> None:
+        self.partitions = {0: None}
+
+
+class _Metadata:
+    def __init__(self, topic: str) -> None:
+        self.topics = {topic: _Partition()}
+
+
+class _End:
+    """The fetch's end-of-partition event at offset 1."""
+
+    def error(self) -> KafkaError:
+        return KafkaError(KafkaError._PARTITION_EOF)
+
+    def offset(self) -> int:
+        return 1
+
+
+class _Record:
+    def error(self) -> None:
+        return None
+
+    def offset(self) -> int:
+        return 0
+
+    def key(self) -> bytes:
+        return b"key"
+
+    def value(self) -> bytes:
+        return b"value"
+
+
+class _Consumer:
+    """A one-record partition whose first watermark request meets a moved leader."""
+
+    moved = 1
+
+    def __init__(self, conf: dict[str, Any]) -> None:
+        self.polled: list[Any] = [_Record(), _End()]
+
+    def list_topics(self, topic: str, timeout: float) -> _Metadata:
+        return _Metadata(topic)
+
+    def get_watermark_offsets(self, tp: Any, timeout: float) -> tuple[int, int]:
+        if _Consumer.moved:
+            _Consumer.moved -= 1
+            raise KafkaException(KafkaError(KafkaError.NOT_LEADER_FOR_PARTITION))
+        return 0, 1
+
+    def assign(self, tps: list[Any]) -> None:
+        pass
+
+    def poll(self, timeout: float) -> Any:
+        return self.polled.pop(0) if self.polled else None
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_moved_leader_is_read_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(confluent_kafka, "Consumer", _Consumer)
+    monkeypatch.setattr("bizevents.plumbing.kafka.time.sleep", lambda _s: None)
+    assert read_latest({}, "state", "reader") == {b"key": b"value"}
+    assert _Consumer.moved == 0
 
 
 def test_a_cluster_that_does_not_answer_is_said_so(closed_address: str) -> None:

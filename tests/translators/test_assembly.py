@@ -21,7 +21,7 @@ from bizevents.translators.assembly import (
     Ready,
     commit_position,
 )
-from bizevents.translators.pipeline import SourceRecord
+from bizevents.translators.records import SourceRecord
 
 READS = frozenset({"s.orders", "s.items"})
 

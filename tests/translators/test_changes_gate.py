@@ -21,7 +21,8 @@ from bizevents.contracts.technical import AutoDecoder, AvroDecoder, AvroEncoder
 from bizevents.plumbing.errors import TransientError
 from bizevents.testing import change, run
 from bizevents.translators.exceptions import PluginError
-from bizevents.translators.pipeline import Pipeline, SourceRecord
+from bizevents.translators.pipeline import Pipeline
+from bizevents.translators.records import SourceRecord
 from tests.translators.wide import READ, WIDE, changes
 from tests.translators.wide import deals as wide_deals
 

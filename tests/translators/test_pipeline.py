@@ -19,11 +19,8 @@ from bizevents.contracts.business import (
 from bizevents.contracts.change import Change
 from bizevents.contracts.exceptions import ContractError
 from bizevents.contracts.technical import AutoDecoder
-from bizevents.translators.pipeline import (
-    DEAD_LETTER_TOPIC,
-    Pipeline,
-    SourceRecord,
-)
+from bizevents.translators.pipeline import Pipeline
+from bizevents.translators.records import DEAD_LETTER_TOPIC, SourceRecord
 from tests.translators.sample import ThingCreated, things_v1
 
 TOPIC = "shop.public.things"

@@ -12,7 +12,8 @@ from bizevents import translator
 from bizevents.contracts.business import BusinessEvent
 from bizevents.contracts.change import Change
 from bizevents.contracts.technical import AutoDecoder
-from bizevents.translators.pipeline import SHADOW_SUFFIX, Pipeline, SourceRecord
+from bizevents.translators.pipeline import Pipeline
+from bizevents.translators.records import SHADOW_SUFFIX, SourceRecord
 from tests.translators.sample import ThingCreated, ThingRenamed, things_v1
 from tests.translators.test_pipeline import envelope, fake_serializer, record
 

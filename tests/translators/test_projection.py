@@ -13,7 +13,8 @@ from bizevents.contracts.change import Change
 from bizevents.contracts.envelope import PgPosition
 from bizevents.contracts.technical import AvroDecoder, AvroEncoder, JsonEncoder
 from bizevents.testing import change, run
-from bizevents.translators.pipeline import Pipeline, SourceRecord
+from bizevents.translators.pipeline import Pipeline
+from bizevents.translators.records import SourceRecord
 from tests.translators.wide import READ, WIDE, DealClosed, changes, deals, deals_undeclared
 
 TOPIC = WIDE.namespace

@@ -121,8 +121,8 @@ def test_merged_results_keep_every_count() -> None:
     """The results of two versions' pipelines add up, parked changes included."""
     from dataclasses import fields
 
-    from bizevents.translators.pipeline import Counts, Result
     from bizevents.translators.promoting import merge_results
+    from bizevents.translators.records import Counts, Result
 
     one = Counts(**{f.name: 1 for f in fields(Counts)})
     into = Result(counts={"orders@1": Counts(parked=2)})

@@ -21,7 +21,7 @@ from bizevents.devstack.registry import run_in_thread
 from bizevents.testing import change
 from bizevents.transactions import transaction_translator
 from bizevents.translators.assembly import Part, Ready
-from bizevents.translators.pipeline import SourceRecord
+from bizevents.translators.records import SourceRecord
 from bizevents.translators.routing import business_key, owner, partitions_of
 from bizevents.translators.txcore import TransactionCore
 

@@ -15,7 +15,8 @@ from bizevents.contracts.business import HEADER_DLQ_STAGE
 from bizevents.plumbing.parking import PARKED_HEADER, ParkedKeys, ref_key
 from bizevents.transactions import TransactionChanges, transaction_translator
 from bizevents.translators.assembly import Part, Ready
-from bizevents.translators.pipeline import OutRecord, Result, SourceRecord, TranslatorFailedError
+from bizevents.translators.pipeline import TranslatorFailedError
+from bizevents.translators.records import OutRecord, Result, SourceRecord
 from bizevents.translators.routing import owner
 from bizevents.translators.txcore import TransactionCore
 from bizevents.translators.txparking import (

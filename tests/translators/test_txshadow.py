@@ -17,7 +17,7 @@ from bizevents.contracts.serde import BusinessSerializer
 from bizevents.devstack.registry import run_in_thread
 from bizevents.plumbing.errors import ConfigError
 from bizevents.transactions import TransactionChanges, transaction_translator
-from bizevents.translators.pipeline import Result
+from bizevents.translators.records import Result
 from bizevents.translators.routing import owner, partitions_of
 from bizevents.translators.shadow import PromotionGate, ShadowComparison, check_shadows
 from bizevents.translators.txcore import TransactionCore

@@ -26,10 +26,12 @@ from datetime import time as clock_time
 from decimal import Decimal
 from typing import Any, Final
 
+from bizevents.capture.core.offsets import Tx
 from bizevents.capture.core.quarantine import ParkedChange, QuarantineCore, Record, ToPark
 from bizevents.capture.core.transactions import NoBlocks
 from bizevents.capture.exceptions import CaptureError
 from bizevents.capture.mariadb.codec import MyTable, MyTableCodec, binlog_values, fractional_times
+from bizevents.capture.mariadb.queries import BinlogPosition
 from bizevents.capture.mariadb.types import MyColumn
 from bizevents.plumbing.kafka import produce
 
@@ -190,8 +192,27 @@ class MysqlQuarantine(QuarantineCore):
 
     RAW_FORMAT = "mysql-row-typed-json"
 
+    # What the binlog loop (bizevents.capture.mariadb.stream) asks of the capture, set and
+    # written by bizevents.capture.mariadb.capture: the loop is handed a capture and
+    # imports only this.
+    tables: frozenset[str]
+    #: The JSON columns per table (the binlog gives their text in MySQL's binary form).
+    jsons: dict[str, set[str]]
+    #: The position streaming resumes from (the last one Kafka acknowledged).
+    position: BinlogPosition | None
+    mariadb: bool
+
     def table_codec(self, table: MyTable) -> MyTableCodec:
-        raise NotImplementedError  # the capture's (bizevents.capture.mariadb.capture)
+        raise NotImplementedError
+
+    def commit(self, tx: Tx, position: BinlogPosition) -> None:
+        raise NotImplementedError
+
+    def store_position(self, force: bool = False) -> None:
+        raise NotImplementedError
+
+    def replica_id(self) -> int:
+        raise NotImplementedError
 
     def describe(self, position: int) -> str:
         return describe_position(position)

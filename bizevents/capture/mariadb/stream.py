@@ -8,7 +8,7 @@ import re
 import time
 from collections.abc import Callable
 from contextlib import suppress
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import GtidEvent as MysqlGtidEvent
@@ -40,15 +40,12 @@ from bizevents.capture.mariadb.codec import (
     binlog_values,
     fractional_times,
 )
-from bizevents.capture.mariadb.quarantine import RowAt, kind_of
+from bizevents.capture.mariadb.quarantine import MysqlQuarantine, RowAt, kind_of
 from bizevents.capture.mariadb.queries import BinlogPosition
 from bizevents.contracts.binary import LENGTHS, NULL_BRANCH, VALUE_BRANCH, zigzag
 from bizevents.contracts.technical import AVRO_OPS
 from bizevents.contracts.technical.transaction import transaction_topic
 from bizevents.plumbing.kafka import produce
-
-if TYPE_CHECKING:
-    from bizevents.capture.mariadb.capture import MysqlCapture
 
 __all__ = ["BinlogReader", "read_binlog"]
 
@@ -65,7 +62,7 @@ _NULL, _SOME = NULL_BRANCH, VALUE_BRANCH
 _C, _U, _D = AVRO_OPS["c"], AVRO_OPS["u"], AVRO_OPS["d"]
 
 
-def read_binlog(capture: MysqlCapture) -> None:
+def read_binlog(capture: MysqlQuarantine) -> None:
     """Step 3: the binlog from capture's position on, until stopped; then every
     record acknowledged and the last position stored."""
     assert capture.position is not None
@@ -121,7 +118,9 @@ def read_binlog(capture: MysqlCapture) -> None:
 class BinlogReader(StreamReader):
     """One stream's loop: binlog events to envelopes, offsets stored between them."""
 
-    def __init__(self, capture: MysqlCapture, stream: BinLogStreamReader, blocks: NoBlocks) -> None:
+    def __init__(
+        self, capture: MysqlQuarantine, stream: BinLogStreamReader, blocks: NoBlocks
+    ) -> None:
         #: The open transaction's metadata: each envelope's ``transaction`` block and
         #: the BEGIN/END records (bizevents.capture.core.transactions; NoBlocks when switched off).
         self.blocks = blocks

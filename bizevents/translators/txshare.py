@@ -1,0 +1,170 @@
+"""What one member of the transaction worker owns, and so what it publishes: pure.
+
+A member owns the virtual partitions the group assigned it (:attr:`Share.owned`), and
+knows what each one's predecessors released (:attr:`Share.points`, their checkpoints).
+Of every transaction it assembles it translates only those with a business key in a
+partition it owns that was not released there before, and publishes only those keys'
+events (:meth:`Share.translate`); a record that does not decode, or a transaction given
+up, is dead-lettered by the member owning its home partition (:meth:`Share.home`).
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Sequence
+from typing import Any
+
+import structlog
+
+from bizevents.contracts.envelope import ChangeEvent, Tombstone
+from bizevents.contracts.exceptions import Coordinates, DecodeError
+from bizevents.plumbing.kafka import partition_for
+from bizevents.translators.assembly import Abandoned, Assembler, Checkpoint, Outcome, Part, Ready
+from bizevents.translators.produce import Send
+from bizevents.translators.records import OutRecord, SourceRecord
+from bizevents.translators.routing import owner, partitions_of
+from bizevents.translators.transaction_api import TransactionTranslator
+from bizevents.translators.txcheckpoint import TP, Point
+from bizevents.translators.txparking import HEADER_PARKED_KEY
+from bizevents.translators.txplan import TxPlan
+from bizevents.translators.txversions import TxVersions
+
+__all__ = ["Share"]
+
+log = structlog.get_logger("transactions")
+
+
+class Share:
+    """A member's virtual partitions and what it publishes of what it reads."""
+
+    def __init__(self, plan: TxPlan, versions: TxVersions) -> None:
+        self.plan = plan
+        self.versions = versions
+        #: The virtual partitions this member owns (the group's assignment).
+        self.owned: frozenset[int] = frozenset()
+        #: Per owned virtual partition, what was released before this member took it.
+        self.points: dict[int, Point] = {}
+
+    def start(
+        self, mine: dict[int, Point], start: dict[TP, int]
+    ) -> tuple[Assembler, dict[TP, int]]:
+        """Own the partitions of ``mine`` (their checkpoints): a new assembler, and where
+        to read each technical partition from (the oldest of the checkpoints; ``start``
+        for a partition one of them never recorded)."""
+        plan = self.plan
+        offsets = {
+            tp: min((p.offsets.get(tp, start[tp]) for p in mine.values()), default=start[tp])
+            for tp in plan.read
+        }
+        # the assembler drops what every owned partition released; translate the rest
+        positions = [p.released.position for p in mine.values()]
+        floor = min(positions) if positions and None not in positions else None  # type: ignore[type-var]
+        known = [set(p.released.released) for p in mine.values()]
+        shared = tuple(sorted(set.intersection(*known))) if known else ()
+        assembler = Assembler(
+            plan.core.reads, plan.limits, Checkpoint(floor, shared), sources=plan.source_partitions
+        )
+        self.points = mine
+        return assembler, offsets
+
+    def translate(self, outcomes: Sequence[Outcome]) -> tuple[Any, bool]:
+        """The records this member publishes of ``outcomes``: the events of the business
+        keys it owns (not released there before it took them), and its dead letters."""
+        plan = self.plan
+        n = plan.assembly_partitions
+        #: per part (by identity) of a transaction translated here, the virtual
+        #: partitions whose events this member publishes; None: all of its partitions
+        live: dict[int, frozenset[int] | None] = {}
+        mine: list[Outcome] = []
+        #: per transaction translated here (by identity): the virtual partitions it is
+        #: translated for (each may be on other versions: promotions, docs/shadow.md)
+        shares: dict[int, frozenset[int]] = {}
+        # versions that vary by virtual partition need each transaction's own partitions
+        every_partition = len(self.owned) >= n and not plan.versioned()
+        for outcome in outcomes:
+            if isinstance(outcome, Ready):
+                if every_partition and not any(p.has(outcome.tx_id) for p in self.points.values()):
+                    # all of it is this member's (one worker, or one owning every
+                    # virtual partition): no key to hash (a twentieth of its time)
+                    belongs = wanted = self.owned
+                else:
+                    belongs = frozenset(partitions_of(outcome, plan.translators, n))
+                    wanted = frozenset(
+                        v
+                        for v in belongs
+                        if v in self.owned and not self.points[v].has(outcome.tx_id)
+                    )
+                if not wanted:
+                    continue
+                every = None if len(wanted) == len(belongs) else wanted
+                live.update((id(p), every) for p in outcome.parts)
+                shares[id(outcome)] = wanted
+                mine.append(outcome)
+            else:
+                parts = tuple(p for p in outcome.parts if self.home(p) in self.owned)
+                if parts:
+                    mine.append(Abandoned(outcome.tx_id, parts, outcome.reason))
+
+        def owns(translator: TransactionTranslator, part: Part) -> bool:
+            wanted = live.get(id(part), self.owned)
+            # every key of the transaction is this member's: no need to hash each part
+            return wanted is None or owner(translator, part, n) in wanted
+
+        if plan.versioned():
+            return self.versions.translate(mine, shares), bool(live)
+        return plan.core.process(mine, owns), bool(live)
+
+    def home(self, part: Part) -> int:
+        """The virtual partition that dead-letters ``part``: its business key's (for the
+        first translator reading it), else its transaction's."""
+        n = self.plan.assembly_partitions
+        if part.change is not None:
+            table = part.change.source.qualified_table
+            for translator in self.plan.translators:
+                if translator.reads(table):
+                    return owner(translator, part, n)
+        return zlib.crc32((part.tx_id or "").encode()) % n
+
+    def home_of_record(self, r: Any) -> int:
+        """The virtual partition that dead-letters a record that does not decode."""
+        return zlib.crc32(f"{r.topic}:{r.partition}:{r.offset}".encode()) % (
+            self.plan.assembly_partitions
+        )
+
+    def outputs(self, records: Sequence[OutRecord]) -> list[Send]:
+        """Events and dead letters to their topics' partitions (``crc32(key) % n``)."""
+        sends: list[Send] = []
+        dead_letters = self.plan.core.dead_letter_topic
+        for out in records:
+            place = out.key
+            if out.topic == dead_letters:
+                headers = dict(out.headers)
+                log.warning(
+                    "dead-lettered",
+                    reason=(headers.get("bizevents.dlq.reason") or b"").decode(),
+                    topic=out.topic,
+                )
+                # a parked part goes to its key's dead-letter partition: one queue per key
+                place = headers.get(HEADER_PARKED_KEY, out.key)
+            count = self.plan.partitions[out.topic]
+            sends.append((out.topic, partition_for(place, count), out.key, out.value, out.headers))
+        return sends
+
+    def part(self, r: Any, seq: int) -> Part | OutRecord | None:
+        """The record as a part (``None`` for a tombstone), or its dead letter."""
+        if r.value is None:
+            return None  # a tombstone: compaction's marker, not a change
+        origin = SourceRecord(r.topic, r.partition, r.offset, r.key, r.value, list(r.headers or ()))
+        where = Coordinates(r.topic, r.partition, r.offset)
+        try:
+            if r.topic == self.plan.transaction_topic:
+                return Part(seq, origin, record=self.plan.tx_decoder.decode(r.value, where))
+            decoded = self.plan.decoder.decode(r.key, r.value, where, origin.headers)
+        except DecodeError as exc:
+            dead = Part(seq, origin)
+            (record,) = self.plan.core.dead_letters([dead], "decode", exc.reason, exc, "")
+            return record
+        if isinstance(decoded, Tombstone):
+            return None
+        assert isinstance(decoded, ChangeEvent)
+        return Part(seq, origin, change=decoded)

@@ -1,0 +1,316 @@
+"""Exactly once on Apache Kafka: both workers with ``processing_guarantee =
+"exactly_once"``, killed (SIGKILL) mid-stream and restarted again and again; a
+``read_committed`` reader sees each event once, while a ``read_uncommitted`` reader
+sees the aborted transactions' copies (so the check has something to catch). On the
+embedded broker the setting is refused with one sentence (docs/reliability.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+from bizevents.contracts.business import HEADER_EVENT_ID, HEADER_SOURCE_TOPIC, HEADER_TRANSLATOR
+from bizevents.devstack import Endpoints
+from tests.capture.capture_helpers import Db
+from tests.integration import test_transaction_worker as txw
+from tests.integration.test_translate_worker import (
+    ORDER_TOPICS,
+    REPO,
+    Setup,
+    Worker,
+    create_topic,
+    expected_ids,
+    order_story,
+    orders_encoder,
+    produce,
+    wait_for,
+)
+
+pytestmark = pytest.mark.integration
+
+EXACTLY_ONCE = {"BIZEVENTS_TRANSLATE__PROCESSING_GUARANTEE": "exactly_once"}
+#: Kills before the test gives up seeing an aborted transaction's records.
+MAX_KILLS = 6
+
+
+def event_ids(
+    bootstrap: str, topics: Sequence[str], keep: Callable[[dict[str, bytes]], bool], isolation: str
+) -> list[str]:
+    """The event ids of the records of ``topics`` that ``keep`` keeps (by their
+    headers), read with ``isolation`` until each partition's end was reached once (a
+    worker may be publishing meanwhile)."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "unused",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "isolation.level": isolation,
+        }
+    )
+    try:
+        assigned = []
+        for topic in topics:
+            meta = consumer.list_topics(topic, timeout=10).topics[topic]
+            assigned += [TopicPartition(topic, p, 0) for p in meta.partitions]
+        consumer.assign(assigned)
+        at_end: set[tuple[str, int]] = set()
+        ids: list[str] = []
+        deadline = time.monotonic() + 60
+        while len(at_end) < len(assigned):
+            assert time.monotonic() < deadline, f"{topics}: no end within 60 s"
+            for m in consumer.consume(5000, timeout=0.5):
+                where = (str(m.topic()), int(m.partition() or 0))
+                err = m.error()
+                if err is not None:
+                    assert err.code() == KafkaError._PARTITION_EOF, str(err)
+                    at_end.add(where)
+                    continue
+                headers: dict[str, bytes] = {}
+                for header in m.headers() or []:
+                    name, raw = header[0], header[1]
+                    headers[name] = raw.encode() if isinstance(raw, str) else raw or b""
+                if keep(headers):
+                    ids.append(headers[HEADER_EVENT_ID].decode())
+        return ids
+    finally:
+        consumer.close()
+
+
+def consumed(worker: Worker) -> float:
+    return worker.metric("bizevents_translator_consumed_total", translator="orders@2")
+
+
+def translated_more(worker: Worker, than: float) -> bool:
+    return consumed(worker) > than
+
+
+def published_more(ids: Callable[[str], list[str]], than: int) -> bool:
+    return len(ids("read_uncommitted")) > than
+
+
+@pytest.fixture
+def kafka(bizevents_stack_on: Callable[[Any], Endpoints]) -> Endpoints:
+    return bizevents_stack_on("kafka")
+
+
+def test_row_worker_killed_again_and_again_gives_each_event_once(
+    kafka: Endpoints, tmp_path: Path
+) -> None:
+    """The row worker: each block's outputs and its offsets in one transaction. Killed
+    while it translates, until a read_uncommitted reader has seen an aborted block's
+    copies; then every expected event reaches the read_committed reader once."""
+    tag = uuid.uuid4().hex[:8]
+    server = f"eo{tag}"
+    setup = Setup(
+        kafka, server, f"{server}.store.orders", f"test.dlq.{tag}", f"test-eo-{tag}", tmp_path
+    )
+    create_topic(kafka.bootstrap_servers, setup.topic, 4)
+    encoder = orders_encoder(kafka.registry_url, server)
+    changes = order_story(server, 6000)
+    expected = expected_ids(changes)
+    records = [encoder.encode(c) for c in changes]
+    ours = lambda h: h.get(HEADER_SOURCE_TOPIC) == setup.topic.encode()  # noqa: E731
+    env = {**EXACTLY_ONCE, "BIZEVENTS_TRANSLATE__MAX_POLL_RECORDS": "1000"}
+
+    def uncommitted_copies() -> int:
+        ids = event_ids(kafka.bootstrap_servers, ORDER_TOPICS, ours, "read_uncommitted")
+        return len(ids) - len(set(ids))
+
+    kills = 0
+    produce(kafka.bootstrap_servers, setup.topic, records)
+    worker = setup.worker("w0", **env)
+    try:
+        # each worker is killed soon after it starts translating the backlog: most of
+        # its time goes to blocks whose transaction is open
+        while kills < MAX_KILLS and not (kills and uncommitted_copies()):
+            worker.wait_assigned(60)
+            before = consumed(worker)
+            wait_for(partial(translated_more, worker, before), 60, "translating", [worker])
+            worker.process.send_signal(signal.SIGKILL)
+            worker.process.wait(10)
+            kills += 1
+            worker = setup.worker(f"w{kills}", **env)
+
+        def all_committed() -> list[str] | None:
+            ids = event_ids(kafka.bootstrap_servers, ORDER_TOPICS, ours, "read_committed")
+            return ids if set(ids) >= set(expected) else None
+
+        committed = wait_for(all_committed, 180, f"all {len(expected)} events", [worker])
+        time.sleep(2)  # any copy that would (wrongly) follow
+        committed = event_ids(kafka.bootstrap_servers, ORDER_TOPICS, ours, "read_committed")
+        # an aborted block shows as copies once the next worker published it again
+        copies = uncommitted_copies()
+    finally:
+        worker.stop()
+    twice = {i: c for i, c in Counter(committed).items() if c > 1}
+    assert set(committed) == set(expected)
+    assert not twice, f"{len(twice)} events read_committed more than once after {kills} kills"
+    assert copies > 0, f"no aborted transaction seen by read_uncommitted in {kills} kills"
+    print(f"{len(expected)} events once after {kills} kills; {copies} aborted copies")
+
+
+@pytest.fixture
+def kafka_db(kafka: Endpoints) -> Iterator[Db]:
+    with txw.store_db(kafka) as made:
+        yield made
+
+
+def test_transaction_worker_killed_again_and_again_gives_each_event_once(
+    kafka_db: Db, tmp_path: Path
+) -> None:
+    """The transaction worker: its outputs since a checkpoint and the checkpoint in one
+    transaction. Orders placed while it is killed and restarted, until a
+    read_uncommitted reader has seen an aborted transaction's copies; every order's
+    OrderPlaced reaches the read_committed reader once."""
+    db = kafka_db
+    group = f"tx-eo-{uuid.uuid4().hex[:8]}"
+    customer, products = txw._ids(db)
+
+    def worker(n: int) -> txw.Worker:
+        made = txw.Worker(db, group, f"{group}.dlq", tmp_path / f"w{n}.log")
+        made.env.update(EXACTLY_ONCE)
+        made.env["BIZEVENTS_TRANSACTIONS__TRANSACTION_TIMEOUT_S"] = "5"
+        return made.start()
+
+    def ours(h: dict[str, bytes]) -> bool:
+        source = h.get(HEADER_SOURCE_TOPIC, b"").decode()
+        return h.get(HEADER_TRANSLATOR) == b"orders@3" and source.startswith(f"{db.server}.")
+
+    def ids(isolation: str) -> list[str]:
+        return event_ids(
+            kafka_db.endpoints.bootstrap_servers, ["store.order-placed"], ours, isolation
+        )
+
+    orders: list[int] = []
+    placing = threading.Event()
+
+    def place() -> None:
+        """Orders of 20 items each, one transaction each, while ``placing`` is set."""
+        with db.conn.cursor() as cur:
+            while placing.is_set():
+                n = len(orders)
+                cur.execute("BEGIN")
+                orders.append(txw.place(cur, customer, [(products[n % 3], 1 + n % 4)] * 20))
+                cur.execute("COMMIT")
+
+    kills = 0
+    copies = 0
+    with txw.capturing(db, tmp_path):
+        current = worker(0)
+        placing.set()
+        load = threading.Thread(target=place, daemon=True)
+        load.start()
+        try:
+            # each member is killed while it publishes under load: its open transaction
+            # holds events; the aborted ones show as copies once the next member
+            # published them again
+            while kills < MAX_KILLS and not copies:
+                read = ids("read_uncommitted")
+                copies = len(read) - len(set(read))
+                wait_for(partial(published_more, ids, len(read) + 20), 90, "orders@3 publishing")
+                assert current.alive(), current.tail()
+                current.signal(signal.SIGKILL)
+                kills += 1
+                current = worker(kills)
+            placing.clear()
+            load.join(30)
+            wait_for(
+                lambda: len(set(ids("read_committed"))) >= len(orders),
+                180,
+                f"{len(orders)} orders placed",
+            )
+            time.sleep(2)  # any copy that would (wrongly) follow
+            committed = ids("read_committed")
+            read = ids("read_uncommitted")
+            copies = len(read) - len(set(read))
+            assert current.alive(), current.tail()
+        finally:
+            placing.clear()
+            current.signal(signal.SIGTERM)
+    twice = {i: c for i, c in Counter(committed).items() if c > 1}
+    assert len(set(committed)) == len(orders)
+    assert not twice, f"{len(twice)} events read_committed more than once after {kills} kills"
+    assert copies > 0, f"no aborted transaction seen by read_uncommitted in {kills} kills"
+    print(f"{len(orders)} orders once after {kills} kills; {copies} aborted copies")
+
+
+def test_exactly_once_is_refused_with_a_sentence_on_the_embedded_broker(
+    bizevents_stack_on: Callable[[Any], Endpoints], tmp_path: Path
+) -> None:
+    """Tansu has no transactions: the worker says so in one sentence and exits 1."""
+    tansu = bizevents_stack_on("tansu")
+    setup = Setup(tansu, "eotansu", "eotansu.store.orders", "dlq", "g", tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-m", "bizevents", "translate"],
+        env=setup.env(**EXACTLY_ONCE),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "embedded (tansu) broker" in done.stderr
+    assert 'use "at_least_once" there' in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_the_consumer_kit_skips_aborted_events_on_kafka(
+    kafka: Endpoints, unique_topic: Callable[[str], str]
+) -> None:
+    """The kit reads read_committed where the broker has transactions: an event of an
+    aborted transaction (a killed worker's) is never handed to the handler."""
+    from confluent_kafka import Producer
+
+    from tests.consumers.test_consumer import Kit, _run_until
+
+    kit = Kit(kafka, unique_topic("prices"), partitions=1)
+    kit.producer = Producer({**kit.kafka.librdkafka(), "transactional.id": kit.topic})
+    kit.producer.init_transactions(30)
+    for seq, commit in ((1, True), (2, False), (3, True)):
+        kit.producer.begin_transaction()
+        kit.send(kit.event("k", seq, f"k/{seq}"), "k")
+        assert kit.producer.flush(30) == 0  # on the broker before the end
+        if commit:
+            kit.producer.commit_transaction(30)
+        else:
+            kit.producer.abort_transaction(30)
+    seen: list[int] = []
+    consumer = kit.consumer(lambda d: seen.append(d.event.seq), unique_topic("group"))
+    asyncio.run(_run_until(consumer, lambda: len(seen) >= 2, 60))
+    assert seen == [1, 3]
+
+
+def test_read_latest_reads_a_transactional_topic_to_its_end(
+    kafka: Endpoints, unique_topic: Callable[[str], str]
+) -> None:
+    """The transaction worker's checkpoints and hand-overs are written in transactions:
+    read_latest ends past the last commit marker (no record carries its offset)."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient
+
+    from bizevents.plumbing.kafka import ensure_topics, read_latest
+
+    topic = unique_topic("state")
+    conf: dict[str, str | int | float | bool] = {"bootstrap.servers": kafka.bootstrap_servers}
+    ensure_topics(AdminClient(conf), [topic], 1)
+    producer = Producer({**conf, "transactional.id": topic})
+    producer.init_transactions(30)
+    for value in (b"one", b"two"):
+        producer.begin_transaction()
+        producer.produce(topic, value, b"key")
+        producer.commit_transaction(30)
+    assert read_latest(conf, topic, "reader") == {b"key": b"two"}
