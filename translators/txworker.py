@@ -54,7 +54,7 @@ import time
 import uuid
 import zlib
 from collections import deque
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -335,6 +335,33 @@ class _Point:
         return tx_id in self.ids
 
 
+class _Renewable:
+    """The transaction worker's producer, renewed in place (the member's clients and
+    listeners hold this one object). aiokafka's transactional producer is done for once
+    fenced (its state ``FATAL_ERROR``, ``_txn_manager``: private, aiokafka 0.14): it
+    can neither abort nor send again."""
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self._make = make
+        self.current = make()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.current, name)
+
+    def fenced(self) -> bool:
+        from aiokafka.producer.transaction_manager import TransactionState
+
+        manager = self.current._txn_manager
+        return manager is not None and manager.state is TransactionState.FATAL_ERROR
+
+    async def renew(self) -> None:
+        """A new producer (a new transactional id) started in the old one's place."""
+        old, self.current = self.current, self._make()
+        with suppress(Exception):  # fenced: what it held is aborted anyway
+            await old.stop()
+        await self.current.start()
+
+
 class TxWorker:
     """One member of the transaction worker's group (see the module doc)."""
 
@@ -413,20 +440,23 @@ class TxWorker:
         """Read, assemble, translate and publish until :meth:`stop`."""
         from aiokafka import AIOKafkaProducer
 
-        transactional: dict[str, Any] = {}
-        if self._exactly_once:
-            # a member's own id: a restarted member's is new, so a killed one's open
-            # transaction ends at its timeout (the broker aborts it)
-            transactional = {
-                "transactional_id": f"{self.tx.group_id}.{uuid.uuid4().hex}",
-                "transaction_timeout_ms": int(self.tx.transaction_timeout_s * 1000),
-            }
-        producer = self._producer = AIOKafkaProducer(
-            **self.settings.kafka.aiokafka(),
-            acks="all",
-            request_timeout_ms=int(self.tx.request_timeout_s * 1000),
-            **transactional,
-        )
+        def make() -> Any:
+            transactional: dict[str, Any] = {}
+            if self._exactly_once:
+                # a producer's own id: a restarted member's is new, so a killed one's
+                # open transaction ends at its timeout (the broker aborts it)
+                transactional = {
+                    "transactional_id": f"{self.tx.group_id}.{uuid.uuid4().hex}",
+                    "transaction_timeout_ms": int(self.tx.transaction_timeout_s * 1000),
+                }
+            return AIOKafkaProducer(
+                **self.settings.kafka.aiokafka(),
+                acks="all",
+                request_timeout_ms=int(self.tx.request_timeout_s * 1000),
+                **transactional,
+            )
+
+        producer = self._producer = _Renewable(make)
         group = self._ownership(producer)
         reader = self._reader()
         tasks: list[asyncio.Future[None]] = []
@@ -858,11 +888,18 @@ class TxWorker:
             await producer.commit_transaction()
             await producer.begin_transaction()
 
-    async def _abort(self, producer: Any) -> None:
+    async def _abort(self, producer: _Renewable) -> None:
         """Abort the open transaction (what it held is read again from the checkpoints)
-        and begin the next; a producer that cannot (fenced, or the broker gone past
-        ``request_timeout_s``) stops the member."""
-        await asyncio.wait_for(producer.abort_transaction(), self.tx.request_timeout_s)
+        and begin the next. A transaction the broker aborted itself (open past
+        ``transaction_timeout_s`` while the cluster restarted or the broker was paused)
+        left the producer fenced for good: a new one, with a new id, takes over. A
+        producer that cannot abort (the broker gone past ``request_timeout_s``) stops
+        the member."""
+        if producer.fenced():
+            log.warning("the broker aborted the open transaction; a new producer takes over")
+            await asyncio.wait_for(producer.renew(), self.tx.request_timeout_s)
+        else:
+            await asyncio.wait_for(producer.abort_transaction(), self.tx.request_timeout_s)
         await producer.begin_transaction()
 
     async def _requests(self, producer: Any) -> None:

@@ -306,6 +306,79 @@ def test_transaction_worker_killed_again_and_again_gives_each_event_once(
     print(f"{len(orders)} orders once after {kills} kills; {copies} aborted copies")
 
 
+def test_transaction_worker_whose_transaction_the_broker_aborted_goes_on(
+    kafka_db: Db, tmp_path: Path
+) -> None:
+    """A member held up past its transaction's timeout (stopped here; in the fault suite,
+    a restarting cluster) finds that the broker aborted its transaction and fenced its
+    producer: a new producer takes over, the member reads again from its checkpoints,
+    and every order's OrderPlaced reaches the read_committed reader once. The member
+    exited 1 on it (the fault suite: "Invalid state transition FATAL_ERROR ->
+    ABORTING_TRANSACTION")."""
+    db = kafka_db
+    group = f"tx-fenced-{uuid.uuid4().hex[:8]}"
+    customer, products = txw._ids(db)
+    member = txw.Worker(db, group, f"{group}.dlq", tmp_path / "w.log")
+    member.env.update(EXACTLY_ONCE)
+    member.env["BIZEVENTS_TRANSACTIONS__TRANSACTION_TIMEOUT_S"] = "2"
+    member.env["BIZEVENTS_TRANSLATE__COMMIT_INTERVAL_S"] = "0.2"
+
+    def ours(h: dict[str, bytes]) -> bool:
+        source = h.get(HEADER_SOURCE_TOPIC, b"").decode()
+        return h.get(HEADER_TRANSLATOR) == b"orders@3" and source.startswith(f"{db.server}.")
+
+    def ids(isolation: str) -> list[str]:
+        return event_ids(db.endpoints.bootstrap_servers, ["store.order-placed"], ours, isolation)
+
+    orders: list[int] = []
+    placing = threading.Event()
+
+    def place() -> None:
+        with db.conn.cursor() as cur:
+            while placing.is_set():
+                n = len(orders)
+                cur.execute("BEGIN")
+                orders.append(txw.place(cur, customer, [(products[n % 3], 1 + n % 4)] * 20))
+                cur.execute("COMMIT")
+
+    with txw.capturing(db, tmp_path):
+        member.start()
+        placing.set()
+        load = threading.Thread(target=place, daemon=True)
+        load.start()
+        try:
+            wait_for(partial(published_more, ids, 20), 90, "orders@3 publishing")
+            assert member.process is not None
+            member.process.send_signal(signal.SIGSTOP)  # its open transaction outlives its timeout
+            time.sleep(5)
+            member.process.send_signal(signal.SIGCONT)
+            wait_for(
+                lambda: "a new producer takes over" in member.log.read_text(),
+                60,
+                "the new producer",
+            )
+            seen = len(set(ids("read_committed")))
+            wait_for(lambda: len(set(ids("read_committed"))) > seen + 20, 90, "orders@3 going on")
+            placing.clear()
+            load.join(30)
+            wait_for(
+                lambda: len(set(ids("read_committed"))) >= len(orders),
+                180,
+                f"{len(orders)} orders placed",
+            )
+            committed = ids("read_committed")
+            assert member.alive(), member.tail()
+        finally:
+            placing.clear()
+            if member.alive():
+                assert member.process is not None
+                member.process.send_signal(signal.SIGCONT)
+                member.signal(signal.SIGTERM)
+    twice = {i: c for i, c in Counter(committed).items() if c > 1}
+    assert len(set(committed)) == len(orders)
+    assert not twice, f"{len(twice)} events read_committed more than once"
+
+
 def test_exactly_once_is_refused_with_a_sentence_on_the_embedded_broker(
     bizevents_stack_on: Callable[[Any], Endpoints], tmp_path: Path
 ) -> None:
