@@ -307,6 +307,9 @@ class Faults:
                 if self.exactly_once
                 else {}
             ),
+            # a worker restarted while the whole cluster restarts waits for it: three
+            # nodes took up to 102 s on the shared 2-core machine (45 s by default)
+            **({"BIZEVENTS_TRANSLATE__BROKER_WAIT_S": "180"} if self.brokers >= 3 else {}),
         }
 
     # the broker's nodes (Apache Kafka) ---------------------------------------------------

@@ -379,7 +379,12 @@ def read_pins(settings: RuntimeSettings, configured: Mapping[str, int]) -> Pins:
     """The configured pins with the promotions topic folded in."""
     t = settings.translate
     pins = Pins(configured)
-    found = read_latest(settings.kafka.librdkafka(), t.promotions(), f"{t.group_id}-promotions")
+    found = read_latest(
+        settings.kafka.librdkafka(),
+        t.promotions(),
+        f"{t.group_id}-promotions",
+        wait_s=t.broker_wait_s,  # a restarting cluster, as for the topics' metadata
+    )
     for key, value in found.items():
         if value is not None:
             pins.apply(decode_promotion(value, f"{t.promotions()} key {key!r}"))
