@@ -895,11 +895,15 @@ class TxWorker:
         left the producer fenced for good: a new one, with a new id, takes over. A
         producer that cannot abort (the broker gone past ``request_timeout_s``) stops
         the member."""
-        if producer.fenced():
+        from aiokafka.errors import ProducerFenced
+
+        try:
+            if producer.fenced():  # it met the abort already: it cannot abort now
+                raise ProducerFenced()
+            await asyncio.wait_for(producer.abort_transaction(), self.tx.request_timeout_s)
+        except ProducerFenced:
             log.warning("the broker aborted the open transaction; a new producer takes over")
             await asyncio.wait_for(producer.renew(), self.tx.request_timeout_s)
-        else:
-            await asyncio.wait_for(producer.abort_transaction(), self.tx.request_timeout_s)
         await producer.begin_transaction()
 
     async def _requests(self, producer: Any) -> None:

@@ -347,16 +347,21 @@ def test_transaction_worker_whose_transaction_the_broker_aborted_goes_on(
         load = threading.Thread(target=place, daemon=True)
         load.start()
         try:
-            wait_for(partial(published_more, ids, 20), 90, "orders@3 publishing")
-            assert member.process is not None
-            member.process.send_signal(signal.SIGSTOP)  # its open transaction outlives its timeout
-            time.sleep(5)
-            member.process.send_signal(signal.SIGCONT)
-            wait_for(
-                lambda: "a new producer takes over" in member.log.read_text(),
-                60,
-                "the new producer",
-            )
+            taken_over = False
+            for _ in range(3):  # a stop between two transactions meets none open: again
+                wait_for(partial(published_more, ids, len(ids("read_uncommitted")) + 20), 90, "-")
+                assert member.process is not None
+                member.process.send_signal(signal.SIGSTOP)  # its transaction outlives its timeout
+                time.sleep(5)
+                member.process.send_signal(signal.SIGCONT)
+                deadline = time.monotonic() + 20
+                while not taken_over and time.monotonic() < deadline:
+                    taken_over = "a new producer takes over" in member.log.read_text()
+                    assert member.alive(), member.tail()
+                    time.sleep(0.5)
+                if taken_over:
+                    break
+            assert taken_over, "no stop met an open transaction in 3 tries"
             seen = len(set(ids("read_committed")))
             wait_for(lambda: len(set(ids("read_committed"))) > seen + 20, 90, "orders@3 going on")
             placing.clear()
