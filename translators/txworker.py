@@ -247,19 +247,18 @@ def prepare_transactions(
         outputs += sorted(
             {c.contract_topic() + SHADOW_SUFFIX for item in shadows for c in item.emits}
         )
-    ensure_topics(admin, [*outputs, t.dead_letter_topic], t.output_partitions)
+    # the partition counts as ensure_topics read them: a node other than the one that
+    # created a topic may not know it yet (a transaction worker exited on a KeyError)
+    partitions = ensure_topics(admin, [*outputs, t.dead_letter_topic], t.output_partitions)
     ensure_topics(admin, [tx.state()], 1)
     # a failing transaction parks its business keys unless every translator says otherwise
     parks = any(t.on_error.get(item.name, "park") == "park" for item in translators)
     if parks:
         ensure_topics(admin, [t.parked_topic], 1, config={"cleanup.policy": "compact"})
-    ensure_topics(admin, [tx.assembly()], tx.assembly_partitions)
+    assembly = ensure_topics(admin, [tx.assembly()], tx.assembly_partitions)[tx.assembly()]
     if shadows:
         ensure_topics(admin, [t.shadows()], 1, config={"cleanup.policy": "compact"})
-    written = list_topics(admin, settings.kafka.bootstrap_servers, t.broker_wait_s)
-    partitions = {name: len(written[name].partitions) for name in [*outputs, t.dead_letter_topic]}
     partitions[t.parked_topic] = 1
-    assembly = len(written[tx.assembly()].partitions)
     guard = TxParking(
         ParkedKeys(t.max_parked_keys),
         tx.assembly(),
