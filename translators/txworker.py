@@ -771,20 +771,17 @@ class TxWorker:
             consumer.assign([tp])
             await consumer.seek_to_beginning(tp)
             moved = time.monotonic()
-            end: int | None = None
             while True:
                 batch = await consumer.getmany(tp, timeout_ms=500, max_records=10_000)
                 for record in batch.get(tp, []):
                     moved = time.monotonic()
                     if record.value:
                         last[record.key or b""] = record.value
-                high = consumer.highwater(tp)
-                if self._exactly_once and high is not None:
-                    # the end as first seen, past any transaction still open then (a
-                    # commit held up by a node's restart): read_committed stops at its
-                    # first record until it ends, and a checkpoint read before a later
-                    # committed one would publish that one's events again
-                    end = high = high if end is None else end
+                high = (
+                    consumer.last_stable_offset(tp)
+                    if self._exactly_once
+                    else consumer.highwater(tp)
+                )
                 position = await consumer.position(tp)
                 if high is not None and position >= high:
                     break
