@@ -206,7 +206,11 @@ def _create_missing(
 
 
 def read_latest(
-    kafka: Mapping[str, Any], topic: str, group: str, timeout_s: float = 10
+    kafka: Mapping[str, Any],
+    topic: str,
+    group: str,
+    timeout_s: float = 10,
+    wait_s: float | None = None,
 ) -> dict[bytes, bytes | None]:
     """The last value of every key of ``topic`` (a compacted topic of state: capture's
     offsets, the worker's shadows and promotions), read to its end; ``None`` for a key
@@ -216,9 +220,9 @@ def read_latest(
     is committed); a cluster that does not answer within ``timeout_s``, or answers the
     topic with an error other than "unknown topic", is a :class:`TransientError`. A
     partition whose leader moves, or a cluster restarting, is read again, for up to
-    three times ``timeout_s``.
+    ``wait_s`` (three times ``timeout_s`` unless given).
     """
-    deadline = time.monotonic() + 3 * timeout_s
+    deadline = time.monotonic() + (3 * timeout_s if wait_s is None else wait_s)
     while True:
         try:
             return _read_latest_once(kafka, topic, group, timeout_s)

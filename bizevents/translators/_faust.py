@@ -36,7 +36,7 @@ the integration tests run the path against the real broker.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from typing import Any, Final
 
@@ -151,6 +151,21 @@ class _BulkConsumer(AIOKafkaConsumer):
     def _new_consumer_thread(self) -> AIOKafkaConsumerThread:
         return _BulkConsumerThread(self, loop=self.loop, beacon=self.beacon)
 
+    async def _commit_offsets(
+        self, offsets: Mapping[TP, int], start_new_transaction: bool = True
+    ) -> bool:
+        """Faust's commit; exactly once, its bookkeeping only: each block sent its next
+        offset in its own transaction (:func:`block_transaction`). Faust reads the
+        offsets to commit before it waits for the partition's transaction, which a block
+        holds, and sent them after that block's commit: the group's offset went back a
+        block until the next one's commit, and a worker killed meanwhile had its
+        successor translate that block again, its events committed twice."""
+        if not self.in_transaction:
+            return bool(await super()._commit_offsets(offsets, start_new_transaction))
+        assignment = self.assignment()
+        self._committed_offset.update({tp: o for tp, o in offsets.items() if tp in assignment})
+        return True
+
     async def _drain_messages(self, fetcher: Any) -> None:  # the Fetcher's loop
         consumer_should_stop = self._stopped.is_set
         fetcher_should_stop = fetcher._stopped.is_set
@@ -260,8 +275,8 @@ async def block_transaction(app: Any, tp: TP, next_offset: int) -> AsyncIterator
     in ``Producer._transaction_producers``, guarded by ``Producer._trn_locks``
     (private). Its own ``TransactionManager.send`` picks the producer by the *output*
     partition, which is right only for co-partitioned topics; here the outputs go
-    with their input's offsets, and the lock keeps Faust's commit timer from
-    committing a transaction between a block's first output and its offsets."""
+    with their input's offsets. Faust's commit timer sends no offsets of its own here
+    (``_BulkConsumer._commit_offsets``)."""
     producer = app.producer
     group = app.assignor.group_for_topic(tp.topic)
     tid = f"{app.conf.id}-{group}-{tp.partition}"

@@ -42,12 +42,19 @@ Versions = tuple[tuple[str, int], ...]
 
 
 def fold_promotions(
-    pins: Pins, conf: dict[str, Any], topic: str, group: str, *, strict: bool = True
+    pins: Pins,
+    conf: dict[str, Any],
+    topic: str,
+    group: str,
+    *,
+    strict: bool = True,
+    wait_s: float | None = None,
 ) -> Pins:
-    """The promotions ``topic`` read to its end (as ``group``) into ``pins``. ``strict``:
-    a record that does not decode is a :class:`ConfigError`; else it is passed over
-    (the follower logs it)."""
-    found = read_latest(conf, topic, group)
+    """The promotions ``topic`` read to its end (as ``group``) into ``pins``, through a
+    restarting cluster for up to ``wait_s`` (:func:`read_latest`). ``strict``: a record
+    that does not decode is a :class:`ConfigError`; else it is passed over (the follower
+    logs it)."""
+    found = read_latest(conf, topic, group, wait_s=wait_s)
     for key, value in found.items():
         if value is None:
             continue
@@ -63,7 +70,11 @@ def read_pins(settings: RuntimeSettings, configured: Mapping[str, int]) -> Pins:
     """The configured pins with the promotions topic folded in."""
     t = settings.translate
     return fold_promotions(
-        Pins(configured), settings.kafka.librdkafka(), t.promotions(), f"{t.group_id}-promotions"
+        Pins(configured),
+        settings.kafka.librdkafka(),
+        t.promotions(),
+        f"{t.group_id}-promotions",
+        wait_s=t.broker_wait_s,  # a restarting cluster, as for the topics' metadata
     )
 
 

@@ -80,6 +80,10 @@ class Resolved:
     shadow_outputs: list[str]
     #: Whether a failing translator parks its keys (the parked topic exists then).
     parks: bool
+    #: ``topic -> partition count`` of the outputs, their shadows' and the dead-letter
+    #: topic, as ensure_topics read them: a node other than the one that created a
+    #: topic may not know it yet (a transaction worker exited on a KeyError).
+    partitions: dict[str, int]
 
 
 def missing_topics(word: str, missing: Sequence[str], servers: str, advice: str) -> ConfigError:
@@ -135,7 +139,9 @@ def resolve(settings: RuntimeSettings, pinned: Sequence[Translator] | None, kind
         shadowed = sorted(
             {c.contract_topic() + SHADOW_SUFFIX for item in shadows for c in item.emits}
         )
-    ensure_topics(admin, [*outputs, *shadowed, t.dead_letter_topic], t.output_partitions)
+    partitions = ensure_topics(
+        admin, [*outputs, *shadowed, t.dead_letter_topic], t.output_partitions
+    )
     if shadows:
         ensure_topics(admin, [t.shadows()], 1, config={"cleanup.policy": "compact"})
     parks = any(t.on_error.get(item.name, "park") == "park" for item in translators)
@@ -158,6 +164,7 @@ def resolve(settings: RuntimeSettings, pinned: Sequence[Translator] | None, kind
         outputs,
         shadowed,
         parks,
+        partitions,
     )
 
 

@@ -18,7 +18,7 @@ from bizevents.translators.promoting import Versions
 from bizevents.translators.promotion import Pins
 from bizevents.translators.settings import RuntimeSettings, TransactionSettings
 from bizevents.translators.startup import Kind, resolve
-from bizevents.translators.topology import list_topics, technical_topics
+from bizevents.translators.topology import technical_topics
 from bizevents.translators.transaction_api import TransactionTranslator
 from bizevents.translators.txcheckpoint import TP
 from bizevents.translators.txcore import TransactionCore
@@ -122,11 +122,9 @@ def prepare_transactions(
     sources, metadata = found.sources, found.metadata
     outputs = [*found.outputs, *found.shadow_outputs]
     ensure_topics(admin, [tx.state()], 1)
-    ensure_topics(admin, [tx.assembly()], tx.assembly_partitions)
-    written = list_topics(admin, settings.kafka.bootstrap_servers, t.broker_wait_s)
-    partitions = {name: len(written[name].partitions) for name in [*outputs, t.dead_letter_topic]}
+    assembly = ensure_topics(admin, [tx.assembly()], tx.assembly_partitions)[tx.assembly()]
+    partitions = {name: found.partitions[name] for name in [*outputs, t.dead_letter_topic]}
     partitions[t.parked_topic] = 1
-    assembly = len(written[tx.assembly()].partitions)
     guard = TxParking(
         ParkedKeys(t.max_parked_keys),
         tx.assembly(),

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from collections import deque
 from collections.abc import Awaitable, Sequence
 from contextlib import suppress
@@ -62,6 +61,7 @@ from bizevents.translators.txcheckpoint import (
     start_offsets,
 )
 from bizevents.translators.txplan import TxPlan
+from bizevents.translators.txproducer import Renewable, transaction_producer
 from bizevents.translators.txredrive import RedriveTools, TxRedriver
 from bizevents.translators.txshare import Share
 from bizevents.translators.txversions import TxVersions
@@ -143,21 +143,9 @@ class TxWorker:
 
     async def run(self) -> None:
         """Read, assemble, translate and publish until :meth:`stop`."""
-        from aiokafka import AIOKafkaProducer
 
-        transactional: dict[str, Any] = {}
-        if self._exactly_once:
-            # a member's own id: a restarted member's is new, so a killed one's open
-            # transaction ends at its timeout (the broker aborts it)
-            transactional = {
-                "transactional_id": f"{self.tx.group_id}.{uuid.uuid4().hex}",
-                "transaction_timeout_ms": int(self.tx.transaction_timeout_s * 1000),
-            }
-        producer = self._producer = AIOKafkaProducer(
-            **self.settings.kafka.aiokafka(),
-            acks="all",
-            request_timeout_ms=int(self.tx.request_timeout_s * 1000),
-            **transactional,
+        producer = self._producer = Renewable(
+            lambda: transaction_producer(self.settings, self.tx, self._exactly_once)
         )
         group = self._ownership()
         reader = self._reader()
@@ -505,11 +493,22 @@ class TxWorker:
             await producer.commit_transaction()
             await producer.begin_transaction()
 
-    async def _abort(self, producer: Any) -> None:
+    async def _abort(self, producer: Renewable) -> None:
         """Abort the open transaction (what it held is read again from the checkpoints)
-        and begin the next; a producer that cannot (fenced, or the broker gone past
-        ``request_timeout_s``) stops the member."""
-        await asyncio.wait_for(producer.abort_transaction(), self.tx.request_timeout_s)
+        and begin the next. A transaction the broker aborted itself (open past
+        ``transaction_timeout_s`` while the cluster restarted or the broker was paused)
+        left the producer fenced for good: a new one, with a new id, takes over. A
+        producer that cannot abort (the broker gone past ``request_timeout_s``) stops
+        the member."""
+        from aiokafka.errors import ProducerFenced
+
+        try:
+            if producer.fenced():  # it met the abort already: it cannot abort now
+                raise ProducerFenced()
+            await asyncio.wait_for(producer.abort_transaction(), self.tx.request_timeout_s)
+        except ProducerFenced:
+            log.warning("the broker aborted the open transaction; a new producer takes over")
+            await asyncio.wait_for(producer.renew(), self.tx.request_timeout_s)
         await producer.begin_transaction()
 
     async def _requests(self, producer: Any) -> None:

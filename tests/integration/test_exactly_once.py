@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from bizevents.contracts.business import HEADER_EVENT_ID, HEADER_SOURCE_TOPIC, HEADER_TRANSLATOR
 from bizevents.devstack import Endpoints
@@ -42,6 +42,12 @@ from tests.integration.test_translate_worker import (
 pytestmark = pytest.mark.integration
 
 EXACTLY_ONCE = {"BIZEVENTS_TRANSLATE__PROCESSING_GUARANTEE": "exactly_once"}
+#: What a group's offsets answer while its coordinator is not known or still loading.
+COORDINATOR_NOT_YET = (
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+)
 #: Kills before the test gives up seeing an aborted transaction's records.
 MAX_KILLS = 6
 
@@ -163,6 +169,58 @@ def test_row_worker_killed_again_and_again_gives_each_event_once(
     print(f"{len(expected)} events once after {kills} kills; {copies} aborted copies")
 
 
+def test_row_worker_never_moves_its_group_offsets_back(kafka: Endpoints, tmp_path: Path) -> None:
+    """Each block's transaction commits its next offset; nothing commits an older one
+    after it. Faust's commit timer did: its offsets, read while a block held the
+    partition's transaction, were committed after that block's, and a worker killed
+    before the next block's commit had its successor translate the block again (the
+    kill test above read 994 events twice)."""
+    tag = uuid.uuid4().hex[:8]
+    server = f"eb{tag}"
+    setup = Setup(
+        kafka, server, f"{server}.store.orders", f"test.dlq.{tag}", f"test-eb-{tag}", tmp_path
+    )
+    create_topic(kafka.bootstrap_servers, setup.topic, 4)
+    encoder = orders_encoder(kafka.registry_url, server)
+    records = [encoder.encode(c) for c in order_story(server, 6000)]
+    produce(kafka.bootstrap_servers, setup.topic, records)
+    partitions = [TopicPartition(setup.topic, p) for p in range(4)]
+    ends = {}
+    watcher = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": setup.group})
+    for tp in partitions:
+        ends[tp.partition] = watcher.get_watermark_offsets(tp, timeout=10)[1]
+    env = {
+        **EXACTLY_ONCE,
+        "BIZEVENTS_TRANSLATE__MAX_POLL_RECORDS": "1000",
+        "BIZEVENTS_TRANSLATE__COMMIT_INTERVAL_S": "0.1",  # Faust's timer, often
+    }
+    worker = setup.worker("w", **env)
+    highest = dict.fromkeys(ends, -1)
+    backwards: list[str] = []
+    try:
+        deadline = time.monotonic() + 180
+        while any(highest[p] < end for p, end in ends.items()):
+            assert time.monotonic() < deadline, f"offsets {highest}, ends {ends}"
+            worker.check_alive()
+            try:
+                committed = watcher.committed(partitions, timeout=10)
+            except KafkaException as exc:  # the group's coordinator, not found yet
+                assert exc.args[0].code() in COORDINATOR_NOT_YET, str(exc)
+                time.sleep(0.1)
+                continue
+            for tp in committed:
+                if tp.offset < 0:  # none committed yet
+                    continue
+                if tp.offset < highest[tp.partition]:
+                    backwards.append(f"[{tp.partition}] {highest[tp.partition]} -> {tp.offset}")
+                highest[tp.partition] = max(highest[tp.partition], tp.offset)
+            time.sleep(0.01)
+    finally:
+        watcher.close()
+        worker.stop()
+    assert not backwards, f"the group's offsets went back {len(backwards)} times: {backwards[:10]}"
+
+
 @pytest.fixture
 def kafka_db(kafka: Endpoints) -> Iterator[Db]:
     with txw.store_db(kafka) as made:
@@ -246,6 +304,84 @@ def test_transaction_worker_killed_again_and_again_gives_each_event_once(
     assert not twice, f"{len(twice)} events read_committed more than once after {kills} kills"
     assert copies > 0, f"no aborted transaction seen by read_uncommitted in {kills} kills"
     print(f"{len(orders)} orders once after {kills} kills; {copies} aborted copies")
+
+
+def test_transaction_worker_whose_transaction_the_broker_aborted_goes_on(
+    kafka_db: Db, tmp_path: Path
+) -> None:
+    """A member held up past its transaction's timeout (stopped here; in the fault suite,
+    a restarting cluster) finds that the broker aborted its transaction and fenced its
+    producer: a new producer takes over, the member reads again from its checkpoints,
+    and every order's OrderPlaced reaches the read_committed reader once. The member
+    exited 1 on it (the fault suite: "Invalid state transition FATAL_ERROR ->
+    ABORTING_TRANSACTION")."""
+    db = kafka_db
+    group = f"tx-fenced-{uuid.uuid4().hex[:8]}"
+    customer, products = txw._ids(db)
+    member = txw.Worker(db, group, f"{group}.dlq", tmp_path / "w.log")
+    member.env.update(EXACTLY_ONCE)
+    member.env["BIZEVENTS_TRANSACTIONS__TRANSACTION_TIMEOUT_S"] = "2"
+    member.env["BIZEVENTS_TRANSLATE__COMMIT_INTERVAL_S"] = "0.2"
+
+    def ours(h: dict[str, bytes]) -> bool:
+        source = h.get(HEADER_SOURCE_TOPIC, b"").decode()
+        return h.get(HEADER_TRANSLATOR) == b"orders@3" and source.startswith(f"{db.server}.")
+
+    def ids(isolation: str) -> list[str]:
+        return event_ids(db.endpoints.bootstrap_servers, ["store.order-placed"], ours, isolation)
+
+    orders: list[int] = []
+    placing = threading.Event()
+
+    def place() -> None:
+        with db.conn.cursor() as cur:
+            while placing.is_set():
+                n = len(orders)
+                cur.execute("BEGIN")
+                orders.append(txw.place(cur, customer, [(products[n % 3], 1 + n % 4)] * 20))
+                cur.execute("COMMIT")
+
+    with txw.capturing(db, tmp_path):
+        member.start()
+        placing.set()
+        load = threading.Thread(target=place, daemon=True)
+        load.start()
+        try:
+            taken_over = False
+            for _ in range(3):  # a stop between two transactions meets none open: again
+                wait_for(partial(published_more, ids, len(ids("read_uncommitted")) + 20), 90, "-")
+                assert member.process is not None
+                member.process.send_signal(signal.SIGSTOP)  # its transaction outlives its timeout
+                time.sleep(5)
+                member.process.send_signal(signal.SIGCONT)
+                deadline = time.monotonic() + 20
+                while not taken_over and time.monotonic() < deadline:
+                    taken_over = "a new producer takes over" in member.log.read_text()
+                    assert member.alive(), member.tail()
+                    time.sleep(0.5)
+                if taken_over:
+                    break
+            assert taken_over, "no stop met an open transaction in 3 tries"
+            seen = len(set(ids("read_committed")))
+            wait_for(lambda: len(set(ids("read_committed"))) > seen + 20, 90, "orders@3 going on")
+            placing.clear()
+            load.join(30)
+            wait_for(
+                lambda: len(set(ids("read_committed"))) >= len(orders),
+                180,
+                f"{len(orders)} orders placed",
+            )
+            committed = ids("read_committed")
+            assert member.alive(), member.tail()
+        finally:
+            placing.clear()
+            if member.alive():
+                assert member.process is not None
+                member.process.send_signal(signal.SIGCONT)
+                member.signal(signal.SIGTERM)
+    twice = {i: c for i, c in Counter(committed).items() if c > 1}
+    assert len(set(committed)) == len(orders)
+    assert not twice, f"{len(twice)} events read_committed more than once"
 
 
 def test_exactly_once_is_refused_with_a_sentence_on_the_embedded_broker(

@@ -86,6 +86,26 @@ def test_a_moved_leader_is_read_again(monkeypatch: pytest.MonkeyPatch) -> None:
     assert _Consumer.moved == 0
 
 
+def test_a_cluster_restarting_longer_is_read_again_for_wait_s(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A whole cluster's restart took 102 s in the fault suite: a worker starting meanwhile
+    reads the promotions again for its ``broker_wait_s``, past three times ``timeout_s``."""
+    now = [0.0]
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    monkeypatch.setattr(confluent_kafka, "Consumer", _Consumer)
+    monkeypatch.setattr("bizevents.plumbing.kafka.time.sleep", sleep)
+    monkeypatch.setattr("bizevents.plumbing.kafka.time.monotonic", lambda: now[0])
+    monkeypatch.setattr(_Consumer, "moved", 60)  # a minute of moving leaders
+    with pytest.raises(TransientError, match="NOT_LEADER"):
+        read_latest({}, "state", "reader", timeout_s=10)  # 30 s
+    monkeypatch.setattr(_Consumer, "moved", 60)
+    assert read_latest({}, "state", "reader", timeout_s=10, wait_s=180) == {b"key": b"value"}
+
+
 def test_a_cluster_that_does_not_answer_is_said_so(closed_address: str) -> None:
     with pytest.raises(TransientError, match=f"cluster at {closed_address} did not answer"):
         read_latest({"bootstrap.servers": closed_address}, "anything", "t", timeout_s=2)
