@@ -319,3 +319,38 @@ def test_the_cycle_rule_catches_a_lazy_cycle(tmp_path: Path) -> None:
     assert _cycles(_graph(sorted(tmp_path.glob("*.py")), tmp_path)) == [
         ["bizevents.a", "bizevents.b"]
     ]
+
+
+# -- room sizes and the thin shell ----------------------------------------------------------
+
+#: the most lines a module of the product may have, and a module of the shell's CLI
+MODULE_LINES, CLI_LINES = 600, 200
+#: what only a floor may do: SQL, producing to Kafka, Spark jobs (the CLI parses, calls one
+#: floor function, prints; reading a topic to print it, as `read` does, is the CLI's)
+FLOOR_ONLY = re.compile(
+    r"\b(SELECT|INSERT INTO|DELETE FROM|UPDATE \w+ SET)\b"
+    r"|\b(Producer|AIOKafkaProducer|produce|send_confirmed|SparkSession)\b"
+    r"|^\s*(import|from) (psycopg2|pymysql|pyspark\.sql)\b",
+    re.MULTILINE,
+)
+
+
+def test_no_module_outgrows_its_room() -> None:
+    """No module of the product over 600 lines, no CLI module over 200."""
+    over = [
+        f"{path.relative_to(ROOT)}: {lines} lines"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if (lines := len(path.read_text().splitlines()))
+        > (CLI_LINES if path.parent == PACKAGE / "cli" else MODULE_LINES)
+    ]
+    assert not over, "modules over their size:\n" + "\n".join(over)
+
+
+def test_the_cli_holds_no_sql_kafka_client_or_spark_job() -> None:
+    """`bizevents/cli/` parses arguments, calls one floor function and prints."""
+    found = [
+        f"{path.relative_to(ROOT)}: {match.group(0).strip()}"
+        for path in sorted((PACKAGE / "cli").rglob("*.py"))
+        for match in FLOOR_ONLY.finditer(path.read_text())
+    ]
+    assert not found, "floor work in the shell's CLI:\n" + "\n".join(found)

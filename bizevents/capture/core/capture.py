@@ -17,26 +17,21 @@ from types import FrameType
 from typing import Any, Final
 
 import structlog
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from bizevents.capture.config import CaptureConfig
+from bizevents.capture.core.deadletters import dead_letter_headers, dead_letter_refused
 from bizevents.capture.core.filters import Condition, FilterError, parse_condition, resolve
 from bizevents.capture.core.incremental import Incremental
-from bizevents.capture.core.offsets import REFUSED_FOR_GOOD, AckTracker, Tx
+from bizevents.capture.core.offsets import AckTracker, Tx
 from bizevents.capture.core.signals import Signal, SignalError, SignalTopic, shown, signal_table_ddl
 from bizevents.capture.core.sink import SchemaRegistrar, producer_config
 from bizevents.capture.core.state import Ledger, Pending, StateStore
 from bizevents.capture.core.transactions import NoBlocks, TxBlocks
 from bizevents.capture.exceptions import CaptureError, KafkaDeliveryError
 from bizevents.capture.metrics import CaptureStats
-from bizevents.contracts.business import (
-    HEADER_DLQ_ERROR,
-    HEADER_DLQ_REASON,
-    HEADER_DLQ_STAGE,
-    HEADER_SOURCE_POSITION,
-    HEADER_SOURCE_TOPIC,
-)
+from bizevents.contracts.business import HEADER_SOURCE_POSITION
 from bizevents.contracts.technical.transaction import transaction_topic
 from bizevents.plumbing.errors import TransientError
 from bizevents.plumbing.kafka import ensure_topics, produce
@@ -269,65 +264,16 @@ class CaptureCore:
             raise KafkaDeliveryError(f"Kafka did not take an event: {failure}")
 
     def dead_letter_refused(self) -> None:
-        """Each record the broker refused for good is sent again alone (a broker refuses
-        a whole batch for one record in it); one refused alone is said once and written
-        to the dead-letter topic in its place (sent again, it would be refused forever)."""
+        """Records Kafka refused for good: sent again alone, else dead-lettered
+        (:mod:`bizevents.capture.core.deadletters`)."""
         session = self.session
-        dlq = self.config.dlq_topic
-        while session.tracker.refused:
-            tx, err, msg = session.tracker.refused.popleft()
-            topic = msg.topic() or ""
-            if topic == dlq:
-                raise CaptureError(f"the dead-letter topic {dlq} refused a record: {err.str()}")
-            partition = msg.partition()
-            answer = self.send_alone(
-                topic, msg.key(), msg.value(), -1 if partition is None else partition, msg.headers()
-            )
-            if answer is None or answer.code() not in REFUSED_FOR_GOOD:
-                tx.ack(answer, msg)
-                continue
-            self.log.warning(
-                "Kafka refused a record for good: written to the dead-letter topic",
-                topic=topic,
-                partition=partition,
-                reason=answer.str(),
-                dead_letter_topic=dlq,
-            )
-            headers: list[tuple[str, str | bytes | None]] = [
-                *(msg.headers() or []),
-                (HEADER_DLQ_STAGE, b"capture"),
-                (HEADER_DLQ_REASON, answer.str().encode()),
-                (HEADER_DLQ_ERROR, answer.name().encode()),
-                (HEADER_SOURCE_TOPIC, topic.encode()),
-            ]
-            produce(
-                session.producer, dlq, msg.value(), msg.key(), headers=headers, on_delivery=tx.ack
-            )
-
-    def send_alone(
-        self, topic: str, key: bytes | None, value: bytes | None, partition: int, headers: Any
-    ) -> KafkaError | None:
-        """Send one record with nothing else in flight: the broker's answer to it alone."""
-        producer = self.session.producer
-        answers: list[KafkaError | None] = []
-        while len(producer) > 0:
-            if self.aborting:
-                raise Stop
-            producer.poll(0.1)
-        produce(
-            producer,
-            topic,
-            value,
-            key,
-            partition=partition,
-            headers=headers,
-            on_delivery=lambda err, _msg: answers.append(err),
+        dead_letter_refused(
+            session.producer, session.tracker, self.config.dlq_topic, self.log, self._stop_if_asked
         )
-        while not answers:
-            if self.aborting:
-                raise Stop
-            producer.poll(0.1)
-        return answers[0]
+
+    def _stop_if_asked(self) -> None:
+        if self.aborting:
+            raise Stop
 
     def wait_acknowledged(self) -> None:
         """Until Kafka acknowledged every event in flight (a second stop gives up)."""
@@ -401,15 +347,14 @@ class CaptureCore:
         )
         if mode == "skip":
             return 0
-        headers: list[tuple[str, str | bytes | None]] = [
-            (HEADER_DLQ_STAGE, b"capture"),
-            (HEADER_DLQ_REASON, str(exc).encode()),
-            (HEADER_DLQ_ERROR, type(exc).__name__.encode()),
-            (HEADER_SOURCE_TOPIC, f"{cfg.prefix}.{table}".encode()),
+        headers = dead_letter_headers(
+            str(exc),
+            type(exc).__name__,
+            f"{cfg.prefix}.{table}",
             (HEADER_SOURCE_POSITION, where.encode()),
             (HEADER_CAPTURE_TABLE, table.encode()),
             (HEADER_CAPTURE_FORMAT, fmt.encode()),
-        ]
+        )
         send(cfg.dlq_topic, None, raw, headers=headers)
         return 1
 
