@@ -48,8 +48,10 @@ COORDINATOR_NOT_YET = (
     KafkaError.COORDINATOR_NOT_AVAILABLE,
     KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
 )
-#: Kills before the test gives up seeing an aborted transaction's records.
-MAX_KILLS = 6
+#: Kills before the test gives up seeing an aborted transaction's records: a kill finds a
+#: block's transaction open and its records sent most times, not every time (a clean
+#: fresh-check saw none in 6 kills once); each loop ends at the first one seen.
+MAX_KILLS = 12
 
 
 def event_ids(
@@ -126,7 +128,7 @@ def test_row_worker_killed_again_and_again_gives_each_event_once(
     )
     create_topic(kafka.bootstrap_servers, setup.topic, 4)
     encoder = orders_encoder(kafka.registry_url, server)
-    changes = order_story(server, 6000)
+    changes = order_story(server, 12000)
     expected = expected_ids(changes)
     records = [encoder.encode(c) for c in changes]
     ours = lambda h: h.get(HEADER_SOURCE_TOPIC) == setup.topic.encode()  # noqa: E731
