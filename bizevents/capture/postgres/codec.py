@@ -20,6 +20,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Final
 
 import fastavro
@@ -43,6 +44,11 @@ from bizevents.contracts.binary import text as _text
 from bizevents.contracts.logical import UNAVAILABLE, ColumnType, Field, Kind, encoder_for
 from bizevents.contracts.technical import AvroEncoder, EnvelopeSchemas, TableSchema
 from bizevents.contracts.technical.source import AvroSourceWriter, EncodedSource
+
+try:  # capture/postgres/_tuples.c, built with the others by scripts/setup
+    from bizevents.capture.postgres import _tuples  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - without a C compiler
+    _tuples = None
 
 __all__ = [
     "SOURCE_VERSION",
@@ -84,6 +90,22 @@ def _fallback(ct: ColumnType, parse: Callable[[str], Any] | None) -> Writer:
     return write
 
 
+def _integer(text: str) -> bytes:
+    return zigzag(int(text))
+
+
+def _boolean(text: str) -> bytes:
+    if text == "t":
+        return b"\x01"
+    if text == "f":
+        return b"\x00"
+    raise ValueError("a boolean is 't' or 'f'")
+
+
+#: The writers the compiled record writes itself (capture/postgres/_tuples.c's ``how``).
+_HOW: Final[dict[Writer, int]] = {_text: 1, _integer: 2, _boolean: 3}
+
+
 def _writer(ct: ColumnType, parse: Callable[[str], Any] | None) -> Writer:
     """text → Avro bytes of a non-null value of this column type."""
     kind = ct.kind
@@ -101,17 +123,9 @@ def _writer(ct: ColumnType, parse: Callable[[str], Any] | None) -> Writer:
     if kind in (Kind.STRING, Kind.ENUM) and parse is None:
         return _text
     if kind in (Kind.INT16, Kind.INT32, Kind.INT64, Kind.INT8) and parse is int:
-        return lambda text: zigzag(int(text))
+        return _integer
     if kind is Kind.BOOLEAN:
-
-        def boolean(text: str) -> bytes:
-            if text == "t":
-                return b"\x01"
-            if text == "f":
-                return b"\x00"
-            raise ValueError("a boolean is 't' or 'f'")
-
-        return boolean
+        return _boolean
     if kind is Kind.FLOAT64:
         pack64 = _F64.pack
         return lambda text: pack64(float(text))
@@ -220,6 +234,16 @@ class _Slot:
 
 
 def _compile_record(slots: Sequence[_Slot]) -> Callable[[TupleData], bytes]:
+    """A function writing the record of ``slots``: the C one where it is built, else
+    :func:`_python_record`'s."""
+    if _tuples is None:
+        return _python_record(slots)
+    plan = tuple((s.index, _HOW.get(s.write, 0), s.optional, s.write) for s in slots)
+    function: Callable[[TupleData], bytes] = partial(_tuples.record, plan, partial(_record, slots))
+    return function
+
+
+def _python_record(slots: Sequence[_Slot]) -> Callable[[TupleData], bytes]:
     """A function writing the record of ``slots``, generated per table (no per-column loop)."""
     env: dict[str, Any] = {"_str": str, "_NULL": _NULL, "_SOME": _SOME, "_slow": _record}
     lines = ["def record(values):", "    parts = []", "    append = parts.append"]

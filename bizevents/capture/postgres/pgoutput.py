@@ -108,8 +108,9 @@ def _cstring(data: bytes, pos: int) -> tuple[str, int]:
     return data[pos:stop].decode(), stop + 1
 
 
-def _tuple_data(kind: str, data: bytes, pos: int) -> tuple[TupleData, int]:
-    """One TupleData starting at ``pos``; returns it and the position after it."""
+def _python_tuple_data(kind: str, data: bytes, pos: int) -> tuple[TupleData, int]:
+    """One TupleData starting at ``pos``; returns it and the position after it. The
+    reference of the compiled ``_tuples.tuple_data``, and what runs without it."""
     end = len(data)
     try:
         (count,) = _I16.unpack_from(data, pos)
@@ -148,6 +149,27 @@ def _tuple_data(kind: str, data: bytes, pos: int) -> tuple[TupleData, int]:
     except _LOW_LEVEL as exc:
         raise ProtocolError(kind, pos, _reason(exc)) from None
     return tuple(values), pos
+
+
+try:  # capture/postgres/_tuples.c, built with the others by scripts/setup
+    from bizevents.capture.postgres import _tuples  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - without a C compiler
+    _tuples = None
+
+#: Whether the compiled tuple reader runs (tests/capture/postgres/test_tuples_native.py).
+COMPILED: Final = _tuples is not None
+
+
+def _compiled_tuple_data(kind: str, data: bytes, pos: int) -> tuple[TupleData, int]:
+    try:
+        values, end = _tuples.tuple_data(data, pos, UNAVAILABLE)
+    except ValueError as exc:  # the Python's offset and reason
+        offset, reason = exc.args
+        raise ProtocolError(kind, offset, reason) from None
+    return values, end
+
+
+_tuple_data: Final = _compiled_tuple_data if COMPILED else _python_tuple_data
 
 
 class PgOutputDecoder:
