@@ -12,9 +12,11 @@ Debezium envelope: builders, conversions, projection), ``gate`` (the changes gat
 must never call unchanged a record the Python decoder refuses or whose columns differ),
 ``writer`` (a contract's write plan, fed values out of range and of the wrong type),
 ``file_record`` (the replay's file records), ``event_id`` (SHA-1 against
-``uuid.uuid5``). Inputs are valid data mutated: random bytes, truncations, bit flips,
-insertions, deletions, and varints spliced in that read as huge lengths and counts,
-negative counts (-2**63 among them) and out-of-range union and enum indexes.
+``uuid.uuid5``), ``pg_tuple`` (pgoutput's tuples, whose errors must be the Python's
+ProtocolError to the byte offset) and ``pg_record`` (a captured row's Avro record).
+Inputs are valid data mutated: random bytes, truncations, bit flips, insertions,
+deletions, and varints spliced in that read as huge lengths and counts, negative counts
+(-2**63 among them) and out-of-range union and enum indexes.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ import fastavro
 MODULES = {
     "_native": "bizevents.contracts.avro_codegen._native",
     "_lineage": "bizevents.translators._lineage",
+    "_tuples": "bizevents.capture.postgres._tuples",
 }
 
 
@@ -531,6 +534,83 @@ def event_id_round(rng: random.Random, inputs: int) -> int:
     return done
 
 
+# -- PostgreSQL capture's tuples -----------------------------------------------------------
+
+
+def _tuple_value(rng: random.Random) -> bytes:
+    kind = rng.choice(b"ntub")
+    if kind in b"nu":
+        return bytes([kind])
+    body = rng.choice([b"", b"x", "é✓".encode(), rng.randbytes(rng.randrange(20))])
+    return bytes([kind]) + len(body).to_bytes(4, "big") + body
+
+
+def pg_tuple_round(rng: random.Random, inputs: int) -> int:
+    from bizevents.capture.exceptions import ProtocolError
+    from bizevents.capture.postgres import pgoutput
+
+    def outcome(call: Callable[[], Any]) -> tuple[str, Any]:
+        try:
+            return ("value", repr(call()))
+        except ProtocolError as exc:
+            return ("error", str(exc))
+
+    done = 0
+    while done < inputs:
+        values = [_tuple_value(rng) for _ in range(rng.randrange(8))]
+        body = len(values).to_bytes(2, "big") + b"".join(values)
+        data = b"I" + (mutate(rng, body) if rng.random() < 0.9 else body)
+        pos = rng.choice([1, 1, 1, rng.randrange(len(data) + 3)])
+        got = outcome(lambda: pgoutput._compiled_tuple_data("I", data, pos))  # noqa: B023
+        want = outcome(lambda: pgoutput._python_tuple_data("I", data, pos))  # noqa: B023
+        expect(got == want, "pg_tuple", (data, pos), got, want)
+        done += 1
+    return done
+
+
+def pg_record_round(rng: random.Random, inputs: int) -> int:
+    from bizevents.capture.postgres import codec as codec_module
+    from bizevents.capture.postgres.messages import Column, Relation
+    from bizevents.capture.postgres.types import PgTypeMapper
+    from bizevents.contracts.logical import UNAVAILABLE
+
+    columns = [(20, -1), (21, -1), (16, -1), (25, -1), (1700, (12 << 16 | 2) + 4), (1184, -1)]
+    relation = Relation(
+        1, "public", "t", "d", tuple(Column(0, f"c{i}", o, m) for i, (o, m) in enumerate(columns))
+    )
+    codecs = [
+        codec_module.TableCodec(
+            server="s",
+            database="d",
+            topic="s.public.t",
+            relation=relation,
+            key_names=["c0", "c2"],
+            types=PgTypeMapper(),
+            key_nullable=nullable,
+        )
+        for nullable in (False, True)
+    ]
+    texts = ["0", "-1", "9" * 18, "9" * 19, "-" + "9" * 40, "t", "f", "true", "", " 1", "é✓"]
+    texts += ["1.50", "NaN", "2024-05-01 10:34:56+00", "infinity", "x" * 300]
+    others: list[Any] = [None, UNAVAILABLE, b"b"]
+    done = 0
+    while done < inputs:
+        codec = rng.choice(codecs)
+        values = tuple(
+            rng.choice(texts) if rng.random() < 0.85 else rng.choice(others)
+            for _ in range(rng.choice([6, 6, 6, 5, 7]))
+        )
+        for slots, write in (
+            (codec._value_slots, codec._write_row),
+            (codec._key_slots, codec._write_key),
+        ):
+            got = verdict(lambda: write(values))  # noqa: B023
+            want = verdict(lambda: codec_module._python_record(slots)(values))  # noqa: B023
+            expect(got == want, "pg_record", values, got, want)
+        done += 1
+    return done
+
+
 ROUNDS: dict[str, Callable[[random.Random, int], int]] = {
     "reader": reader_round,
     "decoder": decoder_round,
@@ -539,6 +619,8 @@ ROUNDS: dict[str, Callable[[random.Random, int], int]] = {
     "logical": logical_round,
     "file_record": file_record_round,
     "event_id": event_id_round,
+    "pg_tuple": pg_tuple_round,
+    "pg_record": pg_record_round,
 }
 
 
