@@ -568,28 +568,46 @@ def pg_tuple_round(rng: random.Random, inputs: int) -> int:
     return done
 
 
-def pg_record_round(rng: random.Random, inputs: int) -> int:
-    from bizevents.capture.postgres import codec as codec_module
+#: A table of every column kind the compiled record writes itself, and some it hands to
+#: the Python writer: (name, type oid, typmod); keyed by ``id`` and ``flag``.
+PG_COLUMNS = [
+    ("id", 20, -1),
+    ("small", 21, -1),
+    ("flag", 16, -1),
+    ("name", 25, -1),
+    ("price", 1700, (12 << 16 | 2) + 4),
+    ("at", 1184, -1),
+    ("n", 23, -1),
+]
+
+
+def pg_codecs() -> dict[bool, Any]:
+    """The table codec of :data:`PG_COLUMNS`, by whether its key fields are nullable."""
+    from bizevents.capture.postgres.codec import TableCodec
     from bizevents.capture.postgres.messages import Column, Relation
     from bizevents.capture.postgres.types import PgTypeMapper
-    from bizevents.contracts.logical import UNAVAILABLE
 
-    columns = [(20, -1), (21, -1), (16, -1), (25, -1), (1700, (12 << 16 | 2) + 4), (1184, -1)]
-    relation = Relation(
-        1, "public", "t", "d", tuple(Column(0, f"c{i}", o, m) for i, (o, m) in enumerate(columns))
-    )
-    codecs = [
-        codec_module.TableCodec(
-            server="s",
-            database="d",
-            topic="s.public.t",
-            relation=relation,
-            key_names=["c0", "c2"],
+    columns = tuple(Column(0, n, o, m) for n, o, m in PG_COLUMNS)
+    codecs = {}
+    for nullable in (False, True):
+        codecs[nullable] = TableCodec(
+            server="srv",
+            database="db",
+            topic="srv.public.t",
+            relation=Relation(16500, "public", "t", "d", columns),
+            key_names=["id", "flag"],
             types=PgTypeMapper(),
             key_nullable=nullable,
         )
-        for nullable in (False, True)
-    ]
+        codecs[nullable].set_schema_ids(7, 8)
+    return codecs
+
+
+def pg_record_round(rng: random.Random, inputs: int) -> int:
+    from bizevents.capture.postgres import codec as codec_module
+    from bizevents.contracts.logical import UNAVAILABLE
+
+    codecs = list(pg_codecs().values())
     texts = ["0", "-1", "9" * 18, "9" * 19, "-" + "9" * 40, "t", "f", "true", "", " 1", "é✓"]
     texts += ["1.50", "NaN", "2024-05-01 10:34:56+00", "infinity", "x" * 300]
     others: list[Any] = [None, UNAVAILABLE, b"b"]
@@ -598,7 +616,7 @@ def pg_record_round(rng: random.Random, inputs: int) -> int:
         codec = rng.choice(codecs)
         values = tuple(
             rng.choice(texts) if rng.random() < 0.85 else rng.choice(others)
-            for _ in range(rng.choice([6, 6, 6, 5, 7]))
+            for _ in range(rng.choice([7, 7, 7, 6, 8]))
         )
         for slots, write in (
             (codec._value_slots, codec._write_row),

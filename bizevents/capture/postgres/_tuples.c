@@ -217,20 +217,18 @@ fail:
     return NULL;
 }
 
+PyDoc_STRVAR(tuple_data_doc, "One pgoutput TupleData at pos: (values, position after it).");
+PyDoc_STRVAR(record_doc, "The Avro record of one tuple, by a table's plan.");
+
 static PyMethodDef methods[] = {
-    {"tuple_data", (PyCFunction)(void (*)(void))tuple_data, METH_FASTCALL,
-     "One pgoutput TupleData at pos: (values, position after it)."},
-    {"record", (PyCFunction)(void (*)(void))record, METH_FASTCALL,
-     "The Avro record of one tuple, by a table's plan."},
+    {"tuple_data", (PyCFunction)(void (*)(void))tuple_data, METH_FASTCALL, tuple_data_doc},
+    {"record", (PyCFunction)(void (*)(void))record, METH_FASTCALL, record_doc},
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT,
-    .m_name = "_tuples",
-    .m_doc = "pgoutput tuples in C (see capture/postgres/pgoutput.py and codec.py).",
-    .m_size = -1,
-    .m_methods = methods,
-};
+/* The module "_tuples": no state of its own (m_size -1). */
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_tuples",
+                                    "pgoutput tuples in C (see capture/postgres/pgoutput.py).",
+                                    -1, methods, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__tuples(void) { return PyModule_Create(&module); }

@@ -76,6 +76,18 @@ def _ts(micros: int) -> datetime:
 # -- messages ----------------------------------------------------------------------
 
 
+class _Committed:
+    """A message that carries its transaction's commit time (``commit_ts``)."""
+
+    __slots__ = ()
+    commit_ts: int
+
+    @property
+    def commit_time(self) -> datetime:
+        """``commit_ts`` as an aware UTC datetime."""
+        return _ts(self.commit_ts)
+
+
 @dataclass(frozen=True, slots=True)
 class Column:
     """One column of a :class:`Relation`; ``flags`` bit 1 marks a replica-identity key."""
@@ -119,7 +131,7 @@ class Relation:
 
 
 @dataclass(frozen=True, slots=True)
-class Begin:
+class Begin(_Committed):
     """``B``: a transaction starts; its commit will be at ``final_lsn``.
 
     ``commit_ts`` is microseconds since the Unix epoch (the protocol counts from
@@ -130,14 +142,9 @@ class Begin:
     commit_ts: int
     xid: int
 
-    @property
-    def commit_time(self) -> datetime:
-        """``commit_ts`` as an aware UTC datetime."""
-        return _ts(self.commit_ts)
-
 
 @dataclass(frozen=True, slots=True)
-class Commit:
+class Commit(_Committed):
     """``C``: the transaction committed at ``commit_lsn``; ``end_lsn`` is past its record.
 
     ``end_lsn`` is the position to confirm to the server once every change of the
@@ -148,11 +155,6 @@ class Commit:
     commit_lsn: int
     end_lsn: int
     commit_ts: int
-
-    @property
-    def commit_time(self) -> datetime:
-        """``commit_ts`` as an aware UTC datetime."""
-        return _ts(self.commit_ts)
 
 
 @dataclass(frozen=True, slots=True)

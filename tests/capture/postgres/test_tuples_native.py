@@ -14,24 +14,11 @@ from hypothesis import strategies as st
 from bizevents.capture.exceptions import ProtocolError
 from bizevents.capture.postgres import codec as codec_module
 from bizevents.capture.postgres import pgoutput
-from bizevents.capture.postgres.codec import TableCodec
-from bizevents.capture.postgres.messages import Column, Relation, TupleData
-from bizevents.capture.postgres.types import PgTypeMapper
+from bizevents.capture.postgres.messages import TupleData
 from bizevents.contracts.logical import UNAVAILABLE
+from tests.hostile import PG_COLUMNS, pg_codecs
 
 SETTINGS = settings(max_examples=400, deadline=None)
-
-# (name, type oid, typmod): every column the compiled record writes itself, and some it
-# hands to the Python writer
-COLUMNS = [
-    ("id", 20, -1),
-    ("small", 21, -1),
-    ("flag", 16, -1),
-    ("name", 25, -1),
-    ("price", 1700, (12 << 16 | 2) + 4),
-    ("at", 1184, -1),
-    ("n", 23, -1),
-]
 
 
 def outcome(call: Callable[[], Any]) -> tuple[str, Any]:
@@ -95,22 +82,7 @@ def test_a_tuple_reads_as_the_pythons(case: tuple[bytes, int]) -> None:
 # -- records -----------------------------------------------------------------------------
 
 
-def table_codec(key_nullable: bool) -> TableCodec:
-    relation = Relation(16500, "public", "t", "d", tuple(Column(0, n, o, m) for n, o, m in COLUMNS))
-    codec = TableCodec(
-        server="srv",
-        database="db",
-        topic="srv.public.t",
-        relation=relation,
-        key_names=["id", "flag"],
-        types=PgTypeMapper(),
-        key_nullable=key_nullable,
-    )
-    codec.set_schema_ids(7, 8)
-    return codec
-
-
-CODECS = {nullable: table_codec(nullable) for nullable in (False, True)}
+CODECS = pg_codecs()
 
 TEXT_VALUE = st.one_of(
     st.integers(-(2**70), 2**70).map(str),
@@ -125,10 +97,10 @@ TEXT_VALUE = st.one_of(
 )
 #: Mostly text: a value that is not text sends the whole tuple to the Python.
 ROW = st.lists(
-    st.one_of(TEXT_VALUE, st.none()), min_size=len(COLUMNS), max_size=len(COLUMNS) + 1
+    st.one_of(TEXT_VALUE, st.none()), min_size=len(PG_COLUMNS), max_size=len(PG_COLUMNS) + 1
 ).map(tuple)
 ANY_VALUE = st.one_of(TEXT_VALUE, st.none(), st.just(UNAVAILABLE), st.binary(max_size=4))
-ANY_ROW = st.lists(ANY_VALUE, min_size=len(COLUMNS), max_size=len(COLUMNS) + 1).map(tuple)
+ANY_ROW = st.lists(ANY_VALUE, min_size=len(PG_COLUMNS), max_size=len(PG_COLUMNS) + 1).map(tuple)
 
 
 @SETTINGS
