@@ -609,7 +609,8 @@ def pg_record_round(rng: random.Random, inputs: int) -> int:
 
     codecs = list(pg_codecs().values())
     texts = ["0", "-1", "9" * 18, "9" * 19, "-" + "9" * 40, "t", "f", "true", "", " 1", "é✓"]
-    texts += ["1.50", "NaN", "2024-05-01 10:34:56+00", "infinity", "x" * 300]
+    texts += ["1.50", "NaN", "-.05", "1.5", "1.2.3", "9" * 17 + ".99", "x" * 300, "infinity"]
+    texts += [f"2024-05-01 10:34:56{f}+00" for f in ("", ".", ".1", ".123456", ".1234567")]
     others: list[Any] = [None, UNAVAILABLE, b"b"]
     done = 0
     while done < inputs:

@@ -10,9 +10,10 @@
  *       Python's offset and reason, which pgoutput.py makes a ProtocolError.
  *   record(plan, fallback, values) -> bytes
  *       The Avro record of one tuple, as codec.py's compiled Python writes it. plan is
- *       a tuple of (index, how, optional, writer) per field; how is 1 for a string, 2
- *       for an integer, 3 for a boolean and 0 for "call writer(text)". A text that is not
- *       the plain form (an integer of more than 18 digits, a sign, spaces) goes to
+ *       a tuple of (index, how, optional, writer, scale) per field; how is 1 for a
+ *       string, 2 for an integer, 3 for a boolean, 4 for a numeric of that scale, 5 for
+ *       a timestamptz in UTC, and 0 for "call writer(text)". A text that is not the
+ *       plain form (more than 18 digits, a plus sign, spaces, another offset) goes to
  *       writer too; a value that is not text (NULL in a required field, an unchanged
  *       TOAST, bytes) sends the whole tuple to fallback(values), the Python's own path.
  *
@@ -120,7 +121,7 @@ fail:
 
 /* -- record ---------------------------------------------------------------------------- */
 
-enum { HOW_WRITER = 0, HOW_STRING = 1, HOW_INTEGER = 2, HOW_BOOLEAN = 3 };
+enum { HOW_WRITER, HOW_STRING, HOW_INTEGER, HOW_BOOLEAN, HOW_NUMERIC, HOW_UTC_TIMESTAMP };
 
 /* The integer of a plain decimal text ("-?[0-9]{1,18}"); 0 if the text is anything else. */
 static int plain_integer(const char *s, Py_ssize_t n, long long *out) {
@@ -151,11 +152,64 @@ static int put_written(Text *out, PyObject *writer, PyObject *text) {
     return done;
 }
 
+/* numeric(p, scale)'s text with exactly scale fraction digits as fastavro writes its
+ * unscaled value: the bytes of (bit length + 8) / 8 of two's complement, big-endian.
+ * 0 if the text is not that plain form (the writer then takes the Decimal's way). */
+static int put_numeric(Text *out, const char *s, Py_ssize_t n, long scale) {
+    char digits[20];
+    Py_ssize_t count = 0, i = 0;
+    const char *dot = memchr(s, '.', (size_t)n);
+    if (dot == NULL ? scale != 0 : (n - (dot - s) - 1) != scale) return 0;
+    if (n > 0 && s[0] == '-') digits[count++] = s[i++];
+    for (; i < n; i++) {
+        if (s + i == dot) continue;
+        if (count >= 19) return 0;
+        digits[count++] = s[i];
+    }
+    long long value;
+    if (!plain_integer(digits, count, &value)) return 0;
+    unsigned long long magnitude = value < 0 ? 0ULL - (unsigned long long)value : (unsigned long long)value;
+    int bits = 0;
+    while (magnitude >> bits) bits++;
+    int width = (bits + 8) / 8;
+    unsigned char bytes[11];
+    int length = zigzag(width, bytes);
+    for (int b = 0; b < width; b++)
+        bytes[length + b] = (unsigned char)((unsigned long long)value >> (8 * (width - 1 - b)));
+    return text_add(out, (const char *)bytes, length + width) < 0 ? -1 : 1;
+}
+
+/* 'YYYY-MM-DD HH:MM:SS[.f{0,6}]+00' (the session runs in UTC) as Debezium's ISO text
+ * 'YYYY-MM-DDTHH:MM:SS[.ffffff]Z', without looking at the digits, as the writer's
+ * shortcut does; 0 for any other text. */
+static int put_utc_timestamp(Text *out, PyObject *text) {
+    if (!PyUnicode_IS_ASCII(text)) return 0;
+    const char *s = (const char *)PyUnicode_DATA(text);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    if (n < 22 || memcmp(s + n - 3, "+00", 3) != 0 || s[10] != ' ' || s[4] != '-') return 0;
+    if (n > 22 && (s[19] != '.' || n > 29)) return 0;
+    char iso[28];
+    memcpy(iso, s, 10);
+    iso[10] = 'T';
+    memcpy(iso + 11, s + 11, 8);
+    Py_ssize_t length = 19;
+    if (n > 22) {
+        Py_ssize_t fraction = n - 23;
+        iso[length++] = '.';
+        memcpy(iso + length, s + 20, (size_t)fraction);
+        memset(iso + length + fraction, '0', (size_t)(6 - fraction));
+        length += 6;
+    }
+    iso[length++] = 'Z';
+    return put_blob_of(out, iso, length) < 0 ? -1 : 1;
+}
+
 /* One field's text, as its writer would write it. */
-static int put_text(Text *out, long how, PyObject *writer, PyObject *text) {
+static int put_text(Text *out, long how, long scale, PyObject *writer, PyObject *text) {
     Py_ssize_t n;
     const char *s;
     long long integer;
+    int done;
     switch (how) {
         case HOW_STRING:
             s = PyUnicode_AsUTF8AndSize(text, &n);
@@ -169,6 +223,16 @@ static int put_text(Text *out, long how, PyObject *writer, PyObject *text) {
             s = PyUnicode_AsUTF8AndSize(text, &n);
             if (s == NULL) return -1;
             if (n == 1 && (s[0] == 't' || s[0] == 'f')) return text_add(out, s[0] == 't' ? "\1" : "\0", 1);
+            break;
+        case HOW_NUMERIC:
+            s = PyUnicode_AsUTF8AndSize(text, &n);
+            if (s == NULL) return -1;
+            done = put_numeric(out, s, n, scale);
+            if (done != 0) return done < 0 ? -1 : 0;
+            break;
+        case HOW_UTC_TIMESTAMP:
+            done = put_utc_timestamp(out, text);
+            if (done != 0) return done < 0 ? -1 : 0;
             break;
         default:
             break;
@@ -187,19 +251,21 @@ static PyObject *record(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssi
     text_init(&out);
     for (Py_ssize_t i = 0; i < fields; i++) {
         PyObject *field = PyTuple_GET_ITEM(plan, i);
-        if (!PyTuple_CheckExact(field) || PyTuple_GET_SIZE(field) != 4) {
-            PyErr_SetString(PyExc_TypeError, "a plan's field is (index, how, optional, writer)");
+        if (!PyTuple_CheckExact(field) || PyTuple_GET_SIZE(field) != 5) {
+            PyErr_SetString(PyExc_TypeError,
+                            "a plan's field is (index, how, optional, writer, scale)");
             goto fail;
         }
         Py_ssize_t index = PyLong_AsSsize_t(PyTuple_GET_ITEM(field, 0));
         long how = PyLong_AsLong(PyTuple_GET_ITEM(field, 1));
         int optional = PyObject_IsTrue(PyTuple_GET_ITEM(field, 2));
+        long scale = PyLong_AsLong(PyTuple_GET_ITEM(field, 4));
         if (PyErr_Occurred()) goto fail;
         if (index < 0 || index >= width) goto slow;
         PyObject *value = PyTuple_GET_ITEM(values, index);
         if (PyUnicode_CheckExact(value)) {
             if (optional && text_add(&out, "\2", 1) < 0) goto fail;
-            if (put_text(&out, how, PyTuple_GET_ITEM(field, 3), value) < 0) goto fail;
+            if (put_text(&out, how, scale, PyTuple_GET_ITEM(field, 3), value) < 0) goto fail;
         } else if (value == Py_None && optional) {
             if (text_add(&out, "\0", 1) < 0) goto fail;
         } else {

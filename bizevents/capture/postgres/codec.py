@@ -106,6 +106,18 @@ def _boolean(text: str) -> bytes:
 _HOW: Final[dict[Writer, int]] = {_text: 1, _integer: 2, _boolean: 3}
 
 
+def _how(ct: ColumnType, parse: Callable[[str], Any] | None, write: Writer) -> tuple[int, int]:
+    """How capture/postgres/_tuples.c writes what ``write`` (:func:`_writer`'s) writes:
+    itself (a kind and a numeric's scale) or, ``0``, by calling ``write``."""
+    if write in _HOW:
+        return _HOW[write], 0
+    if ct.kind is Kind.DECIMAL and parse is _numeric_parser:
+        return 4, ct.scale or 0
+    if ct.kind is Kind.ZONED_TIMESTAMP and parse is not None:
+        return 5, 0
+    return 0, 0
+
+
 def _writer(ct: ColumnType, parse: Callable[[str], Any] | None) -> Writer:
     """text → Avro bytes of a non-null value of this column type."""
     kind = ct.kind
@@ -231,6 +243,7 @@ class _Slot:
     write: Writer
     optional: bool
     unavailable: bytes | None
+    how: tuple[int, int] = (0, 0)  # the C's way to write it (:func:`_how`)
 
 
 def _compile_record(slots: Sequence[_Slot]) -> Callable[[TupleData], bytes]:
@@ -238,7 +251,7 @@ def _compile_record(slots: Sequence[_Slot]) -> Callable[[TupleData], bytes]:
     :func:`_python_record`'s."""
     if _tuples is None:
         return _python_record(slots)
-    plan = tuple((s.index, _HOW.get(s.write, 0), s.optional, s.write) for s in slots)
+    plan = tuple((s.index, s.how[0], s.optional, s.write, s.how[1]) for s in slots)
     function: Callable[[TupleData], bytes] = partial(_tuples.record, plan, partial(_record, slots))
     return function
 
@@ -347,9 +360,9 @@ class TableCodec(RegisteredCodec):
 
         def slot(c: Column, f: Field) -> _Slot:
             parse = types._direct(c.type_oid, c.type_modifier, table, c.name)
-            return _Slot(
-                index[c.name], c.name, _writer(f.type, parse), f.optional, _unavailable(f.type)
-            )
+            write = _writer(f.type, parse)
+            how = _how(f.type, parse, write)
+            return _Slot(index[c.name], c.name, write, f.optional, _unavailable(f.type), how)
 
         self._value_slots = tuple(slot(c, f) for c, f in zip(kept, value_fields, strict=True))
         self._key_slots = tuple(slot(c, f) for c, f in zip(key_columns, key_fields, strict=True))

@@ -94,6 +94,11 @@ TEXT_VALUE = st.one_of(
     st.sampled_from(["9223372036854775807", "-9223372036854775808", "-" + "9" * 19]),
     st.sampled_from(["2024-05-01 10:34:56.123456+00", "infinity", "2024-05-01 10:34:56+00"]),
     st.text(max_size=10),
+    # numerics with the dot anywhere, timestamps with fractions of any length
+    st.tuples(st.integers(-(10**20), 10**20), st.integers(0, 4)).map(
+        lambda t: str(t[0])[: len(str(t[0])) - t[1]] + "." + str(t[0])[len(str(t[0])) - t[1] :]
+    ),
+    st.text("0123456789", max_size=8).map(lambda f: f"2024-05-01 10:34:56.{f}+00"),
 )
 #: Mostly text: a value that is not text sends the whole tuple to the Python.
 ROW = st.lists(
@@ -144,6 +149,27 @@ EDGES = [
     "false",
     "",
     "é",
+    "1.5",
+    "1.500",
+    "-.50",
+    "5.",
+    ".",
+    "-",
+    "1.2.3",
+    "-99999999999999999.99",
+    "9999999999999999.99",
+    "+1.50",
+    "1_0.00",
+    "٣.00",
+    "2024-05-01 10:34:56+00",
+    "2024-05-01 10:34:56.+00",
+    "2024-05-01 10:34:56.123456+00",
+    "2024-05-01 10:34:56.1234567+00",
+    "2024-05-01 10:34:56x123+00",
+    "2024-05-01 10:34:56.5+05",
+    "2024-05-01T10:34:56+00",
+    "é024-05-01 10:34:56+00",
+    "infinity",
 ]
 VALID: TupleData = ("1", "2", "t", "x", "1.50", "2024-05-01 10:34:56+00", "3")
 
