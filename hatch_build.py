@@ -35,8 +35,9 @@ def _build_module(root: str) -> ModuleType:
 
 
 class CompiledReader(BuildHookInterface):  # type: ignore[misc]
-    """A wheel carries the extensions (``_native*.so``, ``_lineage*.so``), built for the
-    interpreter that builds the wheel; an editable install builds it in place."""
+    """A wheel carries the extensions (``_native*.so``, ``_lineage*.so``, ``_tuples*.so``),
+    built for the interpreter that builds the wheel; an editable install builds them in
+    place."""
 
     def initialize(self, version: str, build_data: dict[str, Any]) -> None:
         module = _build_module(self.root)

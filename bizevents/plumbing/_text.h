@@ -1,6 +1,7 @@
 /* What the project's C extensions share (contracts/avro_codegen/_native.c,
- * translators/_lineage.c): a growing byte buffer and the Avro varints and decimal text
- * written into it. Header-only (static inline): each extension compiles its own copy.
+ * translators/_lineage.c, capture/postgres/_tuples.c): a growing byte buffer and the Avro
+ * varints and decimal text written into it. Header-only (static inline): each extension
+ * compiles its own copy.
  */
 #ifndef BIZEVENTS_TEXT_H
 #define BIZEVENTS_TEXT_H
