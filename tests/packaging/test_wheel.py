@@ -61,6 +61,7 @@ def test_the_only_top_level_name_is_bizevents(dists: Distributions) -> None:
     # the compiled reader, force-included by hatch_build.py
     assert any(n.startswith("bizevents/contracts/avro_codegen/_native.") for n in names)
     assert any(n.startswith("bizevents/translators/_lineage.") for n in names)
+    assert any(n.startswith("bizevents/capture/postgres/_tuples.") for n in names)
 
 
 def test_the_wheel_is_manylinux_2_17_as_the_docs_say(dists: Distributions) -> None:
@@ -207,6 +208,7 @@ def test_the_sdist_builds_without_a_compiler_into_a_wheel_that_runs(
     assert {
         "bizevents-0.1.0/bizevents/contracts/avro_codegen/_native.c",
         "bizevents-0.1.0/bizevents/translators/_lineage.c",
+        "bizevents-0.1.0/bizevents/capture/postgres/_tuples.c",
         "bizevents-0.1.0/bizevents/plumbing/_text.h",
     } <= held
     built = uv(
