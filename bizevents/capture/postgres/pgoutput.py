@@ -122,13 +122,13 @@ def _python_tuple_data(kind: str, data: bytes, pos: int) -> tuple[TupleData, int
         length_at = _I32.unpack_from
         for _ in range(count):
             k = data[pos]
-            if k == _T:
+            if k in (_T, _B):
                 (length,) = length_at(data, pos + 1)
                 start = pos + 5
                 stop = start + length
                 if length < 0 or stop > end:
                     raise ProtocolError(kind, start - 4, f"bad value length {length}")
-                append(data[start:stop].decode())
+                append(data[start:stop].decode() if k == _T else data[start:stop])
                 pos = stop
             elif k == _N:
                 append(None)
@@ -136,14 +136,6 @@ def _python_tuple_data(kind: str, data: bytes, pos: int) -> tuple[TupleData, int
             elif k == _U:
                 append(UNAVAILABLE)
                 pos += 1
-            elif k == _B:
-                (length,) = length_at(data, pos + 1)
-                start = pos + 5
-                stop = start + length
-                if length < 0 or stop > end:
-                    raise ProtocolError(kind, start - 4, f"bad value length {length}")
-                append(data[start:stop])
-                pos = stop
             else:
                 raise ProtocolError(kind, pos, f"unknown TupleData kind {k!r}")
     except _LOW_LEVEL as exc:
