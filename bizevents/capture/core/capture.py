@@ -3,8 +3,8 @@ acknowledgement tracker, codecs, schema registrar, state store), back-pressure, 
 wait for acknowledgements, the dead-letter route, the snapshot ledger and the run loop
 with its reconnect backoff.
 
-Nothing here knows PostgreSQL or MySQL: :mod:`bizevents.capture.postgres.core` and
-:mod:`bizevents.capture.mariadb.capture` build on it.
+Nothing here knows PostgreSQL or MySQL: ``postgres.runner.PostgresCapture`` and
+``mariadb.capture.MysqlCapture`` are each one class over :class:`CaptureCore`.
 """
 
 import signal
