@@ -10,7 +10,7 @@ Nothing here knows PostgreSQL or MySQL: ``postgres.runner.PostgresCapture`` and
 import signal
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -86,24 +86,6 @@ class Session:
     tracker: AckTracker = field(default_factory=AckTracker)
     #: Per-table codecs, keyed as the source names its tables (an oid, a table map).
     codecs: dict[Any, Any] = field(default_factory=dict)
-
-
-class StreamReader:
-    """What both sources' stream readers share: their loop, and the connection their
-    incremental snapshots read chunks on, closed when the loop ends."""
-
-    chunks: Any = None
-
-    def loop(self) -> None:
-        raise NotImplementedError
-
-    def run(self) -> None:
-        try:
-            self.loop()
-        finally:
-            if self.chunks is not None:
-                with suppress(Exception):
-                    self.chunks.close()
 
 
 def chunk_condition(pending: Pending, columns: list[str]) -> Condition | None:

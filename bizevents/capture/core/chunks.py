@@ -23,7 +23,7 @@ from bizevents.capture.core.offsets import AckTracker, Tx
 from bizevents.capture.core.state import Pending
 from bizevents.capture.exceptions import CaptureError
 
-__all__ = ["SLICE", "Chunk", "ChunkDriver", "ChunkHost", "ChunkSource", "Drain"]
+__all__ = ["SLICE", "Chunk", "ChunkDriver", "ChunkHost", "ChunkSource", "Drain", "WriteRow"]
 
 #: Rows of a chunk fetched or written per slice: a stream change waits for one slice at
 #: most, not for a whole chunk.
@@ -73,6 +73,11 @@ class ChunkSource(Protocol):
         """The closed window's ``rows`` were written: the source's event counts."""
 
 
+#: ``CaptureCore.snapshot_row``: ``(codec, table, key, row, source, ts, tx)``, whether
+#: the row was written (else dead-lettered).
+WriteRow = Callable[[Any, str, bytes | None, Any, bytes, bytes, Tx], bool]
+
+
 class ChunkHost(Protocol):
     """What the driver asks of its capture."""
 
@@ -83,16 +88,8 @@ class ChunkHost(Protocol):
     @property
     def session(self) -> Session: ...
 
-    def snapshot_row(
-        self,
-        codec: Any,
-        table: str,
-        key: bytes | None,
-        row: Any,
-        source: bytes,
-        ts: bytes,
-        tx: Tx,
-    ) -> bool: ...
+    @property
+    def snapshot_row(self) -> WriteRow: ...
 
 
 @dataclass(slots=True)

@@ -13,7 +13,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from bizevents.capture.core.capture import Session, Stop
+from bizevents.capture.core.capture import Stop
+from bizevents.capture.core.chunks import ChunkHost
 from bizevents.capture.core.codec import encoded_ts
 from bizevents.capture.core.offsets import Tx
 from bizevents.capture.metrics import CaptureStats
@@ -21,27 +22,11 @@ from bizevents.capture.metrics import CaptureStats
 __all__ = ["SnapshotTable", "SnapshotWriter", "write_tables"]
 
 
-class SnapshotWriter(Protocol):
-    """What :func:`write_tables` asks of its capture."""
+class SnapshotWriter(ChunkHost, Protocol):
+    """What :func:`write_tables` asks of its capture (the chunk driver's too)."""
 
     stats: CaptureStats
-    log: Any
-    stopping: bool
     progress: Callable[[str, int, int], None] | None
-
-    @property
-    def session(self) -> Session: ...
-
-    def snapshot_row(
-        self,
-        codec: Any,
-        table: str,
-        key: bytes | None,
-        row: Any,
-        source: bytes,
-        ts: bytes,
-        tx: Tx,
-    ) -> bool: ...
 
     def check_delivery(self) -> None: ...
 

@@ -26,14 +26,10 @@ from pymysqlreplication.row_event import (
     WriteRowsEvent,
 )
 
-from bizevents.capture.config import CaptureConfig
-from bizevents.capture.core.capture import CaptureEndpoints, Session, StreamReader
 from bizevents.capture.core.chunks import ChunkDriver
-from bizevents.capture.core.incremental import Incremental
 from bizevents.capture.core.offsets import AckTracker, Tx
-from bizevents.capture.core.quarantine import Quarantine
-from bizevents.capture.core.signals import Signal, SignalError, read_signal, row_key
-from bizevents.capture.core.state import Pending
+from bizevents.capture.core.reader import StreamHost, StreamReader
+from bizevents.capture.core.signals import read_signal, row_key
 from bizevents.capture.core.transactions import NoBlocks, TxBlocks
 from bizevents.capture.exceptions import CaptureError
 from bizevents.capture.mariadb import queries as my
@@ -46,12 +42,10 @@ from bizevents.capture.mariadb.codec import (
 )
 from bizevents.capture.mariadb.quarantine import MysqlParking, RowAt, kind_of
 from bizevents.capture.mariadb.queries import BinlogPosition
-from bizevents.capture.metrics import CaptureStats
 from bizevents.contracts.binary import LENGTHS, NULL_BRANCH, VALUE_BRANCH, zigzag
 from bizevents.contracts.technical import AVRO_OPS
 from bizevents.contracts.technical.transaction import transaction_topic
 from bizevents.plumbing.kafka import produce
-from bizevents.plumbing.parking import ParkedKeys
 
 __all__ = ["BinlogHost", "BinlogReader", "read_binlog"]
 
@@ -68,16 +62,10 @@ _NULL, _SOME = NULL_BRANCH, VALUE_BRANCH
 _C, _U, _D = AVRO_OPS["c"], AVRO_OPS["u"], AVRO_OPS["d"]
 
 
-class BinlogHost(Protocol):
+class BinlogHost(StreamHost, Protocol):
     """What the binlog's reader asks of its capture
-    (:class:`~bizevents.capture.mariadb.capture.MysqlCapture`)."""
+    (:class:`~bizevents.capture.mariadb.capture.MysqlCapture`), beyond a reader's."""
 
-    config: CaptureConfig
-    endpoints: CaptureEndpoints
-    stats: CaptureStats
-    log: Any
-    stopping: bool
-    incremental: Incremental | None
     #: The configured tables (``database.table``).
     tables: frozenset[str]
     #: The JSON columns per table (the binlog gives their text in MySQL's binary form).
@@ -86,13 +74,7 @@ class BinlogHost(Protocol):
     position: BinlogPosition | None
     mariadb: bool
     server_id: int
-    #: The parked keys (None unless ``on_conversion_error = "park"``).
-    parking: ParkedKeys | None
-    quarantine: Quarantine
     parked: MysqlParking
-
-    @property
-    def session(self) -> Session: ...
 
     def replica_id(self) -> int: ...
 
@@ -101,33 +83,6 @@ class BinlogHost(Protocol):
     def commit(self, tx: Tx, position: BinlogPosition) -> None: ...
 
     def store_position(self, force: bool = False) -> None: ...
-
-    def transaction_blocks(self) -> NoBlocks: ...
-
-    def on_signal(self, sig: Signal | SignalError, row: str | None = None) -> None: ...
-
-    def poll_signals(self, wait_s: float = 0) -> None: ...
-
-    def check_delivery(self) -> None: ...
-
-    def drain(self) -> None: ...
-
-    def wait_acknowledged(self) -> None: ...
-
-    def backpressure(self, keepalive: Callable[[], None] | None = None) -> None: ...
-
-    def stop_failed_snapshot(self, pending: Pending, reason: str) -> None: ...
-
-    def snapshot_row(
-        self,
-        codec: Any,
-        table: str,
-        key: bytes | None,
-        row: Any,
-        source: bytes,
-        ts: bytes,
-        tx: Tx,
-    ) -> bool: ...
 
 
 def read_binlog(capture: BinlogHost) -> None:

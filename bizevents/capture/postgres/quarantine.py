@@ -37,8 +37,10 @@ from bizevents.capture.postgres.pgoutput import PgOutputDecoder, blank_values
 from bizevents.capture.postgres.types import PgTypeMapper
 
 __all__ = [
+    "ParkedBehind",
     "PgParking",
     "PgParkingHost",
+    "RowChange",
     "TxInfo",
     "context_record",
     "relation_of",
@@ -95,6 +97,18 @@ def relation_of(context: dict[str, Any]) -> Relation:
         raise ValueError(f"not a capture context: {exc}") from exc
 
 
+#: ``PostgresCapture.row_change``: one change's records sent (``m``, its codec, its
+#: ``source`` bytes, the envelopes' stamp, the send); how many.
+RowChange = Callable[
+    [Insert | Update | Delete, TableCodec, bytes, Callable[[str], bytes], Callable[..., None]],
+    int,
+]
+#: :meth:`PgParking.parked_behind`.
+ParkedBehind = Callable[
+    [Insert | Update | Delete, TableCodec, bytes, int, "TxInfo", Callable[..., None]], int | None
+]
+
+
 class PgParkingHost(Protocol):
     """What PostgreSQL's parking asks of its capture."""
 
@@ -108,14 +122,8 @@ class PgParkingHost(Protocol):
 
     def register(self, codec: Any, table: str) -> None: ...
 
-    def row_change(
-        self,
-        m: Insert | Update | Delete,
-        codec: TableCodec,
-        src: bytes,
-        stamp: Callable[[str], bytes],
-        send: Callable[..., None],
-    ) -> int: ...
+    @property
+    def row_change(self) -> RowChange: ...
 
 
 class PgParking:

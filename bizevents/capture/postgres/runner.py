@@ -113,6 +113,8 @@ class PostgresCapture(CaptureCore):
         self.quarantine = Quarantine(self, self.parked)
         #: The parked keys (None unless ``on_conversion_error = "park"``), read per change.
         self.parking = self.quarantine.parking
+        #: What the reader's ``on_row`` asks of a change of a table with parked keys.
+        self.parked_behind = self.parked.parked_behind
 
     def closing(self) -> None:
         self.quarantine.close_requests()
@@ -422,15 +424,3 @@ class PostgresCapture(CaptureCore):
             value_schema_id=self.session.codecs[oid].value_schema_id,
         )
         return True
-
-    def parked_behind(
-        self,
-        m: Insert | Update | Delete,
-        codec: TableCodec,
-        raw: bytes,
-        lsn: int,
-        tx: TxInfo,
-        send: Callable[..., None],
-    ) -> int | None:
-        """:meth:`PgParking.parked_behind` (the reader's ``on_row`` asks the capture)."""
-        return self.parked.parked_behind(m, codec, raw, lsn, tx, send)

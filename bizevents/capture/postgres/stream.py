@@ -15,17 +15,12 @@ from typing import Any, Protocol
 import psycopg2
 import psycopg2.extras
 
-from bizevents.capture.config import CaptureConfig
-from bizevents.capture.core.capture import CaptureEndpoints, Session, StreamReader
 from bizevents.capture.core.chunks import ChunkDriver
-from bizevents.capture.core.incremental import Incremental
 from bizevents.capture.core.offsets import Tx
-from bizevents.capture.core.quarantine import Quarantine
-from bizevents.capture.core.signals import Signal, SignalError, read_signal, row_key
-from bizevents.capture.core.state import Pending
+from bizevents.capture.core.reader import StreamHost, StreamReader
+from bizevents.capture.core.signals import read_signal, row_key
 from bizevents.capture.core.transactions import NoBlocks
 from bizevents.capture.exceptions import CaptureError
-from bizevents.capture.metrics import CaptureStats
 from bizevents.capture.postgres import queries as pg
 from bizevents.capture.postgres.chunks import SlotChunks
 from bizevents.capture.postgres.codec import TableCodec
@@ -41,11 +36,10 @@ from bizevents.capture.postgres.messages import (
     format_lsn,
 )
 from bizevents.capture.postgres.pgoutput import PgOutputDecoder
-from bizevents.capture.postgres.quarantine import TxInfo
+from bizevents.capture.postgres.quarantine import ParkedBehind, RowChange, TxInfo
 from bizevents.contracts.technical.source import EncodedSource
 from bizevents.contracts.technical.transaction import transaction_topic
 from bizevents.plumbing.kafka import produce
-from bizevents.plumbing.parking import ParkedKeys
 
 __all__ = ["SlotHost", "SlotReader", "read_slot"]
 
@@ -53,93 +47,47 @@ __all__ = ["SlotHost", "SlotReader", "read_slot"]
 _POLL_EVERY = 512  # messages between producer polls on a busy stream
 
 
-class SlotHost(Protocol):
-    """What the slot's reader asks of its capture
-    (:class:`~bizevents.capture.postgres.runner.PostgresCapture`)."""
+#: ``PostgresCapture.unconvertible``: a change that did not convert, handled; its records.
+Unconvertible = Callable[
+    [
+        Insert | Update | Delete,
+        bytes,
+        int,
+        CaptureError,
+        pg.Connection,
+        bytes,
+        NoBlocks,
+        Callable[..., None],
+        TxInfo,
+    ],
+    int,
+]
 
-    config: CaptureConfig
-    stats: CaptureStats
-    log: Any
-    stopping: bool
-    incremental: Incremental | None
-    #: The parked keys (None unless ``on_conversion_error = "park"``).
-    parking: ParkedKeys | None
-    quarantine: Quarantine
+
+class SlotHost(StreamHost, Protocol):
+    """What the slot's reader asks of its capture
+    (:class:`~bizevents.capture.postgres.runner.PostgresCapture`), beyond a reader's."""
+
     #: The newest position confirmed to the slot.
     last_sent_lsn: int
-
-    @property
-    def session(self) -> Session: ...
-
-    def transaction_blocks(self) -> NoBlocks: ...
 
     def feedback(self, cursor: psycopg2.extras.ReplicationCursor, force: bool) -> None: ...
 
     def on_relation(self, relation: Relation, side: pg.Connection) -> None: ...
 
-    def row_change(
-        self,
-        m: Insert | Update | Delete,
-        codec: TableCodec,
-        src: bytes,
-        stamp: Callable[[str], bytes],
-        send: Callable[..., None],
-    ) -> int: ...
+    @property
+    def row_change(self) -> RowChange: ...
 
-    def unconvertible(
-        self,
-        m: Insert | Update | Delete,
-        raw: bytes,
-        lsn: int,
-        exc: CaptureError,
-        side: pg.Connection,
-        src: bytes,
-        blocks: NoBlocks,
-        send: Callable[..., None],
-        tx: TxInfo,
-    ) -> int: ...
+    @property
+    def unconvertible(self) -> Unconvertible: ...
 
-    def parked_behind(
-        self,
-        m: Insert | Update | Delete,
-        codec: TableCodec,
-        raw: bytes,
-        lsn: int,
-        tx: TxInfo,
-        send: Callable[..., None],
-    ) -> int | None: ...
+    @property
+    def parked_behind(self) -> ParkedBehind: ...
 
-    def on_signal(self, sig: Signal | SignalError, row: str | None = None) -> None: ...
-
-    def poll_signals(self, wait_s: float = 0) -> None: ...
-
-    def check_delivery(self) -> None: ...
-
-    def drain(self) -> None: ...
-
-    def wait_acknowledged(self) -> None: ...
-
-    def backpressure(self, keepalive: Callable[[], None] | None = None) -> None: ...
-
-    # What the chunks ask too (bizevents.capture.postgres.chunks, bizevents.capture.core.chunks).
-    endpoints: CaptureEndpoints
-
+    # What its chunks ask (bizevents.capture.postgres.chunks).
     def info_named(self, qualified: str) -> pg.TableInfo | None: ...
 
     def codec(self, relation: Relation, info: pg.TableInfo) -> TableCodec: ...
-
-    def stop_failed_snapshot(self, pending: Pending, reason: str) -> None: ...
-
-    def snapshot_row(
-        self,
-        codec: Any,
-        table: str,
-        key: bytes | None,
-        row: Any,
-        source: bytes,
-        ts: bytes,
-        tx: Tx,
-    ) -> bool: ...
 
 
 def read_slot(

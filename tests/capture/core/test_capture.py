@@ -308,19 +308,21 @@ class _Flaky(_Core):
         raise Stop
 
 
+def _unreachable(tmp_path: Path, closed: str) -> tuple[CaptureConfig, CaptureEndpoints]:
+    """A capture's settings whose Kafka and registry refuse every connection."""
+    kafka = {"bootstrap.servers": closed}
+    endpoints = CaptureEndpoints(
+        "postgresql://u@h/db", kafka, {"url": f"http://{closed}"}, tmp_path
+    )
+    return CaptureConfig(server="shop", tables=("public.t",)), endpoints
+
+
 def test_run_retries_a_lost_source_with_backoff_and_ends_on_stop(
     tmp_path: Path, closed_address: str
 ) -> None:
     """Each lost connection is counted and retried; :class:`Stop` ends the run, the
     session closed behind it."""
-    cfg = CaptureConfig(server="shop", tables=("public.t",))
-    kafka = {"bootstrap.servers": closed_address}
-    flaky = _Flaky(
-        cfg,
-        CaptureEndpoints(
-            "postgresql://u@h/db", kafka, {"url": "http://" + closed_address}, tmp_path
-        ),
-    )
+    flaky = _Flaky(*_unreachable(tmp_path, closed_address))
     flaky.run()
     assert flaky.attempts == 3 and flaky.stats.reconnects == 2
     with pytest.raises(AssertionError, match="capture is not running"):
@@ -334,14 +336,7 @@ def test_a_failure_that_is_not_a_lost_connection_ends_the_run(
         def lost(self, exc: BaseException) -> bool:
             return False
 
-    cfg = CaptureConfig(server="shop", tables=("public.t",))
-    kafka = {"bootstrap.servers": closed_address}
-    core = _Refusing(
-        cfg,
-        CaptureEndpoints(
-            "postgresql://u@h/db", kafka, {"url": "http://" + closed_address}, tmp_path
-        ),
-    )
+    core = _Refusing(*_unreachable(tmp_path, closed_address))
     with pytest.raises(TransientError, match="went away"):
         core.run()
     assert core.attempts == 1 and core.stats.reconnects == 0
