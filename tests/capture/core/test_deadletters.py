@@ -1,7 +1,7 @@
 """Capture's dead letters (pure, a fake producer): the headers, and a record the broker
 refused for good sent again alone, acknowledged if taken, else dead-lettered in its
 place; a refused dead letter stops capture. Against the real broker:
-tests/integration/test_hostile_records.py."""
+tests/capture/test_capture_refused.py."""
 
 from __future__ import annotations
 
