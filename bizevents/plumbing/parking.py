@@ -26,8 +26,9 @@ See docs/parking.md for the design (ordering, crashes, rebalances).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeVar
 
 from bizevents.plumbing.errors import TerminalError
 
@@ -41,6 +42,7 @@ __all__ = [
     "Request",
     "Unparked",
     "ref_key",
+    "refs_behind",
 ]
 
 #: The header that marks a dead-letter record as parked (value ``1``).
@@ -53,6 +55,7 @@ STAGE_PARKED: Final = "parked"
 OnError = Literal["park", "dead-letter", "fail"]
 #: (translator name, technical topic, partition, record key)
 Ref = tuple[str, str, int, bytes]
+T = TypeVar("T")
 
 
 class ParkingBoundError(TerminalError):
@@ -63,6 +66,16 @@ def ref_key(ref: Ref) -> bytes:
     """The parked topic's key of ``ref``."""
     name, topic, partition, key = ref
     return f"park|{name}|{topic}|{partition}|{key.hex()}".encode()
+
+
+def refs_behind(ref: Ref, after: int, parked: Iterable[tuple[Ref, int, T]]) -> list[T]:
+    """Of ``parked`` (each with its ref and offset), ``ref``'s past offset ``after``, in
+    offset order, each once (a crash may have parked one twice)."""
+    found: dict[int, T] = {}
+    for its_ref, offset, item in parked:
+        if its_ref == ref and offset > after:
+            found.setdefault(offset, item)
+    return [found[offset] for offset in sorted(found)]
 
 
 def ref_of(key: bytes) -> Ref | None:

@@ -34,6 +34,7 @@ from bizevents.plumbing.parking import (
     Ref,
     Request,
     ref_key,
+    refs_behind,
 )
 from bizevents.plumbing.parkingio import read_requests, read_to_end
 from bizevents.translators.pipeline import Pipeline
@@ -80,22 +81,14 @@ def parked_of(msg: Any) -> ParkedRecord | None:
 def parked_records(messages: Sequence[Any], ref: Ref, after: int) -> list[ParkedRecord]:
     """``ref``'s parked changes among dead-letter ``messages`` with a source offset past
     ``after``, in source order, each once (a crash may have parked one twice)."""
-    name, topic, partition, key = ref
-    found: dict[int, ParkedRecord] = {}
-    for msg in messages:
-        parked = parked_of(msg)
-        if parked is None:
-            continue
-        source = parked.source
-        if (
-            parked.translator.partition("@")[0] == name
-            and source.topic == topic
-            and source.partition == partition
-            and (source.key or b"") == key
-            and source.offset > after
-        ):
-            found.setdefault(source.offset, parked)
-    return [found[offset] for offset in sorted(found)]
+    records = (p for p in map(parked_of, messages) if p is not None)
+    return refs_behind(ref, after, ((_ref_of(p), p.source.offset, p) for p in records))
+
+
+def _ref_of(parked: ParkedRecord) -> Ref:
+    source = parked.source
+    name = parked.translator.partition("@")[0]
+    return name, source.topic, source.partition, source.key or b""
 
 
 Produce = Callable[[Sequence[OutRecord]], Awaitable[list[asyncio.Future[Any]]]]
