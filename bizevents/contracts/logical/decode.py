@@ -74,16 +74,6 @@ def _json_decimal(value: Any, scale: int) -> Decimal:
     raise TypeError(f"expected a decimal, got {type(value).__name__}")
 
 
-def _json_string(value: Any) -> Any:
-    if value == UNAVAILABLE_MARKER:
-        return UNAVAILABLE
-    return _str(value)
-
-
-def _avro_string(value: Any) -> Any:
-    return UNAVAILABLE if value == UNAVAILABLE_MARKER else value
-
-
 #: The attribute that carries a converter's :func:`native_conversion`.
 _NATIVE: Final = "native_conversion"
 #: The converters whose result a compiled reader may get by calling ``fromisoformat``
@@ -107,20 +97,6 @@ def native_conversion(convert: Converter) -> tuple[Any, Any, Any, bool] | None:
     return found
 
 
-def _json_bytes(value: Any) -> Any:
-    if value == _UNAVAILABLE_B64:
-        return UNAVAILABLE
-    return _b64(value)
-
-
-def _avro_bytes(value: Any) -> Any:
-    return UNAVAILABLE if value == _UNAVAILABLE_BYTES else value
-
-
-setattr(_avro_string, _NATIVE, (UNAVAILABLE_MARKER, UNAVAILABLE, None, False))
-setattr(_avro_bytes, _NATIVE, (_UNAVAILABLE_BYTES, UNAVAILABLE, None, False))
-
-
 def _unavailable_or(convert: Converter) -> Converter:
     def decode(value: Any) -> Any:
         if value == UNAVAILABLE_MARKER:
@@ -141,6 +117,13 @@ def _unavailable_if(placeholder: Any, convert: Converter | None) -> Converter:
 
     setattr(decode, _NATIVE, (placeholder, UNAVAILABLE, convert, False))
     return decode
+
+
+# Strings and bytes, each wire with its placeholder for an unchanged TOASTed value.
+_json_string = _unavailable_if(UNAVAILABLE_MARKER, _str)
+_avro_string = _unavailable_if(UNAVAILABLE_MARKER, None)
+_json_bytes = _unavailable_if(_UNAVAILABLE_B64, _b64)
+_avro_bytes = _unavailable_if(_UNAVAILABLE_BYTES, None)
 
 
 def _variable_decimal(bytes_of: Converter) -> Converter:
