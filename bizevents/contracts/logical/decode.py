@@ -11,6 +11,7 @@ from typing import Any, Final
 from bizevents.contracts.binary import decimal_from_unscaled
 from bizevents.contracts.logical.model import (
     _ANY,
+    _CLOCKS,
     _CONNECT_SHAPE,
     _UNAVAILABLE_B64,
     _UNAVAILABLE_BYTES,
@@ -277,19 +278,13 @@ def _decoder_for(ct: ColumnType, wire: Wire, ranges: bool) -> Converter | None:
         return None
     if kind is Kind.DATE:
         return date_from_days
-    if kind is Kind.TIME_MILLIS:
-        return lambda v: time_from_micros(_int(v) * 1000)
-    if kind is Kind.TIME_MICROS:
-        return time_from_micros
-    if kind is Kind.TIME_NANOS:
-        return lambda v: time_from_micros(_int(v) // 1000)
-    if kind is Kind.TIMESTAMP_MILLIS:
-        return lambda v: timestamp_from_micros(_int(v) * 1000)
-    if kind is Kind.TIMESTAMP_MICROS:
-        return timestamp_from_micros
-    if kind is Kind.TIMESTAMP_NANOS:
-        # Python's datetime stops at microseconds: nanoseconds are floored.
-        return lambda v: timestamp_from_micros(_int(v) // 1000)
+    if kind in _CLOCKS:
+        timestamp, divisor, multiplier = _CLOCKS[kind]
+        from_micros = timestamp_from_micros if timestamp else time_from_micros
+        if divisor == multiplier:
+            return from_micros
+        # Python's datetime and time stop at microseconds: nanoseconds are floored.
+        return lambda v: from_micros(_int(v) * divisor // multiplier)
     if kind is Kind.ZONED_TIMESTAMP:
         return _unavailable_or(_zoned_timestamp)
     if kind is Kind.ZONED_TIME:

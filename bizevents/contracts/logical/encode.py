@@ -7,11 +7,12 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal
-from typing import Any, Final
+from typing import Any
 
 from bizevents.contracts.binary import signed_bytes, unscaled
 from bizevents.contracts.logical.model import (
     _ANY,
+    _CLOCKS,
     _MICRO,
     _UNAVAILABLE_B64,
     _UNAVAILABLE_BYTES,
@@ -125,17 +126,6 @@ def _enc_timestamp(divisor: int, multiplier: int) -> Converter:
     return encode
 
 
-#: The times and timestamps: the encoder, and microseconds' divisor and multiplier.
-_CLOCKS: Final[dict[Kind, tuple[Callable[[int, int], Converter], int, int]]] = {
-    Kind.TIME_MILLIS: (_enc_time, 1000, 1),
-    Kind.TIME_MICROS: (_enc_time, 1, 1),
-    Kind.TIME_NANOS: (_enc_time, 1, 1000),
-    Kind.TIMESTAMP_MILLIS: (_enc_timestamp, 1000, 1),
-    Kind.TIMESTAMP_MICROS: (_enc_timestamp, 1, 1),
-    Kind.TIMESTAMP_NANOS: (_enc_timestamp, 1, 1000),
-}
-
-
 def _enc_uuid(value: Any) -> str:
     if not isinstance(value, uuid.UUID):
         raise TypeError(f"expected a UUID, got {type(value).__name__}")
@@ -214,8 +204,8 @@ def encoder_for(ct: ColumnType, wire: Wire) -> Converter:
     if kind is Kind.DATE:
         return _enc_date
     if kind in _CLOCKS:
-        make, divisor, multiplier = _CLOCKS[kind]
-        return make(divisor, multiplier)
+        timestamp, divisor, multiplier = _CLOCKS[kind]
+        return (_enc_timestamp if timestamp else _enc_time)(divisor, multiplier)
     if kind is Kind.ZONED_TIMESTAMP:
         return _enc_unavailable_str(_enc_typed_then(datetime, _iso_zoned_timestamp))
     if kind is Kind.ZONED_TIME:
