@@ -570,14 +570,7 @@ OPTIONAL_SERVICES: tuple[Service, ...] = (MariaDB(),)
 
 
 def as_dict(started: Started) -> dict[str, Any]:
-    return {
-        "pid": started.pid,
-        "start_ticks": started.start_ticks,
-        "port": started.port,
-        "endpoint": started.endpoint,
-        "log": started.log,
-        "extra": dict(started.extra),
-    }
+    return dataclasses.asdict(started)
 
 
 def from_dict(raw: dict[str, Any]) -> Started:
