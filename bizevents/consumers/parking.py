@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from bizevents.contracts.business import HEADER_DLQ_REASON, HEADER_DLQ_STAGE
-from bizevents.plumbing.parking import PARKED_EXTRA_HEADERS, PARKED_HEADER, Ref, refs_behind
+from bizevents.contracts.business import dead_letter_cause
+from bizevents.plumbing.parking import PARKED_EXTRA_HEADERS, Ref, is_parked, refs_behind
 
 __all__ = [
     "HEADER_CONSUMER_GROUP",
@@ -57,7 +57,7 @@ def parked_event_of(msg: Any) -> ParkedEvent | None:
     if len(headers) < PARKED_EXTRA_HEADERS:
         return None
     ours = dict(headers[-PARKED_EXTRA_HEADERS:])  # never the original's own headers
-    if ours.get(PARKED_HEADER) != b"1" or HEADER_CONSUMER_GROUP not in ours:
+    if not is_parked(ours) or HEADER_CONSUMER_GROUP not in ours:
         return None
     try:
         return ParkedEvent(
@@ -68,8 +68,7 @@ def parked_event_of(msg: Any) -> ParkedEvent | None:
             msg.key(),
             msg.value(),
             [(k, v) for k, v in headers[:-PARKED_EXTRA_HEADERS] if isinstance(v, bytes)],
-            (ours.get(HEADER_DLQ_STAGE) or b"").decode(errors="replace"),
-            (ours.get(HEADER_DLQ_REASON) or b"").decode(errors="replace"),
+            *dead_letter_cause(ours),
         )
     except ValueError:
         return None

@@ -26,7 +26,7 @@ See docs/parking.md for the design (ordering, crashes, rebalances).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final, Literal, TypeVar
 
@@ -34,6 +34,7 @@ from bizevents.plumbing.errors import TerminalError
 
 __all__ = [
     "PARKED_HEADER",
+    "PARKED_MARK",
     "OnError",
     "Parked",
     "ParkedKeys",
@@ -41,12 +42,15 @@ __all__ = [
     "Ref",
     "Request",
     "Unparked",
+    "is_parked",
     "ref_key",
     "refs_behind",
 ]
 
 #: The header that marks a dead-letter record as parked (value ``1``).
 PARKED_HEADER: Final = "bizevents.dlq.parked"
+#: That header as a parked record carries it.
+PARKED_MARK: Final = (PARKED_HEADER, b"1")
 #: Headers the pipeline appends to a parked record after the original ones.
 PARKED_EXTRA_HEADERS: Final = 8
 #: The stage of a change parked behind its key's failing change (never translated).
@@ -60,6 +64,11 @@ T = TypeVar("T")
 
 class ParkingBoundError(TerminalError):
     """One more key would pass ``translate.max_parked_keys``."""
+
+
+def is_parked(headers: Mapping[str, Any]) -> bool:
+    """Whether a dead-letter record with these ``headers`` (by name) is marked parked."""
+    return headers.get(PARKED_HEADER) == PARKED_MARK[1]
 
 
 def ref_key(ref: Ref) -> bytes:

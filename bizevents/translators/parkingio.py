@@ -20,19 +20,15 @@ from typing import Any
 
 import structlog
 
-from bizevents.contracts.business import (
-    HEADER_DLQ_REASON,
-    HEADER_DLQ_STAGE,
-    HEADER_TRANSLATOR,
-)
+from bizevents.contracts.business import HEADER_DLQ_REASON, HEADER_TRANSLATOR, dead_letter_cause
 from bizevents.plumbing.kafka import partition_for
 from bizevents.plumbing.member import restore_parked
 from bizevents.plumbing.parking import (
     PARKED_EXTRA_HEADERS,
-    PARKED_HEADER,
     ParkedKeys,
     Ref,
     Request,
+    is_parked,
     ref_key,
     refs_behind,
 )
@@ -61,7 +57,7 @@ def parked_of(msg: Any) -> ParkedRecord | None:
     """The parked change a dead-letter message holds (None: not a parked record)."""
     headers = msg.headers() or []
     found = dict(headers)
-    if found.get(PARKED_HEADER) != b"1" or len(headers) < PARKED_EXTRA_HEADERS:
+    if not is_parked(found) or len(headers) < PARKED_EXTRA_HEADERS:
         return None
     if HEADER_PARKED_KEY in found:
         return None  # the transaction worker's (bizevents.translators.txparking)
@@ -72,8 +68,7 @@ def parked_of(msg: Any) -> ParkedRecord | None:
     return ParkedRecord(
         source,
         (found.get(HEADER_TRANSLATOR) or b"").decode(),
-        (found.get(HEADER_DLQ_STAGE) or b"").decode(),
-        (found.get(HEADER_DLQ_REASON) or b"").decode(errors="replace"),
+        *dead_letter_cause(found),
         msg.offset(),
     )
 

@@ -155,12 +155,7 @@ class _JsonDocumentDecoder(_BytesDecoder):
         return self.decode_key_doc(_loads(key, self.exact_numbers, "the key"))
 
     def _value_bytes(
-        self,
-        value: bytes,
-        key: Row | None,
-        where: Coordinates,
-        headers: Headers,
-        columns: Columns = None,
+        self, value: bytes, key: Row | None, where: Coordinates, headers: Headers, columns: Columns
     ) -> ChangeEvent:
         doc = _loads(value, self.exact_numbers, "the value")
         return self.decode_value_doc(doc, key, where, headers)

@@ -92,12 +92,7 @@ class AutoDecoder(_BytesDecoder):
         return self._json.decode_key_doc(_loads(key, True, "the key"))
 
     def _value_bytes(
-        self,
-        value: bytes,
-        key: Row | None,
-        where: Coordinates,
-        headers: Headers,
-        columns: Columns = None,
+        self, value: bytes, key: Row | None, where: Coordinates, headers: Headers, columns: Columns
     ) -> ChangeEvent:
         if _sniff(value, "the value") == "avro":
             return self._avro_decoder("the value").decode_value(value, key, where, headers, columns)

@@ -167,7 +167,8 @@ def envelope_builder(names: tuple[str, ...]) -> Callable[..., tuple[Any, ...]] |
 SourceTable: TypeAlias = tuple[tuple[str, str], ...]
 #: ``unchanged(key, value) -> bool`` (see ``gate`` of the decoders).
 Gate: TypeAlias = Callable[[bytes | None, bytes], bool]
-#: ``(value, key's row, where, headers, columns) -> event``: a decoder's value step.
+#: ``(value, key's row, where, headers, columns) -> event``: a decoder's value step,
+#: always given all five (so an override's ``columns`` needs no default).
 ValueStep: TypeAlias = Callable[[bytes, Row | None, Coordinates, Headers, Columns], ChangeEvent]
 #: ``(key, value, where, headers, columns) -> event or None``: a decoder's one step.
 FastStep: TypeAlias = Callable[
