@@ -10,6 +10,9 @@ from typing import Any, Final
 
 from bizevents.contracts.binary import decimal_from_unscaled
 from bizevents.contracts.logical import model
+
+# The placeholders a converter compares each value with are read by name, the rest
+# of the model through the module.
 from bizevents.contracts.logical.model import (
     _UNAVAILABLE_B64,
     _UNAVAILABLE_BYTES,

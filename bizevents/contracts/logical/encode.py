@@ -11,7 +11,11 @@ from typing import Any
 
 from bizevents.contracts.binary import signed_bytes, unscaled
 from bizevents.contracts.logical import model
+
+# The placeholders a converter compares each value with are read by name, the rest
+# of the model through the module.
 from bizevents.contracts.logical.model import (
+    _MICRO,
     _UNAVAILABLE_B64,
     _UNAVAILABLE_BYTES,
     UNAVAILABLE,
@@ -206,7 +210,7 @@ def encoder_for(ct: model.ColumnType, wire: model.Wire) -> model.Converter:
     if kind is model.Kind.ZONED_TIME:
         return _enc_unavailable_str(_enc_typed_then(time, _iso_zoned_time))
     if kind is model.Kind.INTERVAL_MICROS:
-        return _enc_typed_then(timedelta, lambda v: v // model._MICRO)
+        return _enc_typed_then(timedelta, lambda v: v // _MICRO)
     if kind is model.Kind.UUID:
         return _enc_unavailable_str(_enc_uuid)
     if kind is model.Kind.JSON:
