@@ -16,7 +16,7 @@ from faust.types import TP
 from bizevents.contracts.business import HEADER_SOURCE_OFFSET, dead_letter_cause
 from bizevents.plumbing.errors import TerminalError, TransientError
 from bizevents.plumbing.kafka import partition_for
-from bizevents.plumbing.parking import PARKED_HEADER
+from bizevents.plumbing.parking import is_parked
 from bizevents.plumbing.process import settle_collector
 from bizevents.translators._faust import (
     BlockAcker,
@@ -193,7 +193,7 @@ class BlockRunner:
         headers = dict(out.headers)
         stage, reason = dead_letter_cause(headers)
         bound.warning(
-            "parked" if PARKED_HEADER in headers else "dead-lettered",
+            "parked" if is_parked(headers) else "dead-lettered",
             offset=int(headers.get(HEADER_SOURCE_OFFSET) or b"-1"),
             translator=out.translator or None,
             stage=stage,
