@@ -169,40 +169,47 @@ class Counter:
         self.consumer.close()
 
 
-def through_connect(
-    endpoints: Any,
-    props: dict[str, str],
-    folder: Path,
-    topic: str,
-    count: int,
-    tools: Path,
-    before: int = 0,
-    settle_s: float = 0,
-) -> Figure:
-    """Debezium's connector on ``props`` in Kafka Connect standalone writing to the
-    stack's Kafka: from the first record in ``topic`` after the ``before`` it held until
-    ``count`` more."""
+@dataclass
+class Job:
+    """One Debezium run: its server (topic prefix), table and changes to wait for;
+    ``warm``: the embedded engine's timed from that change on; Connect's: ``before``,
+    the records its topic already held, and ``settle_s`` to wait (its offsets flushed)
+    before it is stopped."""
 
+    server: str
+    table: str
+    count: int
+    snapshot: bool = False
+    warm: int = 1
+    before: int = 0
+    settle_s: float = 0
+
+
+def through_connect(peers: Any, props: dict[str, str], folder: Path, job: Job) -> Figure:
+    """Debezium's connector on ``props`` in Kafka Connect standalone writing to the
+    stack's Kafka: from the first record in the job's topic after those it held until
+    ``job.count`` more."""
+    endpoints, tools, count = peers.endpoints, peers.tools, job.count
     worker = harness.connect_worker_properties(
         endpoints.bootstrap_servers,
         folder,
         **{"key.converter.schemas.enable": "false", "value.converter.schemas.enable": "false"},
     )
     connector = harness.connect_connector_properties(props)
-    counter = Counter(endpoints.bootstrap_servers, topic)
+    counter = Counter(endpoints.bootstrap_servers, peers.topic(job.server, job.table))
     connect = harness.start_connect(worker, connector, folder, tools=tools)
     try:
         deadline = time.monotonic() + 1800
         first: tuple[float, float, int] | None = None
         while True:
             connect.check_alive()
-            n = counter.count() - before
+            n = counter.count() - job.before
             now = time.perf_counter()
             if first is None and n > 0:
                 first = (now, process_cpu_seconds(connect.process.pid), n)
             if n >= count and first is not None:
                 cpu = process_cpu_seconds(connect.process.pid)
-                time.sleep(settle_s)
+                time.sleep(job.settle_s)
                 return figure(count - first[2], now - first[0], cpu - first[1])
             if time.monotonic() > deadline:
                 sys.exit(f"Debezium through Connect: {n} of {count} records: {connect.tail()}")
@@ -211,28 +218,13 @@ def through_connect(
         counter.close()
 
 
-def debezium(
-    peers: Any,
-    endpoints: Any,
-    tmp: Path,
-    via: str,
-    server: str,
-    table: str,
-    count: int,
-    snapshot: bool,
-    warm: int = 1,
-    before: int = 0,
-    settle_s: float = 0,
-) -> Figure:
-    """Debezium ``via`` the embedded engine or Connect, on ``table``: its first ``count``
-    changes (Connect: after the ``before`` records its topic held; stopped ``settle_s``
-    later, its offsets flushed)."""
-    props = {**peers.debezium_props(server, table, snapshot), **BATCHING}
-    folder = tmp / f"{server}-{via}"  # a MariaDB seed's offsets stay there for the next run
+def debezium(peers: Any, via: str, job: Job) -> Figure:
+    """Debezium ``via`` the embedded engine or Connect."""
+    props = {**peers.debezium_props(job.server, job.table, job.snapshot), **BATCHING}
+    folder = peers.tmp / f"{job.server}-{via}"  # a MariaDB seed's offsets stay there
     if via == "embedded":
-        return embedded(props, folder, count, warm, peers.tools)
-    topic = peers.topic(server, table)
-    return through_connect(endpoints, props, folder, topic, count, peers.tools, before, settle_s)
+        return embedded(props, folder, job.count, job.warm, peers.tools)
+    return through_connect(peers, props, folder, job)
 
 
 class Postgres:
@@ -436,7 +428,7 @@ class MariaDb:
         if via == "bizevents":
             self.bizevents(server, table, snapshot=True)
         else:
-            debezium(self, self.endpoints, self.tmp, via, server, table, 1, True, settle_s=3)
+            debezium(self, via, Job(server, table, 1, snapshot=True, settle_s=3))
 
     #: the records a reader's topic holds before the changes: the seed's snapshot read
     seeded = 1
@@ -473,16 +465,14 @@ def one_run(
         )
         warm = args.changes // 2 if args.warm_up else 1
         for via in vias:
-            figures[f"debezium {via} stream"] = debezium(
-                db, endpoints, tmp, via, servers[via], stream, args.changes, False, warm, db.seeded
-            )
+            job = Job(servers[via], stream, args.changes, warm=warm, before=db.seeded)
+            figures[f"debezium {via} stream"] = debezium(db, via, job)
         figures["bizevents snapshot"] = figure(
             args.snapshot_rows, *db.bizevents(f"{servers['bizevents']}s", snap, snapshot=True)
         )
         for via in vias:
-            figures[f"debezium {via} snapshot"] = debezium(
-                db, endpoints, tmp, via, f"{servers[via]}s", snap, args.snapshot_rows, True
-            )
+            job = Job(f"{servers[via]}s", snap, args.snapshot_rows, snapshot=True)
+            figures[f"debezium {via} snapshot"] = debezium(db, via, job)
     return figures
 
 
