@@ -138,6 +138,13 @@ def read_binlog(capture: BinlogHost) -> None:
     capture.session.tracker = AckTracker()
 
 
+def event_start(event: Any) -> int:
+    """Where a binlog event begins in its file: ``SHOW BINLOG EVENTS``' ``Pos`` and
+    Debezium's ``source.pos``. The packet's ``event_size`` is the whole event's, header
+    and checksum in (the event's own leaves both out)."""
+    return int(event.packet.log_pos) - int(event.packet.event_size)
+
+
 class BinlogReader(StreamReader):
     """One stream's loop: binlog events to envelopes, offsets stored between them."""
 
@@ -185,7 +192,7 @@ class BinlogReader(StreamReader):
         """Where row ``row`` of the rows ``event`` is (a parked row's context)."""
         return RowAt(
             str(self.stream.log_file),
-            int(event.packet.log_pos) - int(event.event_size),
+            event_start(event),
             row,
             self.gtid,
             int(event.packet.server_id),
@@ -261,7 +268,7 @@ class BinlogReader(StreamReader):
         tx = self.tx = self.tracker.begin(None)
         self.ack = tx.ack
         if tx_id is None:
-            tx_id = f"{self.stream.log_file}:{int(event.packet.log_pos) - int(event.event_size)}"
+            tx_id = f"{self.stream.log_file}:{event_start(event)}"
         self.blocks.start_id(tx_id, int(event.timestamp) * 1000, int(time.time() * 1000))
         return tx
 
@@ -363,7 +370,7 @@ class BinlogReader(StreamReader):
             "snapshot": "false",
             "server_id": int(event.packet.server_id),
             "file": str(self.stream.log_file),
-            "pos": int(event.packet.log_pos) - int(event.event_size),
+            "pos": event_start(event),
             "gtid": self.gtid,
         }
 
