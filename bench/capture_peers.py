@@ -43,10 +43,13 @@ package registry this project reaches). Run it on a quiet machine (``uptime``).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
+import shutil
 import statistics
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -220,7 +223,7 @@ def through_connect(peers: Any, props: dict[str, str], folder: Path, job: Job) -
 
 def debezium(peers: Any, via: str, job: Job) -> Figure:
     """Debezium ``via`` the embedded engine or Connect."""
-    props = {**peers.debezium_props(job.server, job.table, job.snapshot), **BATCHING}
+    props = {**peers.debezium_props(job.server, (job.table,), job.snapshot), **BATCHING}
     folder = peers.tmp / f"{job.server}-{via}"  # a MariaDB seed's offsets stay there
     if via == "embedded":
         return embedded(props, folder, job.count, job.warm, peers.tools)
@@ -264,25 +267,22 @@ class Postgres:
             f"now(), g % 2 = 0 FROM generate_series(1, {int(rows)}) g"
         )
 
-    def bizevents(self, server: str, table: str, snapshot: bool) -> tuple[float, float]:
-        """Until the snapshot is done, or every change written so far acknowledged."""
+    def runner(self, server: str, tables: tuple[str, ...], snapshot: bool, partitions: int) -> Any:
+        """bizevents capture of ``tables`` (the first's publication) on ``server``'s slot."""
         from bizevents.capture.config import CaptureConfig
         from bizevents.capture.metrics import CaptureStats
-        from bizevents.capture.postgres.messages import parse_lsn
         from bizevents.capture.postgres.runner import CaptureEndpoints, PostgresCapture
 
-        end = parse_lsn(self.sql("SELECT pg_current_wal_insert_lsn()::text")[0])
         config = CaptureConfig(
             server=server,
-            tables=(table,),
+            tables=tables,
             slot=self.slot(server),
-            publication=self.pubs[table],
-            partitions=3,
+            publication=self.pubs[tables[0]],
+            partitions=partitions,
             snapshot="initial" if snapshot else "never",  # a slot made beforehand: "never"
             heartbeat_interval_s=1.0,
         )
-        stats = CaptureStats(server, config.slot_name)
-        runner = PostgresCapture(
+        return PostgresCapture(
             config,
             CaptureEndpoints(
                 self.dsn,
@@ -290,19 +290,29 @@ class Postgres:
                 {"url": self.endpoints.registry_url},
                 self.tmp / server,
             ),
-            stats=stats,
+            stats=CaptureStats(server, config.slot_name),
         )
+
+    def bizevents(self, server: str, table: str, snapshot: bool) -> tuple[float, float]:
+        """Until the snapshot is done, or every change written so far acknowledged."""
+        from bizevents.capture.postgres.messages import parse_lsn
+
+        end = parse_lsn(self.sql("SELECT pg_current_wal_insert_lsn()::text")[0])
+        runner = self.runner(server, (table,), snapshot, partitions=3)
+        stats = runner.stats
         if snapshot:
             return timed_capture(runner, lambda: stats.snapshot_done)
         return timed_capture(runner, lambda: stats.acknowledged_lsn >= end)
 
-    def debezium_props(self, server: str, table: str, snapshot: bool) -> dict[str, str]:
+    def debezium_props(
+        self, server: str, tables: tuple[str, ...], snapshot: bool
+    ) -> dict[str, str]:
         return harness.postgres_properties(
             self.dsn,
             server,
             self.slot(server),
-            self.pubs[table],
-            [table],
+            self.pubs[tables[0]],
+            list(tables),
             **{
                 "snapshot.mode": "initial" if snapshot else "no_data",
                 "publication.autocreate.mode": "disabled",
@@ -312,6 +322,39 @@ class Postgres:
 
     def topic(self, server: str, table: str) -> str:
         return f"{server}.{table}"
+
+    def create_incremental(self, inc: str, tick: str, sig: str, rows: int) -> None:
+        """The incremental snapshot's table of ``rows`` rows, the stream's table and the
+        signal table, in one publication."""
+        from bizevents.capture.core.signals import signal_table_ddl
+
+        for t in (inc, tick):
+            self.sql(f"CREATE TABLE {t} {COLUMNS.format(text='text', time='timestamptz')}")
+        self.sql(signal_table_ddl(sig, mysql=False))
+        pub = f"{inc.split('.')[1]}_pub"
+        self.sql(f"CREATE PUBLICATION {pub} FOR TABLE {inc}, {tick}, {sig}")
+        self.pubs.update({inc: pub, tick: pub, sig: pub})  # dropped with them
+        self.sql(
+            f"INSERT INTO {inc} SELECT g, 'customer ' || g, g % 97, g * 1.25, "
+            f"now(), g % 2 = 0 FROM generate_series(1, {int(rows)}) g"
+        )
+
+    def reader(self, server: str) -> None:
+        """The reader's slot, made as it starts: it reads no earlier reader's changes."""
+        self.sql(f"SELECT pg_create_logical_replication_slot('{self.slot(server)}', 'pgoutput')")
+
+    def writer(self) -> Callable[..., None]:
+        """Runs a statement on a connection of its own, each its own transaction."""
+        conn = psycopg2.connect(self.dsn)
+        conn.autocommit = True
+
+        def write(statement: str, params: tuple[str, ...] = ()) -> None:
+            with conn.cursor() as cur:
+                cur.execute(statement, params or None)
+
+        return write
+
+    now = "now()"
 
     def seed(self, server: str, table: str, via: str) -> None:
         """PostgreSQL's slots hold the start: nothing to do."""
@@ -374,19 +417,23 @@ class MariaDb:
             f"seq * 1.25, NOW(6), seq % 2 = 0 FROM seq_1_to_{int(rows)}"
         )
 
-    def bizevents(self, server: str, table: str, snapshot: bool) -> tuple[float, float]:
-        """Until the snapshot is done, or the stored position covers every change written
-        so far (resuming from the position ``server``'s offsets topic holds)."""
+    def runner(self, server: str, tables: tuple[str, ...], snapshot: bool, partitions: int) -> Any:
+        """bizevents capture of ``tables``: a new ``server`` snapshots them (or with
+        ``snapshot`` false starts at the binlog's end); one with offsets resumes."""
         from bizevents.capture.config import CaptureConfig
-        from bizevents.capture.mariadb import queries as my
         from bizevents.capture.mariadb.capture import MysqlCapture
         from bizevents.capture.metrics import CaptureStats
         from bizevents.capture.postgres.runner import CaptureEndpoints
 
-        end = my.master_position(self.conn)
         dsn = self.endpoints.mysql_dsn
-        runner = MysqlCapture(
-            CaptureConfig(server=server, dsn=dsn, tables=(table,), partitions=3),
+        return MysqlCapture(
+            CaptureConfig(
+                server=server,
+                dsn=dsn,
+                tables=tables,
+                partitions=partitions,
+                snapshot="initial" if snapshot else "never",
+            ),
             CaptureEndpoints(
                 dsn,
                 {"bootstrap.servers": self.endpoints.bootstrap_servers},
@@ -396,20 +443,30 @@ class MariaDb:
             stats=CaptureStats(server, "binlog"),
         )
 
+    def bizevents(self, server: str, table: str, snapshot: bool) -> tuple[float, float]:
+        """Until the snapshot is done, or the stored position covers every change written
+        so far (resuming from the position ``server``'s offsets topic holds)."""
+        from bizevents.capture.mariadb import queries as my
+
+        end = my.master_position(self.conn)
+        runner = self.runner(server, (table,), True, partitions=3)
+
         def drained() -> bool:
             at = runner.position
             return at is not None and (at.file, at.pos) >= (end.file, end.pos)
 
         return timed_capture(runner, lambda: runner.stats.snapshot_done if snapshot else drained())
 
-    def debezium_props(self, server: str, table: str, snapshot: bool) -> dict[str, str]:
+    def debezium_props(
+        self, server: str, tables: tuple[str, ...], snapshot: bool
+    ) -> dict[str, str]:
         state = self.tmp / f"{server}-state"
         state.mkdir(exist_ok=True)
         return harness.mariadb_properties(
             self.endpoints.mysql_dsn,
             server,
             self.database,
-            [table.split(".")[1]],
+            [t.split(".")[1] for t in tables],
             6400 + zlib.crc32(server.encode()) % 1000,  # a replica id of its own
             **{
                 # the embedded engine's offsets; Connect keeps them in its worker's file
@@ -422,6 +479,36 @@ class MariaDb:
 
     def topic(self, server: str, table: str) -> str:
         return f"{server}.{table}"
+
+    def create_incremental(self, inc: str, tick: str, sig: str, rows: int) -> None:
+        """The incremental snapshot's table of ``rows`` rows, the stream's table and the
+        signal table."""
+        from bizevents.capture.core.signals import signal_table_ddl
+
+        for t in (inc, tick):
+            self.sql(f"CREATE TABLE {t} {COLUMNS.format(text='VARCHAR(64)', time='DATETIME(6)')}")
+        self.sql(signal_table_ddl(sig, mysql=True))
+        self.sql(
+            f"INSERT INTO {inc} SELECT seq, CONCAT('customer ', seq), seq % 97, "
+            f"seq * 1.25, NOW(6), seq % 2 = 0 FROM seq_1_to_{int(rows)}"
+        )
+
+    def reader(self, server: str) -> None:
+        """Each reader starts at the binlog's end: nothing to make."""
+
+    def writer(self) -> Callable[..., None]:
+        """Runs a statement on a connection of its own, each its own transaction."""
+        from bizevents.capture.mariadb import queries as my
+
+        conn = my.connect(self.endpoints.mysql_dsn, autocommit=True)
+
+        def write(statement: str, params: tuple[str, ...] = ()) -> None:
+            with conn.cursor() as cur:
+                cur.execute(statement, params or None)
+
+        return write
+
+    now = "NOW(6)"
 
     def seed(self, server: str, table: str, via: str) -> None:
         """Each reader's first run: the one-row snapshot, its position stored."""
@@ -447,12 +534,201 @@ def database(kind: str, endpoints: Any, tmp: Path) -> Iterator[Any]:
         made.drop()
 
 
+# -- the incremental snapshot under a steady stream ----------------------------------------
+
+
+@dataclass
+class Incremental:
+    per_s: float  # the snapshot's rows per second, from its signal to its last row in Kafka
+    p99_ms: float  # the stream's commit -> record-in-topic during it, 99th percentile
+
+
+class Stamps:
+    """The broker's append times (ms) of a one-partition topic's records, from its start."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        from confluent_kafka import Consumer, TopicPartition
+
+        self.consumer = Consumer(
+            {"bootstrap.servers": bootstrap, "group.id": "bench", "fetch.wait.max.ms": 10}
+        )
+        self.consumer.assign([TopicPartition(topic, 0, 0)])
+        self.topic = topic
+        self.ms: list[int] = []
+
+    def read(self) -> int:
+        from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME
+
+        for m in self.consumer.consume(10_000, timeout=0.05):
+            if m.error() is not None:
+                continue
+            kind, ms = m.timestamp()
+            if kind != TIMESTAMP_LOG_APPEND_TIME:
+                sys.exit(f"{self.topic} holds a record without the broker's append time")
+            self.ms.append(ms)
+        return len(self.ms)
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+class Ticker:
+    """One row inserted into ``table`` every 1/``rate`` s (each its own transaction),
+    the wall-clock time of each commit kept in order."""
+
+    def __init__(self, db: Any, table: str, rate: float, first_id: int) -> None:
+        self.write = db.writer()
+        self.statement = f"INSERT INTO {table} VALUES ({{}}, 'tick', 0, 0, {db.now}, true)"
+        self.interval, self.next_id = 1 / rate, first_id
+        self.commits: list[float] = []
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self) -> None:
+        due = time.perf_counter()
+        while not self.stopped.is_set():
+            self.write(self.statement.format(self.next_id))
+            self.commits.append(time.time())
+            self.next_id += 1
+            due += self.interval
+            time.sleep(max(0.0, due - time.perf_counter()))
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.thread.join(30)
+
+
+def wait(done: Callable[[], bool], alive: Callable[[], str | None], what: str) -> None:
+    """Until ``done()``; the reader's failure (``alive()`` says why) ends the bench."""
+    deadline = time.monotonic() + 1800
+    while not done():
+        reason = alive()
+        if reason is not None:
+            sys.exit(f"{what}: {reason}")
+        if time.monotonic() > deadline:
+            sys.exit(f"{what}: not within 30 minutes")
+        time.sleep(0.02)
+
+
+@contextmanager
+def reading(
+    db: Any, who: str, server: str, tables: tuple[str, str, str]
+) -> Iterator[tuple[Callable[[], None], Callable[[], str | None]]]:
+    """bizevents capture (``who`` "bizevents") or Debezium through Connect streaming
+    ``tables`` from now on: how to send it the incremental snapshot's signal (bizevents':
+    ``capture snapshot``'s record on its signal topic; Debezium's: a row of the signal
+    table), and why it stopped (None while it runs)."""
+    from bizevents.capture.control import send_signals
+    from bizevents.capture.core.signals import new_signal
+
+    inc, tick, sig = tables
+    signal = new_signal("execute-snapshot", (inc,))
+    kafka = {"bootstrap.servers": db.endpoints.bootstrap_servers}
+    if who == "bizevents":
+        runner = db.runner(server, (inc, tick), False, partitions=1)
+        failed: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                runner.run()
+            except BaseException as exc:  # reported by alive()
+                failed.append(exc)
+
+        def send() -> None:
+            send_signals(kafka, runner.config, [signal])
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        try:
+            yield (
+                send,
+                lambda: None if thread.is_alive() else f"bizevents capture stopped: {failed}",
+            )
+        finally:
+            runner.request_stop()
+            thread.join(60)
+        return
+    props = {
+        **db.debezium_props(server, tables, False),
+        **BATCHING,
+        "signal.data.collection": sig,
+        "snapshot.mode": "no_data",
+    }
+    folder = db.tmp / f"{server}-incremental"
+    worker = harness.connect_worker_properties(
+        kafka["bootstrap.servers"],
+        folder,
+        **{"key.converter.schemas.enable": "false", "value.converter.schemas.enable": "false"},
+    )
+    connect = harness.start_connect(
+        worker, harness.connect_connector_properties(props), folder, tools=db.tools
+    )
+    try:
+        yield (
+            lambda: db.writer()(f"INSERT INTO {sig} VALUES (%s, %s, %s)", signal.to_row()),
+            lambda: None if connect.process.poll() is None else f"Connect exited: {connect.tail()}",
+        )
+    finally:
+        connect.stop()
+
+
+def incremental(
+    db: Any, who: str, server: str, args: argparse.Namespace, first_id: int
+) -> Incremental:
+    """``who``'s incremental snapshot of ``--incremental-rows`` rows while ``--tick-rate``
+    rows a second go into the stream's table: its rows/s and the stream's p99 latency
+    (commit to the broker's append time: one clock) over the ticks committed meanwhile.
+    Each reader starts on its own topics (one partition, the broker's append times)."""
+    from confluent_kafka.admin import AdminClient
+
+    from bizevents.plumbing.kafka import ensure_topics
+
+    inc, tick, _ = tables = db.incremental_tables
+    bootstrap = db.endpoints.bootstrap_servers
+    topics = [db.topic(server, inc), db.topic(server, tick)]
+    ensure_topics(
+        AdminClient({"bootstrap.servers": bootstrap}),
+        topics,
+        1,
+        config={"message.timestamp.type": "LogAppendTime"},
+    )
+    rows, ticks = Stamps(bootstrap, topics[0]), Stamps(bootstrap, topics[1])
+    db.reader(server)
+    try:
+        with reading(db, who, server, tables) as (signal, alive):
+            ticker = Ticker(db, tick, args.tick_rate, first_id)
+            try:
+                wait(lambda: ticks.read() > 0, alive, f"{who}: no stream")
+                time.sleep(2)  # the stream steady
+                start = time.time()
+                signal()
+                want = args.incremental_rows
+                wait(lambda: rows.read() >= want, alive, f"{who}: the incremental snapshot")
+            finally:
+                ticker.stop()
+            wait(lambda: ticks.read() >= len(ticker.commits), alive, f"{who}: the stream")
+    finally:
+        rows.close()
+        ticks.close()
+    end = max(rows.ms) / 1000
+    # one writer, one partition: the k-th record is the k-th commit
+    during = [
+        ms / 1000 - c
+        for ms, c in zip(ticks.ms[: len(ticker.commits)], ticker.commits, strict=True)
+        if start <= c <= end
+    ]
+    p99 = statistics.quantiles(during, n=100)[98] if len(during) > 1 else float("nan")
+    return Incremental(args.incremental_rows / max(end - start, 1e-9), p99 * 1000)
+
+
 def one_run(
     endpoints: Any, tmp: Path, args: argparse.Namespace, vias: list[str]
-) -> dict[str, Figure]:
+) -> tuple[dict[str, Figure], dict[str, Incremental]]:
     tag = uuid.uuid4().hex[:6]
     servers = {who: f"{who[:3]}{tag}" for who in ["bizevents", *vias]}
     figures: dict[str, Figure] = {}
+    snapshots: dict[str, Incremental] = {}
     with database(args.database, endpoints, tmp) as db:
         schema = db.database if args.database == "mariadb" else "public"
         stream, snap = f"{schema}.peers_{tag}", f"{schema}.peers_snap_{tag}"
@@ -473,7 +749,14 @@ def one_run(
         for via in vias:
             job = Job(f"{servers[via]}s", snap, args.snapshot_rows, snapshot=True)
             figures[f"debezium {via} snapshot"] = debezium(db, via, job)
-    return figures
+        if "connect" in vias and args.incremental_rows:
+            names = (f"peers_inc_{tag}", f"peers_tick_{tag}", f"peers_sig_{tag}")
+            db.incremental_tables = tuple(f"{schema}.{n}" for n in names)
+            db.create_incremental(*db.incremental_tables, args.incremental_rows)
+            for first_id, who in enumerate(("bizevents", "connect")):
+                found = incremental(db, who, f"{servers[who]}i", args, first_id * 10**8 + 1)
+                snapshots[who] = found
+    return figures, snapshots
 
 
 def spread(values: list[float]) -> str:
@@ -498,6 +781,24 @@ def main() -> None:
         default="both",
         help="Debezium's embedded engine, Kafka Connect standalone into Kafka, or both",
     )
+    parser.add_argument(
+        "--broker",
+        choices=("kafka", "tansu"),
+        default="kafka",
+        help="the private stack's broker: Apache Kafka (default) or the dev stack's Tansu",
+    )
+    parser.add_argument(
+        "--incremental-rows",
+        type=int,
+        default=100_000,
+        help="the incremental snapshot's table (with --via connect or both; 0: none)",
+    )
+    parser.add_argument(
+        "--tick-rate",
+        type=float,
+        default=200,
+        help="rows a second written to the stream during the incremental snapshot",
+    )
     parser.add_argument("--stack-json", type=Path, help="endpoints of a running stack")
     args = parser.parse_args()
     mariadb = args.database == "mariadb"
@@ -505,24 +806,37 @@ def main() -> None:
     if reason is not None:
         sys.exit(reason)
     vias = ["embedded", "connect"] if args.via == "both" else [args.via]
+    broker = "Apache Kafka" if args.broker == "kafka" else "Tansu"
+    if args.stack_json is not None:
+        broker = f"the broker of {args.stack_json}"
 
-    with kit.bench_stack("bench-peers-", args.stack_json, mysql=mariadb) as (endpoints, tmp, _):
+    with stack(args) as (endpoints, tmp):
         runs: list[dict[str, Figure]] = []
+        snaps: list[dict[str, Incremental]] = []
         for i in range(args.runs):
-            runs.append(one_run(endpoints, tmp, args, vias))
+            figures, snapshots = one_run(endpoints, tmp, args, vias)
+            runs.append(figures)
+            snaps.append(snapshots)
             line = "  ".join(
                 f"{name}: {f.per_s:,.0f}/s {f.cpu_per_100k:.2f} cpu-s"
-                for name, f in runs[-1].items()
+                for name, f in figures.items()
+            )
+            line += "".join(
+                f"  {who} incremental: {f.per_s:,.0f} rows/s p99 {f.p99_ms:,.0f} ms"
+                for who, f in snapshots.items()
             )
             print(f"run {i + 1}: {line}", flush=True)
         print(
-            f"\n{'MariaDB' if mariadb else 'PostgreSQL'}, {args.changes:,} changes, "
+            f"\n{'MariaDB' if mariadb else 'PostgreSQL'} into {broker}, {args.changes:,} changes, "
             f"{args.snapshot_rows:,} snapshot rows, "
             f"median of {args.runs} (min-max):"
         )
         for name in runs[0]:
             print(f"{name + ' /s':<34}{spread([r[name].per_s for r in runs])}")
             print(f"{name + ' cpu-s/100k':<34}{spread([r[name].cpu_per_100k for r in runs])}")
+        for who in snaps[0]:
+            print(f"{who + ' incremental rows/s':<34}{spread([r[who].per_s for r in snaps])}")
+            print(f"{who + ' incremental p99 ms':<34}{spread([r[who].p99_ms for r in snaps])}")
         for via in vias:
             ours, theirs = "bizevents stream", f"debezium {via} stream"
             per_cpu = [r[theirs].cpu_per_100k / r[ours].cpu_per_100k for r in runs]
@@ -534,6 +848,42 @@ def main() -> None:
             print(f"{'stream changes per cpu-s':<34}{spread(per_cpu)}")
             print(f"{'stream changes/s':<34}{spread(stream)}")
             print(f"{'snapshot rows/s':<34}{spread(snap)}")
+            if via == "connect" and snaps[0]:
+                inc = [r["bizevents"].per_s / r["connect"].per_s for r in snaps]
+                p99 = [r["connect"].p99_ms / r["bizevents"].p99_ms for r in snaps]
+                print(f"{'incremental snapshot rows/s':<34}{spread(inc)}")
+                print(f"{'stream p99 during it (theirs/ours)':<34}{spread(p99)}")
+
+
+@contextmanager
+def stack(args: argparse.Namespace) -> Iterator[tuple[Any, Path]]:
+    """The endpoints of ``--stack-json``'s stack, or of a private one on free ports with
+    ``--broker`` (and MariaDB for it), and a scratch folder; both gone on leaving."""
+    from bizevents.devstack import DevStack, Endpoints
+    from bizevents.settings import DevSettings
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-peers-"))
+    made = None
+    try:
+        if args.stack_json is not None:
+            endpoints = Endpoints(**json.loads(args.stack_json.read_text()))
+        else:
+            settings = DevSettings(
+                broker_port=0,
+                registry_port=0,
+                postgres_port=0,
+                mysql=args.database == "mariadb",
+                mysql_port=0,
+                broker=args.broker,
+            )
+            made = DevStack(tmp / "stack", settings)
+            made.up()
+            endpoints = made.endpoints()
+        yield endpoints, tmp
+    finally:
+        if made is not None:
+            made.down(purge=True)
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":
