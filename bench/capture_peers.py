@@ -10,7 +10,7 @@ Debezium runs two ways (``--via``, both by default):
   and CPU run from its first change to its last (with ``--warm-up`` from its middle
   change: the JIT's warm-up left out), its CPU the JVM's whole process (every thread,
   JIT and GC too), its start-up not counted.
-- ``connect``: Kafka Connect standalone into the stack's Kafka, as a team runs it (plain
+- ``connect``: Kafka Connect standalone into the stack's broker, as a team runs it (plain
   JSON, one partition per topic). Its time runs from the first record in the table's
   topic to the last (its end offset polled every 50 ms), its CPU the JVM's whole process
   between those moments (/proc/<pid>/stat), its start-up not counted.
@@ -30,6 +30,20 @@ from its own stored position and drains them.
 
 Snapshot: a table of ``--snapshot-rows`` rows; bizevents from its start to the snapshot
 recorded as done in Kafka, Debezium as above.
+
+Incremental snapshot (with Connect): a table of ``--incremental-rows`` rows, a stream
+table taking one row per transaction at ``--tick-rate`` a second, and a signal table.
+Each reader in turn (bizevents, then Debezium through Connect) starts streaming at the
+log's end into topics of its own, made beforehand with one partition and the broker's
+append time as each record's timestamp; once its stream flows, it gets the signal
+(bizevents: ``capture snapshot``'s record on its signal topic; Debezium: an
+``execute-snapshot`` row in the signal table). Rows/s run from the signal to the last
+row's append time; the stream's latency is each tick's commit (this process's wall
+clock) to its record's append time (the broker's: the same clock), its p99 over the
+ticks committed while the snapshot ran. Both read 1,024 rows a chunk (their defaults).
+
+The private stack's broker is Apache Kafka (``--broker kafka``, the default; ``tansu``
+for the dev stack's default), named in the output.
 
 Debezium 3.6.1 on PostgreSQL; its MariaDB connector 3.5.0 (3.6.1 is not served by the
 package registry this project reaches). Run it on a quiet machine (``uptime``).
@@ -544,17 +558,21 @@ class Incremental:
 
 
 class Stamps:
-    """The broker's append times (ms) of a one-partition topic's records, from its start."""
+    """The broker's append times (ms) of a one-partition topic's records, from its start,
+    and with ``key_id`` each record's key's ``id``."""
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
+    def __init__(
+        self, bootstrap: str, topic: str, key_id: Callable[[bytes], int] | None = None
+    ) -> None:
         from confluent_kafka import Consumer, TopicPartition
 
         self.consumer = Consumer(
             {"bootstrap.servers": bootstrap, "group.id": "bench", "fetch.wait.max.ms": 10}
         )
         self.consumer.assign([TopicPartition(topic, 0, 0)])
-        self.topic = topic
+        self.topic, self.key_id = topic, key_id
         self.ms: list[int] = []
+        self.ids: list[int] = []
 
     def read(self) -> int:
         from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME
@@ -566,6 +584,8 @@ class Stamps:
             if kind != TIMESTAMP_LOG_APPEND_TIME:
                 sys.exit(f"{self.topic} holds a record without the broker's append time")
             self.ms.append(ms)
+            if self.key_id is not None:
+                self.ids.append(self.key_id(m.key() or b""))
         return len(self.ms)
 
     def close(self) -> None:
@@ -574,13 +594,13 @@ class Stamps:
 
 class Ticker:
     """One row inserted into ``table`` every 1/``rate`` s (each its own transaction),
-    the wall-clock time of each commit kept in order."""
+    the wall-clock time of each commit by the row's id."""
 
     def __init__(self, db: Any, table: str, rate: float, first_id: int) -> None:
         self.write = db.writer()
         self.statement = f"INSERT INTO {table} VALUES ({{}}, 'tick', 0, 0, {db.now}, true)"
         self.interval, self.next_id = 1 / rate, first_id
-        self.commits: list[float] = []
+        self.commits: dict[int, float] = {}
         self.stopped = threading.Event()
         self.thread = threading.Thread(target=self.run, daemon=True)
         self.thread.start()
@@ -589,7 +609,7 @@ class Ticker:
         due = time.perf_counter()
         while not self.stopped.is_set():
             self.write(self.statement.format(self.next_id))
-            self.commits.append(time.time())
+            self.commits[self.next_id] = time.time()
             self.next_id += 1
             due += self.interval
             time.sleep(max(0.0, due - time.perf_counter()))
@@ -673,6 +693,20 @@ def reading(
         connect.stop()
 
 
+def key_ids(registry_url: str, topic: str, who: str) -> Callable[[bytes], int]:
+    """How a stream record's key gives its row's id: bizevents' Avro (through the
+    registry) or Connect's plain JSON."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroDeserializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    if who != "bizevents":
+        return lambda key: int(json.loads(key)["id"])
+    deserialize = AvroDeserializer(SchemaRegistryClient({"url": registry_url}))
+    context = SerializationContext(topic, MessageField.KEY)
+    return lambda key: int(deserialize(key, context)["id"])
+
+
 def incremental(
     db: Any, who: str, server: str, args: argparse.Namespace, first_id: int
 ) -> Incremental:
@@ -693,7 +727,8 @@ def incremental(
         1,
         config={"message.timestamp.type": "LogAppendTime"},
     )
-    rows, ticks = Stamps(bootstrap, topics[0]), Stamps(bootstrap, topics[1])
+    rows = Stamps(bootstrap, topics[0])
+    ticks = Stamps(bootstrap, topics[1], key_ids(db.endpoints.registry_url, topics[1], who))
     db.reader(server)
     try:
         with reading(db, who, server, tables) as (signal, alive):
@@ -707,16 +742,22 @@ def incremental(
                 wait(lambda: rows.read() >= want, alive, f"{who}: the incremental snapshot")
             finally:
                 ticker.stop()
-            wait(lambda: ticks.read() >= len(ticker.commits), alive, f"{who}: the stream")
+            last = ticker.next_id - 1  # the rows before its stream began are not read
+
+            def through() -> bool:
+                ticks.read()
+                return bool(ticks.ids) and ticks.ids[-1] == last
+
+            wait(through, alive, f"{who}: the stream")
     finally:
         rows.close()
         ticks.close()
     end = max(rows.ms) / 1000
-    # one writer, one partition: the k-th record is the k-th commit
+    commits = ticker.commits
     during = [
-        ms / 1000 - c
-        for ms, c in zip(ticks.ms[: len(ticker.commits)], ticker.commits, strict=True)
-        if start <= c <= end
+        ms / 1000 - commits[i]
+        for i, ms in zip(ticks.ids, ticks.ms, strict=True)
+        if start <= commits[i] <= end
     ]
     p99 = statistics.quantiles(during, n=100)[98] if len(during) > 1 else float("nan")
     return Incremental(args.incremental_rows / max(end - start, 1e-9), p99 * 1000)
