@@ -68,17 +68,37 @@ _CAPTURE_PARKING = (
 )
 
 
+def _counters(
+    before: Samples,
+    after: Samples,
+    seconds: float,
+    label: str,
+    prefix: str,
+    metrics: tuple[str, ...],
+) -> dict[str, dict[str, float]]:
+    """Per value of ``label``, each counter ``<prefix>_<metric>_total`` and its rate."""
+    rows: dict[str, dict[str, float]] = {}
+    for metric in metrics:
+        name = f"{prefix}_{metric}_total"
+        now, then = _by(after, name, label), _by(before, name, label)
+        for owner, value in now.items():
+            row = rows.setdefault(owner, {})
+            row[metric] = value
+            row[f"{metric}_per_s"] = (value - then.get(owner, 0.0)) / seconds
+    return rows
+
+
 def figures(before: Samples, after: Samples, seconds: float) -> dict[str, Any]:
     """Per translator@version, per captured table and per consumer-kit group, what the
     dashboard plots."""
-    translators: dict[str, dict[str, float]] = {}
-    for metric in ("consumed", "emitted", "dropped", "dead_lettered", "parked"):
-        name = f"bizevents_translator_{metric}_total"
-        now, then = _by(after, name, "translator"), _by(before, name, "translator")
-        for ref, value in now.items():
-            row = translators.setdefault(ref, {})
-            row[metric] = value
-            row[f"{metric}_per_s"] = (value - then.get(ref, 0.0)) / seconds
+    translators = _counters(
+        before,
+        after,
+        seconds,
+        "translator",
+        "bizevents_translator",
+        ("consumed", "emitted", "dropped", "dead_lettered", "parked"),
+    )
     for ref, behind in _by(after, "bizevents_translator_consumer_lag", "translator").items():
         if ref in translators:
             translators[ref]["lag"] = behind
@@ -104,14 +124,14 @@ def figures(before: Samples, after: Samples, seconds: float) -> dict[str, Any]:
     for labels, value in after.get("bizevents_shadow_events_total", []):
         row = shadows.setdefault(labels.get("shadow", ""), {"changes": 0.0})
         row[labels.get("verdict", "")] = row.get(labels.get("verdict", ""), 0.0) + value
-    consumers: dict[str, dict[str, float]] = {}
-    for metric in ("delivered", "dead_lettered", "parked", "redriven"):
-        name = f"bizevents_consumer_{metric}_total"
-        now, then = _by(after, name, "group"), _by(before, name, "group")
-        for group, value in now.items():
-            row = consumers.setdefault(group, {})
-            row[metric] = value
-            row[f"{metric}_per_s"] = (value - then.get(group, 0.0)) / seconds
+    consumers = _counters(
+        before,
+        after,
+        seconds,
+        "group",
+        "bizevents_consumer",
+        ("delivered", "dead_lettered", "parked", "redriven"),
+    )
     # each member counts the keys of the partitions it owns: their sum is the group's
     for group, keys in _by(after, "bizevents_consumer_parked_keys", "group").items():
         consumers.setdefault(group, {})["parked_keys"] = keys

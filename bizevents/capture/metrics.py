@@ -71,38 +71,38 @@ class _Collector(Collector):
         s = self.stats
         labels = ["server", "slot"]
         base = [s.server, s.slot]
-        events = CounterMetricFamily(
+        yield _per_table(
+            CounterMetricFamily,
             "bizevents_capture_events",
             "Change events produced, per table",
-            labels=[*labels, "table"],
+            labels,
+            base,
+            s.events,
         )
-        for table, count in sorted(s.events.items()):
-            events.add_metric([*base, table], count)
-        yield events
-        rows = GaugeMetricFamily(
+        yield _per_table(
+            GaugeMetricFamily,
             "bizevents_capture_snapshot_rows",
             "Rows read by the snapshot, per table",
-            labels=[*labels, "table"],
+            labels,
+            base,
+            s.snapshot_rows,
         )
-        expected = GaugeMetricFamily(
+        yield _per_table(
+            GaugeMetricFamily,
             "bizevents_capture_snapshot_rows_expected",
             "Rows in the snapshot, per table",
-            labels=[*labels, "table"],
+            labels,
+            base,
+            s.snapshot_expected,
         )
-        for table, count in sorted(s.snapshot_rows.items()):
-            rows.add_metric([*base, table], count)
-        for table, count in sorted(s.snapshot_expected.items()):
-            expected.add_metric([*base, table], count)
-        yield rows
-        yield expected
-        incremental = GaugeMetricFamily(
+        yield _per_table(
+            GaugeMetricFamily,
             "bizevents_capture_incremental_rows",
             "Rows written by the incremental snapshot of a table (the latest one)",
-            labels=[*labels, "table"],
+            labels,
+            base,
+            s.incremental_rows,
         )
-        for table, count in sorted(s.incremental_rows.items()):
-            incremental.add_metric([*base, table], count)
-        yield incremental
         failed = CounterMetricFamily(
             "bizevents_capture_conversion_errors",
             "Changes whose values could not be converted, per table and handling",
@@ -161,6 +161,21 @@ class _Collector(Collector):
             )
             lag.add_metric(base, s.lag_bytes)
             yield lag
+
+
+def _per_table(
+    kind: type[CounterMetricFamily] | type[GaugeMetricFamily],
+    name: str,
+    doc: str,
+    labels: list[str],
+    base: list[str],
+    counts: dict[str, int],
+) -> Metric:
+    """A family with one series per table of ``counts``."""
+    family = kind(name, doc, labels=[*labels, "table"])
+    for table, count in sorted(counts.items()):
+        family.add_metric([*base, table], count)
+    return family
 
 
 def _parking(s: CaptureStats, labels: list[str], base: list[str]) -> Iterator[Metric]:

@@ -29,6 +29,15 @@ CAPTURE_FILE = click.argument(
     type=click.Path(path_type=Path, dir_okay=False, exists=True),
 )
 
+
+def at_least(
+    *decls: str, low: int, default: int | float, help: str | None = None
+) -> Callable[[F], F]:
+    """A number option no lower than ``low``, whole when ``default`` is, its default shown."""
+    kind = click.IntRange(min=low) if isinstance(default, int) else click.FloatRange(min=low)
+    return click.option(*decls, type=kind, default=default, show_default=True, help=help)
+
+
 # Off a terminal rich assumes 80 columns; tables in logs and pipes read better wider.
 console = Console(width=None if sys.stdout.isatty() else 160)
 err_console = Console(stderr=True, soft_wrap=True)  # one sentence, never re-wrapped

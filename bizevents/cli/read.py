@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 
-from bizevents.cli.kit import fails_cleanly, json_text, settings_of
+from bizevents.cli.kit import at_least, fails_cleanly, json_text, settings_of
 
 
 def decoder(schema_for_id: Callable[[int], str]) -> Callable[[bytes | None], Any]:
@@ -78,13 +78,7 @@ def _headers(headers: Any) -> dict[str, str | None]:
 @click.command()
 @click.argument("topic")
 @click.option("--count", type=click.IntRange(min=1), help="Stop after this many records.")
-@click.option(
-    "--timeout",
-    type=click.FloatRange(min=0),
-    default=5.0,
-    show_default=True,
-    help="Stop when no record came for this many seconds.",
-)
+@at_least("--timeout", low=0, default=5.0, help="Stop when no record came for this many seconds.")
 @click.pass_context
 @fails_cleanly
 def read(ctx: click.Context, topic: str, count: int | None, timeout: float) -> None:

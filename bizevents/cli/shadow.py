@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from bizevents.cli.kit import console, fails_cleanly, print_json, settings_of, table
+from bizevents.cli.kit import at_least, console, fails_cleanly, print_json, settings_of, table
 from bizevents.plumbing.errors import ConfigError
 from bizevents.settings import Settings
 
@@ -102,7 +102,7 @@ def report(ctx: click.Context, ref: str, as_json: bool, html: Path | None) -> No
     show_default=True,
     help="Share of events that may differ where not expected (0.5% or 0.005).",
 )
-@click.option("--min-changes", type=click.IntRange(min=0), default=10_000, show_default=True)
+@at_least("--min-changes", low=0, default=10_000)
 @click.option(
     "--expect-field",
     "expect",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from bizevents.cli.kit import CAPTURE_FILE, capture_of, fails_cleanly, settings_of
+from bizevents.cli.kit import CAPTURE_FILE, at_least, capture_of, fails_cleanly, settings_of
 from bizevents.cli.verify_report import print_reports
 from bizevents.plumbing.errors import ConfigError
 
@@ -15,26 +15,18 @@ from bizevents.plumbing.errors import ConfigError
 @click.command()
 @CAPTURE_FILE
 @click.option("--table", "tables", multiple=True, help="Only this table (repeatable).")
-@click.option(
-    "--chunk-rows",
-    type=click.IntRange(min=1),
-    default=5_000,
-    show_default=True,
-    help="Keys per compared chunk.",
-)
-@click.option(
+@at_least("--chunk-rows", low=1, default=5_000, help="Keys per compared chunk.")
+@at_least(
     "--rechecks",
-    type=click.IntRange(min=0),
+    low=0,
     default=2,
-    show_default=True,
     help="Times a differing key is checked again once capture passed the database.",
 )
-@click.option(
+@at_least(
     "--wait",
     "wait_s",
+    low=0,
     default=30.0,
-    show_default=True,
-    type=click.FloatRange(min=0),
     help="Seconds to wait for capture to pass the database before saying it is behind.",
 )
 @click.option(

@@ -59,7 +59,7 @@ from bizevents.plumbing.kafka import (
 )
 from bizevents.plumbing.member import Partitions, leave_group, rebalance_listener, restore_parked
 from bizevents.plumbing.parking import (
-    PARKED_HEADER,
+    PARKED_MARK,
     STAGE_PARKED,
     OnError,
     ParkedKeys,
@@ -418,7 +418,7 @@ class BusinessConsumer:
         stage, reason, _ = failure
         state = self.parking.park(ref, record.offset, stage, reason)
         self.stats.parked += 1
-        dead = await self._dead_letter(record, producer, failure, ((PARKED_HEADER, b"1"),))
+        dead = await self._dead_letter(record, producer, failure, (PARKED_MARK,))
         kept = await self._keep(producer, ref_key(ref), state)
         return [dead, kept]
 

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from bizevents.contracts.business import HEADER_DLQ_REASON, HEADER_DLQ_STAGE
-from bizevents.plumbing.parking import PARKED_EXTRA_HEADERS, PARKED_HEADER, Ref
+from bizevents.contracts.business import dead_letter_cause
+from bizevents.plumbing.parking import PARKED_EXTRA_HEADERS, Ref, is_parked, refs_behind
 
 __all__ = [
     "HEADER_CONSUMER_GROUP",
@@ -57,7 +57,7 @@ def parked_event_of(msg: Any) -> ParkedEvent | None:
     if len(headers) < PARKED_EXTRA_HEADERS:
         return None
     ours = dict(headers[-PARKED_EXTRA_HEADERS:])  # never the original's own headers
-    if ours.get(PARKED_HEADER) != b"1" or HEADER_CONSUMER_GROUP not in ours:
+    if not is_parked(ours) or HEADER_CONSUMER_GROUP not in ours:
         return None
     try:
         return ParkedEvent(
@@ -68,8 +68,7 @@ def parked_event_of(msg: Any) -> ParkedEvent | None:
             msg.key(),
             msg.value(),
             [(k, v) for k, v in headers[:-PARKED_EXTRA_HEADERS] if isinstance(v, bytes)],
-            (ours.get(HEADER_DLQ_STAGE) or b"").decode(errors="replace"),
-            (ours.get(HEADER_DLQ_REASON) or b"").decode(errors="replace"),
+            *dead_letter_cause(ours),
         )
     except ValueError:
         return None
@@ -78,17 +77,7 @@ def parked_event_of(msg: Any) -> ParkedEvent | None:
 def parked_events(messages: Sequence[Any], ref: Ref, after: int) -> list[ParkedEvent]:
     """``ref``'s parked events among dead-letter ``messages`` read past offset ``after``,
     in the order they were read, each once (a crash may have parked one twice)."""
-    group, topic, partition, key = ref
-    found: dict[int, ParkedEvent] = {}
-    for msg in messages:
-        parked = parked_event_of(msg)
-        if (
-            parked is not None
-            and parked.group == group
-            and parked.topic == topic
-            and parked.partition == partition
-            and (parked.key or b"") == key
-            and parked.offset > after
-        ):
-            found.setdefault(parked.offset, parked)
-    return [found[offset] for offset in sorted(found)]
+    events = (p for p in map(parked_event_of, messages) if p is not None)
+    return refs_behind(
+        ref, after, (((p.group, p.topic, p.partition, p.key or b""), p.offset, p) for p in events)
+    )

@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -60,6 +60,7 @@ __all__ = [
     "Record",
     "Timestamp",
     "avsc_text",
+    "dead_letter_cause",
     "default_topic",
     "lineage_avro",
     "lineage_avro_change",
@@ -109,6 +110,15 @@ HEADER_SNAPSHOT = "bizevents.snapshot"
 HEADER_DLQ_STAGE = "bizevents.dlq.stage"
 HEADER_DLQ_REASON = "bizevents.dlq.reason"
 HEADER_DLQ_ERROR = "bizevents.dlq.error"
+
+
+def dead_letter_cause(headers: Mapping[str, bytes | None]) -> tuple[str, str]:
+    """A dead-letter record's ``(stage, reason)`` read from its ``headers`` ("" where one
+    is absent; bytes that are not UTF-8 read as replacement characters)."""
+    stage = (headers.get(HEADER_DLQ_STAGE) or b"").decode(errors="replace")
+    return stage, (headers.get(HEADER_DLQ_REASON) or b"").decode(errors="replace")
+
+
 LINEAGE_HEADERS = (
     HEADER_EVENT_ID,
     HEADER_TRANSLATOR,

@@ -16,7 +16,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +28,7 @@ from bizevents.devstack.processes import (
     claim_port,
     free_port,
     port_is_free,
+    run_once,
     spawn,
     wait_until,
 )
@@ -194,17 +194,10 @@ class KafkaNode:
         jvm = [runtime, "-Xms256m", "-Xmx1g", f"-Dlog4j2.configurationFile={log4j}", "-cp", jars]
         if not (data / "meta.properties").is_file():
             fmt = ["format", "--ignore-formatted", "-t", cluster_id, "-c", str(config)]
-            result = subprocess.run(
+            run_once(
                 [*jvm, "kafka.tools.StorageTool", *fmt],
-                capture_output=True,
-                text=True,
-                check=False,
+                f"formatting the Kafka node {self.node}'s storage failed",
             )
-            if result.returncode != 0:
-                raise StackError(
-                    f"formatting the Kafka node {self.node}'s storage failed:\n"
-                    + (result.stdout + result.stderr)[-2000:]
-                )
         log = state_dir / "logs" / f"{self.name}.log"
         proc = spawn([*jvm, "kafka.Kafka", str(config)], log, cwd=root)
         me = cluster[self.node - 1]

@@ -86,6 +86,13 @@ def spawn(
             raise StackError(f"cannot start {argv[0]}: the program is not there") from exc
 
 
+def run_once(argv: Sequence[str], failed: str, cwd: Path | None = None) -> None:
+    """Run a set-up command to its end; ``failed`` and the end of its output make the error."""
+    result = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise StackError(f"{failed}:\n" + (result.stdout + result.stderr)[-2000:])
+
+
 def reap(pid: int) -> None:
     """Collect a child that has exited, if it is ours; harmless otherwise."""
     with contextlib.suppress(ChildProcessError):

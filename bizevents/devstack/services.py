@@ -25,6 +25,7 @@ from bizevents.devstack.processes import (
     StackError,
     claim_port,
     identify,
+    run_once,
     spawn,
     start_ticks,
     wait_until,
@@ -414,7 +415,7 @@ class MariaDB:
         root_password_file = state_dir / "mysql-root.password"
         root_password = secret(root_password_file)
         if not (data / "mysql").is_dir():
-            result = subprocess.run(
+            run_once(
                 [
                     str(install),
                     "--no-defaults",
@@ -423,16 +424,9 @@ class MariaDB:
                     "--skip-test-db",
                     *([f"--user={run_as}"] if run_as else []),
                 ],
+                f"mariadb-install-db failed for {data}",
                 cwd=root,
-                capture_output=True,
-                text=True,
-                check=False,
             )
-            if result.returncode != 0:
-                raise StackError(
-                    f"mariadb-install-db failed for {data}:\n"
-                    + (result.stdout + result.stderr)[-2000:]
-                )
         log = state_dir / "logs" / "mysql.log"
         socket_path = root / "mysqld.sock"
         # The server runs these statements before it takes its first connection, on
@@ -576,14 +570,7 @@ OPTIONAL_SERVICES: tuple[Service, ...] = (MariaDB(),)
 
 
 def as_dict(started: Started) -> dict[str, Any]:
-    return {
-        "pid": started.pid,
-        "start_ticks": started.start_ticks,
-        "port": started.port,
-        "endpoint": started.endpoint,
-        "log": started.log,
-        "extra": dict(started.extra),
-    }
+    return dataclasses.asdict(started)
 
 
 def from_dict(raw: dict[str, Any]) -> Started:

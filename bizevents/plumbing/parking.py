@@ -26,13 +26,15 @@ See docs/parking.md for the design (ordering, crashes, rebalances).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeVar
 
 from bizevents.plumbing.errors import TerminalError
 
 __all__ = [
     "PARKED_HEADER",
+    "PARKED_MARK",
     "OnError",
     "Parked",
     "ParkedKeys",
@@ -40,11 +42,15 @@ __all__ = [
     "Ref",
     "Request",
     "Unparked",
+    "is_parked",
     "ref_key",
+    "refs_behind",
 ]
 
 #: The header that marks a dead-letter record as parked (value ``1``).
 PARKED_HEADER: Final = "bizevents.dlq.parked"
+#: That header as a parked record carries it.
+PARKED_MARK: Final = (PARKED_HEADER, b"1")
 #: Headers the pipeline appends to a parked record after the original ones.
 PARKED_EXTRA_HEADERS: Final = 8
 #: The stage of a change parked behind its key's failing change (never translated).
@@ -53,16 +59,32 @@ STAGE_PARKED: Final = "parked"
 OnError = Literal["park", "dead-letter", "fail"]
 #: (translator name, technical topic, partition, record key)
 Ref = tuple[str, str, int, bytes]
+T = TypeVar("T")
 
 
 class ParkingBoundError(TerminalError):
     """One more key would pass ``translate.max_parked_keys``."""
 
 
+def is_parked(headers: Mapping[str, Any]) -> bool:
+    """Whether a dead-letter record with these ``headers`` (by name) is marked parked."""
+    return headers.get(PARKED_HEADER) == PARKED_MARK[1]
+
+
 def ref_key(ref: Ref) -> bytes:
     """The parked topic's key of ``ref``."""
     name, topic, partition, key = ref
     return f"park|{name}|{topic}|{partition}|{key.hex()}".encode()
+
+
+def refs_behind(ref: Ref, after: int, parked: Iterable[tuple[Ref, int, T]]) -> list[T]:
+    """Of ``parked`` (each with its ref and offset), ``ref``'s past offset ``after``, in
+    offset order, each once (a crash may have parked one twice)."""
+    found: dict[int, T] = {}
+    for its_ref, offset, item in parked:
+        if its_ref == ref and offset > after:
+            found.setdefault(offset, item)
+    return [found[offset] for offset in sorted(found)]
 
 
 def ref_of(key: bytes) -> Ref | None:

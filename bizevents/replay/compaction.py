@@ -18,19 +18,9 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Sequence
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
-
-class Keyed(Protocol):
-    @property
-    def offset(self) -> int: ...
-
-    @property
-    def key(self) -> bytes | None: ...
-
-    @property
-    def value(self) -> bytes | None: ...
-
+from bizevents.translators.records import Keyed
 
 R = TypeVar("R", bound=Keyed)
 

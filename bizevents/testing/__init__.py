@@ -35,12 +35,11 @@ from typing import Any, Final
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
 from bizevents.contracts.business import (
-    HEADER_DLQ_REASON,
-    HEADER_DLQ_STAGE,
     HEADER_SOURCE_OFFSET,
     HEADER_SOURCE_TOPIC,
     BusinessEvent,
     Lineage,
+    dead_letter_cause,
 )
 from bizevents.contracts.change import Change
 from bizevents.contracts.envelope import OP_READ, OPS, ChangeEvent, PgPosition, Row, Source
@@ -236,15 +235,8 @@ def run(
     for out in outcome.records:
         index = origin[_origin_of(out)]
         if out.dead_letter:
-            headers = dict(out.headers)
-            result.dead_letters.append(
-                DeadLetter(
-                    index,
-                    (headers.get(HEADER_DLQ_STAGE) or b"").decode(),
-                    (headers.get(HEADER_DLQ_REASON) or b"").decode(),
-                    out.translator,
-                )
-            )
+            stage, reason = dead_letter_cause(dict(out.headers))
+            result.dead_letters.append(DeadLetter(index, stage, reason, out.translator))
             continue
         assert out.value is not None
         event = readers[out.translator](out.value, out.topic)

@@ -157,12 +157,10 @@ def translator(
     """
 
     def wrap(func: TranslateFunc) -> Translator:
-        origin = f"{func.__module__}.{func.__qualname__}"
         problems = _problems(name, version, sources, emits, snapshots, deletes)
         problems += _declaration_problems(columns, ops)
         problems += _changes_problems(changes, columns)
-        if problems:
-            raise PluginError(f"translator {name}@{version} ({origin}): {'; '.join(problems)}")
+        origin = _origin(func, name, version, problems)
         return Translator(
             name=name,
             version=version,
@@ -178,6 +176,15 @@ def translator(
         )
 
     return wrap
+
+
+def _origin(func: Callable[..., object], name: object, version: object, problems: list[str]) -> str:
+    """Where ``func`` is defined, once the translator it declares has no ``problems``
+    (else a :class:`PluginError` naming them all)."""
+    origin = f"{func.__module__}.{func.__qualname__}"
+    if problems:
+        raise PluginError(f"translator {name}@{version} ({origin}): {'; '.join(problems)}")
+    return origin
 
 
 def _problems(

@@ -13,14 +13,10 @@ from typing import Any, Final, Protocol
 import structlog
 from faust.types import TP
 
-from bizevents.contracts.business import (
-    HEADER_DLQ_REASON,
-    HEADER_DLQ_STAGE,
-    HEADER_SOURCE_OFFSET,
-)
+from bizevents.contracts.business import HEADER_SOURCE_OFFSET, dead_letter_cause
 from bizevents.plumbing.errors import TerminalError, TransientError
 from bizevents.plumbing.kafka import partition_for
-from bizevents.plumbing.parking import PARKED_HEADER
+from bizevents.plumbing.parking import is_parked
 from bizevents.plumbing.process import settle_collector
 from bizevents.translators._faust import (
     BlockAcker,
@@ -195,12 +191,13 @@ class BlockRunner:
     @staticmethod
     def _log_dead_letter(out: OutRecord, bound: Any) -> None:
         headers = dict(out.headers)
+        stage, reason = dead_letter_cause(headers)
         bound.warning(
-            "parked" if PARKED_HEADER in headers else "dead-lettered",
+            "parked" if is_parked(headers) else "dead-lettered",
             offset=int(headers.get(HEADER_SOURCE_OFFSET) or b"-1"),
             translator=out.translator or None,
-            stage=(headers.get(HEADER_DLQ_STAGE) or b"").decode(),
-            reason=(headers.get(HEADER_DLQ_REASON) or b"").decode(errors="replace"),
+            stage=stage,
+            reason=reason,
         )
 
     async def _process(self, tp: TP, records: Sequence[Any], bound: Any) -> Result:

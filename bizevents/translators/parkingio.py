@@ -20,20 +20,17 @@ from typing import Any
 
 import structlog
 
-from bizevents.contracts.business import (
-    HEADER_DLQ_REASON,
-    HEADER_DLQ_STAGE,
-    HEADER_TRANSLATOR,
-)
+from bizevents.contracts.business import HEADER_DLQ_REASON, HEADER_TRANSLATOR, dead_letter_cause
 from bizevents.plumbing.kafka import partition_for
 from bizevents.plumbing.member import restore_parked
 from bizevents.plumbing.parking import (
     PARKED_EXTRA_HEADERS,
-    PARKED_HEADER,
     ParkedKeys,
     Ref,
     Request,
+    is_parked,
     ref_key,
+    refs_behind,
 )
 from bizevents.plumbing.parkingio import read_requests, read_to_end
 from bizevents.translators.pipeline import Pipeline
@@ -60,7 +57,7 @@ def parked_of(msg: Any) -> ParkedRecord | None:
     """The parked change a dead-letter message holds (None: not a parked record)."""
     headers = msg.headers() or []
     found = dict(headers)
-    if found.get(PARKED_HEADER) != b"1" or len(headers) < PARKED_EXTRA_HEADERS:
+    if not is_parked(found) or len(headers) < PARKED_EXTRA_HEADERS:
         return None
     if HEADER_PARKED_KEY in found:
         return None  # the transaction worker's (bizevents.translators.txparking)
@@ -71,8 +68,7 @@ def parked_of(msg: Any) -> ParkedRecord | None:
     return ParkedRecord(
         source,
         (found.get(HEADER_TRANSLATOR) or b"").decode(),
-        (found.get(HEADER_DLQ_STAGE) or b"").decode(),
-        (found.get(HEADER_DLQ_REASON) or b"").decode(errors="replace"),
+        *dead_letter_cause(found),
         msg.offset(),
     )
 
@@ -80,22 +76,14 @@ def parked_of(msg: Any) -> ParkedRecord | None:
 def parked_records(messages: Sequence[Any], ref: Ref, after: int) -> list[ParkedRecord]:
     """``ref``'s parked changes among dead-letter ``messages`` with a source offset past
     ``after``, in source order, each once (a crash may have parked one twice)."""
-    name, topic, partition, key = ref
-    found: dict[int, ParkedRecord] = {}
-    for msg in messages:
-        parked = parked_of(msg)
-        if parked is None:
-            continue
-        source = parked.source
-        if (
-            parked.translator.partition("@")[0] == name
-            and source.topic == topic
-            and source.partition == partition
-            and (source.key or b"") == key
-            and source.offset > after
-        ):
-            found.setdefault(source.offset, parked)
-    return [found[offset] for offset in sorted(found)]
+    records = (p for p in map(parked_of, messages) if p is not None)
+    return refs_behind(ref, after, ((_ref_of(p), p.source.offset, p) for p in records))
+
+
+def _ref_of(parked: ParkedRecord) -> Ref:
+    source = parked.source
+    name = parked.translator.partition("@")[0]
+    return name, source.topic, source.partition, source.key or b""
 
 
 Produce = Callable[[Sequence[OutRecord]], Awaitable[list[asyncio.Future[Any]]]]

@@ -29,24 +29,13 @@ from time import perf_counter
 from typing import Final
 
 from bizevents.contracts.avro_codegen.native import constructor
-from bizevents.contracts.business import (
-    HEADER_DLQ_REASON,
-    HEADER_DLQ_STAGE,
-    BusinessEvent,
-)
+from bizevents.contracts.business import BusinessEvent, dead_letter_cause
 from bizevents.contracts.change import Change
 from bizevents.contracts.envelope import OP_READ, OP_UPDATE, ChangeEvent, Source, Tombstone
 from bizevents.contracts.exceptions import ContractError, Coordinates, DecodeError
 from bizevents.contracts.technical.events import Gate
 from bizevents.plumbing.errors import TerminalError
-from bizevents.plumbing.parking import (
-    PARKED_HEADER,
-    STAGE_PARKED,
-    OnError,
-    ParkedKeys,
-    Ref,
-    ref_key,
-)
+from bizevents.plumbing.parking import PARKED_MARK, STAGE_PARKED, OnError, ParkedKeys, Ref, ref_key
 from bizevents.translators.api import Translator
 from bizevents.translators.exceptions import TranslationError
 from bizevents.translators.lineage import Origin, Stamper, contract_name, origin_of
@@ -415,7 +404,7 @@ class Pipeline:
                 reason,
                 "Parked",
                 translator.ref,
-                ((PARKED_HEADER, b"1"),),
+                (PARKED_MARK,),
             )
         )
         self._park_state(ref, record.offset, STAGE_PARKED, reason, result)
@@ -434,8 +423,7 @@ class Pipeline:
         """A change failed in ``translator``: dead-letter it, park its key, or stop."""
         on_error = self._on_error(translator)
         headers = dict(dead.headers)
-        stage = (headers.get(HEADER_DLQ_STAGE) or b"").decode()
-        reason = (headers.get(HEADER_DLQ_REASON) or b"").decode(errors="replace")
+        stage, reason = dead_letter_cause(headers)
         if on_error == "fail":
             raise TranslatorFailedError(
                 f"translator {translator.ref} failed ({stage}) on {topic}[{partition}] at "
@@ -451,7 +439,7 @@ class Pipeline:
                 dead.topic,
                 dead.key,
                 dead.value,
-                [*dead.headers, (PARKED_HEADER, b"1")],
+                [*dead.headers, PARKED_MARK],
                 dead.translator,
                 "",
             )

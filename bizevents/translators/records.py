@@ -79,10 +79,8 @@ class Serializer(Protocol):
     ) -> bytes: ...
 
 
-class Record(Protocol):
-    """What the core reads of a technical record of a known partition
-    (:meth:`Pipeline.process_partition`): a Kafka client's own record (the worker hands
-    aiokafka's over as they are)."""
+class Keyed(Protocol):
+    """A record's offset, key and value: what compaction reads of it."""
 
     @property
     def offset(self) -> int: ...
@@ -90,6 +88,13 @@ class Record(Protocol):
     def key(self) -> bytes | None: ...
     @property
     def value(self) -> bytes | None: ...
+
+
+class Record(Keyed, Protocol):
+    """What the core reads of a technical record of a known partition
+    (:meth:`Pipeline.process_partition`): a Kafka client's own record (the worker hands
+    aiokafka's over as they are)."""
+
     @property
     def headers(self) -> Sequence[tuple[str, bytes | None]]: ...
 

@@ -35,8 +35,16 @@ from typing import TypeAlias
 from bizevents.contracts.business import BusinessEvent
 from bizevents.contracts.change import Change
 from bizevents.contracts.exceptions import Coordinates
-from bizevents.translators.api import SKIP, TRANSLATE, Output, Policy, Translator, _problems
-from bizevents.translators.exceptions import PluginError, TranslationError, plugin_failure
+from bizevents.translators.api import (
+    SKIP,
+    TRANSLATE,
+    Output,
+    Policy,
+    Translator,
+    _origin,
+    _problems,
+)
+from bizevents.translators.exceptions import TranslationError, plugin_failure
 
 __all__ = [
     "Attributed",
@@ -199,11 +207,9 @@ def transaction_translator(
     """
 
     def wrap(func: TransactionFunc) -> TransactionTranslator:
-        origin = f"{func.__module__}.{func.__qualname__}"
         problems = _problems(name, version, sources, emits, snapshots, TRANSLATE)
         declared = _keys(keys or {}, problems)
-        if problems:
-            raise PluginError(f"translator {name}@{version} ({origin}): {'; '.join(problems)}")
+        origin = _origin(func, name, version, problems)
         return TransactionTranslator(
             name=name,
             version=version,

@@ -27,17 +27,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from bizevents.contracts.business import (
-    HEADER_DLQ_REASON,
-    HEADER_DLQ_STAGE,
-    HEADER_TRANSLATOR,
-)
+from bizevents.contracts.business import HEADER_TRANSLATOR, dead_letter_cause
 from bizevents.plumbing.parking import (
-    PARKED_HEADER,
+    PARKED_MARK,
     STAGE_PARKED,
     OnError,
     ParkedKeys,
     Ref,
+    is_parked,
     ref_key,
 )
 from bizevents.translators.assembly import Part, Ready
@@ -144,7 +141,7 @@ class TxParking:
         state = self.parking.park(ref, position, stage, reason)
         extra = [
             (HEADER_TX, (ready.tx_id or "").encode()),
-            (PARKED_HEADER, b"1"),
+            PARKED_MARK,
             (HEADER_PARKED_KEY, ref_key(ref)),
             (HEADER_TX_END, str(position).encode()),
         ]
@@ -195,7 +192,7 @@ def parked_part(msg: Any) -> ParkedPart | None:
     headers = msg.headers() or []
     found = dict(headers)
     key = found.get(HEADER_PARKED_KEY)
-    if found.get(PARKED_HEADER) != b"1" or key is None:
+    if not is_parked(found) or key is None:
         return None
     if len(headers) < TX_PARKED_EXTRA_HEADERS:
         return None
@@ -211,8 +208,7 @@ def parked_part(msg: Any) -> ParkedPart | None:
         key,
         tx or None,
         end,
-        (found.get(HEADER_DLQ_STAGE) or b"").decode(),
-        (found.get(HEADER_DLQ_REASON) or b"").decode(errors="replace"),
+        *dead_letter_cause(found),
     )
 
 

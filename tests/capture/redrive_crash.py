@@ -11,7 +11,7 @@ import os
 import signal
 from collections.abc import Sequence
 
-from bizevents.capture.core.quarantine import QuarantineCore, Record
+from bizevents.capture.core.quarantine import Quarantine, Record
 from bizevents.capture.mariadb import types as mysqltypes
 from bizevents.capture.postgres import types as pgtypes
 from bizevents.cli import main
@@ -19,16 +19,16 @@ from tests.capture.quarantine_helpers import enum_fixed, numeric_fixed
 
 
 def _plant_kill() -> None:
-    write = QuarantineCore._write_acknowledged
+    write = Quarantine._write_acknowledged
 
-    def half_then_kill(self: QuarantineCore, records: Sequence[Record]) -> None:
-        own = (self.config.parked_topic_name, self.config.dlq_topic)
+    def half_then_kill(self: Quarantine, records: Sequence[Record]) -> None:
+        own = (self.capture.config.parked_topic_name, self.capture.config.dlq_topic)
         if len(records) > 1 and all(topic not in own for topic, _, _ in records):
             write(self, records[: len(records) // 2])
             os.kill(os.getpid(), signal.SIGKILL)
         write(self, records)
 
-    QuarantineCore._write_acknowledged = half_then_kill  # type: ignore[method-assign]
+    Quarantine._write_acknowledged = half_then_kill  # type: ignore[method-assign]
 
 
 if __name__ == "__main__":

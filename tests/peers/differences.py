@@ -26,7 +26,8 @@ BOTH = "both"
 @dataclass(frozen=True)
 class Row:
     database: str  # "PostgreSQL", "MariaDB" or "both", as the document's column says
-    holds: Callable[[Any, Any, ChangeEvent | Tombstone], bool]
+    #: ours, theirs and our change event (None for a transaction record's difference)
+    holds: Callable[[Any, Any, Any], bool]
 
 
 def _snapshot(event: ChangeEvent | Tombstone) -> bool:
@@ -37,18 +38,29 @@ def _pg(event: ChangeEvent | Tombstone) -> bool:
     return isinstance(event, ChangeEvent) and event.source.connector == "postgresql"
 
 
-def _mariadb(event: ChangeEvent | Tombstone) -> bool:
-    return isinstance(event, ChangeEvent) and event.source.connector == "mysql"
-
-
 def _update(event: ChangeEvent | Tombstone) -> bool:
     return isinstance(event, ChangeEvent) and event.op == "u"
 
 
 def _lsn_or_none(theirs: Any, event: ChangeEvent | Tombstone) -> bool:
     # Debezium's incremental snapshot rows have no LSN; an initial snapshot's is its slot's
-    incremental = isinstance(event, ChangeEvent) and event.source.snapshot_raw == "incremental"
-    return theirs is None if incremental else type(theirs) is int
+    return theirs is None if _incremental(event) else type(theirs) is int
+
+
+def _incremental(event: ChangeEvent | Tombstone) -> bool:
+    return isinstance(event, ChangeEvent) and event.source.snapshot_raw == "incremental"
+
+
+def _ints(ours: Any, theirs: Any) -> bool:
+    return type(ours) is int and type(theirs) is int
+
+
+def _gtid_or_none(ours: Any, theirs: Any, event: ChangeEvent | Tombstone) -> bool:
+    # an incremental snapshot row stands at each capture's own watermark; Debezium's
+    # initial snapshot rows have no GTID
+    if _incremental(event):
+        return isinstance(ours, str) and isinstance(theirs, str)
+    return isinstance(ours, str) and theirs is None
 
 
 def _same_tx(ours: Any, theirs: Any) -> bool:
@@ -86,9 +98,13 @@ ROWS: dict[str, Row] = {
     ),
     "after.nm": Row(PG, lambda o, t, e: _update(e) and o is not None and t is None),
     "source.connector": Row(MARIA, lambda o, t, e: o == "mysql" and t == "mariadb"),
-    "source.pos": Row(MARIA, lambda o, t, e: _mariadb(e) and o - t == 23),
-    "source.gtid": Row(MARIA, lambda o, t, e: _snapshot(e) and t is None),
+    "source.pos": Row(MARIA, lambda o, t, e: _incremental(e) and _ints(o, t)),
+    "source.gtid": Row(MARIA, lambda o, t, e: _snapshot(e) and _gtid_or_none(o, t, e)),
     "source.server_id": Row(MARIA, lambda o, t, e: _snapshot(e) and t == 0),
+    # a DDL statement's transaction: Debezium's MariaDB connector writes its BEGIN, no END
+    "BEGIN": Row(MARIA, lambda o, t, e: o is False and t is True),
+    # the time of the binlog event before the GTID event: after an idle spell, earlier
+    "BEGIN.ts_ms": Row(MARIA, lambda o, t, e: type(o) is int and type(t) is int and t < o),
     "after.j": Row(MARIA, lambda o, t, e: _json_as_text(o, t)),
     "before.j": Row(MARIA, lambda o, t, e: _update(e) and _json_as_text(o, t)),
 }

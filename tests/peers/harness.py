@@ -113,25 +113,9 @@ def start(
 ) -> Run:
     """The harness started on ``props`` (on the classpath of ``tools``); its records go
     to ``out`` (default ``folder/records.jsonl``)."""
-    reason = missing(tools)
-    if reason is not None:
-        raise RuntimeError(reason)
-    folder.mkdir(parents=True, exist_ok=True)
-    props_file = folder / "debezium.properties"
-    props_file.write_text("".join(f"{k}={_escape(v)}\n" for k, v in props.items()))
+    props_file = _properties(folder, "debezium", props)
     out = out or folder / "records.jsonl"
-    log = folder / "debezium.log"
-    classpath = f"{tools / 'classes'}:{(tools / 'classpath.txt').read_text().strip()}"
-    args = [
-        "java",
-        f"-Xmx{heap}",
-        "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
-        "-cp",
-        classpath,
-        "bizevents.peers.Harness",
-        str(props_file),
-        str(out),
-    ]
+    args = [str(props_file), str(out)]
     if max_changes is not None:
         args += ["--max", str(max_changes)]
     if idle_ms is not None:
@@ -140,9 +124,38 @@ def start(
         args += ["--until-topic", until_topic]
     if from_change != 1:
         args += ["--from", str(from_change)]
+    log = folder / "debezium.log"
+    return Run(java("bizevents.peers.Harness", args, log, heap, tools), out, log)
+
+
+def classpath(tools: Path = TOOLS) -> str:
+    """The harness's classes and the connector's jars, refused when not set up."""
+    reason = missing(tools)
+    if reason is not None:
+        raise RuntimeError(reason)
+    return f"{tools / 'classes'}:{(tools / 'classpath.txt').read_text().strip()}"
+
+
+def java(main: str, args: list[str], log: Path, heap: str, tools: Path) -> subprocess.Popen[bytes]:
+    """``main`` on the classpath of ``tools``, its output (and errors) into ``log``."""
+    command = [
+        "java",
+        f"-Xmx{heap}",
+        "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+        "-cp",
+        classpath(tools),
+        main,
+        *args,
+    ]
     with open(log, "wb") as sink:
-        process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=sink)
-    return Run(process, out, log)
+        return subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT)
+
+
+def _properties(folder: Path, name: str, props: dict[str, str]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.properties"
+    path.write_text("".join(f"{k}={_escape(v)}\n" for k, v in props.items()))
+    return path
 
 
 def _escape(value: str) -> str:
@@ -262,29 +275,17 @@ class Connect:
 
 
 def start_connect(
-    worker: dict[str, str], connector: dict[str, str], folder: Path, heap: str = "1g"
+    worker: dict[str, str],
+    connector: dict[str, str],
+    folder: Path,
+    heap: str = "1g",
+    tools: Path = TOOLS,
 ) -> Connect:
-    """``ConnectStandalone`` on the harness's classpath, running one connector."""
-    reason = missing()
-    if reason is not None:
-        raise RuntimeError(reason)
-    folder.mkdir(parents=True, exist_ok=True)
-    files = []
-    for name, props in (("worker", worker), ("connector", connector)):
-        path = folder / f"{name}.properties"
-        path.write_text("".join(f"{k}={_escape(v)}\n" for k, v in props.items()))
-        files.append(str(path))
-    log = folder / "connect.log"
-    classpath = f"{TOOLS / 'classes'}:{(TOOLS / 'classpath.txt').read_text().strip()}"
-    args = [
-        "java",
-        f"-Xmx{heap}",
-        "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
-        "-cp",
-        classpath,
-        "org.apache.kafka.connect.cli.ConnectStandalone",
-        *files,
+    """``ConnectStandalone`` on the classpath of ``tools``, running one connector."""
+    files = [
+        str(_properties(folder, n, p)) for n, p in (("worker", worker), ("connector", connector))
     ]
-    with open(log, "wb") as sink:
-        process = subprocess.Popen(args, stdout=sink, stderr=subprocess.STDOUT)
-    return Connect(process, log)
+    log = folder / "connect.log"
+    return Connect(
+        java("org.apache.kafka.connect.cli.ConnectStandalone", files, log, heap, tools), log
+    )

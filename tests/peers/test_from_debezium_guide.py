@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.guides import guide_env, guide_steps, run_guide
 from tests.peers import harness
-from tests.translators.test_guide import _script, _stop_background, guide_steps
 
 GUIDE = Path(__file__).parents[2] / "docs" / "from-debezium.md"
 
@@ -30,13 +28,10 @@ def _connect_standalone(folder: Path) -> Path:
     """A ``connect-standalone.sh`` of the harness's classpath, in a folder for PATH."""
     bin_dir = folder / "connect-bin"
     bin_dir.mkdir()
-    classpath = (
-        f"{harness.TOOLS / 'classes'}:{(harness.TOOLS / 'classpath.txt').read_text().strip()}"
-    )
     script = bin_dir / "connect-standalone.sh"
     script.write_text(
         "#!/bin/sh\n"
-        f"exec java -Xmx1g -cp '{classpath}' "
+        f"exec java -Xmx1g -cp '{harness.classpath()}' "
         'org.apache.kafka.connect.cli.ConnectStandalone "$@"\n'
     )
     script.chmod(0o755)
@@ -61,45 +56,11 @@ def test_the_guide_runs_as_written(tmp_path: Path) -> None:
     folder = tmp_path / "shop"
     folder.mkdir()
     venv_bin = Path(sys.executable).parent
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("BIZEVENTS_", "PYTEST_"))},
-        "PATH": f"{venv_bin}:{_connect_standalone(tmp_path)}:{os.environ['PATH']}",
-        # the stack on free ports; its state folder is the guide's, .bizevents/ in the folder
-        "BIZEVENTS_DEV__BROKER_PORT": "0",
-        "BIZEVENTS_DEV__REGISTRY_PORT": "0",
-        "BIZEVENTS_DEV__POSTGRES_PORT": "0",
-    }
-    steps = guide_steps(GUIDE)
-    (folder / "guide.sh").write_text(_script(steps))
-    try:
-        done = subprocess.run(
-            ["bash", "guide.sh"],
-            cwd=folder,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=480,
-            check=False,
-        )
-    finally:
-        stopped = _stop_background(folder)
-        subprocess.run(
-            ["bizevents", "dev", "down", "--purge"],
-            cwd=folder,
-            env=env,
-            capture_output=True,
-            timeout=120,
-            check=False,
-        )
-    logs = "".join(
-        f"\n--- {log.name}\n{log.read_text()[-3000:]}" for log in sorted(folder.glob("*.log"))
-    )
-    assert done.returncode == 0, f"{done.stdout[-6000:]}\n{done.stderr[-6000:]}{logs}"
-    outputs = re.split(r"::step \d+::\n", done.stdout)[1:]
-    assert len(outputs) == len(steps)
+    env = guide_env(f"{venv_bin}:{_connect_standalone(tmp_path)}:{os.environ['PATH']}")
+    ran = run_guide(folder, guide_steps(GUIDE), env, timeout=480)
     # Connect stopped by SIGTERM exits 143 (the JVM's), the worker cleanly
-    assert len(stopped) == 2, f"stopped: {stopped}{logs}"
-    records = [json.loads(line) for line in outputs[-1].splitlines() if line.startswith("{")]
+    assert len(ran.stopped) == 2, f"stopped: {ran.stopped}{ran.logs}"
+    records = [json.loads(line) for line in ran.outputs[-1].splitlines() if line.startswith("{")]
     registered, moved = records
     assert registered["value"]["email"] == "ada@example.com"
     assert registered["headers"]["bizevents.translator"] == "customers@1"

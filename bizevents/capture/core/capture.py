@@ -3,14 +3,14 @@ acknowledgement tracker, codecs, schema registrar, state store), back-pressure, 
 wait for acknowledgements, the dead-letter route, the snapshot ledger and the run loop
 with its reconnect backoff.
 
-Nothing here knows PostgreSQL or MySQL: :mod:`bizevents.capture.postgres.core` and
-:mod:`bizevents.capture.mariadb.capture` build on it.
+Nothing here knows PostgreSQL or MySQL: ``postgres.runner.PostgresCapture`` and
+``mariadb.capture.MysqlCapture`` are each one class over :class:`CaptureCore`.
 """
 
 import signal
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -86,24 +86,6 @@ class Session:
     tracker: AckTracker = field(default_factory=AckTracker)
     #: Per-table codecs, keyed as the source names its tables (an oid, a table map).
     codecs: dict[Any, Any] = field(default_factory=dict)
-
-
-class StreamReader:
-    """What both sources' stream readers share: their loop, and the connection their
-    incremental snapshots read chunks on, closed when the loop ends."""
-
-    chunks: Any = None
-
-    def loop(self) -> None:
-        raise NotImplementedError
-
-    def run(self) -> None:
-        try:
-            self.loop()
-        finally:
-            if self.chunks is not None:
-                with suppress(Exception):
-                    self.chunks.close()
 
 
 def chunk_condition(pending: Pending, columns: list[str]) -> Condition | None:

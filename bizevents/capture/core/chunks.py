@@ -15,13 +15,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from bizevents.capture.config import CaptureConfig
+from bizevents.capture.core.capture import Session
 from bizevents.capture.core.codec import encoded_ts
 from bizevents.capture.core.incremental import Incremental, Window
 from bizevents.capture.core.offsets import AckTracker, Tx
 from bizevents.capture.core.state import Pending
 from bizevents.capture.exceptions import CaptureError
 
-__all__ = ["SLICE", "Chunk", "ChunkDriver", "ChunkSource", "Drain"]
+__all__ = ["SLICE", "Chunk", "ChunkDriver", "ChunkHost", "ChunkSource", "Drain", "WriteRow"]
 
 #: Rows of a chunk fetched or written per slice: a stream change waits for one slice at
 #: most, not for a whole chunk.
@@ -71,6 +73,25 @@ class ChunkSource(Protocol):
         """The closed window's ``rows`` were written: the source's event counts."""
 
 
+#: ``CaptureCore.snapshot_row``: ``(codec, table, key, row, source, ts, tx)``, whether
+#: the row was written (else dead-lettered).
+WriteRow = Callable[[Any, str, bytes | None, Any, bytes, bytes, Tx], bool]
+
+
+class ChunkHost(Protocol):
+    """What the driver asks of its capture."""
+
+    config: CaptureConfig
+    log: Any
+    stopping: bool
+
+    @property
+    def session(self) -> Session: ...
+
+    @property
+    def snapshot_row(self) -> WriteRow: ...
+
+
 @dataclass(slots=True)
 class Drain:
     """A closed window's rows being written, a slice at a time."""
@@ -95,13 +116,10 @@ class _Reading:
 
 
 class ChunkDriver:
-    """Turns one capture's incremental snapshots, a slice at a time, for ``source``.
-
-    ``capture`` is the capture's core (its ``stopping``, ``config``, ``log`` and
-    ``snapshot_row``)."""
+    """Turns one capture's incremental snapshots, a slice at a time, for ``source``."""
 
     def __init__(
-        self, inc: Incremental, source: ChunkSource, capture: Any, tracker: AckTracker
+        self, inc: Incremental, source: ChunkSource, capture: ChunkHost, tracker: AckTracker
     ) -> None:
         self.inc = inc
         self.source = source

@@ -9,15 +9,28 @@ back-pressure and a stop heeded between batches, and the progress counted.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-from bizevents.capture.core.capture import CaptureCore, Stop
+from bizevents.capture.core.capture import Stop
+from bizevents.capture.core.chunks import ChunkHost
 from bizevents.capture.core.codec import encoded_ts
 from bizevents.capture.core.offsets import Tx
+from bizevents.capture.metrics import CaptureStats
 
-__all__ = ["SnapshotTable", "write_tables"]
+__all__ = ["SnapshotTable", "SnapshotWriter", "write_tables"]
+
+
+class SnapshotWriter(ChunkHost, Protocol):
+    """What :func:`write_tables` asks of its capture (the chunk driver's too)."""
+
+    stats: CaptureStats
+    progress: Callable[[str, int, int], None] | None
+
+    def check_delivery(self) -> None: ...
+
+    def backpressure(self, keepalive: Callable[[], None] | None = None) -> None: ...
 
 
 @dataclass(slots=True)
@@ -39,7 +52,7 @@ class SnapshotTable:
     expected: int | None = None
 
 
-def write_tables(capture: CaptureCore, tables: Iterable[SnapshotTable], tx: Tx) -> None:
+def write_tables(capture: SnapshotWriter, tables: Iterable[SnapshotTable], tx: Tx) -> None:
     """Write every row of ``tables`` under ``tx``; a stop asked for raises :class:`Stop`."""
     stats = capture.stats
     producer = capture.session.producer

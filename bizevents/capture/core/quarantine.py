@@ -19,9 +19,10 @@ their acknowledgement, then unparks the key (a discard unparks it with the reaso
 writing nothing). No live change of the key is read in between, so none can overtake
 a re-driven one (docs/parking.md, "Capture quarantine").
 
-Each source says what is its own (:class:`QuarantineCore`'s abstract methods): how a
-position reads (an LSN, a binlog file, position and row) and how a parked change is
-decoded again. Every position is an integer that grows with the log
+A capture holds a :class:`Quarantine` as a part, made with the source's
+:class:`ParkedSource`: how a position reads (an LSN, a binlog file, position and row)
+and how a parked change is decoded again; what the quarantine asks of the capture is
+:class:`QuarantineHost`. Every position is an integer that grows with the log
 (``context["position"]``), so the parked-key state (:mod:`bizevents.plumbing.parking`)
 is the same for both.
 """
@@ -33,12 +34,15 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, Protocol
 
 from confluent_kafka import Consumer, TopicPartition
 
-from bizevents.capture.core.capture import CaptureCore
+from bizevents.capture.config import CaptureConfig
+from bizevents.capture.core.capture import CaptureEndpoints, Session
+from bizevents.capture.core.incremental import Incremental
 from bizevents.capture.exceptions import CaptureError
+from bizevents.capture.metrics import CaptureStats
 from bizevents.contracts.business import (
     HEADER_DLQ_ERROR,
     HEADER_DLQ_REASON,
@@ -63,7 +67,9 @@ __all__ = [
     "CAPTURE",
     "HEADER_CAPTURE_CONTEXT",
     "ParkedChange",
-    "QuarantineCore",
+    "ParkedSource",
+    "Quarantine",
+    "QuarantineHost",
     "Record",
     "ToPark",
     "ask_capture",
@@ -136,16 +142,48 @@ def parked_changes(messages: Sequence[Any], ref: Ref, first: int) -> list[Parked
     return found
 
 
-class QuarantineCore(CaptureCore):
-    """A capture's parking, whatever its source: parks keys, restores them, carries
-    out re-drive and discard requests."""
+class QuarantineHost(Protocol):
+    """What the quarantine asks of its capture."""
+
+    config: CaptureConfig
+    endpoints: CaptureEndpoints
+    stats: CaptureStats
+    log: Any
+    incremental: Incremental | None
+
+    @property
+    def session(self) -> Session: ...
+
+    def wait_acknowledged(self) -> None: ...
+
+
+class ParkedSource(Protocol):
+    """What a source tells its quarantine."""
 
     #: The dead-letter records' ``bizevents.capture.format`` (how ``raw`` is written).
-    RAW_FORMAT = ""
+    raw_format: str
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        cfg = self.config
+    def describe(self, position: int) -> str:
+        """``position`` as the source's operators read it (an LSN, a binlog place)."""
+        ...
+
+    def redecode(self, change: ParkedChange, cache: dict[str, Any]) -> list[Record]:
+        """The technical records of one parked change, decoded with the code run now
+        (``cache``: codecs built during this re-drive). CaptureError, ValueError,
+        KeyError or TypeError: it still does not decode."""
+        ...
+
+
+class Quarantine:
+    """A capture's parking, whatever its source: parks keys, restores them, carries
+    out re-drive and discard requests. A part of ``capture``; ``source`` says what
+    is the source's own."""
+
+    def __init__(self, capture: QuarantineHost, source: ParkedSource) -> None:
+        self.capture = capture
+        self.source = source
+        self.describe = source.describe
+        cfg = capture.config
         #: None unless ``on_conversion_error = "park"``.
         self.parking: ParkedKeys | None = (
             ParkedKeys(cfg.max_parked_keys) if cfg.on_conversion_error == "park" else None
@@ -155,18 +193,6 @@ class QuarantineCore(CaptureCore):
         self._request_reader: Consumer | None = None
         self._requests_polled = 0.0
 
-    # -- what each source says ----------------------------------------------------------------
-
-    def describe(self, position: int) -> str:
-        """``position`` as the source's operators read it (an LSN, a binlog place)."""
-        raise NotImplementedError
-
-    def redecode(self, change: ParkedChange, cache: dict[str, Any]) -> list[Record]:
-        """The technical records of one parked change, decoded with the code run now
-        (``cache``: codecs built during this re-drive). CaptureError, ValueError,
-        KeyError or TypeError: it still does not decode."""
-        raise NotImplementedError
-
     # -- restore ---------------------------------------------------------------------------
 
     def restore_parked(self) -> None:
@@ -174,16 +200,16 @@ class QuarantineCore(CaptureCore):
         parking = self.parking
         if parking is None:
             return
-        cfg = self.config
+        cfg = self.capture.config
         ensure_topics(
-            self.session.admin,
+            self.capture.session.admin,
             [cfg.parked_topic_name],
             1,
             replication_factor=cfg.replication_factor,
             config={"cleanup.policy": "compact"},
             timeout_s=15,
         )
-        messages = read_to_end(self.endpoints.kafka, cfg.parked_topic_name)
+        messages = read_to_end(self.capture.endpoints.kafka, cfg.parked_topic_name)
         parking.reset()
         self.requests.clear()
         for msg in messages:
@@ -195,12 +221,12 @@ class QuarantineCore(CaptureCore):
             else:
                 parking.apply(key, msg.value())
         self._requests_at = messages[-1].offset() + 1 if messages else 0
-        counts = dict.fromkeys(self.stats.parked_keys, 0)
+        counts = dict.fromkeys(self.capture.stats.parked_keys, 0)
         for _, topic, _, _ in parking.parked:
             self._count(counts, topic, 1)
-        self.stats.parked_keys = counts
+        self.capture.stats.parked_keys = counts
         self.close_requests()
-        self.log.info(
+        self.capture.log.info(
             "parked keys restored",
             keys=len(parking.parked),
             pending=sum(r.status == "pending" for r in self.requests.values()),
@@ -221,7 +247,7 @@ class QuarantineCore(CaptureCore):
 
     def _table_of(self, topic: str) -> str:
         """The table label of capture's metrics for a technical topic (``schema.table``)."""
-        return topic.removeprefix(f"{self.config.prefix}.")
+        return topic.removeprefix(f"{self.capture.config.prefix}.")
 
     def _count(self, counts: dict[str, int], topic: str, delta: int) -> None:
         table = self._table_of(topic)
@@ -232,21 +258,17 @@ class QuarantineCore(CaptureCore):
             self._request_reader.close()
             self._request_reader = None
 
-    def closing(self) -> None:
-        self.close_requests()
-        super().closing()
-
     # -- parking ---------------------------------------------------------------------------
 
     def park_key(self, change: ToPark, exc: CaptureError, send: Send) -> int:
         """Park the key of a change that did not convert; the records sent."""
-        self.log.warning(
+        self.capture.log.warning(
             "change not converted: its key parked",
             table=change.table,
             column=getattr(exc, "column", None),
             position=self.describe(change.position),
             reason=str(exc),
-            topic=self.config.dlq_topic,
+            topic=self.capture.config.dlq_topic,
         )
         return self._park(change, "capture", str(exc), type(exc).__name__, send)
 
@@ -283,7 +305,7 @@ class QuarantineCore(CaptureCore):
     def _park(self, change: ToPark, stage: str, reason: str, error: str, send: Send) -> int:
         parking = self.parking
         assert parking is not None
-        cfg = self.config
+        cfg = self.capture.config
         table, topic, key, position = change.table, change.topic, change.key, change.position
         ref: Ref = (CAPTURE, topic, ANY_PARTITION, key)
         if parking.would_pass_bound(ref):
@@ -293,7 +315,9 @@ class QuarantineCore(CaptureCore):
                 "them (bizevents capture redrive) or raise the bound"
             )
         counted = (table, "park" if stage != STAGE_PARKED else STAGE_PARKED)
-        self.stats.conversion_errors[counted] = self.stats.conversion_errors.get(counted, 0) + 1
+        self.capture.stats.conversion_errors[counted] = (
+            self.capture.stats.conversion_errors.get(counted, 0) + 1
+        )
         text = json.dumps({**change.context, "position": position}, separators=(",", ":"))
         headers: list[tuple[str, str | bytes | None]] = [
             (HEADER_DLQ_STAGE, stage.encode()),
@@ -302,7 +326,7 @@ class QuarantineCore(CaptureCore):
             (HEADER_SOURCE_TOPIC, topic.encode()),
             (HEADER_SOURCE_POSITION, self.describe(position).encode()),
             ("bizevents.capture.table", table.encode()),
-            ("bizevents.capture.format", self.RAW_FORMAT.encode()),
+            ("bizevents.capture.format", self.source.raw_format.encode()),
             (HEADER_CAPTURE_CONTEXT, text.encode()),
             (PARKED_HEADER, b"1"),
         ]
@@ -315,7 +339,7 @@ class QuarantineCore(CaptureCore):
             # requests that follow on the same topic down).
             return 1
         send(cfg.parked_topic_name, ref_key(ref), record)
-        self._count(self.stats.parked_keys, topic, 1)
+        self._count(self.capture.stats.parked_keys, topic, 1)
         return 2
 
     # -- requests --------------------------------------------------------------------------
@@ -333,12 +357,14 @@ class QuarantineCore(CaptureCore):
         if reader is None:
             reader = self._request_reader = Consumer(
                 {
-                    **self.endpoints.kafka,
+                    **self.capture.endpoints.kafka,
                     "group.id": "bizevents-capture-parked-follower",
                     "enable.auto.commit": False,
                 }
             )
-            reader.assign([TopicPartition(self.config.parked_topic_name, 0, self._requests_at)])
+            reader.assign(
+                [TopicPartition(self.capture.config.parked_topic_name, 0, self._requests_at)]
+            )
         for msg in reader.consume(500, timeout=0):
             key = msg.key()
             if msg.error() is None and key is not None and key.startswith(REQUEST_PREFIX):
@@ -353,7 +379,7 @@ class QuarantineCore(CaptureCore):
     def _answer(self, request: Request, status: Any, message: str) -> None:
         answer = replace(request, status=status, message=message)
         self.requests[request.id] = answer
-        self.log.info(
+        self.capture.log.info(
             "parked-key request answered",
             request=request.id,
             kind=request.kind,
@@ -361,22 +387,22 @@ class QuarantineCore(CaptureCore):
             message=message,
         )
         self._write_acknowledged(
-            [(self.config.parked_topic_name, request.record_key(), answer.record())]
+            [(self.capture.config.parked_topic_name, request.record_key(), answer.record())]
         )
 
     def _write_acknowledged(self, records: Sequence[Record]) -> None:
         """Produce ``records`` and wait until Kafka acknowledged them (and all before)."""
-        tracker = self.session.tracker
+        tracker = self.capture.session.tracker
         tx = tracker.begin(None)
         for topic, key, value in records:
-            produce(self.session.producer, topic, value, key, on_delivery=tx.ack)
-            if self.incremental is not None:
-                self.incremental.supersede(topic, key)
+            produce(self.capture.session.producer, topic, value, key, on_delivery=tx.ack)
+            if self.capture.incremental is not None:
+                self.capture.incremental.supersede(topic, key)
         tx.pending += len(records)
         tracker.in_flight += len(records)
         # At no position: the log's confirmation does not wait for these.
         tracker.commit(tx, 0)
-        self.wait_acknowledged()
+        self.capture.wait_acknowledged()
 
     def _not_parked(self, ref: Ref) -> tuple[str, str]:
         """The answer to a request for a key that is not parked (any more)."""
@@ -398,7 +424,7 @@ class QuarantineCore(CaptureCore):
         state = parking.parked.get(ref)
         if state is None:
             return None
-        self.wait_acknowledged()
+        self.capture.wait_acknowledged()
         return parking, state
 
     def _unpark(self, ref: Ref, through: int, how: str) -> None:
@@ -406,8 +432,8 @@ class QuarantineCore(CaptureCore):
         record acknowledged."""
         assert self.parking is not None
         record = self.parking.unpark(ref, through, how)
-        self._write_acknowledged([(self.config.parked_topic_name, ref_key(ref), record)])
-        self._count(self.stats.parked_keys, ref[1], -1)
+        self._write_acknowledged([(self.capture.config.parked_topic_name, ref_key(ref), record)])
+        self._count(self.capture.stats.parked_keys, ref[1], -1)
 
     def redrive(self, request: Request) -> tuple[str, str]:
         """Re-decode the key's parked changes, write them in order, unpark the key."""
@@ -416,31 +442,34 @@ class QuarantineCore(CaptureCore):
         if found is None:
             return self._not_parked(ref)
         parking, state = found
+        cfg = self.capture.config
         changes = parked_changes(
-            read_to_end(self.endpoints.kafka, self.config.dlq_topic), ref, state.first
+            read_to_end(self.capture.endpoints.kafka, cfg.dlq_topic),
+            ref,
+            state.first,
         )
         if not changes or changes[-1].position < state.last:
             return "failed", (
-                f"the dead-letter topic {self.config.dlq_topic} does not hold the key's parked "
+                f"the dead-letter topic {cfg.dlq_topic} does not hold the key's parked "
                 f"changes up to {self.describe(state.last)}; the key stays parked"
             )
         records: list[Record] = []
         cache: dict[str, Any] = {}
         for change in changes:
             try:
-                records += self.redecode(change, cache)
+                records += self.source.redecode(change, cache)
             except (CaptureError, ValueError, KeyError, TypeError) as exc:
                 reason = f"at {self.describe(change.position)}: {exc}"
                 again = parking.failed_again(ref, state.first, reason)
                 if again is not None:
-                    self._write_acknowledged([(self.config.parked_topic_name, ref_key(ref), again)])
+                    self._write_acknowledged([(cfg.parked_topic_name, ref_key(ref), again)])
                 return "failed", (
                     f"the parked change {reason} still does not convert; nothing was written, "
                     "the key stays parked with this reason"
                 )
         self._write_acknowledged(records)
         self._unpark(ref, changes[-1].position, f"redriven by capture (request {request.id})")
-        self._count(self.stats.redriven, ref[1], len(changes))
+        self._count(self.capture.stats.redriven, ref[1], len(changes))
         return "done", (
             f"{len(changes)} parked changes of {ref[1]} key {ref[3].hex()} re-decoded and "
             f"written up to {self.describe(changes[-1].position)}"
@@ -455,7 +484,7 @@ class QuarantineCore(CaptureCore):
             return self._not_parked(ref)
         count, through = found[1].count, found[1].last
         self._unpark(ref, through, f"discarded (request {request.id}): {request.reason}")
-        self._count(self.stats.discarded_keys, ref[1], 1)
+        self._count(self.capture.stats.discarded_keys, ref[1], 1)
         return "done", (
             f"{count} parked changes of {ref[1]} key {ref[3].hex()} up to "
             f"{self.describe(through)} discarded: {request.reason}"

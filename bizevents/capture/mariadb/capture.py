@@ -38,9 +38,11 @@ import pymysql
 import pymysql.cursors
 import structlog
 
+from bizevents.capture.core.capture import CaptureCore
 from bizevents.capture.core.filters import FilterError, condition_text, parse_condition, resolve
 from bizevents.capture.core.initial import SnapshotTable, write_tables
 from bizevents.capture.core.offsets import Tx
+from bizevents.capture.core.quarantine import Quarantine
 from bizevents.capture.core.sink import create_dead_letter_topic, create_topics
 from bizevents.capture.core.state import Ledger
 from bizevents.capture.exceptions import CaptureError
@@ -50,7 +52,7 @@ from bizevents.capture.mariadb.codec import (
     MyTableCodec,
     key_columns,
 )
-from bizevents.capture.mariadb.quarantine import MysqlQuarantine
+from bizevents.capture.mariadb.quarantine import MysqlParking
 from bizevents.capture.mariadb.queries import BinlogPosition
 from bizevents.capture.mariadb.stream import read_binlog
 from bizevents.capture.mariadb.types import converters_generation
@@ -61,8 +63,13 @@ __all__ = ["MysqlCapture"]
 _STORE_EVERY_S = 0.5
 
 
-class MysqlCapture(MysqlQuarantine):
-    """Captures the configured tables of a MySQL/MariaDB server into technical topics."""
+class MysqlCapture(CaptureCore):
+    """Captures the configured tables of a MySQL/MariaDB server into technical topics.
+
+    One class over the core, with its parts: :attr:`quarantine` (the core's parking,
+    told MySQL's side by :class:`MysqlParking`), the binlog's reader made per
+    connection (:func:`read_binlog`), the incremental snapshots' chunks
+    (``BinlogChunks``, in the reader). It keeps the table codecs and the positions."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -79,6 +86,10 @@ class MysqlCapture(MysqlQuarantine):
         self.mariadb = True
         #: The position streaming resumes from (the last one Kafka acknowledged).
         self.position: BinlogPosition | None = None
+        self.parked = MysqlParking(self)
+        self.quarantine = Quarantine(self, self.parked)
+        #: The parked keys (None unless ``on_conversion_error = "park"``), read per row.
+        self.parking = self.quarantine.parking
 
     # -- the run ----------------------------------------------------------------------------
 
@@ -87,6 +98,7 @@ class MysqlCapture(MysqlQuarantine):
     LEDGER_SOURCE = "binlog"
 
     def closing(self) -> None:
+        self.quarantine.close_requests()
         if not self.aborting:
             self.store_position(force=True)
         self.session.producer.flush(5)
@@ -100,7 +112,7 @@ class MysqlCapture(MysqlQuarantine):
             admin = self.session.admin
             create_topics(admin, [f"{cfg.prefix}.{name}" for name in cfg.tables], cfg)
             create_dead_letter_topic(admin, cfg)  # a refused record goes there too
-            self.restore_parked()  # nothing unless on_conversion_error = "park"
+            self.quarantine.restore_parked()  # nothing unless on_conversion_error = "park"
             self.session.store.ensure(admin, cfg.replication_factor)
             for name in cfg.tables:
                 database, _, table = name.partition(".")

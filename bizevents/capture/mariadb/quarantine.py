@@ -9,7 +9,10 @@ map's layout (columns, types, labels, primary key), the key columns, the row's k
 server id and the event's time. ``bizevents capture redrive`` decodes it with the code
 the capture runs then (a converter registered since, see
 :func:`bizevents.capture.mariadb.types.register_converter`). What parks and re-drives,
-whatever the source, is :mod:`bizevents.capture.core.quarantine`.
+whatever the source, is :mod:`bizevents.capture.core.quarantine`; this module holds
+MySQL's part: the row as typed JSON and its context (pure), and :class:`MysqlParking`,
+the source's side of the capture's quarantine (a part of the capture, as the
+quarantine is).
 
 A parked position is one integer that grows with the binlog (:func:`position_number`:
 the file's sequence number, the event's position, the row's index in the event), as
@@ -24,19 +27,20 @@ from dataclasses import asdict, dataclass
 from datetime import date, datetime, timedelta
 from datetime import time as clock_time
 from decimal import Decimal
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
-from bizevents.capture.core.offsets import Tx
-from bizevents.capture.core.quarantine import ParkedChange, QuarantineCore, Record, ToPark
+from bizevents.capture.config import CaptureConfig
+from bizevents.capture.core.capture import Session
+from bizevents.capture.core.quarantine import ParkedChange, Quarantine, Record, Send, ToPark
 from bizevents.capture.core.transactions import NoBlocks
 from bizevents.capture.exceptions import CaptureError
 from bizevents.capture.mariadb.codec import MyTable, MyTableCodec, binlog_values, fractional_times
-from bizevents.capture.mariadb.queries import BinlogPosition
 from bizevents.capture.mariadb.types import MyColumn
 from bizevents.plumbing.kafka import produce
 
 __all__ = [
-    "MysqlQuarantine",
+    "MysqlParking",
+    "MysqlParkingHost",
     "RowAt",
     "describe_position",
     "dump_row",
@@ -186,33 +190,31 @@ def kind_of(event_class: type) -> str:
     return _KINDS[event_class.__name__]
 
 
-class MysqlQuarantine(QuarantineCore):
-    """The MySQL/MariaDB capture's parking: what parks a binlog row, and what decodes a
-    parked one again."""
+class MysqlParkingHost(Protocol):
+    """What MySQL's parking asks of its capture."""
 
-    RAW_FORMAT = "mysql-row-typed-json"
+    config: CaptureConfig
+    quarantine: Quarantine
 
-    # What the binlog loop (bizevents.capture.mariadb.stream) asks of the capture, set and
-    # written by bizevents.capture.mariadb.capture: the loop is handed a capture and
-    # imports only this.
-    tables: frozenset[str]
-    #: The JSON columns per table (the binlog gives their text in MySQL's binary form).
-    jsons: dict[str, set[str]]
-    #: The position streaming resumes from (the last one Kafka acknowledged).
-    position: BinlogPosition | None
-    mariadb: bool
+    @property
+    def session(self) -> Session: ...
 
-    def table_codec(self, table: MyTable) -> MyTableCodec:
-        raise NotImplementedError
+    def table_codec(self, table: MyTable) -> MyTableCodec: ...
 
-    def commit(self, tx: Tx, position: BinlogPosition) -> None:
-        raise NotImplementedError
+    def conversion_failed(
+        self, table: str, raw: bytes, where: str, fmt: str, exc: CaptureError, send: Send
+    ) -> int: ...
 
-    def store_position(self, force: bool = False) -> None:
-        raise NotImplementedError
 
-    def replica_id(self) -> int:
-        raise NotImplementedError
+class MysqlParking:
+    """The MySQL/MariaDB capture's side of its quarantine
+    (:class:`~bizevents.capture.core.quarantine.ParkedSource`): what parks a binlog
+    row, and what decodes a parked one again."""
+
+    raw_format = "mysql-row-typed-json"
+
+    def __init__(self, capture: MysqlParkingHost) -> None:
+        self.capture = capture
 
     def describe(self, position: int) -> str:
         return describe_position(position)
@@ -233,22 +235,23 @@ class MysqlQuarantine(QuarantineCore):
         send = self._sender(ack)
         table = codec.table.qualified
         row = _captured(codec, row)
-        if self.parking is not None:
+        quarantine = self.capture.quarantine
+        if quarantine.parking is not None:
             key = _keys(codec, kind, row)[-1]  # the row's key after the change
             if key is not None:
                 raw, number = dump_row(row), at.number
                 context = _context(codec, kind, at)
                 change = ToPark(table, codec.topic, key, raw, number, context)
-                return self.park_key(change, exc, send)
+                return quarantine.park_key(change, exc, send)
         raw = json.dumps(row, default=str).encode()
-        return self.conversion_failed(table, raw, where, "mysql-row-json", exc, send)
+        return self.capture.conversion_failed(table, raw, where, "mysql-row-json", exc, send)
 
     def row_parked_behind(
         self, codec: MyTableCodec, kind: str, row: dict[str, Any], at: RowAt, ack: Any
     ) -> int | None:
         """A row of a table with parked (or re-driven) keys: parked behind its key (the
         records sent), skipped as already re-driven (0), or None: not parked."""
-        return self.park_behind(
+        return self.capture.quarantine.park_behind(
             codec.table.qualified,
             codec.topic,
             _keys(codec, kind, row),
@@ -259,7 +262,7 @@ class MysqlQuarantine(QuarantineCore):
         )
 
     def _sender(self, ack: Any) -> Any:
-        producer = self.session.producer
+        producer = self.capture.session.producer
 
         def send(
             topic: str,
@@ -274,7 +277,7 @@ class MysqlQuarantine(QuarantineCore):
     def redecode(self, change: ParkedChange, cache: dict[str, Any]) -> list[Record]:
         context = change.context
         table = table_of(context["table"])
-        codec = self.table_codec(table)  # built again when a converter was registered
+        codec = self.capture.table_codec(table)  # built again when a converter was registered
         row = load_row(change.raw)
         kind = str(context["kind"])
         times = fractional_times(table)

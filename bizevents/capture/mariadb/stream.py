@@ -8,7 +8,7 @@ import re
 import time
 from collections.abc import Callable
 from contextlib import suppress
-from typing import Any
+from typing import Any, Protocol
 
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import GtidEvent as MysqlGtidEvent
@@ -26,9 +26,9 @@ from pymysqlreplication.row_event import (
     WriteRowsEvent,
 )
 
-from bizevents.capture.core.capture import StreamReader
 from bizevents.capture.core.chunks import ChunkDriver
 from bizevents.capture.core.offsets import AckTracker, Tx
+from bizevents.capture.core.reader import StreamHost, StreamReader
 from bizevents.capture.core.signals import read_signal, row_key
 from bizevents.capture.core.transactions import NoBlocks, TxBlocks
 from bizevents.capture.exceptions import CaptureError
@@ -40,14 +40,14 @@ from bizevents.capture.mariadb.codec import (
     binlog_values,
     fractional_times,
 )
-from bizevents.capture.mariadb.quarantine import MysqlQuarantine, RowAt, kind_of
+from bizevents.capture.mariadb.quarantine import MysqlParking, RowAt, kind_of
 from bizevents.capture.mariadb.queries import BinlogPosition
 from bizevents.contracts.binary import LENGTHS, NULL_BRANCH, VALUE_BRANCH, zigzag
 from bizevents.contracts.technical import AVRO_OPS
 from bizevents.contracts.technical.transaction import transaction_topic
 from bizevents.plumbing.kafka import produce
 
-__all__ = ["BinlogReader", "read_binlog"]
+__all__ = ["BinlogHost", "BinlogReader", "read_binlog"]
 
 
 _TRUNCATE = re.compile(r"TRUNCATE\s+(?:TABLE\s+)?(?:`?(\w+)`?\.)?`?(\w+)`?", re.IGNORECASE)
@@ -62,7 +62,30 @@ _NULL, _SOME = NULL_BRANCH, VALUE_BRANCH
 _C, _U, _D = AVRO_OPS["c"], AVRO_OPS["u"], AVRO_OPS["d"]
 
 
-def read_binlog(capture: MysqlQuarantine) -> None:
+class BinlogHost(StreamHost, Protocol):
+    """What the binlog's reader asks of its capture
+    (:class:`~bizevents.capture.mariadb.capture.MysqlCapture`), beyond a reader's."""
+
+    #: The configured tables (``database.table``).
+    tables: frozenset[str]
+    #: The JSON columns per table (the binlog gives their text in MySQL's binary form).
+    jsons: dict[str, set[str]]
+    #: The position streaming resumes from (the last one Kafka acknowledged).
+    position: BinlogPosition | None
+    mariadb: bool
+    server_id: int
+    parked: MysqlParking
+
+    def replica_id(self) -> int: ...
+
+    def table_codec(self, table: MyTable) -> MyTableCodec: ...
+
+    def commit(self, tx: Tx, position: BinlogPosition) -> None: ...
+
+    def store_position(self, force: bool = False) -> None: ...
+
+
+def read_binlog(capture: BinlogHost) -> None:
     """Step 3: the binlog from capture's position on, until stopped; then every
     record acknowledged and the last position stored."""
     assert capture.position is not None
@@ -115,12 +138,17 @@ def read_binlog(capture: MysqlQuarantine) -> None:
     capture.session.tracker = AckTracker()
 
 
+def event_start(event: Any) -> int:
+    """Where a binlog event begins in its file: ``SHOW BINLOG EVENTS``' ``Pos`` and
+    Debezium's ``source.pos``. The packet's ``event_size`` is the whole event's, header
+    and checksum in (the event's own leaves both out)."""
+    return int(event.packet.log_pos) - int(event.packet.event_size)
+
+
 class BinlogReader(StreamReader):
     """One stream's loop: binlog events to envelopes, offsets stored between them."""
 
-    def __init__(
-        self, capture: MysqlQuarantine, stream: BinLogStreamReader, blocks: NoBlocks
-    ) -> None:
+    def __init__(self, capture: BinlogHost, stream: BinLogStreamReader, blocks: NoBlocks) -> None:
         #: The open transaction's metadata: each envelope's ``transaction`` block and
         #: the BEGIN/END records (bizevents.capture.core.transactions; NoBlocks when switched off).
         self.blocks = blocks
@@ -164,7 +192,7 @@ class BinlogReader(StreamReader):
         """Where row ``row`` of the rows ``event`` is (a parked row's context)."""
         return RowAt(
             str(self.stream.log_file),
-            int(event.packet.log_pos) - int(event.event_size),
+            event_start(event),
             row,
             self.gtid,
             int(event.packet.server_id),
@@ -208,7 +236,8 @@ class BinlogReader(StreamReader):
                     inc.store_acknowledged(self.producer)
                     capture.poll_signals()
                 if capture.parking is not None and self.tx is None:
-                    capture.carry_out_requests()  # between transactions: nothing overtakes
+                    # between transactions: nothing overtakes
+                    capture.quarantine.carry_out_requests()
             if inc is not None and self.tx is None and inc.busy:
                 # A heartbeat: nothing else is waiting, a chunk's work at once.
                 now = time.monotonic()
@@ -239,7 +268,7 @@ class BinlogReader(StreamReader):
         tx = self.tx = self.tracker.begin(None)
         self.ack = tx.ack
         if tx_id is None:
-            tx_id = f"{self.stream.log_file}:{int(event.packet.log_pos) - int(event.event_size)}"
+            tx_id = f"{self.stream.log_file}:{event_start(event)}"
         self.blocks.start_id(tx_id, int(event.timestamp) * 1000, int(time.time() * 1000))
         return tx
 
@@ -263,7 +292,7 @@ class BinlogReader(StreamReader):
         self.capture.commit(self.tx, self.position())
         self.tx = None
         if self.capture.parking is not None:
-            self.capture.carry_out_requests()  # between transactions: nothing overtakes
+            self.capture.quarantine.carry_out_requests()  # between transactions: nothing overtakes
 
     def on_query(self, event: Any) -> None:
         query = str(event.query).strip()
@@ -341,7 +370,7 @@ class BinlogReader(StreamReader):
             "snapshot": "false",
             "server_id": int(event.packet.server_id),
             "file": str(self.stream.log_file),
-            "pos": int(event.packet.log_pos) - int(event.event_size),
+            "pos": event_start(event),
             "gtid": self.gtid,
         }
 
@@ -399,7 +428,7 @@ class BinlogReader(StreamReader):
         for i, row in enumerate(rows):
             src = head + (LENGTHS[i] if i < 16_384 else zigzag(i)) + tail
             if watched:  # a key of this table is parked: its rows wait behind it
-                parked = capture.row_parked_behind(
+                parked = capture.parked.row_parked_behind(
                     codec, kind_of(cls), row, self.row_at(event, i), ack
                 )
                 if parked is not None:
@@ -448,7 +477,9 @@ class BinlogReader(StreamReader):
             except CaptureError as exc:
                 blocks.rollback(tn, at)
                 at_row, where = self.row_at(event, i), str(self.position())
-                tx.produced(capture.row_failed(codec, kind_of(cls), row, at_row, where, exc, ack))
+                tx.produced(
+                    capture.parked.row_failed(codec, kind_of(cls), row, at_row, where, exc, ack)
+                )
                 continue
             for record_key, record_value in records:
                 try:

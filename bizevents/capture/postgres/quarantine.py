@@ -6,7 +6,9 @@ that ``bizevents capture redrive`` decodes it again with the code the capture ru
 (a converter registered since, see :func:`bizevents.capture.postgres.types.register_converter`).
 What parks and re-drives, whatever the source, is
 :mod:`bizevents.capture.core.quarantine`; this module holds PostgreSQL's part: the
-context (pure) and :class:`Quarantine`, the stream's parking.
+context (pure) and :class:`PgParking`, the source's side of the capture's
+:class:`~bizevents.capture.core.quarantine.Quarantine` (a part of the capture, as the
+quarantine is).
 """
 
 from __future__ import annotations
@@ -15,13 +17,13 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-from bizevents.capture.core.quarantine import ParkedChange, QuarantineCore, Record, Send, ToPark
+from bizevents.capture.config import CaptureConfig
+from bizevents.capture.core.quarantine import ParkedChange, Quarantine, Record, Send, ToPark
 from bizevents.capture.core.transactions import NoBlocks
 from bizevents.capture.exceptions import CaptureError
 from bizevents.capture.postgres.codec import TableCodec
-from bizevents.capture.postgres.core import PgCore
 from bizevents.capture.postgres.messages import (
     Column,
     Delete,
@@ -32,9 +34,13 @@ from bizevents.capture.postgres.messages import (
     format_lsn,
 )
 from bizevents.capture.postgres.pgoutput import PgOutputDecoder, blank_values
+from bizevents.capture.postgres.types import PgTypeMapper
 
 __all__ = [
-    "Quarantine",
+    "ParkedBehind",
+    "PgParking",
+    "PgParkingHost",
+    "RowChange",
     "TxInfo",
     "context_record",
     "relation_of",
@@ -91,16 +97,44 @@ def relation_of(context: dict[str, Any]) -> Relation:
         raise ValueError(f"not a capture context: {exc}") from exc
 
 
-class Quarantine(QuarantineCore, PgCore):
-    """The PostgreSQL capture's parking: what parks a change of the slot, and what
-    decodes a parked one again."""
+#: ``PostgresCapture.row_change``: one change's records sent (``m``, its codec, its
+#: ``source`` bytes, the envelopes' stamp, the send); how many.
+RowChange = Callable[
+    [Insert | Update | Delete, TableCodec, bytes, Callable[[str], bytes], Callable[..., None]],
+    int,
+]
+#: :meth:`PgParking.parked_behind`.
+ParkedBehind = Callable[
+    [Insert | Update | Delete, TableCodec, bytes, int, "TxInfo", Callable[..., None]], int | None
+]
 
-    RAW_FORMAT = "pgoutput"
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        #: Table oid -> the converters' generation its codec was last refreshed for.
-        self.codecs_generation: dict[int, int] = {}
+class PgParkingHost(Protocol):
+    """What PostgreSQL's parking asks of its capture."""
+
+    config: CaptureConfig
+    #: The database's name (the ``source`` block's ``db``).
+    database: str
+    types: PgTypeMapper
+    quarantine: Quarantine
+
+    def topic(self, relation: Relation) -> str: ...
+
+    def register(self, codec: Any, table: str) -> None: ...
+
+    @property
+    def row_change(self) -> RowChange: ...
+
+
+class PgParking:
+    """The PostgreSQL capture's side of its quarantine
+    (:class:`~bizevents.capture.core.quarantine.ParkedSource`): what parks a change
+    of the slot, and what decodes a parked one again."""
+
+    raw_format = "pgoutput"
+
+    def __init__(self, capture: PgParkingHost) -> None:
+        self.capture = capture
 
     def describe(self, position: int) -> str:
         return format_lsn(position)
@@ -117,14 +151,15 @@ class Quarantine(QuarantineCore, PgCore):
     ) -> int | None:
         """Park the key of a change that did not convert; the records sent, or None when
         it cannot be parked (its key does not convert either: dead-letter it)."""
-        if self.parking is None:
+        quarantine = self.capture.quarantine
+        if quarantine.parking is None:
             return None
         key = _key_of(codec, m.old if isinstance(m, Delete) else m.new)
         if key is None:
             return None
         table = codec.relation.qualified_name
         context = context_record(codec, lsn, tx)
-        return self.park_key(ToPark(table, codec.topic, key, raw, lsn, context), exc, send)
+        return quarantine.park_key(ToPark(table, codec.topic, key, raw, lsn, context), exc, send)
 
     def parked_behind(
         self,
@@ -142,7 +177,7 @@ class Quarantine(QuarantineCore, PgCore):
             keys.append(_key_of(codec, m.new))
         if not isinstance(m, Insert) and m.old is not None:
             keys.append(_key_of(codec, m.old))
-        return self.park_behind(
+        return self.capture.quarantine.park_behind(
             codec.relation.qualified_name,
             codec.topic,
             keys,
@@ -158,17 +193,18 @@ class Quarantine(QuarantineCore, PgCore):
         codec = cache.get(shape)
         relation = relation_of(context)
         if codec is None:
+            capture = self.capture
             codec = cache[shape] = TableCodec(
-                server=self.config.server,
-                database=self.database,
-                topic=self.topic(relation),
+                server=capture.config.server,
+                database=capture.database,
+                topic=capture.topic(relation),
                 relation=relation,
                 key_names=[str(k) for k in context["key"]],
-                types=self.types,
-                keep=self.config.column_filter(relation.qualified_name).keeps,
+                types=capture.types,
+                keep=capture.config.column_filter(relation.qualified_name).keeps,
                 key_nullable=bool(context["key_nullable"]),
             )
-            self.register(codec, relation.qualified_name)
+            capture.register(codec, relation.qualified_name)
         relations = RelationCache()
         relations.put(relation)
         m = PgOutputDecoder(1, relations).decode(change.raw)
@@ -187,18 +223,8 @@ class Quarantine(QuarantineCore, PgCore):
         def collect(topic: str, key: bytes | None, value: bytes | None) -> None:
             out.append((topic, key, value))
 
-        self.row_change(m, codec, src, blocks.stamp, collect)
+        self.capture.row_change(m, codec, src, blocks.stamp, collect)
         return out
-
-    def row_change(
-        self,
-        m: Insert | Update | Delete,
-        codec: TableCodec,
-        src: Any,
-        stamp: Callable[[str], bytes],
-        send: Callable[..., None],
-    ) -> int:
-        raise NotImplementedError  # the stream's (bizevents.capture.postgres.stream.Streaming)
 
 
 def _key_of(codec: TableCodec, values: Any) -> bytes | None:

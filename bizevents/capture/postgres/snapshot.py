@@ -1,16 +1,36 @@
 """The initial snapshot: every table read in the slot's exported snapshot, as op ``r``."""
 
+from __future__ import annotations
+
 import time
+from collections.abc import Callable
+from typing import Protocol
 
-from bizevents.capture.core.initial import SnapshotTable, write_tables
+from bizevents.capture.config import CaptureConfig
+from bizevents.capture.core.capture import CaptureEndpoints
+from bizevents.capture.core.initial import SnapshotTable, SnapshotWriter, write_tables
 from bizevents.capture.postgres import queries as pg
-from bizevents.capture.postgres.core import PgCore
-from bizevents.capture.postgres.messages import format_lsn
+from bizevents.capture.postgres.codec import TableCodec
+from bizevents.capture.postgres.messages import Relation, format_lsn
 
-__all__ = ["initial_snapshot"]
+__all__ = ["SnapshotHost", "initial_snapshot"]
 
 
-def initial_snapshot(capture: PgCore, snapshot_name: str, point: int) -> None:
+class SnapshotHost(SnapshotWriter, Protocol):
+    """What PostgreSQL's initial snapshot asks of its capture, beyond the writer's."""
+
+    config: CaptureConfig
+    endpoints: CaptureEndpoints
+    #: The captured tables, by oid.
+    infos: dict[int, pg.TableInfo]
+    snapshot_finished: Callable[[], None] | None
+
+    def codec(self, relation: Relation, info: pg.TableInfo) -> TableCodec: ...
+
+    def wait_acknowledged(self) -> None: ...
+
+
+def initial_snapshot(capture: SnapshotHost, snapshot_name: str, point: int) -> None:
     """Read the snapshot exported with the slot (step 2 of
     :mod:`bizevents.capture.postgres.runner`)."""
     cfg = capture.config

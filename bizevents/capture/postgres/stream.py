@@ -1,28 +1,30 @@
 """Streaming: pgoutput messages from the slot to technical topics.
 
-Step 3 of :mod:`bizevents.capture.postgres.runner`."""
+Step 3 of :mod:`bizevents.capture.postgres.runner`: :func:`read_slot` starts the slot
+and runs a :class:`SlotReader`, made per connection, over its capture (what it asks of
+it: :class:`SlotHost`)."""
+
+from __future__ import annotations
 
 import select
 import time
 from collections.abc import Callable
 from contextlib import suppress
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg2
 import psycopg2.extras
 
-from bizevents.capture.core.capture import StreamReader
 from bizevents.capture.core.chunks import ChunkDriver
 from bizevents.capture.core.offsets import Tx
+from bizevents.capture.core.reader import StreamHost, StreamReader
 from bizevents.capture.core.signals import read_signal, row_key
-from bizevents.capture.core.sink import create_topics
 from bizevents.capture.core.transactions import NoBlocks
 from bizevents.capture.exceptions import CaptureError
 from bizevents.capture.postgres import queries as pg
 from bizevents.capture.postgres.chunks import SlotChunks
 from bizevents.capture.postgres.codec import TableCodec
 from bizevents.capture.postgres.messages import (
-    UNCHANGED_TOAST,
     Begin,
     Commit,
     Delete,
@@ -33,209 +35,95 @@ from bizevents.capture.postgres.messages import (
     Update,
     format_lsn,
 )
-from bizevents.capture.postgres.pgoutput import PgOutputDecoder, blank_values
-from bizevents.capture.postgres.quarantine import Quarantine, TxInfo
-from bizevents.capture.postgres.types import (
-    PgTypeMapper,
-    converters_generation,
-    enum_types_from_rows,
-)
+from bizevents.capture.postgres.pgoutput import PgOutputDecoder
+from bizevents.capture.postgres.quarantine import ParkedBehind, RowChange, TxInfo
 from bizevents.contracts.technical.source import EncodedSource
 from bizevents.contracts.technical.transaction import transaction_topic
 from bizevents.plumbing.kafka import produce
 
-__all__ = ["Streaming"]
+__all__ = ["SlotHost", "SlotReader", "read_slot"]
 
 
 _POLL_EVERY = 512  # messages between producer polls on a busy stream
 
 
-class Streaming(Quarantine):
-    """Reads the slot and writes each change, acknowledging by transaction."""
-
-    def heartbeat(self, side: pg.Connection) -> None:
-        cfg = self.config
-        with side.cursor() as cur:
-            if cfg.heartbeat_emit:
-                cur.execute("SELECT pg_logical_emit_message(false, 'bizevents-heartbeat', '')")
-            cur.execute(
-                "SELECT (pg_current_wal_lsn() - confirmed_flush_lsn)::bigint "
-                "FROM pg_replication_slots WHERE slot_name = %s",
-                (cfg.slot_name,),
-            )
-            row = cur.fetchone()
-        self.stats.lag_bytes = int(row[0]) if row and row[0] is not None else None
-        for codec in self.session.codecs.values():
-            self.stats.events[codec.relation.qualified_name] = codec.events
-
-    def on_relation(self, relation: Relation, side: pg.Connection) -> None:
-        if relation.qualified_name == self.config.signal_table:
-            return  # read as signals, never written to a topic
-        current = self.session.codecs.get(relation.oid)
-        shape = [(c.name, c.type_oid, c.type_modifier) for c in relation.columns]
-        if current is not None:
-            old = current.relation
-            same = [(c.name, c.type_oid, c.type_modifier) for c in old.columns] == shape
-            if same and old.replica_identity == relation.replica_identity:
-                return
-        info = self.infos.get(relation.oid)
-        if info is None or current is not None:
-            # A new table of the publication, or a changed one: read the catalog again.
-            (info,) = pg.describe_tables(side, [relation.qualified_name])
-            self.infos[relation.oid] = info
-            create_topics(self.session.admin, [self.topic(relation)], self.config)
-        known = {c.type_oid for c in relation.columns}
-        if any(self.types.type_name(o).startswith("oid ") for o in known):
-            labels, arrays = enum_types_from_rows(pg.load_enum_rows(side))
-            self.types = PgTypeMapper(
-                enum_labels=labels,
-                array_elements=arrays,
-                unknown_as_text=self.config.unknown_as_text,
-            )
-        self.session.codecs[relation.oid] = self.codec(relation, info)
-
-    def stream(self, cursor: psycopg2.extras.ReplicationCursor, side: pg.Connection) -> None:
-        cfg = self.config
-        cursor.start_replication(
-            slot_name=cfg.slot_name,
-            decode=False,
-            # messages: the incremental snapshots' watermarks (pg_logical_emit_message)
-            options={
-                "proto_version": "1",
-                "publication_names": cfg.publication_name,
-                "messages": "true",
-            },
-            status_interval=max(1.0, cfg.heartbeat_interval_s),
-        )
-        self.log.info("streaming", publication=cfg.publication_name)
-        _SlotReader(self, cursor, side, self.transaction_blocks()).run()
-        # Stopping: everything read is acknowledged, then confirmed.
-        self.drain()
-        self.check_delivery()
-        self.feedback(cursor, force=True)
-        self.await_confirmed(side)
-
-    def row_change(
-        self,
-        m: Insert | Update | Delete,
-        codec: TableCodec,
-        src: bytes,
-        stamp: Callable[[str], bytes],
-        send: Callable[..., None],
-    ) -> int:
-        # Every record is made before any is sent: a value that does not convert leaves
-        # nothing half-written. ``stamp`` gives each envelope its ``ts_ms`` and
-        # ``transaction`` bytes (the orders count on).
-        if isinstance(m, Insert):
-            key = codec.key(m.new)
-            value = codec.envelope("c", None, codec.row(m.new), src, stamp(codec.table))
-            send(codec.topic, key, value)
-            return 1
-        if isinstance(m, Delete):
-            key = codec.key(m.old)
-            value = codec.envelope("d", codec.row(m.old), None, src, stamp(codec.table))
-            send(codec.topic, key, value)
-            send(codec.topic, key, None)
-            return 2
-        new = m.new
-        old = m.old
-        if m.old_kind == "O" and old is not None:
-            # REPLICA IDENTITY FULL: the old row has the values an unchanged TOAST hides.
-            new = tuple(o if v is UNCHANGED_TOAST else v for v, o in zip(new, old, strict=True))
-        new_key = codec.key(new)
-        if old is not None:
-            old_key = codec.key(old)
-            if old_key != new_key:
-                # The key changed: a delete (and tombstone) of the old key, a create of the new.
-                deleted = codec.envelope("d", codec.row(old), None, src, stamp(codec.table))
-                created = codec.envelope("c", None, codec.row(new), src, stamp(codec.table))
-                send(codec.topic, old_key, deleted)
-                send(codec.topic, old_key, None)
-                send(codec.topic, new_key, created)
-                return 3
-        before = codec.row(old) if (old is not None and m.old_kind == "O") else None
-        value = codec.envelope("u", before, codec.row(new), src, stamp(codec.table))
-        send(codec.topic, new_key, value)
-        return 1
-
-    def unconvertible(
-        self,
-        m: Insert | Update | Delete,
-        raw: bytes,
-        lsn: int,
-        exc: CaptureError,
-        side: pg.Connection,
-        src: bytes,
-        blocks: NoBlocks,
-        send: Callable[..., None],
-        tx: TxInfo,
-    ) -> int:
-        """A change that did not convert: with fresh types if they changed, else handled
-        as ``on_conversion_error`` says (``park``: its key parked). Returns the records
-        sent (all acknowledged before the slot passes the change)."""
-        relation = m.relation
-        raw = blank_values(raw, m, self.session.codecs[relation.oid].dropped)
-        if self.refresh_types(relation.oid, side):
-            codec = self.session.codecs[relation.oid]
-            mark = blocks.mark(codec.table)
-            try:
-                return self.row_change(m, codec, src, blocks.stamp, send)
-            except CaptureError as again:
-                blocks.rollback(codec.table, mark)
-                exc = again
-        parked = self.park_failed(m, self.session.codecs[relation.oid], raw, lsn, exc, tx, send)
-        if parked is not None:
-            return parked
-        return self.conversion_failed(
-            relation.qualified_name, raw, format_lsn(lsn), "pgoutput", exc, send
-        )
-
-    def refresh_types(self, oid: int, side: pg.Connection) -> bool:
-        """Reload the enum labels; when they changed, or a converter was registered
-        since the table's codec was built (a fix, :func:`register_converter`), a new
-        codec (and value schema) for the table. pgoutput sends no Relation message for
-        ``ALTER TYPE ... ADD VALUE``."""
-        labels, arrays = enum_types_from_rows(pg.load_enum_rows(side))
-        generation = converters_generation()
-        if labels == self.types._enums and generation == self.codecs_generation.get(oid, 0):
-            return False
-        self.codecs_generation[oid] = generation
-        self.types = PgTypeMapper(
-            enum_labels=labels, array_elements=arrays, unknown_as_text=self.config.unknown_as_text
-        )
-        old = self.session.codecs[oid]
-        self.session.codecs[oid] = self.codec(old.relation, self.infos[oid])
-        self.session.codecs[oid].events = old.events
-        self.stats.schema_refreshes += 1
-        self.log.info(
-            "enum labels or converters changed: table codec built again",
-            table=old.relation.qualified_name,
-            value_schema_id=self.session.codecs[oid].value_schema_id,
-        )
-        return True
-
-    def await_confirmed(self, side: pg.Connection) -> None:
-        """Wait (briefly) until the server shows the slot confirmed where we said."""
-        want = self.last_sent_lsn
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            slot = pg.slot_info(side, self.config.slot_name)
-            if slot is None or (slot.confirmed_flush_lsn or 0) >= want:
-                self.log.info("stopped; slot confirmed", lsn=format_lsn(want))
-                return
-            time.sleep(0.1)
-        self.log.warning(
-            "the server did not show the confirmed position in time", lsn=format_lsn(want)
-        )
+#: ``PostgresCapture.unconvertible``: a change that did not convert, handled; its records.
+Unconvertible = Callable[
+    [
+        Insert | Update | Delete,
+        bytes,
+        int,
+        CaptureError,
+        pg.Connection,
+        bytes,
+        NoBlocks,
+        Callable[..., None],
+        TxInfo,
+    ],
+    int,
+]
 
 
-class _SlotReader(StreamReader):
+class SlotHost(StreamHost, Protocol):
+    """What the slot's reader asks of its capture
+    (:class:`~bizevents.capture.postgres.runner.PostgresCapture`), beyond a reader's."""
+
+    #: The newest position confirmed to the slot.
+    last_sent_lsn: int
+
+    def feedback(self, cursor: psycopg2.extras.ReplicationCursor, force: bool) -> None: ...
+
+    def on_relation(self, relation: Relation, side: pg.Connection) -> None: ...
+
+    @property
+    def row_change(self) -> RowChange: ...
+
+    @property
+    def unconvertible(self) -> Unconvertible: ...
+
+    @property
+    def parked_behind(self) -> ParkedBehind: ...
+
+    # What its chunks ask (bizevents.capture.postgres.chunks).
+    def info_named(self, qualified: str) -> pg.TableInfo | None: ...
+
+    def codec(self, relation: Relation, info: pg.TableInfo) -> TableCodec: ...
+
+
+def read_slot(
+    capture: SlotHost, cursor: psycopg2.extras.ReplicationCursor, side: pg.Connection
+) -> None:
+    """Step 3: the slot from its confirmed position on, until stopped; then every
+    record acknowledged and the last position confirmed."""
+    cfg = capture.config
+    cursor.start_replication(
+        slot_name=cfg.slot_name,
+        decode=False,
+        # messages: the incremental snapshots' watermarks (pg_logical_emit_message)
+        options={
+            "proto_version": "1",
+            "publication_names": cfg.publication_name,
+            "messages": "true",
+        },
+        status_interval=max(1.0, cfg.heartbeat_interval_s),
+    )
+    capture.log.info("streaming", publication=cfg.publication_name)
+    reader = SlotReader(capture, cursor, side, capture.transaction_blocks())
+    reader.run()
+    # Stopping: everything read is acknowledged, then confirmed.
+    capture.drain()
+    capture.check_delivery()
+    capture.feedback(cursor, force=True)
+    reader.await_confirmed()
+
+
+class SlotReader(StreamReader):
     """One stream's loop: each pgoutput message to its handler, the producer polled and
     the slot confirmed between them. Holds the open transaction's state."""
 
     def __init__(
         self,
-        capture: Streaming,
+        capture: SlotHost,
         cursor: psycopg2.extras.ReplicationCursor,
         side: pg.Connection,
         blocks: NoBlocks,
@@ -313,7 +201,7 @@ class _SlotReader(StreamReader):
                 more = self.snapshot_step()
                 now = time.monotonic()
                 if now - last_heartbeat >= cfg.heartbeat_interval_s:
-                    capture.heartbeat(self.side)
+                    self.heartbeat()
                     last_heartbeat = now
                 # Records in flight: back soon to confirm them once Kafka acknowledged.
                 wait = 0 if more else (0.01 if self.tracker.in_flight else 0.2)
@@ -336,6 +224,37 @@ class _SlotReader(StreamReader):
                 ):
                     capture.backpressure(self.keepalive)
 
+    def heartbeat(self) -> None:
+        """The heartbeat message (``heartbeat_emit``), and the slot's lag."""
+        capture = self.capture
+        cfg = capture.config
+        with self.side.cursor() as cur:
+            if cfg.heartbeat_emit:
+                cur.execute("SELECT pg_logical_emit_message(false, 'bizevents-heartbeat', '')")
+            cur.execute(
+                "SELECT (pg_current_wal_lsn() - confirmed_flush_lsn)::bigint "
+                "FROM pg_replication_slots WHERE slot_name = %s",
+                (cfg.slot_name,),
+            )
+            row = cur.fetchone()
+        capture.stats.lag_bytes = int(row[0]) if row and row[0] is not None else None
+        for codec in self.codecs.values():
+            capture.stats.events[codec.relation.qualified_name] = codec.events
+
+    def await_confirmed(self) -> None:
+        """Wait (briefly) until the server shows the slot confirmed where we said."""
+        want = self.capture.last_sent_lsn
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            slot = pg.slot_info(self.side, self.capture.config.slot_name)
+            if slot is None or (slot.confirmed_flush_lsn or 0) >= want:
+                self.capture.log.info("stopped; slot confirmed", lsn=format_lsn(want))
+                return
+            time.sleep(0.1)
+        self.capture.log.warning(
+            "the server did not show the confirmed position in time", lsn=format_lsn(want)
+        )
+
     def keepalive(self) -> None:
         """While paused for Kafka: feedback keeps the replication connection alive."""
         self.capture.feedback(self.cursor, force=False)
@@ -345,7 +264,7 @@ class _SlotReader(StreamReader):
         self.capture.check_delivery()
         self.capture.feedback(self.cursor, force=False)
         if self.tx is None:
-            self.capture.carry_out_requests()  # between transactions: nothing overtakes
+            self.capture.quarantine.carry_out_requests()  # between transactions: nothing overtakes
         if self.inc is not None:
             self.inc.store_acknowledged(self.producer)
             self.capture.poll_signals()
@@ -437,7 +356,7 @@ class _SlotReader(StreamReader):
             if chunks.watermark is not None:
                 self.snapshots.close_passed()  # type: ignore[union-attr]
         if self.capture.parking is not None:
-            self.capture.carry_out_requests()  # between transactions: nothing overtakes
+            self.capture.quarantine.carry_out_requests()  # between transactions: nothing overtakes
         if self.tracker.in_flight >= self.capture.config.max_in_flight:
             self.capture.backpressure(self.keepalive)
 

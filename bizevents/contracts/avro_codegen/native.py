@@ -28,7 +28,7 @@ import dataclasses
 import datetime
 import decimal
 from collections.abc import Callable, Mapping, Set
-from typing import Any, Final, TypeVar
+from typing import Any, Final, TypedDict, TypeVar, Unpack
 
 from fastavro.read import LOGICAL_READERS
 
@@ -93,6 +93,16 @@ def constructor(cls: type[T]) -> Callable[..., T]:
 Plan = tuple[Any, ...]
 #: Builds a record from its kept fields' values, positionally in the writer's order.
 Builder = Callable[..., Any]
+
+
+class ReadOptions(TypedDict, total=False):
+    """What :func:`compile_native_reader` and :func:`read_plan` take beyond the schema."""
+
+    fields: Mapping[str, Mapping[str, Converter]] | None
+    convert: Mapping[str, Converter] | None
+    keep: Mapping[str, Set[str]] | None
+    build: Mapping[str, Builder] | None
+    builder: Builder | None
 
 
 def _decimal_reader(precision: int, scale: int) -> Callable[[bytes], decimal.Decimal]:
@@ -238,17 +248,12 @@ class _Planner(_Named):
         return ("record", tuple(planned), builder)
 
 
-def read_plan(
-    parsed: Any,
-    fields: Mapping[str, Mapping[str, Converter]] | None = None,
-    convert: Mapping[str, Converter] | None = None,
-    keep: Mapping[str, Set[str]] | None = None,
-    build: Mapping[str, Builder] | None = None,
-    builder: Builder | None = None,
-) -> Plan:
+def read_plan(parsed: Any, **options: Unpack[ReadOptions]) -> Plan:
     """The read plan of :func:`compile_native_reader`'s arguments."""
     named = parsed.get("__named_schemas") if isinstance(parsed, dict) else None
     planner = _Planner(named if isinstance(named, dict) else {})
+    fields, convert = options.get("fields"), options.get("convert")
+    keep, build, builder = options.get("keep"), options.get("build"), options.get("builder")
     if fields or convert or keep or build or builder:
         if _type_of(parsed) not in ("record", "error"):
             raise Unsupported("field conversions need a record schema")
@@ -258,14 +263,7 @@ def read_plan(
     return planner.read(parsed)
 
 
-def compile_native_reader(
-    parsed: Any,
-    fields: Mapping[str, Mapping[str, Converter]] | None = None,
-    convert: Mapping[str, Converter] | None = None,
-    keep: Mapping[str, Set[str]] | None = None,
-    build: Mapping[str, Builder] | None = None,
-    builder: Builder | None = None,
-) -> Reader:
+def compile_native_reader(parsed: Any, **options: Unpack[ReadOptions]) -> Reader:
     """:func:`~bizevents.contracts.avro_codegen.compile_reader`'s reader, run by the extension.
 
     Same arguments, same results; raises :class:`Unsupported` for the shapes the
@@ -277,7 +275,7 @@ def compile_native_reader(
     """
     if Program is None:
         raise Unsupported("the compiled reader is not built (scripts/setup builds it)")
-    plan = read_plan(parsed, fields, convert, keep, build, builder)
+    plan = read_plan(parsed, **options)
     try:
         reader: Reader = Program(plan)
     except ValueError as exc:  # nested deeper than the interpreter goes: fastavro reads it

@@ -79,6 +79,13 @@ def _write_blob(g: _Gen, d: int, raw: str) -> None:
     g.emit(d, f"ap({raw})")
 
 
+def _open_block(g: _Gen, d: int, v: str) -> None:
+    """An array's or a map's one block when ``v`` has items: their count, zigzag encoded."""
+    g.emit(d, f"if {v}:")
+    g.emit(d + 1, f"z = len({v}) << 1")
+    g.emit(d + 1, "ap(SMALL[z] if z < 128 else _varint(z))")
+
+
 def _write(g: _Gen, schema: Any, d: int, v: str) -> None:
     """Statements at depth ``d`` appending the Avro bytes of the value ``v``."""
     if isinstance(schema, str) and schema not in _PRIMITIVES:
@@ -142,9 +149,7 @@ def _write(g: _Gen, schema: Any, d: int, v: str) -> None:
         item = g.var("x")
         g.emit(d, f"if {v}.__class__ is not list and {v}.__class__ is not tuple:")
         g.emit(d + 1, "raise TypeError('not a list')")
-        g.emit(d, f"if {v}:")
-        g.emit(d + 1, f"z = len({v}) << 1")
-        g.emit(d + 1, "ap(SMALL[z] if z < 128 else _varint(z))")
+        _open_block(g, d, v)
         g.emit(d + 1, f"for {item} in {v}:")
         _write(g, schema.get("items"), d + 2, item)
         g.emit(d, "ap(b'\\x00')")
@@ -152,9 +157,7 @@ def _write(g: _Gen, schema: Any, d: int, v: str) -> None:
         key, item = g.var("key"), g.var("x")
         g.emit(d, f"if not isinstance({v}, dict):")
         g.emit(d + 1, "raise TypeError('not a dict')")
-        g.emit(d, f"if {v}:")
-        g.emit(d + 1, f"z = len({v}) << 1")
-        g.emit(d + 1, "ap(SMALL[z] if z < 128 else _varint(z))")
+        _open_block(g, d, v)
         g.emit(d + 1, f"for {key}, {item} in {v}.items():")
         _write(g, "string", d + 2, key)
         _write(g, schema.get("values"), d + 2, item)

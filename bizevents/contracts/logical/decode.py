@@ -9,19 +9,16 @@ from decimal import Decimal
 from typing import Any, Final
 
 from bizevents.contracts.binary import decimal_from_unscaled
+from bizevents.contracts.logical import model
+
+# The placeholders a converter compares each value with are read by name, the rest
+# of the model through the module.
 from bizevents.contracts.logical.model import (
-    _ANY,
-    _CONNECT_SHAPE,
     _UNAVAILABLE_B64,
     _UNAVAILABLE_BYTES,
     UNAVAILABLE,
     UNAVAILABLE_MARKER,
-    ColumnType,
-    Converter,
-    Field,
     JsonDocument,
-    Kind,
-    Wire,
 )
 from bizevents.contracts.logical.placeholder import (
     _avro_decimal_placeholder,
@@ -42,7 +39,7 @@ from bizevents.contracts.logical.scalars import (
 # -- decoders ----------------------------------------------------------------------
 
 
-def _typed(kind_check: type | tuple[type, ...], what: str) -> Converter:
+def _typed(kind_check: type | tuple[type, ...], what: str) -> model.Converter:
     def check(value: Any) -> Any:
         if not isinstance(value, kind_check) or isinstance(value, bool) is not (what == "bool"):
             raise TypeError(f"expected {what}, got {type(value).__name__}")
@@ -74,27 +71,17 @@ def _json_decimal(value: Any, scale: int) -> Decimal:
     raise TypeError(f"expected a decimal, got {type(value).__name__}")
 
 
-def _json_string(value: Any) -> Any:
-    if value == UNAVAILABLE_MARKER:
-        return UNAVAILABLE
-    return _str(value)
-
-
-def _avro_string(value: Any) -> Any:
-    return UNAVAILABLE if value == UNAVAILABLE_MARKER else value
-
-
 #: The attribute that carries a converter's :func:`native_conversion`.
 _NATIVE: Final = "native_conversion"
 #: The converters whose result a compiled reader may get by calling ``fromisoformat``
 #: and checking the zone.
-_ZONED: Final[dict[Converter, Converter]] = {
+_ZONED: Final[dict[model.Converter, model.Converter]] = {
     _zoned_timestamp: datetime.fromisoformat,
     _zoned_time: time.fromisoformat,
 }
 
 
-def native_conversion(convert: Converter) -> tuple[Any, Any, Any, bool] | None:
+def native_conversion(convert: model.Converter) -> tuple[Any, Any, Any, bool] | None:
     """``(marker, unavailable, then, zoned)``: what ``convert`` does, for a compiled
     reader to do without calling it. A value equal to ``marker`` (unless ``None``) reads
     as ``unavailable``; any other is ``then(value)`` (the value itself when ``then`` is
@@ -107,21 +94,7 @@ def native_conversion(convert: Converter) -> tuple[Any, Any, Any, bool] | None:
     return found
 
 
-def _json_bytes(value: Any) -> Any:
-    if value == _UNAVAILABLE_B64:
-        return UNAVAILABLE
-    return _b64(value)
-
-
-def _avro_bytes(value: Any) -> Any:
-    return UNAVAILABLE if value == _UNAVAILABLE_BYTES else value
-
-
-setattr(_avro_string, _NATIVE, (UNAVAILABLE_MARKER, UNAVAILABLE, None, False))
-setattr(_avro_bytes, _NATIVE, (_UNAVAILABLE_BYTES, UNAVAILABLE, None, False))
-
-
-def _unavailable_or(convert: Converter) -> Converter:
+def _unavailable_or(convert: model.Converter) -> model.Converter:
     def decode(value: Any) -> Any:
         if value == UNAVAILABLE_MARKER:
             return UNAVAILABLE
@@ -133,7 +106,7 @@ def _unavailable_or(convert: Converter) -> Converter:
     return decode
 
 
-def _unavailable_if(placeholder: Any, convert: Converter | None) -> Converter:
+def _unavailable_if(placeholder: Any, convert: model.Converter | None) -> model.Converter:
     def decode(value: Any) -> Any:
         if value == placeholder:
             return UNAVAILABLE
@@ -143,7 +116,14 @@ def _unavailable_if(placeholder: Any, convert: Converter | None) -> Converter:
     return decode
 
 
-def _variable_decimal(bytes_of: Converter) -> Converter:
+# Strings and bytes, each wire with its placeholder for an unchanged TOASTed value.
+_json_string = _unavailable_if(UNAVAILABLE_MARKER, _str)
+_avro_string = _unavailable_if(UNAVAILABLE_MARKER, None)
+_json_bytes = _unavailable_if(_UNAVAILABLE_B64, _b64)
+_avro_bytes = _unavailable_if(_UNAVAILABLE_BYTES, None)
+
+
+def _variable_decimal(bytes_of: model.Converter) -> model.Converter:
     def decode(value: Any) -> Any:
         if not isinstance(value, Mapping):
             raise TypeError("a variable-scale decimal must be a struct {scale, value}")
@@ -154,14 +134,16 @@ def _variable_decimal(bytes_of: Converter) -> Converter:
     return decode
 
 
-def _nullable(convert: Converter) -> Converter:
+def _nullable(convert: model.Converter) -> model.Converter:
     def decode(value: Any) -> Any:
         return None if value is None else convert(value)
 
     return decode
 
 
-def _array(item: Converter | None, wire: Wire, placeholder: Any = None) -> Converter:
+def _array(
+    item: model.Converter | None, wire: model.Wire, placeholder: Any = None
+) -> model.Converter:
     def decode(value: Any) -> Any:
         if not isinstance(value, list):
             raise TypeError(f"expected an array, got {type(value).__name__}")
@@ -176,7 +158,7 @@ def _array(item: Converter | None, wire: Wire, placeholder: Any = None) -> Conve
     return decode
 
 
-def _map(values: Converter | None) -> Converter:
+def _map(values: model.Converter | None) -> model.Converter:
     def decode(value: Any) -> Any:
         if not isinstance(value, Mapping):
             raise TypeError(f"expected a map, got {type(value).__name__}")
@@ -198,7 +180,7 @@ class ColumnError(ValueError):
 
 
 def struct_decoder(
-    fields: Sequence[Field], wire: Wire, *, ranges: bool = True
+    fields: Sequence[model.Field], wire: model.Wire, *, ranges: bool = True
 ) -> Callable[[Any], dict[str, Any]]:
     """Decodes a row (or any struct) in place: converts the members that need it.
 
@@ -237,7 +219,7 @@ def struct_decoder(
 _INT_BITS: Final = {"int8": 8, "int16": 16, "int32": 32, "int64": 64}
 
 
-def _in_range(bits: int, then: Converter | None) -> Converter:
+def _in_range(bits: int, then: model.Converter | None) -> model.Converter:
     low, high = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
 
     def check(value: Any) -> Any:
@@ -248,7 +230,9 @@ def _in_range(bits: int, then: Converter | None) -> Converter:
     return check
 
 
-def decoder_for(ct: ColumnType, wire: Wire, *, ranges: bool = True) -> Converter | None:
+def decoder_for(
+    ct: model.ColumnType, wire: model.Wire, *, ranges: bool = True
+) -> model.Converter | None:
     """The function from a (non-null) wire value to the Python value, or ``None`` when
     the wire value already is the Python value and nothing needs checking.
 
@@ -258,26 +242,26 @@ def decoder_for(ct: ColumnType, wire: Wire, *, ranges: bool = True) -> Converter
     which refuses out-of-range Avro ints itself (an Avro long cannot leave int64).
     """
     convert = _decoder_for(ct, wire, ranges)
-    bits = _INT_BITS.get(_CONNECT_SHAPE[ct.kind][0])
+    bits = _INT_BITS.get(model._CONNECT_SHAPE[ct.kind][0])
     if bits is None or not ranges or (wire == "avro" and (bits == 64 or ct.logical is not None)):
         return convert
     return _in_range(bits, convert)
 
 
-def _decoder_for(ct: ColumnType, wire: Wire, ranges: bool) -> Converter | None:
+def _decoder_for(ct: model.ColumnType, wire: model.Wire, ranges: bool) -> model.Converter | None:
     kind = ct.kind
     avro = wire == "avro"
-    if kind is Kind.BOOLEAN:
+    if kind is model.Kind.BOOLEAN:
         return None if avro else _typed(bool, "bool")
-    if kind in (Kind.INT8, Kind.INT16, Kind.INT32, Kind.INT64):
+    if kind in (model.Kind.INT8, model.Kind.INT16, model.Kind.INT32, model.Kind.INT64):
         return None if avro else _typed(int, "an integer")
-    if kind in (Kind.FLOAT32, Kind.FLOAT64):
+    if kind in (model.Kind.FLOAT32, model.Kind.FLOAT64):
         return None if avro else _json_float
-    if kind is Kind.STRING:
+    if kind is model.Kind.STRING:
         return _avro_string if avro else _json_string
-    if kind is Kind.BYTES:
+    if kind is model.Kind.BYTES:
         return _avro_bytes if avro else _json_bytes
-    if kind is Kind.DECIMAL:
+    if kind is model.Kind.DECIMAL:
         scale = ct.scale or 0
         if avro and ct.logical == "decimal":
             # fastavro made the placeholder's bytes a (huge) Decimal already.
@@ -285,51 +269,45 @@ def _decoder_for(ct: ColumnType, wire: Wire, ranges: bool) -> Converter | None:
         if avro:
             return _unavailable_if(_UNAVAILABLE_BYTES, lambda v: decimal_from_unscaled(v, scale))
         return _unavailable_if(_UNAVAILABLE_B64, lambda v: _json_decimal(v, scale))
-    if kind is Kind.VARIABLE_DECIMAL:
+    if kind is model.Kind.VARIABLE_DECIMAL:
         return _variable_decimal((lambda v: v) if avro else _b64)
     if ct.logical is not None and avro:
         # fastavro converted date/time/timestamp/uuid; a local timestamp is made aware.
         if ct.logical.startswith("local-timestamp"):
             return lambda v: v.replace(tzinfo=UTC)
         return None
-    if kind is Kind.DATE:
+    if kind is model.Kind.DATE:
         return date_from_days
-    if kind is Kind.TIME_MILLIS:
-        return lambda v: time_from_micros(_int(v) * 1000)
-    if kind is Kind.TIME_MICROS:
-        return time_from_micros
-    if kind is Kind.TIME_NANOS:
-        return lambda v: time_from_micros(_int(v) // 1000)
-    if kind is Kind.TIMESTAMP_MILLIS:
-        return lambda v: timestamp_from_micros(_int(v) * 1000)
-    if kind is Kind.TIMESTAMP_MICROS:
-        return timestamp_from_micros
-    if kind is Kind.TIMESTAMP_NANOS:
-        # Python's datetime stops at microseconds: nanoseconds are floored.
-        return lambda v: timestamp_from_micros(_int(v) // 1000)
-    if kind is Kind.ZONED_TIMESTAMP:
+    if kind in model._CLOCKS:
+        timestamp, divisor, multiplier = model._CLOCKS[kind]
+        from_micros = timestamp_from_micros if timestamp else time_from_micros
+        if divisor == multiplier:
+            return from_micros
+        # Python's datetime and time stop at microseconds: nanoseconds are floored.
+        return lambda v: from_micros(_int(v) * divisor // multiplier)
+    if kind is model.Kind.ZONED_TIMESTAMP:
         return _unavailable_or(_zoned_timestamp)
-    if kind is Kind.ZONED_TIME:
+    if kind is model.Kind.ZONED_TIME:
         return _unavailable_or(_zoned_time)
-    if kind is Kind.INTERVAL_MICROS:
+    if kind is model.Kind.INTERVAL_MICROS:
         return lambda v: timedelta(microseconds=_int(v))
-    if kind is Kind.UUID:
+    if kind is model.Kind.UUID:
         return _unavailable_or(lambda v: uuid.UUID(_str(v)))
-    if kind is Kind.JSON:
+    if kind is model.Kind.JSON:
         return _unavailable_or(JsonDocument)
-    if kind is Kind.ENUM:
+    if kind is model.Kind.ENUM:
         decode = _unavailable_or(_check_labels(ct))
         if ct.labels:  # the check is a membership test: the compiled reader's to do
             setattr(decode, _NATIVE, (UNAVAILABLE_MARKER, UNAVAILABLE, frozenset(ct.labels), False))
         return decode
-    if kind is Kind.ARRAY:
+    if kind is model.Kind.ARRAY:
         return _array(
-            decoder_for(ct.items or _ANY, wire, ranges=ranges),
+            decoder_for(ct.items or model._ANY, wire, ranges=ranges),
             wire,
             unavailable_placeholder(ct, wire),
         )
-    if kind is Kind.MAP:
-        return _map(decoder_for(ct.items or _ANY, wire, ranges=ranges))
-    if kind is Kind.STRUCT:
+    if kind is model.Kind.MAP:
+        return _map(decoder_for(ct.items or model._ANY, wire, ranges=ranges))
+    if kind is model.Kind.STRUCT:
         return struct_decoder(ct.fields or (), wire, ranges=ranges)
     return None

@@ -10,19 +10,17 @@ from decimal import Decimal
 from typing import Any
 
 from bizevents.contracts.binary import signed_bytes, unscaled
+from bizevents.contracts.logical import model
+
+# The placeholders a converter compares each value with are read by name, the rest
+# of the model through the module.
 from bizevents.contracts.logical.model import (
-    _ANY,
     _MICRO,
     _UNAVAILABLE_B64,
     _UNAVAILABLE_BYTES,
     UNAVAILABLE,
     UNAVAILABLE_MARKER,
-    ColumnType,
-    Converter,
-    Field,
     JsonDocument,
-    Kind,
-    Wire,
 )
 from bizevents.contracts.logical.placeholder import unavailable_placeholder
 from bizevents.contracts.logical.scalars import (
@@ -37,7 +35,7 @@ from bizevents.contracts.logical.scalars import (
 # -- encoders ----------------------------------------------------------------------
 
 
-def _enc_unavailable_str(convert: Converter) -> Converter:
+def _enc_unavailable_str(convert: model.Converter) -> model.Converter:
     def encode(value: Any) -> Any:
         if value is UNAVAILABLE:
             return UNAVAILABLE_MARKER
@@ -46,7 +44,7 @@ def _enc_unavailable_str(convert: Converter) -> Converter:
     return encode
 
 
-def _enc_typed(check: type | tuple[type, ...], what: str) -> Converter:
+def _enc_typed(check: type | tuple[type, ...], what: str) -> model.Converter:
     def encode(value: Any) -> Any:
         if not isinstance(value, check) or (isinstance(value, bool) and what != "bool"):
             raise TypeError(f"expected {what}, got {type(value).__name__}")
@@ -55,7 +53,7 @@ def _enc_typed(check: type | tuple[type, ...], what: str) -> Converter:
     return encode
 
 
-def _enc_bytes(wire: Wire) -> Converter:
+def _enc_bytes(wire: model.Wire) -> model.Converter:
     def encode(value: Any) -> Any:
         if value is UNAVAILABLE:
             raw = _UNAVAILABLE_BYTES
@@ -68,7 +66,7 @@ def _enc_bytes(wire: Wire) -> Converter:
     return encode
 
 
-def _enc_decimal(scale: int, wire: Wire) -> Converter:
+def _enc_decimal(scale: int, wire: model.Wire) -> model.Converter:
     def encode(value: Any) -> Any:
         if value is UNAVAILABLE:
             # The bytes, not their huge Decimal, which fastavro would check for precision.
@@ -84,10 +82,10 @@ def _enc_decimal(scale: int, wire: Wire) -> Converter:
     return encode
 
 
-def _enc_variable_decimal(wire: Wire) -> Converter:
+def _enc_variable_decimal(wire: model.Wire) -> model.Converter:
     def encode(value: Any) -> Any:
         if value is UNAVAILABLE:
-            return unavailable_placeholder(ColumnType(Kind.VARIABLE_DECIMAL), wire)
+            return unavailable_placeholder(model.ColumnType(model.Kind.VARIABLE_DECIMAL), wire)
         if not isinstance(value, Decimal | int) or isinstance(value, bool):
             raise TypeError(f"expected a Decimal, got {type(value).__name__}")
         n, scale = unscaled(Decimal(value))
@@ -103,7 +101,7 @@ def _enc_date(value: Any) -> int:
     return days_from_date(value)
 
 
-def _enc_time(divisor: int, multiplier: int) -> Converter:
+def _enc_time(divisor: int, multiplier: int) -> model.Converter:
     def encode(value: Any) -> int:
         if isinstance(value, timedelta):
             # MySQL's TIME outside 00:00-24:00 (see time_from_micros)
@@ -116,7 +114,7 @@ def _enc_time(divisor: int, multiplier: int) -> Converter:
     return encode
 
 
-def _enc_timestamp(divisor: int, multiplier: int) -> Converter:
+def _enc_timestamp(divisor: int, multiplier: int) -> model.Converter:
     def encode(value: Any) -> int:
         if not isinstance(value, datetime):
             raise TypeError(f"expected a datetime, got {type(value).__name__}")
@@ -137,7 +135,7 @@ def _enc_json(value: Any) -> str:
     raise TypeError(f"expected a JsonDocument, got {type(value).__name__}")
 
 
-def _enc_array(item: Converter, placeholder: list[Any] | None) -> Converter:
+def _enc_array(item: model.Converter, placeholder: list[Any] | None) -> model.Converter:
     def encode(value: Any) -> Any:
         if value is UNAVAILABLE:
             if placeholder is None:
@@ -150,7 +148,7 @@ def _enc_array(item: Converter, placeholder: list[Any] | None) -> Converter:
     return encode
 
 
-def _enc_map(values: Converter) -> Converter:
+def _enc_map(values: model.Converter) -> model.Converter:
     def encode(value: Any) -> Any:
         if not isinstance(value, Mapping):
             raise TypeError(f"expected a mapping, got {type(value).__name__}")
@@ -159,7 +157,9 @@ def _enc_map(values: Converter) -> Converter:
     return encode
 
 
-def struct_encoder(fields: Sequence[Field], wire: Wire) -> Callable[[Any], dict[str, Any]]:
+def struct_encoder(
+    fields: Sequence[model.Field], wire: model.Wire
+) -> Callable[[Any], dict[str, Any]]:
     """Encodes a row into a new dict with every field of ``fields`` (absent -> null)."""
     steps = [(f.name, encoder_for(f.type, wire), f.optional) for f in fields]
 
@@ -183,63 +183,54 @@ def struct_encoder(fields: Sequence[Field], wire: Wire) -> Callable[[Any], dict[
     return encode
 
 
-def encoder_for(ct: ColumnType, wire: Wire) -> Converter:
+def encoder_for(ct: model.ColumnType, wire: model.Wire) -> model.Converter:
     """The function from a (non-null) Python value to its wire value."""
     kind = ct.kind
-    if kind is Kind.BOOLEAN:
+    if kind is model.Kind.BOOLEAN:
         return _enc_typed(bool, "bool")
-    if kind in (Kind.INT8, Kind.INT16, Kind.INT32, Kind.INT64):
+    if kind in (model.Kind.INT8, model.Kind.INT16, model.Kind.INT32, model.Kind.INT64):
         return _enc_typed(int, "an integer")
-    if kind in (Kind.FLOAT32, Kind.FLOAT64):
+    if kind in (model.Kind.FLOAT32, model.Kind.FLOAT64):
         return _enc_typed((int, float), "a number")
-    if kind is Kind.STRING:
+    if kind is model.Kind.STRING:
         return _enc_unavailable_str(_enc_typed(str, "a string"))
-    if kind is Kind.BYTES:
+    if kind is model.Kind.BYTES:
         return _enc_bytes(wire)
-    if kind is Kind.DECIMAL:
+    if kind is model.Kind.DECIMAL:
         return _enc_decimal(ct.scale or 0, wire)
-    if kind is Kind.VARIABLE_DECIMAL:
+    if kind is model.Kind.VARIABLE_DECIMAL:
         return _enc_variable_decimal(wire)
-    if kind is Kind.DATE:
+    if kind is model.Kind.DATE:
         return _enc_date
-    if kind is Kind.TIME_MILLIS:
-        return _enc_time(1000, 1)
-    if kind is Kind.TIME_MICROS:
-        return _enc_time(1, 1)
-    if kind is Kind.TIME_NANOS:
-        return _enc_time(1, 1000)
-    if kind is Kind.TIMESTAMP_MILLIS:
-        return _enc_timestamp(1000, 1)
-    if kind is Kind.TIMESTAMP_MICROS:
-        return _enc_timestamp(1, 1)
-    if kind is Kind.TIMESTAMP_NANOS:
-        return _enc_timestamp(1, 1000)
-    if kind is Kind.ZONED_TIMESTAMP:
+    if kind in model._CLOCKS:
+        timestamp, divisor, multiplier = model._CLOCKS[kind]
+        return (_enc_timestamp if timestamp else _enc_time)(divisor, multiplier)
+    if kind is model.Kind.ZONED_TIMESTAMP:
         return _enc_unavailable_str(_enc_typed_then(datetime, _iso_zoned_timestamp))
-    if kind is Kind.ZONED_TIME:
+    if kind is model.Kind.ZONED_TIME:
         return _enc_unavailable_str(_enc_typed_then(time, _iso_zoned_time))
-    if kind is Kind.INTERVAL_MICROS:
+    if kind is model.Kind.INTERVAL_MICROS:
         return _enc_typed_then(timedelta, lambda v: v // _MICRO)
-    if kind is Kind.UUID:
+    if kind is model.Kind.UUID:
         return _enc_unavailable_str(_enc_uuid)
-    if kind is Kind.JSON:
+    if kind is model.Kind.JSON:
         return _enc_unavailable_str(_enc_json)
-    if kind is Kind.ENUM:
+    if kind is model.Kind.ENUM:
         return _enc_unavailable_str(_check_labels(ct))
-    if kind is Kind.ARRAY:
-        item = encoder_for(ct.items or _ANY, wire)
+    if kind is model.Kind.ARRAY:
+        item = encoder_for(ct.items or model._ANY, wire)
         placeholder = unavailable_placeholder(ct, wire)
         if placeholder is not None and len(placeholder) == 1 and ct.items is not None:
             placeholder = [item(UNAVAILABLE)]
         return _enc_array(item, placeholder)
-    if kind is Kind.MAP:
-        return _enc_map(encoder_for(ct.items or _ANY, wire))
-    if kind is Kind.STRUCT:
+    if kind is model.Kind.MAP:
+        return _enc_map(encoder_for(ct.items or model._ANY, wire))
+    if kind is model.Kind.STRUCT:
         return struct_encoder(ct.fields or (), wire)
     return lambda v: v
 
 
-def _enc_typed_then(check: type, convert: Converter) -> Converter:
+def _enc_typed_then(check: type, convert: model.Converter) -> model.Converter:
     def encode(value: Any) -> Any:
         if not isinstance(value, check):
             raise TypeError(f"expected {check.__name__}, got {type(value).__name__}")

@@ -242,6 +242,17 @@ class ColumnType:
 
 _ANY: Final = ColumnType(Kind.ANY)
 
+#: The times and timestamps: (a timestamp, not a time of day; divisor, multiplier): the
+#: wire's count is the microseconds times ``multiplier`` divided by ``divisor``.
+_CLOCKS: Final[dict[Kind, tuple[bool, int, int]]] = {
+    Kind.TIME_MILLIS: (False, 1000, 1),
+    Kind.TIME_MICROS: (False, 1, 1),
+    Kind.TIME_NANOS: (False, 1, 1000),
+    Kind.TIMESTAMP_MILLIS: (True, 1000, 1),
+    Kind.TIMESTAMP_MICROS: (True, 1, 1),
+    Kind.TIMESTAMP_NANOS: (True, 1, 1000),
+}
+
 
 _VSD: Final = "io.debezium.data.VariableScaleDecimal"
 

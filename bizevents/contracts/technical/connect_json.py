@@ -125,6 +125,18 @@ def _connect_key_plan(schema: Any) -> _ConnectPlan:
     return _ConnectPlan(schema, struct_decoder(fields, "json"))
 
 
+def _key_parts(doc: Any) -> tuple[Any, dict[str, Any]]:
+    """A key document's embedded schema (None: it has none) and its row object."""
+    if not isinstance(doc, dict):
+        raise InvalidRecord("the key is not a JSON object")
+    if doc.keys() != {"schema", "payload"}:
+        return None, doc
+    payload = doc["payload"]
+    if not isinstance(payload, dict):
+        raise InvalidRecord("the key's payload is not an object")
+    return doc["schema"], payload
+
+
 class _JsonDocumentDecoder(_BytesDecoder):
     """What the two JSON decoders share: parse the bytes, then decode the documents."""
 
@@ -143,12 +155,7 @@ class _JsonDocumentDecoder(_BytesDecoder):
         return self.decode_key_doc(_loads(key, self.exact_numbers, "the key"))
 
     def _value_bytes(
-        self,
-        value: bytes,
-        key: Row | None,
-        where: Coordinates,
-        headers: Headers,
-        columns: Columns = None,
+        self, value: bytes, key: Row | None, where: Coordinates, headers: Headers, columns: Columns
     ) -> ChangeEvent:
         doc = _loads(value, self.exact_numbers, "the value")
         return self.decode_value_doc(doc, key, where, headers)
@@ -181,16 +188,9 @@ class JsonSchemaDecoder(_JsonDocumentDecoder):
         return plan
 
     def decode_key_doc(self, doc: Any) -> Row:
-        if not isinstance(doc, dict):
-            raise InvalidRecord("the key is not a JSON object")
-        if doc.keys() == {"schema", "payload"}:
-            payload = doc["payload"]
-            if not isinstance(payload, dict):
-                raise InvalidRecord("the key's payload is not an object")
-            if doc["schema"] is None:
-                return _decoded(payload, "the key", _plain_row)
-            return _decoded(payload, "the key", self._key_plan(doc["schema"]).decode_row)
-        return _decoded(doc, "the key", _plain_row)
+        schema, row = _key_parts(doc)
+        decode_row = _plain_row if schema is None else self._key_plan(schema).decode_row
+        return _decoded(row, "the key", decode_row)
 
     def decode_value_doc(
         self, doc: Any, key: Row | None, where: Coordinates, headers: Headers
@@ -212,13 +212,7 @@ class PlainJsonDecoder(_JsonDocumentDecoder):
     """
 
     def decode_key_doc(self, doc: Any) -> Row:
-        if not isinstance(doc, dict):
-            raise InvalidRecord("the key is not a JSON object")
-        if doc.keys() == {"schema", "payload"}:
-            doc = doc["payload"]
-            if not isinstance(doc, dict):
-                raise InvalidRecord("the key's payload is not an object")
-        return _decoded(doc, "the key", _plain_row)
+        return _decoded(_key_parts(doc)[1], "the key", _plain_row)
 
     def decode_value_doc(
         self, doc: Any, key: Row | None, where: Coordinates, headers: Headers

@@ -16,7 +16,6 @@ from bizevents.contracts.technical.events import (
     Columns,
     Encoding,
     Gate,
-    RawHeaders,
     SchemaLookup,
     SourceTable,
     _BytesDecoder,
@@ -72,6 +71,7 @@ class AutoDecoder(_BytesDecoder):
 
     def __init__(self, schema_for_id: SchemaLookup | None = None) -> None:
         self._avro = None if schema_for_id is None else AvroDecoder(schema_for_id)
+        self._fast = None if self._avro is None else self._avro._fast
         self._json = JsonSchemaDecoder()
         self._plain = PlainJsonDecoder()
 
@@ -86,29 +86,13 @@ class AutoDecoder(_BytesDecoder):
         avro = self._avro
         return None if avro is None else avro.gate(columns, table, projection)
 
-    def _fast(
-        self,
-        key: bytes | None,
-        value: bytes,
-        where: Coordinates,
-        headers: RawHeaders,
-        columns: Columns,
-    ) -> ChangeEvent | None:
-        avro = self._avro
-        return None if avro is None else avro._fast(key, value, where, headers, columns)
-
     def _key_bytes(self, key: bytes) -> Row:
         if _sniff(key, "the key") == "avro":
             return self._avro_decoder("the key").decode_key(key)
         return self._json.decode_key_doc(_loads(key, True, "the key"))
 
     def _value_bytes(
-        self,
-        value: bytes,
-        key: Row | None,
-        where: Coordinates,
-        headers: Headers,
-        columns: Columns = None,
+        self, value: bytes, key: Row | None, where: Coordinates, headers: Headers, columns: Columns
     ) -> ChangeEvent:
         if _sniff(value, "the value") == "avro":
             return self._avro_decoder("the value").decode_value(value, key, where, headers, columns)

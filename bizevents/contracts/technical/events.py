@@ -167,6 +167,13 @@ def envelope_builder(names: tuple[str, ...]) -> Callable[..., tuple[Any, ...]] |
 SourceTable: TypeAlias = tuple[tuple[str, str], ...]
 #: ``unchanged(key, value) -> bool`` (see ``gate`` of the decoders).
 Gate: TypeAlias = Callable[[bytes | None, bytes], bool]
+#: ``(value, key's row, where, headers, columns) -> event``: a decoder's value step,
+#: always given all five (so an override's ``columns`` needs no default).
+ValueStep: TypeAlias = Callable[[bytes, Row | None, Coordinates, Headers, Columns], ChangeEvent]
+#: ``(key, value, where, headers, columns) -> event or None``: a decoder's one step.
+FastStep: TypeAlias = Callable[
+    [bytes | None, bytes, Coordinates, RawHeaders, Columns], ChangeEvent | None
+]
 
 #: Debezium's transaction block, field by field (what :func:`transaction_of` takes).
 TRANSACTION_FIELDS: Final = ("id", "total_order", "data_collection_order")
@@ -205,18 +212,12 @@ class _BytesDecoder:
     """The order every decoder follows: the key, then the value or a tombstone; any
     failure becomes a :class:`DecodeError` naming the record's coordinates."""
 
-    def _key_bytes(self, key: bytes) -> Row:
-        raise NotImplementedError
-
-    def _value_bytes(
-        self,
-        value: bytes,
-        key: Row | None,
-        where: Coordinates,
-        headers: Headers,
-        columns: Columns = None,
-    ) -> ChangeEvent:
-        raise NotImplementedError
+    #: Each decoder's own steps: the key's row, and the value's event.
+    _key_bytes: Callable[[bytes], Row]
+    _value_bytes: ValueStep
+    #: The usual record in one step, or None: then the steps above decide (the same
+    #: event, or the error). None: the decoder has no such step.
+    _fast: FastStep | None = None
 
     def gate(
         self, columns: frozenset[str], table: SourceTable, projection: Columns = None
@@ -227,18 +228,6 @@ class _BytesDecoder:
         reads and a value this decoder decodes with ``projection`` (the columns it
         keeps); False where that takes decoding. None: this decoder cannot tell (the
         ones that can override it)."""
-        return None
-
-    def _fast(
-        self,
-        key: bytes | None,
-        value: bytes,
-        where: Coordinates,
-        headers: RawHeaders,
-        columns: Columns,
-    ) -> ChangeEvent | None:
-        """The usual record in one step, or None: then the steps above decide (the same
-        event, or the error). Decoders with such a step override it."""
         return None
 
     def decode(
@@ -255,7 +244,7 @@ class _BytesDecoder:
         leave the others out (the Avro one skips their bytes); the JSON ones keep them.
         """
         where = _coordinates(coordinates)
-        if value is not None:
+        if value is not None and self._fast is not None:
             fast = self._fast(key, value, where, headers, columns)
             if fast is not None:
                 return fast

@@ -26,120 +26,114 @@ OPERATION_NOT_PERMITTED = 42205
 STORE_ERROR = 50001
 
 
+def _refused(message: str, error_code: int) -> RegistryError:
+    # Confluent's codes are the HTTP status, or the status and two digits more.
+    status = error_code if error_code < 1000 else error_code // 100
+    return RegistryError(message, status=status, error_code=error_code)
+
+
 def subject_not_found(subject: str) -> RegistryError:
-    return RegistryError(
-        f"Subject '{subject}' not found.", status=404, error_code=SUBJECT_NOT_FOUND
-    )
+    return _refused(f"Subject '{subject}' not found.", SUBJECT_NOT_FOUND)
 
 
 def version_not_found(version: int | str) -> RegistryError:
-    return RegistryError(f"Version {version} not found.", status=404, error_code=VERSION_NOT_FOUND)
+    return _refused(f"Version {version} not found.", VERSION_NOT_FOUND)
 
 
 def schema_not_found(schema_id: int | None = None) -> RegistryError:
     message = "Schema not found" if schema_id is None else f"Schema {schema_id} not found"
-    return RegistryError(message, status=404, error_code=SCHEMA_NOT_FOUND)
+    return _refused(message, SCHEMA_NOT_FOUND)
 
 
 def subject_soft_deleted(subject: str) -> RegistryError:
-    return RegistryError(
+    return _refused(
         f"Subject '{subject}' was soft deleted. Set permanent=true to delete permanently",
-        status=404,
-        error_code=SUBJECT_SOFT_DELETED,
+        SUBJECT_SOFT_DELETED,
     )
 
 
 def subject_not_soft_deleted(subject: str) -> RegistryError:
-    return RegistryError(
+    return _refused(
         f"Subject '{subject}' was not deleted first before being permanently deleted",
-        status=404,
-        error_code=SUBJECT_NOT_SOFT_DELETED,
+        SUBJECT_NOT_SOFT_DELETED,
     )
 
 
 def version_soft_deleted(subject: str, version: int) -> RegistryError:
-    return RegistryError(
+    return _refused(
         f"Subject '{subject}' Version {version} was soft deleted. "
         "Set permanent=true to delete permanently",
-        status=404,
-        error_code=VERSION_SOFT_DELETED,
+        VERSION_SOFT_DELETED,
     )
 
 
 def version_not_soft_deleted(subject: str, version: int) -> RegistryError:
-    return RegistryError(
+    return _refused(
         f"Subject '{subject}' Version {version} was not deleted first before being "
         "permanently deleted",
-        status=404,
-        error_code=VERSION_NOT_SOFT_DELETED,
+        VERSION_NOT_SOFT_DELETED,
     )
 
 
 def compatibility_not_configured(subject: str) -> RegistryError:
-    return RegistryError(
+    return _refused(
         f"Subject '{subject}' does not have subject-level compatibility configured",
-        status=404,
-        error_code=SUBJECT_COMPATIBILITY_NOT_CONFIGURED,
+        SUBJECT_COMPATIBILITY_NOT_CONFIGURED,
     )
 
 
 def incompatible_schema(subject: str, messages: list[str] | tuple[str, ...]) -> RegistryError:
     details = "; ".join(messages)
-    return RegistryError(
+    return _refused(
         f'Schema being registered is incompatible with an earlier schema for subject "{subject}",'
         f" details: {details}",
-        status=409,
-        error_code=INCOMPATIBLE_SCHEMA,
+        INCOMPATIBLE_SCHEMA,
     )
 
 
 def invalid_schema(reason: str) -> RegistryError:
-    return RegistryError(reason, status=422, error_code=INVALID_SCHEMA)
+    return _refused(reason, INVALID_SCHEMA)
 
 
 def invalid_version(version: str) -> RegistryError:
-    return RegistryError(
+    return _refused(
         f"The specified version '{version}' is not a valid version id. "
         'Allowed values are between [1, 2^31-1] and the string "latest"',
-        status=422,
-        error_code=INVALID_VERSION,
+        INVALID_VERSION,
     )
 
 
 def invalid_compatibility_level() -> RegistryError:
-    return RegistryError(
+    return _refused(
         "Invalid compatibility level. Valid values are none, backward, forward, full, "
         "backward_transitive, forward_transitive, and full_transitive",
-        status=422,
-        error_code=INVALID_COMPATIBILITY_LEVEL,
+        INVALID_COMPATIBILITY_LEVEL,
     )
 
 
 def invalid_mode(mode: object) -> RegistryError:
     given = "The request body names no mode" if mode is None else f"Invalid mode {mode!r}"
-    return RegistryError(
+    return _refused(
         f"{given}: the embedded registry serves READWRITE only "
         "(IMPORT and READONLY are not supported)",
-        status=422,
-        error_code=INVALID_MODE,
+        INVALID_MODE,
     )
 
 
 def not_permitted(reason: str) -> RegistryError:
-    return RegistryError(reason, status=422, error_code=OPERATION_NOT_PERMITTED)
+    return _refused(reason, OPERATION_NOT_PERMITTED)
 
 
 def store_failed(reason: str) -> RegistryError:
-    return RegistryError(reason, status=500, error_code=STORE_ERROR)
+    return _refused(reason, STORE_ERROR)
 
 
 def unsupported_media_type(given: str) -> RegistryError:
-    return RegistryError(
+    return _refused(
         f"Content-Type {given[:100]!r} is not accepted for a write: send "
         "application/vnd.schemaregistry.v1+json, application/vnd.schemaregistry+json "
         "or application/json",
-        status=415,
-        error_code=415,
+        415,
     )
 
 

@@ -398,18 +398,16 @@ def create_app(store: RegistryStore, *, basic_auth: BasicAuth | None = None) -> 
         web.delete(f"{subject}/versions/{{version}}", delete_version),
         web.post(f"/compatibility{subject}/versions", compatibility_all),
         web.post(f"/compatibility{subject}/versions/{{version}}", compatibility_one),
-        web.get("/config", get_config),
-        web.put("/config", put_config),
-        web.delete("/config", delete_config),
-        web.get("/config/{subject}", get_config),
-        web.put("/config/{subject}", put_config),
-        web.delete("/config/{subject}", delete_config),
-        web.get("/mode", get_mode),
-        web.put("/mode", put_mode),
-        web.get("/mode/{subject}", get_mode),
-        web.put("/mode/{subject}", put_mode),
         web.delete("/mode/{subject}", get_mode),  # the subject falls back to READWRITE
     ]
+    for scope in ("", "/{subject}"):  # the registry's, or one subject's
+        routes += [
+            web.get(f"/config{scope}", get_config),
+            web.put(f"/config{scope}", put_config),
+            web.delete(f"/config{scope}", delete_config),
+            web.get(f"/mode{scope}", get_mode),
+            web.put(f"/mode{scope}", put_mode),
+        ]
     # Confluent's registry answers every path with or without a trailing slash, and
     # clients send both (python-schema-registry-client asks for ``/config/``).
     slashed = [

@@ -151,11 +151,11 @@ def test_discard_wants_a_reason(tmp_path: Any) -> None:
 def test_a_request_for_a_key_unparked_before_its_answer_is_done() -> None:
     """A capture killed after a re-drive's unpark but before its answer carries the
     request out again after the restart: done, not refused."""
-    from bizevents.capture.core.quarantine import QuarantineCore
+    from bizevents.capture.core.quarantine import Quarantine
 
-    core = object.__new__(QuarantineCore)  # the request logic only: no Kafka, no source
+    core = object.__new__(Quarantine)  # the request logic only: no Kafka, no source
     core.parking = ParkedKeys()
-    core.describe = str  # type: ignore[method-assign]
+    core.describe = str
     assert core._not_parked(REF) == ("refused", "the key is not parked")
     core.parking.park(REF, 10, "capture", "bad")
     core.parking.unpark(REF, 12, "redriven")

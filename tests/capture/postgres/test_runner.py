@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import psycopg2
@@ -251,3 +252,105 @@ def test_new_enum_label_gets_a_new_value_schema(db: Db, tmp_path: Path) -> None:
     assert run.stats.schema_refreshes == 1
     frames = [m.value()[1:5] for m in _raw_records(db, db.topic("t"), 3)]
     assert frames[0] != frames[1] == frames[2]  # the new schema id from that row on
+
+
+# -- PostgresCapture's own state: the slot's feedback, snapshot dead letters, conditions ----
+
+
+class _Cursor:
+    """A replication cursor's feedback side."""
+
+    def __init__(self, wal_end: int = 0) -> None:
+        self.wal_end = wal_end
+        self.sent: list[int] = []
+
+    def send_feedback(self, *, write_lsn: int, flush_lsn: int, force: bool) -> None:
+        assert write_lsn == flush_lsn and force
+        self.sent.append(flush_lsn)
+
+
+def _capture(tmp_path: Path, **config: Any) -> Any:
+    from bizevents.capture.config import CaptureConfig
+    from bizevents.capture.core.capture import CaptureEndpoints, Session
+    from bizevents.capture.postgres.runner import PostgresCapture
+
+    cfg = CaptureConfig(server="shop", tables=("public.t",), **config)
+    capture = PostgresCapture(cfg, CaptureEndpoints("postgresql://u@h/db", {}, {}, tmp_path))
+    capture._session = Session(producer=None, admin=None, registrar=None, store=None)  # type: ignore[arg-type]
+    return capture
+
+
+def test_feedback_confirms_what_kafka_acknowledged_at_most_every_half_second(
+    tmp_path: Path,
+) -> None:
+    """A transaction acknowledged is confirmed at its end; a second call within half a
+    second sends nothing, unless forced; the acknowledged position never goes back."""
+    capture = _capture(tmp_path)
+    tracker = capture.session.tracker
+    tx = tracker.begin(1)
+    tx.produced(1)
+    tracker.commit(tx, 0x200)
+    cursor = _Cursor(wal_end=0x300)
+    capture.feedback(cursor, force=True)
+    assert cursor.sent == [0] and capture.stats.acknowledged_lsn == 0  # not yet acknowledged
+    tx.ack(None, None)
+    tracker.begin(2).produced(1)  # the next one in flight: the server's end is not ours
+    capture.feedback(cursor, force=False)
+    assert cursor.sent == [0]  # within half a second of the last
+    capture.feedback(cursor, force=True)
+    assert cursor.sent == [0, 0x200] and capture.stats.acknowledged_lsn == 0x200
+    assert capture.last_sent_lsn == 0x200
+
+
+def test_feedback_with_nothing_in_flight_confirms_the_servers_position(tmp_path: Path) -> None:
+    """Idle: the slot may move to the server's end (WAL of other databases, heartbeats)."""
+    capture = _capture(tmp_path)
+    cursor = _Cursor(wal_end=0x500)
+    capture.feedback(cursor, force=True)
+    assert cursor.sent == [0x500] and capture.stats.acknowledged_lsn == 0x500
+
+
+def test_feedback_keeps_the_connection_alive_past_a_heartbeat(tmp_path: Path) -> None:
+    """No progress, not forced: still a status update once a heartbeat interval passed."""
+    capture = _capture(tmp_path, heartbeat_interval_s=1.0)
+    cursor = _Cursor(wal_end=0)
+    capture.feedback(cursor, force=True)
+    capture._last_feedback -= 0.6  # past the half second, within the heartbeat
+    capture.feedback(cursor, force=False)
+    assert cursor.sent == [0]
+    capture._last_feedback -= 1.0
+    capture.feedback(cursor, force=False)
+    assert cursor.sent == [0, 0]
+
+
+def test_a_snapshot_row_dead_letter_holds_no_column_not_captured(tmp_path: Path) -> None:
+    capture = _capture(tmp_path)
+    codec = SimpleNamespace(dropped=frozenset({1}))
+    raw, fmt = capture.snapshot_raw(codec, ("1", "secret", None))
+    assert fmt == "snapshot-text-json" and json.loads(raw) == ["1", None, None]
+
+
+def test_a_condition_is_checked_by_the_database_and_named_as_the_table_names_it(
+    db: Db, tmp_path: Path
+) -> None:
+    """``checked_condition`` (a snapshot signal's ``where``): the canonical text once the
+    database took it; a table not captured, a column it lacks or a condition the
+    database refuses: :class:`FilterError` with the reason."""
+    from bizevents.capture.core.filters import FilterError
+    from bizevents.capture.postgres import queries as pg
+    from bizevents.capture.postgres.runner import PostgresCapture
+
+    s = db.schema
+    db.sql(f'CREATE TABLE {s}.t (id int PRIMARY KEY, "Amount" numeric)')
+    capture = PostgresCapture(db.config(["t"]), capture_endpoints(db.endpoints, tmp_path))
+    (info,) = pg.describe_tables(db.conn, [f"{s}.t"])
+    capture.infos = {info.oid: info}
+    assert capture.captured_tables() == [f"{s}.t"]
+    assert capture.info_named(f"{s}.t") is info and capture.info_named(f"{s}.u") is None
+    assert capture.checked_condition(f"{s}.t", "amount > 3") == "Amount > 3"
+    with pytest.raises(FilterError, match="is not captured"):
+        capture.checked_condition(f"{s}.u", "id > 3")
+    with pytest.raises(FilterError, match="nope"):
+        capture.checked_condition(f"{s}.t", "nope > 3")
+    with pytest.raises(FilterError, match="invalid input syntax for type integer"):
+        capture.checked_condition(f"{s}.t", "id = 'x'")

@@ -21,6 +21,7 @@ their OrderPlaced with total 0.00 by the one with the true total.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Final
 
 from bizevents import BusinessEvent, Change, translator
@@ -153,9 +154,10 @@ ORDER_OPS: Final = ("c", "u")
 ORDER_CHANGES: Final = ("status",)
 
 
-@translator(
+#: orders@1 and @2 declare the same: the orders table, one row change at a time.
+_row_orders: Final = partial(
+    translator,
     name="orders",
-    version=1,
     sources=["store.orders"],
     emits=ORDER_EVENTS,
     snapshots="skip",
@@ -164,21 +166,14 @@ ORDER_CHANGES: Final = ("status",)
     ops=ORDER_OPS,
     changes=ORDER_CHANGES,
 )
+
+
+@_row_orders(version=1)
 def orders_v1(change: Change) -> Iterator[BusinessEvent]:
     return _orders(change, _status_by_position)
 
 
-@translator(
-    name="orders",
-    version=2,
-    sources=["store.orders"],
-    emits=ORDER_EVENTS,
-    snapshots="skip",
-    deletes="skip",
-    columns=ORDER_COLUMNS,
-    ops=ORDER_OPS,
-    changes=ORDER_CHANGES,
-)
+@_row_orders(version=2)
 def orders_v2(change: Change) -> Iterator[BusinessEvent]:
     return _orders(change, _status_by_label)
 
