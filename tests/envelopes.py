@@ -6,6 +6,8 @@ table keyed by ``id``: what the contract, translator and lineage tests build by 
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
 from bizevents.contracts.envelope import ChangeEvent, MySqlPosition, PgPosition, Source
@@ -42,3 +44,22 @@ def keyed_event(op: str, before: Row, after: Row, source: Source, at: Coordinate
     """A change of a row keyed by ``id``, read at ``at``."""
     key = {"id": (after or before or {})["id"]}
     return ChangeEvent(op, source, before, after, key, coordinates=at)  # type: ignore[arg-type]
+
+
+#: when the example store's orders were placed
+PLACED = datetime(2026, 11, 24, 8, 0, tzinfo=UTC)
+
+
+def store_order(order: int = 7) -> dict[str, Any]:
+    """A pending, empty order of the example store (``store.orders``)."""
+    return {
+        "id": order,
+        "customer_id": 3,
+        "status": "pending",
+        "total": Decimal("0.00"),
+        "currency": "EUR",
+        "placed_at": PLACED,
+        "tracking_number": None,
+        "shipped_at": None,
+        "updated_at": PLACED,
+    }

@@ -4,7 +4,6 @@ translators (ids, keys, lineage, dead letters), with no broker."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 
@@ -30,19 +29,9 @@ from bizevents.translators.assembly import Abandoned, Part, Ready
 from bizevents.translators.lineage import event_id
 from bizevents.translators.pipeline import SourceRecord
 from bizevents.translators.txcore import HEADER_TX, TransactionCore
+from tests.envelopes import store_order
 
-PLACED = datetime(2026, 11, 24, 8, 0, tzinfo=UTC)
-ORDER = {
-    "id": 7,
-    "customer_id": 3,
-    "status": "pending",
-    "total": Decimal("0.00"),
-    "currency": "EUR",
-    "placed_at": PLACED,
-    "tracking_number": None,
-    "shipped_at": None,
-    "updated_at": PLACED,
-}
+ORDER = store_order()
 
 
 def _item(line: int, product: int, qty: int, price: str) -> Change:

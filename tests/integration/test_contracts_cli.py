@@ -82,13 +82,19 @@ def versions(registry_url: str, subject: str) -> list[int]:
     return list(response.json()) if response.status_code == 200 else []
 
 
+def check_over_v1(
+    env: dict[str, str], stack: Endpoints, tmp_path: Path, topic: str, schema: dict[str, Any]
+) -> subprocess.CompletedProcess[str]:
+    """``contracts check`` of ``schema`` against V1 registered under the topic's subject."""
+    register_directly(stack.registry_url, f"{topic}-value", V1)
+    return run(env, "check", str(write(tmp_path / "order.avsc", schema, topic)))
+
+
 def test_check_passes_a_compatible_change(
     env: dict[str, str], bizevents_stack: Endpoints, tmp_path: Path, topic: str
 ) -> None:
     """An optional field added to a registered contract: one line per subject, exit 0."""
-    register_directly(bizevents_stack.registry_url, f"{topic}-value", V1)
-    path = write(tmp_path / "order.avsc", COMPATIBLE, topic)
-    result = run(env, "check", str(path))
+    result = check_over_v1(env, bizevents_stack, tmp_path, topic, COMPATIBLE)
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"{topic}-value  BACKWARD  compatible" in result.stdout
     assert "against version 1" in result.stdout
@@ -98,9 +104,7 @@ def test_check_fails_a_breaking_change_naming_field_and_reason(
     env: dict[str, str], bizevents_stack: Endpoints, tmp_path: Path, topic: str
 ) -> None:
     """A required field added: exit 1, the field path and the reason are printed."""
-    register_directly(bizevents_stack.registry_url, f"{topic}-value", V1)
-    path = write(tmp_path / "order.avsc", BREAKING, topic)
-    result = run(env, "check", str(path))
+    result = check_over_v1(env, bizevents_stack, tmp_path, topic, BREAKING)
     assert result.returncode == 1, result.stdout + result.stderr
     assert f"{topic}-value  BACKWARD  INCOMPATIBLE" in result.stdout
     assert "'OrderPlaced.total' has no default and is missing in the writer" in result.stdout

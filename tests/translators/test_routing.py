@@ -4,7 +4,6 @@ event published by exactly one member, an order and its items on one partition."
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 
@@ -24,26 +23,11 @@ from bizevents.translators.assembly import Part, Ready
 from bizevents.translators.records import SourceRecord
 from bizevents.translators.routing import business_key, owner, partitions_of
 from bizevents.translators.txcore import TransactionCore
-
-PLACED = datetime(2026, 11, 24, 8, 0, tzinfo=UTC)
-
-
-def _order(order: int) -> dict[str, object]:
-    return {
-        "id": order,
-        "customer_id": 3,
-        "status": "pending",
-        "total": Decimal("0.00"),
-        "currency": "EUR",
-        "placed_at": PLACED,
-        "tracking_number": None,
-        "shipped_at": None,
-        "updated_at": PLACED,
-    }
+from tests.envelopes import store_order
 
 
 def _placing(order: int, lines: int) -> list[object]:
-    row = _order(order)
+    row = store_order(order)
     items = [
         change(
             "store.order_items",
