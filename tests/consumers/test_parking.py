@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from bizevents.contracts.business import HEADER_DLQ_ERROR, HEADER_DLQ_REASON, HEADER_DLQ_STAGE
 from bizevents.consumers.parking import (
     HEADER_CONSUMER_GROUP,
     HEADER_CONSUMER_OFFSET,
@@ -13,6 +12,7 @@ from bizevents.consumers.parking import (
     parked_event_of,
     parked_events,
 )
+from bizevents.contracts.business import HEADER_DLQ_ERROR, HEADER_DLQ_REASON, HEADER_DLQ_STAGE
 from bizevents.plumbing.parking import PARKED_HEADER
 
 
