@@ -24,7 +24,10 @@ def test_a_plugin_failure_points_at_the_plugins_own_line() -> None:
     module = types.ModuleType("plugin_failing")
     module.__file__ = "/plugins/plugin_failing.py"
     sys.modules["plugin_failing"] = module
-    source = "def translate(change):\n    return helper()\n\n\ndef helper():\n    raise ValueError('boom')\n"
+    source = (
+        "def translate(change):\n    return helper()\n\n\n"
+        "def helper():\n    raise ValueError('boom')\n"
+    )
     code = compile(source, module.__file__, "exec")
     exec(code, module.__dict__)
     try:
