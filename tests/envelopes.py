@@ -1,7 +1,8 @@
 """Source blocks and row changes for tests that need a change from somewhere.
 
-One PostgreSQL and one MariaDB source block with a test's overrides, and a change of a
-table keyed by ``id``: what the contract, translator and lineage tests build by hand.
+One PostgreSQL and one MariaDB source block with a test's overrides, a change of a
+table keyed by ``id``, an event's lineage and an order of the example store: what the
+contract, translator and consumer tests build by hand.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
+from bizevents.contracts.business import Lineage
 from bizevents.contracts.envelope import ChangeEvent, MySqlPosition, PgPosition, Source
 from bizevents.contracts.exceptions import Coordinates
 
@@ -63,3 +65,14 @@ def store_order(order: int = 7) -> dict[str, Any]:
         "shipped_at": None,
         "updated_at": PLACED,
     }
+
+
+#: the lineage of an event translated from a PostgreSQL change of ``public.orders``
+LINEAGE = Lineage(
+    event_id="e-1",
+    translator="orders@1",
+    source_topic="pg.public.orders",
+    source_partition=0,
+    source_offset=42,
+    source_position="0/16B3748",
+)

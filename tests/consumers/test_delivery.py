@@ -3,20 +3,13 @@
 from __future__ import annotations
 
 from bizevents.consumers.delivery import Delivery, is_snapshot
-from bizevents.contracts.business import HEADER_SNAPSHOT, Lineage
+from bizevents.contracts.business import HEADER_SNAPSHOT
+from tests.envelopes import LINEAGE
 from tests.translators.sample import ThingCreated
 
 
 def test_a_delivery_names_its_event_by_the_lineage() -> None:
-    lineage = Lineage(
-        event_id="e-1",
-        translator="things@1",
-        source_topic="shop.public.things",
-        source_partition=0,
-        source_offset=3,
-        source_position="0/10",
-        replay=True,
-    )
+    lineage = LINEAGE.model_copy(update={"translator": "things@1", "replay": True})
     event = ThingCreated(thing_id=1, label="a", lineage=lineage)
     delivery = Delivery(event, b"1", "test.things.thing-created", 0, 5)
     assert delivery.lineage is lineage

@@ -1,8 +1,8 @@
-"""The consumer kit's parked events read back from its dead-letter records."""
+"""Reading a consumer group's parked events back from its dead-letter records (pure)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from bizevents.consumers.parking import (
     HEADER_CONSUMER_GROUP,
@@ -18,69 +18,63 @@ from bizevents.plumbing.parking import PARKED_HEADER
 
 @dataclass
 class Msg:
-    """A dead-letter record as confluent-kafka hands it over."""
+    """The parts of a confluent-kafka message the reader uses."""
 
-    offset: int
-    key_: bytes | None = b"k1"
-    group: bytes = b"g"
-    own: list[tuple[str, bytes]] = field(default_factory=lambda: [("trace", b"t-1")])
-    parked: bytes = b"1"
+    k: bytes | None
+    v: bytes | None
+    h: list[tuple[str, bytes]]
 
     def key(self) -> bytes | None:
-        return self.key_
+        return self.k
 
-    def value(self) -> bytes:
-        return b"v%d" % self.offset
+    def value(self) -> bytes | None:
+        return self.v
 
     def headers(self) -> list[tuple[str, bytes]]:
-        return [
-            *self.own,
-            (HEADER_DLQ_STAGE, b"handle"),
-            (HEADER_DLQ_REASON, b"boom"),
-            (HEADER_DLQ_ERROR, b"ValueError"),
-            (HEADER_CONSUMER_TOPIC, b"store.order-placed"),
-            (HEADER_CONSUMER_PARTITION, b"2"),
-            (HEADER_CONSUMER_OFFSET, str(self.offset).encode()),
-            (HEADER_CONSUMER_GROUP, self.group),
-            (PARKED_HEADER, self.parked),
-        ]
+        return self.h
 
 
-REF = ("g", "store.order-placed", 2, b"k1")
+ORIGINAL = [("bizevents.source.topic", b"shop.public.prices"), ("bizevents.source.offset", b"9")]
 
 
-def test_a_parked_record_gives_its_own_headers_and_where_it_was_read() -> None:
-    parked = parked_event_of(Msg(40, own=[("trace", b"t-1"), (PARKED_HEADER, b"1")]))
-    assert parked is not None
-    assert (parked.group, parked.topic, parked.partition, parked.offset) == (
-        "g",
-        "store.order-placed",
-        2,
-        40,
-    )
-    assert (parked.stage, parked.reason) == ("handle", "boom")
-    # the original's own headers, even one named like ours, stay the original's
-    assert parked.headers == [("trace", b"t-1"), (PARKED_HEADER, b"1")]
-    assert (parked.key, parked.value) == (b"k1", b"v40")
-
-
-def test_a_record_that_is_not_a_parked_one_is_none() -> None:
-    assert parked_event_of(Msg(1, parked=b"0")) is None
-
-    class Bare(Msg):
-        def headers(self) -> list[tuple[str, bytes]]:
-            return [(PARKED_HEADER, b"1")]
-
-    assert parked_event_of(Bare(1)) is None
-
-
-def test_parked_events_of_a_ref_in_offset_order_each_once_past_the_mark() -> None:
-    messages = [
-        Msg(12),
-        Msg(10),
-        Msg(12),  # parked twice by a crash
-        Msg(11, key_=b"k2"),  # another key
-        Msg(13, group=b"other"),  # another group
-        Msg(9),  # at or before the mark
+def dead(offset: int, key: bytes = b"k1", group: str = "g", parked: bool = True) -> Msg:
+    ours = [
+        (HEADER_DLQ_STAGE, b"parked" if offset else b"consume-handler"),
+        (HEADER_DLQ_REASON, b"why"),
+        (HEADER_DLQ_ERROR, b"ValueError"),
+        (HEADER_CONSUMER_TOPIC, b"shop.prices"),
+        (HEADER_CONSUMER_PARTITION, b"2"),
+        (HEADER_CONSUMER_OFFSET, str(offset).encode()),
+        (HEADER_CONSUMER_GROUP, group.encode()),
     ]
-    assert [p.offset for p in parked_events(messages, REF, after=9)] == [10, 12]
+    return Msg(key, b"v%d" % offset, ORIGINAL + ours + ([(PARKED_HEADER, b"1")] if parked else []))
+
+
+def test_a_parked_record_gives_back_its_original_key_value_and_headers() -> None:
+    event = parked_event_of(dead(0))
+    assert event is not None
+    assert (event.group, event.topic, event.partition, event.offset) == ("g", "shop.prices", 2, 0)
+    assert (event.key, event.value, event.headers) == (b"k1", b"v0", ORIGINAL)
+    assert (event.stage, event.reason) == ("consume-handler", "why")
+
+
+def test_records_that_are_not_a_groups_parked_ones_are_ignored() -> None:
+    assert parked_event_of(dead(0, parked=False)) is None  # dead-lettered, not parked
+    assert parked_event_of(Msg(b"k", b"v", ORIGINAL)) is None  # too few headers of ours
+    translator_parked = [*ORIGINAL[:1]] * 8 + [(PARKED_HEADER, b"1")]
+    assert parked_event_of(Msg(b"k", b"v", translator_parked)) is None  # no group header
+
+
+def test_a_keys_parked_events_in_order_each_once_past_a_given_offset() -> None:
+    ref = ("g", "shop.prices", 2, b"k1")
+    messages = [
+        dead(3),
+        dead(1),
+        dead(2, key=b"k2"),  # another key
+        dead(4, group="other"),  # another group
+        dead(3),  # parked twice (a crash before the commit)
+        dead(0),
+        dead(5),
+    ]
+    assert [e.offset for e in parked_events(messages, ref, -1)] == [0, 1, 3, 5]
+    assert [e.offset for e in parked_events(messages, ref, 1)] == [3, 5]

@@ -53,7 +53,7 @@ LATER = 10_000
 
 @pytest.fixture
 def setup(bizevents_stack: Endpoints, tmp_path: Path) -> Setup:
-    return Setup.fresh(bizevents_stack, tmp_path, "pk")
+    return Setup.fresh(bizevents_stack, tmp_path, "pk", "park")
 
 
 def plugin_env(setup: Setup) -> dict[str, str]:

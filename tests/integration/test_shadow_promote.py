@@ -99,7 +99,7 @@ def setup(bizevents_stack: Endpoints, tmp_path: Path) -> Iterator[Setup]:
         "[bizevents.translators]\nshadowtest = plugin_shadowtest:ALL\n"
     )
     (plugins / "plugin_shadowtest.py").write_text(textwrap.dedent(PLUGIN))
-    yield Setup.fresh(bizevents_stack, tmp_path, "sh")
+    yield Setup.fresh(bizevents_stack, tmp_path, "sh", "shadow")
 
 
 def env(setup: Setup, live: int, shadow: str | None) -> dict[str, str]:

@@ -216,9 +216,9 @@ class Setup:
         return Worker(self.env(**extra), self.tmp / f"{name}.log")
 
     @classmethod
-    def fresh(cls, endpoints: Endpoints, tmp: Path, short: str) -> Setup:
+    def fresh(cls, endpoints: Endpoints, tmp: Path, short: str, name: str) -> Setup:
         """A setup of its own: server ``<short><tag>``, its orders' topic made with four
-        partitions, a dead-letter topic and a group of its own."""
+        partitions, a dead-letter topic and the group ``test-<name>-<tag>``."""
         tag = uuid.uuid4().hex[:8]
         server = f"{short}{tag}"
         made = cls(
@@ -226,7 +226,7 @@ class Setup:
             server,
             f"{server}.store.orders",
             f"test.dead-letter.{tag}",
-            f"test-{short}-{tag}",
+            f"test-{name}-{tag}",
             tmp,
         )
         create_topic(endpoints.bootstrap_servers, made.topic, 4)
@@ -245,7 +245,7 @@ def acknowledged(workers: Sequence[Worker], changes: int) -> None:
 
 @pytest.fixture
 def setup(bizevents_stack: Endpoints, tmp_path: Path) -> Setup:
-    return Setup.fresh(bizevents_stack, tmp_path, "tr")
+    return Setup.fresh(bizevents_stack, tmp_path, "tr", "translate")
 
 
 ORDER_TOPICS = [c.contract_topic() for c in (OrderPlaced, OrderStatusChanged, OrderShipped)]
