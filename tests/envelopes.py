@@ -12,7 +12,7 @@ from decimal import Decimal
 from typing import Any
 
 from bizevents.contracts.business import Lineage
-from bizevents.contracts.envelope import ChangeEvent, MySqlPosition, PgPosition, Source
+from bizevents.contracts.envelope import ChangeEvent, MySqlPosition, PgPosition, Source, Transaction
 from bizevents.contracts.exceptions import Coordinates
 
 #: a row, or its absence (no ``before`` of an insert, no ``after`` of a delete)
@@ -46,6 +46,19 @@ def keyed_event(op: str, before: Row, after: Row, source: Source, at: Coordinate
     """A change of a row keyed by ``id``, read at ``at``."""
     key = {"id": (after or before or {})["id"]}
     return ChangeEvent(op, source, before, after, key, coordinates=at)  # type: ignore[arg-type]
+
+
+def in_transaction(event: ChangeEvent, tx_id: str, n: int) -> ChangeEvent:
+    """``event`` as the ``n``-th change of transaction ``tx_id`` (capture's metadata)."""
+    return type(event)(
+        op=event.op,
+        source=event.source,
+        before=event.before,
+        after=event.after,
+        key=event.key,
+        ts_ms=event.ts_ms,
+        transaction=Transaction(tx_id, n, n),
+    )
 
 
 #: when the example store's orders were placed

@@ -14,7 +14,6 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from bizevents import Change, TranslationError
 from bizevents.consumers.window import EventWindow, Verdict
-from bizevents.contracts.envelope import Transaction
 from bizevents.contracts.serde import BusinessDeserializer, BusinessSerializer
 from bizevents.contracts.technical.transaction import TransactionRecord
 from bizevents.devstack.registry import run_in_thread
@@ -29,7 +28,7 @@ from bizevents.translators.assembly import Abandoned, Part, Ready
 from bizevents.translators.lineage import event_id
 from bizevents.translators.pipeline import SourceRecord
 from bizevents.translators.txcore import HEADER_TX, TransactionCore
-from tests.envelopes import store_order
+from tests.envelopes import in_transaction, store_order
 
 ORDER = store_order()
 
@@ -86,15 +85,7 @@ def _parts(tx_id: str, changes: list[Change]) -> tuple[Part, ...]:
     parts = []
     for n, c in enumerate(changes, start=1):
         event = c.event
-        stamped = type(event)(
-            op=event.op,
-            source=event.source,
-            before=event.before,
-            after=event.after,
-            key=event.key,
-            ts_ms=event.ts_ms,
-            transaction=Transaction(tx_id, n, n),
-        )
+        stamped = in_transaction(event, tx_id, n)
         topic = f"shop.{event.source.qualified_table}"
         origin = SourceRecord(topic, 0, 40 + n, f"key-{c.table}-{n}".encode(), b"raw")
         parts.append(Part(n, origin, change=stamped))

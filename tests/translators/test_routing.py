@@ -14,7 +14,6 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bizevents.contracts.envelope import Transaction
 from bizevents.contracts.serde import BusinessSerializer
 from bizevents.devstack.registry import run_in_thread
 from bizevents.testing import change
@@ -23,7 +22,7 @@ from bizevents.translators.assembly import Part, Ready
 from bizevents.translators.records import SourceRecord
 from bizevents.translators.routing import business_key, owner, partitions_of
 from bizevents.translators.txcore import TransactionCore
-from tests.envelopes import store_order
+from tests.envelopes import in_transaction, store_order
 
 
 def _placing(order: int, lines: int) -> list[object]:
@@ -55,15 +54,7 @@ def _ready(tx_id: str, changes: list[object]) -> Ready:
     parts = []
     for n, c in enumerate(changes, start=1):
         event = c.event  # type: ignore[attr-defined]
-        stamped = type(event)(
-            op=event.op,
-            source=event.source,
-            before=event.before,
-            after=event.after,
-            key=event.key,
-            ts_ms=event.ts_ms,
-            transaction=Transaction(tx_id, n, n),
-        )
+        stamped = in_transaction(event, tx_id, n)
         key = repr(sorted((event.key or {}).items())).encode()
         origin = SourceRecord(f"shop.{event.source.qualified_table}", 0, 40 + n, key, b"raw")
         parts.append(Part(n, origin, change=stamped))
