@@ -112,6 +112,13 @@ class Story:
     def encode(self, changes: Sequence[ChangeEvent]) -> list[tuple[bytes | None, bytes | None]]:
         return [self.encoder.encode(c) for c in changes]
 
+    def send_first(self, setup: Setup, later: int) -> list[ChangeEvent]:
+        """The orders placed then paid (the poisoned ones among them) and ``later``
+        changes behind them, produced to the technical topic."""
+        first = self.placed_then_paid() + self.later(later)
+        produce(setup.endpoints.bootstrap_servers, setup.topic, self.encode(first))
+        return first
+
     def key(self, n: int) -> bytes:
         key, _ = self.encoder.encode(self.changes[n - 1])  # the order's creation
         assert key is not None
@@ -231,8 +238,7 @@ def test_parked_keys_wait_and_are_re_driven_in_order_with_the_clean_runs_ids(
     extra = plugin_env(setup)
     env = setup.env(**extra)
     story = Story(setup)
-    first = story.placed_then_paid() + story.later(LATER)
-    produce(bootstrap, setup.topic, story.encode(first))
+    first = story.send_first(setup, LATER)
     worker = setup.worker(**extra)
     try:
         worker.wait_assigned()
@@ -346,8 +352,7 @@ def test_a_kill_9_mid_re_drive_and_a_rebalance_keep_order_and_ids(setup: Setup) 
     extra = plugin_env(setup)
     env = setup.env(**extra)
     story = Story(setup)
-    first = story.placed_then_paid() + story.later(LATER)
-    produce(bootstrap, setup.topic, story.encode(first))
+    first = story.send_first(setup, LATER)
     workers = [setup.worker("a", **extra), setup.worker("b", **extra)]
     try:
         wait_for(
@@ -398,8 +403,7 @@ def test_a_failing_re_drive_a_concurrent_one_show_and_discard(setup: Setup) -> N
     extra = plugin_env(setup)
     env = setup.env(**extra)
     story = Story(setup)
-    first = story.placed_then_paid() + story.later(ORDERS * 20)
-    produce(bootstrap, setup.topic, story.encode(first))
+    first = story.send_first(setup, ORDERS * 20)
     worker = setup.worker(**extra)
     try:
         worker.wait_assigned()

@@ -173,6 +173,20 @@ def versions_per_change(
     return found
 
 
+def with_events(
+    setup: Setup, changes: int, live: Worker, timeout: float, what: str
+) -> dict[tuple[int, int], dict[bytes, set[bytes]]]:
+    """:func:`versions_per_change` once ``changes`` changes have events."""
+    bootstrap = setup.endpoints.bootstrap_servers
+    found: dict[tuple[int, int], dict[bytes, set[bytes]]] = wait_for(
+        lambda: len(f := versions_per_change(bootstrap, setup.topic)) >= changes and f,
+        timeout,
+        what,
+        [live],
+    )
+    return found
+
+
 def check_one_version_per_change(
     found: dict[tuple[int, int], dict[bytes, set[bytes]]], changes: int
 ) -> list[tuple[int, list[bytes]]]:
@@ -283,12 +297,7 @@ def test_a_shadow_that_differs_only_where_expected_is_promoted_without_gap_or_do
             [live],
         )
         send(setup, orders(setup, 61, 70, 80_000))
-        rolled = wait_for(
-            lambda: len(found := versions_per_change(bootstrap, setup.topic)) >= 210 and found,
-            90,
-            "the rolled-back orders' events",
-            [live],
-        )
+        rolled = with_events(setup, 210, live, 90, "the rolled-back orders' events")
         lanes = check_one_version_per_change(rolled, 210)
         assert all(len(versions) <= 3 for _, versions in lanes)
         # every change after the rollback was read is the old version's again
@@ -304,7 +313,6 @@ def test_a_shadow_that_differs_only_where_expected_is_promoted_without_gap_or_do
 def test_a_shadow_that_differs_on_an_unexpected_field_is_refused_with_the_figures(
     setup: Setup,
 ) -> None:
-    bootstrap = setup.endpoints.bootstrap_servers
     send(setup, orders(setup, 1, 20, 10_000))
     live = Worker(env(setup, 2, "shadowtest@3"), setup.tmp / "live.log")
     try:
@@ -326,12 +334,7 @@ def test_a_shadow_that_differs_on_an_unexpected_field_is_refused_with_the_figure
         assert "OrderPlaced.total (20)" in refused.stderr
         # nothing changed: the live version still translates
         send(setup, orders(setup, 21, 22, 20_000))
-        found = wait_for(
-            lambda: len(f := versions_per_change(bootstrap, setup.topic)) >= 66 and f,
-            60,
-            "the next orders' events",
-            [live],
-        )
+        found = with_events(setup, 66, live, 60, "the next orders' events")
         assert {v for by in found.values() for v in by} == {b"shadowtest@2"}
     finally:
         live.stop()
