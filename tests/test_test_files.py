@@ -56,8 +56,6 @@ WITHOUT_TEST_FILE: dict[str, str] = {
     "replay/txtasks.py": "tests/replay/test_replay_transactions.py",
     "replay/verify.py": "tests/capture/test_verify*.py run the Spark verify",
     "translators/parkingio.py": "tests/translators/test_parking.py",
-    "translators/txworker.py": "the loop's rooms in memory: tests/translators/txharness.py "
-    "(test_txshare.py, test_txversions.py); whole: tests/integration/test_transaction_*.py",
 }
 
 
