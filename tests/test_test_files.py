@@ -42,8 +42,6 @@ WITHOUT_TEST_FILE: dict[str, str] = {
     "contracts/technical/*": "the technical codecs as one: tests/contracts/"
     "test_technical_codecs.py, test_strict_decoding.py, test_source_block.py, "
     "test_transaction_topic.py",
-    "contracts/change.py": "the Change a translator reads: tests/translators/test_api.py, "
-    "tests/contracts/test_envelope.py",
     "contracts/exceptions.py": "the errors' sentences, met by the codec tests",
     "replay/diff.py": "tests/replay/test_diff_html.py and test_replay_diff.py",
     "replay/job.py": "the Spark job: tests/replay/test_replay_*.py run it",

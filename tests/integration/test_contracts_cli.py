@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -15,10 +14,10 @@ import pytest
 
 from bizevents.contracts.business import TOPIC_PROPERTY
 from bizevents.devstack import Endpoints
+from tests.cli import bizevents
 
 pytestmark = pytest.mark.integration
 
-BIZEVENTS = [sys.executable, "-m", "bizevents"]
 
 
 def order(*extra: dict[str, Any]) -> dict[str, Any]:
@@ -45,15 +44,7 @@ def one_line(text: str) -> str:
 def run(
     env: dict[str, str], *args: str, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*BIZEVENTS, "contracts", *args],
-        env=env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return bizevents("contracts", *args, env=env, cwd=cwd)
 
 
 @pytest.fixture
