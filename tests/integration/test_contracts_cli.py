@@ -19,7 +19,6 @@ from tests.cli import bizevents
 pytestmark = pytest.mark.integration
 
 
-
 def order(*extra: dict[str, Any]) -> dict[str, Any]:
     fields = [{"name": "order_id", "type": "string"}, *extra]
     return {"type": "record", "name": "OrderPlaced", "namespace": "store.orders", "fields": fields}
