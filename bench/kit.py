@@ -237,6 +237,19 @@ def stopped_probe(
     return probe_latencies(endpoints, topic, sent_ms)
 
 
+def probe_figures(
+    lat: list[tuple[int, float]], before: tuple[int, int], during: tuple[int, int], name: str
+) -> dict[str, float]:
+    """The probe's p99 (ms) and count in the window ``before`` the snapshot (called
+    ``name``) and ``during`` it, each window ``(from_ms, to_ms)`` both ends included."""
+    out: dict[str, float] = {}
+    for label, (lo, hi) in ((name, before), ("during", during)):
+        seconds = [s for ms, s in lat if lo <= ms <= hi]
+        out[f"stream p99 {label} ms"] = p99(seconds) * 1000
+        out[f"probe changes {label}"] = float(len(seconds))
+    return out
+
+
 def print_runs(runs: list[dict[str, float]], title: str, digits: int = 0) -> None:
     """``title`` and each figure's median of the runs with min-max (the ``probe`` counts
     left out)."""

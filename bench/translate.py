@@ -124,17 +124,9 @@ def create_topics(bootstrap: str, topics: Sequence[str], partitions: int) -> Non
 
 
 def fill(bootstrap: str, topic: str, records: Sequence[tuple[bytes | None, bytes | None]]) -> None:
-    from confluent_kafka import Producer
+    from tests.kafka import produce
 
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
-    for key, value in records:
-        while True:
-            try:
-                producer.produce(topic, key=key, value=value)
-                break
-            except BufferError:
-                producer.poll(0.05)
-    assert producer.flush(60) == 0
+    produce(bootstrap, topic, records)
 
 
 def scrape(url: str) -> dict[str, float]:
