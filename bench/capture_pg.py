@@ -64,6 +64,9 @@ def main() -> None:
         action="store_true",
         help="capture without transaction blocks and BEGIN/END records (the cost of them)",
     )
+    parser.add_argument(
+        "--runs", type=int, default=3, help="with a choice of both: runs with each choice"
+    )
     kit.broker_option(parser)
     args = parser.parse_args()
     if args.broker == "both":
@@ -75,7 +78,8 @@ def main() -> None:
                 "capture changes/s": kit.Target(TARGET),
                 "capture / pg_recvlogical": kit.Target(RATIO_TARGET),
                 "capture CPU-s per 100k": None,
-            }
+            },
+            runs=args.runs,
         )
         return
 

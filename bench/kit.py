@@ -41,7 +41,7 @@ def broker_option(parser: argparse.ArgumentParser) -> None:
         choices=[*BROKERS, "both"],
         default="tansu",
         help="the private stack's broker: the embedded Tansu, Apache Kafka (the dev stack's "
-        "--broker kafka), or both: one run on each alternately, three each, side by side",
+        "--broker kafka), or both: --runs runs on each alternately, side by side",
     )
 
 

@@ -405,6 +405,9 @@ def main() -> None:
         help="the technical topic read by the replay's own reader, by Spark's Kafka source, "
         "or both: each alternately, three times, side by side",
     )
+    parser.add_argument(
+        "--runs", type=int, default=3, help="with a choice of both: runs with each choice"
+    )
     kit.broker_option(parser)
     args = parser.parse_args()
     targets = {
@@ -417,10 +420,10 @@ def main() -> None:
     if args.broker == "both" and args.reader == "both":
         parser.error("weigh either the brokers or the readers (--broker both, --reader both)")
     if args.broker == "both":
-        kit.both_brokers(targets)
+        kit.both_brokers(targets, runs=args.runs)
         return
     if args.reader == "both":
-        kit.alternately("--reader", ("own", "spark-kafka"), targets)
+        kit.alternately("--reader", ("own", "spark-kafka"), targets, runs=args.runs)
         return
     if args.reader == "spark-kafka":
         if args.profile or args.profile_only or args.cluster or args.to != "path":

@@ -360,6 +360,9 @@ def main() -> None:
         "transactions (what members reading only their share could reach at best)",
     )
     parser.add_argument("--role", choices=["bench", "passthrough"], default="bench")
+    parser.add_argument(
+        "--runs", type=int, default=3, help="with a choice of both: runs with each choice"
+    )
     kit.broker_option(parser)
     args = parser.parse_args()
     if args.role == "passthrough":
@@ -374,7 +377,8 @@ def main() -> None:
                 "worker records/s": kit.Target(TARGET),
                 "worker / passthrough": kit.Target(RATIO_TARGET),
                 "worker peak RSS MB": kit.Target(300, at_most=True),
-            }
+            },
+            runs=args.runs,
         )
         return
 
