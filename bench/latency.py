@@ -200,7 +200,7 @@ def drive(
 
 
 def wait_topics(bootstrap: str, topics: list[str]) -> None:
-    """Until capture created ``topics`` (the transaction worker refuses to start without)."""
+    """Until capture created ``topics`` (a worker refuses to start without them)."""
     from confluent_kafka.admin import AdminClient
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -398,11 +398,17 @@ def one_run(endpoints: Any, args: argparse.Namespace, tmp: Path) -> Figures:
             start_cli(write_config(tmp / "capture.toml", config), endpoints, capture_log)
         )
         worker_log = tmp / "translate.log"
+        # either worker refuses to start before capture created its technical topics
+        wait_topics(
+            endpoints.bootstrap_servers,
+            [f"{server}.store.orders"]
+            + (
+                [f"{server}.store.order_items", f"{server}.transaction"]
+                if args.transactions
+                else []
+            ),
+        )
         if args.transactions:  # the transaction worker, on both tables and the metadata
-            wait_topics(
-                endpoints.bootstrap_servers,
-                [f"{server}.store.orders", f"{server}.store.order_items", f"{server}.transaction"],
-            )
             mode = ["--transactions"]
             pins = {
                 "BIZEVENTS_TRANSLATORS": json.dumps({"orders": 3}),
