@@ -354,8 +354,8 @@ def alternately(
             if target is not None:
                 cell += f" {median / target.value:.2f}{'' if target.met(median) else '!'}"
             cells.append(cell)
-        ratio = medians[1] / medians[0] if medians[0] else float("nan")
-        print(f"  {name:30} {cells[0]:>30} {cells[1]:>30} {ratio:>14.2f}")
+        ratio = f"{medians[1] / medians[0]:.2f}" if medians[0] else "-"
+        print(f"  {name:30} {cells[0]:>30} {cells[1]:>30} {ratio:>14}")
     print("  after a figure: its ratio to DESIGN.md's target (! where missed); the targets:")
     for name, target in targets.items():
         if target is not None:
