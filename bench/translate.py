@@ -158,13 +158,23 @@ def rss_kb(pid: int) -> tuple[int, int]:
 
 
 def committed(bootstrap: str, group: str, topic: str, partitions: int) -> int:
-    """How many records of ``topic`` the group has committed, over all partitions."""
-    from confluent_kafka import Consumer, TopicPartition
+    """How many records of ``topic`` the group has committed, over all partitions (0
+    while Kafka's coordinator of the group is still moving or loading)."""
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
     try:
         tps = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], 10)
         return sum(max(tp.offset, 0) for tp in tps)
+    except KafkaException as exc:
+        moving = (
+            KafkaError.NOT_COORDINATOR,
+            KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+            KafkaError.COORDINATOR_NOT_AVAILABLE,
+        )
+        if exc.args[0].code() not in moving:
+            raise
+        return 0
     finally:
         consumer.close()
 
