@@ -1,5 +1,6 @@
-"""What the benchmarks share: their stack, their PostgreSQL load, a probe's latencies,
-an incremental snapshot timed, worker processes stopped and the medians printed.
+"""What the benchmarks share: their stack on either broker, their PostgreSQL load, a
+probe's latencies, an incremental snapshot timed, worker processes stopped, the medians
+printed, and a bench run on both brokers alternately with its figures side by side.
 
 A benchmark puts the checkout first on ``sys.path`` and imports ``bench.kit``; the
 project's own modules are imported inside the functions, as in the scripts, so that
@@ -14,27 +15,62 @@ import random
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 #: Rows changed per transaction by a RateWriter.
 PER_TX = 50
 
 
+#: The brokers a bench runs on (``--broker``), in the order ``both`` starts with.
+BROKERS = ("tansu", "kafka")
+#: What starts the line of a run's figures, which ``--broker both`` reads from each run.
+FIGURES = "bench figures: "
+
+
+def broker_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--broker",
+        choices=[*BROKERS, "both"],
+        default="tansu",
+        help="the private stack's broker: the embedded Tansu, Apache Kafka (the dev stack's "
+        "--broker kafka), or both: --runs runs on each alternately, side by side",
+    )
+
+
+def dev_settings(broker: Literal["tansu", "kafka"], *, mysql: bool = False) -> Any:
+    """A private stack's settings: every port free, ``broker`` (tansu or kafka)."""
+    from bizevents.settings import DevSettings
+
+    return DevSettings(
+        broker_port=0,
+        registry_port=0,
+        postgres_port=0,
+        mysql=mysql,
+        mysql_port=0,
+        broker=broker,
+    )
+
+
 @contextmanager
 def bench_stack(
-    prefix: str, stack_json: Path | None = None, *, mysql: bool = False
+    prefix: str,
+    stack_json: Path | None = None,
+    *,
+    mysql: bool = False,
+    broker: Literal["tansu", "kafka"] = "tansu",
 ) -> Iterator[tuple[Any, Path, Any]]:
     """The endpoints of the stack in ``stack_json``, or of a private one on free ports
-    (with MariaDB if ``mysql``), a scratch folder, and the private DevStack (None with
-    ``stack_json``); the private stack and the folder gone on leaving."""
+    (with MariaDB if ``mysql``) on ``broker``, a scratch folder, and the private DevStack
+    (None with ``stack_json``); the private stack and the folder gone on leaving."""
     from bizevents.devstack import DevStack, Endpoints
-    from bizevents.settings import DevSettings
 
     tmp = Path(tempfile.mkdtemp(prefix=prefix))
     stack = None
@@ -42,10 +78,7 @@ def bench_stack(
         if stack_json is not None:
             endpoints = Endpoints(**json.loads(stack_json.read_text()))
         else:
-            settings = DevSettings(
-                broker_port=0, registry_port=0, postgres_port=0, mysql=mysql, mysql_port=0
-            )
-            stack = DevStack(tmp / "stack", settings)
+            stack = DevStack(tmp / "stack", dev_settings(broker, mysql=mysql))
             stack.up()
             endpoints = stack.endpoints()
         yield endpoints, tmp, stack
@@ -237,6 +270,19 @@ def stopped_probe(
     return probe_latencies(endpoints, topic, sent_ms)
 
 
+def probe_figures(
+    lat: list[tuple[int, float]], before: tuple[int, int], during: tuple[int, int], name: str
+) -> dict[str, float]:
+    """The probe's p99 (ms) and count in the window ``before`` the snapshot (called
+    ``name``) and ``during`` it, each window ``(from_ms, to_ms)`` both ends included."""
+    out: dict[str, float] = {}
+    for label, (lo, hi) in ((name, before), ("during", during)):
+        seconds = [s for ms, s in lat if lo <= ms <= hi]
+        out[f"stream p99 {label} ms"] = p99(seconds) * 1000
+        out[f"probe changes {label}"] = float(len(seconds))
+    return out
+
+
 def print_runs(runs: list[dict[str, float]], title: str, digits: int = 0) -> None:
     """``title`` and each figure's median of the runs with min-max (the ``probe`` counts
     left out)."""
@@ -249,3 +295,86 @@ def print_runs(runs: list[dict[str, float]], title: str, digits: int = 0) -> Non
             f"  {key:32} {statistics.median(values):>10,.{digits}f} "
             f"({min(values):,.{digits}f}-{max(values):,.{digits}f})"
         )
+
+
+@dataclass(frozen=True)
+class Target:
+    """DESIGN.md's target for a figure: a floor, or a ceiling (``at_most``)."""
+
+    value: float
+    at_most: bool = False
+
+    def met(self, figure: float) -> bool:
+        return figure <= self.value if self.at_most else figure >= self.value
+
+
+def report_figures(figures: dict[str, float]) -> None:
+    """The run's headline figures on one line, for ``--broker both`` to read."""
+    print(FIGURES + json.dumps(figures), flush=True)
+
+
+def both_brokers(
+    targets: dict[str, Target | None], runs: int = 3, child_args: Sequence[str] = ()
+) -> None:
+    """This bench on each broker alternately, side by side (:func:`alternately`)."""
+    alternately("--broker", BROKERS, targets, runs, child_args)
+
+
+def alternately(
+    option: str,
+    choices: Sequence[str],
+    targets: dict[str, Target | None],
+    runs: int = 3,
+    child_args: Sequence[str] = (),
+) -> None:
+    """This bench run ``runs`` times with each of two ``choices`` of ``option``,
+    alternately (A, B, then B, A: drift on a shared machine hits both alike), each run a
+    child process with ``option`` set and ``child_args`` added; then each figure of
+    ``targets`` (in that order) side by side: the median with its spread per choice,
+    its ratio to the target, and the second choice's median over the first's."""
+    argv, skip = [], False
+    for arg in sys.argv[1:]:  # the command line without ``option``
+        if skip or arg.startswith(option + "="):
+            skip = False
+            continue
+        if arg == option:
+            skip = True
+            continue
+        argv.append(arg)
+    first, second = choices
+    found: dict[str, list[dict[str, float]]] = {choice: [] for choice in choices}
+    for n in range(runs):
+        for choice in (first, second) if n % 2 == 0 else (second, first):
+            command = [sys.executable, sys.argv[0], *argv, option, choice, *child_args]
+            print(f"== run {n + 1} of {runs} with {option} {choice}", flush=True)
+            with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as child:
+                assert child.stdout is not None
+                for line in child.stdout:
+                    if line.startswith(FIGURES):
+                        found[choice].append(json.loads(line[len(FIGURES) :]))
+                    print(f"  [{choice}] {line}", end="", flush=True)
+            if child.returncode != 0 or len(found[choice]) != n + 1:
+                sys.exit(f"the run with {option} {choice} failed (exit {child.returncode})")
+    print(f"median of {runs} runs each (spread), run alternately:")
+    print(f"  {'figure':30} {first:>30} {second:>30} {second + '/' + first:>14}")
+    for name, target in targets.items():
+        cells, medians = [], []
+        for choice in choices:
+            values = [run[name] for run in found[choice]]
+            median = statistics.median(values)
+            medians.append(median)
+            cell = f"{fmt(median)} ({fmt(min(values))}-{fmt(max(values))})"
+            if target is not None:
+                cell += f" {median / target.value:.2f}{'' if target.met(median) else '!'}"
+            cells.append(cell)
+        ratio = f"{medians[1] / medians[0]:.2f}" if medians[0] else "-"
+        print(f"  {name:30} {cells[0]:>30} {cells[1]:>30} {ratio:>14}")
+    print("  after a figure: its ratio to DESIGN.md's target (! where missed); the targets:")
+    for name, target in targets.items():
+        if target is not None:
+            print(f"    {name}: {'≤' if target.at_most else '≥'} {fmt(target.value)}")
+
+
+def fmt(value: float) -> str:
+    """A figure as the benches print them: thousands whole, small ones to 2 places."""
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.2f}"

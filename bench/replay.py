@@ -12,11 +12,24 @@ records/s and events/s of each, the ratio to the target and local[2]/local[1].
     .venv/bin/python bench/replay.py --profile              # + where one range's time goes
                                                             #   and its CPU per 100,000 events
     .venv/bin/python bench/replay.py --cluster 2            # + a loopback standalone cluster
+    .venv/bin/python bench/replay.py --broker kafka         # on Apache Kafka (default tansu)
+    .venv/bin/python bench/replay.py --broker both          # 3 runs on each, alternately
+    .venv/bin/python bench/replay.py --broker kafka --reader both   # the two readers weighed
+
+``--reader spark-kafka`` reads the technical topic through Spark's own Kafka source
+(spark-sql-kafka-0-10, its jars fetched once with Maven from bench/spark-kafka/pom.xml)
+instead of the replay's reader: the rows cross from the JVM to the Python workers
+(``DataFrame.rdd``: pyarrow is not a dependency) and go through the same translation
+core and Avro files. It is a measurement only (docs/replay.md: why the replay's own
+reader stays); ``--reader both`` runs each reader alternately, three times, and prints
+events/s and CPU-seconds per 100,000 events side by side. The CPU is the bench's and
+its descendants' (Spark's JVM, the Python workers), the stack's services left out.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import shutil
 import sys
@@ -24,14 +37,21 @@ import tempfile
 import time
 import uuid
 import zlib
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 TARGET = 100_000
+SCALING_TARGET = 1.6  # local[2] / local[1]
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tests.replay.store_story: the envelopes' schemas
+
+from bench import kit  # noqa: E402
+
+#: Spark's own Kafka source (``--reader spark-kafka``), pinned
+SPARK_KAFKA_POM = Path(__file__).resolve().with_name("spark-kafka") / "pom.xml"
 
 
 def fill(
@@ -109,7 +129,57 @@ class _Clock:
         pass
 
 
-def run(master: str, topic: str, settings: Any, out: str, slice_size: int) -> tuple[Any, float]:
+@dataclass
+class Figures:
+    """One replay: records read, events written, its seconds and CPU-seconds."""
+
+    read: int
+    events: int
+    seconds: float
+    cpu: float
+    prepared: float = 0.0  # seconds of it preparing (the own reader's plan)
+
+    @property
+    def events_per_s(self) -> float:
+        return self.events / self.seconds
+
+    @property
+    def records_per_s(self) -> float:
+        return self.read / self.seconds
+
+    @property
+    def cpu_per_100k(self) -> float:
+        return 1e5 * self.cpu / self.events
+
+
+def tree_cpu_s(left_out: set[int]) -> float:
+    """CPU-seconds of this process and its descendants alive now, but for the subtrees
+    of ``left_out`` (the stack's services)."""
+    parents: dict[int, int] = {}
+    ticks: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            text = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = text.rsplit(")", 1)[1].split()
+        parents[int(entry)] = int(fields[1])
+        ticks[int(entry)] = int(fields[11]) + int(fields[12])  # utime + stime
+    me, total = os.getpid(), 0
+    for pid in ticks:
+        ancestor = pid
+        while ancestor not in (me, 0, 1) and ancestor not in left_out:
+            ancestor = parents.get(ancestor, 0)
+        if ancestor == me:
+            total += ticks[pid]
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def run(
+    master: str, topic: str, settings: Any, out: str, slice_size: int, left_out: set[int]
+) -> Figures:
     from pyspark.sql import SparkSession
 
     from bizevents.replay import Output, ReplayJob, ReplaySpec, spark_session
@@ -122,11 +192,98 @@ def run(master: str, topic: str, settings: Any, out: str, slice_size: int) -> tu
         ).count()
         spec = ReplaySpec(topic, "orders@2", Output.parse(out), slice_size=slice_size)
         clock = _Clock()
+        cpu = tree_cpu_s(left_out)
         summary = ReplayJob(spec, settings.runtime(), spark=spark, listener=clock).run()
-        return summary, clock.planned_at - clock.started
+        return Figures(
+            summary.total("read"),
+            sum(summary.events.values()),
+            summary.seconds,
+            tree_cpu_s(left_out) - cpu,
+            clock.planned_at - clock.started,
+        )
     finally:
         spark.stop()
         SparkSession._instantiatedSession = None
+
+
+def run_spark_kafka(
+    master: str, topic: str, settings: Any, out: str, left_out: set[int]
+) -> Figures:
+    """The replay's translation and files over rows read by Spark's own Kafka source
+    (one Spark partition per Kafka partition)."""
+    from pyspark.sql import SparkSession
+
+    from bizevents.replay import Output, spark_session
+    from bizevents.replay.task import TaskConfig
+
+    # the JVM reads and converts every record here: its full JIT, as for Parquet
+    spark = spark_session(master, jvm_writes=True)
+    try:
+        spark.sparkContext.parallelize(range(8), 8).map(
+            lambda x: __import__("bizevents.replay.task")
+        ).count()
+        config = TaskConfig(
+            token=uuid.uuid4().hex,
+            kafka=settings.kafka.librdkafka(),
+            registry=settings.registry.client_config(),
+            translator="orders@2",
+            output=Output.parse(out),
+        )
+        cpu = tree_cpu_s(left_out)
+        started = time.perf_counter()
+        rows = (
+            spark.read.format("kafka")
+            .option("kafka.bootstrap.servers", settings.kafka.bootstrap_servers)
+            .option("subscribe", topic)
+            .option("startingOffsets", "earliest")
+            .option("endingOffsets", "latest")
+            .load()
+            .select("partition", "offset", "key", "value")
+        )
+        counts = rows.rdd.mapPartitions(functools.partial(translate_rows, config, topic)).collect()
+        seconds = time.perf_counter() - started
+        return Figures(
+            sum(read for read, _ in counts),
+            sum(events for _, events in counts),
+            seconds,
+            tree_cpu_s(left_out) - cpu,
+        )
+    finally:
+        spark.stop()
+        SparkSession._instantiatedSession = None
+
+
+def translate_rows(config: Any, topic: str, rows: Any) -> Any:
+    """One Spark partition's rows through the replay's translation core into its Avro
+    files, as a range of the own reader would go: ``(records read, events)``."""
+    from bizevents.replay.plan import Range
+    from bizevents.replay.task import TaskReport, _FileSink, _make_record, runtime
+
+    rt = runtime(config)
+    report = TaskReport(topic)
+    sink = None
+    block: list[Any] = []
+
+    def flush() -> None:
+        assert sink is not None
+        result = rt.pipeline.process(block)
+        report.count(result)
+        sink.write(result.records, report)
+        report.read += len(block)
+        block.clear()
+
+    for partition, offset, key, value in rows:
+        if sink is None:
+            rng = Range(topic, partition, offset, offset)
+            sink = _FileSink(Path(config.output.target), config.output, rng)
+        block.append(_make_record(topic, partition, offset, key, value, []))
+        if len(block) >= config.batch_size:
+            flush()
+    if sink is not None:
+        if block:
+            flush()
+        sink.close(rng)
+    yield report.read, report.emitted
 
 
 def profile_one_range(topic: str, settings: Any, out: str, records: int) -> None:
@@ -241,19 +398,54 @@ def main() -> None:
         metavar="N",
         help="also run on a standalone cluster of N one-core workers started on loopback",
     )
+    parser.add_argument(
+        "--reader",
+        choices=["own", "spark-kafka", "both"],
+        default="own",
+        help="the technical topic read by the replay's own reader, by Spark's Kafka source, "
+        "or both: each alternately, three times, side by side",
+    )
+    parser.add_argument(
+        "--runs", type=int, default=3, help="with a choice of both: runs with each choice"
+    )
+    kit.broker_option(parser)
     args = parser.parse_args()
+    targets = {
+        "local[1] events/s": None,
+        "local[2] events/s": kit.Target(TARGET),
+        "local[2] records/s": None,
+        "local[2] / local[1]": kit.Target(SCALING_TARGET),
+        "local[2] CPU-s per 100k events": None,
+    }
+    if args.broker == "both" and args.reader == "both":
+        parser.error("weigh either the brokers or the readers (--broker both, --reader both)")
+    if args.broker == "both":
+        kit.both_brokers(targets, runs=args.runs)
+        return
+    if args.reader == "both":
+        kit.alternately("--reader", ("own", "spark-kafka"), targets, runs=args.runs)
+        return
+    if args.reader == "spark-kafka":
+        if args.profile or args.profile_only or args.cluster or args.to != "path":
+            parser.error("--reader spark-kafka writes files on local masters, nothing more")
+        from bizevents.devstack.kafkajars import classpath
+
+        # the JVM's classpath is set at its launch, before any session
+        jars = ",".join(classpath(SPARK_KAFKA_POM))
+        os.environ["PYSPARK_SUBMIT_ARGS"] = f"--jars {jars} pyspark-shell"
 
     from bizevents.devstack import DevStack
     from bizevents.plumbing.settings import KafkaSettings, RegistrySettings
-    from bizevents.settings import DevSettings, Settings
+    from bizevents.settings import Settings
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     tmp = Path(tempfile.mkdtemp(prefix="bench-replay-"))
-    stack = DevStack(tmp / "stack", DevSettings(broker_port=0, registry_port=0, postgres_port=0))
+    stack = DevStack(tmp / "stack", kit.dev_settings(args.broker))
     cluster: Any = None
     try:
         stack.up()
         endpoints = stack.endpoints()
+        left_out = {h.started.pid for h in stack.status() if h.started}
         settings = Settings(
             kafka=KafkaSettings(bootstrap_servers=endpoints.bootstrap_servers),
             registry=RegistrySettings(url=endpoints.registry_url),
@@ -286,24 +478,41 @@ def main() -> None:
             masters.append(cluster.start())
         for master in masters:
             out = f"path:{tmp / master.replace('/', '_')}" if args.to == "path" else "replay"
-            summary, prepared = run(master, topic, settings, out, slice_size)
-            results[master] = summary
+            if args.reader == "spark-kafka":
+                figures = run_spark_kafka(master, topic, settings, out, left_out)
+            else:
+                figures = run(master, topic, settings, out, slice_size, left_out)
+            results[master] = figures
             print(
-                f"{master}: {summary.total('read'):,} records → {sum(summary.events.values()):,} "
-                f"events in {summary.seconds:.1f}s: {summary.records_per_s:>9,.0f} records/s "
-                f"{summary.events_per_s:>9,.0f} events/s  ({summary.ranges} ranges, "
-                f"{prepared:.2f}s of it preparing)"
+                f"{master}: {figures.read:,} records → {figures.events:,} events in "
+                f"{figures.seconds:.1f}s: {figures.records_per_s:>9,.0f} records/s "
+                f"{figures.events_per_s:>9,.0f} events/s, {figures.cpu_per_100k:.2f} CPU-s per "
+                f"100k events  ({figures.prepared:.2f}s of it preparing)"
             )
         one, two = results["local[1]"], results["local[2]"]
+        reader = "Spark's Kafka source" if args.reader == "spark-kafka" else "the replay's own"
         print(
-            f"output: {'Avro files (path:)' if args.to == 'path' else '<contract>.replay topics'}"
+            f"reader: {reader}; broker: {args.broker}; output: "
+            f"{'Avro files (path:)' if args.to == 'path' else '<contract>.replay topics'}"
             f", slices of at most {slice_size:,} offsets"
         )
         print(
             f"ratio to target ({TARGET:,} events/s) on local[2]: {two.events_per_s / TARGET:.2f}"
             f"  (records/s: {two.records_per_s / TARGET:.2f})"
         )
-        print(f"local[2] / local[1]: {two.events_per_s / one.events_per_s:.2f}  (target ≥ 1.6)")
+        print(
+            f"local[2] / local[1]: {two.events_per_s / one.events_per_s:.2f}  "
+            f"(target ≥ {SCALING_TARGET})"
+        )
+        kit.report_figures(
+            {
+                "local[1] events/s": one.events_per_s,
+                "local[2] events/s": two.events_per_s,
+                "local[2] records/s": two.records_per_s,
+                "local[2] / local[1]": two.events_per_s / one.events_per_s,
+                "local[2] CPU-s per 100k events": two.cpu_per_100k,
+            }
+        )
         for master in masters[2:]:
             other = results[master]
             print(

@@ -125,12 +125,7 @@ def one_run(
         during_to = int(time.time() * 1000)
         out["writer changes/s"] = (writer.changes - changes_start) / (time.perf_counter() - started)
         lat = kit.stopped_probe(writer, endpoints, f"{config.prefix}.{probe}", commit_ms)
-        idle = [s for ms, s in lat if idle_from <= ms <= idle_to]
-        during = [s for ms, s in lat if during_from <= ms <= during_to]
-        out["stream p99 idle ms"] = kit.p99(idle) * 1000
-        out["stream p99 during ms"] = kit.p99(during) * 1000
-        out["probe changes idle"] = float(len(idle))
-        out["probe changes during"] = float(len(during))
+        out |= kit.probe_figures(lat, (idle_from, idle_to), (during_from, during_to), "idle")
     finally:
         runner.request_stop()
         thread.join(60)

@@ -128,12 +128,7 @@ def one_run(
         during_to = int(time.time() * 1000)
         out["writer changes/s"] = (writer.changes - changes_start) / (time.perf_counter() - started)
         lat = kit.stopped_probe(writer, endpoints, f"{config.prefix}.{probe}", client_ms)
-        idle = [s for ms, s in lat if idle_from <= ms <= idle_to]
-        during = [s for ms, s in lat if idle_to < ms <= during_to]
-        out["stream p99 before ms"] = kit.p99(idle) * 1000
-        out["stream p99 during ms"] = kit.p99(during) * 1000
-        out["probe changes before"] = float(len(idle))
-        out["probe changes during"] = float(len(during))
+        out |= kit.probe_figures(lat, (idle_from, idle_to), (idle_to + 1, during_to), "before")
     finally:
         runner.request_stop()
         thread.join(60)

@@ -14,8 +14,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+
+from tests.kafka import end_reader
 
 QUICKLY = {
     "cleanup.policy": "compact",
@@ -51,14 +53,7 @@ def compact_quickly(bootstrap: str, topic: str) -> None:
 
 def kept(bootstrap: str, topic: str, timeout: float = 30) -> list[Kept]:
     """Every record ``topic`` holds now, partition by partition, up to each one's end."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "compaction-tests",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-        }
-    )
+    consumer = end_reader(bootstrap, "compaction-tests")
     found: list[Kept] = []
     try:
         partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions

@@ -5,33 +5,19 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any
 
+from tests.kafka import Message, end_reader
 
-@dataclass
-class Rec:
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    headers: dict[str, bytes]
+#: a record read back
+Rec = Message
 
 
 def read_topics(bootstrap: str, topics: Iterable[str], timeout: float = 120) -> list[Rec]:
     """Every record of ``topics`` to the end of each partition (assign mode, no group)."""
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
+    from confluent_kafka import KafkaError, TopicPartition
 
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "faults-reader",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "fetch.wait.max.ms": 10,
-        }
-    )
+    consumer = end_reader(bootstrap, "faults-reader", **{"fetch.wait.max.ms": 10})
     try:
         found = consumer.list_topics(timeout=30).topics  # all: by name would create it
         assignment = [
@@ -55,13 +41,7 @@ def read_topics(bootstrap: str, topics: Iterable[str], timeout: float = 120) -> 
                         continue
                     raise RuntimeError(str(err))
                 pending.add(where)
-                headers = {}
-                for header in m.headers() or []:
-                    name, raw = header[0], header[1]
-                    headers[name] = raw if isinstance(raw, bytes) else (raw or "").encode()
-                out.append(
-                    Rec(where[0], where[1], int(m.offset() or 0), m.key(), m.value(), headers)
-                )
+                out.append(Message.of(m))
         return out
     finally:
         consumer.close()

@@ -112,13 +112,14 @@ class _Collector(Collector):
             failed.add_metric([*base, table, handling], count)
         yield failed
         yield from _parking(s, labels, base)
-        refreshes = CounterMetricFamily(
+        yield _single(
+            CounterMetricFamily,
             "bizevents_capture_schema_refreshes",
             "Value schemas re-registered for a type change (a new enum label)",
-            labels=labels,
+            labels,
+            base,
+            s.schema_refreshes,
         )
-        refreshes.add_metric(base, s.schema_refreshes)
-        yield refreshes
         simple: list[tuple[str, str, Any]] = [
             (
                 "bizevents_capture_snapshot_done",
@@ -150,17 +151,30 @@ class _Collector(Collector):
             ),
         ]
         for name, doc, value in simple:
-            g = GaugeMetricFamily(name, doc, labels=labels)
-            g.add_metric(base, value)
-            yield g
+            yield _single(GaugeMetricFamily, name, doc, labels, base, value)
         if s.lag_bytes is not None:
-            lag = GaugeMetricFamily(
+            yield _single(
+                GaugeMetricFamily,
                 "bizevents_capture_lag_bytes",
                 "pg_current_wal_lsn() - the slot's confirmed_flush_lsn",
-                labels=labels,
+                labels,
+                base,
+                s.lag_bytes,
             )
-            lag.add_metric(base, s.lag_bytes)
-            yield lag
+
+
+def _single(
+    kind: type[CounterMetricFamily] | type[GaugeMetricFamily],
+    name: str,
+    doc: str,
+    labels: list[str],
+    base: list[str],
+    value: float,
+) -> Metric:
+    """A family with the one series ``base``."""
+    family = kind(name, doc, labels=labels)
+    family.add_metric(base, value)
+    return family
 
 
 def _per_table(

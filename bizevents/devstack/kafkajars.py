@@ -5,6 +5,8 @@ and the log4j SLF4J bridge its POM leaves out. Maven fetches the jars into the u
 Maven repository and checks their checksums; the classpath it builds is kept in the
 environment (``<sys.prefix>/share/bizevents/``) under the POM's hash, so a second
 call, and a second ``scripts/setup``, runs no Maven at all while every jar is there.
+Another POM's classpath is fetched and kept the same way (``pom``: bench/replay.py's
+Spark Kafka source).
 
 :func:`main` fetches it (``scripts/setup`` calls it; ``python -m`` would import the
 module twice, through the package).
@@ -25,15 +27,15 @@ from bizevents.devstack.processes import StackError
 POM = Path(__file__).with_name("kafka") / "pom.xml"
 
 
-def _cache_file() -> Path:
-    digest = hashlib.sha256(POM.read_bytes()).hexdigest()[:16]
-    return Path(sys.prefix) / "share" / "bizevents" / f"kafka-{digest}.classpath"
+def _cache_file(pom: Path) -> Path:
+    digest = hashlib.sha256(pom.read_bytes()).hexdigest()[:16]
+    return Path(sys.prefix) / "share" / "bizevents" / f"{pom.parent.name}-{digest}.classpath"
 
 
-def cached() -> list[str] | None:
+def cached(pom: Path = POM) -> list[str] | None:
     """The kept classpath when every jar of it is still there, else ``None``."""
     try:
-        jars = _cache_file().read_text().split(os.pathsep)
+        jars = _cache_file(pom).read_text().split(os.pathsep)
     except OSError:
         return None
     if not jars or not all(jar.endswith(".jar") and Path(jar).is_file() for jar in jars):
@@ -41,9 +43,9 @@ def cached() -> list[str] | None:
     return jars
 
 
-def classpath() -> list[str]:
-    """The broker's jars: the kept classpath, or fetched with Maven now."""
-    jars = cached()
+def classpath(pom: Path = POM) -> list[str]:
+    """The broker's jars (``pom``'s): the kept classpath, or fetched with Maven now."""
+    jars = cached(pom)
     if jars is not None:
         return jars
     mvn = shutil.which("mvn")
@@ -53,7 +55,7 @@ def classpath() -> list[str]:
             "(`apt-get install maven`; in a source checkout, scripts/setup) or use "
             "--broker tansu"
         )
-    target = _cache_file()
+    target = _cache_file(pom)
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="bizevents-kafka-") as work:
         out = Path(work) / "classpath"
@@ -63,7 +65,7 @@ def classpath() -> list[str]:
                 "-q",
                 "-B",
                 "-f",
-                str(POM),
+                str(pom),
                 "dependency:build-classpath",
                 f"-Dmdep.outputFile={out}",
             ],
@@ -74,9 +76,9 @@ def classpath() -> list[str]:
         )
         if result.returncode != 0 or not out.is_file():
             raise StackError(
-                "Maven could not fetch Apache Kafka's jars ("
-                + str(POM)
-                + "):\n"
+                "Maven could not fetch the jars of "
+                + str(pom)
+                + ":\n"
                 + (result.stdout + result.stderr)[-2000:]
             )
         text = out.read_text().strip()

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
+
+from tests.cli import bizevents
 
 REPO = Path(__file__).resolve().parents[2]
 STORE_CATALOGUE = REPO / "examples" / "store" / "contracts"
@@ -14,15 +15,7 @@ STORE_CATALOGUE = REPO / "examples" / "store" / "contracts"
 
 def _write(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("BIZEVENTS_")}
-    return subprocess.run(
-        [sys.executable, "-m", "bizevents", "contracts", "write", *args],
-        env=env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return bizevents("contracts", "write", *args, env=env, cwd=cwd, timeout=60)
 
 
 def _catalogue(folder: Path) -> dict[str, str]:

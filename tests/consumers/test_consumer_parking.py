@@ -56,6 +56,17 @@ def send(kit: Kit, seqs: Iterable[int]) -> int:
     return sent
 
 
+def poisoned_by_price(handled: list[int]) -> Callable[[Delivery[PriceSet]], None]:
+    """A handler that fails on a poisoned price and notes each other event's sequence."""
+
+    def handler(d: Delivery[PriceSet]) -> None:
+        if d.event.price == POISON:
+            raise ValueError("poisoned")
+        handled.append(d.event.seq)
+
+    return handler
+
+
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
     deadline = time.monotonic() + timeout
     while not (value := predicate()):
@@ -383,11 +394,7 @@ def test_discard_unparks_a_key_and_its_later_events_are_handled(
     kit.send(kit.event("a", 2, "a/2"), "a")
     kit.flush()
     handled: list[int] = []
-
-    def handler(d: Delivery[PriceSet]) -> None:
-        if d.event.price == POISON:
-            raise ValueError("poisoned")
-        handled.append(d.event.seq)
+    handler = poisoned_by_price(handled)
 
     group = unique_topic("group")
     consumer = kit.consumer(handler, group)
@@ -418,11 +425,7 @@ def test_on_error_fail_stops_the_consumer_with_a_sentence(
     kit.send(kit.event("a", 2, "a/2", price=POISON), "a")
     kit.flush()
     handled: list[int] = []
-
-    def handler(d: Delivery[PriceSet]) -> None:
-        if d.event.price == POISON:
-            raise ValueError("poisoned")
-        handled.append(d.event.seq)
+    handler = poisoned_by_price(handled)
 
     group = unique_topic("group")
     consumer = kit.consumer(handler, group, on_error="fail")

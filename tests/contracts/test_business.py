@@ -31,6 +31,7 @@ from bizevents.contracts.business import (
 )
 from bizevents.contracts.compatibility import parse_schema
 from bizevents.contracts.exceptions import ContractError, InvalidSchemaError
+from tests import envelopes
 from tests.contracts.fixtures.store import (
     CONTRACTS,
     Address,
@@ -54,15 +55,10 @@ def order(**changes: object) -> OrderPlaced:
     return OrderPlaced.model_validate(values)
 
 
-LINEAGE = Lineage(
-    event_id="3f2a-0",
-    translator="orders@2",
-    source_topic="pg.public.orders",
-    source_partition=3,
-    source_offset=1_234_567,
-    source_position="0/16B3748",
-    tx_id="771",
-    replay=True,
+#: a replayed event of a transaction
+LINEAGE = envelopes.LINEAGE.model_copy(
+    update={"event_id": "3f2a-0", "translator": "orders@2", "source_partition": 3}
+    | {"source_offset": 1_234_567, "tx_id": "771", "replay": True}
 )
 
 

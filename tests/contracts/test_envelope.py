@@ -23,25 +23,11 @@ from bizevents.contracts.envelope import (
 )
 from bizevents.contracts.logical import UNAVAILABLE
 from tests.contracts.strategies import change_events
+from tests.envelopes import mysql_source, pg_source
 
-PG = Source(
-    connector="postgresql",
-    name="pg",
-    db="shop",
-    schema="public",
-    table="orders",
-    ts_ms=1,
-    position=PgPosition(lsn=0x16B3748, tx_id=556),
-)
-MYSQL = Source(
-    connector="mysql",
-    name="m",
-    db="shop",
-    schema=None,
-    table="orders",
-    ts_ms=1,
-    snapshot_raw="last",
-    position=MySqlPosition("mysql-bin.000003", 154, 1, 223344, gtid="abc:23"),
+PG = pg_source()
+MYSQL = mysql_source(
+    position=MySqlPosition("mysql-bin.000003", 154, 1, 223344, gtid="abc:23"), snapshot="last"
 )
 
 

@@ -30,6 +30,7 @@ from bizevents.contracts.serde import (
 from bizevents.devstack import Endpoints
 from bizevents.plumbing.registry import RegistryUnavailableError, registry_client
 from bizevents.plumbing.settings import RegistrySettings
+from tests import envelopes
 from tests.contracts.fixtures.store import (
     Address,
     OrderCancelled,
@@ -38,14 +39,7 @@ from tests.contracts.fixtures.store import (
     OrderStatus,
 )
 
-LINEAGE = Lineage(
-    event_id="e-1",
-    translator="orders@1",
-    source_topic="pg.public.orders",
-    source_partition=0,
-    source_offset=42,
-    source_position="0/16B3748",
-)
+LINEAGE = envelopes.LINEAGE
 
 
 def placed(**changes: object) -> OrderPlaced:

@@ -11,12 +11,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from bizevents.contracts.binary import zigzag
 from bizevents.contracts.envelope import NO_EXTRA, MySqlPosition, PgPosition, Source
 from bizevents.contracts.exceptions import InvalidRecord
 from bizevents.contracts.technical.source import (
     FIELDS,
     LAYOUT,
     AvroSourceWriter,
+    EncodedSource,
     read_source,
     source_avro_schema,
     source_connect_schema,
@@ -101,6 +103,17 @@ def test_capture_writer_equals_fastavro_on_the_derived_schema(source: Source) ->
     raw, _ = avro_round_trip(source_avro_schema("postgresql"), source_wire(source, "postgresql"))
     if pos.lsn is not None:
         assert encoded.with_long(pos.lsn) == raw
+
+
+@given(
+    st.binary(max_size=8),
+    st.binary(max_size=8),
+    st.sampled_from([-(2**63), -1, 0, 63, 64, 8191, 8192, 2**62, 2**63 - 1])
+    | st.integers(min_value=-(2**63), max_value=2**63 - 1),
+)
+def test_with_long_writes_the_plain_zigzag_bytes(head: bytes, tail: bytes, value: int) -> None:
+    """Any long the open field takes, the same bytes as the plain writing of it."""
+    assert EncodedSource(head, tail).with_long(value) == head + b"\x02" + zigzag(value) + tail
 
 
 @pytest.mark.parametrize("connector", ["postgresql", "mysql"])

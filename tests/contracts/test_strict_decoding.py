@@ -43,6 +43,7 @@ from bizevents.contracts.technical import (
 )
 from bizevents.contracts.technical.avro import ReaderKind
 from tests.contracts.strategies import rows, sources, table_schemas
+from tests.envelopes import mysql_source
 
 WHERE = Coordinates("pg.public.t", 0, 9)
 PROPERTY = settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
@@ -244,17 +245,7 @@ def test_avro_refuses_a_mysql_source_row_beyond_32_bits() -> None:
 
 
 def _mysql_source() -> Any:
-    from bizevents.contracts.envelope import MySqlPosition, Source
-
-    return Source(
-        connector="mysql",
-        name="m",
-        db="shop",
-        schema=None,
-        table="t",
-        ts_ms=1,
-        position=MySqlPosition("mysql-bin.000001", 4, 0, 1),
-    )
+    return mysql_source("t")
 
 
 # -- plain JSON ----------------------------------------------------------------------------------

@@ -39,6 +39,7 @@ from bizevents.contracts.technical import (
 )
 from bizevents.plumbing.errors import TransientError
 from tests.contracts.strategies import json_values, tables_and_events
+from tests.envelopes import pg_source
 
 WHERE = Coordinates("pg.public.orders", 3, 42)
 HEADERS = [("trace", b"abc"), ("empty", None)]
@@ -61,8 +62,6 @@ ORDERS = TableSchema(
 
 
 def _order_event(op: str = "c", **after: Any) -> ChangeEvent:
-    from bizevents.contracts.envelope import Source
-
     row = {
         "id": 7,
         "total": Decimal("19.90"),
@@ -73,15 +72,7 @@ def _order_event(op: str = "c", **after: Any) -> ChangeEvent:
     }
     return ChangeEvent(
         op=op,  # type: ignore[arg-type]
-        source=Source(
-            connector="postgresql",
-            name="pg",
-            db="shop",
-            schema="public",
-            table="orders",
-            ts_ms=1714564800000,
-            position=PgPosition(lsn=24023128, tx_id=556),
-        ),
+        source=pg_source(ts_ms=1714564800000, lsn=24023128),
         after=row,
         key={"id": 7},
         ts_ms=1714564800123,

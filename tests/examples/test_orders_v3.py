@@ -4,7 +4,6 @@ translators (ids, keys, lineage, dead letters), with no broker."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 
@@ -15,7 +14,6 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from bizevents import Change, TranslationError
 from bizevents.consumers.window import EventWindow, Verdict
-from bizevents.contracts.envelope import Transaction
 from bizevents.contracts.serde import BusinessDeserializer, BusinessSerializer
 from bizevents.contracts.technical.transaction import TransactionRecord
 from bizevents.devstack.registry import run_in_thread
@@ -30,19 +28,9 @@ from bizevents.translators.assembly import Abandoned, Part, Ready
 from bizevents.translators.lineage import event_id
 from bizevents.translators.pipeline import SourceRecord
 from bizevents.translators.txcore import HEADER_TX, TransactionCore
+from tests.envelopes import in_transaction, store_order
 
-PLACED = datetime(2026, 11, 24, 8, 0, tzinfo=UTC)
-ORDER = {
-    "id": 7,
-    "customer_id": 3,
-    "status": "pending",
-    "total": Decimal("0.00"),
-    "currency": "EUR",
-    "placed_at": PLACED,
-    "tracking_number": None,
-    "shipped_at": None,
-    "updated_at": PLACED,
-}
+ORDER = store_order()
 
 
 def _item(line: int, product: int, qty: int, price: str) -> Change:
@@ -97,15 +85,7 @@ def _parts(tx_id: str, changes: list[Change]) -> tuple[Part, ...]:
     parts = []
     for n, c in enumerate(changes, start=1):
         event = c.event
-        stamped = type(event)(
-            op=event.op,
-            source=event.source,
-            before=event.before,
-            after=event.after,
-            key=event.key,
-            ts_ms=event.ts_ms,
-            transaction=Transaction(tx_id, n, n),
-        )
+        stamped = in_transaction(event, tx_id, n)
         topic = f"shop.{event.source.qualified_table}"
         origin = SourceRecord(topic, 0, 40 + n, f"key-{c.table}-{n}".encode(), b"raw")
         parts.append(Part(n, origin, change=stamped))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -15,10 +14,9 @@ import pytest
 
 from bizevents.contracts.business import TOPIC_PROPERTY
 from bizevents.devstack import Endpoints
+from tests.cli import bizevents
 
 pytestmark = pytest.mark.integration
-
-BIZEVENTS = [sys.executable, "-m", "bizevents"]
 
 
 def order(*extra: dict[str, Any]) -> dict[str, Any]:
@@ -45,15 +43,7 @@ def one_line(text: str) -> str:
 def run(
     env: dict[str, str], *args: str, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*BIZEVENTS, "contracts", *args],
-        env=env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return bizevents("contracts", *args, env=env, cwd=cwd)
 
 
 @pytest.fixture
@@ -82,28 +72,38 @@ def versions(registry_url: str, subject: str) -> list[int]:
     return list(response.json()) if response.status_code == 200 else []
 
 
-def test_check_passes_a_compatible_change(
-    env: dict[str, str], bizevents_stack: Endpoints, tmp_path: Path, topic: str
+@pytest.mark.parametrize(
+    ("schema", "code", "lines"),
+    [
+        # an optional field added to a registered contract: one line per subject
+        (COMPATIBLE, 0, ["{topic}-value  BACKWARD  compatible", "against version 1"]),
+        # a required field added: the field path and the reason
+        (
+            BREAKING,
+            1,
+            [
+                "{topic}-value  BACKWARD  INCOMPATIBLE",
+                "'OrderPlaced.total' has no default and is missing in the writer",
+            ],
+        ),
+    ],
+    ids=["compatible", "breaking"],
+)
+def test_check_against_the_registered_version(
+    env: dict[str, str],
+    bizevents_stack: Endpoints,
+    tmp_path: Path,
+    topic: str,
+    schema: dict[str, Any],
+    code: int,
+    lines: list[str],
 ) -> None:
-    """An optional field added to a registered contract: one line per subject, exit 0."""
+    """``contracts check`` against version 1: exit 0 or 1 and the lines that say why."""
     register_directly(bizevents_stack.registry_url, f"{topic}-value", V1)
-    path = write(tmp_path / "order.avsc", COMPATIBLE, topic)
-    result = run(env, "check", str(path))
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert f"{topic}-value  BACKWARD  compatible" in result.stdout
-    assert "against version 1" in result.stdout
-
-
-def test_check_fails_a_breaking_change_naming_field_and_reason(
-    env: dict[str, str], bizevents_stack: Endpoints, tmp_path: Path, topic: str
-) -> None:
-    """A required field added: exit 1, the field path and the reason are printed."""
-    register_directly(bizevents_stack.registry_url, f"{topic}-value", V1)
-    path = write(tmp_path / "order.avsc", BREAKING, topic)
-    result = run(env, "check", str(path))
-    assert result.returncode == 1, result.stdout + result.stderr
-    assert f"{topic}-value  BACKWARD  INCOMPATIBLE" in result.stdout
-    assert "'OrderPlaced.total' has no default and is missing in the writer" in result.stdout
+    result = run(env, "check", str(write(tmp_path / "order.avsc", schema, topic)))
+    assert result.returncode == code, result.stdout + result.stderr
+    for line in lines:
+        assert line.format(topic=topic) in result.stdout
 
 
 def test_check_reads_the_subjects_own_level(

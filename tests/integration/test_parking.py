@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,7 @@ from tests.integration.test_translate_worker import (
     REPO,
     Message,
     Setup,
-    create_topic,
+    acknowledged,
     events_from,
     order_change,
     order_row,
@@ -52,21 +52,8 @@ LATER = 10_000
 
 
 @pytest.fixture
-def setup(bizevents_stack: Endpoints, tmp_path: Path) -> Iterator[Setup]:
-    import uuid
-
-    tag = uuid.uuid4().hex[:8]
-    server = f"pk{tag}"
-    made = Setup(
-        bizevents_stack,
-        server,
-        f"{server}.store.orders",
-        f"test.dead-letter.{tag}",
-        f"test-park-{tag}",
-        tmp_path,
-    )
-    create_topic(bizevents_stack.bootstrap_servers, made.topic, 4)
-    yield made
+def setup(bizevents_stack: Endpoints, tmp_path: Path) -> Setup:
+    return Setup.fresh(bizevents_stack, tmp_path, "pk", "park")
 
 
 def plugin_env(setup: Setup) -> dict[str, str]:
@@ -124,6 +111,13 @@ class Story:
 
     def encode(self, changes: Sequence[ChangeEvent]) -> list[tuple[bytes | None, bytes | None]]:
         return [self.encoder.encode(c) for c in changes]
+
+    def send_first(self, setup: Setup, later: int) -> list[ChangeEvent]:
+        """The orders placed then paid (the poisoned ones among them) and ``later``
+        changes behind them, produced to the technical topic."""
+        first = self.placed_then_paid() + self.later(later)
+        produce(setup.endpoints.bootstrap_servers, setup.topic, self.encode(first))
+        return first
 
     def key(self, n: int) -> bytes:
         key, _ = self.encoder.encode(self.changes[n - 1])  # the order's creation
@@ -244,17 +238,11 @@ def test_parked_keys_wait_and_are_re_driven_in_order_with_the_clean_runs_ids(
     extra = plugin_env(setup)
     env = setup.env(**extra)
     story = Story(setup)
-    first = story.placed_then_paid() + story.later(LATER)
-    produce(bootstrap, setup.topic, story.encode(first))
+    first = story.send_first(setup, LATER)
     worker = setup.worker(**extra)
     try:
         worker.wait_assigned()
-        wait_for(
-            lambda: worker.metric("bizevents_translate_acknowledged_total") >= len(first),
-            120,
-            "every change acknowledged",
-            [worker],
-        )
+        acknowledged([worker], len(first))
         assert worker.metric("bizevents_parked_keys", translator="parkorders") == len(PARKED)
         parked_changes = 1 + LATER // ORDERS  # the poisoned change and those behind it
         assert (
@@ -293,12 +281,7 @@ def test_parked_keys_wait_and_are_re_driven_in_order_with_the_clean_runs_ids(
         assert redrive.stdout.count("done:") == len(PARKED)
 
         total = len(first) + len(during)
-        wait_for(
-            lambda: worker.metric("bizevents_translate_acknowledged_total") >= total,
-            120,
-            "every change acknowledged",
-            [worker],
-        )
+        acknowledged([worker], total)
         assert worker.metric("bizevents_parked_keys", translator="parkorders") == 0
         assert json.loads(dlq(env, "list", "--json").stdout) == []
         expected = story.expected()
@@ -369,8 +352,7 @@ def test_a_kill_9_mid_re_drive_and_a_rebalance_keep_order_and_ids(setup: Setup) 
     extra = plugin_env(setup)
     env = setup.env(**extra)
     story = Story(setup)
-    first = story.placed_then_paid() + story.later(LATER)
-    produce(bootstrap, setup.topic, story.encode(first))
+    first = story.send_first(setup, LATER)
     workers = [setup.worker("a", **extra), setup.worker("b", **extra)]
     try:
         wait_for(
@@ -379,15 +361,7 @@ def test_a_kill_9_mid_re_drive_and_a_rebalance_keep_order_and_ids(setup: Setup) 
             "two workers sharing the partitions",
             workers,
         )
-        wait_for(
-            lambda: (
-                sum(w.metric("bizevents_translate_acknowledged_total") for w in workers)
-                >= len(first)
-            ),
-            120,
-            "every change acknowledged",
-            workers,
-        )
+        acknowledged(workers, len(first))
         redrive = dlq_in_background(
             env, "redrive", "--translator", "parkorders@3", "--all", "--timeout", "240"
         )
@@ -429,17 +403,11 @@ def test_a_failing_re_drive_a_concurrent_one_show_and_discard(setup: Setup) -> N
     extra = plugin_env(setup)
     env = setup.env(**extra)
     story = Story(setup)
-    first = story.placed_then_paid() + story.later(ORDERS * 20)
-    produce(bootstrap, setup.topic, story.encode(first))
+    first = story.send_first(setup, ORDERS * 20)
     worker = setup.worker(**extra)
     try:
         worker.wait_assigned()
-        wait_for(
-            lambda: worker.metric("bizevents_translate_acknowledged_total") >= len(first),
-            120,
-            "every change acknowledged",
-            [worker],
-        )
+        acknowledged([worker], len(first))
         key = story.key(PARKED[0]).hex()
         key_json = f'{{"id": {PARKED[0]}}}'
         failed = dlq(env, "redrive", "--translator", "parkorders@4", "--key", key_json)

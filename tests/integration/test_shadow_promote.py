@@ -36,7 +36,6 @@ from tests.integration.test_translate_worker import (
     REPO,
     Setup,
     Worker,
-    create_topic,
     events_from,
     order_change,
     order_row,
@@ -90,9 +89,7 @@ ALL = [by_position, by_label, total_off]
 
 @pytest.fixture
 def setup(bizevents_stack: Endpoints, tmp_path: Path) -> Iterator[Setup]:
-    import uuid
 
-    tag = uuid.uuid4().hex[:8]
     plugins = tmp_path / "plugins"
     plugins.mkdir()
     info = plugins / "plugin_shadowtest-1.0.dist-info"
@@ -102,16 +99,7 @@ def setup(bizevents_stack: Endpoints, tmp_path: Path) -> Iterator[Setup]:
         "[bizevents.translators]\nshadowtest = plugin_shadowtest:ALL\n"
     )
     (plugins / "plugin_shadowtest.py").write_text(textwrap.dedent(PLUGIN))
-    made = Setup(
-        bizevents_stack,
-        f"sh{tag}",
-        f"sh{tag}.store.orders",
-        f"test.dead-letter.{tag}",
-        f"test-shadow-{tag}",
-        tmp_path,
-    )
-    create_topic(bizevents_stack.bootstrap_servers, made.topic, 4)
-    yield made
+    yield Setup.fresh(bizevents_stack, tmp_path, "sh", "shadow")
 
 
 def env(setup: Setup, live: int, shadow: str | None) -> dict[str, str]:
@@ -156,6 +144,24 @@ def orders(setup: Setup, first: int, last: int, start_lsn: int) -> list[ChangeEv
     ]
 
 
+def send(setup: Setup, changes: list[ChangeEvent]) -> None:
+    encoder = orders_encoder(setup.endpoints.registry_url, setup.server)
+    produce(setup.endpoints.bootstrap_servers, setup.topic, [encoder.encode(c) for c in changes])
+
+
+def compared_over(
+    setup: Setup, ref: str, changes: int, workers: list[Worker], what: str = ""
+) -> dict[str, Any]:
+    """The shadow report of ``ref`` once it has compared ``changes`` changes."""
+    found: dict[str, Any] = wait_for(
+        lambda: (r := report(setup, ref)) and r["changes"] >= changes and r,
+        90,
+        what or f"the shadow's comparison of {changes} changes",
+        workers,
+    )
+    return found
+
+
 def versions_per_change(
     bootstrap: str, topic: str
 ) -> dict[tuple[int, int], dict[bytes, set[bytes]]]:
@@ -164,6 +170,20 @@ def versions_per_change(
     for m in events_from(bootstrap, ORDER_TOPICS, topic):
         where = (int(m.headers[HEADER_SOURCE_PARTITION]), int(m.headers[HEADER_SOURCE_OFFSET]))
         found[where][m.headers[HEADER_TRANSLATOR]].add(m.headers[HEADER_EVENT_ID])
+    return found
+
+
+def with_events(
+    setup: Setup, changes: int, live: Worker, timeout: float, what: str
+) -> dict[tuple[int, int], dict[bytes, set[bytes]]]:
+    """:func:`versions_per_change` once ``changes`` changes have events."""
+    bootstrap = setup.endpoints.bootstrap_servers
+    found: dict[tuple[int, int], dict[bytes, set[bytes]]] = wait_for(
+        lambda: len(f := versions_per_change(bootstrap, setup.topic)) >= changes and f,
+        timeout,
+        what,
+        [live],
+    )
     return found
 
 
@@ -190,17 +210,11 @@ def test_a_shadow_that_differs_only_where_expected_is_promoted_without_gap_or_do
     the hand-over; rolled back: every change's events come from exactly one version,
     and each partition switches once each way."""
     bootstrap = setup.endpoints.bootstrap_servers
-    encoder = orders_encoder(setup.endpoints.registry_url, setup.server)
-    produce(bootstrap, setup.topic, [encoder.encode(c) for c in orders(setup, 1, 30, 10_000)])
+    send(setup, orders(setup, 1, 30, 10_000))
     live = Worker(env(setup, 1, "shadowtest@2"), setup.tmp / "live.log")
     try:
         # 30 creations, 60 status changes and 30 touches compared (the touches give none)
-        compared = wait_for(
-            lambda: (r := report(setup, "shadowtest@2")) and r["changes"] >= 120 and r,
-            90,
-            "the shadow's comparison of 120 changes",
-            [live],
-        )
+        compared = compared_over(setup, "shadowtest@2", 120, [live])
         assert compared["live"] == "shadowtest@1" and compared["changes"] == 120
         # the touches, which neither version translates, are read but not compared
         assert compared["translated"] == 90
@@ -236,12 +250,12 @@ def test_a_shadow_that_differs_only_where_expected_is_promoted_without_gap_or_do
             assert refused.returncode == 1, (args, refused.stdout, refused.stderr)
             assert says in refused.stderr, (args, refused.stderr)
             assert "Traceback" not in refused.stderr
-        produce(bootstrap, setup.topic, [encoder.encode(c) for c in orders(setup, 31, 40, 50_000)])
+        send(setup, orders(setup, 31, 40, 50_000))
         done = cli(setup, "promote", "shadowtest@2", "--min-changes", "90", *expect)
         assert done.returncode == 0, done.stderr
-        produce(bootstrap, setup.topic, [encoder.encode(c) for c in orders(setup, 41, 50, 60_000)])
+        send(setup, orders(setup, 41, 50, 60_000))
         live.stop(signal.SIGKILL)  # somewhere in the hand-over (or just before it)
-        produce(bootstrap, setup.topic, [encoder.encode(c) for c in orders(setup, 51, 60, 70_000)])
+        send(setup, orders(setup, 51, 60, 70_000))
         live = Worker(env(setup, 1, "shadowtest@2"), setup.tmp / "successor.log")
         promoted = wait_for(
             lambda: (
@@ -282,13 +296,8 @@ def test_a_shadow_that_differs_only_where_expected_is_promoted_without_gap_or_do
             "the worker reading the rollback",
             [live],
         )
-        produce(bootstrap, setup.topic, [encoder.encode(c) for c in orders(setup, 61, 70, 80_000)])
-        rolled = wait_for(
-            lambda: len(found := versions_per_change(bootstrap, setup.topic)) >= 210 and found,
-            90,
-            "the rolled-back orders' events",
-            [live],
-        )
+        send(setup, orders(setup, 61, 70, 80_000))
+        rolled = with_events(setup, 210, live, 90, "the rolled-back orders' events")
         lanes = check_one_version_per_change(rolled, 210)
         assert all(len(versions) <= 3 for _, versions in lanes)
         # every change after the rollback was read is the old version's again
@@ -304,17 +313,10 @@ def test_a_shadow_that_differs_only_where_expected_is_promoted_without_gap_or_do
 def test_a_shadow_that_differs_on_an_unexpected_field_is_refused_with_the_figures(
     setup: Setup,
 ) -> None:
-    bootstrap = setup.endpoints.bootstrap_servers
-    encoder = orders_encoder(setup.endpoints.registry_url, setup.server)
-    produce(bootstrap, setup.topic, [encoder.encode(c) for c in orders(setup, 1, 20, 10_000)])
+    send(setup, orders(setup, 1, 20, 10_000))
     live = Worker(env(setup, 2, "shadowtest@3"), setup.tmp / "live.log")
     try:
-        wait_for(
-            lambda: (r := report(setup, "shadowtest@3")) and r["changes"] >= 80,
-            90,
-            "the shadow's comparison of 80 changes",
-            [live],
-        )
+        compared_over(setup, "shadowtest@3", 80, [live])
         refused = cli(
             setup,
             "promote",
@@ -331,13 +333,8 @@ def test_a_shadow_that_differs_on_an_unexpected_field_is_refused_with_the_figure
         )
         assert "OrderPlaced.total (20)" in refused.stderr
         # nothing changed: the live version still translates
-        produce(bootstrap, setup.topic, [encoder.encode(c) for c in orders(setup, 21, 22, 20_000)])
-        found = wait_for(
-            lambda: len(f := versions_per_change(bootstrap, setup.topic)) >= 66 and f,
-            60,
-            "the next orders' events",
-            [live],
-        )
+        send(setup, orders(setup, 21, 22, 20_000))
+        found = with_events(setup, 66, live, 60, "the next orders' events")
         assert {v for by in found.values() for v in by} == {b"shadowtest@2"}
     finally:
         live.stop()
@@ -346,28 +343,16 @@ def test_a_shadow_that_differs_on_an_unexpected_field_is_refused_with_the_figure
 def test_a_snapshot_both_versions_skip_leaves_the_gate_where_it_was(setup: Setup) -> None:
     """A snapshot of the table (50 reads) both versions skip: read, not compared; the
     gate still counts the 15 changes they translated, and says how many were read."""
-    bootstrap = setup.endpoints.bootstrap_servers
-    encoder = orders_encoder(setup.endpoints.registry_url, setup.server)
-    produce(bootstrap, setup.topic, [encoder.encode(c) for c in orders(setup, 1, 5, 10_000)])
+    send(setup, orders(setup, 1, 5, 10_000))
     live = Worker(env(setup, 1, "shadowtest@2"), setup.tmp / "live.log")
     try:
-        wait_for(
-            lambda: (r := report(setup, "shadowtest@2")) and r["changes"] >= 20,
-            90,
-            "the shadow's comparison of 20 changes",
-            [live],
-        )
+        compared_over(setup, "shadowtest@2", 20, [live])
         reads = [
             order_change(setup.server, "r", None, order_row(n, "pending"), 90_000)
             for n in range(1, 51)
         ]
-        produce(bootstrap, setup.topic, [encoder.encode(c) for c in reads])
-        compared = wait_for(
-            lambda: (r := report(setup, "shadowtest@2")) and r["changes"] >= 70 and r,
-            90,
-            "the snapshot's 50 reads",
-            [live],
-        )
+        send(setup, reads)
+        compared = compared_over(setup, "shadowtest@2", 70, [live], "the snapshot's 50 reads")
         assert (compared["changes"], compared["translated"]) == (70, 15)
         refused = cli(setup, "promote", "shadowtest@2", "--min-changes", "16")
         assert refused.returncode == 1

@@ -17,7 +17,7 @@ import sys
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -26,9 +26,6 @@ from typing import Any
 
 import pytest
 from bizevents_store.contracts import OrderPlaced, OrderShipped, OrderStatusChanged
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
-from confluent_kafka.cimpl import NewTopic
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from bizevents.contracts.business import (
@@ -47,6 +44,12 @@ from bizevents.contracts.serde import BusinessDeserializer
 from bizevents.contracts.technical import AvroEncoder
 from bizevents.devstack import Endpoints
 from bizevents.plumbing.kafka import broker_traits
+
+# the other integration tests take these from here too
+from tests.kafka import Message as Message
+from tests.kafka import create_topic as create_topic
+from tests.kafka import produce as produce
+from tests.kafka import read_all as read_all
 from tests.store_technical import order_change as store_order_change
 from tests.store_technical import registered_orders_encoder
 
@@ -87,86 +90,6 @@ def order_change(
     lsn: int,
 ) -> ChangeEvent:
     return store_order_change(server, op, before, after, lsn=lsn, tx_id=lsn // 10)
-
-
-def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(topic, partitions)]).values():
-        future.result(30)
-
-
-def produce(
-    bootstrap: str, topic: str, records: Sequence[tuple[bytes | None, bytes | None]]
-) -> None:
-    """Keyed records; librdkafka's default partitioner puts one key in one partition."""
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-    for key, value in records:
-        while True:
-            try:
-                producer.produce(topic, key=key, value=value)
-                break
-            except BufferError:
-                producer.poll(0.1)
-    assert producer.flush(30) == 0
-
-
-@dataclass
-class Message:
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    headers: dict[str, bytes]
-
-
-def read_all(bootstrap: str, topic: str, timeout: float = 30) -> list[Message]:
-    """Every record of ``topic`` to the end of each partition (assign mode)."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "unused",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "isolation.level": "read_uncommitted",
-        }
-    )
-    try:
-        meta = consumer.list_topics(topic, timeout=10).topics[topic]
-        partitions = sorted(meta.partitions)
-        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
-        at_end: set[int] = set()
-        out: list[Message] = []
-        deadline = time.monotonic() + timeout
-        while len(at_end) < len(partitions):
-            assert time.monotonic() < deadline, f"{topic}: no end within {timeout}s"
-            for m in consumer.consume(5000, timeout=0.5):
-                err = m.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        at_end.add(int(m.partition() or 0))
-                        continue
-                    raise AssertionError(str(err))
-                partition, offset = int(m.partition() or 0), int(m.offset() or 0)
-                at_end.discard(partition)
-                headers: dict[str, bytes] = {}
-                for header in m.headers() or []:
-                    name, raw = header[0], header[1]
-                    headers[name] = raw.encode() if isinstance(raw, str) else raw or b""
-                key, value = m.key(), m.value()
-                out.append(
-                    Message(
-                        str(m.topic()),
-                        partition,
-                        offset,
-                        key.encode() if isinstance(key, str) else key,
-                        value.encode() if isinstance(value, str) else value,
-                        headers,
-                    )
-                )
-        return out
-    finally:
-        consumer.close()
 
 
 def events_from(bootstrap: str, topics: Sequence[str], source_topic: str) -> list[Message]:
@@ -292,21 +215,37 @@ class Setup:
     def worker(self, name: str = "worker", **extra: str) -> Worker:
         return Worker(self.env(**extra), self.tmp / f"{name}.log")
 
+    @classmethod
+    def fresh(cls, endpoints: Endpoints, tmp: Path, short: str, name: str) -> Setup:
+        """A setup of its own: server ``<short><tag>``, its orders' topic made with four
+        partitions, a dead-letter topic and the group ``test-<name>-<tag>``."""
+        tag = uuid.uuid4().hex[:8]
+        server = f"{short}{tag}"
+        made = cls(
+            endpoints,
+            server,
+            f"{server}.store.orders",
+            f"test.dead-letter.{tag}",
+            f"test-{name}-{tag}",
+            tmp,
+        )
+        create_topic(endpoints.bootstrap_servers, made.topic, 4)
+        return made
+
+
+def acknowledged(workers: Sequence[Worker], changes: int) -> None:
+    """Waits until the workers together have acknowledged ``changes`` changes."""
+    wait_for(
+        lambda: sum(w.metric("bizevents_translate_acknowledged_total") for w in workers) >= changes,
+        120,
+        "every change acknowledged",
+        workers,
+    )
+
 
 @pytest.fixture
-def setup(bizevents_stack: Endpoints, tmp_path: Path) -> Iterator[Setup]:
-    tag = uuid.uuid4().hex[:8]
-    server = f"tr{tag}"
-    made = Setup(
-        bizevents_stack,
-        server,
-        f"{server}.store.orders",
-        f"test.dead-letter.{tag}",
-        f"test-translate-{tag}",
-        tmp_path,
-    )
-    create_topic(bizevents_stack.bootstrap_servers, made.topic, 4)
-    yield made
+def setup(bizevents_stack: Endpoints, tmp_path: Path) -> Setup:
+    return Setup.fresh(bizevents_stack, tmp_path, "tr", "translate")
 
 
 ORDER_TOPICS = [c.contract_topic() for c in (OrderPlaced, OrderStatusChanged, OrderShipped)]

@@ -1,4 +1,5 @@
-"""``send_confirmed``: a command's records written and acknowledged, or one sentence."""
+"""Producing: ``produce`` waits out a full queue, the partition rule, and
+``send_confirmed``: a command's records written and acknowledged, or one sentence."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 import pytest
 
 from bizevents.plumbing.errors import TransientError
-from bizevents.plumbing.kafka import DeliveryError, send_confirmed
+from bizevents.plumbing.kafka import DeliveryError, partition_for, produce, send_confirmed
 
 
 class FakeProducer:
@@ -56,3 +57,49 @@ def test_a_record_not_acknowledged_in_time_is_a_delivery_error() -> None:
     with pytest.raises(DeliveryError) as caught:
         send_confirmed(FakeProducer(left=1), "t", [(b"k", b"v", 0)], timeout_s=2.5)
     assert caught.value.reason == "no acknowledgement within 2.5 s"
+
+
+class _FullThenFree:
+    """A producer whose queue is full for the first ``full`` attempts."""
+
+    def __init__(self, full: int) -> None:
+        self.full = full
+        self.sent: list[tuple[Any, ...]] = []
+        self.polls = 0
+
+    def produce(self, topic: str, value: Any, key: Any, **kwargs: Any) -> None:
+        if self.full:
+            self.full -= 1
+            raise BufferError("queue full")
+        self.sent.append((topic, value, key, kwargs))
+
+    def poll(self, _timeout: float) -> int:
+        self.polls += 1
+        return 0
+
+
+def test_produce_waits_out_a_full_queue() -> None:
+    """BufferError is back-pressure: poll, then try again; the record goes once."""
+    producer = _FullThenFree(full=3)
+    produce(producer, "t", b"v", b"k", partition=2, headers=[("h", b"1")])
+    assert producer.polls == 3
+    assert producer.sent == [
+        ("t", b"v", b"k", {"partition": 2, "headers": [("h", b"1")], "on_delivery": None})
+    ]
+
+
+def test_produce_without_a_partition_leaves_it_to_the_client() -> None:
+    producer = _FullThenFree(full=0)
+    produce(producer, "t", None, b"k")
+    assert "partition" not in producer.sent[0][3]
+
+
+@pytest.mark.parametrize(
+    "key", [b"", b"order-1", b"\x00\x00\x00\x00\x01\x02", bytes(range(256))], ids=repr
+)
+def test_partition_rule_is_crc32_modulo(key: bytes) -> None:
+    """librdkafka's consistent partitioner, which live and replay both use."""
+    import zlib
+
+    assert partition_for(key, 7) == zlib.crc32(key) % 7
+    assert partition_for(None, 7) == 0

@@ -1,17 +1,23 @@
 """The commands' side of the parked topic: the parked keys read once for ``dlq`` and
 ``capture parked`` (:func:`parked_keys`), and a request's round trip (:func:`ask`), on
-the test stack's broker."""
+the test stack's broker; the restore at an assignment waiting out a broker that does not
+answer (a fake read)."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import threading
 from collections.abc import Callable
+from typing import Any
 
+import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from bizevents.devstack import Endpoints
+from bizevents.plumbing import parkingio
+from bizevents.plumbing.errors import TransientError
 from bizevents.plumbing.kafka import ensure_topics, send_confirmed
 from bizevents.plumbing.parking import Parked, Request, Unparked, ref_key
 from bizevents.plumbing.parkingio import ask, parked_keys, read_requests, read_to_end
@@ -72,3 +78,35 @@ def test_a_request_is_written_and_its_answer_read_and_no_answer_in_time_is_none(
         ("r2", "done", "ok"),
         ("r3", "done", "ok"),
     ]
+
+
+def test_a_restore_of_the_parked_keys_waits_for_a_broker_that_does_not_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The parked topic read at an assignment is tried again while the broker does not
+    answer (a pause longer than the read waits), not raised: raised, it ended the row
+    worker and the consumer kit (the fault suite's 30 s broker pause)."""
+    calls: list[str] = []
+
+    def read_to_end(conf: dict[str, Any], topic: str, partitions: list[int]) -> list[Any]:
+        calls.append(topic)
+        if len(calls) < 3:
+            raise TransientError(f"{topic} did not answer within 30 s")
+        return ["record"]
+
+    monkeypatch.setattr(parkingio, "read_to_end", read_to_end)
+    assert asyncio.run(parkingio.read_parked({}, "app.parked", pause_s=0)) == ["record"]
+    assert calls == ["app.parked"] * 3
+
+
+def test_a_restore_that_fails_otherwise_is_not_tried_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Only a broker that does not answer is waited for; another failure is raised."""
+
+    def read_to_end(conf: dict[str, Any], topic: str, partitions: list[int]) -> list[Any]:
+        raise ValueError("a parked record that does not decode")
+
+    monkeypatch.setattr(parkingio, "read_to_end", read_to_end)
+    with pytest.raises(ValueError):
+        asyncio.run(parkingio.read_parked({}, "app.parked", pause_s=0))

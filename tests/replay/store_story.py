@@ -10,6 +10,7 @@ core (``Pipeline``) with a pinned version, produced to the contracts' topics.
 from __future__ import annotations
 
 import random
+import sys
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -19,12 +20,12 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
-from confluent_kafka.cimpl import NewTopic
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from bizevents.contracts.envelope import ChangeEvent, PgPosition, Source, Tombstone
 from bizevents.contracts.technical import AutoDecoder
 from bizevents.translators.pipeline import Pipeline, SourceRecord
+from tests.kafka import create_topic as create_topic
 from tests.store_technical import registered_orders_encoder
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
@@ -127,10 +128,19 @@ def _fields(source: Source) -> dict[str, Any]:
     return {name: getattr(source, name) for name in source.__dataclass_fields__}
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(topic, partitions)]).values():
-        future.result(30)
+def replay_command(topic: str, *args: str, translator: str = "orders@2") -> list[str]:
+    """``bizevents replay`` of ``topic`` through ``translator``, as a process runs it."""
+    return [
+        sys.executable,
+        "-m",
+        "bizevents",
+        "replay",
+        "--topics",
+        topic,
+        "--translator",
+        translator,
+        *args,
+    ]
 
 
 def produce_story(bootstrap: str, registry_url: str, made: Story, partitions: int = 3) -> int:

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 
 import pytest
 
 from bizevents.devstack import Endpoints
-from tests.replay.store_story import produce_story, story
+from tests.replay.store_story import produce_story, replay_command, story
 
 pytestmark = pytest.mark.integration
 
@@ -28,22 +27,15 @@ def test_replay_diff_writes_an_html_report(bizevents_stack: Endpoints, tmp_path:
         "BIZEVENTS_LOG_LEVEL": "WARNING",
     }
     result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bizevents",
-            "replay",
-            "--topics",
+        replay_command(
             made.topic,
-            "--translator",
-            "orders@2",
             "--diff",
             "orders@1",
             "--diff-html",
             str(report),
             "--master",
             "local[1]",
-        ],
+        ),
         env=env,
         capture_output=True,
         text=True,
@@ -66,18 +58,11 @@ def test_replay_diff_writes_an_html_report(bizevents_stack: Endpoints, tmp_path:
 def test_diff_html_without_diff_says_so(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("BIZEVENTS_")}
     result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bizevents",
-            "replay",
-            "--topics",
+        replay_command(
             "t",
-            "--translator",
-            "orders@2",
             "--diff-html",
             str(tmp_path / "x.html"),
-        ],
+        ),
         env={**env, "BIZEVENTS_STATE_DIR": str(tmp_path)},
         capture_output=True,
         text=True,

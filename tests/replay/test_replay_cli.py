@@ -6,7 +6,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -18,7 +17,7 @@ from click.testing import CliRunner
 
 from bizevents.cli import main
 from bizevents.devstack import Endpoints
-from tests.replay.store_story import expected_events, produce_story, story
+from tests.replay.store_story import expected_events, produce_story, replay_command, story
 
 pytestmark = pytest.mark.integration
 
@@ -95,15 +94,8 @@ def test_killed_driver_resumes_without_losing_a_range(
     """kill -9 the driver after a few ranges finished; the rerun finishes the rest, none lost."""
     out = tmp_path / "out"
     run_id = f"kill-{uuid.uuid4().hex[:6]}"
-    command = [
-        sys.executable,
-        "-m",
-        "bizevents",
-        "replay",
-        "--topics",
+    command = replay_command(
         orders_topic.topic,
-        "--translator",
-        "orders@2",
         "--to",
         f"path:{out}",
         "--run-id",
@@ -114,7 +106,7 @@ def test_killed_driver_resumes_without_losing_a_range(
         "local[1]",
         "--no-progress",
         "--json",
-    ]
+    )
     env = {**os.environ, **_env(bizevents_stack, tmp_path / "state")}
     state = tmp_path / "state" / "replay" / run_id / "state.json"
     first = subprocess.Popen(

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from bizevents.devstack import Endpoints
-from tests.replay.store_story import expected_events, produce_story, story
+from tests.replay.store_story import expected_events, produce_story, replay_command, story
 from tests.replay.test_replay_cli import REPO, _env, _written_ids
 
 pytestmark = pytest.mark.integration
@@ -35,15 +35,8 @@ def test_replay_on_a_standalone_cluster_emits_every_event_once(
     made: Any = story(f"cluster{uuid.uuid4().hex[:8]}", orders=300, deletes=5)
     produce_story(bizevents_stack.bootstrap_servers, bizevents_stack.registry_url, made, 4)
     out = tmp_path / "out"
-    command = [
-        sys.executable,
-        "-m",
-        "bizevents",
-        "replay",
-        "--topics",
+    command = replay_command(
         made.topic,
-        "--translator",
-        "orders@2",
         "--to",
         f"path:{out}",
         "--slice-size",
@@ -52,7 +45,7 @@ def test_replay_on_a_standalone_cluster_emits_every_event_once(
         cluster.master_url,
         "--no-progress",
         "--json",
-    ]
+    )
     env = {
         **os.environ,
         **_env(bizevents_stack, tmp_path / "state"),

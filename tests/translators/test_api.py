@@ -8,39 +8,16 @@ import pytest
 
 from bizevents import TranslationError, translator
 from bizevents.contracts.change import Change
-from bizevents.contracts.envelope import ChangeEvent, PgPosition, Source
 from bizevents.contracts.exceptions import Coordinates
 from bizevents.plugins import PluginError
+from tests.envelopes import Row, keyed_event, pg_source
 from tests.translators.sample import ThingCreated, ThingRenamed, things_v1, things_v2
 
 
-def change(
-    op: str,
-    before: dict[str, Any] | None,
-    after: dict[str, Any] | None,
-    snapshot: str = "false",
-    offset: int = 7,
-) -> Change:
-    source = Source(
-        connector="postgresql",
-        name="shop",
-        db="shop",
-        schema="public",
-        table="things",
-        ts_ms=1,
-        snapshot_raw=snapshot,
-        position=PgPosition(lsn=1000 + offset, tx_id=5),
-    )
-    row = after or before or {}
+def change(op: str, before: Row, after: Row, snapshot: str = "false", offset: int = 7) -> Change:
+    source = pg_source("things", name="shop", lsn=1000 + offset, tx_id=5, snapshot=snapshot)
     return Change(
-        ChangeEvent(
-            op=op,
-            source=source,
-            before=before,
-            after=after,
-            key={"id": row["id"]},  # type: ignore[arg-type]
-            coordinates=Coordinates("shop.public.things", 0, offset),
-        )
+        keyed_event(op, before, after, source, Coordinates("shop.public.things", 0, offset))
     )
 
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from bizevents.contracts.business import lineage_headers, read_lineage
 from bizevents.contracts.change import Change
-from bizevents.contracts.envelope import ChangeEvent, PgPosition, Source
+from bizevents.contracts.envelope import ChangeEvent, PgPosition
 from bizevents.contracts.exceptions import Coordinates
 from bizevents.contracts.serde import BusinessSerializer
 from bizevents.translators.lineage import (
@@ -22,34 +22,13 @@ from bizevents.translators.lineage import (
     origin_of,
     stamp,
 )
+from tests.envelopes import Row, keyed_event, pg_source
 from tests.translators.sample import things_v1, things_v2
 
 
-def event(
-    op: str,
-    before: dict[str, object] | None,
-    after: dict[str, object] | None,
-    lsn: int,
-    offset: int,
-) -> ChangeEvent:
-    source = Source(
-        connector="postgresql",
-        name="shop",
-        db="shop",
-        schema="public",
-        table="things",
-        ts_ms=1,
-        position=PgPosition(lsn=lsn, tx_id=9),
-    )
-    row = after or before or {}
-    return ChangeEvent(
-        op=op,
-        source=source,
-        before=before,
-        after=after,  # type: ignore[arg-type]
-        key={"id": row["id"]},
-        coordinates=Coordinates("shop.public.things", 2, offset),
-    )
+def event(op: str, before: Row, after: Row, lsn: int, offset: int) -> ChangeEvent:
+    source = pg_source("things", name="shop", lsn=lsn, tx_id=9)
+    return keyed_event(op, before, after, source, Coordinates("shop.public.things", 2, offset))
 
 
 rows = st.fixed_dictionaries({"id": st.integers(1, 10**9), "label": st.text(max_size=20)})

@@ -14,7 +14,7 @@ from bizevents.contracts.change import Change
 from bizevents.contracts.technical import AutoDecoder
 from bizevents.translators.pipeline import Pipeline
 from bizevents.translators.records import SHADOW_SUFFIX, SourceRecord
-from tests.translators.sample import ThingCreated, ThingRenamed, things_v1
+from tests.translators.sample import ThingCreated, ThingRenamed, things_v1, things_v2
 from tests.translators.test_pipeline import envelope, fake_serializer, record
 
 CREATED = ThingCreated.contract_fullname()
@@ -117,15 +117,14 @@ def test_a_shadow_needs_one_live_version_of_its_name() -> None:
         Pipeline([things_v1], AutoDecoder(), fake_serializer, shadows=[things_v1])
 
 
-@translator(
+#: things@2 again as version 8
+things_skipping = translator(
     name="things",
     version=8,
     sources=["public.things"],
     emits=[ThingCreated, ThingRenamed],
     snapshots="skip",
-)
-def things_skipping(change: Change) -> Iterable[BusinessEvent]:
-    return things_v1.func(change) or ()
+)(things_v2.func)
 
 
 def test_a_snapshot_both_versions_skip_does_not_move_the_gate() -> None:

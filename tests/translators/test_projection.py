@@ -15,7 +15,15 @@ from bizevents.contracts.technical import AvroDecoder, AvroEncoder, JsonEncoder
 from bizevents.testing import change, run
 from bizevents.translators.pipeline import Pipeline
 from bizevents.translators.records import SourceRecord
-from tests.translators.wide import READ, WIDE, DealClosed, changes, deals, deals_undeclared
+from tests.translators.wide import (
+    READ,
+    WIDE,
+    DealClosed,
+    changes,
+    deal_closed,
+    deals,
+    deals_undeclared,
+)
 
 TOPIC = WIDE.namespace
 
@@ -184,13 +192,7 @@ def test_a_malformed_declaration_fails_where_it_is_written(
 
 
 def _closed_from_read(change: Change) -> Any:
-    yield DealClosed(
-        deal_id=change.new("id"),
-        won=change.new("state") == "won",
-        amount=change.new("amount"),
-        owner=change.new("owner"),
-        closed_at=change.new("changed_at"),
-    )
+    yield deal_closed(change)
 
 
 def test_reads_of_an_unchanged_row_have_one_id_whatever_the_translators_read() -> None:

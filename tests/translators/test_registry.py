@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -51,24 +50,25 @@ def plugin_path(tmp_path: Path) -> Iterator[Path]:
         del sys.modules[name]
 
 
-def install(where: Path, dist: str, entry_points: str, modules: dict[str, str]) -> None:
-    info = where / f"{dist.replace('-', '_')}-1.0.dist-info"
+#: what a plugin module holds: the sample's translators, one of them, or a half install
+SAMPLE = "from tests.translators.sample import ALL\n"
+ONE = "from tests.translators.sample import things_v1 as T\n"
+HALF_INSTALLED = "raise RuntimeError('half installed')\n"
+
+
+def install(where: Path, plugin: str, entry: str, source: str, attr: str = "ALL") -> None:
+    """Installs distribution ``plugin-<plugin>`` whose module ``plugin_<plugin>`` holds
+    ``source``, with the entry point ``<entry> = plugin_<plugin>:<attr>``."""
+    dist, module = f"plugin-{plugin}", f"plugin_{plugin}"
+    info = where / f"{module}-1.0.dist-info"
     info.mkdir()
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_text(
-        "[bizevents.translators]\n" + textwrap.dedent(entry_points)
-    )
-    for name, source in modules.items():
-        (where / f"{name}.py").write_text(textwrap.dedent(source))
+    (info / "entry_points.txt").write_text(f"[bizevents.translators]\n{entry} = {module}:{attr}\n")
+    (where / f"{module}.py").write_text(source)
 
 
 def test_discovery_through_entry_points(plugin_path: Path) -> None:
-    install(
-        plugin_path,
-        "plugin-good",
-        "things = plugin_good:ALL\n",
-        {"plugin_good": "from tests.translators.sample import ALL\n"},
-    )
+    install(plugin_path, "good", "things", SAMPLE)
     registry = discover()
     assert registry.resolve("things@1") is things_v1
     assert registry.resolve("things@2") is things_v2
@@ -76,12 +76,7 @@ def test_discovery_through_entry_points(plugin_path: Path) -> None:
 
 def test_plugin_that_fails_to_import_is_named(plugin_path: Path) -> None:
     """Asked for by name, a broken plugin stops discovery with a sentence naming it."""
-    install(
-        plugin_path,
-        "plugin-broken",
-        "broken = plugin_broken:ALL\n",
-        {"plugin_broken": "import does_not_exist_anywhere\n"},
-    )
+    install(plugin_path, "broken", "broken", "import does_not_exist_anywhere\n")
     with pytest.raises(
         PluginError,
         match=r"'broken' = 'plugin_broken:ALL' of plugin-broken failed "
@@ -92,18 +87,8 @@ def test_plugin_that_fails_to_import_is_named(plugin_path: Path) -> None:
 
 def test_broken_plugin_nobody_pinned_does_not_stop_the_pinned_ones(plugin_path: Path) -> None:
     """Only the pinned names' entry points are imported; the broken one never is."""
-    install(
-        plugin_path,
-        "plugin-good",
-        "things = plugin_good:ALL\n",
-        {"plugin_good": "from tests.translators.sample import ALL\n"},
-    )
-    install(
-        plugin_path,
-        "plugin-broken",
-        "broken = plugin_broken:ALL\n",
-        {"plugin_broken": "raise RuntimeError('half installed')\n"},
-    )
+    install(plugin_path, "good", "things", SAMPLE)
+    install(plugin_path, "broken", "broken", HALF_INSTALLED)
     registry = discover(names=["things"])
     assert registry.pinned({"things": 2}) == [things_v2]
     assert registry.broken == []
@@ -112,18 +97,8 @@ def test_broken_plugin_nobody_pinned_does_not_stop_the_pinned_ones(plugin_path: 
 
 def test_listing_everything_records_a_broken_plugin_and_goes_on(plugin_path: Path) -> None:
     """Without names every plugin is loaded; the broken one is kept with its error."""
-    install(
-        plugin_path,
-        "plugin-good",
-        "things = plugin_good:ALL\n",
-        {"plugin_good": "from tests.translators.sample import ALL\n"},
-    )
-    install(
-        plugin_path,
-        "plugin-broken",
-        "broken = plugin_broken:ALL\n",
-        {"plugin_broken": "raise RuntimeError('half installed')\n"},
-    )
+    install(plugin_path, "good", "things", SAMPLE)
+    install(plugin_path, "broken", "broken", HALF_INSTALLED)
     registry = discover()
     assert registry.resolve("things@1") is things_v1
     (failure,) = registry.broken
@@ -133,12 +108,7 @@ def test_listing_everything_records_a_broken_plugin_and_goes_on(plugin_path: Pat
 
 def test_package_entry_point_is_loaded_for_a_name_it_holds(plugin_path: Path) -> None:
     """The older style (one entry point per package) still resolves a pin."""
-    install(
-        plugin_path,
-        "plugin-pkg",
-        "pkg = plugin_pkg:ALL\n",
-        {"plugin_pkg": "from tests.translators.sample import ALL\n"},
-    )
+    install(plugin_path, "pkg", "pkg", SAMPLE)
     assert discover(names=["things@2"]).pinned({"things": 2}) == [things_v2]
 
 
@@ -146,12 +116,7 @@ def test_broken_package_entry_point_is_named_when_a_pin_stays_unresolved(
     plugin_path: Path,
 ) -> None:
     """A failure met while looking for a pin is fatal only if the pin stays unresolved."""
-    install(
-        plugin_path,
-        "plugin-pkg",
-        "pkg = plugin_pkg:ALL\n",
-        {"plugin_pkg": "import does_not_exist_anywhere\n"},
-    )
+    install(plugin_path, "pkg", "pkg", "import does_not_exist_anywhere\n")
     registry = discover(names=["widgets"])
     with pytest.raises(
         PluginError,
@@ -162,24 +127,14 @@ def test_broken_package_entry_point_is_named_when_a_pin_stays_unresolved(
 
 
 def test_plugin_that_is_not_a_translator_is_named(plugin_path: Path) -> None:
-    install(plugin_path, "plugin-odd", "odd = plugin_odd:thing\n", {"plugin_odd": "thing = 42\n"})
+    install(plugin_path, "odd", "odd", "thing = 42\n", "thing")
     with pytest.raises(PluginError, match=r"'odd' .* is neither a translator nor a list"):
         discover(names=["odd"])
 
 
 def test_duplicate_across_plugins_fails_start_up(plugin_path: Path) -> None:
-    install(
-        plugin_path,
-        "plugin-one",
-        "one = plugin_one:T\n",
-        {"plugin_one": "from tests.translators.sample import things_v1 as T\n"},
-    )
-    install(
-        plugin_path,
-        "plugin-two",
-        "two = plugin_two:T\n",
-        {"plugin_two": "from tests.translators.sample import things_v1 as T\n"},
-    )
+    install(plugin_path, "one", "one", ONE, "T")
+    install(plugin_path, "two", "two", ONE, "T")
     with pytest.raises(PluginError, match="things@1 is registered twice"):
         discover(names=["one", "two"])
 
@@ -190,12 +145,7 @@ def test_translators_list_shows_a_duplicate_as_broken_and_exits_0_if_unpinned(
     """Nothing pinned: the table, with the second plugin of a name@version listed
     broken with the worker's sentence; exit 0 (start-up, above, refuses it)."""
     for name in ("one", "two"):
-        install(
-            plugin_path,
-            f"plugin-{name}",
-            f"{name} = plugin_{name}:T\n",
-            {f"plugin_{name}": "from tests.translators.sample import things_v1 as T\n"},
-        )
+        install(plugin_path, name, name, ONE, "T")
     result = _list({"BIZEVENTS_STATE_DIR": str(tmp_path)})
     assert result.exit_code == 0, result.output
     assert "things@1" in result.stdout and "registered twice" in result.stdout
@@ -213,12 +163,7 @@ def test_translators_list_shows_a_broken_plugin_and_exits_0_if_unpinned(
     plugin_path: Path, tmp_path: Path
 ) -> None:
     """The broken plugin is listed with its error; the pinned ones load, so exit 0."""
-    install(
-        plugin_path,
-        "plugin-broken",
-        "broken = plugin_broken:ALL\n",
-        {"plugin_broken": "raise RuntimeError('half installed')\n"},
-    )
+    install(plugin_path, "broken", "broken", HALF_INSTALLED)
     env = {"BIZEVENTS_TRANSLATORS": '{"orders": 2}', "BIZEVENTS_STATE_DIR": str(tmp_path)}
     result = _list(env, "--json")
     assert result.exit_code == 0, result.output
@@ -240,12 +185,7 @@ def test_translators_list_exits_1_when_a_pinned_plugin_is_broken(
     plugin_path: Path, tmp_path: Path
 ) -> None:
     """Pinned and broken: one sentence naming the plugin, exit 1, no traceback."""
-    install(
-        plugin_path,
-        "plugin-broken",
-        "broken = plugin_broken:ALL\n",
-        {"plugin_broken": "raise RuntimeError('half installed')\n"},
-    )
+    install(plugin_path, "broken", "broken", HALF_INSTALLED)
     env = {"BIZEVENTS_TRANSLATORS": '{"broken": 1}', "BIZEVENTS_STATE_DIR": str(tmp_path)}
     result = _list(env)
     assert result.exit_code == 1

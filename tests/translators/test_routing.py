@@ -4,7 +4,6 @@ event published by exactly one member, an order and its items on one partition."
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 
@@ -15,7 +14,6 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bizevents.contracts.envelope import Transaction
 from bizevents.contracts.serde import BusinessSerializer
 from bizevents.devstack.registry import run_in_thread
 from bizevents.testing import change
@@ -24,26 +22,11 @@ from bizevents.translators.assembly import Part, Ready
 from bizevents.translators.records import SourceRecord
 from bizevents.translators.routing import business_key, owner, partitions_of
 from bizevents.translators.txcore import TransactionCore
-
-PLACED = datetime(2026, 11, 24, 8, 0, tzinfo=UTC)
-
-
-def _order(order: int) -> dict[str, object]:
-    return {
-        "id": order,
-        "customer_id": 3,
-        "status": "pending",
-        "total": Decimal("0.00"),
-        "currency": "EUR",
-        "placed_at": PLACED,
-        "tracking_number": None,
-        "shipped_at": None,
-        "updated_at": PLACED,
-    }
+from tests.envelopes import in_transaction, store_order
 
 
 def _placing(order: int, lines: int) -> list[object]:
-    row = _order(order)
+    row = store_order(order)
     items = [
         change(
             "store.order_items",
@@ -71,15 +54,7 @@ def _ready(tx_id: str, changes: list[object]) -> Ready:
     parts = []
     for n, c in enumerate(changes, start=1):
         event = c.event  # type: ignore[attr-defined]
-        stamped = type(event)(
-            op=event.op,
-            source=event.source,
-            before=event.before,
-            after=event.after,
-            key=event.key,
-            ts_ms=event.ts_ms,
-            transaction=Transaction(tx_id, n, n),
-        )
+        stamped = in_transaction(event, tx_id, n)
         key = repr(sorted((event.key or {}).items())).encode()
         origin = SourceRecord(f"shop.{event.source.qualified_table}", 0, 40 + n, key, b"raw")
         parts.append(Part(n, origin, change=stamped))

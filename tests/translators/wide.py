@@ -60,15 +60,20 @@ class DealClosed(BusinessEvent):
         namespace = "test.deals"
 
 
+def deal_closed(change: Change) -> DealClosed:
+    """The deal the change's row closes."""
+    return DealClosed(
+        deal_id=change.new("id"),
+        won=change.new("state") == "won",
+        amount=change.new("amount"),
+        owner=change.new("owner"),
+        closed_at=change.new("changed_at"),
+    )
+
+
 def _deals(change: Change) -> Iterator[BusinessEvent]:
     if change.is_update and change.changed("state") and change.new("state") != "open":
-        yield DealClosed(
-            deal_id=change.new("id"),
-            won=change.new("state") == "won",
-            amount=change.new("amount"),
-            owner=change.new("owner"),
-            closed_at=change.new("changed_at"),
-        )
+        yield deal_closed(change)
 
 
 @translator(

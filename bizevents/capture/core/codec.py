@@ -1,11 +1,13 @@
 """What both sources' table codecs share: the envelope schemas as the registry keeps
 them, the Confluent frames their records start with once it gave the ids, and the
-envelope a record's value is (Debezium's, from encoded rows and an encoded source)."""
+envelope a record's value is (Debezium's, from encoded rows and an encoded source); and
+the converters registered in place of a source's built-in ones."""
 
 from __future__ import annotations
 
 import json
-from typing import Final
+from collections.abc import Callable
+from typing import Any, Final, Generic, TypeVar
 
 from bizevents.contracts.binary import NULL_BRANCH, VALUE_BRANCH, zigzag
 from bizevents.contracts.technical import AVRO_OPS, EnvelopeSchemas
@@ -15,6 +17,34 @@ from bizevents.plumbing.framing import header
 SOURCE_VERSION: Final = "bizevents-capture-1"
 _NULL: Final = NULL_BRANCH
 _SOME: Final = VALUE_BRANCH  # union branch 1 (after "null")
+
+
+K = TypeVar("K")
+
+
+class Converters(Generic[K]):
+    """Converters registered in place of a source's built-in ones (each source's
+    ``register_converter``), by type, and a generation that changes with every
+    registration (a codec built before it is out of date)."""
+
+    def __init__(self) -> None:
+        self._by_type: dict[K, Callable[[Any], Any]] = {}
+        self.generation = 0
+
+    def __bool__(self) -> bool:
+        return bool(self._by_type)
+
+    def get(self, key: K) -> Callable[[Any], Any] | None:
+        """The converter registered for ``key``, if any."""
+        return self._by_type.get(key)
+
+    def register(self, key: K, converter: Callable[[Any], Any] | None) -> None:
+        """Convert ``key``'s values with ``converter`` from now on; ``None`` removes it."""
+        if converter is None:
+            self._by_type.pop(key, None)
+        else:
+            self._by_type[key] = converter
+        self.generation += 1
 
 
 def encoded_ts(ts_ms: int) -> bytes:

@@ -3,7 +3,8 @@
 The source opens its consistent snapshot and reads the tables in it (PostgreSQL: the
 slot's exported snapshot; MariaDB: ``START TRANSACTION WITH CONSISTENT SNAPSHOT``);
 :func:`write_tables` writes what it reads, a batch at a time, with the producer polled,
-back-pressure and a stop heeded between batches, and the progress counted.
+back-pressure and a stop heeded between batches, and the progress counted;
+:func:`write_snapshot` does that and then ends the snapshot's transaction.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from bizevents.capture.core.codec import encoded_ts
 from bizevents.capture.core.offsets import Tx
 from bizevents.capture.metrics import CaptureStats
 
-__all__ = ["SnapshotTable", "SnapshotWriter", "write_tables"]
+__all__ = ["SnapshotTable", "SnapshotWriter", "write_snapshot", "write_tables"]
 
 
 class SnapshotWriter(ChunkHost, Protocol):
@@ -31,6 +32,12 @@ class SnapshotWriter(ChunkHost, Protocol):
     def check_delivery(self) -> None: ...
 
     def backpressure(self, keepalive: Callable[[], None] | None = None) -> None: ...
+
+
+class SnapshotTransaction(Protocol):
+    """The database connection the snapshot was read in (psycopg's, PyMySQL's)."""
+
+    def commit(self) -> None: ...
 
 
 @dataclass(slots=True)
@@ -88,3 +95,17 @@ def write_tables(capture: SnapshotWriter, tables: Iterable[SnapshotTable], tx: T
             )
         stats.snapshot_rows[name] = done
         capture.log.info("table snapshot read", table=name, rows=done)
+
+
+def write_snapshot(
+    capture: SnapshotWriter,
+    conn: SnapshotTransaction,
+    tables: Iterable[SnapshotTable],
+    tx: Tx,
+    commit: Callable[[Tx], None],
+) -> None:
+    """Write every row of ``tables`` (read in ``conn``) under ``tx``, end ``conn``'s
+    snapshot transaction, then ``commit`` ``tx`` at the source's snapshot position."""
+    write_tables(capture, tables, tx)
+    conn.commit()
+    commit(tx)

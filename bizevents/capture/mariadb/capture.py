@@ -40,7 +40,7 @@ import structlog
 
 from bizevents.capture.core.capture import CaptureCore
 from bizevents.capture.core.filters import FilterError, condition_text, parse_condition, resolve
-from bizevents.capture.core.initial import SnapshotTable, write_tables
+from bizevents.capture.core.initial import SnapshotTable, write_snapshot
 from bizevents.capture.core.offsets import Tx
 from bizevents.capture.core.quarantine import Quarantine
 from bizevents.capture.core.sink import create_dead_letter_topic, create_topics
@@ -265,9 +265,9 @@ class MysqlCapture(CaptureCore):
                 rows = my.read_snapshot_rows(conn, database, table_name, cfg.snapshot_fetch_rows)
                 return SnapshotTable(name, codec, rows, source, last, last=name == names[-1])
 
-            write_tables(self, (table(name) for name in names), tx)
-            conn.commit()
-            self.commit(tx, position)
+            write_snapshot(
+                self, conn, (table(name) for name in names), tx, lambda t: self.commit(t, position)
+            )
         finally:
             conn.close()
         self.wait_acknowledged()

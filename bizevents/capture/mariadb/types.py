@@ -22,6 +22,7 @@ from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any, Final
 
+from bizevents.capture.core.codec import Converters
 from bizevents.capture.exceptions import CaptureError
 from bizevents.contracts.binary import blob, fastavro_signed_bytes, text, zigzag
 from bizevents.contracts.logical import ColumnType, Field, Kind, encoder_for
@@ -172,9 +173,7 @@ _BINARY: Final = {"varchar": "varbinary", "char": "binary", "text": "blob"}
 TYPE_NAMES: Final = frozenset(_NAMES.values()) | frozenset(_BINARY.values())
 
 #: Converters registered for a type name (:func:`register_converter`).
-_OVERRIDES: Final[dict[str, Callable[[Any], Any]]] = {}
-#: How many times :data:`_OVERRIDES` changed (a codec built before is out of date).
-_GENERATION: Final = [0]
+_OVERRIDES: Final = Converters[str]()
 
 
 def type_name(c: MyColumn) -> str:
@@ -187,7 +186,7 @@ def type_name(c: MyColumn) -> str:
 
 def converters_generation() -> int:
     """A number that changes whenever :func:`register_converter` is called."""
-    return _GENERATION[0]
+    return _OVERRIDES.generation
 
 
 def register_converter(name: str, converter: Callable[[Any], Any] | None) -> None:
@@ -204,11 +203,7 @@ def register_converter(name: str, converter: Callable[[Any], Any] | None) -> Non
     """
     if name not in TYPE_NAMES:
         raise ValueError(f"{name!r} is not a type capture maps ({', '.join(sorted(TYPE_NAMES))})")
-    if converter is None:
-        _OVERRIDES.pop(name, None)
-    else:
-        _OVERRIDES[name] = converter
-    _GENERATION[0] += 1
+    _OVERRIDES.register(name, converter)
 
 
 def converters_of(columns: Sequence[MyColumn]) -> tuple[tuple[str, Callable[[Any], Any]], ...]:

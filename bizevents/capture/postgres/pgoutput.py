@@ -308,13 +308,20 @@ class PgOutputDecoder:
     def _row_head(self, tag: str, data: bytes) -> tuple[int | None, Relation, bytes, int]:
         """A row change's opening: the xid (inside a stream), the relation, the marker
         after the oid; and the oid's position."""
+        # _xid and _relation_for written out: this runs once per change.
         pos = 1
+        xid = None
         try:
-            xid, pos = self._xid(data, pos)
+            if self._in_stream:
+                xid = _U32.unpack_from(data, pos)[0]
+                pos += 4
             oid, marker = _U32_CHAR.unpack_from(data, pos)
         except _LOW_LEVEL as exc:
             raise ProtocolError(tag, pos, _reason(exc)) from None
-        return xid, self._relation_for(tag, oid, pos), marker, pos
+        relation = self.relations.get(oid)
+        if relation is None:
+            raise UnknownRelationError(tag, pos, oid)
+        return xid, relation, marker, pos
 
     def _insert(self, data: bytes) -> Insert:
         xid, relation, marker, pos = self._row_head("I", data)

@@ -8,7 +8,7 @@ from typing import Protocol
 
 from bizevents.capture.config import CaptureConfig
 from bizevents.capture.core.capture import CaptureEndpoints
-from bizevents.capture.core.initial import SnapshotTable, SnapshotWriter, write_tables
+from bizevents.capture.core.initial import SnapshotTable, SnapshotWriter, write_snapshot
 from bizevents.capture.postgres import queries as pg
 from bizevents.capture.postgres.codec import TableCodec
 from bizevents.capture.postgres.messages import Relation, format_lsn
@@ -63,9 +63,9 @@ def initial_snapshot(capture: SnapshotHost, snapshot_name: str, point: int) -> N
                 expected=counts[info.oid],
             )
 
-        write_tables(capture, (table(info) for info in infos), tx)
-        conn.commit()
-        tracker.commit(tx, point)
+        write_snapshot(
+            capture, conn, (table(info) for info in infos), tx, lambda t: tracker.commit(t, point)
+        )
     finally:
         conn.close()
     # Done only once every snapshot event is acknowledged.

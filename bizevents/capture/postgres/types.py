@@ -29,6 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from bizevents.capture.core.codec import Converters
 from bizevents.capture.exceptions import UnsupportedTypeError, ValueConversionError
 from bizevents.capture.postgres.messages import Column, Relation, TupleData
 from bizevents.capture.postgres.parsers import (
@@ -165,15 +166,13 @@ _ARRAYS: Final[dict[int, int]] = {
 #: Every built-in type oid (scalars and their arrays) with a mapping here.
 BUILTIN_TYPE_OIDS: Final = frozenset(_SCALARS) | frozenset(_ARRAYS)
 
-#: Converters registered in place of a built-in scalar's (:func:`register_converter`).
-_OVERRIDES: Final[dict[int, Converter]] = {}
-#: How many times :data:`_OVERRIDES` changed (a codec built before is out of date).
-_GENERATION: Final = [0]
+#: Converters registered in place of a built-in scalar's, by oid (:func:`register_converter`).
+_OVERRIDES: Final = Converters[int]()
 
 
 def converters_generation() -> int:
     """A number that changes whenever :func:`register_converter` is called."""
-    return _GENERATION[0]
+    return _OVERRIDES.generation
 
 
 def register_converter(type_name: str, converter: Converter | None) -> None:
@@ -193,11 +192,7 @@ def register_converter(type_name: str, converter: Converter | None) -> None:
     if oid is None:
         known = ", ".join(sorted(s.name for s in _SCALARS.values()))
         raise ValueError(f"{type_name!r} is not a built-in scalar type capture maps ({known})")
-    if converter is None:
-        _OVERRIDES.pop(oid, None)
-    else:
-        _OVERRIDES[oid] = converter
-    _GENERATION[0] += 1
+    _OVERRIDES.register(oid, converter)
 
 
 def numeric_precision_scale(typmod: int) -> tuple[int, int] | None:

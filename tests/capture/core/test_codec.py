@@ -8,7 +8,7 @@ import json
 
 import fastavro
 
-from bizevents.capture.core.codec import RegisteredCodec, encoded_ts
+from bizevents.capture.core.codec import Converters, RegisteredCodec, encoded_ts
 from bizevents.capture.mariadb import types as t
 from bizevents.capture.mariadb.codec import MyTable, MyTableCodec
 from bizevents.capture.mariadb.types import MyColumn
@@ -76,3 +76,15 @@ def test_an_envelope_reads_back_with_the_schema_a_source_registers() -> None:
     assert got["op"] == "u" and got["ts_ms"] == 1234 and got["transaction"] is None
     assert got["before"] == {"id": 1, "v": "old"} and got["after"] == {"id": 1, "v": "new"}
     assert got["source"]["row"] == 3 and got["source"]["table"] == "t"
+
+
+def test_converters_registered_and_removed_each_change_the_generation() -> None:
+    converters = Converters[str]()
+    assert not converters and converters.generation == 0
+    converters.register("enum", str.upper)
+    assert converters.get("enum") is str.upper and converters.get("set") is None
+    assert converters and converters.generation == 1
+    converters.register("enum", None)
+    converters.register("enum", None)  # removing one not registered is no error
+    assert converters.get("enum") is None and not converters
+    assert converters.generation == 3

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from bizevents.capture.core.capture import Stop
-from bizevents.capture.core.initial import SnapshotTable, write_tables
+from bizevents.capture.core.initial import SnapshotTable, write_snapshot, write_tables
 from bizevents.capture.core.offsets import AckTracker, Tx
 from bizevents.capture.metrics import CaptureStats
 
@@ -81,3 +81,17 @@ def test_a_stop_asked_for_ends_the_snapshot_between_batches() -> None:
     with pytest.raises(Stop):
         write_tables(capture, [_table("a", [[1, 2], [3]], last=True)], AckTracker().begin(None))  # type: ignore[arg-type]
     assert [r for _t, r, _s in capture.written] == [1]  # the batch's last row held back
+
+
+def test_the_snapshot_transaction_ends_after_the_rows_and_before_the_commit() -> None:
+    capture = _Capture()
+    tx = AckTracker().begin(None)
+    steps: list[str] = []
+    conn = SimpleNamespace(commit=lambda: steps.append("end read"))
+
+    def commit(committed: Tx) -> None:
+        assert committed is tx
+        steps.append(f"commit after {len(capture.written)} rows")
+
+    write_snapshot(capture, conn, [_table("a", [[1, 2]], last=True)], tx, commit)  # type: ignore[arg-type]
+    assert steps == ["end read", "commit after 2 rows"]

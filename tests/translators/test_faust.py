@@ -1,0 +1,233 @@
+"""The Faust internals the worker's lean path relies on (faust-streaming 0.15.3's private
+attributes, pinned here), and the block acknowledgements into Faust's bookkeeping."""
+
+from __future__ import annotations
+
+import weakref
+from collections import defaultdict
+from dataclasses import dataclass
+from importlib.metadata import version
+from typing import Any
+
+from faust.transport.drivers.aiokafka import Consumer as FaustConsumer
+from faust.types import TP
+from intervaltree import IntervalTree
+
+from bizevents.translators._faust import (
+    PRIVATE_CONSUMER_ATTRIBUTES,
+    BlockAcker,
+    RecordBlock,
+    TablelessManager,
+    bulk_consumer,
+)
+from bizevents.translators.settings import TranslateSettings
+
+# -- the Faust internals the lean path relies on ----------------------------------------------
+
+
+def test_faust_is_the_pinned_version_with_the_private_attributes_used() -> None:
+    """A faust-streaming upgrade must fail here first, not in production."""
+    import faust
+
+    assert version("faust-streaming") == "0.15.3"
+    app = faust.App("test-internals", broker="kafka://127.0.0.1:1", web_enabled=False)
+    consumer = app.consumer
+    for name in PRIVATE_CONSUMER_ATTRIBUTES:
+        assert hasattr(consumer, name), name
+    for method in ("_drain_messages", "_wait_next_records", "perform_seek", "_to_message"):
+        assert callable(getattr(FaustConsumer, method)), method
+    assert hasattr(app.topics, "_tp_index")
+    assert hasattr(app.producer, "_producer")  # bizevents.translators._faust.aiokafka_producer
+    assert hasattr(app, "consumer_generation_id")
+    assert callable(app.tables._update_channels)  # type: ignore[attr-defined]  # bizevents.translators._faust.TablelessManager
+
+
+def test_the_worker_table_manager_starts_without_faust_pause() -> None:
+    """Faust's table manager sleeps 1 s before the consumer may subscribe; the worker's
+    (it has no tables) registers at once and starts the recovery service, as Faust's
+    does after its pause."""
+    import asyncio
+
+    import faust
+
+    app = faust.App(
+        "test-tables",
+        broker="kafka://127.0.0.1:1",
+        web_enabled=False,
+        TableManager=TablelessManager,
+    )
+    manager = app.tables
+    assert isinstance(manager, TablelessManager)
+    slept: list[float] = []
+    started: list[str] = []
+
+    async def sleep(seconds: float, *args: Any, **kwargs: Any) -> None:
+        slept.append(seconds)
+
+    class Recovery:
+        async def start(self) -> None:
+            started.append("recovery")
+
+    manager.sleep = sleep  # type: ignore[method-assign,assignment]
+    manager._recovery = Recovery()  # type: ignore[assignment]
+    app.consumer.assignment = set  # type: ignore[method-assign]  # no partitions to pause
+
+    async def start() -> bool:
+        await manager.on_start()
+        return bool(manager._tables_registered.is_set())
+
+    assert asyncio.run(start()) is True
+    assert slept == []
+    assert started == ["recovery"]
+
+
+def test_the_worker_consumer_holds_empty_fetches_as_configured() -> None:
+    """Faust hard-codes aiokafka's fetch_max_wait_ms to 1,500 ms; the worker's consumer
+    takes ``translate.fetch_max_wait_ms`` instead (held fetches are latency)."""
+    import asyncio
+
+    import faust
+
+    app = faust.App("test-fetch-wait", broker="kafka://127.0.0.1:1", web_enabled=False)
+    app.transport.Consumer = bulk_consumer(frozenset({"shop.public.things"}), 77)
+
+    async def created() -> int:
+        consumer = app.consumer._thread._create_worker_consumer(app.transport)
+        try:
+            return int(consumer._fetch_max_wait_ms)
+        finally:
+            await consumer.stop()
+
+    assert asyncio.run(created()) == 77
+    assert TranslateSettings().fetch_max_wait_ms == 100
+
+
+def _partition_records(topic: str, key_deserializer: Any = None) -> list[Any]:
+    """Three records of ``topic`` read back by aiokafka's own fetch-side reader from a
+    batch its own builder wrote (what a fetch response holds)."""
+    from aiokafka.consumer.fetcher import PartitionRecords
+    from aiokafka.record.default_records import DefaultRecordBatchBuilder
+    from aiokafka.record.memory_records import MemoryRecords
+    from aiokafka.structs import TopicPartition
+
+    builder = DefaultRecordBatchBuilder(2, 0, False, -1, -1, -1, 1 << 20)
+    for i in range(3):
+        builder.append(i, 1_700_000_000_000 + i, f"k{i}".encode(), f"v{i}".encode(), [("h", b"x")])
+    batch = MemoryRecords(bytes(builder.build()))
+    return list(
+        PartitionRecords(TopicPartition(topic, 4), batch, [], 0, key_deserializer, None, False, 0)
+    )
+
+
+def test_the_bulk_topics_records_come_as_aiokafkas_batch_reader_made_them() -> None:
+    """Once a bulk consumer is made, a bulk topic's records are aiokafka's batch reader's
+    own (no ConsumerRecord copy), with what the core and the block runner read; another
+    topic, or a consumer with a deserializer, still gets aiokafka's ConsumerRecord."""
+    import asyncio
+
+    import faust
+    from aiokafka.consumer.fetcher import PartitionRecords
+    from aiokafka.structs import ConsumerRecord
+
+    # the private parts the lean path replaces and reads, on the pinned aiokafka
+    assert version("aiokafka") == "0.14.0"
+    assert PartitionRecords._consumer_record.__code__.co_varnames[:3] == ("self", "tp", "record")
+    app = faust.App("test-bulk-records", broker="kafka://127.0.0.1:1", web_enabled=False)
+    app.transport.Consumer = bulk_consumer(frozenset({"shop.public.bulk"}), 100)
+
+    async def create() -> None:
+        consumer = app.consumer._thread._create_worker_consumer(app.transport)
+        await consumer.stop()
+
+    asyncio.run(create())
+    bulk = _partition_records("shop.public.bulk")
+    assert [type(r) for r in bulk] != [ConsumerRecord] * 3
+    assert [(r.offset, r.timestamp, r.key, r.value) for r in bulk] == [
+        (i, 1_700_000_000_000 + i, f"k{i}".encode(), f"v{i}".encode()) for i in range(3)
+    ]
+    assert [list(r.headers) for r in bulk] == [[("h", b"x")]] * 3
+    other = _partition_records("shop.public.other")
+    assert all(type(r) is ConsumerRecord for r in other)
+    assert [(r.topic, r.partition, r.offset, r.key) for r in other] == [
+        ("shop.public.other", 4, i, f"k{i}".encode()) for i in range(3)
+    ]
+    deserialized = _partition_records("shop.public.bulk", key_deserializer=bytes.decode)
+    assert [(type(r), r.key) for r in deserialized] == [(ConsumerRecord, f"k{i}") for i in range(3)]
+
+
+@dataclass
+class _App:
+    consumer_generation_id: int = 1
+
+
+class FakeConsumer:
+    """The bookkeeping attributes of Faust's consumer, and its own ``_new_offset``."""
+
+    def __init__(self) -> None:
+        self.app = _App()
+        self._acked: dict[TP, list[int]] = defaultdict(list)
+        self._acked_index: dict[TP, set[int]] = defaultdict(set)
+        self._committed_offset: dict[TP, int | None] = defaultdict(lambda: None)
+        self._gap: dict[TP, IntervalTree] = defaultdict(IntervalTree)
+        self._n_acked = 0
+        self._unacked_messages: weakref.WeakSet[Any] = weakref.WeakSet()
+
+    def committable(self, tp: TP) -> int | None:
+        """What Faust would commit now (its own code)."""
+        offset: int | None = FaustConsumer._new_offset(self, tp)  # type: ignore[arg-type]
+        if offset is not None:
+            self._committed_offset[tp] = offset
+        return offset
+
+
+@dataclass
+class _Record:
+    offset: int
+
+
+TP0 = TP("t", 0)
+
+
+def block(offsets: range | list[int], generation: int = 1) -> RecordBlock:
+    return RecordBlock(TP0, [_Record(o) for o in offsets], generation)
+
+
+def test_blocks_acked_in_order_make_their_offsets_committable() -> None:
+    consumer = FakeConsumer()
+    acker = BlockAcker(consumer)
+    first, second = block(range(0, 100)), block(range(100, 250))
+    consumer._unacked_messages.add(first)
+    acker.ack(first)
+    assert first.acked and first not in consumer._unacked_messages
+    assert consumer.committable(TP0) == 100
+    acker.ack(second)
+    assert consumer.committable(TP0) == 250
+    assert consumer._n_acked == 250
+
+
+def test_offsets_the_broker_skipped_do_not_stop_commits() -> None:
+    """A compacted-away range between two blocks is acknowledged with the later block."""
+    consumer = FakeConsumer()
+    acker = BlockAcker(consumer)
+    acker.ack(block([0, 1, 2]))
+    acker.ack(block([10, 11]))  # 3..9 were compacted away
+    assert consumer.committable(TP0) == 12
+
+
+def test_a_new_assignment_starts_at_the_committed_offset() -> None:
+    consumer = FakeConsumer()
+    consumer._committed_offset[TP0] = 40
+    acker = BlockAcker(consumer)
+    acker.ack(block([45, 46]))  # 40..44 compacted away: still committable
+    assert consumer.committable(TP0) == 47
+
+
+def test_a_block_of_an_earlier_generation_is_not_acknowledged() -> None:
+    """After a rebalance its partition may be elsewhere: it is read again instead."""
+    consumer = FakeConsumer()
+    acker = BlockAcker(consumer)
+    old = block(range(0, 10), generation=1)
+    consumer.app.consumer_generation_id = 2
+    assert acker.ack(old) == 0
+    assert old.acked  # Faust's wait_empty must not wait for it
+    assert consumer.committable(TP0) is None

@@ -1,0 +1,77 @@
+"""The transaction worker's member without a broker: its share follows the group's
+assignment, a revocation records the checkpoint of a share in hand (none while a rebuild
+is under way), and each owned virtual partition's checkpoint goes to the state topic."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from bizevents_store.translators import orders_v3
+
+from bizevents.contracts.serde import BusinessSerializer
+from bizevents.translators.assembly import Assembler
+from bizevents.translators.settings import RuntimeSettings, TransactionSettings
+from bizevents.translators.txcheckpoint import POINT, Point, Progress
+from bizevents.translators.txworker import TxWorker
+from tests.translators.txharness import SOURCES, make_plan
+
+N = 4
+
+
+@pytest.fixture
+def member(serializer: BusinessSerializer) -> TxWorker:
+    worker = TxWorker(
+        RuntimeSettings(), TransactionSettings(), make_plan([orders_v3], serializer, N)
+    )
+    checkpoints: list[Any] = []
+
+    async def checkpoint(producer: Any) -> None:
+        checkpoints.append(producer)
+
+    worker._checkpoint = checkpoint  # type: ignore[method-assign]
+    worker.checkpoints = checkpoints  # type: ignore[attr-defined]
+    return worker
+
+
+def test_an_assignment_is_owned_and_asks_for_a_rebuild(member: TxWorker) -> None:
+    asyncio.run(member._assigned([("tx.assemble", 1), ("tx.assemble", 3)]))
+    assert member.owned == frozenset({1, 3}) and member._changed
+    assert not member._revoking
+
+
+def test_a_revocation_records_the_checkpoint_of_the_share_in_hand(member: TxWorker) -> None:
+    member.share.owned = frozenset({0, 2})
+    member.assembler = Assembler(member.plan.core.reads)
+    member._changed = False
+    asyncio.run(member._revoked([("tx.assemble", 0), ("tx.assemble", 2)]))
+    assert member.checkpoints == [None]  # type: ignore[attr-defined]
+    assert member.owned == frozenset() and member._revoking
+
+
+def test_a_revocation_during_a_rebuild_records_nothing(member: TxWorker) -> None:
+    member.share.owned = frozenset({0, 2})
+    member.assembler = Assembler(member.plan.core.reads)
+    member._rebuilding = True
+    asyncio.run(member._revoked([("tx.assemble", 0)]))
+    assert member.checkpoints == []  # type: ignore[attr-defined]
+    assert member.owned == frozenset()
+
+
+def test_each_owned_partition_gets_the_same_checkpoint_in_the_state_topic(
+    member: TxWorker,
+) -> None:
+    member.share.owned = frozenset({3, 1})
+    member.assembler = Assembler(member.plan.core.reads)
+    member._read = Progress({tp: 40 for tp in SOURCES})
+    member._unrecorded = True  # a batch was handled since the last checkpoint
+    sends = member._checkpoints()
+    assert [(topic, key) for topic, _, key, _, _ in sends] == [
+        ("tx.state", POINT + b"1"),
+        ("tx.state", POINT + b"3"),
+    ]
+    point = Point.decode(sends[0][3] or b"")
+    assert point == Point.decode(sends[1][3] or b"")
+    assert point.offsets == {tp: 40 for tp in SOURCES}
+    assert not member._unrecorded
