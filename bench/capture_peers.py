@@ -60,10 +60,8 @@ import argparse
 import json
 import os
 import resource
-import shutil
 import statistics
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -851,7 +849,11 @@ def main() -> None:
     if args.stack_json is not None:
         broker = f"the broker of {args.stack_json}"
 
-    with stack(args) as (endpoints, tmp):
+    with kit.bench_stack("bench-peers-", args.stack_json, mysql=mariadb, broker=args.broker) as (
+        endpoints,
+        tmp,
+        _,
+    ):
         runs: list[dict[str, Figure]] = []
         snaps: list[dict[str, Incremental]] = []
         for i in range(args.runs):
@@ -894,37 +896,6 @@ def main() -> None:
                 p99 = [r["connect"].p99_ms / r["bizevents"].p99_ms for r in snaps]
                 print(f"{'incremental snapshot rows/s':<34}{spread(inc)}")
                 print(f"{'stream p99 during it (theirs/ours)':<34}{spread(p99)}")
-
-
-@contextmanager
-def stack(args: argparse.Namespace) -> Iterator[tuple[Any, Path]]:
-    """The endpoints of ``--stack-json``'s stack, or of a private one on free ports with
-    ``--broker`` (and MariaDB for it), and a scratch folder; both gone on leaving."""
-    from bizevents.devstack import DevStack, Endpoints
-    from bizevents.settings import DevSettings
-
-    tmp = Path(tempfile.mkdtemp(prefix="bench-peers-"))
-    made = None
-    try:
-        if args.stack_json is not None:
-            endpoints = Endpoints(**json.loads(args.stack_json.read_text()))
-        else:
-            settings = DevSettings(
-                broker_port=0,
-                registry_port=0,
-                postgres_port=0,
-                mysql=args.database == "mariadb",
-                mysql_port=0,
-                broker=args.broker,
-            )
-            made = DevStack(tmp / "stack", settings)
-            made.up()
-            endpoints = made.endpoints()
-        yield endpoints, tmp
-    finally:
-        if made is not None:
-            made.down(purge=True)
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":
