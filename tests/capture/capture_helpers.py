@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import psycopg2
-from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from bizevents.capture.config import CaptureConfig
@@ -28,6 +27,7 @@ from bizevents.capture.postgres.runner import CaptureEndpoints, PostgresCapture
 from bizevents.contracts.envelope import ChangeEvent, Tombstone
 from bizevents.contracts.technical import AvroDecoder
 from bizevents.devstack import Endpoints
+from tests.kafka import read_all
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -290,35 +290,8 @@ def read_topic(endpoints: Endpoints, topic: str, timeout: float = 60) -> list[Re
         return schemas[schema_id]
 
     decoder = AvroDecoder(lookup)
-    consumer = Consumer(
-        {
-            "bootstrap.servers": endpoints.bootstrap_servers,
-            "group.id": "unused",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-        }
-    )
-    try:
-        meta = consumer.list_topics(topic, timeout=10).topics[topic]
-        partitions = sorted(meta.partitions)
-        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
-        at_end: set[int] = set()
-        out: list[Record] = []
-        deadline = time.monotonic() + timeout
-        while len(at_end) < len(partitions):
-            assert time.monotonic() < deadline, f"{topic}: no end within {timeout}s"
-            for m in consumer.consume(5000, timeout=1):
-                err = m.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        at_end.add(m.partition())
-                        continue
-                    raise AssertionError(str(err))
-                at_end.discard(m.partition())
-                out.append(Record(m.partition(), m.offset(), decoder.decode(m.key(), m.value())))
-        return out
-    finally:
-        consumer.close()
+    messages = read_all(endpoints.bootstrap_servers, topic, timeout, "read_committed")
+    return [Record(m.partition, m.offset, decoder.decode(m.key, m.value)) for m in messages]
 
 
 def key_of(row: Any) -> tuple[Any, ...]:
