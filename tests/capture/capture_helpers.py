@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +27,7 @@ from bizevents.capture.postgres.runner import CaptureEndpoints, PostgresCapture
 from bizevents.contracts.envelope import ChangeEvent, Tombstone
 from bizevents.contracts.technical import AvroDecoder
 from bizevents.devstack import Endpoints
+from tests.cli import bizevents
 from tests.kafka import read_all
 
 REPO = Path(__file__).resolve().parents[2]
@@ -343,3 +344,22 @@ def committed_change_lsns(
                     lsns |= pending
                 pending = set()
     return lsns
+
+
+def signal_cli(
+    config_file: Path, endpoints: Endpoints, *args: str
+) -> subprocess.CompletedProcess[str]:
+    """``bizevents capture snapshot CONFIG ARGS``, as a user sends a signal."""
+    return bizevents(
+        "capture", "snapshot", str(config_file), *args, env=cli_env(endpoints), cwd=REPO, timeout=60
+    )
+
+
+def wait_for(condition: Callable[[], Any], run: Any, what: str, timeout: float = 120) -> None:
+    """Until ``condition`` holds; the in-process capture's error, should it fail first."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if run.error is not None:
+            raise run.error
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)

@@ -16,7 +16,6 @@ from confluent_kafka import Producer
 
 from bizevents.capture.core.signals import Signal, SignalTopic, new_signal, signal_table_ddl
 from bizevents.contracts.envelope import ChangeEvent
-from bizevents.devstack import Endpoints
 from tests.capture.capture_helpers import (
     REPO,
     Db,
@@ -27,9 +26,11 @@ from tests.capture.capture_helpers import (
     in_process,
     key_of,
     read_topic,
+    signal_cli,
     start_cli,
     terminate,
     wait_confirmed,
+    wait_for,
     wait_snapshot_done,
     write_config,
 )
@@ -95,36 +96,6 @@ def test_a_table_added_later_gets_all_its_rows_under_concurrent_writes(
     assert final_state(records) == source.table_state("b")
     ledger = source.stored_ledger()
     assert ledger is not None and source.table("b") in ledger.tables and not ledger.queue
-
-
-def signal_cli(
-    config_file: Path, endpoints: Endpoints, *args: str
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bizevents",
-            "capture",
-            "snapshot",
-            str(config_file),
-            *args,
-        ],
-        env=cli_env(endpoints),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=REPO,
-    )
-
-
-def wait_for(condition: Any, run: Any, what: str, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if run.error is not None:
-            raise run.error
-        assert time.monotonic() < deadline, what
-        time.sleep(0.05)
 
 
 def test_an_on_demand_snapshot_under_updates_can_be_paused_and_resumed(
