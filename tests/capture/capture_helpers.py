@@ -72,6 +72,27 @@ class Db:
         return f"{self.server}.{self.schema}.{table}"
 
 
+def drop_slots(cur: Any, like: str) -> None:
+    """Drop the replication slots named ``like`` (SQL LIKE). The walsender of a
+    replication connection exits after its client closed it, not with it: wait until
+    the slots are free first."""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        cur.execute(
+            "SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE %s "
+            "AND active_pid IS NOT NULL",
+            (like,),
+        )
+        if not cur.fetchone()[0]:
+            break
+        time.sleep(0.2)
+    cur.execute(
+        "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+        "WHERE slot_name LIKE %s AND active_pid IS NULL",
+        (like,),
+    )
+
+
 @contextmanager
 def database(endpoints: Endpoints) -> Iterator[Db]:
     """A fresh schema; afterwards its slots (``<slot>*``), publication and schema go."""
@@ -83,21 +104,8 @@ def database(endpoints: Endpoints) -> Iterator[Db]:
     try:
         yield db
     finally:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            active = db.sql(
-                "SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE %s "
-                "AND active_pid IS NOT NULL",
-                (db.slot + "%",),
-            )[0][0]
-            if not active:
-                break
-            time.sleep(0.2)
-        db.sql(
-            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-            "WHERE slot_name LIKE %s AND active_pid IS NULL",
-            (db.slot + "%",),
-        )
+        with conn.cursor() as cur:
+            drop_slots(cur, db.slot + "%")
         db.sql(f"DROP PUBLICATION IF EXISTS {db.publication}")
         db.sql(f"DROP SCHEMA IF EXISTS {db.schema} CASCADE")
         conn.close()
