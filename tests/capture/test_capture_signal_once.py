@@ -6,7 +6,7 @@ state folder carries none of them out again (real PostgreSQL, MariaDB and broker
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -60,12 +60,6 @@ def _nothing_again(run: Any, caught_up: Callable[[], None], how: str) -> None:
     run.stop()
 
 
-@pytest.fixture
-def pg(bizevents_stack: Endpoints) -> Iterator[pgh.Db]:
-    with pgh.database(bizevents_stack) as made:
-        yield made
-
-
 def test_postgres_signals_are_carried_out_once(pg: pgh.Db, tmp_path: Path) -> None:
     s = pg.schema
     for t in ("a", "b"):
@@ -104,12 +98,6 @@ def test_postgres_signals_are_carried_out_once(pg: pgh.Db, tmp_path: Path) -> No
 
             _nothing_again(again, caught_up, how)
     assert {t: _incremental(pg.endpoints, pg.topic(t)) for t in ("a", "b")} == counts
-
-
-@pytest.fixture
-def my(bizevents_mysql: str, bizevents_stack: Endpoints) -> Iterator[myh.MyDb]:
-    with myh.mysql_database(bizevents_mysql, bizevents_stack) as database:
-        yield database
 
 
 @pytest.mark.mysql
