@@ -54,6 +54,15 @@ def assert_no_snapshot_row_older_than_the_stream(records: list[Record]) -> None:
         last[k] = v
 
 
+def _incremental_rows(records: list[Record]) -> list[ChangeEvent]:
+    """The change events an incremental snapshot wrote."""
+    return [
+        r.decoded
+        for r in records
+        if isinstance(r.decoded, ChangeEvent) and r.decoded.source.snapshot_raw == "incremental"
+    ]
+
+
 def test_a_table_added_later_gets_all_its_rows_under_concurrent_writes(
     source: Source, tmp_path: Path
 ) -> None:
@@ -73,12 +82,12 @@ def test_a_table_added_later_gets_all_its_rows_under_concurrent_writes(
         source.writer("b", 22_000, seed=5) as writer,
         source.in_process(config, tmp_path) as run,
     ):
-        deadline = time.monotonic() + 180
-        while source.table("b") not in run.runner.ledger.tables:
-            if run.error is not None:
-                raise run.error
-            assert time.monotonic() < deadline, "the incremental snapshot did not finish"
-            time.sleep(0.1)
+        wait_for(
+            lambda: source.table("b") in run.runner.ledger.tables,
+            run,
+            "the incremental snapshot did not finish",
+            180,
+        )
         time.sleep(0.5)
         writer.stop.set()
         writer.thread.join(30)
@@ -136,11 +145,7 @@ def test_an_on_demand_snapshot_under_updates_can_be_paused_and_resumed(
         run.stop()
     assert writer.writes > 500
     records = read_topic(db.endpoints, db.topic("t"))
-    incremental = [
-        r.decoded
-        for r in records
-        if isinstance(r.decoded, ChangeEvent) and r.decoded.source.snapshot_raw == "incremental"
-    ]
+    incremental = _incremental_rows(records)
     assert incremental and all(int(e.after["id"]) > 5000 for e in incremental if e.after)
     assert len(incremental) >= 15_000 - writer.writes
     assert_no_snapshot_row_older_than_the_stream(records)
@@ -330,12 +335,11 @@ def test_mariadb_signal_table_snapshots_with_a_condition_and_refuses_bad_signals
             new_signal("execute-snapshot", (f"{db.name}.b",), "id > 500"),
         ):
             db.sql("INSERT INTO sig VALUES (%s, %s, %s)", sig.to_row())
-        deadline = time.monotonic() + 120
-        while ledger.queue or run.stats.signals_refused < 2:
-            if run.error is not None:
-                raise run.error
-            assert time.monotonic() < deadline, "the snapshot did not end"
-            time.sleep(0.1)
+
+        def ended() -> bool:
+            return not ledger.queue and run.stats.signals_refused >= 2
+
+        wait_for(ended, run, "the snapshot did not end")
         time.sleep(0.3)
         writer.stop.set()
         writer.thread.join(30)
@@ -343,11 +347,7 @@ def test_mariadb_signal_table_snapshots_with_a_condition_and_refuses_bad_signals
         run.stop()
     assert run.stats.signals_refused == 2
     records = read_topic(db.endpoints, db.topic("b"))
-    incremental = [
-        r.decoded
-        for r in records
-        if isinstance(r.decoded, ChangeEvent) and r.decoded.source.snapshot_raw == "incremental"
-    ]
+    incremental = _incremental_rows(records)
     assert incremental and all(int(e.after["id"]) > 500 for e in incremental if e.after)
     assert_no_snapshot_row_older_than_the_stream(records)
     assert final_state(records) == source.table_state("b")
