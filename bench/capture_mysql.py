@@ -21,7 +21,6 @@ ratios to the target (25,000 rows/s) and to read + decode.
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import statistics
 import sys
@@ -191,16 +190,8 @@ def one_run(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--changes", type=int, default=200_000)
-    parser.add_argument("--tx-rows", type=int, default=1_000)
+    parser = kit.capture_parser(__doc__ or "")
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--profile", type=Path, help="write a cProfile of the last capture run")
-    parser.add_argument(
-        "--no-transaction-metadata",
-        action="store_true",
-        help="capture without transaction blocks and BEGIN/END records (the cost of them)",
-    )
     kit.broker_option(parser)
     args = parser.parse_args()
     if args.broker == "both":

@@ -14,7 +14,6 @@ the target (25,000 changes/s) and to pg_recvlogical (target ≥ 0.6).
 
 from __future__ import annotations
 
-import argparse
 import glob
 import os
 import resource
@@ -53,17 +52,9 @@ def cpu_seconds() -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--changes", type=int, default=200_000)
-    parser.add_argument("--tx-rows", type=int, default=1_000)
+    parser = kit.capture_parser(__doc__)
     parser.add_argument("--partitions", type=int, default=3)
     parser.add_argument("--stack-json", type=Path, help="endpoints of a running stack")
-    parser.add_argument("--profile", type=Path, help="write a cProfile of the capture run")
-    parser.add_argument(
-        "--no-transaction-metadata",
-        action="store_true",
-        help="capture without transaction blocks and BEGIN/END records (the cost of them)",
-    )
     parser.add_argument(
         "--runs", type=int, default=3, help="with a choice of both: runs with each choice"
     )

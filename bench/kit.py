@@ -250,6 +250,20 @@ def snapshot_parser(doc: str, rows: int, rate: int, load_s: float) -> argparse.A
     return parser
 
 
+def capture_parser(doc: str) -> argparse.ArgumentParser:
+    """The options both capture benches take."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--changes", type=int, default=200_000)
+    parser.add_argument("--tx-rows", type=int, default=1_000)
+    parser.add_argument("--profile", type=Path, help="write a cProfile of the capture run")
+    parser.add_argument(
+        "--no-transaction-metadata",
+        action="store_true",
+        help="capture without transaction blocks and BEGIN/END records (the cost of them)",
+    )
+    return parser
+
+
 def each_run(count: int, one_run: Callable[[int], dict[str, float]]) -> list[dict[str, float]]:
     """``one_run(n)`` for n in range(count), each run's figures printed as it ends."""
     runs = []

@@ -361,6 +361,25 @@ class PlacedReader:
         self.consumer.close()
 
 
+def worker_env(
+    bootstrap: str, registry_url: str, server: str, tag: str, transactions: int
+) -> dict[str, str]:
+    """A transaction worker's environment: orders@3 over ``server``'s topics."""
+    return {
+        **os.environ,
+        "BIZEVENTS_KAFKA__BOOTSTRAP_SERVERS": bootstrap,
+        "BIZEVENTS_REGISTRY__URL": registry_url,
+        "BIZEVENTS_TRANSLATORS": json.dumps({"orders": 3}),
+        "BIZEVENTS_TRANSLATE__TOPIC_PREFIX": server,
+        "BIZEVENTS_TRANSLATE__DEAD_LETTER_TOPIC": f"bench.dead-letter.{tag}",
+        "BIZEVENTS_LOG_FORMAT": "json",
+        "BIZEVENTS_LOG_LEVEL": "INFO",
+        # the whole backlog may be open at once while the worker catches up: the bench
+        # measures the rate, not the limit (docs/transactions.md, "Limits")
+        "BIZEVENTS_TRANSACTIONS__MAX_OPEN": str(transactions + 1),
+    }
+
+
 def cpu_seconds(pid: int) -> float:
     """User and system CPU time of a process so far (Linux /proc)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -520,19 +539,7 @@ def through_kafka(
     for copy in copies:
         fill_technical(bootstrap, registry_url, copy, transactions)
         lines.append(f"the same under {copy}, for the ceiling")
-    env = {
-        **os.environ,
-        "BIZEVENTS_KAFKA__BOOTSTRAP_SERVERS": bootstrap,
-        "BIZEVENTS_REGISTRY__URL": registry_url,
-        "BIZEVENTS_TRANSLATORS": json.dumps({"orders": 3}),
-        "BIZEVENTS_TRANSLATE__TOPIC_PREFIX": server,
-        "BIZEVENTS_TRANSLATE__DEAD_LETTER_TOPIC": f"bench.dead-letter.{tag}",
-        "BIZEVENTS_LOG_FORMAT": "json",
-        "BIZEVENTS_LOG_LEVEL": "INFO",
-        # the whole backlog may be open at once while the worker catches up: the bench
-        # measures the rate, not the limit (docs/transactions.md, "Limits")
-        "BIZEVENTS_TRANSACTIONS__MAX_OPEN": str(transactions + 1),
-    }
+    env = worker_env(bootstrap, registry_url, server, tag, transactions)
     reader = PlacedReader(bootstrap, server)
     others = [*stack_pids, os.getpid()]
     rates: dict[str, float] = {}

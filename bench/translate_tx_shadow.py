@@ -123,7 +123,7 @@ def through_kafka(transactions: int, runs: int) -> None:
     """Alternate runs of one transaction worker without and with the shadow."""
     import uuid
 
-    from translate_tx import PlacedReader, fill_technical, run_workers
+    from translate_tx import PlacedReader, fill_technical, run_workers, worker_env
 
     from bizevents.devstack import DevStack
     from bizevents.settings import DevSettings
@@ -145,15 +145,8 @@ def through_kafka(transactions: int, runs: int) -> None:
         changes = fill_technical(bootstrap, registry_url, server, transactions)
         reader = PlacedReader(bootstrap, server)
         env = {
-            **os.environ,
+            **worker_env(bootstrap, registry_url, server, tag, transactions),
             "PYTHONPATH": os.pathsep.join([str(plugins), os.environ.get("PYTHONPATH", "")]),
-            "BIZEVENTS_KAFKA__BOOTSTRAP_SERVERS": bootstrap,
-            "BIZEVENTS_REGISTRY__URL": registry_url,
-            "BIZEVENTS_TRANSLATORS": json.dumps({"orders": 3}),
-            "BIZEVENTS_TRANSLATE__TOPIC_PREFIX": server,
-            "BIZEVENTS_TRANSLATE__DEAD_LETTER_TOPIC": f"bench.dead-letter.{tag}",
-            "BIZEVENTS_LOG_FORMAT": "json",
-            "BIZEVENTS_TRANSACTIONS__MAX_OPEN": str(transactions + 1),
         }
         rates: dict[bool, list[float]] = {False: [], True: []}
         per_cpu: dict[bool, list[float]] = {False: [], True: []}

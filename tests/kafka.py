@@ -78,9 +78,11 @@ class Message:
         )
 
 
-def read_all(bootstrap: str, topic: str, timeout: float = 30) -> list[Message]:
+def read_all(
+    bootstrap: str, topic: str, timeout: float = 30, isolation: str = "read_uncommitted"
+) -> list[Message]:
     """Every record of ``topic`` to the end of each partition."""
-    consumer = end_reader(bootstrap, "unused", **{"isolation.level": "read_uncommitted"})
+    consumer = end_reader(bootstrap, "unused", **{"isolation.level": isolation})
     try:
         meta = consumer.list_topics(topic, timeout=10).topics[topic]
         partitions = sorted(meta.partitions)

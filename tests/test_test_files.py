@@ -27,8 +27,15 @@ WITHOUT_TEST_FILE: dict[str, str] = {
     "__init__.py": "the plugin author's face, names loaded when first used: "
     "tests/translators/test_api.py, tests/packaging/test_wheel.py",
     "__main__.py": "runs the CLI; the CLI tests run it as `python -m bizevents`",
-    "capture/*": "capture's rooms are being regrouped by source (issue 43); its test files "
-    "follow the rooms (tests/capture/core/, postgres/, mariadb/)",
+    "capture/exceptions.py": "the errors' sentences, met by the codec and stream tests: "
+    "tests/capture/postgres/test_pgoutput.py, test_types.py, test_runner.py",
+    "capture/postgres/messages.py": "pgoutput's message types, built by the decoder: "
+    "tests/capture/postgres/test_pgoutput.py, test_pgoutput_live.py",
+    "capture/postgres/parsers.py": "the text forms of PostgreSQL's types: "
+    "tests/capture/postgres/test_types.py",
+    "capture/verifylag.py": "verify's wait for capture to catch up, run whole by "
+    "tests/capture/test_verify_lag.py",
+    "capture/verifytables.py": "verify's table reads, run by tests/capture/test_verify*.py",
     "cli/*": "each command group is tested through the command: tests/bizevents/test_cli_*.py "
     "and tests/integration/test_*_cli.py",
     "demo/*": "the demo runs whole in tests/integration/test_demo.py and test_demo_story.py",

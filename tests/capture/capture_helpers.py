@@ -10,14 +10,13 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import psycopg2
-from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from bizevents.capture.config import CaptureConfig
@@ -28,6 +27,8 @@ from bizevents.capture.postgres.runner import CaptureEndpoints, PostgresCapture
 from bizevents.contracts.envelope import ChangeEvent, Tombstone
 from bizevents.contracts.technical import AvroDecoder
 from bizevents.devstack import Endpoints
+from tests.cli import bizevents
+from tests.kafka import read_all
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -71,6 +72,27 @@ class Db:
         return f"{self.server}.{self.schema}.{table}"
 
 
+def drop_slots(cur: Any, like: str) -> None:
+    """Drop the replication slots named ``like`` (SQL LIKE). The walsender of a
+    replication connection exits after its client closed it, not with it: wait until
+    the slots are free first."""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        cur.execute(
+            "SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE %s "
+            "AND active_pid IS NOT NULL",
+            (like,),
+        )
+        if not cur.fetchone()[0]:
+            break
+        time.sleep(0.2)
+    cur.execute(
+        "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+        "WHERE slot_name LIKE %s AND active_pid IS NULL",
+        (like,),
+    )
+
+
 @contextmanager
 def database(endpoints: Endpoints) -> Iterator[Db]:
     """A fresh schema; afterwards its slots (``<slot>*``), publication and schema go."""
@@ -82,21 +104,8 @@ def database(endpoints: Endpoints) -> Iterator[Db]:
     try:
         yield db
     finally:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            active = db.sql(
-                "SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE %s "
-                "AND active_pid IS NOT NULL",
-                (db.slot + "%",),
-            )[0][0]
-            if not active:
-                break
-            time.sleep(0.2)
-        db.sql(
-            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-            "WHERE slot_name LIKE %s AND active_pid IS NULL",
-            (db.slot + "%",),
-        )
+        with conn.cursor() as cur:
+            drop_slots(cur, db.slot + "%")
         db.sql(f"DROP PUBLICATION IF EXISTS {db.publication}")
         db.sql(f"DROP SCHEMA IF EXISTS {db.schema} CASCADE")
         conn.close()
@@ -290,35 +299,8 @@ def read_topic(endpoints: Endpoints, topic: str, timeout: float = 60) -> list[Re
         return schemas[schema_id]
 
     decoder = AvroDecoder(lookup)
-    consumer = Consumer(
-        {
-            "bootstrap.servers": endpoints.bootstrap_servers,
-            "group.id": "unused",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-        }
-    )
-    try:
-        meta = consumer.list_topics(topic, timeout=10).topics[topic]
-        partitions = sorted(meta.partitions)
-        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
-        at_end: set[int] = set()
-        out: list[Record] = []
-        deadline = time.monotonic() + timeout
-        while len(at_end) < len(partitions):
-            assert time.monotonic() < deadline, f"{topic}: no end within {timeout}s"
-            for m in consumer.consume(5000, timeout=1):
-                err = m.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        at_end.add(m.partition())
-                        continue
-                    raise AssertionError(str(err))
-                at_end.discard(m.partition())
-                out.append(Record(m.partition(), m.offset(), decoder.decode(m.key(), m.value())))
-        return out
-    finally:
-        consumer.close()
+    messages = read_all(endpoints.bootstrap_servers, topic, timeout, "read_committed")
+    return [Record(m.partition, m.offset, decoder.decode(m.key, m.value)) for m in messages]
 
 
 def key_of(row: Any) -> tuple[Any, ...]:
@@ -370,3 +352,22 @@ def committed_change_lsns(
                     lsns |= pending
                 pending = set()
     return lsns
+
+
+def signal_cli(
+    config_file: Path, endpoints: Endpoints, *args: str
+) -> subprocess.CompletedProcess[str]:
+    """``bizevents capture snapshot CONFIG ARGS``, as a user sends a signal."""
+    return bizevents(
+        "capture", "snapshot", str(config_file), *args, env=cli_env(endpoints), cwd=REPO, timeout=60
+    )
+
+
+def wait_for(condition: Callable[[], Any], run: Any, what: str, timeout: float = 120) -> None:
+    """Until ``condition`` holds; the in-process capture's error, should it fail first."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if run.error is not None:
+            raise run.error
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)

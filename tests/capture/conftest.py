@@ -1,5 +1,5 @@
-"""The capture tests' database: one per test, on the source the test is marked for, or
-on each source in turn (``source``)."""
+"""The capture tests' database: one per test, on the source the test is marked for, on
+each source in turn (``source``), or on the one it names (``pg``, ``my``)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from bizevents.devstack import Endpoints
-from tests.capture.capture_helpers import database
-from tests.capture.mysql_helpers import mysql_database
+from tests.capture.capture_helpers import Db, database
+from tests.capture.mysql_helpers import MyDb, mysql_database
 from tests.capture.sources import MySource, PgSource, Source
 
 
@@ -24,6 +24,20 @@ def db(request: pytest.FixtureRequest, bizevents_stack: Endpoints) -> Iterator[A
     else:
         with database(bizevents_stack) as made:
             yield made
+
+
+@pytest.fixture
+def pg(bizevents_stack: Endpoints) -> Iterator[Db]:
+    """A fresh schema on the stack's PostgreSQL, for a test that names its source."""
+    with database(bizevents_stack) as made:
+        yield made
+
+
+@pytest.fixture
+def my(bizevents_mysql: str, bizevents_stack: Endpoints) -> Iterator[MyDb]:
+    """A fresh database on the session's MariaDB, for a test that names its source."""
+    with mysql_database(bizevents_mysql, bizevents_stack) as made:
+        yield made
 
 
 @pytest.fixture(params=["postgres", pytest.param("mariadb", marks=pytest.mark.mysql)])

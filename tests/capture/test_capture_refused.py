@@ -6,7 +6,7 @@ becomes one log sentence and a dead letter while capture goes on."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +14,7 @@ import pytest
 import structlog
 from confluent_kafka.admin import AdminClient, ConfigResource
 
+from bizevents.capture.config import CaptureConfig
 from bizevents.contracts.envelope import ChangeEvent
 from bizevents.devstack import Endpoints
 from tests.capture.capture_helpers import Db, capture_endpoints, database, in_process, read_topic
@@ -69,10 +70,12 @@ def test_a_snapshot_dead_letter_without_a_key_is_taken(db: Db, tmp_path: Path) -
     assert dead["bizevents.source.position"] == b"snapshot"
 
 
-def test_a_truncate_is_skipped_by_default_and_capture_goes_on(db: Db, tmp_path: Path) -> None:
+def _truncate_between_two_inserts(
+    db: Db, config: CaptureConfig, tmp_path: Path
+) -> list[MutableMapping[str, Any]]:
+    """Table ``t`` gets 1, a TRUNCATE, then 2, under capture; what capture logged."""
     s = db.schema
     db.sql(f"CREATE TABLE {s}.t (id int PRIMARY KEY)")
-    config = db.config(["t"], partitions=2)
     with (
         structlog.testing.capture_logs() as logs,
         in_process(config, capture_endpoints(db.endpoints, tmp_path)) as run,
@@ -84,6 +87,12 @@ def test_a_truncate_is_skipped_by_default_and_capture_goes_on(db: Db, tmp_path: 
         run.wait_acked(db.wal_lsn(), timeout=30)
         run.stop()
     assert _ids(db, "t") == [1, 2]
+    return logs
+
+
+def test_a_truncate_is_skipped_by_default_and_capture_goes_on(db: Db, tmp_path: Path) -> None:
+    config = db.config(["t"], partitions=2)
+    logs = _truncate_between_two_inserts(db, config, tmp_path)
     records = read_topic(db.endpoints, db.topic("t"))
     assert not [r for r in records if isinstance(r.decoded, ChangeEvent) and r.decoded.op == "t"]
     assert [e["event"] for e in logs if "TRUNCATE" in e["event"]] == [
@@ -94,20 +103,8 @@ def test_a_truncate_is_skipped_by_default_and_capture_goes_on(db: Db, tmp_path: 
 def test_a_record_the_broker_refuses_becomes_a_dead_letter(db: Db, tmp_path: Path) -> None:
     """``truncate_events = true`` on a compacted topic: Kafka refuses each keyless
     truncate event for good; each is said once and dead-lettered, and capture goes on."""
-    s = db.schema
-    db.sql(f"CREATE TABLE {s}.t (id int PRIMARY KEY)")
     config = db.config(["t"], partitions=2, truncate_events=True)
-    with (
-        structlog.testing.capture_logs() as logs,
-        in_process(config, capture_endpoints(db.endpoints, tmp_path)) as run,
-    ):
-        run.wait_snapshot(timeout=30)
-        db.sql(f"INSERT INTO {s}.t VALUES (1)")
-        db.sql(f"TRUNCATE {s}.t")
-        db.sql(f"INSERT INTO {s}.t VALUES (2)")
-        run.wait_acked(db.wal_lsn(), timeout=30)
-        run.stop()
-    assert _ids(db, "t") == [1, 2]
+    logs = _truncate_between_two_inserts(db, config, tmp_path)
     refused = [e for e in logs if e["event"].startswith("Kafka refused a record for good")]
     assert len(refused) == 2  # one truncate event per partition
     assert all(e["topic"] == db.topic("t") for e in refused)

@@ -6,7 +6,7 @@ state folder carries none of them out again (real PostgreSQL, MariaDB and broker
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,15 +44,6 @@ def _send(endpoints: Endpoints, config: CaptureConfig, table: str) -> None:
     assert producer.flush(10) == 0
 
 
-def _until(done: Callable[[], bool], run: Any, what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not done():
-        if run.error is not None:
-            raise run.error
-        assert time.monotonic() < deadline, what
-        time.sleep(0.05)
-
-
 def _snapshotted(run: Any, table: str) -> Callable[[], bool]:
     return lambda: run.stats.incremental_rows.get(table) == ROWS and not run.runner.ledger.queue
 
@@ -69,12 +60,6 @@ def _nothing_again(run: Any, caught_up: Callable[[], None], how: str) -> None:
     run.stop()
 
 
-@pytest.fixture
-def pg(bizevents_stack: Endpoints) -> Iterator[pgh.Db]:
-    with pgh.database(bizevents_stack) as made:
-        yield made
-
-
 def test_postgres_signals_are_carried_out_once(pg: pgh.Db, tmp_path: Path) -> None:
     s = pg.schema
     for t in ("a", "b"):
@@ -85,12 +70,12 @@ def test_postgres_signals_are_carried_out_once(pg: pgh.Db, tmp_path: Path) -> No
     with pgh.in_process(config, pgh.capture_endpoints(pg.endpoints, tmp_path / "first")) as run:
         run.wait_snapshot()
         _send(pg.endpoints, config, f"{s}.a")
-        _until(_snapshotted(run, f"{s}.a"), run, "the topic's signal was not carried out")
+        pgh.wait_for(_snapshotted(run, f"{s}.a"), run, "the topic's signal was not carried out")
         pg.sql(
             f"INSERT INTO {s}.sig VALUES (%s, %s, %s)",
             new_signal("execute-snapshot", (f"{s}.b",)).to_row(),
         )
-        _until(_snapshotted(run, f"{s}.b"), run, "the table's signal was not carried out")
+        pgh.wait_for(_snapshotted(run, f"{s}.b"), run, "the table's signal was not carried out")
         run.wait_acked(pg.wal_lsn())
         run.stop()
     counts = {t: _incremental(pg.endpoints, pg.topic(t)) for t in ("a", "b")}
@@ -115,12 +100,6 @@ def test_postgres_signals_are_carried_out_once(pg: pgh.Db, tmp_path: Path) -> No
     assert {t: _incremental(pg.endpoints, pg.topic(t)) for t in ("a", "b")} == counts
 
 
-@pytest.fixture
-def my(bizevents_mysql: str, bizevents_stack: Endpoints) -> Iterator[myh.MyDb]:
-    with myh.mysql_database(bizevents_mysql, bizevents_stack) as database:
-        yield database
-
-
 @pytest.mark.mysql
 def test_mariadb_signals_are_carried_out_once(my: myh.MyDb, tmp_path: Path) -> None:
     for t in ("a", "b"):
@@ -131,13 +110,17 @@ def test_mariadb_signals_are_carried_out_once(my: myh.MyDb, tmp_path: Path) -> N
     with myh.in_process(config, my.capture_endpoints(tmp_path / "first")) as run:
         run.wait_snapshot()
         _send(my.endpoints, config, f"{my.name}.a")
-        _until(_snapshotted(run, f"{my.name}.a"), run, "the topic's signal was not carried out")
+        pgh.wait_for(
+            _snapshotted(run, f"{my.name}.a"), run, "the topic's signal was not carried out"
+        )
         before_row = my.binlog_end()
         my.sql(
             "INSERT INTO sig VALUES (%s, %s, %s)",
             new_signal("execute-snapshot", (f"{my.name}.b",)).to_row(),
         )
-        _until(_snapshotted(run, f"{my.name}.b"), run, "the table's signal was not carried out")
+        pgh.wait_for(
+            _snapshotted(run, f"{my.name}.b"), run, "the table's signal was not carried out"
+        )
         run.wait_position(my.binlog_end())
         run.stop()
     counts = {t: _incremental(my.endpoints, my.topic(t)) for t in ("a", "b")}

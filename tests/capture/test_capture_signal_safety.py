@@ -22,12 +22,12 @@ from tests.capture.capture_helpers import (
     capture_endpoints,
     in_process,
     read_topic,
+    signal_cli,
     start_cli,
     terminate,
     wait_snapshot_done,
     write_config,
 )
-from tests.capture.core.test_incremental import signal_cli
 from tests.capture.signal_fuzz import (
     TopicEnd,
     bad_records,

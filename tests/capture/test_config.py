@@ -7,7 +7,6 @@ MariaDB, broker and registry)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -97,12 +96,6 @@ def _redriven(endpoints: Endpoints, topic: str) -> None:
     assert all("v" not in r for r in rows)
 
 
-@pytest.fixture
-def pg(bizevents_stack: Endpoints) -> Iterator[pgh.Db]:
-    with pgh.database(bizevents_stack) as made:
-        yield made
-
-
 @pytest.mark.integration
 @pytest.mark.parametrize("mode", ["dead-letter", "park"])
 def test_postgres_dead_letters_and_parked_records_hold_no_excluded_column(
@@ -154,12 +147,6 @@ def test_postgres_dead_letters_and_parked_records_hold_no_excluded_column(
         finally:
             register_pg_converter("numeric", None)
         _redriven(pg.endpoints, pg.topic("t"))
-
-
-@pytest.fixture
-def my(bizevents_mysql: str, bizevents_stack: Endpoints) -> Iterator[myh.MyDb]:
-    with myh.mysql_database(bizevents_mysql, bizevents_stack) as database:
-        yield database
 
 
 @pytest.mark.integration

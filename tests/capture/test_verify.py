@@ -42,6 +42,27 @@ def verify(
     )
 
 
+def found_differences(
+    found: subprocess.CompletedProcess[str],
+    inserted: list[int],
+    updated: list[int],
+    deleted: list[int],
+) -> list[str]:
+    """Verify exited 1 naming each key of the gap; its output's lines."""
+    assert found.returncode == 1, found.stdout + found.stderr
+    assert "Traceback" not in found.stderr
+    lines = [line.strip() for line in found.stdout.splitlines()]
+    expected = (
+        [f"missing id={i}:" for i in inserted]
+        + [f"differs id={i}:" for i in updated]
+        + [f"extra id={i}:" for i in deleted]
+    )
+    for start in expected:
+        assert any(line.startswith(start) for line in lines), (start, found.stdout)
+    assert f"{len(expected)} differences" in found.stdout, found.stdout
+    return lines
+
+
 def changed_between(line: str) -> tuple[int | None, int]:
     """From a difference's line: the LSN of the topic's last record of the key (``None``
     when that record has none) and the database's LSN of the comparison."""
@@ -133,14 +154,7 @@ def test_verify_finds_every_key_of_a_planted_gap_and_repair_closes_it(
         assert repaired.returncode == 1 and "repair: signal" in repaired.stdout, repaired.stdout
         # The repair's condition, as a signal carries it (bizevents.capture.core.filters).
         assert "id >= '1' AND id <= '500'" in repaired.stdout
-        ledger = run.runner.ledger
-        deadline = 60.0
-        start = time.monotonic()
-        while not ledger.queue and time.monotonic() - start < deadline:
-            time.sleep(0.1)
-        while ledger.queue and time.monotonic() - start < deadline:
-            time.sleep(0.1)
-        assert not ledger.queue, "the repair's snapshot did not run"
+        wait_repaired(run)
         run.wait_acked(db.wal_lsn())
         after = verify(config_file, db, "--chunk-rows", "500")
         assert after.returncode == 0, after.stdout + after.stderr
@@ -195,17 +209,7 @@ def test_verify_finds_the_rows_changed_while_capture_was_stopped_and_its_slot_dr
         assert db.confirmed() > 0, "capture did not create its new slot"
 
         found = verify(config_file, db, "--chunk-rows", "500", "--rechecks", "1")
-        assert found.returncode == 1, found.stdout + found.stderr
-        assert "Traceback" not in found.stderr
-        lines = [line.strip() for line in found.stdout.splitlines()]
-        expected = (
-            [f"missing id={i}:" for i in inserted]
-            + [f"differs id={i}:" for i in updated]
-            + [f"extra id={i}:" for i in deleted]
-        )
-        for start in expected:
-            assert any(line.startswith(start) for line in lines), (start, found.stdout)
-        assert f"{len(expected)} differences" in found.stdout, found.stdout
+        lines = found_differences(found, inserted, updated, deleted)
         assert "2004 rows in 5 chunks" in found.stdout, found.stdout
         # Each key with the positions between which it changed: the topic's last record
         # of it (the snapshot's, before the slot was dropped) and the database's read.

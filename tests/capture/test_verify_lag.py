@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -103,12 +102,6 @@ def _lag_is_not_loss(
     assert len(read_to_end(kafka, topic)) == records, "a repair wrote to the topic"
 
 
-@pytest.fixture
-def pg(bizevents_stack: Endpoints) -> Iterator[pgh.Db]:
-    with pgh.database(bizevents_stack) as made:
-        yield made
-
-
 @pytest.mark.integration
 def test_postgres_verify_tells_a_stopped_capture_from_a_gap(pg: pgh.Db, tmp_path: Path) -> None:
     s = pg.schema
@@ -136,12 +129,6 @@ def test_postgres_verify_tells_a_stopped_capture_from_a_gap(pg: pgh.Db, tmp_path
     assert passed.returncode == 0, passed.stdout + passed.stderr
     assert "500 rows in 1 chunks, 500 keys" in passed.stdout, passed.stdout
     assert "the topic holds the table" in passed.stdout
-
-
-@pytest.fixture
-def my(bizevents_mysql: str, bizevents_stack: Endpoints) -> Iterator[myh.MyDb]:
-    with myh.mysql_database(bizevents_mysql, bizevents_stack) as database:
-        yield database
 
 
 @pytest.mark.integration

@@ -104,17 +104,22 @@ def test_a_keyless_record_on_a_compacted_topic(
     assert answers == on(broker, [KafkaError.INVALID_RECORD] * 3, [None] * 3)
 
 
-def test_list_offsets_latest_of_multi_record_batches(
-    broker: str, bootstrap: str, unique_topic: Callable[[str], str]
-) -> None:
-    """Two batches of 100 records: Kafka's ListOffsets(latest) is 200, Tansu's 101."""
-    topic = unique_topic("listoffsets")
+def _two_batches_of_100(bootstrap: str, topic: str) -> None:
+    """A new one-partition ``topic`` with two batches of 100 records."""
     create_topic(bootstrap, topic, 1)
     for _ in range(2):
         producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 100})
         for i in range(100):
             producer.produce(topic, key=b"k", value=str(i).encode(), partition=0)
         assert producer.flush(30) == 0
+
+
+def test_list_offsets_latest_of_multi_record_batches(
+    broker: str, bootstrap: str, unique_topic: Callable[[str], str]
+) -> None:
+    """Two batches of 100 records: Kafka's ListOffsets(latest) is 200, Tansu's 101."""
+    topic = unique_topic("listoffsets")
+    _two_batches_of_100(bootstrap, topic)
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused"})
     try:
         _, listed = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
@@ -281,12 +286,7 @@ def test_the_replay_planner_takes_ends_from_list_offsets_where_they_are_exact(
     from bizevents.replay.plan import Planner
 
     topic = unique_topic("plan-ends")
-    create_topic(bootstrap, topic, 1)
-    for _ in range(2):
-        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 100})
-        for i in range(100):
-            producer.produce(topic, key=b"k", value=str(i).encode(), partition=0)
-        assert producer.flush(30) == 0
+    _two_batches_of_100(bootstrap, topic)
     planner = Planner({"bootstrap.servers": bootstrap})
     assert planner.watermarks([(topic, 0)]) == {(topic, 0): (0, 200)}
     assert (planner.records_read > 0) == on(broker, False, True)

@@ -3,7 +3,6 @@ translate`` → business events whose content matches the table."""
 
 from __future__ import annotations
 
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,14 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from bizevents.capture.config import CaptureConfig
 from bizevents.contracts.serde import BusinessDeserializer
 from bizevents.devstack import Endpoints
-from tests.capture.capture_helpers import Db, start_cli, terminate, wait_snapshot_done, write_config
+from tests.capture.capture_helpers import (
+    Db,
+    drop_slots,
+    start_cli,
+    terminate,
+    wait_snapshot_done,
+    write_config,
+)
 from tests.integration.test_translate_worker import Setup, events_from, wait_for
 
 pytestmark = pytest.mark.integration
@@ -112,21 +118,7 @@ def test_store_writes_captured_and_translated_match_the_table(
         terminate(capture)
         conn.rollback()
         conn.autocommit = True
-        deadline = time.monotonic() + 20
         with conn.cursor() as cur:
-            while time.monotonic() < deadline:
-                cur.execute(
-                    "SELECT count(*) FROM pg_replication_slots WHERE slot_name = %s "
-                    "AND active_pid IS NOT NULL",
-                    (db.slot,),
-                )
-                if not cur.fetchone()[0]:
-                    break
-                time.sleep(0.2)
-            cur.execute(
-                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-                "WHERE slot_name = %s",
-                (db.slot,),
-            )
+            drop_slots(cur, db.slot)
             cur.execute(f"DROP PUBLICATION IF EXISTS {db.publication}")
         conn.close()

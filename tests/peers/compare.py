@@ -19,6 +19,7 @@ from typing import Any
 from bizevents.contracts.envelope import ChangeEvent, MySqlPosition, PgPosition, Tombstone
 from bizevents.contracts.technical import JsonSchemaDecoder
 from bizevents.contracts.technical.transaction import TransactionDecoder, TransactionRecord
+from tests.kafka import read_all
 from tests.peers.harness import Record as DbzRecord
 
 Decoded = ChangeEvent | Tombstone
@@ -147,37 +148,13 @@ def _no_registry(schema_id: int) -> Any:
 
 
 def read_transactions(endpoints: Any, topic: str) -> list[TransactionRecord]:
-    """bizevents' transaction topic (one partition), every record, in order."""
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
+    """bizevents' transaction topic, every record, in order."""
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
     registry = SchemaRegistryClient({"url": endpoints.registry_url})
     decoder = TransactionDecoder(lambda i: registry.get_schema(i).schema_str)
-    consumer = Consumer(
-        {
-            "bootstrap.servers": endpoints.bootstrap_servers,
-            "group.id": "unused",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-        }
-    )
-    try:
-        partitions = sorted(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
-        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
-        out: list[TransactionRecord] = []
-        at_end: set[int] = set()
-        while len(at_end) < len(partitions):
-            for m in consumer.consume(1000, timeout=1):
-                err = m.error()
-                if err is not None and err.code() == KafkaError._PARTITION_EOF:
-                    at_end.add(m.partition())
-                elif err is not None:
-                    raise AssertionError(str(err))
-                else:
-                    out.append(decoder.decode(m.value()))
-        return out
-    finally:
-        consumer.close()
+    messages = read_all(endpoints.bootstrap_servers, topic, isolation="read_committed")
+    return [decoder.decode(m.value) for m in messages]
 
 
 def hold_table(

@@ -30,7 +30,16 @@ def missing(tools: Path = TOOLS) -> str | None:
     return None
 
 
-def _common(server: str, **extra: Any) -> dict[str, str]:
+def _common(server: str, dsn: str, default_port: int, **extra: Any) -> dict[str, str]:
+    """A connector's properties: ``server``'s topics, the database at ``dsn``, ``extra``."""
+    u = urlsplit(dsn)
+    extra = {
+        "database.hostname": u.hostname or "127.0.0.1",
+        "database.port": u.port or default_port,
+        "database.user": unquote(u.username or ""),
+        "database.password": unquote(u.password or ""),
+        **extra,
+    }
     props = {
         "name": f"dbz-{server}",
         "topic.prefix": server,
@@ -48,16 +57,13 @@ def postgres_properties(
     dsn: str, server: str, slot: str, publication: str, tables: list[str], **extra: Any
 ) -> dict[str, str]:
     """The PostgreSQL connector on ``dsn`` (pgoutput, its own slot and publication)."""
-    u = urlsplit(dsn)
-    props = _common(
+    return _common(
         server,
+        dsn,
+        5432,
         **{
             "connector.class": "io.debezium.connector.postgresql.PostgresConnector",
-            "database.hostname": u.hostname or "127.0.0.1",
-            "database.port": u.port or 5432,
-            "database.user": unquote(u.username or ""),
-            "database.password": unquote(u.password or ""),
-            "database.dbname": u.path.lstrip("/"),
+            "database.dbname": urlsplit(dsn).path.lstrip("/"),
             "plugin.name": "pgoutput",
             "slot.name": slot,
             "slot.drop.on.stop": True,
@@ -65,10 +71,9 @@ def postgres_properties(
             "publication.autocreate.mode": "filtered",
             "table.include.list": ",".join(tables),
             "snapshot.mode": "initial",
+            **extra,
         },
     )
-    props.update({k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in extra.items()})
-    return props
 
 
 def mariadb_properties(
@@ -76,15 +81,12 @@ def mariadb_properties(
 ) -> dict[str, str]:
     """The MariaDB connector on ``dsn`` (a replica of ``server_id``), its schema history
     in memory."""
-    u = urlsplit(dsn)
-    props = _common(
+    return _common(
         server,
+        dsn,
+        3306,
         **{
             "connector.class": "io.debezium.connector.mariadb.MariaDbConnector",
-            "database.hostname": u.hostname or "127.0.0.1",
-            "database.port": u.port or 3306,
-            "database.user": unquote(u.username or ""),
-            "database.password": unquote(u.password or ""),
             "database.server.id": server_id,
             "database.include.list": database,
             "table.include.list": ",".join(f"{database}.{t}" for t in tables),
@@ -93,10 +95,9 @@ def mariadb_properties(
             # BIGINT UNSIGNED as a decimal, as bizevents writes it (its default wraps)
             "bigint.unsigned.handling.mode": "precise",
             "snapshot.mode": "initial",
+            **extra,
         },
     )
-    props.update({k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in extra.items()})
-    return props
 
 
 def start(
@@ -125,7 +126,7 @@ def start(
     if from_change != 1:
         args += ["--from", str(from_change)]
     log = folder / "debezium.log"
-    return Run(java("bizevents.peers.Harness", args, log, heap, tools), out, log)
+    return Run(java("bizevents.peers.Harness", args, log, heap, tools), log, out)
 
 
 def classpath(tools: Path = TOOLS) -> str:
@@ -172,10 +173,28 @@ class Record:
 
 
 @dataclass
-class Run:
+class JavaProcess:
+    """A Java process and its log, stopped with :meth:`stop`."""
+
     process: subprocess.Popen[bytes]
-    out: Path
     log: Path
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def tail(self) -> str:
+        return self.log.read_text()[-3000:] if self.log.exists() else ""
+
+
+@dataclass
+class Run(JavaProcess):
+    out: Path
 
     def records(self) -> list[Record]:
         if not self.out.exists():
@@ -205,18 +224,6 @@ class Run:
             if line.startswith('{"records"'):
                 return dict(json.loads(line))
         raise AssertionError(f"Debezium wrote no summary: {self.tail()}")
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-
-    def tail(self) -> str:
-        return self.log.read_text()[-3000:] if self.log.exists() else ""
 
 
 # -- Kafka Connect standalone ------------------------------------------------------------
@@ -250,28 +257,12 @@ def connect_connector_properties(props: dict[str, str]) -> dict[str, str]:
     return out
 
 
-@dataclass
-class Connect:
-    """Kafka Connect standalone as a process: its log, stopped with :meth:`stop`."""
-
-    process: subprocess.Popen[bytes]
-    log: Path
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+class Connect(JavaProcess):
+    """Kafka Connect standalone as a process."""
 
     def check_alive(self) -> None:
         if self.process.poll() is not None:
             raise AssertionError(f"Kafka Connect exited {self.process.returncode}: {self.tail()}")
-
-    def tail(self) -> str:
-        return self.log.read_text()[-3000:] if self.log.exists() else ""
 
 
 def start_connect(

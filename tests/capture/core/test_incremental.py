@@ -16,7 +16,6 @@ from confluent_kafka import Producer
 
 from bizevents.capture.core.signals import Signal, SignalTopic, new_signal, signal_table_ddl
 from bizevents.contracts.envelope import ChangeEvent
-from bizevents.devstack import Endpoints
 from tests.capture.capture_helpers import (
     REPO,
     Db,
@@ -27,9 +26,11 @@ from tests.capture.capture_helpers import (
     in_process,
     key_of,
     read_topic,
+    signal_cli,
     start_cli,
     terminate,
     wait_confirmed,
+    wait_for,
     wait_snapshot_done,
     write_config,
 )
@@ -53,6 +54,15 @@ def assert_no_snapshot_row_older_than_the_stream(records: list[Record]) -> None:
         last[k] = v
 
 
+def _incremental_rows(records: list[Record]) -> list[ChangeEvent]:
+    """The change events an incremental snapshot wrote."""
+    return [
+        r.decoded
+        for r in records
+        if isinstance(r.decoded, ChangeEvent) and r.decoded.source.snapshot_raw == "incremental"
+    ]
+
+
 def test_a_table_added_later_gets_all_its_rows_under_concurrent_writes(
     source: Source, tmp_path: Path
 ) -> None:
@@ -72,12 +82,12 @@ def test_a_table_added_later_gets_all_its_rows_under_concurrent_writes(
         source.writer("b", 22_000, seed=5) as writer,
         source.in_process(config, tmp_path) as run,
     ):
-        deadline = time.monotonic() + 180
-        while source.table("b") not in run.runner.ledger.tables:
-            if run.error is not None:
-                raise run.error
-            assert time.monotonic() < deadline, "the incremental snapshot did not finish"
-            time.sleep(0.1)
+        wait_for(
+            lambda: source.table("b") in run.runner.ledger.tables,
+            run,
+            "the incremental snapshot did not finish",
+            180,
+        )
         time.sleep(0.5)
         writer.stop.set()
         writer.thread.join(30)
@@ -95,36 +105,6 @@ def test_a_table_added_later_gets_all_its_rows_under_concurrent_writes(
     assert final_state(records) == source.table_state("b")
     ledger = source.stored_ledger()
     assert ledger is not None and source.table("b") in ledger.tables and not ledger.queue
-
-
-def signal_cli(
-    config_file: Path, endpoints: Endpoints, *args: str
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bizevents",
-            "capture",
-            "snapshot",
-            str(config_file),
-            *args,
-        ],
-        env=cli_env(endpoints),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=REPO,
-    )
-
-
-def wait_for(condition: Any, run: Any, what: str, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if run.error is not None:
-            raise run.error
-        assert time.monotonic() < deadline, what
-        time.sleep(0.05)
 
 
 def test_an_on_demand_snapshot_under_updates_can_be_paused_and_resumed(
@@ -165,11 +145,7 @@ def test_an_on_demand_snapshot_under_updates_can_be_paused_and_resumed(
         run.stop()
     assert writer.writes > 500
     records = read_topic(db.endpoints, db.topic("t"))
-    incremental = [
-        r.decoded
-        for r in records
-        if isinstance(r.decoded, ChangeEvent) and r.decoded.source.snapshot_raw == "incremental"
-    ]
+    incremental = _incremental_rows(records)
     assert incremental and all(int(e.after["id"]) > 5000 for e in incremental if e.after)
     assert len(incremental) >= 15_000 - writer.writes
     assert_no_snapshot_row_older_than_the_stream(records)
@@ -359,12 +335,11 @@ def test_mariadb_signal_table_snapshots_with_a_condition_and_refuses_bad_signals
             new_signal("execute-snapshot", (f"{db.name}.b",), "id > 500"),
         ):
             db.sql("INSERT INTO sig VALUES (%s, %s, %s)", sig.to_row())
-        deadline = time.monotonic() + 120
-        while ledger.queue or run.stats.signals_refused < 2:
-            if run.error is not None:
-                raise run.error
-            assert time.monotonic() < deadline, "the snapshot did not end"
-            time.sleep(0.1)
+
+        def ended() -> bool:
+            return not ledger.queue and run.stats.signals_refused >= 2
+
+        wait_for(ended, run, "the snapshot did not end")
         time.sleep(0.3)
         writer.stop.set()
         writer.thread.join(30)
@@ -372,11 +347,7 @@ def test_mariadb_signal_table_snapshots_with_a_condition_and_refuses_bad_signals
         run.stop()
     assert run.stats.signals_refused == 2
     records = read_topic(db.endpoints, db.topic("b"))
-    incremental = [
-        r.decoded
-        for r in records
-        if isinstance(r.decoded, ChangeEvent) and r.decoded.source.snapshot_raw == "incremental"
-    ]
+    incremental = _incremental_rows(records)
     assert incremental and all(int(e.after["id"]) > 500 for e in incremental if e.after)
     assert_no_snapshot_row_older_than_the_stream(records)
     assert final_state(records) == source.table_state("b")

@@ -31,6 +31,7 @@ from bizevents.devstack.services import Broker, Started
 from bizevents.settings import DevSettings
 from tests.capture.capture_helpers import (
     Db,
+    Record,
     committed_change_lsns,
     database,
     final_state,
@@ -192,17 +193,22 @@ def broker(tmp_path: Path) -> Iterator[DedicatedBroker]:
         made.close()
 
 
-def _assert_everything_arrived(db: Db, table: str, witness: str) -> None:
-    expected = committed_change_lsns(db, witness)
-    records = read_topic(db.endpoints, db.topic(table))
-    assert final_state(records) == _table_state(db, table)
-    seen = {
+def _streamed_lsns(records: list[Record]) -> set[int | None]:
+    """The LSNs of the changes read from the WAL (not the snapshot's rows)."""
+    return {
         r.decoded.source.position.lsn
         for r in records
         if isinstance(r.decoded, ChangeEvent)
         and r.decoded.op != "r"
         and isinstance(r.decoded.source.position, PgPosition)
     }
+
+
+def _assert_everything_arrived(db: Db, table: str, witness: str) -> None:
+    expected = committed_change_lsns(db, witness)
+    records = read_topic(db.endpoints, db.topic(table))
+    assert final_state(records) == _table_state(db, table)
+    seen = _streamed_lsns(records)
     missing = expected - seen
     assert not missing, f"{len(missing)} of {len(expected)} committed changes never reached Kafka"
 
@@ -347,13 +353,7 @@ def _assert_everything_arrived_after_snapshot(db: Db, table: str, witness: str) 
     assert snapshot, "the snapshot was written"
     point = snapshot[0].source.position
     assert isinstance(point, PgPosition) and point.lsn is not None
-    seen = {
-        r.decoded.source.position.lsn
-        for r in records
-        if isinstance(r.decoded, ChangeEvent)
-        and r.decoded.op != "r"
-        and isinstance(r.decoded.source.position, PgPosition)
-    }
+    seen = _streamed_lsns(records)
     # Changes committed before the slot's consistent point are in the snapshot's rows.
     expected = {lsn for lsn in committed_change_lsns(db, witness) if lsn >= point.lsn}
     assert expected, "changes were streamed after the snapshot"

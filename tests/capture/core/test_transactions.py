@@ -9,7 +9,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
@@ -27,38 +27,30 @@ from tests.capture.capture_helpers import (
     read_topic,
 )
 from tests.capture.mysql_helpers import MyDb
+from tests.kafka import read_all
 
 pytestmark = pytest.mark.integration
 
 
 def read_transactions(endpoints: Endpoints, topic: str) -> list[TransactionRecord]:
-    """The transaction topic's records in order, decoded."""
+    """The transaction topic's records in order, each keyed by its transaction's id."""
     registry = SchemaRegistryClient({"url": endpoints.registry_url})
     decoder = TransactionDecoder(lambda i: registry.get_schema(i).schema_str)
-    consumer = Consumer(
-        {
-            "bootstrap.servers": endpoints.bootstrap_servers,
-            "group.id": "unused",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-        }
-    )
     out: list[TransactionRecord] = []
-    try:
-        consumer.assign([TopicPartition(topic, 0, 0)])
-        while True:
-            m = consumer.poll(10)
-            assert m is not None, f"{topic}: no end"
-            err = m.error()
-            if err is not None:
-                assert err.code() == KafkaError._PARTITION_EOF, str(err)
-                return out
-            record = decoder.decode(m.value())
-            key = m.key()
-            assert key is not None and record.id.encode() in key
-            out.append(record)
-    finally:
-        consumer.close()
+    for m in read_all(endpoints.bootstrap_servers, topic, isolation="read_committed"):
+        record = decoder.decode(m.value)
+        assert m.key is not None and record.id.encode() in m.key
+        out.append(record)
+    return out
+
+
+def assert_no_transaction_metadata(db: Db | MyDb) -> None:
+    """Two inserts into ``t`` with null transaction blocks, and no transaction topic."""
+    events = [r.decoded for r in read_topic(db.endpoints, db.topic("t"))]
+    assert len(events) == 2
+    assert all(isinstance(e, ChangeEvent) and e.transaction is None for e in events)
+    consumer = Consumer({"bootstrap.servers": db.endpoints.bootstrap_servers, "group.id": "unused"})
+    assert f"{db.server}.transaction" not in consumer.list_topics(timeout=10).topics
 
 
 def _witness_begins(db: Db, slot: str) -> list[Begin]:
@@ -162,15 +154,7 @@ def test_switched_off(db: Db, tmp_path: Path) -> None:
         run.wait_snapshot()
         db.sql(f"INSERT INTO {db.schema}.t VALUES (1), (2)")
         run.wait_acked(db.wal_lsn())
-    events = [r.decoded for r in read_topic(db.endpoints, db.topic("t"))]
-    assert len(events) == 2
-    assert all(isinstance(e, ChangeEvent) and e.transaction is None for e in events)
-    admin_topics = (
-        Consumer({"bootstrap.servers": db.endpoints.bootstrap_servers, "group.id": "unused"})
-        .list_topics(timeout=10)
-        .topics
-    )
-    assert f"{db.server}.transaction" not in admin_topics
+    assert_no_transaction_metadata(db)
 
 
 @pytest.mark.mysql
@@ -254,12 +238,4 @@ def test_mariadb_switched_off(db: MyDb, tmp_path: Path) -> None:
         db.sql("INSERT INTO t VALUES (1), (2)")
         run.wait_position(db.binlog_end())
         run.stop()
-    events = [r.decoded for r in read_topic(db.endpoints, db.topic("t"))]
-    assert len(events) == 2
-    assert all(isinstance(e, ChangeEvent) and e.transaction is None for e in events)
-    topics = (
-        Consumer({"bootstrap.servers": db.endpoints.bootstrap_servers, "group.id": "unused"})
-        .list_topics(timeout=10)
-        .topics
-    )
-    assert f"{db.server}.transaction" not in topics
+    assert_no_transaction_metadata(db)

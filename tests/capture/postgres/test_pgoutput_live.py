@@ -45,6 +45,7 @@ from bizevents.capture.postgres.types import (
 )
 from bizevents.contracts.logical import JsonDocument
 from bizevents.devstack import Endpoints
+from tests.capture.capture_helpers import drop_slots
 
 pytestmark = pytest.mark.integration
 
@@ -159,23 +160,7 @@ def pg(bizevents_stack: Endpoints) -> Iterator[tuple[str, str]]:
         yield schema, slot
     finally:
         with conn.cursor() as cur:
-            # the walsender of the test's replication connection exits after the client
-            # closed it, not with it: wait until the slot is free before dropping it
-            deadline = time.monotonic() + 20
-            while time.monotonic() < deadline:
-                cur.execute(
-                    "SELECT count(*) FROM pg_replication_slots WHERE slot_name = %s "
-                    "AND active_pid IS NOT NULL",
-                    (slot,),
-                )
-                if not cur.fetchone()[0]:
-                    break
-                time.sleep(0.2)
-            cur.execute(
-                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-                "WHERE slot_name = %s",
-                (slot,),
-            )
+            drop_slots(cur, slot)
             cur.execute(f"DROP PUBLICATION IF EXISTS pub_{tag}")
             cur.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
         conn.close()
