@@ -1,29 +1,40 @@
-"""The transaction worker's producer under exactly once, renewed in place when the broker
-fenced it (docs/reliability.md: a transaction open past its timeout while the cluster
-restarted is aborted by the broker, and the producer that held it can do nothing more)."""
+"""The transaction worker's producers. At least once: one for everything. Exactly once:
+one transactional producer per owned virtual partition, whose id names the partition,
+so that the partition's next owner fences the previous one (docs/reliability.md); each
+is renewed in place when the broker fenced it."""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Callable
+import asyncio
+from collections.abc import Callable, Sequence
 from contextlib import suppress
 from typing import Any
 
+import structlog
+
+from bizevents.translators.produce import Send
 from bizevents.translators.settings import RuntimeSettings, TransactionSettings
+
+__all__ = ["Producers", "Renewable", "Routed", "transaction_producer"]
+
+log = structlog.get_logger("transactions")
+
+#: Records to send with one producer (exactly once, an owned partition's).
+Routed = tuple[Any, Sequence[Send]]
 
 
 def transaction_producer(
-    settings: RuntimeSettings, tx: TransactionSettings, exactly_once: bool
+    settings: RuntimeSettings, tx: TransactionSettings, transactional_id: str | None
 ) -> Any:
-    """A new producer; under exactly once a transactional one with an id of its own: a
-    restarted member's is new, so a killed one's open transaction ends at its timeout
-    (the broker aborts it)."""
+    """A new producer; with ``transactional_id`` a transactional one: its start
+    (``InitProducerId``) aborts what an earlier producer of that id left open and
+    fences it."""
     from aiokafka import AIOKafkaProducer
 
     transactional: dict[str, Any] = {}
-    if exactly_once:
+    if transactional_id is not None:
         transactional = {
-            "transactional_id": f"{tx.group_id}.{uuid.uuid4().hex}",
+            "transactional_id": transactional_id,
             "transaction_timeout_ms": int(tx.transaction_timeout_s * 1000),
         }
     return AIOKafkaProducer(
@@ -35,10 +46,9 @@ def transaction_producer(
 
 
 class Renewable:
-    """The producer, renewed in place (the member's clients and listeners hold this one
-    object). aiokafka's transactional producer is done for once fenced (its state
-    ``FATAL_ERROR``, ``_txn_manager``: private, aiokafka 0.14): it can neither abort nor
-    send again."""
+    """A producer, renewed in place. aiokafka's transactional producer is done for once
+    fenced (its state ``FATAL_ERROR``, ``_txn_manager``: private, aiokafka 0.14): it can
+    neither abort nor send again."""
 
     def __init__(self, make: Callable[[], Any]) -> None:
         self._make = make
@@ -47,15 +57,98 @@ class Renewable:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.current, name)
 
-    def fenced(self) -> bool:
-        from aiokafka.producer.transaction_manager import TransactionState
-
-        manager = self.current._txn_manager
-        return manager is not None and manager.state is TransactionState.FATAL_ERROR
-
     async def renew(self) -> None:
-        """A new producer (a new transactional id) started in the old one's place."""
+        """A new producer of the same id started in the old one's place."""
         old, self.current = self.current, self._make()
         with suppress(Exception):  # fenced: what it held is aborted anyway
             await old.stop()
         await self.current.start()
+
+
+class Producers:
+    """A member's producers. Exactly once, one per owned virtual partition, its
+    transactional id ``<group_id>.assembly.<v>`` (as Kafka Streams' first exactly-once
+    design had one per task): a member that lost a partition while it was paused or cut
+    off from the cluster cannot commit what it held once the next owner started its
+    producer. At least once, one producer serves every partition."""
+
+    def __init__(
+        self, settings: RuntimeSettings, tx: TransactionSettings, exactly_once: bool
+    ) -> None:
+        self._settings = settings
+        self._tx = tx
+        self.exactly_once = exactly_once
+        self._shared: Any = None if exactly_once else transaction_producer(settings, tx, None)
+        self._by_partition: dict[int, Renewable] = {}
+
+    def of(self, v: int) -> Any:
+        """The producer of virtual partition ``v`` (owned)."""
+        return self._shared if self._shared is not None else self._by_partition[v]
+
+    def first(self) -> Any:
+        """The producer of what belongs to no one partition (hand-overs, re-drives, the
+        shadows' figures): the lowest owned partition's."""
+        if self._shared is not None:
+            return self._shared
+        return self._by_partition[min(self._by_partition)]
+
+    async def start(self) -> None:
+        if self._shared is not None:
+            await self._shared.start()
+
+    async def own(self, owned: frozenset[int]) -> None:
+        """Exactly once: the producers of ``owned``, each in a new transaction, before the
+        checkpoints are read. A newly owned partition's producer starts first, which
+        aborts what its previous owner held open and fences that one; a kept one's open
+        transaction is aborted (the rebuild reads again from the checkpoints)."""
+        if not self.exactly_once:
+            return
+        for v in sorted(set(self._by_partition) - owned):
+            with suppress(Exception):  # fenced already, or the broker gone: nothing to keep
+                await self._by_partition.pop(v).stop()
+        for v in sorted(owned - set(self._by_partition)):
+            made = Renewable(self._maker(v))
+            await made.current.start()
+            self._by_partition[v] = made
+        await self.abort()
+
+    async def commit(self) -> None:
+        """Commit each partition's transaction and begin the next."""
+        for producer in self._by_partition.values():
+            await producer.commit_transaction()
+            await producer.begin_transaction()
+
+    async def abort(self) -> None:
+        """Abort each partition's open transaction and begin the next. A transaction the
+        broker aborted itself (open past ``transaction_timeout_s`` while the cluster
+        restarted or the member was paused), or another owner's start, left its producer
+        fenced for good: a new one of the same id takes over (if the partition has
+        another owner now, the two fence each other until this member learns from the
+        group that it lost it, and each reads again from the checkpoints)."""
+        from aiokafka.errors import ProducerFenced
+        from aiokafka.producer.transaction_manager import TransactionState
+
+        timeout = self._tx.request_timeout_s
+        for producer in self._by_partition.values():
+            state = producer.current._txn_manager.state
+            try:
+                if state in (TransactionState.IN_TRANSACTION, TransactionState.ABORTABLE_ERROR):
+                    await asyncio.wait_for(producer.abort_transaction(), timeout)
+                elif state is not TransactionState.READY:
+                    # fenced, or a commit that never ended (the next start ends it)
+                    raise ProducerFenced()
+            except ProducerFenced:
+                log.warning("the broker aborted the open transaction; a new producer takes over")
+                await asyncio.wait_for(producer.renew(), timeout)
+            await producer.begin_transaction()
+
+    async def stop(self) -> None:
+        producers = [self._shared, *self._by_partition.values()]
+        for producer in producers:
+            if producer is not None:
+                with suppress(Exception):
+                    await producer.stop()
+
+    def _maker(self, v: int) -> Callable[[], Any]:
+        name = f"{self._tx.group_id}.assembly.{v}"
+        return lambda: transaction_producer(self._settings, self._tx, name)
