@@ -17,6 +17,8 @@ class Rec:
     key: bytes | None
     value: bytes | None
     headers: dict[str, bytes]
+    #: When the broker appended it (ms): which of two copies came when.
+    timestamp: int = 0
 
 
 def read_topics(bootstrap: str, topics: Iterable[str], timeout: float = 120) -> list[Rec]:
@@ -60,7 +62,15 @@ def read_topics(bootstrap: str, topics: Iterable[str], timeout: float = 120) -> 
                     name, raw = header[0], header[1]
                     headers[name] = raw if isinstance(raw, bytes) else (raw or "").encode()
                 out.append(
-                    Rec(where[0], where[1], int(m.offset() or 0), m.key(), m.value(), headers)
+                    Rec(
+                        where[0],
+                        where[1],
+                        int(m.offset() or 0),
+                        m.key(),
+                        m.value(),
+                        headers,
+                        int(m.timestamp()[1]),
+                    )
                 )
         return out
     finally:

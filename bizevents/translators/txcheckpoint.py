@@ -12,10 +12,14 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+import structlog
+
 from bizevents.plumbing.errors import TransientError
 from bizevents.translators.assembly import Checkpoint, commit_position
 
 __all__ = ["POINT", "TP", "Point", "Progress", "read_checkpoints", "start_offsets"]
+
+log = structlog.get_logger("transactions")
 
 #: A technical partition, as the checkpoints name it.
 TP = tuple[str, int]
@@ -164,4 +168,9 @@ async def read_checkpoints(
         if key.startswith(POINT):
             with suppress(ValueError):
                 out[int(key[len(POINT) :])] = Point.decode(value)
+    log.info(
+        "checkpoints read",
+        end=position,
+        positions={v: p.released.position for v, p in sorted(out.items())},
+    )
     return out

@@ -97,20 +97,25 @@ class Producers:
             await self._shared.start()
 
     async def own(self, owned: frozenset[int]) -> None:
-        """Exactly once: the producers of ``owned``, each in a new transaction, before the
-        checkpoints are read. A newly owned partition's producer starts first, which
-        aborts what its previous owner held open and fences that one; a kept one's open
-        transaction is aborted (the rebuild reads again from the checkpoints)."""
+        """Exactly once: a new producer for each partition of ``owned``, each in a new
+        transaction, before the checkpoints are read. Its start aborts what the
+        partition's previous owner held open and fences that one, even where this
+        member owned the partition before (another may have owned it meanwhile, while
+        this one was paused); the producers of partitions not owned are stopped."""
         if not self.exactly_once:
             return
-        for v in sorted(set(self._by_partition) - owned):
+        old, self._by_partition = self._by_partition, {}
+        for producer in old.values():
             with suppress(Exception):  # fenced already, or the broker gone: nothing to keep
-                await self._by_partition.pop(v).stop()
-        for v in sorted(owned - set(self._by_partition)):
-            made = Renewable(self._maker(v))
-            await made.current.start()
-            self._by_partition[v] = made
-        await self.abort()
+                await producer.stop()
+        made = {v: Renewable(self._maker(v)) for v in sorted(owned)}
+        await asyncio.gather(*(producer.current.start() for producer in made.values()))
+        for producer in made.values():
+            await producer.begin_transaction()
+        self._by_partition = made
+        # which producer epoch owns each partition: a fenced member's log shows a lower one
+        epochs = {v: p.current._txn_manager.producer_epoch for v, p in made.items()}
+        log.info("partition producers started", epochs=epochs)
 
     async def commit(self) -> None:
         """Commit each partition's transaction and begin the next."""

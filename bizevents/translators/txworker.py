@@ -295,9 +295,11 @@ class TxWorker:
             self._owning(frozenset())
             return
         async with self._lock:
-            if self.owned and self.assembler is not None and not self._changed:
-                await self._checkpoint(self._producer)
-            self._owning(frozenset())
+            try:
+                if self.owned and self.assembler is not None and not self._changed:
+                    await self._checkpoint(self._producer)
+            finally:  # fenced (this member lost its partitions before): nothing to record
+                self._owning(frozenset())
 
     async def _assigned(self, given: Partitions) -> None:
         self._revoking = False
