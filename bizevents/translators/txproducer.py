@@ -1,12 +1,13 @@
 """The transaction worker's producers. At least once: one for everything. Exactly once:
 one transactional producer per owned virtual partition, whose id names the partition,
-so that the partition's next owner fences the previous one (docs/reliability.md); each
-is renewed in place when the broker fenced it."""
+so that the partition's next owner fences the previous one (docs/reliability.md); all
+made anew at each rebuild (aiokafka's transactional producer is done for once fenced:
+its state ``FATAL_ERROR``, ``_txn_manager``: private, aiokafka 0.14)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from contextlib import suppress
 from typing import Any
 
@@ -15,7 +16,7 @@ import structlog
 from bizevents.translators.produce import Send
 from bizevents.translators.settings import RuntimeSettings, TransactionSettings
 
-__all__ = ["Producers", "Renewable", "Routed", "transaction_producer"]
+__all__ = ["Producers", "Routed", "transaction_producer"]
 
 log = structlog.get_logger("transactions")
 
@@ -45,26 +46,6 @@ def transaction_producer(
     )
 
 
-class Renewable:
-    """A producer, renewed in place. aiokafka's transactional producer is done for once
-    fenced (its state ``FATAL_ERROR``, ``_txn_manager``: private, aiokafka 0.14): it can
-    neither abort nor send again."""
-
-    def __init__(self, make: Callable[[], Any]) -> None:
-        self._make = make
-        self.current = make()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.current, name)
-
-    async def renew(self) -> None:
-        """A new producer of the same id started in the old one's place."""
-        old, self.current = self.current, self._make()
-        with suppress(Exception):  # fenced: what it held is aborted anyway
-            await old.stop()
-        await self.current.start()
-
-
 class Producers:
     """A member's producers. Exactly once, one per owned virtual partition, its
     transactional id ``<group_id>.assembly.<v>`` (as Kafka Streams' first exactly-once
@@ -79,7 +60,7 @@ class Producers:
         self._tx = tx
         self.exactly_once = exactly_once
         self._shared: Any = None if exactly_once else transaction_producer(settings, tx, None)
-        self._by_partition: dict[int, Renewable] = {}
+        self._by_partition: dict[int, Any] = {}
 
     def of(self, v: int) -> Any:
         """The producer of virtual partition ``v`` (owned)."""
@@ -98,53 +79,38 @@ class Producers:
 
     async def own(self, owned: frozenset[int]) -> None:
         """Exactly once: a new producer for each partition of ``owned``, each in a new
-        transaction, before the checkpoints are read. Its start aborts what the
-        partition's previous owner held open and fences that one, even where this
-        member owned the partition before (another may have owned it meanwhile, while
-        this one was paused); the producers of partitions not owned are stopped."""
+        transaction, before the checkpoints are read (at every rebuild: after a
+        rebalance, and after a failure, when what the old ones held is read again). Its
+        start aborts what the partition's previous producer held open and fences it,
+        this member's own or another's (a member paused past its session, or cut off by
+        a broker fault, that lost the partition meanwhile)."""
         if not self.exactly_once:
             return
         old, self._by_partition = self._by_partition, {}
+        timeout = self._tx.request_timeout_s
         for producer in old.values():
-            with suppress(Exception):  # fenced already, or the broker gone: nothing to keep
-                await producer.stop()
-        made = {v: Renewable(self._maker(v)) for v in sorted(owned)}
-        await asyncio.gather(*(producer.current.start() for producer in made.values()))
-        for producer in made.values():
-            await producer.begin_transaction()
+            with suppress(Exception):  # fenced, or the broker gone: nothing to keep
+                # not the request timeout: what it still holds is aborted by the new one
+                await asyncio.wait_for(producer.stop(), 5.0)
+        made = {v: self._make(v) for v in sorted(owned)}
+        try:
+            await asyncio.gather(*(producer.start() for producer in made.values()))
+            for producer in made.values():
+                await producer.begin_transaction()
+        except BaseException:
+            for producer in made.values():
+                with suppress(Exception):
+                    await asyncio.wait_for(producer.stop(), timeout)
+            raise
         self._by_partition = made
-        # which producer epoch owns each partition: a fenced member's log shows a lower one
-        epochs = {v: p.current._txn_manager.producer_epoch for v, p in made.items()}
+        # which producer epoch holds each partition: a fenced member's log shows a lower one
+        epochs = {v: p._txn_manager.producer_epoch for v, p in made.items()}
         log.info("partition producers started", epochs=epochs)
 
     async def commit(self) -> None:
         """Commit each partition's transaction and begin the next."""
         for producer in self._by_partition.values():
             await producer.commit_transaction()
-            await producer.begin_transaction()
-
-    async def abort(self) -> None:
-        """Abort each partition's open transaction and begin the next. A transaction the
-        broker aborted itself (open past ``transaction_timeout_s`` while the cluster
-        restarted or the member was paused), or another owner's start, left its producer
-        fenced for good: a new one of the same id takes over (if the partition has
-        another owner now, the two fence each other until this member learns from the
-        group that it lost it, and each reads again from the checkpoints)."""
-        from aiokafka.errors import ProducerFenced
-        from aiokafka.producer.transaction_manager import TransactionState
-
-        timeout = self._tx.request_timeout_s
-        for producer in self._by_partition.values():
-            state = producer.current._txn_manager.state
-            try:
-                if state in (TransactionState.IN_TRANSACTION, TransactionState.ABORTABLE_ERROR):
-                    await asyncio.wait_for(producer.abort_transaction(), timeout)
-                elif state is not TransactionState.READY:
-                    # fenced, or a commit that never ended (the next start ends it)
-                    raise ProducerFenced()
-            except ProducerFenced:
-                log.warning("the broker aborted the open transaction; a new producer takes over")
-                await asyncio.wait_for(producer.renew(), timeout)
             await producer.begin_transaction()
 
     async def stop(self) -> None:
@@ -154,6 +120,6 @@ class Producers:
                 with suppress(Exception):
                     await producer.stop()
 
-    def _maker(self, v: int) -> Callable[[], Any]:
+    def _make(self, v: int) -> Any:
         name = f"{self._tx.group_id}.assembly.{v}"
-        return lambda: transaction_producer(self._settings, self._tx, name)
+        return transaction_producer(self._settings, self._tx, name)

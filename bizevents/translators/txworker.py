@@ -237,8 +237,8 @@ class TxWorker:
                 # may or may not be written, and nothing after it was recorded; start
                 # again from the checkpoints, as after a rebalance (what comes again
                 # has the same ids), instead of exiting
+                # (exactly once, the rebuild's new producers abort what the old ones held)
                 self._give_up_inflight()
-                await producer.abort()
                 self._changed = True
                 log.warning(
                     "the broker did not answer in time; reading again from the checkpoints",
