@@ -67,6 +67,23 @@ class Share:
         self.points = mine
         return assembler, offsets
 
+    def points_after(self, offsets: dict[TP, int], released: Checkpoint) -> dict[int, Point]:
+        """Each owned partition's checkpoint: where this member reads again
+        (``offsets``), and what was released there: what its assembler ``released``,
+        never less than the partition's predecessor had (the assembler starts from the
+        oldest of the partitions' checkpoints; a partition taken over with a later one,
+        recorded as the assembler's, went back, and its next owner published again
+        what lay between: the fault suite's run L1)."""
+        points: dict[int, Point] = {}
+        for v, before in sorted(self.points.items()):
+            was, now = before.released.position, released.position
+            position = now if was is None or (now is not None and now >= was) else was
+            ids = tuple(dict.fromkeys([*before.released.released, *released.released]))
+            # as many ids as the assembler remembers, the newest
+            kept = ids[-self.plan.limits.remembered :]
+            points[v] = Point(offsets, Checkpoint(position, kept), frozenset(kept))
+        return points
+
     def translate(
         self, outcomes: Sequence[Outcome], within: frozenset[int] | None = None
     ) -> tuple[Any, bool]:

@@ -571,20 +571,17 @@ class TxWorker:
         assembler = self.assembler
         assert assembler is not None
         offsets = self._read.offsets(assembler.commit_offset(self._read.seq + 1))
-        # (self.share.points keeps the predecessors' checkpoints: what this member released
-        # since, its assembler remembers)
-        point = Point(offsets, assembler.checkpoint())
+        released = assembler.checkpoint()
         self._checkpointed = time.monotonic()
         self._unrecorded = False
-        value = point.encode()
         # the partitions the assembler was built for (the owned ones, unless a new
         # assignment waits for its rebuild)
         return [
             (
                 self._producer.of(v),
-                [(self.plan.state_topic, 0, POINT + str(v).encode(), value, [])],
+                [(self.plan.state_topic, 0, POINT + str(v).encode(), point.encode(), [])],
             )
-            for v in sorted(self.share.points)
+            for v, point in self.share.points_after(offsets, released).items()
         ]
 
     async def _send(self, producer: Any, items: Sequence[Send]) -> None:
