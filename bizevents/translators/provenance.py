@@ -40,6 +40,7 @@ _MOVING = frozenset(
         "NOT_LEADER_FOR_PARTITION",
         "_TRANSPORT",
         "_ALL_BROKERS_DOWN",
+        "_DESTROY_BROKER",
         "_TIMED_OUT",
         "_UNKNOWN_PARTITION",
     }
