@@ -972,21 +972,26 @@ class Faults:
         tx_ref = "{}@{}".format(*TX_TRANSLATOR).encode()
         published = read_topics(bootstrap, business)  # read_committed
         if self.exactly_once:
-            pairs = Counter(
-                (
+            copies: dict[tuple[bytes, ...], list[Rec]] = defaultdict(list)
+            for r in published:
+                pair = (
                     r.headers.get(HEADER_EVENT_ID, b""),
                     r.headers.get(HEADER_TRANSLATOR, b""),  # orders@3 shares orders@2's ids
                     r.headers.get(HEADER_SOURCE_TOPIC, b""),
                     r.headers.get(HEADER_SOURCE_PARTITION, b""),
                     r.headers.get(HEADER_SOURCE_OFFSET, b""),
                 )
-                for r in published
-            )
-            twice = [pair for pair, n in pairs.items() if n > 1]
+                copies[pair].append(r)
+            twice = [pair for pair, found in copies.items() if len(found) > 1]
             self.duplicates = len(twice)
             report.details += [
-                "read_committed twice: {} by {} from {}[{}]@{}".format(
-                    *(part.decode(errors="replace") for part in pair)
+                "read_committed twice: {} by {} from {}[{}]@{} (copies at {})".format(
+                    *(part.decode(errors="replace") for part in pair),
+                    ", ".join(
+                        f"{r.topic}[{r.partition}]@{r.offset} "
+                        + time.strftime("%H:%M:%S", time.gmtime(r.timestamp / 1000))
+                        for r in copies[pair]
+                    ),
                 )
                 for pair in twice[:10]
             ]

@@ -59,6 +59,8 @@ class Message:
     key: bytes | None
     value: bytes | None
     headers: dict[str, bytes]
+    #: When the broker appended it (ms): which of two copies came when.
+    timestamp: int = 0
 
     @classmethod
     def of(cls, m: Any) -> Message:
@@ -75,6 +77,7 @@ class Message:
             key.encode() if isinstance(key, str) else key,
             value.encode() if isinstance(value, str) else value,
             headers,
+            int(m.timestamp()[1]),
         )
 
 

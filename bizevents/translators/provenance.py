@@ -32,12 +32,45 @@ def per_record_ids(event: ChangeEvent) -> bool:
     return tx.id == f"{pos.tx_id}:{pos.lsn}"
 
 
+#: librdkafka's codes of a partition whose leader is moving or restarting.
+_MOVING = frozenset(
+    {
+        "OFFSET_NOT_AVAILABLE",
+        "LEADER_NOT_AVAILABLE",
+        "NOT_LEADER_FOR_PARTITION",
+        "_TRANSPORT",
+        "_ALL_BROKERS_DOWN",
+        "_DESTROY_BROKER",
+        "_TIMED_OUT",
+        "_UNKNOWN_PARTITION",
+    }
+)
+
+
 def newest_changes(
-    kafka: Mapping[str, Any], topics: Sequence[str], decoder: AutoDecoder, timeout: float = 10.0
+    kafka: Mapping[str, Any],
+    topics: Sequence[str],
+    decoder: AutoDecoder,
+    timeout: float = 10.0,
+    wait_s: float = 0.0,
 ) -> dict[str, list[ChangeEvent]]:
     """The change events among the last :data:`NEWEST` records of each partition of
-    ``topics``, by topic (records that do not decode are left to the worker)."""
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
+    ``topics``, by topic (records that do not decode are left to the worker); a
+    partition's ends not known yet (its leader moving) are asked again for ``wait_s``."""
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+    def ends(tp: Any) -> tuple[int, int]:
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                low, high = consumer.get_watermark_offsets(tp, timeout=timeout)
+                return int(low), int(high)
+            except KafkaException as exc:
+                err = exc.args[0]
+                # a new leader whose high watermark is not caught up, a node restarting
+                if time.monotonic() > deadline or not (err.retriable() or err.name() in _MOVING):
+                    raise
+                time.sleep(0.5)
 
     consumer = Consumer(
         {
@@ -54,9 +87,7 @@ def newest_changes(
         for topic in topics:
             meta = consumer.list_topics(topic, timeout=timeout).topics[topic]
             for p in meta.partitions:
-                low, high = consumer.get_watermark_offsets(
-                    TopicPartition(topic, p), timeout=timeout
-                )
+                low, high = ends(TopicPartition(topic, p))
                 if high > low:
                     wanted[(topic, p)] = high
         consumer.assign(

@@ -12,10 +12,14 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+import structlog
+
 from bizevents.plumbing.errors import TransientError
 from bizevents.translators.assembly import Checkpoint, commit_position
 
 __all__ = ["POINT", "TP", "Point", "Progress", "read_checkpoints", "start_offsets"]
+
+log = structlog.get_logger("transactions")
 
 #: A technical partition, as the checkpoints name it.
 TP = tuple[str, int]
@@ -112,7 +116,8 @@ async def read_checkpoints(
     conf: dict[str, Any], topic: str, exactly_once: bool, timeout_s: float
 ) -> dict[int, Point]:
     """The last checkpoint of each virtual partition in the state ``topic``, read to its
-    end (``read_committed`` under exactly once); nothing coming for ``timeout_s`` is a
+    end (``read_committed`` under exactly once, to the end as first seen: every
+    transaction open then ended); nothing coming for ``timeout_s`` is a
     :class:`TransientError`."""
     from aiokafka import AIOKafkaConsumer
     from aiokafka.structs import TopicPartition
@@ -131,13 +136,20 @@ async def read_checkpoints(
         consumer.assign([tp])
         await consumer.seek_to_beginning(tp)
         moved = time.monotonic()
+        end: int | None = None
         while True:
             batch = await consumer.getmany(tp, timeout_ms=500, max_records=10_000)
             for record in batch.get(tp, []):
                 moved = time.monotonic()
                 if record.value:
                     last[record.key or b""] = record.value
-            high = consumer.last_stable_offset(tp) if exactly_once else consumer.highwater(tp)
+            high = consumer.highwater(tp)
+            if exactly_once and high is not None:
+                # the end as first seen, past any transaction open then (another
+                # partition's, whose commit a node's restart held up): read_committed
+                # stops at its first record until it ends, and a checkpoint read before
+                # a later committed one would publish that one's events again
+                end = high = high if end is None else end
             position = await consumer.position(tp)
             if high is not None and position >= high:
                 break
@@ -156,4 +168,9 @@ async def read_checkpoints(
         if key.startswith(POINT):
             with suppress(ValueError):
                 out[int(key[len(POINT) :])] = Point.decode(value)
+    log.info(
+        "checkpoints read",
+        end=position,
+        positions={v: p.released.position for v, p in sorted(out.items())},
+    )
     return out

@@ -134,7 +134,9 @@ def prepare_transactions(
         dict(t.on_error),
     )
     lookup = schema_lookup(found.client)
-    newest = newest_changes(settings.kafka.librdkafka(), sources, AutoDecoder(lookup))
+    newest = newest_changes(
+        settings.kafka.librdkafka(), sources, AutoDecoder(lookup), wait_s=t.broker_wait_s
+    )
     for item in translators:
         mine = technical_topics([item], t, metadata)
         lacking = lacking_transactions(item.ref, {n: newest[n] for n in mine if n in newest})

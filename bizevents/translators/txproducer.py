@@ -1,29 +1,41 @@
-"""The transaction worker's producer under exactly once, renewed in place when the broker
-fenced it (docs/reliability.md: a transaction open past its timeout while the cluster
-restarted is aborted by the broker, and the producer that held it can do nothing more)."""
+"""The transaction worker's producers. At least once: one for everything. Exactly once:
+one transactional producer per owned virtual partition, whose id names the partition,
+so that the partition's next owner fences the previous one (docs/reliability.md); all
+made anew at each rebuild (aiokafka's transactional producer is done for once fenced:
+its state ``FATAL_ERROR``, ``_txn_manager``: private, aiokafka 0.14)."""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Callable
+import asyncio
+from collections.abc import Sequence
 from contextlib import suppress
 from typing import Any
 
+import structlog
+
+from bizevents.translators.produce import Send
 from bizevents.translators.settings import RuntimeSettings, TransactionSettings
+
+__all__ = ["Producers", "Routed", "transaction_producer"]
+
+log = structlog.get_logger("transactions")
+
+#: Records to send with one producer (exactly once, an owned partition's).
+Routed = tuple[Any, Sequence[Send]]
 
 
 def transaction_producer(
-    settings: RuntimeSettings, tx: TransactionSettings, exactly_once: bool
+    settings: RuntimeSettings, tx: TransactionSettings, transactional_id: str | None
 ) -> Any:
-    """A new producer; under exactly once a transactional one with an id of its own: a
-    restarted member's is new, so a killed one's open transaction ends at its timeout
-    (the broker aborts it)."""
+    """A new producer; with ``transactional_id`` a transactional one: its start
+    (``InitProducerId``) aborts what an earlier producer of that id left open and
+    fences it."""
     from aiokafka import AIOKafkaProducer
 
     transactional: dict[str, Any] = {}
-    if exactly_once:
+    if transactional_id is not None:
         transactional = {
-            "transactional_id": f"{tx.group_id}.{uuid.uuid4().hex}",
+            "transactional_id": transactional_id,
             "transaction_timeout_ms": int(tx.transaction_timeout_s * 1000),
         }
     return AIOKafkaProducer(
@@ -34,28 +46,80 @@ def transaction_producer(
     )
 
 
-class Renewable:
-    """The producer, renewed in place (the member's clients and listeners hold this one
-    object). aiokafka's transactional producer is done for once fenced (its state
-    ``FATAL_ERROR``, ``_txn_manager``: private, aiokafka 0.14): it can neither abort nor
-    send again."""
+class Producers:
+    """A member's producers. Exactly once, one per owned virtual partition, its
+    transactional id ``<group_id>.assembly.<v>`` (as Kafka Streams' first exactly-once
+    design had one per task): a member that lost a partition while it was paused or cut
+    off from the cluster cannot commit what it held once the next owner started its
+    producer. At least once, one producer serves every partition."""
 
-    def __init__(self, make: Callable[[], Any]) -> None:
-        self._make = make
-        self.current = make()
+    def __init__(
+        self, settings: RuntimeSettings, tx: TransactionSettings, exactly_once: bool
+    ) -> None:
+        self._settings = settings
+        self._tx = tx
+        self.exactly_once = exactly_once
+        self._shared: Any = None if exactly_once else transaction_producer(settings, tx, None)
+        self._by_partition: dict[int, Any] = {}
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.current, name)
+    def of(self, v: int) -> Any:
+        """The producer of virtual partition ``v`` (owned)."""
+        return self._shared if self._shared is not None else self._by_partition[v]
 
-    def fenced(self) -> bool:
-        from aiokafka.producer.transaction_manager import TransactionState
+    def first(self) -> Any:
+        """The producer of what belongs to no one partition (hand-overs, re-drives, the
+        shadows' figures): the lowest owned partition's."""
+        if self._shared is not None:
+            return self._shared
+        return self._by_partition[min(self._by_partition)]
 
-        manager = self.current._txn_manager
-        return manager is not None and manager.state is TransactionState.FATAL_ERROR
+    async def start(self) -> None:
+        if self._shared is not None:
+            await self._shared.start()
 
-    async def renew(self) -> None:
-        """A new producer (a new transactional id) started in the old one's place."""
-        old, self.current = self.current, self._make()
-        with suppress(Exception):  # fenced: what it held is aborted anyway
-            await old.stop()
-        await self.current.start()
+    async def own(self, owned: frozenset[int]) -> None:
+        """Exactly once: a new producer for each partition of ``owned``, each in a new
+        transaction, before the checkpoints are read (at every rebuild: after a
+        rebalance, and after a failure, when what the old ones held is read again). Its
+        start aborts what the partition's previous producer held open and fences it,
+        this member's own or another's (a member paused past its session, or cut off by
+        a broker fault, that lost the partition meanwhile)."""
+        if not self.exactly_once:
+            return
+        old, self._by_partition = self._by_partition, {}
+        timeout = self._tx.request_timeout_s
+        for producer in old.values():
+            with suppress(Exception):  # fenced, or the broker gone: nothing to keep
+                # not the request timeout: what it still holds is aborted by the new one
+                await asyncio.wait_for(producer.stop(), 5.0)
+        made = {v: self._make(v) for v in sorted(owned)}
+        try:
+            await asyncio.gather(*(producer.start() for producer in made.values()))
+            for producer in made.values():
+                await producer.begin_transaction()
+        except BaseException:
+            for producer in made.values():
+                with suppress(Exception):
+                    await asyncio.wait_for(producer.stop(), timeout)
+            raise
+        self._by_partition = made
+        # which producer epoch holds each partition: a fenced member's log shows a lower one
+        epochs = {v: p._txn_manager.producer_epoch for v, p in made.items()}
+        log.info("partition producers started", epochs=epochs)
+
+    async def commit(self) -> None:
+        """Commit each partition's transaction and begin the next."""
+        for producer in self._by_partition.values():
+            await producer.commit_transaction()
+            await producer.begin_transaction()
+
+    async def stop(self) -> None:
+        producers = [self._shared, *self._by_partition.values()]
+        for producer in producers:
+            if producer is not None:
+                with suppress(Exception):
+                    await producer.stop()
+
+    def _make(self, v: int) -> Any:
+        name = f"{self._tx.group_id}.assembly.{v}"
+        return transaction_producer(self._settings, self._tx, name)

@@ -67,9 +67,30 @@ class Share:
         self.points = mine
         return assembler, offsets
 
-    def translate(self, outcomes: Sequence[Outcome]) -> tuple[Any, bool]:
+    def points_after(self, offsets: dict[TP, int], released: Checkpoint) -> dict[int, Point]:
+        """Each owned partition's checkpoint: where this member reads again
+        (``offsets``), and what was released there: what its assembler ``released``,
+        never less than the partition's predecessor had (the assembler starts from the
+        oldest of the partitions' checkpoints; a partition taken over with a later one,
+        recorded as the assembler's, went back, and its next owner published again
+        what lay between: the fault suite's run L1)."""
+        points: dict[int, Point] = {}
+        for v, before in sorted(self.points.items()):
+            was, now = before.released.position, released.position
+            position = now if was is None or (now is not None and now >= was) else was
+            ids = tuple(dict.fromkeys([*before.released.released, *released.released]))
+            # as many ids as the assembler remembers, the newest
+            kept = ids[-self.plan.limits.remembered :]
+            points[v] = Point(offsets, Checkpoint(position, kept), frozenset(kept))
+        return points
+
+    def translate(
+        self, outcomes: Sequence[Outcome], within: frozenset[int] | None = None
+    ) -> tuple[Any, bool]:
         """The records this member publishes of ``outcomes``: the events of the business
-        keys it owns (not released there before it took them), and its dead letters."""
+        keys it owns (not released there before it took them), and its dead letters;
+        with ``within``, only those of these owned partitions."""
+        owned = self.owned if within is None else within
         plan = self.plan
         n = plan.assembly_partitions
         #: per part (by identity) of a transaction translated here, the virtual
@@ -80,19 +101,17 @@ class Share:
         #: translated for (each may be on other versions: promotions, docs/shadow.md)
         shares: dict[int, frozenset[int]] = {}
         # versions that vary by virtual partition need each transaction's own partitions
-        every_partition = len(self.owned) >= n and not plan.versioned()
+        every_partition = len(owned) >= n and not plan.versioned()
         for outcome in outcomes:
             if isinstance(outcome, Ready):
                 if every_partition and not any(p.has(outcome.tx_id) for p in self.points.values()):
                     # all of it is this member's (one worker, or one owning every
                     # virtual partition): no key to hash (a twentieth of its time)
-                    belongs = wanted = self.owned
+                    belongs = wanted = owned
                 else:
                     belongs = frozenset(partitions_of(outcome, plan.translators, n))
                     wanted = frozenset(
-                        v
-                        for v in belongs
-                        if v in self.owned and not self.points[v].has(outcome.tx_id)
+                        v for v in belongs if v in owned and not self.points[v].has(outcome.tx_id)
                     )
                 if not wanted:
                     continue
@@ -101,18 +120,28 @@ class Share:
                 shares[id(outcome)] = wanted
                 mine.append(outcome)
             else:
-                parts = tuple(p for p in outcome.parts if self.home(p) in self.owned)
+                parts = tuple(p for p in outcome.parts if self.home(p) in owned)
                 if parts:
                     mine.append(Abandoned(outcome.tx_id, parts, outcome.reason))
 
         def owns(translator: TransactionTranslator, part: Part) -> bool:
-            wanted = live.get(id(part), self.owned)
+            wanted = live.get(id(part), owned)
             # every key of the transaction is this member's: no need to hash each part
             return wanted is None or owner(translator, part, n) in wanted
 
         if plan.versioned():
             return self.versions.translate(mine, shares), bool(live)
         return plan.core.process(mine, owns), bool(live)
+
+    def translate_each(self, outcomes: Sequence[Outcome]) -> tuple[dict[int, Any], bool]:
+        """:meth:`translate` per owned partition (exactly once, each partition's outputs
+        go in its own transaction); whether any of them published."""
+        results: dict[int, Any] = {}
+        published = False
+        for v in sorted(self.owned):
+            results[v], live = self.translate(outcomes, frozenset({v}))
+            published = published or live
+        return results, published
 
     def home(self, part: Part) -> int:
         """The virtual partition that dead-letters ``part``: its business key's (for the

@@ -22,11 +22,14 @@ Its rooms:
 A worker killed or a partition moved mid-transaction: the next owner reads that
 transaction's parts again from the technical topics and releases it once, with the same
 event ids (at least once: a crash between the produce and the checkpoint repeats the
-same events, same ids). With ``translate.processing_guarantee = "exactly_once"`` a
-member's outputs since its last checkpoint and that checkpoint go in one Kafka
-transaction, and the checkpoints are read ``read_committed``: what a killed member sent
-after its last checkpoint is aborted, and a ``read_committed`` reader sees each event
-once. Every transaction of one business key is published by one member, in commit order.
+same events, same ids). With ``translate.processing_guarantee = "exactly_once"`` each
+owned virtual partition's outputs since its last checkpoint and that checkpoint go in
+one Kafka transaction of the partition's own producer
+(:mod:`~bizevents.translators.txproducer`), and the checkpoints are read
+``read_committed``: what a killed member sent after its last checkpoint is aborted, a
+member that lost a partition while paused is fenced by the next owner, and a
+``read_committed`` reader sees each event once. Every transaction of one business key
+is published by one member, in commit order.
 """
 
 from __future__ import annotations
@@ -61,7 +64,7 @@ from bizevents.translators.txcheckpoint import (
     start_offsets,
 )
 from bizevents.translators.txplan import TxPlan
-from bizevents.translators.txproducer import Renewable, transaction_producer
+from bizevents.translators.txproducer import Producers, Routed
 from bizevents.translators.txredrive import RedriveTools, TxRedriver
 from bizevents.translators.txshare import Share
 from bizevents.translators.txversions import TxVersions
@@ -101,9 +104,10 @@ class TxWorker:
         self._unrecorded = False
         #: Batches whose outputs the broker has not acknowledged yet: (their
         #: acknowledgement, records read, the newest record's timestamp if it published,
-        #: the checkpoint records to send once they are acknowledged).
-        self._inflight: deque[tuple[asyncio.Future[Any], int, int, list[Send]]] = deque()
-        self._producer: Any = None
+        #: the checkpoint records to send once they are acknowledged, by producer).
+        self._inflight: deque[tuple[asyncio.Future[Any], int, int, list[Routed]]] = deque()
+        #: Made when the loop runs (aiokafka's clients belong to the running loop).
+        self._producer: Producers
         #: The core of each set of versions (promotions, shadows: docs/shadow.md), the
         #: translator each name is routed by (the configured one: every version of a
         #: name routes by the same keys), and the end of the transaction topic read.
@@ -144,9 +148,7 @@ class TxWorker:
     async def run(self) -> None:
         """Read, assemble, translate and publish until :meth:`stop`."""
 
-        producer = self._producer = Renewable(
-            lambda: transaction_producer(self.settings, self.tx, self._exactly_once)
-        )
+        producer = self._producer = Producers(self.settings, self.tx, self._exactly_once)
         group = self._ownership()
         reader = self._reader()
         tasks: list[asyncio.Future[None]] = []
@@ -167,15 +169,13 @@ class TxWorker:
             await leave_group(group, clients, self.tx.stop_timeout_s)
 
     async def _start_then_loop(
-        self, producer: Any, group: Any, reader: Any, tasks: list[asyncio.Future[None]]
+        self, producer: Producers, group: Any, reader: Any, tasks: list[asyncio.Future[None]]
     ) -> None:
         """Start the clients, then the loop. Joining waits until the group gives this
         member its share, which a rebalance that does not end can hold for ever: a stop
         meanwhile ends it at once (the fault suite found a member that did not stop
         within 60 s of SIGTERM, its last words "translating transactions")."""
         await producer.start()
-        if self._exactly_once:
-            await producer.begin_transaction()
         await group.start()
         traits_of(group)  # probed now: its stop may come while the broker is paused
         await reader.start()
@@ -222,7 +222,7 @@ class TxWorker:
                 with suppress(BaseException):
                     await task
 
-    async def _loop(self, producer: Any, reader: Any) -> None:
+    async def _loop(self, producer: Producers, reader: Any) -> None:
         from aiokafka.errors import KafkaError
         from aiokafka.structs import TopicPartition
         from confluent_kafka import KafkaException
@@ -237,9 +237,8 @@ class TxWorker:
                 # may or may not be written, and nothing after it was recorded; start
                 # again from the checkpoints, as after a rebalance (what comes again
                 # has the same ids), instead of exiting
+                # (exactly once, the rebuild's new producers abort what the old ones held)
                 self._give_up_inflight()
-                if self._exactly_once:
-                    await self._abort(producer)
                 self._changed = True
                 log.warning(
                     "the broker did not answer in time; reading again from the checkpoints",
@@ -247,13 +246,13 @@ class TxWorker:
                 )
                 await asyncio.sleep(1.0)
         async with self._lock:
-            if self.owned and self.assembler is not None:
+            if self.owned and self.assembler is not None and not self._changed:
                 try:
                     await self._checkpoint(producer)
                 except KafkaError as exc:  # the next owner starts from the one before
                     log.warning("last checkpoint not recorded", reason=str(exc))
 
-    async def _turn(self, producer: Any, reader: Any) -> None:
+    async def _turn(self, producer: Producers, reader: Any) -> None:
         """One turn of the loop: a rebuild when ownership changed, else one batch."""
         if self._changed:
             async with self._lock:
@@ -296,9 +295,11 @@ class TxWorker:
             self._owning(frozenset())
             return
         async with self._lock:
-            if self.owned and self.assembler is not None and not self._changed:
-                await self._checkpoint(self._producer)
-            self._owning(frozenset())
+            try:
+                if self.owned and self.assembler is not None and not self._changed:
+                    await self._checkpoint(self._producer)
+            finally:  # fenced (this member lost its partitions before): nothing to record
+                self._owning(frozenset())
 
     async def _assigned(self, given: Partitions) -> None:
         self._revoking = False
@@ -368,7 +369,10 @@ class TxWorker:
         try:
             plan = self.plan
             owned = sorted(self.owned)
-            if owned:
+            # exactly once: each owned partition's producer started before its checkpoint
+            # is read (what a previous owner held open is aborted, and it is fenced)
+            await self._producer.own(self.owned)
+            if owned and not self._changed:
                 points = await read_checkpoints(
                     self.settings.kafka.aiokafka(),
                     plan.state_topic,
@@ -412,7 +416,7 @@ class TxWorker:
 
     # -- a batch -------------------------------------------------------------------
 
-    async def _handle(self, producer: Any, batches: dict[Any, Sequence[Any]]) -> None:
+    async def _handle(self, producer: Producers, batches: dict[Any, Sequence[Any]]) -> None:
         """Decode and assemble the batch; translate what this member owns; publish; then
         (at most every ``commit_interval_s``) record the checkpoints."""
         assembler = self.assembler
@@ -421,7 +425,8 @@ class TxWorker:
         if plan.pins is not None and plan.pins.promotions:
             await self._hand_over(producer)
         outcomes: list[Outcome] = []
-        bad: list[OutRecord] = []
+        #: per home virtual partition, the dead letters of records that do not decode
+        bad: dict[int, list[OutRecord]] = {}
         count = 0
         newest = 0
         for tp, records in batches.items():
@@ -434,14 +439,19 @@ class TxWorker:
                 seq = self._read.arrived(where, r.offset)
                 part = self.share.part(r, seq)
                 if isinstance(part, OutRecord):
-                    if self.share.home_of_record(r) in self.owned:
-                        bad.append(part)
+                    home = self.share.home_of_record(r)
+                    if home in self.owned:
+                        bad.setdefault(home, []).append(part)
                 elif part is not None:
                     outcomes += assembler.feed(part)
             self._read.next[where] = records[-1].offset + 1
             count += len(records)
             newest = max(newest, records[-1].timestamp or 0)
-        result, published = self.share.translate(outcomes)
+        if self._exactly_once:  # each partition's outputs in its own transaction
+            results, published = self.share.translate_each(outcomes)
+        else:
+            result, published = self.share.translate(outcomes)
+            results = {min(self.owned): result}
         stats = self.stats
         if not stats.first_block_at:
             stats.first_block_at = time.time()
@@ -449,9 +459,14 @@ class TxWorker:
             # walked all of start-up's objects (about 90 ms each, a dozen in
             # bench/latency.py's 20 s: the p99) and a young one ran every 700 allocations
             settle_collector()
-        stats.add(plan.transaction_topic, result.counts, len(bad))
+        stats.add(plan.transaction_topic, {}, sum(map(len, bad.values())))
+        routed: list[Routed] = []
+        for v in sorted({*results, *bad}):
+            records = [*(results[v].records if v in results else ()), *bad.get(v, ())]
+            stats.add(plan.transaction_topic, results[v].counts if v in results else {})
+            routed.append((producer.of(v), self.share.outputs(records)))
         # the next batch is read while this one's acknowledgements are outstanding
-        sent = await self._enqueue(producer, self.share.outputs([*result.records, *bad]))
+        sent = await self._enqueue(routed)
         self._unrecorded = True
         # the checkpoint of the state after this batch goes out once this batch's
         # outputs (and so every earlier one's) are acknowledged, without stopping the
@@ -475,43 +490,26 @@ class TxWorker:
         if newest > 0:
             self.stats.observe_latency(max(now - newest / 1000.0, 0.0))
         if points:
-            self._inflight.append((await self._enqueue(self._producer, points), 0, 0, []))
+            self._inflight.append((await self._enqueue(points), 0, 0, []))
 
-    async def _checkpoint(self, producer: Any) -> None:
-        """Once every outstanding output is acknowledged, record the checkpoints."""
+    async def _checkpoint(self, producer: Producers) -> None:
+        """Once every outstanding output is acknowledged, record the checkpoints (each
+        partition's with its producer); exactly once, commit their transactions."""
         while self._inflight:
             await self._settle_oldest()
-        await self._send(producer, self._checkpoints())
+        await (await self._enqueue(self._checkpoints()))
         if self.plan.shadows:
             # the shadows' figures of the virtual partitions, for `bizevents shadow report`
             # and for the next owner of a partition (docs/shadow.md)
             with self.stats._lock:
                 records = self.stats.shadows.dirty()
             topic = self.settings.translate.shadows()
-            await self._send(producer, [(topic, 0, key, value, []) for key, value in records])
-        if self._exactly_once:
-            await producer.commit_transaction()
-            await producer.begin_transaction()
+            await self._send(
+                producer.first(), [(topic, 0, key, value, []) for key, value in records]
+            )
+        await producer.commit()
 
-    async def _abort(self, producer: Renewable) -> None:
-        """Abort the open transaction (what it held is read again from the checkpoints)
-        and begin the next. A transaction the broker aborted itself (open past
-        ``transaction_timeout_s`` while the cluster restarted or the broker was paused)
-        left the producer fenced for good: a new one, with a new id, takes over. A
-        producer that cannot abort (the broker gone past ``request_timeout_s``) stops
-        the member."""
-        from aiokafka.errors import ProducerFenced
-
-        try:
-            if producer.fenced():  # it met the abort already: it cannot abort now
-                raise ProducerFenced()
-            await asyncio.wait_for(producer.abort_transaction(), self.tx.request_timeout_s)
-        except ProducerFenced:
-            log.warning("the broker aborted the open transaction; a new producer takes over")
-            await asyncio.wait_for(producer.renew(), self.tx.request_timeout_s)
-        await producer.begin_transaction()
-
-    async def _requests(self, producer: Any) -> None:
+    async def _requests(self, producer: Producers) -> None:
         """Carry out the pending re-drive and discard requests of the keys this member
         owns, holding the reading (a turn between two batches): every output in flight
         acknowledged first, so every parked transaction is on the dead-letter topic."""
@@ -524,7 +522,7 @@ class TxWorker:
             await self._settle_oldest()
 
         async def send(records: Sequence[OutRecord]) -> None:
-            await self._send(producer, self.share.outputs(records))
+            await self._send(producer.first(), self.share.outputs(records))
 
         def counted(result: Result) -> None:
             self.stats.add(self.plan.transaction_topic, result.counts)
@@ -538,14 +536,14 @@ class TxWorker:
 
     # -- versions: shadows and promotions (docs/shadow.md) --------------------------------
 
-    async def _hand_over(self, producer: Any) -> None:
+    async def _hand_over(self, producer: Producers) -> None:
         """Owned virtual partitions handed over to promoted versions (:class:`TxVersions`)."""
         from aiokafka.structs import TopicPartition
 
         promotions = self.settings.translate.promotions()
 
         async def send(key: bytes, value: bytes) -> None:
-            await self._send(producer, [(promotions, 0, key, value, [])])
+            await self._send(producer.first(), [(promotions, 0, key, value, [])])
 
         where = TopicPartition(self.plan.transaction_topic, 0)
         await self.versions.hand_over(send, self.owned, lambda: self._read_with.highwater(where))
@@ -567,27 +565,33 @@ class TxWorker:
 
         return asyncio.ensure_future(follow())
 
-    def _checkpoints(self) -> list[Send]:
+    def _checkpoints(self) -> list[Routed]:
         """Each owned virtual partition's checkpoint: per technical partition the first
         record read since the oldest open transaction began (else the next to read)."""
         assembler = self.assembler
         assert assembler is not None
         offsets = self._read.offsets(assembler.commit_offset(self._read.seq + 1))
-        # (self.share.points keeps the predecessors' checkpoints: what this member released
-        # since, its assembler remembers)
-        point = Point(offsets, assembler.checkpoint())
+        released = assembler.checkpoint()
         self._checkpointed = time.monotonic()
         self._unrecorded = False
-        sends: list[Send] = []
-        for v in sorted(self.owned):
-            sends.append((self.plan.state_topic, 0, POINT + str(v).encode(), point.encode(), []))
-        return sends
+        # the partitions the assembler was built for (the owned ones, unless a new
+        # assignment waits for its rebuild)
+        return [
+            (
+                self._producer.of(v),
+                [(self.plan.state_topic, 0, POINT + str(v).encode(), point.encode(), [])],
+            )
+            for v, point in self.share.points_after(offsets, released).items()
+        ]
 
     async def _send(self, producer: Any, items: Sequence[Send]) -> None:
         """Send ``items`` and wait until the broker acknowledged them all."""
-        await (await self._enqueue(producer, items))
+        await (await self._enqueue([(producer, items)]))
 
-    async def _enqueue(self, producer: Any, items: Sequence[Send]) -> asyncio.Future[Any]:
-        """Append ``items`` to one batch per topic and partition, in order; the future of
-        the broker's acknowledgement of them all."""
-        return asyncio.gather(*await send_batches(producer, items, "a producer batch"))
+    async def _enqueue(self, routed: Sequence[Routed]) -> asyncio.Future[Any]:
+        """Append each producer's items to one batch per topic and partition, in order;
+        the future of the broker's acknowledgement of them all."""
+        futures: list[asyncio.Future[Any]] = []
+        for producer, items in routed:
+            futures += await send_batches(producer, items, "a producer batch")
+        return asyncio.gather(*futures)

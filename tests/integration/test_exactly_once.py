@@ -7,6 +7,7 @@ embedded broker the setting is refused with one sentence (docs/reliability.md)."
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import subprocess
 import sys
@@ -358,7 +359,8 @@ def test_transaction_worker_whose_transaction_the_broker_aborted_goes_on(
                 member.process.send_signal(signal.SIGCONT)
                 deadline = time.monotonic() + 20
                 while not taken_over and time.monotonic() < deadline:
-                    taken_over = "a new producer takes over" in member.log.read_text()
+                    # the member reads again from its checkpoints under new producers
+                    taken_over = "ProducerFenced" in member.log.read_text()
                     assert member.alive(), member.tail()
                     time.sleep(0.5)
                 if taken_over:
@@ -452,3 +454,98 @@ def test_read_latest_reads_a_transactional_topic_to_its_end(
         producer.produce(topic, value, b"key")
         producer.commit_transaction(30)
     assert read_latest(conf, topic, "reader") == {b"key": b"two"}
+
+
+def test_transaction_worker_paused_past_its_session_is_fenced_by_the_next_owner(
+    kafka_db: Db, tmp_path: Path
+) -> None:
+    """Two members; one is stopped (SIGSTOP) past its session with its transaction open
+    (its timeout far away), the other takes its virtual partitions over and publishes
+    their events again, then the first resumes. Its producer must be fenced: with a
+    transactional id of its own per member, it committed its open transaction on
+    resuming, and a read_committed reader read those events twice."""
+    db = kafka_db
+    group = f"tx-paused-{uuid.uuid4().hex[:8]}"
+    customer, products = txw._ids(db)
+
+    def member(name: str) -> txw.Worker:
+        made = txw.Worker(db, group, f"{group}.dlq", tmp_path / f"{name}.log")
+        made.env.update(EXACTLY_ONCE)
+        made.env["BIZEVENTS_TRANSACTIONS__TRANSACTION_TIMEOUT_S"] = "120"  # no abort by time
+        made.env["BIZEVENTS_TRANSLATE__COMMIT_INTERVAL_S"] = "4"  # a transaction open long
+        return made.start()
+
+    def owns(worker: txw.Worker) -> list[int]:
+        """The virtual partitions of the member's last rebuild."""
+        found: list[int] = []
+        for line in worker.log.read_text().splitlines():
+            if '"assembling"' in line:
+                found = json.loads(line)["partitions"]
+        return found
+
+    def ours(h: dict[str, bytes]) -> bool:
+        source = h.get(HEADER_SOURCE_TOPIC, b"").decode()
+        return h.get(HEADER_TRANSLATOR) == b"orders@3" and source.startswith(f"{db.server}.")
+
+    def ids(isolation: str) -> list[str]:
+        return event_ids(db.endpoints.bootstrap_servers, ["store.order-placed"], ours, isolation)
+
+    orders: list[int] = []
+    placing = threading.Event()
+
+    def place() -> None:
+        with db.conn.cursor() as cur:
+            while placing.is_set():
+                n = len(orders)
+                cur.execute("BEGIN")
+                orders.append(txw.place(cur, customer, [(products[n % 3], 1 + n % 4)] * 20))
+                cur.execute("COMMIT")
+                time.sleep(0.02)
+
+    with txw.capturing(db, tmp_path):
+        first, second = member("a"), member("b")
+        placing.set()
+        load = threading.Thread(target=place, daemon=True)
+        load.start()
+        try:
+            wait_for(lambda: len(owns(first)) == 2 and len(owns(second)) == 2, 120, "a share each")
+            copies = 0
+            for _ in range(3):  # a stop that met no open transaction of events: again
+                wait_for(partial(published_more, ids, len(ids("read_uncommitted")) + 20), 90, "-")
+                assert first.process is not None
+                first.process.send_signal(signal.SIGSTOP)
+                try:
+                    wait_for(lambda: len(owns(second)) == 4, 90, "the second member taking all")
+                    # it publishes the partitions' events again, from their checkpoints
+                    wait_for(
+                        partial(published_more, ids, len(ids("read_uncommitted")) + 20), 90, "-"
+                    )
+                finally:
+                    first.process.send_signal(signal.SIGCONT)
+                wait_for(lambda: len(owns(first)) == 2 and len(owns(second)) == 2, 120, "shared")
+                read = ids("read_uncommitted")
+                copies = len(read) - len(set(read))
+                if copies:
+                    break
+            assert copies > 0, "no stop met an open transaction of events in 3 tries"
+            placing.clear()
+            load.join(30)
+            wait_for(
+                lambda: len(set(ids("read_committed"))) >= len(orders),
+                180,
+                f"{len(orders)} orders placed",
+            )
+            time.sleep(2)  # any copy that would (wrongly) follow
+            committed = ids("read_committed")
+            assert first.alive(), first.tail()
+            assert second.alive(), second.tail()
+        finally:
+            placing.clear()
+            for worker in (first, second):
+                if worker.alive():
+                    assert worker.process is not None
+                    worker.process.send_signal(signal.SIGCONT)
+                    worker.signal(signal.SIGTERM)
+    twice = {i: c for i, c in Counter(committed).items() if c > 1}
+    assert len(set(committed)) == len(orders)
+    assert not twice, f"{len(twice)} events read_committed more than once ({copies} copies)"

@@ -71,3 +71,34 @@ def test_a_partition_moved_alone_keeps_its_predecessors_checkpoint_apart(
     assert sorted(r.event_id for r in b.handle(batch)) == sorted(
         r.event_id for r in only_one.handle(batch)
     )
+
+
+def test_partitions_taken_over_with_checkpoints_of_different_ages_never_go_back(
+    serializer: BusinessSerializer,
+) -> None:
+    """Partition 0's owner released two batches, partition 1's only the first; a member
+    taking both over reads again from the older and records its checkpoint after part of
+    the second batch: partition 0's must stay where its predecessor left it, or its next
+    owner publishes again what the first published (the fault suite read an event twice
+    so, exactly once)."""
+    plan = make_plan([orders_v3], serializer, N)
+    state: dict[int, bytes] = {}
+    first, second = _orders(1, 8, 100), _orders(9, 8, 200)
+    a = Member.of(plan)
+    a.rebuild(frozenset({0}), state)
+    a.handle(first)
+    published = a.handle(second)
+    a.checkpoint(state, [*first, *second])
+    b = Member.of(plan)
+    b.rebuild(frozenset({1}), state)
+    b.handle(first)
+    b.checkpoint(state, first)
+    both = Member.of(plan)
+    both.rebuild(frozenset({0, 1}), state)
+    both.handle(second[:2])  # partition 1's part of them
+    both.checkpoint(state, second[:2])
+    nxt = Member.of(plan)
+    nxt.rebuild(frozenset({0}), state)
+    again = nxt.handle(second)
+    assert published  # partition 0 had some of the second batch
+    assert not {r.event_id for r in again} & {r.event_id for r in published}

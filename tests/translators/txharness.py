@@ -116,6 +116,6 @@ class Member:
         position = max((p for p in positions if p is not None), default=None)
         others = tuple(r.tx_id or "" for r, p in zip(released, positions, strict=True) if p is None)
         offsets = self.progress.offsets(self.assembler.commit_offset(self.progress.seq + 1))
-        point = Point(offsets, Checkpoint(position, others)).encode()
-        for v in self.share.owned:
-            state[v] = point
+        # as TxWorker._checkpoints: never less than a partition's predecessor had
+        for v, point in self.share.points_after(offsets, Checkpoint(position, others)).items():
+            state[v] = point.encode()
