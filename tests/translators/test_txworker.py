@@ -32,7 +32,15 @@ def member(serializer: BusinessSerializer) -> TxWorker:
 
     worker._checkpoint = checkpoint  # type: ignore[method-assign]
     worker.checkpoints = checkpoints  # type: ignore[attr-defined]
+    worker._producer = ByPartition()  # type: ignore[assignment]
     return worker
+
+
+class ByPartition:
+    """The member's producers as it asks for them: one per owned virtual partition."""
+
+    def of(self, v: int) -> str:
+        return f"producer {v}"
 
 
 def test_an_assignment_is_owned_and_asks_for_a_rebuild(member: TxWorker) -> None:
@@ -46,7 +54,7 @@ def test_a_revocation_records_the_checkpoint_of_the_share_in_hand(member: TxWork
     member.assembler = Assembler(member.plan.core.reads)
     member._changed = False
     asyncio.run(member._revoked([("tx.assemble", 0), ("tx.assemble", 2)]))
-    assert member.checkpoints == [None]  # type: ignore[attr-defined]
+    assert member.checkpoints == [member._producer]  # type: ignore[attr-defined]
     assert member.owned == frozenset() and member._revoking
 
 
@@ -63,10 +71,14 @@ def test_each_owned_partition_gets_the_same_checkpoint_in_the_state_topic(
     member: TxWorker,
 ) -> None:
     member.share.owned = frozenset({3, 1})
+    member.share.points = {3: Point(), 1: Point()}  # as the rebuild read them
     member.assembler = Assembler(member.plan.core.reads)
     member._read = Progress({tp: 40 for tp in SOURCES})
     member._unrecorded = True  # a batch was handled since the last checkpoint
-    sends = member._checkpoints()
+    routed = member._checkpoints()
+    # each partition's checkpoint goes with its own producer (its own transaction)
+    assert [producer for producer, _ in routed] == ["producer 1", "producer 3"]
+    sends = [send for _, items in routed for send in items]
     assert [(topic, key) for topic, _, key, _, _ in sends] == [
         ("tx.state", POINT + b"1"),
         ("tx.state", POINT + b"3"),
