@@ -24,6 +24,7 @@ from bizevents.capture.verify import (
 )
 from bizevents.contracts.envelope import ChangeEvent
 from bizevents.contracts.technical import AvroDecoder
+from bizevents.contracts.technical.topics import table_topic
 
 __all__ = [
     "MyTable",
@@ -382,7 +383,7 @@ def pg_tables(
     )
     readers = []
     for info in pg.describe_tables(side, names):
-        topic = f"{config.prefix}.{info.relation.namespace}.{info.relation.name}"
+        topic = table_topic(config.prefix, info.relation.qualified_name)
         codec = TableCodec(
             server=config.server,
             database=database,
@@ -408,7 +409,7 @@ def my_tables(
     for qualified in names or list(config.tables):
         database, _, name = qualified.partition(".")
         layout = my.catalog_table(side, database, name)
-        topic = f"{config.prefix}.{qualified}"
+        topic = table_topic(config.prefix, qualified)
         codec = MyTableCodec(
             server=config.server,
             topic=topic,

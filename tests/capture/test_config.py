@@ -24,6 +24,7 @@ from bizevents.capture.postgres.messages import (
 )
 from bizevents.capture.postgres.pgoutput import PgOutputDecoder, blank_values
 from bizevents.capture.postgres.types import register_converter as register_pg_converter
+from bizevents.contracts.technical.topics import table_topic
 from bizevents.devstack import Endpoints
 from bizevents.plumbing.errors import ConfigError
 from bizevents.plumbing.parking import PARKED_HEADER
@@ -231,3 +232,14 @@ def test_config_defaults() -> None:
     assert config.publication_name == config.slot_name
     assert config.prefix == "Shop-EU"
     assert config.column_filter("public.orders").keeps("anything")
+
+
+def test_table_topic_naming() -> None:
+    """A table's technical topic is ``<prefix>.<schema>.<table>``, Debezium's naming that
+    translators, replay and people's consumers subscribe to: capture's PostgreSQL
+    (a relation), MariaDB (a ``database.table`` name) and verify sides all name it so."""
+    default = CaptureConfig(server="Shop-EU", tables=("public.orders",))
+    renamed = CaptureConfig(server="Shop-EU", tables=("shop.orders",), topic_prefix="cdc")
+    relation = Relation(1, "public", "orders", "d", ())
+    assert table_topic(default.prefix, relation.qualified_name) == "Shop-EU.public.orders"
+    assert table_topic(renamed.prefix, "shop.orders") == "cdc.shop.orders"

@@ -32,6 +32,7 @@ from bizevents.capture.core.transactions import NoBlocks, TxBlocks
 from bizevents.capture.exceptions import CaptureError, KafkaDeliveryError
 from bizevents.capture.metrics import CaptureStats
 from bizevents.contracts.business import HEADER_SOURCE_POSITION
+from bizevents.contracts.technical.topics import table_topic
 from bizevents.contracts.technical.transaction import transaction_topic
 from bizevents.plumbing.errors import TransientError
 from bizevents.plumbing.kafka import ensure_topics, produce
@@ -332,7 +333,7 @@ class CaptureCore:
         headers = dead_letter_headers(
             str(exc),
             type(exc).__name__,
-            f"{cfg.prefix}.{table}",
+            table_topic(cfg.prefix, table),
             (HEADER_SOURCE_POSITION, where.encode()),
             (HEADER_CAPTURE_TABLE, table.encode()),
             (HEADER_CAPTURE_FORMAT, fmt.encode()),

@@ -56,6 +56,7 @@ from bizevents.capture.mariadb.quarantine import MysqlParking
 from bizevents.capture.mariadb.queries import BinlogPosition
 from bizevents.capture.mariadb.stream import read_binlog
 from bizevents.capture.mariadb.types import converters_generation
+from bizevents.contracts.technical.topics import table_topic
 from bizevents.plumbing.errors import TransientError
 
 __all__ = ["MysqlCapture"]
@@ -110,7 +111,7 @@ class MysqlCapture(CaptureCore):
             self.server_id = my.check_server(conn)
             self.mariadb = "mariadb" in conn.get_server_info().lower()
             admin = self.session.admin
-            create_topics(admin, [f"{cfg.prefix}.{name}" for name in cfg.tables], cfg)
+            create_topics(admin, [table_topic(cfg.prefix, name) for name in cfg.tables], cfg)
             create_dead_letter_topic(admin, cfg)  # a refused record goes there too
             self.quarantine.restore_parked()  # nothing unless on_conversion_error = "park"
             self.session.store.ensure(admin, cfg.replication_factor)
@@ -163,7 +164,7 @@ class MysqlCapture(CaptureCore):
         keys = key_columns(table, cfg.keys.get(table.qualified))
         codec = MyTableCodec(
             server=cfg.server,
-            topic=f"{cfg.prefix}.{table.qualified}",
+            topic=table_topic(cfg.prefix, table.qualified),
             table=table,
             key_names=keys,
             keep=cfg.column_filter(table.qualified).keeps,

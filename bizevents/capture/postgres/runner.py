@@ -67,6 +67,7 @@ from bizevents.capture.postgres.types import (
     converters_generation,
     enum_types_from_rows,
 )
+from bizevents.contracts.technical.topics import table_topic
 from bizevents.plumbing.errors import TransientError
 
 __all__ = ["HEADER_CAPTURE_FORMAT", "HEADER_CAPTURE_TABLE", "CaptureEndpoints", "PostgresCapture"]
@@ -270,7 +271,7 @@ class PostgresCapture(CaptureCore):
         return next((i for i in self.infos.values() if i.qualified == qualified), None)
 
     def topic(self, relation: Relation) -> str:
-        return f"{self.config.prefix}.{relation.namespace}.{relation.name}"
+        return table_topic(self.config.prefix, relation.qualified_name)
 
     def codec(self, relation: Relation, info: pg.TableInfo) -> TableCodec:
         """A table's codec, its schemas registered."""
