@@ -15,6 +15,7 @@ from bizevents.contracts.gate import (
     RegistryHistory,
     Verdict,
 )
+from bizevents.contracts.technical.topics import table_topic
 from bizevents.plumbing.settings import RegistrySettings
 from bizevents.settings import Settings
 from bizevents.translators.columns import ColumnProblem, Layout, column_problems
@@ -60,7 +61,7 @@ def _topic_of(table: str, prefix: str | None, topics: Sequence[str]) -> str:
     for topic in topics:
         if topic.endswith(f".{table}"):
             return topic
-    return f"{prefix}.{table}"
+    return table_topic(str(prefix), table)
 
 
 def _normalized(name: str) -> str:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from bizevents.contracts.business import (
     BusinessEvent,
 )
+from bizevents.contracts.technical.topics import table_topic
 from bizevents.plumbing.errors import ConfigError, TransientError
 from bizevents.plumbing.registry import RegistryUnavailableError
 from bizevents.plumbing.settings import RegistrySettings
@@ -94,7 +95,7 @@ def technical_topics(
     for item in translators:
         for source in item.sources:
             if not any(c in source for c in "*?["):
-                topics.add(f"{prefix}.{source}")
+                topics.add(table_topic(prefix, source))
                 continue
             pattern = re.compile(re.escape(prefix + ".") + fnmatch.translate(source))
             found = [t for t in existing if pattern.fullmatch(t)]

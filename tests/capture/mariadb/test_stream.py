@@ -41,7 +41,8 @@ def _reader(gtid: str | None = "0-1-5,2-1-9") -> Any:
 
 
 def _event(**fields: Any) -> Any:
-    packet = SimpleNamespace(log_pos=fields.pop("log_pos", 200), server_id=1)
+    # the packet's size is the whole event's (19 bytes of header and 4 of checksum in)
+    packet = SimpleNamespace(log_pos=fields.pop("log_pos", 200), event_size=63, server_id=1)
     return SimpleNamespace(packet=packet, event_size=40, timestamp=1_700_000_000, **fields)
 
 
@@ -117,7 +118,7 @@ def test_where_a_row_is_names_its_event_and_index() -> None:
     at = reader.row_at(_event(log_pos=1000), 3)
     assert (at.file, at.pos, at.row, at.gtid, at.ts_ms) == (
         "bin.000002",
-        960,
+        937,  # where the event begins, as Debezium's source.pos
         3,
         "0-1-6",
         1_700_000_000_000,
