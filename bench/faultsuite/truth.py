@@ -68,7 +68,9 @@ def binlog_history(dsn: str, schema: str) -> list[tuple[Any, str, str]]:
                 raise RuntimeError(f"the binlog's end {end} not reached in 300 s")
             op = ops.get(type(event))
             if op is not None:
-                start = int(event.packet.log_pos) - int(event.event_size)
+                # where the event begins (the packet's size has the header and checksum in):
+                # Debezium's source.pos, and capture's
+                start = int(event.packet.log_pos) - int(event.packet.event_size)
                 table = f"{event.schema}.{event.table}"
                 for row, _ in enumerate(event.rows):
                     out.append(((str(stream.log_file), start, row), table, op))

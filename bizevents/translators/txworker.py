@@ -589,9 +589,12 @@ class TxWorker:
         await (await self._enqueue([(producer, items)]))
 
     async def _enqueue(self, routed: Sequence[Routed]) -> asyncio.Future[Any]:
-        """Append each producer's items to one batch per topic and partition, in order;
-        the future of the broker's acknowledgement of them all."""
-        futures: list[asyncio.Future[Any]] = []
+        """Append each producer's items to one batch per topic and partition, in order
+        (one call per producer: two batches in flight to one partition left their
+        failures unread in aiokafka when the broker paused); the future of the broker's
+        acknowledgement of them all."""
+        merged: dict[int, tuple[Any, list[Send]]] = {}
         for producer, items in routed:
-            futures += await send_batches(producer, items, "a producer batch")
-        return asyncio.gather(*futures)
+            merged.setdefault(id(producer), (producer, []))[1].extend(items)
+        sent = [await send_batches(p, items, "a producer batch") for p, items in merged.values()]
+        return asyncio.gather(*(f for futures in sent for f in futures))

@@ -104,11 +104,12 @@ def database(endpoints: Endpoints) -> Iterator[Db]:
     try:
         yield db
     finally:
-        with conn.cursor() as cur:
+        # db.conn, not conn: a test that restarted the server connects anew
+        with db.conn.cursor() as cur:
             drop_slots(cur, db.slot + "%")
         db.sql(f"DROP PUBLICATION IF EXISTS {db.publication}")
         db.sql(f"DROP SCHEMA IF EXISTS {db.schema} CASCADE")
-        conn.close()
+        db.conn.close()
 
 
 def capture_endpoints(
