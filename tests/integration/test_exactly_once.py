@@ -111,6 +111,59 @@ def published_more(ids: Callable[[str], list[str]], than: int) -> bool:
     return len(ids("read_uncommitted")) > than
 
 
+class OrderLoad:
+    """Orders of 20 items each, one transaction each, placed on a thread from
+    :meth:`start` to :meth:`stop`; :meth:`ids` reads the events this database's orders
+    gave (OrderPlaced by orders@3)."""
+
+    def __init__(self, db: Db, pause: float = 0.0) -> None:
+        self.db = db
+        self.pause = pause
+        self.orders: list[int] = []
+        self._customer, self._products = txw._ids(db)
+        self._placing = threading.Event()
+        self._thread = threading.Thread(target=self._place, daemon=True)
+
+    def _ours(self, h: dict[str, bytes]) -> bool:
+        source = h.get(HEADER_SOURCE_TOPIC, b"").decode()
+        return h.get(HEADER_TRANSLATOR) == b"orders@3" and source.startswith(f"{self.db.server}.")
+
+    def ids(self, isolation: str) -> list[str]:
+        bootstrap = self.db.endpoints.bootstrap_servers
+        return event_ids(bootstrap, ["store.order-placed"], self._ours, isolation)
+
+    def _place(self) -> None:
+        with self.db.conn.cursor() as cur:
+            while self._placing.is_set():
+                n = len(self.orders)
+                lines = [(self._products[n % 3], 1 + n % 4)] * 20
+                cur.execute("BEGIN")
+                self.orders.append(txw.place(cur, self._customer, lines))
+                cur.execute("COMMIT")
+                time.sleep(self.pause)
+
+    def start(self) -> None:
+        self._placing.set()
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._placing.clear()
+        if self._thread.is_alive():
+            self._thread.join(30)
+
+    def all_committed(self) -> list[str]:
+        """Stops placing and waits until a read_committed reader has every order's event:
+        the ids it read then."""
+        self.stop()
+        wait_for(
+            lambda: len(set(self.ids("read_committed"))) >= len(self.orders),
+            180,
+            f"{len(self.orders)} orders placed",
+        )
+        time.sleep(2)  # any copy that would (wrongly) follow
+        return self.ids("read_committed")
+
+
 @pytest.fixture
 def kafka(bizevents_stack_on: Callable[[Any], Endpoints]) -> Endpoints:
     return bizevents_stack_on("kafka")
@@ -239,7 +292,8 @@ def test_transaction_worker_killed_again_and_again_gives_each_event_once(
     OrderPlaced reaches the read_committed reader once."""
     db = kafka_db
     group = f"tx-eo-{uuid.uuid4().hex[:8]}"
-    customer, products = txw._ids(db)
+    load = OrderLoad(db)
+    ids = load.ids
 
     def worker(n: int) -> txw.Worker:
         made = txw.Worker(db, group, f"{group}.dlq", tmp_path / f"w{n}.log")
@@ -247,33 +301,10 @@ def test_transaction_worker_killed_again_and_again_gives_each_event_once(
         made.env["BIZEVENTS_TRANSACTIONS__TRANSACTION_TIMEOUT_S"] = "5"
         return made.start()
 
-    def ours(h: dict[str, bytes]) -> bool:
-        source = h.get(HEADER_SOURCE_TOPIC, b"").decode()
-        return h.get(HEADER_TRANSLATOR) == b"orders@3" and source.startswith(f"{db.server}.")
-
-    def ids(isolation: str) -> list[str]:
-        return event_ids(
-            kafka_db.endpoints.bootstrap_servers, ["store.order-placed"], ours, isolation
-        )
-
-    orders: list[int] = []
-    placing = threading.Event()
-
-    def place() -> None:
-        """Orders of 20 items each, one transaction each, while ``placing`` is set."""
-        with db.conn.cursor() as cur:
-            while placing.is_set():
-                n = len(orders)
-                cur.execute("BEGIN")
-                orders.append(txw.place(cur, customer, [(products[n % 3], 1 + n % 4)] * 20))
-                cur.execute("COMMIT")
-
     kills = 0
     copies = 0
     with txw.capturing(db, tmp_path):
         current = worker(0)
-        placing.set()
-        load = threading.Thread(target=place, daemon=True)
         load.start()
         try:
             # each member is killed while it publishes under load: its open transaction
@@ -287,26 +318,18 @@ def test_transaction_worker_killed_again_and_again_gives_each_event_once(
                 current.signal(signal.SIGKILL)
                 kills += 1
                 current = worker(kills)
-            placing.clear()
-            load.join(30)
-            wait_for(
-                lambda: len(set(ids("read_committed"))) >= len(orders),
-                180,
-                f"{len(orders)} orders placed",
-            )
-            time.sleep(2)  # any copy that would (wrongly) follow
-            committed = ids("read_committed")
+            committed = load.all_committed()
             read = ids("read_uncommitted")
             copies = len(read) - len(set(read))
             assert current.alive(), current.tail()
         finally:
-            placing.clear()
+            load.stop()
             current.signal(signal.SIGTERM)
     twice = {i: c for i, c in Counter(committed).items() if c > 1}
-    assert len(set(committed)) == len(orders)
+    assert len(set(committed)) == len(load.orders)
     assert not twice, f"{len(twice)} events read_committed more than once after {kills} kills"
     assert copies > 0, f"no aborted transaction seen by read_uncommitted in {kills} kills"
-    print(f"{len(orders)} orders once after {kills} kills; {copies} aborted copies")
+    print(f"{len(load.orders)} orders once after {kills} kills; {copies} aborted copies")
 
 
 def test_transaction_worker_whose_transaction_the_broker_aborted_goes_on(
@@ -320,34 +343,15 @@ def test_transaction_worker_whose_transaction_the_broker_aborted_goes_on(
     ABORTING_TRANSACTION")."""
     db = kafka_db
     group = f"tx-fenced-{uuid.uuid4().hex[:8]}"
-    customer, products = txw._ids(db)
+    load = OrderLoad(db)
+    ids = load.ids
     member = txw.Worker(db, group, f"{group}.dlq", tmp_path / "w.log")
     member.env.update(EXACTLY_ONCE)
     member.env["BIZEVENTS_TRANSACTIONS__TRANSACTION_TIMEOUT_S"] = "2"
     member.env["BIZEVENTS_TRANSLATE__COMMIT_INTERVAL_S"] = "0.2"
 
-    def ours(h: dict[str, bytes]) -> bool:
-        source = h.get(HEADER_SOURCE_TOPIC, b"").decode()
-        return h.get(HEADER_TRANSLATOR) == b"orders@3" and source.startswith(f"{db.server}.")
-
-    def ids(isolation: str) -> list[str]:
-        return event_ids(db.endpoints.bootstrap_servers, ["store.order-placed"], ours, isolation)
-
-    orders: list[int] = []
-    placing = threading.Event()
-
-    def place() -> None:
-        with db.conn.cursor() as cur:
-            while placing.is_set():
-                n = len(orders)
-                cur.execute("BEGIN")
-                orders.append(txw.place(cur, customer, [(products[n % 3], 1 + n % 4)] * 20))
-                cur.execute("COMMIT")
-
     with txw.capturing(db, tmp_path):
         member.start()
-        placing.set()
-        load = threading.Thread(target=place, daemon=True)
         load.start()
         try:
             taken_over = False
@@ -368,23 +372,16 @@ def test_transaction_worker_whose_transaction_the_broker_aborted_goes_on(
             assert taken_over, "no stop met an open transaction in 3 tries"
             seen = len(set(ids("read_committed")))
             wait_for(lambda: len(set(ids("read_committed"))) > seen + 20, 90, "orders@3 going on")
-            placing.clear()
-            load.join(30)
-            wait_for(
-                lambda: len(set(ids("read_committed"))) >= len(orders),
-                180,
-                f"{len(orders)} orders placed",
-            )
-            committed = ids("read_committed")
+            committed = load.all_committed()
             assert member.alive(), member.tail()
         finally:
-            placing.clear()
+            load.stop()
             if member.alive():
                 assert member.process is not None
                 member.process.send_signal(signal.SIGCONT)
                 member.signal(signal.SIGTERM)
     twice = {i: c for i, c in Counter(committed).items() if c > 1}
-    assert len(set(committed)) == len(orders)
+    assert len(set(committed)) == len(load.orders)
     assert not twice, f"{len(twice)} events read_committed more than once"
 
 
@@ -466,7 +463,8 @@ def test_transaction_worker_paused_past_its_session_is_fenced_by_the_next_owner(
     resuming, and a read_committed reader read those events twice."""
     db = kafka_db
     group = f"tx-paused-{uuid.uuid4().hex[:8]}"
-    customer, products = txw._ids(db)
+    load = OrderLoad(db, pause=0.02)
+    ids = load.ids
 
     def member(name: str) -> txw.Worker:
         made = txw.Worker(db, group, f"{group}.dlq", tmp_path / f"{name}.log")
@@ -483,29 +481,8 @@ def test_transaction_worker_paused_past_its_session_is_fenced_by_the_next_owner(
                 found = json.loads(line)["partitions"]
         return found
 
-    def ours(h: dict[str, bytes]) -> bool:
-        source = h.get(HEADER_SOURCE_TOPIC, b"").decode()
-        return h.get(HEADER_TRANSLATOR) == b"orders@3" and source.startswith(f"{db.server}.")
-
-    def ids(isolation: str) -> list[str]:
-        return event_ids(db.endpoints.bootstrap_servers, ["store.order-placed"], ours, isolation)
-
-    orders: list[int] = []
-    placing = threading.Event()
-
-    def place() -> None:
-        with db.conn.cursor() as cur:
-            while placing.is_set():
-                n = len(orders)
-                cur.execute("BEGIN")
-                orders.append(txw.place(cur, customer, [(products[n % 3], 1 + n % 4)] * 20))
-                cur.execute("COMMIT")
-                time.sleep(0.02)
-
     with txw.capturing(db, tmp_path):
         first, second = member("a"), member("b")
-        placing.set()
-        load = threading.Thread(target=place, daemon=True)
         load.start()
         try:
             wait_for(lambda: len(owns(first)) == 2 and len(owns(second)) == 2, 120, "a share each")
@@ -528,24 +505,16 @@ def test_transaction_worker_paused_past_its_session_is_fenced_by_the_next_owner(
                 if copies:
                     break
             assert copies > 0, "no stop met an open transaction of events in 3 tries"
-            placing.clear()
-            load.join(30)
-            wait_for(
-                lambda: len(set(ids("read_committed"))) >= len(orders),
-                180,
-                f"{len(orders)} orders placed",
-            )
-            time.sleep(2)  # any copy that would (wrongly) follow
-            committed = ids("read_committed")
+            committed = load.all_committed()
             assert first.alive(), first.tail()
             assert second.alive(), second.tail()
         finally:
-            placing.clear()
+            load.stop()
             for worker in (first, second):
                 if worker.alive():
                     assert worker.process is not None
                     worker.process.send_signal(signal.SIGCONT)
                     worker.signal(signal.SIGTERM)
     twice = {i: c for i, c in Counter(committed).items() if c > 1}
-    assert len(set(committed)) == len(orders)
+    assert len(set(committed)) == len(load.orders)
     assert not twice, f"{len(twice)} events read_committed more than once ({copies} copies)"
