@@ -820,12 +820,7 @@ def main() -> None:
         default="both",
         help="Debezium's embedded engine, Kafka Connect standalone into Kafka, or both",
     )
-    parser.add_argument(
-        "--broker",
-        choices=("kafka", "tansu"),
-        default="kafka",
-        help="the private stack's broker: Apache Kafka (default) or the dev stack's Tansu",
-    )
+    kit.broker_option(parser, "kafka", both=False)
     parser.add_argument(
         "--incremental-rows",
         type=int,

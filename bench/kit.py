@@ -35,13 +35,23 @@ BROKERS = ("tansu", "kafka")
 FIGURES = "bench figures: "
 
 
-def broker_option(parser: argparse.ArgumentParser) -> None:
+def broker_option(
+    parser: argparse.ArgumentParser, default: str = "tansu", *, both: bool = True
+) -> None:
+    """``--broker``, ``default`` when not given; ``both`` where the bench can run on each
+    broker alternately (:func:`both_brokers`)."""
+    if both:
+        choices = [*BROKERS, "both"]
+        what = "the embedded Tansu, Apache Kafka (the dev stack's --broker kafka), or both: "
+        what += "--runs runs on each alternately, side by side"
+    else:
+        choices = list(BROKERS)
+        what = "the embedded Tansu or Apache Kafka (the dev stack's --broker kafka)"
     parser.add_argument(
         "--broker",
-        choices=[*BROKERS, "both"],
-        default="tansu",
-        help="the private stack's broker: the embedded Tansu, Apache Kafka (the dev stack's "
-        "--broker kafka), or both: --runs runs on each alternately, side by side",
+        choices=choices,
+        default=default,
+        help=f"the private stack's broker: {what} (default {default})",
     )
 
 
