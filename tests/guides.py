@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.cli import bizevents
+
 #: A step's marker: a file, a command, or one left running (until it prints a line).
 STEP = re.compile(
     r"<!-- (file: (\S+)|run|run in the background(?:, until it prints: (.+?))?) -->"
@@ -122,14 +124,7 @@ def run_guide(folder: Path, steps: list[Step], env: dict[str, str], timeout: flo
         )
     finally:
         stopped = stop_background(folder)
-        subprocess.run(
-            ["bizevents", "dev", "down", "--purge"],
-            cwd=folder,
-            env=env,
-            capture_output=True,
-            timeout=120,
-            check=False,
-        )
+        bizevents("dev", "down", "--purge", env=env, cwd=folder)
     logs = "".join(
         f"\n--- {log.name}\n{log.read_text()[-3000:]}" for log in sorted(folder.glob("*.log"))
     )
