@@ -339,12 +339,7 @@ def _mid_transaction(
     in the middle of when this returns (some of its items captured, which the workers
     read as they come; no event yet: the callers check)."""
     customer, products = _ids(db)
-    small = []
-    with db.conn.cursor() as cur:
-        for n in range(3):
-            cur.execute("BEGIN")
-            small.append(place(cur, customer, [(products[n], n + 1)]))
-            cur.execute("COMMIT")
+    small = place_orders(db, customer, products, 3, 1)
     reader.wait(set(small), worker)
     # Seen as soon as capture writes the big transaction's first item (a watching
     # consumer, not a watermark query per loop: that took long enough for the worker to
@@ -453,12 +448,7 @@ def test_rebalance_mid_transaction(db: Db, tmp_path: Path) -> None:
     customer, products = _ids(db)
     with running_workers(db, tmp_path) as (group, workers, reader, run):
         first, second, target = _owner_of_next_big(db, workers, group)
-        small = []
-        with db.conn.cursor() as cur:
-            for n in range(3):
-                cur.execute("BEGIN")
-                small.append(place(cur, customer, [(products[n], n + 1)]))
-                cur.execute("COMMIT")
+        small = place_orders(db, customer, products, 3, 1)
         reader.wait(set(small), second)
         # the owner is stopped while the big order is written whole into Kafka; it
         # is told to leave as it resumes: it reads a batch or two (40 records each)
