@@ -226,6 +226,20 @@ def per_topic(lane: list[tuple[str, str]]) -> dict[str, list[str]]:
     return dict(out)
 
 
+def wait_flowed(
+    published: Published, lanes: dict[bytes, list[tuple[str, str]]], what: str
+) -> dict[bytes, list[tuple[str, str]]]:
+    """Until each key of ``lanes`` has its lane's events, topic by topic: what was
+    published then, by key."""
+
+    def flowed() -> bool:
+        found = by_key(published())
+        return all(per_topic(found.get(k, [])) == per_topic(lane) for k, lane in lanes.items())
+
+    wait_for(flowed, 90, what)
+    return by_key(published())
+
+
 def _metrics(worker: Worker) -> dict[str, float]:
     """The worker's metrics, by name and translator label (the group label dropped)."""
     url = next(
@@ -257,16 +271,8 @@ def test_parked_orders_wait_and_are_re_driven_in_commit_order_with_the_clean_ids
             flowing = {k: lane for k, lane in expected.items() if k not in parked_keys}
             assert len(flowing) == ORDERS - len(POISONED)
             assert all(len(lane) == 2 for lane in expected.values())  # placed, paid
-
-            def flowed() -> bool:
-                found = by_key(published())
-                return all(
-                    per_topic(found.get(k, [])) == per_topic(lane) for k, lane in flowing.items()
-                )
-
-            wait_for(flowed, 90, "the clean orders' events")
+            found = wait_flowed(published, flowing, "the clean orders' events")
             assert worker.alive(), worker.tail()
-            found = by_key(published())
             # no event of a parked order, not even of its later (paid) transaction
             assert not parked_keys & set(found), worker.tail()
 
@@ -298,16 +304,8 @@ def test_parked_orders_wait_and_are_re_driven_in_commit_order_with_the_clean_ids
             run.wait_acked(db.wal_lsn())
             expected, _ = clean_run(db)
             assert all(len(lane) == 4 for lane in expected.values())  # and shipped (two)
-
-            def all_flowed() -> bool:
-                found = by_key(published())
-                return all(
-                    per_topic(found.get(k, [])) == per_topic(lane) for k, lane in expected.items()
-                )
-
-            wait_for(all_flowed, 90, "every order's events")
+            found = wait_flowed(published, expected, "every order's events")
             assert worker.alive(), worker.tail()
-            found = by_key(published())
             assert set(found) == set(expected)
             for key, lane in expected.items():  # in commit order, the clean run's ids
                 assert per_topic(found[key]) == per_topic(lane), key
@@ -481,11 +479,7 @@ def test_a_kill_9_mid_re_drive_hands_it_to_the_other_worker_in_order(
             run.wait_acked(db.wal_lsn())
             expected, _ = clean_run(db)
             assert len(expected[key]) == 1 + 34 + 2
-
-            def all_flowed() -> bool:
-                return per_topic(by_key(published()).get(key, [])) == per_topic(expected[key])
-
-            wait_for(all_flowed, 90, "the order's events")
+            wait_flowed(published, {key: expected[key]}, "the order's events")
             copies = [m for m in published() if m.key == key]
             assert len(copies) > len(expected[key]), "the victim re-drove some: repeated"
         finally:
