@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from bizevents.capture.config import CaptureConfig
 from bizevents.capture.postgres.messages import parse_lsn
 from bizevents.contracts.binary import zigzag
 from tests.capture.capture_helpers import (
@@ -26,6 +27,19 @@ from tests.capture.capture_helpers import (
 )
 
 pytestmark = pytest.mark.integration
+
+
+def table_of_rows(
+    db: Db, tmp_path: Path, rows: int, partitions: int = 2
+) -> tuple[CaptureConfig, Path]:
+    """Table ``t`` (id, v, note) with rows 1 to ``rows`` (``v`` twice the id, note
+    'row <id>'), and a capture of it: its config and that config's file."""
+    db.sql(f"CREATE TABLE {db.schema}.t (id int PRIMARY KEY, v int, note text)")
+    db.sql(
+        f"INSERT INTO {db.schema}.t SELECT g, g * 2, 'row ' || g FROM generate_series(1, {rows}) g"
+    )
+    config = db.config(["t"], partitions=partitions)
+    return config, write_config(tmp_path / "capture.toml", config)
 
 
 def verify(
@@ -119,10 +133,7 @@ def test_verify_finds_every_key_of_a_planted_gap_and_repair_closes_it(
     db: Db, tmp_path: Path
 ) -> None:
     s = db.schema
-    db.sql(f"CREATE TABLE {s}.t (id int PRIMARY KEY, v int, note text)")
-    db.sql(f"INSERT INTO {s}.t SELECT g, g * 2, 'row ' || g FROM generate_series(1, 3000) g")
-    config = db.config(["t"], partitions=2)
-    config_file = write_config(tmp_path / "capture.toml", config)
+    config, config_file = table_of_rows(db, tmp_path, 3000)
     topic = db.topic("t")
     with in_process(config, capture_endpoints(db.endpoints, tmp_path)) as run:
         run.wait_snapshot()
@@ -181,9 +192,7 @@ def test_verify_finds_the_rows_changed_while_capture_was_stopped_and_its_slot_dr
     the topic lacks) and snapshots the differing chunks and those keys again, which
     brings the inserts and updates back; then verify reports 0."""
     s = db.schema
-    db.sql(f"CREATE TABLE {s}.t (id int PRIMARY KEY, v int, note text)")
-    db.sql(f"INSERT INTO {s}.t SELECT g, g * 2, 'row ' || g FROM generate_series(1, 2000) g")
-    first = db.config(["t"], partitions=2)
+    first, _ = table_of_rows(db, tmp_path, 2000)
     with in_process(first, capture_endpoints(db.endpoints, tmp_path)) as run:
         run.wait_snapshot()
         db.sql(f"UPDATE {s}.t SET v = -1 WHERE id % 250 = 0")
@@ -245,10 +254,7 @@ def test_verify_as_a_spark_job_finds_the_same_gap(db: Db, tmp_path: Path) -> Non
     overwritten with another's values, a key the table does not have) found key by key,
     exit 1."""
     s = db.schema
-    db.sql(f"CREATE TABLE {s}.t (id int PRIMARY KEY, v int, note text)")
-    db.sql(f"INSERT INTO {s}.t SELECT g, g * 2, 'row ' || g FROM generate_series(1, 1200) g")
-    config = db.config(["t"], partitions=2)
-    config_file = write_config(tmp_path / "capture.toml", config)
+    config, config_file = table_of_rows(db, tmp_path, 1200)
     topic = db.topic("t")
     spark = ("--spark", "--master", "local[2]", "--chunk-rows", "500")
     with in_process(config, capture_endpoints(db.endpoints, tmp_path)) as run:
