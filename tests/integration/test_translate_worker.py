@@ -104,6 +104,20 @@ def events_from(bootstrap: str, topics: Sequence[str], source_topic: str) -> lis
     return found
 
 
+def wait_for_records(
+    read: Callable[[], list[Message]],
+    count: int,
+    timeout: float,
+    what: str,
+    workers: Sequence[Worker] = (),
+) -> list[Message]:
+    """What ``read`` reads once it holds at least ``count`` records."""
+    found: list[Message] = wait_for(
+        lambda: (records := read()) and len(records) >= count and records, timeout, what, workers
+    )
+    return found
+
+
 def wait_for(
     predicate: Callable[[], Any], timeout: float, what: str, workers: Sequence[Worker] = ()
 ) -> Any:
@@ -282,12 +296,9 @@ def test_changes_become_business_events_with_lineage_drops_counted_poison_dead_l
         produce(
             bootstrap, setup.topic, [encoder.encode(order_change(s, "u", touched, shipped, 1030))]
         )
-        events = wait_for(
-            lambda: (
-                (found := events_from(bootstrap, ORDER_TOPICS, setup.topic))
-                and len(found) >= 4
-                and found
-            ),
+        events = wait_for_records(
+            lambda: events_from(bootstrap, ORDER_TOPICS, setup.topic),
+            4,
             60,
             "four business events",
             [worker],
