@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
+from bizevents.capture.config import CaptureConfig
 from bizevents.capture.core.state import StateStore
 from bizevents.capture.mariadb import queries as my
 from bizevents.capture.mariadb.codec import MyTableCodec
@@ -174,18 +175,24 @@ def test_an_incremental_snapshot_of_an_enum_keyed_table_gets_every_row(
     )
 
 
-def test_verify_finds_a_planted_gap_in_a_mariadb_table_and_repair_closes_it(
-    db: MyDb, tmp_path: Path
-) -> None:
-    """``bizevents verify`` on a MariaDB table: 0 differences; a hand-written tombstone
-    for a live row is found as missing; ``--repair`` snapshots its chunk again; 0."""
+def _table_of_1200_rows(db: MyDb, tmp_path: Path) -> tuple[CaptureConfig, Path]:
+    """Table ``t`` (id, v, note) with rows 1 to 1200, and a capture of it: its config and
+    that config's file."""
     db.sql("CREATE TABLE t (id INT PRIMARY KEY, v INT, note VARCHAR(20))")
     with db.conn.cursor() as cur:
         cur.executemany(
             "INSERT INTO t VALUES (%s, %s, %s)", [(i, i * 2, f"row {i}") for i in range(1, 1201)]
         )
     config = db.config(["t"], partitions=2)
-    config_file = write_config(tmp_path / "capture.toml", config)
+    return config, write_config(tmp_path / "capture.toml", config)
+
+
+def test_verify_finds_a_planted_gap_in_a_mariadb_table_and_repair_closes_it(
+    db: MyDb, tmp_path: Path
+) -> None:
+    """``bizevents verify`` on a MariaDB table: 0 differences; a hand-written tombstone
+    for a live row is found as missing; ``--repair`` snapshots its chunk again; 0."""
+    config, config_file = _table_of_1200_rows(db, tmp_path)
 
     with in_process(config, db.capture_endpoints(tmp_path)) as run:
         run.wait_snapshot()
@@ -222,13 +229,7 @@ def test_verify_finds_the_rows_changed_while_capture_was_stopped_and_its_positio
     inserted, updated and deleted; capture starts again at the binlog's end without a
     snapshot. Verify names every one of those keys and exits 1; ``--repair`` tombstones
     the deletes the topic lacks and brings the inserts and updates back; then 0."""
-    db.sql("CREATE TABLE t (id INT PRIMARY KEY, v INT, note VARCHAR(20))")
-    with db.conn.cursor() as cur:
-        cur.executemany(
-            "INSERT INTO t VALUES (%s, %s, %s)", [(i, i * 2, f"row {i}") for i in range(1, 1201)]
-        )
-    first = db.config(["t"], partitions=2)
-    config_file = write_config(tmp_path / "capture.toml", first)
+    first, config_file = _table_of_1200_rows(db, tmp_path)
 
     with in_process(first, db.capture_endpoints(tmp_path)) as run:
         run.wait_snapshot()
