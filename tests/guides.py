@@ -9,12 +9,11 @@ import os
 import re
 import shlex
 import signal
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.cli import bizevents
+from tests.cli import bizevents, run
 
 #: A step's marker: a file, a command, or one left running (until it prints a line).
 STEP = re.compile(
@@ -113,15 +112,7 @@ def run_guide(folder: Path, steps: list[Step], env: dict[str, str], timeout: flo
     stack then stopped, whatever happened. Asserts the script ran to its end."""
     (folder / "guide.sh").write_text(script(steps))
     try:
-        done = subprocess.run(
-            ["bash", "guide.sh"],
-            cwd=folder,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
+        done = run(["bash", "guide.sh"], env=env, cwd=folder, timeout=timeout)
     finally:
         stopped = stop_background(folder)
         bizevents("dev", "down", "--purge", env=env, cwd=folder)
