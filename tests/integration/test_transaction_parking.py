@@ -46,7 +46,7 @@ from tests.integration.test_transaction_worker import (
     _ids,
     _scrape,
     capturing,
-    place,
+    place_each,
     store_db,
 )
 from tests.integration.test_translate_worker import Message, read_all, wait_for
@@ -182,14 +182,8 @@ def clean_run(db: Db) -> tuple[dict[bytes, list[tuple[str, str]]], dict[int, byt
 def placed_orders(db: Db) -> list[int]:
     """``ORDERS`` orders, each its own transaction; those at ``POISONED`` poisoned."""
     customer, products = _ids(db)
-    placed = []
-    with db.conn.cursor() as cur:
-        for i in range(ORDERS):
-            quantity = POISON if i in POISONED else i % 3 + 1
-            cur.execute("BEGIN")
-            placed.append(place(cur, customer, [(products[i % 3], quantity)]))
-            cur.execute("COMMIT")
-    return placed
+    quantities = [POISON if i in POISONED else i % 3 + 1 for i in range(ORDERS)]
+    return place_each(db, customer, [[(products[i % 3], q)] for i, q in enumerate(quantities)])
 
 
 def set_status(db: Db, orders: list[int], status: str) -> None:
@@ -327,13 +321,8 @@ def test_a_re_drive_that_fails_again_keeps_the_key_parked(db: Db, tmp_path: Path
         worker.start()
         try:
             customer, products = _ids(db)
-            with db.conn.cursor() as cur:
-                cur.execute("BEGIN")
-                order = place(cur, customer, [(products[0], POISON)])
-                cur.execute("COMMIT")
-                cur.execute("BEGIN")
-                other = place(cur, customer, [(products[1], POISON)])
-                cur.execute("COMMIT")
+            poisoned = [[(products[0], POISON)], [(products[1], POISON)]]
+            order, other = place_each(db, customer, poisoned)
             run.wait_acked(db.wal_lsn())
             key = str(order).encode().hex()
 
@@ -430,10 +419,7 @@ def test_a_kill_9_mid_re_drive_hands_it_to_the_other_worker_in_order(
         redrive: subprocess.Popen[str] | None = None
         try:
             customer, products = _ids(db)
-            with db.conn.cursor() as cur:
-                cur.execute("BEGIN")
-                order = place(cur, customer, [(products[0], POISON)])
-                cur.execute("COMMIT")
+            (order,) = place_each(db, customer, [[(products[0], POISON)]])
             toggle(order, 30)
             run.wait_acked(db.wal_lsn())
             _, keys = clean_run(db)
@@ -499,10 +485,7 @@ def test_on_error_fail_stops_the_worker_with_a_sentence(db: Db, tmp_path: Path) 
         worker.start()
         try:
             customer, products = _ids(db)
-            with db.conn.cursor() as cur:
-                cur.execute("BEGIN")
-                place(cur, customer, [(products[0], POISON)])
-                cur.execute("COMMIT")
+            place_each(db, customer, [[(products[0], POISON)]])
             run.wait_acked(db.wal_lsn())
             assert worker.process is not None
             code = worker.process.wait(90)
