@@ -25,13 +25,13 @@ from bizevents.contracts.serde import BusinessDeserializer
 from tests.integration.test_translate_worker import (
     T0,
     Setup,
-    events_from,
     order_change,
     order_row,
     orders_encoder,
     produce,
     read_all,
     setup,
+    wait_for_events,
     wait_for_records,
 )
 
@@ -102,13 +102,7 @@ def test_hostile_records_are_dead_lettered_and_the_partition_goes_on(setup: Setu
     worker = setup.worker(BIZEVENTS_TRANSLATE__ON_ERROR=json.dumps({"orders": "dead-letter"}))
     try:
         worker.wait_assigned()
-        events = wait_for_records(
-            lambda: events_from(bootstrap, ORDER_TOPICS, setup.topic),
-            4,
-            90,
-            "four business events",
-            [worker],
-        )
+        events = wait_for_events(setup, 4, 90, worker)
         dead = wait_for_records(
             lambda: read_all(bootstrap, setup.dead_letter),
             RANDOM_RECORDS,
