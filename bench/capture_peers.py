@@ -410,20 +410,14 @@ class MariaDb:
         self.sql(f"INSERT INTO {stream} VALUES (0, 'seed', 0, 0, NOW(6), 0)")
 
     def generate(self, stream: str, snap: str, changes: int, tx_rows: int, rows: int) -> None:
-        inserts = changes // 2
-        for start in range(1, inserts + 1, tx_rows):
-            stop = min(start + tx_rows - 1, inserts)
-            self.sql(
-                f"INSERT INTO {stream} SELECT seq, CONCAT('customer ', seq), seq % 97, "
-                f"seq * 1.25, NOW(6), seq % 2 = 0 FROM seq_{start}_to_{stop}"
-            )
-        for start in range(1, changes - inserts + 1, tx_rows):
-            stop = min(start + tx_rows - 1, changes - inserts)
-            self.sql(
-                f"UPDATE {stream} SET qty = qty + 1, price = price + 0.01 "
-                "WHERE id BETWEEN %s AND %s",
-                (start, stop),
-            )
+        for insert, first, last in kit.change_batches(changes, tx_rows):
+            if insert:
+                self.sql(
+                    f"INSERT INTO {stream} SELECT seq, CONCAT('customer ', seq), seq % 97, "
+                    f"seq * 1.25, NOW(6), seq % 2 = 0 FROM seq_{first}_to_{last}"
+                )
+            else:
+                self.sql(kit.UPDATE_BATCH.format(stream), (first, last))
         self.sql(
             f"INSERT INTO {snap} SELECT seq, CONCAT('customer ', seq), seq % 97, "
             f"seq * 1.25, NOW(6), seq % 2 = 0 FROM seq_1_to_{int(rows)}"
@@ -820,12 +814,7 @@ def main() -> None:
         default="both",
         help="Debezium's embedded engine, Kafka Connect standalone into Kafka, or both",
     )
-    parser.add_argument(
-        "--broker",
-        choices=("kafka", "tansu"),
-        default="kafka",
-        help="the private stack's broker: Apache Kafka (default) or the dev stack's Tansu",
-    )
+    kit.broker_option(parser, "kafka", both=False)
     parser.add_argument(
         "--incremental-rows",
         type=int,

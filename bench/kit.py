@@ -35,13 +35,23 @@ BROKERS = ("tansu", "kafka")
 FIGURES = "bench figures: "
 
 
-def broker_option(parser: argparse.ArgumentParser) -> None:
+def broker_option(
+    parser: argparse.ArgumentParser, default: str = "tansu", *, both: bool = True
+) -> None:
+    """``--broker``, ``default`` when not given; ``both`` where the bench can run on each
+    broker alternately (:func:`both_brokers`)."""
+    if both:
+        choices = [*BROKERS, "both"]
+        what = "the embedded Tansu, Apache Kafka (the dev stack's --broker kafka), or both: "
+        what += "--runs runs on each alternately, side by side"
+    else:
+        choices = list(BROKERS)
+        what = "the embedded Tansu or Apache Kafka (the dev stack's --broker kafka)"
     parser.add_argument(
         "--broker",
-        choices=[*BROKERS, "both"],
-        default="tansu",
-        help="the private stack's broker: the embedded Tansu, Apache Kafka (the dev stack's "
-        "--broker kafka), or both: --runs runs on each alternately, side by side",
+        choices=choices,
+        default=default,
+        help=f"the private stack's broker: {what} (default {default})",
     )
 
 
@@ -95,25 +105,32 @@ def generate_pg(dsn: str, table: str, changes: int, tx_rows: int) -> None:
 
     conn = psycopg2.connect(dsn)
     conn.autocommit = False
-    inserts = changes // 2
     with conn.cursor() as cur:
-        for start in range(1, inserts + 1, tx_rows):
-            stop = min(start + tx_rows - 1, inserts)
-            cur.execute(
-                f"INSERT INTO {table} SELECT g, 'customer ' || g, g %% 97, g * 1.25, now(), "
-                "g %% 2 = 0 FROM generate_series(%s, %s) g",
-                (start, stop),
-            )
-            conn.commit()
-        for start in range(1, changes - inserts + 1, tx_rows):
-            stop = min(start + tx_rows - 1, changes - inserts)
-            cur.execute(
-                f"UPDATE {table} SET qty = qty + 1, price = price + 0.01 "
-                "WHERE id BETWEEN %s AND %s",
-                (start, stop),
-            )
+        for insert, first, last in change_batches(changes, tx_rows):
+            if insert:
+                cur.execute(
+                    f"INSERT INTO {table} SELECT g, 'customer ' || g, g %% 97, g * 1.25, now(), "
+                    "g %% 2 = 0 FROM generate_series(%s, %s) g",
+                    (first, last),
+                )
+            else:
+                cur.execute(UPDATE_BATCH.format(table), (first, last))
             conn.commit()
     conn.close()
+
+
+#: A batch's updates (:func:`change_batches`), the same SQL on both sources.
+UPDATE_BATCH = "UPDATE {} SET qty = qty + 1, price = price + 0.01 WHERE id BETWEEN %s AND %s"
+
+
+def change_batches(changes: int, tx_rows: int) -> Iterator[tuple[bool, int, int]]:
+    """Half ``changes`` inserts of rows 1 on, then updates of the same rows, as
+    transactions of ``tx_rows`` rows: each ``(insert, first id, last id)``."""
+    inserts = changes // 2
+    for first in range(1, inserts + 1, tx_rows):
+        yield True, first, min(first + tx_rows - 1, inserts)
+    for first in range(1, changes - inserts + 1, tx_rows):
+        yield False, first, min(first + tx_rows - 1, changes - inserts)
 
 
 class RateWriter(threading.Thread):

@@ -7,6 +7,7 @@ contract, translator and consumer tests build by hand.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
@@ -50,15 +51,7 @@ def keyed_event(op: str, before: Row, after: Row, source: Source, at: Coordinate
 
 def in_transaction(event: ChangeEvent, tx_id: str, n: int) -> ChangeEvent:
     """``event`` as the ``n``-th change of transaction ``tx_id`` (capture's metadata)."""
-    return type(event)(
-        op=event.op,
-        source=event.source,
-        before=event.before,
-        after=event.after,
-        key=event.key,
-        ts_ms=event.ts_ms,
-        transaction=Transaction(tx_id, n, n),
-    )
+    return replace(event, transaction=Transaction(tx_id, n, n))
 
 
 #: when the example store's orders were placed

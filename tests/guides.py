@@ -9,10 +9,11 @@ import os
 import re
 import shlex
 import signal
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests.cli import bizevents, run
 
 #: A step's marker: a file, a command, or one left running (until it prints a line).
 STEP = re.compile(
@@ -111,25 +112,10 @@ def run_guide(folder: Path, steps: list[Step], env: dict[str, str], timeout: flo
     stack then stopped, whatever happened. Asserts the script ran to its end."""
     (folder / "guide.sh").write_text(script(steps))
     try:
-        done = subprocess.run(
-            ["bash", "guide.sh"],
-            cwd=folder,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
+        done = run(["bash", "guide.sh"], env=env, cwd=folder, timeout=timeout)
     finally:
         stopped = stop_background(folder)
-        subprocess.run(
-            ["bizevents", "dev", "down", "--purge"],
-            cwd=folder,
-            env=env,
-            capture_output=True,
-            timeout=120,
-            check=False,
-        )
+        bizevents("dev", "down", "--purge", env=env, cwd=folder)
     logs = "".join(
         f"\n--- {log.name}\n{log.read_text()[-3000:]}" for log in sorted(folder.glob("*.log"))
     )

@@ -24,7 +24,6 @@ from bizevents.capture.verify import (
 )
 from bizevents.contracts.envelope import ChangeEvent
 from bizevents.contracts.technical import AvroDecoder
-from bizevents.contracts.technical.topics import table_topic
 
 __all__ = [
     "MyTable",
@@ -368,7 +367,7 @@ def pg_tables(
     """``(table, topic, reader)`` of each PostgreSQL table to verify (``names``, else the
     capture's tables, else its publication's): the catalog read on ``side``, the rows on
     ``chunks`` (not in autocommit), each row through the codec capture writes it with."""
-    from bizevents.capture.postgres.codec import TableCodec
+    from bizevents.capture.postgres.codec import captured_codec
     from bizevents.capture.postgres.types import PgTypeMapper, enum_types_from_rows
 
     with side.cursor() as cur:
@@ -383,18 +382,10 @@ def pg_tables(
     )
     readers = []
     for info in pg.describe_tables(side, names):
-        topic = table_topic(config.prefix, info.relation.qualified_name)
-        codec = TableCodec(
-            server=config.server,
-            database=database,
-            topic=topic,
-            relation=info.relation,
-            key_names=info.key_names,
-            types=types,
-            keep=config.column_filter(info.qualified).keeps,
-            key_nullable=info.key_nullable,
+        codec = captured_codec(
+            config, database, info.relation, info.key_names, types, info.key_nullable
         )
-        readers.append((info.qualified, topic, PgTable(chunks, info, codec, lookup)))
+        readers.append((info.qualified, codec.topic, PgTable(chunks, info, codec, lookup)))
     return readers
 
 
@@ -403,21 +394,14 @@ def my_tables(
 ) -> list[tuple[str, str, MyTable]]:
     """As :func:`pg_tables`, for MySQL/MariaDB tables (``names``, else the capture's)."""
     from bizevents.capture.mariadb import queries as my
-    from bizevents.capture.mariadb.codec import MyTableCodec, key_columns
+    from bizevents.capture.mariadb.codec import captured_codec
 
     readers = []
     for qualified in names or list(config.tables):
         database, _, name = qualified.partition(".")
         layout = my.catalog_table(side, database, name)
-        topic = table_topic(config.prefix, qualified)
-        codec = MyTableCodec(
-            server=config.server,
-            topic=topic,
-            table=layout,
-            key_names=key_columns(layout, config.keys.get(qualified)),
-            keep=config.column_filter(qualified).keeps,
-        )
-        readers.append((qualified, topic, MyTable(chunks, database, name, codec, lookup)))
+        codec = captured_codec(config, layout)
+        readers.append((qualified, codec.topic, MyTable(chunks, database, name, codec, lookup)))
     return readers
 
 

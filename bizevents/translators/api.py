@@ -19,7 +19,7 @@ import functools
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Final, Literal, TypeAlias
+from typing import Any, Final, Literal, TypeAlias
 
 from bizevents.contracts.business import BusinessEvent
 from bizevents.contracts.change import Change
@@ -160,16 +160,11 @@ def translator(
         problems = _problems(name, version, sources, emits, snapshots, deletes)
         problems += _declaration_problems(columns, ops)
         problems += _changes_problems(changes, columns)
-        origin = _origin(func, name, version, problems)
+        declared = _declared(func, problems, name, version, sources, emits, snapshots)
         return Translator(
-            name=name,
-            version=version,
-            sources=tuple(sources),
-            emits=tuple(emits),
+            **declared,
             func=func,
-            snapshots=snapshots,
             deletes=deletes,
-            origin=origin,
             columns=None if columns is None else frozenset(columns),
             ops=None if ops is None else frozenset(ops),
             changes=None if changes is None else frozenset(changes),
@@ -178,13 +173,29 @@ def translator(
     return wrap
 
 
-def _origin(func: Callable[..., object], name: object, version: object, problems: list[str]) -> str:
-    """Where ``func`` is defined, once the translator it declares has no ``problems``
-    (else a :class:`PluginError` naming them all)."""
+def _declared(
+    func: Callable[..., object],
+    problems: list[str],
+    name: str,
+    version: int,
+    sources: Sequence[str],
+    emits: Sequence[type[BusinessEvent]],
+    snapshots: Policy,
+) -> dict[str, Any]:
+    """The fields every translator's declaration gives its record, ``origin`` (where
+    ``func`` is) among them, once it has no ``problems`` (else a :class:`PluginError`
+    naming them all)."""
     origin = f"{func.__module__}.{func.__qualname__}"
     if problems:
         raise PluginError(f"translator {name}@{version} ({origin}): {'; '.join(problems)}")
-    return origin
+    return {
+        "name": name,
+        "version": version,
+        "sources": tuple(sources),
+        "emits": tuple(emits),
+        "snapshots": snapshots,
+        "origin": origin,
+    }
 
 
 def _problems(

@@ -41,7 +41,7 @@ from bizevents.translators.api import (
     Output,
     Policy,
     Translator,
-    _origin,
+    _declared,
     _problems,
 )
 from bizevents.translators.exceptions import TranslationError, plugin_failure
@@ -208,18 +208,8 @@ def transaction_translator(
 
     def wrap(func: TransactionFunc) -> TransactionTranslator:
         problems = _problems(name, version, sources, emits, snapshots, TRANSLATE)
-        declared = _keys(keys or {}, problems)
-        origin = _origin(func, name, version, problems)
-        return TransactionTranslator(
-            name=name,
-            version=version,
-            sources=tuple(sources),
-            emits=tuple(emits),
-            func=_row_by_row,
-            snapshots=snapshots,
-            origin=origin,
-            tx_func=func,
-            keys=declared,
-        )
+        keyed = _keys(keys or {}, problems)
+        declared = _declared(func, problems, name, version, sources, emits, snapshots)
+        return TransactionTranslator(**declared, func=_row_by_row, tx_func=func, keys=keyed)
 
     return wrap

@@ -8,12 +8,14 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from bizevents.capture.config import CaptureConfig
 from bizevents.capture.postgres.messages import parse_lsn
 from bizevents.contracts.binary import zigzag
 from tests.capture.capture_helpers import (
@@ -26,6 +28,19 @@ from tests.capture.capture_helpers import (
 )
 
 pytestmark = pytest.mark.integration
+
+
+def table_of_rows(
+    db: Db, tmp_path: Path, rows: int, partitions: int = 2
+) -> tuple[CaptureConfig, Path]:
+    """Table ``t`` (id, v, note) with rows 1 to ``rows`` (``v`` twice the id, note
+    'row <id>'), and a capture of it: its config and that config's file."""
+    db.sql(f"CREATE TABLE {db.schema}.t (id int PRIMARY KEY, v int, note text)")
+    db.sql(
+        f"INSERT INTO {db.schema}.t SELECT g, g * 2, 'row ' || g FROM generate_series(1, {rows}) g"
+    )
+    config = db.config(["t"], partitions=partitions)
+    return config, write_config(tmp_path / "capture.toml", config)
 
 
 def verify(
@@ -49,17 +64,23 @@ def found_differences(
     deleted: list[int],
 ) -> list[str]:
     """Verify exited 1 naming each key of the gap; its output's lines."""
-    assert found.returncode == 1, found.stdout + found.stderr
-    assert "Traceback" not in found.stderr
-    lines = [line.strip() for line in found.stdout.splitlines()]
     expected = (
         [f"missing id={i}:" for i in inserted]
         + [f"differs id={i}:" for i in updated]
         + [f"extra id={i}:" for i in deleted]
     )
-    for start in expected:
+    return found_lines(found, expected)
+
+
+def found_lines(found: subprocess.CompletedProcess[str], starts: list[str]) -> list[str]:
+    """Verify exited 1 with a line of each of ``starts`` and that many differences; its
+    output's lines."""
+    assert found.returncode == 1, found.stdout + found.stderr
+    assert "Traceback" not in found.stderr
+    lines = [line.strip() for line in found.stdout.splitlines()]
+    for start in starts:
         assert any(line.startswith(start) for line in lines), (start, found.stdout)
-    assert f"{len(expected)} differences" in found.stdout, found.stdout
+    assert f"{len(starts)} differences" in found.stdout, found.stdout
     return lines
 
 
@@ -119,10 +140,7 @@ def test_verify_finds_every_key_of_a_planted_gap_and_repair_closes_it(
     db: Db, tmp_path: Path
 ) -> None:
     s = db.schema
-    db.sql(f"CREATE TABLE {s}.t (id int PRIMARY KEY, v int, note text)")
-    db.sql(f"INSERT INTO {s}.t SELECT g, g * 2, 'row ' || g FROM generate_series(1, 3000) g")
-    config = db.config(["t"], partitions=2)
-    config_file = write_config(tmp_path / "capture.toml", config)
+    config, config_file = table_of_rows(db, tmp_path, 3000)
     topic = db.topic("t")
     with in_process(config, capture_endpoints(db.endpoints, tmp_path)) as run:
         run.wait_snapshot()
@@ -154,10 +172,7 @@ def test_verify_finds_every_key_of_a_planted_gap_and_repair_closes_it(
         assert repaired.returncode == 1 and "repair: signal" in repaired.stdout, repaired.stdout
         # The repair's condition, as a signal carries it (bizevents.capture.core.filters).
         assert "id >= '1' AND id <= '500'" in repaired.stdout
-        wait_repaired(run)
-        run.wait_acked(db.wal_lsn())
-        after = verify(config_file, db, "--chunk-rows", "500")
-        assert after.returncode == 0, after.stdout + after.stderr
+        clean_after_repair(run, config_file, db, lambda: run.wait_acked(db.wal_lsn()))
         run.stop()
 
 
@@ -172,6 +187,18 @@ def wait_repaired(run: Any, timeout: float = 60) -> None:
     assert not ledger.queue, "the repair's snapshot did not run"
 
 
+def clean_after_repair(
+    run: Any, config_file: Path, db: Any, caught_up: Callable[[], object], rows: str = ""
+) -> None:
+    """Once the repair's snapshot ran and capture caught up again (``caught_up``), verify
+    finds no difference (and says ``rows`` of the table)."""
+    wait_repaired(run)
+    caught_up()
+    after = verify(config_file, db, "--chunk-rows", "500")
+    assert after.returncode == 0, after.stdout + after.stderr
+    assert rows in after.stdout, after.stdout
+
+
 def test_verify_finds_the_rows_changed_while_capture_was_stopped_and_its_slot_dropped(
     db: Db, tmp_path: Path
 ) -> None:
@@ -181,9 +208,7 @@ def test_verify_finds_the_rows_changed_while_capture_was_stopped_and_its_slot_dr
     the topic lacks) and snapshots the differing chunks and those keys again, which
     brings the inserts and updates back; then verify reports 0."""
     s = db.schema
-    db.sql(f"CREATE TABLE {s}.t (id int PRIMARY KEY, v int, note text)")
-    db.sql(f"INSERT INTO {s}.t SELECT g, g * 2, 'row ' || g FROM generate_series(1, 2000) g")
-    first = db.config(["t"], partitions=2)
+    first, _ = table_of_rows(db, tmp_path, 2000)
     with in_process(first, capture_endpoints(db.endpoints, tmp_path)) as run:
         run.wait_snapshot()
         db.sql(f"UPDATE {s}.t SET v = -1 WHERE id % 250 = 0")
@@ -230,11 +255,8 @@ def test_verify_finds_the_rows_changed_while_capture_was_stopped_and_its_slot_dr
         repaired = verify(config_file, db, "--chunk-rows", "500", "--repair")
         assert repaired.returncode == 1 and "repair: signal" in repaired.stdout, repaired.stdout
         assert f"repair: {len(deleted)} tombstones written to {topic}" in repaired.stdout
-        wait_repaired(run)
-        run.wait_acked(db.wal_lsn())
-        after = verify(config_file, db, "--chunk-rows", "500")
-        assert after.returncode == 0, after.stdout + after.stderr
-        assert "2004 rows in 5 chunks, 2004 keys" in after.stdout, after.stdout
+        expect = "2004 rows in 5 chunks, 2004 keys"
+        clean_after_repair(run, config_file, db, lambda: run.wait_acked(db.wal_lsn()), expect)
         run.stop()
 
 
@@ -245,10 +267,7 @@ def test_verify_as_a_spark_job_finds_the_same_gap(db: Db, tmp_path: Path) -> Non
     overwritten with another's values, a key the table does not have) found key by key,
     exit 1."""
     s = db.schema
-    db.sql(f"CREATE TABLE {s}.t (id int PRIMARY KEY, v int, note text)")
-    db.sql(f"INSERT INTO {s}.t SELECT g, g * 2, 'row ' || g FROM generate_series(1, 1200) g")
-    config = db.config(["t"], partitions=2)
-    config_file = write_config(tmp_path / "capture.toml", config)
+    config, config_file = table_of_rows(db, tmp_path, 1200)
     topic = db.topic("t")
     spark = ("--spark", "--master", "local[2]", "--chunk-rows", "500")
     with in_process(config, capture_endpoints(db.endpoints, tmp_path)) as run:
@@ -263,12 +282,7 @@ def test_verify_as_a_spark_job_finds_the_same_gap(db: Db, tmp_path: Path) -> Non
 
         plant_gap(db, topic)
         found = verify(config_file, db, *spark)
-        assert found.returncode == 1, found.stdout + found.stderr
-        assert "Traceback" not in found.stderr
-        lines = [line.strip() for line in found.stdout.splitlines()]
-        for start in ("missing id=42:", "differs id=7:", "extra id=999999:"):
-            assert any(line.startswith(start) for line in lines), (start, found.stdout)
-        assert "3 differences" in found.stdout, found.stdout
+        lines = found_lines(found, ["missing id=42:", "differs id=7:", "extra id=999999:"])
         assert "1199 rows in 3 chunks" in found.stdout, found.stdout
         line42 = next(line for line in lines if line.startswith("missing id=42:"))
         assert "tombstone" in line42, line42

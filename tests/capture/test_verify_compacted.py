@@ -18,7 +18,7 @@ from tests.capture.capture_helpers import (
     in_process,
     write_config,
 )
-from tests.capture.test_verify import verify
+from tests.capture.test_verify import table_of_rows, verify
 from tests.compaction import Kept, compact, compact_quickly, missing_offsets
 
 pytestmark = pytest.mark.integration
@@ -46,10 +46,7 @@ def test_verify_on_a_compacted_topic_finds_it_equal_and_repairs_a_removed_row(
     db: Db, tmp_path: Path
 ) -> None:
     s = db.schema
-    db.sql(f"CREATE TABLE {s}.t (id int PRIMARY KEY, v int, note text)")
-    db.sql(f"INSERT INTO {s}.t SELECT g, g * 2, 'row ' || g FROM generate_series(1, 300) g")
-    config = db.config(["t"], partitions=1)
-    config_file = write_config(tmp_path / "capture.toml", config)
+    config, config_file = table_of_rows(db, tmp_path, 300, partitions=1)
     topic = db.topic("t")
     bootstrap = db.endpoints.bootstrap_servers
 

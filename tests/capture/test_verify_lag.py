@@ -18,7 +18,7 @@ from bizevents.capture.verify import Difference, Report, TableChunk, TopicState,
 from bizevents.devstack import Endpoints
 from bizevents.plumbing.parkingio import read_to_end
 from tests.capture import capture_helpers as pgh
-from tests.capture import mysql_helpers as myh
+from tests.capture.sources import Source
 
 
 class _Reader:
@@ -103,56 +103,31 @@ def _lag_is_not_loss(
 
 
 @pytest.mark.integration
-def test_postgres_verify_tells_a_stopped_capture_from_a_gap(pg: pgh.Db, tmp_path: Path) -> None:
-    s = pg.schema
-    pg.sql(f"CREATE TABLE {s}.t (id int PRIMARY KEY, v int)")
-    pg.sql(f"INSERT INTO {s}.t SELECT g, g FROM generate_series(1, 500) g")
-    config = pg.config(["t"], partitions=2)
+def test_verify_tells_a_stopped_capture_from_a_gap(source: Source, tmp_path: Path) -> None:
+    t = source.table("t")
+    source.sql(f"CREATE TABLE {t} (id INT PRIMARY KEY, v INT)")
+    source.sql(f"INSERT INTO {t} VALUES " + ", ".join(f"({i}, {i})" for i in range(1, 501)))
+    config = source.config(["t"], partitions=2)
     config_file = pgh.write_config(tmp_path / "capture.toml", config)
-    endpoints = pgh.capture_endpoints(pg.endpoints, tmp_path)
-    with pgh.in_process(config, endpoints) as run:
+    with source.in_process(config, tmp_path) as run:
         run.wait_snapshot()
-        run.wait_acked(pg.wal_lsn())
+        source.caught_up(run)
         run.stop()
-    # Changes in the slot that capture has not read.
-    pg.sql(f"UPDATE {s}.t SET v = -v WHERE id % 50 = 0")
-    pg.sql(f"INSERT INTO {s}.t VALUES (1000, 1), (1001, 1)")
-    pg.sql(f"DELETE FROM {s}.t WHERE id IN (7, 8)")
-    behind = f"capture is stopped: its slot {pg.slot} confirmed "
-    _lag_is_not_loss(pg.endpoints, config, config_file, pg.topic("t"), behind)
+    # Changes capture has not read (in PostgreSQL's slot, in MariaDB's binlog).
+    source.sql(f"UPDATE {t} SET v = -v WHERE id % 50 = 0")
+    source.sql(f"INSERT INTO {t} VALUES (1000, 1), (1001, 1)")
+    source.sql(f"DELETE FROM {t} WHERE id IN (7, 8)")
+    if source.mysql:
+        behind = "capture is behind or stopped: its stored position "
+    else:
+        behind = f"capture is stopped: its slot {source.ledger_slot} confirmed "
+    endpoints = source.db.endpoints
+    _lag_is_not_loss(endpoints, config, config_file, source.topic("t"), behind)
 
-    with pgh.in_process(config, endpoints) as run:
+    with source.in_process(config, tmp_path) as run:
         run.wait_snapshot()
-        run.wait_acked(pg.wal_lsn())
-        passed = _verify(pg.endpoints, config_file)
-        run.stop()
-    assert passed.returncode == 0, passed.stdout + passed.stderr
-    assert "500 rows in 1 chunks, 500 keys" in passed.stdout, passed.stdout
-    assert "the topic holds the table" in passed.stdout
-
-
-@pytest.mark.integration
-@pytest.mark.mysql
-def test_mariadb_verify_tells_a_stopped_capture_from_a_gap(my: myh.MyDb, tmp_path: Path) -> None:
-    my.sql("CREATE TABLE t (id INT PRIMARY KEY, v INT)")
-    my.sql("INSERT INTO t VALUES " + ", ".join(f"({i}, {i})" for i in range(1, 501)))
-    config = my.config(["t"], partitions=2)
-    config_file = pgh.write_config(tmp_path / "capture.toml", config)
-    endpoints = my.capture_endpoints(tmp_path)
-    with myh.in_process(config, endpoints) as run:
-        run.wait_snapshot()
-        run.wait_position(my.binlog_end())
-        run.stop()
-    my.sql("UPDATE t SET v = -v WHERE id % 50 = 0")
-    my.sql("INSERT INTO t VALUES (1000, 1), (1001, 1)")
-    my.sql("DELETE FROM t WHERE id IN (7, 8)")
-    behind = "capture is behind or stopped: its stored position "
-    _lag_is_not_loss(my.endpoints, config, config_file, my.topic("t"), behind)
-
-    with myh.in_process(config, endpoints) as run:
-        run.wait_snapshot()
-        run.wait_position(my.binlog_end())
-        passed = _verify(my.endpoints, config_file)
+        source.caught_up(run)
+        passed = _verify(endpoints, config_file)
         run.stop()
     assert passed.returncode == 0, passed.stdout + passed.stderr
     assert "500 rows in 1 chunks, 500 keys" in passed.stdout, passed.stdout

@@ -9,8 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -26,13 +24,13 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from bizevents.contracts.business import HEADER_EVENT_ID, HEADER_SOURCE_TOPIC, HEADER_TRANSLATOR
 from bizevents.devstack import Endpoints
 from tests.capture.capture_helpers import Db
+from tests.cli import bizevents
 from tests.integration import test_transaction_worker as txw
 from tests.integration.test_translate_worker import (
     ORDER_TOPICS,
     REPO,
     Setup,
     Worker,
-    create_topic,
     expected_ids,
     order_story,
     orders_encoder,
@@ -111,6 +109,78 @@ def published_more(ids: Callable[[str], list[str]], than: int) -> bool:
     return len(ids("read_uncommitted")) > than
 
 
+def read_twice(committed: list[str]) -> dict[str, int]:
+    """The ids read more than once, with how many times."""
+    return {i: c for i, c in Counter(committed).items() if c > 1}
+
+
+def resume_and_stop(worker: txw.Worker) -> None:
+    """A worker stopped (SIGSTOP) or not: resumed, then asked to stop (SIGTERM)."""
+    if worker.alive():
+        assert worker.process is not None
+        worker.process.send_signal(signal.SIGCONT)
+        worker.signal(signal.SIGTERM)
+
+
+class OrderLoad:
+    """Orders of 20 items each, one transaction each, placed on a thread from
+    :meth:`start` to :meth:`stop`; :meth:`ids` reads the events this database's orders
+    gave (OrderPlaced by orders@3)."""
+
+    def __init__(self, db: Db, pause: float = 0.0) -> None:
+        self.db = db
+        self.pause = pause
+        self.orders: list[int] = []
+        self._customer, self._products = txw._ids(db)
+        self._placing = threading.Event()
+        self._thread = threading.Thread(target=self._place, daemon=True)
+
+    def _ours(self, h: dict[str, bytes]) -> bool:
+        source = h.get(HEADER_SOURCE_TOPIC, b"").decode()
+        return h.get(HEADER_TRANSLATOR) == b"orders@3" and source.startswith(f"{self.db.server}.")
+
+    def ids(self, isolation: str) -> list[str]:
+        bootstrap = self.db.endpoints.bootstrap_servers
+        return event_ids(bootstrap, ["store.order-placed"], self._ours, isolation)
+
+    def _place(self) -> None:
+        with self.db.conn.cursor() as cur:
+            while self._placing.is_set():
+                n = len(self.orders)
+                lines = [(self._products[n % 3], 1 + n % 4)] * 20
+                cur.execute("BEGIN")
+                self.orders.append(txw.place(cur, self._customer, lines))
+                cur.execute("COMMIT")
+                time.sleep(self.pause)
+
+    def start(self) -> None:
+        self._placing.set()
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._placing.clear()
+        if self._thread.is_alive():
+            self._thread.join(30)
+
+    def assert_once(self, committed: list[str], after: str = "") -> None:
+        """Each order placed has its event among the ``committed`` ids, once."""
+        twice = read_twice(committed)
+        assert len(set(committed)) == len(self.orders)
+        assert not twice, f"{len(twice)} events read_committed more than once{after}"
+
+    def all_committed(self) -> list[str]:
+        """Stops placing and waits until a read_committed reader has every order's event:
+        the ids it read then."""
+        self.stop()
+        wait_for(
+            lambda: len(set(self.ids("read_committed"))) >= len(self.orders),
+            180,
+            f"{len(self.orders)} orders placed",
+        )
+        time.sleep(2)  # any copy that would (wrongly) follow
+        return self.ids("read_committed")
+
+
 @pytest.fixture
 def kafka(bizevents_stack_on: Callable[[Any], Endpoints]) -> Endpoints:
     return bizevents_stack_on("kafka")
@@ -122,12 +192,8 @@ def test_row_worker_killed_again_and_again_gives_each_event_once(
     """The row worker: each block's outputs and its offsets in one transaction. Killed
     while it translates, until a read_uncommitted reader has seen an aborted block's
     copies; then every expected event reaches the read_committed reader once."""
-    tag = uuid.uuid4().hex[:8]
-    server = f"eo{tag}"
-    setup = Setup(
-        kafka, server, f"{server}.store.orders", f"test.dlq.{tag}", f"test-eo-{tag}", tmp_path
-    )
-    create_topic(kafka.bootstrap_servers, setup.topic, 4)
+    setup = Setup.fresh(kafka, tmp_path, "eo", "eo")
+    server = setup.server
     encoder = orders_encoder(kafka.registry_url, server)
     changes = order_story(server, 12000)
     expected = expected_ids(changes)
@@ -165,7 +231,7 @@ def test_row_worker_killed_again_and_again_gives_each_event_once(
         copies = uncommitted_copies()
     finally:
         worker.stop()
-    twice = {i: c for i, c in Counter(committed).items() if c > 1}
+    twice = read_twice(committed)
     assert set(committed) == set(expected)
     assert not twice, f"{len(twice)} events read_committed more than once after {kills} kills"
     assert copies > 0, f"no aborted transaction seen by read_uncommitted in {kills} kills"
@@ -178,12 +244,8 @@ def test_row_worker_never_moves_its_group_offsets_back(kafka: Endpoints, tmp_pat
     partition's transaction, were committed after that block's, and a worker killed
     before the next block's commit had its successor translate the block again (the
     kill test above read 994 events twice)."""
-    tag = uuid.uuid4().hex[:8]
-    server = f"eb{tag}"
-    setup = Setup(
-        kafka, server, f"{server}.store.orders", f"test.dlq.{tag}", f"test-eb-{tag}", tmp_path
-    )
-    create_topic(kafka.bootstrap_servers, setup.topic, 4)
+    setup = Setup.fresh(kafka, tmp_path, "eb", "eb")
+    server = setup.server
     encoder = orders_encoder(kafka.registry_url, server)
     records = [encoder.encode(c) for c in order_story(server, 6000)]
     produce(kafka.bootstrap_servers, setup.topic, records)
@@ -239,7 +301,8 @@ def test_transaction_worker_killed_again_and_again_gives_each_event_once(
     OrderPlaced reaches the read_committed reader once."""
     db = kafka_db
     group = f"tx-eo-{uuid.uuid4().hex[:8]}"
-    customer, products = txw._ids(db)
+    load = OrderLoad(db)
+    ids = load.ids
 
     def worker(n: int) -> txw.Worker:
         made = txw.Worker(db, group, f"{group}.dlq", tmp_path / f"w{n}.log")
@@ -247,33 +310,10 @@ def test_transaction_worker_killed_again_and_again_gives_each_event_once(
         made.env["BIZEVENTS_TRANSACTIONS__TRANSACTION_TIMEOUT_S"] = "5"
         return made.start()
 
-    def ours(h: dict[str, bytes]) -> bool:
-        source = h.get(HEADER_SOURCE_TOPIC, b"").decode()
-        return h.get(HEADER_TRANSLATOR) == b"orders@3" and source.startswith(f"{db.server}.")
-
-    def ids(isolation: str) -> list[str]:
-        return event_ids(
-            kafka_db.endpoints.bootstrap_servers, ["store.order-placed"], ours, isolation
-        )
-
-    orders: list[int] = []
-    placing = threading.Event()
-
-    def place() -> None:
-        """Orders of 20 items each, one transaction each, while ``placing`` is set."""
-        with db.conn.cursor() as cur:
-            while placing.is_set():
-                n = len(orders)
-                cur.execute("BEGIN")
-                orders.append(txw.place(cur, customer, [(products[n % 3], 1 + n % 4)] * 20))
-                cur.execute("COMMIT")
-
     kills = 0
     copies = 0
     with txw.capturing(db, tmp_path):
         current = worker(0)
-        placing.set()
-        load = threading.Thread(target=place, daemon=True)
         load.start()
         try:
             # each member is killed while it publishes under load: its open transaction
@@ -287,26 +327,16 @@ def test_transaction_worker_killed_again_and_again_gives_each_event_once(
                 current.signal(signal.SIGKILL)
                 kills += 1
                 current = worker(kills)
-            placing.clear()
-            load.join(30)
-            wait_for(
-                lambda: len(set(ids("read_committed"))) >= len(orders),
-                180,
-                f"{len(orders)} orders placed",
-            )
-            time.sleep(2)  # any copy that would (wrongly) follow
-            committed = ids("read_committed")
+            committed = load.all_committed()
             read = ids("read_uncommitted")
             copies = len(read) - len(set(read))
             assert current.alive(), current.tail()
         finally:
-            placing.clear()
+            load.stop()
             current.signal(signal.SIGTERM)
-    twice = {i: c for i, c in Counter(committed).items() if c > 1}
-    assert len(set(committed)) == len(orders)
-    assert not twice, f"{len(twice)} events read_committed more than once after {kills} kills"
+    load.assert_once(committed, f" after {kills} kills")
     assert copies > 0, f"no aborted transaction seen by read_uncommitted in {kills} kills"
-    print(f"{len(orders)} orders once after {kills} kills; {copies} aborted copies")
+    print(f"{len(load.orders)} orders once after {kills} kills; {copies} aborted copies")
 
 
 def test_transaction_worker_whose_transaction_the_broker_aborted_goes_on(
@@ -320,34 +350,15 @@ def test_transaction_worker_whose_transaction_the_broker_aborted_goes_on(
     ABORTING_TRANSACTION")."""
     db = kafka_db
     group = f"tx-fenced-{uuid.uuid4().hex[:8]}"
-    customer, products = txw._ids(db)
+    load = OrderLoad(db)
+    ids = load.ids
     member = txw.Worker(db, group, f"{group}.dlq", tmp_path / "w.log")
     member.env.update(EXACTLY_ONCE)
     member.env["BIZEVENTS_TRANSACTIONS__TRANSACTION_TIMEOUT_S"] = "2"
     member.env["BIZEVENTS_TRANSLATE__COMMIT_INTERVAL_S"] = "0.2"
 
-    def ours(h: dict[str, bytes]) -> bool:
-        source = h.get(HEADER_SOURCE_TOPIC, b"").decode()
-        return h.get(HEADER_TRANSLATOR) == b"orders@3" and source.startswith(f"{db.server}.")
-
-    def ids(isolation: str) -> list[str]:
-        return event_ids(db.endpoints.bootstrap_servers, ["store.order-placed"], ours, isolation)
-
-    orders: list[int] = []
-    placing = threading.Event()
-
-    def place() -> None:
-        with db.conn.cursor() as cur:
-            while placing.is_set():
-                n = len(orders)
-                cur.execute("BEGIN")
-                orders.append(txw.place(cur, customer, [(products[n % 3], 1 + n % 4)] * 20))
-                cur.execute("COMMIT")
-
     with txw.capturing(db, tmp_path):
         member.start()
-        placing.set()
-        load = threading.Thread(target=place, daemon=True)
         load.start()
         try:
             taken_over = False
@@ -368,41 +379,25 @@ def test_transaction_worker_whose_transaction_the_broker_aborted_goes_on(
             assert taken_over, "no stop met an open transaction in 3 tries"
             seen = len(set(ids("read_committed")))
             wait_for(lambda: len(set(ids("read_committed"))) > seen + 20, 90, "orders@3 going on")
-            placing.clear()
-            load.join(30)
-            wait_for(
-                lambda: len(set(ids("read_committed"))) >= len(orders),
-                180,
-                f"{len(orders)} orders placed",
-            )
-            committed = ids("read_committed")
+            committed = load.all_committed()
             assert member.alive(), member.tail()
         finally:
-            placing.clear()
-            if member.alive():
-                assert member.process is not None
-                member.process.send_signal(signal.SIGCONT)
-                member.signal(signal.SIGTERM)
-    twice = {i: c for i, c in Counter(committed).items() if c > 1}
-    assert len(set(committed)) == len(orders)
-    assert not twice, f"{len(twice)} events read_committed more than once"
+            load.stop()
+            resume_and_stop(member)
+    load.assert_once(committed)
 
 
 def test_exactly_once_is_refused_with_a_sentence_on_the_embedded_broker(
     bizevents_stack_on: Callable[[Any], Endpoints], tmp_path: Path
 ) -> None:
-    """Tansu has no transactions: the worker says so in one sentence and exits 1."""
+    """Tansu has no transactions (aiokafka's InitProducerId v0 fails on it): the worker
+    says so in one sentence and exits 1 (on Tansu's stack, whichever broker the suite
+    runs on)."""
     tansu = bizevents_stack_on("tansu")
     setup = Setup(tansu, "eotansu", "eotansu.store.orders", "dlq", "g", tmp_path)
-    done = subprocess.run(
-        [sys.executable, "-m", "bizevents", "translate"],
-        env=setup.env(**EXACTLY_ONCE),
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=90,
-    )
+    done = bizevents("translate", env=setup.env(**EXACTLY_ONCE), cwd=REPO, timeout=90)
     assert done.returncode == 1, done.stderr[-3000:]
+    assert 'translate.processing_guarantee = "exactly_once" needs a broker' in done.stderr
     assert "embedded (tansu) broker" in done.stderr
     assert 'use "at_least_once" there' in done.stderr
     assert "Traceback" not in done.stderr
@@ -466,7 +461,8 @@ def test_transaction_worker_paused_past_its_session_is_fenced_by_the_next_owner(
     resuming, and a read_committed reader read those events twice."""
     db = kafka_db
     group = f"tx-paused-{uuid.uuid4().hex[:8]}"
-    customer, products = txw._ids(db)
+    load = OrderLoad(db, pause=0.02)
+    ids = load.ids
 
     def member(name: str) -> txw.Worker:
         made = txw.Worker(db, group, f"{group}.dlq", tmp_path / f"{name}.log")
@@ -483,29 +479,8 @@ def test_transaction_worker_paused_past_its_session_is_fenced_by_the_next_owner(
                 found = json.loads(line)["partitions"]
         return found
 
-    def ours(h: dict[str, bytes]) -> bool:
-        source = h.get(HEADER_SOURCE_TOPIC, b"").decode()
-        return h.get(HEADER_TRANSLATOR) == b"orders@3" and source.startswith(f"{db.server}.")
-
-    def ids(isolation: str) -> list[str]:
-        return event_ids(db.endpoints.bootstrap_servers, ["store.order-placed"], ours, isolation)
-
-    orders: list[int] = []
-    placing = threading.Event()
-
-    def place() -> None:
-        with db.conn.cursor() as cur:
-            while placing.is_set():
-                n = len(orders)
-                cur.execute("BEGIN")
-                orders.append(txw.place(cur, customer, [(products[n % 3], 1 + n % 4)] * 20))
-                cur.execute("COMMIT")
-                time.sleep(0.02)
-
     with txw.capturing(db, tmp_path):
         first, second = member("a"), member("b")
-        placing.set()
-        load = threading.Thread(target=place, daemon=True)
         load.start()
         try:
             wait_for(lambda: len(owns(first)) == 2 and len(owns(second)) == 2, 120, "a share each")
@@ -528,24 +503,11 @@ def test_transaction_worker_paused_past_its_session_is_fenced_by_the_next_owner(
                 if copies:
                     break
             assert copies > 0, "no stop met an open transaction of events in 3 tries"
-            placing.clear()
-            load.join(30)
-            wait_for(
-                lambda: len(set(ids("read_committed"))) >= len(orders),
-                180,
-                f"{len(orders)} orders placed",
-            )
-            time.sleep(2)  # any copy that would (wrongly) follow
-            committed = ids("read_committed")
+            committed = load.all_committed()
             assert first.alive(), first.tail()
             assert second.alive(), second.tail()
         finally:
-            placing.clear()
-            for worker in (first, second):
-                if worker.alive():
-                    assert worker.process is not None
-                    worker.process.send_signal(signal.SIGCONT)
-                    worker.signal(signal.SIGTERM)
-    twice = {i: c for i, c in Counter(committed).items() if c > 1}
-    assert len(set(committed)) == len(orders)
-    assert not twice, f"{len(twice)} events read_committed more than once ({copies} copies)"
+            load.stop()
+            resume_and_stop(first)
+            resume_and_stop(second)
+    load.assert_once(committed, f" ({copies} copies)")

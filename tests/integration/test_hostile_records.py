@@ -25,14 +25,14 @@ from bizevents.contracts.serde import BusinessDeserializer
 from tests.integration.test_translate_worker import (
     T0,
     Setup,
-    events_from,
     order_change,
     order_row,
     orders_encoder,
     produce,
     read_all,
     setup,
-    wait_for,
+    wait_for_events,
+    wait_for_records,
 )
 
 pytestmark = pytest.mark.integration
@@ -102,22 +102,10 @@ def test_hostile_records_are_dead_lettered_and_the_partition_goes_on(setup: Setu
     worker = setup.worker(BIZEVENTS_TRANSLATE__ON_ERROR=json.dumps({"orders": "dead-letter"}))
     try:
         worker.wait_assigned()
-        events = wait_for(
-            lambda: (
-                (found := events_from(bootstrap, ORDER_TOPICS, setup.topic))
-                and len(found) >= 4
-                and found
-            ),
-            90,
-            "four business events",
-            [worker],
-        )
-        dead = wait_for(
-            lambda: (
-                (found := read_all(bootstrap, setup.dead_letter))
-                and len(found) >= RANDOM_RECORDS
-                and found
-            ),
+        events = wait_for_events(setup, 4, 90, worker)
+        dead = wait_for_records(
+            lambda: read_all(bootstrap, setup.dead_letter),
+            RANDOM_RECORDS,
             60,
             f"{RANDOM_RECORDS} dead letters",
             [worker],

@@ -46,7 +46,7 @@ from tests.integration.test_transaction_worker import (
     _ids,
     _scrape,
     capturing,
-    place,
+    place_each,
     store_db,
 )
 from tests.integration.test_translate_worker import Message, read_all, wait_for
@@ -182,14 +182,8 @@ def clean_run(db: Db) -> tuple[dict[bytes, list[tuple[str, str]]], dict[int, byt
 def placed_orders(db: Db) -> list[int]:
     """``ORDERS`` orders, each its own transaction; those at ``POISONED`` poisoned."""
     customer, products = _ids(db)
-    placed = []
-    with db.conn.cursor() as cur:
-        for i in range(ORDERS):
-            quantity = POISON if i in POISONED else i % 3 + 1
-            cur.execute("BEGIN")
-            placed.append(place(cur, customer, [(products[i % 3], quantity)]))
-            cur.execute("COMMIT")
-    return placed
+    quantities = [POISON if i in POISONED else i % 3 + 1 for i in range(ORDERS)]
+    return place_each(db, customer, [[(products[i % 3], q)] for i, q in enumerate(quantities)])
 
 
 def set_status(db: Db, orders: list[int], status: str) -> None:
@@ -226,6 +220,20 @@ def per_topic(lane: list[tuple[str, str]]) -> dict[str, list[str]]:
     return dict(out)
 
 
+def wait_flowed(
+    published: Published, lanes: dict[bytes, list[tuple[str, str]]], what: str
+) -> dict[bytes, list[tuple[str, str]]]:
+    """Until each key of ``lanes`` has its lane's events, topic by topic: what was
+    published then, by key."""
+
+    def flowed() -> bool:
+        found = by_key(published())
+        return all(per_topic(found.get(k, [])) == per_topic(lane) for k, lane in lanes.items())
+
+    wait_for(flowed, 90, what)
+    return by_key(published())
+
+
 def _metrics(worker: Worker) -> dict[str, float]:
     """The worker's metrics, by name and translator label (the group label dropped)."""
     url = next(
@@ -257,16 +265,8 @@ def test_parked_orders_wait_and_are_re_driven_in_commit_order_with_the_clean_ids
             flowing = {k: lane for k, lane in expected.items() if k not in parked_keys}
             assert len(flowing) == ORDERS - len(POISONED)
             assert all(len(lane) == 2 for lane in expected.values())  # placed, paid
-
-            def flowed() -> bool:
-                found = by_key(published())
-                return all(
-                    per_topic(found.get(k, [])) == per_topic(lane) for k, lane in flowing.items()
-                )
-
-            wait_for(flowed, 90, "the clean orders' events")
+            found = wait_flowed(published, flowing, "the clean orders' events")
             assert worker.alive(), worker.tail()
-            found = by_key(published())
             # no event of a parked order, not even of its later (paid) transaction
             assert not parked_keys & set(found), worker.tail()
 
@@ -298,16 +298,8 @@ def test_parked_orders_wait_and_are_re_driven_in_commit_order_with_the_clean_ids
             run.wait_acked(db.wal_lsn())
             expected, _ = clean_run(db)
             assert all(len(lane) == 4 for lane in expected.values())  # and shipped (two)
-
-            def all_flowed() -> bool:
-                found = by_key(published())
-                return all(
-                    per_topic(found.get(k, [])) == per_topic(lane) for k, lane in expected.items()
-                )
-
-            wait_for(all_flowed, 90, "every order's events")
+            found = wait_flowed(published, expected, "every order's events")
             assert worker.alive(), worker.tail()
-            found = by_key(published())
             assert set(found) == set(expected)
             for key, lane in expected.items():  # in commit order, the clean run's ids
                 assert per_topic(found[key]) == per_topic(lane), key
@@ -329,13 +321,8 @@ def test_a_re_drive_that_fails_again_keeps_the_key_parked(db: Db, tmp_path: Path
         worker.start()
         try:
             customer, products = _ids(db)
-            with db.conn.cursor() as cur:
-                cur.execute("BEGIN")
-                order = place(cur, customer, [(products[0], POISON)])
-                cur.execute("COMMIT")
-                cur.execute("BEGIN")
-                other = place(cur, customer, [(products[1], POISON)])
-                cur.execute("COMMIT")
+            poisoned = [[(products[0], POISON)], [(products[1], POISON)]]
+            order, other = place_each(db, customer, poisoned)
             run.wait_acked(db.wal_lsn())
             key = str(order).encode().hex()
 
@@ -432,10 +419,7 @@ def test_a_kill_9_mid_re_drive_hands_it_to_the_other_worker_in_order(
         redrive: subprocess.Popen[str] | None = None
         try:
             customer, products = _ids(db)
-            with db.conn.cursor() as cur:
-                cur.execute("BEGIN")
-                order = place(cur, customer, [(products[0], POISON)])
-                cur.execute("COMMIT")
+            (order,) = place_each(db, customer, [[(products[0], POISON)]])
             toggle(order, 30)
             run.wait_acked(db.wal_lsn())
             _, keys = clean_run(db)
@@ -481,11 +465,7 @@ def test_a_kill_9_mid_re_drive_hands_it_to_the_other_worker_in_order(
             run.wait_acked(db.wal_lsn())
             expected, _ = clean_run(db)
             assert len(expected[key]) == 1 + 34 + 2
-
-            def all_flowed() -> bool:
-                return per_topic(by_key(published()).get(key, [])) == per_topic(expected[key])
-
-            wait_for(all_flowed, 90, "the order's events")
+            wait_flowed(published, {key: expected[key]}, "the order's events")
             copies = [m for m in published() if m.key == key]
             assert len(copies) > len(expected[key]), "the victim re-drove some: repeated"
         finally:
@@ -505,10 +485,7 @@ def test_on_error_fail_stops_the_worker_with_a_sentence(db: Db, tmp_path: Path) 
         worker.start()
         try:
             customer, products = _ids(db)
-            with db.conn.cursor() as cur:
-                cur.execute("BEGIN")
-                place(cur, customer, [(products[0], POISON)])
-                cur.execute("COMMIT")
+            place_each(db, customer, [[(products[0], POISON)]])
             run.wait_acked(db.wal_lsn())
             assert worker.process is not None
             code = worker.process.wait(90)

@@ -94,14 +94,23 @@ def place_orders(
 ) -> list[int]:
     """``count`` orders, each in a transaction of its own: order n has
     ``n % most_lines + 1`` lines."""
-    orders = []
+    return place_each(
+        db,
+        customer,
+        [[(products[(n + i) % 3], i + 1) for i in range(n % most_lines + 1)] for n in range(count)],
+    )
+
+
+def place_each(db: Db, customer: int, orders: list[list[tuple[int, int]]]) -> list[int]:
+    """Each order's lines (product, quantity) placed in a transaction of its own: the
+    orders' ids."""
+    placed = []
     with db.conn.cursor() as cur:
-        for n in range(count):
+        for lines in orders:
             cur.execute("BEGIN")
-            lines = [(products[(n + i) % 3], i + 1) for i in range(n % most_lines + 1)]
-            orders.append(place(cur, customer, lines))
+            placed.append(place(cur, customer, lines))
             cur.execute("COMMIT")
-    return orders
+    return placed
 
 
 def truth(
@@ -339,12 +348,7 @@ def _mid_transaction(
     in the middle of when this returns (some of its items captured, which the workers
     read as they come; no event yet: the callers check)."""
     customer, products = _ids(db)
-    small = []
-    with db.conn.cursor() as cur:
-        for n in range(3):
-            cur.execute("BEGIN")
-            small.append(place(cur, customer, [(products[n], n + 1)]))
-            cur.execute("COMMIT")
+    small = place_each(db, customer, [[(products[n], n + 1)] for n in range(3)])
     reader.wait(set(small), worker)
     # Seen as soon as capture writes the big transaction's first item (a watching
     # consumer, not a watermark query per loop: that took long enough for the worker to
@@ -453,12 +457,7 @@ def test_rebalance_mid_transaction(db: Db, tmp_path: Path) -> None:
     customer, products = _ids(db)
     with running_workers(db, tmp_path) as (group, workers, reader, run):
         first, second, target = _owner_of_next_big(db, workers, group)
-        small = []
-        with db.conn.cursor() as cur:
-            for n in range(3):
-                cur.execute("BEGIN")
-                small.append(place(cur, customer, [(products[n], n + 1)]))
-                cur.execute("COMMIT")
+        small = place_each(db, customer, [[(products[n], n + 1)] for n in range(3)])
         reader.wait(set(small), second)
         # the owner is stopped while the big order is written whole into Kafka; it
         # is told to leave as it resumes: it reads a batch or two (40 records each)
@@ -529,12 +528,7 @@ def test_bad_input_is_dead_lettered_with_its_reason(db: Db, tmp_path: Path) -> N
             end = TransactionRecord("END", "gtid-short", 0, 2, (("store.orders", 2),))
             producer.produce(f"{db.server}.transaction", transaction_connect_json(end, False))
             assert producer.flush(30) == 0
-            orders = []
-            with db.conn.cursor() as cur:
-                for n in range(4):
-                    cur.execute("BEGIN")
-                    orders.append(place(cur, customer, [(products[n % 3], 1)]))
-                    cur.execute("COMMIT")
+            orders = place_each(db, customer, [[(products[n % 3], 1)] for n in range(4)])
             run.wait_acked(db.wal_lsn())
             events = reader.wait(set(orders), worker)
             _check(events, truth(db, orders))
@@ -641,13 +635,11 @@ def test_two_workers_share_the_assembly(db: Db, tmp_path: Path) -> None:
     total."""
     customer, products = _ids(db)
     with running_workers(db, tmp_path) as (group, workers, reader, run):
-        orders = []
-        with db.conn.cursor() as cur:
-            for n in range(24):
-                cur.execute("BEGIN")
-                lines = [(products[n % 3], n % 4 + 1), (products[(n + 1) % 3], 1)]
-                orders.append(place(cur, customer, lines))
-                cur.execute("COMMIT")
+        orders = place_each(
+            db,
+            customer,
+            [[(products[n % 3], n % 4 + 1), (products[(n + 1) % 3], 1)] for n in range(24)],
+        )
         run.wait_acked(db.wal_lsn())
         events = reader.wait(set(orders), workers[0])
         held = [_assembling(worker, group) for worker in workers]
@@ -669,12 +661,7 @@ def test_one_of_two_workers_killed_mid_transaction(db: Db, tmp_path: Path) -> No
         victim.signal(signal.SIGKILL)
         assert big not in {e.order_id for e in reader.poll()}, "not killed mid-transaction"
         run.wait_acked(db.wal_lsn())
-        more = []
-        with db.conn.cursor() as cur:
-            for n in range(8):
-                cur.execute("BEGIN")
-                more.append(place(cur, customer, [(products[n % 3], n + 1)]))
-                cur.execute("COMMIT")
+        more = place_each(db, customer, [[(products[n % 3], n + 1)] for n in range(8)])
         run.wait_acked(db.wal_lsn())
         events = reader.wait({big, *small, *more}, survivor, timeout=120)
     _check(events, truth(db, [big, *small, *more]))
@@ -719,12 +706,7 @@ def test_one_worker_runs_row_and_transaction_translators(db: Db, tmp_path: Path)
             db.conn.commit()
             run.wait_acked(db.wal_lsn())
             worker.start(transactions_only=False)  # every pinned translator
-            orders = []
-            with db.conn.cursor() as cur:
-                for n in range(6):
-                    cur.execute("BEGIN")
-                    orders.append(place(cur, customer, [(products[n % 3], n + 1)]))
-                    cur.execute("COMMIT")
+            orders = place_each(db, customer, [[(products[n % 3], n + 1)] for n in range(6)])
             run.wait_acked(db.wal_lsn())
             events = reader.wait(set(orders), worker)
             url = next(

@@ -18,7 +18,7 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -101,6 +101,20 @@ def events_from(bootstrap: str, topics: Sequence[str], source_topic: str) -> lis
             for m in read_all(bootstrap, topic)
             if m.headers.get(HEADER_SOURCE_TOPIC) == source_topic.encode()
         ]
+    return found
+
+
+def wait_for_records(
+    read: Callable[[], list[Message]],
+    count: int,
+    timeout: float,
+    what: str,
+    workers: Sequence[Worker] = (),
+) -> list[Message]:
+    """What ``read`` reads once it holds at least ``count`` records."""
+    found: list[Message] = wait_for(
+        lambda: (records := read()) and len(records) >= count and records, timeout, what, workers
+    )
     return found
 
 
@@ -251,6 +265,17 @@ def setup(bizevents_stack: Endpoints, tmp_path: Path) -> Setup:
 ORDER_TOPICS = [c.contract_topic() for c in (OrderPlaced, OrderStatusChanged, OrderShipped)]
 
 
+def wait_for_events(setup: Setup, count: int, timeout: float, worker: Worker) -> list[Message]:
+    """The business events of ``setup``'s changes, once there are ``count``."""
+    return wait_for_records(
+        lambda: events_from(setup.endpoints.bootstrap_servers, ORDER_TOPICS, setup.topic),
+        count,
+        timeout,
+        f"{count} business events",
+        [worker],
+    )
+
+
 # -- tests ---------------------------------------------------------------------------------
 
 
@@ -282,16 +307,7 @@ def test_changes_become_business_events_with_lineage_drops_counted_poison_dead_l
         produce(
             bootstrap, setup.topic, [encoder.encode(order_change(s, "u", touched, shipped, 1030))]
         )
-        events = wait_for(
-            lambda: (
-                (found := events_from(bootstrap, ORDER_TOPICS, setup.topic))
-                and len(found) >= 4
-                and found
-            ),
-            60,
-            "four business events",
-            [worker],
-        )
+        events = wait_for_events(setup, 4, 60, worker)
         dead = wait_for(
             lambda: read_all(bootstrap, setup.dead_letter), 30, "a dead letter", [worker]
         )
@@ -492,26 +508,6 @@ def test_a_stopped_worker_leaves_its_group_where_the_broker_can_take_it(setup: S
         a.stop()
         if b is not None:
             b.stop()
-
-
-def test_exactly_once_is_refused_with_a_sentence_on_the_embedded_broker(
-    setup: Setup, bizevents_stack_on: Callable[[Any], Endpoints]
-) -> None:
-    """aiokafka's InitProducerId v0 fails on Tansu: the worker says so and exits 1 (on
-    Tansu's stack, whichever broker the suite runs on)."""
-    on_tansu = replace(setup, endpoints=bizevents_stack_on("tansu"))
-    create_topic(on_tansu.endpoints.bootstrap_servers, on_tansu.topic, 4)
-    done = subprocess.run(
-        [sys.executable, "-m", "bizevents", "translate"],
-        env=on_tansu.env(BIZEVENTS_TRANSLATE__PROCESSING_GUARANTEE="exactly_once"),
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=90,
-    )
-    assert done.returncode == 1, done.stderr[-3000:]
-    assert 'translate.processing_guarantee = "exactly_once" needs a broker' in done.stderr
-    assert 'use "at_least_once" there' in done.stderr
 
 
 def test_a_worker_started_before_the_registry_waits_for_it_and_translates(setup: Setup) -> None:

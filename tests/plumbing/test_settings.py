@@ -62,7 +62,7 @@ def test_clashing_kafka_settings_name_the_keys(fields: dict[str, str], message: 
 
 def test_registry_basic_auth_config() -> None:
     registry = RegistrySettings(
-        url="https://sr:8081",
+        url="https://registry.invalid",
         basic_auth_user="u",
         basic_auth_password="p",  # type: ignore[arg-type]
     )

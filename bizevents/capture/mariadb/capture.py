@@ -50,7 +50,7 @@ from bizevents.capture.mariadb import queries as my
 from bizevents.capture.mariadb.codec import (
     MyTable,
     MyTableCodec,
-    key_columns,
+    captured_codec,
 )
 from bizevents.capture.mariadb.quarantine import MysqlParking
 from bizevents.capture.mariadb.queries import BinlogPosition
@@ -160,15 +160,7 @@ class MysqlCapture(CaptureCore):
         known: MyTableCodec | None = codecs.get(table)
         if known is not None and known.generation == converters_generation():
             return known
-        cfg = self.config
-        keys = key_columns(table, cfg.keys.get(table.qualified))
-        codec = MyTableCodec(
-            server=cfg.server,
-            topic=table_topic(cfg.prefix, table.qualified),
-            table=table,
-            key_names=keys,
-            keep=cfg.column_filter(table.qualified).keeps,
-        )
+        codec = captured_codec(self.config, table)
         self.register(codec, table.qualified)
         codecs[table] = codec
         return codec

@@ -16,6 +16,7 @@ from typing import Any, Final
 
 from pymysqlreplication.constants import NONE_SOURCE
 
+from bizevents.capture.config import CaptureConfig
 from bizevents.capture.core.codec import SOURCE_VERSION, RegisteredCodec, encoded_ts
 from bizevents.capture.exceptions import CaptureError, ValueConversionError
 from bizevents.capture.mariadb.types import (
@@ -38,6 +39,7 @@ from bizevents.contracts.binary import (
 )
 from bizevents.contracts.technical import AvroEncoder, EnvelopeSchemas, TableSchema
 from bizevents.contracts.technical.source import AvroSourceWriter
+from bizevents.contracts.technical.topics import table_topic
 
 __all__ = [
     "MyTable",
@@ -335,3 +337,16 @@ class MyTableCodec(RegisteredCodec):
             },
         )
         return encoded.head, encoded.tail
+
+
+def captured_codec(config: CaptureConfig, table: MyTable) -> MyTableCodec:
+    """The codec capture writes ``table``'s rows with under ``config``: its key columns,
+    its topic and the columns it keeps (its schemas not registered yet)."""
+    qualified = table.qualified
+    return MyTableCodec(
+        server=config.server,
+        topic=table_topic(config.prefix, qualified),
+        table=table,
+        key_names=key_columns(table, config.keys.get(qualified)),
+        keep=config.column_filter(qualified).keeps,
+    )

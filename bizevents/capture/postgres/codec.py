@@ -26,6 +26,7 @@ from typing import Any, Final
 import fastavro
 from fastavro import _write as fastavro_write
 
+from bizevents.capture.config import CaptureConfig
 from bizevents.capture.core.codec import SOURCE_VERSION, RegisteredCodec, encoded_ts
 from bizevents.capture.exceptions import CaptureError, ValueConversionError
 from bizevents.capture.postgres.messages import Column, Relation, TupleData
@@ -44,6 +45,7 @@ from bizevents.contracts.binary import text as _text
 from bizevents.contracts.logical import UNAVAILABLE, ColumnType, Field, Kind, encoder_for
 from bizevents.contracts.technical import AvroEncoder, EnvelopeSchemas, TableSchema
 from bizevents.contracts.technical.source import AvroSourceWriter, EncodedSource
+from bizevents.contracts.technical.topics import table_topic
 
 try:  # capture/postgres/_tuples.c, built with the others by scripts/setup
     from bizevents.capture.postgres import _tuples  # type: ignore[attr-defined]
@@ -437,3 +439,26 @@ class TableCodec(RegisteredCodec):
         return self._source.around(
             "lsn", {"ts_ms": commit_ms, "snapshot": snapshot, "ts_us": commit_us, "txId": tx_id}
         )
+
+
+def captured_codec(
+    config: CaptureConfig,
+    database: str,
+    relation: Relation,
+    key_names: Sequence[str],
+    types: PgTypeMapper,
+    key_nullable: bool,
+) -> TableCodec:
+    """The codec capture writes ``relation``'s rows with under ``config``: its topic and
+    the columns it keeps (its schemas not registered yet)."""
+    table = relation.qualified_name
+    return TableCodec(
+        server=config.server,
+        database=database,
+        topic=table_topic(config.prefix, table),
+        relation=relation,
+        key_names=key_names,
+        types=types,
+        keep=config.column_filter(table).keeps,
+        key_nullable=key_nullable,
+    )

@@ -23,7 +23,7 @@ from bizevents.capture.config import CaptureConfig
 from bizevents.capture.core.quarantine import ParkedChange, Quarantine, Record, Send, ToPark
 from bizevents.capture.core.transactions import NoBlocks
 from bizevents.capture.exceptions import CaptureError
-from bizevents.capture.postgres.codec import TableCodec
+from bizevents.capture.postgres.codec import TableCodec, captured_codec
 from bizevents.capture.postgres.messages import (
     Column,
     Delete,
@@ -194,15 +194,13 @@ class PgParking:
         relation = relation_of(context)
         if codec is None:
             capture = self.capture
-            codec = cache[shape] = TableCodec(
-                server=capture.config.server,
-                database=capture.database,
-                topic=capture.topic(relation),
-                relation=relation,
-                key_names=[str(k) for k in context["key"]],
-                types=capture.types,
-                keep=capture.config.column_filter(relation.qualified_name).keeps,
-                key_nullable=bool(context["key_nullable"]),
+            codec = cache[shape] = captured_codec(
+                capture.config,
+                capture.database,
+                relation,
+                [str(k) for k in context["key"]],
+                capture.types,
+                bool(context["key_nullable"]),
             )
             capture.register(codec, relation.qualified_name)
         relations = RelationCache()

@@ -49,7 +49,7 @@ from bizevents.capture.core.state import Ledger
 from bizevents.capture.core.transactions import NoBlocks
 from bizevents.capture.exceptions import CaptureError
 from bizevents.capture.postgres import queries as pg
-from bizevents.capture.postgres.codec import TableCodec
+from bizevents.capture.postgres.codec import TableCodec, captured_codec
 from bizevents.capture.postgres.messages import (
     UNCHANGED_TOAST,
     Delete,
@@ -275,7 +275,6 @@ class PostgresCapture(CaptureCore):
 
     def codec(self, relation: Relation, info: pg.TableInfo) -> TableCodec:
         """A table's codec, its schemas registered."""
-        cfg = self.config
         flagged = relation.key_columns if relation.replica_identity in ("d", "i") else None
         names = [c.name for c in relation.columns]
         keys, nullable = pg.key_columns(
@@ -285,16 +284,7 @@ class PostgresCapture(CaptureCore):
             info.primary_key,
             names,
         )
-        codec = TableCodec(
-            server=cfg.server,
-            database=self.database,
-            topic=self.topic(relation),
-            relation=relation,
-            key_names=keys,
-            types=self.types,
-            keep=cfg.column_filter(relation.qualified_name).keeps,
-            key_nullable=nullable,
-        )
+        codec = captured_codec(self.config, self.database, relation, keys, self.types, nullable)
         self.register(codec, relation.qualified_name)
         return codec
 

@@ -611,33 +611,6 @@ def test_server_away_is_retried_with_backoff_and_nothing_lost(db: MyDb, tmp_path
     assert set(ids) == {1, 2}
 
 
-def test_a_capture_started_with_an_empty_state_folder_does_not_snapshot_again(
-    db: MyDb, tmp_path: Path
-) -> None:
-    """The position and the snapshot ledger are in Kafka: a capture started elsewhere
-    (another, empty state folder) resumes from them, no second snapshot."""
-    db.sql("CREATE TABLE items (id INT PRIMARY KEY, v INT)")
-    with db.conn.cursor() as cur:
-        cur.executemany("INSERT INTO items VALUES (%s, 0)", [(i,) for i in range(300)])
-    first, second = tmp_path / "first", tmp_path / "second"
-    with in_process(db.config(["items"], state_dir=first), db.capture_endpoints(first)) as run:
-        run.wait_snapshot()
-        run.wait_position(db.binlog_end())
-        run.stop()
-    db.sql("UPDATE items SET v = 1 WHERE id = 7")
-    with in_process(db.config(["items"], state_dir=second), db.capture_endpoints(second)) as run:
-        run.wait_snapshot()
-        run.wait_position(db.binlog_end())
-        assert run.stats.snapshot_rows == {}, "the moved capture snapshotted again"
-        run.stop()
-    records = read_topic(db.endpoints, db.topic("items"))
-    ops = [r.decoded.op for r in records if isinstance(r.decoded, ChangeEvent)]
-    assert ops.count("r") == 300 and ops.count("u") == 1
-    table = {(("id", i),): {"id": i, "v": v} for i, v in db.sql("SELECT id, v FROM items")}
-    assert final_state(records) == table
-    assert not second.exists() or not any(second.iterdir()), "state went to a local file"
-
-
 def test_a_wrong_password_stops_with_one_sentence_and_no_secret(db: MyDb, tmp_path: Path) -> None:
     """Refused credentials are not an outage: exit 1 at once (no retry every 30 s), the
     server's sentence naming the user, never the password, no traceback."""

@@ -409,35 +409,6 @@ def test_database_connection_lost_reconnects_and_metrics_show_it(db: Db, tmp_pat
     assert final_state(read_topic(db.endpoints, db.topic("ledger"))) == _table_state(db, "ledger")
 
 
-def test_a_capture_started_with_an_empty_state_folder_does_not_snapshot_again(
-    db: Db, tmp_path: Path
-) -> None:
-    """The snapshot's record is in Kafka: a capture started elsewhere (another state
-    folder, empty) against the same Kafka resumes the slot, no second snapshot."""
-    db.sql(f"CREATE TABLE {db.schema}.items (id int PRIMARY KEY, v int)")
-    db.sql(f"INSERT INTO {db.schema}.items SELECT g, 0 FROM generate_series(1, 300) g")
-    first, second = tmp_path / "first", tmp_path / "second"
-    with in_process(
-        db.config(["items"], state_dir=first), capture_endpoints(db.endpoints, first)
-    ) as run:
-        run.wait_snapshot()
-        run.wait_acked(db.wal_lsn())
-        run.stop()
-    db.sql(f"UPDATE {db.schema}.items SET v = 1 WHERE id = 7")
-    with in_process(
-        db.config(["items"], state_dir=second), capture_endpoints(db.endpoints, second)
-    ) as run:
-        run.wait_snapshot()
-        run.wait_acked(db.wal_lsn())
-        assert run.stats.snapshot_rows == {}, "the moved capture snapshotted again"
-        run.stop()
-    records = read_topic(db.endpoints, db.topic("items"))
-    ops = [r.decoded.op for r in records if isinstance(r.decoded, ChangeEvent)]
-    assert ops.count("r") == 300 and ops.count("u") == 1
-    assert final_state(records) == _table_state(db, "items")
-    assert not second.exists() or not any(second.iterdir()), "state went to a local file"
-
-
 def test_negative_zero_keeps_its_sign_from_the_snapshot_as_from_the_stream(
     db: Db, tmp_path: Path
 ) -> None:
