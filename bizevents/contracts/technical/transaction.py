@@ -9,6 +9,12 @@ seen all of them. The schemas are Debezium's (``TransactionMetadataKey`` and
 ``TransactionMetadataValue``); the records are Confluent-framed Avro, or Debezium JSON
 with or without the embedded Connect schema.
 
+A capture that routes tables by business key (:mod:`bizevents.contracts.technical.routing`)
+writes END with one more field, last: ``partition_counts``, the transaction's events per
+table and technical partition (an optional field whose default is null, so a reader of
+Debezium's schema is unaffected). A capture without routing writes Debezium's schema
+byte for byte.
+
 Pure: the schema lookup is injected, as for the envelopes.
 """
 
@@ -34,6 +40,7 @@ __all__ = [
     "STATUS_END",
     "TRANSACTION_KEY_AVRO",
     "TRANSACTION_VALUE_AVRO",
+    "TRANSACTION_VALUE_COUNTED_AVRO",
     "TransactionDecoder",
     "TransactionRecord",
     "TransactionStatus",
@@ -89,6 +96,34 @@ TRANSACTION_VALUE_AVRO: Final[dict[str, Any]] = {
     "connect.name": "io.debezium.connector.common.TransactionMetadataValue",
 }
 
+#: The value schema of a capture that routes tables: Debezium's, then ``partition_counts``.
+TRANSACTION_VALUE_COUNTED_AVRO: Final[dict[str, Any]] = {
+    **TRANSACTION_VALUE_AVRO,
+    "fields": [
+        *TRANSACTION_VALUE_AVRO["fields"],
+        {
+            "name": "partition_counts",
+            "type": [
+                "null",
+                {
+                    "type": "array",
+                    "items": {
+                        "type": "record",
+                        "name": "PartitionCount",
+                        "namespace": "io.bizevents",
+                        "fields": [
+                            {"name": "data_collection", "type": "string"},
+                            {"name": "partition", "type": "int"},
+                            {"name": "event_count", "type": "long"},
+                        ],
+                    },
+                },
+            ],
+            "default": None,
+        },
+    ],
+}
+
 _CONNECT_VALUE: Final[dict[str, Any]] = {
     "type": "struct",
     "fields": [
@@ -115,6 +150,27 @@ _CONNECT_VALUE: Final[dict[str, Any]] = {
     "version": 1,
 }
 
+_CONNECT_COUNTED_VALUE: Final[dict[str, Any]] = {
+    **_CONNECT_VALUE,
+    "fields": [
+        *_CONNECT_VALUE["fields"],
+        {
+            "type": "array",
+            "items": {
+                "type": "struct",
+                "fields": [
+                    {"type": "string", "optional": False, "field": "data_collection"},
+                    {"type": "int32", "optional": False, "field": "partition"},
+                    {"type": "int64", "optional": False, "field": "event_count"},
+                ],
+                "optional": False,
+            },
+            "optional": True,
+            "field": "partition_counts",
+        },
+    ],
+}
+
 
 def transaction_topic(prefix: str) -> str:
     """The transaction metadata topic of a capture whose topic prefix is ``prefix``."""
@@ -124,13 +180,16 @@ def transaction_topic(prefix: str) -> str:
 @dataclass(frozen=True, slots=True)
 class TransactionRecord:
     """One BEGIN or END record. ``event_count`` and ``data_collections`` are ``None``
-    on BEGIN; on END the counts per ``schema.table`` (``db.table`` for MySQL)."""
+    on BEGIN; on END the counts per ``schema.table`` (``db.table`` for MySQL).
+    ``partition_counts`` is ``None`` but on the END of a capture that routes tables:
+    ``(table, partition, count)`` for every table and technical partition written."""
 
     status: TransactionStatus
     id: str
     ts_ms: int
     event_count: int | None = None
     data_collections: tuple[tuple[str, int], ...] | None = None
+    partition_counts: tuple[tuple[str, int, int], ...] | None = None
 
     def counts(self) -> dict[str, int]:
         """The END record's events per data collection (empty for BEGIN)."""
@@ -142,9 +201,12 @@ def encode_transaction_key(schema_id: int, tx_id: str) -> bytes:
     return header(schema_id) + text(tx_id)
 
 
-def encode_transaction_value(schema_id: int, record: TransactionRecord) -> bytes:
+def encode_transaction_value(
+    schema_id: int, record: TransactionRecord, counted: bool = False
+) -> bytes:
     """The framed Avro value of ``record`` (written by hand: capture writes two per
-    transaction; ``tests/contracts/test_transaction_topic.py`` holds it to fastavro)."""
+    transaction; ``tests/contracts/test_transaction_topic.py`` holds it to fastavro),
+    in :data:`TRANSACTION_VALUE_COUNTED_AVRO` when ``counted``, else in Debezium's schema."""
     parts = [header(schema_id), text(record.status), text(record.id)]
     if record.event_count is None:
         parts.append(NULL_BRANCH)
@@ -161,11 +223,27 @@ def encode_transaction_value(schema_id: int, record: TransactionRecord) -> bytes
                 parts += (text(name), zigzag(count))
         parts.append(NULL_BRANCH)  # the array's end block (count 0)
     parts.append(zigzag(record.ts_ms))
+    if counted:
+        per_partition = record.partition_counts
+        if per_partition is None:
+            parts.append(NULL_BRANCH)
+        else:
+            parts.append(VALUE_BRANCH)
+            if per_partition:
+                parts.append(zigzag(len(per_partition)))
+                for name, partition, count in per_partition:
+                    parts += (text(name), zigzag(partition), zigzag(count))
+            parts.append(NULL_BRANCH)
+    elif record.partition_counts is not None:
+        raise ValueError("partition_counts needs the counted schema")
     return b"".join(parts)
 
 
-def transaction_connect_json(record: TransactionRecord, with_schema: bool) -> bytes:
-    """The record as Debezium's JSON converter writes it."""
+def transaction_connect_json(
+    record: TransactionRecord, with_schema: bool, counted: bool = False
+) -> bytes:
+    """The record as Debezium's JSON converter writes it (with ``partition_counts``,
+    last, when ``counted``)."""
     payload: dict[str, Any] = {
         "status": record.status,
         "id": record.id,
@@ -175,7 +253,20 @@ def transaction_connect_json(record: TransactionRecord, with_schema: bool) -> by
         else [{"data_collection": n, "event_count": c} for n, c in record.data_collections],
         "ts_ms": record.ts_ms,
     }
-    body = {"schema": _CONNECT_VALUE, "payload": payload} if with_schema else payload
+    if counted:
+        per_partition = record.partition_counts
+        payload["partition_counts"] = (
+            None
+            if per_partition is None
+            else [
+                {"data_collection": n, "partition": p, "event_count": c}
+                for n, p, c in per_partition
+            ]
+        )
+    elif record.partition_counts is not None:
+        raise ValueError("partition_counts needs the counted schema")
+    schema = _CONNECT_COUNTED_VALUE if counted else _CONNECT_VALUE
+    body = {"schema": schema, "payload": payload} if with_schema else payload
     return json.dumps(body, separators=(",", ":")).encode()
 
 
@@ -208,7 +299,37 @@ def _record(d: Any) -> TransactionRecord:
         collections = tuple(items)
     if status == STATUS_END and count is None:
         raise ValueError("an END record needs event_count")
-    return TransactionRecord(status, tid, ts_ms, count, collections)
+    return TransactionRecord(
+        status, tid, ts_ms, count, collections, _partition_counts(d.get("partition_counts"))
+    )
+
+
+def _partition_counts(raw: Any) -> tuple[tuple[str, int, int], ...] | None:
+    """The decoded ``partition_counts`` (absent in Debezium's schema: ``None``)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, list):
+        raise ValueError("partition_counts must be an array")
+    items = []
+    for item in raw:
+        fields = (
+            (item.get("data_collection"), item.get("partition"), item.get("event_count"))
+            if isinstance(item, dict)
+            else (None, None, None)
+        )
+        name, partition, n = fields
+        if (
+            not isinstance(name, str)
+            or type(partition) is not int
+            or partition < 0
+            or type(n) is not int
+            or n < 0
+        ):
+            raise ValueError(
+                "each partition_counts item needs data_collection, partition and event_count"
+            )
+        items.append((name, partition, n))
+    return tuple(items)
 
 
 class TransactionDecoder:
