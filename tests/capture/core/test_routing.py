@@ -1,0 +1,228 @@
+"""Routing by business key (capture/core/routing.py) from the real PostgreSQL and MariaDB
+into the real broker: every record of a routed table, whatever wrote it, lands on the
+partition of its order; END counts each table's changes per partition; the routing is
+declared on ``<prefix>.routing`` and a changed one refuses to start."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+
+from bizevents.capture.config import CaptureConfig
+from bizevents.capture.core.signals import SignalTopic, new_signal
+from bizevents.capture.exceptions import CaptureError
+from bizevents.contracts.envelope import ChangeEvent, Tombstone
+from bizevents.contracts.technical.routing import (
+    TableRouting,
+    decode_routing,
+    partition_for,
+    routing_key,
+)
+from tests.capture.capture_helpers import Record, read_topic, wait_for
+from tests.capture.core.test_transactions import read_transactions
+from tests.capture.sources import Source
+from tests.kafka import read_all
+
+pytestmark = pytest.mark.integration
+
+_PARTITIONS = 4
+
+
+def _order_of(table: str, row: Any) -> int:
+    return int(row["id"] if table == "orders" else row["order_id"])
+
+
+def _expected(order: int) -> int:
+    return partition_for(routing_key([order]), _PARTITIONS)
+
+
+def _two_orders_apart() -> tuple[int, int]:
+    """Two new order ids on different partitions (so the transaction crosses them)."""
+    first = 100
+    second = next(o for o in range(101, 200) if _expected(o) != _expected(first))
+    return first, second
+
+
+def _routed_config(source: Source, **extra: Any) -> CaptureConfig:
+    return source.config(
+        ["orders", "order_items"],
+        partitions=_PARTITIONS,
+        routing={
+            source.table("orders"): ("id",),
+            source.table("order_items"): ("order_id",),
+        },
+        **extra,
+    )
+
+
+def _tables(source: Source) -> None:
+    source.sql(f"CREATE TABLE {source.table('orders')} (id INT PRIMARY KEY, total INT)")
+    source.sql(
+        f"CREATE TABLE {source.table('order_items')} "
+        "(order_id INT, id INT, price INT, PRIMARY KEY (order_id, id))"
+    )
+
+
+def test_every_record_lands_on_its_orders_partition_and_end_counts_them(
+    source: Source, tmp_path: Path
+) -> None:
+    """Snapshot, stream (a transaction over two orders on different partitions, an
+    update, deletes and their tombstones) and incremental snapshot: each record of an
+    order and of its items is on ``partition_for(routing_key([order_id]), n)``; END's
+    ``partition_counts`` are what each partition holds of its transaction."""
+    _tables(source)
+    orders, items = source.table("orders"), source.table("order_items")
+    for o in range(1, 9):
+        source.sql(f"INSERT INTO {orders} VALUES (%s, 0)", (o,))
+        source.sql(f"INSERT INTO {items} VALUES (%s, 1, 5), (%s, 2, 7)", (o, o))
+    first, second = _two_orders_apart()
+    config = _routed_config(source)
+    with source.in_process(config, tmp_path) as run:
+        run.wait_snapshot()
+        conn = source.connect()
+        try:
+            with conn.cursor() as cur:
+                cur.execute(f"INSERT INTO {orders} VALUES (%s, 0), (%s, 0)", (first, second))
+                cur.execute(
+                    f"INSERT INTO {items} VALUES (%s, 1, 3), (%s, 2, 4), (%s, 1, 9)",
+                    (first, first, second),
+                )
+                cur.execute(f"UPDATE {orders} SET total = 7 WHERE id = %s", (first,))
+                cur.execute(f"DELETE FROM {items} WHERE order_id = %s AND id = 1", (second,))
+                cur.execute(f"DELETE FROM {items} WHERE order_id = 3")
+                cur.execute(f"DELETE FROM {orders} WHERE id = 3")
+            conn.commit()
+        finally:
+            conn.close()
+        kafka = {"bootstrap.servers": source.db.endpoints.bootstrap_servers}
+        producer = Producer(kafka)
+        SignalTopic(kafka, config.signal_topic_name, source.db.server).send(
+            producer, new_signal("execute-snapshot", (items,))
+        )
+        producer.flush(10)
+
+        def snapshotted() -> bool:
+            ledger = source.stored_ledger()
+            done = run.stats.incremental_rows.get(items, 0) >= 16
+            return done and ledger is not None and not ledger.queue
+
+        wait_for(snapshotted, run, "the incremental snapshot of order_items")
+        source.caught_up(run)
+        run.stop()
+
+    records: dict[str, list[Record]] = {
+        t: read_topic(source.db.endpoints, source.topic(t)) for t in ("orders", "order_items")
+    }
+    seen: Counter[str] = Counter()
+    for table, found in records.items():
+        for r in found:
+            d = r.decoded
+            row = d.key
+            assert row is not None
+            assert r.partition == _expected(_order_of(table, row)), (table, dict(row), r)
+            kind = "tombstone" if isinstance(d, Tombstone) else d.op
+            seen[f"{table}:{kind}"] += 1
+    # every write path was taken: the initial snapshot's and the incremental one's
+    # reads of the items (8 orders x 2 items each, then 16 again: 2 gone, 3 new, 1 gone),
+    # the stream's changes and tombstones
+    assert seen["order_items:r"] == 16 + 16, seen
+    assert seen["orders:r"] == 8
+    assert seen["orders:c"] == 2 and seen["orders:u"] == 1 and seen["orders:d"] == 1
+    assert seen["order_items:c"] == 3 and seen["order_items:d"] == 3
+    assert seen["order_items:tombstone"] == 3 and seen["orders:tombstone"] == 1
+    assert _expected(first) != _expected(second)
+
+    placed: dict[str, Counter[tuple[str, int]]] = {}
+    for found in records.values():
+        for r in found:
+            d = r.decoded
+            if isinstance(d, ChangeEvent) and d.transaction is not None:
+                at = (d.source.qualified_table, r.partition)
+                placed.setdefault(d.transaction.id, Counter())[at] += 1
+    ends = [
+        t
+        for t in read_transactions(source.db.endpoints, f"{source.db.server}.transaction")
+        if t.status == "END"
+    ]
+    assert {e.id for e in ends} == set(placed)
+    (end,) = ends
+    assert end.partition_counts is not None
+    assert Counter({(t, p): n for t, p, n in end.partition_counts}) == placed[end.id]
+    assert {p for _, p, _ in end.partition_counts} == {
+        _expected(first),
+        _expected(second),
+        _expected(3),
+    }
+    per_table: Counter[str] = Counter()
+    for t, _, n in end.partition_counts:
+        per_table[t] += n
+    assert dict(per_table) == end.counts()
+
+    declared = [
+        decode_routing(m.key, m.value)
+        for m in read_all(source.db.endpoints.bootstrap_servers, f"{source.db.server}.routing")
+    ]
+    assert sorted(declared, key=lambda r: r.table if r else "") == [
+        TableRouting(items, ("order_id",), _PARTITIONS),
+        TableRouting(orders, ("id",), _PARTITIONS),
+    ]
+
+
+def _refused(source: Source, config: CaptureConfig, tmp_path: Path) -> str:
+    with source.in_process(config, tmp_path) as run, pytest.raises(CaptureError) as caught:
+        run.wait_snapshot()
+    return str(caught.value)
+
+
+def test_a_column_outside_the_primary_key_is_refused(source: Source, tmp_path: Path) -> None:
+    """Routing order items by a column that is not in their primary key: one sentence,
+    nothing captured."""
+    source.sql(f"CREATE TABLE {source.table('orders')} (id INT PRIMARY KEY, total INT)")
+    source.sql(
+        f"CREATE TABLE {source.table('order_items')} (id INT PRIMARY KEY, order_id INT, price INT)"
+    )
+    reason = _refused(source, _routed_config(source), tmp_path)
+    assert reason.startswith(
+        f"routing of {source.table('order_items')} names order_id, not in its primary key (id)"
+    ), reason
+
+
+def test_a_changed_routing_refuses_to_start(source: Source, tmp_path: Path) -> None:
+    """A capture that ran routed, started again routed otherwise (by other columns) or
+    without routing: one sentence naming the migration, nothing reshuffled."""
+    _tables(source)
+    orders, items = source.table("orders"), source.table("order_items")
+    source.sql(f"INSERT INTO {items} VALUES (1, 1, 5)")
+    with source.in_process(_routed_config(source), tmp_path) as run:
+        run.wait_snapshot()
+        run.stop()
+    by_both = _routed_config(source).model_copy(
+        update={"routing": {orders: ("id",), items: ("order_id", "id")}}
+    )
+    reason = _refused(source, by_both, tmp_path)
+    assert reason == (
+        f"capture {source.db.server} would route {items} by order_id, id over 4 partitions, "
+        f"but its topic {source.topic('order_items')} was written routed by order_id over 4 "
+        f"partitions (declared on {source.db.server}.routing): a changed routing is a "
+        "migration to a new topic generation (a new topic_prefix, captured anew), not a "
+        "reshuffle in place"
+    )
+    unrouted = _routed_config(source).model_copy(update={"routing": {}})
+    reason = _refused(source, unrouted, tmp_path)
+    assert f"would route {items} by its Kafka key, but" in reason, reason
+
+
+def test_routing_a_table_captured_unrouted_refuses_to_start(source: Source, tmp_path: Path) -> None:
+    """A table whose topic was written by Kafka key, then routed: refused, not mixed."""
+    _tables(source)
+    source.sql(f"INSERT INTO {source.table('order_items')} VALUES (1, 1, 5)")
+    plain = _routed_config(source).model_copy(update={"routing": {}})
+    with source.in_process(plain, tmp_path) as run:
+        run.wait_snapshot()
+        run.stop()
+    reason = _refused(source, _routed_config(source), tmp_path)
+    assert "was written routed by its Kafka key" in reason, reason
