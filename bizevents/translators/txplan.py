@@ -16,6 +16,7 @@ from bizevents.translators.api import Translator
 from bizevents.translators.assembly import AssemblyLimits
 from bizevents.translators.promoting import Versions
 from bizevents.translators.promotion import Pins
+from bizevents.translators.routingcheck import check_routing, routing_topic_of
 from bizevents.translators.settings import RuntimeSettings, TransactionSettings
 from bizevents.translators.startup import Kind, resolve
 from bizevents.translators.topology import technical_topics
@@ -119,6 +120,11 @@ def prepare_transactions(
     )
     found = resolve(settings, pinned, kind)
     translators, shadows, admin = found.translators, found.shadows, found.admin
+    check_routing(
+        settings.kafka.librdkafka(),
+        routing_topic_of(tx_topic, t.topic_prefix),
+        [item for item in translators if isinstance(item, TransactionTranslator)],
+    )
     sources, metadata = found.sources, found.metadata
     outputs = [*found.outputs, *found.shadow_outputs]
     ensure_topics(admin, [tx.state()], 1)
