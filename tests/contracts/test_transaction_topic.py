@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+from dataclasses import replace
 
 import fastavro
 import pytest
@@ -55,12 +56,8 @@ _PARTITION = st.integers(min_value=0, max_value=2**31 - 1)
 counted_records = st.one_of(
     records,
     st.builds(
-        TransactionRecord,
-        st.just("END"),
-        _NAME,
-        st.integers(min_value=-(2**63), max_value=2**63 - 1),
-        _LONG,
-        st.lists(st.tuples(_NAME, _LONG), max_size=5).map(tuple),
+        lambda end, counts: replace(end, partition_counts=counts),
+        records.filter(lambda r: r.status == "END"),
         st.lists(st.tuples(_NAME, _PARTITION, _LONG), max_size=5).map(tuple),
     ),
 )

@@ -25,7 +25,7 @@ from bizevents.capture.core.deadletters import dead_letter_headers, dead_letter_
 from bizevents.capture.core.filters import Condition, FilterError, parse_condition, resolve
 from bizevents.capture.core.incremental import Incremental
 from bizevents.capture.core.offsets import AckTracker, Tx
-from bizevents.capture.core.routing import Router, declare
+from bizevents.capture.core.routing import Router, declare, to_declare
 from bizevents.capture.core.signals import Signal, SignalError, SignalTopic, shown, signal_table_ddl
 from bizevents.capture.core.sink import SchemaRegistrar, producer_config
 from bizevents.capture.core.state import Ledger, Pending, StateStore
@@ -297,8 +297,9 @@ class CaptureCore:
 
     def start_routing(self, counts: dict[str, int]) -> None:
         """At start, the technical topics made (``counts``): the routing checked, declared."""
-        session = self.session
-        declare(self.endpoints.kafka, session.admin, session.producer, self.config, counts)
+        new = to_declare(self.config, self.endpoints.kafka, counts)
+        if new:
+            declare(self.config, self.session.admin, self.session.producer, new)
         self.router.topics_created(counts)
 
     def transaction_blocks(self) -> NoBlocks:

@@ -10,7 +10,7 @@ transaction worker reads them), every other table's to Kafka's partition of its 
 that END can count each table's changes per partition
 (:class:`~bizevents.capture.core.transactions.TxBlocks`).
 
-At start :func:`declare` compares the configured routing with the declared one: a table
+At start :func:`to_declare` compares the configured routing with the declared one: a table
 routed otherwise than its topics were written (other columns, another partition count,
 routed where it was not or the reverse) refuses the start; changing it is a migration
 to a new topic generation, never a reshuffle of the records already written.
@@ -38,7 +38,7 @@ from bizevents.contracts.technical.topics import table_topic
 from bizevents.plumbing.errors import TransientError
 from bizevents.plumbing.kafka import ensure_topics, produce, read_latest
 
-__all__ = ["Router", "check_key_columns", "declare"]
+__all__ = ["Router", "check_key_columns", "declare", "to_declare"]
 
 #: The reader of the routing topic (nothing is committed).
 _GROUP: Final = "bizevents-capture-routing"
@@ -117,22 +117,17 @@ def check_key_columns(
         )
 
 
-def declare(
-    kafka: dict[str, Any],
-    admin: Any,
-    producer: Any,
-    config: CaptureConfig,
-    counts: Mapping[str, int],
-) -> None:
-    """Check the configured routing against the declared one (a sentence naming the
-    migration when they differ) and declare what is new, acknowledged, before any
-    record. ``counts``: each technical topic's partition count."""
+def to_declare(
+    config: CaptureConfig, kafka: dict[str, Any], counts: Mapping[str, int]
+) -> list[TableRouting]:
+    """The configured routing checked against the declared one (a sentence naming the
+    migration when they differ); what is not declared yet. ``counts``: each technical
+    topic's partition count."""
     topic = routing_topic(config.prefix)
     declared: dict[str, TableRouting | None] = {}
     try:
         for key, value in read_latest(kafka, topic, _GROUP).items():
-            routing = decode_routing(key, value)
-            declared[key.decode("utf-8", "replace")] = routing
+            declared[key.decode("utf-8", "replace")] = decode_routing(key, value)
     except ValueError as exc:
         raise CaptureError(f"the routing topic {topic} holds a bad record: {exc}") from None
     wanted = {
@@ -146,20 +141,19 @@ def declare(
         if was is not None and was != now:
             raise CaptureError(_changed(config, table, was.describe(), _said(now)))
     new = [r for t, r in wanted.items() if declared.get(t) is None]
-    if not new:
-        return
-    written = _written(kafka, [table_topic(config.prefix, r.table) for r in new])
+    written = _written(kafka, [table_topic(config.prefix, r.table) for r in new]) if new else set()
     for routing in new:
         if table_topic(config.prefix, routing.table) in written:
             raise CaptureError(_changed(config, routing.table, "by its Kafka key", _said(routing)))
-    ensure_topics(
-        admin,
-        [topic],
-        1,
-        replication_factor=config.replication_factor,
-        config={"cleanup.policy": "compact"},
-        timeout_s=15,
-    )
+    return new
+
+
+def declare(config: CaptureConfig, admin: Any, producer: Any, new: list[TableRouting]) -> None:
+    """Write ``new`` to the routing topic and wait until Kafka took it (before any record)."""
+    topic = routing_topic(config.prefix)
+    compacted = {"cleanup.policy": "compact"}
+    rf = config.replication_factor
+    ensure_topics(admin, [topic], 1, replication_factor=rf, config=compacted, timeout_s=15)
     outcome: list[Any] = []
     for routing in new:
         key, value = encode_routing(routing)

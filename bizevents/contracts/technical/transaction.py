@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeAlias
 
@@ -63,6 +63,41 @@ TRANSACTION_KEY_AVRO: Final[dict[str, Any]] = {
     "connect.name": "io.debezium.connector.common.TransactionMetadataKey",
 }
 
+#: The fields of one count (name, Avro type, Connect type): Debezium's per table, and
+#: the routing capture's per table and partition.
+_COLLECTION_FIELDS: Final = (
+    ("data_collection", "string", "string"),
+    ("event_count", "long", "int64"),
+)
+_PARTITION_FIELDS: Final = (
+    ("data_collection", "string", "string"),
+    ("partition", "int", "int32"),
+    ("event_count", "long", "int64"),
+)
+_Fields: TypeAlias = tuple[tuple[str, str, str], ...]
+
+
+def _avro_counts(field: str, record: str, namespace: str, fields: _Fields) -> dict[str, Any]:
+    """An optional array of count records (default null)."""
+    items = {
+        "type": "record",
+        "name": record,
+        "namespace": namespace,
+        "fields": [{"name": name, "type": avro} for name, avro, _ in fields],
+    }
+    return {"name": field, "type": ["null", {"type": "array", "items": items}], "default": None}
+
+
+def _connect_counts(field: str, fields: _Fields) -> dict[str, Any]:
+    """The same array in Kafka Connect's JSON schema."""
+    items = {
+        "type": "struct",
+        "fields": [{"type": kind, "optional": False, "field": name} for name, _, kind in fields],
+        "optional": False,
+    }
+    return {"type": "array", "items": items, "optional": True, "field": field}
+
+
 TRANSACTION_VALUE_AVRO: Final[dict[str, Any]] = {
     "type": "record",
     "name": "TransactionMetadataValue",
@@ -71,25 +106,9 @@ TRANSACTION_VALUE_AVRO: Final[dict[str, Any]] = {
         {"name": "status", "type": "string"},
         {"name": "id", "type": "string"},
         {"name": "event_count", "type": ["null", "long"], "default": None},
-        {
-            "name": "data_collections",
-            "type": [
-                "null",
-                {
-                    "type": "array",
-                    "items": {
-                        "type": "record",
-                        "name": "ConnectDefault",
-                        "namespace": "io.confluent.connect.avro",
-                        "fields": [
-                            {"name": "data_collection", "type": "string"},
-                            {"name": "event_count", "type": "long"},
-                        ],
-                    },
-                },
-            ],
-            "default": None,
-        },
+        _avro_counts(
+            "data_collections", "ConnectDefault", "io.confluent.connect.avro", _COLLECTION_FIELDS
+        ),
         {"name": "ts_ms", "type": "long"},
     ],
     "connect.version": 1,
@@ -101,26 +120,7 @@ TRANSACTION_VALUE_COUNTED_AVRO: Final[dict[str, Any]] = {
     **TRANSACTION_VALUE_AVRO,
     "fields": [
         *TRANSACTION_VALUE_AVRO["fields"],
-        {
-            "name": "partition_counts",
-            "type": [
-                "null",
-                {
-                    "type": "array",
-                    "items": {
-                        "type": "record",
-                        "name": "PartitionCount",
-                        "namespace": "io.bizevents",
-                        "fields": [
-                            {"name": "data_collection", "type": "string"},
-                            {"name": "partition", "type": "int"},
-                            {"name": "event_count", "type": "long"},
-                        ],
-                    },
-                },
-            ],
-            "default": None,
-        },
+        _avro_counts("partition_counts", "PartitionCount", "io.bizevents", _PARTITION_FIELDS),
     ],
 }
 
@@ -130,19 +130,7 @@ _CONNECT_VALUE: Final[dict[str, Any]] = {
         {"type": "string", "optional": False, "field": "status"},
         {"type": "string", "optional": False, "field": "id"},
         {"type": "int64", "optional": True, "field": "event_count"},
-        {
-            "type": "array",
-            "items": {
-                "type": "struct",
-                "fields": [
-                    {"type": "string", "optional": False, "field": "data_collection"},
-                    {"type": "int64", "optional": False, "field": "event_count"},
-                ],
-                "optional": False,
-            },
-            "optional": True,
-            "field": "data_collections",
-        },
+        _connect_counts("data_collections", _COLLECTION_FIELDS),
         {"type": "int64", "optional": False, "field": "ts_ms"},
     ],
     "optional": False,
@@ -154,20 +142,7 @@ _CONNECT_COUNTED_VALUE: Final[dict[str, Any]] = {
     **_CONNECT_VALUE,
     "fields": [
         *_CONNECT_VALUE["fields"],
-        {
-            "type": "array",
-            "items": {
-                "type": "struct",
-                "fields": [
-                    {"type": "string", "optional": False, "field": "data_collection"},
-                    {"type": "int32", "optional": False, "field": "partition"},
-                    {"type": "int64", "optional": False, "field": "event_count"},
-                ],
-                "optional": False,
-            },
-            "optional": True,
-            "field": "partition_counts",
-        },
+        _connect_counts("partition_counts", _PARTITION_FIELDS),
     ],
 }
 
@@ -212,31 +187,31 @@ def encode_transaction_value(
         parts.append(NULL_BRANCH)
     else:
         parts += (VALUE_BRANCH, zigzag(record.event_count))
-    collections = record.data_collections
-    if collections is None:
-        parts.append(NULL_BRANCH)
-    else:
-        parts.append(VALUE_BRANCH)
-        if collections:
-            parts.append(zigzag(len(collections)))
-            for name, count in collections:
-                parts += (text(name), zigzag(count))
-        parts.append(NULL_BRANCH)  # the array's end block (count 0)
+    parts += _avro_array(record.data_collections)
     parts.append(zigzag(record.ts_ms))
     if counted:
-        per_partition = record.partition_counts
-        if per_partition is None:
-            parts.append(NULL_BRANCH)
-        else:
-            parts.append(VALUE_BRANCH)
-            if per_partition:
-                parts.append(zigzag(len(per_partition)))
-                for name, partition, count in per_partition:
-                    parts += (text(name), zigzag(partition), zigzag(count))
-            parts.append(NULL_BRANCH)
+        parts += _avro_array(record.partition_counts)
     elif record.partition_counts is not None:
         raise ValueError("partition_counts needs the counted schema")
     return b"".join(parts)
+
+
+def _avro_array(items: Sequence[tuple[str | int, ...]] | None) -> list[bytes]:
+    """An optional array of counts in Avro: null, or the items (strings and longs)."""
+    if items is None:
+        return [NULL_BRANCH]
+    parts = [VALUE_BRANCH]
+    if items:
+        parts.append(zigzag(len(items)))
+        for item in items:
+            parts += [text(v) if isinstance(v, str) else zigzag(v) for v in item]
+    parts.append(NULL_BRANCH)  # the array's end block (count 0)
+    return parts
+
+
+def _json_array(items: Sequence[tuple[str | int, ...]] | None, fields: _Fields) -> Any:
+    names = [name for name, _, _ in fields]
+    return None if items is None else [dict(zip(names, item, strict=True)) for item in items]
 
 
 def transaction_connect_json(
@@ -248,21 +223,11 @@ def transaction_connect_json(
         "status": record.status,
         "id": record.id,
         "event_count": record.event_count,
-        "data_collections": None
-        if record.data_collections is None
-        else [{"data_collection": n, "event_count": c} for n, c in record.data_collections],
+        "data_collections": _json_array(record.data_collections, _COLLECTION_FIELDS),
         "ts_ms": record.ts_ms,
     }
     if counted:
-        per_partition = record.partition_counts
-        payload["partition_counts"] = (
-            None
-            if per_partition is None
-            else [
-                {"data_collection": n, "partition": p, "event_count": c}
-                for n, p, c in per_partition
-            ]
-        )
+        payload["partition_counts"] = _json_array(record.partition_counts, _PARTITION_FIELDS)
     elif record.partition_counts is not None:
         raise ValueError("partition_counts needs the counted schema")
     schema = _CONNECT_COUNTED_VALUE if counted else _CONNECT_VALUE
@@ -284,51 +249,28 @@ def _record(d: Any) -> TransactionRecord:
     count = d.get("event_count")
     if count is not None and (type(count) is not int or count < 0):
         raise ValueError("event_count must be a non-negative integer")
-    raw = d.get("data_collections")
-    collections: tuple[tuple[str, int], ...] | None = None
-    if raw is not None:
-        if not isinstance(raw, list):
-            raise ValueError("data_collections must be an array")
-        items = []
-        for item in raw:
-            name = item.get("data_collection") if isinstance(item, dict) else None
-            n = item.get("event_count") if isinstance(item, dict) else None
-            if not isinstance(name, str) or type(n) is not int or n < 0:
-                raise ValueError("each data_collections item needs data_collection and event_count")
-            items.append((name, n))
-        collections = tuple(items)
+    collections = _decoded_array(d.get("data_collections"), "data_collections", _COLLECTION_FIELDS)
     if status == STATUS_END and count is None:
         raise ValueError("an END record needs event_count")
-    return TransactionRecord(
-        status, tid, ts_ms, count, collections, _partition_counts(d.get("partition_counts"))
-    )
+    per_partition = _decoded_array(d.get("partition_counts"), "partition_counts", _PARTITION_FIELDS)
+    return TransactionRecord(status, tid, ts_ms, count, collections, per_partition)
 
 
-def _partition_counts(raw: Any) -> tuple[tuple[str, int, int], ...] | None:
-    """The decoded ``partition_counts`` (absent in Debezium's schema: ``None``)."""
+def _decoded_array(raw: Any, field: str, fields: _Fields) -> tuple[tuple[Any, ...], ...] | None:
+    """An array of counts as decoded (absent or null: ``None``): a name, then
+    non-negative integers; a sentence on anything else."""
     if raw is None:
         return None
     if not isinstance(raw, list):
-        raise ValueError("partition_counts must be an array")
+        raise ValueError(f"{field} must be an array")
+    names = [name for name, _, _ in fields]
     items = []
     for item in raw:
-        fields = (
-            (item.get("data_collection"), item.get("partition"), item.get("event_count"))
-            if isinstance(item, dict)
-            else (None, None, None)
-        )
-        name, partition, n = fields
-        if (
-            not isinstance(name, str)
-            or type(partition) is not int
-            or partition < 0
-            or type(n) is not int
-            or n < 0
-        ):
-            raise ValueError(
-                "each partition_counts item needs data_collection, partition and event_count"
-            )
-        items.append((name, partition, n))
+        values = tuple(item.get(n) for n in names) if isinstance(item, dict) else (None,)
+        if not isinstance(values[0], str) or not all(type(v) is int and v >= 0 for v in values[1:]):
+            said = f"{', '.join(names[:-1])} and {names[-1]}"
+            raise ValueError(f"each {field} item needs {said}")
+        items.append(values)
     return tuple(items)
 
 
