@@ -13,8 +13,10 @@ import pytest
 from confluent_kafka import Producer
 
 from bizevents.capture.config import CaptureConfig
+from bizevents.capture.core.quarantine import ask_capture, parked_keys
 from bizevents.capture.core.signals import SignalTopic, new_signal
 from bizevents.capture.exceptions import CaptureError
+from bizevents.capture.postgres.types import register_converter
 from bizevents.contracts.envelope import ChangeEvent, Tombstone
 from bizevents.contracts.technical.routing import (
     TableRouting,
@@ -22,9 +24,17 @@ from bizevents.contracts.technical.routing import (
     partition_for,
     routing_key,
 )
-from tests.capture.capture_helpers import Record, read_topic, wait_for
+from tests.capture.capture_helpers import (
+    Db,
+    Record,
+    capture_endpoints,
+    in_process,
+    read_topic,
+    wait_for,
+)
 from tests.capture.core.test_transactions import read_transactions
-from tests.capture.sources import Source
+from tests.capture.quarantine_helpers import numeric_fixed
+from tests.capture.sources import PgSource, Source
 from tests.kafka import read_all
 
 pytestmark = pytest.mark.integration
@@ -226,3 +236,46 @@ def test_routing_a_table_captured_unrouted_refuses_to_start(source: Source, tmp_
         run.stop()
     reason = _refused(source, _routed_config(source), tmp_path)
     assert "was written routed by its Kafka key" in reason, reason
+
+
+def test_a_redriven_change_lands_on_its_orders_partition(pg: Db, tmp_path: Path) -> None:
+    """PostgreSQL, ``on_conversion_error = "park"``: an item's change that did not
+    convert parks its key; once fixed and re-driven, its changes go to the partition of
+    their order, as every other record of the table."""
+    s = pg.schema
+    pg.sql(f"CREATE TABLE {s}.orders (id INT PRIMARY KEY, total INT)")
+    pg.sql(
+        f"CREATE TABLE {s}.order_items "
+        "(order_id INT, id INT, price NUMERIC(10, 2), PRIMARY KEY (order_id, id))"
+    )
+    orders = range(1, 9)
+    pg.sql(f"INSERT INTO {s}.order_items SELECT o, 1, 1.00 FROM generate_series(1, 8) o")
+    config = _routed_config(PgSource(pg), on_conversion_error="park")
+    kafka = {"bootstrap.servers": pg.endpoints.bootstrap_servers}
+    try:
+        with in_process(config, capture_endpoints(pg.endpoints, tmp_path)) as run:
+            run.wait_snapshot()
+            for o in orders:  # does not convert: each order's item parks its key
+                pg.sql(f"UPDATE {s}.order_items SET price = 'NaN' WHERE order_id = %s", (o,))
+            run.wait_acked(pg.wal_lsn())
+            register_converter("numeric", numeric_fixed)
+            keys, _ = parked_keys(kafka, config.parked_topic_name)
+            assert len(keys.parked) == len(orders)
+            for ref in keys.parked:
+                (answer,) = ask_capture(
+                    kafka, config.parked_topic_name, "redrive", ref[3].hex(), 60
+                )
+                assert answer.status == "done", answer.message
+            run.wait_acked(pg.wal_lsn())
+            run.stop()
+    finally:
+        register_converter("numeric", None)
+    redriven: list[int] = []
+    for r in read_topic(pg.endpoints, pg.topic("order_items")):
+        assert r.decoded.key is not None
+        order = int(r.decoded.key["order_id"])
+        assert r.partition == _expected(order), r
+        if isinstance(r.decoded, ChangeEvent) and r.decoded.op == "u":
+            redriven.append(order)
+    assert sorted(redriven) == list(orders)
+    assert len({_expected(o) for o in redriven}) > 1
