@@ -120,11 +120,6 @@ def prepare_transactions(
     )
     found = resolve(settings, pinned, kind)
     translators, shadows, admin = found.translators, found.shadows, found.admin
-    check_routing(
-        settings.kafka.librdkafka(),
-        routing_topic_of(tx_topic, t.topic_prefix),
-        [item for item in translators if isinstance(item, TransactionTranslator)],
-    )
     sources, metadata = found.sources, found.metadata
     outputs = [*found.outputs, *found.shadow_outputs]
     ensure_topics(admin, [tx.state()], 1)
@@ -148,6 +143,11 @@ def prepare_transactions(
         lacking = lacking_transactions(item.ref, {n: newest[n] for n in mine if n in newest})
         if lacking is not None:
             raise ConfigError(lacking)
+    check_routing(
+        settings.kafka.librdkafka(),
+        routing_topic_of(tx_topic, t.topic_prefix),
+        [item for item in translators if isinstance(item, TransactionTranslator)],
+    )
     return TxPlan(
         translators,
         sources,
