@@ -16,7 +16,6 @@ from bizevents.translators.api import Translator
 from bizevents.translators.assembly import AssemblyLimits
 from bizevents.translators.promoting import Versions
 from bizevents.translators.promotion import Pins
-from bizevents.translators.routingcheck import check_routing, routing_topic_of
 from bizevents.translators.settings import RuntimeSettings, TransactionSettings
 from bizevents.translators.startup import Kind, resolve
 from bizevents.translators.topology import technical_topics
@@ -96,6 +95,7 @@ def prepare_transactions(
     from bizevents.contracts.technical import AutoDecoder
     from bizevents.plumbing.registry import schema_lookup
     from bizevents.translators.provenance import lacking_transactions, newest_changes
+    from bizevents.translators.routingcheck import check_routing, routing_topic_of
 
     t = settings.translate
     if tx.transaction_topic:
