@@ -16,6 +16,7 @@ from bizevents.capture.config import CaptureConfig
 from bizevents.capture.core.quarantine import ask_capture, parked_keys
 from bizevents.capture.core.signals import SignalTopic, new_signal
 from bizevents.capture.exceptions import CaptureError
+from bizevents.capture.mariadb.types import register_converter as my_register_converter
 from bizevents.capture.postgres.types import register_converter
 from bizevents.contracts.envelope import ChangeEvent, Tombstone
 from bizevents.contracts.technical.routing import (
@@ -33,8 +34,10 @@ from tests.capture.capture_helpers import (
     wait_for,
 )
 from tests.capture.core.test_transactions import read_transactions
-from tests.capture.quarantine_helpers import numeric_fixed
-from tests.capture.sources import PgSource, Source
+from tests.capture.mysql_helpers import MyDb
+from tests.capture.mysql_helpers import in_process as my_in_process
+from tests.capture.quarantine_helpers import enum_fixed, numeric_fixed
+from tests.capture.sources import MySource, PgSource, Source
 from tests.kafka import read_all
 
 pytestmark = pytest.mark.integration
@@ -272,6 +275,50 @@ def test_a_redriven_change_lands_on_its_orders_partition(pg: Db, tmp_path: Path)
         register_converter("numeric", None)
     redriven: list[int] = []
     for r in read_topic(pg.endpoints, pg.topic("order_items")):
+        assert r.decoded.key is not None
+        order = int(r.decoded.key["order_id"])
+        assert r.partition == _expected(order), r
+        if isinstance(r.decoded, ChangeEvent) and r.decoded.op == "u":
+            redriven.append(order)
+    assert sorted(redriven) == list(orders)
+    assert len({_expected(o) for o in redriven}) > 1
+
+
+@pytest.mark.mysql
+def test_a_redriven_change_lands_on_its_orders_partition_mariadb(my: MyDb, tmp_path: Path) -> None:
+    """MariaDB, ``on_conversion_error = "park"``: an item's change that did not convert
+    (an ENUM's empty error value) parks its key; once fixed and re-driven, its changes go
+    to the partition of their order, as every other record of the table."""
+    my.sql("CREATE TABLE orders (id INT PRIMARY KEY, total INT)")
+    my.sql(
+        "CREATE TABLE order_items "
+        "(order_id INT, id INT, e ENUM('a','b'), PRIMARY KEY (order_id, id))"
+    )
+    orders = range(1, 9)
+    my.sql("INSERT INTO order_items VALUES " + ", ".join(f"({o}, 1, 'a')" for o in orders))
+    config = _routed_config(MySource(my), on_conversion_error="park")
+    kafka = {"bootstrap.servers": my.endpoints.bootstrap_servers}
+    try:
+        with my_in_process(config, my.capture_endpoints(tmp_path)) as run:
+            run.wait_snapshot()
+            my.sql("SET SESSION sql_mode = ''")  # a label it does not know becomes ''
+            for o in orders:  # does not convert: each order's item parks its key
+                my.sql(f"UPDATE order_items SET e = 'zzz' WHERE order_id = {o}")
+            run.wait_position(my.binlog_end())
+            my_register_converter("enum", enum_fixed)
+            keys, _ = parked_keys(kafka, config.parked_topic_name)
+            assert len(keys.parked) == len(orders)
+            for ref in keys.parked:
+                (answer,) = ask_capture(
+                    kafka, config.parked_topic_name, "redrive", ref[3].hex(), 60
+                )
+                assert answer.status == "done", answer.message
+            run.wait_position(my.binlog_end())
+            run.stop()
+    finally:
+        my_register_converter("enum", None)
+    redriven: list[int] = []
+    for r in read_topic(my.endpoints, my.topic("order_items")):
         assert r.decoded.key is not None
         order = int(r.decoded.key["order_id"])
         assert r.partition == _expected(order), r
