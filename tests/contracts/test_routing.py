@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from bizevents.contracts.technical import routing
 from bizevents.contracts.technical.routing import (
     TableRouting,
     decode_routing,
     encode_routing,
+    long_partition,
     murmur2,
     partition_for,
+    python_long_partition,
+    python_murmur2,
     routing_key,
     routing_topic,
 )
@@ -105,3 +111,76 @@ def test_bad_routing_is_named(key: bytes | None, value: bytes, reason: str) -> N
     """A bad record raises ValueError with one sentence naming the table."""
     with pytest.raises(ValueError, match=reason):
         decode_routing(key, value)
+
+
+# -- the compiled routing (_routing.c) against its Python reference -----------------------
+
+
+def test_the_routing_is_built() -> None:
+    """scripts/setup builds contracts/technical/_routing.c; without it the Python runs and
+    the tests below would compare nothing."""
+    assert routing._routing is not None, "contracts/technical/_routing.c is not built"
+    assert routing.murmur2 is routing._routing.murmur2
+
+
+def _compiled() -> Any:
+    assert routing._routing is not None
+    return routing._routing
+
+
+def _outcome(call: Callable[[], int]) -> object:
+    try:
+        return call()
+    except ValueError as exc:
+        return ("ValueError", str(exc))
+
+
+def _zigzag(n: int) -> bytes:
+    u = ((n << 1) ^ (n >> 63)) & (2**64 - 1)
+    out = bytearray()
+    while u > 0x7F:
+        out.append((u & 0x7F) | 0x80)
+        u >>= 7
+    out.append(u)
+    return bytes(out)
+
+
+@given(st.binary(max_size=64))
+def test_compiled_murmur2_is_the_python(data: bytes) -> None:
+    assert _compiled().murmur2(data) == python_murmur2(data)
+
+
+@pytest.mark.parametrize(("data", "expected"), _KAFKA_MURMUR2.items())
+def test_compiled_murmur2_is_kafkas(data: bytes, expected: int) -> None:
+    assert _compiled().murmur2(data) == expected
+
+
+@given(
+    st.binary(max_size=32),
+    st.integers(min_value=0, max_value=8),
+    st.integers(min_value=0, max_value=3),
+    st.integers(min_value=1, max_value=2**31 - 1),
+)
+def test_compiled_long_partition_is_the_python_on_any_bytes(
+    key: bytes, offset: int, skip: int, partitions: int
+) -> None:
+    """The same partition, or the same refusal, whatever the bytes."""
+    compiled = _outcome(lambda: _compiled().long_partition(key, offset, skip, partitions))
+    assert compiled == _outcome(lambda: python_long_partition(key, offset, skip, partitions))
+
+
+@given(
+    st.lists(st.integers(min_value=-(2**63), max_value=2**63 - 1), min_size=1, max_size=4),
+    st.data(),
+    st.integers(min_value=1, max_value=64),
+)
+def test_long_partition_is_the_routing_keys(
+    values: list[int], data: st.DataObject, partitions: int
+) -> None:
+    """The long read from a framed key is routed as the decoded value would be, by
+    both the compiled and the Python path."""
+    skip = data.draw(st.integers(min_value=0, max_value=len(values) - 1))
+    key = b"\0\0\0\0\1" + b"".join(_zigzag(v) for v in values)
+    expected = partition_for(routing_key([values[skip]]), partitions)
+    assert python_long_partition(key, 5, skip, partitions) == expected
+    assert long_partition(key, 5, skip, partitions) == expected

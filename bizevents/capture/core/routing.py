@@ -6,8 +6,10 @@ Kafka key (:mod:`bizevents.capture.core.sink`). With it, every write path of bot
 sources asks :meth:`Router.partition` for a technical record's partition: a routed table's
 record goes to :func:`~bizevents.contracts.technical.routing.partition_for` of the
 configured primary-key columns' values (read back from the record's key, as the
-transaction worker reads them), every other table's to Kafka's partition of its key, so
-that END can count each table's changes per partition
+transaction worker reads them; a table routed by one integer column has that column's
+varint read in place, in C: :func:`~bizevents.contracts.technical.routing.long_partition`),
+every other table's to Kafka's partition of its key, so that END can count each table's
+changes per partition
 (:class:`~bizevents.capture.core.transactions.TxBlocks`).
 
 At start :func:`to_declare` compares the configured routing with the declared one: a table
@@ -30,6 +32,7 @@ from bizevents.contracts.technical.routing import (
     TableRouting,
     decode_routing,
     encode_routing,
+    long_partition,
     partition_for,
     routing_key,
     routing_topic,
@@ -40,6 +43,8 @@ from bizevents.plumbing.kafka import ensure_topics, produce, read_latest
 
 __all__ = ["Router", "check_key_columns", "declare", "to_declare"]
 
+#: The bytes before a framed Avro key's record (magic byte, schema id).
+_FRAME: Final = 5
 #: The reader of the routing topic (nothing is committed).
 _GROUP: Final = "bizevents-capture-routing"
 
@@ -50,6 +55,9 @@ class _Route:
     #: The routed columns, or ``None``: Kafka's partition of the record's key.
     columns: tuple[str, ...] | None
     partitions: int
+    #: For a table routed by one integer column preceded in its key only by integers:
+    #: how many longs to skip in the key to read it (:func:`long_partition`); else -1.
+    skip: int = -1
 
 
 class Router:
@@ -81,7 +89,8 @@ class Router:
             self._key_schemas[codec.key_schema_id] = key_json
         topic = codec.topic
         n = self._counts.get(topic, self._config.partitions)
-        self._topics[topic] = _Route(table, columns, n)
+        skip = -1 if columns is None or key_json is None else _integer_skip(key_json, columns)
+        self._topics[topic] = _Route(table, columns, n, skip)
 
     def topics_created(self, counts: Mapping[str, int]) -> None:
         """The partition counts of technical topics, as created or found."""
@@ -98,10 +107,30 @@ class Router:
         route = self._topics.get(topic)
         if route is None:
             return -1
+        if route.skip >= 0 and key is not None:
+            return long_partition(key, _FRAME, route.skip, route.partitions)
         if route.columns is None or key is None:
             return partition_for(key or b"", route.partitions)
         row = self._keys.decode_key(key)
         return partition_for(routing_key([row[c] for c in route.columns]), route.partitions)
+
+
+def _integer_skip(key_json: str, columns: tuple[str, ...]) -> int:
+    """How many longs precede the one routed column in the key's Avro record, when it and
+    they are plain ints or longs (same varint, same ``b"%d"`` as the decoded value); -1
+    otherwise (the key is decoded). A date or a time is an int or a long too, but named
+    (``connect.name``, ``logicalType``) and decoded to another value: not plain."""
+    if len(columns) != 1:
+        return -1
+    for skip, field in enumerate(json.loads(key_json)["fields"]):
+        kind = field["type"]
+        if isinstance(kind, dict) and not {"connect.name", "logicalType"} & kind.keys():
+            kind = kind["type"]
+        if kind not in ("int", "long"):
+            return -1
+        if field["name"] == columns[0]:
+            return skip
+    return -1
 
 
 def check_key_columns(

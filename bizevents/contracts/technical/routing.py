@@ -19,7 +19,7 @@ routing refuses to start.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -27,8 +27,11 @@ __all__ = [
     "TableRouting",
     "decode_routing",
     "encode_routing",
+    "long_partition",
     "murmur2",
     "partition_for",
+    "python_long_partition",
+    "python_murmur2",
     "routing_key",
     "routing_topic",
 ]
@@ -45,8 +48,9 @@ def routing_key(values: Sequence[object]) -> bytes:
     return json.dumps(list(values), default=str, separators=(",", ":")).encode()
 
 
-def murmur2(data: bytes) -> int:
-    """Kafka's ``Utils.murmur2`` of ``data``: a signed 32-bit int, as Java returns it."""
+def python_murmur2(data: bytes) -> int:
+    """Kafka's ``Utils.murmur2`` of ``data``: a signed 32-bit int, as Java returns it
+    (the reference of ``_routing.c``'s)."""
     length = len(data)
     h = (_SEED ^ length) & _MASK
     end = length - length % 4
@@ -68,6 +72,48 @@ def murmur2(data: bytes) -> int:
     h = (h * _M) & _MASK
     h ^= h >> 15
     return h - (1 << 32) if h & 0x80000000 else h
+
+
+def python_long_partition(key: bytes, offset: int, skip: int, partitions: int) -> int:
+    """:func:`partition_for` of :func:`routing_key` of the Avro long found in ``key``
+    after ``offset`` bytes and ``skip`` other longs (a key routed by one integer column,
+    read without decoding the key); a :class:`ValueError` for a varint cut short or
+    longer than 64 bits (the reference of ``_routing.c``'s)."""
+    if offset < 0 or skip < 0 or not 1 <= partitions < 2**31:
+        raise ValueError("offset and skip >= 0, 1 <= partitions < 2**31")
+    pos = offset
+    value = 0
+    for _ in range(skip + 1):
+        u = 0
+        shift = 0
+        while True:
+            if shift > 63:
+                raise ValueError("a varint longer than 64 bits")
+            if pos >= len(key):
+                raise ValueError("a varint cut short")
+            b = key[pos]
+            pos += 1
+            if shift == 63 and b & 0x7E:
+                raise ValueError("a varint longer than 64 bits")
+            u |= (b & 0x7F) << shift
+            if not b & 0x80:
+                break
+            shift += 7
+        value = (u >> 1) ^ -(u & 1)
+    return partition_for(b"%d" % value, partitions)
+
+
+try:
+    from bizevents.contracts.technical import _routing  # type: ignore[attr-defined]
+except ImportError:  # not built (scripts/setup builds it): the Python, slower
+    _routing = None
+
+#: Kafka's ``Utils.murmur2`` (:func:`python_murmur2`, compiled where built).
+murmur2: Callable[[bytes], int] = python_murmur2 if _routing is None else _routing.murmur2
+#: :func:`python_long_partition`, compiled where built.
+long_partition: Callable[[bytes, int, int, int], int] = (
+    python_long_partition if _routing is None else _routing.long_partition
+)
 
 
 def partition_for(key: bytes, partitions: int) -> int:
