@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bizevents_store.contracts import OrderPlaced
 from confluent_kafka import Producer
 
 from bizevents.capture.config import CaptureConfig
@@ -25,6 +26,10 @@ from bizevents.contracts.technical.routing import (
     partition_for,
     routing_key,
 )
+from bizevents.transactions import transaction_translator
+from bizevents.translators.assembly import Part
+from bizevents.translators.records import SourceRecord
+from bizevents.translators.routing import business_key
 from tests.capture.capture_helpers import (
     Db,
     Record,
@@ -326,3 +331,103 @@ def test_a_redriven_change_lands_on_its_orders_partition_mariadb(my: MyDb, tmp_p
             redriven.append(order)
     assert sorted(redriven) == list(orders)
     assert len({_expected(o) for o in redriven}) > 1
+
+
+#: Each type a table may be routed by, with values at its edges: PostgreSQL's.
+_PG_KEYS: dict[str, tuple[str, list[str]]] = {
+    "int2": ("SMALLINT", ["-32768", "32767", "0"]),
+    "int4": ("INTEGER", ["-2147483648", "2147483647"]),
+    "int8": ("BIGINT", ["-9223372036854775808", "9223372036854775807"]),
+    "txt": ("TEXT", ["'grüße ✓ 😀'", "''", "'\"quoted\" \\ back'"]),
+    "vc": ("VARCHAR(20)", ["'ü'", "'𝄞x'"]),
+    "ch": ("CHAR(4)", ["'ab'", "'✓'"]),
+    "num": (
+        "NUMERIC",
+        ["3.14159265358979323846264338327950288419716939937510", "-1E+5", "0.000001"],
+    ),
+    "nps": ("NUMERIC(12, 3)", ["-0.5", "123456789.125"]),
+    "day": ("DATE", ["'0001-01-01'", "'9999-12-31'", "'2024-02-29'"]),
+    "tm": ("TIME", ["'00:00:00'", "'23:59:59.999999'"]),
+    "ts": ("TIMESTAMP", ["'0001-01-01 00:00:00'", "'2024-05-01 12:34:56.789012'"]),
+    "tstz": ("TIMESTAMPTZ", ["'2024-05-01 10:34:56.123456+00'", "'1889-12-31 23:40:28+02'"]),
+    "uid": (
+        "UUID",
+        ["'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'", "'00000000-0000-0000-0000-000000000000'"],
+    ),
+    "byt": ("BYTEA", ["'\\x00ff'", "'\\x'"]),
+}
+#: MariaDB's.
+_MY_KEYS: dict[str, tuple[str, list[str]]] = {
+    "i1": ("TINYINT", ["-128", "127"]),
+    "u1": ("TINYINT UNSIGNED", ["0", "255"]),
+    "i2": ("SMALLINT", ["-32768", "32767"]),
+    "i3": ("MEDIUMINT", ["-8388608", "8388607"]),
+    "i4": ("INT", ["-2147483648", "2147483647"]),
+    "u4": ("INT UNSIGNED", ["0", "4294967295"]),
+    "i8": ("BIGINT", ["-9223372036854775808", "9223372036854775807"]),
+    "u8": ("BIGINT UNSIGNED", ["0", "18446744073709551615"]),
+    "vc": ("VARCHAR(20) CHARACTER SET utf8mb4", ["'grüße ✓ 😀'", "''"]),
+    "ch": ("CHAR(4) CHARACTER SET utf8mb4", ["'ab'", "'✓'"]),
+    "dec": ("DECIMAL(12, 3)", ["-0.5", "123456789.125"]),
+    "dec0": ("DECIMAL(30, 0)", ["-999999999999999999999999999999", "0"]),
+    "day": ("DATE", ["'1000-01-01'", "'9999-12-31'"]),
+    "tm": ("TIME(6)", ["'-838:59:59'", "'838:59:59'", "'-00:00:01.25'"]),
+    "dt": ("DATETIME", ["'1000-01-01 00:00:00'", "'9999-12-31 23:59:59'"]),
+    "dt6": ("DATETIME(6)", ["'2024-05-01 12:34:56.789012'"]),
+    "tsp": ("TIMESTAMP(6)", ["'1970-01-02 00:00:00.000001'", "'2038-01-19 03:14:07.999999'"]),
+    "yr": ("YEAR", ["1901", "2155"]),
+    "vb": ("VARBINARY(12)", ["x'00ff'", "x''"]),
+    "bn": ("BINARY(4)", ["x'0100'", "x'ffffffff'"]),
+}
+
+
+def test_capture_routes_every_key_type_where_the_worker_keys_it(
+    source: Source, tmp_path: Path
+) -> None:
+    """A table routed by a column of each type a primary key may hold (values at its
+    edges; read by the initial snapshot, then updated, inserted and deleted in the
+    stream): every record is on the partition of the business key the transaction
+    worker computes from the record, and every record of one row has the same key."""
+    types = _PG_KEYS if isinstance(source, PgSource) else _MY_KEYS
+    values: dict[str, tuple[str, ...]] = {}
+    for name, (sql_type, literals) in types.items():
+        table = source.table(f"k_{name}")
+        source.sql(f"CREATE TABLE {table} (n INT, k {sql_type}, x INT, PRIMARY KEY (n, k))")
+        values[name] = tuple(literals)
+        rows = ", ".join(f"({n}, {v}, 0)" for n, v in enumerate(literals[:-1] or literals))
+        source.sql(f"INSERT INTO {table} VALUES {rows}")
+    config = source.config(
+        [f"k_{name}" for name in types],
+        partitions=_PARTITIONS,
+        routing={source.table(f"k_{name}"): ("k",) for name in types},
+    )
+    with source.in_process(config, tmp_path) as run:
+        run.wait_snapshot()
+        for name, literals in values.items():
+            table = source.table(f"k_{name}")
+            source.sql(f"UPDATE {table} SET x = 1")
+            source.sql(f"INSERT INTO {table} VALUES (100, {literals[-1]}, 0)")
+            source.sql(f"DELETE FROM {table} WHERE n = 0")
+        source.caught_up(run)
+        run.stop()
+    for name in types:
+        table = source.table(f"k_{name}")
+        worker = transaction_translator(
+            name="keys", version=1, sources=[table], emits=[OrderPlaced], keys={table: "k"}
+        )(lambda tx: None)
+        keys: dict[int, set[bytes]] = {}
+        found = read_topic(source.db.endpoints, source.topic(f"k_{name}"))
+        for r in found:
+            d = r.decoded
+            assert d.key is not None
+            if isinstance(d, Tombstone):
+                continue  # its delete, just before, is checked
+            part = Part(r.offset, SourceRecord(source.topic(f"k_{name}"), 0, 0, None, None), d)
+            key = business_key(worker, part)
+            assert r.partition == partition_for(key, _PARTITIONS), (name, key, r)
+            keys.setdefault(int(d.key["n"]), set()).add(key)
+        assert all(len(k) == 1 for k in keys.values()), (name, keys)
+        tombstones = [r for r in found if isinstance(r.decoded, Tombstone)]
+        deletes = [r for r in found if isinstance(r.decoded, ChangeEvent) and r.decoded.op == "d"]
+        assert [r.partition for r in tombstones] == [r.partition for r in deletes], name
+        assert len(keys) == max(2, len(values[name])), (name, keys)
