@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from bizevents.contracts.binary import zigzag
 from bizevents.contracts.technical import routing
 from bizevents.contracts.technical.routing import (
     TableRouting,
@@ -135,16 +136,6 @@ def _outcome(call: Callable[[], int]) -> object:
         return ("ValueError", str(exc))
 
 
-def _zigzag(n: int) -> bytes:
-    u = ((n << 1) ^ (n >> 63)) & (2**64 - 1)
-    out = bytearray()
-    while u > 0x7F:
-        out.append((u & 0x7F) | 0x80)
-        u >>= 7
-    out.append(u)
-    return bytes(out)
-
-
 @given(st.binary(max_size=64))
 def test_compiled_murmur2_is_the_python(data: bytes) -> None:
     assert _compiled().murmur2(data) == python_murmur2(data)
@@ -180,7 +171,7 @@ def test_long_partition_is_the_routing_keys(
     """The long read from a framed key is routed as the decoded value would be, by
     both the compiled and the Python path."""
     skip = data.draw(st.integers(min_value=0, max_value=len(values) - 1))
-    key = b"\0\0\0\0\1" + b"".join(_zigzag(v) for v in values)
+    key = b"\0\0\0\0\1" + b"".join(zigzag(v) for v in values)
     expected = partition_for(routing_key([values[skip]]), partitions)
     assert python_long_partition(key, 5, skip, partitions) == expected
     assert long_partition(key, 5, skip, partitions) == expected
