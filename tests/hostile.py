@@ -12,7 +12,8 @@ Debezium envelope: builders, conversions, projection), ``gate`` (the changes gat
 must never call unchanged a record the Python decoder refuses or whose columns differ),
 ``writer`` (a contract's write plan, fed values out of range and of the wrong type),
 ``file_record`` (the replay's file records), ``event_id`` (SHA-1 against
-``uuid.uuid5``), ``pg_tuple`` (pgoutput's tuples, whose errors must be the Python's
+``uuid.uuid5``), ``routing`` (murmur2 and a routed key's partition, on any bytes),
+``pg_tuple`` (pgoutput's tuples, whose errors must be the Python's
 ProtocolError to the byte offset) and ``pg_record`` (a captured row's Avro record).
 Inputs are valid data mutated: random bytes, truncations, bit flips, insertions,
 deletions, and varints spliced in that read as huge lengths and counts, negative counts
@@ -45,6 +46,7 @@ MODULES = {
     "_native": "bizevents.contracts.avro_codegen._native",
     "_lineage": "bizevents.translators._lineage",
     "_tuples": "bizevents.capture.postgres._tuples",
+    "_routing": "bizevents.contracts.technical._routing",
 }
 
 
@@ -634,6 +636,33 @@ def pg_record_round(rng: random.Random, inputs: int) -> int:
     return done
 
 
+# -- routing's partition ------------------------------------------------------------------
+
+
+def routing_round(rng: random.Random, inputs: int) -> int:
+    from bizevents.contracts.technical import routing
+
+    compiled = routing._routing
+    assert compiled is not None
+    done = 0
+    while done < inputs:
+        values = [rng.randrange(-(2**63), 2**63) for _ in range(rng.randrange(1, 4))]
+        key = mutate(rng, b"\0\0\0\0\1" + b"".join(zigzag(v) for v in values))
+        offset = rng.choice([0, 5, 5, 5, rng.randrange(40)])
+        skip = rng.choice([0, 0, 1, 2, rng.randrange(12)])
+        partitions = rng.choice([1, 3, 12, 2**31 - 1, rng.randrange(-2, 2**32)])
+        got = verdict(lambda: compiled.long_partition(key, offset, skip, partitions))  # noqa: B023
+        want = verdict(
+            lambda: routing.python_long_partition(key, offset, skip, partitions)  # noqa: B023
+        )
+        expect(got == want, "long_partition", (key, offset, skip, partitions), got, want)
+        got = verdict(lambda: compiled.murmur2(key))  # noqa: B023
+        want = verdict(lambda: routing.python_murmur2(key))  # noqa: B023
+        expect(got == want, "murmur2", key, got, want)
+        done += 1
+    return done
+
+
 ROUNDS: dict[str, Callable[[random.Random, int], int]] = {
     "reader": reader_round,
     "decoder": decoder_round,
@@ -644,6 +673,7 @@ ROUNDS: dict[str, Callable[[random.Random, int], int]] = {
     "event_id": event_id_round,
     "pg_tuple": pg_tuple_round,
     "pg_record": pg_record_round,
+    "routing": routing_round,
 }
 
 

@@ -123,6 +123,10 @@ class CaptureConfig(BaseModel):
     transaction_metadata: bool = True
     #: MySQL: the Kafka key's columns of tables without a primary key (``db.table``).
     keys: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+    #: Routing by business key: per table, the primary-key columns whose values choose
+    #: the partition of every record of it (docs/transactions.md). Unnamed tables are
+    #: partitioned by their Kafka key.
+    routing: dict[str, tuple[str, ...]] = Field(default_factory=dict)
     #: The compacted topic of capture's state: the snapshot ledger, MySQL's binlog
     #: position (default ``<server>.capture.offsets``).
     offsets_topic: str | None = None
@@ -137,13 +141,19 @@ class CaptureConfig(BaseModel):
         if not _TOPIC_PART.match(self.server):
             raise ValueError(f"server {self.server!r} may only hold letters, digits, '.', '_', '-'")
         signal = (self.signal_table,) if self.signal_table else ()
-        for name in (*self.tables, *self.columns, *signal):
+        for name in (*self.tables, *self.columns, *self.routing, *signal):
             schema, dot, table = name.partition(".")
             if not dot or not _IDENT.match(schema) or not _IDENT.match(table):
                 raise ValueError(f"table {name!r} must be written schema.table (plain identifiers)")
         unknown = set(self.columns) - set(self.tables) if self.tables else set()
         if unknown:
             raise ValueError(f"columns are filtered for tables not captured: {sorted(unknown)}")
+        unrouted = set(self.routing) - set(self.tables) if self.tables else set()
+        if unrouted:
+            raise ValueError(f"routing names tables not captured: {sorted(unrouted)}")
+        for name, by in self.routing.items():
+            if not by or len(set(by)) != len(by):
+                raise ValueError(f"routing of {name} must name one or more distinct columns")
         for what in (self.slot_name, self.publication_name):
             if not _IDENT.match(what) or what != what.lower():
                 raise ValueError(f"{what!r} is not a valid slot/publication name (lowercase)")

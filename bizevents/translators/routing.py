@@ -16,11 +16,11 @@ the primary key); a table without a declaration is keyed by the change's Kafka k
 
 from __future__ import annotations
 
-import json
 import zlib
 from collections.abc import Sequence
 
 from bizevents.contracts.envelope import ChangeEvent
+from bizevents.contracts.technical.routing import routing_key
 from bizevents.translators.assembly import Part, Ready
 from bizevents.translators.transaction_api import TransactionTranslator
 
@@ -36,9 +36,7 @@ def business_key(translator: TransactionTranslator, part: Part) -> bytes:
     if columns:
         values = _values(change, columns)
         if values is not None:
-            if len(values) == 1 and type(values[0]) is int:
-                return b"%d" % values[0]  # the usual key, without the JSON encoder
-            return json.dumps(values, default=str, separators=(",", ":")).encode()
+            return routing_key(values)
     return part.origin.key or b""
 
 

@@ -95,6 +95,7 @@ def prepare_transactions(
     from bizevents.contracts.technical import AutoDecoder
     from bizevents.plumbing.registry import schema_lookup
     from bizevents.translators.provenance import lacking_transactions, newest_changes
+    from bizevents.translators.routingcheck import check_routing, routing_topic_of
 
     t = settings.translate
     if tx.transaction_topic:
@@ -142,6 +143,11 @@ def prepare_transactions(
         lacking = lacking_transactions(item.ref, {n: newest[n] for n in mine if n in newest})
         if lacking is not None:
             raise ConfigError(lacking)
+    check_routing(
+        settings.kafka.librdkafka(),
+        routing_topic_of(tx_topic, t.topic_prefix),
+        [item for item in translators if isinstance(item, TransactionTranslator)],
+    )
     return TxPlan(
         translators,
         sources,

@@ -207,6 +207,14 @@ def test_mariadb_dead_letters_and_parked_records_hold_no_excluded_column(
         ),
         ('server = "s"\ntables = ["public.a"]\nslot = "Bad-Slot"\n', "slot/publication"),
         ('server = "s"\ntables = ["public.a"]\nwhat = 1\n', "what"),
+        (
+            'server = "s"\ntables = ["public.a"]\nrouting."public.b" = ["id"]\n',
+            "routing names tables not captured",
+        ),
+        (
+            'server = "s"\ntables = ["public.a"]\nrouting."public.a" = []\n',
+            "routing of public.a must name one or more distinct columns",
+        ),
     ],
     ids=[
         "no-tables",
@@ -215,6 +223,8 @@ def test_mariadb_dead_letters_and_parked_records_hold_no_excluded_column(
         "include-and-exclude",
         "bad-slot",
         "unknown-key",
+        "routing-unknown-table",
+        "routing-no-columns",
     ],
 )
 def test_config_refuses_impossible_combinations(tmp_path: Path, toml: str, fragment: str) -> None:

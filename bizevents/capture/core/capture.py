@@ -25,6 +25,7 @@ from bizevents.capture.core.deadletters import dead_letter_headers, dead_letter_
 from bizevents.capture.core.filters import Condition, FilterError, parse_condition, resolve
 from bizevents.capture.core.incremental import Incremental
 from bizevents.capture.core.offsets import AckTracker, Tx
+from bizevents.capture.core.routing import Router, declare, to_declare
 from bizevents.capture.core.signals import Signal, SignalError, SignalTopic, shown, signal_table_ddl
 from bizevents.capture.core.sink import SchemaRegistrar, producer_config
 from bizevents.capture.core.state import Ledger, Pending, StateStore
@@ -130,6 +131,8 @@ class CaptureCore:
         self.incremental: Incremental | None = None
         self.signal_topic: SignalTopic | None = None
         self._signals_polled = 0.0
+        #: The partition of every technical record (docs/transactions.md: routing).
+        self.router = Router(config)
 
     #: The errors that may mean a lost connection to the source (see :meth:`lost`).
     LOST: tuple[type[BaseException], ...] = (TransientError,)
@@ -292,6 +295,13 @@ class CaptureCore:
 
     # -- what both sources write ------------------------------------------------------------
 
+    def start_routing(self, counts: dict[str, int]) -> None:
+        """At start, the technical topics made (``counts``): the routing checked, declared."""
+        new = to_declare(self.config, self.endpoints.kafka, counts)
+        if new:
+            declare(self.config, self.session.admin, self.session.producer, new)
+        self.router.topics_created(counts)
+
     def transaction_blocks(self) -> NoBlocks:
         """The transaction metadata writer (its topic created, its schemas registered)."""
         cfg = self.config
@@ -304,7 +314,7 @@ class CaptureCore:
         ensure_topics(
             session.admin, [topic], 1, replication_factor=cfg.replication_factor, timeout_s=15
         )
-        return TxBlocks.registered(session.registrar, topic)
+        return TxBlocks.registered(session.registrar, topic, counted=self.router.routes)
 
     def conversion_failed(
         self, table: str, raw: bytes, where: str, fmt: str, exc: CaptureError, send: Send
@@ -344,6 +354,7 @@ class CaptureCore:
     def register(self, codec: Any, table: str) -> None:
         """Register a table layout's schemas (before its first record) and say so."""
         self.session.registrar.register(codec)
+        self.router.learn(codec, table)
         self.log.info(
             "table schema registered",
             table=table,
@@ -387,7 +398,8 @@ class CaptureCore:
 
             tx.produced(self.conversion_failed(table, raw, "snapshot", fmt, exc, dead_letter))
             return False
-        produce(producer, codec.topic, value, key, on_delivery=ack)
+        partition = self.router.partition(codec.topic, key)
+        produce(producer, codec.topic, value, key, partition=partition, on_delivery=ack)
         tx.produced()
         return True
 

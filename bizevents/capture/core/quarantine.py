@@ -41,6 +41,7 @@ from confluent_kafka import Consumer, TopicPartition
 from bizevents.capture.config import CaptureConfig
 from bizevents.capture.core.capture import CaptureEndpoints, Session
 from bizevents.capture.core.incremental import Incremental
+from bizevents.capture.core.routing import Router
 from bizevents.capture.exceptions import CaptureError
 from bizevents.capture.metrics import CaptureStats
 from bizevents.contracts.business import (
@@ -150,6 +151,8 @@ class QuarantineHost(Protocol):
     stats: CaptureStats
     log: Any
     incremental: Incremental | None
+    #: Each technical record's partition (routing by business key).
+    router: Router
 
     @property
     def session(self) -> Session: ...
@@ -394,8 +397,16 @@ class Quarantine:
         """Produce ``records`` and wait until Kafka acknowledged them (and all before)."""
         tracker = self.capture.session.tracker
         tx = tracker.begin(None)
+        route = self.capture.router.partition
         for topic, key, value in records:
-            produce(self.capture.session.producer, topic, value, key, on_delivery=tx.ack)
+            produce(
+                self.capture.session.producer,
+                topic,
+                value,
+                key,
+                partition=route(topic, key),
+                on_delivery=tx.ack,
+            )
             if self.capture.incremental is not None:
                 self.capture.incremental.supersede(topic, key)
         tx.pending += len(records)

@@ -11,6 +11,7 @@ from bizevents.capture.core.capture import CaptureEndpoints
 from bizevents.capture.core.incremental import Incremental
 from bizevents.capture.core.initial import SnapshotWriter
 from bizevents.capture.core.quarantine import Quarantine
+from bizevents.capture.core.routing import Router
 from bizevents.capture.core.signals import Signal, SignalError
 from bizevents.capture.core.state import Pending
 from bizevents.capture.core.transactions import NoBlocks
@@ -46,6 +47,8 @@ class StreamHost(SnapshotWriter, Protocol):
     #: The parked keys (None unless ``on_conversion_error = "park"``), read per change.
     parking: ParkedKeys | None
     quarantine: Quarantine
+    #: Each technical record's partition (routing by business key).
+    router: Router
 
     def transaction_blocks(self) -> NoBlocks: ...
 

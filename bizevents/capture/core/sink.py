@@ -7,7 +7,8 @@ strategy) before the first event that uses them. The producer waits for every
 in-sync replica (``acks=all``), is idempotent (so a retry cannot reorder or duplicate
 within a partition), retries without a deadline (a broker outage becomes
 backpressure, not loss), and partitions by key with Java's murmur2, as a Kafka
-Connect producer would.
+Connect producer would; a capture that routes tables by business key names each
+technical record's partition itself (:mod:`bizevents.capture.core.routing`).
 """
 
 from __future__ import annotations
@@ -45,9 +46,10 @@ def producer_config(kafka: dict[str, Any], config: CaptureConfig) -> dict[str, A
     }
 
 
-def create_topics(admin: AdminClient, topics: list[str], config: CaptureConfig) -> None:
-    """Create the technical topics that do not exist yet (compacted)."""
-    ensure_topics(
+def create_topics(admin: AdminClient, topics: list[str], config: CaptureConfig) -> dict[str, int]:
+    """Create the technical topics that do not exist yet (compacted); each one's
+    partition count."""
+    return ensure_topics(
         admin,
         topics,
         config.partitions,

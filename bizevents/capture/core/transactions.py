@@ -13,7 +13,10 @@ capture dead-letter topic neither. BEGIN goes out before the transaction's first
 captured change, END after its last, with the counts; a transaction that touched no
 captured table writes nothing. Both records are produced under the transaction's
 acknowledgement tracking, so the slot passes a transaction only when Kafka has its
-END too. ``ts_ms`` of both is the commit time (the same on a re-send).
+END too. ``ts_ms`` of both is the commit time (the same on a re-send). A capture that routes
+tables by business key (:mod:`bizevents.capture.core.routing`) also counts each table's
+change events per partition, told by :meth:`TxBlocks.placed` as each is sent, and
+writes them in END's ``partition_counts``.
 
 The bytes of each block are made here, once per event (two varints, looked up).
 """
@@ -30,6 +33,7 @@ from bizevents.contracts.technical.transaction import (
     STATUS_END,
     TRANSACTION_KEY_AVRO,
     TRANSACTION_VALUE_AVRO,
+    TRANSACTION_VALUE_COUNTED_AVRO,
     TransactionRecord,
     encode_transaction_key,
     encode_transaction_value,
@@ -39,6 +43,7 @@ __all__ = ["NoBlocks", "TxBlocks", "transaction_id"]
 
 _KEY_JSON: Final = json.dumps(TRANSACTION_KEY_AVRO)
 _VALUE_JSON: Final = json.dumps(TRANSACTION_VALUE_AVRO)
+_COUNTED_JSON: Final = json.dumps(TRANSACTION_VALUE_COUNTED_AVRO)
 #: Orders below this are looked up in LENGTHS (the zigzag of 0..16383): the stamp is
 #: the costliest Python per change after the row path, a zigzag call each order.
 _SMALL: Final = len(LENGTHS)
@@ -77,6 +82,9 @@ class NoBlocks:
     def rollback(self, _table: str, _mark: tuple[int, int]) -> None:
         pass
 
+    def placed(self, _table: str, _partition: int) -> None:
+        """A change event of ``table`` went to ``partition`` (counted when routing)."""
+
     def begin_record(self) -> tuple[bytes, bytes] | None:
         """The BEGIN record to send before the first change, if one is due."""
         return None
@@ -91,19 +99,24 @@ class TxBlocks(NoBlocks):
 
     __slots__ = (
         "_begun",
+        "_counted",
         "_counts",
         "_head",
         "_key_id",
+        "_placed",
         "_total",
         "_value_id",
         "commit_ms",
         "id",
     )
 
-    def __init__(self, key_schema_id: int, value_schema_id: int) -> None:
+    def __init__(self, key_schema_id: int, value_schema_id: int, counted: bool = False) -> None:
         super().__init__()
         self._key_id = key_schema_id
         self._value_id = value_schema_id
+        #: END carries ``partition_counts`` (in the counted schema).
+        self._counted = counted
+        self._placed: dict[tuple[str, int], int] = {}
         self.id = ""
         self.commit_ms = 0
         self._head = b""
@@ -112,11 +125,13 @@ class TxBlocks(NoBlocks):
         self._begun = False
 
     @classmethod
-    def registered(cls, registrar: SchemaRegistrar, topic: str) -> TxBlocks:
-        """With the transaction topic's key and value schemas registered."""
+    def registered(cls, registrar: SchemaRegistrar, topic: str, counted: bool = False) -> TxBlocks:
+        """With the transaction topic's key and value schemas registered (the counted
+        value schema when ``counted``)."""
         return cls(
             registrar.register_schema(f"{topic}-key", _KEY_JSON),
-            registrar.register_schema(f"{topic}-value", _VALUE_JSON),
+            registrar.register_schema(f"{topic}-value", _COUNTED_JSON if counted else _VALUE_JSON),
+            counted,
         )
 
     @property
@@ -129,6 +144,7 @@ class TxBlocks(NoBlocks):
         self.commit_ms = ts_ms
         self._head = VALUE_BRANCH + zigzag(now_ms) + VALUE_BRANCH + text(tx_id)
         self._counts = {}
+        self._placed = {}
         self._total = 0
         self._begun = False
 
@@ -152,22 +168,32 @@ class TxBlocks(NoBlocks):
         else:
             self._counts.pop(table, None)
 
+    def placed(self, table: str, partition: int) -> None:
+        if self._counted:
+            at = (table, partition)
+            self._placed[at] = self._placed.get(at, 0) + 1
+
     def begin_record(self) -> tuple[bytes, bytes] | None:
         if self._begun:
             return None
         self._begun = True
         record = TransactionRecord(STATUS_BEGIN, self.id, self.commit_ms)
-        return self._key(), encode_transaction_value(self._value_id, record)
+        return self._key(), encode_transaction_value(self._value_id, record, self._counted)
 
     def end_record(self) -> tuple[bytes, bytes] | None:
         if not self._begun:
             return None
         self._begun = False
         counts = tuple((t, n) for t, n in self._counts.items() if n)
-        record = TransactionRecord(
-            STATUS_END, self.id, self.commit_ms, sum(n for _, n in counts), counts
+        per_partition = (
+            tuple((t, p, n) for (t, p), n in sorted(self._placed.items()))
+            if self._counted
+            else None
         )
-        return self._key(), encode_transaction_value(self._value_id, record)
+        record = TransactionRecord(
+            STATUS_END, self.id, self.commit_ms, sum(n for _, n in counts), counts, per_partition
+        )
+        return self._key(), encode_transaction_value(self._value_id, record, self._counted)
 
     def _key(self) -> bytes:
         return encode_transaction_key(self._key_id, self.id)

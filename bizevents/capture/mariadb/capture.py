@@ -43,6 +43,7 @@ from bizevents.capture.core.filters import FilterError, condition_text, parse_co
 from bizevents.capture.core.initial import SnapshotTable, write_snapshot
 from bizevents.capture.core.offsets import Tx
 from bizevents.capture.core.quarantine import Quarantine
+from bizevents.capture.core.routing import check_key_columns
 from bizevents.capture.core.sink import create_dead_letter_topic, create_topics
 from bizevents.capture.core.state import Ledger
 from bizevents.capture.exceptions import CaptureError
@@ -111,7 +112,14 @@ class MysqlCapture(CaptureCore):
             self.server_id = my.check_server(conn)
             self.mariadb = "mariadb" in conn.get_server_info().lower()
             admin = self.session.admin
-            create_topics(admin, [table_topic(cfg.prefix, name) for name in cfg.tables], cfg)
+            counts = create_topics(
+                admin, [table_topic(cfg.prefix, name) for name in cfg.tables], cfg
+            )
+            for name, routed in cfg.routing.items():
+                database, _, table = name.partition(".")
+                layout = my.catalog_table(conn, database, table)
+                check_key_columns(name, routed, key_columns(layout, cfg.keys.get(name)))
+            self.start_routing(counts)
             create_dead_letter_topic(admin, cfg)  # a refused record goes there too
             self.quarantine.restore_parked()  # nothing unless on_conversion_error = "park"
             self.session.store.ensure(admin, cfg.replication_factor)

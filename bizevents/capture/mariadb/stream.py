@@ -181,7 +181,8 @@ class BinlogReader(StreamReader):
         self.signal_table_id: int | None = None
 
     def send(self, topic: str, key: bytes | None, value: bytes | None) -> None:
-        produce(self.producer, topic, value, key, on_delivery=self.ack)
+        partition = self.capture.router.partition(topic, key)
+        produce(self.producer, topic, value, key, partition=partition, on_delivery=self.ack)
 
     def gtid_state(self) -> str | None:
         if not self.gtid_domain_state:
@@ -356,6 +357,7 @@ class BinlogReader(StreamReader):
             # one event per partition, each with its own place in the transaction
             value = codec.envelope("t", None, None, source(0), stamp(name))
             produce(self.producer, codec.topic, value, None, partition=p, on_delivery=self.ack)
+            self.blocks.placed(name, p)
         assert self.tx is not None
         self.tx.produced(partitions)
         codec.events += 1
@@ -425,6 +427,9 @@ class BinlogReader(StreamReader):
         )
         parking = capture.parking
         watched = parking is not None and topic in parking.watched
+        router = capture.router
+        route = router.partition if router.routes else None
+        placed = blocks.placed
         for i, row in enumerate(rows):
             src = head + (LENGTHS[i] if i < 16_384 else zigzag(i)) + tail
             if watched:  # a key of this table is parked: its rows wait behind it
@@ -482,10 +487,16 @@ class BinlogReader(StreamReader):
                 )
                 continue
             for record_key, record_value in records:
-                try:
-                    put(topic, record_value, record_key, on_delivery=ack)
-                except BufferError:
-                    produce(producer, topic, record_value, record_key, on_delivery=ack)
+                if route is None:
+                    try:
+                        put(topic, record_value, record_key, on_delivery=ack)
+                    except BufferError:
+                        produce(producer, topic, record_value, record_key, on_delivery=ack)
+                else:
+                    p = route(topic, record_key)
+                    if record_value is not None:  # a change event (not a tombstone)
+                        placed(tn, p)
+                    produce(producer, topic, record_value, record_key, partition=p, on_delivery=ack)
                 if superseding:
                     inc.supersede(topic, record_key)  # type: ignore[union-attr]
             n += len(records)

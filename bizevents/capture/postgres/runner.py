@@ -44,6 +44,7 @@ from bizevents.capture.core.capture import (
 from bizevents.capture.core.filters import FilterError, condition_text, parse_condition, resolve
 from bizevents.capture.core.offsets import AckTracker
 from bizevents.capture.core.quarantine import Quarantine
+from bizevents.capture.core.routing import check_key_columns
 from bizevents.capture.core.sink import create_dead_letter_topic, create_topics
 from bizevents.capture.core.state import Ledger
 from bizevents.capture.core.transactions import NoBlocks
@@ -214,7 +215,12 @@ class PostgresCapture(CaptureCore):
         for info in infos:
             # Fails now, naming table and column, when a type has no mapping.
             self.types.fields(info.relation)
-        create_topics(self.session.admin, [self.topic(i.relation) for i in infos], cfg)
+        counts = create_topics(self.session.admin, [self.topic(i.relation) for i in infos], cfg)
+        for info in infos:
+            routed = cfg.routing.get(info.qualified)
+            if routed is not None:
+                check_key_columns(info.qualified, routed, info.key_names)
+        self.start_routing(counts)
         create_dead_letter_topic(self.session.admin, cfg)  # a refused record goes there too
         if cfg.on_conversion_error == "park":
             self.quarantine.restore_parked()
@@ -305,7 +311,8 @@ class PostgresCapture(CaptureCore):
             # A new table of the publication, or a changed one: read the catalog again.
             (info,) = pg.describe_tables(side, [relation.qualified_name])
             self.infos[relation.oid] = info
-            create_topics(self.session.admin, [self.topic(relation)], self.config)
+            counts = create_topics(self.session.admin, [self.topic(relation)], self.config)
+            self.router.topics_created(counts)
         known = {c.type_oid for c in relation.columns}
         if any(self.types.type_name(o).startswith("oid ") for o in known):
             labels, arrays = enum_types_from_rows(pg.load_enum_rows(side))

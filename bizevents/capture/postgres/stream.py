@@ -136,6 +136,10 @@ class SlotReader(StreamReader):
         session = capture.session
         self.producer = session.producer
         self.put = session.producer.produce
+        router = capture.router
+        #: Routing by business key (bizevents.capture.core.routing): ``None`` without.
+        self.route = router.partition if router.routes else None
+        self.table_of = router.table_of
         self.tracker = session.tracker
         self.codecs = session.codecs
         self.partitions = range(capture.config.partitions)
@@ -170,6 +174,12 @@ class SlotReader(StreamReader):
         partition: int = -1,
         headers: list[tuple[str, str | bytes | None]] | None = None,
     ) -> None:
+        if self.route is not None:
+            if partition < 0:
+                partition = self.route(topic, key)
+            table = self.table_of(topic)
+            if table is not None and value is not None:  # a change event (not a tombstone)
+                self.blocks.placed(table, partition)
         try:
             self.put(topic, value, key, partition=partition, headers=headers, on_delivery=self.ack)
         except BufferError:  # the queue is full: wait for room

@@ -3,12 +3,13 @@
     python -m bizevents.contracts.avro_codegen.build [--force] [--sanitize --output-dir DIR]
 
 Each extension (:data:`EXTENSIONS`: the codec's plan interpreter, the translators'
-lineage and PostgreSQL capture's tuples) is compiled with the C compiler and headers this
-Python was built with (Debian: gcc and the interpreter's own headers), strictly (``-Wall
--Wextra -Werror``), and only when it is missing or older than its source. Without a
-compiler it says so and exits 1; the project still runs, on the generated reader, the
-Python lineage and the Python tuples (:mod:`bizevents.contracts.avro_codegen.native`,
-:mod:`bizevents.translators.lineage`, :mod:`bizevents.capture.postgres.pgoutput`).
+lineage, PostgreSQL capture's tuples and the routed partition) is compiled with the C
+compiler and headers this Python was built with (Debian: gcc and the interpreter's own
+headers), strictly (``-Wall -Wextra -Werror``), and only when it is missing or older
+than its source. Without a compiler it says so and exits 1; the project still runs, on
+the generated reader, the Python lineage, tuples and routing
+(:mod:`bizevents.contracts.avro_codegen.native`, :mod:`bizevents.translators.lineage`,
+:mod:`bizevents.capture.postgres.pgoutput`, :mod:`bizevents.contracts.technical.routing`).
 ``--sanitize`` builds them with AddressSanitizer and UndefinedBehaviorSanitizer into
 another directory instead (``scripts/sanitize`` loads them from there).
 
@@ -68,6 +69,10 @@ EXTENSIONS = (
     Extension(
         _TOP / "capture" / "postgres" / "_tuples.c",
         module="bizevents.capture.postgres._tuples",
+    ),
+    Extension(
+        _TOP / "contracts" / "technical" / "_routing.c",
+        module="bizevents.contracts.technical._routing",
     ),
 )
 #: The headers the extensions share (ground floor: plumbing/_text.h).

@@ -9,6 +9,12 @@ seen all of them. The schemas are Debezium's (``TransactionMetadataKey`` and
 ``TransactionMetadataValue``); the records are Confluent-framed Avro, or Debezium JSON
 with or without the embedded Connect schema.
 
+A capture that routes tables by business key (:mod:`bizevents.contracts.technical.routing`)
+writes END with one more field, last: ``partition_counts``, the transaction's events per
+table and technical partition (an optional field whose default is null, so a reader of
+Debezium's schema is unaffected). A capture without routing writes Debezium's schema
+byte for byte.
+
 Pure: the schema lookup is injected, as for the envelopes.
 """
 
@@ -16,7 +22,7 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeAlias
 
@@ -34,6 +40,7 @@ __all__ = [
     "STATUS_END",
     "TRANSACTION_KEY_AVRO",
     "TRANSACTION_VALUE_AVRO",
+    "TRANSACTION_VALUE_COUNTED_AVRO",
     "TransactionDecoder",
     "TransactionRecord",
     "TransactionStatus",
@@ -56,6 +63,41 @@ TRANSACTION_KEY_AVRO: Final[dict[str, Any]] = {
     "connect.name": "io.debezium.connector.common.TransactionMetadataKey",
 }
 
+#: The fields of one count (name, Avro type, Connect type): Debezium's per table, and
+#: the routing capture's per table and partition.
+_COLLECTION_FIELDS: Final = (
+    ("data_collection", "string", "string"),
+    ("event_count", "long", "int64"),
+)
+_PARTITION_FIELDS: Final = (
+    ("data_collection", "string", "string"),
+    ("partition", "int", "int32"),
+    ("event_count", "long", "int64"),
+)
+_Fields: TypeAlias = tuple[tuple[str, str, str], ...]
+
+
+def _avro_counts(field: str, record: str, namespace: str, fields: _Fields) -> dict[str, Any]:
+    """An optional array of count records (default null)."""
+    items = {
+        "type": "record",
+        "name": record,
+        "namespace": namespace,
+        "fields": [{"name": name, "type": avro} for name, avro, _ in fields],
+    }
+    return {"name": field, "type": ["null", {"type": "array", "items": items}], "default": None}
+
+
+def _connect_counts(field: str, fields: _Fields) -> dict[str, Any]:
+    """The same array in Kafka Connect's JSON schema."""
+    items = {
+        "type": "struct",
+        "fields": [{"type": kind, "optional": False, "field": name} for name, _, kind in fields],
+        "optional": False,
+    }
+    return {"type": "array", "items": items, "optional": True, "field": field}
+
+
 TRANSACTION_VALUE_AVRO: Final[dict[str, Any]] = {
     "type": "record",
     "name": "TransactionMetadataValue",
@@ -64,29 +106,22 @@ TRANSACTION_VALUE_AVRO: Final[dict[str, Any]] = {
         {"name": "status", "type": "string"},
         {"name": "id", "type": "string"},
         {"name": "event_count", "type": ["null", "long"], "default": None},
-        {
-            "name": "data_collections",
-            "type": [
-                "null",
-                {
-                    "type": "array",
-                    "items": {
-                        "type": "record",
-                        "name": "ConnectDefault",
-                        "namespace": "io.confluent.connect.avro",
-                        "fields": [
-                            {"name": "data_collection", "type": "string"},
-                            {"name": "event_count", "type": "long"},
-                        ],
-                    },
-                },
-            ],
-            "default": None,
-        },
+        _avro_counts(
+            "data_collections", "ConnectDefault", "io.confluent.connect.avro", _COLLECTION_FIELDS
+        ),
         {"name": "ts_ms", "type": "long"},
     ],
     "connect.version": 1,
     "connect.name": "io.debezium.connector.common.TransactionMetadataValue",
+}
+
+#: The value schema of a capture that routes tables: Debezium's, then ``partition_counts``.
+TRANSACTION_VALUE_COUNTED_AVRO: Final[dict[str, Any]] = {
+    **TRANSACTION_VALUE_AVRO,
+    "fields": [
+        *TRANSACTION_VALUE_AVRO["fields"],
+        _avro_counts("partition_counts", "PartitionCount", "io.bizevents", _PARTITION_FIELDS),
+    ],
 }
 
 _CONNECT_VALUE: Final[dict[str, Any]] = {
@@ -95,24 +130,20 @@ _CONNECT_VALUE: Final[dict[str, Any]] = {
         {"type": "string", "optional": False, "field": "status"},
         {"type": "string", "optional": False, "field": "id"},
         {"type": "int64", "optional": True, "field": "event_count"},
-        {
-            "type": "array",
-            "items": {
-                "type": "struct",
-                "fields": [
-                    {"type": "string", "optional": False, "field": "data_collection"},
-                    {"type": "int64", "optional": False, "field": "event_count"},
-                ],
-                "optional": False,
-            },
-            "optional": True,
-            "field": "data_collections",
-        },
+        _connect_counts("data_collections", _COLLECTION_FIELDS),
         {"type": "int64", "optional": False, "field": "ts_ms"},
     ],
     "optional": False,
     "name": "io.debezium.connector.common.TransactionMetadataValue",
     "version": 1,
+}
+
+_CONNECT_COUNTED_VALUE: Final[dict[str, Any]] = {
+    **_CONNECT_VALUE,
+    "fields": [
+        *_CONNECT_VALUE["fields"],
+        _connect_counts("partition_counts", _PARTITION_FIELDS),
+    ],
 }
 
 
@@ -124,13 +155,16 @@ def transaction_topic(prefix: str) -> str:
 @dataclass(frozen=True, slots=True)
 class TransactionRecord:
     """One BEGIN or END record. ``event_count`` and ``data_collections`` are ``None``
-    on BEGIN; on END the counts per ``schema.table`` (``db.table`` for MySQL)."""
+    on BEGIN; on END the counts per ``schema.table`` (``db.table`` for MySQL).
+    ``partition_counts`` is ``None`` but on the END of a capture that routes tables:
+    ``(table, partition, count)`` for every table and technical partition written."""
 
     status: TransactionStatus
     id: str
     ts_ms: int
     event_count: int | None = None
     data_collections: tuple[tuple[str, int], ...] | None = None
+    partition_counts: tuple[tuple[str, int, int], ...] | None = None
 
     def counts(self) -> dict[str, int]:
         """The END record's events per data collection (empty for BEGIN)."""
@@ -142,40 +176,62 @@ def encode_transaction_key(schema_id: int, tx_id: str) -> bytes:
     return header(schema_id) + text(tx_id)
 
 
-def encode_transaction_value(schema_id: int, record: TransactionRecord) -> bytes:
+def encode_transaction_value(
+    schema_id: int, record: TransactionRecord, counted: bool = False
+) -> bytes:
     """The framed Avro value of ``record`` (written by hand: capture writes two per
-    transaction; ``tests/contracts/test_transaction_topic.py`` holds it to fastavro)."""
+    transaction; ``tests/contracts/test_transaction_topic.py`` holds it to fastavro),
+    in :data:`TRANSACTION_VALUE_COUNTED_AVRO` when ``counted``, else in Debezium's schema."""
     parts = [header(schema_id), text(record.status), text(record.id)]
     if record.event_count is None:
         parts.append(NULL_BRANCH)
     else:
         parts += (VALUE_BRANCH, zigzag(record.event_count))
-    collections = record.data_collections
-    if collections is None:
-        parts.append(NULL_BRANCH)
-    else:
-        parts.append(VALUE_BRANCH)
-        if collections:
-            parts.append(zigzag(len(collections)))
-            for name, count in collections:
-                parts += (text(name), zigzag(count))
-        parts.append(NULL_BRANCH)  # the array's end block (count 0)
+    parts += _avro_array(record.data_collections)
     parts.append(zigzag(record.ts_ms))
+    if counted:
+        parts += _avro_array(record.partition_counts)
+    elif record.partition_counts is not None:
+        raise ValueError("partition_counts needs the counted schema")
     return b"".join(parts)
 
 
-def transaction_connect_json(record: TransactionRecord, with_schema: bool) -> bytes:
-    """The record as Debezium's JSON converter writes it."""
+def _avro_array(items: Sequence[tuple[str | int, ...]] | None) -> list[bytes]:
+    """An optional array of counts in Avro: null, or the items (strings and longs)."""
+    if items is None:
+        return [NULL_BRANCH]
+    parts = [VALUE_BRANCH]
+    if items:
+        parts.append(zigzag(len(items)))
+        for item in items:
+            parts += [text(v) if isinstance(v, str) else zigzag(v) for v in item]
+    parts.append(NULL_BRANCH)  # the array's end block (count 0)
+    return parts
+
+
+def _json_array(items: Sequence[tuple[str | int, ...]] | None, fields: _Fields) -> Any:
+    names = [name for name, _, _ in fields]
+    return None if items is None else [dict(zip(names, item, strict=True)) for item in items]
+
+
+def transaction_connect_json(
+    record: TransactionRecord, with_schema: bool, counted: bool = False
+) -> bytes:
+    """The record as Debezium's JSON converter writes it (with ``partition_counts``,
+    last, when ``counted``)."""
     payload: dict[str, Any] = {
         "status": record.status,
         "id": record.id,
         "event_count": record.event_count,
-        "data_collections": None
-        if record.data_collections is None
-        else [{"data_collection": n, "event_count": c} for n, c in record.data_collections],
+        "data_collections": _json_array(record.data_collections, _COLLECTION_FIELDS),
         "ts_ms": record.ts_ms,
     }
-    body = {"schema": _CONNECT_VALUE, "payload": payload} if with_schema else payload
+    if counted:
+        payload["partition_counts"] = _json_array(record.partition_counts, _PARTITION_FIELDS)
+    elif record.partition_counts is not None:
+        raise ValueError("partition_counts needs the counted schema")
+    schema = _CONNECT_COUNTED_VALUE if counted else _CONNECT_VALUE
+    body = {"schema": schema, "payload": payload} if with_schema else payload
     return json.dumps(body, separators=(",", ":")).encode()
 
 
@@ -193,22 +249,29 @@ def _record(d: Any) -> TransactionRecord:
     count = d.get("event_count")
     if count is not None and (type(count) is not int or count < 0):
         raise ValueError("event_count must be a non-negative integer")
-    raw = d.get("data_collections")
-    collections: tuple[tuple[str, int], ...] | None = None
-    if raw is not None:
-        if not isinstance(raw, list):
-            raise ValueError("data_collections must be an array")
-        items = []
-        for item in raw:
-            name = item.get("data_collection") if isinstance(item, dict) else None
-            n = item.get("event_count") if isinstance(item, dict) else None
-            if not isinstance(name, str) or type(n) is not int or n < 0:
-                raise ValueError("each data_collections item needs data_collection and event_count")
-            items.append((name, n))
-        collections = tuple(items)
+    collections = _decoded_array(d.get("data_collections"), "data_collections", _COLLECTION_FIELDS)
     if status == STATUS_END and count is None:
         raise ValueError("an END record needs event_count")
-    return TransactionRecord(status, tid, ts_ms, count, collections)
+    per_partition = _decoded_array(d.get("partition_counts"), "partition_counts", _PARTITION_FIELDS)
+    return TransactionRecord(status, tid, ts_ms, count, collections, per_partition)
+
+
+def _decoded_array(raw: Any, field: str, fields: _Fields) -> tuple[tuple[Any, ...], ...] | None:
+    """An array of counts as decoded (absent or null: ``None``): a name, then
+    non-negative integers; a sentence on anything else."""
+    if raw is None:
+        return None
+    if not isinstance(raw, list):
+        raise ValueError(f"{field} must be an array")
+    names = [name for name, _, _ in fields]
+    items = []
+    for item in raw:
+        values = tuple(item.get(n) for n in names) if isinstance(item, dict) else (None,)
+        if not isinstance(values[0], str) or not all(type(v) is int and v >= 0 for v in values[1:]):
+            said = f"{', '.join(names[:-1])} and {names[-1]}"
+            raise ValueError(f"each {field} item needs {said}")
+        items.append(values)
+    return tuple(items)
 
 
 class TransactionDecoder:
