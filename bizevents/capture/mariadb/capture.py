@@ -52,6 +52,7 @@ from bizevents.capture.mariadb.codec import (
     MyTable,
     MyTableCodec,
     captured_codec,
+    key_columns,
 )
 from bizevents.capture.mariadb.quarantine import MysqlParking
 from bizevents.capture.mariadb.queries import BinlogPosition
