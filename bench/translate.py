@@ -23,6 +23,7 @@ transaction path's core (orders@3 over whole transactions, bench/translate_tx.py
     .venv/bin/python bench/translate.py --broker both      # 3 runs on each, side by side
     .venv/bin/python bench/translate.py --transactions   # orders@3 through Kafka, 1 and 2 workers
     .venv/bin/python bench/translate.py --transactions --partitions 4 --runs 1
+    .venv/bin/python bench/translate.py --transactions --by-partition  # members own partitions
     .venv/bin/python bench/translate.py --transactions --ceiling  # and 2 on disjoint copies
     .venv/bin/python bench/translate.py --parking-overhead 3  # parking on/off, alternately
     .venv/bin/python bench/translate.py --shadow         # orders@2 in the shadow of orders@1
@@ -384,6 +385,12 @@ def main() -> None:
         "one worker and of two, alternately, per partition count",
     )
     parser.add_argument(
+        "--by-partition",
+        action="store_true",
+        help="with --transactions: the workers with transactions.by_partition (members "
+        "read only their technical partitions; the bench says which path ran)",
+    )
+    parser.add_argument(
         "--partitions",
         type=int,
         nargs="+",
@@ -437,6 +444,7 @@ def main() -> None:
                 args.ceiling,
                 args.partitions,
                 args.runs,
+                args.by_partition,
             ):
                 print(line, flush=True)
             return

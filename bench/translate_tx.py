@@ -647,14 +647,23 @@ def summary(
 
 def worker_path(bootstrap: str, group_id: str) -> str:
     """Which path the transaction worker took, from what it leaves on the broker: the
-    exchange topic of members that read only their share (issue 40), else today's."""
-    from confluent_kafka.admin import AdminClient
+    exchange topic of members that read only their share (``transactions.by_partition``,
+    issue 40) with the slices forwarded through it, else today's path."""
+    from confluent_kafka import Consumer, TopicPartition
 
     exchange = f"{group_id}.exchange"
-    topics = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics
-    if exchange in topics:
-        return f"members reading only their share (the exchange topic {exchange} exists)"
-    return "every member reading everything (no exchange topic: today's worker)"
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused"})
+    try:
+        topic = consumer.list_topics(exchange, timeout=10).topics.get(exchange)
+        if topic is None or topic.error is not None or not topic.partitions:
+            return "every member reading everything (no exchange topic: today's worker)"
+        forwarded = sum(
+            consumer.get_watermark_offsets(TopicPartition(exchange, p), timeout=10)[1]
+            for p in topic.partitions
+        )
+    finally:
+        consumer.close()
+    return f"members reading only their share ({forwarded:,} records forwarded through {exchange})"
 
 
 _SPIN = """
@@ -696,6 +705,7 @@ def through_kafka(
     ceiling: bool = False,
     partitions: Sequence[int] = (4, 8),
     runs: int = 3,
+    by_partition: bool = False,
 ) -> Iterator[str]:
     """Lines: for each partition count, one worker and ``workers`` in one group, run
     alternately ``runs`` times: changes/s in and CPU-seconds per 100,000 changes of the
@@ -706,7 +716,8 @@ def through_kafka(
     With ``ceiling``, also ``workers`` workers each alone on a copy of the transactions
     under its own server name (its own topics, its own group): no member reads what
     another translates, which is the most any design of members that read only their
-    share of the changes could reach on this machine."""
+    share of the changes could reach on this machine. With ``by_partition``, the workers
+    run with ``transactions.by_partition`` (members own the technical partitions)."""
     import uuid
 
     tag = uuid.uuid4().hex[:8]
@@ -736,6 +747,8 @@ def through_kafka(
 
     def group(n: int, name: str, prefix: str) -> dict[str, str]:
         env = worker_env(bootstrap, registry_url, prefix, tag, orders, n)
+        if by_partition:
+            env["BIZEVENTS_TRANSACTIONS__BY_PARTITION"] = "true"
         return {
             **env,
             "BIZEVENTS_TRANSACTIONS__GROUP_ID": f"bench-tx-{name}-{tag}",

@@ -15,6 +15,7 @@ from bench.translate_tx import (
     partition_counts,
     per_100k,
     placement,
+    since_first_event,
     summary,
 )
 from bizevents.contracts.technical.routing import partition_for, routing_key
@@ -97,3 +98,11 @@ def test_summary_ratios_pair_the_runs() -> None:
     )
     assert lines[-1] == "  2 ÷ 1, changes/s: 1.10 (1.00-1.20); / 1.6 target: 0.69 (≥ 1.6: MISSED)"
     assert "workers 2.00 (2.00-3.00), broker 1.00 (1.00-1.00)" in lines[1]
+
+
+def test_the_span_begins_just_before_the_first_event() -> None:
+    """The workers' start-up (before the last sample ahead of the first event) is left
+    out; what they spent from there to the last event is in."""
+    samples = [(100.0, {"workers": 0.5}), (101.0, {"workers": 2.0}), (102.0, {"workers": 2.1})]
+    span = since_first_event(samples, 101.5, (110.0, {"workers": 6.0, "broker": 1.0}), 40)
+    assert span == Span({"workers": 4.0, "broker": 1.0}, 9.0, 40)
