@@ -215,15 +215,6 @@ def wait_topics(bootstrap: str, topics: list[str]) -> None:
         time.sleep(0.2)
 
 
-def holds_a_share(log: Path) -> bool:
-    """Whether a transaction worker's last ``assembling`` line names partitions it owns."""
-    owned: list[int] = []
-    for line in log.read_text().splitlines():
-        if '"assembling"' in line:
-            owned = json.loads(line).get("partitions") or []
-    return bool(owned)
-
-
 def percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
 
@@ -492,7 +483,7 @@ def one_run(endpoints: Any, args: argparse.Namespace, tmp: Path) -> Figures:
                 check()
                 time.sleep(0.1)
             if all(k in events.arrived for k in warm) and (
-                not args.transactions or all(map(holds_a_share, worker_logs))
+                not args.transactions or all(map(kit.holds_a_share, worker_logs))
             ):
                 break
             if time.monotonic() > deadline:

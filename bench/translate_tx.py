@@ -482,7 +482,7 @@ ROLES = ("workers", "broker", "registry", "reader")
 
 @dataclass(frozen=True, slots=True)
 class Span:
-    """What the processes spent from just before the first OrderPlaced to the last:
+    """What the processes spent from the steady state's start to the last OrderPlaced:
     CPU seconds per role of :data:`ROLES`, wall seconds, and the orders published."""
 
     cpu: dict[str, float]
@@ -505,8 +505,8 @@ def run_workers(
     environments) until ``orders`` OrderPlaced arrived; returns (orders per second
     between the first and the last event, duplicates, and the :class:`Span`: the
     workers' CPU and that of ``others`` (role → pid: the broker, the registry, this
-    process's reader) from just before the first event to the last, start-up
-    excluded: :func:`since_first_event`). With ``profile``, each worker runs under
+    process's reader) once every member holds its share, to the last event:
+    :func:`steady`). With ``profile``, each worker runs under
     cProfile and writes its statistics there."""
     import subprocess
 
@@ -538,41 +538,55 @@ def run_workers(
         cpu.update({role: cpu_of([pid]) for role, pid in (others or {}).items()})
         return time.time(), cpu
 
-    #: (wall clock, CPU per role) at every turn of the reader, up to its first event
+    #: (wall clock, CPU per role), at most every 50 ms of the reader's turns
     samples: list[tuple[float, dict[str, float]]] = []
+    #: when every member first held its share of the partitions
+    settled: list[float] = []
 
     def alive(seen: int) -> None:
         for process, log in zip(processes, logs, strict=True):
             if process.poll() is not None:
                 sys.exit(f"a worker exited {process.returncode}: {log.read_text()[-3000:]}")
-        if not seen:
+        if not samples or time.time() - samples[-1][0] >= 0.05:
             samples.append(sample())
+            if not settled and all(map(kit.holds_a_share, logs)):
+                settled.append(samples[-1][0])
 
     try:
         stamps, ids = reader.read(orders, time.monotonic() + timeout, alive)
         last = sample()
     finally:
         kit.stop_processes(processes)
-    window = (max(stamps) - min(stamps)) / 1000.0
-    span = since_first_event(samples, min(stamps) / 1000.0, last, len(set(ids)))
-    return (orders - 1) / window, len(ids) - len(set(ids)), span
+    if not settled:
+        sys.exit(f"{label}: the members did not all hold a share of the partitions by the end")
+    span = steady(samples, max(settled[0], min(stamps) / 1000.0), last, stamps, ids)
+    if span.orders < orders / 10:
+        sys.exit(
+            f"{label}: only {span.orders:,} of {orders:,} events came after every member held "
+            "its share; run with more --records"
+        )
+    window = max(stamps) / 1000.0 - (last[0] - span.seconds)
+    return span.orders / window, len(ids) - len(set(ids)), span
 
 
-def since_first_event(
+def steady(
     samples: Sequence[tuple[float, dict[str, float]]],
-    first_event: float,
+    begin: float,
     last: tuple[float, dict[str, float]],
-    orders: int,
+    stamps: Sequence[int],
+    ids: Sequence[bytes],
 ) -> Span:
-    """The span from the last sample taken before the first event was appended (the
-    workers' start-up and group join excluded; a reader that sees the event later would
-    leave out the work of the first batches) to ``last``."""
-    begin = samples[0]
+    """The span from the last sample taken at or before ``begin`` (the first event
+    appended once every member held its share: start-up, group join and the first
+    rebalance left out) to ``last``, with the distinct events appended since that
+    sample (``stamps`` in ms, beside their ``ids``)."""
+    start = samples[0]
     for sampled in samples:
-        if sampled[0] <= first_event:
-            begin = sampled
-    cpu = {role: last[1][role] - begin[1].get(role, 0.0) for role in last[1]}
-    return Span(cpu, last[0] - begin[0], orders)
+        if sampled[0] <= begin:
+            start = sampled
+    cpu = {role: last[1][role] - start[1].get(role, 0.0) for role in last[1]}
+    since = {i for stamp, i in zip(stamps, ids, strict=True) if stamp / 1000.0 >= start[0]}
+    return Span(cpu, last[0] - start[0], len(since))
 
 
 @dataclass(frozen=True, slots=True)
@@ -768,7 +782,8 @@ def through_kafka(
         return (
             f"  {n} partitions, {label}: {figures.changes_per_s:,.0f} changes/s, "
             f"{rate:,.0f} OrderPlaced/s ({duplicates} duplicates); CPU-s per 100,000 "
-            f"changes: {cpu}; cores busy {busy:.2f}"
+            f"changes: {cpu}; cores busy {busy:.2f}; over the {span.orders:,} events "
+            "after every member held its share"
         )
 
     many = f"{workers} workers"

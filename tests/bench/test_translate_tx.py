@@ -15,7 +15,7 @@ from bench.translate_tx import (
     partition_counts,
     per_100k,
     placement,
-    since_first_event,
+    steady,
     summary,
 )
 from bizevents.contracts.technical.routing import partition_for, routing_key
@@ -100,9 +100,13 @@ def test_summary_ratios_pair_the_runs() -> None:
     assert "workers 2.00 (2.00-3.00), broker 1.00 (1.00-1.00)" in lines[1]
 
 
-def test_the_span_begins_just_before_the_first_event() -> None:
-    """The workers' start-up (before the last sample ahead of the first event) is left
-    out; what they spent from there to the last event is in."""
+def test_the_span_begins_once_the_group_settled() -> None:
+    """Start-up, group join and the first rebalance (before the last sample ahead of
+    the steady state) are left out; what the processes spent from there to the last
+    event is in, over the distinct events appended since."""
     samples = [(100.0, {"workers": 0.5}), (101.0, {"workers": 2.0}), (102.0, {"workers": 2.1})]
-    span = since_first_event(samples, 101.5, (110.0, {"workers": 6.0, "broker": 1.0}), 40)
-    assert span == Span({"workers": 4.0, "broker": 1.0}, 9.0, 40)
+    stamps = [100_500, 101_200, 101_900, 101_900, 109_000]
+    ids = [b"a", b"b", b"c", b"c", b"d"]
+    last = (110.0, {"workers": 6.0, "broker": 1.0})
+    span = steady(samples, 101.5, last, stamps, ids)
+    assert span == Span({"workers": 4.0, "broker": 1.0}, 9.0, 3)

@@ -1,11 +1,11 @@
-"""The pure parts of the latency bench (bench/latency.py)."""
+"""The benches' shared kit (bench/kit.py)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from bench.latency import holds_a_share
+from bench.kit import holds_a_share
 
 
 def _log(tmp_path: Path, *owned: list[int]) -> Path:
