@@ -98,6 +98,16 @@ def bench_stack(
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def holds_a_share(log: Path) -> bool:
+    """Whether a transaction worker's last ``assembling`` line in its JSON log names
+    partitions it owns (every member holding one: the group has settled)."""
+    owned: list[int] = []
+    for line in log.read_text().splitlines():
+        if '"assembling"' in line:
+            owned = json.loads(line).get("partitions") or []
+    return bool(owned)
+
+
 def generate_pg(dsn: str, table: str, changes: int, tx_rows: int) -> None:
     """Half ``changes`` inserts into ``table``, then updates of the same rows, in
     transactions of ``tx_rows`` rows."""

@@ -22,6 +22,8 @@ transaction path's core (orders@3 over whole transactions, bench/translate_tx.py
     .venv/bin/python bench/translate.py --broker kafka     # on Apache Kafka (default tansu)
     .venv/bin/python bench/translate.py --broker both      # 3 runs on each, side by side
     .venv/bin/python bench/translate.py --transactions   # orders@3 through Kafka, 1 and 2 workers
+    .venv/bin/python bench/translate.py --transactions --partitions 4 --runs 1
+    .venv/bin/python bench/translate.py --transactions --by-partition  # members own partitions
     .venv/bin/python bench/translate.py --transactions --ceiling  # and 2 on disjoint copies
     .venv/bin/python bench/translate.py --parking-overhead 3  # parking on/off, alternately
     .venv/bin/python bench/translate.py --shadow         # orders@2 in the shadow of orders@1
@@ -31,12 +33,16 @@ in its shadow (its events compared, docs/shadow.md) and without, alternately, th
 times each, and prints both medians and their ratio (target ≥ 0.6).
 
 ``--transactions`` measures the transaction path instead (bench/translate_tx.py,
-``through_kafka``): orders@3 over the store's orders and order items, one worker and
-two in one group, changes/s in and events/s out, against ≥ 30,000 changes/s per worker
-and two ≥ 1.6 times one. With ``--ceiling``, also two workers each alone on its own
-copy of the transactions (own topics, own group): no member reads what the other
-translates, the most any design of members that read only their share could reach on
-this machine.
+``through_kafka``): orders@3 over the store's orders and order items, routed by order
+id over 4 and then 8 technical partitions (``--partitions``), half the transactions
+placing two orders; one worker and two in one group, alternately, ``--runs`` times:
+changes/s in and CPU-seconds per 100,000 changes of the workers, the broker, the
+registry and the bench's reader, apart; then medians with spread and two ÷ one of
+the workers' CPU (target ≤ 1.15) with the throughput ratio beside it, and which
+worker path ran. With ``--ceiling``, also two workers each alone on its own copy of
+the transactions (own topics, own group): no member reads what the other translates,
+the most any design of members that read only their share could reach on this
+machine.
 """
 
 from __future__ import annotations
@@ -220,6 +226,15 @@ def measure(
         kit.stop_processes(processes)
 
 
+def stack_pids(stack: Any) -> dict[str, int]:
+    """The private stack's broker and registry, by name: their pids."""
+    return {
+        h.name: h.started.pid
+        for h in stack.status()
+        if h.started and h.name in ("broker", "registry")
+    }
+
+
 def passthrough_child() -> None:
     """Role (a): the worker's lean path with a processor that copies bytes."""
     from bizevents.plumbing.logging import configure_logging
@@ -363,7 +378,24 @@ def main() -> None:
     )
     parser.add_argument("--role", choices=["bench", "passthrough"], default="bench")
     parser.add_argument(
-        "--runs", type=int, default=3, help="with a choice of both: runs with each choice"
+        "--runs",
+        type=int,
+        default=3,
+        help="with a choice of both: runs with each choice; with --transactions: runs of "
+        "one worker and of two, alternately, per partition count",
+    )
+    parser.add_argument(
+        "--by-partition",
+        action="store_true",
+        help="with --transactions: the workers with transactions.by_partition (members "
+        "read only their technical partitions; the bench says which path ran)",
+    )
+    parser.add_argument(
+        "--partitions",
+        type=int,
+        nargs="+",
+        default=[4, 8],
+        help="with --transactions: the technical topics' partition counts, each measured",
     )
     kit.broker_option(parser)
     args = parser.parse_args()
@@ -398,8 +430,8 @@ def main() -> None:
             from translate_tx import through_kafka  # bench/translate_tx.py
 
             workers = max(args.workers, 2)
-            # the broker's and the registry's pids, for the whole pipeline's CPU
-            pids = [] if stack is None else [h.started.pid for h in stack.status() if h.started]
+            # the broker's and the registry's pids: their CPU per change, apart
+            pids = {} if stack is None else stack_pids(stack)
             for line in through_kafka(
                 bootstrap,
                 endpoints.registry_url,
@@ -410,6 +442,9 @@ def main() -> None:
                 args.profile,
                 pids,
                 args.ceiling,
+                args.partitions,
+                args.runs,
+                args.by_partition,
             ):
                 print(line, flush=True)
             return
