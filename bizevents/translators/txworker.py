@@ -227,7 +227,7 @@ class TxWorker:
         from aiokafka.structs import TopicPartition
         from confluent_kafka import KafkaException
 
-        reader.assign([TopicPartition(t, p) for t, p in self.plan.read])
+        reader.assign([TopicPartition(t, p) for t, p in self.plan.read_of(self.owned)])
         while not self._stop.is_set():
             try:
                 await self._turn(producer, reader)
@@ -390,7 +390,7 @@ class TxWorker:
                     start_offsets,
                     self.settings.kafka.librdkafka(),
                     self.tx.start_group(),
-                    plan.read,
+                    plan.read_of(self.owned),
                 )
                 if self._changed:
                     return
@@ -409,6 +409,8 @@ class TxWorker:
         from aiokafka.structs import TopicPartition
 
         self.assembler, offsets = self.share.start(mine, start)
+        if self.plan.by_partition:  # a member reads only what it owns
+            reader.assign([TopicPartition(t, p) for t, p in offsets])
         for (topic, partition), offset in offsets.items():
             reader.seek(TopicPartition(topic, partition), offset)
         self._read = Progress(offsets, self._read.seq)
@@ -429,10 +431,12 @@ class TxWorker:
         bad: dict[int, list[OutRecord]] = {}
         count = 0
         newest = 0
+        slices = self.share.slices
         for tp, records in batches.items():
-            if not records:
-                continue
             where: TP = (tp.topic, tp.partition)
+            if not records or where not in self._read.next:
+                continue  # fetched before the reader was assigned anew
+            exchanged = tp.topic == plan.exchange_topic
             if tp.topic == plan.transaction_topic:
                 self.versions.tx_end = max(self.versions.tx_end, records[-1].offset + 1)
             for r in records:
@@ -442,7 +446,7 @@ class TxWorker:
                     home = self.share.home_of_record(r)
                     if home in self.owned:
                         bad.setdefault(home, []).append(part)
-                elif part is not None:
+                elif part is not None and (slices is None or slices.take(part, exchanged)):
                     outcomes += assembler.feed(part)
             self._read.next[where] = records[-1].offset + 1
             count += len(records)
@@ -461,10 +465,16 @@ class TxWorker:
             settle_collector()
         stats.add(plan.transaction_topic, {}, sum(map(len, bad.values())))
         routed: list[Routed] = []
-        for v in sorted({*results, *bad}):
+        # a forward is an output of the batch that completed its slice: the checkpoint
+        # after this batch goes out once Kafka acknowledged it (exactly once, in the
+        # slice's partition's transaction)
+        forwards = slices.drain() if slices is not None else {}
+        if slices is not None:
+            slices.settle(outcomes)
+        for v in sorted({*results, *bad, *forwards}):
             records = [*(results[v].records if v in results else ()), *bad.get(v, ())]
             stats.add(plan.transaction_topic, results[v].counts if v in results else {})
-            routed.append((producer.of(v), self.share.outputs(records)))
+            routed.append((producer.of(v), [*self.share.outputs(records), *forwards.get(v, ())]))
         # the next batch is read while this one's acknowledgements are outstanding
         sent = await self._enqueue(routed)
         self._unrecorded = True
