@@ -91,18 +91,19 @@ class Slices:
         self.outbox: dict[int, list[Send]] = {}
         self.forwarded = 0
 
-    def take(self, part: Part, exchanged: bool) -> bool:
+    def take(self, part: Part) -> bool:
         """Whether the assembler takes ``part``: not an END whose transaction touches
-        none of the owned partitions (its changes are all elsewhere). A part read from
-        an owned technical partition joins its slice; a forward it completes goes to
+        none of the owned partitions (its changes are all elsewhere). A change of an
+        owned partition joins its slice (read from the technical topic, or its copy
+        from the exchange: the same bytes); a forward it completes goes to
         :attr:`outbox`."""
         tx_id = part.tx_id
-        if tx_id is None or exchanged:
+        if tx_id is None:
             return True
         record = part.record
         if record is None:
             key = (tx_id, part.origin.partition)
-            if key not in self._done:
+            if part.origin.partition in self.owned and key not in self._done:
                 self._open.setdefault(key, _Slice()).parts[part.order] = part
                 self._complete(key)
             return True

@@ -160,6 +160,20 @@ class Share:
             published = published or live
         return results, published
 
+    def take(self, part: Part) -> bool:
+        """Whether the assembler takes ``part`` (by partition, :meth:`Slices.take`)."""
+        return self.slices is None or self.slices.take(part)
+
+    def forwards(self, outcomes: Sequence[Outcome]) -> dict[int, list[Send]]:
+        """By owned partition, the forwards of the slices the batch completed: outputs
+        of the batch, so the checkpoint after it goes out once Kafka acknowledged them
+        (exactly once, in the slice's partition's transaction)."""
+        if self.slices is None:
+            return {}
+        out = self.slices.drain()
+        self.slices.settle(outcomes)
+        return out
+
     def home(self, part: Part) -> int:
         """The virtual partition that dead-letters ``part``: its business key's (for the
         first translator reading it), else its transaction's."""

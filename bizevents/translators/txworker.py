@@ -4,7 +4,10 @@
 translators) runs it; docs/transactions.md tells the design. :class:`TxWorker` is one
 member's loop: every member reads every partition of the technical topics and the
 transaction topic itself (assign mode), assembles every transaction
-(:mod:`~bizevents.translators.assembly`), and translates and publishes only what it owns.
+(:mod:`~bizevents.translators.assembly`), and translates and publishes only what it owns;
+with ``transactions.by_partition`` a member owns technical partitions, reads only those,
+the transaction topic and its exchange partitions, and forwards the slices of
+transactions across partitions (:mod:`~bizevents.translators.txexchange`).
 Its rooms:
 
 * :mod:`~bizevents.translators.txplan`: what start-up resolves (:func:`prepare_transactions`);
@@ -64,7 +67,7 @@ from bizevents.translators.txcheckpoint import (
     start_offsets,
 )
 from bizevents.translators.txplan import TxPlan
-from bizevents.translators.txproducer import Producers, Routed
+from bizevents.translators.txproducer import Producers, Routed, transaction_reader
 from bizevents.translators.txredrive import RedriveTools, TxRedriver
 from bizevents.translators.txshare import Share
 from bizevents.translators.txversions import TxVersions
@@ -150,7 +153,7 @@ class TxWorker:
 
         producer = self._producer = Producers(self.settings, self.tx, self._exactly_once)
         group = self._ownership()
-        reader = self._reader()
+        reader = transaction_reader(self.settings)
         tasks: list[asyncio.Future[None]] = []
         try:
             await self._until_stopped(self._start_then_loop(producer, group, reader, tasks))
@@ -343,20 +346,6 @@ class TxWorker:
         while not self._stop.is_set():
             await group.getmany(timeout_ms=500)
 
-    def _reader(self) -> Any:
-        from aiokafka import AIOKafkaConsumer
-
-        t = self.settings.translate
-        return AIOKafkaConsumer(
-            **self.settings.kafka.aiokafka(),
-            group_id=None,
-            enable_auto_commit=False,
-            # an empty fetch held long delays what arrives meanwhile on the embedded
-            # broker (docs/broker.md)
-            fetch_max_wait_ms=t.fetch_max_wait_ms,
-            max_partition_fetch_bytes=t.max_fetch_bytes,
-        )
-
     async def _rebuild(self, reader: Any) -> None:
         """Start again from the checkpoints of the virtual partitions now owned; given
         up at the next step if the ownership changes meanwhile (the next turn rebuilds)."""
@@ -431,12 +420,10 @@ class TxWorker:
         bad: dict[int, list[OutRecord]] = {}
         count = 0
         newest = 0
-        slices = self.share.slices
         for tp, records in batches.items():
             where: TP = (tp.topic, tp.partition)
             if not records or where not in self._read.next:
                 continue  # fetched before the reader was assigned anew
-            exchanged = tp.topic == plan.exchange_topic
             if tp.topic == plan.transaction_topic:
                 self.versions.tx_end = max(self.versions.tx_end, records[-1].offset + 1)
             for r in records:
@@ -446,7 +433,7 @@ class TxWorker:
                     home = self.share.home_of_record(r)
                     if home in self.owned:
                         bad.setdefault(home, []).append(part)
-                elif part is not None and (slices is None or slices.take(part, exchanged)):
+                elif part is not None and self.share.take(part):
                     outcomes += assembler.feed(part)
             self._read.next[where] = records[-1].offset + 1
             count += len(records)
@@ -465,12 +452,7 @@ class TxWorker:
             settle_collector()
         stats.add(plan.transaction_topic, {}, sum(map(len, bad.values())))
         routed: list[Routed] = []
-        # a forward is an output of the batch that completed its slice: the checkpoint
-        # after this batch goes out once Kafka acknowledged it (exactly once, in the
-        # slice's partition's transaction)
-        forwards = slices.drain() if slices is not None else {}
-        if slices is not None:
-            slices.settle(outcomes)
+        forwards = self.share.forwards(outcomes)  # outputs of this batch (txexchange)
         for v in sorted({*results, *bad, *forwards}):
             records = [*(results[v].records if v in results else ()), *bad.get(v, ())]
             stats.add(plan.transaction_topic, results[v].counts if v in results else {})
