@@ -359,3 +359,75 @@ def test_two_members_place_every_order_once_with_its_total(
                 break
             time.sleep(1)
         assert seen == {o: ["PAID", "SHIPPED"] for o in changed}
+
+
+def _send(worker: Worker, sig: int) -> None:
+    assert worker.process is not None
+    worker.process.send_signal(sig)
+
+
+def _forwarded(endpoints: Endpoints, group: str, partition: int) -> int:
+    """How many records the exchange holds for ``partition``."""
+    consumer = Consumer({"bootstrap.servers": endpoints.bootstrap_servers, "group.id": "unused"})
+    try:
+        low, high = consumer.get_watermark_offsets(
+            TopicPartition(f"{group}.exchange", partition), timeout=10
+        )
+    finally:
+        consumer.close()
+    return int(high - low)
+
+
+def _until(done: Any, what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize(
+    "point", ["before_forward", "after_forward", "after_publish", "during_rebalance"]
+)
+def test_a_member_killed_around_a_forward(
+    bizevents_stack: Endpoints, tmp_path: Path, point: str
+) -> None:
+    """Two members; SIGKILL of the one owning partition p around the forward of its
+    slice of a transaction placing orders on p and on the other member's partition q:
+    before it read the transaction (so before it forwarded), once its forward is in the
+    exchange but before the other slice came back (so before it published), once its
+    order's OrderPlaced is out, or while a third member joins. The survivors take p
+    over: every order placed with one id and its true total, the crossing one too."""
+    with members(bizevents_stack, tmp_path) as m:
+        victim, survivor = m.start(), m.start()
+        held = _wait_held([victim, survivor], m.group)
+        before = m.technical.mixed(6)
+        m.wait_placed(set(before))
+        p, q = held[0][0], held[1][0]
+        crossing = [m.technical.order_on(p), m.technical.order_on(q)]
+        changes = [c for o in crossing for c in m.technical.placing(o, 3)]
+        if point == "before_forward":
+            _send(victim, signal.SIGSTOP)  # it reads nothing more
+            m.technical.commit(changes)
+            _send(victim, signal.SIGKILL)
+        elif point == "after_forward":
+            _send(survivor, signal.SIGSTOP)  # its slice does not come back meanwhile
+            already = _forwarded(bizevents_stack, m.group, q)
+            m.technical.commit(changes)
+            _until(lambda: _forwarded(bizevents_stack, m.group, q) > already, "no forward")
+            _send(victim, signal.SIGKILL)
+            _send(survivor, signal.SIGCONT)
+            assert crossing[0] not in {e.order_id for e in m.reader.poll()}, "published already"
+        elif point == "after_publish":
+            m.technical.commit(changes)
+            _until(lambda: crossing[0] in {e.order_id for e in m.reader.poll()}, "not placed")
+            _send(victim, signal.SIGKILL)
+        else:
+            m.technical.commit(changes)
+            m.start()  # the group rebalances to give the newcomer its share
+            time.sleep(0.5)
+            _send(victim, signal.SIGKILL)
+        victim.process.wait(30)  # type: ignore[union-attr]
+        after = m.technical.mixed(9)
+        orders = [*before, *crossing, *after]
+        events = m.wait_placed(set(orders), timeout=180)
+        m.check(events, orders)
