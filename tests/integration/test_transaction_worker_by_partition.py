@@ -44,7 +44,7 @@ from bizevents.contracts.technical.transaction import (
 )
 from bizevents.devstack import Endpoints
 from tests.capture.capture_helpers import Db
-from tests.integration.test_transaction_worker import Reader, Worker
+from tests.integration.test_transaction_worker import Reader, Worker, _assembling
 from tests.store_technical import order_change, registered_encoder, registered_orders_encoder
 
 pytestmark = pytest.mark.integration
@@ -212,22 +212,11 @@ class Technical:
         return placed
 
 
-def _held(worker: Worker, group: str) -> list[int]:
-    """The partitions ``worker`` said it owned last."""
-    held: list[int] = []
-    for line in worker.log.read_text().splitlines():
-        if '"assembling"' in line:
-            record = json.loads(line)
-            if record.get("log") == f"{group}.assembly":
-                held = list(record["partitions"])
-    return held
-
-
 def _wait_held(workers: list[Worker], group: str) -> list[list[int]]:
     """Once the live ``workers`` together own every partition: what each owns."""
     deadline = time.monotonic() + 90
     while True:
-        held = [_held(w, group) for w in workers]
+        held = [_assembling(w, group) for w in workers]
         if sorted(p for h in held for p in h) == list(range(N)) and all(held):
             return held
         for w in workers:
