@@ -281,6 +281,15 @@ class Members:
         return len(crossed) / len(self.technical.touched)
 
 
+def _stack(request: pytest.FixtureRequest, guarantee: str) -> Endpoints:
+    """The suite's stack; exactly once, one on Apache Kafka (the embedded broker has no
+    transactions)."""
+    if guarantee == "exactly_once":
+        on: Any = request.getfixturevalue("bizevents_stack_on")
+        return cast(Endpoints, on("kafka"))
+    return cast(Endpoints, request.getfixturevalue("bizevents_stack"))
+
+
 @contextmanager
 def members(endpoints: Endpoints, tmp_path: Path) -> Iterator[Members]:
     with ExitStack() as stack:
@@ -324,14 +333,18 @@ def statuses(endpoints: Endpoints, server: str, orders: set[int]) -> dict[int, l
     return found
 
 
+@pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
 def test_two_members_place_every_order_once_with_its_total(
-    bizevents_stack: Endpoints, tmp_path: Path
+    request: pytest.FixtureRequest, tmp_path: Path, guarantee: str
 ) -> None:
     """Two members, orders spread over both, more than a third of the transactions
     across them: every order placed with one id and its true total, and the status
-    changes of each order (two transactions later) in commit order."""
+    changes of each order (two transactions later) in commit order; exactly once, the
+    forwards go in the Kafka transactions of their partitions."""
+    bizevents_stack = _stack(request, guarantee)
     with members(bizevents_stack, tmp_path) as m:
-        m.start(), m.start()
+        m.start(translate__processing_guarantee=guarantee)
+        m.start(translate__processing_guarantee=guarantee)
         held = _wait_held(m.workers, m.group)
         orders = m.technical.mixed(30)
         changed = orders[:10]
@@ -375,19 +388,30 @@ def _until(done: Any, what: str, timeout: float = 60) -> None:
 
 
 @pytest.mark.parametrize(
-    "point", ["before_forward", "after_forward", "after_publish", "during_rebalance"]
+    ("point", "guarantee"),
+    [
+        ("before_forward", "at_least_once"),
+        ("after_forward", "at_least_once"),
+        ("after_publish", "at_least_once"),
+        ("during_rebalance", "at_least_once"),
+        ("after_forward", "exactly_once"),
+        ("after_publish", "exactly_once"),
+    ],
 )
 def test_a_member_killed_around_a_forward(
-    bizevents_stack: Endpoints, tmp_path: Path, point: str
+    request: pytest.FixtureRequest, tmp_path: Path, point: str, guarantee: str
 ) -> None:
     """Two members; SIGKILL of the one owning partition p around the forward of its
     slice of a transaction placing orders on p and on the other member's partition q:
     before it read the transaction (so before it forwarded), once its forward is in the
     exchange but before the other slice came back (so before it published), once its
     order's OrderPlaced is out, or while a third member joins. The survivors take p
-    over: every order placed with one id and its true total, the crossing one too."""
+    over: every order placed with one id and its true total, the crossing one too;
+    exactly once, each once (the killed member's open transaction is aborted)."""
+    bizevents_stack = _stack(request, guarantee)
     with members(bizevents_stack, tmp_path) as m:
-        victim, survivor = m.start(), m.start()
+        victim = m.start(translate__processing_guarantee=guarantee)
+        survivor = m.start(translate__processing_guarantee=guarantee)
         held = _wait_held([victim, survivor], m.group)
         before = m.technical.mixed(6)
         m.wait_placed(set(before))
@@ -412,7 +436,7 @@ def test_a_member_killed_around_a_forward(
             _send(victim, signal.SIGKILL)
         else:
             m.technical.commit(changes)
-            m.start()  # the group rebalances to give the newcomer its share
+            m.start(translate__processing_guarantee=guarantee)  # the group rebalances
             time.sleep(0.5)
             _send(victim, signal.SIGKILL)
         victim.process.wait(30)  # type: ignore[union-attr]
@@ -420,3 +444,5 @@ def test_a_member_killed_around_a_forward(
         orders = [*before, *crossing, *after]
         events = m.wait_placed(set(orders), timeout=180)
         m.check(events, orders)
+        if guarantee == "exactly_once":
+            assert len(events) == len(orders)
