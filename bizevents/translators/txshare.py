@@ -6,6 +6,10 @@ Of every transaction it assembles it translates only those with a business key i
 partition it owns that was not released there before, and publishes only those keys'
 events (:meth:`Share.translate`); a record that does not decode, or a transaction given
 up, is dead-lettered by the member owning its home partition (:meth:`Share.home`).
+By partition (``transactions.by_partition``) the virtual partitions are the technical
+ones, a change's is the partition it was read from (:meth:`TxPlan.owner_of`), and the
+member's slices go to the exchange (:attr:`Share.slices`,
+:mod:`~bizevents.translators.txexchange`).
 """
 
 from __future__ import annotations
