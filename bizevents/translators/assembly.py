@@ -185,13 +185,13 @@ class Assembler:
         limits: AssemblyLimits = AssemblyLimits(),
         checkpoint: Checkpoint = Checkpoint(),
         sources: Iterable[tuple[str, int]] | None = None,
-        local: frozenset[int] | None = None,
+        local: Callable[[str], frozenset[int]] | None = None,
     ) -> None:
         self._reads = reads
-        #: The technical partitions this member reads, when it reads only its own
-        #: (``transactions.by_partition``): the other partitions' changes of a
-        #: transaction come through the exchange (:mod:`~bizevents.translators.txexchange`),
-        #: later than any local partition shows.
+        #: Per transaction, the technical partitions whose changes this member reads
+        #: itself, when it reads only its own (``transactions.by_partition``): the other
+        #: partitions' changes come through the exchange
+        #: (:mod:`~bizevents.translators.txexchange`), later than any local partition shows.
         self._local = local
         #: The technical partitions read, and the highest commit position each has
         #: shown (PostgreSQL ids): a partition past a transaction holds nothing more of it.
@@ -467,7 +467,7 @@ class Assembler:
                     )
                 expected_at, arrived_at = pending.expected_at, pending.arrived_at
                 short = {p for p, n in expected_at.items() if arrived_at.get(p, 0) < n}
-                if short - self._local:
+                if short - self._local(tx_id):
                     return None  # an exchanged slice has not come yet
             sources = self._sources
             if sources and all(self._source_position.get(s, -1) > position for s in sources):

@@ -77,9 +77,19 @@ class Slices:
     the forwards the parts read complete (:attr:`outbox`, per owned partition)."""
 
     def __init__(
-        self, owned: frozenset[int], reads: Callable[[str], bool], topic: str, remembered: int
+        self,
+        owned: frozenset[int],
+        reads: Callable[[str], bool],
+        topic: str,
+        remembered: int,
+        released: Callable[[int, str], bool] = lambda v, tx_id: False,
     ) -> None:
         self.owned = owned
+        #: Whether owned partition ``v``'s checkpoint says transaction ``tx_id`` was
+        #: released there (and so its slice forwarded, and not read again).
+        self._released = released
+        #: Per transaction taken, the owned partitions that still want it.
+        self._wanted: dict[str, frozenset[int]] = {}
         self._reads = reads
         self.topic = topic
         self._open: dict[tuple[str, int], _Slice] = {}
@@ -112,9 +122,12 @@ class Slices:
         counts = touched(record, self._reads)
         if counts is None:  # not routed: the assembler waits for every change, as before
             return True
-        mine = self.owned.intersection(counts)
+        # a partition whose checkpoint released it has forwarded its slice, and its
+        # reading starts past it: the slice comes through the exchange, if wanted
+        mine = frozenset(v for v in self.owned.intersection(counts) if not self._released(v, tx_id))
         if counts and not mine:
             return False
+        self._wanted[tx_id] = mine
         for p in sorted(mine):
             key = (tx_id, p)
             if len(counts) > 1 and key not in self._done:
@@ -123,6 +136,10 @@ class Slices:
                 found.to = tuple(q for q in sorted(counts) if q != p)
                 self._complete(key)
         return True
+
+    def local(self, tx_id: str) -> frozenset[int]:
+        """The partitions whose changes of ``tx_id`` this member reads itself."""
+        return self._wanted.get(tx_id, self.owned)
 
     def _complete(self, key: tuple[str, int]) -> None:
         found = self._open[key]
@@ -140,6 +157,7 @@ class Slices:
         not forwarded: its other owners wait until their limits give it up too)."""
         for outcome in outcomes:
             if outcome.tx_id is not None:
+                self._wanted.pop(outcome.tx_id, None)
                 for p in self.owned:
                     if self._open.pop((outcome.tx_id, p), None) is not None:
                         self._forget((outcome.tx_id, p))

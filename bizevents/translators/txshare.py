@@ -71,19 +71,23 @@ class Share:
         floor = min(positions) if positions and None not in positions else None  # type: ignore[type-var]
         known = [set(p.released.released) for p in mine.values()]
         shared = tuple(sorted(set.intersection(*known))) if known else ()
+        self.points = mine
+        self.slices = None
+        if plan.by_partition:
+            self.slices = Slices(
+                owned,
+                plan.core.reads,
+                plan.exchange_topic,
+                plan.limits.remembered,
+                lambda v, tx_id: mine[v].has(tx_id),
+            )
         assembler = Assembler(
             plan.core.reads,
             plan.limits,
             Checkpoint(floor, shared),
             sources=plan.sources_of(owned),
-            local=owned if plan.by_partition else None,
+            local=None if self.slices is None else self.slices.local,
         )
-        self.points = mine
-        self.slices = None
-        if plan.by_partition:
-            self.slices = Slices(
-                owned, plan.core.reads, plan.exchange_topic, plan.limits.remembered
-            )
         return assembler, offsets
 
     def points_after(self, offsets: dict[TP, int], released: Checkpoint) -> dict[int, Point]:

@@ -270,7 +270,9 @@ def test_an_exchanged_slice_is_waited_for_past_the_local_partitions() -> None:
     elsewhere: it waits for the exchange (a member reading everything would give the
     transaction up as short), and releases it whole when the slice comes."""
     assembler = Assembler(
-        lambda t: True, sources=[("shop.store.order_items", 0)], local=frozenset({0})
+        lambda t: True,
+        sources=[("shop.store.order_items", 0)],
+        local=lambda tx_id: frozenset({0}),
     )
     assert assembler.feed(_item("9:5", 1, 0)) == []
     assert (
@@ -280,3 +282,26 @@ def test_an_exchanged_slice_is_waited_for_past_the_local_partitions() -> None:
     assert assembler.feed(_item("9:6", 1, 0)) == []
     (ready,) = assembler.feed(_item("9:5", 2, 3))
     assert isinstance(ready, Ready) and len(ready.parts) == 2
+
+
+def test_a_partition_released_before_waits_for_its_slice_by_the_exchange() -> None:
+    """Owned partition 0's checkpoint released 9:4 and 9:5, partition 3's did not (taken
+    over from members that had got to different places): 9:4, on 0 alone, is not
+    taken; 9:5 is, for 3, with nothing forwarded from 0 (its owner forwarded it before
+    releasing it), and it waits for 0's slice from the exchange though both partitions
+    read have passed it (0's reading starts past it)."""
+    slices = Slices(
+        frozenset({0, 3}), lambda t: True, EXCHANGE, 100, lambda v, tx: v == 0 and tx < "9:6"
+    )
+    sources = [("shop.store.order_items", 0), ("shop.store.order_items", 3)]
+    assembler = Assembler(lambda t: True, sources=sources, local=slices.local)
+    assert not slices.take(_end("9:4", [("store.order_items", 0, 1)]))
+    end = _end("9:5", [("store.order_items", 0, 1), ("store.order_items", 3, 1)])
+    assert slices.take(end)
+    assert assembler.feed(end) == []
+    for part in (_item("9:5", 2, 3), _item("9:6", 1, 0), _item("9:6", 2, 3)):
+        assert slices.take(part)
+        assert assembler.feed(part) == []
+    assert list(slices.drain()) == [3]  # 3's slice to 0, none of 0's
+    (ready,) = assembler.feed(_item("9:5", 1, 0))  # from the exchange
+    assert isinstance(ready, Ready) and ready.tx_id == "9:5" and len(ready.parts) == 2
