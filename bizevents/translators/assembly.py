@@ -158,6 +158,9 @@ class _Open:
     arrived: dict[str, int] = field(default_factory=dict)
     #: The END's counts of the tables read (set with ``end``).
     expected: dict[str, int] = field(default_factory=dict)
+    #: By partition (``local`` set): the changes arrived and counted per technical partition.
+    arrived_at: dict[int, int] = field(default_factory=dict)
+    expected_at: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -182,8 +185,14 @@ class Assembler:
         limits: AssemblyLimits = AssemblyLimits(),
         checkpoint: Checkpoint = Checkpoint(),
         sources: Iterable[tuple[str, int]] | None = None,
+        local: Callable[[str], frozenset[int]] | None = None,
     ) -> None:
         self._reads = reads
+        #: Per transaction, the technical partitions whose changes this member reads
+        #: itself, when it reads only its own (``transactions.by_partition``): the other
+        #: partitions' changes come through the exchange
+        #: (:mod:`~bizevents.translators.txexchange`), later than any local partition shows.
+        self._local = local
         #: The technical partitions read, and the highest commit position each has
         #: shown (PostgreSQL ids): a partition past a transaction holds nothing more of it.
         self._sources = None if sources is None else frozenset(sources)
@@ -351,6 +360,9 @@ class Assembler:
         assert part.change is not None
         table = part.change.source.qualified_table
         pending.arrived[table] = pending.arrived.get(table, 0) + 1
+        if self._local is not None:
+            at = part.origin.partition
+            pending.arrived_at[at] = pending.arrived_at.get(at, 0) + 1
         if len(pending.changes) > self.limits.max_changes:
             self._give_up(
                 tx_id,
@@ -369,6 +381,10 @@ class Assembler:
         pending.end = part
         assert part.record is not None
         pending.expected = self._expected(part.record)
+        if self._local is not None and part.record.partition_counts is not None:
+            for table, at, n in part.record.partition_counts:
+                if n and self._reads(table):
+                    pending.expected_at[at] = pending.expected_at.get(at, 0) + n
         self._queue.append(tx_id)
         self._ends += 1
         self._end_position = max(self._end_position, commit_position(tx_id) or -1)
@@ -440,6 +456,19 @@ class Assembler:
         order, before anything later). Without one: ``max_wait`` transactions wait."""
         position = commit_position(tx_id)
         if position is not None:
+            if self._local is not None:
+                pending = self._open[tx_id]
+                assert pending.end is not None and pending.end.record is not None
+                if pending.end.record.partition_counts is None:
+                    return (
+                        "to this member, which reads only its own partitions, and the END "
+                        "has no partition_counts (with transactions.by_partition capture "
+                        "must route the tables read by business key)"
+                    )
+                expected_at, arrived_at = pending.expected_at, pending.arrived_at
+                short = {p for p, n in expected_at.items() if arrived_at.get(p, 0) < n}
+                if short - self._local(tx_id):
+                    return None  # an exchanged slice has not come yet
             sources = self._sources
             if sources and all(self._source_position.get(s, -1) > position for s in sources):
                 return "and every technical partition read has passed it"

@@ -130,6 +130,12 @@ class TransactionSettings(SettingsGroup):
     #: ``<group_id>.assembly``; it holds no records): up to this many members publish.
     assembly_topic: str | None = None
     assembly_partitions: int = Field(default=4, ge=1)
+    #: Members own the technical partitions (capture routes by business key and END
+    #: counts changes per partition): each reads only its own partitions, the
+    #: transaction topic and its partitions of ``<group_id>.exchange``, and a
+    #: transaction across partitions is exchanged; the virtual partitions are then the
+    #: technical ones (``assembly_partitions`` is not used).
+    by_partition: bool = False
     #: Transactions open at once; beyond it the oldest goes to the dead-letter topic.
     max_open: int = Field(default=10_000, ge=1)
     #: Changes of one transaction; beyond it the transaction is dead-lettered.
@@ -158,6 +164,10 @@ class TransactionSettings(SettingsGroup):
 
     def assembly(self) -> str:
         return self.assembly_topic or f"{self.group_id}.assembly"
+
+    def exchange(self) -> str:
+        """Where members forward the slices of transactions across partitions."""
+        return f"{self.group_id}.exchange"
 
     def start_group(self) -> str:
         """The group whose committed offsets say where a new group begins."""

@@ -76,6 +76,9 @@ class TxParking:
     dead_letter_topic: str
     #: by translator name; unnamed ones park
     on_error: Mapping[str, OnError] = field(default_factory=dict)
+    #: the virtual partition of a key is its change's technical partition
+    #: (``transactions.by_partition``: capture routed it by the key)
+    by_partition: bool = False
 
     def mode(self, translator: TransactionTranslator) -> OnError:
         return self.on_error.get(translator.name, "park")
@@ -100,6 +103,8 @@ class TxParking:
         """``part``'s business key for ``translator`` (routing's :func:`owner`, the key
         read once)."""
         key = business_key(translator, part)
+        if self.by_partition:
+            return translator.name, self.topic, part.origin.partition, key
         return translator.name, self.topic, zlib.crc32(key) % self.partitions, key
 
     def refs(self, translator: TransactionTranslator, parts: Iterable[Part]) -> list[Ref]:

@@ -13,9 +13,10 @@ from bizevents.plumbing.errors import ConfigError
 from bizevents.plumbing.kafka import ensure_topics
 from bizevents.plumbing.parking import ParkedKeys
 from bizevents.translators.api import Translator
-from bizevents.translators.assembly import AssemblyLimits
+from bizevents.translators.assembly import AssemblyLimits, Part, Ready
 from bizevents.translators.promoting import Versions
 from bizevents.translators.promotion import Pins
+from bizevents.translators.routing import owner, partitions_of
 from bizevents.translators.settings import RuntimeSettings, TransactionSettings
 from bizevents.translators.startup import Kind, resolve
 from bizevents.translators.topology import technical_topics
@@ -55,6 +56,11 @@ class TxPlan:
     #: Whether a failing transaction may park its keys (docs/parking.md): the parked
     #: topic is then restored at each rebuild and followed for re-drive requests.
     parks: bool = False
+    #: Members own the technical partitions (``transactions.by_partition``): the
+    #: virtual partitions are the technical ones, and slices of transactions across
+    #: partitions go through ``exchange_topic`` (:mod:`~bizevents.translators.txexchange`).
+    by_partition: bool = False
+    exchange_topic: str = ""
 
     def versioned(self) -> bool:
         """Whether a transaction may be translated by other versions than ``core``'s,
@@ -82,6 +88,45 @@ class TxPlan:
     def read(self) -> list[TP]:
         """Every partition a member reads: the sources', then the transaction topic."""
         return [*self.source_partitions, (self.transaction_topic, 0)]
+
+    def read_of(self, owned: frozenset[int]) -> list[TP]:
+        """What a member owning ``owned`` reads: by partition, its partitions of the
+        sources, the transaction topic and its partitions of the exchange; else all."""
+        if not self.by_partition:
+            return self.read
+        exchange = [(self.exchange_topic, v) for v in sorted(owned)]
+        return [*self.sources_of(owned), (self.transaction_topic, 0), *exchange]
+
+    def sources_of(self, owned: frozenset[int]) -> list[TP]:
+        """The technical partitions a member owning ``owned`` reads."""
+        if not self.by_partition:
+            return self.source_partitions
+        return [(t, p) for t, p in self.source_partitions if p in owned]
+
+    def covers(self, v: int, tp: TP) -> bool:
+        """Whether virtual partition ``v``'s checkpoint says where to read ``tp``: by
+        partition only its own partitions' and the transaction topic's; else all."""
+        return not self.by_partition or tp[0] == self.transaction_topic or tp[1] == v
+
+    def owner_of(self, translator: TransactionTranslator, part: Part) -> int:
+        """The virtual partition that publishes the events stemming from ``part``: by
+        partition the technical partition it was written to (capture routed it by its
+        business key), else its business key's hash."""
+        if self.by_partition:
+            return part.origin.partition
+        return owner(translator, part, self.assembly_partitions)
+
+    def partitions_of(self, ready: Ready) -> list[int]:
+        """The virtual partitions ``ready`` belongs to (sorted; at least one)."""
+        if not self.by_partition:
+            return partitions_of(ready, self.translators, self.assembly_partitions)
+        found = {
+            part.origin.partition
+            for part in ready.parts
+            if part.change is not None
+            and any(t.reads(part.change.source.qualified_table) for t in self.translators)
+        }
+        return sorted(found) or partitions_of(ready, self.translators, self.assembly_partitions)
 
 
 def prepare_transactions(
@@ -123,7 +168,11 @@ def prepare_transactions(
     sources, metadata = found.sources, found.metadata
     outputs = [*found.outputs, *found.shadow_outputs]
     ensure_topics(admin, [tx.state()], 1)
-    assembly = ensure_topics(admin, [tx.assembly()], tx.assembly_partitions)[tx.assembly()]
+    source_partitions = [(t, p) for t in sources for p in sorted(metadata[t].partitions)]
+    if tx.by_partition:
+        assembly = _owned_partitions(admin, tx, {t: len(metadata[t].partitions) for t in sources})
+    else:
+        assembly = ensure_topics(admin, [tx.assembly()], tx.assembly_partitions)[tx.assembly()]
     partitions = {name: found.partitions[name] for name in [*outputs, t.dead_letter_topic]}
     partitions[t.parked_topic] = 1
     guard = TxParking(
@@ -133,6 +182,7 @@ def prepare_transactions(
         t.parked_topic,
         t.dead_letter_topic,
         dict(t.on_error),
+        by_partition=tx.by_partition,
     )
     lookup = schema_lookup(found.client)
     newest = newest_changes(
@@ -151,7 +201,7 @@ def prepare_transactions(
     return TxPlan(
         translators,
         sources,
-        [(t, p) for t in sources for p in sorted(metadata[t].partitions)],
+        source_partitions,
         tx_topic,
         tx.state(),
         tx.assembly(),
@@ -172,4 +222,27 @@ def prepare_transactions(
         found.pins,
         found.versions,
         found.parks,
+        tx.by_partition,
+        tx.exchange() if tx.by_partition else "",
     )
+
+
+def _owned_partitions(admin: Any, tx: TransactionSettings, counts: dict[str, int]) -> int:
+    """By partition: the technical topics' one partition count, which the assembly and
+    exchange topics have too (made with it; one sentence when one of them differs)."""
+    if len(set(counts.values())) != 1:
+        listed = ", ".join(f"{t} has {n}" for t, n in sorted(counts.items()))
+        raise ConfigError(
+            "with transactions.by_partition the technical topics a member reads must have "
+            f"one partition count (a member owns partition numbers): {listed}"
+        )
+    (n,) = set(counts.values())
+    made = ensure_topics(admin, [tx.assembly(), tx.exchange()], n)
+    for topic, count in sorted(made.items()):
+        if count != n:
+            raise ConfigError(
+                f"with transactions.by_partition the topic {topic} must have as many "
+                f"partitions as the technical topics ({n}), not {count}: delete it, or "
+                "name another with transactions.group_id"
+            )
+    return n

@@ -1,4 +1,5 @@
-"""The transaction worker's producers. At least once: one for everything. Exactly once:
+"""The transaction worker's clients: its reader (:func:`transaction_reader`), and its
+producers. At least once: one for everything. Exactly once:
 one transactional producer per owned virtual partition, whose id names the partition,
 so that the partition's next owner fences the previous one (docs/reliability.md); all
 made anew at each rebuild (aiokafka's transactional producer is done for once fenced:
@@ -16,12 +17,28 @@ import structlog
 from bizevents.translators.produce import Send
 from bizevents.translators.settings import RuntimeSettings, TransactionSettings
 
-__all__ = ["Producers", "Routed", "transaction_producer"]
+__all__ = ["Producers", "Routed", "transaction_producer", "transaction_reader"]
 
 log = structlog.get_logger("transactions")
 
 #: Records to send with one producer (exactly once, an owned partition's).
 Routed = tuple[Any, Sequence[Send]]
+
+
+def transaction_reader(settings: RuntimeSettings) -> Any:
+    """The member's reader: assign mode, no group (it places itself at checkpoints)."""
+    from aiokafka import AIOKafkaConsumer
+
+    t = settings.translate
+    return AIOKafkaConsumer(
+        **settings.kafka.aiokafka(),
+        group_id=None,
+        enable_auto_commit=False,
+        # an empty fetch held long delays what arrives meanwhile on the embedded
+        # broker (docs/broker.md)
+        fetch_max_wait_ms=t.fetch_max_wait_ms,
+        max_partition_fetch_bytes=t.max_fetch_bytes,
+    )
 
 
 def transaction_producer(

@@ -6,6 +6,10 @@ Of every transaction it assembles it translates only those with a business key i
 partition it owns that was not released there before, and publishes only those keys'
 events (:meth:`Share.translate`); a record that does not decode, or a transaction given
 up, is dead-lettered by the member owning its home partition (:meth:`Share.home`).
+By partition (``transactions.by_partition``) the virtual partitions are the technical
+ones, a change's is the partition it was read from (:meth:`TxPlan.owner_of`), and the
+member's slices go to the exchange (:attr:`Share.slices`,
+:mod:`~bizevents.translators.txexchange`).
 """
 
 from __future__ import annotations
@@ -22,9 +26,9 @@ from bizevents.plumbing.kafka import partition_for
 from bizevents.translators.assembly import Abandoned, Assembler, Checkpoint, Outcome, Part, Ready
 from bizevents.translators.produce import Send
 from bizevents.translators.records import OutRecord, SourceRecord
-from bizevents.translators.routing import owner, partitions_of
 from bizevents.translators.transaction_api import TransactionTranslator
 from bizevents.translators.txcheckpoint import TP, Point
+from bizevents.translators.txexchange import Slices, origin
 from bizevents.translators.txparking import HEADER_PARKED_KEY
 from bizevents.translators.txplan import TxPlan
 from bizevents.translators.txversions import TxVersions
@@ -44,6 +48,8 @@ class Share:
         self.owned: frozenset[int] = frozenset()
         #: Per owned virtual partition, what was released before this member took it.
         self.points: dict[int, Point] = {}
+        #: By partition: the owned partitions' slices and their forwards (made at each start).
+        self.slices: Slices | None = None
 
     def start(
         self, mine: dict[int, Point], start: dict[TP, int]
@@ -52,19 +58,36 @@ class Share:
         to read each technical partition from (the oldest of the checkpoints; ``start``
         for a partition one of them never recorded)."""
         plan = self.plan
+        owned = frozenset(mine)
         offsets = {
-            tp: min((p.offsets.get(tp, start[tp]) for p in mine.values()), default=start[tp])
-            for tp in plan.read
+            tp: min(
+                (p.offsets.get(tp, start[tp]) for v, p in mine.items() if plan.covers(v, tp)),
+                default=start[tp],
+            )
+            for tp in plan.read_of(owned)
         }
         # the assembler drops what every owned partition released; translate the rest
         positions = [p.released.position for p in mine.values()]
         floor = min(positions) if positions and None not in positions else None  # type: ignore[type-var]
         known = [set(p.released.released) for p in mine.values()]
         shared = tuple(sorted(set.intersection(*known))) if known else ()
-        assembler = Assembler(
-            plan.core.reads, plan.limits, Checkpoint(floor, shared), sources=plan.source_partitions
-        )
         self.points = mine
+        self.slices = None
+        if plan.by_partition:
+            self.slices = Slices(
+                owned,
+                plan.core.reads,
+                plan.exchange_topic,
+                plan.limits.remembered,
+                lambda v, tx_id: mine[v].has(tx_id),
+            )
+        assembler = Assembler(
+            plan.core.reads,
+            plan.limits,
+            Checkpoint(floor, shared),
+            sources=plan.sources_of(owned),
+            local=None if self.slices is None else self.slices.local,
+        )
         return assembler, offsets
 
     def points_after(self, offsets: dict[TP, int], released: Checkpoint) -> dict[int, Point]:
@@ -81,7 +104,9 @@ class Share:
             ids = tuple(dict.fromkeys([*before.released.released, *released.released]))
             # as many ids as the assembler remembers, the newest
             kept = ids[-self.plan.limits.remembered :]
-            points[v] = Point(offsets, Checkpoint(position, kept), frozenset(kept))
+            # by partition a partition's checkpoint names only what its next owner reads
+            mine = {tp: o for tp, o in offsets.items() if self.plan.covers(v, tp)}
+            points[v] = Point(mine, Checkpoint(position, kept), frozenset(kept))
         return points
 
     def translate(
@@ -109,7 +134,7 @@ class Share:
                     # virtual partition): no key to hash (a twentieth of its time)
                     belongs = wanted = owned
                 else:
-                    belongs = frozenset(partitions_of(outcome, plan.translators, n))
+                    belongs = frozenset(plan.partitions_of(outcome))
                     wanted = frozenset(
                         v for v in belongs if v in owned and not self.points[v].has(outcome.tx_id)
                     )
@@ -127,7 +152,7 @@ class Share:
         def owns(translator: TransactionTranslator, part: Part) -> bool:
             wanted = live.get(id(part), owned)
             # every key of the transaction is this member's: no need to hash each part
-            return wanted is None or owner(translator, part, n) in wanted
+            return wanted is None or plan.owner_of(translator, part) in wanted
 
         if plan.versioned():
             return self.versions.translate(mine, shares), bool(live)
@@ -143,21 +168,39 @@ class Share:
             published = published or live
         return results, published
 
+    def take(self, part: Part) -> bool:
+        """Whether the assembler takes ``part`` (by partition, :meth:`Slices.take`)."""
+        return self.slices is None or self.slices.take(part)
+
+    def forwards(self, outcomes: Sequence[Outcome]) -> dict[int, list[Send]]:
+        """By owned partition, the forwards of the slices the batch completed: outputs
+        of the batch, so the checkpoint after it goes out once Kafka acknowledged them
+        (exactly once, in the slice's partition's transaction)."""
+        if self.slices is None:
+            return {}
+        out = self.slices.drain()
+        self.slices.settle(outcomes)
+        return out
+
     def home(self, part: Part) -> int:
         """The virtual partition that dead-letters ``part``: its business key's (for the
         first translator reading it), else its transaction's."""
-        n = self.plan.assembly_partitions
+        plan = self.plan
         if part.change is not None:
             table = part.change.source.qualified_table
-            for translator in self.plan.translators:
+            for translator in plan.translators:
                 if translator.reads(table):
-                    return owner(translator, part, n)
-        return zlib.crc32((part.tx_id or "").encode()) % n
+                    return plan.owner_of(translator, part)
+        return zlib.crc32((part.tx_id or "").encode()) % plan.assembly_partitions
 
     def home_of_record(self, r: Any) -> int:
-        """The virtual partition that dead-letters a record that does not decode."""
+        """The virtual partition that dead-letters a record that does not decode (by
+        partition, the partition it was read from, but the transaction topic's)."""
+        plan = self.plan
+        if plan.by_partition and r.topic != plan.transaction_topic:
+            return int(r.partition)
         return zlib.crc32(f"{r.topic}:{r.partition}:{r.offset}".encode()) % (
-            self.plan.assembly_partitions
+            plan.assembly_partitions
         )
 
     def outputs(self, records: Sequence[OutRecord]) -> list[Send]:
@@ -183,17 +226,19 @@ class Share:
         """The record as a part (``None`` for a tombstone), or its dead letter."""
         if r.value is None:
             return None  # a tombstone: compaction's marker, not a change
-        origin = SourceRecord(r.topic, r.partition, r.offset, r.key, r.value, list(r.headers or ()))
-        where = Coordinates(r.topic, r.partition, r.offset)
+        read = SourceRecord(r.topic, r.partition, r.offset, r.key, r.value, list(r.headers or ()))
+        if r.topic == self.plan.exchange_topic:
+            read = origin(read)  # decoded as read from the technical topic
+        where = Coordinates(read.topic, read.partition, read.offset)
         try:
             if r.topic == self.plan.transaction_topic:
-                return Part(seq, origin, record=self.plan.tx_decoder.decode(r.value, where))
-            decoded = self.plan.decoder.decode(r.key, r.value, where, origin.headers)
+                return Part(seq, read, record=self.plan.tx_decoder.decode(r.value, where))
+            decoded = self.plan.decoder.decode(r.key, r.value, where, read.headers)
         except DecodeError as exc:
-            dead = Part(seq, origin)
+            dead = Part(seq, read)
             (record,) = self.plan.core.dead_letters([dead], "decode", exc.reason, exc, "")
             return record
         if isinstance(decoded, Tombstone):
             return None
         assert isinstance(decoded, ChangeEvent)
-        return Part(seq, origin, change=decoded)
+        return Part(seq, read, change=decoded)

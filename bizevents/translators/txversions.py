@@ -21,7 +21,6 @@ from bizevents.translators.promoting import (
     merge_results,
 )
 from bizevents.translators.records import Result
-from bizevents.translators.routing import owner
 from bizevents.translators.settings import RuntimeSettings
 from bizevents.translators.transaction_api import TransactionTranslator
 from bizevents.translators.txcore import TransactionCore
@@ -58,7 +57,6 @@ class TxVersions:
         (with their shadows), publishing the events of those partitions' keys; the
         shadows' comparison of it is counted to the first of them."""
         plan = self.plan
-        n = plan.assembly_partitions
         route = self._route
         result = Result()
         for outcome in mine:
@@ -75,7 +73,7 @@ class TxVersions:
                 def owns(
                     t: TransactionTranslator, p: Part, chosen: frozenset[int] = chosen
                 ) -> bool:
-                    return owner(route[t.name], p, n) in chosen
+                    return plan.owner_of(route[t.name], p) in chosen
 
                 part = Result()
                 part.records += self.core(versions).translate(outcome, part, owns)

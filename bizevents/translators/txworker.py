@@ -4,7 +4,10 @@
 translators) runs it; docs/transactions.md tells the design. :class:`TxWorker` is one
 member's loop: every member reads every partition of the technical topics and the
 transaction topic itself (assign mode), assembles every transaction
-(:mod:`~bizevents.translators.assembly`), and translates and publishes only what it owns.
+(:mod:`~bizevents.translators.assembly`), and translates and publishes only what it owns;
+with ``transactions.by_partition`` a member owns technical partitions, reads only those,
+the transaction topic and its exchange partitions, and forwards the slices of
+transactions across partitions (:mod:`~bizevents.translators.txexchange`).
 Its rooms:
 
 * :mod:`~bizevents.translators.txplan`: what start-up resolves (:func:`prepare_transactions`);
@@ -64,7 +67,7 @@ from bizevents.translators.txcheckpoint import (
     start_offsets,
 )
 from bizevents.translators.txplan import TxPlan
-from bizevents.translators.txproducer import Producers, Routed
+from bizevents.translators.txproducer import Producers, Routed, transaction_reader
 from bizevents.translators.txredrive import RedriveTools, TxRedriver
 from bizevents.translators.txshare import Share
 from bizevents.translators.txversions import TxVersions
@@ -150,7 +153,7 @@ class TxWorker:
 
         producer = self._producer = Producers(self.settings, self.tx, self._exactly_once)
         group = self._ownership()
-        reader = self._reader()
+        reader = transaction_reader(self.settings)
         tasks: list[asyncio.Future[None]] = []
         try:
             await self._until_stopped(self._start_then_loop(producer, group, reader, tasks))
@@ -227,7 +230,7 @@ class TxWorker:
         from aiokafka.structs import TopicPartition
         from confluent_kafka import KafkaException
 
-        reader.assign([TopicPartition(t, p) for t, p in self.plan.read])
+        reader.assign([TopicPartition(t, p) for t, p in self.plan.read_of(self.owned)])
         while not self._stop.is_set():
             try:
                 await self._turn(producer, reader)
@@ -343,20 +346,6 @@ class TxWorker:
         while not self._stop.is_set():
             await group.getmany(timeout_ms=500)
 
-    def _reader(self) -> Any:
-        from aiokafka import AIOKafkaConsumer
-
-        t = self.settings.translate
-        return AIOKafkaConsumer(
-            **self.settings.kafka.aiokafka(),
-            group_id=None,
-            enable_auto_commit=False,
-            # an empty fetch held long delays what arrives meanwhile on the embedded
-            # broker (docs/broker.md)
-            fetch_max_wait_ms=t.fetch_max_wait_ms,
-            max_partition_fetch_bytes=t.max_fetch_bytes,
-        )
-
     async def _rebuild(self, reader: Any) -> None:
         """Start again from the checkpoints of the virtual partitions now owned; given
         up at the next step if the ownership changes meanwhile (the next turn rebuilds)."""
@@ -390,7 +379,7 @@ class TxWorker:
                     start_offsets,
                     self.settings.kafka.librdkafka(),
                     self.tx.start_group(),
-                    plan.read,
+                    plan.read_of(self.owned),
                 )
                 if self._changed:
                     return
@@ -409,6 +398,8 @@ class TxWorker:
         from aiokafka.structs import TopicPartition
 
         self.assembler, offsets = self.share.start(mine, start)
+        if self.plan.by_partition:  # a member reads only what it owns
+            reader.assign([TopicPartition(t, p) for t, p in offsets])
         for (topic, partition), offset in offsets.items():
             reader.seek(TopicPartition(topic, partition), offset)
         self._read = Progress(offsets, self._read.seq)
@@ -430,9 +421,9 @@ class TxWorker:
         count = 0
         newest = 0
         for tp, records in batches.items():
-            if not records:
-                continue
             where: TP = (tp.topic, tp.partition)
+            if not records or where not in self._read.next:
+                continue  # fetched before the reader was assigned anew
             if tp.topic == plan.transaction_topic:
                 self.versions.tx_end = max(self.versions.tx_end, records[-1].offset + 1)
             for r in records:
@@ -442,7 +433,7 @@ class TxWorker:
                     home = self.share.home_of_record(r)
                     if home in self.owned:
                         bad.setdefault(home, []).append(part)
-                elif part is not None:
+                elif part is not None and self.share.take(part):
                     outcomes += assembler.feed(part)
             self._read.next[where] = records[-1].offset + 1
             count += len(records)
@@ -461,10 +452,11 @@ class TxWorker:
             settle_collector()
         stats.add(plan.transaction_topic, {}, sum(map(len, bad.values())))
         routed: list[Routed] = []
-        for v in sorted({*results, *bad}):
+        forwards = self.share.forwards(outcomes)  # outputs of this batch (txexchange)
+        for v in sorted({*results, *bad, *forwards}):
             records = [*(results[v].records if v in results else ()), *bad.get(v, ())]
             stats.add(plan.transaction_topic, results[v].counts if v in results else {})
-            routed.append((producer.of(v), self.share.outputs(records)))
+            routed.append((producer.of(v), [*self.share.outputs(records), *forwards.get(v, ())]))
         # the next batch is read while this one's acknowledgements are outstanding
         sent = await self._enqueue(routed)
         self._unrecorded = True

@@ -30,6 +30,7 @@ from bizevents.translators.txversions import TxVersions
 from tests.translators.test_routing import _placing, _ready
 
 TX_TOPIC = "shop.transaction"
+EXCHANGE = "tx.exchange"
 SOURCES: list[TP] = [("shop.store.orders", 0), ("shop.store.order_items", 0)]
 
 
@@ -40,15 +41,18 @@ def make_plan(
     *,
     pins: Pins | None = None,
     versions: Sequence[TransactionTranslator] = (),
+    by_partition: bool = False,
 ) -> TxPlan:
     """A plan as start-up makes one, for ``n`` virtual partitions; ``versions``: the
-    versions a promotion may put live besides ``translators``."""
+    versions a promotion may put live besides ``translators``; ``by_partition``: members
+    own the ``n`` partitions of each source (``transactions.by_partition``)."""
     core = TransactionCore(translators, serializer, dead_letter_topic="dlq")
     topics = {c.contract_topic() for t in [*translators, *versions] for c in t.emits}
+    sources = [(t, p) for t, _ in SOURCES for p in range(n)] if by_partition else SOURCES
     return TxPlan(
         list(translators),
         sorted({t for t, _ in SOURCES}),
-        list(SOURCES),
+        list(sources),
         TX_TOPIC,
         "tx.state",
         "tx.assemble",
@@ -60,6 +64,8 @@ def make_plan(
         AssemblyLimits(),
         pins=pins,
         versions={(t.name, t.version): t for t in [*translators, *versions]},
+        by_partition=by_partition,
+        exchange_topic=EXCHANGE if by_partition else "",
     )
 
 

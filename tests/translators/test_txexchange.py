@@ -1,0 +1,307 @@
+"""Members that own technical partitions (``transactions.by_partition``), without a
+broker: the slices of a transaction across partitions are forwarded once the END and
+the slice are in, a member takes only the ENDs of transactions touching its partitions,
+an exchanged slice that has not come yet is waited for, and two members reading only
+their own partitions and the exchange, in any interleaving, publish every event of the
+store's transactions once, as one member reading everything does, in per-key order."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from bizevents_store.translators import orders_v3
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bizevents.contracts.envelope import ChangeEvent
+from bizevents.contracts.serde import BusinessSerializer
+from bizevents.contracts.technical.routing import partition_for, routing_key
+from bizevents.contracts.technical.transaction import TransactionRecord
+from bizevents.testing import change
+from bizevents.translators.assembly import Assembler, Part, Ready
+from bizevents.translators.metrics import WorkerStats
+from bizevents.translators.records import OutRecord, SourceRecord
+from bizevents.translators.settings import RuntimeSettings
+from bizevents.translators.txcheckpoint import TP, Point
+from bizevents.translators.txexchange import HEADER_ORIGIN, Slices, origin
+from bizevents.translators.txplan import TxPlan
+from bizevents.translators.txshare import Share
+from bizevents.translators.txversions import TxVersions
+from tests.envelopes import in_transaction, store_order
+from tests.translators.test_routing import _placing
+from tests.translators.txharness import EXCHANGE, TX_TOPIC, make_plan
+
+N = 4
+MEMBERS = (frozenset({0, 1}), frozenset({2, 3}))
+
+
+def _partition(event: ChangeEvent) -> int:
+    """Where capture routing ``store.orders`` by ``id`` and items by ``order_id`` writes it."""
+    row = event.after or event.before or {}
+    order = row["id"] if event.source.table == "orders" else row["order_id"]
+    return partition_for(routing_key([order]), N)
+
+
+def _orders_on(partitions: frozenset[int], start: int) -> int:
+    """The first order id from ``start`` that capture routes to one of ``partitions``."""
+    order = start
+    while partition_for(routing_key([order]), N) not in partitions:
+        order += 1
+    return order
+
+
+@dataclass
+class Store:
+    """The topics: technical partitions, the transaction topic, the exchange; what each
+    technical record decodes to, by its coordinates."""
+
+    logs: dict[TP, list[SourceRecord]] = field(default_factory=dict)
+    decoded: dict[tuple[str, int, int], Any] = field(default_factory=dict)
+    #: Every transaction whole, in commit order (what one member reading all releases).
+    whole: list[Ready] = field(default_factory=list)
+
+    def write(self, topic: str, partition: int, value: Any, key: bytes | None) -> Part:
+        log = self.logs.setdefault((topic, partition), [])
+        record = SourceRecord(topic, partition, len(log), key, b"raw")
+        log.append(record)
+        self.decoded[(topic, partition, record.offset)] = value
+        if isinstance(value, TransactionRecord):
+            return Part(record.offset, record, record=value)
+        return Part(record.offset, record, change=value)
+
+
+def store_transactions(count: int, seed: int) -> Store:
+    """``count`` transactions: a third place one order, a third two orders on partitions
+    of different members, a third two orders anywhere and a status change of an earlier
+    order; each change written where capture routes it, then the END with its counts."""
+    rng = random.Random(seed)
+    store = Store()
+    for p in range(N):
+        store.logs[(EXCHANGE, p)] = []
+    order, placed = 1, list[int]()
+    for i in range(count):
+        tx_id = f"9:{1000 + i}"
+        kind = i % 3
+        if kind == 1:
+            first = _orders_on(MEMBERS[0], order)
+            second = _orders_on(MEMBERS[1], max(first, order) + 1)
+            orders = [first, second] if rng.random() < 0.5 else [second, first]
+        else:
+            first = _orders_on(frozenset(range(N)), order)
+            orders = [first] if kind == 0 else [first, first + 1]
+        order = max(orders) + 1
+        changes = [c for o in orders for c in _placing(o, rng.randint(1, 3))]
+        if kind == 2 and placed:
+            earlier = rng.choice(placed)
+            row = store_order(earlier)
+            changes.append(change("store.orders", "u", before=row, after={**row, "status": "paid"}))
+        placed += orders
+        parts = []
+        for n, c in enumerate(changes, start=1):
+            event = in_transaction(c.event, tx_id, n)  # type: ignore[attr-defined]
+            key = repr(sorted((event.key or {}).items())).encode()
+            topic = f"shop.{event.source.qualified_table}"
+            parts.append(store.write(topic, _partition(event), event, key))
+        tables: dict[str, int] = {}
+        per_partition: dict[tuple[str, int], int] = {}
+        for part in parts:
+            assert part.change is not None
+            table = part.change.source.qualified_table
+            tables[table] = tables.get(table, 0) + 1
+            where = (table, part.origin.partition)
+            per_partition[where] = per_partition.get(where, 0) + 1
+        record = TransactionRecord(
+            "END",
+            tx_id,
+            0,
+            len(parts),
+            tuple(tables.items()),
+            tuple((t, p, n) for (t, p), n in sorted(per_partition.items())),
+        )
+        end = store.write(TX_TOPIC, 0, record, tx_id.encode())
+        store.whole.append(Ready(tx_id, tuple(parts), end))
+    return store
+
+
+class Node:
+    """One member owning ``owned``: it reads its partitions, the transaction topic and
+    its exchange partitions, as the worker's batch does (decode, slices, assembler,
+    share), and forwards what its slices complete."""
+
+    def __init__(self, plan: TxPlan, owned: frozenset[int], store: Store) -> None:
+        versions = TxVersions(RuntimeSettings(), "tx", plan, WorkerStats("tx"))
+        self.share = Share(plan, versions)
+        self.share.owned = owned
+        mine = {v: Point() for v in owned}
+        self.assembler, self.next = self.share.start(mine, dict.fromkeys(plan.read_of(owned), 0))
+        self.store = store
+        self.seq = 0
+        self.published: list[OutRecord] = []
+
+    def step(self, rng: random.Random) -> bool:
+        """Read a few records of one partition with something unread; False when none."""
+        logs = self.store.logs
+        waiting = [tp for tp, at in self.next.items() if at < len(logs[tp])]
+        if not waiting:
+            return False
+        tp = rng.choice(waiting)
+        start = self.next[tp]
+        records = logs[tp][start : start + rng.randint(1, 4)]
+        self.next[tp] = start + len(records)
+        slices = self.share.slices
+        assert slices is not None
+        outcomes: list[Any] = []
+        for r in records:
+            self.seq += 1
+            read = origin(r) if tp[0] == EXCHANGE else r
+            value = self.store.decoded[(read.topic, read.partition, read.offset)]
+            if isinstance(value, TransactionRecord):
+                part = Part(self.seq, read, record=value)
+            else:
+                part = Part(self.seq, read, change=value)
+            if slices.take(part):
+                outcomes += self.assembler.feed(part)
+        result, _ = self.share.translate(outcomes)
+        self.published += result.records
+        forwards = slices.drain()
+        slices.settle(outcomes)
+        for sends in forwards.values():
+            for topic, q, key, value_bytes, headers in sends:
+                log = logs[(topic, q)]
+                log.append(SourceRecord(topic, q, len(log), key, value_bytes, list(headers)))
+        return True
+
+
+def reference(plan: TxPlan, store: Store) -> list[OutRecord]:
+    """What one member reading everything publishes: each transaction whole."""
+    assembler = Assembler(plan.core.reads)
+    out: list[OutRecord] = []
+    for ready in store.whole:
+        for part in [*ready.parts, ready.end]:
+            assert part is not None
+            for outcome in assembler.feed(part):
+                assert isinstance(outcome, Ready)
+                out += plan.core.translate(outcome)
+    return out
+
+
+def _by_key(records: Sequence[OutRecord]) -> dict[bytes | None, list[str]]:
+    found: dict[bytes | None, list[str]] = {}
+    for r in records:
+        found.setdefault(r.key, []).append(r.event_id)
+    return found
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_two_members_publish_every_event_once_in_key_order(
+    serializer: BusinessSerializer, seed: int
+) -> None:
+    """Two members each reading only its partitions, the transaction topic and its
+    exchange partitions, interleaved at random: every event of the whole transactions
+    once (same id, same value: OrderPlaced with its items and true total), each key's
+    events in commit order, and a third of the transactions crossed the members."""
+    plan = make_plan([orders_v3], serializer, N, by_partition=True)
+    store = store_transactions(30, seed)
+    crossing = sum(
+        1
+        for r in store.whole
+        if all(any(p.origin.partition in m for p in r.parts) for m in MEMBERS)
+    )
+    assert crossing >= len(store.whole) // 3
+    nodes = [Node(plan, owned, store) for owned in MEMBERS]
+    rng = random.Random(seed)
+    while any([node.step(rng) for node in rng.sample(nodes, len(nodes))]):
+        pass
+    published = [r for node in nodes for r in node.published]
+    expected = reference(plan, store)
+    assert all(not r.dead_letter for r in published)
+    assert sorted((r.event_id, r.value) for r in published) == sorted(
+        (r.event_id, r.value) for r in expected
+    )
+    mine = {key: ids for node in nodes for key, ids in _by_key(node.published).items()}
+    assert mine == _by_key(expected)
+
+
+def _end(tx_id: str, counts: Sequence[tuple[str, int, int]]) -> Part:
+    tables: dict[str, int] = {}
+    for table, _, n in counts:
+        tables[table] = tables.get(table, 0) + n
+    total = sum(tables.values())
+    record = TransactionRecord("END", tx_id, 0, total, tuple(tables.items()), tuple(counts))
+    return Part(99, SourceRecord(TX_TOPIC, 0, 99, None, b"END"), record=record)
+
+
+def _item(tx_id: str, n: int, partition: int) -> Part:
+    event = in_transaction(_placing(7, 3)[n].event, tx_id, n + 1)  # type: ignore[attr-defined]
+    return Part(n, SourceRecord("shop.store.order_items", partition, n, b"k", b"v"), change=event)
+
+
+def test_a_slice_is_forwarded_once_its_end_and_changes_are_in() -> None:
+    slices = Slices(frozenset({0}), lambda t: t == "store.order_items", EXCHANGE, 100)
+    end = _end("9:5", [("store.order_items", 0, 2), ("store.order_items", 3, 1), ("x.y", 1, 4)])
+    assert slices.take(_item("9:5", 1, 0))
+    assert slices.take(end)
+    assert slices.drain() == {}  # one change of the slice still to come
+    assert slices.take(_item("9:5", 2, 0))
+    (forwards,) = slices.drain().values()
+    # to partition 3 only (x.y is not read), the original bytes and coordinates
+    assert [(t, q, k, v) for t, q, k, v, _ in forwards] == [(EXCHANGE, 3, b"k", b"v")] * 2
+    copy = SourceRecord(EXCHANGE, 3, 0, b"k", b"v", list(forwards[1][4]))
+    assert copy.headers[-1][0] == HEADER_ORIGIN
+    assert origin(copy) == SourceRecord("shop.store.order_items", 0, 2, b"k", b"v", [])
+    slices.take(_item("9:5", 2, 0))  # read again: forwarded already
+    assert slices.drain() == {}
+
+
+def test_an_end_elsewhere_is_not_taken_and_one_partition_forwards_nothing() -> None:
+    slices = Slices(frozenset({0}), lambda t: True, EXCHANGE, 100)
+    assert not slices.take(_end("9:6", [("store.order_items", 2, 1)]))
+    assert slices.take(_item("9:7", 1, 0))
+    assert slices.take(_end("9:7", [("store.order_items", 0, 1)]))
+    assert slices.drain() == {}
+
+
+def test_an_exchanged_slice_is_waited_for_past_the_local_partitions() -> None:
+    """Every partition the member reads has passed the transaction, one slice is
+    elsewhere: it waits for the exchange (a member reading everything would give the
+    transaction up as short), and releases it whole when the slice comes."""
+    assembler = Assembler(
+        lambda t: True,
+        sources=[("shop.store.order_items", 0)],
+        local=lambda tx_id: frozenset({0}),
+    )
+    assert assembler.feed(_item("9:5", 1, 0)) == []
+    assert (
+        assembler.feed(_end("9:5", [("store.order_items", 0, 1), ("store.order_items", 3, 1)]))
+        == []
+    )
+    assert assembler.feed(_item("9:6", 1, 0)) == []
+    (ready,) = assembler.feed(_item("9:5", 2, 3))
+    assert isinstance(ready, Ready) and len(ready.parts) == 2
+
+
+def test_a_partition_released_before_waits_for_its_slice_by_the_exchange() -> None:
+    """Owned partition 0's checkpoint released 9:4 and 9:5, partition 3's did not (taken
+    over from members that had got to different places): 9:4, on 0 alone, is not
+    taken; 9:5 is, for 3, with nothing forwarded from 0 (its owner forwarded it before
+    releasing it), and it waits for 0's slice from the exchange though both partitions
+    read have passed it (0's reading starts past it)."""
+    slices = Slices(
+        frozenset({0, 3}), lambda t: True, EXCHANGE, 100, lambda v, tx: v == 0 and tx < "9:6"
+    )
+    sources = [("shop.store.order_items", 0), ("shop.store.order_items", 3)]
+    assembler = Assembler(lambda t: True, sources=sources, local=slices.local)
+    assert not slices.take(_end("9:4", [("store.order_items", 0, 1)]))
+    end = _end("9:5", [("store.order_items", 0, 1), ("store.order_items", 3, 1)])
+    assert slices.take(end)
+    assert assembler.feed(end) == []
+    for part in (_item("9:5", 2, 3), _item("9:6", 1, 0), _item("9:6", 2, 3)):
+        assert slices.take(part)
+        assert assembler.feed(part) == []
+    assert list(slices.drain()) == [3]  # 3's slice to 0, none of 0's
+    (ready,) = assembler.feed(_item("9:5", 1, 0))  # from the exchange
+    assert isinstance(ready, Ready) and ready.tx_id == "9:5" and len(ready.parts) == 2
