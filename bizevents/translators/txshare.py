@@ -50,6 +50,8 @@ class Share:
         self.points: dict[int, Point] = {}
         #: By partition: the owned partitions' slices and their forwards (made at each start).
         self.slices: Slices | None = None
+        #: Where this member reads each partition from since its last start.
+        self.reading_from: dict[TP, int] = {}
 
     def start(
         self, mine: dict[int, Point], start: dict[TP, int]
@@ -72,6 +74,7 @@ class Share:
         known = [set(p.released.released) for p in mine.values()]
         shared = tuple(sorted(set.intersection(*known))) if known else ()
         self.points = mine
+        self.reading_from = offsets
         self.slices = None
         if plan.by_partition:
             self.slices = Slices(
@@ -222,13 +225,26 @@ class Share:
             sends.append((out.topic, partition_for(place, count), out.key, out.value, out.headers))
         return sends
 
+    def exchanged(self, read: SourceRecord) -> SourceRecord | None:
+        """The technical record a forwarded one copies; ``None`` when this member reads
+        that record itself (a forward to a partition it owns, of a change at or past
+        where it started reading it), so the copy is not decoded only to be dropped as
+        a duplicate. One from before that start is kept: that partition's checkpoint
+        released its transaction, and the copy is how its slice comes."""
+        copied = origin(read)
+        start = self.reading_from.get((copied.topic, copied.partition))
+        return None if start is not None and copied.offset >= start else copied
+
     def part(self, r: Any, seq: int) -> Part | OutRecord | None:
         """The record as a part (``None`` for a tombstone), or its dead letter."""
         if r.value is None:
             return None  # a tombstone: compaction's marker, not a change
         read = SourceRecord(r.topic, r.partition, r.offset, r.key, r.value, list(r.headers or ()))
         if r.topic == self.plan.exchange_topic:
-            read = origin(read)  # decoded as read from the technical topic
+            copied = self.exchanged(read)
+            if copied is None:
+                return None
+            read = copied  # decoded as read from the technical topic
         where = Coordinates(read.topic, read.partition, read.offset)
         try:
             if r.topic == self.plan.transaction_topic:

@@ -156,7 +156,9 @@ class Node:
         outcomes: list[Any] = []
         for r in records:
             self.seq += 1
-            read = origin(r) if tp[0] == EXCHANGE else r
+            read = self.share.exchanged(r) if tp[0] == EXCHANGE else r
+            if read is None:
+                continue
             value = self.store.decoded[(read.topic, read.partition, read.offset)]
             if isinstance(value, TransactionRecord):
                 part = Part(self.seq, read, record=value)
@@ -305,3 +307,27 @@ def test_a_partition_released_before_waits_for_its_slice_by_the_exchange() -> No
     assert list(slices.drain()) == [3]  # 3's slice to 0, none of 0's
     (ready,) = assembler.feed(_item("9:5", 1, 0))  # from the exchange
     assert isinstance(ready, Ready) and ready.tx_id == "9:5" and len(ready.parts) == 2
+
+
+def test_a_forward_to_a_partition_read_here_is_not_decoded_again(
+    serializer: BusinessSerializer,
+) -> None:
+    """A member owning partitions 0 and 3 forwards 3's slices to 0 too (its checkpoints
+    may pass a transaction at different places): the copy of a change at or past where
+    it started reading partition 3 is not decoded (it reads that change itself); one
+    from before that start is, as its slice; one of a partition it does not read is."""
+    plan = make_plan([orders_v3], serializer, N, by_partition=True)
+    share = Share(plan, TxVersions(RuntimeSettings(), "tx", plan, WorkerStats("tx")))
+    share.owned = frozenset({0, 3})
+    start = {tp: 5 for tp in plan.read_of(share.owned)}
+    share.start({0: Point(), 3: Point()}, start)
+    topic = "shop.store.order_items"
+
+    def copy(partition: int, offset: int) -> SourceRecord:
+        where = f"{topic}:{partition}:{offset}".encode()
+        return SourceRecord(EXCHANGE, 0, 9, b"k", b"v", [(HEADER_ORIGIN, where)])
+
+    assert share.exchanged(copy(3, 5)) is None
+    assert share.exchanged(copy(3, 6)) is None
+    assert share.exchanged(copy(3, 4)) == SourceRecord(topic, 3, 4, b"k", b"v", [])
+    assert share.exchanged(copy(1, 7)) == SourceRecord(topic, 1, 7, b"k", b"v", [])
