@@ -28,7 +28,9 @@ and ``store.order_items`` with transaction metadata, one ``bizevents translate
 new order (the rate counts those changes too); the latency is commit → OrderPlaced.
 With ``--workers 2`` two workers run in one group (issue 40's target: p99 ≤ 250 ms at
 5,000 changes/s with two); each transaction places about 16 orders, so most touch
-several partitions.
+several partitions. ``--by-partition`` runs the workers with
+``transactions.by_partition`` and capture routing the orders and their items by order
+id (``routing``), as that path needs.
 """
 
 from __future__ import annotations
@@ -402,6 +404,10 @@ def one_run(endpoints: Any, args: argparse.Namespace, tmp: Path) -> Figures:
             partitions=4,
             snapshot="never",
             state_dir=tmp / "capture-state",
+            # by partition, each change goes to its order's partition (issue 40's routing)
+            routing={"store.orders": ("id",), "store.order_items": ("order_id",)}
+            if args.by_partition
+            else {},
             **({} if args.capture_linger_ms is None else {"linger_ms": args.capture_linger_ms}),
         )
         knobs = {
