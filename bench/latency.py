@@ -538,6 +538,11 @@ def one_run(endpoints: Any, args: argparse.Namespace, tmp: Path) -> Figures:
             f"{shown['BIZEVENTS_TRANSLATE__LINGER_MS']} ms"
         )
         print_breakdown(committed, events)
+        if args.transactions:
+            from bench.translate_tx import worker_path
+
+            group = f"bench-latency-tx-{tag}"
+            print(f"worker path: {worker_path(endpoints.bootstrap_servers, group)}")
         return Figures(p50, p95, p99, latencies[-1], missing, rate)
     finally:
         if events is not None:
