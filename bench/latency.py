@@ -28,7 +28,9 @@ and ``store.order_items`` with transaction metadata, one ``bizevents translate
 new order (the rate counts those changes too); the latency is commit → OrderPlaced.
 With ``--workers 2`` two workers run in one group (issue 40's target: p99 ≤ 250 ms at
 5,000 changes/s with two); each transaction places about 16 orders, so most touch
-several partitions.
+several partitions. ``--by-partition`` runs the workers with
+``transactions.by_partition`` and capture routing the orders and their items by order
+id (``routing``), as that path needs.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ import uuid
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg2
 
@@ -54,6 +56,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tests.capture.capture_helpers: the capture CLI helpers
 
 from bench import kit  # noqa: E402
+
+if TYPE_CHECKING:
+    from bizevents.capture.config import CaptureConfig
 
 TARGET_P99_S = 0.250
 TARGET_RATE = 5_000
@@ -360,11 +365,31 @@ def report(runs: list[Figures]) -> None:
     )
 
 
+def capture_config(args: argparse.Namespace, tag: str, state_dir: Path) -> CaptureConfig:
+    """The capture of one run: the orders (and their items with ``--transactions``) on
+    four partitions from the slot's creation on; with ``--by-partition`` routed by order
+    id, as that path needs."""
+    from bizevents.capture.config import CaptureConfig
+
+    return CaptureConfig(
+        server=f"lat{tag}",
+        tables=("store.orders", "store.order_items") if args.transactions else ("store.orders",),
+        slot=f"bench_latency_{tag}",
+        publication=f"bench_latency_{tag}",
+        partitions=4,
+        snapshot="never",
+        state_dir=state_dir,
+        routing={"store.orders": ("id",), "store.order_items": ("order_id",)}
+        if args.by_partition
+        else {},
+        **({} if args.capture_linger_ms is None else {"linger_ms": args.capture_linger_ms}),
+    )
+
+
 def one_run(endpoints: Any, args: argparse.Namespace, tmp: Path) -> Figures:
     """Capture and a worker on a new server name and slot, driven for ``args.seconds``."""
     from bizevents_store.load import create_schema
 
-    from bizevents.capture.config import CaptureConfig
     from tests.capture.capture_helpers import start_cli, write_config
 
     tmp.mkdir(parents=True)
@@ -392,18 +417,7 @@ def one_run(endpoints: Any, args: argparse.Namespace, tmp: Path) -> Figures:
                 )
                 (product,) = cur.fetchone()
         conn.commit()
-        config = CaptureConfig(
-            server=server,
-            tables=("store.orders", "store.order_items")
-            if args.transactions
-            else ("store.orders",),
-            slot=slot,
-            publication=f"bench_latency_{tag}",
-            partitions=4,
-            snapshot="never",
-            state_dir=tmp / "capture-state",
-            **({} if args.capture_linger_ms is None else {"linger_ms": args.capture_linger_ms}),
-        )
+        config = capture_config(args, tag, tmp / "capture-state")
         knobs = {
             "BIZEVENTS_TRANSLATE__FETCH_MAX_WAIT_MS": args.fetch_wait_ms,
             "BIZEVENTS_TRANSLATE__LINGER_MS": args.worker_linger_ms,
@@ -524,6 +538,11 @@ def one_run(endpoints: Any, args: argparse.Namespace, tmp: Path) -> Figures:
             f"{shown['BIZEVENTS_TRANSLATE__LINGER_MS']} ms"
         )
         print_breakdown(committed, events)
+        if args.transactions:
+            from bench.translate_tx import worker_path
+
+            group = f"bench-latency-tx-{tag}"
+            print(f"worker path: {worker_path(endpoints.bootstrap_servers, group)}")
         return Figures(p50, p95, p99, latencies[-1], missing, rate)
     finally:
         if events is not None:

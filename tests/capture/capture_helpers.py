@@ -211,7 +211,11 @@ def write_config(path: Path, config: CaptureConfig) -> Path:
         data["dsn"] = config.dsn.get_secret_value()
     lines = []
     for key, value in data.items():
-        lines.append(f"{key} = {json.dumps(value)}")
+        if isinstance(value, dict):  # a TOML inline table, not JSON's object
+            pairs = ", ".join(f"{json.dumps(k)} = {json.dumps(v)}" for k, v in value.items())
+            lines.append(f"{key} = {{{pairs}}}")
+        else:
+            lines.append(f"{key} = {json.dumps(value)}")
     path.write_text("\n".join(lines) + "\n")
     return path
 

@@ -1,0 +1,237 @@
+"""Issue 40 end to end: the store's orders placed in the real PostgreSQL and MariaDB,
+captured with ``routing`` (orders by ``id``, their items by ``order_id``, over four
+technical partitions), translated by two transaction workers of one group that own
+technical partitions (``transactions.by_partition``), on the suite's broker (and on
+Apache Kafka by ``broker="kafka"``). Two thirds of the transactions place two orders,
+and more than a third place them on partitions of both members: every OrderPlaced
+comes out once with its true total and items, and each order's status changes in
+commit order."""
+
+from __future__ import annotations
+
+import random
+import signal
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+from pydantic import SecretStr
+
+from bizevents.capture.config import CaptureConfig
+from bizevents.contracts.technical.routing import partition_for, routing_key
+from bizevents.devstack import Endpoints
+from tests.capture import mysql_helpers
+from tests.capture.capture_helpers import capture_endpoints, in_process
+from tests.integration.test_transaction_worker import Reader, Worker, _check, store_db, truth
+from tests.integration.test_transaction_worker_by_partition import (
+    _forwarded,
+    _wait_held,
+    statuses,
+)
+from tests.integration.test_transaction_worker_mysql import store_mysql_db
+
+pytestmark = pytest.mark.integration
+
+N = 4
+ROUTING: dict[str, tuple[str, ...]] = {"store.orders": ("id",), "store.order_items": ("order_id",)}
+#: Every pair of partitions: whichever two each member owns, four pairs of six cross them.
+PAIRS = [(p, q) for p in range(N) for q in range(p + 1, N)]
+
+
+def _partition(order: int) -> int:
+    return partition_for(routing_key([order]), N)
+
+
+class Store:
+    """The store's database on one source, captured with routing, and the orders this
+    test places in it."""
+
+    def __init__(self, db: Any) -> None:
+        self.db = db
+        tag = uuid.uuid4().hex[:8]
+        db.sql("INSERT INTO store.customers (email, full_name) VALUES (%s, 'T')", (f"{tag}@t",))
+        self.customer = db.sql("SELECT id FROM store.customers WHERE email = %s", (f"{tag}@t",))
+        self.products = []
+        for sku, price in (("A", "2.50"), ("B", "4.59"), ("C", "1622.10")):
+            db.sql(
+                "INSERT INTO store.products (sku, name, price) VALUES (%s, %s, %s)",
+                (f"{sku}-{tag}", sku, price),
+            )
+            found = db.sql("SELECT id FROM store.products WHERE sku = %s", (f"{sku}-{tag}",))
+            self.products.append(found[0][0])
+        # The store's tables are shared by the session's tests: this test's order ids
+        # are its own, counted down from far above any sequence's (an id above
+        # MariaDB's AUTO_INCREMENT moves it past this one, so never into ours).
+        self.next_order = random.randrange(10**12, 2 * 10**12)
+        #: per transaction: the partitions it touched
+        self.touched: list[set[int]] = []
+
+    def order_on(self, partition: int) -> int:
+        order = self.next_order
+        while _partition(order) != partition:
+            order -= 1
+        self.next_order = order - 1
+        return order
+
+    def transaction(self, statements: list[tuple[str, tuple[Any, ...]]], orders: list[int]) -> None:
+        self.db.sql("BEGIN")
+        for statement, params in statements:
+            self.db.sql(statement, params)
+        self.db.sql("COMMIT")
+        self.touched.append({_partition(o) for o in orders})
+
+    def placing(self, order: int, lines: int) -> list[tuple[str, tuple[Any, ...]]]:
+        """As the store's load does: the order with total 0, its items, then the total."""
+        customer = self.customer[0][0]
+        statements: list[tuple[str, tuple[Any, ...]]] = [
+            (
+                "INSERT INTO store.orders (id, customer_id, total) VALUES (%s, %s, 0)",
+                (order, customer),
+            )
+        ]
+        for line in range(1, lines + 1):
+            statements.append(
+                (
+                    "INSERT INTO store.order_items SELECT %s, %s, id, %s, price "
+                    "FROM store.products WHERE id = %s",
+                    (order, line, line, self.products[(order + line) % 3]),
+                )
+            )
+        statements.append(
+            (
+                "UPDATE store.orders SET total = (SELECT SUM(quantity * unit_price) "
+                "FROM store.order_items WHERE order_id = %s) WHERE id = %s",
+                (order, order),
+            )
+        )
+        return statements
+
+    def mixed(self, count: int) -> list[int]:
+        """``count`` transactions: a third place one order, two thirds two orders on a
+        pair of partitions (every pair in turn); the orders placed."""
+        placed: list[int] = []
+        for i in range(count):
+            if i % 3 == 0:
+                orders = [self.order_on(i % N)]
+            else:
+                p, q = PAIRS[i % len(PAIRS)]
+                orders = [self.order_on(p), self.order_on(q)]
+            self.transaction([s for o in orders for s in self.placing(o, 1 + i % 3)], orders)
+            placed += orders
+        return placed
+
+    def status(self, orders: list[int], status: str) -> None:
+        """One transaction moving ``orders`` to ``status``."""
+        statements = [
+            ("UPDATE store.orders SET status = %s WHERE id = %s", (status, o)) for o in orders
+        ]
+        self.transaction(statements, orders)
+
+    def crossing(self, held: list[list[int]]) -> float:
+        """The share of the transactions that touched partitions of two members."""
+        crossed = [t for t in self.touched if sum(1 for h in held if t & set(h)) > 1]
+        return len(crossed) / len(self.touched)
+
+
+def _stop(worker: Worker) -> None:
+    if worker.alive():
+        worker.signal(signal.SIGTERM)
+
+
+@contextmanager
+def captured(
+    source: str, broker: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[tuple[Store, Endpoints, Callable[[], None]]]:
+    """The store on ``source`` captured with routing onto ``broker``'s stack: the store,
+    the stack, and a call that returns once capture took every change made so far."""
+    endpoints = cast(
+        Endpoints,
+        request.getfixturevalue("bizevents_stack")
+        if broker == "default"
+        else request.getfixturevalue("bizevents_stack_on")("kafka"),
+    )
+    state = tmp_path / "capture"
+    if source == "mariadb":
+        with store_mysql_db(request.getfixturevalue("bizevents_mysql"), endpoints) as my:
+            config = CaptureConfig(
+                server=my.server,
+                dsn=SecretStr(my.dsn),
+                tables=tuple(ROUTING),
+                partitions=N,
+                snapshot="never",
+                routing=ROUTING,
+            )
+            with mysql_helpers.in_process(config, my.capture_endpoints(state)) as run:
+                run.wait_snapshot()
+                yield Store(my), endpoints, lambda: run.wait_position(my.binlog_end())
+    else:
+        with store_db(endpoints) as pg:
+            config = CaptureConfig(
+                server=pg.server,
+                tables=tuple(ROUTING),
+                slot=pg.slot,
+                publication=pg.publication,
+                partitions=N,
+                snapshot="never",
+                heartbeat_interval_s=1.0,
+                routing=ROUTING,
+            )
+            with in_process(config, capture_endpoints(endpoints, state)) as run:
+                run.wait_snapshot()
+                yield Store(pg), endpoints, lambda: run.wait_acked(pg.wal_lsn())
+
+
+@pytest.mark.parametrize(
+    ("source", "broker"),
+    # Not yet ("postgres", "kafka"), ("mariadb", "kafka"): on Apache Kafka capture's
+    # routing check asks a just-created topic's end offsets before it has a leader
+    # (NOT_LEADER_FOR_PARTITION, capture/core/routing.py's _written) and stops.
+    [
+        ("postgres", "default"),
+        pytest.param("mariadb", "default", marks=pytest.mark.mysql),
+    ],
+)
+def test_two_members_by_partition_over_a_routing_capture(
+    request: pytest.FixtureRequest, tmp_path: Path, source: str, broker: str
+) -> None:
+    """Two members by partition over a capture routing the orders by order id: every
+    order placed once with its true total and items, the crossing transactions' slices
+    exchanged, and each order's status changes (transactions across partitions too) in
+    commit order."""
+    with ExitStack() as stack:
+        store, endpoints, caught_up = stack.enter_context(
+            captured(source, broker, request, tmp_path)
+        )
+        db = store.db
+        group = f"{db.server}-tx"
+        workers = []
+        for i in range(2):
+            worker = Worker(db, group, f"{group}.dlq", tmp_path / f"w{i}.log")
+            worker.env["BIZEVENTS_TRANSACTIONS__BY_PARTITION"] = "true"
+            workers.append(worker.start())
+            stack.callback(_stop, worker)
+        reader = Reader(db)
+        stack.callback(reader.close)
+        held = _wait_held(workers, group)
+        orders = store.mixed(30)
+        changed = orders[:10]
+        for status in ("paid", "shipped"):
+            store.status(changed, status)
+        caught_up()
+        events = reader.wait(set(orders), workers[0], timeout=120)
+        assert store.crossing(held) >= 1 / 3, held
+        _check(events, truth(db, orders))
+        assert len(events) == len(orders)  # no member died: each exactly once
+        assert sum(_forwarded(endpoints, group, p) for p in range(N)) > 0, "nothing exchanged"
+        deadline = time.monotonic() + 60
+        while True:
+            seen = statuses(endpoints, db.server, set(changed))
+            if all(len(s) == 2 for s in seen.values()) or time.monotonic() > deadline:
+                break
+            time.sleep(1)
+        assert seen == {o: ["PAID", "SHIPPED"] for o in changed}
+        assert all(w.alive() for w in workers), [w.tail() for w in workers]
