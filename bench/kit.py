@@ -35,13 +35,15 @@ BROKERS = ("tansu", "kafka")
 FIGURES = "bench figures: "
 
 
-def broker_option(parser: argparse.ArgumentParser) -> None:
+def broker_option(parser: argparse.ArgumentParser, *, both: bool = True) -> None:
+    """``--broker``; with ``both``, also ``both`` (a bench's runs on each alternately)."""
+    also = ", or both: --runs runs on each alternately, side by side" if both else ""
     parser.add_argument(
         "--broker",
-        choices=[*BROKERS, "both"],
+        choices=[*BROKERS, "both"] if both else list(BROKERS),
         default="tansu",
         help="the private stack's broker: the embedded Tansu, Apache Kafka (the dev stack's "
-        "--broker kafka), or both: --runs runs on each alternately, side by side",
+        f"--broker kafka){also}",
     )
 
 

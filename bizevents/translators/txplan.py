@@ -121,8 +121,10 @@ def prepare_transactions(
     translators, shadows, admin = found.translators, found.shadows, found.admin
     sources, metadata = found.sources, found.metadata
     outputs = [*found.outputs, *found.shadow_outputs]
-    ensure_topics(admin, [tx.state()], 1)
-    assembly = ensure_topics(admin, [tx.assembly()], tx.assembly_partitions)[tx.assembly()]
+    ensure_topics(admin, [tx.state()], 1, wait_s=t.broker_wait_s)
+    assembly = ensure_topics(
+        admin, [tx.assembly()], tx.assembly_partitions, wait_s=t.broker_wait_s
+    )[tx.assembly()]
     partitions = {name: found.partitions[name] for name in [*outputs, t.dead_letter_topic]}
     partitions[t.parked_topic] = 1
     guard = TxParking(

@@ -3,12 +3,24 @@ attributes, pinned here), and the block acknowledgements into Faust's bookkeepin
 
 from __future__ import annotations
 
+import asyncio
 import weakref
 from collections import defaultdict
 from dataclasses import dataclass
 from importlib.metadata import version
 from typing import Any
 
+import pytest
+from aiokafka.client import CoordinationType
+from aiokafka.errors import (
+    CoordinatorLoadInProgressError,
+    KafkaConnectionError,
+    KafkaError,
+    NotCoordinatorError,
+    TransactionalIdAuthorizationFailed,
+)
+from aiokafka.producer.sender import Sender
+from aiokafka.producer.transaction_manager import TransactionManager
 from faust.transport.drivers.aiokafka import Consumer as FaustConsumer
 from faust.types import TP
 from intervaltree import IntervalTree
@@ -231,3 +243,57 @@ def test_a_block_of_an_earlier_generation_is_not_acknowledged() -> None:
     assert acker.ack(old) == 0
     assert old.acked  # Faust's wait_empty must not wait for it
     assert consumer.committable(TP0) is None
+
+
+# -- a transactional producer's coordinator, looked up while the cluster restarts --------------
+
+
+class _RestartingClient:
+    """The three calls ``Sender._find_coordinator`` makes; the lookup answers ``errors``
+    one by one (as a restarting cluster does), then names node 2."""
+
+    def __init__(self, errors: list[Exception]) -> None:
+        self.errors = errors
+        self.lookups = 0
+
+    async def coordinator_lookup(self, _type: Any, _key: str) -> int:
+        self.lookups += 1
+        if self.errors:
+            raise self.errors.pop(0)
+        return 2
+
+    async def ready(self, _node: int, group: Any = None) -> bool:
+        return True
+
+    async def force_metadata_update(self) -> bool:
+        return True
+
+
+async def _lookup(client: _RestartingClient) -> Any:
+    """A transactional producer's coordinator, as its sender looks it up (no producer
+    around it: only the lookup runs, as the imported ``_faust`` patched it)."""
+    sender = Sender.__new__(Sender)
+    sender.client = client
+    sender._txn_manager = TransactionManager("tid", 60_000)
+    sender._coordinators = {}
+    sender._retry_backoff = 0.0
+    return await sender._find_coordinator(CoordinationType.TRANSACTION, "tid")
+
+
+def test_a_coordinator_loading_or_moved_is_looked_up_again() -> None:
+    """aiokafka's own lookup retries three errors and stops the producer's sender for good
+    on any other ("Unexpected error during batch delivery": the row worker's exit in
+    docs/reliability.md's L3); the ones a restarting cluster answers are asked again."""
+    client = _RestartingClient(
+        [CoordinatorLoadInProgressError(), NotCoordinatorError(), KafkaConnectionError()]
+    )
+    found = asyncio.run(_lookup(client))
+    assert found == 2
+    assert client.lookups == 4
+
+
+def test_a_refused_coordinator_lookup_still_stops_the_sender() -> None:
+    client = _RestartingClient([TransactionalIdAuthorizationFailed()])
+    with pytest.raises(KafkaError):
+        asyncio.run(_lookup(client))
+    assert client.lookups == 1
