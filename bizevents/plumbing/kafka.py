@@ -274,10 +274,10 @@ def read_latest(
     whose last record is a tombstone. A topic that does not exist has no keys.
 
     ``kafka`` is a confluent-kafka configuration; ``group`` names the reader (nothing
-    is committed); a cluster that does not answer within ``timeout_s``, or answers the
-    topic with an error other than "unknown topic", is a :class:`TransientError`. A
-    partition whose leader moves, or a cluster restarting, is read again, for up to
-    ``wait_s`` (three times ``timeout_s`` unless given).
+    is committed). A cluster that does not answer within ``timeout_s``, a partition
+    whose leader moves, or a cluster restarting, is read again, for up to ``wait_s``
+    (three times ``timeout_s`` unless given); then, or when the cluster answers the
+    topic with an error other than "unknown topic", it is a :class:`TransientError`.
     """
     return while_restarting(
         f"reading the topic {topic}",
@@ -300,7 +300,7 @@ def _read_latest_once(
         try:
             meta = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
         except KafkaException as exc:
-            raise TransientError(
+            raise _AskAgain(
                 f"the Kafka cluster at {kafka.get('bootstrap.servers')} did not answer "
                 f"within {timeout_s:g} s ({exc})"
             ) from exc
