@@ -134,6 +134,7 @@ def test_start_up_reads_wait_for_a_cluster_restarting(cluster: Cluster, first: s
     for n in range(30):
         producer.produce("orders", f"v{n}".encode(), f"k{n}".encode())
     assert producer.flush(60) == 0
+    del producer  # its threads would go on calling the stopped nodes
 
     cluster.stop_all()
     restarted = threading.Timer(8.0, cluster.start_all)
