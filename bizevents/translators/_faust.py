@@ -223,6 +223,11 @@ class _BulkConsumer(AIOKafkaConsumer):
                     unacked.add(block)  # type: ignore[arg-type]
                     for channel in tp_index[tp]:
                         await self.wait_first(channel.queue.put(block), self.suspend_flow.wait())
+                    # Only the queues may hold it now: a rebalance clears them, then
+                    # waits until no block is tracked (wait_empty). Kept here, the last
+                    # block queued outlived the clearing and the rebalance waited for it
+                    # for good (docs/reliability.md, finding 8).
+                    del block
                 else:  # any other topic keeps Faust's per-message path
                     for record in fetched:
                         await callback(self._to_message(tp, record))

@@ -4,10 +4,12 @@ attributes, pinned here), and the block acknowledgements into Faust's bookkeepin
 from __future__ import annotations
 
 import asyncio
+import gc
 import weakref
 from collections import defaultdict
 from dataclasses import dataclass
 from importlib.metadata import version
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -297,3 +299,69 @@ def test_a_refused_coordinator_lookup_still_stops_the_sender() -> None:
     with pytest.raises(KafkaError):
         asyncio.run(_lookup(client))
     assert client.lookups == 1
+
+
+# -- a rebalance waits for the blocks still tracked; a cleared queue's block is not ----------
+
+
+class _Channel:
+    def __init__(self) -> None:
+        self.queue = self
+        self.items: list[Any] = []
+
+    async def put(self, item: Any) -> None:
+        self.items.append(item)
+
+
+class _DrainingConsumer:
+    """What ``_BulkConsumer._drain_messages`` reads of its consumer: one fetch of one
+    block, then a rebalance that clears the agent's queue, as Faust's does."""
+
+    def __init__(self, tp: TP, record: Any) -> None:
+        self.channel = _Channel()
+        self.app = SimpleNamespace(
+            topics=SimpleNamespace(_tp_index={tp: [self.channel]}), consumer_generation_id=1
+        )
+        self._stopped = asyncio.Event()
+        self._read_offset: dict[TP, int] = {}
+        self._unacked_messages: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._buffered_partitions: set[TP] = set()
+        self.bulk_topics = frozenset({tp.topic})
+        self.should_stop = False
+        self.flow_active = True
+        self.suspend_flow = asyncio.Event()
+        self.fetches = [{tp: [record]}]
+        #: the blocks still tracked while the rebalance waits (Faust's wait_empty)
+        self.tracked_at_rebalance: int | None = None
+
+    async def _wait_next_records(self, _timeout: float) -> tuple[dict[TP, Any], None]:
+        if self.fetches:
+            return self.fetches.pop(), None
+        # the rebalance: flow suspended, the queues cleared, then wait_empty
+        self.flow_active = False
+        self.channel.items.clear()
+        gc.collect()
+        self.tracked_at_rebalance = len(self._unacked_messages)
+        self._stopped.set()
+        return {}, None
+
+    async def wait_first(self, *coros: Any) -> None:
+        await coros[0]
+        for other in coros[1:]:
+            other.close()
+
+    async def callback(self, _message: Any) -> None:
+        raise AssertionError("a bulk topic's record went the per-message path")
+
+
+def test_a_block_the_rebalance_cleared_from_the_queue_is_not_waited_for() -> None:
+    """The drain loop's own reference kept the last block it queued alive after a
+    rebalance cleared the queue; the rebalance waited for it (wait_empty) and the row
+    worker published nothing more (finding 8, docs/reliability.md's F6)."""
+    tp = TP("shop.public.bulk", 0)
+    consumer = _DrainingConsumer(tp, SimpleNamespace(offset=1465))
+    fetcher = SimpleNamespace(_stopped=asyncio.Event())
+    drain = bulk_consumer(frozenset({tp.topic}), 100)._drain_messages
+    asyncio.run(drain(consumer, fetcher))  # type: ignore[arg-type]
+    assert consumer._read_offset == {tp: 1465}
+    assert consumer.tracked_at_rebalance == 0
