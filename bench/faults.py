@@ -94,6 +94,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench import kit  # noqa: E402
 from bench.faultsuite.consumer import Applied, check_applied, create_tables, order_topics  # noqa: E402
 from bench.faultsuite.processes import Load, Supervised, alive, log, tail  # noqa: E402
 from bench.faultsuite.report import Report, check_events  # noqa: E402
@@ -1235,12 +1236,7 @@ def main(argv: list[str] | None = None) -> int:
         help="the database captured: PostgreSQL (default) or MariaDB (binlog)",
     )
     parser.add_argument("--keep", action="store_true", help="keep the work folder (logs)")
-    parser.add_argument(
-        "--broker",
-        choices=("tansu", "kafka"),
-        default="tansu",
-        help="the broker: the embedded Tansu (default) or Apache Kafka",
-    )
+    kit.broker_option(parser, both=False)
     parser.add_argument(
         "--brokers",
         type=int,

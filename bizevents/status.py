@@ -205,7 +205,7 @@ def promotions(kafka: dict[str, Any], topic: str, group: str) -> list[dict[str, 
     from bizevents.translators.promotion import Promotion, decode
 
     found = []
-    for key, value in read_latest(kafka, topic, group, timeout_s=3).items():
+    for key, value in read_latest(kafka, topic, group, timeout_s=3, wait_s=0).items():
         if value is None or not key.startswith(b"promotion|"):
             continue
         record = decode(value, f"{topic} key {key!r}")

@@ -15,9 +15,14 @@ import time
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
+
+import structlog
 
 from bizevents.plumbing.errors import TerminalError, TransientError
+
+log = structlog.get_logger("kafka")
+T = TypeVar("T")
 
 __all__ = [
     "EMBEDDED_BROKER",
@@ -30,10 +35,12 @@ __all__ = [
     "partition_for",
     "produce",
     "read_latest",
+    "restarting",
     "send_confirmed",
     "stay_in_group",
     "stay_in_group_where_needed",
     "traits_of",
+    "while_restarting",
 ]
 
 
@@ -110,6 +117,68 @@ def send_confirmed(
         raise DeliveryError(topic, f"no acknowledgement within {timeout_s:g} s")
 
 
+#: librdkafka's codes of a cluster restarting, a node down, or a partition's leader moving:
+#: what a start-up read or CreateTopics meets for a while and then no more.
+_RESTARTING = frozenset(
+    {
+        "NOT_LEADER_FOR_PARTITION",
+        "LEADER_NOT_AVAILABLE",
+        "OFFSET_NOT_AVAILABLE",
+        "NOT_CONTROLLER",
+        "REQUEST_TIMED_OUT",
+        "_UNKNOWN_PARTITION",
+        "_ALL_BROKERS_DOWN",
+        "_TRANSPORT",
+        "_DESTROY_BROKER",
+        "_TIMED_OUT",
+    }
+)
+
+
+def restarting(exc: BaseException) -> bool:
+    """Whether ``exc`` (librdkafka's) says the cluster is restarting, a node is down or a
+    leader moves: worth asking again, where any other error is not."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    if isinstance(exc, _AskAgain):
+        return True
+    err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+    return isinstance(err, KafkaError) and (err.retriable() or err.name() in _RESTARTING)
+
+
+class _AskAgain(TransientError):
+    """An answer that says the cluster is not ready yet (see :func:`restarting`)."""
+
+
+def while_restarting(what: str, call: Callable[[], T], wait_s: float) -> T:
+    """``call()``, asked again while the cluster restarts (:func:`restarting`), for
+    ``wait_s`` at most: the one retry policy of start-up's reads and topic creation.
+
+    The wait is said once in the log; when it is over, the last error is raised (a
+    :class:`TransientError`, the caller's sentence)."""
+    deadline = time.monotonic() + wait_s
+    said = False
+    while True:
+        try:
+            return call()
+        except Exception as exc:
+            if not restarting(exc) or time.monotonic() > deadline:
+                if restarting(exc) and not isinstance(exc, TransientError):
+                    raise TransientError(
+                        f"{what}: the Kafka cluster did not answer within {wait_s:g} s ({exc})"
+                    ) from exc
+                raise
+            if not said:
+                log.warning(
+                    "the Kafka cluster is restarting or a node is down: asking again",
+                    doing=what,
+                    for_s=wait_s,
+                    error=str(exc),
+                )
+                said = True
+            time.sleep(1.0)
+
+
 def ensure_topics(
     admin: Any,
     topics: Sequence[str],
@@ -118,36 +187,28 @@ def ensure_topics(
     replication_factor: int = -1,
     config: Mapping[str, str] | None = None,
     timeout_s: float = 30,
+    wait_s: float | None = None,
 ) -> dict[str, int]:
     """Create the topics that do not exist yet; ``topic -> partition count`` of each.
 
-    A topic another process created meanwhile is fine. An unreachable cluster is a
-    :class:`TransientError`, a refusal a :class:`TopicCreationError`.
+    A topic another process created meanwhile is fine. A cluster restarting, or one
+    that lost a node (its controller among them, which times CreateTopics out until its
+    metadata names the new controller), is asked again for ``wait_s`` (twice
+    ``timeout_s`` unless given; :func:`while_restarting`); then it is a
+    :class:`TransientError`. A refusal is a :class:`TopicCreationError`.
     """
     if not topics:
         return {}
-    # a cluster that lost a node (its controller among them) times CreateTopics out
-    # until its metadata names the new controller: ask again, for a while
-    deadline = time.monotonic() + 2 * timeout_s
-    while True:
-        try:
-            existing = _create_missing(
-                admin, topics, partitions, replication_factor, config, timeout_s
-            )
-            break
-        except _CreateAgain:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(1.0)
+    existing = while_restarting(
+        f"preparing the topics {', '.join(topics)}",
+        lambda: _create_missing(admin, topics, partitions, replication_factor, config, timeout_s),
+        2 * timeout_s if wait_s is None else wait_s,
+    )
     counts = {t: len(existing[t].partitions) for t in topics if t in existing}
     absent = [t for t in topics if not counts.get(t)]
     if absent:
         raise TransientError(f"the topics {', '.join(absent)} have no partitions yet")
     return counts
-
-
-class _CreateAgain(TransientError):
-    """CreateTopics timed out or met a moving controller: worth asking again."""
 
 
 def _create_missing(
@@ -175,19 +236,13 @@ def _create_missing(
                     future.result(timeout_s)
                 except KafkaException as exc:
                     err = exc.args[0] if exc.args else None
-                    if not isinstance(err, KafkaError):
-                        raise TopicCreationError(
-                            f"the cluster refused to create {topic}: {exc}"
-                        ) from exc
-                    if err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                    if (
+                        isinstance(err, KafkaError)
+                        and err.code() == KafkaError.TOPIC_ALREADY_EXISTS
+                    ):
                         continue
-                    again = (
-                        KafkaError._TIMED_OUT,
-                        KafkaError.REQUEST_TIMED_OUT,
-                        KafkaError.NOT_CONTROLLER,
-                    )
-                    if err.retriable() or err.code() in again:
-                        raise _CreateAgain(f"cannot create topic {topic} yet: {exc}") from exc
+                    if restarting(exc):
+                        raise _AskAgain(f"cannot create topic {topic} yet: {exc}") from exc
                     raise TopicCreationError(
                         f"the cluster refused to create {topic}: {exc}"
                     ) from exc
@@ -201,6 +256,8 @@ def _create_missing(
             time.sleep(0.1)
             existing = admin.list_topics(timeout=timeout_s).topics
     except KafkaException as exc:
+        if restarting(exc):
+            raise _AskAgain(f"cannot reach the Kafka cluster to prepare topics: {exc}") from exc
         raise TransientError(f"cannot reach the Kafka cluster to prepare topics: {exc}") from exc
     return existing
 
@@ -217,23 +274,16 @@ def read_latest(
     whose last record is a tombstone. A topic that does not exist has no keys.
 
     ``kafka`` is a confluent-kafka configuration; ``group`` names the reader (nothing
-    is committed); a cluster that does not answer within ``timeout_s``, or answers the
-    topic with an error other than "unknown topic", is a :class:`TransientError`. A
-    partition whose leader moves, or a cluster restarting, is read again, for up to
-    ``wait_s`` (three times ``timeout_s`` unless given).
+    is committed). A cluster that does not answer within ``timeout_s``, a partition
+    whose leader moves, or a cluster restarting, is read again, for up to ``wait_s``
+    (three times ``timeout_s`` unless given); then, or when the cluster answers the
+    topic with an error other than "unknown topic", it is a :class:`TransientError`.
     """
-    deadline = time.monotonic() + (3 * timeout_s if wait_s is None else wait_s)
-    while True:
-        try:
-            return _read_latest_once(kafka, topic, group, timeout_s)
-        except _ReadAgain:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(1.0)
-
-
-class _ReadAgain(TransientError):
-    """A read met a moving leader: worth reading again."""
+    return while_restarting(
+        f"reading the topic {topic}",
+        lambda: _read_latest_once(kafka, topic, group, timeout_s),
+        3 * timeout_s if wait_s is None else wait_s,
+    )
 
 
 def _read_latest_once(
@@ -250,7 +300,7 @@ def _read_latest_once(
         try:
             meta = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
         except KafkaException as exc:
-            raise TransientError(
+            raise _AskAgain(
                 f"the Kafka cluster at {kafka.get('bootstrap.servers')} did not answer "
                 f"within {timeout_s:g} s ({exc})"
             ) from exc
@@ -259,7 +309,8 @@ def _read_latest_once(
         ):
             return found  # the cluster answered: no such topic
         if meta.error is not None:
-            raise TransientError(f"the Kafka cluster answered the topic {topic} with {meta.error}")
+            failed = _AskAgain if meta.error.retriable() else TransientError
+            raise failed(f"the Kafka cluster answered the topic {topic} with {meta.error}")
         for partition in meta.partitions:
             tp = TopicPartition(topic, partition)
             low, high = consumer.get_watermark_offsets(tp, timeout=timeout_s)
@@ -293,18 +344,8 @@ def _read_latest_once(
                     found[key] = msg.value()
         return found
     except KafkaException as exc:
-        err = exc.args[0] if exc.args else None
-        moving = (  # a leader moving, or the cluster restarting
-            KafkaError.NOT_LEADER_FOR_PARTITION,
-            KafkaError.LEADER_NOT_AVAILABLE,
-            KafkaError._UNKNOWN_PARTITION,
-            KafkaError._ALL_BROKERS_DOWN,
-            KafkaError._TRANSPORT,
-            KafkaError._DESTROY_BROKER,
-            KafkaError._TIMED_OUT,
-        )
-        if isinstance(err, KafkaError) and (err.retriable() or err.code() in moving):
-            raise _ReadAgain(f"cannot read the topic {topic}: {exc}") from exc
+        if restarting(exc):
+            raise _AskAgain(f"cannot read the topic {topic}: {exc}") from exc
         raise TransientError(f"cannot read the topic {topic}: {exc}") from exc
     finally:
         consumer.close()

@@ -61,13 +61,14 @@ def check_contracts(
 
 
 def ensure_output_topics(
-    kafka: dict[str, Any], topics: Sequence[str], partitions: int
+    kafka: dict[str, Any], topics: Sequence[str], partitions: int, wait_s: float
 ) -> dict[str, int]:
-    """Create the missing output topics; ``topic -> partition count`` of each."""
+    """Create the missing output topics; ``topic -> partition count`` of each. A cluster
+    restarting is waited for, ``wait_s`` at most."""
     from confluent_kafka.admin import AdminClient
 
     admin = AdminClient({**kafka, "log.connection.close": False})
-    return ensure_topics(admin, topics, partitions)
+    return ensure_topics(admin, topics, partitions, wait_s=wait_s)
 
 
 def check_parquet() -> None:

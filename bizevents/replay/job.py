@@ -108,7 +108,9 @@ class ReplayJob(ReplayRun):
             state.check(fingerprint)
             log.info("resuming", run_id=self.spec.run_id, done=len(state.done))
             return state
-        planner = Planner(self.settings.kafka.librdkafka())
+        planner = Planner(
+            self.settings.kafka.librdkafka(), wait_s=self.settings.translate.broker_wait_s
+        )
         spans = planner.spans(self.spec.topics, self.spec.start, self.spec.until)
         return RunState.create(
             state_dir, self.spec.run_id, fingerprint, slices(spans, self.spec.slice_size)
@@ -140,7 +142,10 @@ class ReplayJob(ReplayRun):
                     {output.topic_for(c.contract_topic()) for c in ours.emits} | {dead_letters}
                 )
                 partitions = ensure_output_topics(
-                    kafka, topics, settings.translate.output_partitions
+                    kafka,
+                    topics,
+                    settings.translate.output_partitions,
+                    wait_s=settings.translate.broker_wait_s,
                 )
         config = TaskConfig(
             token=uuid.uuid4().hex,

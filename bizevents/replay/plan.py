@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Final
 
 from bizevents.plumbing.errors import TransientError
-from bizevents.plumbing.kafka import broker_traits
+from bizevents.plumbing.kafka import broker_traits, while_restarting
 from bizevents.replay.exceptions import ReplayConfigError, TopicNotFoundError
 from bizevents.replay.spec import Bound
 
@@ -134,11 +134,16 @@ def bounded(low: int, high: int, start: Bound | None, until: Bound | None) -> tu
 
 
 class Planner:
-    """Reads the cluster's metadata and each partition's watermarks (driver side)."""
+    """Reads the cluster's metadata and each partition's watermarks (driver side); a
+    cluster restarting, or a node down, is asked again for ``wait_s``
+    (:func:`~bizevents.plumbing.kafka.while_restarting`)."""
 
-    def __init__(self, kafka: Mapping[str, Any], timeout_s: float = 30.0) -> None:
+    def __init__(
+        self, kafka: Mapping[str, Any], timeout_s: float = 30.0, wait_s: float = 0.0
+    ) -> None:
         self.kafka = dict(kafka)
         self.timeout_s = timeout_s
+        self.wait_s = wait_s
         #: Records (and end-of-partition events) :meth:`watermarks` read: about one per
         #: partition, since a partition that has answered is paused.
         self.records_read = 0
@@ -151,7 +156,11 @@ class Planner:
         try:
             # list_topics() with no topic asks for all topics; naming one would make
             # the embedded broker auto-create it.
-            metadata = admin.list_topics(timeout=self.timeout_s)
+            metadata = while_restarting(
+                "reading the topics",
+                lambda: admin.list_topics(timeout=self.timeout_s),
+                self.wait_s,
+            )
         except Exception as exc:
             raise TransientError(
                 f"cannot read the topics of {self.kafka.get('bootstrap.servers')}: {exc}"
@@ -173,16 +182,20 @@ class Planner:
         traits = broker_traits(
             str(self.kafka.get("bootstrap.servers", "")),
             str(self.kafka.get("security.protocol", "PLAINTEXT")),
+            wait_s=self.wait_s,
         )
         if traits.exact_list_offsets:
             listing = Consumer({**self.kafka, **READER_SETTINGS})
+
+            def ends(tp: Any) -> tuple[int, int]:
+                return while_restarting(
+                    f"listing the offsets of {tp.topic}[{tp.partition}]",
+                    lambda: listing.get_watermark_offsets(tp, timeout=self.timeout_s),
+                    self.wait_s,
+                )
+
             try:
-                return {
-                    (t, p): listing.get_watermark_offsets(
-                        TopicPartition(t, p), timeout=self.timeout_s
-                    )
-                    for t, p in partitions
-                }
+                return {(t, p): ends(TopicPartition(t, p)) for t, p in partitions}
             except KafkaException as exc:
                 raise TransientError(f"cannot list the offsets of the topics: {exc}") from exc
             finally:

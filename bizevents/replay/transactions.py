@@ -172,7 +172,8 @@ class TransactionReplay(ReplayRun):
         self._refuse()
         spec, settings = self.spec, self.settings
         translator, _ = self.translators()
-        planner = Planner(settings.kafka.librdkafka())
+        wait_s = settings.translate.broker_wait_s
+        planner = Planner(settings.kafka.librdkafka(), wait_s=wait_s)
         counts = planner.topics(spec.topics)
         prefixes = {t.rsplit(".", 2)[0] for t in counts}
         if len(prefixes) != 1:
@@ -191,7 +192,10 @@ class TransactionReplay(ReplayRun):
         client = check_registry(settings.registry.client_config(), settings.registry.url)
         # the live worker's start-up check: Debezium's PostgreSQL ids name each record
         newest = newest_changes(
-            settings.kafka.librdkafka(), sorted(counts), AutoDecoder(schema_lookup(client))
+            settings.kafka.librdkafka(),
+            sorted(counts),
+            AutoDecoder(schema_lookup(client)),
+            wait_s=wait_s,
         )
         lacking = lacking_transactions(spec.translator, newest)
         if lacking is not None:
@@ -217,6 +221,7 @@ class TransactionReplay(ReplayRun):
                     _admin(settings.kafka.librdkafka()),
                     [*topics, dead_letters],
                     t.output_partitions,
+                    wait_s=wait_s,
                 )
         config = TxReplayConfig(
             kafka=settings.kafka.librdkafka(),

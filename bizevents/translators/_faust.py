@@ -29,6 +29,12 @@ Faust's table manager sleeps 1 s when it starts, before the consumer subscribes,
 that tables can register; the worker has no tables (``add`` refuses one after the
 start anyway), so :class:`TablelessManager` starts without it, through the private
 ``TableManager._update_channels``.
+aiokafka's ``Sender._find_coordinator`` (private) asks again only on three errors; on any
+other, a transactional producer's sender stops for good ("Unexpected error during batch
+delivery") and Faust's worker with it. :func:`_find_coordinator_through_moves` makes every
+retriable one (a coordinator loading or moved, a connection closed: a node killed, a
+cluster restarting) another try, as the three are (exactly once, L3 in
+docs/reliability.md).
 :data:`PRIVATE_CONSUMER_ATTRIBUTES` names the instance ones; a test checks them, and
 the integration tests run the path against the real broker.
 """
@@ -41,6 +47,8 @@ from contextlib import asynccontextmanager, suppress
 from typing import Any, Final
 
 from aiokafka.consumer.fetcher import PartitionRecords
+from aiokafka.errors import KafkaError
+from aiokafka.producer.sender import Sender
 from faust.tables import TableManager
 from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
 from faust.transport.drivers.aiokafka import Consumer as AIOKafkaConsumer
@@ -69,6 +77,28 @@ PRIVATE_CONSUMER_ATTRIBUTES: Final = (
     "_n_acked",
     "_buffered_partitions",
 )
+
+
+_find_coordinator = Sender._find_coordinator
+
+
+async def _find_coordinator_through_moves(
+    self: Sender, coordinator_type: Any, coordinator_key: str
+) -> Any:
+    """aiokafka's own, asked again after any retriable error: it wraps every error it does
+    not retry itself in a bare ``KafkaError`` whose cause is the broker's answer."""
+    while True:
+        try:
+            return await _find_coordinator(self, coordinator_type, coordinator_key)
+        except KafkaError as exc:
+            cause = exc.__cause__
+            if not (isinstance(cause, KafkaError) and cause.retriable):
+                raise
+        await self.client.force_metadata_update()
+        await asyncio.sleep(self._retry_backoff)
+
+
+Sender._find_coordinator = _find_coordinator_through_moves
 
 
 class RecordBlock:
@@ -193,6 +223,11 @@ class _BulkConsumer(AIOKafkaConsumer):
                     unacked.add(block)  # type: ignore[arg-type]
                     for channel in tp_index[tp]:
                         await self.wait_first(channel.queue.put(block), self.suspend_flow.wait())
+                    # Only the queues may hold it now: a rebalance clears them, then
+                    # waits until no block is tracked (wait_empty). Kept here, the last
+                    # block queued outlived the clearing and the rebalance waited for it
+                    # for good (docs/reliability.md, finding 8).
+                    del block
                 else:  # any other topic keeps Faust's per-message path
                     for record in fetched:
                         await callback(self._to_message(tp, record))

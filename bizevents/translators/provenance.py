@@ -18,6 +18,7 @@ from typing import Any
 from bizevents.contracts.envelope import ChangeEvent, PgPosition
 from bizevents.contracts.exceptions import DecodeError
 from bizevents.contracts.technical import AutoDecoder
+from bizevents.plumbing.kafka import while_restarting
 
 #: Records read from the end of each partition: the newest may be a tombstone.
 NEWEST = 2
@@ -32,21 +33,6 @@ def per_record_ids(event: ChangeEvent) -> bool:
     return tx.id == f"{pos.tx_id}:{pos.lsn}"
 
 
-#: librdkafka's codes of a partition whose leader is moving or restarting.
-_MOVING = frozenset(
-    {
-        "OFFSET_NOT_AVAILABLE",
-        "LEADER_NOT_AVAILABLE",
-        "NOT_LEADER_FOR_PARTITION",
-        "_TRANSPORT",
-        "_ALL_BROKERS_DOWN",
-        "_DESTROY_BROKER",
-        "_TIMED_OUT",
-        "_UNKNOWN_PARTITION",
-    }
-)
-
-
 def newest_changes(
     kafka: Mapping[str, Any],
     topics: Sequence[str],
@@ -56,21 +42,25 @@ def newest_changes(
 ) -> dict[str, list[ChangeEvent]]:
     """The change events among the last :data:`NEWEST` records of each partition of
     ``topics``, by topic (records that do not decode are left to the worker); a
-    partition's ends not known yet (its leader moving) are asked again for ``wait_s``."""
-    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+    partition's ends and topics' metadata not known yet (a leader moving, a node
+    restarting) are asked again for ``wait_s``
+    (:func:`~bizevents.plumbing.kafka.while_restarting`)."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
 
     def ends(tp: Any) -> tuple[int, int]:
-        deadline = time.monotonic() + wait_s
-        while True:
-            try:
-                low, high = consumer.get_watermark_offsets(tp, timeout=timeout)
-                return int(low), int(high)
-            except KafkaException as exc:
-                err = exc.args[0]
-                # a new leader whose high watermark is not caught up, a node restarting
-                if time.monotonic() > deadline or not (err.retriable() or err.name() in _MOVING):
-                    raise
-                time.sleep(0.5)
+        low, high = while_restarting(
+            f"reading the ends of {tp.topic}[{tp.partition}]",
+            lambda: consumer.get_watermark_offsets(tp, timeout=timeout),
+            wait_s,
+        )
+        return int(low), int(high)
+
+    def metadata(topic: str) -> Any:
+        return while_restarting(
+            f"reading the metadata of {topic}",
+            lambda: consumer.list_topics(topic, timeout=timeout),
+            wait_s,
+        ).topics[topic]
 
     consumer = Consumer(
         {
@@ -85,7 +75,7 @@ def newest_changes(
     try:
         wanted: dict[tuple[str, int], int] = {}
         for topic in topics:
-            meta = consumer.list_topics(topic, timeout=timeout).topics[topic]
+            meta = metadata(topic)
             for p in meta.partitions:
                 low, high = ends(TopicPartition(topic, p))
                 if high > low:

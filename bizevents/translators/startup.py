@@ -123,7 +123,9 @@ def resolve(settings: RuntimeSettings, pinned: Sequence[Translator] | None, kind
         raise missing_topics(
             kind.topic_word, missing, settings.kafka.bootstrap_servers, kind.missing_advice
         )
-    ensure_topics(admin, [t.promotions()], 1, config={"cleanup.policy": "compact"})
+    # a restarting cluster is waited for, as for its metadata above
+    wait = t.broker_wait_s
+    ensure_topics(admin, [t.promotions()], 1, config={"cleanup.policy": "compact"}, wait_s=wait)
     pins = read_pins(settings, {item.name: item.version for item in translators})
     versions = {(item.name, item.version): item for item in [*translators, *shadows]}
     for item in translators:
@@ -140,14 +142,14 @@ def resolve(settings: RuntimeSettings, pinned: Sequence[Translator] | None, kind
             {c.contract_topic() + SHADOW_SUFFIX for item in shadows for c in item.emits}
         )
     partitions = ensure_topics(
-        admin, [*outputs, *shadowed, t.dead_letter_topic], t.output_partitions
+        admin, [*outputs, *shadowed, t.dead_letter_topic], t.output_partitions, wait_s=wait
     )
     if shadows:
-        ensure_topics(admin, [t.shadows()], 1, config={"cleanup.policy": "compact"})
+        ensure_topics(admin, [t.shadows()], 1, config={"cleanup.policy": "compact"}, wait_s=wait)
     parks = any(t.on_error.get(item.name, "park") == "park" for item in translators)
     if parks:
         # one partition: every worker reads it whole, and its order is the fold's order
-        ensure_topics(admin, [t.parked_topic], 1, config={"cleanup.policy": "compact"})
+        ensure_topics(admin, [t.parked_topic], 1, config={"cleanup.policy": "compact"}, wait_s=wait)
     return Resolved(
         registry,
         translators,

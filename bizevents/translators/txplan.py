@@ -167,12 +167,15 @@ def prepare_transactions(
     translators, shadows, admin = found.translators, found.shadows, found.admin
     sources, metadata = found.sources, found.metadata
     outputs = [*found.outputs, *found.shadow_outputs]
-    ensure_topics(admin, [tx.state()], 1)
+    ensure_topics(admin, [tx.state()], 1, wait_s=t.broker_wait_s)
     source_partitions = [(t, p) for t in sources for p in sorted(metadata[t].partitions)]
     if tx.by_partition:
-        assembly = _owned_partitions(admin, tx, {t: len(metadata[t].partitions) for t in sources})
+        counts = {name: len(metadata[name].partitions) for name in sources}
+        assembly = _owned_partitions(admin, tx, counts, t.broker_wait_s)
     else:
-        assembly = ensure_topics(admin, [tx.assembly()], tx.assembly_partitions)[tx.assembly()]
+        assembly = ensure_topics(
+            admin, [tx.assembly()], tx.assembly_partitions, wait_s=t.broker_wait_s
+        )[tx.assembly()]
     partitions = {name: found.partitions[name] for name in [*outputs, t.dead_letter_topic]}
     partitions[t.parked_topic] = 1
     guard = TxParking(
@@ -227,7 +230,9 @@ def prepare_transactions(
     )
 
 
-def _owned_partitions(admin: Any, tx: TransactionSettings, counts: dict[str, int]) -> int:
+def _owned_partitions(
+    admin: Any, tx: TransactionSettings, counts: dict[str, int], wait_s: float
+) -> int:
     """By partition: the technical topics' one partition count, which the assembly and
     exchange topics have too (made with it; one sentence when one of them differs)."""
     if len(set(counts.values())) != 1:
@@ -237,7 +242,7 @@ def _owned_partitions(admin: Any, tx: TransactionSettings, counts: dict[str, int
             f"one partition count (a member owns partition numbers): {listed}"
         )
     (n,) = set(counts.values())
-    made = ensure_topics(admin, [tx.assembly(), tx.exchange()], n)
+    made = ensure_topics(admin, [tx.assembly(), tx.exchange()], n, wait_s=wait_s)
     for topic, count in sorted(made.items()):
         if count != n:
             raise ConfigError(

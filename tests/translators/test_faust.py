@@ -3,12 +3,26 @@ attributes, pinned here), and the block acknowledgements into Faust's bookkeepin
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import weakref
 from collections import defaultdict
 from dataclasses import dataclass
 from importlib.metadata import version
+from types import SimpleNamespace
 from typing import Any
 
+import pytest
+from aiokafka.client import CoordinationType
+from aiokafka.errors import (
+    CoordinatorLoadInProgressError,
+    KafkaConnectionError,
+    KafkaError,
+    NotCoordinatorError,
+    TransactionalIdAuthorizationFailed,
+)
+from aiokafka.producer.sender import Sender
+from aiokafka.producer.transaction_manager import TransactionManager
 from faust.transport.drivers.aiokafka import Consumer as FaustConsumer
 from faust.types import TP
 from intervaltree import IntervalTree
@@ -231,3 +245,123 @@ def test_a_block_of_an_earlier_generation_is_not_acknowledged() -> None:
     assert acker.ack(old) == 0
     assert old.acked  # Faust's wait_empty must not wait for it
     assert consumer.committable(TP0) is None
+
+
+# -- a transactional producer's coordinator, looked up while the cluster restarts --------------
+
+
+class _RestartingClient:
+    """The three calls ``Sender._find_coordinator`` makes; the lookup answers ``errors``
+    one by one (as a restarting cluster does), then names node 2."""
+
+    def __init__(self, errors: list[Exception]) -> None:
+        self.errors = errors
+        self.lookups = 0
+
+    async def coordinator_lookup(self, _type: Any, _key: str) -> int:
+        self.lookups += 1
+        if self.errors:
+            raise self.errors.pop(0)
+        return 2
+
+    async def ready(self, _node: int, group: Any = None) -> bool:
+        return True
+
+    async def force_metadata_update(self) -> bool:
+        return True
+
+
+async def _lookup(client: _RestartingClient) -> Any:
+    """A transactional producer's coordinator, as its sender looks it up (no producer
+    around it: only the lookup runs, as the imported ``_faust`` patched it)."""
+    sender = Sender.__new__(Sender)
+    sender.client = client
+    sender._txn_manager = TransactionManager("tid", 60_000)
+    sender._coordinators = {}
+    sender._retry_backoff = 0.0
+    return await sender._find_coordinator(CoordinationType.TRANSACTION, "tid")
+
+
+def test_a_coordinator_loading_or_moved_is_looked_up_again() -> None:
+    """aiokafka's own lookup retries three errors and stops the producer's sender for good
+    on any other ("Unexpected error during batch delivery": the row worker's exit in
+    docs/reliability.md's L3); the ones a restarting cluster answers are asked again."""
+    client = _RestartingClient(
+        [CoordinatorLoadInProgressError(), NotCoordinatorError(), KafkaConnectionError()]
+    )
+    found = asyncio.run(_lookup(client))
+    assert found == 2
+    assert client.lookups == 4
+
+
+def test_a_refused_coordinator_lookup_still_stops_the_sender() -> None:
+    client = _RestartingClient([TransactionalIdAuthorizationFailed()])
+    with pytest.raises(KafkaError):
+        asyncio.run(_lookup(client))
+    assert client.lookups == 1
+
+
+# -- a rebalance waits for the blocks still tracked; a cleared queue's block is not ----------
+
+
+class _Channel:
+    def __init__(self) -> None:
+        self.queue = self
+        self.items: list[Any] = []
+
+    async def put(self, item: Any) -> None:
+        self.items.append(item)
+
+
+class _DrainingConsumer:
+    """What ``_BulkConsumer._drain_messages`` reads of its consumer: one fetch of one
+    block, then a rebalance that clears the agent's queue, as Faust's does."""
+
+    def __init__(self, tp: TP, record: Any) -> None:
+        self.channel = _Channel()
+        self.app = SimpleNamespace(
+            topics=SimpleNamespace(_tp_index={tp: [self.channel]}), consumer_generation_id=1
+        )
+        self._stopped = asyncio.Event()
+        self._read_offset: dict[TP, int] = {}
+        self._unacked_messages: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._buffered_partitions: set[TP] = set()
+        self.bulk_topics = frozenset({tp.topic})
+        self.should_stop = False
+        self.flow_active = True
+        self.suspend_flow = asyncio.Event()
+        self.fetches = [{tp: [record]}]
+        #: the blocks still tracked while the rebalance waits (Faust's wait_empty)
+        self.tracked_at_rebalance: int | None = None
+
+    async def _wait_next_records(self, _timeout: float) -> tuple[dict[TP, Any], None]:
+        if self.fetches:
+            return self.fetches.pop(), None
+        # the rebalance: flow suspended, the queues cleared, then wait_empty
+        self.flow_active = False
+        self.channel.items.clear()
+        gc.collect()
+        self.tracked_at_rebalance = len(self._unacked_messages)
+        self._stopped.set()
+        return {}, None
+
+    async def wait_first(self, *coros: Any) -> None:
+        await coros[0]
+        for other in coros[1:]:
+            other.close()
+
+    async def callback(self, _message: Any) -> None:
+        raise AssertionError("a bulk topic's record went the per-message path")
+
+
+def test_a_block_the_rebalance_cleared_from_the_queue_is_not_waited_for() -> None:
+    """The drain loop's own reference kept the last block it queued alive after a
+    rebalance cleared the queue; the rebalance waited for it (wait_empty) and the row
+    worker published nothing more (finding 8, docs/reliability.md's F6)."""
+    tp = TP("shop.public.bulk", 0)
+    consumer = _DrainingConsumer(tp, SimpleNamespace(offset=1465))
+    fetcher = SimpleNamespace(_stopped=asyncio.Event())
+    drain = bulk_consumer(frozenset({tp.topic}), 100)._drain_messages
+    asyncio.run(drain(consumer, fetcher))  # type: ignore[arg-type]
+    assert consumer._read_offset == {tp: 1465}
+    assert consumer.tracked_at_rebalance == 0
