@@ -39,12 +39,14 @@ from bizevents.contracts.technical.routing import (
 )
 from bizevents.contracts.technical.topics import table_topic
 from bizevents.plumbing.errors import TransientError
-from bizevents.plumbing.kafka import ensure_topics, produce, read_latest
+from bizevents.plumbing.kafka import ensure_topics, produce, read_latest, while_restarting
 
 __all__ = ["Router", "check_key_columns", "declare", "to_declare"]
 
 #: The bytes before a framed Avro key's record (magic byte, schema id).
 _FRAME: Final = 5
+#: How long a topic just made may lack a leader (Kafka elects one within seconds).
+_LEADER_WAIT_S: Final = 30.0
 #: The reader of the routing topic (nothing is committed).
 _GROUP: Final = "bizevents-capture-routing"
 
@@ -218,8 +220,11 @@ def _written(kafka: dict[str, Any], topics: list[str]) -> set[str]:
             if described is None:
                 continue
             for partition in described.partitions:
-                _low, high = consumer.get_watermark_offsets(
-                    TopicPartition(topic, partition), timeout=15
+                tp = TopicPartition(topic, partition)
+                _low, high = while_restarting(
+                    f"reading the end of {topic}[{partition}]",
+                    lambda tp=tp: consumer.get_watermark_offsets(tp, timeout=15),
+                    _LEADER_WAIT_S,
                 )
                 if high > 0:
                     found.add(topic)
