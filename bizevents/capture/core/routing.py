@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Final
 
 from bizevents.capture.config import CaptureConfig
@@ -223,7 +224,7 @@ def _written(kafka: dict[str, Any], topics: list[str]) -> set[str]:
                 tp = TopicPartition(topic, partition)
                 _low, high = while_restarting(
                     f"reading the end of {topic}[{partition}]",
-                    lambda tp=tp: consumer.get_watermark_offsets(tp, timeout=15),
+                    partial(consumer.get_watermark_offsets, tp, timeout=15),
                     _LEADER_WAIT_S,
                 )
                 if high > 0:
