@@ -185,21 +185,26 @@ class Planner:
             wait_s=self.wait_s,
         )
         if traits.exact_list_offsets:
-            listing = Consumer({**self.kafka, **READER_SETTINGS})
 
-            def ends(tp: Any) -> tuple[int, int]:
-                return while_restarting(
-                    f"listing the offsets of {tp.topic}[{tp.partition}]",
-                    lambda: listing.get_watermark_offsets(tp, timeout=self.timeout_s),
-                    self.wait_s,
-                )
+            def ends() -> dict[tuple[str, int], tuple[int, int]]:
+                # a client of its own per attempt: one that met a partition before the
+                # restarted cluster knew it keeps it unknown until its next metadata
+                # refresh (minutes), past any wait
+                listing = Consumer({**self.kafka, **READER_SETTINGS})
+                try:
+                    return {
+                        (t, p): listing.get_watermark_offsets(
+                            TopicPartition(t, p), timeout=self.timeout_s
+                        )
+                        for t, p in partitions
+                    }
+                finally:
+                    listing.close()
 
             try:
-                return {(t, p): ends(TopicPartition(t, p)) for t, p in partitions}
+                return while_restarting("listing the offsets of the topics", ends, self.wait_s)
             except KafkaException as exc:
                 raise TransientError(f"cannot list the offsets of the topics: {exc}") from exc
-            finally:
-                listing.close()
 
         consumer = Consumer(
             {
