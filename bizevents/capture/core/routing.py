@@ -39,8 +39,7 @@ from bizevents.contracts.technical.routing import (
     routing_topic,
 )
 from bizevents.contracts.technical.topics import table_topic
-from bizevents.plumbing.errors import TransientError
-from bizevents.plumbing.kafka import ensure_topics, produce, read_latest, while_restarting
+from bizevents.plumbing.kafka import ensure_topics, read_latest, send_confirmed, while_restarting
 
 __all__ = ["Router", "check_key_columns", "declare", "to_declare"]
 
@@ -186,13 +185,7 @@ def declare(config: CaptureConfig, admin: Any, producer: Any, new: list[TableRou
     compacted = {"cleanup.policy": "compact"}
     rf = config.replication_factor
     ensure_topics(admin, [topic], 1, replication_factor=rf, config=compacted, timeout_s=15)
-    outcome: list[Any] = []
-    for routing in new:
-        key, value = encode_routing(routing)
-        produce(producer, topic, value, key, on_delivery=lambda err, _msg: outcome.append(err))
-    producer.flush(30)
-    if len(outcome) != len(new) or any(err is not None for err in outcome):
-        raise TransientError(f"Kafka did not take the routing declared on {topic}")
+    send_confirmed(producer, topic, [(*encode_routing(routing), -1) for routing in new])
 
 
 def _said(routing: TableRouting | None) -> str:
