@@ -50,6 +50,13 @@ class Db:
             return cur.fetchall() if cur.description else []
 
     def wal_lsn(self) -> int:
+        """The WAL written so far: every commit's end (the dev stack commits
+        synchronously). Not the insert position: at a page boundary that points past
+        the next page's header, where no record ends and capture never acknowledges."""
+        return parse_lsn(self.sql("SELECT pg_current_wal_lsn()::text")[0][0])
+
+    def wal_insert_lsn(self) -> int:
+        """The WAL's insert position: what verify names as the database's position."""
         return parse_lsn(self.sql("SELECT pg_current_wal_insert_lsn()::text")[0][0])
 
     def confirmed(self, slot: str | None = None) -> int:

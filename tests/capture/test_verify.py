@@ -238,7 +238,7 @@ def test_verify_finds_the_rows_changed_while_capture_was_stopped_and_its_slot_dr
         assert "2004 rows in 5 chunks" in found.stdout, found.stdout
         # Each key with the positions between which it changed: the topic's last record
         # of it (the snapshot's, before the slot was dropped) and the database's read.
-        stopped_at = db.wal_lsn()
+        stopped_at = db.wal_insert_lsn()
         for i in updated + deleted:
             line = next(
                 x

@@ -5,8 +5,10 @@ with replication factor 3 and min.insync.replicas 2, and `status`, `smoke`, `dow
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
@@ -30,6 +32,18 @@ def bootstrap(env: dict[str, str]) -> str:
     return str(json.loads(status.stdout)["endpoints"]["bootstrap_servers"])
 
 
+def known_everywhere(admin: AdminClient, topic: str, timeout: float = 30) -> Any:
+    """The cluster's metadata once the broker that answers knows ``topic``: a created
+    topic reaches each node's metadata a moment after the controller acknowledged it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        meta = admin.list_topics(timeout=timeout)
+        if topic in meta.topics and not meta.topics[topic].error:
+            return meta
+        assert time.monotonic() < deadline, f"no node knew {topic} after {timeout:g} s"
+        time.sleep(0.2)
+
+
 def test_one_node_keeps_its_topics_across_down_and_up(env: dict[str, str]) -> None:
     up = run(env, "dev", "up", "--broker", "kafka")
     assert up.returncode == 0, up.stdout + up.stderr
@@ -50,8 +64,8 @@ def test_one_node_keeps_its_topics_across_down_and_up(env: dict[str, str]) -> No
     assert not any(p.alive() for p in processes.values())
     again = run(env, "dev", "up")  # no --broker: the state folder keeps a Kafka cluster
     assert again.returncode == 0, again.stdout + again.stderr
-    topics = AdminClient({"bootstrap.servers": bootstrap(env)}).list_topics(timeout=30).topics
-    assert len(topics["kept"].partitions) == 2
+    meta = known_everywhere(AdminClient({"bootstrap.servers": bootstrap(env)}), "kept")
+    assert len(meta.topics["kept"].partitions) == 2
 
 
 def test_three_nodes_replicate_and_stop_together(env: dict[str, str]) -> None:
@@ -63,7 +77,7 @@ def test_three_nodes_replicate_and_stop_together(env: dict[str, str]) -> None:
     assert len(servers.split(",")) == 3
     admin = AdminClient({"bootstrap.servers": servers})
     admin.create_topics([NewTopic("replicated", 3)])["replicated"].result(30)
-    meta = admin.list_topics(timeout=30)
+    meta = known_everywhere(admin, "replicated")
     assert len(meta.brokers) == 3
     assert all(len(p.replicas) == 3 for p in meta.topics["replicated"].partitions.values())
     resource = ConfigResource(ConfigResource.Type.TOPIC, "replicated")
