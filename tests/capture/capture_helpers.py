@@ -201,6 +201,18 @@ def in_process(config: CaptureConfig, endpoints: CaptureEndpoints) -> Iterator[I
         yield run
 
 
+def capture_through(db: Db, config: CaptureConfig, state_dir: Path, *statements: str) -> InProcess:
+    """Capture of ``config`` in process: its initial snapshot, then ``statements`` run in
+    turn; the run, stopped once it acknowledged them all."""
+    with in_process(config, capture_endpoints(db.endpoints, state_dir)) as run:
+        run.wait_snapshot()
+        for statement in statements:
+            db.sql(statement)
+        run.wait_acked(db.wal_lsn())
+        run.stop()
+    return run
+
+
 def cli_env(endpoints: Endpoints) -> dict[str, str]:
     return {
         **os.environ,

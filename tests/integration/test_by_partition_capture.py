@@ -22,28 +22,24 @@ import pytest
 from pydantic import SecretStr
 
 from bizevents.capture.config import CaptureConfig
-from bizevents.contracts.technical.routing import partition_for, routing_key
 from bizevents.devstack import Endpoints
 from tests.capture import mysql_helpers
 from tests.capture.capture_helpers import capture_endpoints, in_process
 from tests.integration.test_transaction_worker import Reader, Worker, _check, store_db, truth
 from tests.integration.test_transaction_worker_by_partition import (
+    N,
     _forwarded,
+    _partition,
     _wait_held,
+    crossing_share,
+    place_mixed,
     statuses,
 )
 from tests.integration.test_transaction_worker_mysql import store_mysql_db
 
 pytestmark = pytest.mark.integration
 
-N = 4
 ROUTING: dict[str, tuple[str, ...]] = {"store.orders": ("id",), "store.order_items": ("order_id",)}
-#: Every pair of partitions: whichever two each member owns, four pairs of six cross them.
-PAIRS = [(p, q) for p in range(N) for q in range(p + 1, N)]
-
-
-def _partition(order: int) -> int:
-    return partition_for(routing_key([order]), N)
 
 
 class Store:
@@ -111,18 +107,11 @@ class Store:
         return statements
 
     def mixed(self, count: int) -> list[int]:
-        """``count`` transactions: a third place one order, two thirds two orders on a
-        pair of partitions (every pair in turn); the orders placed."""
-        placed: list[int] = []
-        for i in range(count):
-            if i % 3 == 0:
-                orders = [self.order_on(i % N)]
-            else:
-                p, q = PAIRS[i % len(PAIRS)]
-                orders = [self.order_on(p), self.order_on(q)]
-            self.transaction([s for o in orders for s in self.placing(o, 1 + i % 3)], orders)
-            placed += orders
-        return placed
+        """``count`` transactions of :func:`place_mixed`; the orders placed."""
+        return place_mixed(count, self.order_on, self.place)
+
+    def place(self, orders: list[int], lines: int) -> None:
+        self.transaction([s for o in orders for s in self.placing(o, lines)], orders)
 
     def status(self, orders: list[int], status: str) -> None:
         """One transaction moving ``orders`` to ``status``."""
@@ -132,9 +121,7 @@ class Store:
         self.transaction(statements, orders)
 
     def crossing(self, held: list[list[int]]) -> float:
-        """The share of the transactions that touched partitions of two members."""
-        crossed = [t for t in self.touched if sum(1 for h in held if t & set(h)) > 1]
-        return len(crossed) / len(self.touched)
+        return crossing_share(self.touched, held)
 
 
 def _stop(worker: Worker) -> None:
