@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from decimal import Decimal
 from pathlib import Path
@@ -69,24 +69,35 @@ def _ids(db: Db) -> tuple[int, list[int]]:
     return customer[0][0], [p[0] for p in products]
 
 
+#: The store's load, once an order is in: an item at its product's price (order, line,
+#: quantity, product), then the order's total (order, order). PostgreSQL's and MariaDB's.
+ITEM_INSERT = (
+    "INSERT INTO store.order_items SELECT %s, %s, id, %s, price FROM store.products WHERE id = %s"
+)
+TOTAL_UPDATE = (
+    "UPDATE store.orders SET total = (SELECT SUM(quantity * unit_price) "
+    "FROM store.order_items WHERE order_id = %s) WHERE id = %s"
+)
+
+
+def fill_order(
+    execute: Callable[[str, Any], Any], order: int, lines: list[tuple[int, int]]
+) -> None:
+    """As the store's load does after the order's insert: its items (product, quantity),
+    then its total."""
+    for n, (product, qty) in enumerate(lines, start=1):
+        execute(ITEM_INSERT, (order, n, qty, product))
+    execute(TOTAL_UPDATE, (order, order))
+
+
 def place(cur: Any, customer: int, lines: list[tuple[int, int]]) -> int:
     """As the store's load does: the order with total 0, its items, then the total."""
     cur.execute(
         "INSERT INTO store.orders (customer_id, total) VALUES (%s, 0) RETURNING id", (customer,)
     )
-    order = cur.fetchone()[0]
-    for n, (product, qty) in enumerate(lines, start=1):
-        cur.execute(
-            "INSERT INTO store.order_items SELECT %s, %s, id, %s, price FROM store.products "
-            "WHERE id = %s",
-            (order, n, qty, product),
-        )
-    cur.execute(
-        "UPDATE store.orders SET total = (SELECT sum(quantity * unit_price) FROM "
-        "store.order_items WHERE order_id = %s) WHERE id = %s",
-        (order, order),
-    )
-    return int(order)
+    order = int(cur.fetchone()[0])
+    fill_order(cur.execute, order, lines)
+    return order
 
 
 def place_orders(

@@ -323,6 +323,18 @@ def statuses(endpoints: Endpoints, server: str, orders: set[int]) -> dict[int, l
     return found
 
 
+def wait_statuses(
+    endpoints: Endpoints, server: str, orders: set[int], count: int, timeout: float = 60
+) -> dict[int, list[str]]:
+    """:func:`statuses` once every order has ``count`` of them, or at ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        seen = statuses(endpoints, server, orders)
+        if all(len(s) == count for s in seen.values()) or time.monotonic() > deadline:
+            return seen
+        time.sleep(1)
+
+
 @pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
 def test_two_members_place_every_order_once_with_its_total(
     request: pytest.FixtureRequest, tmp_path: Path, guarantee: str
@@ -344,12 +356,7 @@ def test_two_members_place_every_order_once_with_its_total(
         assert m.crossing(held) >= 1 / 3, held
         m.check(events, orders)
         assert len(events) == len(orders)  # no member died: each exactly once
-        deadline = time.monotonic() + 60
-        while True:
-            seen = statuses(bizevents_stack, m.server, set(changed))
-            if all(len(s) == 2 for s in seen.values()) or time.monotonic() > deadline:
-                break
-            time.sleep(1)
+        seen = wait_statuses(bizevents_stack, m.server, set(changed), 2)
         assert seen == {o: ["PAID", "SHIPPED"] for o in changed}
 
 
