@@ -67,9 +67,11 @@ class Db:
         return parse_lsn(rows[0][0]) if rows and rows[0][0] else 0
 
     def config(self, tables: list[str], **extra: Any) -> CaptureConfig:
+        """A capture of ``tables`` (of the test's schema, or ``schema.table``) by the
+        test's slot and publication."""
         return CaptureConfig(
             server=self.server,
-            tables=tuple(f"{self.schema}.{t}" for t in tables),
+            tables=tuple(t if "." in t else f"{self.schema}.{t}" for t in tables),
             slot=self.slot,
             publication=self.publication,
             **{"heartbeat_interval_s": 1.0, **extra},
@@ -199,18 +201,6 @@ def running(run: Run) -> Iterator[Run]:
 def in_process(config: CaptureConfig, endpoints: CaptureEndpoints) -> Iterator[InProcess]:
     with running(InProcess(config, endpoints)) as run:
         yield run
-
-
-def capture_through(db: Db, config: CaptureConfig, state_dir: Path, *statements: str) -> InProcess:
-    """Capture of ``config`` in process: its initial snapshot, then ``statements`` run in
-    turn; the run, stopped once it acknowledged them all."""
-    with in_process(config, capture_endpoints(db.endpoints, state_dir)) as run:
-        run.wait_snapshot()
-        for statement in statements:
-            db.sql(statement)
-        run.wait_acked(db.wal_lsn())
-        run.stop()
-    return run
 
 
 def cli_env(endpoints: Endpoints) -> dict[str, str]:

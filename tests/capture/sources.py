@@ -81,6 +81,17 @@ class Source:
     def sql(self, statement: str, params: Any = None) -> list[tuple[Any, ...]]:
         return list(self.db.sql(statement, params))
 
+    def capture_through(self, config: CaptureConfig, state_dir: Path, *statements: str) -> Any:
+        """Capture of ``config`` in process: its initial snapshot, then ``statements`` run
+        in turn; the run, stopped once it acknowledged them all."""
+        with self.in_process(config, state_dir) as run:
+            run.wait_snapshot()
+            for statement in statements:
+                self.sql(statement)
+            self.caught_up(run)
+            run.stop()
+        return run
+
     def config(self, tables: list[str], **extra: Any) -> CaptureConfig:
         return self.db.config(tables, **extra)
 

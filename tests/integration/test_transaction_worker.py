@@ -25,7 +25,6 @@ from bizevents_store.load import create_schema
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
-from bizevents.capture.config import CaptureConfig
 from bizevents.contracts.business import HEADER_SOURCE_TOPIC, HEADER_TRANSLATOR
 from bizevents.contracts.envelope import ChangeEvent, Source
 from bizevents.contracts.serde import BusinessDeserializer
@@ -143,14 +142,7 @@ def truth(
 def capturing(
     db: Db, tmp_path: Path, tables: tuple[str, ...] = ("store.orders", "store.order_items")
 ) -> Iterator[Any]:
-    config = CaptureConfig(
-        server=db.server,
-        tables=tables,
-        slot=db.slot,
-        publication=db.publication,
-        partitions=3,
-        heartbeat_interval_s=1.0,
-    )
+    config = db.config(list(tables), partitions=3)
     with in_process(config, capture_endpoints(db.endpoints, tmp_path / "capture")) as run:
         run.wait_snapshot()
         yield run

@@ -23,11 +23,11 @@ from bizevents.devstack import Endpoints
 from tests.capture.capture_helpers import (
     Db,
     capture_endpoints,
-    capture_through,
     database,
     in_process,
     read_topic,
 )
+from tests.capture.sources import PgSource
 
 pytestmark = pytest.mark.integration
 
@@ -71,8 +71,7 @@ def test_unchanged_toasted_values_of_every_type_are_unavailable(db: Db, tmp_path
         db.sql(f"ALTER TABLE {s}.t ALTER COLUMN {name} SET STORAGE EXTERNAL")
     values = ", ".join(v.format(s=s) for _, v in _TOASTED.values())
     config = db.config(["t"])
-    capture_through(
-        db,
+    PgSource(db).capture_through(
         config,
         tmp_path,
         f"INSERT INTO {s}.t VALUES (1, 'a', {values})",
@@ -194,8 +193,7 @@ def test_unconvertible_numeric_goes_to_the_dlq_and_later_rows_flow(
     db.sql(f"CREATE TABLE {s}.t (id int PRIMARY KEY, n numeric)")
     db.sql(f"INSERT INTO {s}.t VALUES (1, {_HUGE}), (2, 1.5)")
     config = db.config(["t"], on_conversion_error=mode)
-    run = capture_through(
-        db,
+    run = PgSource(db).capture_through(
         config,
         tmp_path,
         f"INSERT INTO {s}.t VALUES (3, {_HUGE})",

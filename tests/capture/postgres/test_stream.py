@@ -25,7 +25,6 @@ from bizevents.contracts.logical import UNAVAILABLE
 from tests.capture.capture_helpers import (
     Db,
     capture_endpoints,
-    capture_through,
     committed_change_lsns,
     final_state,
     in_process,
@@ -45,6 +44,7 @@ from tests.capture.postgres.test_pgoutput_live import (
     _expected,
     _same,
 )
+from tests.capture.sources import PgSource
 
 pytestmark = pytest.mark.integration
 
@@ -276,8 +276,7 @@ def test_column_added_mid_stream_registers_a_new_version(db: Db, tmp_path: Path)
     db.sql(f"CREATE TABLE {db.schema}.people (id int PRIMARY KEY, name text)")
     db.sql(f"INSERT INTO {db.schema}.people VALUES (1, 'ann')")
     config = db.config(["people"])
-    capture_through(
-        db,
+    PgSource(db).capture_through(
         config,
         tmp_path,
         f"INSERT INTO {db.schema}.people VALUES (2, 'bob')",
@@ -323,7 +322,9 @@ def test_table_without_key_or_identity_is_refused(db: Db, tmp_path: Path) -> Non
     # With REPLICA IDENTITY FULL it is captured, keyed by the whole row.
     db.sql(f"ALTER TABLE {db.schema}.loose REPLICA IDENTITY FULL")
     db.sql(f"INSERT INTO {db.schema}.loose VALUES (1, 'x'), (2, NULL)")
-    capture_through(db, config, tmp_path, f"UPDATE {db.schema}.loose SET b = 'y' WHERE a = 1")
+    PgSource(db).capture_through(
+        config, tmp_path, f"UPDATE {db.schema}.loose SET b = 'y' WHERE a = 1"
+    )
     state = final_state(read_topic(db.endpoints, db.topic("loose")))
     assert sorted(state.values(), key=lambda r: r["a"]) == [
         {"a": 1, "b": "y"},
