@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -40,6 +40,10 @@ class Source:
     mysql: bool
     #: Signal conditions that hold SQL of the source's own: each must be refused.
     SQL_CONDITIONS: tuple[str, ...]
+    #: The code fix of a value that does not convert: the source's converter registry,
+    #: the type and the fixed converter (PostgreSQL's numeric takes NaN, MariaDB's ENUM
+    #: the empty error value).
+    FIX: tuple[Callable[[str, Any], None], str, Callable[[Any], Any]]
 
     def table(self, name: str) -> str:
         return f"{self.qualifier}.{name}"
@@ -73,10 +77,13 @@ class Source:
 
     @contextmanager
     def converter_fixed(self) -> Iterator[None]:
-        """The quarantine tests' code fix switched on (quarantine_helpers): PostgreSQL's
-        numeric converter takes NaN, MariaDB's ENUM converter the empty error value."""
-        raise NotImplementedError
-        yield
+        """The quarantine tests' code fix switched on (``FIX``, quarantine_helpers)."""
+        register, type_name, fixed = self.FIX
+        register(type_name, fixed)
+        try:
+            yield
+        finally:
+            register(type_name, None)
 
     def sql(self, statement: str, params: Any = None) -> list[tuple[Any, ...]]:
         return list(self.db.sql(statement, params))
@@ -134,6 +141,7 @@ class PgSource(Source):
     ON_KEY = "ON CONFLICT (id) DO UPDATE SET"
     mysql = False
     SQL_CONDITIONS = ("id > 0; SELECT 1", "id IN (SELECT id FROM pg_roles)")
+    FIX = (pgtypes.register_converter, "numeric", numeric_fixed)
 
     def __init__(self, db: Db) -> None:
         self.db, self.ledger_slot, self.qualifier = db, db.slot, db.schema
@@ -155,14 +163,6 @@ class PgSource(Source):
     def caught_up(self, run: Any) -> None:
         run.wait_acked(self.db.wal_lsn())
 
-    @contextmanager
-    def converter_fixed(self) -> Iterator[None]:
-        pgtypes.register_converter("numeric", numeric_fixed)
-        try:
-            yield
-        finally:
-            pgtypes.register_converter("numeric", None)
-
 
 class MySource(Source):
     db: MyDb
@@ -170,6 +170,7 @@ class MySource(Source):
     ON_KEY = "ON DUPLICATE KEY UPDATE"
     mysql = True
     SQL_CONDITIONS = ("id <= 3 AND SLEEP(5) = 0", "id = 1; SELECT SLEEP(5)")
+    FIX = (mytypes.register_converter, "enum", enum_fixed)
 
     def __init__(self, db: MyDb) -> None:
         self.db, self.ledger_slot, self.qualifier = db, "binlog", db.name
@@ -193,14 +194,6 @@ class MySource(Source):
 
     def caught_up(self, run: Any) -> None:
         run.wait_position(self.db.binlog_end())
-
-    @contextmanager
-    def converter_fixed(self) -> Iterator[None]:
-        mytypes.register_converter("enum", enum_fixed)
-        try:
-            yield
-        finally:
-            mytypes.register_converter("enum", None)
 
 
 class Writer:
