@@ -230,6 +230,29 @@ def p99(values: list[float]) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
 
 
+def capture_thread(
+    capture: Callable[..., Any], config: Any, dsn: str, endpoints: Any, slot: str, state_dir: Path
+) -> tuple[Any, Any, threading.Thread]:
+    """A capture runner (``capture``: PostgresCapture or MysqlCapture) of ``config`` on the
+    stack's ``endpoints``, its stats under ``slot``, and the daemon thread that runs it,
+    not started."""
+    from bizevents.capture.metrics import CaptureStats
+    from bizevents.capture.postgres.runner import CaptureEndpoints
+
+    stats = CaptureStats(config.server, slot)
+    kafka = {"bootstrap.servers": endpoints.bootstrap_servers}
+    where = CaptureEndpoints(dsn, kafka, {"url": endpoints.registry_url}, state_dir)
+    runner = capture(config, where, stats=stats)
+    return runner, stats, threading.Thread(target=runner.run, daemon=True)
+
+
+def wait_snapshot_done(stats: Any, thread: threading.Thread) -> None:
+    """Until the capture ``thread`` runs finished its initial snapshot."""
+    while not stats.snapshot_done:
+        assert thread.is_alive(), "capture stopped"
+        time.sleep(0.01)
+
+
 def incremental_rate(
     kafka: dict[str, Any], config: Any, runner: Any, thread: threading.Thread, table: str, rows: int
 ) -> float:

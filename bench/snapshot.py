@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import statistics
 import sys
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -57,8 +56,7 @@ def one_run(
     endpoints: Any, rows: int, rate: int, load_s: float, chunk: int, tmp: Path
 ) -> dict[str, float]:
     from bizevents.capture.config import CaptureConfig
-    from bizevents.capture.metrics import CaptureStats
-    from bizevents.capture.postgres.runner import CaptureEndpoints, PostgresCapture
+    from bizevents.capture.postgres.runner import PostgresCapture
 
     tag = uuid.uuid4().hex[:8]
     big, probe = f"public.snap_{tag}", f"public.probe_{tag}"
@@ -86,13 +84,7 @@ def one_run(
         heartbeat_interval_s=1.0,
         incremental_chunk_rows=chunk,
     )
-    stats = CaptureStats(config.server, slot)
-    runner = PostgresCapture(
-        config,
-        CaptureEndpoints(dsn, kafka, {"url": endpoints.registry_url}, tmp),
-        stats=stats,
-    )
-    thread = threading.Thread(target=runner.run, daemon=True)
+    runner, stats, thread = kit.capture_thread(PostgresCapture, config, dsn, endpoints, slot, tmp)
     out: dict[str, float] = {}
 
     def incremental() -> float:
@@ -101,9 +93,7 @@ def one_run(
     try:
         t0 = time.perf_counter()
         thread.start()
-        while not stats.snapshot_done:
-            assert thread.is_alive(), "capture stopped"
-            time.sleep(0.01)
+        kit.wait_snapshot_done(stats, thread)
         out["initial rows/s"] = rows / (time.perf_counter() - t0)
         time.sleep(2)
         writer = pg_writer(dsn, big, probe, rows, rate)

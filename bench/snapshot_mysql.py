@@ -22,7 +22,6 @@ the median of the runs with min-max.
 from __future__ import annotations
 
 import sys
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -65,8 +64,6 @@ def one_run(
     from bizevents.capture.config import CaptureConfig
     from bizevents.capture.mariadb import queries as my
     from bizevents.capture.mariadb.capture import MysqlCapture
-    from bizevents.capture.metrics import CaptureStats
-    from bizevents.capture.postgres.runner import CaptureEndpoints
 
     tag = uuid.uuid4().hex[:8]
     database = f"snap_{tag}"
@@ -97,20 +94,12 @@ def one_run(
         snapshot="never",
         incremental_chunk_rows=chunk,
     )
-    stats = CaptureStats(config.server, "binlog")
-    runner = MysqlCapture(
-        config,
-        CaptureEndpoints(dsn, kafka, {"url": endpoints.registry_url}, tmp),
-        stats=stats,
-    )
-    thread = threading.Thread(target=runner.run, daemon=True)
+    runner, stats, thread = kit.capture_thread(MysqlCapture, config, dsn, endpoints, "binlog", tmp)
     out: dict[str, float] = {}
 
     try:
         thread.start()
-        while not stats.snapshot_done:
-            assert thread.is_alive(), "capture stopped"
-            time.sleep(0.01)
+        kit.wait_snapshot_done(stats, thread)
         writer = mysql_writer(dsn, big, probe, rows, rate)
         writer.start()
         time.sleep(2)

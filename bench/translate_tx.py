@@ -43,24 +43,6 @@ from bench import kit  # noqa: E402
 T0 = datetime(2026, 11, 24, 8, 0, tzinfo=UTC)
 
 
-def _items_encoder(server: str, registry: Any) -> Any:
-    from bizevents.contracts.logical import ColumnType, Field, Kind
-    from bizevents.contracts.technical import TableSchema
-    from tests.store_technical import registered_encoder
-
-    key = (
-        Field("order_id", ColumnType(Kind.INT64), optional=False),
-        Field("line_no", ColumnType(Kind.INT32), optional=False),
-    )
-    value = (
-        *key,
-        Field("product_id", ColumnType(Kind.INT64), optional=False),
-        Field("quantity", ColumnType(Kind.INT32), optional=False),
-        Field("unit_price", ColumnType(Kind.DECIMAL, scale=2, precision=12), optional=False),
-    )
-    return registered_encoder(TableSchema(server, "store", "order_items", key, value), registry)
-
-
 #: Changes per order: the order inserted with total 0, three items, the total set.
 CHANGES_PER_ORDER = 5
 #: The store's tables, keyed for routing by the order's id (issue 40's contract).
@@ -108,14 +90,20 @@ def workload(
     """(technical records of orders and items with transaction blocks, END records):
     ``orders`` orders in :func:`orders_in_transactions`, each change on the partition
     :func:`placement` gives its order, each END with its ``partition_counts``."""
-    from bizevents.contracts.envelope import ChangeEvent, PgPosition, Source, Transaction
+    from bizevents.contracts.envelope import ChangeEvent, Transaction
     from bizevents.contracts.technical.transaction import TransactionRecord
     from bizevents.translators.pipeline import SourceRecord
-    from tests.store_technical import order_change, registered_orders_encoder
+    from tests.store_technical import (
+        order_change,
+        order_item_change,
+        pending_order,
+        registered_order_items_encoder,
+        registered_orders_encoder,
+    )
 
     encoders = {
         "store.orders": registered_orders_encoder(server, registry),
-        "store.order_items": _items_encoder(server, registry),
+        "store.order_items": registered_order_items_encoder(server, registry),
     }
     records: list[SourceRecord] = []
     ends: list[TransactionRecord] = []
@@ -125,32 +113,20 @@ def workload(
         tx_id = f"{xid}:{commit}"
         changes: list[ChangeEvent] = []
         for order_id in group:
-            order = {
-                "id": order_id,
-                "customer_id": 7,
-                "status": "pending",
-                "total": Decimal("0.00"),
-                "currency": "EUR",
-                "placed_at": T0,
-                "shipped_at": None,
-                "tracking_number": None,
-                "updated_at": T0,
-            }
+            order = pending_order(order_id, T0)
             changes.append(order_change(server, "c", None, order, lsn=lsn, tx_id=xid))
             for line in (1, 2, 3):
-                row = {
-                    "order_id": order_id,
-                    "line_no": line,
-                    "product_id": line,
-                    "quantity": line,
-                    "unit_price": Decimal("2.50"),
-                }
-                source = Source(
-                    "postgresql", server, "store", "store", "order_items", 0,
-                    position=PgPosition(lsn + line * 8, xid),
-                )  # fmt: skip
-                key = {"order_id": order_id, "line_no": line}
-                changes.append(ChangeEvent("c", source, None, row, key, 0))
+                item = order_item_change(
+                    server,
+                    order_id,
+                    line,
+                    line,
+                    line,
+                    Decimal("2.50"),
+                    lsn=lsn + line * 8,
+                    tx_id=xid,
+                )
+                changes.append(item)
             total = {**order, "total": Decimal("15.00")}
             changes.append(order_change(server, "u", order, total, lsn=lsn + 40, tx_id=xid))
             lsn += 100

@@ -43,25 +43,19 @@ TARGET = 0.6
 def measure(client: Any, transactions: int, shadowed: bool) -> float:
     """Changes per CPU-second in through decode, assembly and orders@3 (with its
     shadow or not)."""
-    from bizevents_store.translators import ORDER_EVENTS, orders_v3
+    from bizevents_store.translators import orders_v3
     from translate_tx import workload  # bench/translate_tx.py
 
     from bizevents.contracts.envelope import ChangeEvent
     from bizevents.contracts.serde import BusinessSerializer
     from bizevents.contracts.technical import AutoDecoder
     from bizevents.plumbing.registry import schema_lookup
-    from bizevents.transactions import transaction_translator
     from bizevents.translators.assembly import Assembler, Part
     from bizevents.translators.txcore import TransactionCore
 
-    assert orders_v3.tx_func is not None
-    copy = transaction_translator(
-        name="orders",
-        version=103,
-        sources=list(orders_v3.sources),
-        emits=ORDER_EVENTS,
-        keys={table: list(columns) for table, columns in orders_v3.keys},
-    )(orders_v3.tx_func)
+    namespace: dict[str, Any] = {}
+    exec(PLUGIN, namespace)  # the copy the --kafka workers load, declared once
+    copy = namespace["copy"]
     server = f"benchtxsh{int(time.time() * 1000) % 1_000_000}"
     records, ends = workload(server, client, transactions)
     decoder = AutoDecoder(schema_lookup(client))

@@ -1,4 +1,5 @@
-"""store.orders as capture publishes it: the technical schema tests and benches write.
+"""store.orders and store.order_items as capture publishes them: the technical schemas
+tests and benches write.
 
 Tests and benchmarks that produce technical records without running capture use
 this, so the envelopes they write have the columns and types capture would give
@@ -8,6 +9,8 @@ this, so the envelopes they write have the columns and types capture would give
 from __future__ import annotations
 
 import json
+from datetime import datetime
+from decimal import Decimal
 from typing import Any, Final
 
 from bizevents_store.translators import DB_ORDER_STATUSES
@@ -31,6 +34,17 @@ ORDER_VALUE: Final = (
     Field("updated_at", _TIMESTAMPTZ, optional=False),
 )
 
+ORDER_ITEM_KEY: Final = (
+    Field("order_id", ColumnType(Kind.INT64), optional=False),
+    Field("line_no", ColumnType(Kind.INT32), optional=False),
+)
+ORDER_ITEM_VALUE: Final = (
+    *ORDER_ITEM_KEY,
+    Field("product_id", ColumnType(Kind.INT64), optional=False),
+    Field("quantity", ColumnType(Kind.INT32), optional=False),
+    Field("unit_price", ColumnType(Kind.DECIMAL, scale=2, precision=12), optional=False),
+)
+
 
 def orders_table(server: str) -> TableSchema:
     """``<server>.store.orders`` with its key and value columns."""
@@ -46,6 +60,12 @@ def orders_table(server: str) -> TableSchema:
 def registered_orders_encoder(server: str, registry: Any) -> AvroEncoder:
     """An encoder for ``<server>.store.orders``, its schemas registered (registered_encoder)."""
     return registered_encoder(orders_table(server), registry)
+
+
+def registered_order_items_encoder(server: str, registry: Any) -> AvroEncoder:
+    """An encoder for ``<server>.store.order_items``, its schemas registered."""
+    table = TableSchema(server, "store", "order_items", ORDER_ITEM_KEY, ORDER_ITEM_VALUE)
+    return registered_encoder(table, registry)
 
 
 def registered_encoder(table: TableSchema, registry: Any) -> AvroEncoder:
@@ -86,3 +106,46 @@ def order_change(
     return ChangeEvent(
         op=op, source=source, before=before, after=after, key={"id": row["id"]}, ts_ms=ts_ms
     )
+
+
+def pending_order(order_id: int, at: datetime) -> Row:
+    """A ``store.orders`` row as the store's load inserts it: pending, total 0, placed
+    and updated ``at``."""
+    return {
+        "id": order_id,
+        "customer_id": 7,
+        "status": "pending",
+        "total": Decimal("0.00"),
+        "currency": "EUR",
+        "placed_at": at,
+        "shipped_at": None,
+        "tracking_number": None,
+        "updated_at": at,
+    }
+
+
+def order_item_change(
+    server: str,
+    order_id: int,
+    line: int,
+    product_id: int,
+    quantity: int,
+    unit_price: Decimal,
+    *,
+    lsn: int,
+    tx_id: int,
+) -> ChangeEvent:
+    """The insert of one ``store.order_items`` row as capture would describe it (its
+    timestamps 0)."""
+    source = Source(
+        "postgresql", server, "store", "store", "order_items", 0,
+        position=PgPosition(lsn, tx_id),
+    )  # fmt: skip
+    row = {
+        "order_id": order_id,
+        "line_no": line,
+        "product_id": product_id,
+        "quantity": quantity,
+        "unit_price": unit_price,
+    }
+    return ChangeEvent("c", source, None, row, {"order_id": order_id, "line_no": line}, 0)

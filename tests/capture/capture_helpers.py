@@ -67,9 +67,11 @@ class Db:
         return parse_lsn(rows[0][0]) if rows and rows[0][0] else 0
 
     def config(self, tables: list[str], **extra: Any) -> CaptureConfig:
+        """A capture of ``tables`` (of the test's schema, or ``schema.table``) by the
+        test's slot and publication."""
         return CaptureConfig(
             server=self.server,
-            tables=tuple(f"{self.schema}.{t}" for t in tables),
+            tables=tuple(t if "." in t else f"{self.schema}.{t}" for t in tables),
             slot=self.slot,
             publication=self.publication,
             **{"heartbeat_interval_s": 1.0, **extra},

@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -17,9 +17,12 @@ import psycopg2
 from bizevents.capture.config import CaptureConfig
 from bizevents.capture.core.state import Ledger, StateStore
 from bizevents.capture.mariadb import queries as my
+from bizevents.capture.mariadb import types as mytypes
+from bizevents.capture.postgres import types as pgtypes
 from tests.capture import mysql_helpers
 from tests.capture.capture_helpers import Db, InProcess, capture_endpoints, in_process
 from tests.capture.mysql_helpers import MyDb
+from tests.capture.quarantine_helpers import enum_fixed, numeric_fixed
 
 
 class Source:
@@ -37,6 +40,10 @@ class Source:
     mysql: bool
     #: Signal conditions that hold SQL of the source's own: each must be refused.
     SQL_CONDITIONS: tuple[str, ...]
+    #: The code fix of a value that does not convert: the source's converter registry,
+    #: the type and the fixed converter (PostgreSQL's numeric takes NaN, MariaDB's ENUM
+    #: the empty error value).
+    FIX: tuple[Callable[[str, Any], None], str, Callable[[Any], Any]]
 
     def table(self, name: str) -> str:
         return f"{self.qualifier}.{name}"
@@ -68,8 +75,29 @@ class Source:
         """Until ``run`` acknowledged every change made so far."""
         raise NotImplementedError
 
+    @contextmanager
+    def converter_fixed(self) -> Iterator[None]:
+        """The quarantine tests' code fix switched on (``FIX``, quarantine_helpers)."""
+        register, type_name, fixed = self.FIX
+        register(type_name, fixed)
+        try:
+            yield
+        finally:
+            register(type_name, None)
+
     def sql(self, statement: str, params: Any = None) -> list[tuple[Any, ...]]:
         return list(self.db.sql(statement, params))
+
+    def capture_through(self, config: CaptureConfig, state_dir: Path, *statements: str) -> Any:
+        """Capture of ``config`` in process: its initial snapshot, then ``statements`` run
+        in turn; the run, stopped once it acknowledged them all."""
+        with self.in_process(config, state_dir) as run:
+            run.wait_snapshot()
+            for statement in statements:
+                self.sql(statement)
+            self.caught_up(run)
+            run.stop()
+        return run
 
     def config(self, tables: list[str], **extra: Any) -> CaptureConfig:
         return self.db.config(tables, **extra)
@@ -113,6 +141,7 @@ class PgSource(Source):
     ON_KEY = "ON CONFLICT (id) DO UPDATE SET"
     mysql = False
     SQL_CONDITIONS = ("id > 0; SELECT 1", "id IN (SELECT id FROM pg_roles)")
+    FIX = (pgtypes.register_converter, "numeric", numeric_fixed)
 
     def __init__(self, db: Db) -> None:
         self.db, self.ledger_slot, self.qualifier = db, db.slot, db.schema
@@ -141,6 +170,7 @@ class MySource(Source):
     ON_KEY = "ON DUPLICATE KEY UPDATE"
     mysql = True
     SQL_CONDITIONS = ("id <= 3 AND SLEEP(5) = 0", "id = 1; SELECT SLEEP(5)")
+    FIX = (mytypes.register_converter, "enum", enum_fixed)
 
     def __init__(self, db: MyDb) -> None:
         self.db, self.ledger_slot, self.qualifier = db, "binlog", db.name

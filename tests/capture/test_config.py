@@ -14,7 +14,6 @@ import pytest
 
 from bizevents.capture.config import CaptureConfig, ColumnFilter, load_capture_config
 from bizevents.capture.core.quarantine import ask_capture, parked_keys
-from bizevents.capture.mariadb.types import register_converter as register_my_converter
 from bizevents.capture.postgres.messages import (
     UNCHANGED_TOAST,
     Insert,
@@ -23,15 +22,14 @@ from bizevents.capture.postgres.messages import (
     Update,
 )
 from bizevents.capture.postgres.pgoutput import PgOutputDecoder, blank_values
-from bizevents.capture.postgres.types import register_converter as register_pg_converter
 from bizevents.contracts.technical.topics import table_topic
-from bizevents.devstack import Endpoints
 from bizevents.plumbing.errors import ConfigError
 from bizevents.plumbing.parking import PARKED_HEADER
 from bizevents.plumbing.parkingio import read_to_end
 from tests.capture import capture_helpers as pgh
 from tests.capture import mysql_helpers as myh
-from tests.capture.quarantine_helpers import enum_fixed, events_by_id, numeric_fixed
+from tests.capture.quarantine_helpers import events_by_id
+from tests.capture.sources import MySource, PgSource, Source
 
 #: What the excluded column holds: it must appear in no record capture writes.
 SECRET = "pbkdf2_sha256$600000$NEVER-LEAVES$c2VjcmV0"
@@ -83,16 +81,19 @@ def _tuple(values: tuple[Any, ...]) -> bytes:
     return out
 
 
-def _redrive(kafka: dict[str, Any], config: CaptureConfig) -> None:
-    """Re-drive the one parked key (capture runs, with the fix)."""
-    ((ref, _state),) = parked_keys(kafka, config.parked_topic_name)[0].parked.items()
-    (answer,) = ask_capture(kafka, config.parked_topic_name, "redrive", ref[3].hex(), 60)
-    assert answer.status == "done", answer.message
-
-
-def _redriven(endpoints: Endpoints, topic: str) -> None:
-    """Row 3's parked changes reached its topic, without the excluded column."""
-    rows = [dict(e.after or {}) for e in events_by_id(endpoints, topic)[3]]
+def _redriven(source: Source, config: CaptureConfig, state_dir: Path) -> None:
+    """The one parked key re-driven by capture with the source's fix: the parked
+    changes, blanked, still decode, and row 3's reach its topic without the excluded
+    column."""
+    kafka = {"bootstrap.servers": source.db.endpoints.bootstrap_servers}
+    with source.converter_fixed(), source.in_process(config, state_dir) as run:
+        run.wait_snapshot()
+        ((ref, _state),) = parked_keys(kafka, config.parked_topic_name)[0].parked.items()
+        (answer,) = ask_capture(kafka, config.parked_topic_name, "redrive", ref[3].hex(), 60)
+        assert answer.status == "done", answer.message
+        source.caught_up(run)
+        run.stop()
+    rows = [dict(e.after or {}) for e in events_by_id(source.db.endpoints, source.topic("t"))[3]]
     assert [r["note"] for r in rows] == ["streamed", "behind"]
     assert all("v" not in r for r in rows)
 
@@ -137,17 +138,7 @@ def test_postgres_dead_letters_and_parked_records_hold_no_excluded_column(
     assert _leaks(kafka, config.dlq_topic) == []
     assert _leaks(kafka, pg.topic("t")) == []
     if mode == "park":
-        # The parked changes, blanked, still decode: re-driven with the fix.
-        register_pg_converter("numeric", numeric_fixed)
-        try:
-            with pgh.in_process(config, endpoints) as run:
-                run.wait_snapshot()
-                _redrive(kafka, config)
-                run.wait_acked(pg.wal_lsn())
-                run.stop()
-        finally:
-            register_pg_converter("numeric", None)
-        _redriven(pg.endpoints, pg.topic("t"))
+        _redriven(PgSource(pg), config, tmp_path)
 
 
 @pytest.mark.integration
@@ -179,16 +170,7 @@ def test_mariadb_dead_letters_and_parked_records_hold_no_excluded_column(
     assert _leaks(kafka, config.dlq_topic) == []
     assert _leaks(kafka, my.topic("t")) == []
     if mode == "park":
-        register_my_converter("enum", enum_fixed)
-        try:
-            with myh.in_process(config, endpoints) as run:
-                run.wait_snapshot()
-                _redrive(kafka, config)
-                run.wait_position(my.binlog_end())
-                run.stop()
-        finally:
-            register_my_converter("enum", None)
-        _redriven(my.endpoints, my.topic("t"))
+        _redriven(MySource(my), config, tmp_path)
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import random
 import signal
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -22,28 +21,31 @@ import pytest
 from pydantic import SecretStr
 
 from bizevents.capture.config import CaptureConfig
-from bizevents.contracts.technical.routing import partition_for, routing_key
 from bizevents.devstack import Endpoints
 from tests.capture import mysql_helpers
 from tests.capture.capture_helpers import capture_endpoints, in_process
-from tests.integration.test_transaction_worker import Reader, Worker, _check, store_db, truth
+from tests.integration.test_transaction_worker import (
+    Reader,
+    Worker,
+    _check,
+    fill_order,
+    store_db,
+    truth,
+)
 from tests.integration.test_transaction_worker_by_partition import (
+    N,
     _forwarded,
+    _partition,
     _wait_held,
-    statuses,
+    crossing_share,
+    place_mixed,
+    wait_statuses,
 )
 from tests.integration.test_transaction_worker_mysql import store_mysql_db
 
 pytestmark = pytest.mark.integration
 
-N = 4
 ROUTING: dict[str, tuple[str, ...]] = {"store.orders": ("id",), "store.order_items": ("order_id",)}
-#: Every pair of partitions: whichever two each member owns, four pairs of six cross them.
-PAIRS = [(p, q) for p in range(N) for q in range(p + 1, N)]
-
-
-def _partition(order: int) -> int:
-    return partition_for(routing_key([order]), N)
 
 
 class Store:
@@ -77,64 +79,38 @@ class Store:
         self.next_order = order - 1
         return order
 
-    def transaction(self, statements: list[tuple[str, tuple[Any, ...]]], orders: list[int]) -> None:
+    @contextmanager
+    def transaction(self, orders: list[int]) -> Iterator[None]:
+        """One transaction of the statements run inside, touching ``orders``."""
         self.db.sql("BEGIN")
-        for statement, params in statements:
-            self.db.sql(statement, params)
+        yield
         self.db.sql("COMMIT")
         self.touched.append({_partition(o) for o in orders})
 
-    def placing(self, order: int, lines: int) -> list[tuple[str, tuple[Any, ...]]]:
-        """As the store's load does: the order with total 0, its items, then the total."""
-        customer = self.customer[0][0]
-        statements: list[tuple[str, tuple[Any, ...]]] = [
-            (
-                "INSERT INTO store.orders (id, customer_id, total) VALUES (%s, %s, 0)",
-                (order, customer),
-            )
-        ]
-        for line in range(1, lines + 1):
-            statements.append(
-                (
-                    "INSERT INTO store.order_items SELECT %s, %s, id, %s, price "
-                    "FROM store.products WHERE id = %s",
-                    (order, line, line, self.products[(order + line) % 3]),
-                )
-            )
-        statements.append(
-            (
-                "UPDATE store.orders SET total = (SELECT SUM(quantity * unit_price) "
-                "FROM store.order_items WHERE order_id = %s) WHERE id = %s",
-                (order, order),
-            )
-        )
-        return statements
-
     def mixed(self, count: int) -> list[int]:
-        """``count`` transactions: a third place one order, two thirds two orders on a
-        pair of partitions (every pair in turn); the orders placed."""
-        placed: list[int] = []
-        for i in range(count):
-            if i % 3 == 0:
-                orders = [self.order_on(i % N)]
-            else:
-                p, q = PAIRS[i % len(PAIRS)]
-                orders = [self.order_on(p), self.order_on(q)]
-            self.transaction([s for o in orders for s in self.placing(o, 1 + i % 3)], orders)
-            placed += orders
-        return placed
+        """``count`` transactions of :func:`place_mixed`; the orders placed."""
+        return place_mixed(count, self.order_on, self.place)
+
+    def place(self, orders: list[int], lines: int) -> None:
+        """One transaction placing ``orders`` as the store's load does: each with total 0,
+        its items, then its total."""
+        with self.transaction(orders):
+            for order in orders:
+                self.db.sql(
+                    "INSERT INTO store.orders (id, customer_id, total) VALUES (%s, %s, 0)",
+                    (order, self.customer[0][0]),
+                )
+                items = [(self.products[(order + n) % 3], n) for n in range(1, lines + 1)]
+                fill_order(self.db.sql, order, items)
 
     def status(self, orders: list[int], status: str) -> None:
         """One transaction moving ``orders`` to ``status``."""
-        statements = [
-            ("UPDATE store.orders SET status = %s WHERE id = %s", (status, o)) for o in orders
-        ]
-        self.transaction(statements, orders)
+        with self.transaction(orders):
+            for o in orders:
+                self.db.sql("UPDATE store.orders SET status = %s WHERE id = %s", (status, o))
 
     def crossing(self, held: list[list[int]]) -> float:
-        """The share of the transactions that touched partitions of two members."""
-        crossed = [t for t in self.touched if sum(1 for h in held if t & set(h)) > 1]
-        return len(crossed) / len(self.touched)
+        return crossing_share(self.touched, held)
 
 
 def _stop(worker: Worker) -> None:
@@ -222,11 +198,6 @@ def test_two_members_by_partition_over_a_routing_capture(
         _check(events, truth(db, orders))
         assert len(events) == len(orders)  # no member died: each exactly once
         assert sum(_forwarded(endpoints, group, p) for p in range(N)) > 0, "nothing exchanged"
-        deadline = time.monotonic() + 60
-        while True:
-            seen = statuses(endpoints, db.server, set(changed))
-            if all(len(s) == 2 for s in seen.values()) or time.monotonic() > deadline:
-                break
-            time.sleep(1)
+        seen = wait_statuses(endpoints, db.server, set(changed), 2)
         assert seen == {o: ["PAID", "SHIPPED"] for o in changed}
         assert all(w.alive() for w in workers), [w.tail() for w in workers]

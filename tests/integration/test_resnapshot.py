@@ -22,7 +22,6 @@ from bizevents_store.load import create_schema
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
-from bizevents.capture.config import CaptureConfig
 from bizevents.consumers import BusinessConsumer, Delivery
 from bizevents.contracts.binary import zigzag
 from bizevents.contracts.business import HEADER_EVENT_ID, HEADER_SNAPSHOT
@@ -92,14 +91,7 @@ def test_resnapshots_repairs_and_a_new_slot_give_consumers_each_state_once(
     changed, repaired, _ = mine
     server = f"rs{tag}"
     db = Db(bizevents_stack, "store", f"rs_{tag}", f"rs_{tag}", server, conn)
-    config = CaptureConfig(
-        server=server,
-        tables=("store.customers",),
-        slot=db.slot,
-        publication=db.publication,
-        partitions=2,
-        heartbeat_interval_s=1.0,
-    )
+    config = db.config(["customers"], partitions=2)
     config_file = write_config(tmp_path / "capture.toml", config)
     technical = f"{server}.store.customers"
     bootstrap = bizevents_stack.bootstrap_servers

@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 from bizevents_store.translators import orders_v3
 
-from bizevents.capture.config import CaptureConfig
 from bizevents.contracts.technical.routing import TableRouting
 from bizevents.devstack import Endpoints
 from bizevents.translators.routingcheck import check_routing
@@ -33,13 +32,9 @@ def db(bizevents_stack: Endpoints) -> Iterator[Db]:
 @contextmanager
 def routed(db: Db, tmp_path: Path, items_by: tuple[str, ...]) -> Iterator[Any]:
     """The store's orders (by id) and items (by ``items_by``) captured, routed."""
-    config = CaptureConfig(
-        server=db.server,
-        tables=("store.orders", "store.order_items"),
-        slot=db.slot,
-        publication=db.publication,
+    config = db.config(
+        ["store.orders", "store.order_items"],
         partitions=3,
-        heartbeat_interval_s=1.0,
         routing={"store.orders": ("id",), "store.order_items": items_by},
     )
     with in_process(config, capture_endpoints(db.endpoints, tmp_path / "capture")) as run:

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from decimal import Decimal
 from pathlib import Path
@@ -25,7 +25,6 @@ from bizevents_store.load import create_schema
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
-from bizevents.capture.config import CaptureConfig
 from bizevents.contracts.business import HEADER_SOURCE_TOPIC, HEADER_TRANSLATOR
 from bizevents.contracts.envelope import ChangeEvent, Source
 from bizevents.contracts.serde import BusinessDeserializer
@@ -69,24 +68,35 @@ def _ids(db: Db) -> tuple[int, list[int]]:
     return customer[0][0], [p[0] for p in products]
 
 
+#: The store's load, once an order is in: an item at its product's price (order, line,
+#: quantity, product), then the order's total (order, order). PostgreSQL's and MariaDB's.
+ITEM_INSERT = (
+    "INSERT INTO store.order_items SELECT %s, %s, id, %s, price FROM store.products WHERE id = %s"
+)
+TOTAL_UPDATE = (
+    "UPDATE store.orders SET total = (SELECT SUM(quantity * unit_price) "
+    "FROM store.order_items WHERE order_id = %s) WHERE id = %s"
+)
+
+
+def fill_order(
+    execute: Callable[[str, Any], Any], order: int, lines: list[tuple[int, int]]
+) -> None:
+    """As the store's load does after the order's insert: its items (product, quantity),
+    then its total."""
+    for n, (product, qty) in enumerate(lines, start=1):
+        execute(ITEM_INSERT, (order, n, qty, product))
+    execute(TOTAL_UPDATE, (order, order))
+
+
 def place(cur: Any, customer: int, lines: list[tuple[int, int]]) -> int:
     """As the store's load does: the order with total 0, its items, then the total."""
     cur.execute(
         "INSERT INTO store.orders (customer_id, total) VALUES (%s, 0) RETURNING id", (customer,)
     )
-    order = cur.fetchone()[0]
-    for n, (product, qty) in enumerate(lines, start=1):
-        cur.execute(
-            "INSERT INTO store.order_items SELECT %s, %s, id, %s, price FROM store.products "
-            "WHERE id = %s",
-            (order, n, qty, product),
-        )
-    cur.execute(
-        "UPDATE store.orders SET total = (SELECT sum(quantity * unit_price) FROM "
-        "store.order_items WHERE order_id = %s) WHERE id = %s",
-        (order, order),
-    )
-    return int(order)
+    order = int(cur.fetchone()[0])
+    fill_order(cur.execute, order, lines)
+    return order
 
 
 def place_orders(
@@ -132,14 +142,7 @@ def truth(
 def capturing(
     db: Db, tmp_path: Path, tables: tuple[str, ...] = ("store.orders", "store.order_items")
 ) -> Iterator[Any]:
-    config = CaptureConfig(
-        server=db.server,
-        tables=tables,
-        slot=db.slot,
-        publication=db.publication,
-        partitions=3,
-        heartbeat_interval_s=1.0,
-    )
+    config = db.config(list(tables), partitions=3)
     with in_process(config, capture_endpoints(db.endpoints, tmp_path / "capture")) as run:
         run.wait_snapshot()
         yield run

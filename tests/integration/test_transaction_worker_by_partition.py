@@ -13,7 +13,7 @@ import json
 import signal
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -30,10 +30,8 @@ from confluent_kafka.cimpl import NewTopic
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
 from bizevents.contracts.business import HEADER_SOURCE_TOPIC
-from bizevents.contracts.envelope import ChangeEvent, Op, PgPosition, Source, Transaction
-from bizevents.contracts.logical import ColumnType, Field, Kind
+from bizevents.contracts.envelope import ChangeEvent, Op, Transaction
 from bizevents.contracts.serde import BusinessDeserializer
-from bizevents.contracts.technical import TableSchema
 from bizevents.contracts.technical.routing import partition_for, routing_key
 from bizevents.contracts.technical.transaction import (
     TRANSACTION_KEY_AVRO,
@@ -45,7 +43,13 @@ from bizevents.contracts.technical.transaction import (
 from bizevents.devstack import Endpoints
 from tests.capture.capture_helpers import Db
 from tests.integration.test_transaction_worker import Reader, Worker, _assembling
-from tests.store_technical import order_change, registered_encoder, registered_orders_encoder
+from tests.store_technical import (
+    order_change,
+    order_item_change,
+    pending_order,
+    registered_order_items_encoder,
+    registered_orders_encoder,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -59,6 +63,31 @@ PRICE = Decimal("2.50")
 
 def _partition(order: int) -> int:
     return partition_for(routing_key([order]), N)
+
+
+def place_mixed(
+    count: int, order_on: Callable[[int], int], place: Callable[[list[int], int], None]
+) -> list[int]:
+    """``count`` transactions, each ``place(orders, lines)``: a third place one order, two
+    thirds two orders on a pair of partitions (every pair in turn), of one to three lines
+    each; the orders placed (``order_on(p)``: a new order on partition ``p``)."""
+    placed: list[int] = []
+    for i in range(count):
+        if i % 3 == 0:
+            orders = [order_on(i % N)]
+        else:
+            p, q = PAIRS[i % len(PAIRS)]
+            orders = [order_on(p), order_on(q)]
+        place(orders, 1 + i % 3)
+        placed += orders
+    return placed
+
+
+def crossing_share(touched: list[set[int]], held: list[list[int]]) -> float:
+    """The share of the transactions (the partitions each ``touched``) that touched
+    partitions of two members (the partitions each ``held``)."""
+    crossed = [t for t in touched if sum(1 for h in held if t & set(h)) > 1]
+    return len(crossed) / len(touched)
 
 
 class Technical:
@@ -78,18 +107,7 @@ class Technical:
             future.result(30)
         registry = SchemaRegistryClient({"url": endpoints.registry_url})
         self.orders = registered_orders_encoder(server, registry)
-        key = (
-            Field("order_id", ColumnType(Kind.INT64), optional=False),
-            Field("line_no", ColumnType(Kind.INT32), optional=False),
-        )
-        value = (
-            *key,
-            Field("product_id", ColumnType(Kind.INT64), optional=False),
-            Field("quantity", ColumnType(Kind.INT32), optional=False),
-            Field("unit_price", ColumnType(Kind.DECIMAL, scale=2, precision=12), optional=False),
-        )
-        table = TableSchema(server, "store", "order_items", key, value)
-        self.items = registered_encoder(table, registry)
+        self.items = registered_order_items_encoder(server, registry)
         self.key_id = registry.register_schema(
             f"{self.tx_topic}-key", Schema(json.dumps(TRANSACTION_KEY_AVRO), "AVRO")
         )
@@ -123,34 +141,15 @@ class Technical:
         )
 
     def placing(self, order: int, lines: int) -> list[tuple[Any, ChangeEvent]]:
-        row = {
-            "id": order,
-            "customer_id": 7,
-            "status": "pending",
-            "total": Decimal("0.00"),
-            "currency": "EUR",
-            "placed_at": T0,
-            "shipped_at": None,
-            "tracking_number": None,
-            "updated_at": T0,
-        }
+        row = pending_order(order, T0)
         changes = [self._order("c", None, row)]
         items = []
         for line in range(1, lines + 1):
             self.lsn += 8
-            source = Source(
-                "postgresql", self.server, "store", "store", "order_items", 0,
-                position=PgPosition(self.lsn, self.xid),
-            )  # fmt: skip
-            item = {
-                "order_id": order,
-                "line_no": line,
-                "product_id": 10 + line,
-                "quantity": line,
-                "unit_price": PRICE,
-            }
-            key = {"order_id": order, "line_no": line}
-            changes.append((self.items, ChangeEvent("c", source, None, item, key, 0)))
+            item = order_item_change(
+                self.server, order, line, 10 + line, line, PRICE, lsn=self.lsn, tx_id=self.xid
+            )
+            changes.append((self.items, item))
             items.append((line, 10 + line, line, PRICE))
         total = sum((PRICE * q for _, _, q, _ in items), Decimal("0.00"))
         self.rows[order] = {**row, "total": total}
@@ -198,18 +197,11 @@ class Technical:
         self.producer.produce(topic, key=key, value=value, partition=partition)
 
     def mixed(self, count: int) -> list[int]:
-        """``count`` transactions: a third place one order, two thirds two orders on a
-        pair of partitions (every pair in turn); the orders placed."""
-        placed: list[int] = []
-        for i in range(count):
-            if i % 3 == 0:
-                orders = [self.order_on(i % N)]
-            else:
-                p, q = PAIRS[i % len(PAIRS)]
-                orders = [self.order_on(p), self.order_on(q)]
-            self.commit([c for o in orders for c in self.placing(o, 1 + i % 3)])
-            placed += orders
-        return placed
+        """``count`` transactions of :func:`place_mixed`; the orders placed."""
+        return place_mixed(count, self.order_on, self.place)
+
+    def place(self, orders: list[int], lines: int) -> None:
+        self.commit([c for o in orders for c in self.placing(o, lines)])
 
 
 def _wait_held(workers: list[Worker], group: str) -> list[list[int]]:
@@ -276,9 +268,7 @@ class Members:
         assert all(len(ids) == 1 for ids in by_order.values()), by_order
 
     def crossing(self, held: list[list[int]]) -> float:
-        """The share of the transactions that touched partitions of two members."""
-        crossed = [t for t in self.technical.touched if sum(1 for h in held if t & set(h)) > 1]
-        return len(crossed) / len(self.technical.touched)
+        return crossing_share(self.technical.touched, held)
 
 
 def _stack(request: pytest.FixtureRequest, guarantee: str) -> Endpoints:
@@ -333,6 +323,18 @@ def statuses(endpoints: Endpoints, server: str, orders: set[int]) -> dict[int, l
     return found
 
 
+def wait_statuses(
+    endpoints: Endpoints, server: str, orders: set[int], count: int, timeout: float = 60
+) -> dict[int, list[str]]:
+    """:func:`statuses` once every order has ``count`` of them, or at ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        seen = statuses(endpoints, server, orders)
+        if all(len(s) == count for s in seen.values()) or time.monotonic() > deadline:
+            return seen
+        time.sleep(1)
+
+
 @pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
 def test_two_members_place_every_order_once_with_its_total(
     request: pytest.FixtureRequest, tmp_path: Path, guarantee: str
@@ -354,12 +356,7 @@ def test_two_members_place_every_order_once_with_its_total(
         assert m.crossing(held) >= 1 / 3, held
         m.check(events, orders)
         assert len(events) == len(orders)  # no member died: each exactly once
-        deadline = time.monotonic() + 60
-        while True:
-            seen = statuses(bizevents_stack, m.server, set(changed))
-            if all(len(s) == 2 for s in seen.values()) or time.monotonic() > deadline:
-                break
-            time.sleep(1)
+        seen = wait_statuses(bizevents_stack, m.server, set(changed), 2)
         assert seen == {o: ["PAID", "SHIPPED"] for o in changed}
 
 

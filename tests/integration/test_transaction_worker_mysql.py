@@ -20,7 +20,7 @@ from bizevents.capture.config import CaptureConfig
 from bizevents.capture.mariadb import queries as my
 from bizevents.devstack import Endpoints
 from tests.capture.mysql_helpers import MyDb, in_process, mysql_database
-from tests.integration.test_transaction_worker import Reader, Worker, _check, truth
+from tests.integration.test_transaction_worker import Reader, Worker, _check, fill_order, truth
 
 pytestmark = [pytest.mark.integration, pytest.mark.mysql]
 
@@ -76,17 +76,7 @@ def _place(db: MyDb, customer: int, lines: list[tuple[int, int]]) -> int:
     db.sql("BEGIN")
     db.sql("INSERT INTO store.orders (customer_id, total) VALUES (%s, 0)", (customer,))
     order = int(db.sql("SELECT LAST_INSERT_ID()")[0][0])
-    for n, (product, qty) in enumerate(lines, start=1):
-        db.sql(
-            "INSERT INTO store.order_items SELECT %s, %s, id, %s, price FROM store.products "
-            "WHERE id = %s",
-            (order, n, qty, product),
-        )
-    db.sql(
-        "UPDATE store.orders SET total = (SELECT SUM(quantity * unit_price) "
-        "FROM store.order_items WHERE order_id = %s) WHERE id = %s",
-        (order, order),
-    )
+    fill_order(db.sql, order, lines)
     db.sql("COMMIT")
     return order
 

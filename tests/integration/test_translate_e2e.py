@@ -13,7 +13,6 @@ from bizevents_store.contracts import OrderPlaced, OrderStatusChanged
 from bizevents_store.load import StoreLoad, create_schema
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
-from bizevents.capture.config import CaptureConfig
 from bizevents.contracts.serde import BusinessDeserializer
 from bizevents.devstack import Endpoints
 from tests.capture.capture_helpers import (
@@ -51,15 +50,7 @@ def test_store_writes_captured_and_translated_match_the_table(
     conn.autocommit = False
     server = f"e2e{tag}"
     db = Db(bizevents_stack, "store", f"e2e_{tag}", f"e2e_{tag}", server, conn)
-    config = CaptureConfig(
-        server=server,
-        tables=("store.orders",),
-        slot=db.slot,
-        publication=db.publication,
-        partitions=4,
-        state_dir=tmp_path / "capture-state",
-        heartbeat_interval_s=1.0,
-    )
+    config = db.config(["orders"], partitions=4, state_dir=tmp_path / "capture-state")
     config_file = write_config(tmp_path / "capture.toml", config)
     capture_log = tmp_path / "capture.log"
     capture = start_cli(config_file, bizevents_stack, capture_log)

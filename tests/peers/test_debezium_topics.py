@@ -78,6 +78,15 @@ class Captured:
     theirs: str  # Debezium's (its topic.prefix, the server)
     folder: Path
 
+    def replay_env(self, state: str) -> dict[str, str]:
+        """A replay's settings: this stack, its state in ``folder / state``, warnings only."""
+        return {
+            "BIZEVENTS_KAFKA__BOOTSTRAP_SERVERS": self.endpoints.bootstrap_servers,
+            "BIZEVENTS_REGISTRY__URL": self.endpoints.registry_url,
+            "BIZEVENTS_STATE_DIR": str(self.folder / state),
+            "BIZEVENTS_LOG_LEVEL": "WARNING",
+        }
+
 
 def _database(endpoints: Endpoints, name: str) -> str:
     admin = psycopg2.connect(endpoints.postgres_dsn)
@@ -310,13 +319,7 @@ def _replayed(c: Captured, out: Path) -> dict[str, dict[str, tuple[str, dict[str
 def test_replay_reads_debeziums_topics_as_it_reads_its_own(captured: Captured) -> None:
     """``bizevents replay`` (Spark, local[2]) of each row translator over both sets of
     topics: the events from Debezium's are those from bizevents', ids and content."""
-    env = {
-        **os.environ,
-        "BIZEVENTS_KAFKA__BOOTSTRAP_SERVERS": captured.endpoints.bootstrap_servers,
-        "BIZEVENTS_REGISTRY__URL": captured.endpoints.registry_url,
-        "BIZEVENTS_STATE_DIR": str(captured.folder / "replay-state"),
-        "BIZEVENTS_LOG_LEVEL": "WARNING",
-    }
+    env = {**os.environ, **captured.replay_env("replay-state")}
     out = captured.folder / "replayed"
     topics = f"{captured.ours}.store.*,{captured.theirs}.store.*"
     for name, version in ROW_TRANSLATORS.items():
@@ -353,12 +356,7 @@ def test_a_transaction_replay_is_told_before_spark_what_debeziums_topics_lack(
     """The live worker's start-up check, in the replay: orders@3 over Debezium's topics
     exits 1 with the worker's sentence before Spark starts (it used to run and dead-letter
     the changes, emitting nothing)."""
-    env = {
-        "BIZEVENTS_KAFKA__BOOTSTRAP_SERVERS": captured.endpoints.bootstrap_servers,
-        "BIZEVENTS_REGISTRY__URL": captured.endpoints.registry_url,
-        "BIZEVENTS_STATE_DIR": str(captured.folder / "replay-tx-state"),
-        "BIZEVENTS_LOG_LEVEL": "WARNING",
-    }
+    env = captured.replay_env("replay-tx-state")
     out = captured.folder / "replayed-tx"
     topics = f"{captured.theirs}.store.orders,{captured.theirs}.store.order_items"
     result = CliRunner().invoke(

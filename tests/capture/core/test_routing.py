@@ -17,8 +17,6 @@ from bizevents.capture.config import CaptureConfig
 from bizevents.capture.core.quarantine import ask_capture, parked_keys
 from bizevents.capture.core.signals import SignalTopic, new_signal
 from bizevents.capture.exceptions import CaptureError
-from bizevents.capture.mariadb.types import register_converter as my_register_converter
-from bizevents.capture.postgres.types import register_converter
 from bizevents.contracts.envelope import ChangeEvent, Tombstone
 from bizevents.contracts.technical.routing import (
     TableRouting,
@@ -33,15 +31,11 @@ from bizevents.translators.routing import business_key
 from tests.capture.capture_helpers import (
     Db,
     Record,
-    capture_endpoints,
-    in_process,
     read_topic,
     wait_for,
 )
 from tests.capture.core.test_transactions import read_transactions
 from tests.capture.mysql_helpers import MyDb
-from tests.capture.mysql_helpers import in_process as my_in_process
-from tests.capture.quarantine_helpers import enum_fixed, numeric_fixed
 from tests.capture.sources import MySource, PgSource, Source
 from tests.kafka import read_all
 
@@ -246,10 +240,41 @@ def test_routing_a_table_captured_unrouted_refuses_to_start(source: Source, tmp_
     assert "was written routed by its Kafka key" in reason, reason
 
 
+def _redrive_parked(source: Source, config: CaptureConfig, run: Any, orders: range) -> None:
+    """Once ``run`` parked one key per order, the source's fix switched on, re-drives
+    every parked key through capture's parked topic and stops ``run`` once it passed
+    the re-driven changes."""
+    source.caught_up(run)
+    kafka = {"bootstrap.servers": source.db.endpoints.bootstrap_servers}
+    with source.converter_fixed():
+        keys, _ = parked_keys(kafka, config.parked_topic_name)
+        assert len(keys.parked) == len(orders)
+        for ref in keys.parked:
+            (answer,) = ask_capture(kafka, config.parked_topic_name, "redrive", ref[3].hex(), 60)
+            assert answer.status == "done", answer.message
+        source.caught_up(run)
+        run.stop()
+
+
+def _assert_redriven_on_their_orders(source: Source, orders: range) -> None:
+    """Every record of order_items is on its order's partition, and the re-driven
+    updates are there, one per order, on more than one partition."""
+    redriven: list[int] = []
+    for r in read_topic(source.db.endpoints, source.topic("order_items")):
+        assert r.decoded.key is not None
+        order = int(r.decoded.key["order_id"])
+        assert r.partition == _expected(order), r
+        if isinstance(r.decoded, ChangeEvent) and r.decoded.op == "u":
+            redriven.append(order)
+    assert sorted(redriven) == list(orders)
+    assert len({_expected(o) for o in redriven}) > 1
+
+
 def test_a_redriven_change_lands_on_its_orders_partition(pg: Db, tmp_path: Path) -> None:
     """PostgreSQL, ``on_conversion_error = "park"``: an item's change that did not
     convert parks its key; once fixed and re-driven, its changes go to the partition of
     their order, as every other record of the table."""
+    source = PgSource(pg)
     s = pg.schema
     pg.sql(f"CREATE TABLE {s}.orders (id INT PRIMARY KEY, total INT)")
     pg.sql(
@@ -258,35 +283,13 @@ def test_a_redriven_change_lands_on_its_orders_partition(pg: Db, tmp_path: Path)
     )
     orders = range(1, 9)
     pg.sql(f"INSERT INTO {s}.order_items SELECT o, 1, 1.00 FROM generate_series(1, 8) o")
-    config = _routed_config(PgSource(pg), on_conversion_error="park")
-    kafka = {"bootstrap.servers": pg.endpoints.bootstrap_servers}
-    try:
-        with in_process(config, capture_endpoints(pg.endpoints, tmp_path)) as run:
-            run.wait_snapshot()
-            for o in orders:  # does not convert: each order's item parks its key
-                pg.sql(f"UPDATE {s}.order_items SET price = 'NaN' WHERE order_id = %s", (o,))
-            run.wait_acked(pg.wal_lsn())
-            register_converter("numeric", numeric_fixed)
-            keys, _ = parked_keys(kafka, config.parked_topic_name)
-            assert len(keys.parked) == len(orders)
-            for ref in keys.parked:
-                (answer,) = ask_capture(
-                    kafka, config.parked_topic_name, "redrive", ref[3].hex(), 60
-                )
-                assert answer.status == "done", answer.message
-            run.wait_acked(pg.wal_lsn())
-            run.stop()
-    finally:
-        register_converter("numeric", None)
-    redriven: list[int] = []
-    for r in read_topic(pg.endpoints, pg.topic("order_items")):
-        assert r.decoded.key is not None
-        order = int(r.decoded.key["order_id"])
-        assert r.partition == _expected(order), r
-        if isinstance(r.decoded, ChangeEvent) and r.decoded.op == "u":
-            redriven.append(order)
-    assert sorted(redriven) == list(orders)
-    assert len({_expected(o) for o in redriven}) > 1
+    config = _routed_config(source, on_conversion_error="park")
+    with source.in_process(config, tmp_path) as run:
+        run.wait_snapshot()
+        for o in orders:  # does not convert: each order's item parks its key
+            pg.sql(f"UPDATE {s}.order_items SET price = 'NaN' WHERE order_id = %s", (o,))
+        _redrive_parked(source, config, run, orders)
+    _assert_redriven_on_their_orders(source, orders)
 
 
 @pytest.mark.mysql
@@ -294,6 +297,7 @@ def test_a_redriven_change_lands_on_its_orders_partition_mariadb(my: MyDb, tmp_p
     """MariaDB, ``on_conversion_error = "park"``: an item's change that did not convert
     (an ENUM's empty error value) parks its key; once fixed and re-driven, its changes go
     to the partition of their order, as every other record of the table."""
+    source = MySource(my)
     my.sql("CREATE TABLE orders (id INT PRIMARY KEY, total INT)")
     my.sql(
         "CREATE TABLE order_items "
@@ -301,36 +305,14 @@ def test_a_redriven_change_lands_on_its_orders_partition_mariadb(my: MyDb, tmp_p
     )
     orders = range(1, 9)
     my.sql("INSERT INTO order_items VALUES " + ", ".join(f"({o}, 1, 'a')" for o in orders))
-    config = _routed_config(MySource(my), on_conversion_error="park")
-    kafka = {"bootstrap.servers": my.endpoints.bootstrap_servers}
-    try:
-        with my_in_process(config, my.capture_endpoints(tmp_path)) as run:
-            run.wait_snapshot()
-            my.sql("SET SESSION sql_mode = ''")  # a label it does not know becomes ''
-            for o in orders:  # does not convert: each order's item parks its key
-                my.sql(f"UPDATE order_items SET e = 'zzz' WHERE order_id = {o}")
-            run.wait_position(my.binlog_end())
-            my_register_converter("enum", enum_fixed)
-            keys, _ = parked_keys(kafka, config.parked_topic_name)
-            assert len(keys.parked) == len(orders)
-            for ref in keys.parked:
-                (answer,) = ask_capture(
-                    kafka, config.parked_topic_name, "redrive", ref[3].hex(), 60
-                )
-                assert answer.status == "done", answer.message
-            run.wait_position(my.binlog_end())
-            run.stop()
-    finally:
-        my_register_converter("enum", None)
-    redriven: list[int] = []
-    for r in read_topic(my.endpoints, my.topic("order_items")):
-        assert r.decoded.key is not None
-        order = int(r.decoded.key["order_id"])
-        assert r.partition == _expected(order), r
-        if isinstance(r.decoded, ChangeEvent) and r.decoded.op == "u":
-            redriven.append(order)
-    assert sorted(redriven) == list(orders)
-    assert len({_expected(o) for o in redriven}) > 1
+    config = _routed_config(source, on_conversion_error="park")
+    with source.in_process(config, tmp_path) as run:
+        run.wait_snapshot()
+        my.sql("SET SESSION sql_mode = ''")  # a label it does not know becomes ''
+        for o in orders:  # does not convert: each order's item parks its key
+            my.sql(f"UPDATE order_items SET e = 'zzz' WHERE order_id = {o}")
+        _redrive_parked(source, config, run, orders)
+    _assert_redriven_on_their_orders(source, orders)
 
 
 #: Each type a table may be routed by, with values at its edges: PostgreSQL's.

@@ -27,6 +27,7 @@ from bizevents.contracts.logical import JsonDocument
 from bizevents.plumbing.kafka import ensure_topics
 from tests.capture.capture_helpers import cli_env, final_state, read_topic
 from tests.capture.mysql_helpers import MyDb, Proxy, in_process, wait_stored
+from tests.capture.sources import MySource
 
 pytestmark = [pytest.mark.integration, pytest.mark.mysql]
 
@@ -298,21 +299,20 @@ def test_ddl_mid_stream_decodes_every_row_with_its_own_layout(db: MyDb, tmp_path
     with its own columns, also when capture resumes from a position before the DDL."""
     db.sql("CREATE TABLE t (id INT PRIMARY KEY, a VARCHAR(10))")
     config = db.config(["t"])
-    endpoints = db.capture_endpoints(tmp_path)
-    with in_process(config, endpoints) as run:
-        run.wait_snapshot()
-        db.sql("INSERT INTO t VALUES (1, 'a1')")
-        db.sql("ALTER TABLE t ADD COLUMN b DECIMAL(5,2) NOT NULL DEFAULT 1.50")
-        db.sql("INSERT INTO t VALUES (2, 'a2', 2.25)")
-        run.wait_position(db.binlog_end())
-        run.stop()
+    MySource(db).capture_through(
+        config,
+        tmp_path,
+        "INSERT INTO t VALUES (1, 'a1')",
+        "ALTER TABLE t ADD COLUMN b DECIMAL(5,2) NOT NULL DEFAULT 1.50",
+        "INSERT INTO t VALUES (2, 'a2', 2.25)",
+    )
     # Stopped: the rest is read after a restart from the position before them.
     db.sql("INSERT INTO t VALUES (3, 'a3', 3.00)")
     db.sql("ALTER TABLE t DROP COLUMN a")
     db.sql("INSERT INTO t VALUES (4, 4.75)")
     db.sql("ALTER TABLE t ADD COLUMN c ENUM('x','y') NULL")
     db.sql("UPDATE t SET c = 'y' WHERE id = 4")
-    with in_process(config, endpoints) as run:
+    with in_process(config, db.capture_endpoints(tmp_path)) as run:
         run.wait_position(db.binlog_end())
         run.stop()
     records = read_topic(db.endpoints, db.topic("t"))
@@ -422,11 +422,7 @@ def test_restart_resumes_and_a_purged_position_is_a_clear_error(db: MyDb, tmp_pa
     db.sql("CREATE TABLE t (id INT PRIMARY KEY)")
     config = db.config(["t"])
     endpoints = db.capture_endpoints(tmp_path)
-    with in_process(config, endpoints) as run:
-        run.wait_snapshot()
-        db.sql("INSERT INTO t VALUES (1)")
-        run.wait_position(db.binlog_end())
-        run.stop()
+    MySource(db).capture_through(config, tmp_path, "INSERT INTO t VALUES (1)")
     stored = db.stored_offset(config)
     assert stored is not None and stored["snapshot_done"]
     db.sql("INSERT INTO t VALUES (2)")

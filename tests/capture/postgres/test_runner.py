@@ -27,6 +27,7 @@ from tests.capture.capture_helpers import (
     in_process,
     read_topic,
 )
+from tests.capture.sources import PgSource
 
 pytestmark = pytest.mark.integration
 
@@ -70,13 +71,13 @@ def test_unchanged_toasted_values_of_every_type_are_unavailable(db: Db, tmp_path
         db.sql(f"ALTER TABLE {s}.t ALTER COLUMN {name} SET STORAGE EXTERNAL")
     values = ", ".join(v.format(s=s) for _, v in _TOASTED.values())
     config = db.config(["t"])
-    with in_process(config, capture_endpoints(db.endpoints, tmp_path)) as run:
-        run.wait_snapshot()
-        db.sql(f"INSERT INTO {s}.t VALUES (1, 'a', {values})")
-        db.sql(f"UPDATE {s}.t SET small = 'b'")
-        db.sql(f"INSERT INTO {s}.t (id, small) VALUES (2, 'after')")
-        run.wait_acked(db.wal_lsn())
-        run.stop()
+    PgSource(db).capture_through(
+        config,
+        tmp_path,
+        f"INSERT INTO {s}.t VALUES (1, 'a', {values})",
+        f"UPDATE {s}.t SET small = 'b'",
+        f"INSERT INTO {s}.t (id, small) VALUES (2, 'after')",
+    )
     events = _changes(db, "t")
     assert [e.op for e in events] == ["c", "u", "c"]
     created, updated, _ = events
@@ -192,12 +193,12 @@ def test_unconvertible_numeric_goes_to_the_dlq_and_later_rows_flow(
     db.sql(f"CREATE TABLE {s}.t (id int PRIMARY KEY, n numeric)")
     db.sql(f"INSERT INTO {s}.t VALUES (1, {_HUGE}), (2, 1.5)")
     config = db.config(["t"], on_conversion_error=mode)
-    with in_process(config, capture_endpoints(db.endpoints, tmp_path)) as run:
-        run.wait_snapshot()
-        db.sql(f"INSERT INTO {s}.t VALUES (3, {_HUGE})")
-        db.sql(f"INSERT INTO {s}.t VALUES (4, 2.5)")
-        run.wait_acked(db.wal_lsn())
-        run.stop()
+    run = PgSource(db).capture_through(
+        config,
+        tmp_path,
+        f"INSERT INTO {s}.t VALUES (3, {_HUGE})",
+        f"INSERT INTO {s}.t VALUES (4, 2.5)",
+    )
     assert [e.after["id"] for e in _changes(db, "t") if e.after] == [2, 4]
     assert run.stats.conversion_errors == {(f"{s}.t", mode): 2}
     if mode == "skip":

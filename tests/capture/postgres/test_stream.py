@@ -44,6 +44,7 @@ from tests.capture.postgres.test_pgoutput_live import (
     _expected,
     _same,
 )
+from tests.capture.sources import PgSource
 
 pytestmark = pytest.mark.integration
 
@@ -275,14 +276,14 @@ def test_column_added_mid_stream_registers_a_new_version(db: Db, tmp_path: Path)
     db.sql(f"CREATE TABLE {db.schema}.people (id int PRIMARY KEY, name text)")
     db.sql(f"INSERT INTO {db.schema}.people VALUES (1, 'ann')")
     config = db.config(["people"])
-    with in_process(config, capture_endpoints(db.endpoints, tmp_path)) as run:
-        run.wait_snapshot()
-        db.sql(f"INSERT INTO {db.schema}.people VALUES (2, 'bob')")
-        db.sql(f"ALTER TABLE {db.schema}.people ADD COLUMN city text DEFAULT 'Gent'")
-        db.sql(f"INSERT INTO {db.schema}.people VALUES (3, 'cy', 'Oslo')")
-        db.sql(f"UPDATE {db.schema}.people SET name = 'ann2' WHERE id = 1")
-        run.wait_acked(db.wal_lsn())
-        run.stop()
+    PgSource(db).capture_through(
+        config,
+        tmp_path,
+        f"INSERT INTO {db.schema}.people VALUES (2, 'bob')",
+        f"ALTER TABLE {db.schema}.people ADD COLUMN city text DEFAULT 'Gent'",
+        f"INSERT INTO {db.schema}.people VALUES (3, 'cy', 'Oslo')",
+        f"UPDATE {db.schema}.people SET name = 'ann2' WHERE id = 1",
+    )
     registry = SchemaRegistryClient({"url": db.endpoints.registry_url})
     topic = db.topic("people")
     assert len(registry.get_versions(f"{topic}-value")) == 2
@@ -321,11 +322,9 @@ def test_table_without_key_or_identity_is_refused(db: Db, tmp_path: Path) -> Non
     # With REPLICA IDENTITY FULL it is captured, keyed by the whole row.
     db.sql(f"ALTER TABLE {db.schema}.loose REPLICA IDENTITY FULL")
     db.sql(f"INSERT INTO {db.schema}.loose VALUES (1, 'x'), (2, NULL)")
-    with in_process(config, capture_endpoints(db.endpoints, tmp_path)) as run:
-        run.wait_snapshot()
-        db.sql(f"UPDATE {db.schema}.loose SET b = 'y' WHERE a = 1")
-        run.wait_acked(db.wal_lsn())
-        run.stop()
+    PgSource(db).capture_through(
+        config, tmp_path, f"UPDATE {db.schema}.loose SET b = 'y' WHERE a = 1"
+    )
     state = final_state(read_topic(db.endpoints, db.topic("loose")))
     assert sorted(state.values(), key=lambda r: r["a"]) == [
         {"a": 1, "b": "y"},
