@@ -57,7 +57,7 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 
 #: The brokers whose stacks this session started, for the closing summary.
-_RAN_ON: dict[str, str] = {}
+_RAN_ON: dict[str, list[str]] = {}  # broker -> the tiers whose stacks ran on it
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
@@ -69,14 +69,22 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node: Any, error: object) -> None:
-    for broker, why in getattr(node, "workeroutput", {}).get("bizevents_ran_on", {}).items():
-        _RAN_ON.setdefault(broker, why)
+    for broker, whys in getattr(node, "workeroutput", {}).get("bizevents_ran_on", {}).items():
+        for why in whys:
+            _ran_on(broker, why)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if _RAN_ON:
-        ran = ", ".join(f"{broker} ({why})" for broker, why in _RAN_ON.items())
+        ran = ", ".join(f"{broker} ({', '.join(whys)})" for broker, whys in _RAN_ON.items())
         terminalreporter.write_line(f"bizevents: stacks ran on {ran}")
+
+
+def _ran_on(broker: str, why: str) -> None:
+    """Each tier is named once per broker, whichever test started the stack."""
+    whys = _RAN_ON.setdefault(broker, [])
+    if why not in whys:
+        whys.append(why)
 
 
 class _Stacks:
@@ -98,7 +106,7 @@ class _Stacks:
                 stack.down(purge=True)
                 raise
             self.running[broker] = (stack, stack.endpoints())
-            _RAN_ON.setdefault(broker, why)
+        _ran_on(broker, why)
         return self.running[broker][1]
 
     def stop(self) -> None:
