@@ -106,6 +106,14 @@ def test_gtid_sequence_of_a_domain() -> None:
     assert faults.gtid_seq("") == -1
 
 
+def test_by_partition_routes_what_orders3_reads_by_its_declared_keys(tmp_path: Path) -> None:
+    """``--by-partition``: capture routes orders@3's tables by the keys it declares, as
+    the members that own partitions need; without it capture routes nothing."""
+    routed = faults.Faults(faults.SHORT, 1, tmp_path, by_partition=True).routing()
+    assert routed == {"store.orders": ("id",), "store.order_items": ("order_id",)}
+    assert faults.Faults(faults.SHORT, 1, tmp_path).routing() == {}
+
+
 class _Cursor:
     """A DB-API cursor over fixed rows, one list per ``execute`` in call order."""
 
