@@ -131,6 +131,8 @@ REPLAY_TRANSLATOR = "orders@2"
 #: The transaction workers' translator (whole transactions: docs/transactions.md).
 TX_TRANSLATOR = ("orders", 3)
 TX_TABLES = ("store.orders", "store.order_items")
+#: --by-partition: the least share of orders@3's transactions across partitions (issue 40)
+CROSSING_AT_LEAST = 1 / 3
 
 
 @dataclass(frozen=True)
@@ -1286,6 +1288,17 @@ class Faults:
             log(f"dropping the slots: {exc}")
 
 
+def exchanged(crossing: tuple[int, int], forwarded: int) -> str | None:
+    """--by-partition: why the run did not exercise the exchange (too few of orders@3's
+    transactions across partitions, or nothing forwarded), or ``None`` when it did."""
+    crossed, of = crossing
+    if crossed < of * CROSSING_AT_LEAST or not of:
+        return f"only {crossed} of {of} orders@3 transactions across partitions (a third wanted)"
+    if not forwarded:
+        return "nothing was forwarded through the exchange topic"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     length = parser.add_mutually_exclusive_group()
@@ -1396,19 +1409,22 @@ def main(argv: list[str] | None = None) -> int:
         f"same_content_duplicates={report.same_content_duplicates} "
         f"technical_copies={report.tech_duplicates} dead_letters={report.dead_letters}"
     )
+    bypassed = exchanged(faults.crossing, faults.forwarded) if args.by_partition else None
     if args.by_partition:
         crossed, of = faults.crossing
         print(
             f"  crossing_share={crossed / max(of, 1):.2f} ({crossed} of {of} orders@3 "
             f"transactions across partitions) forwarded={faults.forwarded}"
         )
+    if bypassed is not None:
+        print(f"  the exchange was not exercised: {bypassed}")
     for detail in report.details:
         print(f"  {detail}")
     for exit_ in exits:
         print("  unexpected exit: " + exit_.replace("\n", "\n    "))
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
-    return 0 if report.ok() and not faults.duplicates else 1
+    return 0 if report.ok() and not faults.duplicates and bypassed is None else 1
 
 
 if __name__ == "__main__":
