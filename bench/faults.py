@@ -1062,6 +1062,7 @@ class Faults:
             for r in dead
         )
         report.details += [f"dead letter x{n} on {t}: {why}" for (t, why), n in reasons.items()]
+        self.dead_transactions([r for r in dead if r.topic.endswith(".tx")], schema_text)
         self.check_consumer(published, tech_index)
 
         # the replay: the records of the ranges it planned, through orders@2
@@ -1119,6 +1120,28 @@ class Faults:
         report.details.append(
             f"transactions: {len(self.long_orders)} long transactions ("
             f"{self.mode.long_tx_items} items each), {report.tx_wrong} placed wrong or not at all"
+        )
+
+    def dead_transactions(self, dead: list[Rec], schema_text: Callable[[int], str]) -> None:
+        """Whether each transaction the transaction workers dead-lettered has an END on
+        the transaction topic: with one, the suite expected its events and checked them;
+        without, capture wrote none, and its orders@3 events are not checked."""
+        from bizevents.contracts.technical.transaction import TransactionDecoder
+        from bizevents.translators.txparking import HEADER_TX
+
+        given_up = {r.headers.get(HEADER_TX, b"?").decode(errors="replace") for r in dead}
+        if not given_up:
+            return
+        decoder = TransactionDecoder(schema_text)
+        records = read_topics(self.endpoints.bootstrap_servers, [f"{self.server}.transaction"])
+        ended = {
+            d.id
+            for d in (decoder.decode(r.value) for r in records if r.value is not None)
+            if d.status == "END"
+        }
+        self.report.details.append(
+            f"transactions dead-lettered: {len(given_up)}, with an END on the transaction "
+            f"topic: {sorted(given_up & ended)}, without: {sorted(given_up - ended)}"
         )
 
     def exchange_figures(self, schema_text: Callable[[int], str]) -> None:
