@@ -30,6 +30,13 @@ process, reconnecting when the database goes away). Then, on a seeded random sch
   leading most partitions of the orders' technical and business topics, restarted from
   its disk (``--long``: twice), and one restart of the whole cluster.
 
+``--by-partition`` runs the transaction workers with ``transactions.by_partition``
+(members own technical partitions, docs/transactions.md) over a capture routing the
+tables orders@3 reads by the keys it declares, and the load places and moves on two
+orders per transaction, so most of them cross partitions; the summary prints the share
+that does (from END's ``partition_counts``) and the records forwarded through the
+exchange topic.
+
 A process that exits on its own is restarted too, as a supervisor would, and counted
 as ``unexpected_exits`` with the tail of its log: that is a defect to report.
 
@@ -69,6 +76,7 @@ on its own.
     .venv/bin/python bench/faults.py --long --seed 7                  # 32 kills, 30 s pause
     .venv/bin/python bench/faults.py --short --source mysql --seed 1  # MariaDB capture
     .venv/bin/python bench/faults.py --long --broker kafka --brokers 3 --exactly-once
+    .venv/bin/python bench/faults.py --long --by-partition             # members own partitions
 """
 
 from __future__ import annotations
@@ -113,6 +121,7 @@ from bench.faultsuite.truth import (  # noqa: E402
     history,
     order_breaks,
 )
+from bench.translate_tx import crossing  # noqa: E402
 
 __all__ = ["Applied", "Report", "check_applied", "gtid_seq", "main", "order_breaks"]
 
@@ -122,6 +131,8 @@ REPLAY_TRANSLATOR = "orders@2"
 #: The transaction workers' translator (whole transactions: docs/transactions.md).
 TX_TRANSLATOR = ("orders", 3)
 TX_TABLES = ("store.orders", "store.order_items")
+#: --by-partition: the least share of orders@3's transactions across partitions (issue 40)
+CROSSING_AT_LEAST = 1 / 3
 
 
 @dataclass(frozen=True)
@@ -196,8 +207,14 @@ class Faults:
         broker: str = "tansu",
         brokers: int = 1,
         exactly_once: bool = False,
+        by_partition: bool = False,
     ) -> None:
         self.mode = mode
+        self.by_partition = by_partition
+        #: --by-partition: orders@3's transactions across partitions, of how many
+        self.crossing = (0, 0)
+        #: --by-partition: the records forwarded through the exchange topic
+        self.forwarded = 0
         self.source = source
         self.broker = broker
         self.brokers = brokers
@@ -360,7 +377,11 @@ class Faults:
 
         if self.source == "mysql":
             config = CaptureConfig(
-                server=self.server, tables=TABLES, partitions=3, snapshot="never"
+                server=self.server,
+                tables=TABLES,
+                partitions=3,
+                snapshot="never",
+                routing=self.routing(),
             )
             config_file = write_config(self.work / "capture.toml", config)
             # written apart: the settings model masks a DSN (it holds the password)
@@ -376,6 +397,7 @@ class Faults:
                 snapshot="never",
                 heartbeat_interval_s=1.0,
                 state_dir=self.work / "capture-state",
+                routing=self.routing(),
             )
             config_file = write_config(self.work / "capture.toml", config)
         self.capture_config = config
@@ -393,6 +415,7 @@ class Faults:
             "BIZEVENTS_TRANSLATORS": json.dumps({name: version}),
             "BIZEVENTS_TRANSACTIONS__GROUP_ID": self.tx_group,
             "BIZEVENTS_TRANSLATE__DEAD_LETTER_TOPIC": f"{self.dead_letter}.tx",
+            **({"BIZEVENTS_TRANSACTIONS__BY_PARTITION": "true"} if self.by_partition else {}),
         }
         self.tx_workers = [
             Supervised(f"txworker{n}", [*cli, "translate", "--transactions"], tx_env, self.logs)
@@ -443,6 +466,19 @@ class Faults:
             self.env(),
             self.logs,
         )
+
+    def routing(self) -> dict[str, tuple[str, ...]]:
+        """Capture's routing: with --by-partition each table orders@3 reads by the
+        business key it declares (``keys=``), which the members by partition need;
+        else none."""
+        if not self.by_partition:
+            return {}
+        from bizevents.translators.registry import discover
+        from bizevents.translators.transaction_api import TransactionTranslator
+
+        translator = discover().resolve("{}@{}".format(*TX_TRANSLATOR))
+        assert isinstance(translator, TransactionTranslator)
+        return {table: translator.key_columns(table) for table in TX_TABLES}
 
     def supervised(self) -> list[Supervised]:
         return [self.capture, self.worker, self.replay, *self.tx_workers, self.consumer]
@@ -792,6 +828,7 @@ class Faults:
             (psycopg2.OperationalError, psycopg2.InterfaceError),
             self.seed,
             self.mode.steps_per_s,
+            orders_per_transaction=2 if self.by_partition else 1,
         )
         load.start()
         return load
@@ -821,6 +858,7 @@ class Faults:
             (pymysql.err.OperationalError, pymysql.err.InterfaceError),
             self.seed,
             self.mode.steps_per_s,
+            orders_per_transaction=2 if self.by_partition else 1,
         )
         load.start()
         return load
@@ -1015,6 +1053,8 @@ class Faults:
         self.check_long_orders(
             [r for r in published if r.headers.get(HEADER_TRANSLATOR) == tx_ref], schema_text
         )
+        if self.by_partition:
+            self.exchange_figures(schema_text)
         dead = read_topics(bootstrap, [self.dead_letter, f"{self.dead_letter}.tx"])
         report.dead_letters = len(dead)
         reasons = Counter(
@@ -1022,6 +1062,7 @@ class Faults:
             for r in dead
         )
         report.details += [f"dead letter x{n} on {t}: {why}" for (t, why), n in reasons.items()]
+        self.dead_transactions([r for r in dead if r.topic.endswith(".tx")], schema_text)
         self.check_consumer(published, tech_index)
 
         # the replay: the records of the ranges it planned, through orders@2
@@ -1081,6 +1122,43 @@ class Faults:
             f"{self.mode.long_tx_items} items each), {report.tx_wrong} placed wrong or not at all"
         )
 
+    def dead_transactions(self, dead: list[Rec], schema_text: Callable[[int], str]) -> None:
+        """Whether each transaction the transaction workers dead-lettered has an END on
+        the transaction topic: with one, the suite expected its events and checked them;
+        without, capture wrote none, and its orders@3 events are not checked."""
+        from bizevents.contracts.technical.transaction import TransactionDecoder
+        from bizevents.translators.txparking import HEADER_TX
+
+        given_up = {r.headers.get(HEADER_TX, b"?").decode(errors="replace") for r in dead}
+        if not given_up:
+            return
+        decoder = TransactionDecoder(schema_text)
+        records = read_topics(self.endpoints.bootstrap_servers, [f"{self.server}.transaction"])
+        ended = {
+            d.id
+            for d in (decoder.decode(r.value) for r in records if r.value is not None)
+            if d.status == "END"
+        }
+        self.report.details.append(
+            f"transactions dead-lettered: {len(given_up)}, with an END on the transaction "
+            f"topic: {sorted(given_up & ended)}, without: {sorted(given_up - ended)}"
+        )
+
+    def exchange_figures(self, schema_text: Callable[[int], str]) -> None:
+        """--by-partition: orders@3's transactions across partitions (END's
+        ``partition_counts``), and the records forwarded through the exchange topic
+        (``read_committed``), which show the exchange exercised, not bypassed."""
+        from bizevents.contracts.technical.transaction import TransactionDecoder
+        from bizevents.translators.settings import TransactionSettings
+
+        bootstrap = self.endpoints.bootstrap_servers
+        decoder = TransactionDecoder(schema_text)
+        records = read_topics(bootstrap, [f"{self.server}.transaction"])
+        decoded = [decoder.decode(r.value) for r in records if r.value is not None]
+        self.crossing = crossing([d for d in decoded if d.status == "END"], TX_TABLES)
+        exchange = TransactionSettings(group_id=self.tx_group).exchange()
+        self.forwarded = len(read_topics(bootstrap, [exchange]))
+
     def check_consumer(self, published: list[Rec], tech_index: dict[Any, int]) -> None:
         """Once its group committed the order topics' ends: what the consumer applied."""
         from bizevents.contracts.business import HEADER_EVENT_ID
@@ -1121,6 +1199,15 @@ class Faults:
 
         settings = TransactionSettings(group_id=self.tx_group)
         state = settings.state()
+        tx_topic = f"{self.server}.transaction"
+        # by partition the virtual partitions are the technical ones, and a partition's
+        # checkpoint names only its own partitions and the transaction topic
+        count = (
+            self.capture_config.partitions if self.by_partition else settings.assembly_partitions
+        )
+
+        def covers(v: int, tp: tuple[str, int]) -> bool:
+            return not self.by_partition or tp[0] == tx_topic or tp[1] == v
 
         def caught_up() -> bool:
             """Every virtual partition's last checkpoint reads on past every input's end
@@ -1135,10 +1222,11 @@ class Faults:
                 if key.startswith(b"assembly:") and value:
                     data = json.loads(value)
                     last[key] = {(str(t), int(p)): int(o) for t, p, o in data["offsets"]}
-            wanted = [f"assembly:{v}".encode() for v in range(settings.assembly_partitions)]
+            wanted = {v: f"assembly:{v}".encode() for v in range(count)}
             return all(
-                key in last and all(last[key].get(tp, -1) >= end for tp, end in ends.items())
-                for key in wanted
+                key in last
+                and all(last[key].get(tp, -1) >= end for tp, end in ends.items() if covers(v, tp))
+                for v, key in wanted.items()
             )
 
         return self.wait(caught_up, f"{self.tx_group} checkpoints", 300)
@@ -1223,6 +1311,17 @@ class Faults:
             log(f"dropping the slots: {exc}")
 
 
+def exchanged(crossing: tuple[int, int], forwarded: int) -> str | None:
+    """--by-partition: why the run did not exercise the exchange (too few of orders@3's
+    transactions across partitions, or nothing forwarded), or ``None`` when it did."""
+    crossed, of = crossing
+    if crossed < of * CROSSING_AT_LEAST or not of:
+        return f"only {crossed} of {of} orders@3 transactions across partitions (a third wanted)"
+    if not forwarded:
+        return "nothing was forwarded through the exchange topic"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     length = parser.add_mutually_exclusive_group()
@@ -1251,6 +1350,13 @@ def main(argv: list[str] | None = None) -> int:
         "duplicates= as a read_committed reader counts them",
     )
     parser.add_argument(
+        "--by-partition",
+        action="store_true",
+        help="the transaction workers with transactions.by_partition, capture routing "
+        "orders@3's tables by its keys, two orders per transaction; prints the share of "
+        "transactions across partitions and the records forwarded through the exchange",
+    )
+    parser.add_argument(
         "--seconds",
         type=float,
         help="how long the load runs (the mode's faults in it; at least 25): the test "
@@ -1268,11 +1374,18 @@ def main(argv: list[str] | None = None) -> int:
         mode = replace(mode, load_seconds=args.seconds)
     work = Path(tempfile.mkdtemp(prefix="bizevents-faults-"))
     log(
-        f"{mode.name} mode, {args.source}, {args.broker} ({args.brokers}), seed {args.seed}, "
-        f"work folder {work}"
+        f"{mode.name} mode, {args.source}, {args.broker} ({args.brokers}), seed {args.seed}"
+        f"{', by partition' if args.by_partition else ''}, work folder {work}"
     )
     faults = Faults(
-        mode, args.seed, work, args.source, args.broker, args.brokers, args.exactly_once
+        mode,
+        args.seed,
+        work,
+        args.source,
+        args.broker,
+        args.brokers,
+        args.exactly_once,
+        args.by_partition,
     )
     started = time.monotonic()
     try:
@@ -1319,13 +1432,22 @@ def main(argv: list[str] | None = None) -> int:
         f"same_content_duplicates={report.same_content_duplicates} "
         f"technical_copies={report.tech_duplicates} dead_letters={report.dead_letters}"
     )
+    bypassed = exchanged(faults.crossing, faults.forwarded) if args.by_partition else None
+    if args.by_partition:
+        crossed, of = faults.crossing
+        print(
+            f"  crossing_share={crossed / max(of, 1):.2f} ({crossed} of {of} orders@3 "
+            f"transactions across partitions) forwarded={faults.forwarded}"
+        )
+    if bypassed is not None:
+        print(f"  the exchange was not exercised: {bypassed}")
     for detail in report.details:
         print(f"  {detail}")
     for exit_ in exits:
         print("  unexpected exit: " + exit_.replace("\n", "\n    "))
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
-    return 0 if report.ok() and not faults.duplicates else 1
+    return 0 if report.ok() and not faults.duplicates and bypassed is None else 1
 
 
 if __name__ == "__main__":

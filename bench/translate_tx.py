@@ -28,7 +28,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -80,8 +80,20 @@ def partition_counts(changes: Sequence[tuple[str, int]]) -> tuple[tuple[str, int
 
 def across(ends: Sequence[Any]) -> float:
     """The share of END records whose transaction wrote to more than one partition."""
-    crossed = sum(len({p for _, p, _ in end.partition_counts or ()}) > 1 for end in ends)
-    return crossed / len(ends)
+    crossed, of = crossing(ends)
+    return crossed / of
+
+
+def crossing(ends: Sequence[Any], tables: Collection[str] | None = None) -> tuple[int, int]:
+    """(transactions across partitions, transactions) among END records' counts: those
+    that wrote to ``tables`` (every END when ``None``), across when they wrote to more
+    than one partition of them (a member owns partition numbers, whatever the table)."""
+    crossed = of = 0
+    for end in ends:
+        touched = {p for t, p, _ in end.partition_counts or () if tables is None or t in tables}
+        of += bool(touched)
+        crossed += len(touched) > 1
+    return crossed, of
 
 
 def workload(

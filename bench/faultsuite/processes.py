@@ -134,7 +134,8 @@ class Load(threading.Thread):
     """The store's load generator at a steady pace; it reconnects when the database restarts.
 
     ``connect`` opens a connection (psycopg2 or PyMySQL); ``lost`` are the errors that
-    mean the server went away."""
+    mean the server went away; ``orders_per_transaction`` is the load's
+    (``StoreLoad.orders_per_transaction``)."""
 
     def __init__(
         self,
@@ -142,8 +143,10 @@ class Load(threading.Thread):
         lost: tuple[type[BaseException], ...],
         seed: int,
         steps_per_s: float,
+        orders_per_transaction: int = 1,
     ) -> None:
         super().__init__(daemon=True)
+        self.orders_per_transaction = orders_per_transaction
         self.connect = connect
         self.lost = lost
         self.seed = seed
@@ -167,7 +170,11 @@ class Load(threading.Thread):
         from bizevents_store.load import StoreLoad
 
         try:
-            load = StoreLoad(self._connect(), seed=self.seed)
+            load = StoreLoad(
+                self._connect(),
+                seed=self.seed,
+                orders_per_transaction=self.orders_per_transaction,
+            )
             while not self.stopping.is_set():
                 try:
                     load.step()

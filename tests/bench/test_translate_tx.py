@@ -11,6 +11,7 @@ from bench.translate_tx import (
     Span,
     across,
     against,
+    crossing,
     orders_in_transactions,
     partition_counts,
     per_100k,
@@ -68,6 +69,29 @@ def test_across_counts_transactions_on_several_partitions() -> None:
         return TransactionRecord("END", "1:2", 0, len(partitions), None, counts)
 
     assert across([end(1), end(1, 3), end(2, 2), end(0, 1)]) == 0.5
+
+
+def test_crossing_counts_only_the_tables_read_by_partition_number() -> None:
+    """The fault suite's share: only transactions that wrote to the given tables count,
+    and a transaction is across when those tables' changes sit on more than one
+    partition number (an order on 1 with its items on 1 is not; a customer's change on
+    another partition does not make it so)."""
+
+    def end(*counts: tuple[str, int]) -> TransactionRecord:
+        return TransactionRecord(
+            "END", "1:2", 0, len(counts), None, tuple((t, p, 1) for t, p in counts)
+        )
+
+    ends = [
+        end(("store.orders", 1), ("store.order_items", 1)),
+        end(("store.orders", 1), ("store.order_items", 2)),
+        end(("store.customers", 0)),
+        end(("store.orders", 2), ("store.customers", 0)),
+        end(("store.orders", 0), ("store.orders", 2)),
+        TransactionRecord("END", "3:4", 0, 1, None, None),
+    ]
+    assert crossing(ends, ("store.orders", "store.order_items")) == (2, 4)
+    assert crossing(ends) == (3, 5)
 
 
 def test_cpu_per_100k_changes_per_role() -> None:

@@ -265,6 +265,32 @@ def test_load_generator_writes_the_store(bizevents_stack: Endpoints) -> None:
         conn.close()
 
 
+def test_load_generator_places_two_orders_per_transaction(bizevents_stack: Endpoints) -> None:
+    """``orders_per_transaction=2``: each placing transaction inserts two orders with
+    their items (the items' ``xmin`` names it: the load never updates an item)."""
+    import psycopg2
+    from bizevents_store.load import StoreLoad, create_schema
+
+    conn = psycopg2.connect(bizevents_stack.postgres_dsn)
+    try:
+        create_schema(conn)
+        load = StoreLoad(conn, seed=11, orders_per_transaction=2)
+        actions = [load.step() for _ in range(200)]
+        assert actions.count("place_order") > 5
+        with conn.cursor() as cur:
+            cur.execute(
+                "SELECT count(DISTINCT i.order_id) FROM store.order_items i"
+                " JOIN store.orders o ON o.id = i.order_id"
+                " WHERE o.customer_id = ANY(%s) GROUP BY i.xmin::text",
+                (load.customers,),
+            )
+            per_transaction = [n for (n,) in cur.fetchall()]
+        assert len(per_transaction) == actions.count("place_order")
+        assert set(per_transaction) == {2}
+    finally:
+        conn.close()
+
+
 @pytest.mark.mysql
 def test_load_generator_writes_the_store_on_mariadb(bizevents_mysql: str) -> None:
     """The same load runs against the real MariaDB with the MySQL schema."""

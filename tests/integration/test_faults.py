@@ -106,6 +106,23 @@ def test_gtid_sequence_of_a_domain() -> None:
     assert faults.gtid_seq("") == -1
 
 
+def test_by_partition_routes_what_orders3_reads_by_its_declared_keys(tmp_path: Path) -> None:
+    """``--by-partition``: capture routes orders@3's tables by the keys it declares, as
+    the members that own partitions need; without it capture routes nothing."""
+    routed = faults.Faults(faults.SHORT, 1, tmp_path, by_partition=True).routing()
+    assert routed == {"store.orders": ("id",), "store.order_items": ("order_id",)}
+    assert faults.Faults(faults.SHORT, 1, tmp_path).routing() == {}
+
+
+def test_a_by_partition_run_fails_when_the_exchange_was_bypassed() -> None:
+    """A third of orders@3's transactions across partitions, and records forwarded,
+    or the run did not test the exchange."""
+    assert faults.exchanged((40, 100), 120) is None
+    assert "34 of 105" in str(faults.exchanged((34, 105), 120))
+    assert faults.exchanged((0, 0), 0) is not None
+    assert "nothing was forwarded" in str(faults.exchanged((40, 100), 0))
+
+
 class _Cursor:
     """A DB-API cursor over fixed rows, one list per ``execute`` in call order."""
 

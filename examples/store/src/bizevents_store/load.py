@@ -3,7 +3,7 @@
 The sequence of actions is deterministic for a seed, so a test can replay the same
 story; unique values (SKUs, e-mails) also carry a tag of the instance, so several
 loads can share one database. Each step is one short transaction, as an application
-would write it.
+would write it (``orders_per_transaction`` orders placed or moved on in it).
 """
 
 from __future__ import annotations
@@ -54,6 +54,9 @@ class StoreLoad:
     products: list[int] = field(default_factory=list)
     open_orders: dict[int, str] = field(default_factory=dict)
     steps: int = 0
+    #: Orders placed, or moved on, in one transaction: with more than one, a capture
+    #: routing by order id writes most of them to several partitions.
+    orders_per_transaction: int = 1
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
@@ -94,47 +97,67 @@ class StoreLoad:
         )
 
     def place_order(self) -> None:
+        placed = []
+        with self.conn.cursor() as cur:
+            for _ in range(self.orders_per_transaction):
+                placed.append(self._place(cur))
+        self.conn.commit()
+        for order_id in placed:
+            self.open_orders[order_id] = "pending"
+
+    def _place(self, cur: Any) -> int:
+        """One order with its items and its total, in the open transaction."""
         customer = self.rng.choice(self.customers)
         lines = [
             (self.rng.choice(self.products), self.rng.randint(1, 3))
             for _ in range(self.rng.randint(1, 3))
         ]
-        with self.conn.cursor() as cur:
+        cur.execute(
+            "INSERT INTO store.orders (customer_id, total) VALUES (%s, 0) RETURNING id",
+            (customer,),
+        )
+        order_id = int(cur.fetchone()[0])
+        for line_no, (product, quantity) in enumerate(lines, 1):
             cur.execute(
-                "INSERT INTO store.orders (customer_id, total) VALUES (%s, 0) RETURNING id",
-                (customer,),
+                "INSERT INTO store.order_items SELECT %s, %s, id, %s, price"
+                " FROM store.products WHERE id = %s",
+                (order_id, line_no, quantity, product),
             )
-            order_id = cur.fetchone()[0]
-            for line_no, (product, quantity) in enumerate(lines, 1):
-                cur.execute(
-                    "INSERT INTO store.order_items SELECT %s, %s, id, %s, price"
-                    " FROM store.products WHERE id = %s",
-                    (order_id, line_no, quantity, product),
-                )
-            cur.execute(
-                "UPDATE store.orders SET total = (SELECT sum(quantity * unit_price)"
-                " FROM store.order_items WHERE order_id = %s) WHERE id = %s",
-                (order_id, order_id),
-            )
-        self.conn.commit()
-        self.open_orders[order_id] = "pending"
+        cur.execute(
+            "UPDATE store.orders SET total = (SELECT sum(quantity * unit_price)"
+            " FROM store.order_items WHERE order_id = %s) WHERE id = %s",
+            (order_id, order_id),
+        )
+        return order_id
 
     def advance_order(self) -> None:
-        order_id = self.rng.choice(list(self.open_orders))
-        status = self.open_orders[order_id]
-        if status == "pending" and self.rng.random() < 0.1:
-            new = "cancelled"
-        else:
-            new = NEXT_STATUS[status]
-        extra = ", shipped_at = now(), tracking_number = %s" if new == "shipped" else ""
-        args: tuple[Any, ...] = (new, f"TRK{order_id:08d}", order_id) if extra else (new, order_id)
-        self._one(
-            f"UPDATE store.orders SET status = %s, updated_at = now(){extra} WHERE id = %s", args
-        )
-        if new in ("delivered", "cancelled"):
-            del self.open_orders[order_id]
-        else:
-            self.open_orders[order_id] = new
+        moved: dict[int, str] = {}
+        with self.conn.cursor() as cur:
+            for _ in range(self.orders_per_transaction):
+                left = [o for o in self.open_orders if o not in moved]
+                if not left:
+                    break
+                order_id = self.rng.choice(left)
+                status = self.open_orders[order_id]
+                if status == "pending" and self.rng.random() < 0.1:
+                    new = "cancelled"
+                else:
+                    new = NEXT_STATUS[status]
+                extra = ", shipped_at = now(), tracking_number = %s" if new == "shipped" else ""
+                args: tuple[Any, ...] = (
+                    (new, f"TRK{order_id:08d}", order_id) if extra else (new, order_id)
+                )
+                cur.execute(
+                    f"UPDATE store.orders SET status = %s, updated_at = now(){extra} WHERE id = %s",
+                    args,
+                )
+                moved[order_id] = new
+        self.conn.commit()
+        for order_id, new in moved.items():
+            if new in ("delivered", "cancelled"):
+                del self.open_orders[order_id]
+            else:
+                self.open_orders[order_id] = new
 
     def touch(self) -> None:
         """Technical-only changes: no business cares (dropped by the translators)."""
