@@ -21,7 +21,7 @@ from bizevents.contracts.serde import BusinessSerializer
 from bizevents.contracts.technical.routing import partition_for, routing_key
 from bizevents.contracts.technical.transaction import TransactionRecord
 from bizevents.testing import change
-from bizevents.translators.assembly import Assembler, Part, Ready
+from bizevents.translators.assembly import Abandoned, Assembler, Checkpoint, Part, Ready
 from bizevents.translators.metrics import WorkerStats
 from bizevents.translators.records import OutRecord, SourceRecord
 from bizevents.translators.settings import RuntimeSettings
@@ -331,3 +331,37 @@ def test_a_forward_to_a_partition_read_here_is_not_decoded_again(
     assert share.exchanged(copy(3, 6)) is None
     assert share.exchanged(copy(3, 4)) == SourceRecord(topic, 3, 4, b"k", b"v", [])
     assert share.exchanged(copy(1, 7)) == SourceRecord(topic, 1, 7, b"k", b"v", [])
+
+
+def test_parts_of_a_transaction_released_at_their_partition_are_not_dead_lettered(
+    serializer: BusinessSerializer,
+) -> None:
+    """Issue 40: a member takes over partitions 0 and 2, whose checkpoints released up to
+    9:20 and 9:10. 9:15 was on 0 and 1: its END is not taken (the partition of this
+    member it touches released it), and 0's parts of it, read again from 0's checkpoint,
+    are given up as never ended once a later END comes: they are duplicates, not dead
+    letters. A part of a transaction 0 did not release is still dead-lettered."""
+    plan = make_plan([orders_v3], serializer, N, by_partition=True)
+    share = Share(plan, TxVersions(RuntimeSettings(), "tx", plan, WorkerStats("tx")))
+    share.owned = frozenset({0, 2})
+    mine = {v: Point(released=Checkpoint(position)) for v, position in ((0, 20), (2, 10))}
+    assembler, _ = share.start(mine, dict.fromkeys(plan.read_of(share.owned), 0))
+    outcomes: list[Any] = []
+    parts = [
+        _item("9:15", 1, 0),
+        _end("9:15", [("store.order_items", 0, 1), ("store.order_items", 1, 1)]),
+        _item("9:25", 1, 0),  # never ends
+        _item("9:30", 2, 2),
+        _end("9:30", [("store.order_items", 2, 1)]),
+    ]
+    for part in parts:
+        if share.take(part):
+            outcomes += assembler.feed(part)
+    given_up = [o for o in outcomes if isinstance(o, Abandoned)]
+    assert [o.tx_id for o in given_up] == ["9:15", "9:25"]
+    result, _ = share.translate(outcomes)
+    dead = [r for r in result.records if r.dead_letter]
+    assert [dict(r.headers)["bizevents.dlq.reason"] for r in dead] == [
+        b"transaction 9:25 never ended: the END of a transaction committed after it "
+        b"arrived, and none of its own"
+    ]
