@@ -148,7 +148,12 @@ class Share:
                 shares[id(outcome)] = wanted
                 mine.append(outcome)
             else:
-                parts = tuple(p for p in outcome.parts if self.home(p) in owned)
+                # parts of a transaction their home partition's checkpoint released are
+                # duplicates, not dead letters: a member owning partitions checkpointed at
+                # different places reads them again and never takes their END (issue 40)
+                parts = tuple(
+                    p for p in outcome.parts if self._dead_letters(p, outcome.tx_id, owned)
+                )
                 if parts:
                     mine.append(Abandoned(outcome.tx_id, parts, outcome.reason))
 
@@ -160,6 +165,13 @@ class Share:
         if plan.versioned():
             return self.versions.translate(mine, shares), bool(live)
         return plan.core.process(mine, owns), bool(live)
+
+    def _dead_letters(self, part: Part, tx_id: str | None, owned: frozenset[int]) -> bool:
+        """Whether this member dead-letters ``part`` of a transaction given up: its home
+        partition is one of ``owned``, whose checkpoint did not release it before."""
+        home = self.home(part)
+        point = self.points.get(home)
+        return home in owned and (point is None or not point.has(tx_id))
 
     def translate_each(self, outcomes: Sequence[Outcome]) -> tuple[dict[int, Any], bool]:
         """:meth:`translate` per owned partition (exactly once, each partition's outputs
