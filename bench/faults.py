@@ -105,7 +105,7 @@ sys.path.insert(0, str(ROOT))
 from bench import kit  # noqa: E402
 from bench.faultsuite.consumer import Applied, check_applied, create_tables, order_topics  # noqa: E402
 from bench.faultsuite.processes import Load, Supervised, alive, log, tail  # noqa: E402
-from bench.faultsuite.report import Report, check_events  # noqa: E402
+from bench.faultsuite.report import Report, check_events, missing_sources  # noqa: E402
 from bench.faultsuite.topics import (  # noqa: E402
     Rec,
     committed,
@@ -1038,6 +1038,14 @@ class Faults:
         report.events_missing = check_events(
             "business", expected, rows, tech_index, schema_text, report
         )
+        if report.events_missing:
+            found = {r.headers.get(HEADER_EVENT_ID, b"").decode() for r in rows}
+            report.details += missing_sources(
+                [o for o in result.records if o.event_id and o.event_id not in found],
+                bootstrap,
+                self.group,
+                business,
+            )
         # orders@3's events (same ids as orders@2's where they stem from the same change,
         # other content: checked apart) against what the assembly makes of the topics
         expected_tx = self.expected_transactions(tech, decoder, schema_text)

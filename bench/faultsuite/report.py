@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench.faultsuite.consumer import Applied
-from bench.faultsuite.topics import Rec, content_of
+from bench.faultsuite.topics import Rec, committed, content_of, read_topics
 from bench.faultsuite.truth import order_breaks
 
 
@@ -143,3 +143,36 @@ def check_events(
         f"{sum(len(c) for c in by_id.values())} records, {len(unexpected)} unexpected"
     )
     return len(missing)
+
+
+def missing_sources(
+    missing: list[Any], bootstrap: str, group: str, business: list[str]
+) -> list[str]:
+    """Where the ``missing`` business events (the pipeline's records) stem from: per
+    source partition, their source offsets and the row group's committed offset there;
+    and how many of them a ``read_uncommitted`` reader finds (written in a transaction
+    that was aborted or never ended) rather than nowhere (never translated)."""
+    from bizevents.contracts.business import (
+        HEADER_EVENT_ID,
+        HEADER_SOURCE_OFFSET,
+        HEADER_SOURCE_PARTITION,
+        HEADER_SOURCE_TOPIC,
+    )
+
+    uncommitted = read_topics(bootstrap, business, isolation="read_uncommitted")
+    anywhere = {r.headers.get(HEADER_EVENT_ID, b"").decode() for r in uncommitted}
+    by_source: dict[tuple[str, int], list[int]] = defaultdict(list)
+    for o in missing:
+        h = dict(o.headers)
+        source = (h[HEADER_SOURCE_TOPIC].decode(), int(h[HEADER_SOURCE_PARTITION]))
+        by_source[source].append(int(h[HEADER_SOURCE_OFFSET]))
+    got = committed(bootstrap, group, dict.fromkeys(by_source, 0))
+    found = sum(1 for o in missing if o.event_id in anywhere)
+    lines = [f"business missing: {len(missing)} events, {found} of them read_uncommitted"]
+    for (topic, partition), offsets in sorted(by_source.items()):
+        lines.append(
+            f"business missing from {topic}[{partition}]: {len(offsets)} events of source "
+            f"offsets {min(offsets)}..{max(offsets)}; {group} committed "
+            f"{got.get((topic, partition))}"
+        )
+    return lines

@@ -13,11 +13,19 @@ from tests.kafka import Message, end_reader
 Rec = Message
 
 
-def read_topics(bootstrap: str, topics: Iterable[str], timeout: float = 120) -> list[Rec]:
-    """Every record of ``topics`` to the end of each partition (assign mode, no group)."""
+def read_topics(
+    bootstrap: str,
+    topics: Iterable[str],
+    timeout: float = 120,
+    isolation: str = "read_committed",
+) -> list[Rec]:
+    """Every record of ``topics`` to the end of each partition (assign mode, no group);
+    ``read_uncommitted`` reads aborted and open transactions' records too."""
     from confluent_kafka import KafkaError, TopicPartition
 
-    consumer = end_reader(bootstrap, "faults-reader", **{"fetch.wait.max.ms": 10})
+    consumer = end_reader(
+        bootstrap, "faults-reader", **{"fetch.wait.max.ms": 10, "isolation.level": isolation}
+    )
     try:
         found = consumer.list_topics(timeout=30).topics  # all: by name would create it
         assignment = [
