@@ -303,7 +303,6 @@ def cancel_plugin_env(setup: Setup) -> dict[str, str]:
     return {"PYTHONPATH": path, "BIZEVENTS_TRANSLATORS": json.dumps({"cancelorders": 1})}
 
 
-@pytest.mark.xfail(strict=True, reason="the aborted block is skipped for good (no fix yet)")
 def test_row_worker_reads_again_a_block_whose_transaction_aborted_while_it_goes_on(
     kafka: Endpoints, tmp_path: Path
 ) -> None:
