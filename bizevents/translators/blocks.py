@@ -153,7 +153,7 @@ class BlockRunner:
         except BaseException:
             # a cancellation: Faust restarts the agent and the worker goes on, fetched
             # past the block; the next block's commit would skip it (docs/reliability.md,
-            # finding 13)
+            # finding 9)
             await self._read_again(block)
             raise
         self._set_lag(block)

@@ -310,7 +310,7 @@ def test_row_worker_reads_again_a_block_whose_transaction_aborted_while_it_goes_
     worker keeps its partitions): the block is translated again before its partition's
     next block commits. Each block used to commit its own next offset whatever became of
     the blocks before it, and the aborted block's events never reached a read_committed
-    reader (docs/reliability.md, finding 13)."""
+    reader (docs/reliability.md, finding 9)."""
     from bizevents_store.translators import orders_v2
 
     from bizevents.contracts.change import Change
