@@ -124,10 +124,15 @@ class BlockRunner:
         of its input partition's producer, committed before the next block; a block of an
         earlier generation is left to its partition's owner, which reads it again, and a
         block fetched before its partition was sought back is read again too."""
-        if block.generation_id != self.app.consumer_generation_id or self._fetched_before_rewind(
-            block
-        ):
+        stale = block.generation_id != self.app.consumer_generation_id
+        if stale or self._fetched_before_rewind(block):
             self.app.consumer._unacked_messages.discard(block)
+            # a line per drop: a block lost under exactly once is found by its offsets
+            bound.info(
+                "block dropped; read again",
+                why="an earlier generation's" if stale else "fetched before a seek back",
+                generation=block.generation_id,
+            )
             return
         tp = block.tp
         try:
@@ -170,6 +175,12 @@ class BlockRunner:
         if generation != self.app.consumer_generation_id or block.tp not in consumer.assignment():
             return
         self._rewinds[block.tp] = (generation, block.first_offset)
+        log.warning(
+            "transaction cancelled; reading its block again",
+            topic=block.tp.topic,
+            partition=block.tp.partition,
+            offset=block.first_offset,
+        )
         # in the consumer's thread, between two fetches (Faust's own ``seek`` is not)
         await consumer.seek_wait({block.tp: block.first_offset})
 
