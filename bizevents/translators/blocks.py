@@ -82,6 +82,9 @@ class BlockRunner:
     _chain: deque[asyncio.Future[None]] = field(default_factory=deque)
     _partitions: dict[str, int] = field(default_factory=dict)
     _acker: BlockAcker | None = None
+    #: Exactly once: partition -> (generation, first offset) of a block whose transaction
+    #: aborted while the worker went on; its partition was sought back there.
+    _rewinds: dict[TP, tuple[int, int]] = field(default_factory=dict)
 
     async def handle(self, block: RecordBlock) -> None:
         tp = block.tp
@@ -119,9 +122,17 @@ class BlockRunner:
     async def _handle_in_transaction(self, block: RecordBlock, bound: Any) -> None:
         """Exactly once: the block's outputs and its next offset in one Kafka transaction
         of its input partition's producer, committed before the next block; a block of an
-        earlier generation is left to its partition's owner, which reads it again."""
-        if block.generation_id != self.app.consumer_generation_id:
+        earlier generation is left to its partition's owner, which reads it again, and a
+        block fetched before its partition was sought back is read again too."""
+        stale = block.generation_id != self.app.consumer_generation_id
+        if stale or self._fetched_before_rewind(block):
             self.app.consumer._unacked_messages.discard(block)
+            # a line per drop: a block lost under exactly once is found by its offsets
+            bound.info(
+                "block dropped; read again",
+                why="an earlier generation's" if stale else "fetched before a seek back",
+                generation=block.generation_id,
+            )
             return
         tp = block.tp
         try:
@@ -144,8 +155,47 @@ class BlockRunner:
             )
             await self.app.crash(exc)
             raise
+        except BaseException:
+            # a cancellation: Faust restarts the agent and the worker goes on, fetched
+            # past the block; the next block's commit would skip it (docs/reliability.md,
+            # finding 9)
+            await self._read_again(block)
+            raise
         self._set_lag(block)
         self._acknowledge(block, block.records[-1].timestamp)
+
+    async def _read_again(self, block: RecordBlock) -> None:
+        """Seek ``block``'s partition back to the block, whose transaction aborted; the
+        blocks of that partition fetched before are dropped (:meth:`_fetched_before_rewind`).
+        A partition no longer held, or held in a later generation, was sought back to
+        its committed offset by the rebalance."""
+        consumer = self.app.consumer
+        consumer._unacked_messages.discard(block)
+        generation = block.generation_id
+        if generation != self.app.consumer_generation_id or block.tp not in consumer.assignment():
+            return
+        self._rewinds[block.tp] = (generation, block.first_offset)
+        log.warning(
+            "transaction cancelled; reading its block again",
+            topic=block.tp.topic,
+            partition=block.tp.partition,
+            offset=block.first_offset,
+        )
+        # in the consumer's thread, between two fetches (Faust's own ``seek`` is not)
+        await consumer.seek_wait({block.tp: block.first_offset})
+
+    def _fetched_before_rewind(self, block: RecordBlock) -> bool:
+        """Whether ``block`` follows an aborted block of its partition and was fetched
+        before the seek back to it (the aborted block, read again, starts at or before
+        its first offset: offsets only grow, with gaps)."""
+        rewind = self._rewinds.get(block.tp)
+        if rewind is None:
+            return False
+        generation, first = rewind
+        if generation == block.generation_id and block.first_offset > first:
+            return True
+        del self._rewinds[block.tp]
+        return False
 
     async def _translate(self, tp: TP, records: Sequence[Any], bound: Any) -> Result:
         """One chunk through the processor, counted."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import threading
 import time
@@ -284,6 +285,77 @@ def test_row_worker_never_moves_its_group_offsets_back(kafka: Endpoints, tmp_pat
         watcher.close()
         worker.stop()
     assert not backwards, f"the group's offsets went back {len(backwards)} times: {backwards[:10]}"
+
+
+def cancel_plugin_env(setup: Setup) -> dict[str, str]:
+    """cancelorders@1 pinned (tests/integration/cancel_plugin.py), found through an entry
+    point in a .dist-info folder on the worker's PYTHONPATH."""
+    site = setup.tmp / "site"
+    info = site / "bizevents_cancel_test-0.dist-info"
+    info.mkdir(parents=True, exist_ok=True)
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: bizevents-cancel-test\nVersion: 0\n"
+    )
+    (info / "entry_points.txt").write_text(
+        "[bizevents.translators]\ncancelorders = tests.integration.cancel_plugin:cancelorders_v1\n"
+    )
+    path = os.pathsep.join([str(site), str(REPO), os.environ.get("PYTHONPATH", "")])
+    return {"PYTHONPATH": path, "BIZEVENTS_TRANSLATORS": json.dumps({"cancelorders": 1})}
+
+
+def test_row_worker_reads_again_a_block_whose_transaction_aborted_while_it_goes_on(
+    kafka: Endpoints, tmp_path: Path
+) -> None:
+    """A block's transaction aborted by a cancellation (Faust restarts the agent, the
+    worker keeps its partitions): the block is translated again before its partition's
+    next block commits. Each block used to commit its own next offset whatever became of
+    the blocks before it, and the aborted block's events never reached a read_committed
+    reader (docs/reliability.md, finding 9)."""
+    from bizevents_store.translators import orders_v2
+
+    from bizevents.contracts.change import Change
+    from bizevents.translators.lineage import stamp
+
+    setup = Setup.fresh(kafka, tmp_path, "ec", "ec")
+    changes = order_story(setup.server, 1500)
+    expected = {
+        event.lineage.event_id
+        for change in changes
+        for event in stamp(orders_v2.translate(Change(change)), change, "cancelorders", 1)
+    }
+    encoder = orders_encoder(kafka.registry_url, setup.server)
+    produce(kafka.bootstrap_servers, setup.topic, [encoder.encode(c) for c in changes])
+    ours = lambda h: h.get(HEADER_SOURCE_TOPIC) == setup.topic.encode()  # noqa: E731
+    partitions = [TopicPartition(setup.topic, p) for p in range(4)]
+    watcher = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": setup.group})
+    ends = [watcher.get_watermark_offsets(tp, timeout=10)[1] for tp in partitions]
+
+    def all_committed() -> bool:
+        try:
+            committed = watcher.committed(partitions, timeout=10)
+        except KafkaException as exc:  # the group's coordinator, not found yet
+            assert exc.args[0].code() in COORDINATOR_NOT_YET, str(exc)
+            return False
+        return [tp.offset for tp in committed] == ends
+
+    env = {
+        **EXACTLY_ONCE,
+        **cancel_plugin_env(setup),
+        "BIZEVENTS_TRANSLATE__MAX_POLL_RECORDS": "100",  # many blocks per partition
+    }
+    worker = setup.worker("w", **env)
+    try:
+        wait_for(all_committed, 120, f"the group's offsets at the ends {ends}", [worker])
+        committed = event_ids(kafka.bootstrap_servers, ORDER_TOPICS, ours, "read_committed")
+        worker.check_alive()
+    finally:
+        watcher.close()
+        worker.stop()
+    cancelled = [x for x in worker.lines() if "CancelledError" in str(x.get("event"))]
+    assert cancelled, "no block's transaction was cancelled"
+    missing = expected - set(committed)
+    assert not missing, f"{len(missing)} of {len(expected)} events never read_committed"
+    assert not read_twice(committed)
 
 
 @pytest.fixture

@@ -1,6 +1,7 @@
 """A fetched block through the row worker's runner, with fakes of Faust's app, consumer and
 producer: translated, sent one batch per output partition, acknowledged in fetch order;
-a peer that does not answer retried, a terminal failure stopping the worker."""
+a peer that does not answer retried, a terminal failure stopping the worker; exactly once,
+an aborted block read again before the blocks fetched after it."""
 
 from __future__ import annotations
 
@@ -120,3 +121,35 @@ def test_a_terminal_failure_stops_the_worker_without_acknowledging() -> None:
         asyncio.run(handled(run, RecordBlock(TP0, [Record(0)], 1)))
     assert [str(e) for e in app.crashed] == ["translate.on_error = fail"]
     assert run.stats.acknowledged == 0 and app.consumer.committable(TP0) is None
+
+
+class Seeking(Consumer):
+    """A consumer holding ``TP0`` that records its seeks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seeks: list[dict[TP, int]] = []
+
+    def assignment(self) -> set[TP]:
+        return {TP0}
+
+    async def seek_wait(self, partitions: dict[TP, int]) -> None:
+        self.seeks.append(dict(partitions))
+
+
+def test_an_aborted_block_is_read_again_before_the_blocks_fetched_after_it() -> None:
+    """Exactly once: after a block's transaction aborted, its partition is sought back to
+    it, the blocks fetched before the seek are dropped until the block comes again, and
+    a new generation (the rebalance sought back to committed) ends the rewind."""
+    app = App()
+    app.consumer = consumer = Seeking()
+    run = runner(translated, app)
+    aborted = RecordBlock(TP0, [Record(10), Record(11)], 1)
+    asyncio.run(run._read_again(aborted))
+    assert consumer.seeks == [{TP0: 10}]
+    assert run._fetched_before_rewind(RecordBlock(TP0, [Record(12), Record(13)], 1))
+    assert not run._fetched_before_rewind(RecordBlock(TP0, [Record(10)], 1))  # read again
+    assert not run._fetched_before_rewind(RecordBlock(TP0, [Record(14)], 1))
+    asyncio.run(run._read_again(RecordBlock(TP0, [Record(20)], 1)))
+    assert not run._fetched_before_rewind(RecordBlock(TP0, [Record(30)], 2))
+    assert not run._fetched_before_rewind(RecordBlock(TP0, [Record(31)], 1))  # forgotten
