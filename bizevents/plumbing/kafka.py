@@ -344,11 +344,21 @@ def _read_latest_once(
                     found[key] = msg.value()
         return found
     except KafkaException as exc:
-        if restarting(exc):
+        if restarting(exc) or _not_known_yet(exc):
             raise _AskAgain(f"cannot read the topic {topic}: {exc}") from exc
         raise TransientError(f"cannot read the topic {topic}: {exc}") from exc
     finally:
         consumer.close()
+
+
+def _not_known_yet(exc: BaseException) -> bool:
+    """Whether a partition's leader answered "unknown topic" for a topic the cluster's
+    metadata has just listed: on several nodes a topic created a moment ago reaches each
+    node a moment later (the fault suite's workers met it at start on three nodes)."""
+    from confluent_kafka import KafkaError
+
+    err = exc.args[0] if exc.args else None
+    return isinstance(err, KafkaError) and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
 
 
 def stay_in_group(consumer: Any) -> None:

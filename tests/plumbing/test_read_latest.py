@@ -56,6 +56,7 @@ class _Consumer:
     """A one-record partition whose first watermark request meets a moved leader."""
 
     moved = 1
+    error = KafkaError.NOT_LEADER_FOR_PARTITION
 
     def __init__(self, conf: dict[str, Any]) -> None:
         self.polled: list[Any] = [_Record(), _End()]
@@ -66,7 +67,7 @@ class _Consumer:
     def get_watermark_offsets(self, tp: Any, timeout: float) -> tuple[int, int]:
         if _Consumer.moved:
             _Consumer.moved -= 1
-            raise KafkaException(KafkaError(KafkaError.NOT_LEADER_FOR_PARTITION))
+            raise KafkaException(KafkaError(_Consumer.error))
         return 0, 1
 
     def assign(self, tps: list[Any]) -> None:
@@ -81,6 +82,20 @@ class _Consumer:
 
 def test_a_moved_leader_is_read_again(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(confluent_kafka, "Consumer", _Consumer)
+    monkeypatch.setattr("bizevents.plumbing.kafka.time.sleep", lambda _s: None)
+    assert read_latest({}, "state", "reader") == {b"key": b"value"}
+    assert _Consumer.moved == 0
+
+
+def test_a_listed_topic_its_leader_does_not_know_yet_is_read_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On three nodes the metadata lists a topic created a moment ago before its
+    partition's leader knows it: the worker's start read the promotions then, and
+    exited on "unknown topic or partition" (the fault suite, seed 2, 2026-11-29)."""
+    monkeypatch.setattr(confluent_kafka, "Consumer", _Consumer)
+    monkeypatch.setattr(_Consumer, "error", KafkaError.UNKNOWN_TOPIC_OR_PART)
+    monkeypatch.setattr(_Consumer, "moved", 1)
     monkeypatch.setattr("bizevents.plumbing.kafka.time.sleep", lambda _s: None)
     assert read_latest({}, "state", "reader") == {b"key": b"value"}
     assert _Consumer.moved == 0
