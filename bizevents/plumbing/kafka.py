@@ -329,7 +329,8 @@ def _read_latest_once(
                 if msg is None:
                     if deadline is not None:
                         continue
-                    raise TransientError(f"the topic {topic} did not answer")
+                    # (a node restarting holds the fetch: asked again, within wait_s)
+                    raise _AskAgain(f"the topic {topic} did not answer")
                 err = msg.error()
                 if err is not None:
                     # the end's own offset: past a transaction's commit marker, which
