@@ -799,10 +799,19 @@ def through_kafka(
                 c.changes_per_s / o.changes_per_s
                 for o, c in zip(found[(n, "1 worker")], found[(n, "ceiling")], strict=True)
             ]
+            ceiling_cpu = [
+                c.per_100k["workers"] / o.per_100k["workers"]
+                for o, c in zip(found[(n, "1 worker")], found[(n, "ceiling")], strict=True)
+            ]
             yield (
                 f"  ceiling ÷ 1, changes/s ({workers} members that never read what another "
                 f"translates, the most a design of members reading only their share could "
                 f"reach here): " + against(ceiling_ratio, SCALE_TARGET)
+            )
+            yield (
+                f"  ceiling ÷ 1, the workers' CPU-s per 100,000 changes (the least any "
+                f"design of {workers} members spends here): "
+                + against(ceiling_cpu, CPU_TARGET, at_most=True)
             )
     if ceiling:
         yield (
