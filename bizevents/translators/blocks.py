@@ -7,6 +7,7 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
@@ -37,6 +38,8 @@ log = structlog.get_logger("translate")
 CHUNK: Final = 1000
 #: Fetched blocks queued for the agent; more waits in the fetcher (bounded memory).
 QUEUED_BLOCKS: Final = 2
+#: How long a cancelled block's partition waits for its seek back.
+SEEK_WAIT_S: Final = 5.0
 #: How long a block is retried when the registry (or another peer) is unreachable.
 RETRY_BACKOFF_S: Final = (0.5, 1.0, 2.0, 5.0)
 
@@ -123,10 +126,14 @@ class BlockRunner:
             else:
                 await self._handle_at_least_once(block, bound)
         except asyncio.CancelledError:
-            # a cancellation: Faust restarts the agent and the worker goes on, fetched
-            # past the block (docs/reliability.md, finding 9)
+            # Faust restarts the agent and the worker goes on, fetched past the block
+            # (docs/reliability.md, finding 9): seek back at once, for a partition whose
+            # next block may be long in coming; a worker that stops, or a seek that does
+            # not come, leaves it to the next block's check, or the next owner
             self.app.consumer._unacked_messages.discard(block)
-            await self._seek_back(tp, generation, resume)
+            if not (self.app.should_stop or self.app.crashed):
+                with suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._seek_back(tp, generation, resume), SEEK_WAIT_S)
             raise
         self._resume_at[tp] = (generation, block.end)
 

@@ -57,6 +57,8 @@ class Consumer(FakeConsumer):
 
 class App:
     in_transaction = False
+    should_stop = False
+    crashed = False
 
     def __init__(self) -> None:
         self.consumer = Consumer()
