@@ -38,8 +38,9 @@ log = structlog.get_logger("translate")
 CHUNK: Final = 1000
 #: Fetched blocks queued for the agent; more waits in the fetcher (bounded memory).
 QUEUED_BLOCKS: Final = 2
-#: How long a cancelled block's partition waits for its seek back.
-SEEK_WAIT_S: Final = 5.0
+#: How long a block waits for the consumer's thread (a seek, the committed offset); a
+#: thread that stops answers nothing, and a worker stopping meanwhile must not hang.
+THREAD_WAIT_S: Final = 10.0
 #: How long a block is retried when the registry (or another peer) is unreachable.
 RETRY_BACKOFF_S: Final = (0.5, 1.0, 2.0, 5.0)
 
@@ -113,7 +114,13 @@ class BlockRunner:
         if block.generation_id != generation:
             self._drop(block, bound, "an earlier generation's")
             return
+        if self.app.should_stop or self.app.crashed:
+            self._drop(block, bound, "the worker stops")
+            return
         resume = await self._resume_position(tp, generation)
+        if resume is None:
+            self._drop(block, bound, "the group's committed offset did not come")
+            return
         if block.start != resume:
             self._drop(
                 block, bound, f"it starts at {block.start}, the last block ended at {resume}"
@@ -132,8 +139,7 @@ class BlockRunner:
             # not come, leaves it to the next block's check, or the next owner
             self.app.consumer._unacked_messages.discard(block)
             if not (self.app.should_stop or self.app.crashed):
-                with suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self._seek_back(tp, generation, resume), SEEK_WAIT_S)
+                await self._seek_back(tp, generation, resume)
             raise
         self._resume_at[tp] = (generation, block.end)
 
@@ -190,14 +196,20 @@ class BlockRunner:
         self.app.consumer._unacked_messages.discard(block)
         bound.info("block dropped; read again", why=why, generation=block.generation_id)
 
-    async def _resume_position(self, tp: TP, generation: int) -> int:
+    async def _resume_position(self, tp: TP, generation: int) -> int | None:
         """Where ``tp``'s next block must start: where its last block handled in this
         generation ended, or, for the generation's first, the group's committed offset
-        as the broker has it."""
+        as the broker has it (None when the consumer's thread does not answer within
+        :data:`THREAD_WAIT_S`: the block is dropped, the next one asks again)."""
         known = self._resume_at.get(tp)
         if known is not None and known[0] == generation:
             return known[1]
-        position: int = await self.app.consumer.committed_position(tp)
+        try:
+            position: int = await asyncio.wait_for(
+                self.app.consumer.committed_position(tp), THREAD_WAIT_S
+            )
+        except TimeoutError:
+            return None
         self._resume_at[tp] = (generation, position)
         return position
 
@@ -216,7 +228,8 @@ class BlockRunner:
             partition=tp.partition,
             offset=position,
         )
-        await consumer.seek_wait({tp: position})
+        with suppress(TimeoutError):  # the next block's check seeks again
+            await asyncio.wait_for(consumer.seek_wait({tp: position}), THREAD_WAIT_S)
 
     async def _translate(self, tp: TP, records: Sequence[Any], bound: Any) -> Result:
         """One chunk through the processor, counted."""

@@ -287,3 +287,31 @@ def test_at_least_once_a_cancelled_block_is_read_again_before_any_later_is_ackno
 
     asyncio.run(scenario())
     assert app.consumer.committable(TP0) == 6 and run.stats.acknowledged == 6
+
+
+def test_a_stopping_worker_drops_its_blocks_without_asking_its_consumer_thread() -> None:
+    """A crash stops the consumer's thread: a block handed in then must not wait for the
+    committed offset or a seek that will never come (the stop of a worker stopped by
+    ``on_error = "fail"`` hung so)."""
+    app = App()
+    app.crashed = True
+    run = runner(translated, app)
+    asyncio.run(handled(run, fetched(0, 2, 0, 1)))
+    assert app.consumer.asked == [] and run.stats.acknowledged == 0
+
+
+def test_a_consumer_thread_that_does_not_answer_drops_the_block(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(blocks, "THREAD_WAIT_S", 0.01)
+
+    class Silent(Consumer):
+        async def committed_position(self, tp: TP) -> int:
+            await asyncio.sleep(10)
+            return 0
+
+    app = App()
+    app.consumer = Silent()
+    run = runner(translated, app)
+    asyncio.run(handled(run, fetched(0, 2, 0, 1)))
+    assert run.stats.acknowledged == 0 and run._resume_at == {}
