@@ -99,8 +99,6 @@ class BlockRunner:
         sought back to that end: nothing is acknowledged, or committed, past records
         that were never translated (docs/reliability.md, findings 9 and 10)."""
         tp = block.tp
-        if self.before is not None:
-            await self.before(self._settled, tp, block.first_offset)
         if not self.stats.first_block_at:
             self.stats.first_block_at = time.time()
             settle_collector()
@@ -127,6 +125,8 @@ class BlockRunner:
             )
             await self._seek_back(tp, generation, resume)
             return
+        if self.before is not None:  # (a dropped block hands nothing over)
+            await self.before(self._settled, tp, block.first_offset)
         try:
             if self.app.in_transaction:
                 await self._handle_in_transaction(block, bound)

@@ -315,3 +315,20 @@ def test_a_consumer_thread_that_does_not_answer_drops_the_block(
     run = runner(translated, app)
     asyncio.run(handled(run, fetched(0, 2, 0, 1)))
     assert run.stats.acknowledged == 0 and run._resume_at == {}
+
+
+def test_a_dropped_block_hands_nothing_over() -> None:
+    """A promotion's hand-over commits through the block's first offset: a block dropped
+    (out of place, or an earlier generation's) must not reach it, or the commit would
+    pass the records it was dropped for."""
+    handed: list[int] = []
+
+    async def before(drain: Any, tp: TP, first_offset: int) -> None:
+        handed.append(first_offset)
+
+    app = App()
+    run = BlockRunner(app, translated, WorkerStats("g"), max_inflight=4, before=before)
+    asyncio.run(handled(run, fetched(2, 4, 2, 3), fetched(0, 2, 0, 1, generation=0)))
+    assert handed == [] and app.consumer.seeks == [{TP0: 0}]
+    asyncio.run(handled(run, fetched(0, 2, 0, 1)))
+    assert handed == [0]
