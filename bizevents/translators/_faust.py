@@ -18,6 +18,10 @@ This module touches private attributes of faust-streaming 0.15.3 (pinned):
 ``AIOKafkaConsumer._fetch_max_wait_ms``, which Faust hard-codes to 1,500 ms: an
 empty fetch may be held that long, and on the embedded broker that delays records
 that arrive meanwhile (docs/broker.md), so the worker sets its own; and
+``FetchResult.getall`` with its ``_partition_records`` (their ``next_fetch_offset``) and
+``_topic_partition``: a bulk topic's records come with the fetch positions before and after
+them, which exactly once needs to commit a block only where the last commit ended
+(:class:`RecordBlock`); and
 ``PartitionRecords._consumer_record`` with its ``_key_deserializer`` and
 ``_value_deserializer``: aiokafka copies every record its batch reader made into a
 ``ConsumerRecord`` of eleven fields (0.8 µs a record, on the consumer's thread, under
@@ -46,7 +50,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from contextlib import asynccontextmanager, suppress
 from typing import Any, Final
 
-from aiokafka.consumer.fetcher import PartitionRecords
+from aiokafka.consumer.fetcher import FetchResult, PartitionRecords
 from aiokafka.errors import KafkaError
 from aiokafka.producer.sender import Sender
 from faust.tables import TableManager
@@ -109,14 +113,37 @@ class RecordBlock:
     stop waits until the block's outputs are acknowledged and its offsets committed.
     A block still queued when a rebalance clears the agents' queues is dropped and
     garbage-collected; its offsets were never acknowledged, so it is read again.
+
+    ``start`` and ``end`` are the consumer's positions before and after the block: the
+    block holds every record of the partition from ``start`` up to ``end`` (offsets between
+    its records were compacted away or are transaction markers). A block that starts
+    where the previous one ended continues it, whatever the offsets' gaps.
     """
 
-    __slots__ = ("__weakref__", "acked", "generation_id", "records", "refcount", "tp")
+    __slots__ = (
+        "__weakref__",
+        "acked",
+        "end",
+        "generation_id",
+        "records",
+        "refcount",
+        "start",
+        "tp",
+    )
 
-    def __init__(self, tp: TP, records: Sequence[Any], generation_id: int) -> None:
+    def __init__(
+        self,
+        tp: TP,
+        records: Sequence[Any],
+        generation_id: int,
+        start: int | None = None,
+        end: int | None = None,
+    ) -> None:
         self.tp = tp
         self.records = records
         self.generation_id = generation_id
+        self.start = int(records[0].offset) if start is None else start
+        self.end = int(records[-1].offset) + 1 if end is None else end
         self.acked = False
         self.refcount = 1  # read by Faust's wait_empty warning
 
@@ -147,11 +174,40 @@ def _bulk_record(self: PartitionRecords, tp: TP, record: Any) -> Any:
     return _CONSUMER_RECORD(self, tp, record)
 
 
+class _Fetched(list):  # type: ignore[type-arg]
+    """A bulk topic's records as ``FetchResult.getall`` hands them out, with the
+    partition's positions before and after them."""
+
+    __slots__ = ("end", "start")
+    start: int | None
+    end: int
+
+
+#: aiokafka's own ``FetchResult.getall``.
+_GETALL: Final = FetchResult.getall
+
+
+def _getall_with_positions(self: FetchResult, max_records: int | None = None) -> Any:
+    """``FetchResult.getall``; a bulk topic's records come as :class:`_Fetched`. aiokafka
+    hands records out only from the partition's position (its ``check_assignment``), so
+    the fetch's next offset before the call is where they start."""
+    partition_records = self._partition_records
+    start = None if partition_records is None else partition_records.next_fetch_offset
+    got = _GETALL(self, max_records)
+    if not got or self._topic_partition.topic not in _BULK_TOPICS:
+        return got
+    fetched = _Fetched(got)
+    fetched.start = start
+    fetched.end = partition_records.next_fetch_offset
+    return fetched
+
+
 def _take_bulk_records(topics: frozenset[str]) -> None:
     """From now on, records of ``topics`` come from aiokafka as its batch reader made
-    them (in this process; every other topic as before)."""
+    them, with their fetch positions (in this process; every other topic as before)."""
     _BULK_TOPICS.update(topics)
     PartitionRecords._consumer_record = _bulk_record
+    FetchResult.getall = _getall_with_positions
 
 
 class _BulkConsumerThread(AIOKafkaConsumerThread):
@@ -196,6 +252,17 @@ class _BulkConsumer(AIOKafkaConsumer):
         self._committed_offset.update({tp: o for tp, o in offsets.items() if tp in assignment})
         return True
 
+    async def committed_position(self, tp: TP) -> int:
+        """Where the group's committed offset of ``tp`` puts its reading, as the broker has
+        it now: the committed offset, or the partition's first offset when none is
+        (``auto_offset_reset = earliest``). Asked in the consumer's thread (Faust's
+        private ``call_thread`` and ``_ensure_consumer``)."""
+        thread: Any = self._thread
+        committed = await thread.call_thread(thread._ensure_consumer().committed, tp)
+        if committed is not None and committed >= 0:
+            return int(committed)
+        return int((await self.earliest_offsets(tp))[tp])
+
     async def _drain_messages(self, fetcher: Any) -> None:  # the Fetcher's loop
         consumer_should_stop = self._stopped.is_set
         fetcher_should_stop = fetcher._stopped.is_set
@@ -219,7 +286,8 @@ class _BulkConsumer(AIOKafkaConsumer):
                 if active is not None and tp not in active and tp not in self._buffered_partitions:
                     continue
                 if tp.topic in bulk:
-                    block = RecordBlock(tp, fetched, generation)
+                    start, end = getattr(fetched, "start", None), getattr(fetched, "end", None)
+                    block = RecordBlock(tp, fetched, generation, start, end)
                     unacked.add(block)  # type: ignore[arg-type]
                     for channel in tp_index[tp]:
                         await self.wait_first(channel.queue.put(block), self.suspend_flow.wait())

@@ -7,6 +7,7 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
@@ -37,6 +38,9 @@ log = structlog.get_logger("translate")
 CHUNK: Final = 1000
 #: Fetched blocks queued for the agent; more waits in the fetcher (bounded memory).
 QUEUED_BLOCKS: Final = 2
+#: How long a block waits for the consumer's thread (a seek, the committed offset); a
+#: thread that stops answers nothing, and a worker stopping meanwhile must not hang.
+THREAD_WAIT_S: Final = 10.0
 #: How long a block is retried when the registry (or another peer) is unreachable.
 RETRY_BACKOFF_S: Final = (0.5, 1.0, 2.0, 5.0)
 
@@ -82,14 +86,19 @@ class BlockRunner:
     _chain: deque[asyncio.Future[None]] = field(default_factory=deque)
     _partitions: dict[str, int] = field(default_factory=dict)
     _acker: BlockAcker | None = None
-    #: Exactly once: partition -> (generation, first offset) of a block whose transaction
-    #: aborted while the worker went on; its partition was sought back there.
-    _rewinds: dict[TP, tuple[int, int]] = field(default_factory=dict)
+    #: Partition -> (generation, the position its next block must start at).
+    _resume_at: dict[TP, tuple[int, int]] = field(default_factory=dict)
 
     async def handle(self, block: RecordBlock) -> None:
+        """Translate ``block``, send its outputs, acknowledge it in fetch order.
+
+        A block is handled only where its partition's last block ended. A block of an
+        earlier generation is left to its partition's owner (the rebalance sought back
+        to the committed offset). A block that starts elsewhere (one before it was
+        dropped, or cancelled, while the worker went on) is dropped and its partition
+        sought back to that end: nothing is acknowledged, or committed, past records
+        that were never translated (docs/reliability.md, findings 9 and 10)."""
         tp = block.tp
-        if self.before is not None:
-            await self.before(self._settled, tp, block.first_offset)
         if not self.stats.first_block_at:
             self.stats.first_block_at = time.time()
             settle_collector()
@@ -99,9 +108,45 @@ class BlockRunner:
             offset=block.first_offset,
             last=block.last_offset,
         )
-        if self.app.in_transaction:
-            await self._handle_in_transaction(block, bound)
+        generation = self.app.consumer_generation_id
+        if block.generation_id != generation:
+            self._drop(block, bound, "an earlier generation's")
             return
+        if self.app.should_stop or self.app.crashed:
+            self._drop(block, bound, "the worker stops")
+            return
+        resume = await self._resume_position(tp, generation)
+        if resume is None:
+            self._drop(block, bound, "the group's committed offset did not come")
+            return
+        if block.start != resume:
+            self._drop(
+                block, bound, f"it starts at {block.start}, the last block ended at {resume}"
+            )
+            await self._seek_back(tp, generation, resume)
+            return
+        if self.before is not None:  # (a dropped block hands nothing over)
+            await self.before(self._settled, tp, block.first_offset)
+        try:
+            if self.app.in_transaction:
+                await self._handle_in_transaction(block, bound)
+            else:
+                await self._handle_at_least_once(block, bound)
+        except asyncio.CancelledError:
+            # Faust restarts the agent and the worker goes on, fetched past the block
+            # (docs/reliability.md, finding 9): seek back at once, for a partition whose
+            # next block may be long in coming; a worker that stops, or a seek that does
+            # not come, leaves it to the next block's check, or the next owner
+            self.app.consumer._unacked_messages.discard(block)
+            if not (self.app.should_stop or self.app.crashed):
+                await self._seek_back(tp, generation, resume)
+            raise
+        self._resume_at[tp] = (generation, block.end)
+
+    async def _handle_at_least_once(self, block: RecordBlock, bound: Any) -> None:
+        """The block's outputs sent, acknowledged once Kafka has them and every earlier
+        block's (up to ``max_inflight`` blocks wait at once)."""
+        tp = block.tp
         futures: list[asyncio.Future[Any]] = []
         records = block.records
         for start in range(0, len(records), CHUNK):
@@ -120,23 +165,11 @@ class BlockRunner:
             self._chain.popleft().result()
 
     async def _handle_in_transaction(self, block: RecordBlock, bound: Any) -> None:
-        """Exactly once: the block's outputs and its next offset in one Kafka transaction
-        of its input partition's producer, committed before the next block; a block of an
-        earlier generation is left to its partition's owner, which reads it again, and a
-        block fetched before its partition was sought back is read again too."""
-        stale = block.generation_id != self.app.consumer_generation_id
-        if stale or self._fetched_before_rewind(block):
-            self.app.consumer._unacked_messages.discard(block)
-            # a line per drop: a block lost under exactly once is found by its offsets
-            bound.info(
-                "block dropped; read again",
-                why="an earlier generation's" if stale else "fetched before a seek back",
-                generation=block.generation_id,
-            )
-            return
+        """Exactly once: the block's outputs and the position after it in one Kafka
+        transaction of its input partition's producer, committed before the next block."""
         tp = block.tp
         try:
-            async with block_transaction(self.app, tp, block.last_offset + 1) as producer:
+            async with block_transaction(self.app, tp, block.end) as producer:
                 futures: list[asyncio.Future[Any]] = []
                 for start in range(0, len(block.records), CHUNK):
                     chunk = block.records[start : start + CHUNK]
@@ -155,47 +188,48 @@ class BlockRunner:
             )
             await self.app.crash(exc)
             raise
-        except BaseException:
-            # a cancellation: Faust restarts the agent and the worker goes on, fetched
-            # past the block; the next block's commit would skip it (docs/reliability.md,
-            # finding 9)
-            await self._read_again(block)
-            raise
         self._set_lag(block)
         self._acknowledge(block, block.records[-1].timestamp)
 
-    async def _read_again(self, block: RecordBlock) -> None:
-        """Seek ``block``'s partition back to the block, whose transaction aborted; the
-        blocks of that partition fetched before are dropped (:meth:`_fetched_before_rewind`).
-        A partition no longer held, or held in a later generation, was sought back to
-        its committed offset by the rebalance."""
-        consumer = self.app.consumer
-        consumer._unacked_messages.discard(block)
-        generation = block.generation_id
-        if generation != self.app.consumer_generation_id or block.tp not in consumer.assignment():
-            return
-        self._rewinds[block.tp] = (generation, block.first_offset)
-        log.warning(
-            "transaction cancelled; reading its block again",
-            topic=block.tp.topic,
-            partition=block.tp.partition,
-            offset=block.first_offset,
-        )
-        # in the consumer's thread, between two fetches (Faust's own ``seek`` is not)
-        await consumer.seek_wait({block.tp: block.first_offset})
+    def _drop(self, block: RecordBlock, bound: Any, why: str) -> None:
+        """``block`` forgotten, with a line (a lost block is found by its offsets)."""
+        self.app.consumer._unacked_messages.discard(block)
+        bound.info("block dropped; read again", why=why, generation=block.generation_id)
 
-    def _fetched_before_rewind(self, block: RecordBlock) -> bool:
-        """Whether ``block`` follows an aborted block of its partition and was fetched
-        before the seek back to it (the aborted block, read again, starts at or before
-        its first offset: offsets only grow, with gaps)."""
-        rewind = self._rewinds.get(block.tp)
-        if rewind is None:
-            return False
-        generation, first = rewind
-        if generation == block.generation_id and block.first_offset > first:
-            return True
-        del self._rewinds[block.tp]
-        return False
+    async def _resume_position(self, tp: TP, generation: int) -> int | None:
+        """Where ``tp``'s next block must start: where its last block handled in this
+        generation ended, or, for the generation's first, the group's committed offset
+        as the broker has it (None when the consumer's thread does not answer within
+        :data:`THREAD_WAIT_S`: the block is dropped, the next one asks again)."""
+        known = self._resume_at.get(tp)
+        if known is not None and known[0] == generation:
+            return known[1]
+        try:
+            position: int = await asyncio.wait_for(
+                self.app.consumer.committed_position(tp), THREAD_WAIT_S
+            )
+        except TimeoutError:
+            return None
+        self._resume_at[tp] = (generation, position)
+        return position
+
+    async def _seek_back(self, tp: TP, generation: int, position: int) -> None:
+        """Seek ``tp`` back to ``position``, in the consumer's thread, between two fetches
+        (Faust's own ``seek`` is not). The blocks fetched before the seek come after it
+        and are dropped in turn (each seeks again: harmless, it only restarts the fetch
+        there). A partition no longer held, or held in a later generation, was sought
+        back to its committed offset by the rebalance."""
+        consumer = self.app.consumer
+        if generation != self.app.consumer_generation_id or tp not in consumer.assignment():
+            return
+        log.warning(
+            "reading again from where the last commit ended",
+            topic=tp.topic,
+            partition=tp.partition,
+            offset=position,
+        )
+        with suppress(TimeoutError):  # the next block's check seeks again
+            await asyncio.wait_for(consumer.seek_wait({tp: position}), THREAD_WAIT_S)
 
     async def _translate(self, tp: TP, records: Sequence[Any], bound: Any) -> Result:
         """One chunk through the processor, counted."""

@@ -365,3 +365,55 @@ def test_a_block_the_rebalance_cleared_from_the_queue_is_not_waited_for() -> Non
     asyncio.run(drain(consumer, fetcher))  # type: ignore[arg-type]
     assert consumer._read_offset == {tp: 1465}
     assert consumer.tracked_at_rebalance == 0
+
+
+def _batches(*batches: list[int]) -> Any:
+    """aiokafka's own record batches holding ``batches``' offsets, as a fetch returns them
+    (offsets missing between them: compacted away)."""
+    from aiokafka.record.default_records import DefaultRecordBatchBuilder
+    from aiokafka.record.memory_records import MemoryRecords
+
+    data = b""
+    for offsets in batches:
+        builder = DefaultRecordBatchBuilder(
+            magic=2,
+            compression_type=0,
+            is_transactional=0,
+            producer_id=-1,
+            producer_epoch=-1,
+            base_sequence=-1,
+            batch_size=1 << 20,
+        )
+        first = offsets[0]
+        for offset in offsets:
+            builder.append(offset - first, timestamp=0, key=b"k", value=b"v", headers=[])
+        buffer = builder.build()
+        buffer[0:8] = first.to_bytes(8, "big")  # the batch's base offset
+        data += bytes(buffer)
+    return MemoryRecords(data)
+
+
+def test_a_bulk_topics_records_come_with_the_positions_before_and_after_them() -> None:
+    """Exactly once commits a block only where the last commit ended: the fetch position
+    before the block and after it, which offsets alone cannot tell (a compacted gap)."""
+    from aiokafka.consumer.fetcher import FetchResult, PartitionRecords
+    from aiokafka.structs import TopicPartition
+
+    from bizevents.translators._faust import _take_bulk_records
+
+    _take_bulk_records(frozenset({"bulk"}))
+    tp = TopicPartition("bulk", 0)
+    state = SimpleNamespace(paused=False, position=3)
+    state.consumed_to = lambda offset: setattr(state, "position", offset)
+    assignment = SimpleNamespace(active=True, state_value=lambda _tp: state)
+    records = PartitionRecords(tp, _batches([5, 7], [9, 10, 12]), [], 3, None, None, False, 0)
+    result = FetchResult(tp, assignment=assignment, partition_records=records, backoff=0)
+    first = result.getall(max_records=2)
+    assert [r.offset for r in first] == [5, 7] and (first.start, first.end) == (3, 8)
+    rest = result.getall()
+    assert [r.offset for r in rest] == [9, 10, 12] and (rest.start, rest.end) == (8, 13)
+    other = TopicPartition("other", 0)
+    plain = PartitionRecords(other, _batches([0]), [], 0, None, None, False, 0)
+    state.position = 0
+    kept = FetchResult(other, assignment=assignment, partition_records=plain, backoff=0).getall()
+    assert type(kept) is list and [r.offset for r in kept] == [0]
