@@ -20,7 +20,7 @@ empty fetch may be held that long, and on the embedded broker that delays record
 that arrive meanwhile (docs/broker.md), so the worker sets its own; and
 ``FetchResult.getall`` with its ``_partition_records`` (their ``next_fetch_offset``) and
 ``_topic_partition``: a bulk topic's records come with the fetch positions before and after
-them, which exactly once needs to commit a block only where the last commit ended
+them, so that a block is handled only where its partition's last block ended
 (:class:`RecordBlock`); and
 ``PartitionRecords._consumer_record`` with its ``_key_deserializer`` and
 ``_value_deserializer``: aiokafka copies every record its batch reader made into a

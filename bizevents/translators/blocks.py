@@ -223,7 +223,7 @@ class BlockRunner:
         if generation != self.app.consumer_generation_id or tp not in consumer.assignment():
             return
         log.warning(
-            "reading again from where the last commit ended",
+            "reading again from where the partition's last block ended",
             topic=tp.topic,
             partition=tp.partition,
             offset=position,
