@@ -6,11 +6,14 @@ each block committed only where its partition's last commit ended."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 from faust.types import TP
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bizevents.plumbing.errors import TerminalError, TransientError
 from bizevents.plumbing.kafka import partition_for
@@ -332,3 +335,93 @@ def test_a_dropped_block_hands_nothing_over() -> None:
     assert handed == [] and app.consumer.seeks == [{TP0: 0}]
     asyncio.run(handled(run, fetched(0, 2, 0, 1)))
     assert handed == [0]
+
+
+class _Partition:
+    """A partition's log as the consumer's thread fetches it: records at ``offsets`` (the
+    others compacted away), handed out in blocks of ``sizes`` from the position, up to
+    ``prefetch`` blocks ahead; a seek moves the position, and the blocks already fetched
+    still come first (they were queued for the agent)."""
+
+    def __init__(self, offsets: list[int], sizes: list[int], prefetch: int) -> None:
+        self.offsets = offsets
+        self.sizes = sizes
+        self.prefetch = prefetch
+        self.position = 0
+        self.queued: list[RecordBlock] = []
+        self.fetches = 0
+
+    def fetch(self, generation: int) -> None:
+        while len(self.queued) < self.prefetch:
+            ahead = [o for o in self.offsets if o >= self.position]
+            if not ahead:
+                return
+            size = self.sizes[self.fetches % len(self.sizes)]
+            self.fetches += 1
+            taken = ahead[:size]
+            end = ahead[size] if len(ahead) > size else self.offsets[-1] + 1
+            block = RecordBlock(TP0, [Record(o) for o in taken], generation, self.position, end)
+            self.queued.append(block)
+            self.position = end
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    data=st.data(),
+    count=st.integers(1, 40),
+    exactly_once=st.booleans(),
+    prefetch=st.integers(1, 4),
+)
+def test_whatever_is_cancelled_every_record_is_committed_once_in_order(
+    data: st.DataObject, count: int, exactly_once: bool, prefetch: int
+) -> None:
+    """Blocks cancelled anywhere, while others were fetched ahead: the committed outputs
+    hold every record of the partition, in order, once (exactly once), or at least once
+    with the committed offset never past a record not yet sent (at least once)."""
+    offsets = sorted(data.draw(st.sets(st.integers(0, 3 * count), min_size=1, max_size=count)))
+    sizes = data.draw(st.lists(st.integers(1, 5), min_size=1, max_size=6))
+    cancels = set(data.draw(st.lists(st.integers(0, 60), max_size=8)))
+    log = _Partition(offsets, sizes, prefetch)
+    calls = [0]
+    sent: list[int] = []
+
+    def translate(topic: str, partition: int, records: Any) -> Result:
+        calls[0] += 1
+        if calls[0] in cancels:
+            raise asyncio.CancelledError
+        sent.extend(r.offset for r in records)
+        out = [OutRecord("things", b"k", b"%d" % r.offset, [], "things@1", "e") for r in records]
+        return Result(out, {"things@1": Counts(consumed=len(records), emitted=len(records))})
+
+    app: App = ExactlyOnce(committed=0) if exactly_once else App()
+
+    async def seek_wait(partitions: dict[TP, int]) -> None:
+        log.position = partitions[TP0]
+
+    app.consumer.seek_wait = seek_wait  # type: ignore[method-assign]
+    run = runner(translate, app)
+
+    async def scenario() -> None:
+        for _ in range(10 * (len(offsets) + 70)):
+            log.fetch(app.consumer_generation_id)
+            if not log.queued:
+                break
+            block = log.queued.pop(0)
+            with contextlib.suppress(asyncio.CancelledError):
+                await run.handle(block)
+        await run.drain()
+
+    asyncio.run(scenario())
+    assert set(sent) == set(offsets)
+    if isinstance(app, ExactlyOnce):
+        # each transaction holds exactly the records from where the last one ended
+        previous = 0
+        for values, committed in app.transactional.committed:
+            end = committed[TP0]
+            assert sorted(int(v) for v in values if v is not None) == [
+                o for o in offsets if previous <= o < end
+            ]
+            previous = end
+        assert previous == offsets[-1] + 1
+    else:
+        assert app.consumer.committable(TP0) == offsets[-1] + 1
