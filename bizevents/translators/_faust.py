@@ -252,16 +252,25 @@ class _BulkConsumer(AIOKafkaConsumer):
         self._committed_offset.update({tp: o for tp, o in offsets.items() if tp in assignment})
         return True
 
-    async def committed_position(self, tp: TP) -> int:
-        """Where the group's committed offset of ``tp`` puts its reading, as the broker has
-        it now: the committed offset, or the partition's first offset when none is
-        (``auto_offset_reset = earliest``). Asked in the consumer's thread (Faust's
-        private ``call_thread`` and ``_ensure_consumer``)."""
+    async def committed_positions(self, tps: set[TP]) -> dict[TP, int]:
+        """Where the group's committed offsets put the reading of ``tps``, as the broker
+        has them now: each committed offset, or the partition's first offset where none
+        is (``auto_offset_reset = earliest``). One OffsetFetch, and one ListOffsets for
+        the partitions without a commit, in the consumer's thread (Faust's private
+        ``call_thread`` and ``_ensure_consumer``; aiokafka's private ``_coordinator``)."""
         thread: Any = self._thread
-        committed = await thread.call_thread(thread._ensure_consumer().committed, tp)
-        if committed is not None and committed >= 0:
-            return int(committed)
-        return int((await self.earliest_offsets(tp))[tp])
+        consumer = thread._ensure_consumer()
+
+        async def ask() -> dict[TP, int]:
+            commits = await consumer._coordinator.fetch_committed_offsets(list(tps))
+            found = {TP(*tp): c.offset for tp, c in commits.items() if c.offset >= 0}
+            missing = [tp for tp in tps if tp not in found]
+            if missing:
+                earliest = await consumer.beginning_offsets(missing)
+                found.update({TP(*tp): offset for tp, offset in earliest.items()})
+            return found
+
+        return dict(await thread.call_thread(ask))
 
     async def _drain_messages(self, fetcher: Any) -> None:  # the Fetcher's loop
         consumer_should_stop = self._stopped.is_set

@@ -50,9 +50,9 @@ class Consumer(FakeConsumer):
     def assignment(self) -> set[TP]:
         return {TP0}
 
-    async def committed_position(self, tp: TP) -> int:
-        self.asked.append(tp)
-        return self.committed
+    async def committed_positions(self, tps: set[TP]) -> dict[TP, int]:
+        self.asked.extend(sorted(tps))
+        return {tp: self.committed for tp in tps}
 
     async def seek_wait(self, partitions: dict[TP, int]) -> None:
         self.seeks.append(dict(partitions))
@@ -309,9 +309,9 @@ def test_a_consumer_thread_that_does_not_answer_drops_the_block(
     monkeypatch.setattr(blocks, "THREAD_WAIT_S", 0.01)
 
     class Silent(Consumer):
-        async def committed_position(self, tp: TP) -> int:
+        async def committed_positions(self, tps: set[TP]) -> dict[TP, int]:
             await asyncio.sleep(10)
-            return 0
+            return {}
 
     app = App()
     app.consumer = Silent()
