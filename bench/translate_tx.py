@@ -795,14 +795,9 @@ def through_kafka(
     for n in partitions:
         yield from summary(n, workers, paths[n], found[(n, "1 worker")], found[(n, many)])
         if copies[n]:
-            ceiling_ratio = [
-                c.changes_per_s / o.changes_per_s
-                for o, c in zip(found[(n, "1 worker")], found[(n, "ceiling")], strict=True)
-            ]
-            ceiling_cpu = [
-                c.per_100k["workers"] / o.per_100k["workers"]
-                for o, c in zip(found[(n, "1 worker")], found[(n, "ceiling")], strict=True)
-            ]
+            pairs = list(zip(found[(n, "1 worker")], found[(n, "ceiling")], strict=True))
+            ceiling_ratio = [c.changes_per_s / o.changes_per_s for o, c in pairs]
+            ceiling_cpu = [c.per_100k["workers"] / o.per_100k["workers"] for o, c in pairs]
             yield (
                 f"  ceiling ÷ 1, changes/s ({workers} members that never read what another "
                 f"translates, the most a design of members reading only their share could "

@@ -138,12 +138,19 @@ _RESTARTING = frozenset(
 def restarting(exc: BaseException) -> bool:
     """Whether ``exc`` (librdkafka's) says the cluster is restarting, a node is down or a
     leader moves: worth asking again, where any other error is not."""
-    from confluent_kafka import KafkaError, KafkaException
 
     if isinstance(exc, _AskAgain):
         return True
+    err = _kafka_error(exc)
+    return err is not None and (err.retriable() or err.name() in _RESTARTING)
+
+
+def _kafka_error(exc: BaseException) -> Any:
+    """librdkafka's ``KafkaError`` that ``exc`` carries, or None."""
+    from confluent_kafka import KafkaError, KafkaException
+
     err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
-    return isinstance(err, KafkaError) and (err.retriable() or err.name() in _RESTARTING)
+    return err if isinstance(err, KafkaError) else None
 
 
 class _AskAgain(TransientError):
@@ -358,8 +365,8 @@ def _not_known_yet(exc: BaseException) -> bool:
     node a moment later (the fault suite's workers met it at start on three nodes)."""
     from confluent_kafka import KafkaError
 
-    err = exc.args[0] if exc.args else None
-    return isinstance(err, KafkaError) and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+    err = _kafka_error(exc)
+    return err is not None and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
 
 
 def stay_in_group(consumer: Any) -> None:

@@ -48,7 +48,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from aiokafka.consumer.fetcher import FetchResult, PartitionRecords
 from aiokafka.errors import KafkaError
@@ -179,7 +179,7 @@ class _Fetched(list):  # type: ignore[type-arg]
     partition's positions before and after them."""
 
     __slots__ = ("end", "start")
-    start: int | None
+    start: int
     end: int
 
 
@@ -192,7 +192,9 @@ def _getall_with_positions(self: FetchResult, max_records: int | None = None) ->
     hands records out only from the partition's position (its ``check_assignment``), so
     the fetch's next offset before the call is where they start."""
     partition_records = self._partition_records
-    start = None if partition_records is None else partition_records.next_fetch_offset
+    if partition_records is None:  # nothing fetched
+        return _GETALL(self, max_records)
+    start = partition_records.next_fetch_offset
     got = _GETALL(self, max_records)
     if not got or self._topic_partition.topic not in _BULK_TOPICS:
         return got
@@ -295,8 +297,9 @@ class _BulkConsumer(AIOKafkaConsumer):
                 if active is not None and tp not in active and tp not in self._buffered_partitions:
                     continue
                 if tp.topic in bulk:
-                    start, end = getattr(fetched, "start", None), getattr(fetched, "end", None)
-                    block = RecordBlock(tp, fetched, generation, start, end)
+                    # a bulk topic's records come as _Fetched: their positions are known
+                    at = cast(_Fetched, fetched)
+                    block = RecordBlock(tp, fetched, generation, at.start, at.end)
                     unacked.add(block)  # type: ignore[arg-type]
                     for channel in tp_index[tp]:
                         await self.wait_first(channel.queue.put(block), self.suspend_flow.wait())

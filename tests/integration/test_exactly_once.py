@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import threading
 import time
@@ -38,6 +37,7 @@ from tests.integration.test_translate_worker import (
     produce,
     wait_for,
 )
+from tests.plugins import install_plugin, plugin_pythonpath
 
 pytestmark = pytest.mark.integration
 
@@ -291,16 +291,16 @@ def cancel_plugin_env(setup: Setup) -> dict[str, str]:
     """cancelorders@1 pinned (tests/integration/cancel_plugin.py), found through an entry
     point in a .dist-info folder on the worker's PYTHONPATH."""
     site = setup.tmp / "site"
-    info = site / "bizevents_cancel_test-0.dist-info"
-    info.mkdir(parents=True, exist_ok=True)
-    (info / "METADATA").write_text(
-        "Metadata-Version: 2.1\nName: bizevents-cancel-test\nVersion: 0\n"
+    install_plugin(
+        site,
+        "bizevents-cancel-test",
+        "cancelorders",
+        "tests.integration.cancel_plugin:cancelorders_v1",
     )
-    (info / "entry_points.txt").write_text(
-        "[bizevents.translators]\ncancelorders = tests.integration.cancel_plugin:cancelorders_v1\n"
-    )
-    path = os.pathsep.join([str(site), str(REPO), os.environ.get("PYTHONPATH", "")])
-    return {"PYTHONPATH": path, "BIZEVENTS_TRANSLATORS": json.dumps({"cancelorders": 1})}
+    return {
+        "PYTHONPATH": plugin_pythonpath(site),
+        "BIZEVENTS_TRANSLATORS": json.dumps({"cancelorders": 1}),
+    }
 
 
 def test_row_worker_reads_again_a_block_whose_transaction_aborted_while_it_goes_on(

@@ -11,7 +11,6 @@ arrive during the re-drive.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -43,6 +42,7 @@ from tests.integration.test_translate_worker import (
     read_all,
     wait_for,
 )
+from tests.plugins import install_plugin, plugin_pythonpath
 
 pytestmark = pytest.mark.integration
 
@@ -60,15 +60,11 @@ def plugin_env(setup: Setup) -> dict[str, str]:
     """The settings of the workers and of `bizevents dlq`: parkorders@1 pinned, found
     through an entry point in a .dist-info folder on their PYTHONPATH."""
     site = setup.tmp / "site"
-    info = site / "bizevents_park_test-0.dist-info"
-    info.mkdir(parents=True, exist_ok=True)
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: bizevents-park-test\nVersion: 0\n")
-    (info / "entry_points.txt").write_text(
-        "[bizevents.translators]\nparkorders = tests.integration.parking_plugin:PARKORDERS\n"
+    install_plugin(
+        site, "bizevents-park-test", "parkorders", "tests.integration.parking_plugin:PARKORDERS"
     )
-    path = os.pathsep.join([str(site), str(REPO), os.environ.get("PYTHONPATH", "")])
     return {
-        "PYTHONPATH": path,
+        "PYTHONPATH": plugin_pythonpath(site),
         "BIZEVENTS_TRANSLATORS": json.dumps({"parkorders": 1}),
         "BIZEVENTS_TRANSLATE__PARKED_TOPIC": f"test.parked.{setup.server}",
     }

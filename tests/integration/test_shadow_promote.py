@@ -10,7 +10,6 @@ a total one cent off (a wrong fix).
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -45,6 +44,7 @@ from tests.integration.test_translate_worker import (
     read_all,
     wait_for,
 )
+from tests.plugins import install_plugin, plugin_pythonpath
 
 pytestmark = pytest.mark.integration
 
@@ -90,24 +90,20 @@ ALL = [by_position, by_label, total_off]
 @pytest.fixture
 def setup(bizevents_stack: Endpoints, tmp_path: Path) -> Iterator[Setup]:
 
-    plugins = tmp_path / "plugins"
-    plugins.mkdir()
-    info = plugins / "plugin_shadowtest-1.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: plugin-shadowtest\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_text(
-        "[bizevents.translators]\nshadowtest = plugin_shadowtest:ALL\n"
+    install_plugin(
+        tmp_path / "plugins",
+        "plugin-shadowtest",
+        "shadowtest",
+        "plugin_shadowtest:ALL",
+        textwrap.dedent(PLUGIN),
     )
-    (plugins / "plugin_shadowtest.py").write_text(textwrap.dedent(PLUGIN))
     yield Setup.fresh(bizevents_stack, tmp_path, "sh", "shadow")
 
 
 def env(setup: Setup, live: int, shadow: str | None) -> dict[str, str]:
     extra = {
         "BIZEVENTS_TRANSLATORS": json.dumps({"shadowtest": live}),
-        "PYTHONPATH": os.pathsep.join(
-            [str(setup.tmp / "plugins"), *filter(None, [os.environ.get("PYTHONPATH")])]
-        ),
+        "PYTHONPATH": plugin_pythonpath(setup.tmp / "plugins"),
     }
     if shadow is not None:
         extra["BIZEVENTS_TRANSLATE__SHADOW"] = json.dumps([shadow])

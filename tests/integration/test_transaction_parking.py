@@ -13,7 +13,6 @@ by the pure core (:class:`~bizevents.translators.txcore.TransactionCore`).
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import subprocess
@@ -50,6 +49,7 @@ from tests.integration.test_transaction_worker import (
     store_db,
 )
 from tests.integration.test_translate_worker import Message, read_all, wait_for
+from tests.plugins import install_plugin, plugin_pythonpath
 
 pytestmark = pytest.mark.integration
 
@@ -67,21 +67,14 @@ def db(bizevents_stack: Any) -> Iterator[Db]:
 def parking_worker(db: Db, tmp_path: Path, name: str) -> Worker:
     """A transaction worker with parktx@1 pinned, the plugin on its path."""
     site = tmp_path / "site"
-    info = site / "bizevents_parktx_test-0.dist-info"
-    info.mkdir(parents=True, exist_ok=True)
-    (info / "METADATA").write_text(
-        "Metadata-Version: 2.1\nName: bizevents-parktx-test\nVersion: 0\n"
-    )
-    (info / "entry_points.txt").write_text(
-        "[bizevents.translators]\nparktx = tests.integration.parking_tx_plugin:PARKTX\n"
+    install_plugin(
+        site, "bizevents-parktx-test", "parktx", "tests.integration.parking_tx_plugin:PARKTX"
     )
     group = f"txpark-{db.server}"
     made = Worker(db, group, f"{group}.dlq", tmp_path / f"{name}.log")
     made.env.update(
         {
-            "PYTHONPATH": os.pathsep.join(
-                [str(site), str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]
-            ),
+            "PYTHONPATH": plugin_pythonpath(site),
             "BIZEVENTS_TRANSLATORS": json.dumps({"parktx": 1}),
             "BIZEVENTS_TRANSLATE__PARKED_TOPIC": f"{group}.parked",
         }

@@ -11,7 +11,6 @@ fields), @3 as @2 with every order's total a cent more (a wrong fix).
 from __future__ import annotations
 
 import json
-import os
 import signal
 import textwrap
 import uuid
@@ -35,6 +34,7 @@ from tests.integration.test_transaction_worker import (
     store_db,
 )
 from tests.integration.test_translate_worker import events_from, wait_for
+from tests.plugins import install_plugin, plugin_pythonpath
 
 pytestmark = pytest.mark.integration
 
@@ -100,16 +100,13 @@ def db(bizevents_stack: Any) -> Iterator[Db]:
 @pytest.fixture
 def plugins(tmp_path: Path) -> Path:
     folder = tmp_path / "plugins"
-    folder.mkdir()
-    info = folder / "plugin_txshadowtest-1.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(
-        "Metadata-Version: 2.1\nName: plugin-txshadowtest\nVersion: 1.0\n"
+    install_plugin(
+        folder,
+        "plugin-txshadowtest",
+        "txshadowtest",
+        "plugin_txshadowtest:ALL",
+        textwrap.dedent(PLUGIN),
     )
-    (info / "entry_points.txt").write_text(
-        "[bizevents.translators]\ntxshadowtest = plugin_txshadowtest:ALL\n"
-    )
-    (folder / "plugin_txshadowtest.py").write_text(textwrap.dedent(PLUGIN))
     return folder
 
 
@@ -120,9 +117,7 @@ def worker(db: Db, plugins: Path, group: str, live: int, shadow: str, log: Path)
             "BIZEVENTS_TRANSLATORS": json.dumps({"txshadowtest": live}),
             "BIZEVENTS_TRANSLATE__GROUP_ID": f"{group}.rows",
             "BIZEVENTS_TRANSLATE__SHADOW": json.dumps([shadow]),
-            "PYTHONPATH": os.pathsep.join(
-                [str(plugins), *filter(None, [os.environ.get("PYTHONPATH")])]
-            ),
+            "PYTHONPATH": plugin_pythonpath(plugins),
         }
     )
     return made

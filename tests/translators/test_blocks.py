@@ -59,18 +59,23 @@ class Consumer(FakeConsumer):
 
 
 class App:
+    """Faust's app: a crash is recorded, and the app crashed from then on."""
+
     in_transaction = False
     should_stop = False
-    crashed = False
 
     def __init__(self) -> None:
         self.consumer = Consumer()
         self.consumer_generation_id = self.consumer.app.consumer_generation_id
         self.producer = _Wrapped()
-        self.crashed: list[BaseException] = []
+        self.crashes: list[BaseException] = []
+
+    @property
+    def crashed(self) -> bool:
+        return bool(self.crashes)
 
     async def crash(self, exc: BaseException) -> None:
-        self.crashed.append(exc)
+        self.crashes.append(exc)
 
 
 class _Wrapped:
@@ -143,7 +148,7 @@ def test_a_terminal_failure_stops_the_worker_without_acknowledging() -> None:
     run = runner(fails, app)
     with pytest.raises(TerminalError):
         asyncio.run(handled(run, RecordBlock(TP0, [Record(0)], 1)))
-    assert [str(e) for e in app.crashed] == ["translate.on_error = fail"]
+    assert [str(e) for e in app.crashes] == ["translate.on_error = fail"]
     assert run.stats.acknowledged == 0 and app.consumer.committable(TP0) is None
 
 
@@ -243,19 +248,24 @@ def test_exactly_once_a_new_generation_asks_the_broker_again() -> None:
     assert app.consumer.asked == [TP0, TP0]
 
 
-def test_exactly_once_a_cancelled_block_is_read_again() -> None:
-    """A cancellation inside a block's transaction aborts it while the worker goes on
-    (Faust restarts the agent): the partition is sought back to the block."""
+def cancelled_at(call: int) -> Any:
+    """:func:`translated`, whose ``call``-th call is cancelled."""
     calls: list[int] = []
 
-    def cancelled_once(topic: str, partition: int, records: Any) -> Result:
+    def processor(topic: str, partition: int, records: Any) -> Result:
         calls.append(1)
-        if len(calls) == 1:
+        if len(calls) == call:
             raise asyncio.CancelledError
         return translated(topic, partition, records)
 
+    return processor
+
+
+def test_exactly_once_a_cancelled_block_is_read_again() -> None:
+    """A cancellation inside a block's transaction aborts it while the worker goes on
+    (Faust restarts the agent): the partition is sought back to the block."""
     app = ExactlyOnce(committed=0)
-    run = runner(cancelled_once, app)
+    run = runner(cancelled_at(1), app)
     with pytest.raises(asyncio.CancelledError):
         asyncio.run(handled(run, fetched(0, 5, 0, 4)))
     assert app.transactional.committed == [] and app.consumer.seeks == [{TP0: 0}]
@@ -267,16 +277,8 @@ def test_at_least_once_a_cancelled_block_is_read_again_before_any_later_is_ackno
     """At least once, the same: a block cancelled while the worker goes on is never
     acknowledged, and the next block, fetched before the seek back, must not be
     acknowledged from where the block before the cancelled one ended."""
-    calls: list[int] = []
-
-    def cancelled_once(topic: str, partition: int, records: Any) -> Result:
-        calls.append(1)
-        if len(calls) == 2:
-            raise asyncio.CancelledError
-        return translated(topic, partition, records)
-
     app = App()
-    run = runner(cancelled_once, app)
+    run = runner(cancelled_at(2), app)
 
     async def scenario() -> None:
         await run.handle(fetched(0, 2, 0, 1))
@@ -297,7 +299,7 @@ def test_a_stopping_worker_drops_its_blocks_without_asking_its_consumer_thread()
     committed offset or a seek that will never come (the stop of a worker stopped by
     ``on_error = "fail"`` hung so)."""
     app = App()
-    app.crashed = True
+    app.crashes.append(RuntimeError("crashed"))
     run = runner(translated, app)
     asyncio.run(handled(run, fetched(0, 2, 0, 1)))
     assert app.consumer.asked == [] and run.stats.acknowledged == 0

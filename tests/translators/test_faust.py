@@ -32,6 +32,7 @@ from bizevents.translators._faust import (
     BlockAcker,
     RecordBlock,
     TablelessManager,
+    _Fetched,
     bulk_consumer,
 )
 from bizevents.translators.settings import TranslateSettings
@@ -330,7 +331,9 @@ class _DrainingConsumer:
         self.should_stop = False
         self.flow_active = True
         self.suspend_flow = asyncio.Event()
-        self.fetches = [{tp: [record]}]
+        fetched = _Fetched([record])  # as the bulk topics' getall hands them out
+        fetched.start, fetched.end = record.offset, record.offset + 1
+        self.fetches = [{tp: fetched}]
         #: the blocks still tracked while the rebalance waits (Faust's wait_empty)
         self.tracked_at_rebalance: int | None = None
 

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from bizevents.plugins import PluginError, Registry, discover
+from tests.plugins import install_plugin
 from tests.translators.sample import ALL, things_v1, things_v2
 
 
@@ -59,12 +60,7 @@ HALF_INSTALLED = "raise RuntimeError('half installed')\n"
 def install(where: Path, plugin: str, entry: str, source: str, attr: str = "ALL") -> None:
     """Installs distribution ``plugin-<plugin>`` whose module ``plugin_<plugin>`` holds
     ``source``, with the entry point ``<entry> = plugin_<plugin>:<attr>``."""
-    dist, module = f"plugin-{plugin}", f"plugin_{plugin}"
-    info = where / f"{module}-1.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_text(f"[bizevents.translators]\n{entry} = {module}:{attr}\n")
-    (where / f"{module}.py").write_text(source)
+    install_plugin(where, f"plugin-{plugin}", entry, f"plugin_{plugin}:{attr}", source)
 
 
 def test_discovery_through_entry_points(plugin_path: Path) -> None:
