@@ -15,6 +15,7 @@ from tests.capture.capture_helpers import (
     Db,
     capture_endpoints,
     database,
+    drop_slots,
     in_process,
     write_config,
 )
@@ -71,7 +72,8 @@ def test_verify_on_a_compacted_topic_finds_it_equal_and_repairs_a_removed_row(
         run.stop()
 
     # Removed behind capture's back: deleted while no slot kept the WAL for it.
-    db.sql("SELECT pg_drop_replication_slot(%s)", (db.slot,))
+    with db.conn.cursor() as cur:  # once capture's walsender has exited
+        drop_slots(cur, db.slot)
     db.sql(f"DELETE FROM {s}.t WHERE id IN (7, 8)")
     again = db.config(["t"], partitions=1, snapshot="never")
     config_file = write_config(tmp_path / "capture.toml", again)
