@@ -133,4 +133,17 @@ def test_the_span_begins_once_the_group_settled() -> None:
     ids = [b"a", b"b", b"c", b"c", b"d"]
     last = (110.0, {"workers": 6.0, "broker": 1.0})
     span = steady(samples, 101.5, last, stamps, ids)
-    assert span == Span({"workers": 4.0, "broker": 1.0}, 9.0, 3)
+    assert span == Span({"workers": 4.0, "broker": 1.0}, 9.0, 3, pytest.approx(0.2))
+
+
+def test_the_work_before_the_first_event_is_in_the_span() -> None:
+    """A worker catching up reads and assembles for seconds before it releases its
+    first transaction: that CPU is part of the work of the events it then releases, so
+    the span begins when the group settled, not at the first event (counted from the
+    first event, one member's CPU per change read 40 % low)."""
+    samples = [(100.0, {"workers": 0.5}), (101.0, {"workers": 1.5}), (104.0, {"workers": 4.5})]
+    stamps = [104_000, 105_000, 106_000]
+    ids = [b"a", b"b", b"c"]
+    last = (106.0, {"workers": 6.5})
+    span = steady(samples, 101.2, last, stamps, ids)
+    assert span == Span({"workers": 5.0}, 5.0, 3, 3.0)
