@@ -289,6 +289,20 @@ class Assembler:
         self._release(out)
         return out
 
+    def abandon(self, tx_id: str, reason: str) -> list[Outcome]:
+        """Give ``tx_id`` up for ``reason`` (another member gave up its part of it): its
+        parts here are dead-lettered, now if it is open, else as they come; the
+        transactions waiting behind it are released. Nothing for one released here."""
+        out: list[Outcome] = []
+        if tx_id in self._abandoned or self._released(tx_id):
+            return out
+        if tx_id in self._open:
+            self._give_up(tx_id, reason, out)
+            self._release(out)
+        else:
+            self._mark(tx_id, reason)
+        return out
+
     def finish(self) -> tuple[list[Outcome], int]:
         """The input ended (replay's ranges were read): an open transaction whose END
         arrived lacks changes and is dead-lettered with both counts; one without its END
@@ -490,12 +504,15 @@ class Assembler:
             parts.append(pending.end)
             self._queue.remove(tx_id)
             self._settle(tx_id)
-        # later parts of it follow it to the dead-letter topic
+        self._mark(tx_id, reason)
+        self.stats.abandoned += 1
+        out.append(Abandoned(tx_id, tuple(parts), reason))
+
+    def _mark(self, tx_id: str, reason: str) -> None:
+        """Later parts of ``tx_id`` follow it to the dead-letter topic."""
         self._abandoned[tx_id] = reason
         if len(self._abandoned) > self.limits.remembered:
             self._abandoned.pop(next(iter(self._abandoned)))
-        self.stats.abandoned += 1
-        out.append(Abandoned(tx_id, tuple(parts), reason))
 
 
 def _order(part: Part) -> int:

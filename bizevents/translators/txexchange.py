@@ -16,6 +16,13 @@ forwarded again after a restart, a member's own forward) is dropped by the assem
 A forward is an output of the batch that completed the slice (the worker's checkpoint
 passes it only once Kafka acknowledged it): the transaction stays open at the member
 until it is released, which needs the slice and so the forward first.
+
+A transaction a member gives up (an END short of changes, a limit) after its END came is
+announced the same way, to the exchange partition of every other partition it touched
+(:data:`HEADER_GIVEN_UP`, key the transaction id, value the reason): the other owners
+give it up too (their parts dead-lettered, naming the partition that gave it up),
+instead of waiting for a slice that will not come, with every later transaction behind
+it, until their own limits gave it up.
 """
 
 from __future__ import annotations
@@ -25,14 +32,41 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from bizevents.contracts.technical.transaction import STATUS_END, TransactionRecord
-from bizevents.translators.assembly import Outcome, Part
+from bizevents.translators.assembly import Abandoned, Outcome, Part
 from bizevents.translators.produce import Send
 from bizevents.translators.records import SourceRecord
 
-__all__ = ["HEADER_ORIGIN", "Slices", "origin", "touched"]
+__all__ = ["HEADER_GIVEN_UP", "HEADER_ORIGIN", "GivenUp", "Slices", "given_up", "origin", "touched"]
 
 #: The header of a forwarded record naming where capture wrote it: ``topic:partition:offset``.
 HEADER_ORIGIN: Final = "bizevents.exchange.origin"
+#: The header of a notice that a transaction was given up: the partition that gave it up.
+HEADER_GIVEN_UP: Final = "bizevents.exchange.given-up"
+
+
+@dataclass(frozen=True, slots=True)
+class GivenUp:
+    """A notice read from the exchange: the owner of ``partition`` gave ``tx_id`` up."""
+
+    tx_id: str
+    reason: str
+    partition: int
+
+
+def given_up(record: SourceRecord) -> GivenUp | None:
+    """The notice ``record`` is, or ``None`` for a forwarded change (one that does not
+    read as a notice is ``None`` too: it is decoded as a change, and dead-lettered as
+    one that does not decode)."""
+    headers = record.headers
+    if not headers or headers[-1][0] != HEADER_GIVEN_UP:
+        return None
+    try:
+        partition = int(headers[-1][1] or b"")
+        tx_id = (record.key or b"").decode()
+        reason = (record.value or b"").decode()
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return GivenUp(tx_id, reason, partition) if tx_id else None
 
 
 def touched(record: TransactionRecord, reads: Callable[[str], bool]) -> dict[int, int] | None:
@@ -90,6 +124,10 @@ class Slices:
         self._released = released
         #: Per transaction taken, the owned partitions that still want it.
         self._wanted: dict[str, frozenset[int]] = {}
+        #: Per transaction taken across partitions, every partition its END counts.
+        self._touched: dict[str, tuple[int, ...]] = {}
+        #: Transactions another partition's owner gave up (announced back to nobody).
+        self._heard: dict[str, None] = {}
         self._reads = reads
         self.topic = topic
         self._open: dict[tuple[str, int], _Slice] = {}
@@ -128,6 +166,8 @@ class Slices:
         if counts and not mine:
             return False
         self._wanted[tx_id] = mine
+        if len(counts) > 1 and mine:
+            self._touched[tx_id] = tuple(sorted(counts))
         for p in sorted(mine):
             key = (tx_id, p)
             if len(counts) > 1 and key not in self._done:
@@ -153,14 +193,31 @@ class Slices:
         self.forwarded += len(parts)
 
     def settle(self, outcomes: Iterable[Outcome]) -> None:
-        """The transactions released or given up need no slice kept (one given up is
-        not forwarded: its other owners wait until their limits give it up too)."""
+        """The transactions released or given up need no slice kept. One given up after
+        its END came, across partitions, is announced to the others (:attr:`outbox`,
+        from the lowest owned partition it touched), unless another owner announced it."""
         for outcome in outcomes:
-            if outcome.tx_id is not None:
-                self._wanted.pop(outcome.tx_id, None)
-                for p in self.owned:
-                    if self._open.pop((outcome.tx_id, p), None) is not None:
-                        self._forget((outcome.tx_id, p))
+            tx_id = outcome.tx_id
+            if tx_id is None:
+                continue
+            mine = self._wanted.pop(tx_id, frozenset())
+            touched = self._touched.pop(tx_id, ())
+            if isinstance(outcome, Abandoned) and mine and tx_id not in self._heard:
+                sender = min(mine)
+                notice = (HEADER_GIVEN_UP, str(sender).encode())
+                key, reason = tx_id.encode(), outcome.reason.encode()
+                self.outbox.setdefault(sender, []).extend(
+                    (self.topic, q, key, reason, [notice]) for q in touched if q != sender
+                )
+            for p in self.owned:
+                if self._open.pop((tx_id, p), None) is not None:
+                    self._forget((tx_id, p))
+
+    def hear(self, notice: GivenUp) -> None:
+        """Another partition's owner gave ``notice.tx_id`` up: not announced again."""
+        self._heard[notice.tx_id] = None
+        if len(self._heard) > self._remembered:
+            del self._heard[next(iter(self._heard))]
 
     def _forget(self, key: tuple[str, int]) -> None:
         self._done[key] = None

@@ -28,7 +28,7 @@ from bizevents.translators.produce import Send
 from bizevents.translators.records import OutRecord, SourceRecord
 from bizevents.translators.transaction_api import TransactionTranslator
 from bizevents.translators.txcheckpoint import TP, Point
-from bizevents.translators.txexchange import Slices, origin
+from bizevents.translators.txexchange import GivenUp, Slices, given_up, origin
 from bizevents.translators.txparking import HEADER_PARKED_KEY
 from bizevents.translators.txplan import TxPlan
 from bizevents.translators.txversions import TxVersions
@@ -193,9 +193,19 @@ class Share:
         (exactly once, in the slice's partition's transaction)."""
         if self.slices is None:
             return {}
-        out = self.slices.drain()
-        self.slices.settle(outcomes)
-        return out
+        self.slices.settle(outcomes)  # what it gave up, announced with the forwards
+        return self.slices.drain()
+
+    def hear(self, notice: GivenUp, assembler: Assembler) -> list[Outcome]:
+        """Another partition's owner gave a transaction up (a notice read from the
+        exchange): this member gives it up too, its parts dead-lettered by their owners."""
+        if self.slices is not None:
+            self.slices.hear(notice)
+        reason = (
+            f"the owner of partition {notice.partition} gave transaction {notice.tx_id} up: "
+            f"{notice.reason}"
+        )
+        return assembler.abandon(notice.tx_id, reason)
 
     def home(self, part: Part) -> int:
         """The virtual partition that dead-letters ``part``: its business key's (for the
@@ -247,12 +257,16 @@ class Share:
         start = self.reading_from.get((copied.topic, copied.partition))
         return None if start is not None and copied.offset >= start else copied
 
-    def part(self, r: Any, seq: int) -> Part | OutRecord | None:
-        """The record as a part (``None`` for a tombstone), or its dead letter."""
+    def part(self, r: Any, seq: int) -> Part | OutRecord | GivenUp | None:
+        """The record as a part (``None`` for a tombstone), its dead letter, or a notice
+        from the exchange that another partition's owner gave a transaction up."""
         if r.value is None:
             return None  # a tombstone: compaction's marker, not a change
         read = SourceRecord(r.topic, r.partition, r.offset, r.key, r.value, list(r.headers or ()))
         if r.topic == self.plan.exchange_topic:
+            notice = given_up(read)
+            if notice is not None:
+                return notice
             copied = self.exchanged(read)
             if copied is None:
                 return None

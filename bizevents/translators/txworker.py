@@ -66,6 +66,7 @@ from bizevents.translators.txcheckpoint import (
     read_checkpoints,
     start_offsets,
 )
+from bizevents.translators.txexchange import GivenUp
 from bizevents.translators.txplan import TxPlan
 from bizevents.translators.txproducer import Producers, Routed, transaction_reader
 from bizevents.translators.txredrive import RedriveTools, TxRedriver
@@ -433,6 +434,8 @@ class TxWorker:
                     home = self.share.home_of_record(r)
                     if home in self.owned:
                         bad.setdefault(home, []).append(part)
+                elif isinstance(part, GivenUp):
+                    outcomes += self.share.hear(part, assembler)
                 elif part is not None and self.share.take(part):
                     outcomes += assembler.feed(part)
             self._read.next[where] = records[-1].offset + 1

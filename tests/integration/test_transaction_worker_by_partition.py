@@ -162,8 +162,11 @@ class Technical:
         self.rows[order] = {**before, "status": status}
         return [self._order("u", before, self.rows[order])]
 
-    def commit(self, changes: list[tuple[Any, ChangeEvent]]) -> None:
-        """One transaction: BEGIN, each change on its order's partition, END with counts."""
+    def commit(
+        self, changes: list[tuple[Any, ChangeEvent]], more: tuple[str, int] | None = None
+    ) -> None:
+        """One transaction: BEGIN, each change on its order's partition, END with counts
+        (with ``more``, one change more of that table on that partition than written)."""
         tx_id = f"{self.xid}:{self.lsn + 100}"
         key = encode_transaction_key(self.key_id, tx_id)
         begin = TransactionRecord("BEGIN", tx_id, 0)
@@ -179,11 +182,14 @@ class Technical:
             block = Transaction(tx_id, n, tables[table])
             k, v = encoder.encode(replace(change, transaction=block))
             self._produce(f"{self.server}.{table}", k, v, partition)
+        if more is not None:
+            tables[more[0]] = tables.get(more[0], 0) + 1
+            counts[more] = counts.get(more, 0) + 1
         end = TransactionRecord(
             "END",
             tx_id,
             0,
-            len(changes),
+            sum(tables.values()),
             tuple(tables.items()),
             tuple((t, p, n) for (t, p), n in sorted(counts.items())),
         )
@@ -443,3 +449,34 @@ def test_a_member_killed_around_a_forward(
         m.check(events, orders)
         if guarantee == "exactly_once":
             assert len(events) == len(orders)
+
+
+def test_a_transaction_one_member_gives_up_the_other_gives_up_too(
+    bizevents_stack: Endpoints, tmp_path: Path
+) -> None:
+    """Issue 40: a transaction placing orders on partition p of one member and q of the
+    other, whose END counts one order item more on p than capture wrote there. The
+    owner of p gives it up once its partitions passed it (an END short of changes) and
+    announces it through the exchange; the owner of q gives up its own parts of it,
+    naming p, instead of waiting for p's slice with every later transaction of its
+    partitions behind it: the orders placed afterwards, on every partition, come out,
+    and each part of the short one is dead-lettered once with its reason."""
+    from tests.integration.test_transaction_worker import _dead_letters
+
+    with members(bizevents_stack, tmp_path) as m:
+        m.start()
+        m.start()
+        held = _wait_held(m.workers, m.group)
+        p, q = held[0][0], held[1][0]
+        short = [m.technical.order_on(p), m.technical.order_on(q)]
+        changes = [c for o in short for c in m.technical.placing(o, 2)]
+        m.technical.commit(changes, more=("store.order_items", p))
+        after = m.technical.mixed(9)
+        events = m.wait_placed(set(after))
+        m.check(events, after)
+        dead = _dead_letters(cast(Db, m.db), f"{m.server}.dlq", len(changes) + 1)
+    reasons = [reason for _, reason in dead]
+    assert len(reasons) == len(changes) + 1, reasons  # each change and the END, once
+    assert sum("but only" in r for r in reasons) >= len(changes) // 2, reasons
+    gave_up = f"the owner of partition {p} gave transaction "
+    assert sum(r.startswith(gave_up) for r in reasons) >= len(changes) // 2, reasons

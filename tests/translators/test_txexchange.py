@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 from bizevents_store.translators import orders_v3
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -28,7 +29,13 @@ from bizevents.translators.metrics import WorkerStats
 from bizevents.translators.records import OutRecord, SourceRecord
 from bizevents.translators.settings import RuntimeSettings
 from bizevents.translators.txcheckpoint import TP, Point, Progress
-from bizevents.translators.txexchange import HEADER_ORIGIN, Slices, origin
+from bizevents.translators.txexchange import (
+    HEADER_GIVEN_UP,
+    HEADER_ORIGIN,
+    Slices,
+    given_up,
+    origin,
+)
 from bizevents.translators.txplan import TxPlan
 from bizevents.translators.txshare import Share
 from bizevents.translators.txversions import TxVersions
@@ -169,6 +176,10 @@ class Node:
         outcomes: list[Any] = []
         for r in records:
             seq = self.read.arrived(tp, r.offset)
+            notice = given_up(r) if tp[0] == EXCHANGE else None
+            if notice is not None:
+                outcomes += self.share.hear(notice, self.assembler)
+                continue
             read = self.share.exchanged(r) if tp[0] == EXCHANGE else r
             if read is None:
                 continue
@@ -181,9 +192,7 @@ class Node:
                 outcomes += self.assembler.feed(part)
         result, _ = self.share.translate(outcomes)
         self.published += result.records
-        forwards = slices.drain()
-        slices.settle(outcomes)
-        for sends in forwards.values():
+        for sends in self.share.forwards(outcomes).values():
             for topic, q, key, value_bytes, headers in sends:
                 log = logs[(topic, q)]
                 log.append(SourceRecord(topic, q, len(log), key, value_bytes, list(headers)))
@@ -239,6 +248,124 @@ def test_two_members_publish_every_event_once_in_key_order(
     )
     mine = {key: ids for node in nodes for key, ids in _by_key(node.published).items()}
     assert mine == _by_key(expected)
+
+
+def _short_on(store: Store, member: frozenset[int]) -> tuple[Ready, int]:
+    """The first transaction across the members, its END made to count one change more
+    on one of ``member``'s partitions than capture wrote there (its slice is short)."""
+    ready = next(
+        r
+        for r in store.whole
+        if all(any(p.origin.partition in m for p in r.parts) for m in MEMBERS)
+    )
+    assert ready.end is not None and ready.end.record is not None
+    end = ready.end.record
+    assert end.partition_counts is not None and end.data_collections is not None
+    at = min(p.origin.partition for p in ready.parts if p.origin.partition in member)
+    table = next(t for t, p, _ in end.partition_counts if p == at)
+    counts = tuple(
+        (t, p, c + 1 if (t, p) == (table, at) else c) for t, p, c in end.partition_counts
+    )
+    tables = tuple((t, c + 1 if t == table else c) for t, c in end.data_collections)
+    assert end.event_count is not None
+    longer = TransactionRecord("END", end.id, 0, end.event_count + 1, tables, counts)
+    where = ready.end.origin
+    store.decoded[(where.topic, where.partition, where.offset)] = longer
+    return ready, at
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4, 5])
+def test_a_transaction_one_owner_gives_up_is_given_up_by_the_others(
+    serializer: BusinessSerializer, seed: int
+) -> None:
+    """Issue 40: a transaction across the members whose END counts one change more on a
+    partition of the first member than arrived there. That member gives it up once its
+    partitions passed it, and announces it through the exchange: the other member
+    dead-letters its own parts of it, naming the partition that gave it up, instead of
+    waiting for the slice for ever with every later transaction behind it. Every other
+    transaction's events come out once, in key order."""
+    plan = make_plan([orders_v3], serializer, N, by_partition=True)
+    store = store_transactions(30, seed)
+    expected_all = reference(plan, store)
+    short, at = _short_on(store, MEMBERS[0])
+    gone = {r.event_id for r in plan.core.translate(short)}
+    nodes = [Node(plan, owned, store) for owned in MEMBERS]
+    rng = random.Random(seed)
+    while any([node.step(rng) for node in rng.sample(nodes, len(nodes))]):
+        pass
+    reasons = {
+        i: [dict(r.headers)["bizevents.dlq.reason"].decode() for r in n.published if r.dead_letter]
+        for i, n in enumerate(nodes)
+    }
+    assert reasons[0] and all("but only" in why and short.tx_id in why for why in reasons[0])
+    assert reasons[1] and all(
+        why.startswith(f"the owner of partition {at} gave transaction {short.tx_id} up")
+        for why in reasons[1]
+    )
+    dead = [r for n in nodes for r in n.published if r.dead_letter]
+    # each change of it once, by the member owning its partition (and the END once)
+    assert len(dead) == len(short.parts) + 1
+    assert {dict(r.headers)["bizevents.transaction.id"] for r in dead} == {short.tx_id.encode()}
+    events = [r for n in nodes for r in n.published if not r.dead_letter]
+    expected = [r for r in expected_all if r.event_id not in gone]
+    assert sorted((r.event_id, r.value) for r in events) == sorted(
+        (r.event_id, r.value) for r in expected
+    )
+    by_key = {
+        key: ids
+        for node in nodes
+        for key, ids in _by_key([r for r in node.published if not r.dead_letter]).items()
+    }
+    assert by_key == _by_key(expected)
+
+
+def test_a_given_up_slice_is_announced_to_the_other_partitions_once() -> None:
+    """Issue 40: the owner of partitions 0 and 1 gives up a transaction its END says
+    touched 0, 1 and 3: one notice from partition 0 to 1 and 3 (to its own 1 too, as
+    forwards go, whoever owns them by then), key the id, value the reason; a later part
+    of it given up, and a transaction another owner gave up, announce nothing."""
+    slices = Slices(frozenset({0, 1}), lambda t: True, EXCHANGE, 100)
+    end = _end("9:5", [("store.order_items", 0, 2), ("store.order_items", 1, 1), ("x.y", 3, 1)])
+    assert slices.take(end)
+    assert slices.take(_item("9:5", 1, 0))
+    slices.drain()
+    slices.settle([Abandoned("9:5", (), "short")])
+    (notices,) = slices.drain().values()
+    assert notices == [(EXCHANGE, q, b"9:5", b"short", [(HEADER_GIVEN_UP, b"0")]) for q in (1, 3)]
+    copy = SourceRecord(EXCHANGE, 1, 0, b"9:5", b"short", [(HEADER_GIVEN_UP, b"0")])
+    notice = given_up(copy)
+    assert notice is not None and (notice.tx_id, notice.reason, notice.partition) == (
+        "9:5",
+        "short",
+        0,
+    )
+    slices.settle([Abandoned("9:5", (), "short (a part that came later)")])
+    assert slices.drain() == {}
+    assert slices.take(_end("9:6", [("store.order_items", 0, 1), ("store.order_items", 2, 1)]))
+    slices.hear(given_up(SourceRecord(EXCHANGE, 0, 1, b"9:6", b"x", [(HEADER_GIVEN_UP, b"2")])))  # type: ignore[arg-type]
+    slices.settle([Abandoned("9:6", (), "the owner of partition 2 gave transaction 9:6 up: x")])
+    assert slices.drain() == {}
+    # a forwarded change is no notice, nor is a notice whose bytes do not read as one
+    assert given_up(SourceRecord(EXCHANGE, 0, 2, b"k", b"v", [(HEADER_ORIGIN, b"t:0:1")])) is None
+    assert given_up(SourceRecord(EXCHANGE, 0, 3, b"9:7", b"v", [(HEADER_GIVEN_UP, b"x")])) is None
+
+
+def test_an_assembler_gives_up_what_another_owner_gave_up() -> None:
+    """Issue 40: an open transaction given up from outside is dead-lettered and the
+    transactions behind it released; one not seen yet has its parts dead-lettered as
+    they come; one released already is left alone."""
+    assembler = Assembler(lambda t: True)
+    assert assembler.feed(_item("9:5", 1, 0)) == []
+    assert assembler.feed(_end("9:5", [("store.order_items", 0, 2)])) == []
+    assert assembler.feed(_item("9:6", 1, 0)) == []
+    assert assembler.feed(_end("9:6", [("store.order_items", 0, 1)])) == []
+    gone, ready = assembler.abandon("9:5", "elsewhere")
+    assert isinstance(gone, Abandoned) and gone.reason == "elsewhere" and len(gone.parts) == 2
+    assert isinstance(ready, Ready) and ready.tx_id == "9:6"
+    assert assembler.abandon("9:6", "late") == []
+    assert assembler.abandon("9:7", "before") == []
+    (later,) = assembler.feed(_item("9:7", 1, 0))
+    assert isinstance(later, Abandoned) and later.reason == "before (a part that came later)"
 
 
 @settings(max_examples=20, deadline=None)
