@@ -170,7 +170,7 @@ class Technical:
         tx_id = f"{self.xid}:{self.lsn + 100}"
         key = encode_transaction_key(self.key_id, tx_id)
         begin = TransactionRecord("BEGIN", tx_id, 0)
-        self._produce(self.tx_topic, key, encode_transaction_value(self.value_id, begin), 0)
+        self._produce(self.tx_topic, key, encode_transaction_value(self.value_id, begin, True), 0)
         tables: dict[str, int] = {}
         counts: dict[tuple[str, int], int] = {}
         for n, (encoder, change) in enumerate(changes, start=1):
