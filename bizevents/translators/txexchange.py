@@ -36,12 +36,23 @@ from bizevents.translators.assembly import Abandoned, Outcome, Part
 from bizevents.translators.produce import Send
 from bizevents.translators.records import SourceRecord
 
-__all__ = ["HEADER_GIVEN_UP", "HEADER_ORIGIN", "GivenUp", "Slices", "given_up", "origin", "touched"]
+__all__ = [
+    "HEADER_GIVEN_UP",
+    "HEADER_ORIGIN",
+    "REASON_LIMIT",
+    "GivenUp",
+    "Slices",
+    "given_up",
+    "origin",
+    "touched",
+]
 
 #: The header of a forwarded record naming where capture wrote it: ``topic:partition:offset``.
 HEADER_ORIGIN: Final = "bizevents.exchange.origin"
 #: The header of a notice that a transaction was given up: the partition that gave it up.
 HEADER_GIVEN_UP: Final = "bizevents.exchange.given-up"
+#: A notice's reason is cut to this many characters (it goes into dead letters' headers).
+REASON_LIMIT: Final = 2_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,16 +65,16 @@ class GivenUp:
 
 
 def given_up(record: SourceRecord) -> GivenUp | None:
-    """The notice ``record`` is, or ``None`` for a forwarded change (one that does not
-    read as a notice is ``None`` too: it is decoded as a change, and dead-lettered as
-    one that does not decode)."""
+    """The notice ``record`` is, its reason cut to :data:`REASON_LIMIT` characters, or
+    ``None`` for a forwarded change (one that does not read as a notice is ``None`` too:
+    it is decoded as a change, and dead-lettered as one that does not decode)."""
     headers = record.headers
     if not headers or headers[-1][0] != HEADER_GIVEN_UP:
         return None
     try:
         partition = int(headers[-1][1] or b"")
         tx_id = (record.key or b"").decode()
-        reason = (record.value or b"").decode()
+        reason = (record.value or b"").decode()[:REASON_LIMIT]
     except (ValueError, UnicodeDecodeError):
         return None
     return GivenUp(tx_id, reason, partition) if tx_id else None

@@ -32,6 +32,7 @@ from bizevents.translators.txcheckpoint import TP, Point, Progress
 from bizevents.translators.txexchange import (
     HEADER_GIVEN_UP,
     HEADER_ORIGIN,
+    REASON_LIMIT,
     Slices,
     given_up,
     origin,
@@ -345,6 +346,8 @@ def test_a_given_up_slice_is_announced_to_the_other_partitions_once() -> None:
     slices.hear(given_up(SourceRecord(EXCHANGE, 0, 1, b"9:6", b"x", [(HEADER_GIVEN_UP, b"2")])))  # type: ignore[arg-type]
     slices.settle([Abandoned("9:6", (), "the owner of partition 2 gave transaction 9:6 up: x")])
     assert slices.drain() == {}
+    long = given_up(SourceRecord(EXCHANGE, 0, 4, b"9:8", b"x" * 10**6, [(HEADER_GIVEN_UP, b"1")]))
+    assert long is not None and long.reason == "x" * REASON_LIMIT
     # a forwarded change is no notice, nor is a notice whose bytes do not read as one
     assert given_up(SourceRecord(EXCHANGE, 0, 2, b"k", b"v", [(HEADER_ORIGIN, b"t:0:1")])) is None
     assert given_up(SourceRecord(EXCHANGE, 0, 3, b"9:7", b"v", [(HEADER_GIVEN_UP, b"x")])) is None
