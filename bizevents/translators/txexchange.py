@@ -133,10 +133,9 @@ class Slices:
         #: Whether owned partition ``v``'s checkpoint says transaction ``tx_id`` was
         #: released there (and so its slice forwarded, and not read again).
         self._released = released
-        #: Per transaction taken, the owned partitions that still want it.
-        self._wanted: dict[str, frozenset[int]] = {}
-        #: Per transaction taken across partitions, every partition its END counts.
-        self._touched: dict[str, tuple[int, ...]] = {}
+        #: Per transaction taken, the owned partitions that still want it, and every
+        #: partition its END counts.
+        self._wanted: dict[str, tuple[frozenset[int], tuple[int, ...]]] = {}
         #: Transactions another partition's owner gave up (announced back to nobody).
         self._heard: dict[str, None] = {}
         self._reads = reads
@@ -176,9 +175,7 @@ class Slices:
         mine = frozenset(v for v in self.owned.intersection(counts) if not self._released(v, tx_id))
         if counts and not mine:
             return False
-        self._wanted[tx_id] = mine
-        if len(counts) > 1 and mine:
-            self._touched[tx_id] = tuple(sorted(counts))
+        self._wanted[tx_id] = (mine, tuple(sorted(counts)))
         for p in sorted(mine):
             key = (tx_id, p)
             if len(counts) > 1 and key not in self._done:
@@ -190,7 +187,7 @@ class Slices:
 
     def local(self, tx_id: str) -> frozenset[int]:
         """The partitions whose changes of ``tx_id`` this member reads itself."""
-        return self._wanted.get(tx_id, self.owned)
+        return self._wanted.get(tx_id, (self.owned, ()))[0]
 
     def _complete(self, key: tuple[str, int]) -> None:
         found = self._open[key]
@@ -211,8 +208,7 @@ class Slices:
             tx_id = outcome.tx_id
             if tx_id is None:
                 continue
-            mine = self._wanted.pop(tx_id, frozenset())
-            touched = self._touched.pop(tx_id, ())
+            mine, touched = self._wanted.pop(tx_id, (frozenset(), ()))
             if isinstance(outcome, Abandoned) and mine and tx_id not in self._heard:
                 sender = min(mine)
                 notice = (HEADER_GIVEN_UP, str(sender).encode())

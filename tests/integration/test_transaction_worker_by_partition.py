@@ -42,7 +42,7 @@ from bizevents.contracts.technical.transaction import (
 )
 from bizevents.devstack import Endpoints
 from tests.capture.capture_helpers import Db
-from tests.integration.test_transaction_worker import Reader, Worker, _assembling
+from tests.integration.test_transaction_worker import Reader, Worker, _assembling, _dead_letters
 from tests.store_technical import (
     order_change,
     order_item_change,
@@ -461,8 +461,6 @@ def test_a_transaction_one_member_gives_up_the_other_gives_up_too(
     naming p, instead of waiting for p's slice with every later transaction of its
     partitions behind it: the orders placed afterwards, on every partition, come out,
     and each part of the short one is dead-lettered once with its reason."""
-    from tests.integration.test_transaction_worker import _dead_letters
-
     with members(bizevents_stack, tmp_path) as m:
         m.start()
         m.start()
