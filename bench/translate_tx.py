@@ -429,7 +429,7 @@ class PlacedReader:
 
 
 def worker_env(
-    bootstrap: str, registry_url: str, server: str, tag: str, transactions: int, partitions: int
+    bootstrap: str, registry_url: str, server: str, tag: str, partitions: int
 ) -> dict[str, str]:
     """A transaction worker's environment: orders@3 over ``server``'s topics, as many
     virtual partitions as technical ones."""
@@ -442,9 +442,6 @@ def worker_env(
         "BIZEVENTS_TRANSLATE__DEAD_LETTER_TOPIC": f"bench.dead-letter.{tag}",
         "BIZEVENTS_LOG_FORMAT": "json",
         "BIZEVENTS_LOG_LEVEL": "INFO",
-        # the whole backlog may be open at once while the worker catches up: the bench
-        # measures the rate, not the limit (docs/transactions.md, "Limits")
-        "BIZEVENTS_TRANSACTIONS__MAX_OPEN": str(transactions + 1),
         "BIZEVENTS_TRANSACTIONS__ASSEMBLY_PARTITIONS": str(partitions),
     }
 
@@ -752,7 +749,7 @@ def through_kafka(
     paths: dict[int, str] = {}
 
     def group(n: int, name: str, prefix: str) -> dict[str, str]:
-        env = worker_env(bootstrap, registry_url, prefix, tag, orders, n)
+        env = worker_env(bootstrap, registry_url, prefix, tag, n)
         if by_partition:
             env["BIZEVENTS_TRANSACTIONS__BY_PARTITION"] = "true"
         return {

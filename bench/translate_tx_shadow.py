@@ -38,6 +38,8 @@ sys.path.insert(0, str(REPO / "bench"))
 
 #: The design's target for a shadow: the rate with one at least this share of without.
 TARGET = 0.6
+#: The technical topics' partitions (and so the worker's virtual partitions).
+PARTITIONS = 4
 
 
 def measure(client: Any, transactions: int, shadowed: bool) -> float:
@@ -139,10 +141,10 @@ def through_kafka(transactions: int, runs: int) -> None:
         bootstrap, registry_url = endpoints.bootstrap_servers, endpoints.registry_url
         tag = uuid.uuid4().hex[:8]
         server = f"benchtxsh{tag}"
-        changes = fill_technical(bootstrap, registry_url, server, transactions)
+        changes, _ = fill_technical(bootstrap, registry_url, server, transactions, PARTITIONS)
         reader = PlacedReader(bootstrap, server)
         env = {
-            **worker_env(bootstrap, registry_url, server, tag, transactions),
+            **worker_env(bootstrap, registry_url, server, tag, PARTITIONS),
             "PYTHONPATH": os.pathsep.join([str(plugins), os.environ.get("PYTHONPATH", "")]),
         }
         rates: dict[bool, list[float]] = {False: [], True: []}
@@ -165,7 +167,7 @@ def through_kafka(transactions: int, runs: int) -> None:
                     rates[shadowed].append(rate * changes / transactions)
                     # the changes read between the first event and the last, per CPU-s
                     per_cpu[shadowed].append(
-                        spent.transactions * changes / transactions / spent.workers_cpu
+                        spent.orders * changes / transactions / spent.cpu["workers"]
                     )
                     print(
                         f"run {n + 1} {'with' if shadowed else 'without'} a shadow: "

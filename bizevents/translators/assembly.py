@@ -235,6 +235,23 @@ class Assembler:
     def open_transactions(self) -> int:
         return len(self._open)
 
+    def oldest_position(self) -> int | None:
+        """The commit position of the oldest open transaction: the least of the head of
+        the END queue (END order is commit order) and of those open without their END;
+        ``None`` when none is open or one open has an id without a position."""
+        if not self._open or self._unended_fifo:
+            return None
+        heap = self._unended_heap
+        while heap and not self._unended(heap[0][1]):
+            heapq.heappop(heap)  # ended or gone: looked at no more (as in ``_end``)
+        oldest = heap[0][0] if heap else None
+        if self._queue:
+            head = commit_position(self._queue[0])
+            if head is None:
+                return None
+            oldest = head if oldest is None else min(oldest, head)
+        return oldest
+
     def _released(self, tx_id: str) -> bool:
         if tx_id in self._recent_set:
             return True

@@ -136,7 +136,9 @@ class TransactionSettings(SettingsGroup):
     #: transaction across partitions is exchanged; the virtual partitions are then the
     #: technical ones (``assembly_partitions`` is not used).
     by_partition: bool = False
-    #: Transactions open at once; beyond it the oldest goes to the dead-letter topic.
+    #: Transactions open at once. From half of it a worker catching up reads only the
+    #: partitions not past the oldest open transaction (``txpacing``); beyond it (ids
+    #: without a commit position cannot be held back) the oldest is dead-lettered.
     max_open: int = Field(default=10_000, ge=1)
     #: Changes of one transaction; beyond it the transaction is dead-lettered.
     max_changes: int = Field(default=100_000, ge=1)

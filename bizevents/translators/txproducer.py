@@ -14,10 +14,12 @@ from typing import Any
 
 import structlog
 
+from bizevents.translators.assembly import Assembler
 from bizevents.translators.produce import Send
 from bizevents.translators.settings import RuntimeSettings, TransactionSettings
+from bizevents.translators.txpacing import Frontier
 
-__all__ = ["Producers", "Routed", "transaction_producer", "transaction_reader"]
+__all__ = ["Producers", "Routed", "read_held", "transaction_producer", "transaction_reader"]
 
 log = structlog.get_logger("transactions")
 
@@ -140,3 +142,15 @@ class Producers:
     def _make(self, v: int) -> Any:
         name = f"{self._tx.group_id}.assembly.{v}"
         return transaction_producer(self._settings, self._tx, name)
+
+
+async def read_held(
+    reader: Any, frontier: Frontier, assembler: Assembler | None, limit: int
+) -> dict[Any, Sequence[Any]]:
+    """The member's next batch from ``reader`` (at most ``limit`` records), of every
+    partition assigned but those ``frontier`` holds back (past the oldest open
+    transaction while many are open: a worker catching up)."""
+    read, most = frontier.turn(assembler, reader.assignment(), limit)
+    if read is None:
+        return await reader.getmany(timeout_ms=200, max_records=most)  # type: ignore[no-any-return]
+    return await reader.getmany(*read, timeout_ms=200, max_records=most)  # type: ignore[no-any-return]

@@ -50,10 +50,7 @@ from bizevents.plumbing.errors import TransientError
 from bizevents.plumbing.kafka import traits_of
 from bizevents.plumbing.member import Partitions, leave_group, rebalance_listener
 from bizevents.plumbing.process import settle_collector
-from bizevents.translators.assembly import (
-    Assembler,
-    Outcome,
-)
+from bizevents.translators.assembly import Assembler, Outcome, Part
 from bizevents.translators.metrics import WorkerStats
 from bizevents.translators.produce import Send, send_batches
 from bizevents.translators.records import OutRecord, Result
@@ -67,8 +64,9 @@ from bizevents.translators.txcheckpoint import (
     start_offsets,
 )
 from bizevents.translators.txexchange import GivenUp
+from bizevents.translators.txpacing import Frontier
 from bizevents.translators.txplan import TxPlan
-from bizevents.translators.txproducer import Producers, Routed, transaction_reader
+from bizevents.translators.txproducer import Producers, Routed, read_held, transaction_reader
 from bizevents.translators.txredrive import RedriveTools, TxRedriver
 from bizevents.translators.txshare import Share
 from bizevents.translators.txversions import TxVersions
@@ -103,6 +101,8 @@ class TxWorker:
         self.assembler: Assembler | None = None
         #: Where this member has read since its last rebuild.
         self._read = Progress({})
+        #: What this member has read of each partition, by commit position (catching up).
+        self._frontier = Frontier((), tx.max_open)
         self._checkpointed = 0.0
         #: A batch was handled since the last checkpoint (an idle member records it).
         self._unrecorded = False
@@ -268,7 +268,7 @@ class TxWorker:
             async with self._lock:
                 if not self._changed:
                     await self._requests(producer)
-        batches = await reader.getmany(timeout_ms=200, max_records=self.tx.max_records)
+        batches = await read_held(reader, self._frontier, self.assembler, self.tx.max_records)
         if not batches:
             if self._unrecorded or self._inflight:  # idle: record what was released
                 async with self._lock:
@@ -404,6 +404,8 @@ class TxWorker:
         for (topic, partition), offset in offsets.items():
             reader.seek(TopicPartition(topic, partition), offset)
         self._read = Progress(offsets, self._read.seq)
+        paced = [*self.plan.sources_of(self.owned), (self.plan.transaction_topic, 0)]
+        self._frontier = Frontier(paced, self.tx.max_open)
         self._checkpointed = time.monotonic()
 
     # -- a batch -------------------------------------------------------------------
@@ -438,6 +440,8 @@ class TxWorker:
                     outcomes += self.share.hear(part, assembler)
                 elif part is not None and self.share.take(part):
                     outcomes += assembler.feed(part)
+            if isinstance(part, Part):  # the last part read there (commit order)
+                self._frontier.read(where, part.tx_id)
             self._read.next[where] = records[-1].offset + 1
             count += len(records)
             newest = max(newest, records[-1].timestamp or 0)

@@ -478,3 +478,48 @@ def test_a_transaction_one_member_gives_up_the_other_gives_up_too(
     assert sum("but only" in r for r in reasons) >= len(changes) // 2, reasons
     gave_up = f"the owner of partition {p} gave transaction "
     assert sum(r.startswith(gave_up) for r in reasons) >= len(changes) // 2, reasons
+
+
+@pytest.mark.parametrize("by_partition", ["true", "false"])
+def test_a_worker_catching_up_holds_back_what_runs_ahead(
+    bizevents_stack: Endpoints, tmp_path: Path, by_partition: str
+) -> None:
+    """A backlog of 150 transactions written before the worker starts, with
+    `transactions.max_open` at 60 and batches of 10 records: every order is placed and
+    nothing is dead-lettered, by partition and with one member reading everything. The
+    client hands out one partition's fetched records before the next one's: without
+    holding back the partitions past the oldest open transaction, the worker read a
+    whole partition of the backlog before the ENDs that close its transactions (or the
+    ENDs first), held them all open, and dead-lettered the oldest as more than 60 open
+    at once."""
+    with members(bizevents_stack, tmp_path) as m:
+        orders = m.technical.mixed(150)
+        worker = m.start(
+            transactions__max_open="60",
+            transactions__max_records="10",
+            transactions__by_partition=by_partition,
+        )
+        events = m.wait_placed(set(orders))
+        m.check(events, orders)
+        assert '"dead-lettered"' not in worker.log.read_text(), worker.tail()
+
+
+def test_two_members_catching_up_wait_for_each_other(
+    bizevents_stack: Endpoints, tmp_path: Path
+) -> None:
+    """Two members by partition start on a backlog of 300 transactions, two thirds of
+    them across partitions, with `transactions.max_open` at 60: every order is placed
+    once and nothing is dead-lettered. A member's crossing transactions wait for the
+    other member's slices, so a member ahead holds them open as long as the other is
+    behind; once half of `max_open` are open it reads only the exchange (its own
+    partitions are past the oldest) until the other catches up, and the one behind
+    reads what it lacks. Before, each read its backlog at its own pace and both
+    dead-lettered hundreds of transactions as more than 60 open at once."""
+    with members(bizevents_stack, tmp_path) as m:
+        orders = m.technical.mixed(300)
+        settings = {"transactions__max_open": "60", "transactions__max_records": "10"}
+        workers = [m.start(**settings), m.start(**settings)]
+        events = m.wait_placed(set(orders), timeout=180)
+        m.check(events, orders)
+        for w in workers:
+            assert '"dead-lettered"' not in w.log.read_text(), w.tail()

@@ -319,3 +319,21 @@ def test_finish_at_the_end_of_the_input() -> None:
     assert len(dead) == 1 and isinstance(dead[0], Abandoned) and dead[0].tx_id == "1:10"
     assert "arrived in the ranges read" in dead[0].reason
     assert a.open_transactions == 0
+
+
+def test_oldest_position_is_the_oldest_open_ended_or_not() -> None:
+    """The commit position of the oldest open transaction: one waiting for its END, or
+    the head of the END queue waiting for changes, whichever committed first; none once
+    all are released, or while an id without a position is open."""
+    log = Log()
+    assembler = _assembler()
+    assert assembler.oldest_position() is None
+    _feed(assembler, [log.change("7:70", 1), log.end("5:50", orders=1)])
+    assert assembler.oldest_position() == 50  # the END's changes are still to come
+    _feed(assembler, [log.change("5:50", 1)])
+    assert assembler.oldest_position() == 70  # 5:50 released; 7:70 has no END yet
+    out = _feed(assembler, [log.end("7:70", orders=1)])
+    assert [o.tx_id for o in out if isinstance(o, Ready)] == ["7:70"]
+    assert assembler.oldest_position() is None
+    _feed(assembler, [log.change("9:90", 1), log.change("uuid:3", 1)])
+    assert assembler.oldest_position() is None
