@@ -513,8 +513,8 @@ def test_two_members_catching_up_wait_for_each_other(
     other member's slices, so a member ahead holds them open as long as the other is
     behind; once half of `max_open` are open it reads only the exchange (its own
     partitions are past the oldest) until the other catches up, and the one behind
-    reads what it lacks. Before, each read its backlog at its own pace and both
-    dead-lettered hundreds of transactions as more than 60 open at once."""
+    reads what it lacks. Without holding back the test fails: the members read their
+    backlogs at their own pace and dead-letter transactions as more than 60 open."""
     with members(bizevents_stack, tmp_path) as m:
         orders = m.technical.mixed(300)
         settings = {"transactions__max_open": "60", "transactions__max_records": "10"}
