@@ -80,6 +80,10 @@ class WorkerStats:
     parking: ParkedKeys | None = None
     #: the transaction worker's parked business keys (None: it does not park here)
     tx_parking: ParkedKeys | None = None
+    #: the transaction worker's transactions open and partitions held back at its last
+    #: read (None: no transaction worker here; docs/transactions.md, "Catching up")
+    tx_open: int | None = None
+    tx_held: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add(
@@ -149,6 +153,7 @@ class _Collector(Collector):
                 "unrouted": dict(s.unrouted),
             }
             shadows = [c for c in map(s.shadows.total, s.shadows.shadows()) if c is not None]
+            assembling = (s.tx_open, s.tx_held)
         for name, doc, attr in (
             ("consumed", "Changes a translator received", "consumed"),
             ("emitted", "Business events a translator emitted", "emitted"),
@@ -177,6 +182,17 @@ class _Collector(Collector):
             for name, n in sorted(per.items()):
                 parked.add_metric([s.group, name], n)
             yield parked
+        open_now, held_now = assembling
+        if open_now is not None:  # a transaction worker
+            for name, doc, now in (
+                ("open", "Transactions open at this member (parts read, not released)", open_now),
+                ("held_partitions", "Partitions held back, past the oldest open one", held_now),
+            ):
+                assembly = GaugeMetricFamily(
+                    f"bizevents_transactions_{name}", doc, labels=["group"]
+                )
+                assembly.add_metric([s.group], now)
+                yield assembly
         gauge = GaugeMetricFamily(
             "bizevents_translator_consumer_lag",
             "Records behind the end of each assigned partition (Fetch high watermark)",

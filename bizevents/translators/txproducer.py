@@ -15,6 +15,7 @@ from typing import Any
 import structlog
 
 from bizevents.translators.assembly import Assembler
+from bizevents.translators.metrics import WorkerStats
 from bizevents.translators.produce import Send
 from bizevents.translators.settings import RuntimeSettings, TransactionSettings
 from bizevents.translators.txpacing import Frontier
@@ -145,12 +146,15 @@ class Producers:
 
 
 async def read_held(
-    reader: Any, frontier: Frontier, assembler: Assembler | None, limit: int
+    reader: Any, frontier: Frontier, assembler: Assembler | None, stats: WorkerStats, limit: int
 ) -> dict[Any, Sequence[Any]]:
     """The member's next batch from ``reader`` (at most ``limit`` records), of every
     partition assigned but those ``frontier`` holds back (past the oldest open
-    transaction while many are open: a worker catching up)."""
-    read, most = frontier.turn(assembler, reader.assignment(), limit)
+    transaction while many are open: a worker catching up); ``stats`` shows both."""
+    assigned = reader.assignment()
+    read, most = frontier.turn(assembler, assigned, limit)
+    stats.tx_open = 0 if assembler is None else assembler.open_transactions
+    stats.tx_held = 0 if read is None else len(assigned) - len(read)
     if read is None:
         return await reader.getmany(timeout_ms=200, max_records=most)  # type: ignore[no-any-return]
     return await reader.getmany(*read, timeout_ms=200, max_records=most)  # type: ignore[no-any-return]

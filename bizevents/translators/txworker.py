@@ -268,7 +268,8 @@ class TxWorker:
             async with self._lock:
                 if not self._changed:
                     await self._requests(producer)
-        batches = await read_held(reader, self._frontier, self.assembler, self.tx.max_records)
+        reading = read_held(reader, self._frontier, self.assembler, self.stats, self.tx.max_records)
+        batches = await reading
         if not batches:
             if self._unrecorded or self._inflight:  # idle: record what was released
                 async with self._lock:

@@ -68,3 +68,17 @@ def test_parked_keys_of_row_and_transaction_translators_add_up() -> None:
         if name == "bizevents_parked_keys"
     }
     assert parked == {"orders": 5, "things": 1}
+
+
+def test_a_transaction_worker_shows_what_it_holds_open_and_back() -> None:
+    """The transaction worker's open transactions and the partitions it holds back
+    (docs/transactions.md, "Catching up") are gauges; a row worker has neither."""
+    assert not [
+        name
+        for name, _ in scrape(functools.partial(serve_metrics, WorkerStats("g")))
+        if name.startswith("bizevents_transactions_")
+    ]
+    stats = WorkerStats("g", tx_open=5_123, tx_held=3)
+    samples = scrape(functools.partial(serve_metrics, stats))
+    assert samples[("bizevents_transactions_open", (("group", "g"),))] == 5_123
+    assert samples[("bizevents_transactions_held_partitions", (("group", "g"),))] == 3

@@ -154,3 +154,40 @@ def test_nothing_held_below_half_of_max_open_or_without_positions() -> None:
     assert assembler.oldest_position() is None
     assert frontier.turn(assembler, assigned, 50) == (None, 50)
     assert frontier.turn(None, assigned, 50) == (None, 50)  # nothing assembled yet
+
+
+def test_the_read_asks_the_client_for_what_is_not_held_and_shows_it() -> None:
+    """``read_held`` asks the client for the partitions not held back, at most the
+    records a turn may read, and leaves the open transactions and the partitions held
+    in the worker's figures (its metrics)."""
+    import asyncio
+
+    from bizevents.translators.metrics import WorkerStats
+    from bizevents.translators.txproducer import read_held
+
+    class Client:  # the two calls of aiokafka's consumer read_held makes
+        def __init__(self) -> None:
+            self.asked: list[tuple[tuple[TP, ...], int]] = []
+
+        def assignment(self) -> set[TP]:
+            return {*SOURCES, TX_TOPIC}
+
+        async def getmany(
+            self, *partitions: TP, timeout_ms: int, max_records: int
+        ) -> dict[TP, list[object]]:
+            self.asked.append((tuple(sorted(partitions)), max_records))
+            return {}
+
+    frontier = Frontier([*SOURCES, TX_TOPIC], 4)
+    assembler = Assembler({"s.orders"}.__contains__, AssemblyLimits(max_open=4), sources=SOURCES)
+    log = backlog([[0], [1]])
+    stats, client = WorkerStats("g"), Client()
+    asyncio.run(read_held(client, frontier, assembler, stats, 50))
+    assert client.asked == [((), 50)] and (stats.tx_open, stats.tx_held) == (0, 0)
+    for tp in SOURCES[:2]:
+        assembler.feed(log[tp][0])
+    frontier.read(SOURCES[0], "500:1000")
+    frontier.read(SOURCES[1], "501:1010")
+    asyncio.run(read_held(client, frontier, assembler, stats, 50))
+    assert client.asked[-1] == (tuple(sorted([SOURCES[0], SOURCES[2], TX_TOPIC])), 2)
+    assert (stats.tx_open, stats.tx_held) == (2, 1)
