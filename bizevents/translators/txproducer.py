@@ -1,4 +1,5 @@
-"""The transaction worker's clients: its reader (:func:`transaction_reader`), and its
+"""The transaction worker's clients: its reader (:func:`transaction_reader`, each batch
+read by :func:`read_held`, which leaves out what ``txpacing`` holds back), and its
 producers. At least once: one for everything. Exactly once:
 one transactional producer per owned virtual partition, whose id names the partition,
 so that the partition's next owner fences the previous one (docs/reliability.md); all

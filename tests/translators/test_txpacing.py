@@ -5,6 +5,7 @@ client hands out first; and without holding back the same reading gives transact
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
 
 from hypothesis import given, settings
@@ -13,9 +14,11 @@ from hypothesis import strategies as st
 from bizevents.contracts.envelope import ChangeEvent, PgPosition, Source, Transaction
 from bizevents.contracts.technical.transaction import TransactionRecord
 from bizevents.translators.assembly import Abandoned, Assembler, AssemblyLimits, Part, Ready
+from bizevents.translators.metrics import WorkerStats
 from bizevents.translators.records import SourceRecord
 from bizevents.translators.txcheckpoint import TP
 from bizevents.translators.txpacing import Frontier
+from bizevents.translators.txproducer import read_held
 
 TX_TOPIC: TP = ("srv.transaction", 0)
 SOURCES: list[TP] = [("srv.s.orders", p) for p in range(3)]
@@ -160,10 +163,6 @@ def test_the_read_asks_the_client_for_what_is_not_held_and_shows_it() -> None:
     """``read_held`` asks the client for the partitions not held back, at most the
     records a turn may read, and leaves the open transactions and the partitions held
     in the worker's figures (its metrics)."""
-    import asyncio
-
-    from bizevents.translators.metrics import WorkerStats
-    from bizevents.translators.txproducer import read_held
 
     class Client:  # the two calls of aiokafka's consumer read_held makes
         def __init__(self) -> None:
