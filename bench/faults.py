@@ -83,6 +83,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import json
 import os
 import random
@@ -122,6 +123,7 @@ from bench.faultsuite.truth import (  # noqa: E402
     order_breaks,
 )
 from bench.translate_tx import crossing  # noqa: E402
+from bizevents.cli.replay import SPARK_MISSING  # noqa: E402
 
 __all__ = ["Applied", "Report", "check_applied", "gtid_seq", "main", "order_breaks"]
 
@@ -1330,6 +1332,13 @@ def exchanged(crossing: tuple[int, int], forwarded: int) -> str | None:
     return None
 
 
+def _interrupted(signum: int, frame: Any) -> None:
+    """SIGTERM stops the suite as Ctrl-C does: ``main``'s ``finally`` stops every
+    component it started and the stack. Before, a suite stopped by SIGTERM left its
+    workers, transaction workers and consumer running, retrying a stack that was gone."""
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     length = parser.add_mutually_exclusive_group()
@@ -1371,6 +1380,8 @@ def main(argv: list[str] | None = None) -> int:
         "suite's shorter run",
     )
     args = parser.parse_args(argv)
+    if importlib.util.find_spec("pyspark") is None:  # the suite kills replays too
+        parser.error(SPARK_MISSING)
     mode = LONG if args.long else SHORT
     if (args.brokers > 1 or args.exactly_once) and args.broker != "kafka":
         parser.error("--brokers and --exactly-once need --broker kafka")
@@ -1380,6 +1391,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.seconds < 25:
             parser.error(f"--seconds must be at least 25 (room for the faults), not {args.seconds}")
         mode = replace(mode, load_seconds=args.seconds)
+    signal.signal(signal.SIGTERM, _interrupted)
     work = Path(tempfile.mkdtemp(prefix="bizevents-faults-"))
     log(
         f"{mode.name} mode, {args.source}, {args.broker} ({args.brokers}), seed {args.seed}"
