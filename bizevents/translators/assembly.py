@@ -252,6 +252,40 @@ class Assembler:
             oldest = head if oldest is None else min(oldest, head)
         return oldest
 
+    def first_open(self) -> str | None:
+        """The open transaction the next release waits for: the head of the END queue,
+        else the first opened without its END among ids without a commit position, else
+        the one without its END of the lowest commit position."""
+        if self._queue:
+            return self._queue[0]
+        heap, fifo = self._unended_heap, self._unended_fifo
+        while heap and not self._unended(heap[0][1]):
+            heapq.heappop(heap)  # ended or gone: looked at no more (as in ``_end``)
+        while fifo and not self._unended(fifo[0][1]):
+            fifo.popleft()
+        if fifo:
+            return fifo[0][1]
+        return heap[0][1] if heap else None
+
+    def waiting(self, tx_id: str) -> str:
+        """What open transaction ``tx_id`` waits for, in one sentence."""
+        pending = self._open[tx_id]
+        if pending.end is None:
+            return f"transaction {tx_id} waits for its END ({len(pending.changes)} changes in)"
+        if not pending.expected_at:
+            return (
+                f"the END of transaction {tx_id} counts {_counts(pending.expected)} of the "
+                f"tables read, and {_counts(pending.arrived)} arrived"
+            )
+        local = self._local(tx_id) if self._local is not None else frozenset()
+        short = [
+            f"partition {p} {pending.arrived_at.get(p, 0)} of {n}"
+            + (" (its own)" if p in local else " (through the exchange)")
+            for p, n in sorted(pending.expected_at.items())
+            if pending.arrived_at.get(p, 0) < n
+        ]
+        return f"transaction {tx_id} waits for changes: {', '.join(short)}"
+
     def _released(self, tx_id: str) -> bool:
         if tx_id in self._recent_set:
             return True

@@ -39,8 +39,14 @@ from bizevents.translators.txcheckpoint import TP
 __all__ = ["Frontier"]
 
 
+#: How long the transaction first in commit order may wait before the worker says what
+#: it waits for (and again each time as long).
+STALLED_S = 60.0
+
+
 class Frontier:
-    """Per paced partition, the commit position of the last transaction read there."""
+    """Per paced partition, the commit position of the last transaction read there;
+    and since when the transaction first in commit order has waited."""
 
     def __init__(self, paced: Iterable[TP], max_open: int) -> None:
         self.paced = frozenset(paced)
@@ -48,6 +54,22 @@ class Frontier:
         #: Open transactions from which the partitions past the oldest are held back.
         self.from_open = max(1, max_open // 2)
         self._at: dict[TP, int] = {}
+        self._first: str | None = None
+        self._since = self._said = 0.0
+
+    def stalled(self, assembler: Assembler | None, now: float) -> tuple[str, float] | None:
+        """What the transaction first in commit order waits for and for how long, once
+        it has waited :data:`STALLED_S` (then again each :data:`STALLED_S`); ``None``
+        otherwise. Everything after it in its partitions waits with it: this says why a
+        partition's checkpoint does not move."""
+        first = None if assembler is None else assembler.first_open()
+        if first != self._first:
+            self._first, self._since, self._said = first, now, now
+            return None
+        if assembler is None or first is None or now - self._said < STALLED_S:
+            return None
+        self._said = now
+        return assembler.waiting(first), now - self._since
 
     def read(self, tp: TP, tx_id: str | None) -> None:
         """The last part read from ``tp`` belongs to ``tx_id``."""

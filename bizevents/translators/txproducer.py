@@ -9,6 +9,7 @@ its state ``FATAL_ERROR``, ``_txn_manager``: private, aiokafka 0.14)."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 from contextlib import suppress
 from typing import Any
@@ -154,6 +155,9 @@ async def read_held(
     transaction while many are open: a worker catching up); ``stats`` shows both."""
     assigned = reader.assignment()
     read, most = frontier.turn(assembler, assigned, limit)
+    stalled = frontier.stalled(assembler, time.monotonic())
+    if stalled is not None:
+        log.warning("a transaction holds up its partitions", waiting=stalled[0], for_s=stalled[1])
     stats.tx_open = 0 if assembler is None else assembler.open_transactions
     stats.tx_held = 0 if read is None else len(assigned) - len(read)
     if read is None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from dataclasses import replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -190,3 +191,54 @@ def test_the_read_asks_the_client_for_what_is_not_held_and_shows_it() -> None:
     asyncio.run(read_held(client, frontier, assembler, stats, 50))
     assert client.asked[-1] == (tuple(sorted([SOURCES[0], SOURCES[2], TX_TOPIC])), 2)
     assert (stats.tx_open, stats.tx_held) == (2, 1)
+
+
+def test_a_transaction_first_in_commit_order_that_waits_a_minute_says_for_what() -> None:
+    """A member reading only partition 0: a transaction across partitions 0 and 1 whose
+    END and own change came waits for partition 1's slice; once it has waited a minute
+    the frontier says so (and again a minute later), and nothing once it is released."""
+    assembler = Assembler(
+        {"s.orders"}.__contains__,
+        sources=SOURCES[:1],
+        local=lambda tx_id: frozenset({0}),
+    )
+    log = backlog([[0, 1]])
+    end = log[TX_TOPIC][0]
+    assert end.record is not None
+    counts = (("s.orders", 0, 1), ("s.orders", 1, 1))
+    end = replace(end, record=replace(end.record, partition_counts=counts))
+    frontier = Frontier([*SOURCES, TX_TOPIC], 100)
+    assert frontier.stalled(assembler, 0.0) is None  # nothing open
+    assert assembler.feed(log[SOURCES[0]][0]) == []
+    assert frontier.stalled(assembler, 1.0) is None  # waiting from now
+    assert frontier.stalled(assembler, 60.0) is None
+    said = frontier.stalled(assembler, 61.5)
+    assert said == ("transaction 500:1000 waits for its END (1 changes in)", 60.5)
+    assert assembler.feed(end) == []  # its END: now it waits for partition 1
+    assert frontier.stalled(assembler, 62.0) is None  # the same transaction first...
+    said = frontier.stalled(assembler, 122.0)  # ... a minute after it was said
+    assert said is not None
+    assert said[0] == (
+        "transaction 500:1000 waits for changes: partition 1 0 of 1 (through the exchange)"
+    )
+    assert frontier.stalled(assembler, 150.0) is None
+    assert frontier.stalled(assembler, 182.5) is not None
+    (ready,) = assembler.feed(log[SOURCES[1]][0])  # the slice, as the exchange brings it
+    assert isinstance(ready, Ready)
+    assert frontier.stalled(assembler, 300.0) is None
+
+
+def test_waiting_names_an_unended_transaction_and_an_end_short_of_changes() -> None:
+    assembler = Assembler({"s.orders"}.__contains__)
+    log = backlog([[0, 0], [1]])
+    assert assembler.feed(log[SOURCES[1]][0]) == []  # the second's change, no END
+    assert assembler.first_open() == "501:1010"
+    assert assembler.feed(log[SOURCES[0]][0]) == []  # the first's, commit position lower
+    assert assembler.first_open() == "500:1000"
+    assert assembler.feed(log[TX_TOPIC][0]) == []  # its END: 2 changes, 1 in
+    assert assembler.first_open() == "500:1000"
+    assert assembler.waiting("500:1000") == (
+        "the END of transaction 500:1000 counts {s.orders: 2} of the tables read, and "
+        "{s.orders: 1} arrived"
+    )
+    assert assembler.waiting("501:1010") == "transaction 501:1010 waits for its END (1 changes in)"
