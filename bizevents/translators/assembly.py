@@ -272,11 +272,6 @@ class Assembler:
         pending = self._open[tx_id]
         if pending.end is None:
             return f"transaction {tx_id} waits for its END ({len(pending.changes)} changes in)"
-        if not pending.expected_at:
-            return (
-                f"the END of transaction {tx_id} counts {_counts(pending.expected)} of the "
-                f"tables read, and {_counts(pending.arrived)} arrived"
-            )
         local = self._local(tx_id) if self._local is not None else frozenset()
         short = [
             f"partition {p} {pending.arrived_at.get(p, 0)} of {n}"
@@ -284,7 +279,12 @@ class Assembler:
             for p, n in sorted(pending.expected_at.items())
             if pending.arrived_at.get(p, 0) < n
         ]
-        return f"transaction {tx_id} waits for changes: {', '.join(short)}"
+        if short:
+            return f"transaction {tx_id} waits for changes: {', '.join(short)}"
+        return (
+            f"the END of transaction {tx_id} counts {_counts(pending.expected)} of the "
+            f"tables read, and {_counts(pending.arrived)} arrived"
+        )
 
     def _released(self, tx_id: str) -> bool:
         if tx_id in self._recent_set:

@@ -27,6 +27,9 @@ Nothing is held while fewer are open (reading then costs nothing more), nor whil
 oldest has no position (ids without one: MySQL's GTIDs, MariaDB's of other domains;
 ``max_open`` alone applies, as before). Holding back, a turn reads no more records than
 transactions may still open before ``max_open``.
+
+:meth:`Frontier.stalled` says, once the transaction first in commit order has waited a
+minute, what it waits for: everything after it in its partitions waits with it.
 """
 
 from __future__ import annotations
