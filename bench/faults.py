@@ -120,6 +120,7 @@ from bench.faultsuite.truth import (  # noqa: E402
     change_identity,
     gtid_seq,
     history,
+    missing_neighbours,
     order_breaks,
 )
 from bench.translate_tx import crossing  # noqa: E402
@@ -964,6 +965,7 @@ class Faults:
         schema_text = schema_lookup(self.endpoints.registry_url)
         decoder = AutoDecoder(schema_text)
         seen: Counter[tuple[str, int]] = Counter()
+        places: dict[tuple[str, int], list[str]] = defaultdict(list)
         tech_index: dict[tuple[str, int, int], int] = {}
         sequences: dict[Any, list[tuple[int, Any]]] = defaultdict(list)
         for r in sorted(tech, key=lambda r: (r.topic, r.partition, r.offset)):
@@ -983,6 +985,7 @@ class Faults:
                 report.tech_unknown += 1
                 continue
             seen[ident] += 1
+            places[ident].append(f"{r.partition}@{r.offset}")
             tech_index[(r.topic, r.partition, r.offset)] = n
             sequences[(r.topic, r.key)].append((n, ident))
         missing = [i for i in index if i not in seen]
@@ -992,6 +995,9 @@ class Faults:
         report.reordered += len(breaks)
         report.details += [f"technical reordered: {b}" for b in breaks[:5]]
         report.details += [f"technical missing: {t} at {at}" for t, at in missing[:5]]
+        report.details += [
+            missing_neighbours(truth, seen, places, index[ident]) for ident in missing[:5]
+        ]
         report.details.append(
             f"technical: {len(truth)} committed changes, {len(missing)} missing, "
             f"{report.tech_duplicates} re-sent copies, {report.tech_unknown} from before the "
@@ -1065,7 +1071,11 @@ class Faults:
         )
         if self.by_partition:
             self.exchange_figures(schema_text)
-        dead = read_topics(bootstrap, [self.dead_letter, f"{self.dead_letter}.tx"])
+        # capture's too: a change it dead-letters is missing from the technical topics
+        dead = read_topics(
+            bootstrap,
+            [self.dead_letter, f"{self.dead_letter}.tx", f"{self.server}.capture.dlq"],
+        )
         report.dead_letters = len(dead)
         reasons = Counter(
             (r.topic, r.headers.get(HEADER_DLQ_REASON, b"?").decode(errors="replace")[:300])

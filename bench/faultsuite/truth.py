@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Mapping
 from typing import Any
 
 
@@ -116,3 +117,24 @@ def order_breaks(sequences: dict[Any, list[tuple[int, Any]]]) -> list[str]:
             seen.add(identity)
             latest = max(latest, index)
     return breaks
+
+
+def missing_neighbours(
+    truth: list[tuple[Any, str, str]],
+    seen: Mapping[tuple[str, Any], int],
+    places: Mapping[tuple[str, Any], list[str]],
+    at: int,
+    around: int = 3,
+) -> str:
+    """The committed changes around a missing one (``truth[at]``), each with the copies
+    the technical topics hold and where (partition@offset): whether its whole
+    transaction went missing, or its table's changes alone, and what capture wrote
+    just before and after it."""
+    parts = []
+    for n in range(max(0, at - around), min(len(truth), at + around + 1)):
+        position, table, op = truth[n]
+        ident = (table, position)
+        where = ",".join(places.get(ident, [])[:3])
+        mark = ">" if n == at else " "
+        parts.append(f"{mark}{table} {op} {position} x{seen.get(ident, 0)} {where}".rstrip())
+    return "around it: " + " | ".join(parts)

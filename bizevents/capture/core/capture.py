@@ -84,7 +84,7 @@ class Session:
     registrar: SchemaRegistrar
     #: The compacted state topic (positions, the snapshot ledger).
     store: StateStore
-    #: Events in flight, by transaction; a new one after each lost connection.
+    #: Events in flight, by transaction; a new one for each connection (:meth:`run`).
     tracker: AckTracker = field(default_factory=AckTracker)
     #: Per-table codecs, keyed as the source names its tables (an oid, a table map).
     codecs: dict[Any, Any] = field(default_factory=dict)
@@ -155,6 +155,9 @@ class CaptureCore:
         )
         try:
             while not self.stopping:
+                # Each connection reads again from the stored position and tracks only
+                # what it sends: a failure of the last one's must not end this one too.
+                self._session.tracker = AckTracker()
                 try:
                     self.connected()
                     backoff = 0.5

@@ -27,7 +27,7 @@ from pymysqlreplication.row_event import (
 )
 
 from bizevents.capture.core.chunks import ChunkDriver
-from bizevents.capture.core.offsets import AckTracker, Tx
+from bizevents.capture.core.offsets import Tx
 from bizevents.capture.core.reader import StreamHost, StreamReader
 from bizevents.capture.core.signals import read_signal, row_key
 from bizevents.capture.core.transactions import NoBlocks, TxBlocks
@@ -135,7 +135,6 @@ def read_binlog(capture: BinlogHost) -> None:
     capture.drain()
     capture.check_delivery()
     capture.store_position(force=True)
-    capture.session.tracker = AckTracker()
 
 
 def event_start(event: Any) -> int:

@@ -42,7 +42,6 @@ from bizevents.capture.core.capture import (
     CaptureEndpoints,
 )
 from bizevents.capture.core.filters import FilterError, condition_text, parse_condition, resolve
-from bizevents.capture.core.offsets import AckTracker
 from bizevents.capture.core.quarantine import Quarantine
 from bizevents.capture.core.routing import check_key_columns
 from bizevents.capture.core.sink import create_dead_letter_topic, create_topics
@@ -183,7 +182,6 @@ class PostgresCapture(CaptureCore):
             with suppress(Exception):
                 side.close()
             self.drain()
-            session.tracker = AckTracker()
 
     def prepare(self, side: pg.Connection) -> None:
         cfg = self.config

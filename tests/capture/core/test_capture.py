@@ -340,3 +340,33 @@ def test_a_failure_that_is_not_a_lost_connection_ends_the_run(
     with pytest.raises(TransientError, match="went away"):
         core.run()
     assert core.attempts == 1 and core.stats.reconnects == 0
+
+
+def test_a_connection_lost_after_a_failed_delivery_starts_with_nothing_in_flight(
+    tmp_path: Path, closed_address: str
+) -> None:
+    """A failed delivery ends the session unconfirmed (KafkaDeliveryError, retried as a
+    lost connection): the next connection reads again from the stored position and
+    tracks only what it sends itself. Kept, the failure stopped every later connection
+    at its first check, and capture retried forever without moving."""
+    from confluent_kafka import KafkaError
+
+    seen: list[tuple[Any, int, int]] = []
+
+    class _FailedOnce(_Flaky):
+        def connected(self) -> None:
+            self.attempts += 1
+            tracker = self.session.tracker
+            seen.append((tracker.failure, tracker.in_flight, len(tracker.refused)))
+            if self.attempts > 1:
+                raise Stop
+            tx = tracker.begin(7)
+            tx.produced(2)
+            tx.ack(None)  # one taken, the other failed: the session ends unconfirmed
+            tx.ack(KafkaError(KafkaError._MSG_TIMED_OUT))
+            self.check_delivery()
+
+    core = _FailedOnce(*_unreachable(tmp_path, closed_address))
+    core.run()
+    assert core.attempts == 2 and core.stats.reconnects == 1
+    assert seen == [(None, 0, 0), (None, 0, 0)]
