@@ -56,6 +56,7 @@ from aiokafka.producer.sender import Sender
 from faust.tables import TableManager
 from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
 from faust.transport.drivers.aiokafka import Consumer as AIOKafkaConsumer
+from faust.transport.drivers.aiokafka import Producer as AIOKafkaProducer
 from faust.types import TP
 
 from bizevents.plumbing.errors import TransientError
@@ -70,6 +71,7 @@ __all__ = [
     "block_transaction",
     "bulk_consumer",
     "commit_through",
+    "timed_producer",
 ]
 
 PRIVATE_CONSUMER_ATTRIBUTES: Final = (
@@ -321,6 +323,27 @@ def bulk_consumer(topics: frozenset[str], fetch_max_wait_ms: int) -> type[AIOKaf
         "BulkConsumer",
         (_BulkConsumer,),
         {"bulk_topics": topics, "fetch_max_wait_ms": fetch_max_wait_ms},
+    )
+
+
+class _TimedProducer(AIOKafkaProducer):
+    transaction_timeout_ms: int = 60_000
+
+    def _settings_extra(self) -> Mapping[str, Any]:
+        # Faust's transactional producers, one per input partition, are made with the
+        # settings of this (its default) producer; Faust has no setting of its own for
+        # the broker's transaction timeout (a producer without a transactional id
+        # makes no use of it).
+        return {**super()._settings_extra(), "transaction_timeout_ms": self.transaction_timeout_ms}
+
+
+def timed_producer(transaction_timeout_s: float) -> type[AIOKafkaProducer]:
+    """A producer class for ``app.transport.Producer`` whose transactional producers
+    ask the broker for ``transaction_timeout_s`` (Faust leaves aiokafka's 60 s)."""
+    return type(
+        "TimedProducer",
+        (_TimedProducer,),
+        {"transaction_timeout_ms": int(transaction_timeout_s * 1000)},
     )
 
 

@@ -41,6 +41,13 @@ class TranslateSettings(SettingsGroup):
     #: Partitions of business and dead-letter topics the worker creates when missing.
     output_partitions: int = Field(default=4, ge=1)
     processing_guarantee: Literal["at_least_once", "exactly_once"] = "at_least_once"
+    #: With ``processing_guarantee = "exactly_once"``: how long the broker keeps a block's
+    #: open transaction (Kafka's ``transaction.timeout.ms``; at most the broker's
+    #: ``transaction.max.timeout.ms``, 15 min by default). A broker away longer than this
+    #: while a block is open aborts it: the worker exits 1 and, restarted, translates the
+    #: block again (nothing lost or doubled). A killed worker's partitions are taken over
+    #: at once (their next producer fences it), whatever this is.
+    transaction_timeout_s: float = Field(default=60.0, gt=0, le=900)
     #: Prometheus text endpoint on loopback; ``None`` turns it off, 0 picks a free port.
     metrics_host: LoopbackHost = "127.0.0.1"
     metrics_port: int | None = Field(default=None, ge=0, le=65535)

@@ -53,7 +53,7 @@ from bizevents.plumbing.errors import ConfigError, TransientError
 from bizevents.plumbing.kafka import broker_traits, read_latest
 from bizevents.plumbing.parking import ParkedKeys
 from bizevents.plumbing.settings import KafkaSettings
-from bizevents.translators._faust import TablelessManager, bulk_consumer
+from bizevents.translators._faust import TablelessManager, bulk_consumer, timed_producer
 from bizevents.translators.api import Translator
 from bizevents.translators.blocks import (
     QUEUED_BLOCKS,
@@ -157,6 +157,7 @@ def build_app(
         TableManager=TablelessManager,  # no tables: no 1 s pause before the join
     )
     app.transport.Consumer = bulk_consumer(frozenset(topics), t.fetch_max_wait_ms)
+    app.transport.Producer = timed_producer(t.transaction_timeout_s)
     channel = app.topic(
         *topics,
         key_serializer="raw",

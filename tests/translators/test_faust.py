@@ -34,6 +34,7 @@ from bizevents.translators._faust import (
     TablelessManager,
     _Fetched,
     bulk_consumer,
+    timed_producer,
 )
 from bizevents.translators.settings import TranslateSettings
 
@@ -115,6 +116,37 @@ def test_the_worker_consumer_holds_empty_fetches_as_configured() -> None:
 
     assert asyncio.run(created()) == 77
     assert TranslateSettings().fetch_max_wait_ms == 100
+
+
+@pytest.mark.parametrize("timeout_s", [None, 180.0])
+def test_the_worker_s_transactional_producers_ask_for_its_transaction_timeout(
+    timeout_s: float | None,
+) -> None:
+    """Faust makes each input partition's transactional producer with its default
+    producer's settings and has none for the broker's transaction timeout: the worker's
+    producer class gives ``translate.transaction_timeout_s`` (aiokafka's 60 s without)."""
+    import faust
+
+    app = faust.App(
+        "test-txn-timeout",
+        broker="kafka://127.0.0.1:1",
+        web_enabled=False,
+        processing_guarantee="exactly_once",
+    )
+    if timeout_s is not None:
+        app.transport.Producer = timed_producer(timeout_s)
+
+    async def made() -> int:
+        # what Faust's begin_transaction makes for a partition (not started: no broker)
+        producer = app.producer._new_producer(transactional_id="test-txn-timeout-0")
+        try:
+            return int(producer._txn_manager.transaction_timeout_ms)
+        finally:
+            await producer.stop()
+
+    expected = 60_000 if timeout_s is None else int(timeout_s * 1000)
+    assert asyncio.run(made()) == expected
+    assert TranslateSettings().transaction_timeout_s == 60.0
 
 
 def _partition_records(topic: str, key_deserializer: Any = None) -> list[Any]:
