@@ -317,6 +317,8 @@ class Assembler:
                 advanced = True
         why = self._abandoned.get(tx_id)
         if why is not None:
+            if part.record is not None and part.record.status != STATUS_END:
+                return out  # a BEGIN holds nothing to set aside (a copy, read again)
             self.stats.abandoned += 1
             out.append(Abandoned(tx_id, (part,), f"{why} (a part that came later)"))
             return out

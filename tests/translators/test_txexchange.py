@@ -555,3 +555,43 @@ def test_parts_of_a_transaction_released_at_their_partition_are_not_dead_lettere
         b"transaction 9:25 never ended: the END of a transaction committed after it "
         b"arrived, and none of its own"
     ]
+
+
+def _begin(tx_id: str) -> Part:
+    record = TransactionRecord("BEGIN", tx_id, 0, None, (), None)
+    return Part(98, SourceRecord(TX_TOPIC, 0, 98, None, b"BEGIN"), record=record)
+
+
+def test_a_copy_of_the_begin_of_a_transaction_given_up_is_not_dead_lettered(
+    serializer: BusinessSerializer,
+) -> None:
+    """The fault suite's MariaDB run by partition: a member took over partitions 0 and
+    2 (checkpoints released up to 9:20 and 9:10); a copy of 9:14's change on 0 (capture
+    re-sends after a reconnect) waited and was given up as never ended, dropped as a
+    duplicate (0 released 9:14). Then the copy of 9:14's BEGIN came: a part after the
+    giving up, whose home (its id's hash) is partition 2, which had not released 9:14:
+    dead-lettered, though the transaction's events were all out. A BEGIN carries no
+    change: one coming after its transaction was given up is nothing to set aside."""
+    import zlib
+
+    assert zlib.crc32(b"9:14") % N == 2  # the BEGIN's home is partition 2
+    plan = make_plan([orders_v3], serializer, N, by_partition=True)
+    share = Share(plan, TxVersions(RuntimeSettings(), "tx", plan, WorkerStats("tx")))
+    share.owned = frozenset({0, 2})
+    mine = {v: Point(released=Checkpoint(position)) for v, position in ((0, 20), (2, 10))}
+    assembler, _ = share.start(mine, dict.fromkeys(plan.read_of(share.owned), 0))
+    outcomes: list[Any] = []
+    parts = [
+        _item("9:14", 1, 0),  # a copy: 0 released 9:14
+        _item("9:30", 2, 2),
+        _end("9:30", [("store.order_items", 2, 1)]),
+        _begin("9:14"),  # the copy of its BEGIN, after the giving up
+        _end("9:25", [("store.order_items", 1, 1)]),  # another member's, not taken
+    ]
+    for part in parts:
+        if share.take(part):
+            outcomes += assembler.feed(part)
+    assert [o.tx_id for o in outcomes if isinstance(o, Abandoned)] == ["9:14"]
+    result, _ = share.translate(outcomes)
+    assert [r for r in result.records if r.dead_letter] == []
+    assert [o.tx_id for o in outcomes if isinstance(o, Ready)] == ["9:30"]
