@@ -523,6 +523,21 @@ def test_a_forward_to_a_partition_read_here_is_not_decoded_again(
     assert share.exchanged(copy(1, 7)) == SourceRecord(topic, 1, 7, b"k", b"v", [])
 
 
+def _taken_over(serializer: BusinessSerializer, parts: list[Part]) -> tuple[Share, list[Any]]:
+    """A member that took over partitions 0 and 2, whose checkpoints released up to 9:20
+    and 9:10, fed ``parts`` (those it takes): its share and the outcomes."""
+    plan = make_plan([orders_v3], serializer, N, by_partition=True)
+    share = Share(plan, TxVersions(RuntimeSettings(), "tx", plan, WorkerStats("tx")))
+    share.owned = frozenset({0, 2})
+    mine = {v: Point(released=Checkpoint(position)) for v, position in ((0, 20), (2, 10))}
+    assembler, _ = share.start(mine, dict.fromkeys(plan.read_of(share.owned), 0))
+    outcomes: list[Any] = []
+    for part in parts:
+        if share.take(part):
+            outcomes += assembler.feed(part)
+    return share, outcomes
+
+
 def test_parts_of_a_transaction_released_at_their_partition_are_not_dead_lettered(
     serializer: BusinessSerializer,
 ) -> None:
@@ -531,12 +546,6 @@ def test_parts_of_a_transaction_released_at_their_partition_are_not_dead_lettere
     member it touches released it), and 0's parts of it, read again from 0's checkpoint,
     are given up as never ended once a later END comes: they are duplicates, not dead
     letters. A part of a transaction 0 did not release is still dead-lettered."""
-    plan = make_plan([orders_v3], serializer, N, by_partition=True)
-    share = Share(plan, TxVersions(RuntimeSettings(), "tx", plan, WorkerStats("tx")))
-    share.owned = frozenset({0, 2})
-    mine = {v: Point(released=Checkpoint(position)) for v, position in ((0, 20), (2, 10))}
-    assembler, _ = share.start(mine, dict.fromkeys(plan.read_of(share.owned), 0))
-    outcomes: list[Any] = []
     parts = [
         _item("9:15", 1, 0),
         _end("9:15", [("store.order_items", 0, 1), ("store.order_items", 1, 1)]),
@@ -544,9 +553,7 @@ def test_parts_of_a_transaction_released_at_their_partition_are_not_dead_lettere
         _item("9:30", 2, 2),
         _end("9:30", [("store.order_items", 2, 1)]),
     ]
-    for part in parts:
-        if share.take(part):
-            outcomes += assembler.feed(part)
+    share, outcomes = _taken_over(serializer, parts)
     given_up = [o for o in outcomes if isinstance(o, Abandoned)]
     assert [o.tx_id for o in given_up] == ["9:15", "9:25"]
     result, _ = share.translate(outcomes)
@@ -575,12 +582,6 @@ def test_a_copy_of_the_begin_of_a_transaction_given_up_is_not_dead_lettered(
     import zlib
 
     assert zlib.crc32(b"9:14") % N == 2  # the BEGIN's home is partition 2
-    plan = make_plan([orders_v3], serializer, N, by_partition=True)
-    share = Share(plan, TxVersions(RuntimeSettings(), "tx", plan, WorkerStats("tx")))
-    share.owned = frozenset({0, 2})
-    mine = {v: Point(released=Checkpoint(position)) for v, position in ((0, 20), (2, 10))}
-    assembler, _ = share.start(mine, dict.fromkeys(plan.read_of(share.owned), 0))
-    outcomes: list[Any] = []
     parts = [
         _item("9:14", 1, 0),  # a copy: 0 released 9:14
         _item("9:30", 2, 2),
@@ -588,9 +589,7 @@ def test_a_copy_of_the_begin_of_a_transaction_given_up_is_not_dead_lettered(
         _begin("9:14"),  # the copy of its BEGIN, after the giving up
         _end("9:25", [("store.order_items", 1, 1)]),  # another member's, not taken
     ]
-    for part in parts:
-        if share.take(part):
-            outcomes += assembler.feed(part)
+    share, outcomes = _taken_over(serializer, parts)
     assert [o.tx_id for o in outcomes if isinstance(o, Abandoned)] == ["9:14"]
     result, _ = share.translate(outcomes)
     assert [r for r in result.records if r.dead_letter] == []
