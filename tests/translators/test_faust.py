@@ -34,6 +34,7 @@ from bizevents.translators._faust import (
     TablelessManager,
     _Fetched,
     bulk_consumer,
+    queue_block,
     timed_producer,
 )
 from bizevents.translators.settings import TranslateSettings
@@ -147,6 +148,36 @@ def test_the_worker_s_transactional_producers_ask_for_its_transaction_timeout(
     expected = 60_000 if timeout_s is None else int(timeout_s * 1000)
     assert asyncio.run(made()) == expected
     assert TranslateSettings().transaction_timeout_s == 60.0
+
+
+def test_a_put_a_rebalance_cancels_drops_the_block_and_a_stop_still_stops() -> None:
+    """A rebalance clears the agents' queues, which cancels a put waiting for room: the
+    block is dropped (read again from the committed offset) and the fetcher goes on;
+    the cancellation crashed it before and the worker exited 1. A cancellation of the
+    fetcher itself (a stop) still ends it. On mode's own service and queue."""
+    from mode import Service
+    from mode.utils.queues import FlowControlEvent, ThrowableQueue
+
+    async def scenario() -> None:
+        service = Service()
+        flow = FlowControlEvent()
+        flow.resume()
+        queue: ThrowableQueue[str] = ThrowableQueue(maxsize=1, flow_control=flow)
+        await queue.put("full")
+        suspended = asyncio.Event()
+        putting = asyncio.ensure_future(queue_block(service, queue, "b", suspended))
+        await asyncio.sleep(0.05)
+        queue.clear()  # what the rebalance does
+        assert await putting is False
+        await queue.put("full again")
+        stopping = asyncio.ensure_future(queue_block(service, queue, "c", suspended))
+        await asyncio.sleep(0.05)
+        stopping.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await stopping
+        assert queue.qsize() == 1  # neither block went in
+
+    asyncio.run(scenario())
 
 
 def _partition_records(topic: str, key_deserializer: Any = None) -> list[Any]:
