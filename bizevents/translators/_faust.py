@@ -71,7 +71,7 @@ __all__ = [
     "block_transaction",
     "bulk_consumer",
     "commit_through",
-    "queue_block",
+    "deliver",
     "timed_producer",
 ]
 
@@ -305,7 +305,7 @@ class _BulkConsumer(AIOKafkaConsumer):
                     block = RecordBlock(tp, fetched, generation, at.start, at.end)
                     unacked.add(block)  # type: ignore[arg-type]
                     for channel in tp_index[tp]:
-                        await queue_block(self, channel.queue, block, self.suspend_flow)
+                        await deliver(self, channel.queue.put(block), self.suspend_flow)
                     # Only the queues may hold it now: a rebalance clears them, then
                     # waits until no block is tracked (wait_empty). Kept here, the last
                     # block queued outlived the clearing and the rebalance waited for it
@@ -313,21 +313,24 @@ class _BulkConsumer(AIOKafkaConsumer):
                     del block
                 else:  # any other topic keeps Faust's per-message path
                     for record in fetched:
-                        await callback(self._to_message(tp, record))
+                        message = self._to_message(tp, record)
+                        if not await deliver(self, callback(message), self.suspend_flow):
+                            break  # dropped: read again from the committed offset
                 set_read_offset(tp, fetched[-1].offset)
 
 
-async def queue_block(service: Any, queue: Any, block: Any, suspended: Any) -> bool:
-    """Put ``block`` on an agent's ``queue`` unless ``suspended`` is set first (Faust's
-    ``wait_first``, as its own fetcher does): whether it was queued.
+async def deliver(service: Any, put: Awaitable[Any], suspended: Any) -> bool:
+    """Await ``put`` (a block onto an agent's queue, or a message through Faust's
+    callback) unless ``suspended`` is set first (Faust's ``wait_first``, as its own
+    fetcher does): whether it went in.
 
     A rebalance clears the queues, which cancels a put waiting for room (mode's
-    ``ThrowableQueue.clear``): the block is dropped, as the rest of the fetch, and read
+    ``ThrowableQueue.clear``): the record is dropped, as the rest of the fetch, and read
     again from the committed offset once the partitions are assigned again. That
     cancellation came out of ``wait_first`` before and crashed the fetcher, and the
     worker exited 1 (the fault suite, as the broker came back from a 30 s pause)."""
     try:
-        await service.wait_first(queue.put(block), suspended.wait())
+        await service.wait_first(put, suspended.wait())
     except asyncio.CancelledError:
         task = asyncio.current_task()
         if task is not None and task.cancelling():

@@ -34,7 +34,7 @@ from bizevents.translators._faust import (
     TablelessManager,
     _Fetched,
     bulk_consumer,
-    queue_block,
+    deliver,
     timed_producer,
 )
 from bizevents.translators.settings import TranslateSettings
@@ -165,12 +165,12 @@ def test_a_put_a_rebalance_cancels_drops_the_block_and_a_stop_still_stops() -> N
         queue: ThrowableQueue[str] = ThrowableQueue(maxsize=1, flow_control=flow)
         await queue.put("full")
         suspended = asyncio.Event()
-        putting = asyncio.ensure_future(queue_block(service, queue, "b", suspended))
+        putting = asyncio.ensure_future(deliver(service, queue.put("b"), suspended))
         await asyncio.sleep(0.05)
         queue.clear()  # what the rebalance does
         assert await putting is False
         await queue.put("full again")
-        stopping = asyncio.ensure_future(queue_block(service, queue, "c", suspended))
+        stopping = asyncio.ensure_future(deliver(service, queue.put("c"), suspended))
         await asyncio.sleep(0.05)
         stopping.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -431,6 +431,68 @@ def test_a_block_the_rebalance_cleared_from_the_queue_is_not_waited_for() -> Non
     asyncio.run(drain(consumer, fetcher))  # type: ignore[arg-type]
     assert consumer._read_offset == {tp: 1465}
     assert consumer.tracked_at_rebalance == 0
+
+
+class _PerMessageConsumer:
+    """What ``_BulkConsumer._drain_messages`` reads of its consumer for a topic read
+    message by message: one fetch of two records, whose callback puts each on a full
+    queue of mode's own, as Faust's conductor does."""
+
+    def __init__(self, tp: TP, queue: Any) -> None:
+        from mode import Service
+
+        self.app = SimpleNamespace(topics=SimpleNamespace(_tp_index={}), consumer_generation_id=1)
+        self._stopped = asyncio.Event()
+        self._read_offset: dict[TP, int] = {}
+        self._unacked_messages: set[Any] = set()
+        self._buffered_partitions: set[TP] = set()
+        self.bulk_topics: frozenset[str] = frozenset()
+        self.should_stop = False
+        self.flow_active = True
+        self.suspend_flow = asyncio.Event()
+        self.fetches = [{tp: [SimpleNamespace(offset=7), SimpleNamespace(offset=8)]}]
+        self.queue = queue
+        self.tried: list[int] = []
+        self.wait_first = Service().wait_first
+
+    async def _wait_next_records(self, _timeout: float) -> tuple[dict[TP, Any], None]:
+        if self.fetches:
+            return self.fetches.pop(), None
+        self._stopped.set()
+        return {}, None
+
+    def _to_message(self, _tp: TP, record: Any) -> Any:
+        return record
+
+    async def callback(self, message: Any) -> None:
+        self.tried.append(message.offset)
+        await self.queue.put(message)
+
+
+def test_a_message_whose_put_a_rebalance_cancels_drops_the_rest_of_the_fetch() -> None:
+    """A topic read message by message (the promotions topic) meets a rebalance's
+    clearing as a block does: the put it cancels drops the message and the rest of the
+    fetch (read again from the committed offset), and the fetcher goes on. The
+    cancellation came out of the callback before and crashed the fetcher."""
+    from mode.utils.queues import FlowControlEvent, ThrowableQueue
+
+    async def scenario() -> _PerMessageConsumer:
+        flow = FlowControlEvent()
+        flow.resume()
+        queue: ThrowableQueue[Any] = ThrowableQueue(maxsize=1, flow_control=flow)
+        await queue.put("full")
+        tp = TP("shop.promotions", 0)
+        consumer = _PerMessageConsumer(tp, queue)
+        drain = bulk_consumer(frozenset({"shop.bulk"}), 100)._drain_messages
+        draining = asyncio.ensure_future(drain(consumer, SimpleNamespace(_stopped=asyncio.Event())))  # type: ignore[arg-type]
+        await asyncio.sleep(0.05)
+        queue.clear()  # what the rebalance does
+        await asyncio.wait_for(draining, 5)
+        assert queue.qsize() == 0
+        return consumer
+
+    consumer = asyncio.run(scenario())
+    assert consumer.tried == [7]  # the second message of the fetch was not tried
 
 
 def _batches(*batches: list[int]) -> Any:
