@@ -377,15 +377,22 @@ class BinlogReader(StreamReader):
 
     def on_table_map(self, event: Any) -> None:
         name = f"{event.schema}.{event.table}"
+        table_id = event.table_id
         if name not in self.tables:
+            # a table id names another table after a server restart (the library
+            # reconnects on its own, this reader's maps stay): forget what it named
+            self.codecs.pop(table_id, None)
+            self.fractional_times.pop(table_id, None)
             if name == self.capture.config.signal_table:
-                self.signal_table_id = event.table_id
+                self.signal_table_id = table_id
+            elif self.signal_table_id == table_id:
+                self.signal_table_id = None
             return
         layout = my.table_from_map(event, self.capture.jsons.get(name, set()))
         # registers a new layout's schema before its rows
-        self.codecs[event.table_id] = self.capture.table_codec(layout)
+        self.codecs[table_id] = self.capture.table_codec(layout)
         self.last_layout[name] = layout
-        self.fractional_times[event.table_id] = fractional_times(layout)
+        self.fractional_times[table_id] = fractional_times(layout)
 
     def on_rows(self, event: Any) -> None:
         table_id = event.table_id

@@ -123,3 +123,27 @@ def test_where_a_row_is_names_its_event_and_index() -> None:
         "0-1-6",
         1_700_000_000_000,
     )
+
+
+def test_a_table_id_that_names_another_table_after_a_restart_forgets_the_old_one() -> None:
+    """Table ids are the server's and start again after its restart, while the library
+    reconnects on its own and this reader's maps stay: an id that named a captured
+    table, or the signal table, may name a table not captured. Its rows were read with
+    the captured table's codec (written to that table's topic), or as signals."""
+    reader = _reader()
+    reader.capture.config = CaptureConfig(
+        server="m", tables=("shop.t",), signal_table="shop.signals"
+    )
+    reader.codecs[42] = object()  # shop.t's, before the restart
+    reader.fractional_times[42] = ("at",)
+    reader.on_table_map(_event(schema="shop", table="signals", table_id=43))
+    assert reader.signal_table_id == 43
+    reader.on_table_map(_event(schema="shop", table="other", table_id=42))
+    reader.on_table_map(_event(schema="shop", table="another", table_id=43))
+    assert 42 not in reader.codecs and 42 not in reader.fractional_times
+    assert reader.signal_table_id is None
+    signals: list[Any] = []
+    reader.on_signal_row = signals.append
+    for table_id in (42, 43):  # rows of the tables not captured: nothing written
+        reader.on_rows(_event(table_id=table_id, rows=[{"values": {"id": 1}}]))
+    assert signals == [] and reader.tx is None
