@@ -1081,7 +1081,7 @@ class Faults:
         # capture's too: a change it dead-letters is missing from the technical topics
         dead = read_topics(
             bootstrap,
-            [self.dead_letter, f"{self.dead_letter}.tx", f"{self.server}.capture.dlq"],
+            [self.dead_letter, f"{self.dead_letter}.tx", self.capture_config.dlq_topic],
         )
         report.dead_letters = len(dead)
         reasons = Counter(
