@@ -16,6 +16,7 @@ from bench.translate_tx import (
     partition_counts,
     per_100k,
     placement,
+    quiet,
     steady,
     summary,
 )
@@ -147,3 +148,27 @@ def test_the_work_before_the_first_event_is_in_the_span() -> None:
     last = (106.0, {"workers": 6.5})
     span = steady(samples, 101.2, last, stamps, ids)
     assert span == Span({"workers": 5.0}, 5.0, 3, 3.0)
+
+
+def test_the_span_ends_once_the_workers_go_quiet_after_the_last_event() -> None:
+    """What the changes left the workers to do after the last event is theirs (one
+    member reads the slices it forwarded to itself then): the span ends at the first
+    sample after which they spend no more than idle workers do."""
+    spent = iter([10.0, 10.4, 10.7, 10.72, 10.73, 10.74])
+    clock = iter(range(100, 200))
+
+    def sample() -> tuple[float, dict[str, float]]:
+        return float(next(clock)) / 4, {"workers": next(spent), "broker": 1.0}
+
+    # two workers are quiet at 2 x IDLE_CPU per second or less: 0.05 CPU-s in 0.25 s
+    assert quiet(sample, 2, sleep=lambda _s: None) == (25.5, {"workers": 10.7, "broker": 1.0})
+
+
+def test_workers_that_never_go_quiet_end_the_span_at_the_limit() -> None:
+    busy = iter(float(i) for i in range(100))
+    clock = iter(range(100))
+
+    def sample() -> tuple[float, dict[str, float]]:
+        return float(next(clock)), {"workers": next(busy)}
+
+    assert quiet(sample, 1, step=1.0, limit=3.0, sleep=lambda _s: None)[0] == 3.0
