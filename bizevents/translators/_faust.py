@@ -322,7 +322,7 @@ class _BulkConsumer(AIOKafkaConsumer):
 async def deliver(service: Any, put: Awaitable[Any], suspended: Any) -> bool:
     """Await ``put`` (a block onto an agent's queue, or a message through Faust's
     callback) unless ``suspended`` is set first (Faust's ``wait_first``, as its own
-    fetcher does): whether it went in.
+    fetcher does); False when a rebalance's clearing cancelled it.
 
     A rebalance clears the queues, which cancels a put waiting for room (mode's
     ``ThrowableQueue.clear``): the record is dropped, as the rest of the fetch, and read
