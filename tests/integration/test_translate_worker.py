@@ -193,11 +193,15 @@ class Worker:
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> int:
         if self.process.poll() is None:
             self.process.send_signal(sig)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
+        return self.exited(timeout)
+
+    def exited(self, timeout: float = 30) -> int:
+        """Its exit status once it ends (its signal sent), killed after ``timeout``."""
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(10)
         return int(self.process.returncode)
 
 
