@@ -120,11 +120,11 @@ class TxPlan:
         """The virtual partitions ``ready`` belongs to (sorted; at least one)."""
         if not self.by_partition:
             return partitions_of(ready, self.translators, self.assembly_partitions)
+        reads = self.core.reads  # remembered per table: asked of every part
         found = {
             part.origin.partition
             for part in ready.parts
-            if part.change is not None
-            and any(t.reads(part.change.source.qualified_table) for t in self.translators)
+            if part.change is not None and reads(part.change.source.qualified_table)
         }
         return sorted(found) or partitions_of(ready, self.translators, self.assembly_partitions)
 
