@@ -55,6 +55,17 @@ class Cluster:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
 
+    def kill_all(self) -> None:
+        """SIGKILL every node and wait for each: the end of the test, whose state goes
+        (a clean stop of nodes just restarted waited the whole minute for a quorum)."""
+        for pid in self.pids.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        for pid in self.pids.values():
+            deadline = time.monotonic() + 30
+            while _alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.1)
+
     def start_all(self) -> None:
         for node in sorted(self.pids):
             self.pids[node] = KafkaNode(node, NODES).start(self.stack.state_dir, self.dev).pid
@@ -86,7 +97,7 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
     try:
         yield found
     finally:
-        found.stop_all()
+        found.kill_all()
         stack.down(purge=True)
 
 
