@@ -169,31 +169,45 @@ def test_verify_finds_every_key_of_a_planted_gap_and_repair_closes_it(
         # A snapshot cannot delete: the extra key is removed by hand; repair does the rest.
         producer.produce(topic, None, extra_key)
         producer.flush(10)
+        before = snapshots_run(run)
         repaired = verify(config_file, db, "--chunk-rows", "500", "--repair")
         assert repaired.returncode == 1 and "repair: signal" in repaired.stdout, repaired.stdout
         # The repair's condition, as a signal carries it (bizevents.capture.core.filters).
         assert "id >= '1' AND id <= '500'" in repaired.stdout
-        clean_after_repair(run, config_file, db, lambda: run.wait_acked(db.wal_lsn()))
+        clean_after_repair(run, before, config_file, db, lambda: run.wait_acked(db.wal_lsn()))
         run.stop()
 
 
-def wait_repaired(run: Any, timeout: float = 60) -> None:
-    """Until the repair's signal was taken and its snapshot ran out."""
+def snapshots_run(run: Any) -> set[tuple[str, str]]:
+    """The incremental snapshots that closed a window since capture started, as
+    ``(table, signal id)``: taken before a repair is asked, what :func:`wait_repaired`
+    waits to grow."""
+    incremental = run.runner.incremental
+    return set() if incremental is None else set(incremental.run_rows)
+
+
+def wait_repaired(run: Any, before: set[tuple[str, str]], timeout: float = 60) -> None:
+    """Until a snapshot not among ``before`` (:func:`snapshots_run` before the repair was
+    asked) ran and none is under way. A snapshot of a few rows runs out before this is
+    called: waiting to see one under way waited the whole timeout, and passed had none run."""
     ledger = run.runner.ledger
-    start = time.monotonic()
-    while not ledger.queue and time.monotonic() - start < timeout:
+    deadline = time.monotonic() + timeout
+    while not (snapshots_run(run) - before and not ledger.queue):
+        assert time.monotonic() < deadline, f"the repair's snapshot did not run: {ledger.queue}"
         time.sleep(0.1)
-    while ledger.queue and time.monotonic() - start < timeout:
-        time.sleep(0.1)
-    assert not ledger.queue, "the repair's snapshot did not run"
 
 
 def clean_after_repair(
-    run: Any, config_file: Path, db: Any, caught_up: Callable[[], object], rows: str = ""
+    run: Any,
+    before: set[tuple[str, str]],
+    config_file: Path,
+    db: Any,
+    caught_up: Callable[[], object],
+    rows: str = "",
 ) -> None:
-    """Once the repair's snapshot ran and capture caught up again (``caught_up``), verify
-    finds no difference (and says ``rows`` of the table)."""
-    wait_repaired(run)
+    """Once the repair's snapshot ran (none of ``before``) and capture caught up again
+    (``caught_up``), verify finds no difference (and says ``rows`` of the table)."""
+    wait_repaired(run, before)
     caught_up()
     after = verify(config_file, db, "--chunk-rows", "500")
     assert after.returncode == 0, after.stdout + after.stderr
@@ -254,11 +268,14 @@ def test_verify_finds_the_rows_changed_while_capture_was_stopped_and_its_slot_dr
             assert "it holds no record of this key" in line, line
             assert changed_between(line)[1] <= stopped_at, line
 
+        before = snapshots_run(run)
         repaired = verify(config_file, db, "--chunk-rows", "500", "--repair")
         assert repaired.returncode == 1 and "repair: signal" in repaired.stdout, repaired.stdout
         assert f"repair: {len(deleted)} tombstones written to {topic}" in repaired.stdout
         expect = "2004 rows in 5 chunks, 2004 keys"
-        clean_after_repair(run, config_file, db, lambda: run.wait_acked(db.wal_lsn()), expect)
+        clean_after_repair(
+            run, before, config_file, db, lambda: run.wait_acked(db.wal_lsn()), expect
+        )
         run.stop()
 
 

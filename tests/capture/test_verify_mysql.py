@@ -26,6 +26,7 @@ from tests.capture.test_verify import (
     found_differences,
     found_lines,
     records_by_id,
+    snapshots_run,
     verify,
 )
 
@@ -212,11 +213,12 @@ def test_verify_finds_a_planted_gap_in_a_mariadb_table_and_repair_closes_it(
         )
         producer.produce(topic, None, key42)
         producer.flush(10)
+        before = snapshots_run(run)
         found = verify(config_file, db, "--chunk-rows", "500", "--repair")
         assert found.returncode == 1, found.stdout + found.stderr
         assert "missing id=42:" in found.stdout and "1 differences" in found.stdout
         assert "repair: signal" in found.stdout and "Traceback" not in found.stderr
-        clean_after_repair(run, config_file, db, lambda: run.wait_position(db.binlog_end()))
+        clean_after_repair(run, before, config_file, db, lambda: run.wait_position(db.binlog_end()))
         run.stop()
 
 
@@ -275,9 +277,12 @@ def test_verify_finds_the_rows_changed_while_capture_was_stopped_and_its_positio
             line = next(x for x in lines if x.startswith(f"missing id={i}:"))
             assert re.search(rf"holds no record of this key\) and the database at {binlog}$", line)
 
+        before = snapshots_run(run)
         repaired = verify(config_file, db, "--chunk-rows", "500", "--repair")
         assert repaired.returncode == 1 and "repair: signal" in repaired.stdout, repaired.stdout
         assert f"repair: {len(deleted)} tombstones written" in repaired.stdout, repaired.stdout
         expect = "1204 rows in 3 chunks, 1204 keys"
-        clean_after_repair(run, config_file, db, lambda: run.wait_position(db.binlog_end()), expect)
+        clean_after_repair(
+            run, before, config_file, db, lambda: run.wait_position(db.binlog_end()), expect
+        )
         run.stop()

@@ -37,7 +37,7 @@ from tests.capture.capture_helpers import (
     in_process,
     write_config,
 )
-from tests.capture.test_verify import records_by_id, verify, wait_repaired
+from tests.capture.test_verify import records_by_id, snapshots_run, verify, wait_repaired
 from tests.integration.test_translate_worker import Setup, events_from, wait_for
 
 pytestmark = pytest.mark.integration
@@ -103,6 +103,7 @@ def test_resnapshots_repairs_and_a_new_slot_give_consumers_each_state_once(
             run.wait_snapshot()
             worker = setup.worker("translate", BIZEVENTS_TRANSLATORS=json.dumps({"customers": 1}))
             # 1. an on-demand snapshot of the table, by the CLI
+            before = snapshots_run(run)
             asked = subprocess.run(
                 [
                     sys.executable,
@@ -122,7 +123,7 @@ def test_resnapshots_repairs_and_a_new_slot_give_consumers_each_state_once(
                 cwd=REPO,
             )
             assert asked.returncode == 0, asked.stdout + asked.stderr
-            wait_repaired(run)
+            wait_repaired(run, before)
             # a row changed (a column the translator does not read): its next read is a
             # new state, under a new id
             db.sql("UPDATE store.customers SET loyalty_score = 7 WHERE id = %s", (changed,))
@@ -134,11 +135,12 @@ def test_resnapshots_repairs_and_a_new_slot_give_consumers_each_state_once(
             producer = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random"})
             producer.produce(technical, None, key)
             producer.flush(10)
+            before = snapshots_run(run)
             fixed = verify(config_file, db, "--table", "store.customers", "--repair")
             assert fixed.returncode == 1 and "repair: signal" in fixed.stdout, (
                 fixed.stdout + fixed.stderr
             )
-            wait_repaired(run)
+            wait_repaired(run, before)
             settle(run, db)
             run.stop()
         # 3. the slot is lost and re-created: capture snapshots the table again
