@@ -189,7 +189,8 @@ def snapshots_run(run: Any) -> set[tuple[str, str]]:
 def wait_repaired(run: Any, before: set[tuple[str, str]], timeout: float = 60) -> None:
     """Until a snapshot not among ``before`` (:func:`snapshots_run` before the repair was
     asked) ran and none is under way. A snapshot of a few rows runs out before this is
-    called: waiting to see one under way waited the whole timeout, and passed had none run."""
+    called: waiting to see one under way first waited the whole timeout, and then passed
+    whether or not one had run."""
     ledger = run.runner.ledger
     deadline = time.monotonic() + timeout
     while not (snapshots_run(run) - before and not ledger.queue):
