@@ -229,7 +229,9 @@ def topic_state(kafka: dict[str, Any], topic: str, decoder: AvroDecoder) -> Topi
                 passed = time.monotonic()
             if passed is not None and time.monotonic() - passed > 1.0:
                 break
-            for msg in consumer.consume(10_000, timeout=0.2 if passed is not None else 5):
+            # consume() returns once it holds 10,000 records or the timeout passed: a
+            # long timeout made every read of a topic's tail wait it out (5 s each)
+            for msg in consumer.consume(10_000, timeout=0.2):
                 err = msg.error()
                 p = msg.partition() or 0
                 if err is not None:
