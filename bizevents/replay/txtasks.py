@@ -115,7 +115,8 @@ def _messages(
         consumer.assign([TopicPartition(topic, partition, low)])
         position, last_progress = low, monotonic()
         while True:
-            messages = consumer.consume(1000, 1.0)
+            # ask for no more than the range holds: consume() waits for that many
+            messages = consumer.consume(min(1000, high - position), 1.0)
             for m in messages:
                 err = m.error()
                 if err is not None:
