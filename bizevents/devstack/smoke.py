@@ -40,7 +40,8 @@ def kafka_round_trip(bootstrap: str, messages: int) -> tuple[int, float]:
     deadline = time.monotonic() + 30
     try:
         while seen < messages and time.monotonic() < deadline:
-            for message in consumer.consume(1000, timeout=1):
+            # no more than are left: consume() waits for as many as asked, or the timeout
+            for message in consumer.consume(min(1000, messages - seen), timeout=1):
                 if message.error() is None and message.value() == f"message {seen}".encode():
                     seen += 1
     finally:
