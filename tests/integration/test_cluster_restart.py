@@ -43,28 +43,19 @@ class Cluster:
     bootstrap: str
     pids: dict[int, int] = field(default_factory=dict)
 
-    def stop_all(self) -> None:
-        """SIGTERM every node, then wait for each (a clean stop waits for the quorum)."""
+    def stop_all(self, how: signal.Signals = signal.SIGTERM) -> None:
+        """Signal every node at once, wait for each, and SIGKILL any left after a minute.
+        SIGTERM is a clean stop, which waits for the quorum; the test's end sends SIGKILL
+        (the state goes: a clean stop of nodes just restarted waited the whole minute)."""
         for pid in self.pids.values():
             with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGTERM)
+                os.kill(pid, how)
         for pid in self.pids.values():
             deadline = time.monotonic() + 60
             while _alive(pid) and time.monotonic() < deadline:
-                time.sleep(0.2)
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-
-    def kill_all(self) -> None:
-        """SIGKILL every node and wait for each: the end of the test, whose state goes
-        (a clean stop of nodes just restarted waited the whole minute for a quorum)."""
-        for pid in self.pids.values():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        for pid in self.pids.values():
-            deadline = time.monotonic() + 30
-            while _alive(pid) and time.monotonic() < deadline:
                 time.sleep(0.1)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
     def start_all(self) -> None:
         for node in sorted(self.pids):
@@ -97,7 +88,7 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
     try:
         yield found
     finally:
-        found.kill_all()
+        found.stop_all(signal.SIGKILL)
         stack.down(purge=True)
 
 
