@@ -211,11 +211,7 @@ def ensure_topics(
         lambda: _create_missing(admin, topics, partitions, replication_factor, config, timeout_s),
         2 * timeout_s if wait_s is None else wait_s,
     )
-    counts = {t: len(existing[t].partitions) for t in topics if t in existing}
-    absent = [t for t in topics if not counts.get(t)]
-    if absent:
-        raise TransientError(f"the topics {', '.join(absent)} have no partitions yet")
-    return counts
+    return {t: len(existing[t].partitions) for t in topics}
 
 
 def _create_missing(
@@ -255,11 +251,12 @@ def _create_missing(
                     ) from exc
             existing = admin.list_topics(timeout=timeout_s).topics
         # Kafka answers CreateTopics (ours or another process's) before its metadata
-        # has the new partitions: ask again until they show, for a few seconds at most.
+        # has the new partitions: ask again until they show, for a few seconds here;
+        # a cluster still electing its leaders takes longer, and the caller asks again.
         deadline = time.monotonic() + min(timeout_s, 10)
-        while time.monotonic() < deadline and not all(
-            t in existing and existing[t].partitions for t in topics
-        ):
+        while absent := [t for t in topics if not (t in existing and existing[t].partitions)]:
+            if time.monotonic() >= deadline:
+                raise _AskAgain(f"the topics {', '.join(absent)} have no partitions yet")
             time.sleep(0.1)
             existing = admin.list_topics(timeout=timeout_s).topics
     except KafkaException as exc:
