@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import subprocess
 import threading
 import time
 import uuid
@@ -57,6 +58,10 @@ MAX_KILLS = 12
 ROW_KILLS = 3
 #: How long a kill looks for a transaction open with records sent before it kills anyway.
 OPEN_WAIT_S = 10.0
+#: The business topic of the orders' events (OrderPlaced by orders@3).
+BUSINESS = "store.order-placed"
+#: What the transaction worker logs at each rebuild, with its new producers' epochs.
+REBUILT = '"partition producers started"'
 
 
 def event_ids(
@@ -105,10 +110,22 @@ def event_ids(
 
 def kill_in_open_transaction(worker: Worker, bootstrap: str, topics: Sequence[str]) -> bool:
     """Kill ``worker`` (SIGKILL) while a transaction of it is open with records sent, so
-    that they are aborted: stopped (SIGSTOP) again and again, until a stop finds a
-    partition of ``topics`` whose last stable offset (what a ``read_committed``
-    reader's ListOffsets answers) is behind its high watermark. False if none is found
-    within :data:`OPEN_WAIT_S` (it is killed anyway)."""
+    that they are aborted (:func:`stop_in_open_transaction`); False if no stop found one
+    (it is killed anyway)."""
+    assert worker.process is not None
+    found = stop_in_open_transaction(worker.process, bootstrap, topics)
+    worker.process.send_signal(signal.SIGKILL)
+    worker.process.wait(10)
+    return found
+
+
+def stop_in_open_transaction(
+    process: subprocess.Popen[bytes], bootstrap: str, topics: Sequence[str]
+) -> bool:
+    """Stop ``process`` (SIGSTOP) while a transaction of it is open with records sent:
+    stopped again and again, until a stop finds a partition of ``topics`` whose last
+    stable offset (what a ``read_committed`` reader's ListOffsets answers) is behind its
+    high watermark. False if none is found within :data:`OPEN_WAIT_S` (left running)."""
     readers = {
         isolation: Consumer(
             {"bootstrap.servers": bootstrap, "group.id": "unused", "isolation.level": isolation}
@@ -131,17 +148,14 @@ def kill_in_open_transaction(worker: Worker, bootstrap: str, topics: Sequence[st
             for p in committed.list_topics(topic, timeout=10).topics[topic].partitions
         ]
         deadline = time.monotonic() + OPEN_WAIT_S
-        found = False
-        while not found and time.monotonic() < deadline:
-            worker.process.send_signal(signal.SIGSTOP)
+        while time.monotonic() < deadline:
+            process.send_signal(signal.SIGSTOP)
             time.sleep(0.05)  # what it sent before the stop lands
-            found = open_transaction()
-            if not found:
-                worker.process.send_signal(signal.SIGCONT)
-                time.sleep(0.02)
-        worker.process.send_signal(signal.SIGKILL)
-        worker.process.wait(10)
-        return found
+            if open_transaction():
+                return True
+            process.send_signal(signal.SIGCONT)
+            time.sleep(0.02)
+        return False
     finally:
         for reader in readers.values():
             reader.close()
@@ -191,7 +205,7 @@ class OrderLoad:
 
     def ids(self, isolation: str) -> list[str]:
         bootstrap = self.db.endpoints.bootstrap_servers
-        return event_ids(bootstrap, ["store.order-placed"], self._ours, isolation)
+        return event_ids(bootstrap, [BUSINESS], self._ours, isolation)
 
     def _place(self) -> None:
         with self.db.conn.cursor() as cur:
@@ -481,27 +495,31 @@ def test_transaction_worker_whose_transaction_the_broker_aborted_goes_on(
     member.env.update(EXACTLY_ONCE)
     member.env["BIZEVENTS_TRANSACTIONS__TRANSACTION_TIMEOUT_S"] = "2"
     member.env["BIZEVENTS_TRANSLATE__COMMIT_INTERVAL_S"] = "0.2"
+    bootstrap = db.endpoints.bootstrap_servers
 
     with txw.capturing(db, tmp_path):
         member.start()
         load.start()
         try:
-            taken_over = False
-            for _ in range(3):  # a stop between two transactions meets none open: again
+            met = taken_over = False
+            for _ in range(3):  # each try stops it for up to OPEN_WAIT_S to find one open
                 wait_for(partial(published_more, ids, len(ids("read_uncommitted")) + 20), 90, "-")
                 assert member.process is not None
-                member.process.send_signal(signal.SIGSTOP)  # its transaction outlives its timeout
-                time.sleep(5)
+                rebuilds = member.log.read_text().count(REBUILT)
+                met = stop_in_open_transaction(member.process, bootstrap, [BUSINESS])
+                if not met:
+                    continue
+                time.sleep(5)  # its transaction outlives its timeout: the broker aborts it
                 member.process.send_signal(signal.SIGCONT)
-                deadline = time.monotonic() + 20
+                deadline = time.monotonic() + 60
                 while not taken_over and time.monotonic() < deadline:
                     # the member reads again from its checkpoints under new producers
-                    taken_over = "ProducerFenced" in member.log.read_text()
+                    taken_over = member.log.read_text().count(REBUILT) > rebuilds
                     assert member.alive(), member.tail()
                     time.sleep(0.5)
-                if taken_over:
-                    break
-            assert taken_over, "no stop met an open transaction in 3 tries"
+                break
+            assert met, "no stop met an open transaction in 3 tries"
+            assert taken_over, "no new producers within 60 s of resuming"
             seen = len(set(ids("read_committed")))
             wait_for(lambda: len(set(ids("read_committed"))) > seen + 20, 90, "orders@3 going on")
             committed = load.all_committed()
