@@ -62,7 +62,7 @@ def bad_records(seed: int, table: str) -> list[tuple[bytes | None, bytes | None]
     rnd = random.Random(seed)
     deep_data = json.dumps({"type": "execute-snapshot", "data": "[" * 3000 + "]" * 3000})
     sql = json.dumps(
-        {"type": "execute-snapshot", "data": snapshot_with(table, "true); SELECT pg_sleep(5")}
+        {"type": "execute-snapshot", "data": snapshot_with(table, "true); SELECT pg_sleep(30")}
     )
     records: list[tuple[bytes | None, bytes | None]] = [
         (b"deep", b"[" * 5000 + b"]" * 5000),

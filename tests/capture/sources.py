@@ -169,7 +169,7 @@ class MySource(Source):
     NEXT_VALUE = "NEXTVAL({})"
     ON_KEY = "ON DUPLICATE KEY UPDATE"
     mysql = True
-    SQL_CONDITIONS = ("id <= 3 AND SLEEP(5) = 0", "id = 1; SELECT SLEEP(5)")
+    SQL_CONDITIONS = ("id <= 3 AND SLEEP(30) = 0", "id = 1; SELECT SLEEP(30)")
     FIX = (mytypes.register_converter, "enum", enum_fixed)
 
     def __init__(self, db: MyDb) -> None:

@@ -130,7 +130,7 @@ def test_a_signal_row_whose_filter_holds_sql_changes_no_role(db: Db, tmp_path: P
             filters = [
                 f"true); COMMIT; ALTER ROLE {role} SUPERUSER; "
                 f'SELECT "id","note" FROM ONLY {s}.t WHERE (true',
-                "id <= 3 AND pg_sleep(5)::text = ''",
+                "id <= 3 AND pg_sleep(30)::text = ''",
             ]
             for i, where in enumerate(filters):
                 row = (f"sql-{i}", "execute-snapshot", snapshot_with(f"{s}.t", where))
@@ -138,7 +138,7 @@ def test_a_signal_row_whose_filter_holds_sql_changes_no_role(db: Db, tmp_path: P
             before = topic.count()
             db.sql(f"UPDATE {s}.t SET v = 1 WHERE id = 1")
             took = topic.wait_beyond(before, alive)
-            assert took < 4, f"the stream was held up {took:.1f}s"
+            assert took < 15, f"the stream was held up {took:.1f}s"
             wait_until(lambda: log.read_text().count("signal refused") >= 2, alive, "not refused")
             assert terminate(process) == 0, log.read_text()[-3000:]
         finally:
@@ -213,7 +213,7 @@ def test_no_bad_signal_stops_capture_on_either_channel(source: Source, tmp_path:
     """Random text, deep JSON and conditions that hold SQL (a ``SLEEP()`` on MariaDB) as
     signal table rows, random bytes and deep JSON as signal topic records, one after
     another: each is refused; after each, capture is alive and a row changed then arrives
-    on its topic within seconds (a SLEEP(5) would hold it up longer); a good snapshot
+    on its topic within seconds (a SLEEP(30) would hold it up longer); a good snapshot
     still runs."""
     table = source.table("t")
     source.sql(f"CREATE TABLE {table} (id INT PRIMARY KEY, v INT)")
@@ -240,7 +240,7 @@ def test_no_bad_signal_stops_capture_on_either_channel(source: Source, tmp_path:
             changes += 1
             source.sql(f"UPDATE {table} SET v = %s WHERE id = 1", (changes,))
             took = topic.wait_beyond(before, alive)
-            assert took < 4, f"after {row[0]}, the stream was held up {took:.1f}s"
+            assert took < 15, f"after {row[0]}, the stream was held up {took:.1f}s"
         for record in records:
             send_records(endpoints.bootstrap_servers, config.signal_topic_name, [record])
             refused += 1
