@@ -22,12 +22,29 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+from bizevents.settings import CONFIG_ENV
+
 # Tests do not time things: an example slow on a loaded machine (CI's two workers, each
 # with its stack) is no failure, which hypothesis' default 200 ms deadline makes it.
 # Three examples of test_routing_keys.py, which has no setting of its own, failed on a
 # machine busy with a fault run and passed when run again (their messages were lost).
 settings.register_profile("bizevents", deadline=None)
 settings.load_profile("bizevents")
+
+
+@pytest.fixture(autouse=True)
+def _config_file_stays_in_its_test() -> Iterator[None]:
+    """``load_settings(file)`` names the file in ``BIZEVENTS_CONFIG`` for the processes it
+    starts. Called in a test's own process, it stayed there: every worker a later test
+    of that xdist worker started read the file (test_settings.py's, with ``log_level =
+    "DEBUG"``)."""
+    before = os.environ.get(CONFIG_ENV)
+    yield
+    if before is None:
+        os.environ.pop(CONFIG_ENV, None)
+    else:
+        os.environ[CONFIG_ENV] = before
+
 
 #: The default addresses of bizevents' settings (plumbing/settings.py, settings.py).
 DEFAULT_ADDRESSES = {19092: "the broker", 18081: "the schema registry", 15432: "PostgreSQL"}
