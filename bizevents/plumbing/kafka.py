@@ -237,6 +237,8 @@ def _create_missing(
             for topic, future in admin.create_topics(wanted, request_timeout=15).items():
                 try:
                     future.result(timeout_s)
+                except TimeoutError as exc:  # no answer yet: a cluster electing its leaders
+                    raise _AskAgain(f"no answer to creating {topic} in {timeout_s:g} s") from exc
                 except KafkaException as exc:
                     err = exc.args[0] if exc.args else None
                     if (

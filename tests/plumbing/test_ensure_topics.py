@@ -27,7 +27,7 @@ class _Metadata:
 class _Admin:
     """The two calls ensure_topics makes, answered from a script of create errors."""
 
-    def __init__(self, errors: list[int | None]) -> None:
+    def __init__(self, errors: list[int | str | None]) -> None:
         self.errors = errors
         self.created: set[str] = set()
         self.attempts = 0
@@ -44,6 +44,8 @@ class _Admin:
             if code is None:
                 self.created.add(topic.topic)
                 future.set_result(None)
+            elif code == "no answer":
+                pass  # the future never completes
             else:
                 future.set_exception(KafkaException(KafkaError(code)))
             out[topic.topic] = future
@@ -55,6 +57,13 @@ def test_a_timed_out_creation_is_asked_again(monkeypatch: pytest.MonkeyPatch) ->
     admin = _Admin([KafkaError._TIMED_OUT, KafkaError.NOT_CONTROLLER])
     assert ensure_topics(admin, ["t"], 1) == {"t": 1}
     assert admin.attempts == 3
+
+
+def test_a_creation_not_answered_in_time_is_asked_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("bizevents.plumbing.kafka.time.sleep", lambda _s: None)
+    admin = _Admin(["no answer"])
+    assert ensure_topics(admin, ["t"], 1, timeout_s=0.05, wait_s=30) == {"t": 1}
+    assert admin.attempts == 2
 
 
 def test_a_refusal_is_not_asked_again() -> None:
