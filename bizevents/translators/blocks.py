@@ -24,6 +24,7 @@ from bizevents.translators._faust import (
     RecordBlock,
     aiokafka_producer,
     block_transaction,
+    crash,
 )
 from bizevents.translators.metrics import WorkerStats
 from bizevents.translators.pipeline import Pipeline
@@ -186,7 +187,7 @@ class BlockRunner:
                 offset=block.first_offset,
                 error=f"{type(exc).__name__}: {exc}",
             )
-            await self.app.crash(exc)
+            await crash(self.app, exc)
             raise
         self._set_lag(block)
         self._acknowledge(block, block.records[-1].timestamp)
@@ -302,7 +303,7 @@ class BlockRunner:
                 # on_error = "fail", or the parking bound: the worker stops (an agent's
                 # crash alone would leave the worker running without its agent)
                 bound.error("stopping the worker", error=str(exc))
-                await self.app.crash(exc)
+                await crash(self.app, exc)
                 raise
             except TransientError as exc:
                 delay = RETRY_BACKOFF_S[min(attempt, len(RETRY_BACKOFF_S) - 1)]
@@ -358,7 +359,7 @@ class BlockRunner:
                 offset=block.first_offset,
                 error=f"{type(exc).__name__}: {exc}",
             )
-            await self.app.crash(exc)
+            await crash(self.app, exc)
             raise
         self._acknowledge(block, timestamp_ms)
 

@@ -53,7 +53,13 @@ from bizevents.plumbing.errors import ConfigError, TransientError
 from bizevents.plumbing.kafka import broker_traits, read_latest
 from bizevents.plumbing.parking import ParkedKeys
 from bizevents.plumbing.settings import KafkaSettings
-from bizevents.translators._faust import TablelessManager, bulk_consumer, timed_producer
+from bizevents.translators._faust import (
+    TablelessManager,
+    bulk_consumer,
+    crash,
+    stopped_sentence,
+    timed_producer,
+)
 from bizevents.translators.api import Translator
 from bizevents.translators.blocks import (
     QUEUED_BLOCKS,
@@ -186,7 +192,7 @@ def build_app(
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # no versions known: no block may be translated
-                await app.crash(exc)
+                await crash(app, exc)
 
         app.task(follow_promotions)
     runner = BlockRunner(
@@ -418,7 +424,7 @@ def run(
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # it failed: the whole worker stops, as a block would
-                await app.crash(exc)
+                await crash(app, exc)
 
         app.task(transaction_worker)
     run_worker(app)
@@ -462,9 +468,6 @@ def run_worker(app: Any) -> None:
         worker.execute_from_commandline()
     except SystemExit as exc:
         if app.crash_reason is not None:
-            raise TransientError(
-                f"the translator worker stopped: {type(app.crash_reason).__name__}: "
-                f"{app.crash_reason}"
-            ) from app.crash_reason
+            raise TransientError(stopped_sentence(app.crash_reason)) from app.crash_reason
         if exc.code not in (0, None):
             raise

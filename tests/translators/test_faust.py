@@ -545,3 +545,35 @@ def test_a_bulk_topics_records_come_with_the_positions_before_and_after_them() -
     state.position = 0
     kept = FetchResult(other, assignment=assignment, partition_records=plain, backoff=0).getall()
     assert type(kept) is list and [r.offset for r in kept] == [0]
+
+
+#: A Faust app whose crash begins no stop (as Faust's did at times, docs/reliability.md),
+#: crashed through :func:`crash` with a bound of half a second, then left waiting.
+_NEVER_STOPS = """
+import asyncio
+from bizevents.translators._faust import crash
+
+class App:
+    async def crash(self, exc):
+        self.crash_reason = exc
+
+async def main():
+    await crash(App(), RuntimeError("boom"), within_s=0.5)
+    await asyncio.sleep(60)
+
+asyncio.run(main())
+"""
+
+
+def test_a_crashed_worker_that_does_not_stop_exits_with_its_sentence() -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _NEVER_STOPS], capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode == 1, done.stderr
+    assert done.stderr == (
+        "error: the translator worker stopped: RuntimeError: boom"
+        " (not stopped 0.5 s after: exiting)\n"
+    )
