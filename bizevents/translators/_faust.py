@@ -66,6 +66,7 @@ from bizevents.plumbing.errors import TransientError
 from bizevents.plumbing.kafka import stay_in_group_where_needed
 
 __all__ = [
+    "EXIT_AFTER_CRASH_S",
     "PRIVATE_CONSUMER_ATTRIBUTES",
     "BlockAcker",
     "RecordBlock",
@@ -81,7 +82,7 @@ __all__ = [
 ]
 
 #: How long a worker that crashed (a terminal error) has to stop before it exits anyway.
-STOP_AFTER_CRASH_S: Final = 30.0
+EXIT_AFTER_CRASH_S: Final = 30.0
 
 
 def stopped_sentence(exc: BaseException) -> str:
@@ -89,17 +90,20 @@ def stopped_sentence(exc: BaseException) -> str:
     return f"the translator worker stopped: {type(exc).__name__}: {exc}"
 
 
-async def crash(app: Any, exc: BaseException, within_s: float = STOP_AFTER_CRASH_S) -> None:
+async def crash(app: Any, exc: BaseException) -> None:
     """Crash ``app``: Faust stops the worker, which exits 1 with :func:`stopped_sentence`.
 
     Faust at times began no stop at all and the process stayed up, its promotions
     follower still reading (docs/reliability.md: 2 runs of 16 at DEBUG logs on a loaded
-    machine). So ``within_s`` later it says the sentence and exits 1 without a clean
-    stop: what it acknowledged last is read again by the partitions' next owner, and an
-    open transaction is aborted by its timeout or fenced by that owner."""
-    timer = threading.Timer(within_s, _exit_anyway, (exc, within_s))
-    timer.daemon = True
-    timer.start()
+    machine). So in a worker's own process (``app.exit_after_crash_s``, which
+    ``run_worker`` sets) it says the sentence that long after and exits 1 without a
+    clean stop: what it acknowledged last is read again by the partitions' next owner,
+    and an open transaction is aborted by its timeout or fenced by that owner."""
+    within_s = getattr(app, "exit_after_crash_s", None)
+    if within_s is not None:
+        timer = threading.Timer(within_s, _exit_anyway, (exc, within_s))
+        timer.daemon = True
+        timer.start()
     await app.crash(exc)
 
 

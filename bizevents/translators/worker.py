@@ -54,6 +54,7 @@ from bizevents.plumbing.kafka import broker_traits, read_latest
 from bizevents.plumbing.parking import ParkedKeys
 from bizevents.plumbing.settings import KafkaSettings
 from bizevents.translators._faust import (
+    EXIT_AFTER_CRASH_S,
     TablelessManager,
     bulk_consumer,
     crash,
@@ -464,6 +465,7 @@ def run_worker(app: Any) -> None:
         quiet=True,
     )
     worker.spinner = None
+    app.exit_after_crash_s = EXIT_AFTER_CRASH_S  # this process is the worker's own
     try:
         worker.execute_from_commandline()
     except SystemExit as exc:
