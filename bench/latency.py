@@ -289,6 +289,9 @@ def main() -> None:
         action="store_true",
         help="with --transactions: the workers with transactions.by_partition",
     )
+    parser.add_argument(
+        "--profile", type=Path, help="cProfile each worker into this folder (run-N-worker-M.prof)"
+    )
     kit.broker_option(parser)
     args = parser.parse_args()
     if args.broker == "both":
@@ -386,6 +389,14 @@ def capture_config(args: argparse.Namespace, tag: str, state_dir: Path) -> Captu
     )
 
 
+def python(profile: Path | None, name: str) -> list[str]:
+    """This Python, under cProfile writing ``profile/name.prof`` when ``profile`` is given."""
+    if profile is None:
+        return [sys.executable]
+    profile.mkdir(parents=True, exist_ok=True)
+    return [sys.executable, "-m", "cProfile", "-o", str(profile / f"{name}.prof")]
+
+
 def one_run(endpoints: Any, args: argparse.Namespace, tmp: Path) -> Figures:
     """Capture and a worker on a new server name and slot, driven for ``args.seconds``."""
     from bizevents_store.load import create_schema
@@ -455,7 +466,10 @@ def one_run(endpoints: Any, args: argparse.Namespace, tmp: Path) -> Figures:
             with open(worker_log, "wb") as out:
                 processes.append(
                     subprocess.Popen(
-                        [sys.executable, "-m", "bizevents", "translate", *mode],
+                        [
+                            *python(args.profile, f"{tmp.name}-worker-{i}"),
+                            *("-m", "bizevents", "translate", *mode),
+                        ],
                         env={
                             **os.environ,
                             "BIZEVENTS_KAFKA__BOOTSTRAP_SERVERS": endpoints.bootstrap_servers,

@@ -37,6 +37,9 @@ __all__ = ["Share"]
 
 log = structlog.get_logger("transactions")
 
+#: Forwarded copies a member remembers having decoded (:meth:`Share.exchanged`).
+COPIES_KEPT = 100_000
+
 
 class Share:
     """A member's virtual partitions and what it publishes of what it reads."""
@@ -52,6 +55,10 @@ class Share:
         self.slices: Slices | None = None
         #: Where this member reads each partition from since its last start.
         self.reading_from: dict[TP, int] = {}
+        #: Forwarded copies decoded since the last start, by where capture wrote them, the
+        #: newest :data:`COPIES_KEPT`: a slice forwarded to two partitions this member
+        #: owns comes twice, and is decoded once.
+        self._copies: dict[tuple[str, int, int], None] = {}
 
     def start(
         self, mine: dict[int, Point], start: dict[TP, int]
@@ -75,6 +82,7 @@ class Share:
         shared = tuple(sorted(set.intersection(*known))) if known else ()
         self.points = mine
         self.reading_from = offsets
+        self._copies = {}
         self.slices = None
         if plan.by_partition:
             self.slices = Slices(
@@ -250,12 +258,21 @@ class Share:
     def exchanged(self, read: SourceRecord) -> SourceRecord | None:
         """The technical record a forwarded one copies; ``None`` when this member reads
         that record itself (a forward to a partition it owns, of a change at or past
-        where it started reading it), so the copy is not decoded only to be dropped as
-        a duplicate. One from before that start is kept: that partition's checkpoint
-        released its transaction, and the copy is how its slice comes."""
+        where it started reading it) or decoded another copy of it since its start (a
+        slice forwarded to two partitions it owns), so the copy is not decoded only to be
+        dropped as a duplicate. One from before that start is kept: that partition's
+        checkpoint released its transaction, and the copy is how its slice comes."""
         copied = origin(read)
         start = self.reading_from.get((copied.topic, copied.partition))
-        return None if start is not None and copied.offset >= start else copied
+        if start is not None and copied.offset >= start:
+            return None
+        where = (copied.topic, copied.partition, copied.offset)
+        if where in self._copies:
+            return None
+        self._copies[where] = None
+        if len(self._copies) > COPIES_KEPT:  # one forgotten is decoded again, and dropped
+            del self._copies[next(iter(self._copies))]
+        return copied
 
     def part(self, r: Any, seq: int) -> Part | OutRecord | GivenUp | None:
         """The record as a part (``None`` for a tombstone), its dead letter, or a notice

@@ -24,6 +24,7 @@ from bizevents.contracts.serde import BusinessSerializer
 from bizevents.contracts.technical.routing import partition_for, routing_key
 from bizevents.contracts.technical.transaction import TransactionRecord
 from bizevents.testing import change
+from bizevents.translators import txshare
 from bizevents.translators.assembly import Abandoned, Assembler, Checkpoint, Part, Ready
 from bizevents.translators.metrics import WorkerStats
 from bizevents.translators.records import OutRecord, SourceRecord
@@ -521,6 +522,34 @@ def test_a_forward_to_a_partition_read_here_is_not_decoded_again(
     assert share.exchanged(copy(3, 6)) is None
     assert share.exchanged(copy(3, 4)) == SourceRecord(topic, 3, 4, b"k", b"v", [])
     assert share.exchanged(copy(1, 7)) == SourceRecord(topic, 1, 7, b"k", b"v", [])
+
+
+def test_a_slice_forwarded_to_two_partitions_owned_here_is_decoded_once(
+    serializer: BusinessSerializer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A transaction on partitions 0, 1 and 3: partition 1's owner forwards its slice to 0
+    and to 3. A member owning both gets each change twice and decodes it once (the
+    second copy would be dropped as a duplicate); after a new start, or once the copy is
+    forgotten (the newest ``COPIES_KEPT``), it decodes it again."""
+    monkeypatch.setattr(txshare, "COPIES_KEPT", 2)
+    plan = make_plan([orders_v3], serializer, N, by_partition=True)
+    share = Share(plan, TxVersions(RuntimeSettings(), "tx", plan, WorkerStats("tx")))
+    share.owned = frozenset({0, 3})
+    share.start({0: Point(), 3: Point()}, {tp: 0 for tp in plan.read_of(share.owned)})
+    topic = "shop.store.order_items"
+
+    def copy(to: int, offset: int) -> SourceRecord:
+        where = f"{topic}:1:{offset}".encode()
+        return SourceRecord(EXCHANGE, to, 9, b"k", b"v", [(HEADER_ORIGIN, where)])
+
+    assert share.exchanged(copy(0, 7)) == SourceRecord(topic, 1, 7, b"k", b"v", [])
+    assert share.exchanged(copy(3, 7)) is None
+    assert share.exchanged(copy(3, 8)) is not None
+    assert share.exchanged(copy(0, 8)) is None
+    assert share.exchanged(copy(0, 9)) is not None  # 7 forgotten: two are kept
+    assert share.exchanged(copy(3, 7)) is not None
+    share.start({0: Point(), 3: Point()}, {tp: 0 for tp in plan.read_of(share.owned)})
+    assert share.exchanged(copy(3, 9)) is not None
 
 
 def _taken_over(serializer: BusinessSerializer, parts: list[Part]) -> tuple[Share, list[Any]]:
