@@ -12,9 +12,7 @@ up) cannot be watched; the check then stays silent for it.
 from __future__ import annotations
 
 import os
-import shutil
 import socket
-import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -50,10 +48,11 @@ def _config_file_stays_in_its_test() -> Iterator[None]:
 DEFAULT_ADDRESSES = {19092: "the broker", 18081: "the schema registry", 15432: "PostgreSQL"}
 
 
-def _hits_folder() -> Path:
-    """Shared by the session's xdist workers: whichever holds a port tells the others."""
-    run = os.environ.get("PYTEST_XDIST_TESTRUNUID") or str(os.getpid())
-    folder = Path(tempfile.gettempdir()) / f"bizevents-default-addresses-{run}"
+def _hits_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Shared by the session's xdist workers (whichever holds a port tells the others):
+    in the run's base folder, which pytest clears (a worker's is inside it)."""
+    base = tmp_path_factory.getbasetemp()
+    folder = (base.parent if "PYTEST_XDIST_WORKER" in os.environ else base) / "default-addresses"
     folder.mkdir(exist_ok=True)
     return folder
 
@@ -98,11 +97,14 @@ def _watch(server: socket.socket, port: int, hits: Path) -> None:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _default_addresses_watched() -> Iterator[Path]:
-    hits = _hits_folder()
+def _default_addresses_watched(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    hits = _hits_folder(tmp_path_factory)
     servers = []
     for port in DEFAULT_ADDRESSES:
         server = socket.socket()
+        # the watcher's own closed connections of a run just before leave the port in
+        # TIME_WAIT, which without this refuses the bind: the port went unwatched
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             server.bind(("127.0.0.1", port))
             server.listen(64)
@@ -114,8 +116,6 @@ def _default_addresses_watched() -> Iterator[Path]:
     yield hits
     for server in servers:
         server.close()
-    if "PYTEST_XDIST_TESTRUNUID" not in os.environ:  # xdist's workers share it to the end
-        shutil.rmtree(hits, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)
