@@ -119,6 +119,24 @@ def test_the_worker_consumer_holds_empty_fetches_as_configured() -> None:
     assert TranslateSettings().fetch_max_wait_ms == 100
 
 
+def test_no_commit_waits_on_a_consumer_thread_stopped_by_a_crash() -> None:
+    """A crash marks the consumer thread crashed, and the thread stops on its own: a
+    commit asked of it then was queued to a loop that no longer runs and waited for
+    ever (the worker hung instead of exiting). Here the thread's loop never runs, as
+    after that stop: the commit returns at once, committing nothing."""
+    import faust
+
+    app = faust.App("test-crash-commit", broker="kafka://127.0.0.1:1", web_enabled=False)
+    app.transport.Consumer = bulk_consumer(frozenset({"shop.public.things"}), 100)
+
+    async def commit_after_crash() -> bool:
+        consumer = app.consumer
+        consumer._thread._crash(RuntimeError("a translator failed"))
+        return bool(await asyncio.wait_for(consumer._commit({TP("shop.public.things", 0): 5}), 5))
+
+    assert asyncio.run(commit_after_crash()) is False
+
+
 @pytest.mark.parametrize("timeout_s", [None, 180.0])
 def test_the_worker_s_transactional_producers_ask_for_its_transaction_timeout(
     timeout_s: float | None,
