@@ -55,6 +55,14 @@ def broker_option(
     )
 
 
+def python(profile: Path | None, name: str) -> list[str]:
+    """This Python, under cProfile writing ``profile/name.prof`` when ``profile`` is given."""
+    if profile is None:
+        return [sys.executable]
+    profile.mkdir(parents=True, exist_ok=True)
+    return [sys.executable, "-m", "cProfile", "-o", str(profile / f"{name}.prof")]
+
+
 def dev_settings(broker: Literal["tansu", "kafka"], *, mysql: bool = False) -> Any:
     """A private stack's settings: every port free, ``broker`` (tansu or kafka)."""
     from bizevents.settings import DevSettings

@@ -389,14 +389,6 @@ def capture_config(args: argparse.Namespace, tag: str, state_dir: Path) -> Captu
     )
 
 
-def python(profile: Path | None, name: str) -> list[str]:
-    """This Python, under cProfile writing ``profile/name.prof`` when ``profile`` is given."""
-    if profile is None:
-        return [sys.executable]
-    profile.mkdir(parents=True, exist_ok=True)
-    return [sys.executable, "-m", "cProfile", "-o", str(profile / f"{name}.prof")]
-
-
 def one_run(endpoints: Any, args: argparse.Namespace, tmp: Path) -> Figures:
     """Capture and a worker on a new server name and slot, driven for ``args.seconds``."""
     from bizevents_store.load import create_schema
@@ -467,7 +459,7 @@ def one_run(endpoints: Any, args: argparse.Namespace, tmp: Path) -> Figures:
                 processes.append(
                     subprocess.Popen(
                         [
-                            *python(args.profile, f"{tmp.name}-worker-{i}"),
+                            *kit.python(args.profile, f"{tmp.name}-worker-{i}"),
                             *("-m", "bizevents", "translate", *mode),
                         ],
                         env={

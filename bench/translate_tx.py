@@ -498,11 +498,6 @@ def run_workers(
     worker runs under cProfile and writes its statistics there."""
     import subprocess
 
-    def prefix(name: str) -> list[str]:
-        if profile is None:
-            return [sys.executable]
-        return [sys.executable, "-m", "cProfile", "-o", str(profile / f"{name}.prof")]
-
     envs = [env] * workers if isinstance(env, dict) else list(env)
     processes = []
     logs = []
@@ -513,7 +508,10 @@ def run_workers(
         with open(log, "wb") as out:
             processes.append(
                 subprocess.Popen(
-                    [*prefix(f"tx-{label}-{i}"), "-m", "bizevents", "translate", TX_FLAG],
+                    [
+                        *kit.python(profile, f"tx-{label}-{i}"),
+                        *("-m", "bizevents", "translate", TX_FLAG),
+                    ],
                     env={**worker_env, "BIZEVENTS_STATE_DIR": str(log_dir / f"state-{label}-{i}")},
                     stdout=out,
                     stderr=subprocess.STDOUT,
