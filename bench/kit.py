@@ -55,6 +55,25 @@ def broker_option(
     )
 
 
+def python_speed() -> float:
+    """Seconds this process takes for ten million additions of pure Python: this
+    machine's speed at the moment. A two-core machine that shares its host ran the same
+    work at half its usual speed on some days, and every figure with it."""
+    started = time.perf_counter()
+    total = 0
+    for i in range(10_000_000):
+        total += i
+    return time.perf_counter() - started
+
+
+def speed_line(before: float, after: float) -> str:
+    """The machine's speed around a bench's runs (:func:`python_speed`)."""
+    return (
+        f"this machine: ten million pure-Python additions in {before:.2f} s before the "
+        f"runs, {after:.2f} s after (the figures above move with it)"
+    )
+
+
 def python(profile: Path | None, name: str) -> list[str]:
     """This Python, under cProfile writing ``profile/name.prof`` when ``profile`` is given."""
     if profile is None:

@@ -314,6 +314,7 @@ def main() -> None:
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-latency-"))
     runs: list[Figures] = []
+    speed = kit.python_speed()
     for number in range(1, args.runs + 1):
         print(f"run {number} of {args.runs}")
         # each run on a stack of its own: the embedded broker keeps every record in
@@ -332,6 +333,7 @@ def main() -> None:
         finally:
             stack.down(purge=True)
     report(runs)
+    print(kit.speed_line(speed, kit.python_speed()))
 
 
 def report(runs: list[Figures]) -> None:

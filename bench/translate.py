@@ -432,6 +432,7 @@ def main() -> None:
             workers = max(args.workers, 2)
             # the broker's and the registry's pids: their CPU per change, apart
             pids = {} if stack is None else stack_pids(stack)
+            speed = kit.python_speed()
             for line in through_kafka(
                 bootstrap,
                 endpoints.registry_url,
@@ -447,6 +448,7 @@ def main() -> None:
                 args.by_partition,
             ):
                 print(line, flush=True)
+            print(kit.speed_line(speed, kit.python_speed()))
             return
         create_topics(bootstrap, [source, sink], 4)
         started = time.perf_counter()
