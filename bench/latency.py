@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -315,23 +316,28 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench-latency-"))
     runs: list[Figures] = []
     speed = kit.python_speed()
-    for number in range(1, args.runs + 1):
-        print(f"run {number} of {args.runs}")
-        # each run on a stack of its own: the embedded broker keeps every record in
-        # memory, and a run on a broker that holds the earlier runs' is slower
-        if args.stack_json:
-            runs.append(
-                one_run(
-                    Endpoints(**json.loads(args.stack_json.read_text())), args, tmp / f"{number}"
+    try:
+        for number in range(1, args.runs + 1):
+            print(f"run {number} of {args.runs}")
+            # each run on a stack of its own: the embedded broker keeps every record in
+            # memory, and a run on a broker that holds the earlier runs' is slower
+            if args.stack_json:
+                runs.append(
+                    one_run(
+                        Endpoints(**json.loads(args.stack_json.read_text())),
+                        args,
+                        tmp / f"{number}",
+                    )
                 )
-            )
-            continue
-        stack = DevStack(tmp / f"stack{number}", kit.dev_settings(args.broker))
-        try:
-            stack.up()
-            runs.append(one_run(stack.endpoints(), args, tmp / f"run{number}"))
-        finally:
-            stack.down(purge=True)
+                continue
+            stack = DevStack(tmp / f"stack{number}", kit.dev_settings(args.broker))
+            try:
+                stack.up()
+                runs.append(one_run(stack.endpoints(), args, tmp / f"run{number}"))
+            finally:
+                stack.down(purge=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     report(runs)
     print(kit.speed_line(speed, kit.python_speed()))
 

@@ -368,12 +368,13 @@ def stages(config: Any, rng: Any, n: int) -> None:
     t1 = time.perf_counter()
     results = [rt.pipeline.process(block) for block in blocks]
     t2 = time.perf_counter()
-    sink = _FileSink(Path(_tempfile.mkdtemp()), config.output, rng)
-    report = TaskReport(rng.id)
-    for result in results:
-        sink.write(result.records, report)
-    sink.close(rng)
-    t3 = time.perf_counter()
+    with _tempfile.TemporaryDirectory(prefix="bench-replay-stages-") as out:
+        sink = _FileSink(Path(out), config.output, rng)
+        report = TaskReport(rng.id)
+        for result in results:
+            sink.write(result.records, report)
+        sink.close(rng)
+        t3 = time.perf_counter()
     print(
         f"stages, µs per record: read {1e6 * (t1 - t0) / n:.1f}, translation core "
         f"{1e6 * (t2 - t1) / n:.1f}, file output {1e6 * (t3 - t2) / n:.1f}"

@@ -278,7 +278,10 @@ def main() -> None:
     args = parser.parse_args()
     from bizevents.devstack.registry import run_in_thread
 
-    with run_in_thread(Path(tempfile.mkdtemp(prefix="bench-tx-registry-"))) as registry:
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-tx-registry-") as folder,
+        run_in_thread(Path(folder)) as registry,
+    ):
         measure_ = decode_cost if args.decode else report
         for text in measure_(registry.url, args.orders, args.runs):
             print(text)

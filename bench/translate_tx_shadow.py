@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -178,7 +179,8 @@ def through_kafka(transactions: int, runs: int) -> None:
         finally:
             reader.close()
     finally:
-        stack.down()
+        stack.down(purge=True)
+        shutil.rmtree(tmp, ignore_errors=True)
     for what, figures in (("changes/s", rates), ("changes per CPU-second", per_cpu)):
         ratios = [w / o for w, o in zip(figures[True], figures[False], strict=True)]
         print(
@@ -204,7 +206,10 @@ def main() -> None:
 
     from bizevents.devstack.registry import run_in_thread
 
-    with run_in_thread(Path(tempfile.mkdtemp(prefix="bench-txsh-registry-"))) as registry:
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-txsh-registry-") as folder,
+        run_in_thread(Path(folder)) as registry,
+    ):
         client = SchemaRegistryClient({"url": registry.url})
         without, with_shadow = [], []
         for n in range(args.runs):  # alternate, so the machine's load hits both alike
