@@ -49,6 +49,17 @@ class Db:
             cur.execute(statement, params)
             return cur.fetchall() if cur.description else []
 
+    def drop_slot(self) -> None:
+        """Drop this test's slot (a slot lost), once it is free: its walsender exits
+        after capture closed the connection, not with it, and a slot still active
+        refuses the drop."""
+        with self.conn.cursor() as cur:
+            drop_slots(cur, self.slot)
+        left = self.sql(
+            "SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s", (self.slot,)
+        )
+        assert not left, f"slot {self.slot} still in use by {left} 20 s after capture stopped"
+
     def wal_lsn(self) -> int:
         """The WAL written so far: every commit's end (the dev stack commits
         synchronously). Not the insert position: at a page boundary that points past

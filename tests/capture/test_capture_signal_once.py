@@ -89,7 +89,7 @@ def test_postgres_signals_are_carried_out_once(pg: pgh.Db, tmp_path: Path) -> No
     ]
     for n, (how, cfg, drop_slot) in enumerate(restarts):
         if drop_slot:
-            pg.sql("SELECT pg_drop_replication_slot(%s)", (pg.slot,))
+            pg.drop_slot()
         endpoints = pgh.capture_endpoints(pg.endpoints, tmp_path / f"empty{n}")
         with pgh.in_process(cfg, endpoints) as again:
 

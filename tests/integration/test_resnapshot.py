@@ -144,7 +144,7 @@ def test_resnapshots_repairs_and_a_new_slot_give_consumers_each_state_once(
             settle(run, db)
             run.stop()
         # 3. the slot is lost and re-created: capture snapshots the table again
-        db.sql("SELECT pg_drop_replication_slot(%s)", (db.slot,))
+        db.drop_slot()
         with in_process(config, endpoints) as run:
             run.wait_snapshot()
             settle(run, db)
