@@ -14,13 +14,17 @@ from __future__ import annotations
 import os
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from hypothesis import settings
 
 from bizevents.settings import CONFIG_ENV
+
+if TYPE_CHECKING:
+    from bizevents.devstack import Endpoints
 
 # Tests do not time things: an example slow on a loaded machine (CI's two workers, each
 # with its stack) is no failure, which hypothesis' default 200 ms deadline makes it.
@@ -140,3 +144,10 @@ def closed_address() -> Iterator[str]:
     with socket.socket() as held:
         held.bind(("127.0.0.1", 0))
         yield f"127.0.0.1:{held.getsockname()[1]}"
+
+
+@pytest.fixture
+def tansu(bizevents_stack_on: Callable[[Any], Endpoints]) -> Endpoints:
+    """The session's stack on the embedded broker (Tansu), for the tests of its own
+    behaviour and of the paths taken only there; the suite's own broker is Apache Kafka."""
+    return bizevents_stack_on("tansu")

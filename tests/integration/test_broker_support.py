@@ -45,12 +45,6 @@ API_CONSUMER_GROUP_HEARTBEAT = 68  # KIP-848, the "consumer" group protocol
 # ----------------------------------------------------------------- helpers
 
 
-@pytest.fixture
-def tansu(bizevents_stack_on: Callable[[Any], Endpoints]) -> Endpoints:
-    """The session's Tansu stack: the tests of Tansu's own behaviour run there."""
-    return bizevents_stack_on("tansu")
-
-
 def create_topic(bootstrap: str, topic: str, partitions: int, **config: str) -> AdminClient:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     futures = admin.create_topics([NewTopic(topic, partitions, 1, config=config)])
