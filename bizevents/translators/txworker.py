@@ -253,7 +253,7 @@ class TxWorker:
             if self.owned and self.assembler is not None and not self._changed:
                 try:
                     await self._checkpoint(producer)
-                except KafkaError as exc:  # the next owner starts from the one before
+                except (KafkaError, TransientError) as exc:  # the next owner reads from before
                     log.warning("last checkpoint not recorded", reason=str(exc))
 
     async def _turn(self, producer: Producers, reader: Any) -> None:
@@ -593,8 +593,20 @@ class TxWorker:
         (one call per producer: two batches in flight to one partition left their
         failures unread in aiokafka when the broker paused); the future of the broker's
         acknowledgement of them all."""
+        from aiokafka.errors import IllegalOperation
+
         merged: dict[int, tuple[Any, list[Send]]] = {}
         for producer, items in routed:
             merged.setdefault(id(producer), (producer, []))[1].extend(items)
-        sent = [await send_batches(p, items, "a producer batch") for p, items in merged.values()]
+        try:
+            sent = [
+                await send_batches(p, items, "a producer batch") for p, items in merged.values()
+            ]
+        except IllegalOperation as exc:
+            # exactly once: a partition's transaction is gone (the broker aborted it past
+            # its timeout, or an error left the producer out of it), and aiokafka refuses
+            # the send with an error that is not a KafkaError. Read again from the
+            # checkpoints under new producers, as for a producer fenced; the member
+            # exited with a traceback instead (the aborted-transaction test)
+            raise TransientError(f"a partition's transaction is gone: {exc}") from exc
         return asyncio.gather(*(f for futures in sent for f in futures))

@@ -87,3 +87,30 @@ def test_each_owned_partition_gets_the_same_checkpoint_in_the_state_topic(
     assert point == Point.decode(sends[1][3] or b"")
     assert point.offsets == {tp: 40 for tp in SOURCES}
     assert not member._unrecorded
+
+
+class _OutOfTransaction:
+    """A transactional producer whose transaction the broker aborted: aiokafka refuses
+    the send with ``IllegalOperation``, as its ``send_batch`` does then."""
+
+    def create_batch(self) -> Any:
+        return type("Batch", (), {"append": lambda self, **_: object()})()
+
+    async def send_batch(self, batch: Any, topic: str, *, partition: int) -> Any:
+        from aiokafka.errors import IllegalOperation
+
+        raise IllegalOperation("Can't send messages while not in transaction")
+
+
+def test_a_send_refused_out_of_transaction_reads_again_from_the_checkpoints(
+    member: TxWorker,
+) -> None:
+    """Exactly once, a member held up past its transaction's timeout found the broker had
+    aborted it, and aiokafka refused the next send with an error that is not a
+    KafkaError: the member exited with a traceback. It is now the transient error the
+    loop answers by reading again from the checkpoints under new producers."""
+    from bizevents.plumbing.errors import TransientError
+
+    send = ("orders", 0, b"k", b"v", [])
+    with pytest.raises(TransientError, match="a partition's transaction is gone"):
+        asyncio.run(member._enqueue([(_OutOfTransaction(), [send])]))
