@@ -16,13 +16,21 @@ from typing import Any
 
 import structlog
 
+from bizevents.plumbing.errors import TransientError
 from bizevents.translators.assembly import Assembler
 from bizevents.translators.metrics import WorkerStats
-from bizevents.translators.produce import Send
+from bizevents.translators.produce import Send, send_batches
 from bizevents.translators.settings import RuntimeSettings, TransactionSettings
 from bizevents.translators.txpacing import Frontier
 
-__all__ = ["Producers", "Routed", "read_held", "transaction_producer", "transaction_reader"]
+__all__ = [
+    "Producers",
+    "Routed",
+    "read_held",
+    "send_routed",
+    "transaction_producer",
+    "transaction_reader",
+]
 
 log = structlog.get_logger("transactions")
 
@@ -145,6 +153,29 @@ class Producers:
     def _make(self, v: int) -> Any:
         name = f"{self._tx.group_id}.assembly.{v}"
         return transaction_producer(self._settings, self._tx, name)
+
+
+async def send_routed(routed: Sequence[Routed]) -> asyncio.Future[Any]:
+    """Each producer's items appended to one batch per topic and partition, in order
+    (one call per producer: two batches in flight to one partition left their failures
+    unread in aiokafka when the broker paused); the future of the broker's
+    acknowledgement of them all.
+
+    Exactly once, a partition's transaction may be gone (the broker aborted it past its
+    timeout, or an error left the producer out of it), and aiokafka then refuses the send
+    with ``IllegalOperation``, not a Kafka error: it is a :class:`TransientError`, which
+    the member answers by reading again from its checkpoints under new producers, as for
+    a producer fenced (it exited with a traceback before)."""
+    from aiokafka.errors import IllegalOperation
+
+    merged: dict[int, tuple[Any, list[Send]]] = {}
+    for producer, items in routed:
+        merged.setdefault(id(producer), (producer, []))[1].extend(items)
+    try:
+        sent = [await send_batches(p, items, "a producer batch") for p, items in merged.values()]
+    except IllegalOperation as exc:
+        raise TransientError(f"a partition's transaction is gone: {exc}") from exc
+    return asyncio.gather(*(f for futures in sent for f in futures))
 
 
 async def read_held(

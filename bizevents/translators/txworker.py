@@ -52,7 +52,7 @@ from bizevents.plumbing.member import Partitions, leave_group, rebalance_listene
 from bizevents.plumbing.process import settle_collector
 from bizevents.translators.assembly import Assembler, Outcome, Part
 from bizevents.translators.metrics import WorkerStats
-from bizevents.translators.produce import Send, send_batches
+from bizevents.translators.produce import Send
 from bizevents.translators.records import OutRecord, Result
 from bizevents.translators.settings import RuntimeSettings, TransactionSettings
 from bizevents.translators.txcheckpoint import (
@@ -66,7 +66,13 @@ from bizevents.translators.txcheckpoint import (
 from bizevents.translators.txexchange import GivenUp
 from bizevents.translators.txpacing import Frontier
 from bizevents.translators.txplan import TxPlan
-from bizevents.translators.txproducer import Producers, Routed, read_held, transaction_reader
+from bizevents.translators.txproducer import (
+    Producers,
+    Routed,
+    read_held,
+    send_routed,
+    transaction_reader,
+)
 from bizevents.translators.txredrive import RedriveTools, TxRedriver
 from bizevents.translators.txshare import Share
 from bizevents.translators.txversions import TxVersions
@@ -466,7 +472,7 @@ class TxWorker:
             stats.add(plan.transaction_topic, results[v].counts if v in results else {})
             routed.append((producer.of(v), [*self.share.outputs(records), *forwards.get(v, ())]))
         # the next batch is read while this one's acknowledgements are outstanding
-        sent = await self._enqueue(routed)
+        sent = await send_routed(routed)
         self._unrecorded = True
         # the checkpoint of the state after this batch goes out once this batch's
         # outputs (and so every earlier one's) are acknowledged, without stopping the
@@ -490,14 +496,14 @@ class TxWorker:
         if newest > 0:
             self.stats.observe_latency(max(now - newest / 1000.0, 0.0))
         if points:
-            self._inflight.append((await self._enqueue(points), 0, 0, []))
+            self._inflight.append((await send_routed(points), 0, 0, []))
 
     async def _checkpoint(self, producer: Producers) -> None:
         """Once every outstanding output is acknowledged, record the checkpoints (each
         partition's with its producer); exactly once, commit their transactions."""
         while self._inflight:
             await self._settle_oldest()
-        await (await self._enqueue(self._checkpoints()))
+        await (await send_routed(self._checkpoints()))
         if self.plan.shadows:
             # the shadows' figures of the virtual partitions, for `bizevents shadow report`
             # and for the next owner of a partition (docs/shadow.md)
@@ -586,27 +592,4 @@ class TxWorker:
 
     async def _send(self, producer: Any, items: Sequence[Send]) -> None:
         """Send ``items`` and wait until the broker acknowledged them all."""
-        await (await self._enqueue([(producer, items)]))
-
-    async def _enqueue(self, routed: Sequence[Routed]) -> asyncio.Future[Any]:
-        """Append each producer's items to one batch per topic and partition, in order
-        (one call per producer: two batches in flight to one partition left their
-        failures unread in aiokafka when the broker paused); the future of the broker's
-        acknowledgement of them all."""
-        from aiokafka.errors import IllegalOperation
-
-        merged: dict[int, tuple[Any, list[Send]]] = {}
-        for producer, items in routed:
-            merged.setdefault(id(producer), (producer, []))[1].extend(items)
-        try:
-            sent = [
-                await send_batches(p, items, "a producer batch") for p, items in merged.values()
-            ]
-        except IllegalOperation as exc:
-            # exactly once: a partition's transaction is gone (the broker aborted it past
-            # its timeout, or an error left the producer out of it), and aiokafka refuses
-            # the send with an error that is not a KafkaError. Read again from the
-            # checkpoints under new producers, as for a producer fenced; the member
-            # exited with a traceback instead (the aborted-transaction test)
-            raise TransientError(f"a partition's transaction is gone: {exc}") from exc
-        return asyncio.gather(*(f for futures in sent for f in futures))
+        await (await send_routed([(producer, items)]))

@@ -14,6 +14,7 @@ from bizevents.contracts.serde import BusinessSerializer
 from bizevents.translators.assembly import Assembler
 from bizevents.translators.settings import RuntimeSettings, TransactionSettings
 from bizevents.translators.txcheckpoint import POINT, Point, Progress
+from bizevents.translators.txproducer import send_routed
 from bizevents.translators.txworker import TxWorker
 from tests.translators.txharness import SOURCES, make_plan
 
@@ -102,9 +103,7 @@ class _OutOfTransaction:
         raise IllegalOperation("Can't send messages while not in transaction")
 
 
-def test_a_send_refused_out_of_transaction_reads_again_from_the_checkpoints(
-    member: TxWorker,
-) -> None:
+def test_a_send_refused_out_of_transaction_reads_again_from_the_checkpoints() -> None:
     """Exactly once, a member held up past its transaction's timeout found the broker had
     aborted it, and aiokafka refused the next send with an error that is not a
     KafkaError: the member exited with a traceback. It is now the transient error the
@@ -113,4 +112,4 @@ def test_a_send_refused_out_of_transaction_reads_again_from_the_checkpoints(
 
     send = ("orders", 0, b"k", b"v", [])
     with pytest.raises(TransientError, match="a partition's transaction is gone"):
-        asyncio.run(member._enqueue([(_OutOfTransaction(), [send])]))
+        asyncio.run(send_routed([(_OutOfTransaction(), [send])]))
